@@ -1,0 +1,317 @@
+//! The one TOML configuration file (`/etc/slurm/gputokens.toml`), parsed strictly and validated.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::pricing::PriceTable;
+use crate::tokens::Tokens;
+
+pub const DEFAULT_PATH: &str = "/etc/slurm/gputokens.toml";
+
+/// The commented example shipped in `slurm-conf/`; `accountd config default` prints it.
+pub const EXAMPLE: &str = include_str!("../slurm-conf/gputokens.toml");
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{path}: {key}: {reason}")]
+    Invalid { path: PathBuf, key: String, reason: String },
+}
+
+/// Validated configuration. Amounts are exact micro-token values.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub path: PathBuf,
+    pub initial: Tokens,
+    pub daily: Tokens,
+    pub monthly: Tokens,
+    pub cap: Option<Tokens>,
+    pub floor: Tokens,
+    pub prices: PriceTable,
+    pub balances_public: bool,
+    pub slurm_user: String,
+    pub paths: Paths,
+    pub admins: Admins,
+    pub intervals: Intervals,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Paths {
+    pub ledger: PathBuf,
+    pub snapshot: PathBuf,
+    pub socket: PathBuf,
+}
+
+impl Default for Paths {
+    fn default() -> Self {
+        Paths {
+            ledger: "/var/lib/gputokens/ledger.sqlite".into(),
+            snapshot: "/var/lib/gputokens/balances.snapshot".into(),
+            socket: "/run/gputokens/accountd.sock".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Admins {
+    pub users: Vec<String>,
+    pub groups: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Intervals {
+    pub charge: Duration,
+    pub check: Duration,
+}
+
+/// The file as written; turned into [`Config`] by [`RawConfig::validate`].
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default = "default_initial")]
+    initial: f64,
+    #[serde(default = "default_daily")]
+    daily: f64,
+    #[serde(default = "default_monthly")]
+    monthly: f64,
+    cap: Option<f64>,
+    #[serde(default = "default_floor")]
+    floor: f64,
+    default_price: Option<f64>,
+    #[serde(default)]
+    balances_public: bool,
+    #[serde(default = "default_slurm_user")]
+    slurm_user: String,
+    #[serde(default)]
+    prices: BTreeMap<String, f64>,
+    #[serde(default)]
+    paths: Paths,
+    #[serde(default)]
+    admins: Admins,
+    #[serde(default)]
+    intervals: RawIntervals,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawIntervals {
+    charge: String,
+    check: String,
+}
+
+impl Default for RawIntervals {
+    fn default() -> Self {
+        RawIntervals { charge: "1h".into(), check: "30m".into() }
+    }
+}
+
+fn default_initial() -> f64 {
+    100.0
+}
+fn default_daily() -> f64 {
+    1.0
+}
+fn default_monthly() -> f64 {
+    30.0
+}
+fn default_floor() -> f64 {
+    -10.0
+}
+fn default_slurm_user() -> String {
+    "slurm".into()
+}
+
+impl Config {
+    /// Reads and validates `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        Config::parse(&text, path)
+    }
+
+    /// Parses `text`; `path` only names the source in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        raw.validate(path)
+    }
+
+    /// The path named by `--config`/`GPUTOKENS_CONF`, else the default.
+    pub fn resolve_path(explicit: Option<&Path>) -> PathBuf {
+        explicit.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(DEFAULT_PATH))
+    }
+}
+
+impl RawConfig {
+    fn validate(self, path: &Path) -> Result<Config, ConfigError> {
+        let invalid = |key: &str, reason: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            key: key.to_string(),
+            reason,
+        };
+        let amount = |key: &str, value: f64| {
+            Tokens::from_f64(value).ok_or_else(|| invalid(key, format!("{value} is not a usable amount")))
+        };
+        let non_negative = |key: &str, value: f64| {
+            if value < 0.0 {
+                return Err(invalid(key, format!("must not be negative (got {value})")));
+            }
+            amount(key, value)
+        };
+
+        let initial = amount("initial", self.initial)?;
+        let daily = non_negative("daily", self.daily)?;
+        let monthly = non_negative("monthly", self.monthly)?;
+        let floor = amount("floor", self.floor)?;
+        if floor > Tokens::ZERO {
+            return Err(invalid("floor", format!("must be 0 or below (got {})", self.floor)));
+        }
+        let cap = self.cap.map(|c| amount("cap", c)).transpose()?;
+        if let Some(cap) = cap {
+            if cap < Tokens::ZERO {
+                return Err(invalid("cap", format!("must not be negative (got {cap})")));
+            }
+            if initial > cap {
+                return Err(invalid("initial", format!("{initial} is above cap {cap}")));
+            }
+        }
+
+        let mut prices = BTreeMap::new();
+        for (gpu_type, price) in &self.prices {
+            let key = format!("prices.{gpu_type}");
+            let price = non_negative(&key, *price)?;
+            if prices.insert(gpu_type.to_lowercase(), price).is_some() {
+                return Err(invalid(&key, "listed twice (GPU types match case-insensitively)".into()));
+            }
+        }
+        let default_price = self.default_price.map(|p| non_negative("default_price", p)).transpose()?;
+
+        if self.slurm_user.trim().is_empty() {
+            return Err(invalid("slurm_user", "must not be empty".into()));
+        }
+        for (key, p) in [
+            ("paths.ledger", &self.paths.ledger),
+            ("paths.snapshot", &self.paths.snapshot),
+            ("paths.socket", &self.paths.socket),
+        ] {
+            if !p.is_absolute() {
+                return Err(invalid(key, format!("must be an absolute path (got {})", p.display())));
+            }
+        }
+        let duration = |key: &str, text: &str| {
+            let d = humantime::parse_duration(text)
+                .map_err(|e| invalid(key, format!("'{text}' is not a duration like \"30m\" or \"1h\" ({e})")))?;
+            if d.is_zero() {
+                return Err(invalid(key, "must be longer than 0".into()));
+            }
+            Ok(d)
+        };
+        let intervals = Intervals {
+            charge: duration("intervals.charge", &self.intervals.charge)?,
+            check: duration("intervals.check", &self.intervals.check)?,
+        };
+
+        Ok(Config {
+            path: path.to_path_buf(),
+            initial,
+            daily,
+            monthly,
+            cap,
+            floor,
+            prices: PriceTable::new(prices, default_price),
+            balances_public: self.balances_public,
+            slurm_user: self.slurm_user,
+            paths: self.paths,
+            admins: self.admins,
+            intervals,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("test.toml"))
+    }
+
+    #[test]
+    fn shipped_example_is_valid_and_has_the_seed_prices() {
+        let cfg = parse(EXAMPLE).expect("slurm-conf/gputokens.toml must be valid");
+        assert_eq!(cfg.prices.price("RTX2080"), Some(Tokens::from_micro(500_000)));
+        assert_eq!(cfg.prices.price("rtx3090"), Some(Tokens::whole(1)));
+        assert_eq!(cfg.prices.price("a6000"), Some(Tokens::whole(4)));
+        assert_eq!(cfg.initial, Tokens::whole(100));
+        assert_eq!(cfg.floor, Tokens::whole(-10));
+    }
+
+    #[test]
+    fn empty_file_gets_the_documented_defaults() {
+        let cfg = parse("").unwrap();
+        assert_eq!(cfg.initial, Tokens::whole(100));
+        assert_eq!(cfg.daily, Tokens::whole(1));
+        assert_eq!(cfg.monthly, Tokens::whole(30));
+        assert_eq!(cfg.floor, Tokens::whole(-10));
+        assert_eq!(cfg.cap, None);
+        assert_eq!(cfg.intervals.charge, Duration::from_secs(3600));
+        assert_eq!(cfg.intervals.check, Duration::from_secs(1800));
+        assert_eq!(cfg.paths.socket, PathBuf::from("/run/gputokens/accountd.sock"));
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = parse("initail = 5\n").unwrap_err().to_string();
+        assert!(err.contains("initail"), "{err}");
+        let err = parse("[prices]\na6000 = 4\n[paths]\nledgr = \"/x\"\n").unwrap_err().to_string();
+        assert!(err.contains("ledgr"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_is_named() {
+        let err = parse("floor = \"low\"\n").unwrap_err().to_string();
+        assert!(err.contains("floor"), "{err}");
+    }
+
+    #[test]
+    fn negative_price_is_named() {
+        let err = parse("[prices]\na6000 = -4\n").unwrap_err().to_string();
+        assert!(err.contains("prices.a6000") && err.contains("negative"), "{err}");
+    }
+
+    #[test]
+    fn positive_floor_is_refused() {
+        let err = parse("floor = 5\n").unwrap_err().to_string();
+        assert!(err.contains("floor") && err.contains("0 or below"), "{err}");
+    }
+
+    #[test]
+    fn case_insensitive_duplicate_types_are_refused() {
+        let err = parse("[prices]\nA6000 = 4\na6000 = 4\n").unwrap_err().to_string();
+        assert!(err.contains("listed twice"), "{err}");
+    }
+
+    #[test]
+    fn bad_interval_and_relative_path_are_named() {
+        let err = parse("[intervals]\ncharge = \"often\"\n").unwrap_err().to_string();
+        assert!(err.contains("intervals.charge"), "{err}");
+        let err = parse("[paths]\nledger = \"ledger.db\"\n").unwrap_err().to_string();
+        assert!(err.contains("paths.ledger") && err.contains("absolute"), "{err}");
+    }
+
+    #[test]
+    fn initial_above_cap_is_refused() {
+        let err = parse("cap = 50\n").unwrap_err().to_string();
+        assert!(err.contains("initial") && err.contains("cap"), "{err}");
+    }
+}

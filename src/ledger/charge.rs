@@ -1,0 +1,134 @@
+//! Charging GPU time. Each (job, run segment, GPU type) remembers how many seconds it was charged
+//! for and how much, in the same transaction as the charge entry, so a record is never charged twice
+//! and a running job charged every cycle adds up to exactly its final cost.
+
+use std::collections::BTreeMap;
+
+use rusqlite::{params, OptionalExtension, Transaction};
+
+use super::{ensure_user, insert_entry, Applied, EntryKind, Ledger, LedgerError, NewEntry};
+use crate::policy::BucketRules;
+use crate::pricing::{cost, PriceTable};
+use crate::tokens::Tokens;
+
+/// GPU time held by one run segment of one job, up to now (running) or to its end (finished).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageRecord {
+    pub job_id: String,
+    pub user: String,
+    /// Unix start of this run segment (a requeued job has several).
+    pub segment_start: i64,
+    /// GPUs held per lower-case GPU type.
+    pub gpus: BTreeMap<String, u64>,
+    /// Seconds held so far.
+    pub elapsed: u64,
+}
+
+/// What a charging pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChargeOutcome {
+    /// Charge entries added.
+    pub entries: usize,
+    /// Total charged.
+    pub charged: Tokens,
+    /// Records that had nothing new to charge.
+    pub unchanged: usize,
+    /// GPU types charged at the unlisted-type price, with the GPU-seconds charged so.
+    pub unlisted_types: BTreeMap<String, u64>,
+}
+
+impl Ledger {
+    /// Charges every record for the time it held GPUs beyond what was already charged, in one
+    /// transaction. `now` stamps the entries.
+    pub fn charge(&mut self, records: &[UsageRecord], prices: &PriceTable, now: i64) -> Result<ChargeOutcome, LedgerError> {
+        let rules = self.rules;
+        let tx = self.conn.transaction()?;
+        let mut outcome = ChargeOutcome::default();
+        for record in records {
+            let before = outcome.entries;
+            charge_record(&tx, &rules, prices, record, now, &mut outcome)?;
+            if outcome.entries == before {
+                outcome.unchanged += 1;
+            }
+        }
+        tx.commit()?;
+        Ok(outcome)
+    }
+
+    /// Seconds already charged for one segment and GPU type (tests and diagnostics).
+    pub fn charged_until(&self, job_id: &str, segment_start: i64, gpu_type: &str) -> Result<Option<u64>, LedgerError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT charged_until FROM job_charges WHERE job_id = ?1 AND segment_start = ?2 AND gpu_type = ?3",
+                params![job_id, segment_start, gpu_type],
+                |r| r.get::<_, i64>(0),
+            )
+            .optional()?
+            .map(|s| s as u64))
+    }
+}
+
+fn charge_record(
+    tx: &Transaction<'_>,
+    rules: &BucketRules,
+    prices: &PriceTable,
+    record: &UsageRecord,
+    now: i64,
+    outcome: &mut ChargeOutcome,
+) -> Result<(), LedgerError> {
+    for (gpu_type, &gpus) in &record.gpus {
+        let progress: Option<(i64, i64)> = tx
+            .query_row(
+                "SELECT charged_until, charged FROM job_charges
+                 WHERE job_id = ?1 AND segment_start = ?2 AND gpu_type = ?3",
+                params![record.job_id, record.segment_start, gpu_type],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        let (until, charged) = progress.map(|(u, c)| (u as u64, Tokens::from_micro(c))).unwrap_or_default();
+        if record.elapsed <= until {
+            continue;
+        }
+        let price = prices.applied(gpu_type);
+        let gpu_seconds = gpus * record.elapsed;
+        let total = cost(price.per_gpu_hour, gpu_seconds);
+        // A price lowered mid-job never turns into a refund: charges only move forward.
+        let due = (total - charged).max(Tokens::ZERO);
+        if !price.listed {
+            *outcome.unlisted_types.entry(gpu_type.clone()).or_default() += gpus * (record.elapsed - until);
+        }
+        ensure_user(tx, rules, &record.user, now)?;
+        let mut entry = NewEntry::new(
+            &record.user,
+            EntryKind::Charge,
+            -due,
+            now,
+            "gputokens",
+            &format!("{gpus} × {gpu_type} for {}s at {}/GPU-hour", record.elapsed, price.per_gpu_hour),
+            format!("charge:{}:{}:{}:{}", record.job_id, record.segment_start, gpu_type, record.elapsed),
+        );
+        entry.job_id = Some(record.job_id.clone());
+        entry.gpu_type = Some(gpu_type.clone());
+        entry.gpu_seconds = Some(gpus * (record.elapsed - until));
+        if insert_entry(tx, &entry)? == Applied::Added {
+            outcome.entries += 1;
+            outcome.charged = outcome.charged + due;
+        }
+        tx.execute(
+            "INSERT INTO job_charges (job_id, segment_start, gpu_type, user, charged_until, charged)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (job_id, segment_start, gpu_type)
+             DO UPDATE SET charged_until = excluded.charged_until, charged = excluded.charged",
+            params![
+                record.job_id,
+                record.segment_start,
+                gpu_type,
+                record.user,
+                record.elapsed as i64,
+                (charged + due).micro()
+            ],
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,390 @@
+//! The SQLite token ledger: append-only entries with idempotency keys, and a balance per user kept in
+//! the same transaction as the entries that change it.
+
+mod charge;
+mod replenish;
+mod schema;
+
+use std::collections::BTreeMap;
+use std::fs::OpenOptions;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use serde::Serialize;
+
+use crate::policy::BucketRules;
+use crate::time::local_date;
+use crate::tokens::Tokens;
+
+pub use charge::{ChargeOutcome, UsageRecord};
+pub use replenish::Replenished;
+pub use schema::SchemaError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("cannot open ledger {path}: {source}")]
+    Open { path: String, source: std::io::Error },
+    #[error("ledger schema: {0}")]
+    Schema(#[from] SchemaError),
+    #[error("ledger: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("user '{0}' has no entries in the ledger")]
+    UnknownUser(String),
+    #[error("job {0} has nothing left to refund")]
+    NothingToRefund(String),
+    #[error("cannot import: {}", .0.join("; "))]
+    ImportConflict(Vec<String>),
+    #[error("'{0}' is not a valid user name")]
+    BadUserName(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryKind {
+    Grant,
+    Replenish,
+    Monthly,
+    Charge,
+    Refund,
+    Adjust,
+    Import,
+}
+
+impl EntryKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryKind::Grant => "grant",
+            EntryKind::Replenish => "replenish",
+            EntryKind::Monthly => "monthly",
+            EntryKind::Charge => "charge",
+            EntryKind::Refund => "refund",
+            EntryKind::Adjust => "adjust",
+            EntryKind::Import => "import",
+        }
+    }
+
+    fn parse(text: &str) -> EntryKind {
+        match text {
+            "grant" => EntryKind::Grant,
+            "replenish" => EntryKind::Replenish,
+            "monthly" => EntryKind::Monthly,
+            "charge" => EntryKind::Charge,
+            "refund" => EntryKind::Refund,
+            "adjust" => EntryKind::Adjust,
+            _ => EntryKind::Import, // the schema's CHECK admits nothing else
+        }
+    }
+}
+
+/// An entry to append.
+#[derive(Debug, Clone)]
+pub struct NewEntry {
+    pub user: String,
+    pub kind: EntryKind,
+    pub amount: Tokens,
+    pub at: i64,
+    pub actor: String,
+    pub reason: String,
+    pub key: String,
+    pub job_id: Option<String>,
+    pub gpu_type: Option<String>,
+    pub gpu_seconds: Option<u64>,
+}
+
+impl NewEntry {
+    pub fn new(user: &str, kind: EntryKind, amount: Tokens, at: i64, actor: &str, reason: &str, key: String) -> Self {
+        NewEntry {
+            user: user.to_string(),
+            kind,
+            amount,
+            at,
+            actor: actor.to_string(),
+            reason: reason.to_string(),
+            key,
+            job_id: None,
+            gpu_type: None,
+            gpu_seconds: None,
+        }
+    }
+}
+
+/// A stored entry, with the user's balance right after it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Entry {
+    pub id: i64,
+    pub user: String,
+    pub kind: EntryKind,
+    pub amount: Tokens,
+    pub balance_after: Tokens,
+    pub at: i64,
+    pub actor: String,
+    pub reason: String,
+    pub key: String,
+    pub job_id: Option<String>,
+    pub gpu_type: Option<String>,
+}
+
+/// Whether an append changed anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    Added,
+    /// An entry with the same idempotency key exists: nothing changed.
+    AlreadyRecorded,
+}
+
+/// One user's standing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    pub user: String,
+    pub balance: Tokens,
+    pub first_seen: i64,
+}
+
+pub struct Ledger {
+    conn: Connection,
+    rules: BucketRules,
+}
+
+impl Ledger {
+    /// Opens (creating mode 0600 if needed) and migrates the ledger at `path`. SQLite creates its WAL
+    /// and shared-memory files with the database's mode, so they are private too.
+    pub fn open(path: &Path, rules: BucketRules) -> Result<Ledger, LedgerError> {
+        let open_err = |source| LedgerError::Open { path: path.display().to_string(), source };
+        if let Some(dir) = path.parent() {
+            if !dir.exists() {
+                std::fs::create_dir_all(dir).map_err(open_err)?;
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o750)).map_err(open_err)?;
+            }
+        }
+        OpenOptions::new().create(true).append(true).mode(0o600).open(path).map_err(open_err)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(open_err)?;
+        let mut conn = Connection::open(path)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", true)?;
+        schema::migrate(&mut conn)?;
+        Ok(Ledger { conn, rules })
+    }
+
+    pub fn rules(&self) -> &BucketRules {
+        &self.rules
+    }
+
+    /// Appends one entry (adding the user with the initial balance on first sight).
+    pub fn append(&mut self, entry: &NewEntry) -> Result<Applied, LedgerError> {
+        let tx = self.conn.transaction()?;
+        ensure_user(&tx, &self.rules, &entry.user, entry.at)?;
+        let applied = insert_entry(&tx, entry)?;
+        tx.commit()?;
+        Ok(applied)
+    }
+
+    /// Adds `user` with the initial balance if the ledger has not seen them yet.
+    pub fn ensure_user(&mut self, user: &str, now: i64) -> Result<(), LedgerError> {
+        let tx = self.conn.transaction()?;
+        ensure_user(&tx, &self.rules, user, now)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn account(&self, user: &str) -> Result<Option<Account>, LedgerError> {
+        Ok(self
+            .conn
+            .query_row("SELECT name, balance, first_seen FROM users WHERE name = ?1", [user], account_row)
+            .optional()?)
+    }
+
+    pub fn accounts(&self) -> Result<Vec<Account>, LedgerError> {
+        let mut stmt = self.conn.prepare_cached("SELECT name, balance, first_seen FROM users ORDER BY name")?;
+        let rows = stmt.query_map([], account_row)?.collect::<Result<_, _>>()?;
+        Ok(rows)
+    }
+
+    /// Every entry of `user`, oldest first, with the running balance.
+    pub fn history(&self, user: &str) -> Result<Vec<Entry>, LedgerError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, user, kind, amount, at, actor, reason, key, job_id, gpu_type
+             FROM entries WHERE user = ?1 ORDER BY id",
+        )?;
+        let mut balance = Tokens::ZERO;
+        let entries: Vec<Entry> = stmt
+            .query_map([user], |r| {
+                Ok(Entry {
+                    id: r.get(0)?,
+                    user: r.get(1)?,
+                    kind: EntryKind::parse(&r.get::<_, String>(2)?),
+                    amount: Tokens::from_micro(r.get(3)?),
+                    balance_after: Tokens::ZERO,
+                    at: r.get(4)?,
+                    actor: r.get(5)?,
+                    reason: r.get(6)?,
+                    key: r.get(7)?,
+                    job_id: r.get(8)?,
+                    gpu_type: r.get(9)?,
+                })
+            })?
+            .map(|e| {
+                e.map(|mut e| {
+                    balance = balance + e.amount;
+                    e.balance_after = balance;
+                    e
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        if entries.is_empty() {
+            return Err(LedgerError::UnknownUser(user.to_string()));
+        }
+        Ok(entries)
+    }
+
+    /// Tokens charged to `user` per GPU type since `since` (net of refunds is not applied: usage is usage).
+    pub fn used_since(&self, user: &str, since: i64) -> Result<BTreeMap<String, Tokens>, LedgerError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT gpu_type, -SUM(amount) FROM entries
+             WHERE user = ?1 AND kind = 'charge' AND at >= ?2 AND gpu_type IS NOT NULL
+             GROUP BY gpu_type ORDER BY gpu_type",
+        )?;
+        let used = stmt
+            .query_map(params![user, since], |r| Ok((r.get::<_, String>(0)?, Tokens::from_micro(r.get(1)?))))?
+            .collect::<Result<_, _>>()?;
+        Ok(used)
+    }
+
+    /// Refunds what job `job_id` was charged and not yet refunded.
+    pub fn refund_job(&mut self, job_id: &str, actor: &str, reason: &str, now: i64) -> Result<Vec<Entry>, LedgerError> {
+        let tx = self.conn.transaction()?;
+        let owed: Vec<(String, i64, i64)> = {
+            let mut stmt = tx.prepare(
+                "SELECT user, -SUM(amount), MAX(id) FROM entries
+                 WHERE job_id = ?1 AND kind IN ('charge', 'refund') GROUP BY user",
+            )?;
+            let rows = stmt.query_map([job_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        let mut ids = Vec::new();
+        for (user, net_charged, last_id) in owed.into_iter().filter(|(_, net, _)| *net > 0) {
+            let mut entry = NewEntry::new(
+                &user,
+                EntryKind::Refund,
+                Tokens::from_micro(net_charged),
+                now,
+                actor,
+                reason,
+                format!("refund:{job_id}:{last_id}"),
+            );
+            entry.job_id = Some(job_id.to_string());
+            if insert_entry(&tx, &entry)? == Applied::Added {
+                ids.push(tx.last_insert_rowid());
+            }
+        }
+        tx.commit()?;
+        if ids.is_empty() {
+            return Err(LedgerError::NothingToRefund(job_id.to_string()));
+        }
+        self.entries_by_id(&ids)
+    }
+
+    /// Imports the original system's state (user → balance) for users new to the ledger. All or
+    /// nothing: a user the ledger already knows (other than through the same import) is a conflict.
+    /// Returns how many users were imported now; users imported before are left as they are.
+    pub fn import(&mut self, balances: &BTreeMap<String, Tokens>, actor: &str, now: i64) -> Result<usize, LedgerError> {
+        let tx = self.conn.transaction()?;
+        let mut conflicts = Vec::new();
+        let mut fresh = Vec::new();
+        for (user, balance) in balances {
+            check_user_name(user)?;
+            let key = format!("import:{user}");
+            let imported: Option<i64> =
+                tx.query_row("SELECT amount FROM entries WHERE key = ?1", [&key], |r| r.get(0)).optional()?;
+            let known: Option<i64> =
+                tx.query_row("SELECT balance FROM users WHERE name = ?1", [user], |r| r.get(0)).optional()?;
+            match (imported, known) {
+                (Some(_), _) => {}
+                (None, Some(current)) => conflicts.push(format!(
+                    "{user} is already in the ledger with balance {}",
+                    Tokens::from_micro(current)
+                )),
+                (None, None) => fresh.push((user, *balance, key)),
+            }
+        }
+        if !conflicts.is_empty() {
+            return Err(LedgerError::ImportConflict(conflicts));
+        }
+        for (user, balance, key) in &fresh {
+            tx.execute(
+                "INSERT INTO users (name, first_seen, balance, replenished_through) VALUES (?1, ?2, 0, ?3)",
+                params![user, now, local_date(now).to_string()],
+            )?;
+            let entry = NewEntry::new(user, EntryKind::Import, *balance, now, actor, "imported from the original state file", key.clone());
+            insert_entry(&tx, &entry)?;
+        }
+        tx.commit()?;
+        Ok(fresh.len())
+    }
+
+    fn entries_by_id(&self, ids: &[i64]) -> Result<Vec<Entry>, LedgerError> {
+        let mut out = Vec::new();
+        for id in ids {
+            let user: String = self.conn.query_row("SELECT user FROM entries WHERE id = ?1", [id], |r| r.get(0))?;
+            out.extend(self.history(&user)?.into_iter().filter(|e| e.id == *id));
+        }
+        Ok(out)
+    }
+}
+
+fn account_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Account> {
+    Ok(Account { user: r.get(0)?, balance: Tokens::from_micro(r.get(1)?), first_seen: r.get(2)? })
+}
+
+/// Slurm user names: no separators that would break keys, snapshots or output tables.
+pub fn check_user_name(user: &str) -> Result<(), LedgerError> {
+    let ok = !user.is_empty()
+        && user.len() <= 64
+        && user.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'$'));
+    if ok {
+        Ok(())
+    } else {
+        Err(LedgerError::BadUserName(user.to_string()))
+    }
+}
+
+fn ensure_user(tx: &Transaction<'_>, rules: &BucketRules, user: &str, now: i64) -> Result<(), LedgerError> {
+    check_user_name(user)?;
+    let added = tx.execute(
+        "INSERT INTO users (name, first_seen, balance, replenished_through) VALUES (?1, ?2, 0, ?3)
+         ON CONFLICT (name) DO NOTHING",
+        params![user, now, local_date(now).to_string()],
+    )?;
+    if added == 1 {
+        let entry = NewEntry::new(user, EntryKind::Grant, rules.initial, now, "gputokens", "initial balance", format!("initial:{user}"));
+        insert_entry(tx, &entry)?;
+    }
+    Ok(())
+}
+
+/// Inserts unless the key exists; keeps `users.balance` equal to the sum of the user's entries.
+fn insert_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied, LedgerError> {
+    let added = tx.execute(
+        "INSERT INTO entries (user, kind, amount, at, actor, reason, key, job_id, gpu_type, gpu_seconds)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (key) DO NOTHING",
+        params![
+            e.user,
+            e.kind.as_str(),
+            e.amount.micro(),
+            e.at,
+            e.actor,
+            e.reason,
+            e.key,
+            e.job_id,
+            e.gpu_type,
+            e.gpu_seconds.map(|s| s as i64)
+        ],
+    )?;
+    if added == 0 {
+        return Ok(Applied::AlreadyRecorded);
+    }
+    tx.execute("UPDATE users SET balance = balance + ?2 WHERE name = ?1", params![e.user, e.amount.micro()])?;
+    Ok(Applied::Added)
+}

@@ -1,0 +1,68 @@
+//! Versioned schema migrations, tracked in SQLite's `user_version`.
+
+use rusqlite::Connection;
+
+/// Each step moves the schema one version up; never edit a step that has shipped, append a new one.
+const MIGRATIONS: &[&str] = &[
+    // 1: append-only entries, the users they belong to, and per-job charging progress.
+    "CREATE TABLE entries (
+        id          INTEGER PRIMARY KEY,
+        user        TEXT    NOT NULL,
+        kind        TEXT    NOT NULL CHECK (kind IN
+                        ('grant','replenish','monthly','charge','refund','adjust','import')),
+        amount      INTEGER NOT NULL,            -- micro-tokens, signed
+        at          INTEGER NOT NULL,            -- unix seconds
+        actor       TEXT    NOT NULL,
+        reason      TEXT    NOT NULL,
+        key         TEXT    NOT NULL UNIQUE,     -- idempotency key: replaying an entry is a no-op
+        job_id      TEXT,
+        gpu_type    TEXT,
+        gpu_seconds INTEGER
+     );
+     CREATE INDEX entries_by_user ON entries (user, id);
+     CREATE INDEX entries_by_job ON entries (job_id) WHERE job_id IS NOT NULL;
+     CREATE TRIGGER entries_no_update BEFORE UPDATE ON entries
+        BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END;
+     CREATE TRIGGER entries_no_delete BEFORE DELETE ON entries
+        BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END;
+     CREATE TABLE users (
+        name                TEXT PRIMARY KEY,
+        first_seen          INTEGER NOT NULL,
+        balance             INTEGER NOT NULL,    -- sum of the user's entries, kept in the same transaction
+        replenished_through TEXT    NOT NULL     -- local date (YYYY-MM-DD) of the last replenishment
+     ) WITHOUT ROWID;
+     CREATE TABLE job_charges (
+        job_id        TEXT    NOT NULL,
+        segment_start INTEGER NOT NULL,          -- a requeued job has one segment per run
+        gpu_type      TEXT    NOT NULL,
+        user          TEXT    NOT NULL,
+        charged_until INTEGER NOT NULL,          -- seconds of the segment already charged
+        charged       INTEGER NOT NULL,          -- micro-tokens charged so far
+        PRIMARY KEY (job_id, segment_start, gpu_type)
+     ) WITHOUT ROWID;",
+];
+
+pub const VERSION: i64 = MIGRATIONS.len() as i64;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    #[error("ledger schema version {found} is newer than this gputokens understands ({VERSION}); upgrade gputokens")]
+    TooNew { found: i64 },
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+}
+
+/// Brings the schema to [`VERSION`], one transaction per step.
+pub fn migrate(conn: &mut Connection) -> Result<(), SchemaError> {
+    let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if current > VERSION {
+        return Err(SchemaError::TooNew { found: current });
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", index as i64 + 1)?;
+        tx.commit()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,17 @@
+//! gputokens core: configuration, prices, TRES parsing, the bucket rules and the SQLite ledger.
+//! The daemon, the CLIs and the Slurm plugins are thin layers over this crate.
+
+pub mod access;
+pub mod config;
+pub mod ledger;
+pub mod policy;
+pub mod pricing;
+pub mod protocol;
+pub mod slurm;
+pub mod snapshot;
+pub mod time;
+pub mod tokens;
+pub mod tres;
+
+pub use config::Config;
+pub use tokens::Tokens;

@@ -1,0 +1,153 @@
+//! The token-bucket rules: what a balance means and when it grows.
+
+use chrono::{Datelike, Duration, NaiveDate};
+
+use crate::config::Config;
+use crate::tokens::Tokens;
+
+/// How balances start, grow and bottom out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketRules {
+    pub initial: Tokens,
+    pub daily: Tokens,
+    pub monthly: Tokens,
+    pub cap: Option<Tokens>,
+    pub floor: Tokens,
+}
+
+impl From<&Config> for BucketRules {
+    fn from(cfg: &Config) -> Self {
+        BucketRules { initial: cfg.initial, daily: cfg.daily, monthly: cfg.monthly, cap: cfg.cap, floor: cfg.floor }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Balance ≥ 0: GPU jobs run normally.
+    Ok,
+    /// floor < balance < 0: GPU jobs are accepted but deprioritized.
+    Overdraft,
+    /// balance ≤ floor: new GPU jobs are refused.
+    Blocked,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Overdraft => "overdraft",
+            Status::Blocked => "blocked",
+        }
+    }
+}
+
+/// A replenishment to come: `amount` tokens on `date`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NextGrant {
+    pub date: NaiveDate,
+    pub amount: Tokens,
+}
+
+impl BucketRules {
+    pub fn status(&self, balance: Tokens) -> Status {
+        if balance <= self.floor {
+            Status::Blocked
+        } else if balance.is_negative() {
+            Status::Overdraft
+        } else {
+            Status::Ok
+        }
+    }
+
+    /// What replenishment adds on `date` (daily, plus monthly on the 1st), before the cap.
+    pub fn grant_on(&self, date: NaiveDate) -> Tokens {
+        let monthly = if date.day() == 1 { self.monthly } else { Tokens::ZERO };
+        self.daily + monthly
+    }
+
+    /// `amount` reduced so that `balance` does not rise above the cap; never negative.
+    pub fn capped(&self, balance: Tokens, amount: Tokens) -> Tokens {
+        match self.cap {
+            Some(cap) => amount.min(cap - balance).max(Tokens::ZERO),
+            None => amount,
+        }
+    }
+
+    /// The first replenishment after `today` that adds anything to `balance`, looking one month ahead.
+    pub fn next_grant(&self, today: NaiveDate, balance: Tokens) -> Option<NextGrant> {
+        (1..=31).map(|d| today + Duration::days(d)).find_map(|date| {
+            let amount = self.capped(balance, self.grant_on(date));
+            (amount > Tokens::ZERO).then_some(NextGrant { date, amount })
+        })
+    }
+
+    /// Days of replenishment until a balance ≤ floor is above it again (ignoring new charges).
+    pub fn days_to_recover(&self, today: NaiveDate, balance: Tokens) -> Option<i64> {
+        let mut b = balance;
+        for d in 1..=3660 {
+            b = b + self.capped(b, self.grant_on(today + Duration::days(d)));
+            if b > self.floor {
+                return Some(d);
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules() -> BucketRules {
+        BucketRules {
+            initial: Tokens::whole(100),
+            daily: Tokens::whole(1),
+            monthly: Tokens::whole(30),
+            cap: None,
+            floor: Tokens::whole(-10),
+        }
+    }
+
+    fn date(y: i32, m: u32, d: u32) -> NaiveDate {
+        NaiveDate::from_ymd_opt(y, m, d).unwrap()
+    }
+
+    #[test]
+    fn status_thresholds() {
+        let r = rules();
+        assert_eq!(r.status(Tokens::ZERO), Status::Ok);
+        assert_eq!(r.status(Tokens::from_micro(-1)), Status::Overdraft);
+        assert_eq!(r.status(Tokens::from_micro(-9_999_999)), Status::Overdraft);
+        assert_eq!(r.status(Tokens::whole(-10)), Status::Blocked);
+        assert_eq!(r.status(Tokens::from_micro(-10_400_000)), Status::Blocked);
+    }
+
+    #[test]
+    fn monthly_comes_on_the_first() {
+        let r = rules();
+        assert_eq!(r.grant_on(date(2026, 12, 1)), Tokens::whole(31));
+        assert_eq!(r.grant_on(date(2026, 12, 2)), Tokens::whole(1));
+    }
+
+    #[test]
+    fn cap_limits_replenishment_only_upwards() {
+        let r = BucketRules { cap: Some(Tokens::whole(120)), ..rules() };
+        assert_eq!(r.capped(Tokens::whole(100), Tokens::whole(31)), Tokens::whole(20));
+        assert_eq!(r.capped(Tokens::whole(130), Tokens::whole(1)), Tokens::ZERO);
+        assert_eq!(r.next_grant(date(2026, 11, 22), Tokens::whole(120)), None);
+    }
+
+    #[test]
+    fn next_grant_and_recovery() {
+        let r = rules();
+        assert_eq!(
+            r.next_grant(date(2026, 11, 30), Tokens::ZERO),
+            Some(NextGrant { date: date(2026, 12, 1), amount: Tokens::whole(31) })
+        );
+        assert_eq!(r.days_to_recover(date(2026, 11, 10), Tokens::from_micro(-10_400_000)), Some(1));
+        assert_eq!(r.days_to_recover(date(2026, 11, 10), Tokens::whole(-12)), Some(3));
+        let no_grants = BucketRules { daily: Tokens::ZERO, monthly: Tokens::ZERO, ..rules() };
+        assert_eq!(no_grants.days_to_recover(date(2026, 11, 10), Tokens::whole(-12)), None);
+    }
+}

@@ -1,0 +1,3 @@
+//! Reading what Slurm's commands print.
+
+pub mod sacct;
