@@ -388,3 +388,6 @@ fn insert_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied, LedgerErr
     tx.execute("UPDATE users SET balance = balance + ?2 WHERE name = ?1", params![e.user, e.amount.micro()])?;
     Ok(Applied::Added)
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,185 @@
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+
+use super::*;
+use crate::pricing::PriceTable;
+use crate::time::parse_timestamp;
+
+fn rules() -> BucketRules {
+    BucketRules {
+        initial: Tokens::whole(100),
+        daily: Tokens::whole(1),
+        monthly: Tokens::whole(30),
+        cap: None,
+        floor: Tokens::whole(-10),
+    }
+}
+
+fn seed_prices() -> PriceTable {
+    let mut p = BTreeMap::new();
+    p.insert("rtx2080".into(), Tokens::from_micro(500_000));
+    p.insert("rtx3090".into(), Tokens::whole(1));
+    p.insert("a6000".into(), Tokens::whole(4));
+    PriceTable::new(p, None)
+}
+
+fn at(text: &str) -> i64 {
+    parse_timestamp(text).unwrap()
+}
+
+fn open(dir: &tempfile::TempDir, rules: BucketRules) -> Ledger {
+    Ledger::open(&dir.path().join("ledger.sqlite"), rules).unwrap()
+}
+
+fn record(job: &str, user: &str, gpu_type: &str, gpus: u64, elapsed: u64) -> UsageRecord {
+    UsageRecord {
+        job_id: job.into(),
+        user: user.into(),
+        segment_start: at("2026-11-30T08:00:00"),
+        gpus: BTreeMap::from([(gpu_type.to_string(), gpus)]),
+        elapsed,
+    }
+}
+
+fn balance(l: &Ledger, user: &str) -> Tokens {
+    l.account(user).unwrap().unwrap().balance
+}
+
+fn worked_example() -> Vec<UsageRecord> {
+    vec![
+        record("1", "alice", "rtx2080", 8, 5 * 3600),
+        record("2", "alice", "rtx3090", 4, 10 * 3600),
+        record("3", "alice", "a6000", 2, 3 * 3600),
+    ]
+}
+
+#[test]
+fn seed_worked_example_leaves_46_and_replays_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, BucketRules { daily: Tokens::ZERO, ..rules() });
+    let out = l.charge(&worked_example(), &seed_prices(), at("2026-11-30T20:00:00")).unwrap();
+    assert_eq!(out.charged, Tokens::whole(84));
+    l.replenish(at("2026-12-01T00:05:00")).unwrap();
+    assert_eq!(balance(&l, "alice"), Tokens::whole(46));
+
+    let again = l.charge(&worked_example(), &seed_prices(), at("2026-12-01T01:00:00")).unwrap();
+    assert_eq!((again.entries, again.unchanged), (0, 3));
+    l.replenish(at("2026-12-01T02:00:00")).unwrap();
+    assert_eq!(balance(&l, "alice"), Tokens::whole(46));
+    // The same balance is the sum of the entries.
+    let history = l.history("alice").unwrap();
+    assert_eq!(history.last().unwrap().balance_after, Tokens::whole(46));
+}
+
+#[test]
+fn running_job_charged_in_steps_adds_up_to_its_final_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    let now = at("2026-11-30T20:00:00");
+    for elapsed in [7, 13, 29, 30] {
+        l.charge(&[record("5", "bob", "rtx3090", 3, elapsed)], &seed_prices(), now).unwrap();
+    }
+    let whole_run = crate::pricing::cost(Tokens::whole(1), 3 * 30);
+    assert_eq!(balance(&l, "bob"), Tokens::whole(100) - whole_run);
+    assert_eq!(l.charged_until("5", at("2026-11-30T08:00:00"), "rtx3090").unwrap(), Some(30));
+}
+
+#[test]
+fn requeued_segments_are_each_charged_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    let first = record("9", "bob", "a6000", 1, 3600);
+    let second = UsageRecord { segment_start: first.segment_start + 7200, ..first.clone() };
+    let now = at("2026-11-30T20:00:00");
+    l.charge(&[first.clone(), second.clone()], &seed_prices(), now).unwrap();
+    l.charge(&[first, second], &seed_prices(), now).unwrap();
+    assert_eq!(balance(&l, "bob"), Tokens::whole(100 - 8));
+}
+
+#[test]
+fn replenishment_is_daily_monthly_capped_and_idempotent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, BucketRules { cap: Some(Tokens::whole(120)), ..rules() });
+    l.ensure_user("carol", at("2026-11-27T12:00:00")).unwrap();
+    // 28, 29, 30 Nov: +3; 1 Dec: +1 and +30 capped to +16.
+    let done = l.replenish(at("2026-12-01T09:00:00")).unwrap();
+    assert_eq!(balance(&l, "carol"), Tokens::whole(120));
+    assert_eq!(done.tokens, Tokens::whole(20));
+    assert_eq!(l.replenish(at("2026-12-01T23:00:00")).unwrap().entries, 0);
+    // A charge after a capped day does not make that day due again.
+    l.charge(&[record("1", "carol", "a6000", 1, 3600)], &seed_prices(), at("2026-12-01T23:30:00")).unwrap();
+    l.replenish(at("2026-12-01T23:59:00")).unwrap();
+    assert_eq!(balance(&l, "carol"), Tokens::whole(116));
+    l.replenish(at("2026-12-02T00:01:00")).unwrap();
+    assert_eq!(balance(&l, "carol"), Tokens::whole(117));
+}
+
+#[test]
+fn idempotency_key_makes_a_replayed_grant_a_no_op() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    let grant = NewEntry::new("dave", EntryKind::Grant, Tokens::whole(5), 1, "root", "x", "grant:g1".into());
+    assert_eq!(l.append(&grant).unwrap(), Applied::Added);
+    assert_eq!(l.append(&grant).unwrap(), Applied::AlreadyRecorded);
+    assert_eq!(balance(&l, "dave"), Tokens::whole(105));
+}
+
+#[test]
+fn entries_are_append_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    l.ensure_user("erin", 1).unwrap();
+    let err = l.conn.execute("UPDATE entries SET amount = 0", []).unwrap_err();
+    assert!(err.to_string().contains("append-only"), "{err}");
+    assert!(l.conn.execute("DELETE FROM entries", []).is_err());
+}
+
+#[test]
+fn refund_returns_the_net_charge_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    l.charge(&[record("42", "frank", "a6000", 2, 3600)], &seed_prices(), 10).unwrap();
+    assert_eq!(balance(&l, "frank"), Tokens::whole(92));
+    let refunded = l.refund_job("42", "root", "node failure", 20).unwrap();
+    assert_eq!(refunded.len(), 1);
+    assert_eq!(refunded[0].amount, Tokens::whole(8));
+    assert_eq!(balance(&l, "frank"), Tokens::whole(100));
+    assert!(matches!(l.refund_job("42", "root", "again", 30), Err(LedgerError::NothingToRefund(_))));
+    assert!(matches!(l.refund_job("43", "root", "none", 30), Err(LedgerError::NothingToRefund(_))));
+}
+
+#[test]
+fn import_sets_new_users_and_refuses_known_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    let state = BTreeMap::from([("gina".to_string(), Tokens::from_micro(87_500_000)), ("hal".into(), Tokens::whole(-3))]);
+    assert_eq!(l.import(&state, "root", 5).unwrap(), 2);
+    assert_eq!(l.import(&state, "root", 6).unwrap(), 0);
+    assert_eq!(balance(&l, "gina"), Tokens::from_micro(87_500_000));
+    assert_eq!(balance(&l, "hal"), Tokens::whole(-3));
+
+    l.ensure_user("ivan", 7).unwrap();
+    let clash = BTreeMap::from([("ivan".to_string(), Tokens::whole(1)), ("jo".into(), Tokens::whole(2))]);
+    let err = l.import(&clash, "root", 8).unwrap_err().to_string();
+    assert!(err.contains("ivan is already in the ledger"), "{err}");
+    assert!(l.account("jo").unwrap().is_none(), "import is all or nothing");
+}
+
+#[test]
+fn ledger_file_is_private() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    l.ensure_user("kim", 1).unwrap();
+    for name in ["ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm"] {
+        let mode = std::fs::metadata(dir.path().join(name)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "{name} has mode {mode:o}");
+    }
+}
+
+#[test]
+fn bad_user_names_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    assert!(matches!(l.ensure_user("a b", 1), Err(LedgerError::BadUserName(_))));
+    assert!(matches!(l.ensure_user("", 1), Err(LedgerError::BadUserName(_))));
+}
