@@ -13,6 +13,6 @@ fn main() {
                 .find_map(|l| l.strip_prefix("#define SLURM_VERSION_STRING"))
                 .map(|v| v.trim().trim_matches('"').to_string())
         })
-        .unwrap_or_else(|| "unknown".into());
+        .unwrap_or_else(|| "not installed".into());
     println!("cargo:rustc-env=GPUTOKENS_SLURM_HEADERS={version}");
 }

@@ -21,7 +21,7 @@ impl Caller {
         let admin = uid == 0
             || uid == Uid::effective().as_raw()
             || name == cfg.slurm_user
-            || cfg.admins.users.iter().any(|u| *u == name)
+            || cfg.admins.users.contains(&name)
             || user.as_ref().is_some_and(|u| in_any_group(u, &cfg.admins.groups));
         Caller { uid, name, admin }
     }

@@ -15,3 +15,6 @@ pub mod tres;
 
 pub use config::Config;
 pub use tokens::Tokens;
+
+/// The Slurm release whose headers were installed at build time (`build.rs`).
+pub const SLURM_HEADERS: &str = env!("GPUTOKENS_SLURM_HEADERS");

@@ -61,6 +61,7 @@ pub struct BalanceRow {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HistoryRow {
     pub id: i64,
+    pub user: String,
     pub at: i64,
     pub kind: EntryKind,
     pub amount: Tokens,

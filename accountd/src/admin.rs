@@ -1,0 +1,94 @@
+//! `accountd admin ...`: requests to the daemon, printed for a person.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use gputokens::protocol::{HistoryRow, Reply, Request};
+use gputokens::time::format_local;
+use gputokens::{Config, Tokens};
+
+use crate::cli::AdminCommand;
+use crate::client::call;
+use crate::error::{CliError, CliResult};
+
+pub fn run(config: &Config, command: AdminCommand) -> CliResult {
+    let socket = &config.paths.socket;
+    let amount = |text: &str| -> CliResult<Tokens> {
+        text.parse().map_err(|e| CliError::refused(format!("AMOUNT: {e}")))
+    };
+    let (request, json) = match command {
+        AdminCommand::Grant { user, amount: a, reason, key } => {
+            (Request::Grant { user, amount: amount(&a)?, reason, key }, false)
+        }
+        AdminCommand::Adjust { user, amount: a, reason, key } => {
+            (Request::Adjust { user, amount: amount(&a)?, reason, key }, false)
+        }
+        AdminCommand::Refund { job_id, reason } => (Request::Refund { job_id, reason }, false),
+        AdminCommand::History { user, json } => (Request::History { user }, json),
+        AdminCommand::Import { file } => (Request::Import { balances: read_state_file(&file)? }, false),
+    };
+    match call(socket, &request)? {
+        Reply::Recorded { entries, replayed } => {
+            if replayed {
+                println!("already recorded under this key; nothing changed");
+            }
+            for e in &entries {
+                println!("{} {} {}: balance now {}", e.kind.as_str(), signed(e.amount), e.user, e.balance_after);
+            }
+        }
+        Reply::History { user, entries } if json => {
+            let out = serde_json::json!({ "user": user, "entries": entries });
+            println!("{out:#}");
+        }
+        Reply::History { entries, .. } => print_history(&entries),
+        Reply::Imported { imported, already } => println!("imported {imported} users ({already} were imported before)"),
+        other => return Err(CliError::failed(format!("unexpected reply from accountd: {other:?}"))),
+    }
+    Ok(())
+}
+
+fn signed(t: Tokens) -> String {
+    if t.is_negative() {
+        t.to_string()
+    } else {
+        format!("+{t}")
+    }
+}
+
+fn print_history(entries: &[HistoryRow]) {
+    println!("{:>6} {:<19} {:<9} {:>12} {:>12} {:<10} {:<8} Reason", "Id", "Time", "Kind", "Amount", "Balance", "Actor", "Job");
+    for e in entries {
+        println!(
+            "{:>6} {:<19} {:<9} {:>12} {:>12} {:<10} {:<8} {}",
+            e.id,
+            format_local(e.at),
+            e.kind.as_str(),
+            signed(e.amount),
+            e.balance_after.to_string(),
+            e.actor,
+            e.job_id.as_deref().unwrap_or("-"),
+            e.reason
+        );
+    }
+}
+
+/// The original system's state file: a JSON object of user → tokens (numbers or decimal strings).
+fn read_state_file(path: &Path) -> CliResult<BTreeMap<String, Tokens>> {
+    let text = std::fs::read_to_string(path).map_err(|e| CliError::refused(format!("{}: {e}", path.display())))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| CliError::refused(format!("{}: not JSON: {e}", path.display())))?;
+    let object = value.as_object().ok_or_else(|| {
+        CliError::refused(format!("{}: expected an object of user → tokens, e.g. {{\"alice\": 87.5}}", path.display()))
+    })?;
+    let mut balances = BTreeMap::new();
+    for (user, tokens) in object {
+        let text = match tokens {
+            serde_json::Value::Number(n) => n.to_string(),
+            serde_json::Value::String(s) => s.clone(),
+            other => return Err(CliError::refused(format!("{}: {user}: {other} is not a number of tokens", path.display()))),
+        };
+        let amount = text.parse().map_err(|e| CliError::refused(format!("{}: {user}: {e}", path.display())))?;
+        balances.insert(user.clone(), amount);
+    }
+    Ok(balances)
+}

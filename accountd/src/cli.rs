@@ -1,0 +1,94 @@
+//! `accountd`'s command line.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "accountd", version = crate::version(), about = "gputokens: GPU token accounting for Slurm")]
+pub struct Cli {
+    /// Configuration file.
+    #[arg(long, global = true, env = "GPUTOKENS_CONF", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon: the socket for sbalance and admin commands, and the periodic cycles.
+    Serve,
+    /// Run one check cycle (replenishment, snapshot) and exit; for cron and tests.
+    Tick(TimeArg),
+    /// Charge job records from a file of `sacct -X -D -P -o JobIDRaw,User,AllocTRES,ElapsedRaw,Start,State`.
+    Charge {
+        /// The sacct output ('-' reads standard input).
+        #[arg(long, value_name = "FILE")]
+        sacct_file: PathBuf,
+        #[command(flatten)]
+        time: TimeArg,
+    },
+    /// Check or print the configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Change balances and read histories (root, the SlurmUser and configured admins only).
+    #[command(subcommand)]
+    Admin(AdminCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct TimeArg {
+    /// Act as if it were this time (RFC 3339 or local YYYY-MM-DDTHH:MM:SS); for replays and tests.
+    #[arg(long, value_name = "TIME")]
+    pub now: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate a configuration file: exit 0 when valid, 2 with the offending key otherwise.
+    Check {
+        /// File to check (default: --config, $GPUTOKENS_CONF or /etc/slurm/gputokens.toml).
+        file: Option<PathBuf>,
+    },
+    /// Print the commented example configuration.
+    Default,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Add tokens to a user's balance.
+    Grant {
+        user: String,
+        /// Tokens to add (positive, up to 6 decimals).
+        amount: String,
+        #[arg(long)]
+        reason: String,
+        /// Idempotency key: repeating the command with the same key changes nothing.
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// Add or remove tokens (e.g. -5 or +2.5).
+    Adjust {
+        user: String,
+        #[arg(allow_hyphen_values = true)]
+        amount: String,
+        #[arg(long)]
+        reason: String,
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// Give back what a job was charged.
+    Refund {
+        job_id: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Every ledger entry of a user.
+    History {
+        user: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Import the original system's JSON state file ({"user": tokens, ...}) for users new to the ledger.
+    Import { file: PathBuf },
+}

@@ -1,0 +1,186 @@
+//! What accountd answers on its socket. Pure request → reply over the ledger, so unit tests call it
+//! directly; the caller comes from the kernel, never from the request.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use gputokens::access::{system_user_exists, Caller};
+use gputokens::ledger::{Applied, Entry, EntryKind, Ledger, LedgerError, NewEntry};
+use gputokens::protocol::{BalanceRow, ErrorKind, HistoryRow, Reply, Request};
+use gputokens::time::local_date;
+use gputokens::{Config, Tokens};
+
+/// Usage shown by `sbalance` covers this many days.
+pub const USAGE_WINDOW_DAYS: i64 = 30;
+
+pub struct Service {
+    pub config: Config,
+    pub ledger: Ledger,
+}
+
+fn refused(message: String) -> Reply {
+    Reply::Error { kind: ErrorKind::Refused, message }
+}
+
+fn invalid(message: String) -> Reply {
+    Reply::Error { kind: ErrorKind::Invalid, message }
+}
+
+fn from_ledger(e: LedgerError) -> Reply {
+    match e {
+        LedgerError::UnknownUser(_)
+        | LedgerError::NothingToRefund(_)
+        | LedgerError::ImportConflict(_)
+        | LedgerError::BadUserName(_) => invalid(e.to_string()),
+        _ => Reply::Error { kind: ErrorKind::Internal, message: e.to_string() },
+    }
+}
+
+impl Service {
+    /// Answers `request` from `caller` at time `now`. Returns the reply and whether the ledger changed.
+    pub fn handle(&mut self, caller: &Caller, request: Request, now: i64) -> (Reply, bool) {
+        if !matches!(request, Request::Balances { .. }) && !caller.admin {
+            let what = match request {
+                Request::History { .. } => "read ledger histories",
+                _ => "change balances",
+            };
+            return (
+                refused(format!(
+                    "only root, the SlurmUser ({}) and gputokens admins may {what}; you are {}",
+                    self.config.slurm_user, caller.name
+                )),
+                false,
+            );
+        }
+        let result = match request {
+            Request::Balances { users, all } => self.balances(caller, users, all, now).map(|r| (r, false)),
+            Request::Grant { user, amount, reason, key } => {
+                if amount <= Tokens::ZERO {
+                    Err(invalid(format!("a grant must be positive (got {amount}); use `adjust` to lower a balance")))
+                } else {
+                    self.record(caller, &user, EntryKind::Grant, amount, reason, key, now)
+                }
+            }
+            Request::Adjust { user, amount, reason, key } => {
+                if amount == Tokens::ZERO {
+                    Err(invalid("an adjustment of 0 changes nothing".into()))
+                } else {
+                    self.record(caller, &user, EntryKind::Adjust, amount, reason, key, now)
+                }
+            }
+            Request::Refund { job_id, reason } => self
+                .ledger
+                .refund_job(&job_id, &caller.name, &reason, now)
+                .map(|entries| (Reply::Recorded { entries: rows(entries), replayed: false }, true))
+                .map_err(from_ledger),
+            Request::History { user } => self
+                .ledger
+                .history(&user)
+                .map(|entries| (Reply::History { user, entries: rows(entries) }, false))
+                .map_err(from_ledger),
+            Request::Import { balances } => {
+                let total = balances.len();
+                self.ledger
+                    .import(&balances, &caller.name, now)
+                    .map(|imported| (Reply::Imported { imported, already: total - imported }, imported > 0))
+                    .map_err(from_ledger)
+            }
+        };
+        result.unwrap_or_else(|error| (error, false))
+    }
+
+    fn balances(&self, caller: &Caller, users: Vec<String>, all: bool, now: i64) -> Result<Reply, Reply> {
+        let names: Vec<String> = if all && (caller.admin || self.config.balances_public) {
+            self.ledger.accounts().map_err(from_ledger)?.into_iter().map(|a| a.user).collect()
+        } else if users.is_empty() {
+            vec![caller.name.clone()]
+        } else {
+            users
+        };
+        let mut rows = Vec::with_capacity(names.len());
+        for name in names {
+            if !caller.may_view(&name, &self.config) {
+                return Err(refused(format!(
+                    "you may only see your own balance ({}); balances on this cluster are private",
+                    caller.name
+                )));
+            }
+            rows.push(self.balance_row(&name, now)?);
+        }
+        Ok(Reply::Balances { rows })
+    }
+
+    fn balance_row(&self, user: &str, now: i64) -> Result<BalanceRow, Reply> {
+        let rules = self.ledger.rules();
+        let account = self.ledger.account(user).map_err(from_ledger)?;
+        if account.is_none() && !system_user_exists(user) {
+            return Err(invalid(format!("unknown user '{user}': not in the ledger and not a user of this system")));
+        }
+        let balance = account.as_ref().map(|a| a.balance).unwrap_or(rules.initial);
+        let used_30d = match account {
+            Some(_) => self.ledger.used_since(user, now - USAGE_WINDOW_DAYS * 86_400).map_err(from_ledger)?,
+            None => BTreeMap::new(),
+        };
+        Ok(BalanceRow {
+            user: user.to_string(),
+            balance,
+            floor: rules.floor,
+            status: rules.status(balance),
+            used_30d,
+            next_grant: rules.next_grant(local_date(now), balance).map(|g| (g.date.to_string(), g.amount)),
+            in_ledger: account.is_some(),
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &mut self,
+        caller: &Caller,
+        user: &str,
+        kind: EntryKind,
+        amount: Tokens,
+        reason: String,
+        key: Option<String>,
+        now: i64,
+    ) -> Result<(Reply, bool), Reply> {
+        if reason.trim().is_empty() {
+            return Err(invalid("--reason must say why".into()));
+        }
+        if self.ledger.account(user).map_err(from_ledger)?.is_none() && !system_user_exists(user) {
+            return Err(invalid(format!("unknown user '{user}': not in the ledger and not a user of this system")));
+        }
+        let key = match key {
+            Some(k) => format!("{}:{k}", kind.as_str()),
+            None => format!("{}:{user}:{}", kind.as_str(), unique_suffix(now)),
+        };
+        let entry = NewEntry::new(user, kind, amount, now, &caller.name, &reason, key.clone());
+        let applied = self.ledger.append(&entry).map_err(from_ledger)?;
+        let history = self.ledger.history(user).map_err(from_ledger)?;
+        let written = history.into_iter().filter(|e| e.key == key).collect();
+        Ok((Reply::Recorded { entries: rows(written), replayed: applied == Applied::AlreadyRecorded }, applied == Applied::Added))
+    }
+}
+
+/// A key suffix no other unkeyed entry shares: time, process and a counter.
+fn unique_suffix(now: i64) -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    format!("{now}.{nanos}.{}.{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
+}
+
+fn rows(entries: Vec<Entry>) -> Vec<HistoryRow> {
+    entries
+        .into_iter()
+        .map(|e| HistoryRow {
+            id: e.id,
+            user: e.user,
+            at: e.at,
+            kind: e.kind,
+            amount: e.amount,
+            balance_after: e.balance_after,
+            actor: e.actor,
+            reason: e.reason,
+            job_id: e.job_id,
+        })
+        .collect()
+}

@@ -1,0 +1,19 @@
+//! accountd: the gputokens daemon, its admin CLI and `sbalance`, over the `gputokens` core library.
+
+pub mod admin;
+pub mod cli;
+pub mod client;
+pub mod cycle;
+pub mod error;
+pub mod handler;
+pub mod records;
+pub mod sbalance;
+pub mod server;
+
+/// `accountd --version`: the crate version and the Slurm headers it was built against.
+pub fn version() -> &'static str {
+    static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!("{} (Slurm headers {})", env!("CARGO_PKG_VERSION"), gputokens::SLURM_HEADERS)
+    });
+    VERSION.as_str()
+}

@@ -1,0 +1,105 @@
+use std::process::ExitCode;
+
+use accountd::cli::{Cli, Command, ConfigCommand, TimeArg};
+use accountd::error::{CliError, CliResult};
+use accountd::handler::Service;
+use accountd::{admin, cycle, records, server};
+use clap::Parser;
+use gputokens::access::Caller;
+use gputokens::ledger::Ledger;
+use gputokens::Config;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GPUTOKENS_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    // Files accountd creates (ledger, snapshot temp files) start private.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o027));
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => e.report("accountd"),
+    }
+}
+
+fn run(cli: Cli) -> CliResult {
+    let path = Config::resolve_path(cli.config.as_deref());
+    match cli.command {
+        Command::Config(ConfigCommand::Check { file }) => {
+            let file = file.unwrap_or(path);
+            Config::load(&file)?;
+            println!("{}: valid", file.display());
+            Ok(())
+        }
+        Command::Config(ConfigCommand::Default) => {
+            print!("{}", gputokens::config::EXAMPLE);
+            Ok(())
+        }
+        Command::Admin(command) => admin::run(&Config::load(&path)?, command),
+        Command::Serve => serve(Config::load(&path)?),
+        Command::Tick(time) => {
+            let mut service = open_service(Config::load(&path)?)?;
+            let summary = cycle::check(&mut service, now(&time)?)?;
+            println!("{summary}");
+            Ok(())
+        }
+        Command::Charge { sacct_file, time } => {
+            let mut service = open_service(Config::load(&path)?)?;
+            println!("{}", records::charge_file(&mut service, &sacct_file, now(&time)?)?);
+            Ok(())
+        }
+    }
+}
+
+fn now(time: &TimeArg) -> CliResult<i64> {
+    match &time.now {
+        None => Ok(gputokens::time::now()),
+        Some(text) => gputokens::time::parse_timestamp(text)
+            .ok_or_else(|| CliError::refused(format!("--now '{text}' is not a time like 2026-12-01T00:00:00"))),
+    }
+}
+
+/// Opens the ledger for commands that write it directly; only admins may.
+fn open_service(config: Config) -> CliResult<Service> {
+    let caller = Caller::identify(nix::unistd::getuid().as_raw(), &config);
+    if !caller.admin {
+        return Err(CliError::refused(format!(
+            "only root, the SlurmUser ({}) and gputokens admins may run this; you are {}",
+            config.slurm_user, caller.name
+        )));
+    }
+    let ledger = Ledger::open(&config.paths.ledger, (&config).into())?;
+    Ok(Service { config, ledger })
+}
+
+fn serve(config: Config) -> CliResult {
+    let socket = config.paths.socket.clone();
+    let service = open_service(config)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::failed(format!("cannot start the runtime: {e}")))?;
+    runtime.block_on(async {
+        let listener = server::bind(&socket)
+            .map_err(|e| CliError::failed(format!("cannot listen on {}: {e}", socket.display())))?;
+        tracing::info!("accountd {} listening on {}", accountd::version(), socket.display());
+        let shared = std::sync::Arc::new(std::sync::Mutex::new(service));
+        server::launch(listener, shared, shutdown_signal()).await;
+        let _ = std::fs::remove_file(&socket);
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+}

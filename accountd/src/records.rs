@@ -1,0 +1,34 @@
+//! `accountd charge --sacct-file`: charges job records saved from sacct.
+
+use std::io::Read;
+use std::path::Path;
+
+use gputokens::slurm::sacct;
+
+use crate::cycle::publish_snapshot;
+use crate::error::{CliError, CliResult};
+use crate::handler::Service;
+
+pub fn charge_file(service: &mut Service, file: &Path, now: i64) -> CliResult<String> {
+    let mut text = String::new();
+    let read = if file == Path::new("-") {
+        std::io::stdin().read_to_string(&mut text)
+    } else {
+        std::fs::File::open(file).and_then(|mut f| f.read_to_string(&mut text))
+    };
+    read.map_err(|e| CliError::refused(format!("{}: {e}", file.display())))?;
+    let parsed = sacct::parse(&text).map_err(|e| CliError::refused(format!("{}: {e}", file.display())))?;
+    let outcome = service.ledger.charge(&parsed.records, &service.config.prices, now)?;
+    publish_snapshot(service, now)?;
+    for (gpu_type, gpu_seconds) in &outcome.unlisted_types {
+        tracing::warn!("GPU type '{gpu_type}' has no price: {gpu_seconds} GPU-seconds charged at the unlisted-type price");
+    }
+    Ok(format!(
+        "{} records: {} charge entries, {} tokens charged, {} already charged, {} rows without GPU time skipped",
+        parsed.records.len(),
+        outcome.entries,
+        outcome.charged,
+        outcome.unchanged,
+        parsed.skipped
+    ))
+}

@@ -1,0 +1,159 @@
+//! `sbalance`: GPU token balances, shaped like `sshare` (-u, -a, -P, -n, -o, plus --json).
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use gputokens::protocol::{BalanceRow, Reply, Request};
+use gputokens::Config;
+
+use crate::client::call;
+use crate::error::{CliError, CliResult};
+
+#[derive(Debug, Parser)]
+#[command(name = "sbalance", version = crate::version(), about = "Show GPU token balances (like sshare)")]
+pub struct Args {
+    /// Users to show, comma separated (default: yourself).
+    #[arg(short = 'u', long = "users", value_delimiter = ',', value_name = "USER[,USER]")]
+    pub users: Vec<String>,
+    /// Every user you may see.
+    #[arg(short = 'a', long = "all")]
+    pub all: bool,
+    /// Output '|'-separated without padding or trailing '|'.
+    #[arg(short = 'P', long = "parsable2")]
+    pub parsable2: bool,
+    /// Output '|'-separated, with a trailing '|'.
+    #[arg(short = 'p', long = "parsable")]
+    pub parsable: bool,
+    /// No header line.
+    #[arg(short = 'n', long = "noheader")]
+    pub noheader: bool,
+    /// JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Columns to show, comma separated: User,Balance,Floor,Status,Used30d,NextGrant.
+    #[arg(short = 'o', long = "format", value_delimiter = ',', value_name = "FIELDS")]
+    pub format: Vec<String>,
+    /// Configuration file (only the socket path is used).
+    #[arg(long, env = "GPUTOKENS_CONF", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    User,
+    Balance,
+    Floor,
+    Status,
+    Used30d,
+    NextGrant,
+}
+
+const ALL_FIELDS: [Field; 6] = [Field::User, Field::Balance, Field::Floor, Field::Status, Field::Used30d, Field::NextGrant];
+
+impl Field {
+    fn name(self) -> &'static str {
+        match self {
+            Field::User => "User",
+            Field::Balance => "Balance",
+            Field::Floor => "Floor",
+            Field::Status => "Status",
+            Field::Used30d => "Used30d",
+            Field::NextGrant => "NextGrant",
+        }
+    }
+
+    fn parse(text: &str) -> CliResult<Field> {
+        ALL_FIELDS.into_iter().find(|f| f.name().eq_ignore_ascii_case(text.trim())).ok_or_else(|| {
+            let valid: Vec<&str> = ALL_FIELDS.iter().map(|f| f.name()).collect();
+            CliError::refused(format!("unknown field '{text}' in --format; valid fields: {}", valid.join(",")))
+        })
+    }
+
+    fn value(self, row: &BalanceRow) -> String {
+        match self {
+            Field::User => row.user.clone(),
+            Field::Balance => row.balance.to_string(),
+            Field::Floor => row.floor.to_string(),
+            Field::Status => row.status.as_str().to_string(),
+            Field::Used30d => row.used_30d.iter().map(|(t, v)| format!("{t}={v}")).collect::<Vec<_>>().join(","),
+            Field::NextGrant => row.next_grant.as_ref().map(|(d, a)| format!("{d} +{a}")).unwrap_or_default(),
+        }
+    }
+}
+
+pub fn run(args: Args) -> CliResult {
+    let fields = if args.format.is_empty() {
+        ALL_FIELDS.to_vec()
+    } else {
+        args.format.iter().map(|f| Field::parse(f)).collect::<CliResult<Vec<_>>>()?
+    };
+    let config = Config::load(&Config::resolve_path(args.config.as_deref()))?;
+    let request = Request::Balances { users: args.users.clone(), all: args.all };
+    let rows = match call(&config.paths.socket, &request)? {
+        Reply::Balances { rows } => rows,
+        other => return Err(CliError::failed(format!("unexpected reply from accountd: {other:?}"))),
+    };
+    let out = if args.json {
+        json(&rows)
+    } else if args.parsable2 || args.parsable {
+        delimited(&rows, &fields, !args.noheader, args.parsable)
+    } else {
+        table(&rows, &fields, !args.noheader)
+    };
+    print!("{out}");
+    Ok(())
+}
+
+fn delimited(rows: &[BalanceRow], fields: &[Field], header: bool, trailing: bool) -> String {
+    let end = if trailing { "|\n" } else { "\n" };
+    let mut out = String::new();
+    if header {
+        out += &fields.iter().map(|f| f.name()).collect::<Vec<_>>().join("|");
+        out += end;
+    }
+    for row in rows {
+        out += &fields.iter().map(|f| f.value(row)).collect::<Vec<_>>().join("|");
+        out += end;
+    }
+    out
+}
+
+/// sshare's look: right-aligned columns under a dashed rule, as wide as their widest value.
+fn table(rows: &[BalanceRow], fields: &[Field], header: bool) -> String {
+    let cells: Vec<Vec<String>> = rows.iter().map(|r| fields.iter().map(|f| f.value(r)).collect()).collect();
+    let widths: Vec<usize> = fields
+        .iter()
+        .enumerate()
+        .map(|(i, f)| cells.iter().map(|c| c[i].len()).chain([f.name().len(), 10]).max().unwrap_or(10))
+        .collect();
+    let line = |values: Vec<String>| -> String {
+        let padded: Vec<String> = values.iter().zip(&widths).map(|(v, w)| format!("{v:>w$}")).collect();
+        padded.join(" ") + "\n"
+    };
+    let mut out = String::new();
+    if header {
+        out += &line(fields.iter().map(|f| f.name().to_string()).collect());
+        out += &line(widths.iter().map(|w| "-".repeat(*w)).collect());
+    }
+    for c in cells {
+        out += &line(c);
+    }
+    out
+}
+
+fn json(rows: &[BalanceRow]) -> String {
+    let users: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "user": r.user,
+                "balance": r.balance.as_f64(),
+                "floor": r.floor.as_f64(),
+                "status": r.status,
+                "used_30d": r.used_30d.iter().map(|(t, v)| (t.clone(), v.as_f64().into())).collect::<serde_json::Map<_, _>>(),
+                "next_grant": r.next_grant.as_ref().map(|(d, a)| serde_json::json!({"date": d, "amount": a.as_f64()})),
+            })
+        })
+        .collect();
+    format!("{:#}\n", serde_json::json!({ "users": users }))
+}

@@ -1,0 +1,105 @@
+//! `accountd serve`: answers sbalance and admin requests on a Unix socket and runs the periodic
+//! cycles. `launch` takes a bound listener and a shutdown future so tests can run it in-process.
+
+use std::future::Future;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use gputokens::access::Caller;
+use gputokens::protocol::{ErrorKind, Reply, Request};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+
+use crate::cycle;
+use crate::handler::Service;
+
+/// Largest request accepted (an import of a big site's state file fits easily).
+const MAX_REQUEST: u64 = 16 << 20;
+
+pub type Shared = Arc<Mutex<Service>>;
+
+/// Binds `path` (replacing a stale socket) so that every local user can connect: who they are is
+/// checked per request.
+pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+    Ok(listener)
+}
+
+/// Serves until `shutdown` completes; runs a check cycle every `intervals.check`.
+pub async fn launch(listener: UnixListener, service: Shared, shutdown: impl Future<Output = ()>) {
+    let period = service.lock().map(|s| s.config.intervals.check).unwrap_or_default();
+    let mut ticker = tokio::time::interval(period);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = ticker.tick() => {
+                let service = service.clone();
+                let run = tokio::task::spawn_blocking(move || {
+                    let mut s = service.lock().unwrap_or_else(|p| p.into_inner());
+                    cycle::check(&mut s, gputokens::time::now())
+                });
+                match run.await {
+                    Ok(Ok(summary)) => tracing::info!("check cycle: {summary}"),
+                    Ok(Err(e)) => tracing::error!("check cycle failed: {e}"),
+                    Err(e) => tracing::error!("check cycle panicked: {e}"),
+                }
+            }
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => { tokio::spawn(serve_connection(stream, service.clone())); }
+                Err(e) => tracing::warn!("accept failed: {e}"),
+            },
+        }
+    }
+    tracing::info!("accountd stopping");
+}
+
+async fn serve_connection(stream: UnixStream, service: Shared) {
+    let uid = match stream.peer_cred() {
+        Ok(cred) => cred.uid(),
+        Err(e) => return tracing::warn!("cannot identify a client: {e}"),
+    };
+    let (read, mut write) = stream.into_split();
+    let mut line = String::new();
+    let reply = match BufReader::new(read.take(MAX_REQUEST)).read_line(&mut line).await {
+        Ok(_) => match serde_json::from_str::<Request>(&line) {
+            Ok(request) => answer(service, uid, request).await,
+            Err(e) => Reply::Error { kind: ErrorKind::Invalid, message: format!("malformed request: {e}") },
+        },
+        Err(e) => Reply::Error { kind: ErrorKind::Invalid, message: format!("cannot read request: {e}") },
+    };
+    let mut out = serde_json::to_string(&reply).unwrap_or_default();
+    out.push('\n');
+    if let Err(e) = write.write_all(out.as_bytes()).await {
+        tracing::debug!("client went away: {e}");
+    }
+}
+
+async fn answer(service: Shared, uid: u32, request: Request) -> Reply {
+    let work = tokio::task::spawn_blocking(move || {
+        let mut s = service.lock().unwrap_or_else(|p| p.into_inner());
+        let caller = Caller::identify(uid, &s.config);
+        let summary = format!("{request:?}");
+        let now = gputokens::time::now();
+        let (reply, changed) = s.handle(&caller, request, now);
+        if changed {
+            tracing::info!(caller = %caller.name, "{}", summary.chars().take(200).collect::<String>());
+            if let Err(e) = cycle::publish_snapshot(&s, now) {
+                tracing::error!("cannot write the balance snapshot: {e}");
+            }
+        } else if let Reply::Error { kind: ErrorKind::Refused, message } = &reply {
+            tracing::warn!(caller = %caller.name, "refused: {message}");
+        }
+        reply
+    });
+    work.await.unwrap_or_else(|e| Reply::Error { kind: ErrorKind::Internal, message: format!("accountd failed: {e}") })
+}
