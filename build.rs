@@ -1,5 +1,5 @@
-//! Records the Slurm release whose headers are installed, so `accountd --version` says what this
-//! build was made against. (The plugins' own build scripts generate bindings from the same headers.)
+//! Records the Slurm release whose headers are installed (from `SLURM_VERSION_NUMBER`), so
+//! `accountd --version` says what this build was made against.
 
 use std::path::Path;
 
@@ -9,9 +9,9 @@ fn main() {
     let version = std::fs::read_to_string(header)
         .ok()
         .and_then(|text| {
-            text.lines()
-                .find_map(|l| l.strip_prefix("#define SLURM_VERSION_STRING"))
-                .map(|v| v.trim().trim_matches('"').to_string())
+            let hex = text.lines().find_map(|l| l.strip_prefix("#define SLURM_VERSION_NUMBER"))?;
+            let n = u32::from_str_radix(hex.trim().trim_start_matches("0x"), 16).ok()?;
+            Some(format!("{}.{:02}.{}", n >> 16, (n >> 8) & 0xff, n & 0xff))
         })
         .unwrap_or_else(|| "not installed".into());
     println!("cargo:rustc-env=GPUTOKENS_SLURM_HEADERS={version}");

@@ -15,6 +15,7 @@ fn main() -> ExitCode {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("GPUTOKENS_LOG").unwrap_or_else(|_| "info".into()),
         )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     // Files accountd creates (ledger, snapshot temp files) start private.
