@@ -1,4 +1,4 @@
-//! Who may do what: only root, the SlurmUser, accountd's own user and configured admins change
+//! Who may do what: only root, the SlurmUser and configured admins change
 //! balances; everyone else sees only their own balance unless balances are public.
 
 use nix::unistd::{getgrouplist, Gid, Group, Uid, User};
@@ -19,7 +19,6 @@ impl Caller {
         let user = User::from_uid(Uid::from_raw(uid)).ok().flatten();
         let name = user.as_ref().map(|u| u.name.clone()).unwrap_or_else(|| uid.to_string());
         let admin = uid == 0
-            || uid == Uid::effective().as_raw()
             || name == cfg.slurm_user
             || cfg.admins.users.contains(&name)
             || user.as_ref().is_some_and(|u| in_any_group(u, &cfg.admins.groups));

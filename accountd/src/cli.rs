@@ -60,6 +60,7 @@ pub enum AdminCommand {
     Grant {
         user: String,
         /// Tokens to add (positive, up to 6 decimals).
+        #[arg(allow_hyphen_values = true)]
         amount: String,
         #[arg(long)]
         reason: String,

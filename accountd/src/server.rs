@@ -22,8 +22,10 @@ pub type Shared = Arc<Mutex<Service>>;
 /// Binds `path` (replacing a stale socket) so that every local user can connect: who they are is
 /// checked per request.
 pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
-    if let Some(dir) = path.parent() {
+    if let Some(dir) = path.parent().filter(|d| !d.exists()) {
+        // Every user must be able to reach the socket; the daemon's umask would hide it.
         std::fs::create_dir_all(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
     }
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),

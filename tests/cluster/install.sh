@@ -1,0 +1,48 @@
+#!/bin/bash
+# install.sh — install the Debian 12 packages the gputokens tests need (run as root). Idempotent:
+# a fast no-op when they are all installed. Daemons are not started by the packages (policy-rc.d),
+# tests/cluster/up.sh starts them.
+set -euo pipefail
+
+PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-dev
+      mariadb-server slurmdbd libclang-dev sqlite3 clang)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [[ $st == installed ]] || missing+=("$p")
+done
+if (( ${#missing[@]} == 0 )); then
+  echo "install.sh: all ${#PKGS[@]} packages present"
+  exit 0
+fi
+
+[[ $(id -u) == 0 ]] || { echo "install.sh: must run as root to install: ${missing[*]}" >&2; exit 1; }
+export DEBIAN_FRONTEND=noninteractive
+echo "install.sh: installing ${missing[*]}"
+
+# Keep the packages from starting their daemons (on hosts with systemd they otherwise would).
+policy=/usr/sbin/policy-rc.d
+if [[ ! -e $policy ]]; then
+  printf '#!/bin/sh\nexit 101\n' > "$policy"
+  chmod 755 "$policy"
+  trap 'rm -f "$policy"' EXIT
+fi
+
+updated=0
+# apt-get update once: when no package lists exist yet, or when a package has no install candidate
+if ! compgen -G '/var/lib/apt/lists/*_Packages' >/dev/null; then
+  apt-get update -q; updated=1
+else
+  for p in "${missing[@]}"; do
+    if ! apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [^(]'; then
+      apt-get update -q; updated=1; break
+    fi
+  done
+fi
+if ! apt-get install -y -q "${missing[@]}"; then
+  (( updated )) && exit 1
+  apt-get update -q                                  # stale lists (404): refresh once and retry
+  apt-get install -y -q "${missing[@]}"
+fi
+echo "install.sh: done"

@@ -1,0 +1,89 @@
+# lib.sh — helpers shared by up.sh, down.sh and check.sh (sourced, never executed).
+# shellcheck shell=bash
+
+LAB=${GPUTOKENS_LAB:-/tmp/gputokens-cluster}
+CLUSTER=gputokens          # slurm.conf ClusterName
+ACCOUNT=gputokens          # Slurm account that root, alice and bob belong to
+TEST_USERS=(alice bob)     # non-root users created by up.sh
+DBNAME=slurm_acct_db
+DBUSER=slurm
+DBPASS=gputokens-test      # loopback-only test database
+SLURM_ETC=/etc/slurm
+HOST=$(hostname -s)
+_SCRIPT=${0##*/}
+_T0=$(date +%s.%N)
+
+elapsed() { awk -v a="$_T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
+say() { printf '[%6ss] %s\n' "$(elapsed)" "$*"; }
+die() { printf '[%6ss] %s: ERROR: %s\n' "$(elapsed)" "$_SCRIPT" "$*" >&2; exit 1; }
+
+# waitfor SECONDS CMD...: run CMD every 0.1 s until it succeeds; 1 on timeout.
+waitfor() {
+  local tries=$(( $1 * 10 )) i; shift
+  for (( i = 0; i < tries; i++ )); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# proc_is PID EXE: PID is a live (non-zombie) process whose argv[0] basename is EXE.
+proc_is() {
+  local p=$1 exe=$2 stat argv0=""
+  [[ $p =~ ^[1-9][0-9]*$ ]] || return 1
+  stat=$(cat "/proc/$p/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }                       # the fields after "(comm) "
+  case ${stat%% *} in Z|X|x) return 1 ;; esac
+  IFS= read -r -d '' argv0 2>/dev/null < "/proc/$p/cmdline" || true
+  [[ ${argv0##*/} == "$exe" ]]
+}
+
+# our_pid NAME EXE: print the PID recorded in $LAB/pids/NAME.pid if that process is still EXE.
+our_pid() {
+  local f="$LAB/pids/$1.pid" p
+  [[ -s $f ]] || return 1
+  p=$(<"$f")
+  proc_is "$p" "$2" || return 1
+  printf '%s\n' "$p"
+}
+
+# stop_daemon NAME EXE: SIGTERM the process in $LAB/pids/NAME.pid (only if it is still EXE),
+# SIGKILL after 10 s, then remove the pidfile. Never touches anything else.
+stop_daemon() {
+  local name=$1 exe=$2 f="$LAB/pids/$1.pid" p i
+  [[ -e $f ]] || return 0
+  p=$(<"$f")
+  if proc_is "$p" "$exe"; then
+    kill -TERM "$p" 2>/dev/null || true
+    for (( i = 0; i < 100; i++ )); do proc_is "$p" "$exe" || break; sleep 0.1; done
+    if proc_is "$p" "$exe"; then
+      say "$name (pid $p) ignored SIGTERM for 10 s: SIGKILL"
+      kill -KILL "$p" 2>/dev/null || true
+      for (( i = 0; i < 50; i++ )); do proc_is "$p" "$exe" || break; sleep 0.1; done
+      proc_is "$p" "$exe" && die "$name (pid $p) survived SIGKILL"
+    fi
+    say "stopped $name (pid $p)"
+  else
+    say "$name: pidfile was stale (pid ${p:-none} is not $exe), removed"
+  fi
+  rm -f "$f"
+}
+
+mariadb_ok() { mariadb -e 'SELECT 1' >/dev/null 2>&1; }
+
+# start_mariadb: start mariadbd (system datadir, as user mysql) detached; record its PID.
+start_mariadb() {
+  local p log="$LAB/log/mariadbd.log"
+  mkdir -p "$LAB/log" "$LAB/pids"
+  install -d -o mysql -g root -m 755 /run/mysqld
+  setsid /usr/sbin/mariadbd --user=mysql </dev/null >>"$log" 2>&1 &
+  p=$!
+  echo "$p" > "$LAB/pids/mariadbd.pid"     # recorded at once so down.sh can stop it even if it hangs
+  waitfor 60 mariadb_ok || die "mariadbd did not answer within 60 s; tail of $log:
+$(tail -n 20 "$log")"
+  if ! proc_is "$p" mariadbd; then         # setsid had to fork: take the PID mariadbd wrote itself
+    p=$(cat /run/mysqld/mysqld.pid 2>/dev/null || true)
+    proc_is "$p" mariadbd || die "cannot determine the PID of the mariadbd just started"
+    echo "$p" > "$LAB/pids/mariadbd.pid"
+  fi
+}

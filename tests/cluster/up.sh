@@ -1,0 +1,306 @@
+#!/bin/bash
+# up.sh — start (or repair) a real one-node Slurm 22.05 test cluster on loopback. Run as root.
+#
+#   munged (as user munge) -> MariaDB -> slurmdbd -> slurmctld -> slurmd, with fake typed GPUs
+#   (4 x rtx2080, 2 x rtx3090, 2 x a6000 as mknod'ed char devices), partition `gpu`, users alice and bob
+#   (created if missing) plus root in Slurm account `gputokens`.
+#
+# Idempotent: daemons that are already running (PID in $LAB/pids/NAME.pid, still that executable) are
+# kept; stale pidfiles are replaced by a fresh start; a daemon whose config or plugin changed since it
+# was started is restarted. PIDs of everything started here go to $LAB/pids/*.pid (down.sh stops those).
+#
+# Environment:
+#   GPUTOKENS_LAB               lab dir (state, logs, pids, fake devices); default /tmp/gputokens-cluster
+#   JOBSUBMIT_PLUGIN_SO         built job_submit plugin: installed as PluginDir/job_submit_gputokens.so,
+#                               JobSubmitPlugins=gputokens
+#   SPANK_PLUGIN_SO             built SPANK plugin: installed as PluginDir/spank_gputokens.so and
+#                               listed (optional) in /etc/slurm/plugstack.conf.d/gputokens.conf
+#   SPANK_PLUGIN_ARGS           arguments appended to that plugstack line
+#   GPUTOKENS_EXTRA_SLURM_CONF  extra slurm.conf lines; a Key=value line replaces the template's Key
+#   SLURM_PLUGIN_DIR            override the detected PluginDir
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=lib.sh
+source "$HERE/lib.sh"
+
+[[ $(id -u) == 0 ]] || die "must run as root"
+for b in slurmctld slurmd slurmdbd munged mariadbd; do
+  [[ -x /usr/sbin/$b ]] || die "/usr/sbin/$b missing: run tests/cluster/install.sh first"
+done
+mkdir -p "$LAB"/{pids,run,log,state/ctld,state/d,dev}
+install -d -m 1777 "$LAB/jobs"                       # a place any test user can sbatch from
+say "lab dir $LAB (host $HOST)"
+
+# ---- host name must resolve: slurmd identifies itself by `hostname -s` ------------------------------
+if ! getent hosts "$HOST" >/dev/null; then
+  echo "127.0.0.1 $HOST" >> /etc/hosts
+  say "added $HOST to /etc/hosts"
+fi
+
+# ---- test users ----------------------------------------------------------------------------------
+for u in "${TEST_USERS[@]}"; do
+  if ! id -u "$u" >/dev/null 2>&1; then
+    useradd -m -s /bin/bash "$u"
+    say "created user $u"
+  fi
+done
+
+# ---- munge ---------------------------------------------------------------------------------------
+munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
+if p=$(our_pid munged munged); then
+  say "munged already running (pid $p)"
+else
+  rm -f "$LAB/pids/munged.pid"
+  # (munge -n retries for ~2 s when no munged listens: only ask when some munged is running)
+  if proc_is "$(cat /run/munge/munged.pid 2>/dev/null || true)" munged && munge_ok; then
+    say "munged: one not started by up.sh answers; using it (down.sh leaves it alone)"
+  else
+    if [[ ! -s /etc/munge/munge.key ]]; then        # munge's postinst normally created it
+      mungekey --create --force --keyfile=/etc/munge/munge.key
+      say "created /etc/munge/munge.key"
+    fi
+    chown munge:munge /etc/munge/munge.key
+    chmod 400 /etc/munge/munge.key
+    install -d -o munge -g munge -m 755 /run/munge
+    rm -f /run/munge/munged.pid
+    # as root munged refuses ("Logfile is insecure"); it daemonizes and writes its own pidfile
+    runuser -u munge -- /usr/sbin/munged </dev/null >>"$LAB/log/munged.stdout" 2>&1
+    waitfor 5 test -s /run/munge/munged.pid || die "munged wrote no pidfile"
+    p=$(</run/munge/munged.pid)
+    proc_is "$p" munged || die "munged (pid $p) is not running; see /var/log/munge/munged.log"
+    echo "$p" > "$LAB/pids/munged.pid"
+    waitfor 5 munge_ok || die "munge -n | unmunge fails"
+    say "started munged (pid $p)"
+  fi
+fi
+
+# ---- fake GPU device nodes (gres.conf File= must be char/block devices) --------------------------
+for i in 0 1 2 3 4 5 6 7; do
+  d="$LAB/dev/gpu$i"
+  [[ -c $d ]] && continue
+  rm -f "$d"
+  if ! mknod "$d" c 195 "$i" 2>/dev/null; then
+    ln -s /dev/null "$d"                           # no CAP_MKNOD: fine as long as ConstrainDevices is off
+    say "WARNING: mknod failed, $d -> /dev/null"
+  fi
+done
+
+# ---- configs -------------------------------------------------------------------------------------
+PLUGIN_DIR=${SLURM_PLUGIN_DIR:-}
+if [[ -z $PLUGIN_DIR ]]; then
+  for d in /usr/lib/*/slurm-wlm /usr/lib/slurm-wlm /usr/lib64/slurm /usr/lib/slurm; do
+    if [[ -e $d/select_cons_tres.so ]]; then PLUGIN_DIR=$d; break; fi
+  done
+fi
+[[ -n $PLUGIN_DIR && -d $PLUGIN_DIR ]] || die "cannot find the Slurm PluginDir (set SLURM_PLUGIN_DIR)"
+
+render() {
+  sed -e "s|@HOST@|$HOST|g" -e "s|@LAB@|$LAB|g" -e "s|@CLUSTER@|$CLUSTER|g" \
+      -e "s|@PLUGIN_DIR@|$PLUGIN_DIR|g" -e "s|@DBNAME@|$DBNAME|g" -e "s|@DBPASS@|$DBPASS|g" "$1"
+}
+# put DEST MODE CONTENT: write DEST only when its content differs (keeps mtimes stable on re-runs).
+put() {
+  local dest=$1 mode=$2 tmp
+  tmp=$(mktemp "$dest.XXXXXX")
+  printf '%s\n' "$3" > "$tmp"
+  if [[ -f $dest ]] && cmp -s "$tmp" "$dest"; then rm -f "$tmp"; return 0; fi
+  chmod "$mode" "$tmp"
+  mv -f "$tmp" "$dest"
+  say "wrote $dest"
+}
+# install_so SRC DEST: install a built plugin (install, not cp: never write into a loaded .so).
+install_so() {
+  [[ -f $1 ]] || die "$1: no such file"
+  if [[ -f $2 ]] && cmp -s "$1" "$2"; then return 0; fi
+  install -m 755 "$1" "$2"
+  say "installed $1 -> $2"
+}
+mkdir -p "$SLURM_ETC/plugstack.conf.d"
+
+slurm_conf=$(render "$HERE/slurm.conf.in")
+
+# ===== HOOK: gputokens plugins ====================================================================
+# Default: no plugin lines. JOBSUBMIT_PLUGIN_SO / SPANK_PLUGIN_SO point at built plugins to load.
+plugin_lines=""
+if [[ -n ${JOBSUBMIT_PLUGIN_SO:-} ]]; then
+  install_so "$JOBSUBMIT_PLUGIN_SO" "$PLUGIN_DIR/job_submit_gputokens.so"
+  plugin_lines="JobSubmitPlugins=gputokens"
+fi
+spank_conf="$SLURM_ETC/plugstack.conf.d/gputokens.conf"
+if [[ -n ${SPANK_PLUGIN_SO:-} ]]; then
+  install_so "$SPANK_PLUGIN_SO" "$PLUGIN_DIR/spank_gputokens.so"
+  put "$spank_conf" 644 "optional $PLUGIN_DIR/spank_gputokens.so${SPANK_PLUGIN_ARGS:+ $SPANK_PLUGIN_ARGS}"
+elif [[ -e $spank_conf ]]; then
+  rm -f "$spank_conf"
+  say "removed $spank_conf"
+fi
+# ===== end HOOK ===================================================================================
+
+if [[ -n $plugin_lines ]]; then
+  slurm_conf+=$'\n# --- plugins (up.sh hook) ---\n'"$plugin_lines"
+fi
+extra=${GPUTOKENS_EXTRA_SLURM_CONF:-}
+if [[ -n $extra ]]; then
+  # Key=value lines in the extra text replace the same key above (node/partition lines are additive).
+  keys=$(printf '%s\n' "$extra" | sed -n 's/^[[:space:]]*\([A-Za-z]\+\)=.*/\1/p' \
+         | grep -viE '^(NodeName|PartitionName|NodeSet|DownNodes)$' | tr 'A-Z\n' 'a-z ' || true)
+  slurm_conf=$(printf '%s\n' "$slurm_conf" | awk -v keys="$keys" '
+    BEGIN { n = split(keys, k, " "); for (i = 1; i <= n; i++) drop[k[i]] = 1 }
+    match($0, /^[A-Za-z]+=/) && (tolower(substr($0, 1, RLENGTH - 1)) in drop) { print "#(replaced below) " $0; next }
+    { print }')
+  slurm_conf+=$'\n# --- GPUTOKENS_EXTRA_SLURM_CONF ---\n'"$extra"
+fi
+put "$SLURM_ETC/slurm.conf" 644 "$slurm_conf"
+put "$SLURM_ETC/gres.conf" 644 "$(render "$HERE/gres.conf.in")"
+put "$SLURM_ETC/plugstack.conf" 644 "$(<"$HERE/plugstack.conf")"
+put "$SLURM_ETC/slurmdbd.conf" 600 "$(render "$HERE/slurmdbd.conf.in")"
+
+# fingerprint FILES...: hash of what a daemon loads; a running daemon started with another one restarts.
+fingerprint() {
+  local f
+  for f in "$@"; do if [[ -e $f ]]; then sha256sum "$f"; fi; done | sha256sum | cut -c1-16
+}
+shopt -s nullglob
+FP_slurmdbd=$(fingerprint "$SLURM_ETC/slurmdbd.conf")
+FP_slurmctld=$(fingerprint "$SLURM_ETC/slurm.conf" "$SLURM_ETC/gres.conf" "$PLUGIN_DIR/job_submit_gputokens.so")
+FP_slurmd=$(fingerprint "$SLURM_ETC/slurm.conf" "$SLURM_ETC/gres.conf" "$SLURM_ETC/plugstack.conf" \
+            "$SLURM_ETC"/plugstack.conf.d/* "$PLUGIN_DIR/spank_gputokens.so")
+shopt -u nullglob
+
+# ---- Slurm daemons: started without -D, they daemonize and write $LAB/run/NAME.pid themselves -----
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# ensure_slurm_daemon NAME PORT READY_TIMEOUT READY-CMD...
+# Sets STARTED=1 when it (re)started NAME; FORCE_RESTART=1 restarts a running one (reason FORCE_REASON).
+FORCE_RESTART=0 FORCE_REASON="" STARTED=0
+ensure_slurm_daemon() {
+  STARTED=0
+  local name=$1 port=$2 timeout=$3; shift 3
+  local own="$LAB/run/$name.pid" applied="$LAB/run/$name.applied" fpvar="FP_$name" p="" q
+  local fp=${!fpvar}
+  if ! p=$(our_pid "$name" "$name"); then
+    p=""
+    q=$(cat "$own" 2>/dev/null || true)
+    if proc_is "$q" "$name"; then                  # this lab's daemon, but its pids/ entry was lost
+      echo "$q" > "$LAB/pids/$name.pid"; p=$q
+      say "$name: adopted pid $q from $own"
+    fi
+  fi
+  if [[ -n $p ]]; then
+    if [[ $(cat "$applied" 2>/dev/null || true) != "$fp" ]]; then
+      say "$name (pid $p): config or plugin changed since it started, restarting"
+      stop_daemon "$name" "$name"
+    elif [[ $FORCE_RESTART == 1 ]]; then
+      say "$name (pid $p): restarting ($FORCE_REASON)"
+      stop_daemon "$name" "$name"
+    elif waitfor "$timeout" "$@"; then
+      say "$name already running (pid $p)"
+      return 0
+    else
+      say "$name (pid $p) is running but not answering, restarting"
+      stop_daemon "$name" "$name"
+    fi
+  else
+    if [[ -e $LAB/pids/$name.pid ]]; then
+      say "$name: stale pidfile ($(<"$LAB/pids/$name.pid")), starting a new one"
+      rm -f "$LAB/pids/$name.pid"
+    fi
+    if port_open "$port"; then
+      say "WARNING: port $port is taken by a $name not started by up.sh; using it (config changes not applied)"
+      return 0
+    fi
+  fi
+  rm -f "$own"
+  START_TIME=$(date +%Y-%m-%dT%H:%M:%S)
+  "/usr/sbin/$name" </dev/null >>"$LAB/log/$name.stdout" 2>&1 \
+    || die "$name failed to start; tail of $LAB/log/$name.log:
+$(tail -n 20 "$LAB/log/$name.log" "$LAB/log/$name.stdout" 2>/dev/null)"
+  waitfor 10 test -s "$own" || die "$name wrote no $own"
+  p=$(<"$own")
+  echo "$p" > "$LAB/pids/$name.pid"
+  echo "$fp" > "$applied"
+  local i ready=0 why="not ready after ${timeout}s"
+  for (( i = 0; i <= timeout * 10; i++ )); do
+    if "$@" >/dev/null 2>&1; then ready=1; break; fi
+    if ! proc_is "$p" "$name"; then why="exited"; break; fi
+    sleep 0.1
+  done
+  (( ready )) || die "$name (pid $p) $why; tail of $LAB/log/$name.log:
+$(tail -n 15 "$LAB/log/$name.log" 2>/dev/null)"
+  say "started $name (pid $p)"
+  STARTED=1
+}
+
+# ---- MariaDB + slurmdbd --------------------------------------------------------------------------
+if p=$(our_pid mariadbd mariadbd); then
+  say "mariadbd already running (pid $p)"
+else
+  rm -f "$LAB/pids/mariadbd.pid"
+  if mariadb_ok; then
+    say "mariadbd: one not started by up.sh answers; using it (down.sh leaves it alone)"
+  else
+    start_mariadb
+    say "started mariadbd (pid $(<"$LAB/pids/mariadbd.pid"))"
+  fi
+fi
+mariadb -e "CREATE DATABASE IF NOT EXISTS $DBNAME;
+  CREATE USER IF NOT EXISTS '$DBUSER'@'localhost' IDENTIFIED BY '$DBPASS';
+  ALTER USER '$DBUSER'@'localhost' IDENTIFIED BY '$DBPASS';
+  GRANT ALL ON $DBNAME.* TO '$DBUSER'@'localhost';"
+
+dbd_ok() { sacctmgr -n -P list cluster format=cluster >/dev/null 2>&1; }
+ensure_slurm_daemon slurmdbd 6819 30 dbd_ok
+
+# associations: one listing, then only the additions that are missing
+assoc=$(sacctmgr -n -P list assoc format=cluster,account,user) || die "sacctmgr list assoc failed"
+if ! grep -q "^$CLUSTER|" <<<"$assoc"; then
+  sacctmgr -i add cluster "$CLUSTER" >/dev/null
+  say "sacctmgr: added cluster $CLUSTER"
+fi
+if ! grep -qx "$CLUSTER|$ACCOUNT|" <<<"$assoc"; then
+  sacctmgr -i add account "$ACCOUNT" cluster="$CLUSTER" Description="gputokens tests" Organization=gputokens >/dev/null
+  say "sacctmgr: added account $ACCOUNT"
+fi
+missing=()
+for u in root "${TEST_USERS[@]}"; do
+  grep -qx "$CLUSTER|$ACCOUNT|$u" <<<"$assoc" || missing+=("$u")
+done
+if (( ${#missing[@]} )); then
+  sacctmgr -i add user "$(IFS=,; echo "${missing[*]}")" account="$ACCOUNT" cluster="$CLUSTER" >/dev/null
+  say "sacctmgr: added users ${missing[*]} to account $ACCOUNT"
+fi
+
+# ---- slurmctld + slurmd --------------------------------------------------------------------------
+ctld_ok() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
+ensure_slurm_daemon slurmctld 6817 30 ctld_ok
+# A fresh slurmctld shows the node UNKNOWN until its next ping of slurmd (~5 s); a restarted slurmd
+# registers at once (~0.2 s), so restart ours along with slurmctld.
+if [[ $STARTED == 1 ]]; then FORCE_RESTART=1 FORCE_REASON="slurmctld was restarted"; fi
+
+# slurmd is ready once the node has registered (since START_TIME when it was just started)
+START_TIME=""
+slurmd_ok() {
+  local info st t
+  info=$(scontrol -o show node "$HOST" 2>/dev/null) || return 1
+  st=$(sed -n 's/.* State=\([^ ]*\).*/\1/p' <<<"$info")
+  t=$(sed -n 's/.* SlurmdStartTime=\([^ ]*\).*/\1/p' <<<"$info")
+  [[ -n $st && $st != *NOT_RESPONDING* && $st != UNKNOWN* ]] || return 1
+  [[ -z $START_TIME || ( $t != None && ! $t < $START_TIME ) ]]
+}
+ensure_slurm_daemon slurmd 6818 30 slurmd_ok
+
+# ---- node must be idle with the expected GPUs ----------------------------------------------------
+want_gres="gpu:rtx2080:4,gpu:rtx3090:2,gpu:a6000:2"
+node_line() { sinfo -h -n "$HOST" -o '%T|%G|%E'; }
+node_usable() { [[ $(node_line | cut -d'|' -f1) =~ ^(idle|mixed|allocated|completing)$ ]]; }
+if ! node_usable; then
+  say "node $HOST is '$(node_line)', resuming"
+  scontrol update nodename="$HOST" state=resume || true
+  waitfor 15 node_usable || die "node $HOST did not become usable: $(node_line); see $LAB/log/slurmd.log"
+fi
+IFS='|' read -r state gres _ <<<"$(node_line)"
+gres=$(sed 's/([^)]*)//g' <<<"$gres")
+[[ $gres == "$want_gres" ]] || die "node $HOST has gres '$gres', expected '$want_gres'"
+say "node $HOST $state, gres $gres"
+say "cluster up (LAB=$LAB, partition gpu, account $ACCOUNT: root ${TEST_USERS[*]}) in $(elapsed)s"

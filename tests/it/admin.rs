@@ -1,0 +1,103 @@
+//! Only admins change balances: tested as the real non-root users alice and bob.
+
+use std::process::Command;
+
+use crate::common::{run_as, Site};
+
+#[test]
+fn alice_cannot_grant_herself_tokens() {
+    let site = Site::start("", "");
+    let before = site.balance("alice");
+    let out = site.accountd(Some("alice"), &["admin", "grant", "alice", "1000", "--reason", "x"]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("only root, the SlurmUser (slurm) and gputokens admins"), "{}", out.stderr);
+    assert!(out.stderr.contains("you are alice"), "{}", out.stderr);
+    assert_eq!(site.balance("alice"), before);
+    assert!(site.log().contains("refused"), "the refusal is logged");
+
+    for args in [
+        vec!["admin", "adjust", "alice", "+5", "--reason", "x"],
+        vec!["admin", "refund", "1", "--reason", "x"],
+        vec!["admin", "history", "bob"],
+    ] {
+        let out = site.accountd(Some("alice"), &args);
+        assert_eq!(out.code, 2, "{args:?}: {}", out.stderr);
+    }
+    // Commands that open the ledger directly refuse before touching it.
+    let tick = site.accountd(Some("alice"), &["tick"]);
+    assert_eq!(tick.code, 2, "{}", tick.stderr);
+    assert!(tick.stderr.contains("you are alice"), "{}", tick.stderr);
+}
+
+#[test]
+fn ledger_and_snapshot_are_unreadable_for_users() {
+    let site = Site::start("", "");
+    site.accountd(None, &["admin", "grant", "alice", "1", "--reason", "x"]).ok();
+    for file in ["lib/ledger.sqlite", "lib/ledger.sqlite-wal", "lib/balances.snapshot"] {
+        let path = site.path(file);
+        assert!(path.exists(), "{file} missing");
+        let out = run_as(Some("alice"), std::path::Path::new("/bin/cat"), &[path.to_str().unwrap()]);
+        assert_ne!(out.code, 0, "alice could read {file}");
+    }
+}
+
+#[test]
+fn admin_group_members_may_grant() {
+    let group = "gtadmins";
+    let _ = Command::new("groupadd").arg("-f").arg(group).status();
+    assert!(Command::new("usermod").args(["-a", "-G", group, "bob"]).status().unwrap().success());
+    let site = Site::start("", &format!("[admins]\ngroups = [\"{group}\"]\n"));
+    site.accountd(Some("bob"), &["admin", "grant", "alice", "2.5", "--reason", "helping out"]).ok();
+    assert_eq!(site.balance("alice"), "102.5");
+    let history = site.accountd(Some("bob"), &["admin", "history", "alice"]).ok();
+    assert!(history.stdout.contains("helping out") && history.stdout.contains("bob"), "{}", history.stdout);
+}
+
+#[test]
+fn refund_gives_back_a_jobs_charges_once() {
+    let site = Site::start("", "");
+    let sacct = site.file(
+        "sacct.txt",
+        "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State\n77|bob|gres/gpu:a6000=1,gres/gpu=1|3600|2026-11-30T08:00:00|FAILED\n",
+    );
+    site.accountd(None, &["charge", "--sacct-file", &sacct]).ok();
+    assert_eq!(site.balance("bob"), "96");
+    site.accountd(None, &["admin", "refund", "77", "--reason", "node failure"]).ok();
+    assert_eq!(site.balance("bob"), "100");
+    let again = site.accountd(None, &["admin", "refund", "77", "--reason", "node failure"]);
+    assert_eq!(again.code, 2);
+    assert!(again.stderr.contains("job 77 has nothing left to refund"), "{}", again.stderr);
+    assert_eq!(site.balance("bob"), "100");
+}
+
+#[test]
+fn import_migrates_the_original_state_file() {
+    let site = Site::start("", "");
+    let state = site.file("state.json", r#"{"alice": 87.5, "bob": -3}"#);
+    let out = site.accountd(None, &["admin", "import", &state]).ok();
+    assert!(out.stdout.contains("imported 2 users"), "{}", out.stdout);
+    assert_eq!(site.balance("alice"), "87.5");
+    assert_eq!(site.balance("bob"), "-3");
+    let again = site.accountd(None, &["admin", "import", &state]).ok();
+    assert!(again.stdout.contains("imported 0 users (2 were imported before)"), "{}", again.stdout);
+    assert_eq!(site.balance("alice"), "87.5");
+
+    let bad = site.file("bad.json", r#"{"alice": "lots"}"#);
+    let out = site.accountd(None, &["admin", "import", &bad]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("alice") && out.stderr.contains("'lots'"), "{}", out.stderr);
+}
+
+#[test]
+fn grant_to_an_unknown_user_is_refused() {
+    let site = Site::start("", "");
+    let out = site.accountd(None, &["admin", "grant", "nosuchuser", "5", "--reason", "typo"]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("unknown user 'nosuchuser'"), "{}", out.stderr);
+    let out = site.accountd(None, &["admin", "grant", "alice", "-5", "--reason", "x"]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("must be positive"), "{}", out.stderr);
+    let out = site.accountd(None, &["admin", "grant", "alice", "1.2345678", "--reason", "x"]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("6 decimal places"), "{}", out.stderr);
+}

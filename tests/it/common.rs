@@ -1,0 +1,164 @@
+//! Shared helpers: a private gputokens site (config, ledger, `accountd serve`) in a temp dir, and
+//! running the real binaries as root or as the non-root test users.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+/// The seed's prices; everything else at its documented default unless a test says otherwise.
+pub const PRICES: &str = "[prices]
+rtx2080 = 0.5
+rtx3090 = 1
+a6000 = 4
+";
+
+/// A built binary of the workspace (`cargo build --workspace` puts them next to this test).
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps");
+    let path = dir.join(name);
+    assert!(path.exists(), "{} not built: run `cargo build --workspace` first", path.display());
+    path
+}
+
+/// The non-root users the tests act as (tests/cluster/up.sh creates them too).
+pub fn ensure_test_users() {
+    static USERS: Once = Once::new();
+    USERS.call_once(|| {
+        for user in ["alice", "bob"] {
+            let known = Command::new("id").arg("-u").arg(user).output().map(|o| o.status.success()).unwrap_or(false);
+            if !known {
+                let status = Command::new("useradd").args(["-m", "-s", "/bin/bash", user]).status().expect("useradd");
+                assert!(status.success(), "useradd {user} failed");
+            }
+        }
+    });
+}
+
+pub struct Outcome {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Outcome {
+    fn from(o: Output) -> Self {
+        Outcome {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+impl Outcome {
+    #[track_caller]
+    pub fn ok(self) -> Outcome {
+        assert_eq!(self.code, 0, "command failed:\nstdout: {}\nstderr: {}", self.stdout, self.stderr);
+        self
+    }
+}
+
+/// Runs `program args` as `user` (None = root, the test's own user).
+pub fn run_as(user: Option<&str>, program: &Path, args: &[&str]) -> Outcome {
+    let mut cmd = match user {
+        None => Command::new(program),
+        Some(u) => {
+            let mut c = Command::new("runuser");
+            c.args(["-u", u, "--"]).arg(program);
+            c
+        }
+    };
+    cmd.args(args).env_remove("GPUTOKENS_CONF").current_dir("/tmp").stdin(Stdio::null());
+    cmd.output().expect("spawn").into()
+}
+
+/// A gputokens site of its own: config, ledger and socket in a temp dir, `accountd serve` running.
+pub struct Site {
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    serve: Option<Child>,
+}
+
+impl Site {
+    /// Writes a config (`top` keys, the seed's PRICES, `tables`, the site's paths) and starts
+    /// `accountd serve`.
+    pub fn start(top: &str, tables: &str) -> Site {
+        ensure_test_users();
+        let dir = tempfile::Builder::new().prefix("gputokens-it-").tempdir().expect("tempdir");
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let d = dir.path().display();
+        let text = format!(
+            "{top}\n{PRICES}{tables}\n[paths]\nledger = \"{d}/lib/ledger.sqlite\"\nsnapshot = \"{d}/lib/balances.snapshot\"\nsocket = \"{d}/run/accountd.sock\"\n"
+        );
+        let config = dir.path().join("gputokens.toml");
+        std::fs::write(&config, text).unwrap();
+        let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
+        let serve = Command::new(bin("accountd"))
+            .arg("--config")
+            .arg(&config)
+            .arg("serve")
+            .env("GPUTOKENS_LOG", "debug")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start accountd serve");
+        let site = Site { config, serve: Some(serve), dir };
+        site.wait_for_socket();
+        site
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn wait_for_socket(&self) {
+        let socket = self.path("run/accountd.sock");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !socket.exists() {
+            assert!(Instant::now() < deadline, "accountd serve did not start: {}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.path("serve.log")).unwrap_or_default()
+    }
+
+    /// `accountd --config <site> args...` as `user`.
+    pub fn accountd(&self, user: Option<&str>, args: &[&str]) -> Outcome {
+        let mut all = vec!["--config", self.config.to_str().unwrap()];
+        all.extend_from_slice(args);
+        run_as(user, &bin("accountd"), &all)
+    }
+
+    /// `sbalance --config <site> args...` as `user`.
+    pub fn sbalance(&self, user: Option<&str>, args: &[&str]) -> Outcome {
+        let mut all = vec!["--config", self.config.to_str().unwrap()];
+        all.extend_from_slice(args);
+        run_as(user, &bin("sbalance"), &all)
+    }
+
+    /// Writes `text` to a file in the site dir readable by everyone, returns its path.
+    pub fn file(&self, name: &str, text: &str) -> String {
+        let path = self.path(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    }
+
+    /// The Balance column of `sbalance -u USER -P -n`, asked as root.
+    pub fn balance(&self, user: &str) -> String {
+        let out = self.sbalance(None, &["-u", user, "-P", "-n", "-o", "Balance"]).ok();
+        out.stdout.trim().to_string()
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.serve.take() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = child.wait();
+        }
+    }
+}

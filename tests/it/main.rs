@@ -1,0 +1,9 @@
+//! Integration tests: the real binaries, real SQLite, real non-root users, and (for the `cluster`
+//! tests, which are ignored unless the test cluster is up) a real Slurm cluster.
+
+mod admin;
+mod cluster;
+mod common;
+mod config;
+mod sbalance;
+mod worked_example;

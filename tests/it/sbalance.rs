@@ -1,0 +1,82 @@
+//! sbalance's views: own row by default, -a limited to what the caller may see, sshare-like formats.
+
+use crate::common::Site;
+
+#[test]
+fn users_see_only_themselves() {
+    let site = Site::start("", "");
+    site.accountd(None, &["admin", "grant", "alice", "1", "--reason", "x"]).ok();
+    site.accountd(None, &["admin", "grant", "bob", "2", "--reason", "x"]).ok();
+
+    let all = site.sbalance(Some("alice"), &["-a", "-P", "-n", "-o", "User,Balance"]).ok();
+    assert_eq!(all.stdout, "alice|101\n");
+    let own = site.sbalance(Some("bob"), &["-P", "-n", "-o", "user,balance,status"]).ok();
+    assert_eq!(own.stdout, "bob|102|ok\n");
+
+    let other = site.sbalance(Some("alice"), &["-u", "bob"]);
+    assert_eq!(other.code, 2);
+    assert!(other.stderr.contains("only see your own balance"), "{}", other.stderr);
+
+    let root = site.sbalance(None, &["-a", "-P", "-n", "-o", "User"]).ok();
+    assert_eq!(root.stdout, "alice\nbob\n");
+}
+
+#[test]
+fn public_balances_are_visible_to_all() {
+    let site = Site::start("balances_public = true", "");
+    site.accountd(None, &["admin", "grant", "bob", "2", "--reason", "x"]).ok();
+    let out = site.sbalance(Some("alice"), &["-u", "bob", "-P", "-n", "-o", "User,Balance"]).ok();
+    assert_eq!(out.stdout, "bob|102\n");
+}
+
+#[test]
+fn unknown_user_and_field_are_named() {
+    let site = Site::start("", "");
+    let out = site.sbalance(None, &["-u", "nosuchuser"]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("unknown user 'nosuchuser'"), "{}", out.stderr);
+    let out = site.sbalance(None, &["-o", "User,Colour"]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("unknown field 'Colour'"), "{}", out.stderr);
+}
+
+#[test]
+fn formats_like_sshare() {
+    let site = Site::start("", "");
+    site.accountd(None, &["admin", "adjust", "bob", "-105", "--reason", "test"]).ok();
+    site.accountd(None, &["admin", "adjust", "alice", "-112", "--reason", "test"]).ok();
+
+    let table = site.sbalance(None, &["-a", "-o", "User,Balance,Status"]).ok().stdout;
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines[0].split_whitespace().collect::<Vec<_>>(), ["User", "Balance", "Status"]);
+    assert!(lines[1].chars().all(|c| c == '-' || c == ' '), "{table}");
+    assert_eq!(lines[2].split_whitespace().collect::<Vec<_>>(), ["alice", "-12", "blocked"]);
+    assert_eq!(lines[3].split_whitespace().collect::<Vec<_>>(), ["bob", "-5", "overdraft"]);
+    assert!(lines.iter().all(|l| l.len() == lines[0].len()), "columns are padded:\n{table}");
+
+    let p = site.sbalance(None, &["-u", "bob", "-p", "-o", "User,Balance"]).ok().stdout;
+    assert_eq!(p, "User|Balance|\nbob|-5|\n");
+
+    let json: serde_json::Value = serde_json::from_str(&site.sbalance(None, &["-u", "alice", "--json"]).ok().stdout).unwrap();
+    assert_eq!(json["users"][0]["user"], "alice");
+    assert_eq!(json["users"][0]["balance"], -12.0);
+    assert_eq!(json["users"][0]["status"], "blocked");
+    assert_eq!(json["users"][0]["floor"], -10.0);
+}
+
+#[test]
+fn new_user_shows_the_initial_balance() {
+    let site = Site::start("initial = 80", "");
+    let out = site.sbalance(Some("bob"), &["-P", "-n", "-o", "User,Balance,Status"]).ok();
+    assert_eq!(out.stdout, "bob|80|ok\n");
+}
+
+#[test]
+fn daemon_down_is_reported_clearly() {
+    let site = Site::start("", "");
+    let config = site.config.clone();
+    std::fs::remove_file(site.path("run/accountd.sock")).unwrap();
+    let out = crate::common::run_as(None, &crate::common::bin("sbalance"), &["--config", config.to_str().unwrap()]);
+    assert_eq!(out.code, 1);
+    assert!(out.stderr.contains("cannot reach accountd") && out.stderr.contains("accountd serve"), "{}", out.stderr);
+}

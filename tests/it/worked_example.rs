@@ -1,0 +1,70 @@
+//! The seed's worked example through the real binaries, and replays that must change nothing.
+
+use crate::common::Site;
+
+/// What `sacct -X -D -P -o JobIDRaw,User,AllocTRES,ElapsedRaw,Start,State` prints for
+/// 8 × rtx2080 × 5 h, 4 × rtx3090 × 10 h and 2 × a6000 × 3 h.
+const SACCT: &str = "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State
+101|alice|billing=8,cpu=8,gres/gpu:rtx2080=8,gres/gpu=8,mem=8000M,node=1|18000|2026-11-30T08:00:00|COMPLETED
+102|alice|billing=4,cpu=4,gres/gpu:rtx3090=4,gres/gpu=4,mem=4000M,node=1|36000|2026-11-30T08:00:00|COMPLETED
+103|alice|billing=2,cpu=2,gres/gpu:a6000=2,gres/gpu=2,mem=2000M,node=1|10800|2026-11-30T08:00:00|COMPLETED
+104|bob|billing=1,cpu=1,mem=500M,node=1|3600|2026-11-30T08:00:00|COMPLETED
+";
+
+fn charge_and_grant(site: &Site, sacct: &str) {
+    site.accountd(None, &["charge", "--sacct-file", sacct, "--now", "2026-11-30T20:00:00"]).ok();
+    site.accountd(None, &["tick", "--now", "2026-12-01T00:05:00"]).ok();
+}
+
+#[test]
+fn worked_example_leaves_46() {
+    // daily = 0 so that only the monthly grant lands between the charge and the query.
+    let site = Site::start("daily = 0\ncap = 500", "");
+    let sacct = site.file("sacct.txt", SACCT);
+    charge_and_grant(&site, &sacct);
+
+    let out = site.sbalance(None, &["-u", "alice", "-P"]).ok();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines[0], "User|Balance|Floor|Status|Used30d|NextGrant");
+    assert!(lines[1].starts_with("alice|46|-10|ok|a6000=24,rtx2080=20,rtx3090=40|"), "{}", out.stdout);
+    // alice asks for herself and sees the same.
+    let own = site.sbalance(Some("alice"), &["-P", "-n", "-o", "User,Balance"]).ok();
+    assert_eq!(own.stdout, "alice|46\n");
+    // bob's CPU-only job cost nothing: he was never charged, so he is not even in the ledger.
+    assert_eq!(site.balance("bob"), "100");
+}
+
+#[test]
+fn replaying_charges_and_grants_changes_nothing() {
+    let site = Site::start("daily = 0", "");
+    let sacct = site.file("sacct.txt", SACCT);
+    site.accountd(None, &["admin", "grant", "bob", "5", "--reason", "course credit", "--key", "course-2026"]).ok();
+    charge_and_grant(&site, &sacct);
+    site.accountd(None, &["admin", "adjust", "alice", "-1.5", "--reason", "manual fix", "--key", "fix-1"]).ok();
+    let before = site.sbalance(None, &["-a", "-P"]).ok().stdout;
+    // bob: 100 initial + 5 granted + 30 monthly on 1 Dec.
+    assert!(before.contains("alice|44.5|") && before.contains("bob|135|"), "{before}");
+
+    charge_and_grant(&site, &sacct);
+    let again = site.accountd(None, &["charge", "--sacct-file", &sacct, "--now", "2026-12-01T09:00:00"]).ok();
+    assert!(again.stdout.contains("0 charge entries"), "{}", again.stdout);
+    let replay = site.accountd(None, &["admin", "grant", "bob", "5", "--reason", "course credit", "--key", "course-2026"]).ok();
+    assert!(replay.stdout.contains("already recorded"), "{}", replay.stdout);
+    site.accountd(None, &["admin", "adjust", "alice", "-1.5", "--reason", "manual fix", "--key", "fix-1"]).ok();
+
+    assert_eq!(site.sbalance(None, &["-a", "-P"]).ok().stdout, before);
+}
+
+#[test]
+fn snapshot_follows_the_ledger() {
+    let site = Site::start("daily = 0", "");
+    let sacct = site.file("sacct.txt", SACCT);
+    charge_and_grant(&site, &sacct);
+    let snapshot = std::fs::read_to_string(site.path("lib/balances.snapshot")).unwrap();
+    assert!(snapshot.starts_with("gputokens-snapshot 1\n"), "{snapshot}");
+    assert!(snapshot.contains("\nuser alice 46000000\n"), "{snapshot}");
+    assert!(snapshot.contains("\nfloor -10000000\n"), "{snapshot}");
+    site.accountd(None, &["admin", "grant", "alice", "4", "--reason", "x"]).ok();
+    let snapshot = std::fs::read_to_string(site.path("lib/balances.snapshot")).unwrap();
+    assert!(snapshot.contains("\nuser alice 50000000\n"), "{snapshot}");
+}
