@@ -37,9 +37,7 @@ fn in_any_group(user: &User, groups: &[String]) -> bool {
     }
     let Ok(cname) = std::ffi::CString::new(user.name.as_str()) else { return false };
     let member_of: Vec<Gid> = getgrouplist(&cname, user.gid).unwrap_or_default();
-    groups.iter().any(|g| {
-        Group::from_name(g).ok().flatten().is_some_and(|group| member_of.contains(&group.gid))
-    })
+    groups.iter().any(|g| Group::from_name(g).ok().flatten().is_some_and(|group| member_of.contains(&group.gid)))
 }
 
 /// Whether `name` is an account on this system.

@@ -132,8 +132,8 @@ fn default_slurm_user() -> String {
 impl Config {
     /// Reads and validates `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         Config::parse(&text, path)
     }
 
@@ -154,11 +154,8 @@ impl Config {
 
 impl RawConfig {
     fn validate(self, path: &Path) -> Result<Config, ConfigError> {
-        let invalid = |key: &str, reason: String| ConfigError::Invalid {
-            path: path.to_path_buf(),
-            key: key.to_string(),
-            reason,
-        };
+        let invalid =
+            |key: &str, reason: String| ConfigError::Invalid { path: path.to_path_buf(), key: key.to_string(), reason };
         let amount = |key: &str, value: f64| {
             Tokens::from_f64(value).ok_or_else(|| invalid(key, format!("{value} is not a usable amount")))
         };

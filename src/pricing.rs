@@ -41,9 +41,7 @@ impl PriceTable {
     }
 
     fn unlisted_price(&self) -> Tokens {
-        self.default_price
-            .or_else(|| self.prices.values().copied().max())
-            .unwrap_or(Tokens::whole(1))
+        self.default_price.or_else(|| self.prices.values().copied().max()).unwrap_or(Tokens::whole(1))
     }
 
     pub fn types(&self) -> impl Iterator<Item = (&str, Tokens)> {

@@ -14,23 +14,57 @@ use crate::tokens::Tokens;
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
     /// Balances of `users`, or every visible user with `all`, or the caller's own when both are empty.
-    Balances { users: Vec<String>, all: bool },
-    Grant { user: String, amount: Tokens, reason: String, key: Option<String> },
-    Adjust { user: String, amount: Tokens, reason: String, key: Option<String> },
-    Refund { job_id: String, reason: String },
-    History { user: String },
-    Import { balances: BTreeMap<String, Tokens> },
+    Balances {
+        users: Vec<String>,
+        all: bool,
+    },
+    Grant {
+        user: String,
+        amount: Tokens,
+        reason: String,
+        key: Option<String>,
+    },
+    Adjust {
+        user: String,
+        amount: Tokens,
+        reason: String,
+        key: Option<String>,
+    },
+    Refund {
+        job_id: String,
+        reason: String,
+    },
+    History {
+        user: String,
+    },
+    Import {
+        balances: BTreeMap<String, Tokens>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "snake_case")]
 pub enum Reply {
-    Balances { rows: Vec<BalanceRow> },
+    Balances {
+        rows: Vec<BalanceRow>,
+    },
     /// Entries written (or already there, for a replayed key).
-    Recorded { entries: Vec<HistoryRow>, replayed: bool },
-    History { user: String, entries: Vec<HistoryRow> },
-    Imported { imported: usize, already: usize },
-    Error { kind: ErrorKind, message: String },
+    Recorded {
+        entries: Vec<HistoryRow>,
+        replayed: bool,
+    },
+    History {
+        user: String,
+        entries: Vec<HistoryRow>,
+    },
+    Imported {
+        imported: usize,
+        already: usize,
+    },
+    Error {
+        kind: ErrorKind,
+        message: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

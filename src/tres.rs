@@ -48,9 +48,8 @@ pub fn parse_alloc_tres(tres: &str) -> Result<GpuAllocation, TresError> {
             Some(t) if !t.is_empty() => Some(t.to_lowercase()),
             _ => continue, // e.g. gres/gpumem: not a GPU count
         };
-        let count: u64 = value
-            .parse()
-            .map_err(|_| TresError { entry: entry.into(), reason: "GPU count is not a whole number" })?;
+        let count: u64 =
+            value.parse().map_err(|_| TresError { entry: entry.into(), reason: "GPU count is not a whole number" })?;
         match gpu_type {
             None => alloc.untyped = count,
             Some(t) => *alloc.typed.entry(t).or_default() += count,

@@ -13,9 +13,8 @@ use crate::error::{CliError, CliResult};
 
 pub fn run(config: &Config, command: AdminCommand) -> CliResult {
     let socket = &config.paths.socket;
-    let amount = |text: &str| -> CliResult<Tokens> {
-        text.parse().map_err(|e| CliError::refused(format!("AMOUNT: {e}")))
-    };
+    let amount =
+        |text: &str| -> CliResult<Tokens> { text.parse().map_err(|e| CliError::refused(format!("AMOUNT: {e}"))) };
     let (request, json) = match command {
         AdminCommand::Grant { user, amount: a, reason, key } => {
             (Request::Grant { user, amount: amount(&a)?, reason, key }, false)
@@ -56,7 +55,10 @@ fn signed(t: Tokens) -> String {
 }
 
 fn print_history(entries: &[HistoryRow]) {
-    println!("{:>6} {:<19} {:<9} {:>12} {:>12} {:<10} {:<8} Reason", "Id", "Time", "Kind", "Amount", "Balance", "Actor", "Job");
+    println!(
+        "{:>6} {:<19} {:<9} {:>12} {:>12} {:<10} {:<8} Reason",
+        "Id", "Time", "Kind", "Amount", "Balance", "Actor", "Job"
+    );
     for e in entries {
         println!(
             "{:>6} {:<19} {:<9} {:>12} {:>12} {:<10} {:<8} {}",
@@ -85,7 +87,9 @@ fn read_state_file(path: &Path) -> CliResult<BTreeMap<String, Tokens>> {
         let text = match tokens {
             serde_json::Value::Number(n) => n.to_string(),
             serde_json::Value::String(s) => s.clone(),
-            other => return Err(CliError::refused(format!("{}: {user}: {other} is not a number of tokens", path.display()))),
+            other => {
+                return Err(CliError::refused(format!("{}: {user}: {other} is not a number of tokens", path.display())))
+            }
         };
         let amount = text.parse().map_err(|e| CliError::refused(format!("{}: {user}: {e}", path.display())))?;
         balances.insert(user.clone(), amount);

@@ -26,7 +26,10 @@ pub fn call(socket: &Path, request: &Request) -> CliResult<Reply> {
     let mut reply = String::new();
     BufReader::new(&stream).read_line(&mut reply).map_err(unreachable)?;
     if reply.is_empty() {
-        return Err(CliError::failed(format!("accountd at {} closed the connection without a reply", socket.display())));
+        return Err(CliError::failed(format!(
+            "accountd at {} closed the connection without a reply",
+            socket.display()
+        )));
     }
     match serde_json::from_str(&reply) {
         Ok(Reply::Error { kind: ErrorKind::Internal, message }) => Err(CliError::failed(message)),

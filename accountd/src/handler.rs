@@ -157,7 +157,10 @@ impl Service {
         let applied = self.ledger.append(&entry).map_err(from_ledger)?;
         let history = self.ledger.history(user).map_err(from_ledger)?;
         let written = history.into_iter().filter(|e| e.key == key).collect();
-        Ok((Reply::Recorded { entries: rows(written), replayed: applied == Applied::AlreadyRecorded }, applied == Applied::Added))
+        Ok((
+            Reply::Recorded { entries: rows(written), replayed: applied == Applied::AlreadyRecorded },
+            applied == Applied::Added,
+        ))
     }
 }
 

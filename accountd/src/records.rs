@@ -21,7 +21,9 @@ pub fn charge_file(service: &mut Service, file: &Path, now: i64) -> CliResult<St
     let outcome = service.ledger.charge(&parsed.records, &service.config.prices, now)?;
     publish_snapshot(service, now)?;
     for (gpu_type, gpu_seconds) in &outcome.unlisted_types {
-        tracing::warn!("GPU type '{gpu_type}' has no price: {gpu_seconds} GPU-seconds charged at the unlisted-type price");
+        tracing::warn!(
+            "GPU type '{gpu_type}' has no price: {gpu_seconds} GPU-seconds charged at the unlisted-type price"
+        );
     }
     Ok(format!(
         "{} records: {} charge entries, {} tokens charged, {} already charged, {} rows without GPU time skipped",

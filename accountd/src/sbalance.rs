@@ -48,7 +48,8 @@ enum Field {
     NextGrant,
 }
 
-const ALL_FIELDS: [Field; 6] = [Field::User, Field::Balance, Field::Floor, Field::Status, Field::Used30d, Field::NextGrant];
+const ALL_FIELDS: [Field; 6] =
+    [Field::User, Field::Balance, Field::Floor, Field::Status, Field::Used30d, Field::NextGrant];
 
 impl Field {
     fn name(self) -> &'static str {

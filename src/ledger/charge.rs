@@ -40,7 +40,12 @@ pub struct ChargeOutcome {
 impl Ledger {
     /// Charges every record for the time it held GPUs beyond what was already charged, in one
     /// transaction. `now` stamps the entries.
-    pub fn charge(&mut self, records: &[UsageRecord], prices: &PriceTable, now: i64) -> Result<ChargeOutcome, LedgerError> {
+    pub fn charge(
+        &mut self,
+        records: &[UsageRecord],
+        prices: &PriceTable,
+        now: i64,
+    ) -> Result<ChargeOutcome, LedgerError> {
         let rules = self.rules;
         let tx = self.conn.transaction()?;
         let mut outcome = ChargeOutcome::default();

@@ -302,10 +302,8 @@ impl Ledger {
                 tx.query_row("SELECT balance FROM users WHERE name = ?1", [user], |r| r.get(0)).optional()?;
             match (imported, known) {
                 (Some(_), _) => {}
-                (None, Some(current)) => conflicts.push(format!(
-                    "{user} is already in the ledger with balance {}",
-                    Tokens::from_micro(current)
-                )),
+                (None, Some(current)) => conflicts
+                    .push(format!("{user} is already in the ledger with balance {}", Tokens::from_micro(current))),
                 (None, None) => fresh.push((user, *balance, key)),
             }
         }
@@ -317,7 +315,15 @@ impl Ledger {
                 "INSERT INTO users (name, first_seen, balance, replenished_through) VALUES (?1, ?2, 0, ?3)",
                 params![user, now, local_date(now).to_string()],
             )?;
-            let entry = NewEntry::new(user, EntryKind::Import, *balance, now, actor, "imported from the original state file", key.clone());
+            let entry = NewEntry::new(
+                user,
+                EntryKind::Import,
+                *balance,
+                now,
+                actor,
+                "imported from the original state file",
+                key.clone(),
+            );
             insert_entry(&tx, &entry)?;
         }
         tx.commit()?;
@@ -358,7 +364,15 @@ fn ensure_user(tx: &Transaction<'_>, rules: &BucketRules, user: &str, now: i64) 
         params![user, now, local_date(now).to_string()],
     )?;
     if added == 1 {
-        let entry = NewEntry::new(user, EntryKind::Grant, rules.initial, now, "gputokens", "initial balance", format!("initial:{user}"));
+        let entry = NewEntry::new(
+            user,
+            EntryKind::Grant,
+            rules.initial,
+            now,
+            "gputokens",
+            "initial balance",
+            format!("initial:{user}"),
+        );
         insert_entry(tx, &entry)?;
     }
     Ok(())

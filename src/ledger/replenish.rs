@@ -23,7 +23,8 @@ impl Ledger {
         let rules = self.rules;
         let tx = self.conn.transaction()?;
         let due: Vec<(String, String, i64)> = {
-            let mut stmt = tx.prepare("SELECT name, replenished_through, balance FROM users WHERE replenished_through < ?1")?;
+            let mut stmt =
+                tx.prepare("SELECT name, replenished_through, balance FROM users WHERE replenished_through < ?1")?;
             let rows = stmt.query_map([today.to_string()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
             rows.collect::<Result<_, _>>()?
         };

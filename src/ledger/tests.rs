@@ -152,7 +152,8 @@ fn refund_returns_the_net_charge_once() {
 fn import_sets_new_users_and_refuses_known_ones() {
     let dir = tempfile::tempdir().unwrap();
     let mut l = open(&dir, rules());
-    let state = BTreeMap::from([("gina".to_string(), Tokens::from_micro(87_500_000)), ("hal".into(), Tokens::whole(-3))]);
+    let state =
+        BTreeMap::from([("gina".to_string(), Tokens::from_micro(87_500_000)), ("hal".into(), Tokens::whole(-3))]);
     assert_eq!(l.import(&state, "root", 5).unwrap(), 2);
     assert_eq!(l.import(&state, "root", 6).unwrap(), 0);
     assert_eq!(balance(&l, "gina"), Tokens::from_micro(87_500_000));

@@ -58,8 +58,10 @@ pub fn parse(text: &str) -> Result<Parsed, SacctError> {
             parsed.skipped += 1;
             continue;
         }
-        let elapsed: u64 =
-            fields[elapsed].trim().parse().map_err(|_| bad(format!("ElapsedRaw '{}' is not a number", fields[elapsed])))?;
+        let elapsed: u64 = fields[elapsed]
+            .trim()
+            .parse()
+            .map_err(|_| bad(format!("ElapsedRaw '{}' is not a number", fields[elapsed])))?;
         parsed.records.push(UsageRecord {
             job_id: job_id.to_string(),
             user: user.to_string(),

@@ -157,7 +157,10 @@ impl Site {
 impl Drop for Site {
     fn drop(&mut self) {
         if let Some(mut child) = self.serve.take() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
             let _ = child.wait();
         }
     }

@@ -57,7 +57,8 @@ fn formats_like_sshare() {
     let p = site.sbalance(None, &["-u", "bob", "-p", "-o", "User,Balance"]).ok().stdout;
     assert_eq!(p, "User|Balance|\nbob|-5|\n");
 
-    let json: serde_json::Value = serde_json::from_str(&site.sbalance(None, &["-u", "alice", "--json"]).ok().stdout).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&site.sbalance(None, &["-u", "alice", "--json"]).ok().stdout).unwrap();
     assert_eq!(json["users"][0]["user"], "alice");
     assert_eq!(json["users"][0]["balance"], -12.0);
     assert_eq!(json["users"][0]["status"], "blocked");

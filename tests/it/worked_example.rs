@@ -48,7 +48,8 @@ fn replaying_charges_and_grants_changes_nothing() {
     charge_and_grant(&site, &sacct);
     let again = site.accountd(None, &["charge", "--sacct-file", &sacct, "--now", "2026-12-01T09:00:00"]).ok();
     assert!(again.stdout.contains("0 charge entries"), "{}", again.stdout);
-    let replay = site.accountd(None, &["admin", "grant", "bob", "5", "--reason", "course credit", "--key", "course-2026"]).ok();
+    let replay =
+        site.accountd(None, &["admin", "grant", "bob", "5", "--reason", "course credit", "--key", "course-2026"]).ok();
     assert!(replay.stdout.contains("already recorded"), "{}", replay.stdout);
     site.accountd(None, &["admin", "adjust", "alice", "-1.5", "--reason", "manual fix", "--key", "fix-1"]).ok();
 
