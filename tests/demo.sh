@@ -1,0 +1,91 @@
+#!/bin/bash
+# The demo on a local test cluster: starts real Slurm (tests/cluster/up.sh) and accountd, charges
+# the seed's worked example, runs a real GPU job as alice and charges it from sacct, then shows
+# balances as root and as alice. Run as root on Debian 12: `bash tests/demo.sh`;
+# `bash tests/demo.sh stop` stops accountd and the cluster.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+DEMO=${GPUTOKENS_DEMO:-/tmp/gputokens-demo}
+CONF=$DEMO/gputokens.toml
+export GPUTOKENS_CONF=$CONF
+ACCOUNTD=$ROOT/target/debug/accountd
+SBALANCE=$ROOT/target/debug/sbalance
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+show() { printf '$ %s\n' "$*"; "$@"; }
+
+stop_accountd() {
+  if [[ -s $DEMO/accountd.pid ]] && kill "$(cat "$DEMO/accountd.pid")" 2>/dev/null; then echo "stopped accountd"; fi
+  rm -f "$DEMO/accountd.pid"
+}
+if [[ ${1:-} == stop ]]; then
+  stop_accountd
+  bash tests/cluster/down.sh
+  exit 0
+fi
+
+step "Install packages and build"
+bash tests/cluster/install.sh
+cargo build --workspace --locked -q
+
+step "Start the Slurm test cluster (munge, MariaDB, slurmdbd, slurmctld, slurmd with 8 fake GPUs)"
+bash tests/cluster/up.sh
+
+step "Configure gputokens (seed prices; a fresh ledger in $DEMO)"
+stop_accountd
+rm -rf "$DEMO" && install -d -m 755 "$DEMO"
+sed -e "s|/var/lib/gputokens|$DEMO/lib|" -e "s|/run/gputokens|$DEMO/run|" -e 's/^daily = 1/daily = 0/' \
+  slurm-conf/gputokens.toml > "$CONF"
+echo "daily = 0 for the demo, so the worked example comes out at exactly 46"
+show "$ACCOUNTD" config check
+"$ACCOUNTD" serve 2> "$DEMO/accountd.log" &
+echo $! > "$DEMO/accountd.pid"
+for _ in $(seq 50); do [[ -S $DEMO/run/accountd.sock ]] && break; sleep 0.1; done
+
+step "The worked example: alice starts at 100, is charged 8×rtx2080×5h + 4×rtx3090×10h + 2×a6000×3h, gets the monthly 30"
+cat > "$DEMO/last-month.sacct" <<'SACCT'
+JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State
+9001|alice|billing=8,cpu=8,gres/gpu:rtx2080=8,gres/gpu=8,node=1|18000|2026-11-30T08:00:00|COMPLETED
+9002|alice|billing=4,cpu=4,gres/gpu:rtx3090=4,gres/gpu=4,node=1|36000|2026-11-30T08:00:00|COMPLETED
+9003|alice|billing=2,cpu=2,gres/gpu:a6000=2,gres/gpu=2,node=1|10800|2026-11-30T08:00:00|COMPLETED
+SACCT
+show "$ACCOUNTD" charge --sacct-file "$DEMO/last-month.sacct" --now 2026-11-30T20:00:00
+show "$ACCOUNTD" tick --now 2026-12-01T00:05:00
+show "$SBALANCE" -u alice -P
+
+step "Replaying the same records and the same day changes nothing"
+show "$ACCOUNTD" charge --sacct-file "$DEMO/last-month.sacct" --now 2026-12-01T01:00:00
+show "$ACCOUNTD" tick --now 2026-12-01T02:00:00
+show "$SBALANCE" -u alice -P
+
+step "bob runs a real job on an a6000 for 3 s; accountd charges it from slurmdbd's record"
+cd "${GPUTOKENS_LAB:-/tmp/gputokens-cluster}/jobs"
+job=$(runuser -u bob -- sbatch --parsable --output=/dev/null --gres=gpu:a6000:1 --wrap 'sleep 3')
+echo "submitted job $job as bob"
+for _ in $(seq 120); do
+  state=$(sacct -j "$job" -X -n -P -o State)
+  [[ $state == COMPLETED || $state == FAILED || $state == CANCELLED* ]] && break
+  sleep 0.5
+done
+show sacct -j "$job" -X -P -o JobID,User,AllocTRES,ElapsedRaw,State
+sacct -X -D -P -j "$job" -o JobIDRaw,User,AllocTRES,ElapsedRaw,Start,State | "$ACCOUNTD" charge --sacct-file -
+cd "$ROOT"
+
+step "Balances as root (an admin sees everyone)"
+show "$SBALANCE" -a
+
+step "As alice: she sees only herself, and cannot grant herself tokens"
+printf '$ runuser -u alice -- sbalance -a\n'; runuser -u alice -- "$SBALANCE" --config "$CONF" -a
+printf '$ runuser -u alice -- accountd admin grant alice 1000 --reason x\n'
+runuser -u alice -- "$ACCOUNTD" --config "$CONF" admin grant alice 1000 --reason x || echo "(exit $?)"
+
+step "alice's ledger history"
+show "$ACCOUNTD" admin history alice
+
+cat <<EOT
+
+The cluster and accountd are still running. Try:
+  GPUTOKENS_CONF=$CONF $SBALANCE -a
+  runuser -u alice -- sbatch --gres=gpu:rtx3090:1 --wrap 'sleep 10'
+Stop everything with: bash tests/demo.sh stop
+EOT

@@ -1,0 +1,31 @@
+#!/bin/bash
+# Runs every test: unit tests, integration tests of the real binaries as root and as the non-root
+# users alice and bob, and the tests against a real one-node Slurm cluster (started and stopped here).
+# Run as root on Debian 12: `bash tests/run.sh`.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+LAB=${GPUTOKENS_LAB:-/tmp/gputokens-cluster}
+
+bash tests/cluster/install.sh
+cargo build --workspace --locked
+
+started=""
+stop_cluster() {
+  bash tests/cluster/down.sh
+  # Every daemon up.sh started must be gone (a zombie waiting for its reaper counts as gone).
+  local left=""
+  for pid in $started; do
+    local state
+    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)
+    [[ -n $state && $state != Z ]] && left+=" $pid($(tr '\0' ' ' < "/proc/$pid/cmdline"))"
+  done
+  if [[ -n $left ]]; then echo "down.sh left processes running:$left" >&2; return 1; fi
+  echo "down.sh stopped every daemon up.sh started"
+}
+trap 'stop_cluster || true' EXIT
+
+bash tests/cluster/up.sh
+started=$(cat "$LAB"/pids/*.pid 2>/dev/null | tr '\n' ' ')
+cargo test --workspace --locked -- --include-ignored
+trap - EXIT
+stop_cluster
