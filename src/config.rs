@@ -39,6 +39,28 @@ pub struct Config {
     pub paths: Paths,
     pub admins: Admins,
     pub intervals: Intervals,
+    pub slurm: SlurmTools,
+}
+
+/// Where Slurm's commands are and how far back the first charge cycle reads sacct.
+#[derive(Debug, Clone)]
+pub struct SlurmTools {
+    /// Directory of sacct/squeue/sinfo/scontrol; None = search PATH.
+    pub bin_dir: Option<PathBuf>,
+    pub first_lookback: Duration,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawSlurm {
+    bin_dir: Option<PathBuf>,
+    first_lookback: String,
+}
+
+impl Default for RawSlurm {
+    fn default() -> Self {
+        RawSlurm { bin_dir: None, first_lookback: "1d".into() }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -98,6 +120,8 @@ struct RawConfig {
     admins: Admins,
     #[serde(default)]
     intervals: RawIntervals,
+    #[serde(default)]
+    slurm: RawSlurm,
 }
 
 #[derive(Debug, Deserialize)]
@@ -218,6 +242,12 @@ impl RawConfig {
             check: duration("intervals.check", &self.intervals.check)?,
         };
 
+        if let Some(dir) = self.slurm.bin_dir.as_ref().filter(|d| !d.is_absolute()) {
+            return Err(invalid("slurm.bin_dir", format!("must be an absolute path (got {})", dir.display())));
+        }
+        let slurm =
+            SlurmTools { bin_dir: self.slurm.bin_dir, first_lookback: duration("slurm.first_lookback", &self.slurm.first_lookback)? };
+
         Ok(Config {
             path: path.to_path_buf(),
             initial,
@@ -231,6 +261,7 @@ impl RawConfig {
             paths: self.paths,
             admins: self.admins,
             intervals,
+            slurm,
         })
     }
 }

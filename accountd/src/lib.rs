@@ -1,6 +1,7 @@
 //! accountd: the gputokens daemon, its admin CLI and `sbalance`, over the `gputokens` core library.
 
 pub mod admin;
+pub mod charging;
 pub mod cli;
 pub mod client;
 pub mod cycle;
@@ -9,6 +10,7 @@ pub mod handler;
 pub mod records;
 pub mod sbalance;
 pub mod server;
+pub mod slurm;
 
 /// `accountd --version`: the crate version and the Slurm headers it was built against.
 pub fn version() -> &'static str {

@@ -18,7 +18,8 @@ pub fn charge_file(service: &mut Service, file: &Path, now: i64) -> CliResult<St
     };
     read.map_err(|e| CliError::refused(format!("{}: {e}", file.display())))?;
     let parsed = sacct::parse(&text).map_err(|e| CliError::refused(format!("{}: {e}", file.display())))?;
-    let outcome = service.ledger.charge(&parsed.records, &service.config.prices, now)?;
+    let records: Vec<_> = parsed.records.iter().chain(&parsed.active).cloned().collect();
+    let outcome = service.ledger.charge(&records, &service.config.prices, now)?;
     publish_snapshot(service, now)?;
     for (gpu_type, gpu_seconds) in &outcome.unlisted_types {
         tracing::warn!(
@@ -27,7 +28,7 @@ pub fn charge_file(service: &mut Service, file: &Path, now: i64) -> CliResult<St
     }
     Ok(format!(
         "{} records: {} charge entries, {} tokens charged, {} already charged, {} rows without GPU time skipped",
-        parsed.records.len(),
+        records.len(),
         outcome.entries,
         outcome.charged,
         outcome.unchanged,

@@ -189,6 +189,19 @@ impl Ledger {
         Ok(())
     }
 
+    /// A named value kept beside the entries (e.g. `sacct_read_until`).
+    pub fn meta(&self, key: &str) -> Result<Option<String>, LedgerError> {
+        Ok(self.conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0)).optional()?)
+    }
+
+    pub fn set_meta(&mut self, key: &str, value: &str) -> Result<(), LedgerError> {
+        self.conn.execute(
+            "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            params![key, value],
+        )?;
+        Ok(())
+    }
+
     pub fn account(&self, user: &str) -> Result<Option<Account>, LedgerError> {
         Ok(self
             .conn

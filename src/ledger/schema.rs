@@ -40,6 +40,8 @@ const MIGRATIONS: &[&str] = &[
         charged       INTEGER NOT NULL,          -- micro-tokens charged so far
         PRIMARY KEY (job_id, segment_start, gpu_type)
      ) WITHOUT ROWID;",
+    // 2: small named values, e.g. how far sacct has been read.
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

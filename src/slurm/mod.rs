@@ -1,3 +1,4 @@
 //! Reading what Slurm's commands print.
 
 pub mod sacct;
+pub mod squeue;

@@ -9,7 +9,10 @@ use crate::time::parse_timestamp;
 use crate::tres::{parse_alloc_tres, TresError};
 
 /// The columns to ask sacct for (`sacct -X -D -P -o ...`); any order works when parsing.
-pub const FIELDS: &str = "JobIDRaw,User,AllocTRES,ElapsedRaw,Start,State";
+pub const FIELDS: &str = "JobIDRaw,User,AllocTRES,ElapsedRaw,Start,State,NodeList";
+
+/// States in which a job still holds its allocation: its row is not final.
+const ACTIVE_STATES: [&str; 3] = ["RUNNING", "SUSPENDED", "COMPLETING"];
 
 /// GPU type name for untyped allocations whose node type is not known.
 pub const UNTYPED: &str = "gpu";
@@ -28,7 +31,12 @@ pub enum SacctError {
 /// (job steps) are left out; `skipped` counts them.
 #[derive(Debug, Default)]
 pub struct Parsed {
+    /// Final rows: finished jobs and ended run segments of requeued ones.
     pub records: Vec<UsageRecord>,
+    /// Rows of jobs still holding GPUs, with the time held so far.
+    pub active: Vec<UsageRecord>,
+    /// NodeList of each record's job, where the output has that column.
+    pub nodes: HashMap<String, String>,
     pub skipped: usize,
 }
 
@@ -39,6 +47,7 @@ pub fn parse(text: &str) -> Result<Parsed, SacctError> {
     let col = |name: &'static str| columns.get(name).copied().ok_or(SacctError::MissingColumn(name));
     let (job, user, tres, elapsed, start) =
         (col("JobIDRaw")?, col("User")?, col("AllocTRES")?, col("ElapsedRaw")?, col("Start")?);
+    let (state, node_list) = (col("State").ok(), col("NodeList").ok());
 
     let mut parsed = Parsed::default();
     for (index, line) in lines {
@@ -62,13 +71,18 @@ pub fn parse(text: &str) -> Result<Parsed, SacctError> {
             .trim()
             .parse()
             .map_err(|_| bad(format!("ElapsedRaw '{}' is not a number", fields[elapsed])))?;
-        parsed.records.push(UsageRecord {
-            job_id: job_id.to_string(),
-            user: user.to_string(),
-            segment_start,
-            gpus: gpus.by_type(UNTYPED),
-            elapsed,
-        });
+        let record =
+            UsageRecord { job_id: job_id.to_string(), user: user.to_string(), segment_start, gpus: gpus.by_type(UNTYPED), elapsed };
+        if let Some(i) = node_list {
+            parsed.nodes.insert(record.job_id.clone(), fields[i].trim().to_string());
+        }
+        // "CANCELLED by 0" and friends: only the first word is the state.
+        let row_state = state.map(|i| fields[i].split_whitespace().next().unwrap_or_default());
+        if row_state.is_some_and(|s| ACTIVE_STATES.contains(&s)) {
+            parsed.active.push(record);
+        } else {
+            parsed.records.push(record);
+        }
     }
     Ok(parsed)
 }
@@ -88,11 +102,12 @@ mod tests {
     fn keeps_gpu_records_and_skips_the_rest() {
         let p = parse(SAMPLE).unwrap();
         assert_eq!(p.skipped, 2);
-        assert_eq!(p.records.len(), 2);
+        assert_eq!(p.records.len(), 1);
         assert_eq!(p.records[0].job_id, "7");
         assert_eq!(p.records[0].gpus.get("a6000"), Some(&1));
         assert_eq!(p.records[0].elapsed, 61);
-        assert_eq!(p.records[1].gpus.get(UNTYPED), Some(&2));
+        assert_eq!(p.active.len(), 1);
+        assert_eq!(p.active[0].gpus.get(UNTYPED), Some(&2));
     }
 
     #[test]

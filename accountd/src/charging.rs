@@ -1,0 +1,81 @@
+//! The charge cycle: finished jobs from slurmdbd (sacct) and running jobs from slurmctld (squeue),
+//! charged for the GPU time not yet charged. Idempotent: re-reading the same records charges nothing.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+
+use gputokens::ledger::{ChargeOutcome, UsageRecord};
+use gputokens::slurm::{sacct, squeue};
+
+use crate::error::{CliError, CliResult};
+use crate::handler::Service;
+use crate::slurm::Slurm;
+
+/// Ledger meta key: sacct has been read up to this unix time.
+const READ_UNTIL: &str = "sacct_read_until";
+/// Re-read this much before the mark, so records slurmdbd stored late are not missed.
+const OVERLAP_SECS: i64 = 3600;
+
+#[derive(Debug, Default)]
+pub struct ChargeSummary {
+    pub finished: usize,
+    pub running: usize,
+    pub outcome: ChargeOutcome,
+    pub skipped: usize,
+}
+
+impl fmt::Display for ChargeSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} finished and {} running GPU jobs: {} charge entries, {} tokens; {} rows without GPU time skipped",
+            self.finished, self.running, self.outcome.entries, self.outcome.charged, self.skipped
+        )?;
+        for (gpu_type, secs) in &self.outcome.unlisted_types {
+            write!(f, "; {secs} GPU-seconds of unpriced type '{gpu_type}'")?;
+        }
+        Ok(())
+    }
+}
+
+pub fn charge(service: &mut Service, slurm: &Slurm, now: i64) -> CliResult<ChargeSummary> {
+    let lookback = service.config.slurm.first_lookback.as_secs() as i64;
+    let read_until = service.ledger.meta(READ_UNTIL)?.and_then(|v| v.parse::<i64>().ok());
+    let since = read_until.map(|t| t - OVERLAP_SECS).unwrap_or(now - lookback);
+
+    let finished = sacct::parse(&slurm.sacct(since, now)?).map_err(|e| CliError::failed(format!("sacct: {e}")))?;
+    let running = squeue::running_gpu_jobs(&slurm.squeue_json()?).map_err(|e| CliError::failed(e.to_string()))?;
+
+    let mut nodes_of: HashMap<String, String> = finished.nodes.clone();
+    nodes_of.extend(running.iter().map(|j| (j.job_id.clone(), j.nodes.clone())));
+    let mut records: Vec<UsageRecord> =
+        finished.records.iter().cloned().chain(running.iter().map(|j| j.usage(now))).collect();
+    resolve_untyped(&mut records, &nodes_of, slurm);
+
+    let outcome = service.ledger.charge(&records, &service.config.prices, now)?;
+    service.ledger.set_meta(READ_UNTIL, &now.to_string())?;
+    for (gpu_type, secs) in &outcome.unlisted_types {
+        tracing::warn!("GPU type '{gpu_type}' is not in [prices]: {secs} GPU-seconds charged at the unlisted-type price");
+    }
+    Ok(ChargeSummary { finished: finished.records.len(), running: running.len(), outcome, skipped: finished.skipped })
+}
+
+/// An untyped allocation on nodes that have a single GPU type is charged as that type.
+fn resolve_untyped(records: &mut [UsageRecord], nodes_of: &HashMap<String, String>, slurm: &Slurm) {
+    if !records.iter().any(|r| r.gpus.contains_key(sacct::UNTYPED)) {
+        return;
+    }
+    let types_by_node = match slurm.node_gpu_types() {
+        Ok(t) => t,
+        Err(e) => return tracing::warn!("cannot learn node GPU types for untyped allocations: {e}"),
+    };
+    for record in records.iter_mut().filter(|r| r.gpus.contains_key(sacct::UNTYPED)) {
+        let Some(hostlist) = nodes_of.get(&record.job_id) else { continue };
+        let Ok(hosts) = slurm.hostnames(hostlist) else { continue };
+        let types: BTreeSet<&String> = hosts.iter().filter_map(|h| types_by_node.get(h)).flatten().collect();
+        if let [only] = types.into_iter().collect::<Vec<_>>().as_slice() {
+            let count = record.gpus.remove(sacct::UNTYPED).unwrap_or(0);
+            *record.gpus.entry((*only).clone()).or_default() += count;
+        }
+    }
+}

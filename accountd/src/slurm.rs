@@ -1,0 +1,73 @@
+//! Running Slurm's commands: always argv, never a shell; a failure says which command and why.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::process::Command;
+
+use gputokens::config::SlurmTools;
+use gputokens::slurm::sacct;
+
+use crate::error::{CliError, CliResult};
+
+pub struct Slurm {
+    bin_dir: Option<PathBuf>,
+}
+
+impl Slurm {
+    pub fn new(tools: &SlurmTools) -> Slurm {
+        Slurm { bin_dir: tools.bin_dir.clone() }
+    }
+
+    fn program(&self, name: &str) -> PathBuf {
+        self.bin_dir.as_ref().map(|d| d.join(name)).unwrap_or_else(|| PathBuf::from(name))
+    }
+
+    /// Runs `name args...` and returns its stdout.
+    pub fn run(&self, name: &str, args: &[&str]) -> CliResult<String> {
+        let program = self.program(name);
+        let out = Command::new(&program)
+            .args(args)
+            .output()
+            .map_err(|e| CliError::failed(format!("cannot run {}: {e}", program.display())))?;
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            return Err(CliError::failed(format!("{name} {} failed ({}): {}", args.join(" "), out.status, stderr.trim())));
+        }
+        String::from_utf8(out.stdout).map_err(|e| CliError::failed(format!("{name} printed non-UTF-8 output: {e}")))
+    }
+
+    /// Allocation rows (one per run segment) of every job active between `since` and `until`.
+    pub fn sacct(&self, since: i64, until: i64) -> CliResult<String> {
+        let (s, e) = (slurm_time(since), slurm_time(until));
+        self.run("sacct", &["-X", "-D", "-a", "-P", "-S", &s, "-E", &e, "-o", sacct::FIELDS])
+    }
+
+    pub fn squeue_json(&self) -> CliResult<String> {
+        self.run("squeue", &["--json"])
+    }
+
+    /// GPU types per node, from `sinfo -N -o %N|%G` (e.g. `gpu:rtx2080:4,gpu:a6000:2(S:0)`).
+    pub fn node_gpu_types(&self) -> CliResult<HashMap<String, BTreeSet<String>>> {
+        let text = self.run("sinfo", &["-h", "-N", "-o", "%N|%G"])?;
+        let mut types: HashMap<String, BTreeSet<String>> = HashMap::new();
+        for line in text.lines() {
+            let Some((node, gres)) = line.split_once('|') else { continue };
+            let found = gputokens::slurm::squeue::gpus_from_gres_detail(std::iter::once(gres));
+            types.entry(node.trim().to_string()).or_default().extend(found.into_keys());
+        }
+        Ok(types)
+    }
+
+    /// Expands a hostlist such as `n[1-3],m1` through `scontrol show hostnames`.
+    pub fn hostnames(&self, hostlist: &str) -> CliResult<Vec<String>> {
+        if !hostlist.contains('[') {
+            return Ok(hostlist.split(',').filter(|h| !h.is_empty()).map(str::to_string).collect());
+        }
+        Ok(self.run("scontrol", &["show", "hostnames", hostlist])?.lines().map(str::to_string).collect())
+    }
+}
+
+/// sacct's -S/-E format, in local time.
+fn slurm_time(ts: i64) -> String {
+    gputokens::time::format_local(ts)
+}

@@ -1,0 +1,177 @@
+//! Running jobs from `squeue --json` (22.05's OpenAPI 0.0.38 and the later shapes, where states are
+//! lists and times are `{"set": true, "number": N}`). GPUs come from `gres_detail` (one entry per
+//! node, e.g. `gpu:a6000:2(IDX:0,2)`), since 22.05 leaves them out of `tres_alloc_str` unless
+//! AccountingStorageTRES lists them; `tres_alloc_str` is the fallback.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::ledger::UsageRecord;
+use crate::tres::parse_alloc_tres;
+
+/// A running job as squeue reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunningJob {
+    pub job_id: String,
+    pub user: String,
+    pub start_time: i64,
+    pub nodes: String,
+    pub partition: String,
+    /// GPUs per lower-case type; untyped ones under [`super::sacct::UNTYPED`].
+    pub gpus: BTreeMap<String, u64>,
+}
+
+impl RunningJob {
+    /// The usage record of this run segment up to `now`.
+    pub fn usage(&self, now: i64) -> UsageRecord {
+        UsageRecord {
+            job_id: self.job_id.clone(),
+            user: self.user.clone(),
+            segment_start: self.start_time,
+            gpus: self.gpus.clone(),
+            elapsed: (now - self.start_time).max(0) as u64,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SqueueError {
+    #[error("squeue --json output is not JSON: {0}")]
+    NotJson(#[from] serde_json::Error),
+    #[error("squeue --json output has no \"jobs\" list")]
+    NoJobs,
+}
+
+/// Jobs in state RUNNING that hold GPUs.
+pub fn running_gpu_jobs(json: &str) -> Result<Vec<RunningJob>, SqueueError> {
+    let doc: Value = serde_json::from_str(json)?;
+    let jobs = doc.get("jobs").and_then(Value::as_array).ok_or(SqueueError::NoJobs)?;
+    Ok(jobs.iter().filter_map(running_job).filter(|j| !j.gpus.is_empty()).collect())
+}
+
+fn running_job(job: &Value) -> Option<RunningJob> {
+    if !state_is(job.get("job_state")?, "RUNNING") {
+        return None;
+    }
+    let gpus = job
+        .get("gres_detail")
+        .and_then(Value::as_array)
+        .map(|per_node| gpus_from_gres_detail(per_node.iter().filter_map(Value::as_str)))
+        .filter(|g| !g.is_empty())
+        .or_else(|| {
+            let tres = job.get("tres_alloc_str").and_then(Value::as_str)?;
+            Some(parse_alloc_tres(tres).ok()?.by_type(super::sacct::UNTYPED))
+        })
+        .unwrap_or_default();
+    Some(RunningJob {
+        job_id: number(job.get("job_id")?)?.to_string(),
+        user: job.get("user_name").and_then(Value::as_str)?.to_string(),
+        start_time: number(job.get("start_time")?)?,
+        nodes: job.get("nodes").and_then(Value::as_str).unwrap_or_default().to_string(),
+        partition: job.get("partition").and_then(Value::as_str).unwrap_or_default().to_string(),
+        gpus,
+    })
+}
+
+fn state_is(state: &Value, wanted: &str) -> bool {
+    match state {
+        Value::String(s) => s == wanted,
+        Value::Array(list) => list.iter().any(|s| s.as_str() == Some(wanted)),
+        _ => false,
+    }
+}
+
+/// A plain number, or 23.02+'s `{"set": true, "number": N}`.
+fn number(v: &Value) -> Option<i64> {
+    match v {
+        Value::Number(n) => n.as_i64(),
+        Value::Object(o) if o.get("set").and_then(Value::as_bool) != Some(false) => o.get("number")?.as_i64(),
+        _ => None,
+    }
+}
+
+/// Sums `gpu:TYPE:N(IDX:..)` / `gpu:N(IDX:..)` entries over all nodes.
+pub fn gpus_from_gres_detail<'a>(per_node: impl Iterator<Item = &'a str>) -> BTreeMap<String, u64> {
+    let mut gpus = BTreeMap::new();
+    for node in per_node {
+        for entry in split_outside_parens(node) {
+            let spec = entry.split('(').next().unwrap_or_default();
+            let mut parts = spec.split(':');
+            if parts.next() != Some("gpu") {
+                continue;
+            }
+            let rest: Vec<&str> = parts.collect();
+            let (gpu_type, count) = match rest.as_slice() {
+                [count] => (super::sacct::UNTYPED.to_string(), count),
+                [gpu_type, count, ..] => (gpu_type.to_lowercase(), count),
+                [] => continue,
+            };
+            if let Ok(n) = count.parse::<u64>() {
+                if n > 0 {
+                    *gpus.entry(gpu_type).or_default() += n;
+                }
+            }
+        }
+    }
+    gpus
+}
+
+fn split_outside_parens(text: &str) -> Vec<&str> {
+    let (mut parts, mut depth, mut start) = (Vec::new(), 0i32, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&text[start..]);
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gres_detail_forms() {
+        let g = gpus_from_gres_detail(["gpu:rtx2080:1(IDX:1),gpu:rtx3090:0(IDX:),gpu:a6000:2(IDX:6,7)"].into_iter());
+        assert_eq!(g, BTreeMap::from([("a6000".into(), 2), ("rtx2080".into(), 1)]));
+        let g = gpus_from_gres_detail(["gpu:2(IDX:0-1)", "gpu:A6000:1(IDX:3)"].into_iter());
+        assert_eq!(g, BTreeMap::from([("a6000".into(), 1), ("gpu".into(), 2)]));
+        assert!(gpus_from_gres_detail(["shard:a6000:2(2/8,0/8)"].into_iter()).is_empty());
+    }
+
+    #[test]
+    fn parses_2205_and_later_shapes() {
+        let old = r#"{"jobs":[
+            {"job_id":7,"user_name":"alice","job_state":"RUNNING","start_time":1000,"nodes":"n1","partition":"gpu",
+             "gres_detail":["gpu:a6000:1(IDX:6)"],"tres_alloc_str":"cpu=1,node=1"},
+            {"job_id":8,"user_name":"bob","job_state":"PENDING","start_time":0,"gres_detail":[]},
+            {"job_id":9,"user_name":"bob","job_state":"RUNNING","start_time":1000,"gres_detail":[],
+             "tres_alloc_str":"cpu=1,node=1"}]}"#;
+        let jobs = running_gpu_jobs(old).unwrap();
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].job_id, "7");
+        assert_eq!(jobs[0].usage(1030).elapsed, 30);
+        let new = r#"{"jobs":[{"job_id":7,"user_name":"alice","job_state":["RUNNING"],
+            "start_time":{"set":true,"infinite":false,"number":1000},
+            "gres_detail":[],"tres_alloc_str":"cpu=1,gres/gpu:rtx3090=2,gres/gpu=2,node=1"}]}"#;
+        let jobs = running_gpu_jobs(new).unwrap();
+        assert_eq!(jobs[0].gpus, BTreeMap::from([("rtx3090".into(), 2)]));
+        assert_eq!(jobs[0].start_time, 1000);
+    }
+
+    #[test]
+    fn real_2205_sample_parses() {
+        let sample = include_str!("../../tests/data/squeue-22.05.json");
+        let jobs = running_gpu_jobs(sample).unwrap();
+        assert_eq!(jobs.len(), 4);
+        assert_eq!(jobs[1].gpus, BTreeMap::from([("rtx3090".into(), 2)]));
+    }
+}
