@@ -48,6 +48,9 @@ pub struct SlurmTools {
     /// Directory of sacct/squeue/sinfo/scontrol; None = search PATH.
     pub bin_dir: Option<PathBuf>,
     pub first_lookback: Duration,
+    /// Each cycle re-reads sacct this far before where the last one stopped, for records slurmdbd
+    /// stored late; charging is idempotent, so re-reading costs nothing but time.
+    pub reread: Duration,
 }
 
 #[derive(Debug, Deserialize)]
@@ -55,11 +58,12 @@ pub struct SlurmTools {
 struct RawSlurm {
     bin_dir: Option<PathBuf>,
     first_lookback: String,
+    reread: String,
 }
 
 impl Default for RawSlurm {
     fn default() -> Self {
-        RawSlurm { bin_dir: None, first_lookback: "1d".into() }
+        RawSlurm { bin_dir: None, first_lookback: "1d".into(), reread: "1h".into() }
     }
 }
 
@@ -229,9 +233,12 @@ impl RawConfig {
                 return Err(invalid(key, format!("must be an absolute path (got {})", p.display())));
             }
         }
+        let any_duration = |key: &str, text: &str| {
+            humantime::parse_duration(text)
+                .map_err(|e| invalid(key, format!("'{text}' is not a duration like \"30m\" or \"1h\" ({e})")))
+        };
         let duration = |key: &str, text: &str| {
-            let d = humantime::parse_duration(text)
-                .map_err(|e| invalid(key, format!("'{text}' is not a duration like \"30m\" or \"1h\" ({e})")))?;
+            let d = any_duration(key, text)?;
             if d.is_zero() {
                 return Err(invalid(key, "must be longer than 0".into()));
             }
@@ -245,8 +252,11 @@ impl RawConfig {
         if let Some(dir) = self.slurm.bin_dir.as_ref().filter(|d| !d.is_absolute()) {
             return Err(invalid("slurm.bin_dir", format!("must be an absolute path (got {})", dir.display())));
         }
-        let slurm =
-            SlurmTools { bin_dir: self.slurm.bin_dir, first_lookback: duration("slurm.first_lookback", &self.slurm.first_lookback)? };
+        let slurm = SlurmTools {
+            bin_dir: self.slurm.bin_dir,
+            first_lookback: duration("slurm.first_lookback", &self.slurm.first_lookback)?,
+            reread: any_duration("slurm.reread", &self.slurm.reread)?,
+        };
 
         Ok(Config {
             path: path.to_path_buf(),

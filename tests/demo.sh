@@ -35,8 +35,9 @@ step "Configure gputokens (seed prices; a fresh ledger in $DEMO)"
 stop_accountd
 rm -rf "$DEMO" && install -d -m 755 "$DEMO"
 sed -e "s|/var/lib/gputokens|$DEMO/lib|" -e "s|/run/gputokens|$DEMO/run|" -e 's/^daily = 1/daily = 0/' \
+  -e 's/^first_lookback = .*/first_lookback = "1m"/' -e 's/^charge = "1h"/charge = "15s"/' \
   slurm-conf/gputokens.toml > "$CONF"
-echo "daily = 0 for the demo, so the worked example comes out at exactly 46"
+echo "daily = 0 for the demo, so the worked example comes out at exactly 46; accountd charges every 15 s"
 show "$ACCOUNTD" config check
 "$ACCOUNTD" serve 2> "$DEMO/accountd.log" &
 echo $! > "$DEMO/accountd.pid"
@@ -50,15 +51,15 @@ JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State
 9003|alice|billing=2,cpu=2,gres/gpu:a6000=2,gres/gpu=2,node=1|10800|2026-11-30T08:00:00|COMPLETED
 SACCT
 show "$ACCOUNTD" charge --sacct-file "$DEMO/last-month.sacct" --now 2026-11-30T20:00:00
-show "$ACCOUNTD" tick --now 2026-12-01T00:05:00
+show "$ACCOUNTD" tick --skip-charge --now 2026-12-01T00:05:00
 show "$SBALANCE" -u alice -P
 
 step "Replaying the same records and the same day changes nothing"
 show "$ACCOUNTD" charge --sacct-file "$DEMO/last-month.sacct" --now 2026-12-01T01:00:00
-show "$ACCOUNTD" tick --now 2026-12-01T02:00:00
+show "$ACCOUNTD" tick --skip-charge --now 2026-12-01T02:00:00
 show "$SBALANCE" -u alice -P
 
-step "bob runs a real job on an a6000 for 3 s; accountd charges it from slurmdbd's record"
+step "bob runs a real job on an a6000 for 3 s; one accountd cycle charges it from slurmdbd's record"
 cd "${GPUTOKENS_LAB:-/tmp/gputokens-cluster}/jobs"
 job=$(runuser -u bob -- sbatch --parsable --output=/dev/null --gres=gpu:a6000:1 --wrap 'sleep 3')
 echo "submitted job $job as bob"
@@ -68,7 +69,7 @@ for _ in $(seq 120); do
   sleep 0.5
 done
 show sacct -j "$job" -X -P -o JobID,User,AllocTRES,ElapsedRaw,State
-sacct -X -D -P -j "$job" -o JobIDRaw,User,AllocTRES,ElapsedRaw,Start,State | "$ACCOUNTD" charge --sacct-file -
+show "$ACCOUNTD" tick
 cd "$ROOT"
 
 step "Balances as root (an admin sees everyone)"

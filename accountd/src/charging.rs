@@ -13,8 +13,6 @@ use crate::slurm::Slurm;
 
 /// Ledger meta key: sacct has been read up to this unix time.
 const READ_UNTIL: &str = "sacct_read_until";
-/// Re-read this much before the mark, so records slurmdbd stored late are not missed.
-const OVERLAP_SECS: i64 = 3600;
 
 #[derive(Debug, Default)]
 pub struct ChargeSummary {
@@ -39,9 +37,12 @@ impl fmt::Display for ChargeSummary {
 }
 
 pub fn charge(service: &mut Service, slurm: &Slurm, now: i64) -> CliResult<ChargeSummary> {
-    let lookback = service.config.slurm.first_lookback.as_secs() as i64;
+    let tools = &service.config.slurm;
     let read_until = service.ledger.meta(READ_UNTIL)?.and_then(|v| v.parse::<i64>().ok());
-    let since = read_until.map(|t| t - OVERLAP_SECS).unwrap_or(now - lookback);
+    let since = match read_until {
+        Some(t) => t - tools.reread.as_secs() as i64,
+        None => now - tools.first_lookback.as_secs() as i64,
+    };
 
     let finished = sacct::parse(&slurm.sacct(since, now)?).map_err(|e| CliError::failed(format!("sacct: {e}")))?;
     let running = squeue::running_gpu_jobs(&slurm.squeue_json()?).map_err(|e| CliError::failed(e.to_string()))?;
@@ -55,7 +56,9 @@ pub fn charge(service: &mut Service, slurm: &Slurm, now: i64) -> CliResult<Charg
     let outcome = service.ledger.charge(&records, &service.config.prices, now)?;
     service.ledger.set_meta(READ_UNTIL, &now.to_string())?;
     for (gpu_type, secs) in &outcome.unlisted_types {
-        tracing::warn!("GPU type '{gpu_type}' is not in [prices]: {secs} GPU-seconds charged at the unlisted-type price");
+        tracing::warn!(
+            "GPU type '{gpu_type}' is not in [prices]: {secs} GPU-seconds charged at the unlisted-type price"
+        );
     }
     Ok(ChargeSummary { finished: finished.records.len(), running: running.len(), outcome, skipped: finished.skipped })
 }

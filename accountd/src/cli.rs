@@ -18,8 +18,14 @@ pub struct Cli {
 pub enum Command {
     /// Run the daemon: the socket for sbalance and admin commands, and the periodic cycles.
     Serve,
-    /// Run one check cycle (replenishment, snapshot) and exit; for cron and tests.
-    Tick(TimeArg),
+    /// Run one full cycle (charge from sacct and squeue, replenish, snapshot) and exit; for cron and tests.
+    Tick {
+        #[command(flatten)]
+        time: TimeArg,
+        /// Replenish and write the snapshot only (e.g. while slurmdbd is down).
+        #[arg(long)]
+        skip_charge: bool,
+    },
     /// Charge job records from a file of `sacct -X -D -P -o JobIDRaw,User,AllocTRES,ElapsedRaw,Start,State`.
     Charge {
         /// The sacct output ('-' reads standard input).

@@ -3,7 +3,8 @@ use std::process::ExitCode;
 use accountd::cli::{Cli, Command, ConfigCommand, TimeArg};
 use accountd::error::{CliError, CliResult};
 use accountd::handler::Service;
-use accountd::{admin, cycle, records, server};
+use accountd::slurm::Slurm;
+use accountd::{admin, charging, cycle, records, server};
 use clap::Parser;
 use gputokens::access::Caller;
 use gputokens::ledger::Ledger;
@@ -39,10 +40,14 @@ fn run(cli: Cli) -> CliResult {
         }
         Command::Admin(command) => admin::run(&Config::load(&path)?, command),
         Command::Serve => serve(Config::load(&path)?),
-        Command::Tick(time) => {
+        Command::Tick { time, skip_charge } => {
             let mut service = open_service(Config::load(&path)?)?;
-            let summary = cycle::check(&mut service, now(&time)?)?;
-            println!("{summary}");
+            let now = now(&time)?;
+            if !skip_charge {
+                let slurm = Slurm::new(&service.config.slurm);
+                println!("charge: {}", charging::charge(&mut service, &slurm, now)?);
+            }
+            println!("check: {}", cycle::check(&mut service, now)?);
             Ok(())
         }
         Command::Charge { sacct_file, time } => {

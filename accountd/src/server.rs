@@ -36,26 +36,24 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
-/// Serves until `shutdown` completes; runs a check cycle every `intervals.check`.
+/// Serves until `shutdown` completes; charges every `intervals.charge` and checks every
+/// `intervals.check`. Cycles run one at a time and shutdown is only taken between them.
 pub async fn launch(listener: UnixListener, service: Shared, shutdown: impl Future<Output = ()>) {
-    let period = service.lock().map(|s| s.config.intervals.check).unwrap_or_default();
-    let mut ticker = tokio::time::interval(period);
+    let (charge_every, check_every) =
+        service.lock().map(|s| (s.config.intervals.charge, s.config.intervals.check)).unwrap_or_default();
+    let mut charge_ticker = tokio::time::interval(charge_every);
+    let mut check_ticker = tokio::time::interval(check_every);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
-            _ = ticker.tick() => {
-                let service = service.clone();
-                let run = tokio::task::spawn_blocking(move || {
-                    let mut s = service.lock().unwrap_or_else(|p| p.into_inner());
-                    cycle::check(&mut s, gputokens::time::now())
-                });
-                match run.await {
-                    Ok(Ok(summary)) => tracing::info!("check cycle: {summary}"),
-                    Ok(Err(e)) => tracing::error!("check cycle failed: {e}"),
-                    Err(e) => tracing::error!("check cycle panicked: {e}"),
-                }
-            }
+            _ = charge_ticker.tick() => run_cycle(&service, "charge", |s, now| {
+                let slurm = crate::slurm::Slurm::new(&s.config.slurm);
+                let summary = crate::charging::charge(s, &slurm, now)?;
+                cycle::publish_snapshot(s, now)?;
+                Ok(summary.to_string())
+            }).await,
+            _ = check_ticker.tick() => run_cycle(&service, "check", |s, now| Ok(cycle::check(s, now)?.to_string())).await,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => { tokio::spawn(serve_connection(stream, service.clone())); }
                 Err(e) => tracing::warn!("accept failed: {e}"),
@@ -63,6 +61,23 @@ pub async fn launch(listener: UnixListener, service: Shared, shutdown: impl Futu
         }
     }
     tracing::info!("accountd stopping");
+}
+
+async fn run_cycle<F>(service: &Shared, name: &'static str, work: F)
+where
+    F: FnOnce(&mut Service, i64) -> crate::error::CliResult<String> + Send + 'static,
+{
+    let service = service.clone();
+    let started = std::time::Instant::now();
+    let run = tokio::task::spawn_blocking(move || {
+        let mut s = service.lock().unwrap_or_else(|p| p.into_inner());
+        work(&mut s, gputokens::time::now())
+    });
+    match run.await {
+        Ok(Ok(summary)) => tracing::info!("{name} cycle ({:?}): {summary}", started.elapsed()),
+        Ok(Err(e)) => tracing::error!("{name} cycle failed: {e}"),
+        Err(e) => tracing::error!("{name} cycle panicked: {e}"),
+    }
 }
 
 async fn serve_connection(stream: UnixStream, service: Shared) {

@@ -31,7 +31,12 @@ impl Slurm {
             .map_err(|e| CliError::failed(format!("cannot run {}: {e}", program.display())))?;
         if !out.status.success() {
             let stderr = String::from_utf8_lossy(&out.stderr);
-            return Err(CliError::failed(format!("{name} {} failed ({}): {}", args.join(" "), out.status, stderr.trim())));
+            return Err(CliError::failed(format!(
+                "{name} {} failed ({}): {}",
+                args.join(" "),
+                out.status,
+                stderr.trim()
+            )));
         }
         String::from_utf8(out.stdout).map_err(|e| CliError::failed(format!("{name} printed non-UTF-8 output: {e}")))
     }

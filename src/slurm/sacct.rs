@@ -71,8 +71,13 @@ pub fn parse(text: &str) -> Result<Parsed, SacctError> {
             .trim()
             .parse()
             .map_err(|_| bad(format!("ElapsedRaw '{}' is not a number", fields[elapsed])))?;
-        let record =
-            UsageRecord { job_id: job_id.to_string(), user: user.to_string(), segment_start, gpus: gpus.by_type(UNTYPED), elapsed };
+        let record = UsageRecord {
+            job_id: job_id.to_string(),
+            user: user.to_string(),
+            segment_start,
+            gpus: gpus.by_type(UNTYPED),
+            elapsed,
+        };
         if let Some(i) = node_list {
             parsed.nodes.insert(record.job_id.clone(), fields[i].trim().to_string());
         }

@@ -11,6 +11,12 @@ use gputokens::Tokens;
 
 use crate::common::{run_as, Site};
 
+/// Cluster tests run one at a time: a test's site charges every job sacct shows in its window.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    CLUSTER.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Submits as `user`; returns the job ID.
 pub fn sbatch(user: &str, args: &[&str]) -> String {
     let mut all = vec!["--parsable", "--output=/dev/null"];
@@ -40,6 +46,7 @@ pub fn wait_finished(job: &str) -> String {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn alice_runs_a_typed_gpu_job_and_sacct_records_it() {
+    let _cluster = serial();
     let job = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
     assert_eq!(wait_finished(&job), "COMPLETED");
     let row = sacct(&["-j", &job, "-X", "-n", "-P", "-o", "User,AllocTRES"]);
@@ -50,6 +57,7 @@ fn alice_runs_a_typed_gpu_job_and_sacct_records_it() {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn real_sacct_records_are_charged_exactly_once() {
+    let _cluster = serial();
     let site = Site::start("", "");
     let gpu_job = sbatch("alice", &["--gres=gpu:a6000:2", "--wrap", "sleep 2"]);
     let cpu_job = sbatch("bob", &["--wrap", "sleep 1"]);

@@ -85,12 +85,20 @@ impl Site {
     /// Writes a config (`top` keys, the seed's PRICES, `tables`, the site's paths) and starts
     /// `accountd serve`.
     pub fn start(top: &str, tables: &str) -> Site {
+        Site::with_prices(top, PRICES, tables)
+    }
+
+    /// Like `start`, with a `[prices]` table of the test's own.
+    pub fn with_prices(top: &str, prices: &str, tables: &str) -> Site {
         ensure_test_users();
         let dir = tempfile::Builder::new().prefix("gputokens-it-").tempdir().expect("tempdir");
         std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let d = dir.path().display();
+        // Sites charge from the real cluster only when a test asks: otherwise its jobs would leak in.
+        let slurm =
+            if tables.contains("[slurm]") { String::new() } else { format!("[slurm]\nbin_dir = \"{d}/no-slurm\"\n") };
         let text = format!(
-            "{top}\n{PRICES}{tables}\n[paths]\nledger = \"{d}/lib/ledger.sqlite\"\nsnapshot = \"{d}/lib/balances.snapshot\"\nsocket = \"{d}/run/accountd.sock\"\n"
+            "{top}\n{prices}{tables}\n{slurm}[paths]\nledger = \"{d}/lib/ledger.sqlite\"\nsnapshot = \"{d}/lib/balances.snapshot\"\nsocket = \"{d}/run/accountd.sock\"\n"
         );
         let config = dir.path().join("gputokens.toml");
         std::fs::write(&config, text).unwrap();

@@ -1,0 +1,121 @@
+//! accountd's charge cycle against the real test cluster: sacct (slurmdbd) for finished jobs,
+//! squeue (slurmctld) for running ones. Prices are high so that seconds matter.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use gputokens::pricing::cost;
+use gputokens::Tokens;
+
+use crate::cluster::{sacct, sbatch, serial, wait_finished};
+use crate::common::Site;
+
+/// 1 token per a6000-second, 0.5 per rtx2080-second, 0.25 per rtx3090-second.
+const PRICES: &str = "[prices]\nrtx2080 = 1800\nrtx3090 = 900\na6000 = 3600\n";
+/// Read only what happens from the site's first tick on.
+const LIVE: &str = "[slurm]\nfirst_lookback = \"1s\"\nreread = \"0s\"\n";
+
+/// A site that charges from the live cluster, starting now. Call with the `serial` guard held: the
+/// pause keeps jobs that the previous test saw end out of this site's first sacct window.
+fn live_site() -> Site {
+    std::thread::sleep(Duration::from_secs(2));
+    let site = Site::with_prices("", PRICES, LIVE);
+    site.accountd(None, &["tick"]).ok();
+    site
+}
+
+fn elapsed(job: &str) -> u64 {
+    sacct(&["-j", job, "-X", "-n", "-P", "-o", "ElapsedRaw"]).trim().parse().unwrap()
+}
+
+fn balance(site: &Site, user: &str) -> Tokens {
+    site.balance(user).parse().unwrap()
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn finished_jobs_are_charged_exactly_once() {
+    let _cluster = serial();
+    let site = live_site();
+    let big = sbatch("alice", &["--gres=gpu:a6000:2", "--wrap", "sleep 20"]);
+    let small = sbatch("alice", &["--gpus=rtx2080:4", "--wrap", "sleep 10"]);
+    let cpu = sbatch("bob", &["--wrap", "sleep 5"]);
+    for job in [&big, &small, &cpu] {
+        assert_eq!(wait_finished(job), "COMPLETED");
+    }
+    let out = site.accountd(None, &["tick"]).ok();
+    assert!(out.stdout.contains("charge entries"), "{}", out.stdout);
+
+    // Rounding: each job's cost is rounded up to the next micro-token.
+    let expected = cost(Tokens::whole(3600), 2 * elapsed(&big)) + cost(Tokens::whole(1800), 4 * elapsed(&small));
+    assert_eq!(balance(&site, "alice"), Tokens::whole(100) - expected);
+    assert_eq!(balance(&site, "bob"), Tokens::whole(100));
+
+    let again = site.accountd(None, &["tick"]).ok();
+    assert!(again.stdout.contains(": 0 charge entries"), "{}", again.stdout);
+    assert_eq!(balance(&site, "alice"), Tokens::whole(100) - expected);
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn running_job_is_charged_every_cycle_and_settled_at_its_end() {
+    let _cluster = serial();
+    let site = live_site();
+    let job = sbatch("bob", &["--gres=gpu:rtx3090:1", "--wrap", "sleep 14"]);
+    wait_running(&job);
+    let mut seen = vec![Tokens::whole(100)];
+    for _ in 0..2 {
+        std::thread::sleep(Duration::from_secs(4));
+        site.accountd(None, &["tick"]).ok();
+        seen.push(balance(&site, "bob"));
+    }
+    assert!(seen.windows(2).all(|w| w[1] < w[0]), "charged while running: {seen:?}");
+    wait_finished(&job);
+    site.accountd(None, &["tick"]).ok();
+    assert_eq!(balance(&site, "bob"), Tokens::whole(100) - cost(Tokens::whole(900), elapsed(&job)));
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn killing_a_tick_midway_loses_and_doubles_nothing() {
+    let _cluster = serial();
+    let (control, victim) = (live_site(), live_site());
+    let jobs: Vec<String> = ["gpu:a6000:1", "gpu:rtx2080:2", "gpu:rtx3090:1", "gpu:a6000:1", "gpu:rtx2080:1"]
+        .iter()
+        .map(|gres| sbatch("alice", &[&format!("--gres={gres}"), "--wrap", "sleep 1"]))
+        .collect();
+    for job in &jobs {
+        wait_finished(job);
+    }
+    for delay_ms in (0..120).step_by(8) {
+        let mut tick = std::process::Command::new(crate::common::bin("accountd"))
+            .args(["--config", victim.config.to_str().unwrap(), "tick"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let _ = tick.kill(); // SIGKILL
+        let _ = tick.wait();
+    }
+    victim.accountd(None, &["tick"]).ok();
+    control.accountd(None, &["tick"]).ok();
+    assert_eq!(balance(&victim, "alice"), balance(&control, "alice"));
+    assert!(balance(&control, "alice") < Tokens::whole(100));
+    let history = victim.accountd(None, &["admin", "history", "alice", "--json"]).ok().stdout;
+    let entries: serde_json::Value = serde_json::from_str(&history).unwrap();
+    let charges = entries["entries"].as_array().unwrap().iter().filter(|e| e["kind"] == "charge").count();
+    assert_eq!(charges, jobs.len(), "one charge entry per job: {history}");
+}
+
+fn wait_running(job: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = crate::common::run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", job, "-o", "%T"]).ok();
+        if out.stdout.trim() == "RUNNING" {
+            return;
+        }
+        assert!(Instant::now() < deadline, "job {job} never started: {}", out.stdout);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
