@@ -40,6 +40,8 @@ pub struct Config {
     pub admins: Admins,
     pub intervals: Intervals,
     pub slurm: SlurmTools,
+    /// accountd's HTTP listener (`/metrics`, JSON API); None = off.
+    pub http_listen: Option<std::net::SocketAddr>,
 }
 
 /// Where Slurm's commands are and how far back the first charge cycle reads sacct.
@@ -126,6 +128,20 @@ struct RawConfig {
     intervals: RawIntervals,
     #[serde(default)]
     slurm: RawSlurm,
+    #[serde(default)]
+    http: RawHttp,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawHttp {
+    listen: String,
+}
+
+impl Default for RawHttp {
+    fn default() -> Self {
+        RawHttp { listen: "127.0.0.1:9817".into() }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -258,6 +274,13 @@ impl RawConfig {
             reread: any_duration("slurm.reread", &self.slurm.reread)?,
         };
 
+        let http_listen = match self.http.listen.trim() {
+            "" | "off" => None,
+            text => Some(text.parse().map_err(|e| {
+                invalid("http.listen", format!("'{text}' is not an address like \"127.0.0.1:9817\" ({e})"))
+            })?),
+        };
+
         Ok(Config {
             path: path.to_path_buf(),
             initial,
@@ -272,6 +295,7 @@ impl RawConfig {
             admins: self.admins,
             intervals,
             slurm,
+            http_listen,
         })
     }
 }

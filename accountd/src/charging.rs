@@ -55,6 +55,7 @@ pub fn charge(service: &mut Service, slurm: &Slurm, now: i64) -> CliResult<Charg
 
     let outcome = service.ledger.charge(&records, &service.config.prices, now)?;
     service.ledger.set_meta(READ_UNTIL, &now.to_string())?;
+    service.metrics.record_charge(&outcome, finished.skipped);
     for (gpu_type, secs) in &outcome.unlisted_types {
         tracing::warn!(
             "GPU type '{gpu_type}' is not in [prices]: {secs} GPU-seconds charged at the unlisted-type price"

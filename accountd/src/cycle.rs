@@ -26,6 +26,7 @@ impl fmt::Display for CheckSummary {
 /// Replenishes and republishes the snapshot.
 pub fn check(service: &mut Service, now: i64) -> CliResult<CheckSummary> {
     let replenished = service.ledger.replenish(now)?;
+    service.metrics.replenished.inc_by(replenished.tokens.as_f64());
     let users = publish_snapshot(service, now)?;
     Ok(CheckSummary { replenished, users })
 }
@@ -33,6 +34,7 @@ pub fn check(service: &mut Service, now: i64) -> CliResult<CheckSummary> {
 /// Writes the balance snapshot for the job_submit plugin; returns how many users it lists.
 pub fn publish_snapshot(service: &Service, now: i64) -> CliResult<usize> {
     let accounts = service.ledger.accounts()?;
+    service.metrics.set_balances(&accounts);
     let text = snapshot::render(&accounts, service.ledger.rules(), now);
     let path = &service.config.paths.snapshot;
     snapshot::write_atomically(path, &text)

@@ -16,6 +16,13 @@ pub const USAGE_WINDOW_DAYS: i64 = 30;
 pub struct Service {
     pub config: Config,
     pub ledger: Ledger,
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+}
+
+impl Service {
+    pub fn new(config: Config, ledger: Ledger) -> Service {
+        Service { config, ledger, metrics: Default::default() }
+    }
 }
 
 fn refused(message: String) -> Reply {
@@ -110,7 +117,7 @@ impl Service {
         Ok(Reply::Balances { rows })
     }
 
-    fn balance_row(&self, user: &str, now: i64) -> Result<BalanceRow, Reply> {
+    pub fn balance_row(&self, user: &str, now: i64) -> Result<BalanceRow, Reply> {
         let rules = self.ledger.rules();
         let account = self.ledger.account(user).map_err(from_ledger)?;
         if account.is_none() && !system_user_exists(user) {

@@ -7,10 +7,13 @@ pub mod client;
 pub mod cycle;
 pub mod error;
 pub mod handler;
+pub mod http;
+pub mod metrics;
 pub mod records;
 pub mod sbalance;
 pub mod server;
 pub mod slurm;
+pub mod usage;
 
 /// `accountd --version`: the crate version and the Slurm headers it was built against.
 pub fn version() -> &'static str {

@@ -4,7 +4,7 @@ use accountd::cli::{Cli, Command, ConfigCommand, TimeArg};
 use accountd::error::{CliError, CliResult};
 use accountd::handler::Service;
 use accountd::slurm::Slurm;
-use accountd::{admin, charging, cycle, records, server};
+use accountd::{admin, charging, cycle, http, records, server};
 use clap::Parser;
 use gputokens::access::Caller;
 use gputokens::ledger::Ledger;
@@ -76,11 +76,12 @@ fn open_service(config: Config) -> CliResult<Service> {
         )));
     }
     let ledger = Ledger::open(&config.paths.ledger, (&config).into())?;
-    Ok(Service { config, ledger })
+    Ok(Service::new(config, ledger))
 }
 
 fn serve(config: Config) -> CliResult {
     let socket = config.paths.socket.clone();
+    let http_listen = config.http_listen;
     let service = open_service(config)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -91,7 +92,25 @@ fn serve(config: Config) -> CliResult {
             .map_err(|e| CliError::failed(format!("cannot listen on {}: {e}", socket.display())))?;
         tracing::info!("accountd {} listening on {}", accountd::version(), socket.display());
         let shared = std::sync::Arc::new(std::sync::Mutex::new(service));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        if let Some(addr) = http_listen {
+            let tcp = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| CliError::failed(format!("cannot listen on http {addr}: {e}")))?;
+            tracing::info!("metrics and JSON API on http://{}", tcp.local_addr().unwrap_or(addr));
+            let app = http::router(http::AppState { service: shared.clone() });
+            let mut stopped = stopped.clone();
+            tokio::spawn(async move {
+                let serving = axum::serve(tcp, app).with_graceful_shutdown(async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                });
+                if let Err(e) = serving.await {
+                    tracing::error!("http listener failed: {e}");
+                }
+            });
+        }
         server::launch(listener, shared, shutdown_signal()).await;
+        let _ = stop.send(true);
         let _ = std::fs::remove_file(&socket);
         Ok(())
     })

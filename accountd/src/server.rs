@@ -71,7 +71,9 @@ where
     let started = std::time::Instant::now();
     let run = tokio::task::spawn_blocking(move || {
         let mut s = service.lock().unwrap_or_else(|p| p.into_inner());
-        work(&mut s, gputokens::time::now())
+        let result = work(&mut s, gputokens::time::now());
+        s.metrics.record_cycle(name, started.elapsed().as_secs_f64(), result.is_ok());
+        result
     });
     match run.await {
         Ok(Ok(summary)) => tracing::info!("{name} cycle ({:?}): {summary}", started.elapsed()),

@@ -35,6 +35,10 @@ pub struct ChargeOutcome {
     pub unchanged: usize,
     /// GPU types charged at the unlisted-type price, with the GPU-seconds charged so.
     pub unlisted_types: BTreeMap<String, u64>,
+    /// Tokens charged per (user, GPU type).
+    pub by_user_type: BTreeMap<(String, String), Tokens>,
+    /// Jobs that were charged anything.
+    pub jobs: std::collections::BTreeSet<String>,
 }
 
 impl Ledger {
@@ -119,6 +123,9 @@ fn charge_record(
         if insert_entry(tx, &entry)? == Applied::Added {
             outcome.entries += 1;
             outcome.charged = outcome.charged + due;
+            let by_type = outcome.by_user_type.entry((record.user.clone(), gpu_type.clone())).or_default();
+            *by_type = *by_type + due;
+            outcome.jobs.insert(record.job_id.clone());
         }
         tx.execute(
             "INSERT INTO job_charges (job_id, segment_start, gpu_type, user, charged_until, charged)

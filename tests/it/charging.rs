@@ -119,3 +119,28 @@ fn wait_running(job: &str) {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn serve_charges_on_its_own_and_metrics_show_it() {
+    let _cluster = serial();
+    std::thread::sleep(Duration::from_secs(2));
+    let site = Site::with_prices("", PRICES, &format!("{LIVE}[intervals]\ncharge = \"2s\"\n"));
+    let job = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 3"]);
+    wait_finished(&job);
+    let expected = Tokens::whole(100) - cost(Tokens::whole(3600), elapsed(&job));
+    let url = format!("{}/metrics", site.http_url());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, metrics) = crate::common::http_get(&url);
+        let charged = metrics.lines().any(|l| l.starts_with("gputokens_charged_tokens_total{user=\"alice\",gpu_type=\"a6000\"}"));
+        if charged && balance(&site, "alice") == expected {
+            // Once while it ran, perhaps, and once when it ended.
+            let times = metrics.lines().find_map(|l| l.strip_prefix("gputokens_jobs_charged_total ")).unwrap_or("0");
+            assert!((1..=2).contains(&times.parse::<u64>().unwrap()), "{metrics}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "accountd serve did not charge job {job}:\n{metrics}\n{}", site.log());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}

@@ -95,8 +95,12 @@ impl Site {
         std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let d = dir.path().display();
         // Sites charge from the real cluster only when a test asks: otherwise its jobs would leak in.
-        let slurm =
+        let mut slurm =
             if tables.contains("[slurm]") { String::new() } else { format!("[slurm]\nbin_dir = \"{d}/no-slurm\"\n") };
+        // Parallel sites each get a free port; `http_url` reads it from the log.
+        if !tables.contains("[http]") {
+            slurm.push_str("[http]\nlisten = \"127.0.0.1:0\"\n");
+        }
         let text = format!(
             "{top}\n{prices}{tables}\n{slurm}[paths]\nledger = \"{d}/lib/ledger.sqlite\"\nsnapshot = \"{d}/lib/balances.snapshot\"\nsocket = \"{d}/run/accountd.sock\"\n"
         );
@@ -126,6 +130,18 @@ impl Site {
         let deadline = Instant::now() + Duration::from_secs(20);
         while !socket.exists() {
             assert!(Instant::now() < deadline, "accountd serve did not start: {}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Base URL of the site's HTTP listener, from serve's log line.
+    pub fn http_url(&self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(url) = self.log().lines().find_map(|l| l.split("JSON API on ").nth(1)) {
+                return url.trim().to_string();
+            }
+            assert!(Instant::now() < deadline, "no http listener in the log: {}", self.log());
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -160,6 +176,20 @@ impl Site {
         let out = self.sbalance(None, &["-u", user, "-P", "-n", "-o", "Balance"]).ok();
         out.stdout.trim().to_string()
     }
+}
+
+/// A plain HTTP/1.0 GET: status code and body.
+pub fn http_get(url: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").expect("http URL");
+    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap_or((rest, "/".into()));
+    let mut stream = std::net::TcpStream::connect(host).expect("connect");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, body.to_string())
 }
 
 impl Drop for Site {

@@ -6,5 +6,6 @@ mod charging;
 mod cluster;
 mod common;
 mod config;
+mod http;
 mod sbalance;
 mod worked_example;

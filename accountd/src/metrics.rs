@@ -1,0 +1,160 @@
+//! Prometheus metrics of accountd (prometheus-client), served on `/metrics`.
+
+use std::sync::atomic::AtomicU64;
+
+use gputokens::ledger::{Account, ChargeOutcome};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+type FloatCounter = Counter<f64, AtomicU64>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UserLabels {
+    pub user: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UserGpuLabels {
+    pub user: String,
+    pub gpu_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CycleLabels {
+    pub cycle: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GpuTypeLabels {
+    pub gpu_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GpuLabels {
+    pub node: String,
+    pub gpu: String,
+    pub uuid: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobLabels {
+    pub job: String,
+    pub user: String,
+    pub node: String,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub balance: Family<UserLabels, FloatGauge>,
+    pub charged: Family<UserGpuLabels, FloatCounter>,
+    pub replenished: FloatCounter,
+    pub jobs_charged: Counter,
+    pub cycle_seconds: Family<CycleLabels, FloatGauge>,
+    pub cycle_failures: Family<CycleLabels, Counter>,
+    pub records_skipped: Family<ReasonLabels, Counter>,
+    pub unpriced_gpu_seconds: Family<GpuTypeLabels, Counter>,
+    pub gpu_utilization: Family<GpuLabels, FloatGauge>,
+    pub gpu_memory_used: Family<GpuLabels, FloatGauge>,
+    pub gpu_temperature: Family<GpuLabels, FloatGauge>,
+    pub gpu_power: Family<GpuLabels, FloatGauge>,
+    pub gpu_healthy: Family<GpuLabels, Gauge>,
+    pub job_gpu_utilization: Family<JobLabels, FloatGauge>,
+    pub job_gpu_memory: Family<JobLabels, FloatGauge>,
+    pub job_idle: Family<JobLabels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("gputokens");
+        let m = Metrics {
+            balance: Family::default(),
+            charged: Family::default(),
+            replenished: FloatCounter::default(),
+            jobs_charged: Counter::default(),
+            cycle_seconds: Family::default(),
+            cycle_failures: Family::default(),
+            records_skipped: Family::default(),
+            unpriced_gpu_seconds: Family::default(),
+            gpu_utilization: Family::default(),
+            gpu_memory_used: Family::default(),
+            gpu_temperature: Family::default(),
+            gpu_power: Family::default(),
+            gpu_healthy: Family::default(),
+            job_gpu_utilization: Family::default(),
+            job_gpu_memory: Family::default(),
+            job_idle: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register("balance_tokens", "Token balance per user", m.balance.clone());
+        registry.register("charged_tokens", "Tokens charged per user and GPU type", m.charged.clone());
+        registry.register("replenished_tokens", "Tokens added by daily and monthly replenishment", m.replenished.clone());
+        registry.register("jobs_charged", "Jobs charged, counted once per cycle that charged them (running jobs are charged every cycle)", m.jobs_charged.clone());
+        registry.register("cycle_duration_seconds", "Duration of the last cycle", m.cycle_seconds.clone());
+        registry.register("cycle_failures", "Cycles that failed", m.cycle_failures.clone());
+        registry.register("records_skipped", "Job records not charged, by reason", m.records_skipped.clone());
+        registry.register(
+            "unpriced_gpu_seconds",
+            "GPU-seconds of types missing from [prices], charged at the unlisted-type price",
+            m.unpriced_gpu_seconds.clone(),
+        );
+        registry.register("gpu_utilization_percent", "GPU utilization reported by node agents", m.gpu_utilization.clone());
+        registry.register("gpu_memory_used_bytes", "GPU memory in use", m.gpu_memory_used.clone());
+        registry.register("gpu_temperature_celsius", "GPU temperature", m.gpu_temperature.clone());
+        registry.register("gpu_power_watts", "GPU power draw", m.gpu_power.clone());
+        registry.register("gpu_healthy", "1 when the GPU reports no health problem", m.gpu_healthy.clone());
+        registry.register("job_gpu_utilization_percent", "GPU utilization of a job's processes", m.job_gpu_utilization.clone());
+        registry.register("job_gpu_memory_bytes", "GPU memory used by a job's processes", m.job_gpu_memory.clone());
+        registry.register("job_idle", "1 when a job holds GPUs below the idle threshold for longer than the window", m.job_idle.clone());
+        Metrics { registry, ..m }
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    pub fn set_balances(&self, accounts: &[Account]) {
+        for a in accounts {
+            self.balance.get_or_create(&UserLabels { user: a.user.clone() }).set(a.balance.as_f64());
+        }
+    }
+
+    pub fn record_charge(&self, outcome: &ChargeOutcome, skipped: usize) {
+        for ((user, gpu_type), tokens) in &outcome.by_user_type {
+            self.charged.get_or_create(&UserGpuLabels { user: user.clone(), gpu_type: gpu_type.clone() }).inc_by(tokens.as_f64());
+        }
+        self.jobs_charged.inc_by(outcome.jobs.len() as u64);
+        for (gpu_type, secs) in &outcome.unlisted_types {
+            self.unpriced_gpu_seconds.get_or_create(&GpuTypeLabels { gpu_type: gpu_type.clone() }).inc_by(*secs);
+        }
+        if skipped > 0 {
+            self.records_skipped.get_or_create(&ReasonLabels { reason: "no_gpu_time".into() }).inc_by(skipped as u64);
+        }
+    }
+
+    pub fn record_cycle(&self, cycle: &str, seconds: f64, ok: bool) {
+        let labels = CycleLabels { cycle: cycle.to_string() };
+        self.cycle_seconds.get_or_create(&labels).set(seconds);
+        if !ok {
+            self.cycle_failures.get_or_create(&labels).inc();
+        }
+    }
+}
