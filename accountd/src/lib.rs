@@ -13,7 +13,6 @@ pub mod records;
 pub mod sbalance;
 pub mod server;
 pub mod slurm;
-pub mod usage;
 
 /// `accountd --version`: the crate version and the Slurm headers it was built against.
 pub fn version() -> &'static str {
