@@ -1,6 +1,7 @@
 //! accountd: the gputokens daemon, its admin CLI and `sbalance`, over the `gputokens` core library.
 
 pub mod admin;
+pub mod agent;
 pub mod charging;
 pub mod cli;
 pub mod client;
@@ -13,6 +14,7 @@ pub mod records;
 pub mod sbalance;
 pub mod server;
 pub mod slurm;
+pub mod usage;
 
 /// `accountd --version`: the crate version and the Slurm headers it was built against.
 pub fn version() -> &'static str {

@@ -102,8 +102,16 @@ impl Metrics {
         };
         registry.register("balance_tokens", "Token balance per user", m.balance.clone());
         registry.register("charged_tokens", "Tokens charged per user and GPU type", m.charged.clone());
-        registry.register("replenished_tokens", "Tokens added by daily and monthly replenishment", m.replenished.clone());
-        registry.register("jobs_charged", "Jobs charged, counted once per cycle that charged them (running jobs are charged every cycle)", m.jobs_charged.clone());
+        registry.register(
+            "replenished_tokens",
+            "Tokens added by daily and monthly replenishment",
+            m.replenished.clone(),
+        );
+        registry.register(
+            "jobs_charged",
+            "Jobs charged, counted once per cycle that charged them (running jobs are charged every cycle)",
+            m.jobs_charged.clone(),
+        );
         registry.register("cycle_duration_seconds", "Duration of the last cycle", m.cycle_seconds.clone());
         registry.register("cycle_failures", "Cycles that failed", m.cycle_failures.clone());
         registry.register("records_skipped", "Job records not charged, by reason", m.records_skipped.clone());
@@ -112,14 +120,26 @@ impl Metrics {
             "GPU-seconds of types missing from [prices], charged at the unlisted-type price",
             m.unpriced_gpu_seconds.clone(),
         );
-        registry.register("gpu_utilization_percent", "GPU utilization reported by node agents", m.gpu_utilization.clone());
+        registry.register(
+            "gpu_utilization_percent",
+            "GPU utilization reported by node agents",
+            m.gpu_utilization.clone(),
+        );
         registry.register("gpu_memory_used_bytes", "GPU memory in use", m.gpu_memory_used.clone());
         registry.register("gpu_temperature_celsius", "GPU temperature", m.gpu_temperature.clone());
         registry.register("gpu_power_watts", "GPU power draw", m.gpu_power.clone());
         registry.register("gpu_healthy", "1 when the GPU reports no health problem", m.gpu_healthy.clone());
-        registry.register("job_gpu_utilization_percent", "GPU utilization of a job's processes", m.job_gpu_utilization.clone());
+        registry.register(
+            "job_gpu_utilization_percent",
+            "GPU utilization of a job's processes",
+            m.job_gpu_utilization.clone(),
+        );
         registry.register("job_gpu_memory_bytes", "GPU memory used by a job's processes", m.job_gpu_memory.clone());
-        registry.register("job_idle", "1 when a job holds GPUs below the idle threshold for longer than the window", m.job_idle.clone());
+        registry.register(
+            "job_idle",
+            "1 when a job holds GPUs below the idle threshold for longer than the window",
+            m.job_idle.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -139,7 +159,9 @@ impl Metrics {
 
     pub fn record_charge(&self, outcome: &ChargeOutcome, skipped: usize) {
         for ((user, gpu_type), tokens) in &outcome.by_user_type {
-            self.charged.get_or_create(&UserGpuLabels { user: user.clone(), gpu_type: gpu_type.clone() }).inc_by(tokens.as_f64());
+            self.charged
+                .get_or_create(&UserGpuLabels { user: user.clone(), gpu_type: gpu_type.clone() })
+                .inc_by(tokens.as_f64());
         }
         self.jobs_charged.inc_by(outcome.jobs.len() as u64);
         for (gpu_type, secs) in &outcome.unlisted_types {

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-dev
-      mariadb-server slurmdbd libclang-dev sqlite3 clang)
+      mariadb-server slurmdbd libclang-dev sqlite3 clang prometheus)
 
 missing=()
 for p in "${PKGS[@]}"; do

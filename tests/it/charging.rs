@@ -133,7 +133,8 @@ fn serve_charges_on_its_own_and_metrics_show_it() {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let (_, metrics) = crate::common::http_get(&url);
-        let charged = metrics.lines().any(|l| l.starts_with("gputokens_charged_tokens_total{user=\"alice\",gpu_type=\"a6000\"}"));
+        let charged =
+            metrics.lines().any(|l| l.starts_with("gputokens_charged_tokens_total{user=\"alice\",gpu_type=\"a6000\"}"));
         if charged && balance(&site, "alice") == expected {
             // Once while it ran, perhaps, and once when it ended.
             let times = metrics.lines().find_map(|l| l.strip_prefix("gputokens_jobs_charged_total ")).unwrap_or("0");

@@ -1,0 +1,83 @@
+//! Which Slurm job a process belongs to. slurmd puts every job's processes in a cgroup whose path has a
+//! `job_<id>` component (cgroup v1 and v2 alike); a process outside (e.g. started by ssh into the node
+//! with `pam_slurm_adopt` off) may still carry `SLURM_JOB_ID` in its environment.
+
+use std::path::Path;
+
+/// The job of `pid`, read from `<proc_root>/<pid>/cgroup`, else from `SLURM_JOB_ID` in its environ.
+/// `None` when neither says (or the process is gone, or its environ is not readable).
+pub fn job_of_pid(proc_root: &Path, pid: u32) -> Option<String> {
+    let dir = proc_root.join(pid.to_string());
+    if let Some(job) = std::fs::read_to_string(dir.join("cgroup")).ok().as_deref().and_then(job_from_cgroup) {
+        return Some(job);
+    }
+    std::fs::read(dir.join("environ")).ok().as_deref().and_then(job_from_environ)
+}
+
+/// The job id in a `/proc/<pid>/cgroup` text: lines `hierarchy:controllers:path`.
+pub fn job_from_cgroup(text: &str) -> Option<String> {
+    text.lines()
+        .filter_map(|line| line.splitn(3, ':').nth(2))
+        .flat_map(|path| path.split('/'))
+        .find_map(|part| part.strip_prefix("job_").filter(|id| is_job_id(id)))
+        .map(str::to_owned)
+}
+
+/// `SLURM_JOB_ID` in a NUL-separated `/proc/<pid>/environ`.
+pub fn job_from_environ(environ: &[u8]) -> Option<String> {
+    environ
+        .split(|b| *b == 0)
+        .find_map(|var| var.strip_prefix(b"SLURM_JOB_ID="))
+        .and_then(|id| std::str::from_utf8(id).ok())
+        .filter(|id| is_job_id(id))
+        .map(str::to_owned)
+}
+
+fn is_job_id(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroup_v1_and_v2() {
+        let v1 = "12:pids:/slurm/uid_1000/job_4242/step_0/task_0\n4:memory:/slurm/uid_1000/job_4242/step_0\n";
+        assert_eq!(job_from_cgroup(v1).as_deref(), Some("4242"));
+        let v2 = "0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n";
+        assert_eq!(job_from_cgroup(v2).as_deref(), Some("77"));
+        assert_eq!(job_from_cgroup("0::/user.slice/user-1000.slice/session-3.scope\n"), None);
+        assert_eq!(job_from_cgroup("0::/job_x/job_\n"), None);
+        assert_eq!(job_from_cgroup(""), None);
+    }
+
+    #[test]
+    fn environ() {
+        assert_eq!(job_from_environ(b"HOME=/root\0SLURM_JOB_ID=12\0X=1\0").as_deref(), Some("12"));
+        assert_eq!(job_from_environ(b"SLURM_JOB_IDX=12\0SLURM_JOB_ID=\0"), None);
+        assert_eq!(job_from_environ(b""), None);
+    }
+
+    fn fake_proc(pid: u32, cgroup: &str, environ: &[u8]) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join(pid.to_string());
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("cgroup"), cgroup).unwrap();
+        std::fs::write(dir.join("environ"), environ).unwrap();
+        root
+    }
+
+    #[test]
+    fn cgroup_wins_over_environ() {
+        let root = fake_proc(7, "0::/system.slice/slurmstepd.scope/job_5/step_0\n", b"SLURM_JOB_ID=6\0");
+        assert_eq!(job_of_pid(root.path(), 7).as_deref(), Some("5"));
+    }
+
+    #[test]
+    fn environ_is_the_fallback() {
+        let root = fake_proc(7, "0::/user.slice\n", b"SLURM_JOB_ID=6\0");
+        assert_eq!(job_of_pid(root.path(), 7).as_deref(), Some("6"));
+        assert_eq!(job_of_pid(root.path(), 8), None, "no such process");
+    }
+}

@@ -1,0 +1,164 @@
+//! One pass over every GPU through nvml-wrapper. Lives on the NVML thread (see `nvml`), which owns the
+//! `Nvml` this borrows, so the XID event sets can be kept from one sample to the next.
+
+use super::jobs;
+use super::map::{self, read};
+use super::source::{GpuHealth, GpuSample, NodeSample, ProcessSample, SampleError};
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor};
+use nvml_wrapper::enums::event::XidError;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, EventSet, Nvml};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+
+/// Bounds one drain of an event set, against a driver that never says "no more".
+const MAX_EVENTS_PER_SAMPLE: usize = 1000;
+
+pub struct Sampler<'n> {
+    nvml: &'n Nvml,
+    proc_root: PathBuf,
+    /// One set per GPU, so a GPU that refuses registration costs only its own XIDs.
+    events: HashMap<u32, EventSet<'n>>,
+    no_events: HashSet<u32>,
+    /// uuid and name last read per index, to name a GPU that has fallen off the bus.
+    known: HashMap<u32, (String, String)>,
+    /// Timestamp of the newest utilization sample seen per GPU, so each sample covers only new ones.
+    last_util: HashMap<u32, u64>,
+}
+
+impl<'n> Sampler<'n> {
+    pub fn new(nvml: &'n Nvml, proc_root: PathBuf) -> Self {
+        Sampler {
+            nvml,
+            proc_root,
+            events: HashMap::new(),
+            no_events: HashSet::new(),
+            known: HashMap::new(),
+            last_util: HashMap::new(),
+        }
+    }
+
+    pub fn sample(&mut self) -> Result<NodeSample, SampleError> {
+        let count = self.nvml.device_count().map_err(|e| SampleError::Nvml(e.to_string()))?;
+        let mut gpus = Vec::new();
+        let mut processes = Vec::new();
+        for index in 0..count {
+            let (gpu, procs) = self.gpu(index);
+            gpus.push(gpu);
+            processes.extend(procs);
+        }
+        for p in &mut processes {
+            p.job_id = jobs::job_of_pid(&self.proc_root, p.pid);
+        }
+        Ok(NodeSample { time: chrono::Utc::now(), gpus, processes })
+    }
+
+    fn gpu(&mut self, index: u32) -> (GpuSample, Vec<ProcessSample>) {
+        let mut gpu = GpuSample::empty(index);
+        let procs = match self.nvml.device_by_index(index) {
+            Ok(device) => {
+                metrics(&device, &mut gpu);
+                self.register(index, &device, &mut gpu.health);
+                self.processes(index, &device, &mut gpu.health)
+            }
+            Err(e) => {
+                map::worsen(&mut gpu.health, &e);
+                Vec::new()
+            }
+        };
+        gpu.xids = self.drain(index, &mut gpu.health);
+        match (&gpu.uuid, &gpu.name) {
+            (Some(uuid), Some(name)) => {
+                self.known.insert(index, (uuid.clone(), name.clone()));
+            }
+            _ => {
+                if let Some((uuid, name)) = self.known.get(&index) {
+                    gpu.uuid.get_or_insert_with(|| uuid.clone());
+                    gpu.name.get_or_insert_with(|| name.clone());
+                }
+            }
+        }
+        (gpu, procs)
+    }
+
+    fn processes(&mut self, index: u32, device: &Device<'n>, h: &mut GpuHealth) -> Vec<ProcessSample> {
+        let Some(infos) = read(h, device.running_compute_processes()) else { return Vec::new() };
+        if infos.is_empty() {
+            return Vec::new();
+        }
+        let since = self.last_util.get(&index).copied();
+        let sm = match device.process_utilization_stats(since) {
+            Ok(samples) => {
+                if let Some(newest) = samples.iter().map(|s| s.timestamp).max() {
+                    self.last_util.insert(index, newest);
+                }
+                Some(map::latest_sm(&samples))
+            }
+            // Nobody used the GPU since the last sample.
+            Err(NvmlError::NotFound) => Some(HashMap::new()),
+            Err(e) => {
+                map::worsen(h, &e);
+                None
+            }
+        };
+        map::processes(index, infos, sm.as_ref())
+    }
+
+    /// Registers the GPU for XID events on first use, and again after a failure other than "not
+    /// supported" (e.g. while the GPU was lost).
+    fn register(&mut self, index: u32, device: &Device<'n>, h: &mut GpuHealth) {
+        if self.no_events.contains(&index) || self.events.contains_key(&index) {
+            return;
+        }
+        let set = self.nvml.create_event_set().map_err(Into::into);
+        match set.and_then(|set| device.register_events(EventTypes::CRITICAL_XID_ERROR, set)) {
+            Ok(set) => {
+                self.events.insert(index, set);
+            }
+            Err(e) if matches!(e.error, NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_)) => {
+                self.no_events.insert(index);
+            }
+            Err(e) => map::worsen(h, &e.error),
+        }
+    }
+
+    /// XIDs since the last sample, also of a GPU that is now lost (falling off the bus is XID 79);
+    /// `None` when the GPU is not registered.
+    fn drain(&self, index: u32, h: &mut GpuHealth) -> Option<Vec<u64>> {
+        let set = self.events.get(&index)?;
+        let mut xids = Vec::new();
+        for _ in 0..MAX_EVENTS_PER_SAMPLE {
+            match set.wait(0) {
+                Ok(event) => match event.event_data {
+                    Some(XidError::Value(xid)) => xids.push(xid),
+                    Some(XidError::Unknown) => xids.push(999),
+                    None => {}
+                },
+                Err(NvmlError::Timeout) => break,
+                Err(e) => {
+                    map::worsen(h, &e);
+                    break;
+                }
+            }
+        }
+        Some(xids)
+    }
+}
+
+fn metrics(device: &Device<'_>, gpu: &mut GpuSample) {
+    let h = &mut gpu.health;
+    gpu.uuid = read(h, device.uuid());
+    gpu.name = read(h, device.name());
+    if let Some(u) = read(h, device.utilization_rates()) {
+        gpu.utilization_percent = Some(u.gpu);
+        gpu.memory_utilization_percent = Some(u.memory);
+    }
+    if let Some(m) = read(h, device.memory_info()) {
+        gpu.memory_used_bytes = Some(m.used);
+        gpu.memory_total_bytes = Some(m.total);
+    }
+    gpu.temperature_c = read(h, device.temperature(TemperatureSensor::Gpu));
+    gpu.power_w = read(h, device.power_usage()).map(map::power_w);
+    gpu.ecc_uncorrected = read(h, device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile));
+}

@@ -1,0 +1,109 @@
+//! What the node agent samples, as plain data sent to accountd as JSON, and the `GpuSource` trait.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// Where samples come from: NVML on a GPU node, anything else in tests.
+pub trait GpuSource: Send {
+    fn sample(&mut self) -> Result<NodeSample, SampleError>;
+}
+
+/// One sample of every GPU of a node and the processes on them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeSample {
+    pub time: DateTime<Utc>,
+    pub gpus: Vec<GpuSample>,
+    pub processes: Vec<ProcessSample>,
+}
+
+/// One GPU. A metric is `None` when the GPU does not support it or the read failed (see `health`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuSample {
+    pub index: u32,
+    /// The last one seen, when the GPU can no longer say.
+    pub uuid: Option<String>,
+    pub name: Option<String>,
+    pub utilization_percent: Option<u32>,
+    pub memory_utilization_percent: Option<u32>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub temperature_c: Option<u32>,
+    pub power_w: Option<f64>,
+    /// Volatile uncorrectable ECC errors (since the driver loaded).
+    pub ecc_uncorrected: Option<u64>,
+    /// XIDs seen since the previous sample; `None` when XID events could not be registered for this GPU.
+    pub xids: Option<Vec<u64>>,
+    pub health: GpuHealth,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum GpuHealth {
+    Ok,
+    /// Fallen off the bus (NVML_ERROR_GPU_IS_LOST).
+    Lost,
+    /// A read failed for another reason; the first such error.
+    Error {
+        message: String,
+    },
+}
+
+/// A compute process on a GPU. A process on two GPUs appears once per GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessSample {
+    pub pid: u32,
+    pub gpu_index: u32,
+    pub used_memory_bytes: Option<u64>,
+    /// SM utilization % in the latest sample NVML kept; `None` when the GPU cannot tell.
+    pub sm_utilization_percent: Option<u32>,
+    /// The Slurm job the process belongs to, if any (see `jobs`).
+    pub job_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SampleError {
+    /// The whole sample failed (e.g. the device count could not be read).
+    #[error("NVML: {0}")]
+    Nvml(String),
+    #[error("NVML did not answer within {0:?}")]
+    Timeout(std::time::Duration),
+    #[error("the NVML sampling thread has stopped")]
+    Stopped,
+}
+
+impl GpuSample {
+    /// A GPU with nothing read yet.
+    pub fn empty(index: u32) -> Self {
+        GpuSample {
+            index,
+            uuid: None,
+            name: None,
+            utilization_percent: None,
+            memory_utilization_percent: None,
+            memory_used_bytes: None,
+            memory_total_bytes: None,
+            temperature_c: None,
+            power_w: None,
+            ecc_uncorrected: None,
+            xids: None,
+            health: GpuHealth::Ok,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_shape() {
+        let mut gpu = GpuSample::empty(3);
+        gpu.health = GpuHealth::Error { message: "Unknown Error".into() };
+        let v = serde_json::to_value(&gpu).unwrap();
+        assert_eq!(v["index"], 3);
+        assert_eq!(v["health"], serde_json::json!({"state": "error", "message": "Unknown Error"}));
+        assert_eq!(serde_json::to_value(GpuHealth::Lost).unwrap(), serde_json::json!({"state": "lost"}));
+        let back: GpuSample = serde_json::from_value(v).unwrap();
+        assert_eq!(back, gpu);
+    }
+}

@@ -1,0 +1,219 @@
+//! The agent's real nvml-wrapper code path against fake-nvml's `libnvidia_ml.so`, with processes that
+//! really run, so their job is read from the real /proc.
+
+use accountd::agent::jobs;
+use accountd::agent::{GpuHealth, GpuSource, NodeSample, NvmlOptions, NvmlSource, OpenError};
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::sync::{LazyLock, Mutex, MutexGuard};
+
+const GIB: u64 = 1 << 30;
+
+/// The fake reads `FAKE_NVML_STATE`, which is process-wide: it is set once, and tests using it take turns.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    state: PathBuf,
+}
+
+static FIXTURE: LazyLock<Mutex<Fixture>> = LazyLock::new(|| {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.toml");
+    std::fs::write(&state, "").unwrap();
+    std::env::set_var("FAKE_NVML_STATE", &state);
+    Mutex::new(Fixture { _dir: dir, state })
+});
+
+fn fixture() -> MutexGuard<'static, Fixture> {
+    FIXTURE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Fixture {
+    /// Atomically, since the fake re-reads the file on every call.
+    fn write(&self, text: &str) {
+        let tmp = self.state.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &self.state).unwrap();
+    }
+}
+
+/// fake-nvml's library: target/<profile>/deps/ when cargo built it as this test's dev-dependency,
+/// target/<profile>/ after `cargo build --workspace`.
+fn fake_lib() -> PathBuf {
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_owned();
+    let candidates = [deps.join("libnvidia_ml.so"), deps.parent().unwrap().join("libnvidia_ml.so")];
+    let found = candidates.iter().find(|lib| lib.exists());
+    found.cloned().unwrap_or_else(|| panic!("no {:?}: run `cargo build --workspace` (it builds fake-nvml)", candidates))
+}
+
+/// Children killed and reaped on drop, even when an assertion fails.
+struct Sleepers(Vec<Child>);
+
+impl Sleepers {
+    fn spawn(job: Option<&str>, n: usize) -> Self {
+        Sleepers(
+            (0..n)
+                .map(|_| {
+                    let mut cmd = Command::new("sleep");
+                    cmd.arg("30").env_remove("SLURM_JOB_ID");
+                    if let Some(job) = job {
+                        cmd.env("SLURM_JOB_ID", job);
+                    }
+                    cmd.spawn().unwrap()
+                })
+                .collect(),
+        )
+    }
+
+    fn pid(&self, i: usize) -> u32 {
+        self.0[i].id()
+    }
+}
+
+impl Drop for Sleepers {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Children inherit this test's cgroup; were it a Slurm job's, that job would rightly win over the environment.
+fn expected_job(from_env: Option<&str>) -> Option<String> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    jobs::job_from_cgroup(&own).or(from_env.map(str::to_owned))
+}
+
+/// GPUs 0-3 are A6000s (ECC), 4-7 RTX 2080 Tis (no ECC: left out). GPU `lost` is off the bus (and logged
+/// XID 79, as real ones do); `xids` are GPU 2's XID log.
+fn state(lost: Option<usize>, xids: &[u64], procs: &[(u32, u32, u64, Option<u32>)]) -> String {
+    let mut s = String::new();
+    for i in 0..8u64 {
+        let (name, total, ecc) = if i < 4 {
+            ("NVIDIA RTX A6000", 48 * GIB, format!("ecc_uncorrected = {i}\n"))
+        } else {
+            ("NVIDIA GeForce RTX 2080 Ti", 11 * GIB, String::new())
+        };
+        s += &format!(
+            "[[gpu]]\nuuid = \"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd\"\nname = \"{name}\"\n\
+             util_gpu = {}\nutil_mem = {}\nmem_used = {}\nmem_total = {total}\ntemp = {}\npower_mw = {}\n{ecc}\
+             lost = {}\nxids = {:?}\n",
+            10 + 10 * i,
+            5 * i,
+            i * GIB,
+            40 + i,
+            100_000 + 1_500 * i,
+            lost == Some(i as usize),
+            match i {
+                2 => xids,
+                _ if lost == Some(i as usize) => &[79],
+                _ => &[],
+            },
+        );
+    }
+    for (pid, gpu, mem, sm) in procs {
+        s += &format!("[[process]]\npid = {pid}\ngpu = {gpu}\nused_memory = {mem}\n");
+        if let Some(sm) = sm {
+            s += &format!("sm_util = {sm}\n");
+        }
+    }
+    s
+}
+
+fn open() -> NvmlSource {
+    NvmlSource::open(NvmlOptions::with_lib_path(fake_lib())).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn eight_gpus_their_processes_and_jobs() {
+    let fx = fixture();
+    let job = Sleepers::spawn(Some("4242"), 3);
+    let outside = Sleepers::spawn(None, 1);
+    let procs = [
+        (job.pid(0), 0, 3 * GIB, Some(55)),
+        (job.pid(1), 1, GIB, None), // idle in the window
+        (job.pid(2), 5, GIB, Some(90)),
+        (job.pid(0), 3, 2 * GIB, Some(10)), // one process on two GPUs
+        (outside.pid(0), 7, GIB, Some(1)),
+    ];
+    fx.write(&state(None, &[13], &procs));
+    let mut source = open();
+
+    let first = source.sample().unwrap();
+    assert_eq!(first.gpus.len(), 8);
+    for (i, gpu) in first.gpus.iter().enumerate() {
+        let n = i as u64;
+        assert_eq!(gpu.index as usize, i);
+        assert_eq!(gpu.health, GpuHealth::Ok, "GPU {i}");
+        assert_eq!(gpu.uuid.as_deref(), Some(format!("GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd").as_str()));
+        assert_eq!(gpu.name.as_deref(), Some(if i < 4 { "NVIDIA RTX A6000" } else { "NVIDIA GeForce RTX 2080 Ti" }));
+        assert_eq!(gpu.utilization_percent, Some(10 + 10 * i as u32));
+        assert_eq!(gpu.memory_utilization_percent, Some(5 * i as u32));
+        assert_eq!(gpu.memory_used_bytes, Some(n * GIB));
+        assert_eq!(gpu.memory_total_bytes, Some(if i < 4 { 48 * GIB } else { 11 * GIB }));
+        assert_eq!(gpu.temperature_c, Some(40 + i as u32));
+        assert_eq!(gpu.power_w, Some(100.0 + 1.5 * i as f64));
+        assert_eq!(gpu.ecc_uncorrected, if i < 4 { Some(n) } else { None }, "not supported is no fault");
+        assert_eq!(gpu.xids, Some(vec![]), "XIDs from before registration are not reported");
+    }
+
+    let want_job = expected_job(Some("4242"));
+    let mut got: Vec<_> =
+        first.processes.iter().map(|p| (p.pid, p.gpu_index, p.used_memory_bytes, p.sm_utilization_percent)).collect();
+    got.sort();
+    let mut want: Vec<_> =
+        procs.iter().map(|&(pid, gpu, mem, sm)| (pid, gpu, Some(mem), Some(sm.unwrap_or(0)))).collect();
+    want.sort();
+    assert_eq!(got, want);
+    for p in &first.processes {
+        let expected = if p.pid == outside.pid(0) { expected_job(None) } else { want_job.clone() };
+        assert_eq!(p.job_id, expected, "pid {}", p.pid);
+    }
+
+    // GPU 5 falls off the bus and GPU 2 logs two XIDs, while the source keeps running.
+    fx.write(&state(Some(5), &[13, 79, 48], &procs));
+    let second = source.sample().unwrap();
+    let lost = &second.gpus[5];
+    assert_eq!(lost.health, GpuHealth::Lost);
+    assert_eq!(lost.uuid, first.gpus[5].uuid, "a lost GPU is still named by what was last read");
+    assert_eq!((lost.utilization_percent, lost.memory_used_bytes, lost.power_w), (None, None, None));
+    assert_eq!(lost.xids, Some(vec![79]), "its event set still answers");
+    assert!(second.processes.iter().all(|p| p.gpu_index != 5), "no processes read from a lost GPU");
+    assert_eq!(second.processes.len(), procs.len() - 1);
+    assert_eq!(second.gpus[2].xids, Some(vec![79, 48]));
+    assert!(second.gpus.iter().filter(|g| g.index != 2 && g.index != 5).all(|g| g.xids == Some(vec![])));
+    assert_eq!(second.gpus.iter().filter(|g| g.health != GpuHealth::Ok).count(), 1);
+
+    let third = source.sample().unwrap();
+    assert_eq!(third.gpus[2].xids, Some(vec![]), "each XID is reported once");
+
+    let json = serde_json::to_string(&second).unwrap();
+    assert_eq!(serde_json::from_str::<NodeSample>(&json).unwrap(), second);
+}
+
+#[test]
+fn missing_library_is_a_clear_error() {
+    let path = "/nonexistent/libnvidia-ml.so.1";
+    let err = NvmlSource::open(NvmlOptions::with_lib_path(path)).err().expect("no library, no source");
+    assert!(matches!(err, OpenError::NoLibrary { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.starts_with(&format!("no NVML library found at {path}: ")), "{message}");
+}
+
+#[test]
+fn driver_not_loaded_is_an_init_error() {
+    let fx = fixture();
+    fx.write("init_error = 9\n");
+    let err = NvmlSource::open(NvmlOptions::with_lib_path(fake_lib())).err().expect("init fails");
+    let message = err.to_string();
+    assert!(matches!(err, OpenError::Init { .. }), "{err:?}");
+    assert!(message.contains("the NVIDIA driver is not loaded"), "{message}");
+}
+
+#[test]
+fn no_gpus_is_an_empty_sample() {
+    let fx = fixture();
+    fx.write("");
+    let sample = open().sample().unwrap();
+    assert!(sample.gpus.is_empty() && sample.processes.is_empty());
+}

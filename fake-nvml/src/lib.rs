@@ -1,0 +1,75 @@
+//! A fake `libnvidia-ml.so` for tests on machines without a GPU. Built as `libnvidia_ml.so`; point
+//! nvml-wrapper at it with `Nvml::builder().lib_path(..)`. It exports, with NVML's C ABI, only what the
+//! gputokens agent calls (through nvml-wrapper 0.13):
+//!
+//! `nvmlInit_v2`, `nvmlInitWithFlags`, `nvmlShutdown`, `nvmlErrorString`, `nvmlSystemGetDriverVersion`,
+//! `nvmlDeviceGetCount_v2`, `nvmlDeviceGetHandleByIndex_v2`, `nvmlDeviceGetIndex`, `nvmlDeviceGetUUID`,
+//! `nvmlDeviceGetName`, `nvmlDeviceGetUtilizationRates`, `nvmlDeviceGetMemoryInfo` (and `_v2`),
+//! `nvmlDeviceGetTemperature`, `nvmlDeviceGetPowerUsage`, `nvmlDeviceGetTotalEccErrors`,
+//! `nvmlDeviceGetComputeRunningProcesses_v3`, `nvmlDeviceGetProcessUtilization`,
+//! `nvmlEventSetCreate`, `nvmlDeviceGetSupportedEventTypes`, `nvmlDeviceRegisterEvents`,
+//! `nvmlEventSetWait_v2`, `nvmlEventSetFree`.
+//!
+//! nvml-wrapper looks every symbol up when it loads the library but only fails when a missing one is
+//! called (`FailedToLoadSymbol`), except `nvmlShutdown`, which its `Drop` calls unchecked.
+//!
+//! # State file
+//!
+//! TOML, named by `FAKE_NVML_STATE` and re-read on every call, so a test can change values under a
+//! running agent (replace it atomically: write a temporary file, then rename). Unset: `nvmlInit`
+//! fails with NVML_ERROR_DRIVER_NOT_LOADED; unreadable or invalid: calls fail with NVML_ERROR_UNKNOWN
+//! and a line on stderr. Unknown keys are errors.
+//!
+//! ```toml
+//! driver_version = "550.54.15"   # optional
+//! init_error = 9                 # optional: nvmlInit returns this nvmlReturn_t
+//!
+//! [[gpu]]                        # index 0, then 1, ... in file order
+//! uuid = "GPU-8c6f..."
+//! name = "NVIDIA RTX A6000"
+//! util_gpu = 87                  # %       } any metric left out is
+//! util_mem = 40                  # %       } NVML_ERROR_NOT_SUPPORTED
+//! mem_used = 1073741824          # bytes   } (util_mem and mem_used
+//! mem_total = 51539607552        # bytes   }  default to 0 when their
+//! temp = 65                      # °C      }  partner is given)
+//! power_mw = 250000              # mW      }
+//! ecc_uncorrected = 2            # volatile and aggregate uncorrected count; corrected is always 0
+//! lost = false                   # true: every call about this GPU is NVML_ERROR_GPU_IS_LOST
+//! xids = [79]                    # XID log, append-only: event sets deliver entries added after they
+//!                                # registered the GPU, once each
+//! [[process]]
+//! pid = 1234
+//! gpu = 0                        # index
+//! used_memory = 1073741824       # bytes; left out: NVML_VALUE_NOT_AVAILABLE
+//! sm_util = 50                   # %; left out: no utilization sample for this process
+//! ```
+//!
+//! A bad device or event-set handle, an index past the count or a NULL out-pointer is
+//! NVML_ERROR_INVALID_ARGUMENT; any call but init before init is NVML_ERROR_UNINITIALIZED. No panic
+//! crosses the C boundary: each entry point runs inside `catch_unwind`, and a panic is NVML_ERROR_UNKNOWN.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod api;
+mod events;
+mod ffi;
+pub mod state;
+
+use std::ffi::CStr;
+
+/// `nvmlErrorString`: NVML's wording for the codes this fake returns.
+pub fn error_string(code: state::Ret) -> &'static CStr {
+    use state::*;
+    match code {
+        SUCCESS => c"Success",
+        UNINITIALIZED => c"Uninitialized",
+        INVALID_ARGUMENT => c"Invalid Argument",
+        NOT_SUPPORTED => c"Not Supported",
+        NOT_FOUND => c"Not Found",
+        INSUFFICIENT_SIZE => c"Insufficient Size",
+        DRIVER_NOT_LOADED => c"Driver Not Loaded",
+        TIMEOUT => c"Timeout",
+        GPU_IS_LOST => c"GPU is lost",
+        VERSION_MISMATCH => c"Argument version mismatch",
+        _ => c"Unknown Error",
+    }
+}

@@ -1,0 +1,152 @@
+//! The scripted state file and the safe queries over it (format: see the crate docs).
+
+use nvml_wrapper_sys::bindings as sys;
+use serde::Deserialize;
+
+/// An `nvmlReturn_t`.
+pub type Ret = sys::nvmlReturn_t;
+
+pub const SUCCESS: Ret = sys::nvmlReturn_enum_NVML_SUCCESS;
+pub const UNINITIALIZED: Ret = sys::nvmlReturn_enum_NVML_ERROR_UNINITIALIZED;
+pub const INVALID_ARGUMENT: Ret = sys::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+pub const NOT_SUPPORTED: Ret = sys::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+pub const NOT_FOUND: Ret = sys::nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
+pub const INSUFFICIENT_SIZE: Ret = sys::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+pub const DRIVER_NOT_LOADED: Ret = sys::nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED;
+pub const TIMEOUT: Ret = sys::nvmlReturn_enum_NVML_ERROR_TIMEOUT;
+pub const GPU_IS_LOST: Ret = sys::nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST;
+pub const VERSION_MISMATCH: Ret = sys::nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+pub const UNKNOWN: Ret = sys::nvmlReturn_enum_NVML_ERROR_UNKNOWN;
+
+/// Environment variable naming the state file.
+pub const STATE_ENV: &str = "FAKE_NVML_STATE";
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct State {
+    /// When set, `nvmlInit*` fails with this `nvmlReturn_t` (e.g. 9, driver not loaded).
+    pub init_error: Option<Ret>,
+    #[serde(default = "default_driver_version")]
+    pub driver_version: String,
+    #[serde(default, rename = "gpu")]
+    pub gpus: Vec<Gpu>,
+    #[serde(default, rename = "process")]
+    pub processes: Vec<Process>,
+}
+
+fn default_driver_version() -> String {
+    "550.54.15".into()
+}
+
+/// One GPU; its index is its position in the file. A metric left out is NVML_ERROR_NOT_SUPPORTED.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gpu {
+    pub uuid: String,
+    pub name: String,
+    pub util_gpu: Option<u32>,
+    pub util_mem: Option<u32>,
+    pub mem_used: Option<u64>,
+    pub mem_total: Option<u64>,
+    pub temp: Option<u32>,
+    pub power_mw: Option<u32>,
+    pub ecc_uncorrected: Option<u64>,
+    /// Fallen off the bus: every call about this GPU returns NVML_ERROR_GPU_IS_LOST.
+    #[serde(default)]
+    pub lost: bool,
+    /// XID log, append-only: an event set delivers the entries added after it registered the GPU.
+    #[serde(default)]
+    pub xids: Vec<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Process {
+    pub pid: u32,
+    pub gpu: u32,
+    /// Left out: NVML_VALUE_NOT_AVAILABLE.
+    pub used_memory: Option<u64>,
+    /// Left out: no utilization sample for this process.
+    pub sm_util: Option<u32>,
+}
+
+impl State {
+    /// Reads the file named by `FAKE_NVML_STATE`; unset is "no driver", unreadable is UNKNOWN.
+    pub fn load() -> Result<State, Ret> {
+        let path = std::env::var_os(STATE_ENV).ok_or(DRIVER_NOT_LOADED)?;
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            eprintln!("fake-nvml: cannot read {}: {e}", path.to_string_lossy());
+            UNKNOWN
+        })?;
+        Self::parse(&text).map_err(|e| {
+            eprintln!("fake-nvml: bad state file {}: {e}", path.to_string_lossy());
+            UNKNOWN
+        })
+    }
+
+    pub fn parse(text: &str) -> Result<State, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    pub fn count(&self) -> u32 {
+        u32::try_from(self.gpus.len()).unwrap_or(u32::MAX)
+    }
+
+    /// The GPU at `index`, or the error NVML gives for a bad index or a lost GPU.
+    pub fn gpu(&self, index: u32) -> Result<&Gpu, Ret> {
+        let gpu = self.gpus.get(index as usize).ok_or(INVALID_ARGUMENT)?;
+        if gpu.lost {
+            return Err(GPU_IS_LOST);
+        }
+        Ok(gpu)
+    }
+
+    pub fn processes_on(&self, index: u32) -> impl Iterator<Item = &Process> {
+        self.processes.iter().filter(move |p| p.gpu == index)
+    }
+}
+
+/// A metric the state leaves out is not supported by that GPU.
+pub fn supported<T: Copy>(value: Option<T>) -> Result<T, Ret> {
+    value.ok_or(NOT_SUPPORTED)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = r#"
+        [[gpu]]
+        uuid = "GPU-0"
+        name = "NVIDIA RTX A6000"
+        util_gpu = 87
+        mem_total = 100
+        [[gpu]]
+        uuid = "GPU-1"
+        name = "lost one"
+        lost = true
+        [[process]]
+        pid = 10
+        gpu = 0
+        used_memory = 5
+    "#;
+
+    #[test]
+    fn parses_and_answers() {
+        let st = State::parse(TEXT).unwrap();
+        assert_eq!(st.count(), 2);
+        assert_eq!(st.driver_version, "550.54.15");
+        let gpu = st.gpu(0).unwrap();
+        assert_eq!(supported(gpu.util_gpu), Ok(87));
+        assert_eq!(supported(gpu.temp), Err(NOT_SUPPORTED));
+        assert_eq!(st.gpu(1).unwrap_err(), GPU_IS_LOST);
+        assert_eq!(st.gpu(2).unwrap_err(), INVALID_ARGUMENT);
+        assert_eq!(st.processes_on(0).count(), 1);
+        assert_eq!(st.processes_on(1).count(), 0);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        assert!(State::parse("[[gpu]]\nuuid = \"a\"\nname = \"b\"\ntemperature = 3\n").is_err());
+    }
+}
