@@ -40,8 +40,93 @@ pub struct Config {
     pub admins: Admins,
     pub intervals: Intervals,
     pub slurm: SlurmTools,
-    /// accountd's HTTP listener (`/metrics`, JSON API); None = off.
+    /// accountd's HTTP listener (`/metrics`, JSON API, agent reports); None = off.
     pub http_listen: Option<std::net::SocketAddr>,
+    pub agent: AgentConfig,
+    pub usage: UsageConfig,
+}
+
+/// The NVML node agent (`accountd agent`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    /// accountd serve's HTTP listener, where samples are posted.
+    pub report_to: String,
+    pub interval: String,
+    /// NVML library (nvml-wrapper dlopens it).
+    pub nvml_library: PathBuf,
+    /// The agent's own `/metrics`; "off" disables it.
+    pub listen: String,
+    /// Shared secret: when set, agents send it and accountd refuses reports without it.
+    pub token_file: Option<PathBuf>,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            report_to: "http://127.0.0.1:9817".into(),
+            interval: "30s".into(),
+            nvml_library: "libnvidia-ml.so.1".into(),
+            listen: "127.0.0.1:9818".into(),
+            token_file: None,
+        }
+    }
+}
+
+/// Where GPU utilization comes from and what it is used for.
+#[derive(Debug, Clone)]
+pub struct UsageConfig {
+    pub source: UsageSource,
+    pub charge_basis: ChargeBasis,
+    /// With `measured`, a held GPU is charged at least this fraction of its price.
+    pub measured_min_fraction: f64,
+    /// A job whose GPUs stay below `idle_threshold_percent` for `idle_window` is flagged idle.
+    pub idle_threshold_percent: f64,
+    pub idle_window: Duration,
+    /// Run (argv, no shell) when a job is flagged idle; `{job}`, `{user}`, `{node}` are substituted.
+    pub idle_command: Vec<String>,
+    /// The `[prometheus]` table, read by accountd when `source = "prometheus"`.
+    pub prometheus: Option<toml::Table>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UsageSource {
+    Agents,
+    Prometheus,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChargeBasis {
+    /// GPUs × time held.
+    Allocation,
+    /// GPUs × time held × measured utilization (at least `measured_min_fraction`).
+    Measured,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawUsage {
+    source: UsageSource,
+    charge_basis: ChargeBasis,
+    measured_min_fraction: f64,
+    idle_threshold_percent: f64,
+    idle_window: String,
+    idle_command: Vec<String>,
+}
+
+impl Default for RawUsage {
+    fn default() -> Self {
+        RawUsage {
+            source: UsageSource::Agents,
+            charge_basis: ChargeBasis::Allocation,
+            measured_min_fraction: 0.25,
+            idle_threshold_percent: 5.0,
+            idle_window: "1h".into(),
+            idle_command: Vec::new(),
+        }
+    }
 }
 
 /// Where Slurm's commands are and how far back the first charge cycle reads sacct.
@@ -130,6 +215,11 @@ struct RawConfig {
     slurm: RawSlurm,
     #[serde(default)]
     http: RawHttp,
+    #[serde(default)]
+    agent: AgentConfig,
+    #[serde(default)]
+    usage: RawUsage,
+    prometheus: Option<toml::Table>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -281,6 +371,28 @@ impl RawConfig {
             })?),
         };
 
+        duration("agent.interval", &self.agent.interval)?;
+        if !(0.0..=1.0).contains(&self.usage.measured_min_fraction) {
+            let got = self.usage.measured_min_fraction;
+            return Err(invalid("usage.measured_min_fraction", format!("must be between 0 and 1 (got {got})")));
+        }
+        if !(0.0..=100.0).contains(&self.usage.idle_threshold_percent) {
+            let got = self.usage.idle_threshold_percent;
+            return Err(invalid("usage.idle_threshold_percent", format!("must be between 0 and 100 (got {got})")));
+        }
+        if self.usage.source == UsageSource::Prometheus && self.prometheus.is_none() {
+            return Err(invalid("usage.source", "\"prometheus\" needs a [prometheus] table with its url".into()));
+        }
+        let usage = UsageConfig {
+            source: self.usage.source,
+            charge_basis: self.usage.charge_basis,
+            measured_min_fraction: self.usage.measured_min_fraction,
+            idle_threshold_percent: self.usage.idle_threshold_percent,
+            idle_window: duration("usage.idle_window", &self.usage.idle_window)?,
+            idle_command: self.usage.idle_command,
+            prometheus: self.prometheus,
+        };
+
         Ok(Config {
             path: path.to_path_buf(),
             initial,
@@ -296,6 +408,8 @@ impl RawConfig {
             intervals,
             slurm,
             http_listen,
+            agent: self.agent,
+            usage,
         })
     }
 }

@@ -4,6 +4,7 @@
 pub mod jobs;
 mod map;
 pub mod nvml;
+pub mod report;
 mod sampler;
 pub mod source;
 
