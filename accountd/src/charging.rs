@@ -4,6 +4,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
+use gputokens::config::ChargeBasis;
 use gputokens::ledger::{ChargeOutcome, UsageRecord};
 use gputokens::slurm::{sacct, squeue};
 
@@ -52,6 +53,9 @@ pub fn charge(service: &mut Service, slurm: &Slurm, now: i64) -> CliResult<Charg
     let mut records: Vec<UsageRecord> =
         finished.records.iter().cloned().chain(running.iter().map(|j| j.usage(now))).collect();
     resolve_untyped(&mut records, &nodes_of, slurm);
+    if service.config.usage.charge_basis == ChargeBasis::Measured {
+        weigh_by_utilization(service, &mut records)?;
+    }
 
     let outcome = service.ledger.charge(&records, &service.config.prices, now)?;
     service.ledger.set_meta(READ_UNTIL, &now.to_string())?;
@@ -62,6 +66,19 @@ pub fn charge(service: &mut Service, slurm: &Slurm, now: i64) -> CliResult<Charg
         );
     }
     Ok(ChargeSummary { finished: finished.records.len(), running: running.len(), outcome, skipped: finished.skipped })
+}
+
+/// `charge_basis = "measured"`: a job pays for its GPUs in proportion to their mean measured
+/// utilization, never less than `measured_min_fraction`; a job never measured pays the allocation.
+fn weigh_by_utilization(service: &Service, records: &mut [UsageRecord]) -> CliResult {
+    let floor = service.config.usage.measured_min_fraction;
+    for record in records {
+        if let Some(percent) = service.ledger.mean_utilization(&record.job_id)? {
+            let fraction = (percent / 100.0).clamp(floor, 1.0);
+            record.weight_permille = (fraction * 1000.0).round() as u32;
+        }
+    }
+    Ok(())
 }
 
 /// An untyped allocation on nodes that have a single GPU type is charged as that type.

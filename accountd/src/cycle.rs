@@ -11,6 +11,7 @@ use crate::handler::Service;
 pub struct CheckSummary {
     pub replenished: gputokens::ledger::Replenished,
     pub users: usize,
+    pub usage: Option<String>,
 }
 
 impl fmt::Display for CheckSummary {
@@ -19,16 +20,26 @@ impl fmt::Display for CheckSummary {
             f,
             "{} replenishment entries (+{} tokens), snapshot of {} users written",
             self.replenished.entries, self.replenished.tokens, self.users
-        )
+        )?;
+        match &self.usage {
+            Some(usage) => write!(f, "; {usage}"),
+            None => Ok(()),
+        }
     }
 }
 
-/// Replenishes and republishes the snapshot.
+/// Replenishes, republishes the snapshot and, with a Prometheus usage source, reads job utilization.
+/// A Prometheus failure is logged and does not stop the rest of the cycle.
 pub fn check(service: &mut Service, now: i64) -> CliResult<CheckSummary> {
     let replenished = service.ledger.replenish(now)?;
     service.metrics.replenished.inc_by(replenished.tokens.as_f64());
     let users = publish_snapshot(service, now)?;
-    Ok(CheckSummary { replenished, users })
+    let window = service.config.intervals.check;
+    let usage = crate::usage::poll_prometheus(service, window, now).unwrap_or_else(|e| {
+        tracing::error!("{e}");
+        Some(format!("usage not read: {e}"))
+    });
+    Ok(CheckSummary { replenished, users, usage })
 }
 
 /// Writes the balance snapshot for the job_submit plugin; returns how many users it lists.

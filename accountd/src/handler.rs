@@ -17,11 +17,12 @@ pub struct Service {
     pub config: Config,
     pub ledger: Ledger,
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    pub usage: crate::usage::agents::UsageTracker,
 }
 
 impl Service {
     pub fn new(config: Config, ledger: Ledger) -> Service {
-        Service { config, ledger, metrics: Default::default() }
+        Service { config, ledger, metrics: Default::default(), usage: Default::default() }
     }
 }
 

@@ -6,20 +6,40 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::http::HeaderMap;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use gputokens::protocol::{BalanceRow, Reply};
 
+use crate::agent::report::{read_token, AgentReport, REPORT_PATH};
+use crate::error::{CliError, CliResult};
 use crate::server::Shared;
 
 #[derive(Clone)]
 pub struct AppState {
     pub service: Shared,
+    /// Agents must present this (`[agent] token_file`) when set.
+    agent_token: Option<String>,
+}
+
+impl AppState {
+    pub fn new(service: Shared) -> CliResult<AppState> {
+        let token_file = service.lock().ok().and_then(|s| s.config.agent.token_file.clone());
+        let agent_token = match token_file {
+            Some(path) => Some(
+                read_token(&path)
+                    .map_err(|e| CliError::refused(format!("agent.token_file {}: {e}", path.display())))?,
+            ),
+            None => None,
+        };
+        Ok(AppState { service, agent_token })
+    }
 }
 
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
+        .route(REPORT_PATH, post(agent_report))
         .route("/v1/health", get(|| async { Json(serde_json::json!({ "ok": true })) }))
         .route("/v1/balances", get(balances))
         .route("/v1/balances/{user}", get(balance))
@@ -38,6 +58,33 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         Ok(Ok(text)) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response(),
         Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+async fn agent_report(State(state): State<Arc<AppState>>, headers: HeaderMap, body: String) -> Response {
+    if let Some(token) = &state.agent_token {
+        let presented = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        if presented != Some(token.as_str()) {
+            tracing::warn!("agent report refused: missing or wrong token");
+            return (StatusCode::UNAUTHORIZED, "agent report needs the token of [agent] token_file\n").into_response();
+        }
+    }
+    let report: AgentReport = match serde_json::from_str(&body) {
+        Ok(r) => r,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("malformed agent report: {e}\n")).into_response(),
+    };
+    let service = state.service.clone();
+    let work = tokio::task::spawn_blocking(move || {
+        let mut s = service.lock().unwrap_or_else(|p| p.into_inner());
+        crate::usage::agents::ingest(&mut s, &report)
+    });
+    match work.await {
+        Ok(Ok(summary)) => {
+            tracing::debug!("agent report: {summary}");
+            (StatusCode::OK, "ok\n").into_response()
+        }
+        Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
 }
 

@@ -98,7 +98,7 @@ fn serve(config: Config) -> CliResult {
                 .await
                 .map_err(|e| CliError::failed(format!("cannot listen on http {addr}: {e}")))?;
             tracing::info!("metrics and JSON API on http://{}", tcp.local_addr().unwrap_or(addr));
-            let app = http::router(http::AppState { service: shared.clone() });
+            let app = http::router(http::AppState::new(shared.clone())?);
             let mut stopped = stopped.clone();
             tokio::spawn(async move {
                 let serving = axum::serve(tcp, app).with_graceful_shutdown(async move {

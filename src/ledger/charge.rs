@@ -22,6 +22,9 @@ pub struct UsageRecord {
     pub gpus: BTreeMap<String, u64>,
     /// Seconds held so far.
     pub elapsed: u64,
+    /// Share of the price charged, in permille: 1000 charges the allocation; less with
+    /// `charge_basis = "measured"`.
+    pub weight_permille: u32,
 }
 
 /// What a charging pass did.
@@ -101,7 +104,8 @@ fn charge_record(
         }
         let price = prices.applied(gpu_type);
         let gpu_seconds = gpus * record.elapsed;
-        let total = cost(price.per_gpu_hour, gpu_seconds);
+        let weighted = Tokens::from_micro(price.per_gpu_hour.micro() * record.weight_permille.min(1000) as i64 / 1000);
+        let total = cost(weighted, gpu_seconds);
         // A price lowered mid-job never turns into a refund: charges only move forward.
         let due = (total - charged).max(Tokens::ZERO);
         if !price.listed {
@@ -114,7 +118,7 @@ fn charge_record(
             -due,
             now,
             "gputokens",
-            &format!("{gpus} × {gpu_type} for {}s at {}/GPU-hour", record.elapsed, price.per_gpu_hour),
+            &format!("{gpus} × {gpu_type} for {}s at {}/GPU-hour", record.elapsed, weighted),
             format!("charge:{}:{}:{}:{}", record.job_id, record.segment_start, gpu_type, record.elapsed),
         );
         entry.job_id = Some(record.job_id.clone());

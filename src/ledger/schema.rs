@@ -42,6 +42,13 @@ const MIGRATIONS: &[&str] = &[
      ) WITHOUT ROWID;",
     // 2: small named values, e.g. how far sacct has been read.
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;",
+    // 3: measured GPU utilization per job (from node agents or Prometheus), for charge_basis = "measured".
+    "CREATE TABLE job_utilization (
+        job_id   TEXT PRIMARY KEY,
+        samples  INTEGER NOT NULL,
+        util_sum REAL    NOT NULL,   -- sum of sampled utilization percentages
+        last_at  INTEGER NOT NULL
+     ) WITHOUT ROWID;",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

@@ -38,6 +38,7 @@ fn record(job: &str, user: &str, gpu_type: &str, gpus: u64, elapsed: u64) -> Usa
         segment_start: at("2026-11-30T08:00:00"),
         gpus: BTreeMap::from([(gpu_type.to_string(), gpus)]),
         elapsed,
+        weight_permille: 1000,
     }
 }
 
@@ -183,4 +184,17 @@ fn bad_user_names_are_refused() {
     let mut l = open(&dir, rules());
     assert!(matches!(l.ensure_user("a b", 1), Err(LedgerError::BadUserName(_))));
     assert!(matches!(l.ensure_user("", 1), Err(LedgerError::BadUserName(_))));
+}
+
+#[test]
+fn measured_weight_scales_the_price() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    let half = UsageRecord { weight_permille: 500, ..record("60", "lee", "a6000", 1, 3600) };
+    l.charge(&[half], &seed_prices(), 10).unwrap();
+    assert_eq!(balance(&l, "lee"), Tokens::whole(98));
+    l.record_utilization("60", 30.0, 5).unwrap();
+    l.record_utilization("60", 50.0, 6).unwrap();
+    assert_eq!(l.mean_utilization("60").unwrap(), Some(40.0));
+    assert_eq!(l.mean_utilization("61").unwrap(), None);
 }

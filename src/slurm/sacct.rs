@@ -77,6 +77,7 @@ pub fn parse(text: &str) -> Result<Parsed, SacctError> {
             segment_start,
             gpus: gpus.by_type(UNTYPED),
             elapsed,
+            weight_permille: 1000,
         };
         if let Some(i) = node_list {
             parsed.nodes.insert(record.job_id.clone(), fields[i].trim().to_string());

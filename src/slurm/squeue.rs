@@ -31,6 +31,7 @@ impl RunningJob {
             segment_start: self.start_time,
             gpus: self.gpus.clone(),
             elapsed: (now - self.start_time).max(0) as u64,
+            weight_permille: 1000,
         }
     }
 }

@@ -1,0 +1,195 @@
+//! What accountd does with the node agents' reports: per-GPU and per-job metrics, a utilization
+//! sample per job in the ledger (for `charge_basis = "measured"`), and idle-job detection.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use gputokens::config::UsageConfig;
+
+use crate::agent::report::AgentReport;
+use crate::agent::GpuHealth;
+use crate::error::CliResult;
+use crate::handler::Service;
+use crate::metrics::{GpuLabels, JobLabels, Metrics};
+use crate::slurm::Slurm;
+
+/// Utilization of one job on one node in one sample.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobUtilization {
+    pub job: String,
+    /// Mean utilization of the GPUs the job's processes run on.
+    pub percent: f64,
+    pub memory_bytes: u64,
+}
+
+/// GPU utilization, not per-process SM utilization: it is what every driver reports, and a job's
+/// processes sharing one GPU do not add up past 100.
+pub fn job_utilization(report: &AgentReport) -> Vec<JobUtilization> {
+    let util_of: HashMap<u32, u32> =
+        report.sample.gpus.iter().filter_map(|g| Some((g.index, g.utilization_percent?))).collect();
+    let mut gpus: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+    let mut memory: BTreeMap<&str, u64> = BTreeMap::new();
+    for p in &report.sample.processes {
+        let Some(job) = p.job_id.as_deref() else { continue };
+        gpus.entry(job).or_default().insert(p.gpu_index);
+        *memory.entry(job).or_default() += p.used_memory_bytes.unwrap_or(0);
+    }
+    gpus.into_iter()
+        .map(|(job, indices)| {
+            let known: Vec<f64> = indices.iter().filter_map(|i| util_of.get(i)).map(|u| *u as f64).collect();
+            let percent = if known.is_empty() { 0.0 } else { known.iter().sum::<f64>() / known.len() as f64 };
+            JobUtilization { job: job.to_string(), percent, memory_bytes: memory.get(job).copied().unwrap_or(0) }
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+struct JobWatch {
+    labels: JobLabels,
+    below_since: Option<i64>,
+    flagged: bool,
+}
+
+/// Per-job state between reports.
+#[derive(Debug, Default)]
+pub struct UsageTracker {
+    jobs: HashMap<String, JobWatch>,
+    users: HashMap<String, String>,
+}
+
+impl UsageTracker {
+    /// The job's user, asked of squeue once and remembered.
+    fn user_of(&mut self, job: &str, slurm: &Slurm) -> String {
+        if let Some(user) = self.users.get(job) {
+            return user.clone();
+        }
+        let user = slurm
+            .run("squeue", &["-h", "-j", job, "-o", "%u"])
+            .ok()
+            .and_then(|out| out.lines().next().map(|l| l.trim().to_string()))
+            .filter(|u| !u.is_empty());
+        match user {
+            Some(u) => {
+                self.users.insert(job.to_string(), u.clone());
+                u
+            }
+            None => "unknown".into(),
+        }
+    }
+}
+
+/// Applies one agent report.
+pub fn ingest(service: &mut Service, report: &AgentReport) -> CliResult<String> {
+    record_gpus(&service.metrics, report);
+    let jobs = job_utilization(report);
+    let (count, idle) = apply(service, &report.node, jobs, report.sample.time.timestamp())?;
+    Ok(format!("{}: {} GPUs, {count} jobs, {idle} newly idle", report.node, report.sample.gpus.len()))
+}
+
+/// Records the utilization of the jobs seen on `node` (agents) or cluster-wide (`node` empty,
+/// Prometheus); returns how many jobs and how many became idle.
+pub fn apply(service: &mut Service, node: &str, jobs: Vec<JobUtilization>, now: i64) -> CliResult<(usize, usize)> {
+    let node = node.to_string();
+    let slurm = Slurm::new(&service.config.slurm);
+    let usage = service.config.usage.clone();
+    let mut seen = BTreeSet::new();
+    let mut flagged = Vec::new();
+    for job in jobs {
+        let user = service.usage.user_of(&job.job, &slurm);
+        service.ledger.record_utilization(&job.job, job.percent, now)?;
+        let labels = JobLabels { job: job.job.clone(), user, node: node.clone() };
+        service.metrics.job_gpu_utilization.get_or_create(&labels).set(job.percent);
+        service.metrics.job_gpu_memory.get_or_create(&labels).set(job.memory_bytes as f64);
+        let watch = service.usage.jobs.entry(job.job.clone()).or_insert_with(|| JobWatch {
+            labels: labels.clone(),
+            below_since: None,
+            flagged: false,
+        });
+        if watch_idle(watch, job.percent, now, &usage) {
+            flagged.push(watch.labels.clone());
+        }
+        service.metrics.job_idle.get_or_create(&labels).set(watch.flagged as i64);
+        seen.insert(job.job);
+    }
+    forget_ended_jobs(service, &node, &seen);
+    for labels in &flagged {
+        flag_idle(labels, &usage);
+    }
+    Ok((seen.len(), flagged.len()))
+}
+
+/// Advances a job's idle state; true when it has just become idle.
+fn watch_idle(watch: &mut JobWatch, percent: f64, now: i64, usage: &UsageConfig) -> bool {
+    if percent >= usage.idle_threshold_percent {
+        watch.below_since = None;
+        watch.flagged = false;
+        return false;
+    }
+    let since = *watch.below_since.get_or_insert(now);
+    let idle = now - since >= usage.idle_window.as_secs() as i64;
+    let newly = idle && !watch.flagged;
+    watch.flagged |= idle;
+    newly
+}
+
+fn flag_idle(labels: &JobLabels, usage: &UsageConfig) {
+    tracing::warn!(
+        job = %labels.job, user = %labels.user, node = %labels.node,
+        "job holds GPUs below {}% utilization for longer than {:?}: flagged idle",
+        usage.idle_threshold_percent, usage.idle_window
+    );
+    let Some((program, args)) = usage.idle_command.split_first() else { return };
+    let fill = |a: &String| a.replace("{job}", &labels.job).replace("{user}", &labels.user).replace("{node}", &labels.node);
+    let mut command = std::process::Command::new(fill(program));
+    command.args(args.iter().map(fill));
+    // Waited for on a thread of its own: a slow command must not hold up reports.
+    match command.spawn() {
+        Ok(mut child) => {
+            std::thread::spawn(move || {
+                let _ = child.wait();
+            });
+        }
+        Err(e) => tracing::error!("idle_command {program} failed to start: {e}"),
+    }
+}
+
+/// Jobs of this node missing from its report have ended there: drop their series.
+fn forget_ended_jobs(service: &mut Service, node: &str, seen: &BTreeSet<String>) {
+    let ended: Vec<String> = service
+        .usage
+        .jobs
+        .iter()
+        .filter(|(job, w)| w.labels.node == node && !seen.contains(*job))
+        .map(|(job, _)| job.clone())
+        .collect();
+    for job in ended {
+        if let Some(w) = service.usage.jobs.remove(&job) {
+            service.metrics.job_gpu_utilization.remove(&w.labels);
+            service.metrics.job_gpu_memory.remove(&w.labels);
+            service.metrics.job_idle.remove(&w.labels);
+        }
+        service.usage.users.remove(&job);
+    }
+}
+
+fn record_gpus(metrics: &Metrics, report: &AgentReport) {
+    for gpu in &report.sample.gpus {
+        let labels = GpuLabels {
+            node: report.node.clone(),
+            gpu: gpu.index.to_string(),
+            uuid: gpu.uuid.clone().unwrap_or_default(),
+        };
+        let set = |family: &prometheus_client::metrics::family::Family<GpuLabels, _>, value: Option<f64>| {
+            if let Some(v) = value {
+                let gauge: &prometheus_client::metrics::gauge::Gauge<f64, std::sync::atomic::AtomicU64> =
+                    &family.get_or_create(&labels);
+                gauge.set(v);
+            }
+        };
+        set(&metrics.gpu_utilization, gpu.utilization_percent.map(f64::from));
+        set(&metrics.gpu_memory_used, gpu.memory_used_bytes.map(|b| b as f64));
+        set(&metrics.gpu_temperature, gpu.temperature_c.map(f64::from));
+        set(&metrics.gpu_power, gpu.power_w);
+        let healthy = matches!(gpu.health, GpuHealth::Ok) && gpu.ecc_uncorrected.unwrap_or(0) == 0;
+        metrics.gpu_healthy.get_or_create(&labels).set(healthy as i64);
+    }
+}
