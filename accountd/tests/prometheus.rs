@@ -181,3 +181,71 @@ fn unreachable_prometheus_is_named() {
     let text = e.to_string();
     assert!(text.contains(&url) && text.contains("refused"), "{text}");
 }
+
+/// `accountd serve` with `[usage] source = "prometheus"`: each check cycle reads job utilization from
+/// the real server, shows it on /metrics and flags the job that stays below the idle threshold.
+#[test]
+fn serve_reads_usage_from_prometheus_and_flags_the_idle_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let exporter = start_exporter();
+    let mut prometheus = Prometheus::start(dir.path(), exporter);
+    prometheus.wait_ready();
+    let d = dir.path().display();
+    let config = dir.path().join("gputokens.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[paths]\nledger = \"{d}/ledger.sqlite\"\nsnapshot = \"{d}/balances.snapshot\"\nsocket = \"{d}/accountd.sock\"\n\
+             [intervals]\ncheck = \"1s\"\n[slurm]\nbin_dir = \"{d}/no-slurm\"\n[http]\nlisten = \"127.0.0.1:0\"\n\
+             [usage]\nsource = \"prometheus\"\nidle_threshold_percent = 10\nidle_window = \"2s\"\n\
+             idle_command = [\"/usr/bin/touch\", \"{d}/idle-{{job}}\"]\n[prometheus]\nurl = \"{}\"\n",
+            prometheus.url
+        ),
+    )
+    .unwrap();
+    let check = Command::new(env!("CARGO_BIN_EXE_accountd")).arg("config").arg("check").arg(&config).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+
+    let log = dir.path().join("serve.log");
+    let mut serve = ServeGuard(
+        Command::new(env!("CARGO_BIN_EXE_accountd"))
+            .args(["--config", config.to_str().unwrap(), "serve"])
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    let start = Instant::now();
+    let metrics_url = loop {
+        if let Some(addr) = read_log().lines().find_map(|l| l.split("JSON API on ").nth(1).map(str::to_string)) {
+            break format!("{}/metrics", addr.trim());
+        }
+        assert!(start.elapsed() < DEADLINE && serve.0.try_wait().unwrap().is_none(), "serve: {}", read_log());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let client = reqwest::blocking::Client::new();
+    loop {
+        prometheus.check_alive();
+        let metrics = client.get(&metrics_url).send().unwrap().text().unwrap();
+        let busy = "gputokens_job_gpu_utilization_percent{job=\"101\",user=\"unknown\",node=\"\"} 85.0";
+        let idle = "gputokens_job_idle{job=\"102\",user=\"unknown\",node=\"\"} 1";
+        if metrics.contains(busy) && metrics.contains(idle) && dir.path().join("idle-102").exists() {
+            assert!(metrics.contains("gputokens_job_idle{job=\"101\",user=\"unknown\",node=\"\"} 0"), "{metrics}");
+            assert!(!dir.path().join("idle-101").exists());
+            break;
+        }
+        assert!(start.elapsed() < DEADLINE, "no usage from prometheus:\n{metrics}\n{}", read_log());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(read_log().contains("flagged idle"), "{}", read_log());
+    let _ = serve.0.kill();
+}
+
+struct ServeGuard(Child);
+
+impl Drop for ServeGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
