@@ -39,6 +39,7 @@ fn run(cli: Cli) -> CliResult {
             Ok(())
         }
         Command::Admin(command) => admin::run(&Config::load(&path)?, command),
+        Command::Agent { node, once } => accountd::agent::run::run(&Config::load(&path)?, node, once),
         Command::Serve => serve(Config::load(&path)?),
         Command::Tick { time, skip_charge } => {
             let mut service = open_service(Config::load(&path)?)?;

@@ -2,6 +2,7 @@
 //! tests, which are ignored unless the test cluster is up) a real Slurm cluster.
 
 mod admin;
+mod agent;
 mod charging;
 mod cluster;
 mod common;

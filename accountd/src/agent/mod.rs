@@ -1,10 +1,15 @@
-//! The sampling half of the NVML node agent: what a GPU node reports to accountd (`source`), read through
-//! NVML (`nvml`, `sampler`, `map`) with each GPU process mapped to its Slurm job (`jobs`).
+//! The NVML node agent: what a GPU node reports to accountd (`source`), read through
+//! NVML (`nvml`, `sampler`, `map`) with each GPU process mapped to its Slurm job (`jobs`); and the agent
+//! itself, `accountd agent` (`run`), which posts samples to accountd (`post`) and serves its own `/metrics`
+//! (`export`).
 
+pub mod export;
 pub mod jobs;
 mod map;
 pub mod nvml;
+mod post;
 pub mod report;
+pub mod run;
 mod sampler;
 pub mod source;
 

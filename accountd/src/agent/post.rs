@@ -1,0 +1,58 @@
+//! Posting a report to accountd (blocking: the sampling loop runs on a thread of its own).
+
+use std::time::Duration;
+
+use super::report::{AgentReport, REPORT_PATH};
+
+/// Longer than accountd takes to file a report, short enough that a hung accountd costs one interval.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Enough of an error reply to say why (accountd answers with a short JSON error).
+const MAX_ERROR_BODY: usize = 300;
+
+pub struct Reporter {
+    client: reqwest::blocking::Client,
+    pub url: String,
+    token: Option<String>,
+}
+
+impl Reporter {
+    /// Must not be called, nor the reporter dropped, inside an async runtime (reqwest's blocking client
+    /// runs one of its own).
+    pub fn new(report_to: &str, token: Option<String>) -> Result<Self, String> {
+        let client = reqwest::blocking::Client::builder()
+            .timeout(TIMEOUT)
+            .user_agent(format!("gputokens-agent/{}", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| format!("cannot create the HTTP client: {e}"))?;
+        Ok(Reporter { client, url: format!("{}{REPORT_PATH}", report_to.trim_end_matches('/')), token })
+    }
+
+    pub fn post(&self, report: &AgentReport) -> Result<(), String> {
+        let body = serde_json::to_vec(report).map_err(|e| format!("cannot encode the report: {e}"))?;
+        let mut request =
+            self.client.post(&self.url).header(reqwest::header::CONTENT_TYPE, "application/json").body(body);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        // reqwest's message alone leaves out the cause (connection refused, timed out, ...).
+        let response = request.send().map_err(|e| format!("{}: {}", self.url, chain(&e.without_url())))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        let text = response.text().unwrap_or_default();
+        let text: String = text.trim().chars().take(MAX_ERROR_BODY).collect();
+        Err(format!("{}: HTTP {status} {text}", self.url).trim_end().to_string())
+    }
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text = format!("{text}: {s}");
+        source = s.source();
+    }
+    text
+}

@@ -1,0 +1,239 @@
+//! `accountd agent`: every `[agent] interval`, samples the node's GPUs through NVML, posts the sample to
+//! accountd and serves it on the agent's own `/metrics`. A failed sample or post is logged and tried
+//! again next interval: the agent outlives accountd restarts and GPU trouble.
+
+use std::net::SocketAddr;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use axum::http::header;
+use axum::routing::get;
+use gputokens::Config;
+use prometheus_client::registry::Registry;
+
+use super::export::{self, Exporter};
+use super::post::Reporter;
+use super::report::{read_token, AgentReport};
+use super::{GpuSource, NvmlOptions, NvmlSource, OpenError};
+use crate::error::{CliError, CliResult};
+
+/// How long a stop waits for the loop to finish a sample or post under way.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// `node`: the Slurm node name, `hostname -s` when `None`. `once`: one sample and post, then exit.
+pub fn run(config: &Config, node: Option<String>, once: bool) -> CliResult {
+    let cfg = &config.agent;
+    // Validated by Config::load; parsed again because AgentConfig keeps the text.
+    let interval = humantime::parse_duration(&cfg.interval)
+        .map_err(|e| CliError::refused(format!("agent.interval '{}': {e}", cfg.interval)))?;
+    let node = match node {
+        Some(name) if name.trim().is_empty() => return Err(CliError::refused("--node must not be empty")),
+        Some(name) => name,
+        None => short_hostname()?,
+    };
+    let token = cfg.token_file.as_deref().map(token).transpose()?;
+    let listen = if once { None } else { listen_addr(&cfg.listen)? };
+    let reporter = Reporter::new(&cfg.report_to, token).map_err(CliError::failed)?;
+    let source = NvmlSource::open(NvmlOptions::with_lib_path(&cfg.nvml_library)).map_err(|e| match e {
+        OpenError::Thread(_) => CliError::failed(e.to_string()),
+        _ => CliError::refused(e.to_string()),
+    })?;
+    let (exporter, registry) = Exporter::new();
+    let mut agent = Agent { node, source, reporter, exporter };
+    if once {
+        let summary = agent.step().map_err(CliError::failed)?;
+        tracing::info!("{summary}");
+        return Ok(());
+    }
+    tracing::info!(
+        "accountd agent {} for node {}: reporting to {} every {}",
+        crate::version(),
+        agent.node,
+        agent.reporter.url,
+        humantime::format_duration(interval)
+    );
+    serve(agent, interval, listen, registry)
+}
+
+struct Agent {
+    node: String,
+    source: NvmlSource,
+    reporter: Reporter,
+    exporter: Exporter,
+}
+
+impl Agent {
+    /// One sample, exported and posted; a one-line summary, or what failed.
+    fn step(&mut self) -> Result<String, String> {
+        let sample = self.source.sample().map_err(|e| {
+            self.exporter.sample_failed();
+            format!("sample failed: {e}")
+        })?;
+        self.exporter.update(&self.node, &sample);
+        let summary = format!(
+            "reported {} GPUs and {} GPU processes of {} to {}",
+            sample.gpus.len(),
+            sample.processes.len(),
+            self.node,
+            self.reporter.url
+        );
+        self.reporter.post(&AgentReport { node: self.node.clone(), sample }).map_err(|e| {
+            self.exporter.report_failed();
+            format!("report not delivered: {e}")
+        })?;
+        Ok(summary)
+    }
+}
+
+/// Steps every `interval` (start to start) until `stop` says so or its sender is gone.
+fn sampling_loop(mut agent: Agent, interval: Duration, stop: mpsc::Receiver<()>) {
+    let mut failing = false;
+    loop {
+        let started = Instant::now();
+        match agent.step() {
+            Ok(summary) if failing => {
+                tracing::info!("{summary} (working again)");
+                failing = false;
+            }
+            Ok(summary) => tracing::debug!("{summary}"),
+            Err(e) => {
+                tracing::warn!("{e}; trying again in {}", humantime::format_duration(interval));
+                failing = true;
+            }
+        }
+        if let Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) =
+            stop.recv_timeout(interval.saturating_sub(started.elapsed()))
+        {
+            return;
+        }
+    }
+}
+
+/// Runs the loop on a thread of its own (NVML and reqwest's blocking client block) and the `/metrics`
+/// listener on a small runtime, until SIGTERM or SIGINT.
+fn serve(agent: Agent, interval: Duration, listen: Option<SocketAddr>, registry: Arc<Registry>) -> CliResult {
+    let tcp = listen.map(bind).transpose()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::failed(format!("cannot start the runtime: {e}")))?;
+    let (stop, stopped) = mpsc::channel();
+    // Dropped when the loop's thread ends, however it ends.
+    let (ended_tx, ended) = tokio::sync::oneshot::channel::<()>();
+    // Started outside the runtime: the reporter's blocking client must not be dropped inside it.
+    let worker = std::thread::Builder::new()
+        .name("agent-loop".into())
+        .spawn(move || {
+            let _ended = ended_tx;
+            sampling_loop(agent, interval, stopped)
+        })
+        .map_err(|e| CliError::failed(format!("cannot start the sampling thread: {e}")))?;
+    let outcome = runtime.block_on(async move {
+        let (quit, quitting) = tokio::sync::watch::channel(false);
+        if let Some(tcp) = tcp {
+            let tcp = tokio::net::TcpListener::from_std(tcp)
+                .map_err(|e| CliError::failed(format!("agent metrics listener: {e}")))?;
+            tokio::spawn(serve_metrics(tcp, registry, quitting));
+        }
+        let crashed = tokio::select! {
+            _ = shutdown_signal() => false,
+            _ = ended => true,
+        };
+        let _ = quit.send(true);
+        Ok::<_, CliError>(crashed)
+    });
+    let _ = stop.send(());
+    let deadline = Instant::now() + STOP_GRACE;
+    while !worker.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if outcome? {
+        return Err(CliError::failed("the sampling loop stopped unexpectedly"));
+    }
+    if !worker.is_finished() {
+        tracing::warn!("the sampling loop did not stop within {STOP_GRACE:?}; exiting anyway");
+    }
+    tracing::info!("agent stopped");
+    Ok(())
+}
+
+fn bind(addr: SocketAddr) -> CliResult<std::net::TcpListener> {
+    let tcp = std::net::TcpListener::bind(addr)
+        .and_then(|tcp| tcp.set_nonblocking(true).map(|()| tcp))
+        .map_err(|e| CliError::failed(format!("cannot listen on {addr} (agent.listen): {e}")))?;
+    // Tests and operators with port 0 learn the port from this line.
+    tracing::info!("agent metrics on http://{}", tcp.local_addr().unwrap_or(addr));
+    Ok(tcp)
+}
+
+async fn serve_metrics(
+    tcp: tokio::net::TcpListener,
+    registry: Arc<Registry>,
+    mut quitting: tokio::sync::watch::Receiver<bool>,
+) {
+    let app = axum::Router::new().route(
+        "/metrics",
+        get(move || async move { ([(header::CONTENT_TYPE, OPENMETRICS)], export::encode(&registry)) }),
+    );
+    let serving = axum::serve(tcp, app).with_graceful_shutdown(async move {
+        let _ = quitting.wait_for(|q| *q).await;
+    });
+    if let Err(e) = serving.await {
+        tracing::error!("agent metrics listener failed: {e}");
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+}
+
+fn token(path: &std::path::Path) -> CliResult<String> {
+    let token = read_token(path)
+        .map_err(|e| CliError::refused(format!("cannot read agent.token_file {}: {e}", path.display())))?;
+    if token.is_empty() {
+        return Err(CliError::refused(format!("agent.token_file {} is empty", path.display())));
+    }
+    Ok(token)
+}
+
+fn listen_addr(text: &str) -> CliResult<Option<SocketAddr>> {
+    match text.trim() {
+        "" | "off" => Ok(None),
+        t => t.parse().map(Some).map_err(|e| {
+            CliError::refused(format!("agent.listen: '{t}' is not an address like \"127.0.0.1:9818\" or \"off\" ({e})"))
+        }),
+    }
+}
+
+/// `hostname -s`, which is what Slurm names a node unless told otherwise. Read from /proc, the same
+/// as gethostname(2) on Linux.
+fn short_hostname() -> CliResult<String> {
+    let text = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_err(|e| CliError::failed(format!("cannot read the host name ({e}); give --node NAME")))?;
+    match text.trim().split('.').next() {
+        Some(name) if !name.is_empty() => Ok(name.to_string()),
+        _ => Err(CliError::refused("the host name is empty; give --node NAME")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_off_or_an_address() {
+        assert_eq!(listen_addr("off").unwrap(), None);
+        assert_eq!(listen_addr(" 127.0.0.1:0 ").unwrap(), Some("127.0.0.1:0".parse().unwrap()));
+        let err = listen_addr("localhost").unwrap_err();
+        assert!(err.code == crate::error::EXIT_REFUSED && err.message.contains("agent.listen"), "{err}");
+    }
+}

@@ -1,0 +1,426 @@
+//! `accountd agent` as a process: NVML is fake-nvml's library scripted by a state file, accountd is a
+//! small HTTP server recording what it is sent, and the job is a real process carrying SLURM_JOB_ID.
+
+use accountd::agent::jobs;
+use accountd::agent::report::{AgentReport, REPORT_PATH};
+use accountd::agent::GpuHealth;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const GIB: u64 = 1 << 30;
+const WAIT: Duration = Duration::from_secs(8);
+const OK: &str = "200 OK";
+
+/// fake-nvml's library, built as this test's dev-dependency (or by `cargo build --workspace`).
+fn fake_lib() -> PathBuf {
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_owned();
+    let candidates = [deps.join("libnvidia_ml.so"), deps.parent().unwrap().join("libnvidia_ml.so")];
+    let found = candidates.iter().find(|lib| lib.exists());
+    found.cloned().unwrap_or_else(|| panic!("no {:?}: run `cargo build --workspace` (it builds fake-nvml)", candidates))
+}
+
+/// Polls `f` until it gives something or `WAIT` has passed.
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Request {
+    method: String,
+    path: String,
+    headers: HashMap<String, String>,
+    body: Vec<u8>,
+}
+
+/// Stands in for accountd: records each request and answers `status`, one connection at a time.
+#[derive(Clone)]
+struct ReportServer {
+    requests: Arc<Mutex<Vec<Request>>>,
+}
+
+impl ReportServer {
+    fn start(listener: TcpListener, status: &'static str) -> ReportServer {
+        let server = ReportServer { requests: Arc::default() };
+        let requests = server.requests.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                if let Some(request) = answer(stream, status) {
+                    requests.lock().unwrap().push(request);
+                }
+            }
+        });
+        server
+    }
+
+    fn requests(&self) -> Vec<Request> {
+        self.requests.lock().unwrap().clone()
+    }
+
+    fn wait_for_requests(&self, n: usize) -> Vec<Request> {
+        wait_for(&format!("{n} reports"), || Some(self.requests()).filter(|r| r.len() >= n))
+    }
+}
+
+fn answer(stream: TcpStream, status: &str) -> Option<Request> {
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let mut reader = BufReader::new(stream.try_clone().ok()?);
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next()?.to_string(), parts.next()?.to_string());
+    let mut headers = HashMap::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).ok()?;
+        let Some((name, value)) = line.trim_end().split_once(':') else { break };
+        headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_string());
+    }
+    let len = headers.get("content-length").and_then(|l| l.parse().ok()).unwrap_or(0);
+    let mut body = vec![0; len];
+    reader.read_exact(&mut body).ok()?;
+    let reply = if status.starts_with("200") { r#"{"ok":true}"# } else { r#"{"error":"bad token"}"# };
+    let mut stream = stream;
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{reply}",
+        reply.len()
+    );
+    Some(Request { method, path, headers, body })
+}
+
+/// Children killed and reaped on drop, even when an assertion fails.
+struct Sleeper(Child);
+
+impl Sleeper {
+    fn spawn(job: Option<&str>) -> Sleeper {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("30").env_remove("SLURM_JOB_ID");
+        if let Some(job) = job {
+            cmd.env("SLURM_JOB_ID", job);
+        }
+        Sleeper(cmd.spawn().unwrap())
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Children inherit this test's cgroup; were it a Slurm job's, that job would rightly win over the environment.
+fn expected_job(from_env: Option<&str>) -> Option<String> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    jobs::job_from_cgroup(&own).or(from_env.map(str::to_owned))
+}
+
+/// A temp dir with the config, the fake's state file and maybe a token file.
+struct Site {
+    dir: tempfile::TempDir,
+}
+
+impl Site {
+    /// `listen` and `extra` go into `[agent]` as they are.
+    fn new(report_to: &str, listen: &str, extra: &str) -> Site {
+        let site = Site { dir: tempfile::tempdir().unwrap() };
+        let config = format!(
+            "[agent]\nreport_to = \"{report_to}\"\ninterval = \"200ms\"\nnvml_library = \"{}\"\nlisten = \"{listen}\"\n{extra}",
+            fake_lib().display()
+        );
+        std::fs::write(site.config(), config).unwrap();
+        site.write_state("");
+        site
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn config(&self) -> PathBuf {
+        self.path("gputokens.toml")
+    }
+
+    /// Atomically, since the fake re-reads the file on every call.
+    fn write_state(&self, text: &str) {
+        let tmp = self.path("state.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.path("state.toml")).unwrap();
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_accountd"));
+        cmd.arg("--config").arg(self.config()).arg("agent").args(args);
+        cmd.env("FAKE_NVML_STATE", self.path("state.toml")).env("GPUTOKENS_LOG", "info").env_remove("GPUTOKENS_CONF");
+        cmd
+    }
+
+    fn start(&self, args: &[&str]) -> Agent {
+        let mut child = self.command(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (pipe, sink) = (child.stderr.take().unwrap(), log.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        Agent { child, log }
+    }
+}
+
+/// Two GPUs: an A6000 with ECC and an RTX 2080 Ti without; `procs` are (pid, gpu, bytes, sm %).
+fn two_gpus(procs: &[(u32, u32, u64, Option<u32>)]) -> String {
+    let mut s = format!(
+        "[[gpu]]\nuuid = \"GPU-a6000-0\"\nname = \"NVIDIA RTX A6000\"\nutil_gpu = 87\nutil_mem = 40\n\
+         mem_used = {}\nmem_total = {}\ntemp = 65\npower_mw = 250500\necc_uncorrected = 0\n\
+         [[gpu]]\nuuid = \"GPU-2080-1\"\nname = \"NVIDIA GeForce RTX 2080 Ti\"\nutil_gpu = 13\nutil_mem = 5\n\
+         mem_used = {GIB}\nmem_total = {}\ntemp = 50\npower_mw = 120000\n",
+        3 * GIB,
+        48 * GIB,
+        11 * GIB
+    );
+    for (pid, gpu, mem, sm) in procs {
+        s += &format!("[[process]]\npid = {pid}\ngpu = {gpu}\nused_memory = {mem}\n");
+        if let Some(sm) = sm {
+            s += &format!("sm_util = {sm}\n");
+        }
+    }
+    s
+}
+
+struct Agent {
+    child: Child,
+    log: Arc<Mutex<String>>,
+}
+
+impl Agent {
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn wait_log(&self, needle: &str, times: usize) {
+        wait_for(&format!("{times} × '{needle}' in the agent's log"), || {
+            Some(()).filter(|()| self.log().matches(needle).count() >= times)
+        });
+    }
+
+    fn metrics_url(&self) -> String {
+        const LINE: &str = "agent metrics on http://";
+        self.wait_log(LINE, 1);
+        let log = self.log();
+        let addr = log.split(LINE).nth(1).unwrap().split_whitespace().next().unwrap().to_string();
+        format!("http://{addr}/metrics")
+    }
+
+    fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// SIGTERM, then the exit code and how long it took to stop.
+    fn terminate(mut self) -> (Option<i32>, Duration) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let started = Instant::now();
+        let status = wait_for("the agent to exit", || self.child.try_wait().unwrap());
+        (status.code(), started.elapsed())
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `series{labels}` → value, from the text exposition.
+fn scrape(url: &str) -> HashMap<String, f64> {
+    let text = reqwest::blocking::get(url).unwrap().error_for_status().unwrap().text().unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.rsplit_once(' ').map(|(series, v)| (series.to_string(), v.parse().unwrap())))
+        .collect()
+}
+
+fn report(request: &Request) -> AgentReport {
+    serde_json::from_slice(&request.body).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&request.body)))
+}
+
+fn server(status: &'static str) -> (ReportServer, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    (ReportServer::start(listener, status), url)
+}
+
+#[test]
+fn posts_reports_with_the_token_and_serves_metrics() {
+    let (server, url) = server(OK);
+    let site = Site::new(&url, "127.0.0.1:0", "");
+    std::fs::write(site.path("token"), "s3cret\n").unwrap();
+    let text = std::fs::read_to_string(site.config()).unwrap();
+    std::fs::write(site.config(), format!("{text}token_file = \"{}\"\n", site.path("token").display())).unwrap();
+    let job = Sleeper::spawn(Some("777"));
+    let outside = Sleeper::spawn(None);
+    site.write_state(&two_gpus(&[
+        (job.pid(), 0, 2 * GIB, Some(60)),
+        (job.pid(), 1, GIB, Some(10)),
+        (outside.pid(), 1, GIB / 2, None),
+    ]));
+    let agent = site.start(&["--node", "gpu-n01"]);
+
+    let first = server.wait_for_requests(1).remove(0);
+    assert_eq!((first.method.as_str(), first.path.as_str()), ("POST", REPORT_PATH));
+    assert_eq!(first.headers.get("authorization").map(String::as_str), Some("Bearer s3cret"));
+    assert_eq!(first.headers.get("content-type").map(String::as_str), Some("application/json"));
+    let r = report(&first);
+    assert_eq!(r.node, "gpu-n01");
+    assert_eq!(r.sample.gpus.len(), 2);
+    let (a, b) = (&r.sample.gpus[0], &r.sample.gpus[1]);
+    assert_eq!((a.uuid.as_deref(), a.name.as_deref()), (Some("GPU-a6000-0"), Some("NVIDIA RTX A6000")));
+    assert_eq!((a.utilization_percent, a.memory_used_bytes, a.temperature_c), (Some(87), Some(3 * GIB), Some(65)));
+    assert_eq!((a.power_w, a.ecc_uncorrected, &a.health), (Some(250.5), Some(0), &GpuHealth::Ok));
+    assert_eq!((b.utilization_percent, b.ecc_uncorrected, b.power_w), (Some(13), None, Some(120.0)));
+    let job_id = expected_job(Some("777"));
+    let mut procs: Vec<_> = r.sample.processes.iter().map(|p| (p.pid, p.gpu_index, p.job_id.clone())).collect();
+    procs.sort();
+    let mut want =
+        vec![(job.pid(), 0, job_id.clone()), (job.pid(), 1, job_id.clone()), (outside.pid(), 1, expected_job(None))];
+    want.sort();
+    assert_eq!(procs, want);
+
+    // The agent's own /metrics.
+    let url = agent.metrics_url();
+    let m = scrape(&url);
+    let gpu = |name: &str, i: u32, uuid: &str| {
+        m.get(&format!("gputokens_agent_{name}{{node=\"gpu-n01\",gpu=\"{i}\",uuid=\"{uuid}\"}}")).copied()
+    };
+    assert_eq!(gpu("gpu_utilization_percent", 0, "GPU-a6000-0"), Some(87.0), "{m:#?}");
+    assert_eq!(gpu("gpu_memory_used_bytes", 0, "GPU-a6000-0"), Some((3 * GIB) as f64));
+    assert_eq!(gpu("gpu_temperature_celsius", 0, "GPU-a6000-0"), Some(65.0));
+    assert_eq!(gpu("gpu_power_watts", 0, "GPU-a6000-0"), Some(250.5));
+    assert_eq!(gpu("gpu_healthy", 0, "GPU-a6000-0"), Some(1.0));
+    assert_eq!(gpu("gpu_ecc_uncorrected_errors", 0, "GPU-a6000-0"), Some(0.0));
+    assert_eq!(gpu("gpu_ecc_uncorrected_errors", 1, "GPU-2080-1"), None, "no ECC, no series");
+    assert_eq!(gpu("gpu_utilization_percent", 1, "GPU-2080-1"), Some(13.0));
+    let job_series = |name: &str| {
+        m.get(&format!("gputokens_agent_{name}{{job=\"{}\",node=\"gpu-n01\"}}", job_id.as_deref().unwrap())).copied()
+    };
+    assert_eq!(job_series("job_gpu_utilization_percent"), Some(50.0), "mean of 87 and 13");
+    assert_eq!(job_series("job_gpu_memory_bytes"), Some((3 * GIB) as f64));
+    assert_eq!(job_series("job_gpus"), Some(2.0));
+    assert_eq!(m.get("gputokens_agent_report_failures_total"), Some(&0.0));
+
+    // The job ends and GPU 1 falls off the bus: their series go, GPU 1 is unhealthy.
+    site.write_state(&two_gpus(&[]).replace("power_mw = 120000\n", "power_mw = 120000\nlost = true\n"));
+    let m = wait_for("the job's series to go", || {
+        Some(scrape(&url)).filter(|m| {
+            !m.keys().any(|k| k.contains("job=") || k.contains("gpu_utilization_percent{node=\"gpu-n01\",gpu=\"1\""))
+        })
+    });
+    assert_eq!(gpu_of(&m, "gpu_healthy", 1), Some(0.0), "{m:#?}");
+    assert_eq!(gpu_of(&m, "gpu_utilization_percent", 0), Some(87.0));
+    assert!(server.requests().iter().all(|r| r.headers.get("authorization").is_some_and(|a| a == "Bearer s3cret")));
+
+    let (code, took) = agent.terminate();
+    assert_eq!(code, Some(0));
+    assert!(took < Duration::from_secs(3), "stopping took {took:?}");
+}
+
+fn gpu_of(m: &HashMap<String, f64>, name: &str, i: u32) -> Option<f64> {
+    let prefix = format!("gputokens_agent_{name}{{node=\"gpu-n01\",gpu=\"{i}\",");
+    m.iter().find(|(k, _)| k.starts_with(&prefix)).map(|(_, v)| *v)
+}
+
+#[test]
+fn once_posts_one_report_without_a_token_named_after_the_host() {
+    let (server, url) = server(OK);
+    let site = Site::new(&url, "127.0.0.1:0", "");
+    site.write_state(&two_gpus(&[]));
+    let out = site.command(&["--once"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("agent metrics on"), "--once serves no metrics: {stderr}");
+    let requests = server.wait_for_requests(1);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(server.requests().len(), 1);
+    assert_eq!(requests[0].headers.get("authorization"), None);
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let r = report(&requests[0]);
+    assert_eq!(r.node, host.trim().split('.').next().unwrap());
+    assert_eq!(r.sample.gpus.len(), 2);
+}
+
+#[test]
+fn refuses_to_start_without_nvml_or_token() {
+    let site = Site::new("http://127.0.0.1:1", "127.0.0.1:0", "");
+    let text = std::fs::read_to_string(site.config()).unwrap();
+    let lib = fake_lib().display().to_string();
+    std::fs::write(site.config(), text.replace(&lib, "/nonexistent/libnvidia-ml.so.1")).unwrap();
+    let out = site.command(&["--once"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no NVML library found at /nonexistent/libnvidia-ml.so.1"), "{stderr}");
+
+    let missing = site.path("no-such-token");
+    let site = Site::new("http://127.0.0.1:1", "127.0.0.1:0", &format!("token_file = \"{}\"\n", missing.display()));
+    let out = site.command(&[]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&missing.display().to_string()), "{stderr}");
+}
+
+#[test]
+fn keeps_sampling_while_accountd_is_down() {
+    // A port nobody listens on, until the server below takes it.
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    let site = Site::new(&url, "off", "");
+    site.write_state(&two_gpus(&[]));
+
+    let out = site.command(&["--once"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("{url}{REPORT_PATH}")), "{stderr}");
+
+    let mut agent = site.start(&["--node", "n2"]);
+    agent.wait_log("report not delivered", 3);
+    assert!(agent.running(), "{}", agent.log());
+    assert!(!agent.log().contains("agent metrics on"), "listen = \"off\"");
+
+    let server = ReportServer::start(TcpListener::bind(("127.0.0.1", port)).unwrap(), OK);
+    let requests = server.wait_for_requests(2);
+    assert!(requests.iter().all(|r| report(r).node == "n2"));
+    agent.wait_log("(working again)", 1);
+    let (code, _) = agent.terminate();
+    assert_eq!(code, Some(0));
+}
+
+#[test]
+fn an_http_error_is_a_failed_report() {
+    let (server, url) = server("401 Unauthorized");
+    let site = Site::new(&url, "off", "");
+    site.write_state(&two_gpus(&[]));
+    let out = site.command(&["--once"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("HTTP 401 Unauthorized") && stderr.contains("bad token"), "{stderr}");
+    assert_eq!(server.wait_for_requests(1).len(), 1);
+}

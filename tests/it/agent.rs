@@ -1,0 +1,83 @@
+//! The NVML node agent end to end: real Slurm jobs on the test cluster, GPUs simulated by the fake
+//! libnvidia-ml (the real nvml-wrapper code path), reports to a real `accountd serve`.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::cluster::{sbatch, serial};
+use crate::common::{bin, http_get, run_as, Site};
+
+/// A process of `job` (its batch script), from `scontrol listpids`.
+fn pid_of(job: &str) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = run_as(None, Path::new("/usr/bin/scontrol"), &["listpids", job]);
+        let pid = out.stdout.lines().skip(1).find_map(|l| l.split_whitespace().next()?.parse().ok());
+        if let Some(pid) = pid {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "job {job} has no processes: {}{}", out.stdout, out.stderr);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Eight GPUs like the cluster's gres.conf; the busy job's process on GPU 6, the idle one's on GPU 4.
+fn fake_state(busy_pid: u32, idle_pid: u32) -> String {
+    let mut state = String::new();
+    for (i, (name, util)) in
+        [("rtx2080", 0), ("rtx2080", 0), ("rtx2080", 0), ("rtx2080", 0), ("rtx3090", 1), ("rtx3090", 0), ("a6000", 90), ("a6000", 0)]
+            .iter()
+            .enumerate()
+    {
+        state += &format!(
+            "[[gpu]]\nuuid = \"GPU-{i:08}\"\nname = \"NVIDIA {name}\"\nutil_gpu = {util}\nutil_mem = 10\nmem_used = 1048576\n\
+             mem_total = 25769803776\ntemp = 50\npower_mw = 100000\n"
+        );
+    }
+    state + &format!(
+        "[[process]]\npid = {busy_pid}\ngpu = 6\nused_memory = 2097152\nsm_util = 88\n\
+         [[process]]\npid = {idle_pid}\ngpu = 4\nused_memory = 1048576\nsm_util = 0\n"
+    )
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn agent_reports_job_utilization_and_accountd_flags_the_idle_job() {
+    let _cluster = serial();
+    let site = Site::start(
+        "",
+        "[slurm]\nfirst_lookback = \"1s\"\n[usage]\nidle_threshold_percent = 5\nidle_window = \"1s\"\n",
+    );
+    let busy = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 60"]);
+    let idle = sbatch("bob", &["--gres=gpu:rtx3090:1", "--wrap", "sleep 60"]);
+    let state = site.file("nvml-state.toml", &fake_state(pid_of(&busy), pid_of(&idle)));
+    let agent_config = site.file(
+        "agent.toml",
+        &format!(
+            "[agent]\nreport_to = \"{}\"\nnvml_library = \"{}\"\nlisten = \"off\"\ninterval = \"1s\"\n",
+            site.http_url(),
+            bin("accountd").parent().unwrap().join("libnvidia_ml.so").display()
+        ),
+    );
+    let report = || {
+        let out = Command::new(bin("accountd"))
+            .args(["--config", &agent_config, "agent", "--node", "vm", "--once"])
+            .env("FAKE_NVML_STATE", &state)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "agent: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    report();
+    std::thread::sleep(Duration::from_millis(1500));
+    report();
+
+    let (_, metrics) = http_get(&format!("{}/metrics", site.http_url()));
+    run_as(None, Path::new("/usr/bin/scancel"), &[&busy, &idle]).ok();
+    let busy_util = format!("gputokens_job_gpu_utilization_percent{{job=\"{busy}\",user=\"alice\",node=\"vm\"}} 90.0");
+    assert!(metrics.contains(&busy_util), "{metrics}");
+    assert!(metrics.contains(&format!("gputokens_job_idle{{job=\"{busy}\",user=\"alice\",node=\"vm\"}} 0")), "{metrics}");
+    assert!(metrics.contains(&format!("gputokens_job_idle{{job=\"{idle}\",user=\"bob\",node=\"vm\"}} 1")), "{metrics}");
+    assert!(metrics.contains("gputokens_gpu_utilization_percent{node=\"vm\",gpu=\"6\",uuid=\"GPU-00000006\"} 90.0"), "{metrics}");
+    assert!(site.log().contains("flagged idle"), "{}", site.log());
+}
