@@ -30,7 +30,8 @@ fn run(cli: Cli) -> CliResult {
     match cli.command {
         Command::Config(ConfigCommand::Check { file }) => {
             let file = file.unwrap_or(path);
-            Config::load(&file)?;
+            let config = Config::load(&file)?;
+            accountd::usage::prometheus_source(&config)?;
             println!("{}: valid", file.display());
             Ok(())
         }

@@ -25,20 +25,29 @@ fn pid_of(job: &str) -> u32 {
 /// Eight GPUs like the cluster's gres.conf; the busy job's process on GPU 6, the idle one's on GPU 4.
 fn fake_state(busy_pid: u32, idle_pid: u32) -> String {
     let mut state = String::new();
-    for (i, (name, util)) in
-        [("rtx2080", 0), ("rtx2080", 0), ("rtx2080", 0), ("rtx2080", 0), ("rtx3090", 1), ("rtx3090", 0), ("a6000", 90), ("a6000", 0)]
-            .iter()
-            .enumerate()
+    for (i, (name, util)) in [
+        ("rtx2080", 0),
+        ("rtx2080", 0),
+        ("rtx2080", 0),
+        ("rtx2080", 0),
+        ("rtx3090", 1),
+        ("rtx3090", 0),
+        ("a6000", 90),
+        ("a6000", 0),
+    ]
+    .iter()
+    .enumerate()
     {
         state += &format!(
             "[[gpu]]\nuuid = \"GPU-{i:08}\"\nname = \"NVIDIA {name}\"\nutil_gpu = {util}\nutil_mem = 10\nmem_used = 1048576\n\
              mem_total = 25769803776\ntemp = 50\npower_mw = 100000\n"
         );
     }
-    state + &format!(
-        "[[process]]\npid = {busy_pid}\ngpu = 6\nused_memory = 2097152\nsm_util = 88\n\
+    state
+        + &format!(
+            "[[process]]\npid = {busy_pid}\ngpu = 6\nused_memory = 2097152\nsm_util = 88\n\
          [[process]]\npid = {idle_pid}\ngpu = 4\nused_memory = 1048576\nsm_util = 0\n"
-    )
+        )
 }
 
 #[test]
@@ -76,8 +85,14 @@ fn agent_reports_job_utilization_and_accountd_flags_the_idle_job() {
     run_as(None, Path::new("/usr/bin/scancel"), &[&busy, &idle]).ok();
     let busy_util = format!("gputokens_job_gpu_utilization_percent{{job=\"{busy}\",user=\"alice\",node=\"vm\"}} 90.0");
     assert!(metrics.contains(&busy_util), "{metrics}");
-    assert!(metrics.contains(&format!("gputokens_job_idle{{job=\"{busy}\",user=\"alice\",node=\"vm\"}} 0")), "{metrics}");
+    assert!(
+        metrics.contains(&format!("gputokens_job_idle{{job=\"{busy}\",user=\"alice\",node=\"vm\"}} 0")),
+        "{metrics}"
+    );
     assert!(metrics.contains(&format!("gputokens_job_idle{{job=\"{idle}\",user=\"bob\",node=\"vm\"}} 1")), "{metrics}");
-    assert!(metrics.contains("gputokens_gpu_utilization_percent{node=\"vm\",gpu=\"6\",uuid=\"GPU-00000006\"} 90.0"), "{metrics}");
+    assert!(
+        metrics.contains("gputokens_gpu_utilization_percent{node=\"vm\",gpu=\"6\",uuid=\"GPU-00000006\"} 90.0"),
+        "{metrics}"
+    );
     assert!(site.log().contains("flagged idle"), "{}", site.log());
 }

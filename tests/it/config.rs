@@ -48,3 +48,14 @@ fn missing_file_is_named() {
     assert_eq!(out.code, 2);
     assert!(out.stderr.contains("/nonexistent/gputokens.toml: cannot read"), "{}", out.stderr);
 }
+
+#[test]
+fn prometheus_source_needs_a_valid_table() {
+    let out = check("[usage]\nsource = \"prometheus\"\n");
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("usage.source") && out.stderr.contains("[prometheus]"), "{}", out.stderr);
+    let out = check("[usage]\nsource = \"prometheus\"\n[prometheus]\nurl = \"ftp://x\"\n");
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("[prometheus]") && out.stderr.contains("ftp://x"), "{}", out.stderr);
+    check("[usage]\nsource = \"prometheus\"\n[prometheus]\nurl = \"http://127.0.0.1:9090\"\n").ok();
+}

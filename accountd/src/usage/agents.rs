@@ -1,10 +1,11 @@
 //! What accountd does with the node agents' reports: per-GPU and per-job metrics, a utilization
 //! sample per job in the ledger (for `charge_basis = "measured"`), and idle-job detection.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
 use gputokens::config::UsageConfig;
 
+use crate::agent::export::job_use;
 use crate::agent::report::AgentReport;
 use crate::agent::GpuHealth;
 use crate::error::CliResult;
@@ -21,24 +22,12 @@ pub struct JobUtilization {
     pub memory_bytes: u64,
 }
 
-/// GPU utilization, not per-process SM utilization: it is what every driver reports, and a job's
-/// processes sharing one GPU do not add up past 100.
+/// Per job, as the agent computes it for its own metrics (`agent::export::job_use`): the mean GPU
+/// utilization of the GPUs the job's processes run on.
 pub fn job_utilization(report: &AgentReport) -> Vec<JobUtilization> {
-    let util_of: HashMap<u32, u32> =
-        report.sample.gpus.iter().filter_map(|g| Some((g.index, g.utilization_percent?))).collect();
-    let mut gpus: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
-    let mut memory: BTreeMap<&str, u64> = BTreeMap::new();
-    for p in &report.sample.processes {
-        let Some(job) = p.job_id.as_deref() else { continue };
-        gpus.entry(job).or_default().insert(p.gpu_index);
-        *memory.entry(job).or_default() += p.used_memory_bytes.unwrap_or(0);
-    }
-    gpus.into_iter()
-        .map(|(job, indices)| {
-            let known: Vec<f64> = indices.iter().filter_map(|i| util_of.get(i)).map(|u| *u as f64).collect();
-            let percent = if known.is_empty() { 0.0 } else { known.iter().sum::<f64>() / known.len() as f64 };
-            JobUtilization { job: job.to_string(), percent, memory_bytes: memory.get(job).copied().unwrap_or(0) }
-        })
+    job_use(&report.sample)
+        .into_iter()
+        .map(|(job, used)| JobUtilization { job, percent: used.percent, memory_bytes: used.memory_bytes })
         .collect()
 }
 
@@ -138,7 +127,8 @@ fn flag_idle(labels: &JobLabels, usage: &UsageConfig) {
         usage.idle_threshold_percent, usage.idle_window
     );
     let Some((program, args)) = usage.idle_command.split_first() else { return };
-    let fill = |a: &String| a.replace("{job}", &labels.job).replace("{user}", &labels.user).replace("{node}", &labels.node);
+    let fill =
+        |a: &String| a.replace("{job}", &labels.job).replace("{user}", &labels.user).replace("{node}", &labels.node);
     let mut command = std::process::Command::new(fill(program));
     command.args(args.iter().map(fill));
     // Waited for on a thread of its own: a slow command must not hold up reports.
