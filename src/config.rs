@@ -44,6 +44,22 @@ pub struct Config {
     pub http_listen: Option<std::net::SocketAddr>,
     pub agent: AgentConfig,
     pub usage: UsageConfig,
+    /// How shards and MPS units are charged as fractions of a GPU.
+    pub sharing: crate::tres::Sharing,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawSharing {
+    shards_per_gpu: u64,
+    mps_per_gpu: u64,
+}
+
+impl Default for RawSharing {
+    fn default() -> Self {
+        let d = crate::tres::Sharing::default();
+        RawSharing { shards_per_gpu: d.shards_per_gpu, mps_per_gpu: d.mps_per_gpu }
+    }
 }
 
 /// The NVML node agent (`accountd agent`).
@@ -220,6 +236,8 @@ struct RawConfig {
     #[serde(default)]
     usage: RawUsage,
     prometheus: Option<toml::Table>,
+    #[serde(default)]
+    sharing: RawSharing,
 }
 
 #[derive(Debug, Deserialize)]
@@ -393,6 +411,16 @@ impl RawConfig {
             prometheus: self.prometheus,
         };
 
+        for (key, value) in
+            [("sharing.shards_per_gpu", self.sharing.shards_per_gpu), ("sharing.mps_per_gpu", self.sharing.mps_per_gpu)]
+        {
+            if value == 0 {
+                return Err(invalid(key, "must be at least 1".into()));
+            }
+        }
+        let sharing =
+            crate::tres::Sharing { shards_per_gpu: self.sharing.shards_per_gpu, mps_per_gpu: self.sharing.mps_per_gpu };
+
         Ok(Config {
             path: path.to_path_buf(),
             initial,
@@ -410,6 +438,7 @@ impl RawConfig {
             http_listen,
             agent: self.agent,
             usage,
+            sharing,
         })
     }
 }

@@ -52,8 +52,14 @@ impl PriceTable {
 /// Cost of `gpu_seconds` (GPUs × seconds held) at `per_gpu_hour`, rounded up to a whole micro-token.
 /// Rounding up is applied to a job's cumulative cost, so incremental charges add up to the same total.
 pub fn cost(per_gpu_hour: Tokens, gpu_seconds: u64) -> Tokens {
-    let exact = per_gpu_hour.micro() as i128 * gpu_seconds as i128;
-    let micro = (exact + SECONDS_PER_HOUR - 1).div_euclid(SECONDS_PER_HOUR);
+    cost_milli(per_gpu_hour, gpu_seconds.saturating_mul(crate::tres::MILLI))
+}
+
+/// Cost of `milli_gpu_seconds` (milli-GPUs × seconds, so shards are fractions), rounded up.
+pub fn cost_milli(per_gpu_hour: Tokens, milli_gpu_seconds: u64) -> Tokens {
+    let divisor = SECONDS_PER_HOUR * crate::tres::MILLI as i128;
+    let exact = per_gpu_hour.micro() as i128 * milli_gpu_seconds as i128;
+    let micro = (exact + divisor - 1).div_euclid(divisor);
     Tokens::from_micro(micro.min(i64::MAX as i128) as i64)
 }
 

@@ -45,13 +45,15 @@ pub fn charge(service: &mut Service, slurm: &Slurm, now: i64) -> CliResult<Charg
         None => now - tools.first_lookback.as_secs() as i64,
     };
 
-    let finished = sacct::parse(&slurm.sacct(since, now)?).map_err(|e| CliError::failed(format!("sacct: {e}")))?;
+    let sharing = service.config.sharing;
+    let finished =
+        sacct::parse(&slurm.sacct(since, now)?, sharing).map_err(|e| CliError::failed(format!("sacct: {e}")))?;
     let running = squeue::running_gpu_jobs(&slurm.squeue_json()?).map_err(|e| CliError::failed(e.to_string()))?;
 
     let mut nodes_of: HashMap<String, String> = finished.nodes.clone();
     nodes_of.extend(running.iter().map(|j| (j.job_id.clone(), j.nodes.clone())));
     let mut records: Vec<UsageRecord> =
-        finished.records.iter().cloned().chain(running.iter().map(|j| j.usage(now))).collect();
+        finished.records.iter().cloned().chain(running.iter().map(|j| j.usage(now, sharing))).collect();
     resolve_untyped(&mut records, &nodes_of, slurm);
     if service.config.usage.charge_basis == ChargeBasis::Measured {
         weigh_by_utilization(service, &mut records)?;
@@ -83,20 +85,20 @@ fn weigh_by_utilization(service: &Service, records: &mut [UsageRecord]) -> CliRe
 
 /// An untyped allocation on nodes that have a single GPU type is charged as that type.
 fn resolve_untyped(records: &mut [UsageRecord], nodes_of: &HashMap<String, String>, slurm: &Slurm) {
-    if !records.iter().any(|r| r.gpus.contains_key(sacct::UNTYPED)) {
+    if !records.iter().any(|r| r.milli_gpus.contains_key(sacct::UNTYPED)) {
         return;
     }
     let types_by_node = match slurm.node_gpu_types() {
         Ok(t) => t,
         Err(e) => return tracing::warn!("cannot learn node GPU types for untyped allocations: {e}"),
     };
-    for record in records.iter_mut().filter(|r| r.gpus.contains_key(sacct::UNTYPED)) {
+    for record in records.iter_mut().filter(|r| r.milli_gpus.contains_key(sacct::UNTYPED)) {
         let Some(hostlist) = nodes_of.get(&record.job_id) else { continue };
         let Ok(hosts) = slurm.hostnames(hostlist) else { continue };
         let types: BTreeSet<&String> = hosts.iter().filter_map(|h| types_by_node.get(h)).flatten().collect();
         if let [only] = types.into_iter().collect::<Vec<_>>().as_slice() {
-            let count = record.gpus.remove(sacct::UNTYPED).unwrap_or(0);
-            *record.gpus.entry((*only).clone()).or_default() += count;
+            let count = record.milli_gpus.remove(sacct::UNTYPED).unwrap_or(0);
+            *record.milli_gpus.entry((*only).clone()).or_default() += count;
         }
     }
 }

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
+use axum::http::HeaderMap;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use gputokens::protocol::{BalanceRow, Reply};
@@ -63,7 +63,8 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 
 async fn agent_report(State(state): State<Arc<AppState>>, headers: HeaderMap, body: String) -> Response {
     if let Some(token) = &state.agent_token {
-        let presented = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        let presented =
+            headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
         if presented != Some(token.as_str()) {
             tracing::warn!("agent report refused: missing or wrong token");
             return (StatusCode::UNAUTHORIZED, "agent report needs the token of [agent] token_file\n").into_response();

@@ -17,7 +17,8 @@ pub fn charge_file(service: &mut Service, file: &Path, now: i64) -> CliResult<St
         std::fs::File::open(file).and_then(|mut f| f.read_to_string(&mut text))
     };
     read.map_err(|e| CliError::refused(format!("{}: {e}", file.display())))?;
-    let parsed = sacct::parse(&text).map_err(|e| CliError::refused(format!("{}: {e}", file.display())))?;
+    let parsed = sacct::parse(&text, service.config.sharing)
+        .map_err(|e| CliError::refused(format!("{}: {e}", file.display())))?;
     let records: Vec<_> = parsed.records.iter().chain(&parsed.active).cloned().collect();
     let outcome = service.ledger.charge(&records, &service.config.prices, now)?;
     publish_snapshot(service, now)?;

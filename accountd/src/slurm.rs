@@ -57,8 +57,8 @@ impl Slurm {
         let mut types: HashMap<String, BTreeSet<String>> = HashMap::new();
         for line in text.lines() {
             let Some((node, gres)) = line.split_once('|') else { continue };
-            let found = gputokens::slurm::squeue::gpus_from_gres_detail(std::iter::once(gres));
-            types.entry(node.trim().to_string()).or_default().extend(found.into_keys());
+            let found = gputokens::slurm::squeue::alloc_from_gres_detail(std::iter::once(gres));
+            types.entry(node.trim().to_string()).or_default().extend(found.gpus.typed.into_keys());
         }
         Ok(types)
     }

@@ -8,8 +8,9 @@ use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::{ensure_user, insert_entry, Applied, EntryKind, Ledger, LedgerError, NewEntry};
 use crate::policy::BucketRules;
-use crate::pricing::{cost, PriceTable};
+use crate::pricing::{cost_milli, PriceTable};
 use crate::tokens::Tokens;
+use crate::tres::MILLI;
 
 /// GPU time held by one run segment of one job, up to now (running) or to its end (finished).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,8 +19,8 @@ pub struct UsageRecord {
     pub user: String,
     /// Unix start of this run segment (a requeued job has several).
     pub segment_start: i64,
-    /// GPUs held per lower-case GPU type.
-    pub gpus: BTreeMap<String, u64>,
+    /// Milli-GPUs held per lower-case GPU type (1000 = one GPU; shards and MPS are fractions).
+    pub milli_gpus: BTreeMap<String, u64>,
     /// Seconds held so far.
     pub elapsed: u64,
     /// Share of the price charged, in permille: 1000 charges the allocation; less with
@@ -89,7 +90,7 @@ fn charge_record(
     now: i64,
     outcome: &mut ChargeOutcome,
 ) -> Result<(), LedgerError> {
-    for (gpu_type, &gpus) in &record.gpus {
+    for (gpu_type, &milli) in &record.milli_gpus {
         let progress: Option<(i64, i64)> = tx
             .query_row(
                 "SELECT charged_until, charged FROM job_charges
@@ -103,13 +104,12 @@ fn charge_record(
             continue;
         }
         let price = prices.applied(gpu_type);
-        let gpu_seconds = gpus * record.elapsed;
         let weighted = Tokens::from_micro(price.per_gpu_hour.micro() * record.weight_permille.min(1000) as i64 / 1000);
-        let total = cost(weighted, gpu_seconds);
+        let total = cost_milli(weighted, milli * record.elapsed);
         // A price lowered mid-job never turns into a refund: charges only move forward.
         let due = (total - charged).max(Tokens::ZERO);
         if !price.listed {
-            *outcome.unlisted_types.entry(gpu_type.clone()).or_default() += gpus * (record.elapsed - until);
+            *outcome.unlisted_types.entry(gpu_type.clone()).or_default() += milli * (record.elapsed - until) / MILLI;
         }
         ensure_user(tx, rules, &record.user, now)?;
         let mut entry = NewEntry::new(
@@ -118,12 +118,12 @@ fn charge_record(
             -due,
             now,
             "gputokens",
-            &format!("{gpus} × {gpu_type} for {}s at {}/GPU-hour", record.elapsed, weighted),
+            &format!("{} × {gpu_type} for {}s at {}/GPU-hour", gpus_text(milli), record.elapsed, weighted),
             format!("charge:{}:{}:{}:{}", record.job_id, record.segment_start, gpu_type, record.elapsed),
         );
         entry.job_id = Some(record.job_id.clone());
         entry.gpu_type = Some(gpu_type.clone());
-        entry.gpu_seconds = Some(gpus * (record.elapsed - until));
+        entry.gpu_seconds = Some(milli * (record.elapsed - until) / MILLI);
         if insert_entry(tx, &entry)? == Applied::Added {
             outcome.entries += 1;
             outcome.charged = outcome.charged + due;
@@ -147,4 +147,9 @@ fn charge_record(
         )?;
     }
     Ok(())
+}
+
+/// `8`, or `0.25` for a quarter of a GPU.
+fn gpus_text(milli: u64) -> String {
+    crate::tokens::Tokens::from_micro((milli * 1000) as i64).to_string()
 }

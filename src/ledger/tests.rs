@@ -36,7 +36,7 @@ fn record(job: &str, user: &str, gpu_type: &str, gpus: u64, elapsed: u64) -> Usa
         job_id: job.into(),
         user: user.into(),
         segment_start: at("2026-11-30T08:00:00"),
-        gpus: BTreeMap::from([(gpu_type.to_string(), gpus)]),
+        milli_gpus: BTreeMap::from([(gpu_type.to_string(), gpus * 1000)]),
         elapsed,
         weight_permille: 1000,
     }
@@ -197,4 +197,18 @@ fn measured_weight_scales_the_price() {
     l.record_utilization("60", 50.0, 6).unwrap();
     assert_eq!(l.mean_utilization("60").unwrap(), Some(40.0));
     assert_eq!(l.mean_utilization("61").unwrap(), None);
+}
+
+#[test]
+fn a_shard_pays_its_fraction_of_the_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    let quarter = UsageRecord {
+        milli_gpus: BTreeMap::from([("a6000".to_string(), 250)]),
+        ..record("70", "mo", "a6000", 1, 3600)
+    };
+    l.charge(&[quarter], &seed_prices(), 10).unwrap();
+    assert_eq!(balance(&l, "mo"), Tokens::whole(99));
+    let history = l.history("mo").unwrap();
+    assert!(history[1].reason.starts_with("0.25 × a6000 for 3600s"), "{}", history[1].reason);
 }

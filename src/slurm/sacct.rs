@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use crate::ledger::UsageRecord;
 use crate::time::parse_timestamp;
-use crate::tres::{parse_alloc_tres, TresError};
+use crate::tres::{parse_alloc_tres, Sharing, TresError};
 
 /// The columns to ask sacct for (`sacct -X -D -P -o ...`); any order works when parsing.
 pub const FIELDS: &str = "JobIDRaw,User,AllocTRES,ElapsedRaw,Start,State,NodeList";
@@ -40,7 +40,7 @@ pub struct Parsed {
     pub skipped: usize,
 }
 
-pub fn parse(text: &str) -> Result<Parsed, SacctError> {
+pub fn parse(text: &str, sharing: Sharing) -> Result<Parsed, SacctError> {
     let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
     let (_, header) = lines.next().ok_or(SacctError::NoHeader)?;
     let columns: HashMap<&str, usize> = header.split('|').enumerate().map(|(i, c)| (c.trim(), i)).collect();
@@ -75,7 +75,7 @@ pub fn parse(text: &str) -> Result<Parsed, SacctError> {
             job_id: job_id.to_string(),
             user: user.to_string(),
             segment_start,
-            gpus: gpus.by_type(UNTYPED),
+            milli_gpus: gpus.milli_by_type(UNTYPED, sharing),
             elapsed,
             weight_permille: 1000,
         };
@@ -106,21 +106,24 @@ mod tests {
 
     #[test]
     fn keeps_gpu_records_and_skips_the_rest() {
-        let p = parse(SAMPLE).unwrap();
+        let p = parse(SAMPLE, Sharing::default()).unwrap();
         assert_eq!(p.skipped, 2);
         assert_eq!(p.records.len(), 1);
         assert_eq!(p.records[0].job_id, "7");
-        assert_eq!(p.records[0].gpus.get("a6000"), Some(&1));
+        assert_eq!(p.records[0].milli_gpus.get("a6000"), Some(&1000));
         assert_eq!(p.records[0].elapsed, 61);
         assert_eq!(p.active.len(), 1);
-        assert_eq!(p.active[0].gpus.get(UNTYPED), Some(&2));
+        assert_eq!(p.active[0].milli_gpus.get(UNTYPED), Some(&2000));
     }
 
     #[test]
     fn errors_name_the_problem() {
-        assert_eq!(parse("").unwrap_err(), SacctError::NoHeader);
-        assert_eq!(parse("JobIDRaw|User\n").unwrap_err(), SacctError::MissingColumn("AllocTRES"));
-        let err = parse("JobIDRaw|User|AllocTRES|ElapsedRaw|Start\n1|a|gres/gpu:x=1|zz|2026-11-22T10:00:00\n");
+        assert_eq!(parse("", Sharing::default()).unwrap_err(), SacctError::NoHeader);
+        assert_eq!(parse("JobIDRaw|User\n", Sharing::default()).unwrap_err(), SacctError::MissingColumn("AllocTRES"));
+        let err = parse(
+            "JobIDRaw|User|AllocTRES|ElapsedRaw|Start\n1|a|gres/gpu:x=1|zz|2026-11-22T10:00:00\n",
+            Sharing::default(),
+        );
         assert!(err.unwrap_err().to_string().contains("ElapsedRaw 'zz'"));
     }
 }

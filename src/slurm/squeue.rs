@@ -3,12 +3,10 @@
 //! node, e.g. `gpu:a6000:2(IDX:0,2)`), since 22.05 leaves them out of `tres_alloc_str` unless
 //! AccountingStorageTRES lists them; `tres_alloc_str` is the fallback.
 
-use std::collections::BTreeMap;
-
 use serde_json::Value;
 
 use crate::ledger::UsageRecord;
-use crate::tres::parse_alloc_tres;
+use crate::tres::{parse_alloc_tres, GpuAllocation, Sharing};
 
 /// A running job as squeue reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,18 +16,18 @@ pub struct RunningJob {
     pub start_time: i64,
     pub nodes: String,
     pub partition: String,
-    /// GPUs per lower-case type; untyped ones under [`super::sacct::UNTYPED`].
-    pub gpus: BTreeMap<String, u64>,
+    /// GPUs, shards and MPS units held.
+    pub alloc: GpuAllocation,
 }
 
 impl RunningJob {
     /// The usage record of this run segment up to `now`.
-    pub fn usage(&self, now: i64) -> UsageRecord {
+    pub fn usage(&self, now: i64, sharing: Sharing) -> UsageRecord {
         UsageRecord {
             job_id: self.job_id.clone(),
             user: self.user.clone(),
             segment_start: self.start_time,
-            gpus: self.gpus.clone(),
+            milli_gpus: self.alloc.milli_by_type(super::sacct::UNTYPED, sharing),
             elapsed: (now - self.start_time).max(0) as u64,
             weight_permille: 1000,
         }
@@ -48,22 +46,19 @@ pub enum SqueueError {
 pub fn running_gpu_jobs(json: &str) -> Result<Vec<RunningJob>, SqueueError> {
     let doc: Value = serde_json::from_str(json)?;
     let jobs = doc.get("jobs").and_then(Value::as_array).ok_or(SqueueError::NoJobs)?;
-    Ok(jobs.iter().filter_map(running_job).filter(|j| !j.gpus.is_empty()).collect())
+    Ok(jobs.iter().filter_map(running_job).filter(|j| !j.alloc.is_empty()).collect())
 }
 
 fn running_job(job: &Value) -> Option<RunningJob> {
     if !state_is(job.get("job_state")?, "RUNNING") {
         return None;
     }
-    let gpus = job
+    let alloc = job
         .get("gres_detail")
         .and_then(Value::as_array)
-        .map(|per_node| gpus_from_gres_detail(per_node.iter().filter_map(Value::as_str)))
-        .filter(|g| !g.is_empty())
-        .or_else(|| {
-            let tres = job.get("tres_alloc_str").and_then(Value::as_str)?;
-            Some(parse_alloc_tres(tres).ok()?.by_type(super::sacct::UNTYPED))
-        })
+        .map(|per_node| alloc_from_gres_detail(per_node.iter().filter_map(Value::as_str)))
+        .filter(|a| !a.is_empty())
+        .or_else(|| parse_alloc_tres(job.get("tres_alloc_str").and_then(Value::as_str)?).ok())
         .unwrap_or_default();
     Some(RunningJob {
         job_id: number(job.get("job_id")?)?.to_string(),
@@ -71,7 +66,7 @@ fn running_job(job: &Value) -> Option<RunningJob> {
         start_time: number(job.get("start_time")?)?,
         nodes: job.get("nodes").and_then(Value::as_str).unwrap_or_default().to_string(),
         partition: job.get("partition").and_then(Value::as_str).unwrap_or_default().to_string(),
-        gpus,
+        alloc,
     })
 }
 
@@ -92,30 +87,27 @@ fn number(v: &Value) -> Option<i64> {
     }
 }
 
-/// Sums `gpu:TYPE:N(IDX:..)` / `gpu:N(IDX:..)` entries over all nodes.
-pub fn gpus_from_gres_detail<'a>(per_node: impl Iterator<Item = &'a str>) -> BTreeMap<String, u64> {
-    let mut gpus = BTreeMap::new();
+/// Sums `gpu:TYPE:N(IDX:..)`, `gpu:N(IDX:..)`, `shard:TYPE:N(..)` and `mps:..` entries over all
+/// nodes (also the form of sinfo's `%G`).
+pub fn alloc_from_gres_detail<'a>(per_node: impl Iterator<Item = &'a str>) -> GpuAllocation {
+    let mut alloc = GpuAllocation::default();
     for node in per_node {
         for entry in split_outside_parens(node) {
             let spec = entry.split('(').next().unwrap_or_default();
-            let mut parts = spec.split(':');
-            if parts.next() != Some("gpu") {
-                continue;
-            }
-            let rest: Vec<&str> = parts.collect();
-            let (gpu_type, count) = match rest.as_slice() {
-                [count] => (super::sacct::UNTYPED.to_string(), count),
-                [gpu_type, count, ..] => (gpu_type.to_lowercase(), count),
-                [] => continue,
+            let parts: Vec<&str> = spec.split(':').collect();
+            let (name, gpu_type, count) = match parts.as_slice() {
+                [name, count] => (*name, None, *count),
+                [name, gpu_type, count, ..] => (*name, Some(*gpu_type), *count),
+                _ => continue,
             };
             if let Ok(n) = count.parse::<u64>() {
                 if n > 0 {
-                    *gpus.entry(gpu_type).or_default() += n;
+                    alloc.add(name, gpu_type, n);
                 }
             }
         }
     }
-    gpus
+    alloc
 }
 
 fn split_outside_parens(text: &str) -> Vec<&str> {
@@ -137,16 +129,21 @@ fn split_outside_parens(text: &str) -> Vec<&str> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     #[test]
     fn gres_detail_forms() {
-        let g = gpus_from_gres_detail(["gpu:rtx2080:1(IDX:1),gpu:rtx3090:0(IDX:),gpu:a6000:2(IDX:6,7)"].into_iter());
-        assert_eq!(g, BTreeMap::from([("a6000".into(), 2), ("rtx2080".into(), 1)]));
-        let g = gpus_from_gres_detail(["gpu:2(IDX:0-1)", "gpu:A6000:1(IDX:3)"].into_iter());
-        assert_eq!(g, BTreeMap::from([("a6000".into(), 1), ("gpu".into(), 2)]));
-        assert!(gpus_from_gres_detail(["shard:a6000:2(2/8,0/8)"].into_iter()).is_empty());
+        let milli = |detail: &[&str]| alloc_from_gres_detail(detail.iter().copied()).milli_by_type("gpu", SHARDS_8);
+        let g = milli(&["gpu:rtx2080:1(IDX:1),gpu:rtx3090:0(IDX:),gpu:a6000:2(IDX:6,7)"]);
+        assert_eq!(g, BTreeMap::from([("a6000".into(), 2000), ("rtx2080".into(), 1000)]));
+        let g = milli(&["gpu:2(IDX:0-1)", "gpu:A6000:1(IDX:3)"]);
+        assert_eq!(g, BTreeMap::from([("a6000".into(), 1000)]), "typed entries win over untyped");
+        assert_eq!(milli(&["shard:a6000:2(2/8,0/8)"]), BTreeMap::from([("a6000".into(), 250)]));
     }
+
+    const SHARDS_8: Sharing = Sharing { shards_per_gpu: 8, mps_per_gpu: 100 };
 
     #[test]
     fn parses_2205_and_later_shapes() {
@@ -159,12 +156,12 @@ mod tests {
         let jobs = running_gpu_jobs(old).unwrap();
         assert_eq!(jobs.len(), 1);
         assert_eq!(jobs[0].job_id, "7");
-        assert_eq!(jobs[0].usage(1030).elapsed, 30);
+        assert_eq!(jobs[0].usage(1030, SHARDS_8).elapsed, 30);
         let new = r#"{"jobs":[{"job_id":7,"user_name":"alice","job_state":["RUNNING"],
             "start_time":{"set":true,"infinite":false,"number":1000},
             "gres_detail":[],"tres_alloc_str":"cpu=1,gres/gpu:rtx3090=2,gres/gpu=2,node=1"}]}"#;
         let jobs = running_gpu_jobs(new).unwrap();
-        assert_eq!(jobs[0].gpus, BTreeMap::from([("rtx3090".into(), 2)]));
+        assert_eq!(jobs[0].usage(1030, SHARDS_8).milli_gpus, BTreeMap::from([("rtx3090".into(), 2000)]));
         assert_eq!(jobs[0].start_time, 1000);
     }
 
@@ -173,6 +170,6 @@ mod tests {
         let sample = include_str!("../../tests/data/squeue-22.05.json");
         let jobs = running_gpu_jobs(sample).unwrap();
         assert_eq!(jobs.len(), 4);
-        assert_eq!(jobs[1].gpus, BTreeMap::from([("rtx3090".into(), 2)]));
+        assert_eq!(jobs[1].usage(0, SHARDS_8).milli_gpus, BTreeMap::from([("rtx3090".into(), 2000)]));
     }
 }

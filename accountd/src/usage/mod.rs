@@ -27,10 +27,8 @@ pub fn prometheus_source(config: &Config) -> CliResult<Option<PrometheusSource>>
 pub fn poll_prometheus(service: &mut Service, window: std::time::Duration, now: i64) -> CliResult<Option<String>> {
     let Some(source) = prometheus_source(&service.config)? else { return Ok(None) };
     let by_job = source.job_utilization(window, now).map_err(|e| CliError::failed(format!("prometheus: {e}")))?;
-    let jobs = by_job
-        .into_iter()
-        .map(|(job, percent)| agents::JobUtilization { job, percent, memory_bytes: 0 })
-        .collect();
+    let jobs =
+        by_job.into_iter().map(|(job, percent)| agents::JobUtilization { job, percent, memory_bytes: 0 }).collect();
     let (count, idle) = agents::apply(service, "", jobs, now)?;
     Ok(Some(format!("{count} jobs' utilization read from Prometheus, {idle} newly idle")))
 }
