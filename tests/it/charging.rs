@@ -145,3 +145,28 @@ fn serve_charges_on_its_own_and_metrics_show_it() {
         std::thread::sleep(Duration::from_millis(500));
     }
 }
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_requeued_run_segment_is_charged_once() {
+    let _cluster = serial();
+    let site = live_site();
+    let job = sbatch("alice", &["--gres=gpu:a6000:1", "--requeue", "--wrap", "sleep 60"]);
+    wait_running(&job);
+    std::thread::sleep(Duration::from_secs(3));
+    crate::common::run_as(None, Path::new("/usr/bin/scontrol"), &["requeue", &job]).ok();
+    // The first run ends as a REQUEUED row of `sacct -D`; the job then waits to be eligible again.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let first = loop {
+        let rows = sacct(&["-j", &job, "-X", "-D", "-n", "-P", "-o", "State,ElapsedRaw"]);
+        if let Some(row) = rows.lines().find(|l| l.starts_with("REQUEUED|")) {
+            break row.split('|').nth(1).unwrap().parse::<u64>().unwrap();
+        }
+        assert!(Instant::now() < deadline, "no REQUEUED segment of {job}: {rows}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    site.accountd(None, &["tick"]).ok();
+    site.accountd(None, &["tick"]).ok();
+    crate::common::run_as(None, Path::new("/usr/bin/scancel"), &[&job]).ok();
+    assert_eq!(balance(&site, "alice"), Tokens::whole(100) - cost(Tokens::whole(3600), first));
+}
