@@ -50,6 +50,28 @@ fn fake_state(busy_pid: u32, idle_pid: u32) -> String {
         )
 }
 
+/// Writes an agent config reporting to `site`, with the fake NVML library; returns its path.
+fn agent_config(site: &Site) -> String {
+    site.file(
+        "agent.toml",
+        &format!(
+            "[agent]\nreport_to = \"{}\"\nnvml_library = \"{}\"\nlisten = \"off\"\ninterval = \"1s\"\n",
+            site.http_url(),
+            bin("accountd").parent().unwrap().join("libnvidia_ml.so").display()
+        ),
+    )
+}
+
+/// One `accountd agent --once` with the fake NVML state `state`.
+fn report_once(agent_config: &str, state: &str) {
+    let out = Command::new(bin("accountd"))
+        .args(["--config", agent_config, "agent", "--node", "vm", "--once"])
+        .env("FAKE_NVML_STATE", state)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "agent: {}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn agent_reports_job_utilization_and_accountd_flags_the_idle_job() {
@@ -61,25 +83,10 @@ fn agent_reports_job_utilization_and_accountd_flags_the_idle_job() {
     let busy = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 60"]);
     let idle = sbatch("bob", &["--gres=gpu:rtx3090:1", "--wrap", "sleep 60"]);
     let state = site.file("nvml-state.toml", &fake_state(pid_of(&busy), pid_of(&idle)));
-    let agent_config = site.file(
-        "agent.toml",
-        &format!(
-            "[agent]\nreport_to = \"{}\"\nnvml_library = \"{}\"\nlisten = \"off\"\ninterval = \"1s\"\n",
-            site.http_url(),
-            bin("accountd").parent().unwrap().join("libnvidia_ml.so").display()
-        ),
-    );
-    let report = || {
-        let out = Command::new(bin("accountd"))
-            .args(["--config", &agent_config, "agent", "--node", "vm", "--once"])
-            .env("FAKE_NVML_STATE", &state)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "agent: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    report();
+    let config = agent_config(&site);
+    report_once(&config, &state);
     std::thread::sleep(Duration::from_millis(1500));
-    report();
+    report_once(&config, &state);
 
     let (_, metrics) = http_get(&format!("{}/metrics", site.http_url()));
     run_as(None, Path::new("/usr/bin/scancel"), &[&busy, &idle]).ok();
@@ -95,4 +102,33 @@ fn agent_reports_job_utilization_and_accountd_flags_the_idle_job() {
         "{metrics}"
     );
     assert!(site.log().contains("flagged idle"), "{}", site.log());
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn measured_basis_charges_by_reported_utilization() {
+    let _cluster = serial();
+    std::thread::sleep(Duration::from_secs(2));
+    let site = Site::with_prices(
+        "",
+        "[prices]\na6000 = 3600\nrtx3090 = 900\n",
+        "[slurm]\nfirst_lookback = \"1s\"\nreread = \"0s\"\n[usage]\ncharge_basis = \"measured\"\nmeasured_min_fraction = 0.25\n",
+    );
+    site.accountd(None, &["tick"]).ok();
+    let busy = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 6"]);
+    let idle = sbatch("bob", &["--gres=gpu:rtx3090:1", "--wrap", "sleep 6"]);
+    // alice's GPU at 90 % (fake GPU 6), bob's at 1 % (GPU 4): he pays the 25 % minimum.
+    let state = site.file("nvml-state.toml", &fake_state(pid_of(&busy), pid_of(&idle)));
+    report_once(&agent_config(&site), &state);
+    crate::cluster::wait_finished(&busy);
+    crate::cluster::wait_finished(&idle);
+    site.accountd(None, &["tick"]).ok();
+
+    let elapsed = |job: &str| -> u64 {
+        crate::cluster::sacct(&["-j", job, "-X", "-n", "-P", "-o", "ElapsedRaw"]).trim().parse().unwrap()
+    };
+    use gputokens::pricing::cost;
+    use gputokens::Tokens;
+    assert_eq!(site.balance("alice"), (Tokens::whole(100) - cost(Tokens::whole(3240), elapsed(&busy))).to_string());
+    assert_eq!(site.balance("bob"), (Tokens::whole(100) - cost(Tokens::whole(225), elapsed(&idle))).to_string());
 }

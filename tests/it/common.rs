@@ -134,6 +134,14 @@ impl Site {
         }
     }
 
+    /// Sends SIGTERM to `accountd serve` and returns its exit status.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.serve.take().expect("serve running");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+            .unwrap();
+        child.wait().unwrap()
+    }
+
     /// Base URL of the site's HTTP listener, from serve's log line.
     pub fn http_url(&self) -> String {
         let deadline = Instant::now() + Duration::from_secs(10);

@@ -31,3 +31,13 @@ fn metrics_and_json_api_show_balances() {
     assert_eq!(status, 404);
     assert!(body.contains("unknown user 'nosuchuser'"), "{body}");
 }
+
+#[test]
+fn serve_stops_cleanly_on_sigterm() {
+    let mut site = Site::start("", "");
+    site.accountd(None, &["admin", "grant", "bob", "1", "--reason", "x"]).ok();
+    let status = site.stop();
+    assert!(status.success(), "{status:?}: {}", site.log());
+    assert!(site.log().contains("SIGTERM received") && site.log().contains("accountd stopping"), "{}", site.log());
+    assert!(!site.path("run/accountd.sock").exists(), "socket removed");
+}
