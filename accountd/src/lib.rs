@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod records;
 pub mod sbalance;
 pub mod server;
+pub mod signals;
 pub mod slurm;
 pub mod usage;
 

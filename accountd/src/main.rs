@@ -111,20 +111,9 @@ fn serve(config: Config) -> CliResult {
                 }
             });
         }
-        server::launch(listener, shared, shutdown_signal()).await;
+        server::launch(listener, shared, accountd::signals::shutdown_signal()).await;
         let _ = stop.send(true);
         let _ = std::fs::remove_file(&socket);
         Ok(())
     })
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = int.recv() => tracing::info!("SIGINT received"),
-    }
 }

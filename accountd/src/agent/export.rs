@@ -13,15 +13,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::source::{GpuHealth, NodeSample};
+pub use crate::metrics::GpuLabels;
 
 type FloatGauge = Gauge<f64, AtomicU64>;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct GpuLabels {
-    pub node: String,
-    pub gpu: String,
-    pub uuid: String,
-}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct JobLabels {

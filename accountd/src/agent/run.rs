@@ -138,7 +138,7 @@ fn serve(agent: Agent, interval: Duration, listen: Option<SocketAddr>, registry:
             tokio::spawn(serve_metrics(tcp, registry, quitting));
         }
         let crashed = tokio::select! {
-            _ = shutdown_signal() => false,
+            _ = crate::signals::shutdown_signal() => false,
             _ = ended => true,
         };
         let _ = quit.send(true);
@@ -185,16 +185,6 @@ async fn serve_metrics(
     }
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = int.recv() => tracing::info!("SIGINT received"),
-    }
-}
 
 fn token(path: &std::path::Path) -> CliResult<String> {
     let token = read_token(path)
