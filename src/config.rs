@@ -46,6 +46,100 @@ pub struct Config {
     pub usage: UsageConfig,
     /// How shards and MPS units are charged as fractions of a GPU.
     pub sharing: crate::tres::Sharing,
+    pub preemption: Preemption,
+    pub exempt: Exempt,
+    pub health: Health,
+}
+
+/// Preempting debtors' GPU jobs when others wait for the same GPU type.
+#[derive(Debug, Clone)]
+pub struct Preemption {
+    pub enabled: bool,
+    /// Only log what would be done.
+    pub dry_run: bool,
+    pub min_runtime: Duration,
+    pub max_per_cycle: usize,
+    pub action: PreemptAction,
+    /// Sent first (e.g. "USR1"), `grace` before the action, so a job can checkpoint.
+    pub signal: Option<String>,
+    pub grace: Duration,
+    /// What happens to running GPU jobs of users at or below the floor.
+    pub at_floor: AtFloor,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PreemptAction {
+    /// `scontrol requeue` for requeueable batch jobs, `scancel` for the rest.
+    Requeue,
+    Cancel,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AtFloor {
+    None,
+    Requeue,
+    Cancel,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawPreemption {
+    enabled: bool,
+    dry_run: bool,
+    min_runtime: String,
+    max_per_cycle: usize,
+    action: PreemptAction,
+    signal: String,
+    grace: String,
+    at_floor: AtFloor,
+}
+
+impl Default for RawPreemption {
+    fn default() -> Self {
+        RawPreemption {
+            enabled: true,
+            dry_run: false,
+            min_runtime: "10m".into(),
+            max_per_cycle: 4,
+            action: PreemptAction::Requeue,
+            signal: String::new(),
+            grace: "60s".into(),
+            at_floor: AtFloor::None,
+        }
+    }
+}
+
+/// Users, accounts and QOS that gputokens never preempts.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Exempt {
+    pub users: Vec<String>,
+    pub accounts: Vec<String>,
+    pub qos: Vec<String>,
+}
+
+impl Exempt {
+    pub fn covers(&self, user: &str, account: &str, qos: &str) -> bool {
+        self.users.iter().any(|u| u == user)
+            || self.accounts.iter().any(|a| a == account)
+            || self.qos.iter().any(|q| q == qos)
+    }
+}
+
+/// When a GPU counts as failing: the node is drained and the jobs on that GPU requeued.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Health {
+    pub drain: bool,
+    pub max_temperature: u32,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health { drain: true, max_temperature: 85 }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -238,6 +332,16 @@ struct RawConfig {
     prometheus: Option<toml::Table>,
     #[serde(default)]
     sharing: RawSharing,
+    #[serde(default)]
+    preemption: RawPreemption,
+    #[serde(default)]
+    exempt: Exempt,
+    #[serde(default)]
+    health: Health,
+    /// Read by the job_submit plugin (`plugin_config`); checked in `Config::parse` so `config check`
+    /// catches mistakes. Only its presence matters here.
+    #[allow(dead_code)]
+    admission: Option<toml::Table>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -295,7 +399,14 @@ impl Config {
             path: path.to_path_buf(),
             message: e.to_string().trim_end().to_string(),
         })?;
-        raw.validate(path)
+        let config = raw.validate(path)?;
+        // The plugin forgives a bad [admission] key (slurmctld must start); `config check` does not.
+        let (_, problems) = crate::plugin_config::parse(text);
+        if let Some(problem) = problems.into_iter().next() {
+            let (key, reason) = problem.split_once(": ").unwrap_or(("admission", problem.as_str()));
+            return Err(ConfigError::Invalid { path: path.to_path_buf(), key: key.into(), reason: reason.into() });
+        }
+        Ok(config)
     }
 
     /// The path named by `--config`/`GPUTOKENS_CONF`, else the default.
@@ -421,6 +532,22 @@ impl RawConfig {
         let sharing =
             crate::tres::Sharing { shards_per_gpu: self.sharing.shards_per_gpu, mps_per_gpu: self.sharing.mps_per_gpu };
 
+        let p = self.preemption;
+        let signal = p.signal.trim().to_string();
+        if !signal.is_empty() && !signal.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(invalid("preemption.signal", format!("'{signal}' is not a signal name like \"USR1\"")));
+        }
+        let preemption = Preemption {
+            enabled: p.enabled,
+            dry_run: p.dry_run,
+            min_runtime: any_duration("preemption.min_runtime", &p.min_runtime)?,
+            max_per_cycle: p.max_per_cycle,
+            action: p.action,
+            signal: (!signal.is_empty()).then_some(signal),
+            grace: any_duration("preemption.grace", &p.grace)?,
+            at_floor: p.at_floor,
+        };
+
         Ok(Config {
             path: path.to_path_buf(),
             initial,
@@ -439,6 +566,9 @@ impl RawConfig {
             agent: self.agent,
             usage,
             sharing,
+            preemption,
+            exempt: self.exempt,
+            health: self.health,
         })
     }
 }

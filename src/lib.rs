@@ -2,11 +2,15 @@
 //! The daemon, the CLIs and the Slurm plugins are thin layers over this crate.
 
 pub mod access;
+pub mod admission;
 pub mod config;
 pub mod ledger;
+pub mod plugin_config;
 pub mod policy;
+pub mod preemption;
 pub mod pricing;
 pub mod protocol;
+pub mod request;
 pub mod slurm;
 pub mod snapshot;
 pub mod time;

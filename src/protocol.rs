@@ -40,6 +40,10 @@ pub enum Request {
     Import {
         balances: BTreeMap<String, Tokens>,
     },
+    /// The most recent preemptions, requeues and drains.
+    Actions {
+        limit: usize,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -60,6 +64,9 @@ pub enum Reply {
     Imported {
         imported: usize,
         already: usize,
+    },
+    Actions {
+        actions: Vec<crate::ledger::Action>,
     },
     Error {
         kind: ErrorKind,

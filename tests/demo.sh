@@ -29,7 +29,13 @@ bash tests/cluster/install.sh
 cargo build --workspace --locked -q
 
 step "Start the Slurm test cluster (munge, MariaDB, slurmdbd, slurmctld, slurmd with 8 fake GPUs)"
-bash tests/cluster/up.sh
+# slurmctld loads the job_submit plugin, which reads /etc/slurm/gputokens.toml when it starts (the same
+# text as tests/run.sh writes); its snapshot path becomes a link to the demo accountd's snapshot below.
+LAB=${GPUTOKENS_LAB:-/tmp/gputokens-cluster}
+install -d -m 755 "$LAB/snapshot"
+printf '# Written by tests/run.sh for the test cluster: read by job_submit_gputokens.so in slurmctld.\n[paths]\nsnapshot = "%s"\n' \
+  "$LAB/snapshot/balances.snapshot" > /etc/slurm/gputokens.toml
+JOBSUBMIT_PLUGIN_SO=$ROOT/target/debug/libjob_submit_gputokens.so bash tests/cluster/up.sh
 
 step "Configure gputokens (seed prices; a fresh ledger in $DEMO)"
 stop_accountd
@@ -42,6 +48,7 @@ show "$ACCOUNTD" config check
 "$ACCOUNTD" serve 2> "$DEMO/accountd.log" &
 echo $! > "$DEMO/accountd.pid"
 for _ in $(seq 50); do [[ -S $DEMO/run/accountd.sock ]] && break; sleep 0.1; done
+ln -sfn "$DEMO/lib/balances.snapshot" "$LAB/snapshot/balances.snapshot"   # slurmctld's plugin follows these balances
 
 step "The worked example: alice starts at 100, is charged 8×rtx2080×5h + 4×rtx3090×10h + 2×a6000×3h, gets the monthly 30"
 cat > "$DEMO/last-month.sacct" <<'SACCT'

@@ -24,6 +24,14 @@ stop_cluster() {
 }
 trap 'stop_cluster || true' EXIT
 
+# The job_submit plugin runs inside the test cluster's slurmctld and reads /etc/slurm/gputokens.toml
+# once at start: point it at the snapshot the admission tests write (tests/it/admission.rs). While
+# there is none, on_error = "accept" lets every job through, so the other cluster tests are unaffected.
+install -d -m 755 "$LAB/snapshot"
+printf '# Written by tests/run.sh for the test cluster: read by job_submit_gputokens.so in slurmctld.\n[paths]\nsnapshot = "%s"\n' \
+  "$LAB/snapshot/balances.snapshot" > /etc/slurm/gputokens.toml
+export JOBSUBMIT_PLUGIN_SO=$PWD/target/debug/libjob_submit_gputokens.so
+
 bash tests/cluster/up.sh
 started=$(cat "$LAB"/pids/*.pid 2>/dev/null | tr '\n' ' ')
 cargo test --workspace --locked -- --include-ignored

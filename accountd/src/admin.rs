@@ -24,6 +24,7 @@ pub fn run(config: &Config, command: AdminCommand) -> CliResult {
         }
         AdminCommand::Refund { job_id, reason } => (Request::Refund { job_id, reason }, false),
         AdminCommand::History { user, json } => (Request::History { user }, json),
+        AdminCommand::Actions { limit, json } => (Request::Actions { limit }, json),
         AdminCommand::Import { file } => (Request::Import { balances: read_state_file(&file)? }, false),
     };
     match call(socket, &request)? {
@@ -40,6 +41,14 @@ pub fn run(config: &Config, command: AdminCommand) -> CliResult {
             println!("{out:#}");
         }
         Reply::History { entries, .. } => print_history(&entries),
+        Reply::Actions { actions } if json => println!("{:#}", serde_json::json!({ "actions": actions })),
+        Reply::Actions { actions } => {
+            println!("{:<19} {:<8} {:<10} {:<10} Reason", "Time", "Action", "Target", "User");
+            for a in actions {
+                let action = if a.dry_run { format!("({})", a.action) } else { a.action };
+                println!("{:<19} {:<8} {:<10} {:<10} {}", format_local(a.at), action, a.target, a.user, a.reason);
+            }
+        }
         Reply::Imported { imported, already } => println!("imported {imported} users ({already} were imported before)"),
         other => return Err(CliError::failed(format!("unexpected reply from accountd: {other:?}"))),
     }

@@ -105,6 +105,13 @@ pub enum AdminCommand {
         #[arg(long)]
         json: bool,
     },
+    /// What gputokens did to jobs and nodes: preemptions, requeues, drains (newest first).
+    Actions {
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// Import the original system's JSON state file ({"user": tokens, ...}) for users new to the ledger.
     Import { file: PathBuf },
 }

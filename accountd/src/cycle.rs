@@ -12,6 +12,7 @@ pub struct CheckSummary {
     pub replenished: gputokens::ledger::Replenished,
     pub users: usize,
     pub usage: Option<String>,
+    pub preemption: String,
 }
 
 impl fmt::Display for CheckSummary {
@@ -21,15 +22,16 @@ impl fmt::Display for CheckSummary {
             "{} replenishment entries (+{} tokens), snapshot of {} users written",
             self.replenished.entries, self.replenished.tokens, self.users
         )?;
-        match &self.usage {
-            Some(usage) => write!(f, "; {usage}"),
-            None => Ok(()),
+        if let Some(usage) = &self.usage {
+            write!(f, "; {usage}")?;
         }
+        write!(f, "; {}", self.preemption)
     }
 }
 
-/// Replenishes, republishes the snapshot and, with a Prometheus usage source, reads job utilization.
-/// A Prometheus failure is logged and does not stop the rest of the cycle.
+/// Replenishes, republishes the snapshot, reads job utilization from Prometheus (when that is the
+/// source) and preempts where GPUs are contended. A failure of the last two is logged and does not
+/// stop the rest of the cycle.
 pub fn check(service: &mut Service, now: i64) -> CliResult<CheckSummary> {
     let replenished = service.ledger.replenish(now)?;
     service.metrics.replenished.inc_by(replenished.tokens.as_f64());
@@ -39,7 +41,12 @@ pub fn check(service: &mut Service, now: i64) -> CliResult<CheckSummary> {
         tracing::error!("{e}");
         Some(format!("usage not read: {e}"))
     });
-    Ok(CheckSummary { replenished, users, usage })
+    let slurm = crate::slurm::Slurm::new(&service.config.slurm);
+    let preemption = crate::preempt::check(service, &slurm, now).unwrap_or_else(|e| {
+        tracing::error!("preemption check failed: {e}");
+        format!("preemption check failed: {e}")
+    });
+    Ok(CheckSummary { replenished, users, usage, preemption })
 }
 
 /// Writes the balance snapshot for the job_submit plugin; returns how many users it lists.

@@ -18,11 +18,12 @@ pub struct Service {
     pub ledger: Ledger,
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     pub usage: crate::usage::agents::UsageTracker,
+    pub health: crate::health::Drained,
 }
 
 impl Service {
     pub fn new(config: Config, ledger: Ledger) -> Service {
-        Service { config, ledger, metrics: Default::default(), usage: Default::default() }
+        Service { config, ledger, metrics: Default::default(), usage: Default::default(), health: Default::default() }
     }
 }
 
@@ -49,7 +50,7 @@ impl Service {
     pub fn handle(&mut self, caller: &Caller, request: Request, now: i64) -> (Reply, bool) {
         if !matches!(request, Request::Balances { .. }) && !caller.admin {
             let what = match request {
-                Request::History { .. } => "read ledger histories",
+                Request::History { .. } | Request::Actions { .. } => "read ledger histories",
                 _ => "change balances",
             };
             return (
@@ -86,6 +87,9 @@ impl Service {
                 .history(&user)
                 .map(|entries| (Reply::History { user, entries: rows(entries) }, false))
                 .map_err(from_ledger),
+            Request::Actions { limit } => {
+                self.ledger.actions(limit).map(|actions| (Reply::Actions { actions }, false)).map_err(from_ledger)
+            }
             Request::Import { balances } => {
                 let total = balances.len();
                 self.ledger

@@ -70,6 +70,20 @@ pub struct Metrics {
     pub job_gpu_utilization: Family<JobLabels, FloatGauge>,
     pub job_gpu_memory: Family<JobLabels, FloatGauge>,
     pub job_idle: Family<JobLabels, Gauge>,
+    pub preemptions: Family<PreemptLabels, Counter>,
+    pub drains: Family<NodeLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PreemptLabels {
+    pub gpu_type: String,
+    pub action: String,
+    pub dry_run: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeLabels {
+    pub node: String,
 }
 
 impl Default for Metrics {
@@ -98,6 +112,8 @@ impl Metrics {
             job_gpu_utilization: Family::default(),
             job_gpu_memory: Family::default(),
             job_idle: Family::default(),
+            preemptions: Family::default(),
+            drains: Family::default(),
             registry: Registry::default(),
         };
         registry.register("balance_tokens", "Token balance per user", m.balance.clone());
@@ -140,6 +156,12 @@ impl Metrics {
             "1 when a job holds GPUs below the idle threshold for longer than the window",
             m.job_idle.clone(),
         );
+        registry.register(
+            "preemptions",
+            "Jobs preempted (or, in a dry run, that would have been)",
+            m.preemptions.clone(),
+        );
+        registry.register("node_drains", "Nodes drained because a GPU failed", m.drains.clone());
         Metrics { registry, ..m }
     }
 
@@ -170,6 +192,12 @@ impl Metrics {
         if skipped > 0 {
             self.records_skipped.get_or_create(&ReasonLabels { reason: "no_gpu_time".into() }).inc_by(skipped as u64);
         }
+    }
+
+    pub fn record_preemption(&self, gpu_type: &str, action: &str, dry_run: bool) {
+        let labels =
+            PreemptLabels { gpu_type: gpu_type.to_string(), action: action.to_string(), dry_run: dry_run.to_string() };
+        self.preemptions.get_or_create(&labels).inc();
     }
 
     pub fn record_cycle(&self, cycle: &str, seconds: f64, ok: bool) {

@@ -9,6 +9,7 @@ use gputokens::slurm::sacct;
 
 use crate::error::{CliError, CliResult};
 
+#[derive(Clone)]
 pub struct Slurm {
     bin_dir: Option<PathBuf>,
 }

@@ -125,6 +125,17 @@ pub struct Entry {
     pub gpu_type: Option<String>,
 }
 
+/// An audit row: what gputokens did to a job or a node, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Action {
+    pub at: i64,
+    pub action: String,
+    pub target: String,
+    pub user: String,
+    pub reason: String,
+    pub dry_run: bool,
+}
+
 /// Whether an append changed anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Applied {
@@ -187,6 +198,33 @@ impl Ledger {
         ensure_user(&tx, &self.rules, user, now)?;
         tx.commit()?;
         Ok(())
+    }
+
+    /// Records something gputokens did (or, with `dry_run`, would have done) to a job or node.
+    pub fn record_action(&mut self, action: &Action) -> Result<(), LedgerError> {
+        self.conn.execute(
+            "INSERT INTO actions (at, action, target, user, reason, dry_run) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![action.at, action.action, action.target, action.user, action.reason, action.dry_run],
+        )?;
+        Ok(())
+    }
+
+    /// The most recent `limit` actions, newest first.
+    pub fn actions(&self, limit: usize) -> Result<Vec<Action>, LedgerError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT at, action, target, user, reason, dry_run FROM actions ORDER BY id DESC LIMIT ?1",
+        )?;
+        let rows = stmt.query_map([limit as i64], |r| {
+            Ok(Action {
+                at: r.get(0)?,
+                action: r.get(1)?,
+                target: r.get(2)?,
+                user: r.get(3)?,
+                reason: r.get(4)?,
+                dry_run: r.get(5)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// A named value kept beside the entries (e.g. `sacct_read_until`).

@@ -49,6 +49,16 @@ const MIGRATIONS: &[&str] = &[
         util_sum REAL    NOT NULL,   -- sum of sampled utilization percentages
         last_at  INTEGER NOT NULL
      ) WITHOUT ROWID;",
+    // 4: what gputokens did to jobs and nodes (preemptions, drains), for audit.
+    "CREATE TABLE actions (
+        id      INTEGER PRIMARY KEY,
+        at      INTEGER NOT NULL,
+        action  TEXT    NOT NULL,   -- requeue, cancel, signal, drain
+        target  TEXT    NOT NULL,   -- job ID or node name
+        user    TEXT    NOT NULL,
+        reason  TEXT    NOT NULL,
+        dry_run INTEGER NOT NULL
+     );",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

@@ -1,4 +1,4 @@
-//! Running jobs from `squeue --json` (22.05's OpenAPI 0.0.38 and the later shapes, where states are
+//! Jobs from `squeue --json` (22.05's OpenAPI 0.0.38 and the later shapes, where states are
 //! lists and times are `{"set": true, "number": N}`). GPUs come from `gres_detail` (one entry per
 //! node, e.g. `gpu:a6000:2(IDX:0,2)`), since 22.05 leaves them out of `tres_alloc_str` unless
 //! AccountingStorageTRES lists them; `tres_alloc_str` is the fallback.
@@ -6,21 +6,37 @@
 use serde_json::Value;
 
 use crate::ledger::UsageRecord;
+use crate::request::{GpuRequest, TresPer};
 use crate::tres::{parse_alloc_tres, GpuAllocation, Sharing};
 
-/// A running job as squeue reports it.
+/// A job as squeue reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunningJob {
+pub struct QueueJob {
     pub job_id: String,
     pub user: String,
+    pub account: String,
+    pub qos: String,
+    /// RUNNING, PENDING, ...
+    pub state: String,
+    /// Why a pending job waits: Resources, Priority, BeginTime, ...
+    pub state_reason: String,
     pub start_time: i64,
     pub nodes: String,
     pub partition: String,
-    /// GPUs, shards and MPS units held.
+    /// GPUs, shards and MPS units held (running jobs).
     pub alloc: GpuAllocation,
+    /// GPUs asked for (`tres_per_job`/`_node`/`_task`/`_socket`).
+    pub request: GpuRequest,
+    /// GPU indices held on the job's (first) node, from `gres_detail`'s `IDX:`.
+    pub gpu_indices: Vec<u32>,
+    /// A batch job that may be requeued (`scontrol requeue` works on it).
+    pub requeueable: bool,
 }
 
-impl RunningJob {
+/// Running jobs with GPUs: the same record, kept apart by name where only those are meant.
+pub type RunningJob = QueueJob;
+
+impl QueueJob {
     /// The usage record of this run segment up to `now`.
     pub fn usage(&self, now: i64, sharing: Sharing) -> UsageRecord {
         UsageRecord {
@@ -44,38 +60,75 @@ pub enum SqueueError {
 
 /// Jobs in state RUNNING that hold GPUs.
 pub fn running_gpu_jobs(json: &str) -> Result<Vec<RunningJob>, SqueueError> {
-    let doc: Value = serde_json::from_str(json)?;
-    let jobs = doc.get("jobs").and_then(Value::as_array).ok_or(SqueueError::NoJobs)?;
-    Ok(jobs.iter().filter_map(running_job).filter(|j| !j.alloc.is_empty()).collect())
+    Ok(queue(json)?.into_iter().filter(|j| j.state == "RUNNING" && !j.alloc.is_empty()).collect())
 }
 
-fn running_job(job: &Value) -> Option<RunningJob> {
-    if !state_is(job.get("job_state")?, "RUNNING") {
-        return None;
-    }
-    let alloc = job
+/// Every job squeue lists.
+pub fn queue(json: &str) -> Result<Vec<QueueJob>, SqueueError> {
+    let doc: Value = serde_json::from_str(json)?;
+    let jobs = doc.get("jobs").and_then(Value::as_array).ok_or(SqueueError::NoJobs)?;
+    Ok(jobs.iter().filter_map(queue_job).collect())
+}
+
+fn queue_job(job: &Value) -> Option<QueueJob> {
+    let text = |key: &str| job.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
+    let state = match job.get("job_state")? {
+        Value::String(s) => s.clone(),
+        Value::Array(list) => list.first().and_then(Value::as_str).unwrap_or_default().to_string(),
+        _ => String::new(),
+    };
+    let gres_detail: Vec<&str> = job
         .get("gres_detail")
         .and_then(Value::as_array)
-        .map(|per_node| alloc_from_gres_detail(per_node.iter().filter_map(Value::as_str)))
+        .map(|l| l.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let tres = |key: &str| job.get(key).and_then(Value::as_str).filter(|s| !s.is_empty());
+    let request = GpuRequest::parse(&TresPer {
+        job: tres("tres_per_job"),
+        node: tres("tres_per_node"),
+        task: tres("tres_per_task"),
+        socket: tres("tres_per_socket"),
+    })
+    .unwrap_or_default();
+    let alloc = Some(alloc_from_gres_detail(gres_detail.iter().copied()))
         .filter(|a| !a.is_empty())
         .or_else(|| parse_alloc_tres(job.get("tres_alloc_str").and_then(Value::as_str)?).ok())
         .unwrap_or_default();
-    Some(RunningJob {
+    let flag = |key: &str| job.get(key).and_then(Value::as_bool).unwrap_or(false);
+    Some(QueueJob {
         job_id: number(job.get("job_id")?)?.to_string(),
         user: job.get("user_name").and_then(Value::as_str)?.to_string(),
-        start_time: number(job.get("start_time")?)?,
-        nodes: job.get("nodes").and_then(Value::as_str).unwrap_or_default().to_string(),
-        partition: job.get("partition").and_then(Value::as_str).unwrap_or_default().to_string(),
+        account: text("account"),
+        qos: text("qos"),
+        state,
+        state_reason: text("state_reason"),
+        start_time: job.get("start_time").and_then(number).unwrap_or(0),
+        nodes: text("nodes"),
+        partition: text("partition"),
         alloc,
+        request,
+        gpu_indices: gres_detail.first().map(|d| gpu_indices(d)).unwrap_or_default(),
+        requeueable: flag("batch_flag") && flag("requeue"),
     })
 }
 
-fn state_is(state: &Value, wanted: &str) -> bool {
-    match state {
-        Value::String(s) => s == wanted,
-        Value::Array(list) => list.iter().any(|s| s.as_str() == Some(wanted)),
-        _ => false,
+/// GPU indices in one node's `gres_detail`, e.g. `gpu:a6000:2(IDX:0-1,3)` → 0, 1, 3.
+pub fn gpu_indices(detail: &str) -> Vec<u32> {
+    let mut indices = Vec::new();
+    for entry in split_outside_parens(detail).into_iter().filter(|e| e.starts_with("gpu:")) {
+        let Some(list) = entry.split("(IDX:").nth(1).map(|l| l.trim_end_matches(')')) else { continue };
+        for part in list.split(',').filter(|p| !p.is_empty()) {
+            match part.split_once('-') {
+                Some((a, b)) => {
+                    if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
+                        indices.extend(a..=b);
+                    }
+                }
+                None => indices.extend(part.parse::<u32>().ok()),
+            }
+        }
     }
+    indices
 }
 
 /// A plain number, or 23.02+'s `{"set": true, "number": N}`.
@@ -163,6 +216,18 @@ mod tests {
         let jobs = running_gpu_jobs(new).unwrap();
         assert_eq!(jobs[0].usage(1030, SHARDS_8).milli_gpus, BTreeMap::from([("rtx3090".into(), 2000)]));
         assert_eq!(jobs[0].start_time, 1000);
+    }
+
+    #[test]
+    fn pending_requests_and_indices() {
+        let json = r#"{"jobs":[{"job_id":11,"user_name":"bob","job_state":"PENDING","state_reason":"Resources",
+            "tres_per_node":"gres:gpu:a6000:1","batch_flag":true,"requeue":true,"account":"lab","qos":"normal"}]}"#;
+        let jobs = queue(json).unwrap();
+        assert_eq!(jobs[0].state_reason, "Resources");
+        assert_eq!(jobs[0].request.counts[0].gpu_type.as_deref(), Some("a6000"));
+        assert!(jobs[0].requeueable);
+        assert_eq!(gpu_indices("gpu:rtx2080:1(IDX:1),gpu:a6000:3(IDX:4-5,7)"), [1, 4, 5, 7]);
+        assert!(gpu_indices("gpu:rtx3090:0(IDX:)").is_empty());
     }
 
     #[test]

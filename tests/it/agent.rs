@@ -51,7 +51,7 @@ fn fake_state(busy_pid: u32, idle_pid: u32) -> String {
 }
 
 /// Writes an agent config reporting to `site`, with the fake NVML library; returns its path.
-fn agent_config(site: &Site) -> String {
+pub fn agent_config(site: &Site) -> String {
     site.file(
         "agent.toml",
         &format!(
@@ -63,7 +63,7 @@ fn agent_config(site: &Site) -> String {
 }
 
 /// One `accountd agent --once` with the fake NVML state `state`.
-fn report_once(agent_config: &str, state: &str) {
+pub fn report_once(agent_config: &str, state: &str) {
     let out = Command::new(bin("accountd"))
         .args(["--config", agent_config, "agent", "--node", "vm", "--once"])
         .env("FAKE_NVML_STATE", state)
@@ -78,7 +78,7 @@ fn agent_reports_job_utilization_and_accountd_flags_the_idle_job() {
     let _cluster = serial();
     let site = Site::start(
         "",
-        "[slurm]\nfirst_lookback = \"1s\"\n[usage]\nidle_threshold_percent = 5\nidle_window = \"1s\"\n",
+        "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n[usage]\nidle_threshold_percent = 5\nidle_window = \"1s\"\n",
     );
     let busy = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 60"]);
     let idle = sbatch("bob", &["--gres=gpu:rtx3090:1", "--wrap", "sleep 60"]);
@@ -112,7 +112,7 @@ fn measured_basis_charges_by_reported_utilization() {
     let site = Site::with_prices(
         "",
         "[prices]\na6000 = 3600\nrtx3090 = 900\n",
-        "[slurm]\nfirst_lookback = \"1s\"\nreread = \"0s\"\n[usage]\ncharge_basis = \"measured\"\nmeasured_min_fraction = 0.25\n",
+        "[slurm]\nfirst_lookback = \"1s\"\nreread = \"0s\"\n[preemption]\nenabled = false\n[usage]\ncharge_basis = \"measured\"\nmeasured_min_fraction = 0.25\n",
     );
     site.accountd(None, &["tick"]).ok();
     let busy = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 6"]);

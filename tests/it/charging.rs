@@ -13,7 +13,8 @@ use crate::common::Site;
 /// 1 token per a6000-second, 0.5 per rtx2080-second, 0.25 per rtx3090-second.
 const PRICES: &str = "[prices]\nrtx2080 = 1800\nrtx3090 = 900\na6000 = 3600\n";
 /// Read only what happens from the site's first tick on.
-const LIVE: &str = "[slurm]\nfirst_lookback = \"1s\"\nreread = \"0s\"\n";
+/// Preemption is off: these tests are about charging, and their users may run into debt.
+const LIVE: &str = "[slurm]\nfirst_lookback = \"1s\"\nreread = \"0s\"\n[preemption]\nenabled = false\n";
 
 /// A site that charges from the live cluster, starting now. Call with the `serial` guard held: the
 /// pause keeps jobs that the previous test saw end out of this site's first sacct window.

@@ -59,3 +59,10 @@ fn prometheus_source_needs_a_valid_table() {
     assert!(out.stderr.contains("[prometheus]") && out.stderr.contains("ftp://x"), "{}", out.stderr);
     check("[usage]\nsource = \"prometheus\"\n[prometheus]\nurl = \"http://127.0.0.1:9090\"\n").ok();
 }
+
+#[test]
+fn bad_admission_key_is_named() {
+    let out = check("[admission]\non_error = \"maybe\"\n");
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("admission.on_error"), "{}", out.stderr);
+}

@@ -2,11 +2,13 @@
 //! tests, which are ignored unless the test cluster is up) a real Slurm cluster.
 
 mod admin;
+mod admission;
 mod agent;
 mod charging;
 mod cluster;
 mod common;
 mod config;
 mod http;
+mod preemption;
 mod sbalance;
 mod worked_example;

@@ -185,7 +185,6 @@ async fn serve_metrics(
     }
 }
 
-
 fn token(path: &std::path::Path) -> CliResult<String> {
     let token = read_token(path)
         .map_err(|e| CliError::refused(format!("cannot read agent.token_file {}: {e}", path.display())))?;

@@ -69,9 +69,15 @@ impl UsageTracker {
 /// Applies one agent report.
 pub fn ingest(service: &mut Service, report: &AgentReport) -> CliResult<String> {
     record_gpus(&service.metrics, report);
+    let drained = crate::health::check(service, report)?;
     let jobs = job_utilization(report);
     let (count, idle) = apply(service, &report.node, jobs, report.sample.time.timestamp())?;
-    Ok(format!("{}: {} GPUs, {count} jobs, {idle} newly idle", report.node, report.sample.gpus.len()))
+    Ok(format!(
+        "{}: {} GPUs, {count} jobs, {idle} newly idle, {} drains",
+        report.node,
+        report.sample.gpus.len(),
+        drained.len()
+    ))
 }
 
 /// Records the utilization of the jobs seen on `node` (agents) or cluster-wide (`node` empty,

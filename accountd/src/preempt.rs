@@ -1,0 +1,148 @@
+//! The preemption check: finds contention per GPU type in squeue, picks victims
+//! (gputokens::preemption) and acts through Slurm with argv — comment, optional signal and grace,
+//! then `scontrol requeue` or `scancel`. Every action is an audit row and a metric.
+
+use std::collections::{BTreeMap, HashMap};
+
+use gputokens::config::{AtFloor, PreemptAction};
+use gputokens::ledger::Action;
+use gputokens::preemption::{at_floor_victims, contention_victims, Cause, Holder, Limits, Victim, Waiter};
+use gputokens::slurm::squeue::{self, QueueJob};
+use gputokens::tres::{Sharing, MILLI};
+use gputokens::Tokens;
+
+use crate::error::{CliError, CliResult};
+use crate::handler::Service;
+use crate::slurm::Slurm;
+
+/// Pending reasons that mean "waiting for resources", not for a dependency or a hold.
+const WAITING_FOR_RESOURCES: [&str; 2] = ["Resources", "Priority"];
+
+pub fn check(service: &mut Service, slurm: &Slurm, now: i64) -> CliResult<String> {
+    let config = service.config.preemption.clone();
+    if !config.enabled && config.at_floor == AtFloor::None {
+        return Ok("preemption off".into());
+    }
+    let jobs = squeue::queue(&slurm.squeue_json()?).map_err(|e| CliError::failed(e.to_string()))?;
+    let balance = balances(service, &jobs)?;
+    let exempt = &service.config.exempt;
+    let holders: Vec<Holder> = jobs
+        .iter()
+        .filter(|j| j.state == "RUNNING" && !j.alloc.is_empty())
+        .map(|j| Holder {
+            job_id: j.job_id.clone(),
+            user: j.user.clone(),
+            balance: balance[&j.user],
+            start_time: j.start_time,
+            gpus: whole_gpus(j),
+            exempt: exempt.covers(&j.user, &j.account, &j.qos),
+        })
+        .collect();
+    let waiters: Vec<Waiter> = jobs
+        .iter()
+        .filter(|j| j.state == "PENDING" && WAITING_FOR_RESOURCES.contains(&j.state_reason.as_str()))
+        .map(|j| Waiter { job_id: j.job_id.clone(), user: j.user.clone(), balance: balance[&j.user], wants: wanted(j) })
+        .filter(|w| !w.wants.is_empty())
+        .collect();
+
+    let limits = Limits { min_runtime_secs: config.min_runtime.as_secs() as i64, max_per_cycle: config.max_per_cycle };
+    let mut victims = if config.enabled { contention_victims(&holders, &waiters, now, limits) } else { Vec::new() };
+    if config.at_floor != AtFloor::None {
+        let left = config.max_per_cycle.saturating_sub(victims.len());
+        let floor = service.ledger.rules().floor;
+        let more: Vec<Victim> = at_floor_victims(&holders, floor, left)
+            .into_iter()
+            .filter(|v| !victims.iter().any(|c| c.job_id == v.job_id))
+            .collect();
+        victims.extend(more);
+    }
+    let requeueable: HashMap<&str, bool> = jobs.iter().map(|j| (j.job_id.as_str(), j.requeueable)).collect();
+    for victim in &victims {
+        act(service, slurm, victim, requeueable.get(victim.job_id.as_str()).copied().unwrap_or(false), now)?;
+    }
+    let done = if config.dry_run { "would preempt (dry run)" } else { "preempted" };
+    Ok(format!("{} GPU jobs running, {} waiting, {} {done}", holders.len(), waiters.len(), victims.len()))
+}
+
+/// Every job's user's balance (a user not in the ledger stands at `initial`).
+fn balances(service: &Service, jobs: &[QueueJob]) -> CliResult<HashMap<String, Tokens>> {
+    let mut balance = HashMap::new();
+    for job in jobs {
+        if !balance.contains_key(&job.user) {
+            let b = service.ledger.account(&job.user)?.map(|a| a.balance).unwrap_or(service.ledger.rules().initial);
+            balance.insert(job.user.clone(), b);
+        }
+    }
+    Ok(balance)
+}
+
+/// GPUs held per type, shards rounded up to whole GPUs (a shard keeps the GPU from a whole-GPU job).
+fn whole_gpus(job: &QueueJob) -> BTreeMap<String, u64> {
+    let milli = job.alloc.milli_by_type(gputokens::slurm::sacct::UNTYPED, Sharing::default());
+    milli.into_iter().map(|(t, m)| (t, m.div_ceil(MILLI))).collect()
+}
+
+/// Typed GPUs a pending job asks for (untyped requests name no type to contend for).
+fn wanted(job: &QueueJob) -> BTreeMap<String, u64> {
+    let mut wants = BTreeMap::new();
+    for count in &job.request.counts {
+        if let Some(t) = &count.gpu_type {
+            *wants.entry(t.clone()).or_default() += count.count;
+        }
+    }
+    wants
+}
+
+fn act(service: &mut Service, slurm: &Slurm, victim: &Victim, requeueable: bool, now: i64) -> CliResult {
+    let config = service.config.preemption.clone();
+    let action = match (victim.cause == Cause::AtFloor, service.config.preemption.at_floor, config.action) {
+        (true, AtFloor::Cancel, _) | (false, _, PreemptAction::Cancel) => "cancel",
+        _ if requeueable => "requeue",
+        _ => "cancel",
+    };
+    let reason = victim.reason();
+    let gpu_type = match &victim.cause {
+        Cause::Contended { gpu_type, .. } => gpu_type.clone(),
+        Cause::AtFloor => "at_floor".into(),
+    };
+    service.ledger.record_action(&Action {
+        at: now,
+        action: action.into(),
+        target: victim.job_id.clone(),
+        user: victim.user.clone(),
+        reason: reason.clone(),
+        dry_run: config.dry_run,
+    })?;
+    service.metrics.record_preemption(&gpu_type, action, config.dry_run);
+    if config.dry_run {
+        tracing::warn!("dry run: would {action} job {} of {} ({reason})", victim.job_id, victim.user);
+        return Ok(());
+    }
+    tracing::warn!("{action} job {} of {}: {reason}", victim.job_id, victim.user);
+    let job = victim.job_id.clone();
+    if let Err(e) = slurm.run("scontrol", &["update", &format!("jobid={job}"), &format!("comment={reason}")]) {
+        tracing::warn!("cannot set the comment of job {job}: {e}");
+    }
+    let step = move |slurm: &Slurm| {
+        let result = match action {
+            "requeue" => slurm.run("scontrol", &["requeue", &job]),
+            _ => slurm.run("scancel", &[&job]),
+        };
+        if let Err(e) = result {
+            tracing::error!("{action} of job {job} failed: {e}");
+        }
+    };
+    match &config.signal {
+        None => step(slurm),
+        Some(signal) => {
+            slurm.run("scancel", &["--full", &format!("--signal={signal}"), &victim.job_id])?;
+            // The grace runs on a thread of its own: the cycle (and the service lock) must not wait.
+            let (slurm, grace) = (slurm.clone(), config.grace);
+            std::thread::spawn(move || {
+                std::thread::sleep(grace);
+                step(&slurm);
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,499 @@
+//! Keeps the balances in memory: a background thread calls [`Monitor::tick`] every 200 ms; a tick
+//! stats the snapshot and, when it changed, reads and parses it and maps user names to uids, then
+//! publishes a new immutable [`View`]. `job_submit` only ever reads the published view: no file
+//! I/O, no name-service lookups, no waiting on accountd.
+//!
+//! Problems (missing, unreadable, corrupt, stale) are logged when they begin and when they end,
+//! never per job and never per tick.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gputokens::admission::OnError;
+use gputokens::policy::BucketRules;
+use gputokens::snapshot::{self, Snapshot};
+use gputokens::Tokens;
+
+use crate::ffi::Level;
+
+/// How often the thread looks at the snapshot.
+pub const POLL: Duration = Duration::from_millis(200);
+/// How often user names that could not be looked up (a name-service error) are tried again.
+const RETRY_LOOKUPS_SECS: i64 = 60;
+/// How long a name → uid mapping is trusted before it is looked up again.
+const UID_TTL_SECS: i64 = 3600;
+
+/// What the plugin decides from.
+#[derive(Debug)]
+pub enum View {
+    Ready(Balances),
+    Unavailable(Problem),
+}
+
+/// The snapshot's balances keyed by uid.
+#[derive(Debug)]
+pub struct Balances {
+    /// Unix time accountd wrote the snapshot.
+    pub generated: i64,
+    pub rules: BucketRules,
+    pub by_uid: HashMap<u32, UserBalance>,
+    /// Users the snapshot lists (some may have no account on this machine).
+    pub listed: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserBalance {
+    pub name: String,
+    pub balance: Tokens,
+}
+
+impl Balances {
+    /// (user name if known, balance): a uid not in the snapshot stands at `initial`.
+    pub fn of(&self, uid: u32) -> (Option<&str>, Tokens) {
+        match self.by_uid.get(&uid) {
+            Some(u) => (Some(&u.name), u.balance),
+            None => (None, self.rules.initial),
+        }
+    }
+
+    pub fn age(&self, now: i64) -> i64 {
+        now - self.generated
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// Before the first look (only while `init` runs).
+    NotLoaded,
+    Missing,
+    Unreadable(String),
+    Corrupt(String),
+}
+
+/// A user name looked up in the name service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    Found(u32),
+    /// No such user (e.g. an account removed since it was charged).
+    NotFound,
+    /// The lookup failed (e.g. the directory server is unreachable): try again later.
+    Failed(String),
+}
+
+pub type Resolver = Box<dyn Fn(&str) -> Lookup + Send>;
+
+/// The condition that is logged when it changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Condition {
+    Fine,
+    Stale,
+    Broken(Problem),
+}
+
+/// The file's identity: a rename (accountd's atomic write) changes the inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+}
+
+pub struct Monitor {
+    path: PathBuf,
+    max_age: Option<Duration>,
+    on_error: OnError,
+    resolve: Resolver,
+    stamp: Option<Stamp>,
+    view: Arc<View>,
+    /// The parsed snapshot behind a Ready view, kept to retry failed lookups.
+    snapshot: Option<Snapshot>,
+    retry_lookups_at: Option<i64>,
+    /// name → (uid, looked up at)
+    uids: HashMap<String, (u32, i64)>,
+    logged: Option<Condition>,
+}
+
+impl Monitor {
+    pub fn new(path: PathBuf, max_age: Option<Duration>, on_error: OnError, resolve: Resolver) -> Monitor {
+        Monitor {
+            path,
+            max_age,
+            on_error,
+            resolve,
+            stamp: None,
+            view: Arc::new(View::Unavailable(Problem::NotLoaded)),
+            snapshot: None,
+            retry_lookups_at: None,
+            uids: HashMap::new(),
+            logged: None,
+        }
+    }
+
+    pub fn view(&self) -> Arc<View> {
+        self.view.clone()
+    }
+
+    /// Looks at the file; returns the new view when it changed. `now` is unix time.
+    pub fn tick(&mut self, now: i64, log: &mut dyn FnMut(Level, String)) -> Option<Arc<View>> {
+        let changed = match std::fs::metadata(&self.path) {
+            Ok(meta) => {
+                let stamp = Stamp {
+                    dev: meta.dev(),
+                    ino: meta.ino(),
+                    len: meta.len(),
+                    mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
+                };
+                if self.stamp == Some(stamp) {
+                    self.retry_lookups(now, log)
+                } else {
+                    self.stamp = Some(stamp);
+                    Some(self.load(now, log))
+                }
+            }
+            Err(e) => {
+                self.stamp = None;
+                self.snapshot = None;
+                let problem = if e.kind() == std::io::ErrorKind::NotFound {
+                    Problem::Missing
+                } else {
+                    Problem::Unreadable(e.to_string())
+                };
+                match &*self.view {
+                    View::Unavailable(p) if *p == problem => None,
+                    _ => Some(View::Unavailable(problem)),
+                }
+            }
+        };
+        let published = changed.map(|view| {
+            self.view = Arc::new(view);
+            self.view.clone()
+        });
+        self.log_condition(now, log);
+        published
+    }
+
+    fn load(&mut self, now: i64, log: &mut dyn FnMut(Level, String)) -> View {
+        let text = match std::fs::read(&self.path) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                self.snapshot = None;
+                let problem = match e.kind() {
+                    std::io::ErrorKind::NotFound => Problem::Missing,
+                    _ => Problem::Unreadable(e.to_string()),
+                };
+                return View::Unavailable(problem);
+            }
+        };
+        let parsed = String::from_utf8(text)
+            .map_err(|_| "not UTF-8 text".to_string())
+            .and_then(|t| snapshot::parse(&t).map_err(|e| e.to_string()));
+        match parsed {
+            Ok(snap) => {
+                let balances = self.balances(&snap, now);
+                log(
+                    Level::Verbose,
+                    format!(
+                        "loaded {}: {}, written {}",
+                        self.path.display(),
+                        users(balances.listed, balances.by_uid.len()),
+                        ago(now - snap.generated)
+                    ),
+                );
+                self.snapshot = Some(snap);
+                View::Ready(balances)
+            }
+            Err(reason) => {
+                self.snapshot = None;
+                View::Unavailable(Problem::Corrupt(reason))
+            }
+        }
+    }
+
+    /// Maps the snapshot's user names to uids (cached; failed lookups are retried later).
+    fn balances(&mut self, snap: &Snapshot, now: i64) -> Balances {
+        let mut by_uid = HashMap::with_capacity(snap.balances.len());
+        let mut failed = false;
+        for (name, balance) in &snap.balances {
+            let uid = match self.uids.get(name) {
+                Some(&(uid, at)) if now - at < UID_TTL_SECS => Some(uid),
+                _ => match (self.resolve)(name) {
+                    Lookup::Found(uid) => {
+                        self.uids.insert(name.clone(), (uid, now));
+                        Some(uid)
+                    }
+                    Lookup::NotFound => None,
+                    Lookup::Failed(_) => {
+                        failed = true;
+                        None
+                    }
+                },
+            };
+            if let Some(uid) = uid {
+                by_uid.insert(uid, UserBalance { name: name.clone(), balance: *balance });
+            }
+        }
+        self.retry_lookups_at = failed.then_some(now + RETRY_LOOKUPS_SECS);
+        Balances { generated: snap.generated, rules: snap.rules, by_uid, listed: snap.balances.len() }
+    }
+
+    fn retry_lookups(&mut self, now: i64, log: &mut dyn FnMut(Level, String)) -> Option<View> {
+        if !matches!(self.retry_lookups_at, Some(at) if now >= at) {
+            return None;
+        }
+        let snap = self.snapshot.take()?;
+        let balances = self.balances(&snap, now);
+        log(Level::Verbose, format!("looked up user names again: {}", users(balances.listed, balances.by_uid.len())));
+        self.snapshot = Some(snap);
+        Some(View::Ready(balances))
+    }
+
+    fn log_condition(&mut self, now: i64, log: &mut dyn FnMut(Level, String)) {
+        let condition = match &*self.view {
+            View::Ready(b) if self.max_age.is_some_and(|max| b.age(now) > max.as_secs() as i64) => Condition::Stale,
+            View::Ready(_) => Condition::Fine,
+            View::Unavailable(p) => Condition::Broken(p.clone()),
+        };
+        if self.logged.as_ref() == Some(&condition) {
+            return;
+        }
+        let path = self.path.display();
+        let consequence = match self.on_error {
+            OnError::Accept => "GPU jobs are accepted without a balance check (on_error = \"accept\")",
+            OnError::Reject => "GPU jobs are refused (on_error = \"reject\")",
+        };
+        let (level, message) = match &condition {
+            Condition::Fine => {
+                let View::Ready(b) = &*self.view else { return };
+                let again = if self.logged.is_none() { "" } else { " is usable again" };
+                let users = users(b.listed, b.by_uid.len());
+                (Level::Info, format!("balance snapshot {path}{again}: {users}, written {}", ago(b.age(now))))
+            }
+            Condition::Stale => {
+                let View::Ready(b) = &*self.view else { return };
+                let max = humantime::format_duration(self.max_age.unwrap_or_default());
+                (
+                    Level::Error,
+                    format!(
+                        "balance snapshot {path} is stale: written {}, longer than max_snapshot_age ({max}); is accountd \
+                         running? {consequence} until it is rewritten",
+                        ago(b.age(now))
+                    ),
+                )
+            }
+            Condition::Broken(Problem::NotLoaded) => return,
+            Condition::Broken(Problem::Missing) => {
+                (Level::Error, format!("balance snapshot {path} is missing; {consequence} until it appears"))
+            }
+            Condition::Broken(Problem::Unreadable(e)) => (
+                Level::Error,
+                format!("cannot read the balance snapshot {path} ({e}); {consequence} until it can be read"),
+            ),
+            Condition::Broken(Problem::Corrupt(e)) => (
+                Level::Error,
+                format!("balance snapshot {path} is corrupt ({e}); {consequence} until accountd rewrites it"),
+            ),
+        };
+        log(level, message);
+        self.logged = Some(condition);
+    }
+}
+
+/// `42 users`, `1 user`, `3 users (2 with an account here)`.
+fn users(listed: usize, mapped: usize) -> String {
+    let n = if listed == 1 { "1 user".to_string() } else { format!("{listed} users") };
+    if mapped == listed {
+        n
+    } else {
+        format!("{n} ({mapped} with an account here)")
+    }
+}
+
+/// `5 s ago`, `2h 3m ago`.
+fn ago(seconds: i64) -> String {
+    if seconds < 0 {
+        return format!("{}s in the future", -seconds);
+    }
+    let rounded = if seconds >= 3600 { seconds - seconds % 60 } else { seconds };
+    format!("{} ago", humantime::format_duration(Duration::from_secs(rounded as u64)))
+}
+
+/// The name service (getpwnam_r through nix).
+pub fn system_resolver() -> Resolver {
+    Box::new(|name| match nix::unistd::User::from_name(name) {
+        Ok(Some(user)) => Lookup::Found(user.uid.as_raw()),
+        Ok(None) => Lookup::NotFound,
+        Err(e) => Lookup::Failed(e.to_string()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    const NOW: i64 = 1_795_430_400;
+
+    fn text(generated: i64, users: &[(&str, i64)]) -> String {
+        let mut t = format!(
+            "gputokens-snapshot 1\ngenerated {generated}\nfloor -10000000\ndaily 1000000\nmonthly 0\ninitial 100000000\n"
+        );
+        for (u, b) in users {
+            t.push_str(&format!("user {u} {b}\n"));
+        }
+        t
+    }
+
+    fn users() -> Resolver {
+        Box::new(|name| match name {
+            "alice" => Lookup::Found(1001),
+            "bob" => Lookup::Found(1002),
+            _ => Lookup::NotFound,
+        })
+    }
+
+    struct Fixture {
+        dir: tempfile::TempDir,
+        monitor: Monitor,
+        log: Vec<(Level, String)>,
+    }
+
+    impl Fixture {
+        fn new(on_error: OnError, resolve: Resolver) -> Fixture {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("balances.snapshot");
+            let monitor = Monitor::new(path, Some(Duration::from_secs(7200)), on_error, resolve);
+            Fixture { dir, monitor, log: Vec::new() }
+        }
+        fn write(&self, contents: &str) {
+            let path = self.dir.path().join("balances.snapshot");
+            gputokens::snapshot::write_atomically(&path, contents).unwrap();
+        }
+        fn tick(&mut self, now: i64) -> Option<Arc<View>> {
+            let log = &mut self.log;
+            self.monitor.tick(now, &mut |level, m| log.push((level, m)))
+        }
+        fn logged(&mut self) -> Vec<String> {
+            self.log.drain(..).filter(|(l, _)| *l != Level::Verbose).map(|(l, m)| format!("{l:?}: {m}")).collect()
+        }
+        fn balance(&self, uid: u32) -> Option<Tokens> {
+            match &*self.monitor.view() {
+                View::Ready(b) => Some(b.of(uid).1),
+                View::Unavailable(_) => None,
+            }
+        }
+    }
+
+    #[test]
+    fn loads_reloads_on_change_and_maps_uids() {
+        let mut f = Fixture::new(OnError::Accept, users());
+        f.write(&text(NOW, &[("alice", -10_400_000), ("bob", 50_000_000), ("gone", 1)]));
+        assert!(f.tick(NOW).is_some());
+        assert_eq!(f.balance(1001), Some(Tokens::from_micro(-10_400_000)));
+        assert_eq!(f.balance(1002), Some(Tokens::whole(50)));
+        assert_eq!(f.balance(4242), Some(Tokens::whole(100)), "not in the snapshot: initial");
+        let logged = f.logged();
+        assert_eq!(logged.len(), 1);
+        assert!(
+            logged[0].starts_with("Info: balance snapshot /")
+                && logged[0].contains(": 3 users (2 with an account here), written 0s ago")
+        );
+
+        assert!(f.tick(NOW + 1).is_none(), "unchanged file: nothing new");
+        f.write(&text(NOW + 2, &[("alice", 5_000_000)]));
+        assert!(f.tick(NOW + 2).is_some());
+        assert_eq!(f.balance(1001), Some(Tokens::whole(5)));
+        assert!(f.logged().is_empty(), "a routine reload is not an info/error line");
+    }
+
+    #[test]
+    fn missing_then_garbage_then_fixed_is_logged_once_each() {
+        let mut f = Fixture::new(OnError::Reject, users());
+        f.tick(NOW);
+        f.tick(NOW + 1);
+        let logged = f.logged();
+        assert_eq!(logged.len(), 1, "{logged:?}");
+        assert!(logged[0].contains("is missing; GPU jobs are refused (on_error = \"reject\") until it appears"));
+        assert!(f.balance(1001).is_none());
+
+        f.write("\u{1}\u{2} garbage");
+        f.tick(NOW + 2);
+        f.tick(NOW + 3);
+        let logged = f.logged();
+        assert_eq!(logged.len(), 1, "{logged:?}");
+        assert!(logged[0].contains("is corrupt (not a gputokens snapshot"), "{logged:?}");
+
+        std::fs::write(f.dir.path().join("balances.snapshot"), [0xff, 0xfe, 0]).unwrap();
+        f.tick(NOW + 4);
+        assert!(f.logged()[0].contains("is corrupt (not UTF-8 text)"));
+
+        f.write(&text(NOW + 5, &[("alice", 1)]));
+        f.tick(NOW + 5);
+        f.tick(NOW + 6);
+        let logged = f.logged();
+        assert_eq!(logged.len(), 1, "{logged:?}");
+        assert!(logged[0].contains("balances.snapshot is usable again: 1 user, written 0s ago"), "{logged:?}");
+        assert_eq!(f.balance(1001), Some(Tokens::from_micro(1)));
+
+        std::fs::remove_file(f.dir.path().join("balances.snapshot")).unwrap();
+        f.tick(NOW + 7);
+        f.tick(NOW + 8);
+        assert_eq!(f.logged().len(), 1);
+        assert!(f.balance(1001).is_none());
+    }
+
+    #[test]
+    fn stale_is_logged_when_it_begins_and_ends() {
+        let mut f = Fixture::new(OnError::Accept, users());
+        f.write(&text(NOW, &[("alice", 1)]));
+        f.tick(NOW);
+        f.logged();
+        f.tick(NOW + 7200);
+        assert!(f.logged().is_empty());
+        f.tick(NOW + 7201);
+        f.tick(NOW + 9000);
+        let logged = f.logged();
+        assert_eq!(logged.len(), 1, "{logged:?}");
+        assert!(logged[0].contains("is stale: written 2h ago, longer than max_snapshot_age (2h)"), "{logged:?}");
+        assert!(logged[0].contains("accepted without a balance check"), "{logged:?}");
+        f.write(&text(NOW + 9001, &[("alice", 1)]));
+        f.tick(NOW + 9001);
+        assert!(f.logged()[0].contains("usable again"));
+    }
+
+    #[test]
+    fn failed_lookups_are_retried() {
+        let up = Arc::new(AtomicBool::new(false));
+        let flag = up.clone();
+        let resolver: Resolver = Box::new(move |name| match (name, flag.load(Ordering::SeqCst)) {
+            ("alice", true) => Lookup::Found(1001),
+            ("alice", false) => Lookup::Failed("directory unreachable".into()),
+            _ => Lookup::NotFound,
+        });
+        let mut f = Fixture::new(OnError::Accept, resolver);
+        f.write(&text(NOW, &[("alice", -20_000_000)]));
+        f.tick(NOW);
+        assert_eq!(f.balance(1001), Some(Tokens::whole(100)), "not mapped yet");
+        up.store(true, Ordering::SeqCst);
+        assert!(f.tick(NOW + 30).is_none(), "not retried before a minute");
+        assert!(f.tick(NOW + 61).is_some());
+        assert_eq!(f.balance(1001), Some(Tokens::whole(-20)));
+        assert!(f.tick(NOW + 200).is_none(), "nothing left to retry");
+    }
+
+    #[test]
+    fn the_system_resolver_knows_root() {
+        assert_eq!(system_resolver()("root"), Lookup::Found(0));
+        assert_eq!(system_resolver()("no-such-user-gputokens"), Lookup::NotFound);
+    }
+
+    #[test]
+    fn ages() {
+        assert_eq!(ago(5), "5s ago");
+        assert_eq!(ago(7321), "2h 2m ago");
+        assert_eq!(ago(-3), "3s in the future");
+    }
+}

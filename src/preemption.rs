@@ -1,0 +1,196 @@
+//! Which running GPU jobs of users in debt to preempt. Pure: the caller gathers the jobs (squeue) and
+//! balances (ledger) and carries out the decision through Slurm.
+//!
+//! A GPU type is *contended* when GPU jobs of users with a balance ≥ 0 wait for it while jobs of users
+//! with a balance < 0 hold it. Victims are taken per contended type, most negative balance first, then
+//! the youngest job (least work lost), only until the waiting jobs' GPUs are covered; never a job of a
+//! user with balance ≥ 0, never one younger than `min_runtime`, never an exempt one, and at most
+//! `max_per_cycle` in all.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::tokens::Tokens;
+
+/// A running job holding GPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub job_id: String,
+    pub user: String,
+    pub balance: Tokens,
+    pub start_time: i64,
+    /// Whole GPUs held per lower-case type.
+    pub gpus: BTreeMap<String, u64>,
+    /// User, account or QOS is exempt.
+    pub exempt: bool,
+}
+
+/// A pending job waiting for GPUs of known types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiter {
+    pub job_id: String,
+    pub user: String,
+    pub balance: Tokens,
+    pub wants: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub min_runtime_secs: i64,
+    pub max_per_cycle: usize,
+}
+
+/// Why a job is preempted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cause {
+    /// Users with a balance ≥ 0 wait for this GPU type.
+    Contended { gpu_type: String, waiting: Vec<String> },
+    /// The user's balance is at or below the floor (`at_floor = "requeue" | "cancel"`).
+    AtFloor,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Victim {
+    pub job_id: String,
+    pub user: String,
+    pub balance: Tokens,
+    pub cause: Cause,
+}
+
+impl Victim {
+    /// The text put in the job's comment and the audit log.
+    pub fn reason(&self) -> String {
+        match &self.cause {
+            Cause::Contended { gpu_type, .. } => {
+                format!("gputokens: preempted, balance {}, {gpu_type} contended", self.balance)
+            }
+            Cause::AtFloor => format!("gputokens: preempted, balance {} is at the floor", self.balance),
+        }
+    }
+}
+
+/// GPUs of each type that users with a balance ≥ 0 are waiting for, and who waits.
+pub fn demand(waiters: &[Waiter]) -> BTreeMap<String, (u64, Vec<String>)> {
+    let mut demand: BTreeMap<String, (u64, Vec<String>)> = BTreeMap::new();
+    for w in waiters.iter().filter(|w| !w.balance.is_negative()) {
+        for (gpu_type, n) in &w.wants {
+            let entry = demand.entry(gpu_type.clone()).or_default();
+            entry.0 += n;
+            entry.1.push(w.job_id.clone());
+        }
+    }
+    demand
+}
+
+/// The jobs to preempt because of contention.
+pub fn contention_victims(holders: &[Holder], waiters: &[Waiter], now: i64, limits: Limits) -> Vec<Victim> {
+    let mut chosen: Vec<Victim> = Vec::new();
+    let mut taken: BTreeSet<&str> = BTreeSet::new();
+    for (gpu_type, (needed, waiting)) in demand(waiters) {
+        let mut candidates: Vec<&Holder> = holders
+            .iter()
+            .filter(|h| h.balance.is_negative() && !h.exempt && h.gpus.contains_key(&gpu_type))
+            .filter(|h| now - h.start_time >= limits.min_runtime_secs)
+            .collect();
+        candidates.sort_by(|a, b| a.balance.cmp(&b.balance).then(b.start_time.cmp(&a.start_time)));
+        let mut freed = 0;
+        for h in candidates {
+            if freed >= needed || chosen.len() >= limits.max_per_cycle {
+                break;
+            }
+            freed += h.gpus[&gpu_type];
+            if taken.insert(&h.job_id) {
+                chosen.push(Victim {
+                    job_id: h.job_id.clone(),
+                    user: h.user.clone(),
+                    balance: h.balance,
+                    cause: Cause::Contended { gpu_type: gpu_type.clone(), waiting: waiting.clone() },
+                });
+            }
+        }
+    }
+    chosen
+}
+
+/// Running GPU jobs of users at or below the floor (for `at_floor = "requeue" | "cancel"`).
+pub fn at_floor_victims(holders: &[Holder], floor: Tokens, limit: usize) -> Vec<Victim> {
+    holders
+        .iter()
+        .filter(|h| h.balance <= floor && !h.exempt)
+        .take(limit)
+        .map(|h| Victim { job_id: h.job_id.clone(), user: h.user.clone(), balance: h.balance, cause: Cause::AtFloor })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(job: &str, user: &str, balance: i64, start: i64, gpu_type: &str, n: u64) -> Holder {
+        Holder {
+            job_id: job.into(),
+            user: user.into(),
+            balance: Tokens::whole(balance),
+            start_time: start,
+            gpus: BTreeMap::from([(gpu_type.to_string(), n)]),
+            exempt: false,
+        }
+    }
+
+    fn waiter(job: &str, balance: i64, gpu_type: &str, n: u64) -> Waiter {
+        Waiter {
+            job_id: job.into(),
+            user: "bob".into(),
+            balance: Tokens::whole(balance),
+            wants: BTreeMap::from([(gpu_type.to_string(), n)]),
+        }
+    }
+
+    const LIMITS: Limits = Limits { min_runtime_secs: 60, max_per_cycle: 10 };
+
+    #[test]
+    fn youngest_job_of_the_deepest_debtor_goes_first_and_only_as_many_as_needed() {
+        let holders = [
+            holder("1", "alice", -5, 1000, "a6000", 1),
+            holder("2", "alice", -5, 2000, "a6000", 1),
+            holder("3", "carol", -1, 3000, "a6000", 1),
+        ];
+        let victims = contention_victims(&holders, &[waiter("9", 50, "a6000", 1)], 10_000, LIMITS);
+        assert_eq!(victims.len(), 1);
+        assert_eq!(victims[0].job_id, "2");
+        assert_eq!(victims[0].reason(), "gputokens: preempted, balance -5, a6000 contended");
+        let two = contention_victims(&holders, &[waiter("9", 50, "a6000", 2)], 10_000, LIMITS);
+        assert_eq!(two.iter().map(|v| v.job_id.as_str()).collect::<Vec<_>>(), ["2", "1"]);
+    }
+
+    #[test]
+    fn nothing_without_contention_or_debt() {
+        let debtor = [holder("1", "alice", -5, 1000, "a6000", 1)];
+        assert!(contention_victims(&debtor, &[], 10_000, LIMITS).is_empty());
+        assert!(contention_victims(&debtor, &[waiter("9", 50, "rtx2080", 1)], 10_000, LIMITS).is_empty(), "other type");
+        assert!(
+            contention_victims(&debtor, &[waiter("9", -1, "a6000", 1)], 10_000, LIMITS).is_empty(),
+            "waiter in debt"
+        );
+        let solvent = [holder("1", "alice", 5, 1000, "a6000", 1)];
+        assert!(contention_victims(&solvent, &[waiter("9", 50, "a6000", 1)], 10_000, LIMITS).is_empty());
+    }
+
+    #[test]
+    fn young_exempt_and_capped_jobs_are_spared() {
+        let mut exempt = holder("1", "alice", -5, 1000, "a6000", 1);
+        exempt.exempt = true;
+        let young = holder("2", "alice", -5, 9_990, "a6000", 1);
+        assert!(contention_victims(&[exempt, young], &[waiter("9", 0, "a6000", 2)], 10_000, LIMITS).is_empty());
+        let many: Vec<Holder> = (0..5).map(|i| holder(&i.to_string(), "alice", -5, 1000 + i, "a6000", 1)).collect();
+        let capped = Limits { max_per_cycle: 2, ..LIMITS };
+        assert_eq!(contention_victims(&many, &[waiter("9", 0, "a6000", 5)], 10_000, capped).len(), 2);
+    }
+
+    #[test]
+    fn at_floor_takes_every_job_at_or_below_the_floor() {
+        let holders = [holder("1", "alice", -10, 1000, "a6000", 1), holder("2", "bob", -9, 1000, "a6000", 1)];
+        let victims = at_floor_victims(&holders, Tokens::whole(-10), 10);
+        assert_eq!(victims.len(), 1);
+        assert_eq!(victims[0].cause, Cause::AtFloor);
+    }
+}

@@ -1,0 +1,141 @@
+//! Preemption on the real test cluster: debtors' GPU jobs are requeued only when users with a
+//! balance ≥ 0 wait for the same GPU type; failing GPUs drain their node.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::cluster::{sbatch, serial};
+use crate::common::{run_as, Site};
+
+/// A site that reads the live cluster and may preempt at once (no minimum runtime).
+fn site(extra: &str) -> Site {
+    Site::start("", &format!("[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nmin_runtime = \"0s\"\n{extra}"))
+}
+
+fn squeue(job: &str, format: &str) -> String {
+    run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", job, "-o", format]).ok().stdout.trim().to_string()
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn cancel(jobs: &[&String]) {
+    let ids: Vec<&str> = jobs.iter().map(|j| j.as_str()).collect();
+    run_as(None, Path::new("/usr/bin/scancel"), &ids).ok();
+    for job in jobs {
+        wait_for(&format!("job {job} to leave the queue"), || {
+            let state = squeue(job, "%T");
+            state.is_empty() || state == "COMPLETING"
+        });
+    }
+}
+
+/// alice (balance `alice_balance`) holds both a6000s with two jobs, bob's a6000 job waits.
+fn both_a6000s_held_by_alice(site: &Site, alice_balance: &str) -> (String, String, String) {
+    site.accountd(None, &["admin", "adjust", "alice", alice_balance, "--reason", "test"]).ok();
+    let older = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
+    wait_for("alice's first job to run", || squeue(&older, "%T") == "RUNNING");
+    std::thread::sleep(Duration::from_secs(1));
+    let younger = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
+    wait_for("alice's second job to run", || squeue(&younger, "%T") == "RUNNING");
+    let waiting = sbatch("bob", &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
+    wait_for("bob's job to wait for resources", || squeue(&waiting, "%T %r") == "PENDING Resources");
+    (older, younger, waiting)
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn contended_a6000_requeues_the_debtors_youngest_job() {
+    let _cluster = serial();
+    let site = site("");
+    let (older, younger, waiting) = both_a6000s_held_by_alice(&site, "-105");
+    let tick = site.accountd(None, &["tick", "--skip-charge"]).ok();
+    assert!(tick.stdout.contains("1 preempted"), "{}", tick.stdout);
+
+    wait_for("bob's job to start", || squeue(&waiting, "%T") == "RUNNING");
+    assert_eq!(squeue(&older, "%T"), "RUNNING", "alice's other job keeps running");
+    assert_eq!(squeue(&younger, "%T"), "PENDING", "alice's youngest job was requeued");
+    assert_eq!(squeue(&younger, "%k"), "gputokens: preempted, balance -5, a6000 contended");
+    let actions = site.accountd(None, &["admin", "actions"]).ok().stdout;
+    assert!(
+        actions.contains("requeue") && actions.contains(&younger) && actions.contains("a6000 contended"),
+        "{actions}"
+    );
+    cancel(&[&older, &younger, &waiting]);
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn solvent_holders_and_dry_runs_preempt_nothing() {
+    let _cluster = serial();
+    let solvent = site("");
+    let (older, younger, waiting) = both_a6000s_held_by_alice(&solvent, "-95");
+    let tick = solvent.accountd(None, &["tick", "--skip-charge"]).ok();
+    assert!(tick.stdout.contains("0 preempted"), "alice at +5 keeps her GPUs: {}", tick.stdout);
+
+    let dry = site("dry_run = true\n");
+    dry.accountd(None, &["admin", "adjust", "alice", "-105", "--reason", "test"]).ok();
+    let tick = dry.accountd(None, &["tick", "--skip-charge"]).ok();
+    assert!(tick.stdout.contains("1 would preempt (dry run)"), "{}", tick.stdout);
+    assert!(tick.stderr.contains(&format!("dry run: would requeue job {younger} of alice")), "{}", tick.stderr);
+    std::thread::sleep(Duration::from_secs(1));
+    for job in [&older, &younger] {
+        assert_eq!(squeue(job, "%T"), "RUNNING", "job {job} untouched");
+    }
+    assert_eq!(squeue(&waiting, "%T"), "PENDING");
+    cancel(&[&older, &younger, &waiting]);
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn contention_on_another_type_leaves_the_debtor_alone() {
+    let _cluster = serial();
+    let site = site("");
+    site.accountd(None, &["admin", "adjust", "alice", "-105", "--reason", "test"]).ok();
+    let debtor = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
+    let holder = sbatch("bob", &["--gres=gpu:rtx2080:4", "--wrap", "sleep 120"]);
+    wait_for("both to run", || squeue(&debtor, "%T") == "RUNNING" && squeue(&holder, "%T") == "RUNNING");
+    let waiting = sbatch("bob", &["--gres=gpu:rtx2080:1", "--wrap", "sleep 120"]);
+    wait_for("bob's rtx2080 job to wait", || squeue(&waiting, "%T %r") == "PENDING Resources");
+    let tick = site.accountd(None, &["tick", "--skip-charge"]).ok();
+    assert!(tick.stdout.contains("0 preempted"), "{}", tick.stdout);
+    assert_eq!(squeue(&debtor, "%T"), "RUNNING");
+    cancel(&[&debtor, &holder, &waiting]);
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn uncorrectable_ecc_error_drains_the_node_and_requeues_its_jobs() {
+    let _cluster = serial();
+    let site = site("");
+    let job = sbatch("bob", &["--gres=gpu:rtx2080:4", "--wrap", "sleep 120"]);
+    wait_for("bob's job to run", || squeue(&job, "%T") == "RUNNING");
+    let mut state = String::new();
+    for i in 0..8 {
+        let ecc = if i == 3 { 2 } else { 0 };
+        state += &format!(
+            "[[gpu]]\nuuid = \"GPU-{i:08}\"\nname = \"GPU\"\nutil_gpu = 50\ntemp = 50\necc_uncorrected = {ecc}\n"
+        );
+    }
+    let state = site.file("nvml-state.toml", &state);
+    crate::agent::report_once(&crate::agent::agent_config(&site), &state);
+
+    let sinfo = |format: &str| run_as(None, Path::new("/usr/bin/sinfo"), &["-h", "-n", "vm", "-o", format]).ok().stdout;
+    let reason = sinfo("%E");
+    let node_state = sinfo("%T");
+    run_as(None, Path::new("/usr/bin/scontrol"), &["update", "nodename=vm", "state=resume"]).ok();
+    assert!(node_state.starts_with("drain"), "node state {node_state}");
+    assert_eq!(reason.trim(), "gputokens: GPU 3 has 2 uncorrectable ECC errors");
+    assert_ne!(squeue(&job, "%T"), "RUNNING", "the job on the failing GPU was requeued");
+    let actions = site.accountd(None, &["admin", "actions"]).ok().stdout;
+    assert!(actions.contains("drain") && actions.contains(&format!("requeue  {job}")), "{actions}");
+    // A second report of the same failure does not drain again.
+    crate::agent::report_once(&crate::agent::agent_config(&site), &state);
+    assert_eq!(sinfo("%T").trim(), "idle");
+    cancel(&[&job]);
+}
