@@ -87,6 +87,24 @@ printf '$ runuser -u alice -- sbalance -a\n'; runuser -u alice -- "$SBALANCE" --
 printf '$ runuser -u alice -- accountd admin grant alice 1000 --reason x\n'
 runuser -u alice -- "$ACCOUNTD" --config "$CONF" admin grant alice 1000 --reason x || echo "(exit $?)"
 
+step "alice overspends to -10.4: slurmctld's job_submit plugin refuses her GPU jobs, not her CPU jobs"
+show "$ACCOUNTD" admin adjust alice -56.4 --reason "demo: overspent"
+sleep 1   # the plugin sees the new snapshot within a second
+cd "$LAB/jobs"
+printf '$ runuser -u alice -- sbatch --gres=gpu:a6000:1 --wrap "sleep 1"\n'
+runuser -u alice -- sbatch --output=/dev/null --gres=gpu:a6000:1 --wrap 'sleep 1' || echo "(exit $?)"
+printf '$ runuser -u alice -- sbatch --wrap "sleep 1"\n'
+runuser -u alice -- sbatch --output=/dev/null --wrap 'sleep 1'
+cd "$ROOT"
+
+step "An admin grants 5 tokens: she is in overdraft (-5.4), accepted at a lower priority"
+show "$ACCOUNTD" admin grant alice 5 --reason "demo: course credit"
+sleep 1
+cd "$LAB/jobs"
+printf '$ runuser -u alice -- sbatch --gres=gpu:a6000:1 --wrap "sleep 1"\n'
+runuser -u alice -- sbatch --output=/dev/null --gres=gpu:a6000:1 --wrap 'sleep 1'
+cd "$ROOT"
+
 step "alice's ledger history"
 show "$ACCOUNTD" admin history alice
 

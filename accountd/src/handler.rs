@@ -19,11 +19,27 @@ pub struct Service {
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     pub usage: crate::usage::agents::UsageTracker,
     pub health: crate::health::Drained,
+    /// Preemptions waiting out their grace on threads of their own; joined before the process exits.
+    pub pending: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Service {
+    /// Waits for preemptions still in their grace period.
+    pub fn finish_pending(&mut self) {
+        for handle in self.pending.drain(..) {
+            let _ = handle.join();
+        }
+    }
+
     pub fn new(config: Config, ledger: Ledger) -> Service {
-        Service { config, ledger, metrics: Default::default(), usage: Default::default(), health: Default::default() }
+        Service {
+            config,
+            ledger,
+            metrics: Default::default(),
+            usage: Default::default(),
+            health: Default::default(),
+            pending: Vec::new(),
+        }
     }
 }
 

@@ -50,6 +50,7 @@ fn run(cli: Cli) -> CliResult {
                 println!("charge: {}", charging::charge(&mut service, &slurm, now)?);
             }
             println!("check: {}", cycle::check(&mut service, now)?);
+            service.finish_pending();
             Ok(())
         }
         Command::Charge { sacct_file, time } => {
@@ -111,7 +112,10 @@ fn serve(config: Config) -> CliResult {
                 }
             });
         }
-        server::launch(listener, shared, accountd::signals::shutdown_signal()).await;
+        server::launch(listener, shared.clone(), accountd::signals::shutdown_signal()).await;
+        if let Ok(mut service) = shared.lock() {
+            service.finish_pending();
+        }
         let _ = stop.send(true);
         let _ = std::fs::remove_file(&socket);
         Ok(())

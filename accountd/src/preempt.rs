@@ -138,10 +138,11 @@ fn act(service: &mut Service, slurm: &Slurm, victim: &Victim, requeueable: bool,
             slurm.run("scancel", &["--full", &format!("--signal={signal}"), &victim.job_id])?;
             // The grace runs on a thread of its own: the cycle (and the service lock) must not wait.
             let (slurm, grace) = (slurm.clone(), config.grace);
-            std::thread::spawn(move || {
+            service.pending.retain(|h| !h.is_finished());
+            service.pending.push(std::thread::spawn(move || {
                 std::thread::sleep(grace);
                 step(&slurm);
-            });
+            }));
         }
     }
     Ok(())

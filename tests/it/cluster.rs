@@ -12,9 +12,28 @@ use gputokens::Tokens;
 use crate::common::{run_as, Site};
 
 /// Cluster tests run one at a time: a test's site charges every job sacct shows in its window.
+/// Each starts on an empty queue and an undrained node, whatever the test before it left behind
+/// (a failed test may leave jobs running, and a site charges every running job it sees).
 pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     static CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    CLUSTER.lock().unwrap_or_else(|p| p.into_inner())
+    let guard = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    for user in ["alice", "bob"] {
+        run_as(None, Path::new("/usr/bin/scancel"), &["-u", user]).ok();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-u", "alice,bob"]).ok().stdout;
+        if left.trim().is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "jobs of earlier tests do not go away:\n{left}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let state = run_as(None, Path::new("/usr/bin/sinfo"), &["-h", "-o", "%T"]).ok().stdout;
+    if state.starts_with("drain") {
+        run_as(None, Path::new("/usr/bin/scontrol"), &["update", "nodename=ALL", "state=resume"]).ok();
+    }
+    guard
 }
 
 /// Submits as `user`; returns the job ID.

@@ -140,3 +140,51 @@ fn uncorrectable_ecc_error_drains_the_node_and_requeues_its_jobs() {
     assert!(!again.starts_with("drain"), "drained again: {again}");
     cancel(&[&job]);
 }
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_signal_and_grace_come_before_the_requeue() {
+    let _cluster = serial();
+    let site = site("signal = \"USR1\"\ngrace = \"3s\"\n");
+    site.accountd(None, &["admin", "adjust", "alice", "-105", "--reason", "test"]).ok();
+    let marks = tempfile::Builder::new().prefix("gputokens-signal-").tempdir().unwrap();
+    std::fs::set_permissions(marks.path(), std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
+    let mark = marks.path().join("got-usr1");
+    // The job checkpoints (writes a mark) on USR1 and keeps running.
+    let script = format!("trap 'touch {}' USR1; while true; do sleep 1; done", mark.display());
+    let older = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
+    wait_for("alice's first job to run", || squeue(&older, "%T") == "RUNNING");
+    std::thread::sleep(Duration::from_secs(1));
+    let younger = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", &script]);
+    wait_for("alice's second job to run", || squeue(&younger, "%T") == "RUNNING");
+    let waiting = sbatch("bob", &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
+    wait_for("bob's job to wait", || squeue(&waiting, "%T %r") == "PENDING Resources");
+
+    let started = Instant::now();
+    let tick = site.accountd(None, &["tick", "--skip-charge"]).ok();
+    assert!(tick.stdout.contains("1 preempted"), "{}", tick.stdout);
+    // tick waits out the grace before it exits, and only then requeues.
+    assert!(started.elapsed() >= Duration::from_secs(3), "took {:?}", started.elapsed());
+    assert!(mark.exists(), "the job got USR1 before it was requeued");
+    wait_for("bob's job to start", || squeue(&waiting, "%T") == "RUNNING");
+    assert_eq!(squeue(&younger, "%T"), "PENDING");
+    cancel(&[&older, &younger, &waiting]);
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn at_floor_cancel_ends_the_running_jobs_of_a_user_at_the_floor() {
+    let _cluster = serial();
+    let site = site("at_floor = \"cancel\"\n");
+    let job = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
+    let other = sbatch("bob", &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
+    wait_for("both to run", || squeue(&job, "%T") == "RUNNING" && squeue(&other, "%T") == "RUNNING");
+    site.accountd(None, &["admin", "adjust", "alice", "-112", "--reason", "test"]).ok();
+    let tick = site.accountd(None, &["tick", "--skip-charge"]).ok();
+    assert!(tick.stdout.contains("1 preempted"), "{}", tick.stdout);
+    wait_for("alice's job to end", || squeue(&job, "%T").is_empty());
+    assert_eq!(squeue(&other, "%T"), "RUNNING");
+    let actions = site.accountd(None, &["admin", "actions"]).ok().stdout;
+    assert!(actions.contains("is at the floor") && actions.contains(&job), "{actions}");
+    cancel(&[&other]);
+}

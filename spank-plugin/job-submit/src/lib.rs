@@ -12,10 +12,11 @@
 
 mod admit;
 mod bindings;
-use gputokens::plugin_config as config;
 mod ffi;
 mod plugin;
 mod watch;
+
+use gputokens::plugin_config as config;
 
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
