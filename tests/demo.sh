@@ -88,7 +88,8 @@ printf '$ runuser -u alice -- accountd admin grant alice 1000 --reason x\n'
 runuser -u alice -- "$ACCOUNTD" --config "$CONF" admin grant alice 1000 --reason x || echo "(exit $?)"
 
 step "alice overspends to -10.4: slurmctld's job_submit plugin refuses her GPU jobs, not her CPU jobs"
-show "$ACCOUNTD" admin adjust alice -56.4 --reason "demo: overspent"
+balance=$("$SBALANCE" -u alice -P -n -o Balance)
+show "$ACCOUNTD" admin adjust alice "$(awk -v b="$balance" 'BEGIN { printf "%.6f", -10.4 - b }')" --reason "demo: overspent"
 sleep 1   # the plugin sees the new snapshot within a second
 cd "$LAB/jobs"
 printf '$ runuser -u alice -- sbatch --gres=gpu:a6000:1 --wrap "sleep 1"\n'
