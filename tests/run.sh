@@ -28,9 +28,14 @@ trap 'stop_cluster || true' EXIT
 # once at start: point it at the snapshot the admission tests write (tests/it/admission.rs). While
 # there is none, on_error = "accept" lets every job through, so the other cluster tests are unaffected.
 install -d -m 755 "$LAB/snapshot"
-printf '# Written by tests/run.sh for the test cluster: read by job_submit_gputokens.so in slurmctld.\n[paths]\nsnapshot = "%s"\n' \
-  "$LAB/snapshot/balances.snapshot" > /etc/slurm/gputokens.toml
+# spank_gputokens.so (sbatch/srun) reads the same file for accountd's socket: the SPANK tests
+# (tests/it/spank.rs) link that path to the socket of an accountd they start; while there is none,
+# sbatch shows one "balance unknown" line. In slurmstepd it records each job's GPUs under gpu-jobs/.
+printf '# Written by tests/run.sh for the test cluster: read by job_submit_gputokens.so in slurmctld\n# and spank_gputokens.so in sbatch/srun.\n[paths]\nsnapshot = "%s"\nsocket = "%s"\n' \
+  "$LAB/snapshot/balances.snapshot" "$LAB/snapshot/accountd.sock" > /etc/slurm/gputokens.toml
 export JOBSUBMIT_PLUGIN_SO=$PWD/target/debug/libjob_submit_gputokens.so
+export SPANK_PLUGIN_SO=$PWD/target/debug/libspank_gputokens.so
+export SPANK_PLUGIN_ARGS="jobs_dir=$LAB/gpu-jobs"
 
 bash tests/cluster/up.sh
 started=$(cat "$LAB"/pids/*.pid 2>/dev/null | tr '\n' ' ')

@@ -11,4 +11,5 @@ mod config;
 mod http;
 mod preemption;
 mod sbalance;
+mod spank;
 mod worked_example;

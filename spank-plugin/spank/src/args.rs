@@ -1,0 +1,60 @@
+//! Plugstack arguments: `conf=PATH` (the gputokens TOML file; default `$GPUTOKENS_CONF`, else
+//! /etc/slurm/gputokens.toml) and `jobs_dir=PATH` (where slurmstepd records each job's GPUs; default
+//! /run/gputokens/jobs). An unknown or malformed argument is reported and ignored: the plugin never
+//! stops a job.
+
+use std::path::PathBuf;
+
+pub const DEFAULT_JOBS_DIR: &str = "/run/gputokens/jobs";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Args {
+    pub conf: Option<PathBuf>,
+    pub jobs_dir: PathBuf,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Args { conf: None, jobs_dir: DEFAULT_JOBS_DIR.into() }
+    }
+}
+
+/// The arguments and one problem per argument that was not understood.
+pub fn parse(args: &[String]) -> (Args, Vec<String>) {
+    let mut out = Args::default();
+    let mut problems = Vec::new();
+    for arg in args {
+        match arg.split_once('=') {
+            Some(("conf", v)) if !v.is_empty() => out.conf = Some(v.into()),
+            Some(("jobs_dir", v)) if !v.is_empty() => out.jobs_dir = v.into(),
+            _ => problems.push(format!("ignoring plugstack argument {arg:?} (known: conf=PATH, jobs_dir=PATH)")),
+        }
+    }
+    (out, problems)
+}
+
+impl Args {
+    /// The gputokens config: `conf=`, else `$GPUTOKENS_CONF`, else /etc/slurm/gputokens.toml.
+    pub fn config_path(&self) -> PathBuf {
+        match &self.conf {
+            Some(p) => p.clone(),
+            None => gputokens::plugin_config::config_path(std::env::var("GPUTOKENS_CONF").ok().as_deref()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_known_arguments_and_reports_the_rest() {
+        let (a, p) = parse(&["conf=/x.toml".into(), "jobs_dir=/tmp/j".into()]);
+        assert_eq!(a, Args { conf: Some("/x.toml".into()), jobs_dir: "/tmp/j".into() });
+        assert!(p.is_empty());
+        assert_eq!(a.config_path(), PathBuf::from("/x.toml"));
+        let (a, p) = parse(&["bogus".into(), "jobs_dir=".into()]);
+        assert_eq!(a, Args::default());
+        assert_eq!(p.len(), 2);
+    }
+}

@@ -1,0 +1,107 @@
+//! The line sbatch/salloc/srun show the user: their balance and status, asked from accountd over its
+//! socket (accountd knows the caller from SO_PEERCRED). Plain blocking std I/O with 1 s timeouts:
+//! no runtime in the plugin, and a missing or slow accountd costs at most about a second.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gputokens::policy::Status;
+use gputokens::protocol::{BalanceRow, Reply, Request};
+
+pub const DEFAULT_SOCKET: &str = "/run/gputokens/accountd.sock";
+const TIMEOUT: Duration = Duration::from_secs(1);
+
+/// `[paths] socket` of the gputokens config; the default when the file or the key is missing.
+pub fn socket_path(config: &Path) -> Result<PathBuf, String> {
+    let text = match std::fs::read_to_string(config) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(DEFAULT_SOCKET.into()),
+        Err(e) => return Err(format!("{}: {e}", config.display())),
+    };
+    let table: toml::Table = toml::from_str(&text).map_err(|e| format!("{}: {e}", config.display()))?;
+    match table.get("paths").and_then(|p| p.get("socket")) {
+        None => Ok(DEFAULT_SOCKET.into()),
+        Some(toml::Value::String(s)) => Ok(s.into()),
+        Some(_) => Err(format!("{}: [paths] socket is not a string", config.display())),
+    }
+}
+
+/// The caller's own balance row.
+pub fn own_balance(socket: &Path) -> Result<BalanceRow, String> {
+    let io = |e: std::io::Error| format!("accountd at {}: {e}", socket.display());
+    let mut stream = UnixStream::connect(socket).map_err(io)?;
+    stream.set_read_timeout(Some(TIMEOUT)).map_err(io)?;
+    stream.set_write_timeout(Some(TIMEOUT)).map_err(io)?;
+    let mut line =
+        serde_json::to_string(&Request::Balances { users: Vec::new(), all: false }).map_err(|e| e.to_string())?;
+    line.push('\n');
+    stream.write_all(line.as_bytes()).map_err(io)?;
+    let mut reply = String::new();
+    BufReader::new(&stream).read_line(&mut reply).map_err(io)?;
+    match serde_json::from_str(&reply) {
+        Ok(Reply::Balances { rows }) => rows.into_iter().next().ok_or_else(|| "accountd sent no balance".into()),
+        Ok(Reply::Error { message, .. }) => Err(message),
+        Ok(_) => Err("unexpected reply from accountd".into()),
+        Err(e) => Err(format!("unreadable reply from accountd: {e}")),
+    }
+}
+
+/// The line for the user, e.g. `balance 46 tokens (ok); run 'sbalance' for details.`
+pub fn message(row: &BalanceRow) -> String {
+    let state = match row.status {
+        Status::Ok => "ok".to_string(),
+        Status::Overdraft => {
+            "overdraft: your GPU jobs run at lower priority until the balance is positive again".into()
+        }
+        Status::Blocked => {
+            format!("blocked: new GPU jobs are refused until the balance is above the floor {}", row.floor)
+        }
+    };
+    format!("balance {} tokens ({state}); run 'sbalance' for details.", row.balance)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gputokens::Tokens;
+
+    fn row(balance: i64, status: Status) -> BalanceRow {
+        BalanceRow {
+            user: "bob".into(),
+            balance: Tokens::whole(balance),
+            floor: Tokens::whole(-10),
+            status,
+            used_30d: Default::default(),
+            next_grant: None,
+            in_ledger: true,
+        }
+    }
+
+    #[test]
+    fn messages() {
+        assert_eq!(message(&row(46, Status::Ok)), "balance 46 tokens (ok); run 'sbalance' for details.");
+        assert!(message(&row(-3, Status::Overdraft)).starts_with("balance -3 tokens (overdraft: "));
+        assert!(message(&row(-11, Status::Blocked)).contains("above the floor -10"));
+    }
+
+    #[test]
+    fn socket_from_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("g.toml");
+        assert_eq!(socket_path(&conf).unwrap(), PathBuf::from(DEFAULT_SOCKET));
+        std::fs::write(&conf, "[paths]\nsnapshot = \"/x\"\n").unwrap();
+        assert_eq!(socket_path(&conf).unwrap(), PathBuf::from(DEFAULT_SOCKET));
+        std::fs::write(&conf, "[paths]\nsocket = \"/s.sock\"\n").unwrap();
+        assert_eq!(socket_path(&conf).unwrap(), PathBuf::from("/s.sock"));
+        std::fs::write(&conf, "[paths\n").unwrap();
+        assert!(socket_path(&conf).is_err());
+    }
+
+    #[test]
+    fn no_accountd_is_an_error_not_a_hang() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(own_balance(&dir.path().join("none.sock")).is_err());
+    }
+}

@@ -1,0 +1,134 @@
+//! Every unsafe operation of the plugin lives here: the plugstack arguments, the SPANK calls
+//! (`spank_context`, `spank_get_item(S_JOB_ID)`, `spank_getenv`) and logging through Slurm's log.
+//!
+//! rustc links cdylibs with BIND_NOW, so each undefined symbol must exist in every process that
+//! loads the plugin (sbatch, salloc, srun, slurmstepd, slurmd): the `spank_*` functions and
+//! `slurm_info`/`slurm_verbose`/`slurm_error` come from libslurmfull, which all of them link.
+
+use std::ffi::{c_char, c_int, CStr, CString};
+
+use crate::bindings::{spank_context_t, spank_t, S_CTX_ALLOCATOR, S_CTX_LOCAL, S_CTX_REMOTE, S_JOB_ID};
+
+#[cfg(not(test))]
+mod slurm {
+    use crate::bindings::{spank_context_t, spank_err_t, spank_item_t, spank_t};
+    use std::ffi::{c_char, c_int};
+    extern "C" {
+        pub fn spank_context() -> spank_context_t;
+        pub fn spank_get_item(spank: spank_t, item: spank_item_t, ...) -> spank_err_t;
+        pub fn spank_getenv(spank: spank_t, var: *const c_char, buf: *mut c_char, len: c_int) -> spank_err_t;
+        pub fn slurm_info(fmt: *const c_char, ...);
+        pub fn slurm_error(fmt: *const c_char, ...);
+        pub fn slurm_verbose(fmt: *const c_char, ...);
+    }
+}
+
+/// Stand-ins for the Slurm symbols in unit tests (which have no Slurm process to resolve them).
+#[cfg(test)]
+mod slurm {
+    use crate::bindings::{spank_context_t, spank_err_t, spank_item_t, spank_t, S_CTX_ERROR};
+    use std::ffi::{c_char, c_int};
+    pub unsafe fn spank_context() -> spank_context_t {
+        S_CTX_ERROR
+    }
+    pub unsafe fn spank_get_item(_: spank_t, _: spank_item_t, _: *mut u32) -> spank_err_t {
+        1
+    }
+    pub unsafe fn spank_getenv(_: spank_t, _: *const c_char, _: *mut c_char, _: c_int) -> spank_err_t {
+        1
+    }
+    pub unsafe fn slurm_info(_: *const c_char, _: *const c_char) {}
+    pub unsafe fn slurm_error(_: *const c_char, _: *const c_char) {}
+    pub unsafe fn slurm_verbose(_: *const c_char, _: *const c_char) {}
+}
+
+/// Where the plugin was loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Context {
+    /// sbatch, salloc.
+    Allocator,
+    /// srun.
+    Local,
+    /// slurmstepd.
+    Remote,
+    /// slurmd, prolog/epilog, or unknown.
+    Other,
+}
+
+pub fn context() -> Context {
+    // SAFETY: no arguments; callable from every SPANK entry point.
+    let ctx: spank_context_t = unsafe { slurm::spank_context() };
+    match ctx {
+        S_CTX_ALLOCATOR => Context::Allocator,
+        S_CTX_LOCAL => Context::Local,
+        S_CTX_REMOTE => Context::Remote,
+        _ => Context::Other,
+    }
+}
+
+const PERCENT_S: &CStr = c"%s";
+
+/// `gputokens: <message>` at info level: on the user's terminal in sbatch/srun (hidden by `-Q`), in
+/// slurmd's log in slurmstepd.
+pub fn info(message: &str) {
+    let text = c_string(&format!("gputokens: {message}"));
+    // SAFETY: a "%s" format with one valid NUL-terminated string argument, both alive for the call.
+    unsafe { slurm::slurm_info(PERCENT_S.as_ptr(), text.as_ptr()) }
+}
+
+/// Shown only with `-v` (sbatch/srun) or a verbose slurmd log.
+pub fn verbose(message: &str) {
+    let text = c_string(&format!("gputokens: {message}"));
+    // SAFETY: as for `info`.
+    unsafe { slurm::slurm_verbose(PERCENT_S.as_ptr(), text.as_ptr()) }
+}
+
+pub fn error(message: &str) {
+    let text = c_string(&format!("gputokens: {message}"));
+    // SAFETY: as for `info`.
+    unsafe { slurm::slurm_error(PERCENT_S.as_ptr(), text.as_ptr()) }
+}
+
+/// The plugstack arguments.
+///
+/// # Safety
+/// `av` is NULL or points to `ac` pointers, each NULL or a NUL-terminated string, as SPANK passes them.
+pub unsafe fn args(ac: c_int, av: *const *const c_char) -> Vec<String> {
+    if av.is_null() || ac <= 0 {
+        return Vec::new();
+    }
+    std::slice::from_raw_parts(av, ac as usize)
+        .iter()
+        .filter(|p| !p.is_null())
+        .map(|&p| CStr::from_ptr(p).to_string_lossy().into_owned())
+        .collect()
+}
+
+/// The job ID (`S_JOB_ID`); None where SPANK has none.
+///
+/// # Safety
+/// `sp` is the handle SPANK passed to the current entry point.
+pub unsafe fn job_id(sp: spank_t) -> Option<u32> {
+    let mut id: u32 = 0;
+    let rc = slurm::spank_get_item(sp, S_JOB_ID, &mut id as *mut u32);
+    (rc == 0 && id != 0).then_some(id)
+}
+
+/// A variable of the job's environment (remote context only).
+///
+/// # Safety
+/// `sp` is the handle SPANK passed to the current entry point.
+pub unsafe fn getenv(sp: spank_t, name: &str) -> Option<String> {
+    let name = c_string(name);
+    let mut buf = vec![0u8; 4096];
+    let rc = slurm::spank_getenv(sp, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len() as c_int);
+    if rc != 0 {
+        return None;
+    }
+    let value = CStr::from_bytes_until_nul(&buf).ok()?.to_string_lossy().into_owned();
+    Some(value)
+}
+
+fn c_string(text: &str) -> CString {
+    CString::new(text.replace('\0', " ")).unwrap_or_default()
+}
