@@ -17,6 +17,8 @@ const READ_UNTIL: &str = "sacct_read_until";
 
 #[derive(Debug, Default)]
 pub struct ChargeSummary {
+    /// The sacct window read: from, to (unix).
+    pub window: (i64, i64),
     pub finished: usize,
     pub running: usize,
     pub outcome: ChargeOutcome,
@@ -27,7 +29,9 @@ impl fmt::Display for ChargeSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} finished and {} running GPU jobs: {} charge entries, {} tokens; {} rows without GPU time skipped",
+            "sacct {} to {}: {} finished and {} running GPU jobs: {} charge entries, {} tokens; {} rows without GPU time skipped",
+            gputokens::time::format_local(self.window.0),
+            gputokens::time::format_local(self.window.1),
             self.finished, self.running, self.outcome.entries, self.outcome.charged, self.skipped
         )?;
         for (gpu_type, secs) in &self.outcome.unlisted_types {
@@ -67,7 +71,13 @@ pub fn charge(service: &mut Service, slurm: &Slurm, now: i64) -> CliResult<Charg
             "GPU type '{gpu_type}' is not in [prices]: {secs} GPU-seconds charged at the unlisted-type price"
         );
     }
-    Ok(ChargeSummary { finished: finished.records.len(), running: running.len(), outcome, skipped: finished.skipped })
+    Ok(ChargeSummary {
+        window: (since, now),
+        finished: finished.records.len(),
+        running: running.len(),
+        outcome,
+        skipped: finished.skipped,
+    })
 }
 
 /// `charge_basis = "measured"`: a job pays for its GPUs in proportion to their mean measured

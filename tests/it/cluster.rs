@@ -54,7 +54,14 @@ pub fn wait_finished(job: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let state = sacct(&["-j", job, "-X", "-n", "-P", "-o", "State"]).trim().to_string();
-        if !state.is_empty() && !["PENDING", "RUNNING", "REQUEUED", "COMPLETING"].contains(&state.as_str()) {
+        // slurmdbd shows a job by ID seconds before a time window (sacct -S, as accountd reads) finds
+        // it; accountd's `reread` covers that, the tests' sites read no overlap, so wait for both.
+        let in_window =
+            || sacct(&["-X", "-a", "-n", "-P", "-S", "now-10minutes", "-o", "JobIDRaw"]).lines().any(|l| l == job);
+        if !state.is_empty()
+            && !["PENDING", "RUNNING", "REQUEUED", "COMPLETING"].contains(&state.as_str())
+            && in_window()
+        {
             return state;
         }
         assert!(Instant::now() < deadline, "job {job} still {state:?} after 90 s");
