@@ -599,6 +599,7 @@ mod tests {
         assert_eq!(cfg.monthly, Tokens::whole(30));
         assert_eq!(cfg.floor, Tokens::whole(-10));
         assert_eq!(cfg.cap, None);
+        assert_eq!(crate::policy::BucketRules::from(&cfg), crate::policy::BucketRules::default());
         assert_eq!(cfg.intervals.charge, Duration::from_secs(3600));
         assert_eq!(cfg.intervals.check, Duration::from_secs(1800));
         assert_eq!(cfg.paths.socket, PathBuf::from("/run/gputokens/accountd.sock"));

@@ -15,6 +15,19 @@ pub struct BucketRules {
     pub floor: Tokens,
 }
 
+/// The documented defaults: 100 to start, +1 a day, +30 on the 1st, no cap, floor −10.
+impl Default for BucketRules {
+    fn default() -> Self {
+        BucketRules {
+            initial: Tokens::whole(100),
+            daily: Tokens::whole(1),
+            monthly: Tokens::whole(30),
+            cap: None,
+            floor: Tokens::whole(-10),
+        }
+    }
+}
+
 impl From<&Config> for BucketRules {
     fn from(cfg: &Config) -> Self {
         BucketRules { initial: cfg.initial, daily: cfg.daily, monthly: cfg.monthly, cap: cfg.cap, floor: cfg.floor }
@@ -100,13 +113,7 @@ mod tests {
     use super::*;
 
     fn rules() -> BucketRules {
-        BucketRules {
-            initial: Tokens::whole(100),
-            daily: Tokens::whole(1),
-            monthly: Tokens::whole(30),
-            cap: None,
-            floor: Tokens::whole(-10),
-        }
+        BucketRules::default()
     }
 
     fn date(y: i32, m: u32, d: u32) -> NaiveDate {

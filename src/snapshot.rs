@@ -147,13 +147,7 @@ mod tests {
     use crate::ledger::Account;
 
     fn rules() -> BucketRules {
-        BucketRules {
-            initial: Tokens::whole(100),
-            daily: Tokens::whole(1),
-            monthly: Tokens::whole(30),
-            cap: Some(Tokens::whole(200)),
-            floor: Tokens::whole(-10),
-        }
+        BucketRules { cap: Some(Tokens::whole(200)), ..BucketRules::default() }
     }
 
     fn account(user: &str, balance: Tokens) -> Account {

@@ -6,13 +6,7 @@ use crate::pricing::PriceTable;
 use crate::time::parse_timestamp;
 
 fn rules() -> BucketRules {
-    BucketRules {
-        initial: Tokens::whole(100),
-        daily: Tokens::whole(1),
-        monthly: Tokens::whole(30),
-        cap: None,
-        floor: Tokens::whole(-10),
-    }
+    BucketRules::default()
 }
 
 fn seed_prices() -> PriceTable {
