@@ -1,7 +1,9 @@
 #!/bin/bash
 # Runs every test: unit tests, integration tests of the real binaries as root and as the non-root
 # users alice and bob, and the tests against a real one-node Slurm cluster (started and stopped here).
-# Run as root on Debian 12: `bash tests/run.sh`.
+# Run as root on Debian 12: `bash tests/run.sh`. `bash tests/run.sh up` only builds and starts the
+# cluster configured as the tests expect (then run single tests with cargo test; stop it with
+# tests/cluster/down.sh).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 LAB=${GPUTOKENS_LAB:-/tmp/gputokens-cluster}
@@ -38,6 +40,7 @@ export SPANK_PLUGIN_SO=$PWD/target/debug/libspank_gputokens.so
 export SPANK_PLUGIN_ARGS="jobs_dir=$LAB/gpu-jobs"
 
 bash tests/cluster/up.sh
+if [[ ${1:-} == up ]]; then trap - EXIT; exit 0; fi
 started=$(cat "$LAB"/pids/*.pid 2>/dev/null | tr '\n' ' ')
 cargo test --workspace --locked -- --include-ignored
 trap - EXIT

@@ -14,9 +14,12 @@ use crate::common::{run_as, Site};
 /// Cluster tests run one at a time: a test's site charges every job sacct shows in its window.
 /// Each starts on an empty queue and an undrained node, whatever the test before it left behind
 /// (a failed test may leave jobs running, and a site charges every running job it sees).
-pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+/// Other test processes on the same cluster (a second checkout, a helper's run) wait on a lock file.
+pub fn serial() -> Serial {
     static CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let guard = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let file = std::fs::File::create(LOCK_FILE).expect(LOCK_FILE);
+    let file = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| e).expect("flock");
     for user in ["alice", "bob"] {
         run_as(None, Path::new("/usr/bin/scancel"), &["-u", user]).ok();
     }
@@ -33,7 +36,15 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     if state.starts_with("drain") {
         run_as(None, Path::new("/usr/bin/scontrol"), &["update", "nodename=ALL", "state=resume"]).ok();
     }
-    guard
+    Serial { _file: file, _guard: guard }
+}
+
+const LOCK_FILE: &str = "/tmp/gputokens-cluster-tests.lock";
+
+/// Held for the length of a cluster test.
+pub struct Serial {
+    _file: nix::fcntl::Flock<std::fs::File>,
+    _guard: std::sync::MutexGuard<'static, ()>,
 }
 
 /// Submits as `user`; returns the job ID.
