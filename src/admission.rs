@@ -2,15 +2,22 @@
 //! what the job_submit plugin does inside slurmctld, kept here as plain safe code with its messages.
 //!
 //! - balance ≤ floor → the job is refused, with the balance, the floor and when it recovers;
-//! - floor < balance < 0 → accepted with a raised `nice` (lower priority), and the user is told;
+//! - floor < balance < 0 → accepted with lower priority (a raised `nice`, a site factor or a QOS),
+//!   and the user is told;
 //! - otherwise accepted untouched.
 //!
+//! Beside the balance rule: the limits `max_job_duration` and `max_gpus_per_user`, and the estimate
+//! (`mode = "estimate"`, `--gpu-tokens-estimate`), each with the message that tells the user why.
 //! CPU-only jobs never get here (the caller checks the request first).
 
 use chrono::NaiveDate;
 
+use crate::estimate::{GpusText, MilliByType};
+use crate::plugin_config::Deprioritize;
 use crate::policy::{BucketRules, Status};
+use crate::slurm::partitions::format_duration;
 use crate::tokens::Tokens;
+use crate::tres::MILLI;
 
 /// What happens to a GPU job when the balances cannot be read (missing, unreadable, corrupt or
 /// stale snapshot).
@@ -47,21 +54,20 @@ impl OnError {
 pub enum Decision {
     /// Accept untouched.
     Accept,
-    /// Accept, add `nice` to the job's nice value, show `message` to the submitter.
-    AcceptDeprioritized { nice: u32, message: String },
+    /// Accept with lower priority (`how`), show `message` to the submitter.
+    AcceptDeprioritized { how: Deprioritize, message: String },
     /// Refuse with `message`.
     Reject { message: String },
 }
 
 /// Decides a GPU job of a user whose balance is `balance`, on `today` (local date, for the
 /// recovery estimate).
-pub fn decide(balance: Tokens, rules: &BucketRules, today: NaiveDate, nice_increment: u32) -> Decision {
+pub fn decide(balance: Tokens, rules: &BucketRules, today: NaiveDate, how: &Deprioritize) -> Decision {
     match rules.status(balance) {
         Status::Ok => Decision::Accept,
-        Status::Overdraft => Decision::AcceptDeprioritized {
-            nice: nice_increment,
-            message: overdraft_message(balance, rules, nice_increment),
-        },
+        Status::Overdraft => {
+            Decision::AcceptDeprioritized { how: how.clone(), message: overdraft_message(balance, rules, how) }
+        }
         Status::Blocked => Decision::Reject { message: blocked_message(balance, rules, today) },
     }
 }
@@ -102,17 +108,112 @@ pub fn blocked_message(balance: Tokens, rules: &BucketRules, today: NaiveDate) -
 
 /// `gputokens: your GPU token balance is -3.5 (below 0): this job was accepted with lower priority
 /// (nice +10000); at the floor (-10) GPU jobs are refused. Run 'sbalance' for details.`
-pub fn overdraft_message(balance: Tokens, rules: &BucketRules, nice_increment: u32) -> String {
-    let priority = if nice_increment > 0 {
-        format!("this job was accepted with lower priority (nice +{nice_increment})")
-    } else {
-        "this job was accepted".to_string()
+pub fn overdraft_message(balance: Tokens, rules: &BucketRules, how: &Deprioritize) -> String {
+    let priority = match how {
+        Deprioritize::Nice(0) => "this job was accepted".to_string(),
+        Deprioritize::Nice(n) => format!("this job was accepted with lower priority (nice +{n})"),
+        Deprioritize::SiteFactor(f) => format!("this job was accepted with lower priority (site factor {f})"),
+        Deprioritize::Qos(q) => format!("this job was accepted with lower priority (QOS {q})"),
     };
     format!(
         "gputokens: your GPU token balance is {balance} (below 0): {priority}; at the floor ({}) GPU jobs are \
          refused. Run 'sbalance' for details.",
         rules.floor
     )
+}
+
+/// What `max_job_duration` makes of a GPU job's time limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimeCheck {
+    Fine,
+    /// The job has no limit of its own and its partition's is longer: it gets `seconds`.
+    Limit { seconds: u64, message: String },
+    Reject { message: String },
+}
+
+/// `requested`: the job's `--time` in seconds (None = not given); `untimed`: what the partition gives
+/// a job without one (None = unlimited); `max`: `max_job_duration` in seconds.
+pub fn check_duration(requested: Option<u64>, untimed: Option<u64>, max: u64) -> TimeCheck {
+    let max_text = format_duration(max);
+    match requested {
+        Some(t) if t > max => TimeCheck::Reject {
+            message: format!(
+                "gputokens: GPU jobs may run for at most {max_text} here, and this job asks for {}; submit it with \
+                 --time={max_text} or less.",
+                format_duration(t)
+            ),
+        },
+        Some(_) => TimeCheck::Fine,
+        None if untimed.is_some_and(|u| u <= max) => TimeCheck::Fine,
+        None => TimeCheck::Limit {
+            seconds: max,
+            message: format!(
+                "gputokens: this GPU job has no time limit of its own; it was given the longest allowed, {max_text} \
+                 (--time={max_text})."
+            ),
+        },
+    }
+}
+
+/// Refusal by `max_gpus_per_user`: `held` milli-GPUs in running and pending jobs, `asked` by this job.
+pub fn gpu_limit_message(max: u32, held: u64, asked: u64) -> String {
+    format!(
+        "gputokens: you may hold at most {max} GPUs in running and pending jobs together; you hold {} and this job \
+         asks for {}. Submit it when some of your GPU jobs have finished (squeue --me).",
+        gpus(held),
+        gpus(asked)
+    )
+}
+
+fn gpus(milli: u64) -> Tokens {
+    Tokens::from_micro((milli as i64).saturating_mul(1_000_000 / MILLI as i64))
+}
+
+/// The most a job being submitted can cost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobEstimate {
+    pub gpus: MilliByType,
+    pub seconds: u64,
+    pub cost: Tokens,
+}
+
+impl JobEstimate {
+    /// `up to 32 tokens (2 a6000 GPUs for 4:00:00)`
+    fn describe(&self) -> String {
+        format!("up to {} tokens ({} for {})", self.cost, GpusText(&self.gpus), format_duration(self.seconds))
+    }
+}
+
+/// The estimate rule: refused when the balance, less what the user's running and pending GPU jobs
+/// can still cost (`committed`) and this job's maximum, would fall below the floor. Returns the
+/// refusal message, or None to let the job through.
+pub fn check_estimate(balance: Tokens, committed: Tokens, job: &JobEstimate, rules: &BucketRules) -> Option<String> {
+    let after = balance - committed - job.cost;
+    if after >= rules.floor {
+        return None;
+    }
+    let queued = if committed > Tokens::ZERO {
+        format!(" and your running and pending GPU jobs can cost up to {committed} more")
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "gputokens: this job can cost {}; your GPU token balance is {balance}{queued}, which could take it to {after}, \
+         below the floor ({}). Ask for less time (--time) or fewer GPUs, or wait until your jobs have finished. Run \
+         'sbalance' for details.",
+        job.describe(),
+        rules.floor
+    ))
+}
+
+/// What `--gpu-tokens-estimate` shows on submission.
+pub fn estimate_message(balance: Tokens, committed: Tokens, job: &JobEstimate) -> String {
+    let queued = if committed > Tokens::ZERO {
+        format!("; your running and pending GPU jobs can cost up to {committed} more")
+    } else {
+        String::new()
+    };
+    format!("gputokens: this job can cost {}; your GPU token balance is {balance}{queued}.", job.describe())
 }
 
 /// `+1 token per day`, `+1 token per day and +30 tokens on the 1st of each month`; None when
@@ -147,6 +248,9 @@ mod tests {
         NaiveDate::from_ymd_opt(y, m, d).unwrap()
     }
 
+    const NICE: Deprioritize = Deprioritize::Nice(10_000);
+    const ONE: Deprioritize = Deprioritize::Nice(1);
+
     /// Mid-month: no monthly grant soon.
     fn today() -> NaiveDate {
         date(2026, 11, 10)
@@ -155,14 +259,14 @@ mod tests {
     #[test]
     fn positive_and_zero_balances_are_accepted_untouched() {
         let r = rules(1, 30);
-        assert_eq!(decide(Tokens::whole(50), &r, today(), 10_000), Decision::Accept);
-        assert_eq!(decide(Tokens::ZERO, &r, today(), 10_000), Decision::Accept);
+        assert_eq!(decide(Tokens::whole(50), &r, today(), &NICE), Decision::Accept);
+        assert_eq!(decide(Tokens::ZERO, &r, today(), &NICE), Decision::Accept);
     }
 
     #[test]
     fn at_or_below_the_floor_is_refused_with_the_issues_message() {
         let r = rules(1, 0);
-        let d = decide(Tokens::from_micro(-10_400_000), &r, today(), 10_000);
+        let d = decide(Tokens::from_micro(-10_400_000), &r, today(), &NICE);
         assert_eq!(
             d,
             Decision::Reject {
@@ -171,59 +275,128 @@ mod tests {
                     .into()
             }
         );
-        let Decision::Reject { message } = decide(Tokens::whole(-10), &r, today(), 10_000) else { panic!() };
+        let Decision::Reject { message } = decide(Tokens::whole(-10), &r, today(), &NICE) else { panic!() };
         assert!(message.contains("balance is -10 (floor -10)"), "{message}");
     }
 
     #[test]
     fn recovery_estimate_counts_days_and_the_monthly_grant() {
         let r = rules(1, 30);
-        let Decision::Reject { message } = decide(Tokens::whole(-12), &r, today(), 1) else { panic!() };
+        let Decision::Reject { message } = decide(Tokens::whole(-12), &r, today(), &ONE) else { panic!() };
         assert!(
             message.contains("(+1 token per day and +30 tokens on the 1st of each month: about 3 days)"),
             "{message}"
         );
         // On the 30th the monthly grant two days later lifts -25 above the floor.
-        let Decision::Reject { message } = decide(Tokens::whole(-25), &r, date(2026, 11, 29), 1) else { panic!() };
+        let Decision::Reject { message } = decide(Tokens::whole(-25), &r, date(2026, 11, 29), &ONE) else { panic!() };
         assert!(message.contains("about 2 days"), "{message}");
         let half = BucketRules { daily: Tokens::from_micro(500_000), ..rules(0, 0) };
-        let Decision::Reject { message } = decide(Tokens::whole(-11), &half, today(), 1) else { panic!() };
+        let Decision::Reject { message } = decide(Tokens::whole(-11), &half, today(), &ONE) else { panic!() };
         assert!(message.contains("(+0.5 tokens per day: about 3 days)"), "{message}");
     }
 
     #[test]
     fn without_replenishment_only_an_admin_helps() {
-        let Decision::Reject { message } = decide(Tokens::whole(-10), &rules(0, 0), today(), 1) else { panic!() };
+        let Decision::Reject { message } = decide(Tokens::whole(-10), &rules(0, 0), today(), &ONE) else { panic!() };
         assert!(message.contains("refused until an administrator grants tokens"), "{message}");
         let monthly_only = rules(0, 30);
-        let Decision::Reject { message } = decide(Tokens::whole(-10), &monthly_only, today(), 1) else { panic!() };
+        let Decision::Reject { message } = decide(Tokens::whole(-10), &monthly_only, today(), &ONE) else { panic!() };
         assert!(message.contains("(+30 tokens on the 1st of each month: about 21 days)"), "{message}");
     }
 
     #[test]
     fn a_cap_does_not_hide_recovery() {
         let capped = BucketRules { cap: Some(Tokens::whole(-20)), ..rules(1, 0) };
-        let Decision::Reject { message } = decide(Tokens::whole(-11), &capped, today(), 1) else { panic!() };
+        let Decision::Reject { message } = decide(Tokens::whole(-11), &capped, today(), &ONE) else { panic!() };
         assert!(message.contains("about 2 days"), "{message}");
     }
 
     #[test]
     fn overdraft_is_accepted_with_a_raised_nice_and_told() {
         let r = rules(1, 30);
-        let d = decide(Tokens::from_micro(-3_500_000), &r, today(), 10_000);
+        let d = decide(Tokens::from_micro(-3_500_000), &r, today(), &NICE);
         assert_eq!(
             d,
             Decision::AcceptDeprioritized {
-                nice: 10_000,
+                how: NICE,
                 message: "gputokens: your GPU token balance is -3.5 (below 0): this job was accepted with lower \
                           priority (nice +10000); at the floor (-10) GPU jobs are refused. Run 'sbalance' for details."
                     .into()
             }
         );
-        let Decision::AcceptDeprioritized { nice: 0, message } = decide(Tokens::from_micro(-1), &r, today(), 0) else {
+        let quiet = Deprioritize::Nice(0);
+        let Decision::AcceptDeprioritized { message, .. } = decide(Tokens::from_micro(-1), &r, today(), &quiet) else {
             panic!()
         };
         assert!(message.contains("-0.000001 (below 0): this job was accepted;"), "{message}");
+        let site = Deprioritize::SiteFactor(-5000);
+        let Decision::AcceptDeprioritized { how, message } = decide(Tokens::whole(-1), &r, today(), &site) else {
+            panic!()
+        };
+        assert_eq!(how, site);
+        assert!(message.contains("accepted with lower priority (site factor -5000);"), "{message}");
+        let qos = Deprioritize::Qos("overdraft".into());
+        let Decision::AcceptDeprioritized { message, .. } = decide(Tokens::whole(-1), &r, today(), &qos) else {
+            panic!()
+        };
+        assert!(message.contains("accepted with lower priority (QOS overdraft);"), "{message}");
+    }
+
+    #[test]
+    fn max_job_duration() {
+        let day = 86_400;
+        assert_eq!(check_duration(Some(3600), None, day), TimeCheck::Fine);
+        assert_eq!(check_duration(Some(day), None, day), TimeCheck::Fine, "the maximum itself is allowed");
+        assert_eq!(
+            check_duration(Some(2 * day), Some(3600), day),
+            TimeCheck::Reject {
+                message: "gputokens: GPU jobs may run for at most 1-00:00:00 here, and this job asks for 2-00:00:00; \
+                          submit it with --time=1-00:00:00 or less."
+                    .into()
+            }
+        );
+        assert_eq!(check_duration(None, Some(3600), day), TimeCheck::Fine, "the partition's default fits");
+        for untimed in [None, Some(2 * day)] {
+            let TimeCheck::Limit { seconds, message } = check_duration(None, untimed, day) else { panic!() };
+            assert_eq!(seconds, day);
+            assert!(message.contains("it was given the longest allowed, 1-00:00:00 (--time=1-00:00:00)"), "{message}");
+        }
+    }
+
+    #[test]
+    fn max_gpus_per_user_message() {
+        assert_eq!(
+            gpu_limit_message(4, 3000, 2000),
+            "gputokens: you may hold at most 4 GPUs in running and pending jobs together; you hold 3 and this job \
+             asks for 2. Submit it when some of your GPU jobs have finished (squeue --me)."
+        );
+        assert!(gpu_limit_message(4, 3250, 1000).contains("you hold 3.25 and"));
+    }
+
+    #[test]
+    fn the_estimate_rule_counts_the_queue_and_the_job() {
+        let r = rules(1, 0);
+        let job = JobEstimate {
+            gpus: MilliByType::from([(Some("a6000".to_string()), 2000)]),
+            seconds: 4 * 3600,
+            cost: Tokens::whole(32),
+        };
+        assert_eq!(check_estimate(Tokens::whole(42), Tokens::ZERO, &job, &r), None, "42 - 32 = 10");
+        assert_eq!(check_estimate(Tokens::whole(22), Tokens::ZERO, &job, &r), None, "exactly at the floor is allowed");
+        assert_eq!(
+            check_estimate(Tokens::whole(20), Tokens::whole(10), &job, &r).unwrap(),
+            "gputokens: this job can cost up to 32 tokens (2 a6000 GPUs for 4:00:00); your GPU token balance is 20 \
+             and your running and pending GPU jobs can cost up to 10 more, which could take it to -22, below the floor \
+             (-10). Ask for less time (--time) or fewer GPUs, or wait until your jobs have finished. Run 'sbalance' \
+             for details."
+        );
+        let alone = check_estimate(Tokens::whole(20), Tokens::ZERO, &job, &r).unwrap();
+        assert!(alone.contains("balance is 20, which could take it to -12,"), "{alone}");
+        assert_eq!(
+            estimate_message(Tokens::whole(46), Tokens::whole(8), &job),
+            "gputokens: this job can cost up to 32 tokens (2 a6000 GPUs for 4:00:00); your GPU token balance is 46; \
+             your running and pending GPU jobs can cost up to 8 more."
+        );
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub struct Config {
     pub preemption: Preemption,
     pub exempt: Exempt,
     pub health: Health,
+    /// The job_submit plugin's `[admission]` settings (accountd uses `default_time_limit`).
+    pub admission: crate::plugin_config::PluginConfig,
 }
 
 /// Preempting debtors' GPU jobs when others wait for the same GPU type.
@@ -111,8 +113,8 @@ impl Default for RawPreemption {
     }
 }
 
-/// Users, accounts and QOS that gputokens never preempts.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// Users, accounts and QOS that gputokens never preempts and the job_submit plugin never checks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Exempt {
     pub users: Vec<String>,
@@ -125,6 +127,10 @@ impl Exempt {
         self.users.iter().any(|u| u == user)
             || self.accounts.iter().any(|a| a == account)
             || self.qos.iter().any(|q| q == qos)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.users.is_empty() && self.accounts.is_empty() && self.qos.is_empty()
     }
 }
 
@@ -399,9 +405,10 @@ impl Config {
             path: path.to_path_buf(),
             message: e.to_string().trim_end().to_string(),
         })?;
-        let config = raw.validate(path)?;
+        let mut config = raw.validate(path)?;
         // The plugin forgives a bad [admission] key (slurmctld must start); `config check` does not.
-        let (_, problems) = crate::plugin_config::parse(text);
+        let (admission, problems) = crate::plugin_config::parse(text);
+        config.admission = admission;
         if let Some(problem) = problems.into_iter().next() {
             let (key, reason) = problem.split_once(": ").unwrap_or(("admission", problem.as_str()));
             return Err(ConfigError::Invalid { path: path.to_path_buf(), key: key.into(), reason: reason.into() });
@@ -569,6 +576,7 @@ impl RawConfig {
             preemption,
             exempt: self.exempt,
             health: self.health,
+            admission: crate::plugin_config::PluginConfig::default(),
         })
     }
 }

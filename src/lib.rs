@@ -4,6 +4,7 @@
 pub mod access;
 pub mod admission;
 pub mod config;
+pub mod estimate;
 pub mod ledger;
 pub mod plugin_config;
 pub mod policy;

@@ -44,6 +44,15 @@ impl PriceTable {
         self.default_price.or_else(|| self.prices.values().copied().max()).unwrap_or(Tokens::whole(1))
     }
 
+    /// The most a GPU of any type can cost: what an untyped request may be charged.
+    pub fn highest(&self) -> Tokens {
+        self.prices.values().copied().chain(self.default_price).max().unwrap_or(Tokens::whole(1))
+    }
+
+    pub fn default_price(&self) -> Option<Tokens> {
+        self.default_price
+    }
+
     pub fn types(&self) -> impl Iterator<Item = (&str, Tokens)> {
         self.prices.iter().map(|(t, p)| (t.as_str(), *p))
     }

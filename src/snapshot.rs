@@ -1,5 +1,5 @@
 //! The balance snapshot: a small text file accountd replaces atomically after every ledger change and
-//! the job_submit plugin reads (and re-reads on change) without ever touching SQLite.
+//! the job_submit plugin reads (and re-reads on change) without ever touching SQLite or Slurm.
 //!
 //! ```text
 //! gputokens-snapshot 1
@@ -9,35 +9,81 @@
 //! monthly 30000000
 //! initial 100000000
 //! user alice 46000000
+//! sharing 1 100
+//! price a6000 4000000
+//! default_price 1000000
+//! partition gpu default 14400 172800
+//! account alice physics
+//! queue 1795430395
+//! committed alice 2000 16000000
 //! ```
-//! Amounts are micro-tokens. A user not listed has not been seen yet and stands at `initial`.
+//! Amounts are micro-tokens, times seconds. A user not listed has not been seen yet and stands at
+//! `initial`. The lines after the users serve the admission limits: GPU sharing (shards and MPS units
+//! per GPU), prices per GPU-hour, partitions (`default` or `-`, DefaultTime and MaxTime, `-` = none),
+//! default accounts, and what each user's running and pending GPU jobs held and could still cost
+//! (milli-GPUs, micro-tokens) when squeue was read at `queue`.
 //! [`parse`] reads it back: the magic line first, every header key once, users once each; lines
 //! with other keywords are skipped, so a later writer may add keys without breaking older readers.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use crate::ledger::Account;
+use crate::estimate::Commitment;
 use crate::policy::BucketRules;
+use crate::pricing::PriceTable;
+use crate::slurm::partitions::Partition;
 use crate::tokens::Tokens;
+use crate::tres::Sharing;
 
 pub const MAGIC: &str = "gputokens-snapshot 1";
 
-pub fn render(accounts: &[Account], rules: &BucketRules, generated: i64) -> String {
-    let mut out = String::with_capacity(64 + accounts.len() * 32);
+/// What squeue showed of the users' GPU jobs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueSummary {
+    /// Unix time squeue was read: jobs submitted later are not in `committed`.
+    pub as_of: i64,
+    pub committed: HashMap<String, Commitment>,
+}
+
+pub fn render(snap: &Snapshot) -> String {
+    let mut out = String::with_capacity(256 + snap.balances.len() * 32);
+    let rules = &snap.rules;
     out.push_str(MAGIC);
     out.push('\n');
     out.push_str(&format!(
-        "generated {generated}\nfloor {}\ndaily {}\nmonthly {}\ninitial {}\n",
+        "generated {}\nfloor {}\ndaily {}\nmonthly {}\ninitial {}\n",
+        snap.generated,
         rules.floor.micro(),
         rules.daily.micro(),
         rules.monthly.micro(),
         rules.initial.micro()
     ));
-    for a in accounts {
-        out.push_str(&format!("user {} {}\n", a.user, a.balance.micro()));
+    let sorted = |m: &HashMap<String, Tokens>| m.iter().map(|(u, b)| (u.clone(), *b)).collect::<BTreeMap<_, _>>();
+    for (user, balance) in sorted(&snap.balances) {
+        out.push_str(&format!("user {user} {}\n", balance.micro()));
+    }
+    out.push_str(&format!("sharing {} {}\n", snap.sharing.shards_per_gpu, snap.sharing.mps_per_gpu));
+    for (gpu_type, price) in snap.prices.types() {
+        out.push_str(&format!("price {gpu_type} {}\n", price.micro()));
+    }
+    if let Some(price) = snap.prices.default_price() {
+        out.push_str(&format!("default_price {}\n", price.micro()));
+    }
+    let secs = |t: Option<u64>| t.map_or("-".to_string(), |t| t.to_string());
+    for p in &snap.partitions {
+        let default = if p.default { "default" } else { "-" };
+        out.push_str(&format!("partition {} {default} {} {}\n", p.name, secs(p.default_time), secs(p.max_time)));
+    }
+    for (user, account) in snap.default_accounts.iter().collect::<BTreeMap<_, _>>() {
+        out.push_str(&format!("account {user} {account}\n"));
+    }
+    if let Some(queue) = &snap.queue {
+        out.push_str(&format!("queue {}\n", queue.as_of));
+        for (user, c) in queue.committed.iter().collect::<BTreeMap<_, _>>() {
+            out.push_str(&format!("committed {user} {} {}\n", c.milli_gpus, c.max_cost.micro()));
+        }
     }
     out
 }
@@ -63,16 +109,36 @@ fn tempfile_in(dir: &Path, path: &Path) -> std::io::Result<(std::path::PathBuf, 
 }
 
 /// A parsed snapshot: what the job_submit plugin decides from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Snapshot {
     /// Unix time accountd wrote it.
     pub generated: i64,
     /// The bucket rules accountd ran with; the snapshot carries no cap (`cap` is None).
     pub rules: BucketRules,
     pub balances: HashMap<String, Tokens>,
+    pub sharing: Sharing,
+    pub prices: PriceTable,
+    pub partitions: Vec<Partition>,
+    pub default_accounts: HashMap<String, String>,
+    /// None until accountd has read squeue (or when it could not).
+    pub queue: Option<QueueSummary>,
 }
 
 impl Snapshot {
+    /// A snapshot of `rules` with nothing else in it yet.
+    pub fn new(generated: i64, rules: BucketRules) -> Snapshot {
+        Snapshot {
+            generated,
+            rules: BucketRules { cap: None, ..rules },
+            balances: HashMap::new(),
+            sharing: Sharing::default(),
+            prices: PriceTable::default(),
+            partitions: Vec::new(),
+            default_accounts: HashMap::new(),
+            queue: None,
+        }
+    }
+
     /// The user's balance; a user not listed stands at `initial`.
     pub fn balance(&self, user: &str) -> Tokens {
         self.balances.get(user).copied().unwrap_or(self.rules.initial)
@@ -98,38 +164,78 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
     }
     let mut header: [Option<i64>; 5] = [None; 5];
     const KEYS: [&str; 5] = ["generated", "floor", "daily", "monthly", "initial"];
-    let mut balances = HashMap::new();
+    let mut snap = Snapshot::new(0, BucketRules::default());
+    let (mut prices, mut default_price) = (BTreeMap::new(), None);
+    let mut committed = HashMap::new();
     for (i, line) in lines {
-        let bad = |reason: String| SnapshotError::Line { line: i + 1, reason };
         let line = line.trim_end();
         if line.is_empty() {
             continue;
         }
-        let mut words = line.split(' ');
-        let key = words.next().unwrap_or_default();
-        let number = |word: Option<&str>, what: &str| -> Result<i64, SnapshotError> {
-            let word = word.ok_or_else(|| bad(format!("{what} is missing")))?;
-            word.parse().map_err(|_| bad(format!("{what} '{word}' is not a whole number")))
-        };
-        if key == "user" {
-            let name = words.next().filter(|n| !n.is_empty()).ok_or_else(|| bad("user name is missing".into()))?;
-            let micro = number(words.next(), "balance")?;
-            if words.next().is_some() {
-                return Err(bad("unexpected text after the balance".into()));
+        let mut words = Words { words: line.split(' '), line: i + 1 };
+        let key = words.next("keyword")?;
+        match key {
+            "user" => {
+                let name = words.next("user name")?;
+                let micro = words.number("balance")?;
+                words.end()?;
+                if snap.balances.insert(name.to_string(), Tokens::from_micro(micro)).is_some() {
+                    return Err(words.bad(format!("user '{name}' is listed twice")));
+                }
             }
-            if balances.insert(name.to_string(), Tokens::from_micro(micro)).is_some() {
-                return Err(bad(format!("user '{name}' is listed twice")));
+            "sharing" => {
+                let shards_per_gpu = words.number("shards per GPU")? as u64;
+                let mps_per_gpu = words.number("MPS units per GPU")? as u64;
+                words.end()?;
+                snap.sharing = Sharing { shards_per_gpu, mps_per_gpu };
             }
-        } else if let Some(slot) = KEYS.iter().position(|k| *k == key) {
-            let value = number(words.next(), key)?;
-            if words.next().is_some() {
-                return Err(bad(format!("unexpected text after {key}")));
+            "price" => {
+                let gpu_type = words.next("GPU type")?.to_string();
+                let micro = words.number("price")?;
+                words.end()?;
+                prices.insert(gpu_type, Tokens::from_micro(micro));
             }
-            if header[slot].replace(value).is_some() {
-                return Err(bad(format!("'{key}' is given twice")));
+            "default_price" => {
+                default_price = Some(Tokens::from_micro(words.number("default price")?));
+                words.end()?;
+            }
+            "partition" => {
+                let name = words.next("partition name")?.to_string();
+                let default = words.next("default flag")? == "default";
+                let default_time = words.seconds("DefaultTime")?;
+                let max_time = words.seconds("MaxTime")?;
+                words.end()?;
+                snap.partitions.push(Partition { name, default, default_time, max_time });
+            }
+            "account" => {
+                let user = words.next("user name")?.to_string();
+                let account = words.next("account")?.to_string();
+                words.end()?;
+                snap.default_accounts.insert(user, account);
+            }
+            "queue" => {
+                let as_of = words.number("queue time")?;
+                words.end()?;
+                snap.queue = Some(QueueSummary { as_of, committed: HashMap::new() });
+            }
+            "committed" => {
+                let user = words.next("user name")?.to_string();
+                let milli_gpus = words.number("milli-GPUs")? as u64;
+                let max_cost = Tokens::from_micro(words.number("maximum cost")?);
+                words.end()?;
+                committed.insert(user, Commitment { milli_gpus, max_cost });
+            }
+            _ => {
+                if let Some(slot) = KEYS.iter().position(|k| *k == key) {
+                    let value = words.number(key)?;
+                    words.end()?;
+                    if header[slot].replace(value).is_some() {
+                        return Err(words.bad(format!("'{key}' is given twice")));
+                    }
+                }
+                // Any other keyword: a later addition to the format, skipped.
             }
         }
-        // Any other keyword: a later addition to the format, skipped.
     }
     let mut values = [0i64; 5];
     for (slot, value) in values.iter_mut().enumerate() {
@@ -137,27 +243,80 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
     }
     let [generated, floor, daily, monthly, initial] = values;
     let t = Tokens::from_micro;
-    let rules = BucketRules { initial: t(initial), daily: t(daily), monthly: t(monthly), cap: None, floor: t(floor) };
-    Ok(Snapshot { generated, rules, balances })
+    snap.generated = generated;
+    snap.rules = BucketRules { initial: t(initial), daily: t(daily), monthly: t(monthly), cap: None, floor: t(floor) };
+    snap.prices = PriceTable::new(prices, default_price);
+    if let Some(queue) = &mut snap.queue {
+        queue.committed = committed;
+    }
+    Ok(snap)
+}
+
+/// The words of one line, with errors that name the line.
+struct Words<'a> {
+    words: std::str::Split<'a, char>,
+    line: usize,
+}
+
+impl<'a> Words<'a> {
+    fn bad(&self, reason: String) -> SnapshotError {
+        SnapshotError::Line { line: self.line, reason }
+    }
+
+    fn next(&mut self, what: &str) -> Result<&'a str, SnapshotError> {
+        self.words.next().filter(|w| !w.is_empty()).ok_or_else(|| self.bad(format!("{what} is missing")))
+    }
+
+    /// A whole number; negative only where balances and prices may be.
+    fn number(&mut self, what: &str) -> Result<i64, SnapshotError> {
+        let word = self.next(what)?;
+        word.parse().map_err(|_| self.bad(format!("{what} '{word}' is not a whole number")))
+    }
+
+    /// Seconds, or `-` for none.
+    fn seconds(&mut self, what: &str) -> Result<Option<u64>, SnapshotError> {
+        match self.next(what)? {
+            "-" => Ok(None),
+            word => word.parse().map(Some).map_err(|_| self.bad(format!("{what} '{word}' is not a number of seconds"))),
+        }
+    }
+
+    fn end(&mut self) -> Result<(), SnapshotError> {
+        match self.words.next() {
+            None => Ok(()),
+            Some(extra) => Err(self.bad(format!("unexpected text '{extra}' at the end"))),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::Account;
 
     fn rules() -> BucketRules {
         BucketRules { cap: Some(Tokens::whole(200)), ..BucketRules::default() }
     }
 
-    fn account(user: &str, balance: Tokens) -> Account {
-        Account { user: user.into(), balance, first_seen: 0 }
+    fn full() -> Snapshot {
+        let mut snap = Snapshot::new(1_795_430_400, rules());
+        snap.balances.insert("alice".into(), Tokens::whole(46));
+        snap.balances.insert("bob".into(), Tokens::from_micro(-10_400_000));
+        snap.sharing = Sharing { shards_per_gpu: 4, mps_per_gpu: 100 };
+        let prices = [("a6000".to_string(), Tokens::whole(4)), ("rtx2080".to_string(), Tokens::from_micro(500_000))];
+        snap.prices = PriceTable::new(prices.into(), Some(Tokens::whole(1)));
+        snap.partitions = vec![
+            Partition { name: "gpu".into(), default: true, default_time: Some(14400), max_time: Some(172800) },
+            Partition { name: "long".into(), default: false, default_time: None, max_time: None },
+        ];
+        snap.default_accounts.insert("alice".into(), "physics".into());
+        let committed = HashMap::from([("alice".to_string(), Commitment { milli_gpus: 2000, max_cost: Tokens::whole(16) })]);
+        snap.queue = Some(QueueSummary { as_of: 1_795_430_395, committed });
+        snap
     }
 
     #[test]
     fn parses_what_render_writes() {
-        let accounts = [account("alice", Tokens::whole(46)), account("bob", Tokens::from_micro(-10_400_000))];
-        let text = render(&accounts, &rules(), 1_795_430_400);
+        let text = render(&full());
         let snap = parse(&text).unwrap();
         assert_eq!(snap.generated, 1_795_430_400);
         assert_eq!(snap.rules, BucketRules { cap: None, ..rules() });
@@ -165,44 +324,65 @@ mod tests {
         assert_eq!(snap.balance("bob"), Tokens::from_micro(-10_400_000));
         assert_eq!(snap.balance("carol"), Tokens::whole(100), "unlisted users stand at initial");
         assert_eq!(snap.balances.len(), 2);
+        assert_eq!(snap.sharing, full().sharing);
+        assert_eq!(snap.prices.applied("a6000").per_gpu_hour, Tokens::whole(4));
+        assert_eq!(snap.prices.applied("h100").per_gpu_hour, Tokens::whole(1), "default_price");
+        assert_eq!(snap.partitions, full().partitions);
+        assert_eq!(snap.default_accounts, full().default_accounts);
+        assert_eq!(snap.queue, full().queue);
+        assert_eq!(render(&snap), text, "nothing lost");
     }
 
     #[test]
     fn the_documented_example() {
-        let text = "gputokens-snapshot 1\ngenerated 1795430400\nfloor -10000000\ndaily 1000000\nmonthly 30000000\n\
-                    initial 100000000\nuser alice 46000000\n";
-        let snap = parse(text).unwrap();
+        let doc = include_str!("snapshot.rs");
+        let example: String = doc
+            .lines()
+            .skip_while(|l| *l != "//! ```text")
+            .skip(1)
+            .take_while(|l| *l != "//! ```")
+            .map(|l| format!("{}\n", l.trim_start_matches("//! ")))
+            .collect();
+        let snap = parse(&example).unwrap();
         assert_eq!(snap.rules.floor, Tokens::whole(-10));
         assert_eq!(snap.balance("alice"), Tokens::whole(46));
+        assert_eq!(snap.partitions[0].limit_for_untimed(), Some(14400));
+        assert_eq!(snap.queue.unwrap().committed["alice"].max_cost, Tokens::whole(16));
+        assert_eq!(render(&parse(&example).unwrap()), example);
     }
 
     #[test]
     fn empty_ledger_and_unknown_keywords() {
-        let text = "gputokens-snapshot 1\ngenerated 5\nfloor 0\ndaily 0\nmonthly 0\ninitial 7\ncap 9\n\n";
+        let text = "gputokens-snapshot 1\ngenerated 5\nfloor 0\ndaily 0\nmonthly 0\ninitial 7\ncap 9\nfuture x y\n\n";
         let snap = parse(text).unwrap();
         assert!(snap.balances.is_empty());
         assert_eq!(snap.balance("anyone"), Tokens::from_micro(7));
+        assert_eq!(snap.queue, None);
+        assert!(snap.partitions.is_empty());
     }
 
     #[test]
     fn garbage_is_refused() {
-        assert_eq!(parse(""), Err(SnapshotError::NotASnapshot));
-        assert_eq!(parse("\u{0}\u{1}garbage\n"), Err(SnapshotError::NotASnapshot));
-        assert_eq!(parse("gputokens-snapshot 2\n"), Err(SnapshotError::NotASnapshot));
-        assert_eq!(parse("gputokens-snapshot 1\n"), Err(SnapshotError::Missing("generated")));
+        assert_eq!(parse("").unwrap_err(), SnapshotError::NotASnapshot);
+        assert_eq!(parse("\u{0}\u{1}garbage\n").unwrap_err(), SnapshotError::NotASnapshot);
+        assert_eq!(parse("gputokens-snapshot 2\n").unwrap_err(), SnapshotError::NotASnapshot);
+        assert_eq!(parse("gputokens-snapshot 1\n").unwrap_err(), SnapshotError::Missing("generated"));
         let head = "gputokens-snapshot 1\ngenerated 5\nfloor 0\ndaily 0\nmonthly 0\ninitial 7\n";
         let cases = [
             ("user alice\n", "line 7: balance is missing"),
             ("user alice 1.5\n", "line 7: balance '1.5' is not a whole number"),
-            ("user alice 1 2\n", "line 7: unexpected text after the balance"),
+            ("user alice 1 2\n", "line 7: unexpected text '2' at the end"),
             ("user alice 1\nuser alice 2\n", "line 8: user 'alice' is listed twice"),
             ("floor 3\n", "line 7: 'floor' is given twice"),
             ("user\n", "line 7: user name is missing"),
+            ("partition gpu default soon -\n", "line 7: DefaultTime 'soon' is not a number of seconds"),
+            ("committed alice 1000\n", "line 7: maximum cost is missing"),
+            ("price a6000\n", "line 7: price is missing"),
         ];
         for (tail, want) in cases {
             assert_eq!(parse(&format!("{head}{tail}")).unwrap_err().to_string(), want, "{tail:?}");
         }
         let truncated = "gputokens-snapshot 1\ngenerated 5\nfloor 0\ndaily 0\nmonthly 0\n";
-        assert_eq!(parse(truncated), Err(SnapshotError::Missing("initial")));
+        assert_eq!(parse(truncated).unwrap_err(), SnapshotError::Missing("initial"));
     }
 }

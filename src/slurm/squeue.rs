@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 
+use crate::estimate::{array_task_count, JobShape};
 use crate::ledger::UsageRecord;
 use crate::request::{GpuRequest, TresPer};
 use crate::tres::{parse_alloc_tres, GpuAllocation, Sharing};
@@ -31,6 +32,10 @@ pub struct QueueJob {
     pub gpu_indices: Vec<u32>,
     /// A batch job that may be requeued (`scontrol requeue` works on it).
     pub requeueable: bool,
+    /// Seconds; None = no limit.
+    pub time_limit: Option<u64>,
+    /// Nodes, tasks, sockets and (pending arrays) array tasks the request counts are multiplied by.
+    pub shape: JobShape,
 }
 
 /// Running jobs with GPUs: the same record, kept apart by name where only those are meant.
@@ -95,12 +100,12 @@ fn queue_job(job: &Value) -> Option<QueueJob> {
         .or_else(|| parse_alloc_tres(job.get("tres_alloc_str").and_then(Value::as_str)?).ok())
         .unwrap_or_default();
     let flag = |key: &str| job.get(key).and_then(Value::as_bool).unwrap_or(false);
+    let count = |key: &str| job.get(key).and_then(number).filter(|n| *n > 0).map_or(1, |n| n as u64);
     Some(QueueJob {
         job_id: number(job.get("job_id")?)?.to_string(),
         user: job.get("user_name").and_then(Value::as_str)?.to_string(),
         account: text("account"),
         qos: text("qos"),
-        state,
         state_reason: text("state_reason"),
         start_time: job.get("start_time").and_then(number).unwrap_or(0),
         nodes: text("nodes"),
@@ -109,7 +114,27 @@ fn queue_job(job: &Value) -> Option<QueueJob> {
         request,
         gpu_indices: gres_detail.first().map(|d| gpu_indices(d)).unwrap_or_default(),
         requeueable: flag("batch_flag") && flag("requeue"),
+        time_limit: job.get("time_limit").and_then(minutes).map(|m| m.saturating_mul(60)),
+        shape: JobShape {
+            nodes: count("node_count"),
+            tasks: count("tasks"),
+            sockets_per_node: count("sockets_per_node"),
+            // A pending array is one record for all its tasks; a running task is a record of its own.
+            array_tasks: array_task_count(&text("array_task_string")).filter(|_| state == "PENDING").unwrap_or(1),
+        },
+        state,
     })
+}
+
+/// A time limit in minutes: a plain number, or 23.02+'s `{"set", "infinite", "number"}`; None for
+/// none or infinite (22.05 prints null for both).
+fn minutes(v: &Value) -> Option<u64> {
+    if let Value::Object(o) = v {
+        if o.get("infinite").and_then(Value::as_bool) == Some(true) {
+            return None;
+        }
+    }
+    number(v).filter(|m| *m > 0 && *m < u32::MAX as i64 - 1).map(|m| m as u64)
 }
 
 /// GPU indices in one node's `gres_detail`, e.g. `gpu:a6000:2(IDX:0-1,3)` → 0, 1, 3.

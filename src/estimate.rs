@@ -1,0 +1,254 @@
+//! The most a job can cost (GPUs × time limit × price), and what a user's running and pending GPU
+//! jobs may still cost: the numbers behind `[admission] mode = "estimate"`, `max_gpus_per_user` and
+//! `sbatch --gpu-tokens-estimate`.
+//!
+//! Maximums, not predictions: an untyped request is priced at the highest price a GPU can have (the
+//! job may land on any type), a share at its fraction of a GPU, rounded up.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::pricing::{cost_milli, PriceTable};
+use crate::request::{GpuRequest, Kind, Per};
+use crate::slurm::squeue::QueueJob;
+use crate::tokens::Tokens;
+use crate::tres::{Sharing, MILLI};
+
+/// Milli-GPUs by GPU type; None = any type.
+pub type MilliByType = BTreeMap<Option<String>, u64>;
+
+/// How many of each unit a `tres_per_*` count is multiplied by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobShape {
+    pub nodes: u64,
+    pub tasks: u64,
+    pub sockets_per_node: u64,
+    /// Array tasks (1 for a plain job).
+    pub array_tasks: u64,
+}
+
+impl Default for JobShape {
+    fn default() -> Self {
+        JobShape { nodes: 1, tasks: 1, sockets_per_node: 1, array_tasks: 1 }
+    }
+}
+
+/// The GPUs a request amounts to, per type, over the whole job (every node, task and array task).
+pub fn requested_milli(request: &GpuRequest, shape: &JobShape, sharing: Sharing) -> MilliByType {
+    let mut out = MilliByType::new();
+    for c in &request.counts {
+        let units = match c.per {
+            Per::Job => c.count,
+            Per::Node => c.count.saturating_mul(shape.nodes.max(1)),
+            Per::Task => c.count.saturating_mul(shape.tasks.max(1)),
+            Per::Socket => c.count.saturating_mul(shape.sockets_per_node.max(1)).saturating_mul(shape.nodes.max(1)),
+        };
+        let per_gpu = match c.kind {
+            Kind::Gpu => 1,
+            Kind::Shard => sharing.shards_per_gpu.max(1),
+            Kind::Mps => sharing.mps_per_gpu.max(1),
+        };
+        let milli = units.saturating_mul(MILLI).div_ceil(per_gpu).saturating_mul(shape.array_tasks.max(1));
+        let slot = out.entry(c.gpu_type.clone()).or_default();
+        *slot = slot.saturating_add(milli);
+    }
+    out
+}
+
+pub fn total_milli(milli: &MilliByType) -> u64 {
+    milli.values().fold(0u64, |sum, m| sum.saturating_add(*m))
+}
+
+/// The most `milli` GPUs can cost in `seconds`.
+pub fn max_cost(milli: &MilliByType, seconds: u64, prices: &PriceTable) -> Tokens {
+    milli.iter().fold(Tokens::ZERO, |sum, (gpu_type, m)| {
+        let price = match gpu_type {
+            Some(t) => prices.applied(t).per_gpu_hour,
+            None => prices.highest(),
+        };
+        sum + cost_milli(price, m.saturating_mul(seconds))
+    })
+}
+
+/// `2 a6000 GPUs`, `1.5 GPUs of any type`, `2 a6000 GPUs and 1 rtx3090 GPU`.
+pub struct GpusText<'a>(pub &'a MilliByType);
+
+impl fmt::Display for GpusText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (gpu_type, milli)) in self.0.iter().enumerate() {
+            let sep = match i {
+                0 => "",
+                i if i + 1 == self.0.len() => " and ",
+                _ => ", ",
+            };
+            let n = Tokens::from_micro((*milli as i64).saturating_mul(1000));
+            let plural = if *milli == MILLI { "GPU" } else { "GPUs" };
+            match gpu_type {
+                Some(t) => write!(f, "{sep}{n} {t} {plural}")?,
+                None => write!(f, "{sep}{n} {plural} of any type")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a user's GPU jobs in the queue hold and may still cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Commitment {
+    /// Milli-GPUs held by running jobs and asked for by pending ones.
+    pub milli_gpus: u64,
+    /// The most those jobs can still cost: the rest of each running job's time limit, a pending
+    /// job's whole limit.
+    pub max_cost: Tokens,
+}
+
+impl std::ops::AddAssign for Commitment {
+    fn add_assign(&mut self, other: Commitment) {
+        self.milli_gpus = self.milli_gpus.saturating_add(other.milli_gpus);
+        self.max_cost = self.max_cost + other.max_cost;
+    }
+}
+
+/// Sums the running and pending GPU jobs of `jobs` per user, at `now`. A job without a time limit
+/// counts `default_limit` seconds.
+pub fn commitments(
+    jobs: &[QueueJob],
+    now: i64,
+    default_limit: u64,
+    prices: &PriceTable,
+    sharing: Sharing,
+) -> BTreeMap<String, Commitment> {
+    let mut out: BTreeMap<String, Commitment> = BTreeMap::new();
+    for job in jobs {
+        let limit = job.time_limit.unwrap_or(default_limit);
+        let (milli, seconds) = match job.state.as_str() {
+            "RUNNING" | "SUSPENDED" | "CONFIGURING" | "COMPLETING" if !job.alloc.is_empty() => {
+                let milli = job.alloc.milli_by_type(UNTYPED, sharing);
+                let milli: MilliByType = milli.into_iter().map(|(t, m)| ((t != UNTYPED).then_some(t), m)).collect();
+                let elapsed = (now - job.start_time).max(0) as u64;
+                (milli, limit.saturating_sub(elapsed))
+            }
+            "PENDING" | "REQUEUED" => (requested_milli(&job.request, &job.shape, sharing), limit),
+            _ => continue,
+        };
+        if milli.is_empty() {
+            continue;
+        }
+        *out.entry(job.user.clone()).or_default() +=
+            Commitment { milli_gpus: total_milli(&milli), max_cost: max_cost(&milli, seconds, prices) };
+    }
+    out
+}
+
+/// Stands for "no type" in allocation maps (a name no GPU type has).
+const UNTYPED: &str = " any";
+
+/// Tasks of an array index expression: `0-99%4` → 100, `1,3,5-7` → 5, `0-15:4` → 4; None when unreadable.
+pub fn array_task_count(expr: &str) -> Option<u64> {
+    let expr = expr.split('%').next().unwrap_or_default();
+    let mut total = 0u64;
+    for part in expr.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (range, step) = match part.split_once(':') {
+            Some((r, s)) => (r, s.parse::<u64>().ok().filter(|s| *s > 0)?),
+            None => (part, 1),
+        };
+        let n = match range.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (a.parse::<u64>().ok()?, b.parse::<u64>().ok()?);
+                if b < a {
+                    return None;
+                }
+                (b - a) / step + 1
+            }
+            None => {
+                range.parse::<u64>().ok()?;
+                1
+            }
+        };
+        total = total.checked_add(n)?;
+    }
+    (total > 0).then_some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::TresPer;
+
+    fn prices() -> PriceTable {
+        let t = |s: &str, p: i64| (s.to_string(), Tokens::from_micro(p));
+        PriceTable::new([t("rtx2080", 500_000), t("rtx3090", 1_000_000), t("a6000", 4_000_000)].into(), None)
+    }
+
+    fn request(node: Option<&str>, job: Option<&str>, task: Option<&str>, socket: Option<&str>) -> GpuRequest {
+        GpuRequest::parse(&TresPer { job, node, task, socket }).unwrap()
+    }
+
+    #[test]
+    fn every_per_field_scales_by_its_unit() {
+        let shape = JobShape { nodes: 2, tasks: 8, sockets_per_node: 2, array_tasks: 1 };
+        let s = Sharing::default();
+        let a6000 = |m: u64| MilliByType::from([(Some("a6000".to_string()), m)]);
+        assert_eq!(requested_milli(&request(Some("gres:gpu:a6000:2"), None, None, None), &shape, s), a6000(4000));
+        assert_eq!(requested_milli(&request(None, Some("gres/gpu:a6000:3"), None, None), &shape, s), a6000(3000));
+        assert_eq!(requested_milli(&request(None, None, Some("gres:gpu:a6000:1"), None), &shape, s), a6000(8000));
+        assert_eq!(requested_milli(&request(None, None, None, Some("gres:gpu:a6000:1")), &shape, s), a6000(4000));
+        let array = JobShape { array_tasks: 10, ..JobShape::default() };
+        let untyped = requested_milli(&request(Some("gres:gpu:1"), None, None, None), &array, s);
+        assert_eq!(untyped, MilliByType::from([(None, 10_000)]));
+        let shards = Sharing { shards_per_gpu: 4, mps_per_gpu: 100 };
+        let shard = requested_milli(&request(Some("gres:shard:a6000:1"), None, None, None), &JobShape::default(), shards);
+        assert_eq!(shard, a6000(250));
+    }
+
+    #[test]
+    fn the_most_a_job_can_cost() {
+        let two = MilliByType::from([(Some("a6000".to_string()), 2000)]);
+        assert_eq!(max_cost(&two, 4 * 3600, &prices()), Tokens::whole(32));
+        let any = MilliByType::from([(None, 1000)]);
+        assert_eq!(max_cost(&any, 3600, &prices()), Tokens::whole(4), "untyped: the highest price");
+        let mixed = MilliByType::from([(Some("rtx2080".to_string()), 4000), (None, 500)]);
+        assert_eq!(max_cost(&mixed, 3600, &prices()), Tokens::whole(4));
+        assert_eq!(GpusText(&two).to_string(), "2 a6000 GPUs");
+        assert_eq!(GpusText(&mixed).to_string(), "0.5 GPUs of any type and 4 rtx2080 GPUs");
+        assert_eq!(GpusText(&MilliByType::from([(Some("x".into()), 1000)])).to_string(), "1 x GPU");
+    }
+
+    fn job(user: &str, state: &str, start: i64, limit: Option<u64>) -> QueueJob {
+        let json = format!(
+            r#"{{"jobs":[{{"job_id":1,"user_name":"{user}","job_state":"{state}","start_time":{start},
+                "gres_detail":{detail},"tres_per_node":"gres:gpu:a6000:2","node_count":1,"tasks":1}}]}}"#,
+            detail = if state == "RUNNING" { r#"["gpu:a6000:2(IDX:6-7)"]"# } else { "[]" }
+        );
+        let mut j = crate::slurm::squeue::queue(&json).unwrap().remove(0);
+        j.time_limit = limit;
+        j
+    }
+
+    #[test]
+    fn running_jobs_count_the_rest_of_their_limit_pending_ones_all_of_it() {
+        let jobs = [
+            job("alice", "RUNNING", 1000, Some(7200)),
+            job("alice", "PENDING", 0, Some(3600)),
+            job("alice", "COMPLETED", 0, Some(3600)),
+            job("bob", "PENDING", 0, None),
+        ];
+        let c = commitments(&jobs, 1000 + 3600, 1800, &prices(), Sharing::default());
+        // running: 2 a6000 × 1 h left × 4 = 8; pending: 2 × 1 h × 4 = 8
+        assert_eq!(c["alice"], Commitment { milli_gpus: 4000, max_cost: Tokens::whole(16) });
+        assert_eq!(c["bob"], Commitment { milli_gpus: 2000, max_cost: Tokens::whole(4) }, "no limit: the default");
+        let late = commitments(&jobs[..1], 1000 + 9000, 1800, &prices(), Sharing::default());
+        assert_eq!(late["alice"].max_cost, Tokens::ZERO, "past its limit: nothing more");
+    }
+
+    #[test]
+    fn array_expressions() {
+        assert_eq!(array_task_count("0-99%4"), Some(100));
+        assert_eq!(array_task_count("1,3,5-7"), Some(5));
+        assert_eq!(array_task_count("0-15:4"), Some(4));
+        assert_eq!(array_task_count("7"), Some(1));
+        assert_eq!(array_task_count("5-1"), None);
+        assert_eq!(array_task_count("a-b"), None);
+        assert_eq!(array_task_count(""), None);
+    }
+}
