@@ -127,8 +127,13 @@ pub fn overdraft_message(balance: Tokens, rules: &BucketRules, how: &Deprioritiz
 pub enum TimeCheck {
     Fine,
     /// The job has no limit of its own and its partition's is longer: it gets `seconds`.
-    Limit { seconds: u64, message: String },
-    Reject { message: String },
+    Limit {
+        seconds: u64,
+        message: String,
+    },
+    Reject {
+        message: String,
+    },
 }
 
 /// `requested`: the job's `--time` in seconds (None = not given); `untimed`: what the partition gives

@@ -197,7 +197,8 @@ mod tests {
         let untyped = requested_milli(&request(Some("gres:gpu:1"), None, None, None), &array, s);
         assert_eq!(untyped, MilliByType::from([(None, 10_000)]));
         let shards = Sharing { shards_per_gpu: 4, mps_per_gpu: 100 };
-        let shard = requested_milli(&request(Some("gres:shard:a6000:1"), None, None, None), &JobShape::default(), shards);
+        let shard =
+            requested_milli(&request(Some("gres:shard:a6000:1"), None, None, None), &JobShape::default(), shards);
         assert_eq!(shard, a6000(250));
     }
 

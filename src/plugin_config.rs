@@ -190,38 +190,45 @@ pub fn parse(text: &str) -> (PluginConfig, Vec<String>) {
     for (key, value) in admission {
         let result = match key.as_str() {
             "mode" => match value.as_str() {
-                Some("balance") => Ok(config.mode = Mode::Balance),
-                Some("estimate") => Ok(config.mode = Mode::Estimate),
+                Some("balance") => Ok(Mode::Balance),
+                Some("estimate") => Ok(Mode::Estimate),
                 _ => Err(format!("expected \"balance\" or \"estimate\", got {value}; using \"balance\"")),
-            },
+            }
+            .map(|m| config.mode = m),
             "deprioritize" => match value.as_str() {
-                Some(s @ ("nice" | "site_factor" | "qos")) => Ok(how = s),
+                Some(s @ ("nice" | "site_factor" | "qos")) => Ok(s),
                 _ => Err(format!("expected \"nice\", \"site_factor\" or \"qos\", got {value}; using \"nice\"")),
-            },
+            }
+            .map(|s| how = s),
             "nice_increment" => nice_increment(value).map(|n| nice = n),
             "site_factor" => match value.as_integer() {
-                Some(n) if n.unsigned_abs() <= MAX_NICE as u64 => Ok(site_factor = n),
+                Some(n) if n.unsigned_abs() <= MAX_NICE as u64 => Ok(n),
                 _ => Err(format!(
                     "expected a whole number from -{MAX_NICE} to {MAX_NICE}, got {value}; using {DEFAULT_SITE_FACTOR}"
                 )),
-            },
+            }
+            .map(|n| site_factor = n),
             "qos" => match value.as_str() {
-                Some(q) if !q.is_empty() && !q.contains([',', ' ']) => Ok(qos = Some(q.to_string())),
+                Some(q) if !q.is_empty() && !q.contains([',', ' ']) => Ok(q.to_string()),
                 _ => Err(format!("expected the name of one QOS, got {value}")),
-            },
+            }
+            .map(|q| qos = Some(q)),
             "on_error" => value
                 .as_str()
                 .ok_or_else(|| format!("expected \"accept\" or \"reject\", got {value}"))
                 .and_then(|s| s.parse::<OnError>())
                 .map(|v| config.on_error = v),
-            "max_snapshot_age" => optional_duration(value, Some(DEFAULT_MAX_SNAPSHOT_AGE)).map(|v| config.max_snapshot_age = v),
+            "max_snapshot_age" => {
+                optional_duration(value, Some(DEFAULT_MAX_SNAPSHOT_AGE)).map(|v| config.max_snapshot_age = v)
+            }
             "default_time_limit" => duration(value)
                 .map(|d| config.default_time_limit = d)
                 .map_err(|e| format!("{e}; using {}", humantime::format_duration(DEFAULT_TIME_LIMIT))),
             "max_gpus_per_user" => match value.as_integer() {
-                Some(n) if (1..=u32::MAX as i64).contains(&n) => Ok(config.max_gpus_per_user = Some(n as u32)),
+                Some(n) if (1..=u32::MAX as i64).contains(&n) => Ok(n as u32),
                 _ => Err(format!("expected a whole number of GPUs from 1, got {value}; no limit")),
-            },
+            }
+            .map(|n| config.max_gpus_per_user = Some(n)),
             "max_job_duration" => optional_duration(value, None).map(|v| config.max_job_duration = v),
             _ => Err(format!("unknown key (known: {KNOWN}); ignored")),
         };

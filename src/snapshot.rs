@@ -309,7 +309,8 @@ mod tests {
             Partition { name: "long".into(), default: false, default_time: None, max_time: None },
         ];
         snap.default_accounts.insert("alice".into(), "physics".into());
-        let committed = HashMap::from([("alice".to_string(), Commitment { milli_gpus: 2000, max_cost: Tokens::whole(16) })]);
+        let committed =
+            HashMap::from([("alice".to_string(), Commitment { milli_gpus: 2000, max_cost: Tokens::whole(16) })]);
         snap.queue = Some(QueueSummary { as_of: 1_795_430_395, committed });
         snap
     }

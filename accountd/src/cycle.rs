@@ -35,13 +35,14 @@ impl fmt::Display for CheckSummary {
 pub fn check(service: &mut Service, now: i64) -> CliResult<CheckSummary> {
     let replenished = service.ledger.replenish(now)?;
     service.metrics.replenished.inc_by(replenished.tokens.as_f64());
+    let slurm = crate::slurm::Slurm::new(&service.config.slurm);
+    crate::slurm_view::refresh(service, &slurm, now);
     let users = publish_snapshot(service, now)?;
     let window = service.config.intervals.check;
     let usage = crate::usage::poll_prometheus(service, window, now).unwrap_or_else(|e| {
         tracing::error!("{e}");
         Some(format!("usage not read: {e}"))
     });
-    let slurm = crate::slurm::Slurm::new(&service.config.slurm);
     let preemption = crate::preempt::check(service, &slurm, now).unwrap_or_else(|e| {
         tracing::error!("preemption check failed: {e}");
         format!("preemption check failed: {e}")
@@ -53,7 +54,14 @@ pub fn check(service: &mut Service, now: i64) -> CliResult<CheckSummary> {
 pub fn publish_snapshot(service: &Service, now: i64) -> CliResult<usize> {
     let accounts = service.ledger.accounts()?;
     service.metrics.set_balances(&accounts);
-    let text = snapshot::render(&accounts, service.ledger.rules(), now);
+    let mut snap = snapshot::Snapshot::new(now, *service.ledger.rules());
+    snap.balances = accounts.iter().map(|a| (a.user.clone(), a.balance)).collect();
+    snap.sharing = service.config.sharing;
+    snap.prices = service.config.prices.clone();
+    snap.partitions = service.slurm_view.partitions.clone();
+    snap.default_accounts = service.slurm_view.default_accounts.clone();
+    snap.queue = service.slurm_view.queue.clone();
+    let text = snapshot::render(&snap);
     let path = &service.config.paths.snapshot;
     snapshot::write_atomically(path, &text)
         .map_err(|e| CliError::failed(format!("cannot write snapshot {}: {e}", path.display())))?;

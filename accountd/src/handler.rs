@@ -19,6 +19,8 @@ pub struct Service {
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     pub usage: crate::usage::agents::UsageTracker,
     pub health: crate::health::Drained,
+    /// Partitions, default accounts and queue commitments for the snapshot.
+    pub slurm_view: crate::slurm_view::SlurmView,
     /// Preemptions waiting out their grace on threads of their own; joined before the process exits.
     pub pending: Vec<std::thread::JoinHandle<()>>,
 }
@@ -38,6 +40,7 @@ impl Service {
             metrics: Default::default(),
             usage: Default::default(),
             health: Default::default(),
+            slurm_view: Default::default(),
             pending: Vec::new(),
         }
     }

@@ -17,6 +17,7 @@ pub mod sbalance;
 pub mod server;
 pub mod signals;
 pub mod slurm;
+pub mod slurm_view;
 pub mod usage;
 
 /// `accountd --version`: the crate version and the Slurm headers it was built against.

@@ -45,7 +45,7 @@ fn main() {
         // The job description slurmctld hands to job_submit/job_modify (and what it points to).
         .allowlist_type("job_desc_msg_t")
         // The version the plugin must announce, the "unset" markers, return codes.
-        .allowlist_var("SLURM_VERSION_NUMBER|NO_VAL|NICE_OFFSET|SLURM_SUCCESS|SLURM_ERROR")
+        .allowlist_var("SLURM_VERSION_NUMBER|NO_VAL|NO_VAL16|INFINITE|NICE_OFFSET|SLURM_SUCCESS|SLURM_ERROR")
         .allowlist_type("slurm_err_t")
         .prepend_enum_name(false)
         .derive_default(true)

@@ -35,7 +35,7 @@ pub fn parse(text: &str) -> Result<Vec<Partition>, PartitionError> {
         let name = value("PartitionName").ok_or(PartitionError::NoName(i + 1))?.to_string();
         let time = |key: &'static str| match value(key) {
             None => Ok(None),
-            Some(v) => parse_duration(v).map_err(|()| PartitionError::BadTime {
+            Some(v) => parse_duration(v).map_err(|NotATime| PartitionError::BadTime {
                 name: name.clone(),
                 key,
                 value: v.to_string(),
@@ -54,6 +54,19 @@ pub fn parse(text: &str) -> Result<Vec<Partition>, PartitionError> {
 /// The limit a job without `--time` gets in `requested` (a comma list, the largest counts; None or
 /// empty = the default partition). Outer None: unlimited, or the partition is unknown.
 pub fn limit_for_untimed(partitions: &[Partition], requested: Option<&str>) -> Option<u64> {
+    largest(partitions, requested, Partition::limit_for_untimed)
+}
+
+/// The MaxTime of `requested` (as [`limit_for_untimed`]): what `--time=UNLIMITED` gets.
+pub fn max_time(partitions: &[Partition], requested: Option<&str>) -> Option<u64> {
+    largest(partitions, requested, |p| p.max_time)
+}
+
+fn largest(
+    partitions: &[Partition],
+    requested: Option<&str>,
+    limit: impl Fn(&Partition) -> Option<u64>,
+) -> Option<u64> {
     let named: Vec<&Partition> = match requested.filter(|r| !r.is_empty()) {
         Some(list) => list.split(',').filter_map(|n| partitions.iter().find(|p| p.name == n.trim())).collect(),
         None => partitions.iter().filter(|p| p.default).collect(),
@@ -61,21 +74,25 @@ pub fn limit_for_untimed(partitions: &[Partition], requested: Option<&str>) -> O
     if named.is_empty() {
         return None;
     }
-    named.iter().map(|p| p.limit_for_untimed()).try_fold(0u64, |most, limit| limit.map(|l| most.max(l)))
+    named.iter().map(|p| limit(p)).try_fold(0u64, |most, limit| limit.map(|l| most.max(l)))
 }
 
 /// Slurm's time forms: `UNLIMITED`/`INFINITE`/`NONE` (None), `minutes`, `minutes:seconds`,
 /// `hours:minutes:seconds`, `days-hours`, `days-hours:minutes`, `days-hours:minutes:seconds`.
-pub fn parse_duration(text: &str) -> Result<Option<u64>, ()> {
+/// A text that is none of Slurm's time forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotATime;
+
+pub fn parse_duration(text: &str) -> Result<Option<u64>, NotATime> {
     let text = text.trim();
     if matches!(text, "UNLIMITED" | "INFINITE" | "NONE" | "infinite" | "unlimited") {
         return Ok(None);
     }
-    let number = |s: &str| -> Result<u64, ()> {
+    let number = |s: &str| -> Result<u64, NotATime> {
         if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(());
+            return Err(NotATime);
         }
-        s.parse().map_err(|_| ())
+        s.parse().map_err(|_| NotATime)
     };
     let (days, rest) = match text.split_once('-') {
         Some((d, rest)) => (Some(number(d)?), rest),
@@ -89,7 +106,7 @@ pub fn parse_duration(text: &str) -> Result<Option<u64>, ()> {
         (Some(d), [h]) => d * 86400 + h * 3600,
         (Some(d), [h, m]) => d * 86400 + h * 3600 + m * 60,
         (Some(d), [h, m, s]) => d * 86400 + h * 3600 + m * 60 + s,
-        _ => return Err(()),
+        _ => return Err(NotATime),
     };
     Ok(Some(seconds))
 }
@@ -136,6 +153,7 @@ mod tests {
         assert_eq!(limit_for_untimed(&parts, Some("short,gpu")), Some(4 * 3600), "the largest of a list");
         assert_eq!(limit_for_untimed(&parts, Some("long")), None, "unlimited");
         assert_eq!(limit_for_untimed(&parts, Some("nosuch")), None);
+        assert_eq!(max_time(&parts, None), Some(2 * 86400), "--time=UNLIMITED: MaxTime");
     }
 
     #[test]
@@ -148,7 +166,7 @@ mod tests {
         assert_eq!(parse_duration("2-00:00:00"), Ok(Some(172800)));
         assert_eq!(parse_duration("UNLIMITED"), Ok(None));
         for bad in ["", "x", "1:2:3:4", "-5", "1-", "1-2-3"] {
-            assert_eq!(parse_duration(bad), Err(()), "{bad:?}");
+            assert_eq!(parse_duration(bad), Err(NotATime), "{bad:?}");
         }
         assert_eq!(format_duration(172800), "2-00:00:00");
         assert_eq!(format_duration(5400), "1:30:00");

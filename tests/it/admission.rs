@@ -116,7 +116,7 @@ impl Drop for Admission {
             cap: None,
             floor: Tokens::whole(-10),
         };
-        let empty = gputokens::snapshot::render(&[], &rules, gputokens::time::now());
+        let empty = gputokens::snapshot::render(&gputokens::snapshot::Snapshot::new(gputokens::time::now(), rules));
         let _ = gputokens::snapshot::write_atomically(&self.snapshot, &empty);
         std::thread::sleep(SETTLE);
     }

@@ -1,13 +1,17 @@
 //! Every unsafe operation of the plugin lives here: reading slurmctld's job description, writing the
-//! two fields the plugin changes (`nice` and the message in `*err_msg`), allocating strings for
-//! slurmctld with `slurm_xstrdup`, and logging through slurmctld's log.
+//! fields the plugin changes (`nice`, `site_factor`, `qos`, `time_limit` and the message in
+//! `*err_msg`), allocating strings for slurmctld with `slurm_xstrdup` (and freeing the one it
+//! replaces with `slurm_xfree`), and logging through slurmctld's log.
 //!
 //! The functions come from libslurmfull, which slurmctld links; rustc links cdylibs with BIND_NOW,
 //! so each one must exist there (`nm -D --defined-only .../libslurmfull.so`): `slurm_xstrdup`,
-//! `slurm_info`, `slurm_verbose`, `slurm_error`. Unit tests link stand-ins instead (`test_slurm`).
+//! `slurm_xfree`, `slurm_info`, `slurm_verbose`, `slurm_error`. Unit tests link stand-ins instead
+//! (`test_slurm`).
 
 use std::ffi::{c_char, c_int, CStr, CString};
 
+#[cfg(test)]
+use crate::admit::Changes;
 use crate::admit::{JobRequest, Verdict};
 use crate::bindings::{job_desc_msg_t, SLURM_SUCCESS};
 
@@ -17,6 +21,8 @@ mod slurm {
     extern "C" {
         /// A copy slurmctld may `xfree()`: the only allocation it accepts for `*err_msg`.
         pub fn slurm_xstrdup(s: *const c_char) -> *mut c_char;
+        /// `xfree(p)`: frees `*p` (xmalloc'ed) and sets it to NULL (22.05 and later: one argument).
+        pub fn slurm_xfree(p: *mut *mut std::ffi::c_void);
         pub fn slurm_error(fmt: *const c_char, ...);
         pub fn slurm_info(fmt: *const c_char, ...);
         pub fn slurm_verbose(fmt: *const c_char, ...);
@@ -63,7 +69,28 @@ pub unsafe fn read_job(desc: *const job_desc_msg_t) -> Option<JobRequest> {
         tres_per_node: string(d.tres_per_node),
         tres_per_task: string(d.tres_per_task),
         tres_per_socket: string(d.tres_per_socket),
+        time_limit: d.time_limit,
+        partition: string(d.partition),
+        account: string(d.account),
+        qos: string(d.qos),
+        min_nodes: d.min_nodes,
+        num_tasks: d.num_tasks,
+        ntasks_per_node: d.ntasks_per_node,
+        sockets_per_node: d.sockets_per_node,
+        array_inx: string(d.array_inx),
+        wants_estimate: spank_env(d).any(|v| v == ESTIMATE_VARIABLE),
     })
+}
+
+/// What `spank_job_control_setenv(sp, "GPUTOKENS_ESTIMATE", "1", 1)` in sbatch puts in the job's
+/// SPANK environment (SPANK prefixes the name).
+pub const ESTIMATE_VARIABLE: &str = "SPANK_GPUTOKENS_ESTIMATE=1";
+
+/// The `NAME=value` entries of the job's SPANK environment.
+unsafe fn spank_env(d: &job_desc_msg_t) -> impl Iterator<Item = String> + '_ {
+    let list = d.spank_job_env;
+    let n = if list.is_null() { 0 } else { d.spank_job_env_size as usize };
+    (0..n).filter_map(move |i| string(*list.add(i)))
 }
 
 unsafe fn string(p: *const c_char) -> Option<String> {
@@ -77,12 +104,24 @@ unsafe fn string(p: *const c_char) -> Option<String> {
 /// or was allocated by Slurm's xmalloc.
 pub unsafe fn apply(desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, verdict: &Verdict) -> c_int {
     match verdict {
-        Verdict::Accept => SLURM_SUCCESS as c_int,
-        Verdict::Deprioritize { nice, message } => {
+        Verdict::Accept { changes, message } => {
             if let Some(d) = desc.as_mut() {
-                d.nice = *nice;
+                if let Some(nice) = changes.nice {
+                    d.nice = nice;
+                }
+                if let Some(factor) = changes.site_factor {
+                    d.site_factor = factor;
+                }
+                if let Some(minutes) = changes.time_limit {
+                    d.time_limit = minutes;
+                }
+                if let Some(qos) = &changes.qos {
+                    replace_string(&mut d.qos, qos);
+                }
             }
-            give_message(err_msg, message, false);
+            if let Some(message) = message {
+                give_message(err_msg, message, false);
+            }
             SLURM_SUCCESS as c_int
         }
         Verdict::Reject { code, message } => {
@@ -90,6 +129,15 @@ pub unsafe fn apply(desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, verdic
             *code
         }
     }
+}
+
+/// Puts an xstrdup'ed `value` in a job description string field, xfree-ing what was there.
+unsafe fn replace_string(field: &mut *mut c_char, value: &str) {
+    if !field.is_null() {
+        slurm::slurm_xfree((field as *mut *mut c_char).cast());
+    }
+    let text = c_string(value);
+    *field = slurm::slurm_xstrdup(text.as_ptr());
 }
 
 /// Stores an xstrdup'ed copy of `message` in `*err_msg` (slurmctld frees it with xfree and shows it:
@@ -126,6 +174,10 @@ pub mod test_slurm {
     pub unsafe fn slurm_xstrdup(s: *const c_char) -> *mut c_char {
         nix::libc::strdup(s)
     }
+    pub unsafe fn slurm_xfree(p: *mut *mut std::ffi::c_void) {
+        nix::libc::free(*p);
+        *p = std::ptr::null_mut();
+    }
     pub unsafe fn slurm_error(_fmt: *const c_char, arg: *const c_char) {
         push("error", arg)
     }
@@ -153,17 +205,30 @@ pub mod test_slurm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bindings::{ESLURM_ACCOUNTING_POLICY, NICE_OFFSET, NO_VAL};
+    use crate::bindings::{ESLURM_ACCOUNTING_POLICY, NICE_OFFSET, NO_VAL, NO_VAL16};
 
     #[test]
     fn reads_the_fields_of_a_job_description() {
         let node = CString::new("gres:gpu:a6000:1").unwrap();
         let job = CString::new("gres:gpu:2").unwrap();
+        let part = CString::new("gpu").unwrap();
+        let array = CString::new("0-9").unwrap();
+        let env = [CString::new("SPANK_OTHER=x").unwrap(), CString::new(ESTIMATE_VARIABLE).unwrap()];
+        let mut env_ptrs: Vec<*mut c_char> = env.iter().map(|c| c.as_ptr().cast_mut()).collect();
         let desc = job_desc_msg_t {
             user_id: 1001,
             nice: NO_VAL,
             tres_per_node: node.as_ptr().cast_mut(),
             tres_per_job: job.as_ptr().cast_mut(),
+            time_limit: 90,
+            partition: part.as_ptr().cast_mut(),
+            min_nodes: 2,
+            num_tasks: NO_VAL,
+            ntasks_per_node: 4,
+            sockets_per_node: NO_VAL16 as u16,
+            array_inx: array.as_ptr().cast_mut(),
+            spank_job_env: env_ptrs.as_mut_ptr(),
+            spank_job_env_size: 2,
             ..Default::default()
         };
         let got = unsafe { read_job(&desc) }.unwrap();
@@ -174,24 +239,45 @@ mod tests {
                 nice: NO_VAL,
                 tres_per_job: Some("gres:gpu:2".into()),
                 tres_per_node: Some("gres:gpu:a6000:1".into()),
-                tres_per_task: None,
-                tres_per_socket: None,
+                time_limit: 90,
+                partition: Some("gpu".into()),
+                min_nodes: 2,
+                num_tasks: NO_VAL,
+                ntasks_per_node: 4,
+                array_inx: Some("0-9".into()),
+                wants_estimate: true,
+                ..Default::default()
             }
         );
+        let plain = job_desc_msg_t { spank_job_env_size: 3, ..Default::default() };
+        assert!(!unsafe { read_job(&plain) }.unwrap().wants_estimate, "a NULL list with a size is not read");
         assert!(unsafe { read_job(std::ptr::null()) }.is_none());
     }
 
     #[test]
     fn applies_verdicts() {
-        let mut desc = job_desc_msg_t { nice: NO_VAL, ..Default::default() };
+        let mut desc = job_desc_msg_t { nice: NO_VAL, site_factor: NO_VAL, time_limit: NO_VAL, ..Default::default() };
         let mut err: *mut c_char = std::ptr::null_mut();
-        let accept = unsafe { apply(&mut desc, &mut err, &Verdict::Accept) };
+        let accept = unsafe { apply(&mut desc, &mut err, &Verdict::accept()) };
         assert_eq!((accept, desc.nice, err.is_null()), (0, NO_VAL, true));
 
-        let lower = Verdict::Deprioritize { nice: NICE_OFFSET + 100, message: "info".into() };
+        let changes = Changes { nice: Some(NICE_OFFSET + 100), ..Default::default() };
+        let lower = Verdict::Accept { changes, message: Some("info".into()) };
         assert_eq!(unsafe { apply(&mut desc, &mut err, &lower) }, 0);
         assert_eq!(desc.nice, NICE_OFFSET + 100);
         assert_eq!(test_slurm::take(err).as_deref(), Some("info"));
+
+        desc.qos = unsafe { test_slurm::slurm_xstrdup(c"normal".as_ptr()) };
+        let changes = Changes {
+            site_factor: Some(NICE_OFFSET - 5),
+            qos: Some("overdraft".into()),
+            time_limit: Some(60),
+            ..Default::default()
+        };
+        let mut err: *mut c_char = std::ptr::null_mut();
+        assert_eq!(unsafe { apply(&mut desc, &mut err, &Verdict::Accept { changes, message: None }) }, 0);
+        assert_eq!((desc.site_factor, desc.time_limit, err.is_null()), (NICE_OFFSET - 5, 60, true));
+        assert_eq!(test_slurm::take(desc.qos).as_deref(), Some("overdraft"), "the old QOS string was freed");
 
         let mut err: *mut c_char = std::ptr::null_mut();
         let no = Verdict::Reject { code: ESLURM_ACCOUNTING_POLICY as c_int, message: "no\0pe".into() };
@@ -204,7 +290,7 @@ mod tests {
     fn an_info_message_keeps_another_plugins_message() {
         let mut desc = job_desc_msg_t::default();
         let mut err = unsafe { test_slurm::slurm_xstrdup(c"from another plugin".as_ptr()) };
-        let lower = Verdict::Deprioritize { nice: NICE_OFFSET + 1, message: "ours".into() };
+        let lower = Verdict::Accept { changes: Changes::default(), message: Some("ours".into()) };
         unsafe { apply(&mut desc, &mut err, &lower) };
         assert_eq!(test_slurm::take(err).as_deref(), Some("from another plugin"));
     }

@@ -14,6 +14,7 @@ mod admit;
 mod bindings;
 mod ffi;
 mod plugin;
+mod tally;
 mod watch;
 
 use gputokens::plugin_config as config;

@@ -1,9 +1,11 @@
-//! The running plugin: settings read once in `init`, the balances view the watcher thread publishes,
-//! and the watcher itself (stopped and joined in `fini`, which slurmctld follows with dlclose).
+//! The running plugin: the settings and the balances view the watcher thread publishes, the tally of
+//! GPU jobs admitted since the last queue read, and the watcher itself (stopped and joined in `fini`,
+//! which slurmctld follows with dlclose). The watcher re-reads the config file when it changes, so
+//! an edited `[admission]` applies within a second, without restarting slurmctld.
 //!
-//! `job_submit` may run on several slurmctld threads at once (23.02+); it takes two uncontended
-//! read locks to clone two `Arc`s and never waits for the watcher, which holds the write lock
-//! only to swap a pointer.
+//! `job_submit` may run on several slurmctld threads at once (23.02+); it takes uncontended read
+//! locks to clone two `Arc`s and never waits for the watcher, which holds the write locks only to
+//! swap a pointer. The tally's mutex is held for one decision (no I/O under it).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -15,12 +17,14 @@ use chrono::{Datelike, NaiveDate};
 
 use crate::admit::{self, Context, JobRequest, Verdict};
 use crate::ffi::{self, Level};
+use crate::tally::Tally;
 use crate::watch::{self, Monitor, View};
 use gputokens::plugin_config::{self as config, PluginConfig};
 
 struct Plugin {
-    config: PluginConfig,
+    config: RwLock<Arc<PluginConfig>>,
     view: RwLock<Arc<View>>,
+    tally: Mutex<Tally>,
     /// Local date as days since 0001-01-01, kept by the watcher (reading the time zone is file I/O).
     today: AtomicI32,
     stop: Mutex<bool>,
@@ -46,34 +50,24 @@ fn slurm_log(level: Level, message: String) {
 /// snapshot once, starts the watcher. Never fails.
 pub fn start(config_path: &Path) {
     stop();
-    let (config, problems) = config::load(config_path);
-    for problem in problems {
-        ffi::log(Level::Error, &problem);
-    }
-    ffi::log(
-        Level::Info,
-        &format!(
-            "job_submit/gputokens {} (built for Slurm {}), config {}: {}",
-            env!("CARGO_PKG_VERSION"),
-            env!("GPUTOKENS_PLUGIN_SLURM"),
-            config_path.display(),
-            config.describe()
-        ),
-    );
-    let mut monitor =
-        Monitor::new(config.snapshot.clone(), config.max_snapshot_age, config.on_error, watch::system_resolver());
+    let mut settings = Settings::new(config_path.to_path_buf());
+    let config = settings.load();
+    let mut monitor = monitor_for(&config);
     let now = unix_now();
     monitor.tick(now, &mut slurm_log);
     let plugin = Arc::new(Plugin {
-        config,
+        config: RwLock::new(Arc::new(config)),
         view: RwLock::new(monitor.view()),
+        tally: Mutex::new(Tally::default()),
         today: AtomicI32::new(local_days(now)),
         stop: Mutex::new(false),
         wake: Condvar::new(),
         watcher: Mutex::new(None),
     });
     let for_thread = plugin.clone();
-    match std::thread::Builder::new().name("gputokens".into()).spawn(move || watch_loop(&for_thread, monitor)) {
+    let spawned =
+        std::thread::Builder::new().name("gputokens".into()).spawn(move || watch_loop(&for_thread, settings, monitor));
+    match spawned {
         Ok(handle) => *plugin.watcher.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle),
         Err(e) => ffi::log(
             Level::Error,
@@ -81,6 +75,58 @@ pub fn start(config_path: &Path) {
         ),
     }
     *PLUGIN.write().unwrap_or_else(PoisonError::into_inner) = Some(plugin);
+}
+
+fn monitor_for(config: &PluginConfig) -> Monitor {
+    Monitor::new(
+        config.snapshot.clone(),
+        config.max_snapshot_age,
+        config.on_error,
+        watch::system_resolver(),
+        config.exempt.users.clone(),
+    )
+}
+
+/// The config file and the identity of the version last read.
+struct Settings {
+    path: std::path::PathBuf,
+    stamp: Option<(u64, u64, i64, i64)>,
+}
+
+impl Settings {
+    fn new(path: std::path::PathBuf) -> Settings {
+        Settings { path, stamp: None }
+    }
+
+    fn current_stamp(&self) -> Option<(u64, u64, i64, i64)> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&self.path).ok().map(|m| (m.dev(), m.ino(), m.mtime(), m.mtime_nsec()))
+    }
+
+    /// Reads the file, logging its problems and the settings in effect.
+    fn load(&mut self) -> PluginConfig {
+        self.stamp = self.current_stamp();
+        let (config, problems) = config::load(&self.path);
+        for problem in problems {
+            ffi::log(Level::Error, &problem);
+        }
+        ffi::log(
+            Level::Info,
+            &format!(
+                "job_submit/gputokens {} (built for Slurm {}), config {}: {}",
+                env!("CARGO_PKG_VERSION"),
+                env!("GPUTOKENS_PLUGIN_SLURM"),
+                self.path.display(),
+                config.describe()
+            ),
+        );
+        config
+    }
+
+    /// The new settings when the file changed since it was read.
+    fn reload_if_changed(&mut self) -> Option<PluginConfig> {
+        (self.current_stamp() != self.stamp).then(|| self.load())
+    }
 }
 
 /// `fini`: stops the watcher and waits for it.
@@ -97,7 +143,7 @@ pub fn stop() {
     }
 }
 
-fn watch_loop(plugin: &Plugin, mut monitor: Monitor) {
+fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor) {
     let mut panicked = false;
     loop {
         let stopped = plugin.stop.lock().unwrap_or_else(PoisonError::into_inner);
@@ -110,8 +156,22 @@ fn watch_loop(plugin: &Plugin, mut monitor: Monitor) {
         let tick = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let now = unix_now();
             plugin.today.store(local_days(now), Ordering::Relaxed);
+            if let Some(config) = settings.reload_if_changed() {
+                let old = plugin.config.read().unwrap_or_else(PoisonError::into_inner).clone();
+                let watched =
+                    |c: &PluginConfig| (c.snapshot.clone(), c.max_snapshot_age, c.on_error, c.exempt.users.clone());
+                if watched(&old) != watched(&config) {
+                    monitor = monitor_for(&config);
+                }
+                *plugin.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
+            }
             if let Some(view) = monitor.tick(now, &mut slurm_log) {
+                let as_of = match &*view {
+                    View::Ready(b) => b.snapshot.queue.as_ref().map(|q| q.as_of),
+                    View::Unavailable(_) => None,
+                };
                 *plugin.view.write().unwrap_or_else(PoisonError::into_inner) = view;
+                plugin.tally.lock().unwrap_or_else(PoisonError::into_inner).forget_before(as_of, now);
             }
         }));
         if tick.is_err() && !panicked {
@@ -125,26 +185,38 @@ fn current() -> Option<Arc<Plugin>> {
     PLUGIN.read().unwrap_or_else(PoisonError::into_inner).clone()
 }
 
-fn decide_with(f: impl FnOnce(&Context, &mut dyn FnMut(Level, String)) -> Verdict) -> Verdict {
-    // Not initialised (init panicked): nothing to decide from, accept.
-    let Some(plugin) = current() else { return Verdict::Accept };
+/// The settings, the view and the date, as one decision sees them.
+struct State {
+    plugin: Arc<Plugin>,
+    config: Arc<PluginConfig>,
+    view: Arc<View>,
+    today: NaiveDate,
+}
+
+/// None before `init` (or when it panicked).
+fn state() -> Option<State> {
+    let plugin = current()?;
+    let config = plugin.config.read().unwrap_or_else(PoisonError::into_inner).clone();
     let view = plugin.view.read().unwrap_or_else(PoisonError::into_inner).clone();
     let today = NaiveDate::from_num_days_from_ce_opt(plugin.today.load(Ordering::Relaxed)).unwrap_or_default();
-    let ctx = Context {
-        view: &view,
-        on_error: plugin.config.on_error,
-        nice_increment: plugin.config.nice_increment,
-        max_snapshot_age_secs: plugin.config.max_snapshot_age.map(|d| d.as_secs() as i64),
-        now: unix_now(),
-        today,
-    };
-    f(&ctx, &mut slurm_log)
+    Some(State { plugin, config, view, today })
 }
 
 pub fn submit(job: &JobRequest, submit_uid: u32) -> Verdict {
-    decide_with(|ctx, log| admit::on_submit(ctx, job, submit_uid, log))
+    // Not initialised: nothing to decide from, accept.
+    let Some(State { plugin, config, view, today }) = state() else { return Verdict::accept() };
+    let now = unix_now();
+    let ctx = Context { view: &view, config: &config, now, today };
+    let mut tally = plugin.tally.lock().unwrap_or_else(PoisonError::into_inner);
+    let submitted = admit::on_submit(&ctx, job, submit_uid, &|uid| tally.of(uid), &mut slurm_log);
+    if let Some((uid, commitment)) = submitted.admitted {
+        tally.add(uid, now, commitment);
+    }
+    submitted.verdict
 }
 
 pub fn modify(job: &JobRequest, submit_uid: u32) -> Verdict {
-    decide_with(|ctx, log| admit::on_modify(ctx, job, submit_uid, log))
+    let Some(State { config, view, today, .. }) = state() else { return Verdict::accept() };
+    let ctx = Context { view: &view, config: &config, now: unix_now(), today };
+    admit::on_modify(&ctx, job, submit_uid, &mut slurm_log)
 }

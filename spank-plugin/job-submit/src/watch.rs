@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gputokens::admission::OnError;
+use gputokens::estimate::Commitment;
 use gputokens::policy::BucketRules;
 use gputokens::snapshot::{self, Snapshot};
 use gputokens::Tokens;
@@ -28,39 +29,48 @@ const UID_TTL_SECS: i64 = 3600;
 
 /// What the plugin decides from.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // one per snapshot, shared in an Arc: never moved around
 pub enum View {
     Ready(Balances),
     Unavailable(Problem),
 }
 
-/// The snapshot's balances keyed by uid.
+/// The parsed snapshot, with the uids of the user names it mentions.
 #[derive(Debug)]
 pub struct Balances {
-    /// Unix time accountd wrote the snapshot.
-    pub generated: i64,
-    pub rules: BucketRules,
-    pub by_uid: HashMap<u32, UserBalance>,
-    /// Users the snapshot lists (some may have no account on this machine).
-    pub listed: usize,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UserBalance {
-    pub name: String,
-    pub balance: Tokens,
+    pub snapshot: Snapshot,
+    /// uid → user name, for the names the snapshot mentions and the exempt users.
+    pub names: HashMap<u32, String>,
+    /// Users with a balance in the snapshot and an account on this machine.
+    pub mapped: usize,
 }
 
 impl Balances {
     /// (user name if known, balance): a uid not in the snapshot stands at `initial`.
     pub fn of(&self, uid: u32) -> (Option<&str>, Tokens) {
-        match self.by_uid.get(&uid) {
-            Some(u) => (Some(&u.name), u.balance),
-            None => (None, self.rules.initial),
+        match self.names.get(&uid) {
+            Some(name) => (Some(name), self.snapshot.balance(name)),
+            None => (None, self.snapshot.rules.initial),
         }
     }
 
+    pub fn rules(&self) -> &BucketRules {
+        &self.snapshot.rules
+    }
+
     pub fn age(&self, now: i64) -> i64 {
-        now - self.generated
+        now - self.snapshot.generated
+    }
+
+    /// What the user's running and pending GPU jobs held and could cost when squeue was read.
+    pub fn committed(&self, uid: u32) -> Commitment {
+        let queue = self.snapshot.queue.as_ref();
+        self.names.get(&uid).and_then(|n| queue?.committed.get(n)).copied().unwrap_or_default()
+    }
+
+    /// The user's default account in slurmdbd.
+    pub fn default_account(&self, uid: u32) -> Option<&str> {
+        self.names.get(&uid).and_then(|n| self.snapshot.default_accounts.get(n)).map(String::as_str)
     }
 }
 
@@ -107,6 +117,8 @@ pub struct Monitor {
     max_age: Option<Duration>,
     on_error: OnError,
     resolve: Resolver,
+    /// Names to map beside the snapshot's (the exempt users).
+    extra_names: Vec<String>,
     stamp: Option<Stamp>,
     view: Arc<View>,
     /// The parsed snapshot behind a Ready view, kept to retry failed lookups.
@@ -118,12 +130,19 @@ pub struct Monitor {
 }
 
 impl Monitor {
-    pub fn new(path: PathBuf, max_age: Option<Duration>, on_error: OnError, resolve: Resolver) -> Monitor {
+    pub fn new(
+        path: PathBuf,
+        max_age: Option<Duration>,
+        on_error: OnError,
+        resolve: Resolver,
+        extra_names: Vec<String>,
+    ) -> Monitor {
         Monitor {
             path,
             max_age,
             on_error,
             resolve,
+            extra_names,
             stamp: None,
             view: Arc::new(View::Unavailable(Problem::NotLoaded)),
             snapshot: None,
@@ -199,7 +218,7 @@ impl Monitor {
                     format!(
                         "loaded {}: {}, written {}",
                         self.path.display(),
-                        users(balances.listed, balances.by_uid.len()),
+                        users(balances.snapshot.balances.len(), balances.mapped),
                         ago(now - snap.generated)
                     ),
                 );
@@ -213,11 +232,15 @@ impl Monitor {
         }
     }
 
-    /// Maps the snapshot's user names to uids (cached; failed lookups are retried later).
+    /// Maps the user names of the snapshot (and the exempt users) to uids (cached; failed lookups
+    /// are retried later).
     fn balances(&mut self, snap: &Snapshot, now: i64) -> Balances {
-        let mut by_uid = HashMap::with_capacity(snap.balances.len());
+        let queue = snap.queue.iter().flat_map(|q| q.committed.keys());
+        let wanted: std::collections::BTreeSet<&String> =
+            snap.balances.keys().chain(snap.default_accounts.keys()).chain(queue).chain(&self.extra_names).collect();
+        let mut names = HashMap::with_capacity(wanted.len());
         let mut failed = false;
-        for (name, balance) in &snap.balances {
+        for name in wanted {
             let uid = match self.uids.get(name) {
                 Some(&(uid, at)) if now - at < UID_TTL_SECS => Some(uid),
                 _ => match (self.resolve)(name) {
@@ -233,11 +256,12 @@ impl Monitor {
                 },
             };
             if let Some(uid) = uid {
-                by_uid.insert(uid, UserBalance { name: name.clone(), balance: *balance });
+                names.insert(uid, name.clone());
             }
         }
         self.retry_lookups_at = failed.then_some(now + RETRY_LOOKUPS_SECS);
-        Balances { generated: snap.generated, rules: snap.rules, by_uid, listed: snap.balances.len() }
+        let mapped = names.values().filter(|n| snap.balances.contains_key(*n)).count();
+        Balances { snapshot: snap.clone(), names, mapped }
     }
 
     fn retry_lookups(&mut self, now: i64, log: &mut dyn FnMut(Level, String)) -> Option<View> {
@@ -246,7 +270,10 @@ impl Monitor {
         }
         let snap = self.snapshot.take()?;
         let balances = self.balances(&snap, now);
-        log(Level::Verbose, format!("looked up user names again: {}", users(balances.listed, balances.by_uid.len())));
+        log(
+            Level::Verbose,
+            format!("looked up user names again: {}", users(balances.snapshot.balances.len(), balances.mapped)),
+        );
         self.snapshot = Some(snap);
         Some(View::Ready(balances))
     }
@@ -269,7 +296,7 @@ impl Monitor {
             Condition::Fine => {
                 let View::Ready(b) = &*self.view else { return };
                 let again = if self.logged.is_none() { "" } else { " is usable again" };
-                let users = users(b.listed, b.by_uid.len());
+                let users = users(b.snapshot.balances.len(), b.mapped);
                 (Level::Info, format!("balance snapshot {path}{again}: {users}, written {}", ago(b.age(now))))
             }
             Condition::Stale => {
@@ -365,7 +392,7 @@ mod tests {
         fn new(on_error: OnError, resolve: Resolver) -> Fixture {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("balances.snapshot");
-            let monitor = Monitor::new(path, Some(Duration::from_secs(7200)), on_error, resolve);
+            let monitor = Monitor::new(path, Some(Duration::from_secs(7200)), on_error, resolve, vec!["ops".into()]);
             Fixture { dir, monitor, log: Vec::new() }
         }
         fn write(&self, contents: &str) {

@@ -1,0 +1,92 @@
+//! What the job_submit plugin needs from Slurm beside the balances, read every check cycle and
+//! published in the snapshot: partitions' time limits (for jobs without `--time`), users' default
+//! accounts (for exempt accounts), and what each user's running and pending GPU jobs hold and can
+//! still cost (for `mode = "estimate"` and `max_gpus_per_user`).
+//!
+//! A command that fails keeps the last partitions and accounts (they rarely change) but drops the
+//! queue: commitments from an old squeue would be wrong. Failures are logged when they change.
+
+use std::collections::HashMap;
+
+use gputokens::estimate::commitments;
+use gputokens::plugin_config::Mode;
+use gputokens::slurm::{partitions, squeue};
+use gputokens::snapshot::QueueSummary;
+
+use crate::error::{CliError, CliResult};
+use crate::handler::Service;
+use crate::slurm::Slurm;
+
+#[derive(Debug, Default)]
+pub struct SlurmView {
+    pub partitions: Vec<partitions::Partition>,
+    pub default_accounts: HashMap<String, String>,
+    pub queue: Option<QueueSummary>,
+    last_problems: Vec<String>,
+}
+
+/// Reads what the plugin's settings need; `now` stamps the queue.
+pub fn refresh(service: &mut Service, slurm: &Slurm, now: i64) {
+    let admission = &service.config.admission;
+    let wants_queue = admission.mode == Mode::Estimate || admission.max_gpus_per_user.is_some();
+    let wants_accounts = !service.config.exempt.accounts.is_empty();
+    let mut problems = Vec::new();
+
+    match slurm
+        .run("scontrol", &["-o", "show", "partition"])
+        .and_then(|text| partitions::parse(&text).map_err(|e| CliError::failed(e.to_string())))
+    {
+        Ok(found) => service.slurm_view.partitions = found,
+        Err(e) => problems.push(format!("partitions not read: {e}")),
+    }
+    if wants_accounts {
+        match slurm.run("sacctmgr", &["-n", "-P", "show", "user", "format=User,DefaultAccount"]) {
+            Ok(text) => service.slurm_view.default_accounts = default_accounts(&text),
+            Err(e) => problems.push(format!("default accounts not read: {e}")),
+        }
+    }
+    service.slurm_view.queue = None;
+    if wants_queue {
+        match queue(service, slurm, now) {
+            Ok(summary) => service.slurm_view.queue = Some(summary),
+            Err(e) => problems.push(format!("queue not read, the plugin counts no running or pending jobs: {e}")),
+        }
+    }
+    if problems != service.slurm_view.last_problems {
+        for problem in &problems {
+            tracing::warn!("{problem}");
+        }
+        if problems.is_empty() {
+            tracing::info!("partitions, accounts and queue read again for the job_submit plugin");
+        }
+        service.slurm_view.last_problems = problems;
+    }
+}
+
+fn queue(service: &Service, slurm: &Slurm, now: i64) -> CliResult<QueueSummary> {
+    // Taken before squeue runs: a job the plugin admits from here on is counted by the plugin itself.
+    let as_of = now;
+    let jobs = squeue::queue(&slurm.squeue_json()?).map_err(|e| CliError::failed(e.to_string()))?;
+    let default_limit = service.config.admission.default_time_limit.as_secs();
+    let committed = commitments(&jobs, now, default_limit, &service.config.prices, service.config.sharing);
+    Ok(QueueSummary { as_of, committed: committed.into_iter().collect() })
+}
+
+/// `alice|physics` lines.
+fn default_accounts(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once('|'))
+        .filter(|(u, a)| !u.is_empty() && !a.is_empty())
+        .map(|(u, a)| (u.trim().to_string(), a.trim().to_string()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn default_accounts_from_sacctmgr() {
+        let found = super::default_accounts("alice|physics\nbob|gputokens\nroot|root\nnoacct|\n");
+        assert_eq!(found.len(), 3);
+        assert_eq!(found["alice"], "physics");
+    }
+}
