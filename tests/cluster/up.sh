@@ -271,6 +271,22 @@ if (( ${#missing[@]} )); then
   say "sacctmgr: added users ${missing[*]} to account $ACCOUNT"
 fi
 
+# QOS: normal weighs 10 (the test cluster's PriorityWeightQOS makes that +10000); gputokens-overdraft,
+# where the job_submit plugin can move GPU jobs in overdraft, weighs 0. Every test user may use it.
+qos=$(sacctmgr -n -P list qos format=name,priority) || die "sacctmgr list qos failed"
+if ! grep -qx "gputokens-overdraft|0" <<<"$qos"; then
+  sacctmgr -i add qos gputokens-overdraft Priority=0 >/dev/null
+  say "sacctmgr: added qos gputokens-overdraft"
+fi
+if ! grep -qx "normal|10" <<<"$qos"; then
+  sacctmgr -i modify qos normal set Priority=10 >/dev/null
+  say "sacctmgr: qos normal Priority=10"
+fi
+if ! sacctmgr -n -P list assoc account="$ACCOUNT" format=qos | grep -q gputokens-overdraft; then
+  sacctmgr -i modify account "$ACCOUNT" set qos+=gputokens-overdraft >/dev/null
+  say "sacctmgr: account $ACCOUNT may use qos gputokens-overdraft"
+fi
+
 # ---- slurmctld + slurmd --------------------------------------------------------------------------
 ctld_ok() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
 ensure_slurm_daemon slurmctld 6817 30 ctld_ok

@@ -47,11 +47,14 @@ fn job_id(out: &Outcome) -> String {
     out.stdout.trim().split(';').next().unwrap_or_default().to_string()
 }
 
-/// The cluster's snapshot, for one test: restores an empty one and cancels the test's jobs on drop.
+/// The cluster's snapshot and plugin config, for one test: restores an empty snapshot and the
+/// config, and cancels the test's jobs on drop.
 struct Admission {
     snapshot: PathBuf,
     jobs: Vec<String>,
     log_from: usize,
+    /// The plugin config as tests/run.sh wrote it.
+    config: String,
 }
 
 impl Admission {
@@ -66,7 +69,13 @@ impl Admission {
             "slurmctld runs without the gputokens job_submit plugin: start the cluster with tests/run.sh \
              (JOBSUBMIT_PLUGIN_SO=target/debug/libjob_submit_gputokens.so bash tests/cluster/up.sh)"
         );
-        Admission { snapshot, jobs: Vec::new(), log_from: slurmctld_log().len() }
+        Admission { snapshot, jobs: Vec::new(), log_from: slurmctld_log().len(), config }
+    }
+
+    /// Adds `tables` to the plugin's config and waits until the plugin has read it (it re-reads the
+    /// file on change; slurmctld is not restarted).
+    fn configure(&self, tables: &str) {
+        write_plugin_config(&format!("{}\n{tables}", self.config));
     }
 
     /// Points the plugin's snapshot at the one `site`'s accountd writes.
@@ -102,8 +111,23 @@ impl Admission {
     }
 }
 
+/// Writes the plugin config and waits for the plugin's "config ..." line about it.
+fn write_plugin_config(text: &str) {
+    const READ: &str = "gputokens: job_submit/gputokens ";
+    let before = slurmctld_log().matches(READ).count();
+    std::fs::write(PLUGIN_CONF, text).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while slurmctld_log().matches(READ).count() == before {
+        assert!(Instant::now() < deadline, "the plugin did not re-read {PLUGIN_CONF} within 3 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 impl Drop for Admission {
     fn drop(&mut self) {
+        if std::fs::read_to_string(PLUGIN_CONF).ok().as_deref() != Some(self.config.as_str()) {
+            write_plugin_config(&self.config);
+        }
         if !self.jobs.is_empty() {
             let mut args = vec!["--quiet"];
             args.extend(self.jobs.iter().map(String::as_str));
@@ -355,4 +379,211 @@ fn a_missing_garbage_or_stale_snapshot_follows_on_error_and_is_logged_once() {
     assert_eq!(log.matches(&stale).count(), 1, "{log}");
     assert_eq!(log.matches(&usable).count(), 1, "{log}");
     assert!(!log.contains("panicked"), "{log}");
+}
+
+/// `scontrol show job` as root, one line per field.
+fn show_job(id: &str) -> String {
+    run_as(None, Path::new("/usr/bin/scontrol"), &["show", "job", id]).ok().stdout
+}
+
+/// (priority, QOS) of a job from squeue.
+fn priority_and_qos(id: &str) -> (u64, String) {
+    let out = run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", id, "-o", "%Q|%q"]).ok().stdout;
+    let (priority, qos) = out.trim().split_once('|').unwrap_or_else(|| panic!("squeue: {out}"));
+    (priority.parse().unwrap(), qos.to_string())
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn overdraft_deprioritizes_by_site_factor_or_qos_as_configured_without_a_restart() {
+    let _cluster = serial();
+    let site = Site::start("", "");
+    let mut adm = Admission::start();
+    let pid = slurmctld_pid();
+    site.accountd(None, &["admin", "adjust", "alice", "-103.5", "--reason", "test: overdraft"]).ok();
+    adm.follow(&site);
+    std::thread::sleep(SETTLE);
+    let job = ["--gres=gpu:a6000:1", "--begin=now+1hour", "--wrap", "true"];
+    let (bob_job, _) = adm.accepted("bob", &job);
+    let (bob_priority, bob_qos) = priority_and_qos(&bob_job);
+
+    adm.configure("[admission]\ndeprioritize = \"site_factor\"\nsite_factor = -5000\n");
+    let (alice_job, told) = adm.accepted("alice", &job);
+    assert!(told.contains("this job was accepted with lower priority (site factor -5000);"), "{told}");
+    let (alice_priority, _) = priority_and_qos(&alice_job);
+    println!("site factor: alice {alice_priority}, bob {bob_priority}");
+    assert_eq!(alice_priority + 5000, bob_priority, "the site factor is added to the priority");
+    assert!(show_job(&alice_job).contains("Nice=0"), "nice is left alone");
+
+    adm.configure("[admission]\ndeprioritize = \"qos\"\nqos = \"gputokens-overdraft\"\n");
+    let (alice_job, told) = adm.accepted("alice", &job);
+    assert!(told.contains("this job was accepted with lower priority (QOS gputokens-overdraft);"), "{told}");
+    let (alice_priority, alice_qos) = priority_and_qos(&alice_job);
+    println!("qos: alice {alice_priority} in {alice_qos}, bob {bob_priority} in {bob_qos}");
+    assert_eq!((alice_qos.as_str(), bob_qos.as_str()), ("gputokens-overdraft", "normal"));
+    assert!(alice_priority < bob_priority);
+    let (bob_again, told) = adm.accepted("bob", &job);
+    assert!(told.is_empty(), "{told}");
+    assert_eq!(priority_and_qos(&bob_again).1, "normal", "bob is not in overdraft");
+
+    assert_eq!(slurmctld_pid(), pid, "slurmctld was restarted");
+    let log = adm.log();
+    assert!(log.contains("overdraft site_factor -5000"), "{log}");
+    assert!(log.contains("overdraft qos gputokens-overdraft"), "{log}");
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn max_job_duration_limits_gpu_jobs_and_exempt_users_pass() {
+    let _cluster = serial();
+    let mut adm = Admission::start();
+    adm.configure("[admission]\nmax_job_duration = \"2h\"\n[exempt]\nusers = [\"bob\"]\n");
+    let gpu = |time: Option<&'static str>| {
+        let mut args = vec!["--gres=gpu:rtx2080:1", "--hold", "--wrap", "true"];
+        if let Some(t) = time {
+            args.insert(0, t);
+        }
+        args
+    };
+    let out = sbatch("alice", &gpu(Some("--time=3:00:00")));
+    assert_ne!(out.code, 0, "{}", out.stdout);
+    assert!(
+        out.stderr.contains(
+            "sbatch: error: gputokens: GPU jobs may run for at most 2:00:00 here, and this job asks for 3:00:00; \
+             submit it with --time=2:00:00 or less."
+        ),
+        "{}",
+        out.stderr
+    );
+    let (fits, told) = adm.accepted("alice", &gpu(Some("--time=1:30:00")));
+    assert!(told.is_empty(), "{told}");
+    assert!(show_job(&fits).contains("TimeLimit=01:30:00"), "{}", show_job(&fits));
+    // No --time, and the partition has no limit: the job gets the maximum, and is told.
+    let (untimed, told) = adm.accepted("alice", &gpu(None));
+    assert!(told.contains("it was given the longest allowed, 2:00:00 (--time=2:00:00)"), "{told}");
+    assert!(show_job(&untimed).contains("TimeLimit=02:00:00"), "{}", show_job(&untimed));
+    // CPU jobs and exempt users are not limited.
+    let (cpu, _) = adm.accepted("alice", &["--time=3:00:00", "--hold", "--wrap", "true"]);
+    assert!(show_job(&cpu).contains("TimeLimit=03:00:00"));
+    let (exempt, told) = adm.accepted("bob", &gpu(Some("--time=3:00:00")));
+    assert!(told.is_empty(), "{told}");
+    assert!(show_job(&exempt).contains("TimeLimit=03:00:00"));
+}
+
+/// A site reading the real cluster's queue every second, with the plugin's `[admission]` table.
+fn queue_site(admission: &str) -> Site {
+    Site::start(
+        "",
+        &format!(
+            "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n[intervals]\ncheck = \"1s\"\n{admission}"
+        ),
+    )
+}
+
+/// Waits until the snapshot's queue shows `line` (or, `present` false, no longer shows it) in a queue
+/// read at least two seconds after the first one that did: jobs admitted within the second of a
+/// read are counted by the plugin until a later read (the queue time has whole seconds).
+fn wait_for_queue_line(snapshot: &Path, line: &str, present: bool) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut first_seen: Option<i64> = None;
+    loop {
+        let text = std::fs::read_to_string(snapshot).unwrap_or_default();
+        let as_of = text.lines().find_map(|l| l.strip_prefix("queue ")).and_then(|t| t.parse::<i64>().ok());
+        if text.lines().any(|l| l == line) == present {
+            match (first_seen, as_of) {
+                (Some(first), Some(now)) if now >= first + 2 => return,
+                (None, Some(now)) => first_seen = Some(now),
+                _ => {}
+            }
+        } else {
+            first_seen = None;
+        }
+        assert!(Instant::now() < deadline, "snapshot {present} '{line}' not reached:\n{text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn max_gpus_per_user_counts_running_and_pending_jobs() {
+    let _cluster = serial();
+    let admission = "[admission]\nmax_gpus_per_user = 2\n";
+    let site = queue_site(admission);
+    let mut adm = Admission::start();
+    adm.follow(&site);
+    adm.configure(admission);
+    let one = ["--gres=gpu:a6000:1", "--hold", "--wrap", "true"];
+    let (first, _) = adm.accepted("alice", &one);
+    adm.accepted("alice", &one);
+    // Within one snapshot: the plugin counts what it admitted itself.
+    let refused = sbatch("alice", &one);
+    assert_ne!(refused.code, 0, "a third GPU accepted: {}", refused.stdout);
+    let want = "sbatch: error: gputokens: you may hold at most 2 GPUs in running and pending jobs together; you \
+                hold 2 and this job asks for 1.";
+    assert!(refused.stderr.contains(want), "{}", refused.stderr);
+    adm.accepted("bob", &one);
+
+    // Once accountd has read the queue, the queue counts them: still refused.
+    // No --time on a partition without limits: default_time_limit (24 h) × 4 tokens each.
+    wait_for_queue_line(&site.path("lib/balances.snapshot"), "committed alice 2000 192000000", true);
+    std::thread::sleep(SETTLE);
+    let refused = sbatch("alice", &["--gpus=1", "--hold", "--wrap", "true"]);
+    assert!(refused.stderr.contains(want), "{}", refused.stderr);
+
+    // One of them cancelled: after the next read, one more fits.
+    run_as(None, Path::new("/usr/bin/scancel"), &[&first]).ok();
+    wait_for_queue_line(&site.path("lib/balances.snapshot"), "committed alice 1000 96000000", true);
+    std::thread::sleep(SETTLE);
+    adm.accepted("alice", &one);
+    let log = adm.log();
+    let uid = nix::unistd::User::from_name("alice").unwrap().unwrap().uid;
+    let alice = format!("uid {uid}");
+    let refusals = log.lines().filter(|l| l.contains(&alice) && l.contains("above max_gpus_per_user (2)"));
+    assert_eq!(refusals.count(), 2, "{log}");
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn the_estimate_refuses_jobs_that_could_take_the_balance_below_the_floor() {
+    let _cluster = serial();
+    let admission = "[admission]\nmode = \"estimate\"\n";
+    let site = queue_site(admission);
+    let mut adm = Admission::start();
+    site.accountd(None, &["admin", "adjust", "alice", "-80", "--reason", "test: 20 left"]).ok();
+    adm.follow(&site);
+    adm.configure(admission);
+    std::thread::sleep(SETTLE);
+    // 2 a6000 × 2 h × 4 tokens = 16: 20 - 16 = 4 is above the floor.
+    let job = ["--gres=gpu:a6000:2", "--time=2:00:00", "--hold", "--wrap", "true"];
+    let (first, told) = adm.accepted("alice", &job);
+    assert!(told.is_empty(), "{told}");
+    let refused = sbatch("alice", &job);
+    assert_ne!(refused.code, 0, "{}", refused.stdout);
+    let want = "sbatch: error: gputokens: this job can cost up to 16 tokens (2 a6000 GPUs for 2:00:00); your GPU \
+                token balance is 20 and your running and pending GPU jobs can cost up to 16 more, which could take it \
+                to -12, below the floor (-10).";
+    assert!(refused.stderr.contains(want), "{}", refused.stderr);
+    // Shorter fits: 20 - 16 - 12 (2 × 1.5 h × 4) = -8.
+    adm.accepted("alice", &["--gres=gpu:a6000:2", "--time=1:30:00", "--hold", "--wrap", "true"]);
+
+    // From the queue accountd read, the same.
+    wait_for_queue_line(&site.path("lib/balances.snapshot"), "committed alice 4000 28000000", true);
+    std::thread::sleep(SETTLE);
+    let small = ["--gres=gpu:rtx2080:1", "--time=5:00:00", "--hold", "--wrap", "true"];
+    let refused = sbatch("alice", &small);
+    assert!(
+        refused.stderr.contains(
+            "up to 2.5 tokens (1 rtx2080 GPU for 5:00:00); your GPU token balance is 20 and your \
+                                 running and pending GPU jobs can cost up to 28 more, which could take it to -10.5"
+        ),
+        "{}",
+        refused.stderr
+    );
+    let (_, told) = adm.accepted("bob", &job);
+    assert!(told.is_empty(), "bob has 100: {told}");
+
+    run_as(None, Path::new("/usr/bin/scancel"), &[&first]).ok();
+    wait_for_queue_line(&site.path("lib/balances.snapshot"), "committed alice 2000 12000000", true);
+    std::thread::sleep(SETTLE);
+    adm.accepted("alice", &small);
 }
