@@ -32,12 +32,15 @@ trap 'stop_cluster || true' EXIT
 install -d -m 755 "$LAB/snapshot"
 # spank_gputokens.so (sbatch/srun) reads the same file for accountd's socket: the SPANK tests
 # (tests/it/spank.rs) link that path to the socket of an accountd they start; while there is none,
-# sbatch shows one "balance unknown" line. In slurmstepd it records each job's GPUs under gpu-jobs/.
+# sbatch shows one "balance unknown" line. Each job's prolog records its GPUs under gpu-jobs/, named
+# by UUID through fake-nvml's library in fake-nvml/ (without its state file beside it, which the tests
+# write, it answers "driver not loaded" and records carry no UUIDs).
 printf '# Written by tests/run.sh for the test cluster: read by job_submit_gputokens.so in slurmctld\n# and spank_gputokens.so in sbatch/srun.\n[paths]\nsnapshot = "%s"\nsocket = "%s"\n' \
   "$LAB/snapshot/balances.snapshot" "$LAB/snapshot/accountd.sock" > /etc/slurm/gputokens.toml
 export JOBSUBMIT_PLUGIN_SO=$PWD/target/debug/libjob_submit_gputokens.so
 export SPANK_PLUGIN_SO=$PWD/target/debug/libspank_gputokens.so
-export SPANK_PLUGIN_ARGS="jobs_dir=$LAB/gpu-jobs"
+install -D -m 755 target/debug/libnvidia_ml.so "$LAB/fake-nvml/libnvidia-ml.so.1"
+export SPANK_PLUGIN_ARGS="jobs_dir=$LAB/gpu-jobs nvml_library=$LAB/fake-nvml/libnvidia-ml.so.1"
 
 bash tests/cluster/up.sh
 if [[ ${1:-} == up ]]; then trap - EXIT; exit 0; fi

@@ -1,9 +1,42 @@
 //! The only place that touches raw pointers: NULL checks, writes through out-pointers, handle encoding,
-//! and the panic boundary every exported function runs inside.
+//! the panic boundary every exported function runs inside, and where this library was loaded from.
 
 use crate::state::{Ret, INSUFFICIENT_SIZE, INVALID_ARGUMENT, SUCCESS, UNKNOWN};
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlEventSet_t};
-use std::ffi::{c_char, c_uint};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::path::PathBuf;
+
+/// glibc's `Dl_info`.
+#[repr(C)]
+struct DlInfo {
+    dli_fname: *const c_char,
+    dli_fbase: *mut c_void,
+    dli_sname: *const c_char,
+    dli_saddr: *mut c_void,
+}
+
+extern "C" {
+    fn dladdr(addr: *const c_void, info: *mut DlInfo) -> c_int;
+}
+
+/// The file this code was loaded from (the .so a process dlopened, or the test binary).
+pub fn own_file() -> Option<PathBuf> {
+    let mut info = DlInfo {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    let here = own_file as *const c_void;
+    // SAFETY: dladdr only reads `here` as an address and fills `info`, which lives across the call.
+    if unsafe { dladdr(here, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: non-NULL, and glibc's dli_fname is a NUL-terminated path owned by the loader, valid while
+    // the object stays loaded (it is: this code is running); copied out at once.
+    let name = unsafe { CStr::from_ptr(info.dli_fname) };
+    Some(PathBuf::from(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name.to_bytes())))
+}
 
 /// Runs `body` so that neither a panic nor an error escapes into C: both become an `nvmlReturn_t`.
 pub fn boundary(body: impl FnOnce() -> Result<(), Ret>) -> Ret {

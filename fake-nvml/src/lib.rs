@@ -16,9 +16,11 @@
 //! # State file
 //!
 //! TOML, named by `FAKE_NVML_STATE` and re-read on every call, so a test can change values under a
-//! running agent (replace it atomically: write a temporary file, then rename). Unset: `nvmlInit`
-//! fails with NVML_ERROR_DRIVER_NOT_LOADED; unreadable or invalid: calls fail with NVML_ERROR_UNKNOWN
-//! and a line on stderr. Unknown keys are errors.
+//! running agent (replace it atomically: write a temporary file, then rename). Unset: the file beside
+//! the loaded library, named after it plus `.toml` (`/x/libnvidia-ml.so.1.toml`), for processes whose
+//! environment a test cannot set (slurmstepd); neither: `nvmlInit` fails with
+//! NVML_ERROR_DRIVER_NOT_LOADED; unreadable or invalid: calls fail with NVML_ERROR_UNKNOWN and a line
+//! on stderr. Unknown keys are errors.
 //!
 //! ```toml
 //! driver_version = "550.54.15"   # optional

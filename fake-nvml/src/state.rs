@@ -2,6 +2,8 @@
 
 use nvml_wrapper_sys::bindings as sys;
 use serde::Deserialize;
+use std::path::PathBuf;
+use std::sync::OnceLock;
 
 /// An `nvmlReturn_t`.
 pub type Ret = sys::nvmlReturn_t;
@@ -71,9 +73,13 @@ pub struct Process {
 }
 
 impl State {
-    /// Reads the file named by `FAKE_NVML_STATE`; unset is "no driver", unreadable is UNKNOWN.
+    /// Reads the file named by `FAKE_NVML_STATE`, else the one beside the library (`state_beside`);
+    /// none is "no driver", unreadable is UNKNOWN.
     pub fn load() -> Result<State, Ret> {
-        let path = std::env::var_os(STATE_ENV).ok_or(DRIVER_NOT_LOADED)?;
+        let path = match std::env::var_os(STATE_ENV) {
+            Some(path) => PathBuf::from(path),
+            None => state_beside().filter(|p| p.exists()).ok_or(DRIVER_NOT_LOADED)?,
+        };
         let text = std::fs::read_to_string(&path).map_err(|e| {
             eprintln!("fake-nvml: cannot read {}: {e}", path.to_string_lossy());
             UNKNOWN
@@ -104,6 +110,19 @@ impl State {
     pub fn processes_on(&self, index: u32) -> impl Iterator<Item = &Process> {
         self.processes.iter().filter(move |p| p.gpu == index)
     }
+}
+
+/// `<this library's file>.toml` (e.g. `libnvidia-ml.so.1.toml`): the state of a process whose
+/// environment a test cannot set, such as slurmstepd loading the fake through a SPANK plugin.
+pub fn state_beside() -> Option<PathBuf> {
+    static BESIDE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    BESIDE
+        .get_or_init(|| {
+            let mut name = crate::ffi::own_file()?.into_os_string();
+            name.push(".toml");
+            Some(name.into())
+        })
+        .clone()
 }
 
 /// A metric the state leaves out is not supported by that GPU.
@@ -143,6 +162,17 @@ mod tests {
         assert_eq!(st.gpu(2).unwrap_err(), INVALID_ARGUMENT);
         assert_eq!(st.processes_on(0).count(), 1);
         assert_eq!(st.processes_on(1).count(), 0);
+    }
+
+    #[test]
+    fn the_state_beside_is_named_after_the_loaded_file() {
+        // In a unit test the code is part of the test binary.
+        let beside = state_beside().unwrap();
+        let exe = std::env::current_exe().unwrap();
+        assert_eq!(
+            beside.file_name().unwrap().to_str().unwrap(),
+            format!("{}.toml", exe.file_name().unwrap().to_str().unwrap())
+        );
     }
 
     #[test]

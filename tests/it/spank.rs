@@ -1,9 +1,9 @@
 //! The SPANK plugin in the real sbatch and slurmstepd of the test cluster.
 //!
-//! tests/run.sh starts the cluster with the plugin (SPANK_PLUGIN_SO, SPANK_PLUGIN_ARGS="jobs_dir=…")
-//! and writes /etc/slurm/gputokens.toml, whose `[paths] socket` these tests link to the socket of an
-//! accountd they start, and remove again (without an accountd, sbatch shows no balance line, so the
-//! other cluster tests see the quiet sbatch they expect).
+//! tests/run.sh starts the cluster with the plugin (SPANK_PLUGIN_SO, SPANK_PLUGIN_ARGS="jobs_dir=…
+//! nvml_library=<the fake libnvidia-ml>") and writes /etc/slurm/gputokens.toml, whose `[paths] socket`
+//! these tests link to the socket of an accountd they start, and remove again (without an accountd,
+//! sbatch shows no balance line, so the other cluster tests see the quiet sbatch they expect).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -13,6 +13,10 @@ use crate::common::{run_as, Outcome, Site};
 
 const PLUGIN_CONF: &str = "/etc/slurm/gputokens.toml";
 const PLUGSTACK_LINE: &str = "/etc/slurm/plugstack.conf.d/gputokens.conf";
+/// The test cluster's directory any user may write (tests/cluster/up.sh).
+fn lab_jobs() -> PathBuf {
+    PathBuf::from(std::env::var("GPUTOKENS_LAB").unwrap_or_else(|_| "/tmp/gputokens-cluster".into())).join("jobs")
+}
 
 fn nm(args: &[&str], file: &Path) -> String {
     let out = std::process::Command::new("nm").args(args).arg(file).output().expect("nm (binutils)");
@@ -38,7 +42,8 @@ fn the_plugin_exports_only_its_symbols() {
             "plugin_version",
             "slurm_spank_init",
             "slurm_spank_init_post_opt",
-            "slurm_spank_task_init_privileged"
+            "slurm_spank_job_epilog",
+            "slurm_spank_job_prolog"
         ]
     );
     let from_slurm: Vec<String> = nm(&["-D", "--undefined-only"], &so)
@@ -134,38 +139,146 @@ fn sbatch_shows_the_users_balance() {
     assert_eq!(out.stderr, "", "no accountd: no line");
 }
 
-#[test]
-#[ignore = "needs the test cluster: tests/cluster/up.sh"]
-fn slurmstepd_records_the_gpus_of_a_job() {
-    let _cluster = serial();
-    let jobs_dir = PathBuf::from(plugstack_arg("jobs_dir").unwrap_or_else(|| "/run/gputokens/jobs".into()));
+/// The plugstack `jobs_dir`: where the prologs record the jobs' GPUs.
+fn jobs_dir() -> PathBuf {
+    PathBuf::from(plugstack_arg("jobs_dir").unwrap_or_else(|| "/run/gputokens/jobs".into()))
+}
 
+fn wait_for(what: &str, limit: Duration, done: impl Fn() -> bool) -> Duration {
     let started = Instant::now();
-    let job = job_id(&sbatch("bob", &["--gres=gpu:a6000:2", "--wrap", "sleep 3"]));
-    let record = jobs_dir.join(&job);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !record.exists() {
-        assert!(Instant::now() < deadline, "no {} after 30 s", record.display());
+    while !done() {
+        assert!(started.elapsed() < limit, "{what}: not after {limit:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
-    println!("record written {:?} after sbatch", started.elapsed());
+    started.elapsed()
+}
+
+/// The record's `key=` line, split at commas.
+fn record_list(text: &str, key: &str) -> Option<Vec<String>> {
+    let line = text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix('='))?;
+    Some(line.split(',').map(str::to_string).collect())
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn the_prolog_records_a_jobs_gpus_and_the_epilog_removes_them() {
+    let _cluster = serial();
+    let jobs_dir = jobs_dir();
+
+    let job = job_id(&sbatch("bob", &["--gres=gpu:a6000:2", "--wrap", "sleep 3"]));
+    let record = jobs_dir.join(&job);
+    let took = wait_for(&format!("record {}", record.display()), Duration::from_secs(30), || record.exists());
+    println!("record written {took:?} after sbatch");
     let text = std::fs::read_to_string(&record).unwrap();
-    let gpus: Vec<u32> = text
-        .strip_prefix("gpus=")
-        .and_then(|l| l.strip_suffix('\n'))
+    let gpus: Vec<u32> = record_list(&text, "gpus")
         .unwrap_or_else(|| panic!("{}: {text:?}", record.display()))
-        .split(',')
+        .iter()
         .map(|g| g.parse().unwrap_or_else(|_| panic!("{text:?}")))
         .collect();
     assert_eq!(gpus.len(), 2, "{text:?}");
-    assert_ne!(gpus[0], gpus[1], "{text:?}");
+    assert!(gpus.iter().all(|g| [6, 7].contains(g)) && gpus[0] != gpus[1], "a6000 are GPUs 6 and 7: {text:?}");
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&jobs_dir).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o755);
     assert_eq!(wait_finished(&job), "COMPLETED");
+    // slurmd runs the epilog once the job has ended on the node; sacct may say so before it is done.
+    let took = wait_for(
+        &format!(
+            "{} removed (a slurmd started before the plugin had its epilog hook never runs it: restart slurmd)",
+            record.display()
+        ),
+        Duration::from_secs(30),
+        || !record.exists(),
+    );
+    println!("record removed {took:?} after sacct showed the job COMPLETED");
 
     // A CPU-only job holds no GPU: no record.
-    let cpu = job_id(&sbatch("bob", &["--wrap", "true"]));
-    assert_eq!(wait_finished(&cpu), "COMPLETED");
+    let cpu = job_id(&sbatch("bob", &["--wrap", "sleep 2"]));
+    std::thread::sleep(Duration::from_secs(1));
     assert!(!jobs_dir.join(&cpu).exists(), "a CPU job got a record");
-    let _ = std::fs::remove_file(&record);
+    assert_eq!(wait_finished(&cpu), "COMPLETED");
+}
+
+/// The fake libnvidia-ml of the plugstack `nvml_library` reads its state from the file beside it
+/// (`<library>.toml`: the prolog's environment cannot be set); removed on drop, so that other tests'
+/// records carry no UUIDs.
+struct FakeNvmlState(PathBuf);
+
+impl FakeNvmlState {
+    fn write(text: &str) -> FakeNvmlState {
+        let library = plugstack_arg("nvml_library")
+            .unwrap_or_else(|| panic!("{PLUGSTACK_LINE} has no nvml_library=: start the cluster with tests/run.sh"));
+        let state = PathBuf::from(format!("{library}.toml"));
+        let tmp = state.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &state).unwrap();
+        FakeNvmlState(state)
+    }
+}
+
+impl Drop for FakeNvmlState {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn the_record_names_the_gpus_by_uuid_when_nvml_can() {
+    let _cluster = serial();
+    let jobs_dir = jobs_dir();
+    let record_of = |job: &str| {
+        let record = jobs_dir.join(job);
+        wait_for(&format!("record {}", record.display()), Duration::from_secs(30), || record.exists());
+        std::fs::read_to_string(&record).unwrap()
+    };
+
+    // Without NVML (the fake answers "driver not loaded" without its state): GPUs only.
+    let job = job_id(&sbatch("alice", &["--gres=gpu:rtx3090:2", "--wrap", "sleep 2"]));
+    let text = record_of(&job);
+    assert!(record_list(&text, "gpus").is_some() && !text.contains("uuids="), "{text:?}");
+    wait_finished(&job);
+
+    let state: String = (0..8).map(|i| format!("[[gpu]]\nuuid = \"GPU-{i:08}-fake\"\nname = \"fake {i}\"\n")).collect();
+    let _nvml = FakeNvmlState::write(&state);
+    let job = job_id(&sbatch("alice", &["--gres=gpu:rtx3090:2", "--wrap", "sleep 2"]));
+    let text = record_of(&job);
+    let gpus = record_list(&text, "gpus").unwrap_or_else(|| panic!("{text:?}"));
+    let uuids = record_list(&text, "uuids").unwrap_or_else(|| panic!("no uuids: {text:?}"));
+    let expected: Vec<String> = gpus.iter().map(|g| format!("GPU-{:08}-fake", g.parse::<u32>().unwrap())).collect();
+    assert_eq!(uuids, expected, "{text:?}");
+    assert!(gpus.iter().all(|g| g == "4" || g == "5"), "rtx3090 are GPUs 4 and 5: {text:?}");
+    wait_finished(&job);
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn gpu_tokens_estimate_goes_with_the_job() {
+    let _cluster = serial();
+    let lab_jobs = lab_jobs();
+    let run = |extra: &[&str]| -> String {
+        let out_file = lab_jobs.join(format!("estimate-{}-{}.out", std::process::id(), extra.len()));
+        let out_arg = format!("--output={}", out_file.display());
+        let mut args = vec![out_arg.as_str()];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--gres=gpu:rtx2080:1", "--wrap", "env"]);
+        let out = run_as(Some("alice"), Path::new("/usr/bin/sbatch"), &[&["--parsable"], &args[..]].concat());
+        assert_eq!(out.code, 0, "sbatch {args:?}: {}", out.stderr);
+        assert_eq!(wait_finished(&job_id(&out)), "COMPLETED");
+        let env = std::fs::read_to_string(&out_file).unwrap_or_else(|e| panic!("{}: {e}", out_file.display()));
+        let _ = std::fs::remove_file(&out_file);
+        env
+    };
+    // The job control environment goes with the job description through slurmctld (where the
+    // job_submit plugin sees SPANK_GPUTOKENS_ESTIMATE=1) to the job, as SLURM_SPANK_GPUTOKENS_ESTIMATE.
+    let env = run(&["--gpu-tokens-estimate"]);
+    assert!(env.lines().any(|l| l == "SLURM_SPANK_GPUTOKENS_ESTIMATE=1"), "{env}");
+    let env = run(&[]);
+    assert!(!env.contains("GPUTOKENS_ESTIMATE"), "{env}");
+
+    let help = run_as(Some("alice"), Path::new("/usr/bin/sbatch"), &["--help"]).stdout;
+    assert!(
+        help.lines()
+            .any(|l| l.contains("--gpu-tokens-estimate") && l.contains("Show the most GPU tokens this job can cost")),
+        "{help}"
+    );
 }

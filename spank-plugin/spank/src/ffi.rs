@@ -1,5 +1,6 @@
 //! Every unsafe operation of the plugin lives here: the plugstack arguments, the SPANK calls
-//! (`spank_context`, `spank_get_item(S_JOB_ID)`, `spank_getenv`) and logging through Slurm's log.
+//! (`spank_context`, `spank_get_item(S_JOB_ID)`, `spank_option_register`,
+//! `spank_job_control_setenv`) and logging through Slurm's log.
 //!
 //! rustc links cdylibs with BIND_NOW, so each undefined symbol must exist in every process that
 //! loads the plugin (sbatch, salloc, srun, slurmstepd, slurmd): the `spank_*` functions and
@@ -7,16 +8,25 @@
 
 use std::ffi::{c_char, c_int, CStr, CString};
 
-use crate::bindings::{spank_context_t, spank_t, S_CTX_ALLOCATOR, S_CTX_LOCAL, S_CTX_REMOTE, S_JOB_ID};
+use crate::bindings::{
+    spank_context_t, spank_opt_cb_f, spank_option, spank_t, S_CTX_ALLOCATOR, S_CTX_JOB_SCRIPT, S_CTX_LOCAL,
+    S_CTX_REMOTE, S_JOB_ID,
+};
 
 #[cfg(not(test))]
 mod slurm {
-    use crate::bindings::{spank_context_t, spank_err_t, spank_item_t, spank_t};
+    use crate::bindings::{spank_context_t, spank_err_t, spank_item_t, spank_option, spank_t};
     use std::ffi::{c_char, c_int};
     extern "C" {
         pub fn spank_context() -> spank_context_t;
         pub fn spank_get_item(spank: spank_t, item: spank_item_t, ...) -> spank_err_t;
-        pub fn spank_getenv(spank: spank_t, var: *const c_char, buf: *mut c_char, len: c_int) -> spank_err_t;
+        pub fn spank_option_register(spank: spank_t, opt: *mut spank_option) -> spank_err_t;
+        pub fn spank_job_control_setenv(
+            spank: spank_t,
+            name: *const c_char,
+            value: *const c_char,
+            overwrite: c_int,
+        ) -> spank_err_t;
         pub fn slurm_info(fmt: *const c_char, ...);
         pub fn slurm_error(fmt: *const c_char, ...);
         pub fn slurm_verbose(fmt: *const c_char, ...);
@@ -26,7 +36,7 @@ mod slurm {
 /// Stand-ins for the Slurm symbols in unit tests (which have no Slurm process to resolve them).
 #[cfg(test)]
 mod slurm {
-    use crate::bindings::{spank_context_t, spank_err_t, spank_item_t, spank_t, S_CTX_ERROR};
+    use crate::bindings::{spank_context_t, spank_err_t, spank_item_t, spank_option, spank_t, S_CTX_ERROR};
     use std::ffi::{c_char, c_int};
     pub unsafe fn spank_context() -> spank_context_t {
         S_CTX_ERROR
@@ -34,7 +44,10 @@ mod slurm {
     pub unsafe fn spank_get_item(_: spank_t, _: spank_item_t, _: *mut u32) -> spank_err_t {
         1
     }
-    pub unsafe fn spank_getenv(_: spank_t, _: *const c_char, _: *mut c_char, _: c_int) -> spank_err_t {
+    pub unsafe fn spank_option_register(_: spank_t, _: *mut spank_option) -> spank_err_t {
+        1
+    }
+    pub unsafe fn spank_job_control_setenv(_: spank_t, _: *const c_char, _: *const c_char, _: c_int) -> spank_err_t {
         1
     }
     pub unsafe fn slurm_info(_: *const c_char, _: *const c_char) {}
@@ -51,7 +64,9 @@ pub enum Context {
     Local,
     /// slurmstepd.
     Remote,
-    /// slurmd, prolog/epilog, or unknown.
+    /// `slurmstepd spank prolog|epilog`, which slurmd runs as root around each job on the node.
+    JobScript,
+    /// slurmd, or unknown.
     Other,
 }
 
@@ -62,6 +77,7 @@ pub fn context() -> Context {
         S_CTX_ALLOCATOR => Context::Allocator,
         S_CTX_LOCAL => Context::Local,
         S_CTX_REMOTE => Context::Remote,
+        S_CTX_JOB_SCRIPT => Context::JobScript,
         _ => Context::Other,
     }
 }
@@ -114,19 +130,46 @@ pub unsafe fn job_id(sp: spank_t) -> Option<u32> {
     (rc == 0 && id != 0).then_some(id)
 }
 
-/// A variable of the job's environment (remote context only).
+/// A command-line option of sbatch/salloc/srun that the plugin adds (no argument).
+pub struct FlagOption {
+    pub name: &'static CStr,
+    pub usage: &'static CStr,
+    /// Called by SPANK when the user gives the option: `(val, optarg, remote)`.
+    pub callback: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int,
+}
+
+/// Registers `option` (only valid in `slurm_spank_init`); the SPANK error code on failure.
+///
+/// # Safety
+/// `sp` is the handle SPANK passed to `slurm_spank_init`.
+pub unsafe fn register_option(sp: spank_t, option: &FlagOption) -> Result<(), u32> {
+    // SPANK may keep the pointer for the life of the process: give it one that lives as long, built
+    // from 'static strings (a few bytes per process, once).
+    let entry: &'static mut spank_option = Box::leak(Box::new(spank_option {
+        name: option.name.as_ptr().cast_mut(),
+        arginfo: std::ptr::null_mut(),
+        usage: option.usage.as_ptr().cast_mut(),
+        has_arg: 0,
+        val: 0,
+        cb: Some(option.callback) as spank_opt_cb_f,
+    }));
+    match slurm::spank_option_register(sp, entry) {
+        0 => Ok(()),
+        rc => Err(rc),
+    }
+}
+
+/// Sets `SPANK_<name>=value` in the job control environment, which goes with the job to slurmctld
+/// (the job_submit plugin sees it) and to the prolog/epilog; allocator and local context only.
 ///
 /// # Safety
 /// `sp` is the handle SPANK passed to the current entry point.
-pub unsafe fn getenv(sp: spank_t, name: &str) -> Option<String> {
-    let name = c_string(name);
-    let mut buf = vec![0u8; 4096];
-    let rc = slurm::spank_getenv(sp, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len() as c_int);
-    if rc != 0 {
-        return None;
+pub unsafe fn job_control_setenv(sp: spank_t, name: &str, value: &str) -> Result<(), u32> {
+    let (name, value) = (c_string(name), c_string(value));
+    match slurm::spank_job_control_setenv(sp, name.as_ptr(), value.as_ptr(), 1) {
+        0 => Ok(()),
+        rc => Err(rc),
     }
-    let value = CStr::from_bytes_until_nul(&buf).ok()?.to_string_lossy().into_owned();
-    Some(value)
 }
 
 fn c_string(text: &str) -> CString {

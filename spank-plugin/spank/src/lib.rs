@@ -3,23 +3,30 @@
 //! Listed in plugstack.conf (`optional <PluginDir>/spank_gputokens.so [conf=PATH] [jobs_dir=PATH]`):
 //! - in sbatch/salloc (allocator context) and srun outside a job (local context) it shows the user one
 //!   line with their token balance and status, asked from accountd (at most ~1 s; on failure only a
-//!   line shown with `-v`);
-//! - in slurmstepd (remote context) it records which GPUs the job holds on the node in
-//!   `<jobs_dir>/<jobid>` for the node agent.
+//!   line shown with `-v`), and adds `--gpu-tokens-estimate`, passed on to the job_submit plugin;
+//! - in the job's prolog on each node (job script context: `slurmstepd spank prolog`, run by slurmd
+//!   as root before the job's first step there) it records which GPUs the job holds on the node in
+//!   `<jobs_dir>/<jobid>` for the node agent, with their UUIDs when NVML can name them; the job's
+//!   epilog removes the record.
+//!
+//! slurmd decides when it starts whether any SPANK plugin has prolog/epilog hooks: restart slurmd
+//! after installing the plugin (or a version that first has them).
 //!
 //! It never blocks or fails a job: enforcement lives in the job_submit plugin, and every entry point
 //! returns 0, whatever happens. Layout: this file holds the symbols SPANK looks up, each inside a
-//! panic boundary; `ffi` holds every unsafe operation; `args`, `balance` and `record` are safe code.
+//! panic boundary; `ffi` holds every unsafe operation; `args`, `balance`, `estimate` and `record` are
+//! safe code.
 
 mod args;
 mod balance;
 mod bindings;
+mod estimate;
 mod ffi;
+mod nvml;
 mod record;
 
 use std::ffi::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use bindings::{spank_t, SLURM_VERSION_NUMBER};
 use ffi::Context;
@@ -50,22 +57,35 @@ pub static plugin_type: [u8; 6] = *b"spank\0";
 #[allow(non_upper_case_globals)]
 pub static plugin_version: u32 = SLURM_VERSION_NUMBER;
 
-/// Reports plugstack arguments it does not understand (they are ignored).
+/// Registers `--gpu-tokens-estimate`.
 ///
 /// # Safety
 /// Called by SPANK with its handle and the plugstack arguments.
 #[no_mangle]
-pub unsafe extern "C" fn slurm_spank_init(_sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+pub unsafe extern "C" fn slurm_spank_init(sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
     boundary!("slurm_spank_init", {
-        // SAFETY: as promised by SPANK (above).
-        let (_, problems) = args::parse(&unsafe { ffi::args(ac, av.cast_const().cast()) });
-        if ffi::context() == Context::Remote {
-            problems.iter().for_each(|p| ffi::error(p));
+        // slurmstepd too: it is handed the options the job was submitted with.
+        if matches!(ffi::context(), Context::Allocator | Context::Local | Context::Remote) {
+            let option = ffi::FlagOption {
+                name: estimate::OPTION_NAME,
+                usage: estimate::OPTION_USAGE,
+                callback: estimate_option,
+            };
+            // SAFETY: `sp` is slurm_spank_init's handle.
+            if let Err(rc) = unsafe { ffi::register_option(sp, &option) } {
+                ffi::verbose(&format!("cannot add --{}: SPANK error {rc}", estimate::OPTION_NAME.to_string_lossy()));
+            }
         }
     })
 }
 
-/// Allocator/local: the balance line. Remote: the job's GPUs, if already visible.
+/// SPANK calls this when the user gives `--gpu-tokens-estimate`. Always 0: a nonzero return would make
+/// sbatch fail.
+extern "C" fn estimate_option(_val: c_int, _optarg: *const c_char, remote: c_int) -> c_int {
+    boundary!("the --gpu-tokens-estimate callback", estimate::on_option(remote != 0))
+}
+
+/// sbatch/salloc, and srun outside a job: the estimate request and the balance line.
 ///
 /// # Safety
 /// As for [`slurm_spank_init`].
@@ -75,28 +95,70 @@ pub unsafe extern "C" fn slurm_spank_init_post_opt(sp: spank_t, ac: c_int, av: *
         // SAFETY: as promised by SPANK (above).
         let (args, _) = args::parse(&unsafe { ffi::args(ac, av.cast_const().cast()) });
         match ffi::context() {
-            Context::Allocator => show_balance(&args),
-            // srun inside a job (a step) says nothing: its output goes to the job's output.
-            Context::Local if std::env::var_os("SLURM_JOB_ID").is_none() => show_balance(&args),
-            Context::Remote => unsafe { record_gpus(sp, &args) },
+            Context::Allocator => {
+                unsafe { request_estimate(sp) };
+                show_balance(&args)
+            }
+            // srun inside a job (a step) submits nothing and says nothing: its output goes to the
+            // job's output.
+            Context::Local if std::env::var_os("SLURM_JOB_ID").is_none() => {
+                unsafe { request_estimate(sp) };
+                show_balance(&args)
+            }
             _ => {}
         }
     })
 }
 
-/// Remote, per task, still as root: the job's GPUs (the task environment has them by now).
+/// The job's prolog on this node: records the job's GPUs here. Plugstack arguments it does not
+/// understand are reported in slurmd's log.
 ///
 /// # Safety
 /// As for [`slurm_spank_init`].
 #[no_mangle]
-pub unsafe extern "C" fn slurm_spank_task_init_privileged(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    boundary!("slurm_spank_task_init_privileged", {
+pub unsafe extern "C" fn slurm_spank_job_prolog(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    boundary!("slurm_spank_job_prolog", {
         // SAFETY: as promised by SPANK (above).
-        let (args, _) = args::parse(&unsafe { ffi::args(ac, av.cast_const().cast()) });
-        if ffi::context() == Context::Remote {
-            unsafe { record_gpus(sp, &args) }
+        let (args, problems) = args::parse(&unsafe { ffi::args(ac, av.cast_const().cast()) });
+        problems.iter().for_each(|p| ffi::error(p));
+        if ffi::context() == Context::JobScript {
+            // SAFETY: the handle of this entry point.
+            if let Some(job) = unsafe { job_id(sp) } {
+                record_gpus(&args, job)
+            }
         }
     })
+}
+
+/// The job's epilog on this node (once the job has ended here): its GPU record goes.
+///
+/// # Safety
+/// As for [`slurm_spank_init`].
+#[no_mangle]
+pub unsafe extern "C" fn slurm_spank_job_epilog(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    boundary!("slurm_spank_job_epilog", {
+        // SAFETY: as promised by SPANK (above).
+        let (args, _) = args::parse(&unsafe { ffi::args(ac, av.cast_const().cast()) });
+        if ffi::context() == Context::JobScript {
+            // SAFETY: the handle of this entry point.
+            if let Some(job) = unsafe { job_id(sp) } {
+                forget_gpus(&args, job)
+            }
+        }
+    })
+}
+
+/// Asks the job_submit plugin for the job's maximum cost when the user gave `--gpu-tokens-estimate`.
+///
+/// # Safety
+/// `sp` is the handle SPANK passed to the current entry point (allocator or local context).
+unsafe fn request_estimate(sp: spank_t) {
+    let Some((name, value)) = estimate::control_env() else { return };
+    if let Err(rc) = ffi::job_control_setenv(sp, name, value) {
+        ffi::error(&format!(
+            "cannot pass --gpu-tokens-estimate on (SPANK error {rc}); the job is submitted without it"
+        ));
+    }
 }
 
 /// One line with the balance; nothing but a `-v` line when accountd cannot say (a missing line must
@@ -109,21 +171,28 @@ fn show_balance(args: &args::Args) {
     }
 }
 
-/// Set once this slurmstepd has written its record (several hooks and tasks may see the GPUs).
-static RECORDED: AtomicBool = AtomicBool::new(false);
-
+/// The job of a prolog or epilog: from the handle, else from its environment (`SLURM_JOB_ID`).
+///
 /// # Safety
-/// `sp` is the handle SPANK passed to the current entry point (remote context).
-unsafe fn record_gpus(sp: spank_t, args: &args::Args) {
-    if RECORDED.load(Ordering::Relaxed) {
-        return;
-    }
-    let Some(job) = ffi::job_id(sp) else { return };
-    let values: Vec<Option<String>> =
-        ["SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"].iter().map(|v| ffi::getenv(sp, v)).collect();
+/// `sp` is the handle SPANK passed to the current entry point.
+unsafe fn job_id(sp: spank_t) -> Option<u32> {
+    ffi::job_id(sp).or_else(|| std::env::var("SLURM_JOB_ID").ok()?.parse().ok())
+}
+
+/// Job script context: slurmd gives the prolog the job's GPUs on this node in its environment.
+fn record_gpus(args: &args::Args, job: u32) {
+    let values: Vec<Option<String>> = record::GPU_VARS.iter().map(|v| std::env::var(v).ok()).collect();
     let Some(gpus) = record::gpus(&values) else { return };
-    match record::write(&args.jobs_dir, job, &gpus) {
-        Ok(_) => RECORDED.store(true, Ordering::Relaxed),
-        Err(e) => ffi::error(&format!("recording the GPUs of job {job} in {}: {e}", args.jobs_dir.display())),
+    let uuids = nvml::uuids(&args.nvml_library, &gpus, nvml::TIMEOUT)
+        .map_err(|e| ffi::verbose(&format!("job {job}: GPUs recorded without UUIDs: {e}")))
+        .ok();
+    if let Err(e) = record::write(&args.jobs_dir, job, &record::text(&gpus, uuids.as_deref())) {
+        ffi::error(&format!("recording the GPUs of job {job} in {}: {e}", args.jobs_dir.display()));
+    }
+}
+
+fn forget_gpus(args: &args::Args, job: u32) {
+    if let Err(e) = record::remove(&args.jobs_dir, job) {
+        ffi::error(&format!("removing the GPU record of job {job} in {}: {e}", args.jobs_dir.display()));
     }
 }

@@ -1,0 +1,56 @@
+//! `--gpu-tokens-estimate` (sbatch, salloc, srun): the user asks how many GPU tokens the job can cost
+//! at most. The plugin only passes the request on: it sets `GPUTOKENS_ESTIMATE=1` in the job control
+//! environment, which SPANK sends with the job as `SPANK_GPUTOKENS_ESTIMATE=1` (the job description's
+//! `spank_job_env`); the job_submit plugin in slurmctld, which knows the prices, answers in its
+//! message at submission.
+
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The option as users type it (`--gpu-tokens-estimate`, no argument).
+pub const OPTION_NAME: &CStr = c"gpu-tokens-estimate";
+pub const OPTION_USAGE: &CStr = c"Show the most GPU tokens this job can cost";
+
+/// Name given to `spank_job_control_setenv`. SPANK prefixes it with `SPANK_` for slurmctld, the
+/// prolog and the epilog, and with `SLURM_SPANK_` in the job's own environment.
+pub const CONTROL_VAR: &str = "GPUTOKENS_ESTIMATE";
+
+/// Whether this process's user gave the option (one job submission per sbatch/salloc/srun process).
+static REQUESTED: AtomicBool = AtomicBool::new(false);
+
+/// The option's callback: SPANK calls it when the user gives the option (`remote` = 0), and again in
+/// slurmstepd when it passes the job's options on (`remote` = 1), where there is nothing to do.
+pub fn on_option(remote: bool) {
+    if !remote {
+        REQUESTED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The job control variable to set before the job is submitted, if the user asked.
+pub fn control_env() -> Option<(&'static str, &'static str)> {
+    REQUESTED.load(Ordering::Relaxed).then_some((CONTROL_VAR, "1"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn option_name_is_one_valid_long_option() {
+        let name = OPTION_NAME.to_str().unwrap();
+        assert!(name.len() <= crate::bindings::SPANK_OPTION_MAXLEN as usize, "{name}");
+        assert!(name.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'), "{name}");
+        assert!(!name.starts_with('-'), "SPANK adds the dashes");
+        assert_eq!(OPTION_USAGE.to_str().unwrap(), "Show the most GPU tokens this job can cost");
+    }
+
+    // One test: REQUESTED is per process, as in sbatch.
+    #[test]
+    fn only_the_users_option_sets_the_variable() {
+        assert_eq!(control_env(), None, "not given");
+        on_option(true);
+        assert_eq!(control_env(), None, "slurmstepd passing it on is no request");
+        on_option(false);
+        assert_eq!(control_env(), Some(("GPUTOKENS_ESTIMATE", "1")));
+    }
+}
