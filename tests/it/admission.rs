@@ -587,3 +587,34 @@ fn the_estimate_refuses_jobs_that_could_take_the_balance_below_the_floor() {
     std::thread::sleep(SETTLE);
     adm.accepted("alice", &small);
 }
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn gpu_tokens_estimate_shows_the_most_a_job_can_cost() {
+    let _cluster = serial();
+    let site = Site::start("", "");
+    let mut adm = Admission::start();
+    site.accountd(None, &["admin", "adjust", "bob", "-50", "--reason", "test: +50"]).ok();
+    adm.follow(&site);
+    std::thread::sleep(SETTLE);
+    // The SPANK option (sbatch) asks, the job_submit plugin (slurmctld, which knows the prices) answers.
+    let (_, told) = adm.accepted(
+        "bob",
+        &["--gpu-tokens-estimate", "--gres=gpu:a6000:2", "--time=1:30:00", "--hold", "--wrap", "true"],
+    );
+    assert!(
+        told.contains(
+            "sbatch: gputokens: this job can cost up to 12 tokens (2 a6000 GPUs for 1:30:00); your GPU token balance \
+             is 50."
+        ),
+        "{told}"
+    );
+    // An array of 4 tasks with one untyped GPU each, at the highest price (a6000: 4), for 1 h.
+    let (_, told) = adm.accepted(
+        "bob",
+        &["--gpu-tokens-estimate", "--array=0-3", "--gpus=1", "--time=60", "--hold", "--wrap", "true"],
+    );
+    assert!(told.contains("this job can cost up to 16 tokens (4 GPUs of any type for 1:00:00)"), "{told}");
+    let (_, told) = adm.accepted("bob", &["--gres=gpu:a6000:2", "--time=1:30:00", "--hold", "--wrap", "true"]);
+    assert!(!told.contains("can cost"), "only when asked: {told}");
+}

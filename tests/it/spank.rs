@@ -269,7 +269,7 @@ fn gpu_tokens_estimate_goes_with_the_job() {
         env
     };
     // The job control environment goes with the job description through slurmctld (where the
-    // job_submit plugin sees SPANK_GPUTOKENS_ESTIMATE=1) to the job, as SLURM_SPANK_GPUTOKENS_ESTIMATE.
+    // job_submit plugin sees GPUTOKENS_ESTIMATE=1) to the job, as SLURM_SPANK_GPUTOKENS_ESTIMATE.
     let env = run(&["--gpu-tokens-estimate"]);
     assert!(env.lines().any(|l| l == "SLURM_SPANK_GPUTOKENS_ESTIMATE=1"), "{env}");
     let env = run(&[]);

@@ -48,7 +48,7 @@ pub struct JobRequest {
     pub sockets_per_node: u16,
     /// `--array`, e.g. `0-99%4`.
     pub array_inx: Option<String>,
-    /// `--gpu-tokens-estimate` (the SPANK plugin sets `SPANK_GPUTOKENS_ESTIMATE=1`).
+    /// `--gpu-tokens-estimate` (the SPANK plugin puts `GPUTOKENS_ESTIMATE=1` in the job's SPANK environment).
     pub wants_estimate: bool,
 }
 

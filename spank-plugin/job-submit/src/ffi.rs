@@ -82,9 +82,10 @@ pub unsafe fn read_job(desc: *const job_desc_msg_t) -> Option<JobRequest> {
     })
 }
 
-/// What `spank_job_control_setenv(sp, "GPUTOKENS_ESTIMATE", "1", 1)` in sbatch puts in the job's
-/// SPANK environment (SPANK prefixes the name).
-pub const ESTIMATE_VARIABLE: &str = "SPANK_GPUTOKENS_ESTIMATE=1";
+/// What `spank_job_control_setenv(sp, "GPUTOKENS_ESTIMATE", "1", 1)` in sbatch puts in the job
+/// description's SPANK environment (sbatch adds no prefix there; prolog and epilog see the variable
+/// as `SPANK_GPUTOKENS_ESTIMATE`, the job as `SLURM_SPANK_GPUTOKENS_ESTIMATE`).
+pub const ESTIMATE_VARIABLE: &str = "GPUTOKENS_ESTIMATE=1";
 
 /// The `NAME=value` entries of the job's SPANK environment.
 unsafe fn spank_env(d: &job_desc_msg_t) -> impl Iterator<Item = String> + '_ {

@@ -1,6 +1,6 @@
 //! `--gpu-tokens-estimate` (sbatch, salloc, srun): the user asks how many GPU tokens the job can cost
 //! at most. The plugin only passes the request on: it sets `GPUTOKENS_ESTIMATE=1` in the job control
-//! environment, which SPANK sends with the job as `SPANK_GPUTOKENS_ESTIMATE=1` (the job description's
+//! environment, which SPANK sends with the job as `GPUTOKENS_ESTIMATE=1` (the job description's
 //! `spank_job_env`); the job_submit plugin in slurmctld, which knows the prices, answers in its
 //! message at submission.
 
