@@ -116,6 +116,23 @@ mod tests {
         assert_eq!(p.active[0].milli_gpus.get(UNTYPED), Some(&2000));
     }
 
+    /// Array tasks and heterogeneous components each have a JobIDRaw of their own (sacct -X shows
+    /// them as `N_i` and `N+i`): each is its own record.
+    #[test]
+    fn het_components_and_array_tasks_are_records_of_their_own() {
+        let text = "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State
+1852|bob|cpu=1,gres/gpu:a6000=1,gres/gpu=1,node=1|5|2026-11-22T10:00:00|COMPLETED
+1853|bob|cpu=1,gres/gpu:rtx3090=2,gres/gpu=2,node=1|5|2026-11-22T10:00:00|COMPLETED
+1854|alice|cpu=1,gres/gpu:rtx2080=1,gres/gpu=1,node=1|3|2026-11-22T10:00:00|COMPLETED
+1851|alice|cpu=1,gres/gpu:rtx2080=1,gres/gpu=1,node=1|3|2026-11-22T10:00:00|COMPLETED
+";
+        let p = parse(text, Sharing::default()).unwrap();
+        let ids: Vec<&str> = p.records.iter().map(|r| r.job_id.as_str()).collect();
+        assert_eq!(ids, ["1852", "1853", "1854", "1851"]);
+        assert_eq!(p.records[0].milli_gpus, [("a6000".to_string(), 1000)].into());
+        assert_eq!(p.records[1].milli_gpus, [("rtx3090".to_string(), 2000)].into());
+    }
+
     #[test]
     fn errors_name_the_problem() {
         assert_eq!(parse("", Sharing::default()).unwrap_err(), SacctError::NoHeader);
