@@ -67,6 +67,9 @@ pub struct Preemption {
     pub grace: Duration,
     /// What happens to running GPU jobs of users at or below the floor.
     pub at_floor: AtFloor,
+    /// The busy test: a contended GPU type is acted on only when the jobs holding it use it at least
+    /// this much on average (percent, from the usage samples); None = always.
+    pub busy_percent: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -96,6 +99,7 @@ struct RawPreemption {
     signal: String,
     grace: String,
     at_floor: AtFloor,
+    busy_percent: f64,
 }
 
 impl Default for RawPreemption {
@@ -109,6 +113,7 @@ impl Default for RawPreemption {
             signal: String::new(),
             grace: "60s".into(),
             at_floor: AtFloor::None,
+            busy_percent: 0.0,
         }
     }
 }
@@ -544,6 +549,9 @@ impl RawConfig {
         if !signal.is_empty() && !signal.bytes().all(|b| b.is_ascii_alphanumeric()) {
             return Err(invalid("preemption.signal", format!("'{signal}' is not a signal name like \"USR1\"")));
         }
+        if !(0.0..=100.0).contains(&p.busy_percent) {
+            return Err(invalid("preemption.busy_percent", format!("must be from 0 to 100 (got {})", p.busy_percent)));
+        }
         let preemption = Preemption {
             enabled: p.enabled,
             dry_run: p.dry_run,
@@ -553,6 +561,7 @@ impl RawConfig {
             signal: (!signal.is_empty()).then_some(signal),
             grace: any_duration("preemption.grace", &p.grace)?,
             at_floor: p.at_floor,
+            busy_percent: (p.busy_percent > 0.0).then_some(p.busy_percent),
         };
 
         Ok(Config {

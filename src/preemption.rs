@@ -7,7 +7,7 @@
 //! user with balance ≥ 0, never one younger than `min_runtime`, never an exempt one, and at most
 //! `max_per_cycle` in all.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::tokens::Tokens;
 
@@ -31,6 +31,22 @@ pub struct Waiter {
     pub user: String,
     pub balance: Tokens,
     pub wants: BTreeMap<String, u64>,
+}
+
+/// The busy test: the GPU-weighted mean utilization (percent) of the jobs holding each type, from
+/// each job's sampled utilization. Jobs never sampled are left out; a type none of whose holders was
+/// sampled is absent (unknown, so not busy).
+pub fn utilization_by_type(holders: &[Holder], utilization: &HashMap<String, f64>) -> BTreeMap<String, f64> {
+    let mut sums: BTreeMap<String, (f64, u64)> = BTreeMap::new();
+    for holder in holders {
+        let Some(percent) = utilization.get(&holder.job_id) else { continue };
+        for (gpu_type, n) in &holder.gpus {
+            let slot = sums.entry(gpu_type.clone()).or_default();
+            slot.0 += percent * *n as f64;
+            slot.1 += n;
+        }
+    }
+    sums.into_iter().filter(|(_, (_, n))| *n > 0).map(|(t, (sum, n))| (t, sum / n as f64)).collect()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,5 +208,28 @@ mod tests {
         let victims = at_floor_victims(&holders, Tokens::whole(-10), 10);
         assert_eq!(victims.len(), 1);
         assert_eq!(victims[0].cause, Cause::AtFloor);
+    }
+
+    #[test]
+    fn the_busy_test_weighs_jobs_by_their_gpus() {
+        let holder = |id: &str, gpus: &[(&str, u64)]| Holder {
+            job_id: id.into(),
+            user: "alice".into(),
+            balance: Tokens::whole(-5),
+            start_time: 0,
+            gpus: gpus.iter().map(|(t, n)| (t.to_string(), *n)).collect(),
+            exempt: false,
+        };
+        let holders = [
+            holder("1", &[("a6000", 1)]),
+            holder("2", &[("a6000", 3)]),
+            holder("3", &[("rtx2080", 2)]),
+            holder("4", &[("h100", 1)]),
+        ];
+        let util = HashMap::from([("1".to_string(), 100.0), ("2".to_string(), 20.0), ("3".to_string(), 0.0)]);
+        let by_type = utilization_by_type(&holders, &util);
+        assert_eq!(by_type.get("a6000"), Some(&40.0), "(100 + 3 × 20) / 4");
+        assert_eq!(by_type.get("rtx2080"), Some(&0.0));
+        assert_eq!(by_type.get("h100"), None, "never sampled: unknown");
     }
 }

@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use gputokens::config::{AtFloor, PreemptAction};
 use gputokens::ledger::Action;
-use gputokens::preemption::{at_floor_victims, contention_victims, Cause, Holder, Limits, Victim, Waiter};
+use gputokens::preemption::{
+    at_floor_victims, contention_victims, utilization_by_type, Cause, Holder, Limits, Victim, Waiter,
+};
 use gputokens::slurm::squeue::{self, QueueJob};
 use gputokens::tres::{Sharing, MILLI};
 use gputokens::Tokens;
@@ -38,12 +40,21 @@ pub fn check(service: &mut Service, slurm: &Slurm, now: i64) -> CliResult<String
             exempt: exempt.covers(&j.user, &j.account, &j.qos),
         })
         .collect();
-    let waiters: Vec<Waiter> = jobs
+    let mut waiters: Vec<Waiter> = jobs
         .iter()
         .filter(|j| j.state == "PENDING" && WAITING_FOR_RESOURCES.contains(&j.state_reason.as_str()))
         .map(|j| Waiter { job_id: j.job_id.clone(), user: j.user.clone(), balance: balance[&j.user], wants: wanted(j) })
         .filter(|w| !w.wants.is_empty())
         .collect();
+    let mut not_busy = String::new();
+    if let Some(threshold) = config.busy_percent {
+        let idle = idle_types(service, &holders, threshold)?;
+        for waiter in &mut waiters {
+            waiter.wants.retain(|gpu_type, _| !idle.contains_key(gpu_type));
+        }
+        waiters.retain(|w| !w.wants.is_empty());
+        not_busy = idle.iter().map(|(t, why)| format!(", {t} not busy ({why})")).collect();
+    }
 
     let limits = Limits { min_runtime_secs: config.min_runtime.as_secs() as i64, max_per_cycle: config.max_per_cycle };
     let mut victims = if config.enabled { contention_victims(&holders, &waiters, now, limits) } else { Vec::new() };
@@ -61,7 +72,28 @@ pub fn check(service: &mut Service, slurm: &Slurm, now: i64) -> CliResult<String
         act(service, slurm, victim, requeueable.get(victim.job_id.as_str()).copied().unwrap_or(false), now)?;
     }
     let done = if config.dry_run { "would preempt (dry run)" } else { "preempted" };
-    Ok(format!("{} GPU jobs running, {} waiting, {} {done}", holders.len(), waiters.len(), victims.len()))
+    Ok(format!("{} GPU jobs running, {} waiting, {} {done}{not_busy}", holders.len(), waiters.len(), victims.len()))
+}
+
+/// GPU types that fail the busy test, with why: their holders' mean utilization is below
+/// `threshold`, or unknown (no samples from agents or Prometheus).
+fn idle_types(service: &Service, holders: &[Holder], threshold: f64) -> CliResult<BTreeMap<String, String>> {
+    let mut sampled = HashMap::new();
+    for holder in holders {
+        if let Some(percent) = service.ledger.mean_utilization(&holder.job_id)? {
+            sampled.insert(holder.job_id.clone(), percent);
+        }
+    }
+    let by_type = utilization_by_type(holders, &sampled);
+    let held: std::collections::BTreeSet<&String> = holders.iter().flat_map(|h| h.gpus.keys()).collect();
+    Ok(held
+        .into_iter()
+        .filter_map(|gpu_type| match by_type.get(gpu_type) {
+            Some(p) if *p >= threshold => None,
+            Some(p) => Some((gpu_type.clone(), format!("{p:.0}% < busy_percent {threshold}"))),
+            None => Some((gpu_type.clone(), "no utilization samples".to_string())),
+        })
+        .collect())
 }
 
 /// Every job's user's balance (a user not in the ledger stands at `initial`).

@@ -9,7 +9,7 @@ use crate::cluster::{sbatch, serial};
 use crate::common::{bin, http_get, run_as, Site};
 
 /// A process of `job` (its batch script), from `scontrol listpids`.
-fn pid_of(job: &str) -> u32 {
+pub fn pid_of(job: &str) -> u32 {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let out = run_as(None, Path::new("/usr/bin/scontrol"), &["listpids", job]);

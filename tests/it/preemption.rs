@@ -191,3 +191,48 @@ fn at_floor_cancel_ends_the_running_jobs_of_a_user_at_the_floor() {
     assert!(actions.contains("is at the floor") && actions.contains(&job), "{actions}");
     cancel(&[&other]);
 }
+
+/// Eight idle fake GPUs but the a6000s (6 and 7) at `percent`, each with one process of `pids`.
+fn a6000s_at(percent: u32, pids: [u32; 2]) -> String {
+    let mut state = String::new();
+    for i in 0..8 {
+        let util = if i >= 6 { percent } else { 0 };
+        state += &format!(
+            "[[gpu]]\nuuid = \"GPU-{i:08}\"\nname = \"NVIDIA GPU\"\nutil_gpu = {util}\nutil_mem = 0\nmem_used = 0\n\
+             mem_total = 25769803776\ntemp = 40\npower_mw = 50000\n"
+        );
+    }
+    for (gpu, pid) in [6, 7].iter().zip(pids) {
+        state += &format!("[[process]]\npid = {pid}\ngpu = {gpu}\nused_memory = 1048576\nsm_util = {percent}\n");
+    }
+    state
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn the_busy_test_preempts_only_where_the_gpus_are_busy() {
+    use crate::agent::{agent_config, pid_of, report_once};
+    let _cluster = serial();
+    let site = site("busy_percent = 55\n");
+    let (older, younger, waiting) = both_a6000s_held_by_alice(&site, "-105");
+    let agent = agent_config(&site);
+    let pids = [pid_of(&older), pid_of(&younger)];
+
+    let tick = site.accountd(None, &["tick", "--skip-charge"]).ok();
+    assert!(tick.stdout.contains("0 preempted, a6000 not busy (no utilization samples)"), "{}", tick.stdout);
+    report_once(&agent, &site.file("low.toml", &a6000s_at(10, pids)));
+    let tick = site.accountd(None, &["tick", "--skip-charge"]).ok();
+    assert!(tick.stdout.contains("0 preempted, a6000 not busy (10% < busy_percent 55)"), "{}", tick.stdout);
+    assert_eq!(squeue(&waiting, "%T"), "PENDING");
+
+    // Busy now: (10 + 100 + 100) / 3 = 70 % on average.
+    let high = site.file("high.toml", &a6000s_at(100, pids));
+    report_once(&agent, &high);
+    report_once(&agent, &high);
+    let tick = site.accountd(None, &["tick", "--skip-charge"]).ok();
+    assert!(tick.stdout.contains("1 preempted"), "{}", tick.stdout);
+    assert!(!tick.stdout.contains("not busy"), "{}", tick.stdout);
+    wait_for("bob's job to start", || squeue(&waiting, "%T") == "RUNNING");
+    assert_eq!(squeue(&younger, "%T"), "PENDING", "alice's youngest job was requeued");
+    cancel(&[&older, &younger, &waiting]);
+}
