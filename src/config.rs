@@ -660,6 +660,10 @@ mod tests {
         assert!(err.contains("intervals.charge"), "{err}");
         let err = parse("[paths]\nledger = \"ledger.db\"\n").unwrap_err().to_string();
         assert!(err.contains("paths.ledger") && err.contains("absolute"), "{err}");
+        let err = parse("[preemption]\nbusy_percent = 120\n").unwrap_err().to_string();
+        assert!(err.contains("preemption.busy_percent: must be from 0 to 100 (got 120)"), "{err}");
+        assert_eq!(parse("[preemption]\nbusy_percent = 55\n").unwrap().preemption.busy_percent, Some(55.0));
+        assert_eq!(parse("").unwrap().preemption.busy_percent, None);
     }
 
     #[test]
