@@ -146,6 +146,20 @@ impl Drop for Admission {
     }
 }
 
+/// A site whose snapshot the plugin follows, after the balance adjustments `(user, amount)`, with
+/// `tables` in its config. Bind as `let (site, mut adm) = ...`: `adm` goes first, restoring the
+/// cluster's snapshot while the site still exists.
+fn following_site(tables: &str, adjustments: &[(&str, &str)]) -> (Site, Admission) {
+    let site = Site::start("", tables);
+    let adm = Admission::start();
+    for (user, amount) in adjustments {
+        site.accountd(None, &["admin", "adjust", user, amount, "--reason", "test"]).ok();
+    }
+    adm.follow(&site);
+    std::thread::sleep(SETTLE);
+    (site, adm)
+}
+
 /// The plugin exports exactly what slurmctld looks up, and needs from slurmctld only what
 /// libslurmfull exports (it is linked with BIND_NOW: a missing symbol would fail the load).
 #[test]
@@ -188,12 +202,7 @@ const REFUSED: &str = "sbatch: error: gputokens: your GPU token balance is -10.4
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn at_the_floor_gpu_jobs_are_refused_and_cpu_jobs_pass() {
     let _cluster = serial();
-    // The site outlives `adm`, which restores the cluster's snapshot when dropped.
-    let site = Site::start("", "");
-    let mut adm = Admission::start();
-    site.accountd(None, &["admin", "adjust", "alice", "-110.4", "--reason", "test: at the floor"]).ok();
-    adm.follow(&site);
-    std::thread::sleep(SETTLE);
+    let (_site, mut adm) = following_site("", &[("alice", "-110.4")]);
 
     for gpus in [
         vec!["--gres=gpu:a6000:1"],
@@ -247,13 +256,7 @@ fn at_the_floor_gpu_jobs_are_refused_and_cpu_jobs_pass() {
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn in_overdraft_gpu_jobs_are_accepted_at_lower_priority() {
     let _cluster = serial();
-    // The site outlives `adm`, which restores the cluster's snapshot when dropped.
-    let site = Site::start("", "");
-    let mut adm = Admission::start();
-    site.accountd(None, &["admin", "adjust", "alice", "-103.5", "--reason", "test: overdraft"]).ok();
-    site.accountd(None, &["admin", "adjust", "bob", "-50", "--reason", "test: +50"]).ok();
-    adm.follow(&site);
-    std::thread::sleep(SETTLE);
+    let (_site, mut adm) = following_site("", &[("alice", "-103.5"), ("bob", "-50")]);
 
     // Identical jobs, kept pending (BeginTime) so both have a priority to compare.
     let job = ["--gres=gpu:a6000:1", "--begin=now+1hour", "--wrap", "true"];
@@ -286,12 +289,8 @@ fn in_overdraft_gpu_jobs_are_accepted_at_lower_priority() {
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn a_grant_lets_the_next_gpu_job_through_within_a_second() {
     let _cluster = serial();
-    let site = Site::start("", "");
-    let mut adm = Admission::start();
+    let (site, mut adm) = following_site("", &[("alice", "-110.4")]);
     let pid = slurmctld_pid();
-    site.accountd(None, &["admin", "adjust", "alice", "-110.4", "--reason", "test: at the floor"]).ok();
-    adm.follow(&site);
-    std::thread::sleep(SETTLE);
     let gpu_job = ["--gres=gpu:a6000:1", "--hold", "--wrap", "true"];
     let refused = sbatch("alice", &gpu_job);
     assert_ne!(refused.code, 0, "{}", refused.stdout);
@@ -397,12 +396,8 @@ fn priority_and_qos(id: &str) -> (u64, String) {
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn overdraft_deprioritizes_by_site_factor_or_qos_as_configured_without_a_restart() {
     let _cluster = serial();
-    let site = Site::start("", "");
-    let mut adm = Admission::start();
+    let (_site, mut adm) = following_site("", &[("alice", "-103.5")]);
     let pid = slurmctld_pid();
-    site.accountd(None, &["admin", "adjust", "alice", "-103.5", "--reason", "test: overdraft"]).ok();
-    adm.follow(&site);
-    std::thread::sleep(SETTLE);
     let job = ["--gres=gpu:a6000:1", "--begin=now+1hour", "--wrap", "true"];
     let (bob_job, _) = adm.accepted("bob", &job);
     let (bob_priority, bob_qos) = priority_and_qos(&bob_job);
@@ -470,14 +465,10 @@ fn max_job_duration_limits_gpu_jobs_and_exempt_users_pass() {
     assert!(show_job(&exempt).contains("TimeLimit=03:00:00"));
 }
 
-/// A site reading the real cluster's queue every second, with the plugin's `[admission]` table.
-fn queue_site(admission: &str) -> Site {
-    Site::start(
-        "",
-        &format!(
-            "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n[intervals]\ncheck = \"1s\"\n{admission}"
-        ),
-    )
+/// Config tables for a site that reads the real cluster's queue every second, with the plugin's
+/// `[admission]` table (which also tells accountd to read the queue).
+fn reading_the_queue(admission: &str) -> String {
+    format!("[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n[intervals]\ncheck = \"1s\"\n{admission}")
 }
 
 /// Waits until the snapshot's queue shows `line` (or, `present` false, no longer shows it) in a queue
@@ -508,9 +499,7 @@ fn wait_for_queue_line(snapshot: &Path, line: &str, present: bool) {
 fn max_gpus_per_user_counts_running_and_pending_jobs() {
     let _cluster = serial();
     let admission = "[admission]\nmax_gpus_per_user = 2\n";
-    let site = queue_site(admission);
-    let mut adm = Admission::start();
-    adm.follow(&site);
+    let (site, mut adm) = following_site(&reading_the_queue(admission), &[]);
     adm.configure(admission);
     let one = ["--gres=gpu:a6000:1", "--hold", "--wrap", "true"];
     let (first, _) = adm.accepted("alice", &one);
@@ -547,12 +536,8 @@ fn max_gpus_per_user_counts_running_and_pending_jobs() {
 fn the_estimate_refuses_jobs_that_could_take_the_balance_below_the_floor() {
     let _cluster = serial();
     let admission = "[admission]\nmode = \"estimate\"\n";
-    let site = queue_site(admission);
-    let mut adm = Admission::start();
-    site.accountd(None, &["admin", "adjust", "alice", "-80", "--reason", "test: 20 left"]).ok();
-    adm.follow(&site);
+    let (site, mut adm) = following_site(&reading_the_queue(admission), &[("alice", "-80")]);
     adm.configure(admission);
-    std::thread::sleep(SETTLE);
     // 2 a6000 × 2 h × 4 tokens = 16: 20 - 16 = 4 is above the floor.
     let job = ["--gres=gpu:a6000:2", "--time=2:00:00", "--hold", "--wrap", "true"];
     let (first, told) = adm.accepted("alice", &job);
@@ -592,11 +577,7 @@ fn the_estimate_refuses_jobs_that_could_take_the_balance_below_the_floor() {
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn gpu_tokens_estimate_shows_the_most_a_job_can_cost() {
     let _cluster = serial();
-    let site = Site::start("", "");
-    let mut adm = Admission::start();
-    site.accountd(None, &["admin", "adjust", "bob", "-50", "--reason", "test: +50"]).ok();
-    adm.follow(&site);
-    std::thread::sleep(SETTLE);
+    let (_site, mut adm) = following_site("", &[("bob", "-50")]);
     // The SPANK option (sbatch) asks, the job_submit plugin (slurmctld, which knows the prices) answers.
     let (_, told) = adm.accepted(
         "bob",
