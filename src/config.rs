@@ -167,6 +167,9 @@ impl Default for RawSharing {
     }
 }
 
+/// The SPANK plugin's default `jobs_dir`, so that agent and plugin agree unless both are told otherwise.
+pub const DEFAULT_JOBS_DIR: &str = "/run/gputokens/jobs";
+
 /// The NVML node agent (`accountd agent`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -176,6 +179,8 @@ pub struct AgentConfig {
     pub interval: String,
     /// NVML library (nvml-wrapper dlopens it).
     pub nvml_library: PathBuf,
+    /// Where the SPANK plugin's job prologs record each job's GPUs on the node (its `jobs_dir=`).
+    pub jobs_dir: PathBuf,
     /// The agent's own `/metrics`; "off" disables it.
     pub listen: String,
     /// Shared secret: when set, agents send it and accountd refuses reports without it.
@@ -188,6 +193,7 @@ impl Default for AgentConfig {
             report_to: "http://127.0.0.1:9817".into(),
             interval: "30s".into(),
             nvml_library: "libnvidia-ml.so.1".into(),
+            jobs_dir: DEFAULT_JOBS_DIR.into(),
             listen: "127.0.0.1:9818".into(),
             token_file: None,
         }
@@ -513,6 +519,10 @@ impl RawConfig {
         };
 
         duration("agent.interval", &self.agent.interval)?;
+        if !self.agent.jobs_dir.is_absolute() {
+            let got = self.agent.jobs_dir.display();
+            return Err(invalid("agent.jobs_dir", format!("must be an absolute path (got {got})")));
+        }
         if !(0.0..=1.0).contains(&self.usage.measured_min_fraction) {
             let got = self.usage.measured_min_fraction;
             return Err(invalid("usage.measured_min_fraction", format!("must be between 0 and 1 (got {got})")));
@@ -620,6 +630,7 @@ mod tests {
         assert_eq!(cfg.intervals.charge, Duration::from_secs(3600));
         assert_eq!(cfg.intervals.check, Duration::from_secs(1800));
         assert_eq!(cfg.paths.socket, PathBuf::from("/run/gputokens/accountd.sock"));
+        assert_eq!(cfg.agent.jobs_dir, PathBuf::from("/run/gputokens/jobs"));
     }
 
     #[test]
@@ -664,6 +675,9 @@ mod tests {
         assert!(err.contains("preemption.busy_percent: must be from 0 to 100 (got 120)"), "{err}");
         assert_eq!(parse("[preemption]\nbusy_percent = 55\n").unwrap().preemption.busy_percent, Some(55.0));
         assert_eq!(parse("").unwrap().preemption.busy_percent, None);
+        let err = parse("[agent]\njobs_dir = \"jobs\"\n").unwrap_err().to_string();
+        assert!(err.contains("agent.jobs_dir") && err.contains("absolute"), "{err}");
+        assert_eq!(parse("[agent]\njobs_dir = \"/x/jobs\"\n").unwrap().agent.jobs_dir, PathBuf::from("/x/jobs"));
     }
 
     #[test]

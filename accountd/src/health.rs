@@ -69,7 +69,8 @@ pub fn check(service: &mut Service, report: &AgentReport) -> CliResult<Vec<Strin
     Ok(done)
 }
 
-/// Jobs whose processes run on GPU `index` (agent) or that Slurm gave that GPU (squeue `IDX`).
+/// Jobs whose processes run on GPU `index` or recorded as holding it (agent), or that Slurm gave that
+/// GPU (squeue `IDX`).
 fn jobs_on_gpu(report: &AgentReport, slurm: &Slurm, index: u32) -> BTreeSet<(String, String)> {
     let mut jobs: BTreeSet<(String, String)> = BTreeSet::new();
     let queue = slurm.squeue_json().ok().and_then(|j| squeue::queue(&j).ok()).unwrap_or_default();
@@ -78,6 +79,9 @@ fn jobs_on_gpu(report: &AgentReport, slurm: &Slurm, index: u32) -> BTreeSet<(Str
         if let Some(job) = &p.job_id {
             jobs.insert((job.clone(), user_of(job)));
         }
+    }
+    for gpu in report.sample.gpus.iter().filter(|g| g.index == index) {
+        jobs.extend(gpu.jobs.iter().map(|job| (job.clone(), user_of(job))));
     }
     for j in queue.iter().filter(|j| j.state == "RUNNING" && j.nodes == report.node && j.gpu_indices.contains(&index)) {
         jobs.insert((j.job_id.clone(), j.user.clone()));

@@ -147,10 +147,10 @@ impl Metrics {
         registry.register("gpu_healthy", "1 when the GPU reports no health problem", m.gpu_healthy.clone());
         registry.register(
             "job_gpu_utilization_percent",
-            "GPU utilization of a job's processes",
+            "Mean utilization of the GPUs a job holds or its processes run on",
             m.job_gpu_utilization.clone(),
         );
-        registry.register("job_gpu_memory_bytes", "GPU memory used by a job's processes", m.job_gpu_memory.clone());
+        registry.register("job_gpu_memory_bytes", "GPU memory used by a job", m.job_gpu_memory.clone());
         registry.register(
             "job_idle",
             "1 when a job holds GPUs below the idle threshold for longer than the window",

@@ -217,3 +217,49 @@ fn no_gpus_is_an_empty_sample() {
     let sample = open().sample().unwrap();
     assert!(sample.gpus.is_empty() && sample.processes.is_empty());
 }
+
+/// A PID with no /proc entry here, as a process in another PID namespace (a container) looks.
+fn unseen_pid() -> u32 {
+    (4_000_000..).find(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists()).unwrap()
+}
+
+#[test]
+fn recorded_gpus_belong_to_their_jobs_while_the_records_last() {
+    let fx = fixture();
+    let visible = Sleepers::spawn(Some("4242"), 1);
+    let hidden = unseen_pid();
+    fx.write(&state(None, &[], &[(visible.pid(0), 0, GIB, Some(50)), (hidden, 2, 2 * GIB, Some(70))]));
+    let records = tempfile::tempdir().unwrap();
+    // Job 77 holds GPUs 2 and 3, named by UUID; job 78's record names Slurm's index 9, but its UUID
+    // is NVML's GPU 5, which wins.
+    std::fs::write(
+        records.path().join("77"),
+        "gpus=2,3\nuuids=GPU-00000002-aaaa-bbbb-cccc-dddddddddddd,GPU-00000003-aaaa-bbbb-cccc-dddddddddddd\n",
+    )
+    .unwrap();
+    std::fs::write(records.path().join("78"), "gpus=9\nuuids=GPU-00000005-aaaa-bbbb-cccc-dddddddddddd\n").unwrap();
+    let options = NvmlOptions { jobs_dir: records.path().to_owned(), ..NvmlOptions::with_lib_path(fake_lib()) };
+    let mut source = NvmlSource::open(options).unwrap_or_else(|e| panic!("{e}"));
+
+    let sample = source.sample().unwrap();
+    let held: Vec<(u32, Vec<String>)> =
+        sample.gpus.iter().filter(|g| !g.jobs.is_empty()).map(|g| (g.index, g.jobs.clone())).collect();
+    assert_eq!(held, [(2, vec!["77".to_string()]), (3, vec!["77".to_string()]), (5, vec!["78".to_string()])]);
+    let job_of = |pid: u32| sample.processes.iter().find(|p| p.pid == pid).and_then(|p| p.job_id.clone());
+    assert_eq!(job_of(hidden).as_deref(), Some("77"), "the process the agent cannot see is its GPU's job's");
+    assert_eq!(job_of(visible.pid(0)), expected_job(Some("4242")));
+
+    // GPU utilization is 10 + 10 × index; memory in use i GiB (state above).
+    let jobs = accountd::agent::export::job_use(&sample);
+    let j77 = &jobs["77"];
+    assert_eq!((j77.percent, j77.gpus), (35.0, 2));
+    assert_eq!(j77.memory_bytes, 2 * GIB + 3 * GIB, "its process on GPU 2, all of GPU 3 where none is seen");
+    assert_eq!((jobs["78"].percent, jobs["78"].memory_bytes), (60.0, 5 * GIB));
+
+    // Job 77 ends: its epilog removes the record, and its GPUs are nobody's again.
+    std::fs::remove_file(records.path().join("77")).unwrap();
+    let sample = source.sample().unwrap();
+    assert!(sample.gpus.iter().filter(|g| g.index != 5).all(|g| g.jobs.is_empty()));
+    assert_eq!(sample.processes.iter().find(|p| p.pid == hidden).unwrap().job_id, None);
+    assert!(!accountd::agent::export::job_use(&sample).contains_key("77"));
+}

@@ -52,10 +52,15 @@ fn fake_state(busy_pid: u32, idle_pid: u32) -> String {
 
 /// Writes an agent config reporting to `site`, with the fake NVML library; returns its path.
 pub fn agent_config(site: &Site) -> String {
+    agent_config_with(site, "")
+}
+
+/// The same, with more `[agent]` keys.
+fn agent_config_with(site: &Site, more: &str) -> String {
     site.file(
         "agent.toml",
         &format!(
-            "[agent]\nreport_to = \"{}\"\nnvml_library = \"{}\"\nlisten = \"off\"\ninterval = \"1s\"\n",
+            "[agent]\nreport_to = \"{}\"\nnvml_library = \"{}\"\nlisten = \"off\"\ninterval = \"1s\"\n{more}",
             site.http_url(),
             bin("accountd").parent().unwrap().join("libnvidia_ml.so").display()
         ),
@@ -131,4 +136,53 @@ fn measured_basis_charges_by_reported_utilization() {
     use gputokens::Tokens;
     assert_eq!(site.balance("alice"), (Tokens::whole(100) - cost(Tokens::whole(3240), elapsed(&busy))).to_string());
     assert_eq!(site.balance("bob"), (Tokens::whole(100) - cost(Tokens::whole(225), elapsed(&idle))).to_string());
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_job_whose_processes_the_agent_cannot_see_is_measured_on_its_recorded_gpus() {
+    let _cluster = serial();
+    crate::spank::remove_stale_records();
+    let site = Site::start("", "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n");
+    let jobs_dir = crate::spank::jobs_dir();
+    let job = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 60"]);
+    let record = jobs_dir.join(&job);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !record.exists() {
+        assert!(Instant::now() < deadline, "no {}", record.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let text = std::fs::read_to_string(&record).unwrap();
+    let gpu: usize = text.lines().find_map(|l| l.strip_prefix("gpus=")).and_then(|g| g.parse().ok()).expect(&text);
+    // The job's process is nowhere in NVML's list (as from a container): only the record ties GPU and job.
+    let mut state: String = (0..8)
+        .map(|i| {
+            format!(
+                "[[gpu]]\nuuid = \"GPU-{i:08}\"\nname = \"fake\"\nutil_gpu = {}\nmem_used = 4096\nmem_total = 8192\n",
+                10 + 10 * i
+            )
+        })
+        .collect();
+    state += "[[process]]\npid = 1\ngpu = 0\nused_memory = 1\n";
+    let state = site.file("nvml-state.toml", &state);
+    let config = agent_config_with(&site, &format!("jobs_dir = \"{}\"\n", jobs_dir.display()));
+    report_once(&config, &state);
+
+    let (_, metrics) = http_get(&format!("{}/metrics", site.http_url()));
+    let series = format!("gputokens_job_gpu_utilization_percent{{job=\"{job}\",user=\"alice\",node=\"vm\"}}");
+    let line = metrics.lines().find(|l| l.starts_with(&series)).unwrap_or_else(|| panic!("no {series}:\n{metrics}"));
+    assert_eq!(line, format!("{series} {}.0", 10 + 10 * gpu), "GPU {gpu}");
+    let memory = format!("gputokens_job_gpu_memory_bytes{{job=\"{job}\",user=\"alice\",node=\"vm\"}} 4096.0");
+    assert!(metrics.contains(&memory), "{metrics}");
+
+    // The job ends, its epilog removes the record: the next report no longer has it.
+    run_as(None, Path::new("/usr/bin/scancel"), &[&job]).ok();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while record.exists() {
+        assert!(Instant::now() < deadline, "{} still there after scancel", record.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    report_once(&config, &state);
+    let (_, metrics) = http_get(&format!("{}/metrics", site.http_url()));
+    assert!(!metrics.contains(&series), "{metrics}");
 }

@@ -140,8 +140,23 @@ fn sbatch_shows_the_users_balance() {
 }
 
 /// The plugstack `jobs_dir`: where the prologs record the jobs' GPUs.
-fn jobs_dir() -> PathBuf {
+pub fn jobs_dir() -> PathBuf {
     PathBuf::from(plugstack_arg("jobs_dir").unwrap_or_else(|| "/run/gputokens/jobs".into()))
+}
+
+/// Removes the records of jobs Slurm no longer runs: plugin versions before the epilog hook (and a
+/// slurmd started before it had one) left them behind, and an agent reading them would take those
+/// long-gone jobs to share the GPUs.
+pub fn remove_stale_records() {
+    let queue = run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-o", "%A"]).ok().stdout;
+    let running: Vec<&str> = queue.lines().map(str::trim).collect();
+    let Ok(entries) = std::fs::read_dir(jobs_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.bytes().all(|b| b.is_ascii_digit()) && !running.contains(&name.as_str()) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 fn wait_for(what: &str, limit: Duration, done: impl Fn() -> bool) -> Duration {

@@ -53,28 +53,45 @@ impl<L: Clone + Hash + Eq + EncodeLabelSet + std::fmt::Debug + Send + Sync + 'st
 /// A job's GPU use on this node in one sample.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobUse {
-    /// Mean GPU utilization of the GPUs the job's processes are on.
+    /// Mean GPU utilization of the GPUs the job holds or its processes are on.
     pub percent: f64,
     pub memory_bytes: u64,
     pub gpus: usize,
 }
 
-/// Per job, from the GPUs its processes run on. GPU utilization rather than per-process SM utilization,
-/// as accountd computes it (`usage::agents`): every GPU reports it, Slurm gives each GPU to one job, and
-/// processes of a job sharing a GPU do not add up past 100. Memory is the sum over its processes.
+/// Per job, from the GPUs recorded as its own (`GpuSample::jobs`) and those its processes run on. GPU
+/// utilization rather than per-process SM utilization, as accountd computes it (`usage::agents`):
+/// every GPU reports it, Slurm gives each GPU to one job, and processes of a job sharing a GPU do not
+/// add up past 100. Memory is, per GPU, the sum over the job's processes there; on a GPU the job holds
+/// alone where the agent sees none of its processes (another PID namespace), the GPU's memory in use.
 pub fn job_use(sample: &NodeSample) -> BTreeMap<String, JobUse> {
     let util: HashMap<u32, u32> = sample.gpus.iter().filter_map(|g| Some((g.index, g.utilization_percent?))).collect();
-    let mut jobs: BTreeMap<String, (BTreeSet<u32>, u64)> = BTreeMap::new();
+    let mut jobs: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
+    let mut process_memory: HashMap<(&str, u32), u64> = HashMap::new();
     for p in &sample.processes {
         let Some(job) = &p.job_id else { continue };
-        let entry = jobs.entry(job.clone()).or_default();
-        entry.0.insert(p.gpu_index);
-        entry.1 += p.used_memory_bytes.unwrap_or(0);
+        jobs.entry(job.clone()).or_default().insert(p.gpu_index);
+        *process_memory.entry((job.as_str(), p.gpu_index)).or_default() += p.used_memory_bytes.unwrap_or(0);
     }
+    for gpu in &sample.gpus {
+        for job in &gpu.jobs {
+            jobs.entry(job.clone()).or_default().insert(gpu.index);
+        }
+    }
+    let gpu_memory = |job: &str, index: u32| -> u64 {
+        if let Some(bytes) = process_memory.get(&(job, index)) {
+            return *bytes;
+        }
+        match sample.gpus.iter().find(|g| g.index == index) {
+            Some(g) if g.jobs.len() == 1 && g.jobs[0] == job => g.memory_used_bytes.unwrap_or(0),
+            _ => 0,
+        }
+    };
     jobs.into_iter()
-        .map(|(job, (gpus, memory_bytes))| {
+        .map(|(job, gpus)| {
             let known: Vec<f64> = gpus.iter().filter_map(|i| util.get(i)).map(|u| f64::from(*u)).collect();
             let percent = if known.is_empty() { 0.0 } else { known.iter().sum::<f64>() / known.len() as f64 };
+            let memory_bytes = gpus.iter().map(|&i| gpu_memory(&job, i)).sum();
             (job, JobUse { percent, memory_bytes, gpus: gpus.len() })
         })
         .collect()
@@ -116,10 +133,10 @@ impl Exporter {
             job_utilization: Series::new(
                 &mut r,
                 "job_gpu_utilization_percent",
-                "Mean utilization of the GPUs a job's processes run on",
+                "Mean utilization of the GPUs a job holds or its processes run on",
             ),
-            job_memory: Series::new(&mut r, "job_gpu_memory_bytes", "GPU memory used by a job's processes"),
-            job_gpus: Series::new(&mut r, "job_gpus", "GPUs a job's processes run on"),
+            job_memory: Series::new(&mut r, "job_gpu_memory_bytes", "GPU memory used by a job"),
+            job_gpus: Series::new(&mut r, "job_gpus", "GPUs a job holds or its processes run on"),
             sample_failures: Counter::default(),
             report_failures: Counter::default(),
         };
@@ -211,6 +228,25 @@ mod tests {
         assert_eq!(jobs["7"], JobUse { percent: 50.0, memory_bytes: 300, gpus: 2 });
         assert_eq!(jobs["8"], JobUse { percent: 0.0, memory_bytes: 100, gpus: 1 }, "unknown utilization");
         assert_eq!(jobs.len(), 2, "processes outside jobs are not a job");
+    }
+
+    #[test]
+    fn recorded_gpus_count_without_processes() {
+        let mut s = sample(&[(0, Some(80)), (1, Some(20)), (2, Some(60)), (3, Some(40))], &[(1, 0, "7"), (9, 3, "")]);
+        for g in &mut s.gpus {
+            g.memory_used_bytes = Some(1000 + u64::from(g.index));
+        }
+        s.gpus[0].jobs = vec!["7".into()];
+        s.gpus[1].jobs = vec!["7".into()];
+        // Job 8's processes are out of sight (a container): its GPU alone says what it does.
+        s.gpus[2].jobs = vec!["8".into()];
+        // GPU 3 is shared by two jobs: neither is given the GPU's memory.
+        s.gpus[3].jobs = vec!["10".into(), "11".into()];
+        let jobs = job_use(&s);
+        assert_eq!(jobs["7"], JobUse { percent: 50.0, memory_bytes: 100 + 1001, gpus: 2 }, "held GPU 1 counts too");
+        assert_eq!(jobs["8"], JobUse { percent: 60.0, memory_bytes: 1002, gpus: 1 });
+        assert_eq!(jobs["10"], JobUse { percent: 40.0, memory_bytes: 0, gpus: 1 });
+        assert_eq!(jobs.len(), 4);
     }
 
     #[test]

@@ -20,13 +20,20 @@ pub struct NvmlOptions {
     pub lib_path: PathBuf,
     /// Where `<pid>/cgroup` and `<pid>/environ` are read to map processes to jobs.
     pub proc_root: PathBuf,
+    /// Where spank_gputokens.so records the GPUs of each job on the node (`[agent] jobs_dir`).
+    pub jobs_dir: PathBuf,
     /// How long one sample may take.
     pub timeout: Duration,
 }
 
 impl Default for NvmlOptions {
     fn default() -> Self {
-        NvmlOptions { lib_path: DEFAULT_LIB_PATH.into(), proc_root: "/proc".into(), timeout: Duration::from_secs(30) }
+        NvmlOptions {
+            lib_path: DEFAULT_LIB_PATH.into(),
+            proc_root: "/proc".into(),
+            jobs_dir: gputokens::config::DEFAULT_JOBS_DIR.into(),
+            timeout: Duration::from_secs(30),
+        }
     }
 }
 
@@ -89,7 +96,7 @@ fn serve(options: NvmlOptions, ready: mpsc::SyncSender<Result<(), OpenError>>, r
             return;
         }
     };
-    let mut sampler = Sampler::new(&nvml, options.proc_root);
+    let mut sampler = Sampler::new(&nvml, options.proc_root, options.jobs_dir);
     let _ = ready.send(Ok(()));
     for reply in requests {
         // The asker may have timed out and gone; nothing to do about that.

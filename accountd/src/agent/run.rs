@@ -36,7 +36,8 @@ pub fn run(config: &Config, node: Option<String>, once: bool) -> CliResult {
     let token = cfg.token_file.as_deref().map(token).transpose()?;
     let listen = if once { None } else { listen_addr(&cfg.listen)? };
     let reporter = Reporter::new(&cfg.report_to, token).map_err(CliError::failed)?;
-    let source = NvmlSource::open(NvmlOptions::with_lib_path(&cfg.nvml_library)).map_err(|e| match e {
+    let options = NvmlOptions { jobs_dir: cfg.jobs_dir.clone(), ..NvmlOptions::with_lib_path(&cfg.nvml_library) };
+    let source = NvmlSource::open(options).map_err(|e| match e {
         OpenError::Thread(_) => CliError::failed(e.to_string()),
         _ => CliError::refused(e.to_string()),
     })?;

@@ -1,9 +1,9 @@
 //! One pass over every GPU through nvml-wrapper. Lives on the NVML thread (see `nvml`), which owns the
 //! `Nvml` this borrows, so the XID event sets can be kept from one sample to the next.
 
-use super::jobs;
 use super::map::{self, read};
 use super::source::{GpuHealth, GpuSample, NodeSample, ProcessSample, SampleError};
+use super::{jobs, records};
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor};
 use nvml_wrapper::enums::event::XidError;
@@ -18,6 +18,7 @@ const MAX_EVENTS_PER_SAMPLE: usize = 1000;
 pub struct Sampler<'n> {
     nvml: &'n Nvml,
     proc_root: PathBuf,
+    jobs_dir: PathBuf,
     /// One set per GPU, so a GPU that refuses registration costs only its own XIDs.
     events: HashMap<u32, EventSet<'n>>,
     no_events: HashSet<u32>,
@@ -28,10 +29,11 @@ pub struct Sampler<'n> {
 }
 
 impl<'n> Sampler<'n> {
-    pub fn new(nvml: &'n Nvml, proc_root: PathBuf) -> Self {
+    pub fn new(nvml: &'n Nvml, proc_root: PathBuf, jobs_dir: PathBuf) -> Self {
         Sampler {
             nvml,
             proc_root,
+            jobs_dir,
             events: HashMap::new(),
             no_events: HashSet::new(),
             known: HashMap::new(),
@@ -48,8 +50,17 @@ impl<'n> Sampler<'n> {
             gpus.push(gpu);
             processes.extend(procs);
         }
+        let held = records::holders(&records::read_dir(&self.jobs_dir), &gpus);
+        for gpu in &mut gpus {
+            gpu.jobs = held.get(&gpu.index).cloned().unwrap_or_default();
+        }
         for p in &mut processes {
-            p.job_id = jobs::job_of_pid(&self.proc_root, p.pid);
+            // A process the agent cannot place (another PID namespace) is the job's that holds its GPU alone.
+            let sole_holder = || match held.get(&p.gpu_index).map(Vec::as_slice) {
+                Some([job]) => Some(job.clone()),
+                _ => None,
+            };
+            p.job_id = jobs::job_of_pid(&self.proc_root, p.pid).or_else(sole_holder);
         }
         Ok(NodeSample { time: chrono::Utc::now(), gpus, processes })
     }

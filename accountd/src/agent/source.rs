@@ -34,6 +34,10 @@ pub struct GpuSample {
     /// XIDs seen since the previous sample; `None` when XID events could not be registered for this GPU.
     pub xids: Option<Vec<u64>>,
     pub health: GpuHealth,
+    /// The Slurm jobs holding the GPU by spank_gputokens.so's records on the node (see `records`):
+    /// one, or several sharing it (shards, MPS); empty without a record.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jobs: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,6 +91,7 @@ impl GpuSample {
             ecc_uncorrected: None,
             xids: None,
             health: GpuHealth::Ok,
+            jobs: Vec::new(),
         }
     }
 }
@@ -103,7 +108,12 @@ mod tests {
         assert_eq!(v["index"], 3);
         assert_eq!(v["health"], serde_json::json!({"state": "error", "message": "Unknown Error"}));
         assert_eq!(serde_json::to_value(GpuHealth::Lost).unwrap(), serde_json::json!({"state": "lost"}));
+        assert!(v.get("jobs").is_none(), "no records, no key");
         let back: GpuSample = serde_json::from_value(v).unwrap();
         assert_eq!(back, gpu);
+        gpu.jobs = vec!["42".into()];
+        let v = serde_json::to_value(&gpu).unwrap();
+        assert_eq!(v["jobs"], serde_json::json!(["42"]));
+        assert_eq!(serde_json::from_value::<GpuSample>(v).unwrap(), gpu);
     }
 }

@@ -6,7 +6,8 @@
 
 use std::path::PathBuf;
 
-pub const DEFAULT_JOBS_DIR: &str = "/run/gputokens/jobs";
+/// The same default as the agent's `[agent] jobs_dir`.
+pub const DEFAULT_JOBS_DIR: &str = gputokens::config::DEFAULT_JOBS_DIR;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Args {

@@ -1,0 +1,124 @@
+//! The GPU records of spank_gputokens.so: each job's prolog writes `<jobs_dir>/<jobid>` (`gpus=6,7`
+//! and, when NVML named them, `uuids=GPU-…,GPU-…`) and its epilog removes it. They say which job holds
+//! a GPU even when the agent cannot see the job's processes (another PID namespace, a container);
+//! a record that is gone is a job that has ended.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::source::GpuSample;
+
+/// One job's GPUs on this node, as its prolog recorded them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRecord {
+    pub job: String,
+    /// Slurm's GPU indices.
+    pub gpus: Vec<u32>,
+    /// The same GPUs' UUIDs, in the same order; empty when NVML could not name them.
+    pub uuids: Vec<String>,
+}
+
+/// A record's text; None when it names no GPU (or is not a record at all).
+pub fn parse(job: &str, text: &str) -> Option<JobRecord> {
+    let list = |key: &str| -> Vec<&str> {
+        let line = text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix('='));
+        line.map(|l| l.split(',').map(str::trim).filter(|s| !s.is_empty()).collect()).unwrap_or_default()
+    };
+    let gpus = list("gpus").into_iter().map(|g| g.parse().ok()).collect::<Option<Vec<u32>>>()?;
+    if gpus.is_empty() {
+        return None;
+    }
+    let uuids: Vec<String> = list("uuids").into_iter().map(str::to_owned).collect();
+    // UUIDs that do not pair up with the indices say nothing reliable.
+    let uuids = if uuids.len() == gpus.len() { uuids } else { Vec::new() };
+    Some(JobRecord { job: job.to_owned(), gpus, uuids })
+}
+
+/// Every record in `dir`, in job order. A missing directory is no records (no plugin on this node);
+/// the plugin's temporary files (`.<job>.<pid>.tmp`), other names and records that vanish while read
+/// (the job ended) are skipped.
+pub fn read_dir(dir: &Path) -> Vec<JobRecord> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut records: Vec<JobRecord> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            parse(&name, &std::fs::read_to_string(entry.path()).ok()?)
+        })
+        .collect();
+    records.sort_by(|a, b| (a.job.len(), &a.job).cmp(&(b.job.len(), &b.job)));
+    records
+}
+
+/// The jobs recorded as holding each GPU of the sample, by the GPU's index in the sample. A recorded
+/// UUID finds its GPU whatever the numbering; a GPU without one is found by index.
+pub fn holders(records: &[JobRecord], gpus: &[GpuSample]) -> BTreeMap<u32, Vec<String>> {
+    let mut held: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for record in records {
+        for (i, &index) in record.gpus.iter().enumerate() {
+            let by_uuid = record.uuids.get(i).and_then(|uuid| gpus.iter().find(|g| g.uuid.as_deref() == Some(uuid)));
+            let gpu = by_uuid.map(|g| g.index).unwrap_or(index);
+            let jobs = held.entry(gpu).or_default();
+            if !jobs.contains(&record.job) {
+                jobs.push(record.job.clone());
+            }
+        }
+    }
+    held
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(index: u32, uuid: &str) -> GpuSample {
+        GpuSample { uuid: Some(uuid.into()), ..GpuSample::empty(index) }
+    }
+
+    #[test]
+    fn parses_what_the_plugin_writes() {
+        let r = parse("42", "gpus=6,7\nuuids=GPU-a,GPU-b\n").unwrap();
+        assert_eq!(r, JobRecord { job: "42".into(), gpus: vec![6, 7], uuids: vec!["GPU-a".into(), "GPU-b".into()] });
+        assert_eq!(parse("42", "gpus=3\n").unwrap().uuids, Vec::<String>::new());
+        assert_eq!(parse("42", "gpus=3,4\nuuids=GPU-a\n").unwrap().uuids, Vec::<String>::new(), "unpaired");
+        assert_eq!(parse("42", "gpus=\n"), None);
+        assert_eq!(parse("42", "gpus=a,1\n"), None);
+        assert_eq!(parse("42", ""), None);
+    }
+
+    #[test]
+    fn reads_records_and_skips_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("100"), "gpus=1\n").unwrap();
+        std::fs::write(dir.path().join("99"), "gpus=0\nuuids=GPU-z\n").unwrap();
+        std::fs::write(dir.path().join(".101.77.tmp"), "gpus=2\n").unwrap();
+        std::fs::write(dir.path().join("notes"), "gpus=3\n").unwrap();
+        std::fs::write(dir.path().join("102"), "garbage\n").unwrap();
+        let records = read_dir(dir.path());
+        let jobs: Vec<&str> = records.iter().map(|r| r.job.as_str()).collect();
+        assert_eq!(jobs, ["99", "100"]);
+        std::fs::remove_file(dir.path().join("99")).unwrap();
+        assert_eq!(read_dir(dir.path()).len(), 1, "an ended job's record no longer counts");
+        assert!(read_dir(&dir.path().join("missing")).is_empty());
+    }
+
+    #[test]
+    fn uuids_win_over_indices() {
+        let gpus = [gpu(0, "GPU-a"), gpu(1, "GPU-b"), gpu(2, "GPU-c")];
+        let records = [
+            // Slurm's index 0 is NVML's GPU 2: the UUID says so.
+            JobRecord { job: "7".into(), gpus: vec![0], uuids: vec!["GPU-c".into()] },
+            JobRecord { job: "8".into(), gpus: vec![1], uuids: vec![] },
+            // A UUID the sample lacks (a lost GPU not yet named): the index.
+            JobRecord { job: "9".into(), gpus: vec![0], uuids: vec!["GPU-gone".into()] },
+        ];
+        let held = holders(&records, &gpus);
+        assert_eq!(held.get(&2), Some(&vec!["7".to_string()]));
+        assert_eq!(held.get(&1), Some(&vec!["8".to_string()]));
+        assert_eq!(held.get(&0), Some(&vec!["9".to_string()]));
+        assert_eq!(held.len(), 3);
+    }
+}
