@@ -1,6 +1,7 @@
 //! `spank_gputokens.so`: the gputokens SPANK plugin.
 //!
-//! Listed in plugstack.conf (`optional <PluginDir>/spank_gputokens.so [conf=PATH] [jobs_dir=PATH]`):
+//! Listed in plugstack.conf (`optional <PluginDir>/spank_gputokens.so [conf=PATH] [jobs_dir=PATH]
+//! [nvml_library=PATH]`):
 //! - in sbatch/salloc (allocator context) and srun outside a job (local context) it shows the user one
 //!   line with their token balance and status, asked from accountd (at most ~1 s; on failure only a
 //!   line shown with `-v`), and adds `--gpu-tokens-estimate`, passed on to the job_submit plugin;
@@ -14,8 +15,8 @@
 //!
 //! It never blocks or fails a job: enforcement lives in the job_submit plugin, and every entry point
 //! returns 0, whatever happens. Layout: this file holds the symbols SPANK looks up, each inside a
-//! panic boundary; `ffi` holds every unsafe operation; `args`, `balance`, `estimate` and `record` are
-//! safe code.
+//! panic boundary; `ffi` holds every unsafe operation; `args`, `balance`, `estimate`, `nvml` and
+//! `record` are safe code.
 
 mod args;
 mod balance;
