@@ -109,14 +109,16 @@ impl std::ops::AddAssign for Commitment {
     }
 }
 
-/// Sums the running and pending GPU jobs of `jobs` per user, at `now`. A job without a time limit
-/// counts `default_limit` seconds.
+/// Sums the running and pending GPU jobs of `jobs` per user. A job without a time limit counts
+/// `default_limit` seconds. A running job counts what is left of its limit after the seconds
+/// `charged` says the ledger has already charged of it: the balance holds those, so balance minus
+/// commitments is the worst case however long ago the last charge was.
 pub fn commitments(
     jobs: &[QueueJob],
-    now: i64,
     default_limit: u64,
     prices: &PriceTable,
     sharing: Sharing,
+    charged: impl Fn(&QueueJob) -> u64,
 ) -> BTreeMap<String, Commitment> {
     let mut out: BTreeMap<String, Commitment> = BTreeMap::new();
     for job in jobs {
@@ -125,8 +127,7 @@ pub fn commitments(
             "RUNNING" | "SUSPENDED" | "CONFIGURING" | "COMPLETING" if !job.alloc.is_empty() => {
                 let milli = job.alloc.milli_by_type(UNTYPED, sharing);
                 let milli: MilliByType = milli.into_iter().map(|(t, m)| ((t != UNTYPED).then_some(t), m)).collect();
-                let elapsed = (now - job.start_time).max(0) as u64;
-                (milli, limit.saturating_sub(elapsed))
+                (milli, limit.saturating_sub(charged(job)))
             }
             "PENDING" | "REQUEUED" => (requested_milli(&job.request, &job.shape, sharing), limit),
             _ => continue,
@@ -234,12 +235,14 @@ mod tests {
             job("alice", "COMPLETED", 0, Some(3600)),
             job("bob", "PENDING", 0, None),
         ];
-        let c = commitments(&jobs, 1000 + 3600, 1800, &prices(), Sharing::default());
-        // running: 2 a6000 × 1 h left × 4 = 8; pending: 2 × 1 h × 4 = 8
+        let c = commitments(&jobs, 1800, &prices(), Sharing::default(), |_| 3600);
+        // running: 2 a6000 × (2 h - 1 h charged) × 4 = 8; pending: 2 × 1 h × 4 = 8
         assert_eq!(c["alice"], Commitment { milli_gpus: 4000, max_cost: Tokens::whole(16) });
         assert_eq!(c["bob"], Commitment { milli_gpus: 2000, max_cost: Tokens::whole(4) }, "no limit: the default");
-        let late = commitments(&jobs[..1], 1000 + 9000, 1800, &prices(), Sharing::default());
-        assert_eq!(late["alice"].max_cost, Tokens::ZERO, "past its limit: nothing more");
+        let uncharged = commitments(&jobs[..1], 1800, &prices(), Sharing::default(), |_| 0);
+        assert_eq!(uncharged["alice"].max_cost, Tokens::whole(16), "nothing charged yet: the whole limit");
+        let late = commitments(&jobs[..1], 1800, &prices(), Sharing::default(), |_| 9000);
+        assert_eq!(late["alice"].max_cost, Tokens::ZERO, "charged past its limit: nothing more");
     }
 
     #[test]

@@ -68,7 +68,10 @@ fn queue(service: &Service, slurm: &Slurm, now: i64) -> CliResult<QueueSummary> 
     let as_of = now;
     let jobs = squeue::queue(&slurm.squeue_json()?).map_err(|e| CliError::failed(e.to_string()))?;
     let default_limit = service.config.admission.default_time_limit.as_secs();
-    let committed = commitments(&jobs, now, default_limit, &service.config.prices, service.config.sharing);
+    let ledger = &service.ledger;
+    let charged =
+        |job: &squeue::QueueJob| ledger.charged_seconds(&job.job_id, job.start_time).ok().flatten().unwrap_or(0);
+    let committed = commitments(&jobs, default_limit, &service.config.prices, service.config.sharing, charged);
     Ok(QueueSummary { as_of, committed: committed.into_iter().collect() })
 }
 

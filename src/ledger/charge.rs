@@ -80,6 +80,19 @@ impl Ledger {
             .optional()?
             .map(|s| s as u64))
     }
+
+    /// Seconds of a run segment charged for every GPU type it holds (the least of them); None when
+    /// nothing of it was charged yet.
+    pub fn charged_seconds(&self, job_id: &str, segment_start: i64) -> Result<Option<u64>, LedgerError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT MIN(charged_until) FROM job_charges WHERE job_id = ?1 AND segment_start = ?2",
+                params![job_id, segment_start],
+                |r| r.get::<_, Option<i64>>(0),
+            )?
+            .map(|s| s as u64))
+    }
 }
 
 fn charge_record(

@@ -77,6 +77,9 @@ fn running_job_charged_in_steps_adds_up_to_its_final_cost() {
     let whole_run = crate::pricing::cost(Tokens::whole(1), 3 * 30);
     assert_eq!(balance(&l, "bob"), Tokens::whole(100) - whole_run);
     assert_eq!(l.charged_until("5", at("2026-11-30T08:00:00"), "rtx3090").unwrap(), Some(30));
+    assert_eq!(l.charged_seconds("5", at("2026-11-30T08:00:00")).unwrap(), Some(30));
+    assert_eq!(l.charged_seconds("5", at("2026-11-30T09:00:00")).unwrap(), None, "another segment");
+    assert_eq!(l.charged_seconds("6", at("2026-11-30T08:00:00")).unwrap(), None, "never charged");
 }
 
 #[test]

@@ -19,6 +19,13 @@
 #   GPUTOKENS_EXTRA_SLURM_CONF  extra slurm.conf lines; a Key=value line replaces the template's Key
 #   SLURM_PLUGIN_DIR            override the detected PluginDir
 set -euo pipefail
+# The daemons started here must not inherit the caller's descriptors: a lock the caller holds with
+# flock (the cluster tests' lock, bench/admission.sh) would stay held for as long as they run. Close
+# everything above stderr except 255, from which bash reads this script.
+for fd in /proc/$$/fd/*; do
+  fd=${fd##*/}
+  if (( fd > 2 && fd != 255 )); then eval "exec $fd>&-" 2>/dev/null || true; fi
+done
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=lib.sh

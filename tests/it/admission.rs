@@ -466,9 +466,13 @@ fn max_job_duration_limits_gpu_jobs_and_exempt_users_pass() {
 }
 
 /// Config tables for a site that reads the real cluster's queue every second, with the plugin's
-/// `[admission]` table (which also tells accountd to read the queue).
+/// `[admission]` table (which also tells accountd to read the queue). It charges only what happens
+/// from its start on (no look back, no re-read), so jobs of earlier tests leave balances alone.
 fn reading_the_queue(admission: &str) -> String {
-    format!("[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n[intervals]\ncheck = \"1s\"\n{admission}")
+    format!(
+        "[slurm]\nfirst_lookback = \"1s\"\nreread = \"0s\"\n[preemption]\nenabled = false\n[intervals]\n\
+         check = \"1s\"\n{admission}"
+    )
 }
 
 /// Waits until the snapshot's queue shows `line` (or, `present` false, no longer shows it) in a queue
@@ -598,4 +602,25 @@ fn gpu_tokens_estimate_shows_the_most_a_job_can_cost() {
     assert!(told.contains("this job can cost up to 16 tokens (4 GPUs of any type for 1:00:00)"), "{told}");
     let (_, told) = adm.accepted("bob", &["--gres=gpu:a6000:2", "--time=1:30:00", "--hold", "--wrap", "true"]);
     assert!(!told.contains("can cost"), "only when asked: {told}");
+}
+
+/// A running job commits what is left of its time limit after what the ledger has already charged
+/// of it: balance minus commitments is the worst case however long ago the last charge was.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_running_job_commits_the_uncharged_rest_of_its_limit() {
+    let _cluster = serial();
+    // 1 token per a6000-second, so charged seconds read straight off the balance.
+    let site =
+        Site::with_prices("", "[prices]\na6000 = 3600\n", &reading_the_queue("[admission]\nmode = \"estimate\"\n"));
+    let job = crate::cluster::sbatch("alice", &["--gres=gpu:a6000:1", "--time=10", "--wrap", "sleep 120"]);
+    crate::charging::wait_running(&job);
+    std::thread::sleep(Duration::from_secs(3));
+    site.accountd(None, &["tick"]).ok();
+    let balance: Tokens = site.balance("alice").parse().unwrap();
+    let charged = (Tokens::whole(100) - balance).micro() / 1_000_000;
+    assert!(charged >= 3, "charged {charged} s");
+    let rest = (600 - charged) * 1_000_000;
+    wait_for_queue_line(&site.path("lib/balances.snapshot"), &format!("committed alice 1000 {rest}"), true);
+    run_as(None, Path::new("/usr/bin/scancel"), &[&job]).ok();
 }

@@ -109,7 +109,7 @@ fn killing_a_tick_midway_loses_and_doubles_nothing() {
     assert_eq!(charges, jobs.len(), "one charge entry per job: {history}");
 }
 
-fn wait_running(job: &str) {
+pub fn wait_running(job: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let out = crate::common::run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", job, "-o", "%T"]).ok();
