@@ -29,13 +29,14 @@ bash tests/cluster/install.sh
 cargo build --workspace --locked -q
 
 step "Start the Slurm test cluster (munge, MariaDB, slurmdbd, slurmctld, slurmd with 8 fake GPUs)"
-# slurmctld loads the job_submit plugin, which reads /etc/slurm/gputokens.toml when it starts (the same
-# text as tests/run.sh writes); its snapshot path becomes a link to the demo accountd's snapshot below.
+# slurmctld loads the job_submit plugin and sbatch the SPANK plugin; both read /etc/slurm/gputokens.toml:
+# the snapshot path becomes a link to the demo accountd's snapshot below, the socket is its socket.
 LAB=${GPUTOKENS_LAB:-/tmp/gputokens-cluster}
 install -d -m 755 "$LAB/snapshot"
-printf '# Written by tests/run.sh for the test cluster: read by job_submit_gputokens.so in slurmctld.\n[paths]\nsnapshot = "%s"\n' \
-  "$LAB/snapshot/balances.snapshot" > /etc/slurm/gputokens.toml
-JOBSUBMIT_PLUGIN_SO=$ROOT/target/debug/libjob_submit_gputokens.so bash tests/cluster/up.sh
+printf '# Written by tests/demo.sh: read by job_submit_gputokens.so (slurmctld) and spank_gputokens.so (sbatch).\n[paths]\nsnapshot = "%s"\nsocket = "%s"\n' \
+  "$LAB/snapshot/balances.snapshot" "$DEMO/run/accountd.sock" > /etc/slurm/gputokens.toml
+JOBSUBMIT_PLUGIN_SO=$ROOT/target/debug/libjob_submit_gputokens.so SPANK_PLUGIN_SO=$ROOT/target/debug/libspank_gputokens.so \
+  SPANK_PLUGIN_ARGS="jobs_dir=$LAB/gpu-jobs" bash tests/cluster/up.sh
 
 step "Configure gputokens (seed prices; a fresh ledger in $DEMO)"
 stop_accountd
@@ -77,6 +78,14 @@ for _ in $(seq 120); do
 done
 show sacct -j "$job" -X -P -o JobID,User,AllocTRES,ElapsedRaw,State
 show "$ACCOUNTD" tick
+cd "$ROOT"
+
+step "bob asks what a job can cost: sbatch shows his balance (SPANK) and the most the job can cost (job_submit)"
+sleep 1   # the job_submit plugin sees the snapshot the tick wrote within a second
+cd "$LAB/jobs"
+printf '$ runuser -u bob -- sbatch --gpu-tokens-estimate --gres=gpu:a6000:2 --time=2:00:00 --hold --wrap "sleep 1"\n'
+held=$(runuser -u bob -- sbatch --parsable --output=/dev/null --gpu-tokens-estimate --gres=gpu:a6000:2 --time=2:00:00 --hold --wrap 'sleep 1')
+scancel "$held"
 cd "$ROOT"
 
 step "Balances as root (an admin sees everyone)"

@@ -14,6 +14,9 @@ use crate::slurm::Slurm;
 
 /// Ledger meta key: sacct has been read up to this unix time.
 const READ_UNTIL: &str = "sacct_read_until";
+/// Where the very first read began (`first_lookback` before it): re-reads never reach before it, so
+/// jobs that ended earlier (charged by the system gputokens replaced, or imported) are never charged.
+const READ_FROM: &str = "sacct_read_from";
 
 #[derive(Debug, Default)]
 pub struct ChargeSummary {
@@ -43,9 +46,10 @@ impl fmt::Display for ChargeSummary {
 
 pub fn charge(service: &mut Service, slurm: &Slurm, now: i64) -> CliResult<ChargeSummary> {
     let tools = &service.config.slurm;
-    let read_until = service.ledger.meta(READ_UNTIL)?.and_then(|v| v.parse::<i64>().ok());
+    let meta = |key| -> CliResult<Option<i64>> { Ok(service.ledger.meta(key)?.and_then(|v| v.parse().ok())) };
+    let (read_until, read_from) = (meta(READ_UNTIL)?, meta(READ_FROM)?);
     let since = match read_until {
-        Some(t) => t - tools.reread.as_secs() as i64,
+        Some(t) => (t - tools.reread.as_secs() as i64).max(read_from.unwrap_or(i64::MIN)),
         None => now - tools.first_lookback.as_secs() as i64,
     };
 
@@ -65,6 +69,11 @@ pub fn charge(service: &mut Service, slurm: &Slurm, now: i64) -> CliResult<Charg
 
     let outcome = service.ledger.charge(&records, &service.config.prices, now)?;
     service.ledger.set_meta(READ_UNTIL, &now.to_string())?;
+    if read_from.is_none() {
+        // Ledgers from before this key: their first read is long past, nothing to protect.
+        let from = if read_until.is_none() { since } else { i64::MIN };
+        service.ledger.set_meta(READ_FROM, &from.to_string())?;
+    }
     service.metrics.record_charge(&outcome, finished.skipped);
     for (gpu_type, secs) in &outcome.unlisted_types {
         tracing::warn!(

@@ -204,3 +204,30 @@ fn array_tasks_are_each_charged() {
     let again = site.accountd(None, &["tick"]).ok();
     assert!(again.stdout.contains(": 0 charge entries"), "{}", again.stdout);
 }
+
+/// `reread` covers slurmdbd's lag, but never reaches before where the very first read began
+/// (`first_lookback`): a job that ended before accountd started is not its to charge (the system it
+/// replaced, or an import, accounted for it).
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn rereads_never_reach_before_the_first_read() {
+    let _cluster = serial();
+    let before = sbatch("bob", &["--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
+    assert_eq!(wait_finished(&before), "COMPLETED");
+    std::thread::sleep(Duration::from_secs(2));
+    let site = Site::with_prices(
+        "",
+        PRICES,
+        "[slurm]\nfirst_lookback = \"1s\"\nreread = \"1h\"\n[preemption]\nenabled = false\n",
+    );
+    for _ in 0..2 {
+        let out = site.accountd(None, &["tick"]).ok();
+        assert!(out.stdout.contains(": 0 charge entries"), "{}", out.stdout);
+    }
+    assert_eq!(balance(&site, "bob"), Tokens::whole(100), "job {before} ended before the first read");
+    // A job that ends now is still charged, by a later read that looks back over it.
+    let after = sbatch("bob", &["--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    assert_eq!(wait_finished(&after), "COMPLETED");
+    site.accountd(None, &["tick"]).ok();
+    assert_eq!(balance(&site, "bob"), Tokens::whole(100) - cost(Tokens::whole(3600), elapsed(&after)));
+}
