@@ -2,11 +2,11 @@
 //! for and how much, in the same transaction as the charge entry, so a record is never charged twice
 //! and a running job charged every cycle adds up to exactly its final cost.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
-use super::{ensure_user, insert_entry, Applied, EntryKind, Ledger, LedgerError, NewEntry};
+use super::{add_to_balance, append_entry, ensure_user, Applied, EntryKind, Ledger, LedgerError, NewEntry};
 use crate::policy::BucketRules;
 use crate::pricing::{cost_milli, PriceTable};
 use crate::tokens::Tokens;
@@ -57,12 +57,17 @@ impl Ledger {
         let rules = self.rules;
         let tx = self.conn.transaction()?;
         let mut outcome = ChargeOutcome::default();
+        // Users are added once and balances moved once per user, in this same transaction.
+        let mut batch = Batch::default();
         for record in records {
             let before = outcome.entries;
-            charge_record(&tx, &rules, prices, record, now, &mut outcome)?;
+            charge_record(&tx, &rules, prices, record, now, &mut batch, &mut outcome)?;
             if outcome.entries == before {
                 outcome.unchanged += 1;
             }
+        }
+        for (user, delta) in &batch.balance_deltas {
+            add_to_balance(&tx, user, *delta)?;
         }
         tx.commit()?;
         Ok(outcome)
@@ -95,22 +100,29 @@ impl Ledger {
     }
 }
 
+/// What one charge cycle keeps between records.
+#[derive(Default)]
+struct Batch {
+    users_seen: HashSet<String>,
+    balance_deltas: HashMap<String, Tokens>,
+}
+
 fn charge_record(
     tx: &Transaction<'_>,
     rules: &BucketRules,
     prices: &PriceTable,
     record: &UsageRecord,
     now: i64,
+    batch: &mut Batch,
     outcome: &mut ChargeOutcome,
 ) -> Result<(), LedgerError> {
     for (gpu_type, &milli) in &record.milli_gpus {
         let progress: Option<(i64, i64)> = tx
-            .query_row(
+            .prepare_cached(
                 "SELECT charged_until, charged FROM job_charges
                  WHERE job_id = ?1 AND segment_start = ?2 AND gpu_type = ?3",
-                params![record.job_id, record.segment_start, gpu_type],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
+            )?
+            .query_row(params![record.job_id, record.segment_start, gpu_type], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
         let (until, charged) = progress.map(|(u, c)| (u as u64, Tokens::from_micro(c))).unwrap_or_default();
         if record.elapsed <= until {
@@ -124,7 +136,10 @@ fn charge_record(
         if !price.listed {
             *outcome.unlisted_types.entry(gpu_type.clone()).or_default() += milli * (record.elapsed - until) / MILLI;
         }
-        ensure_user(tx, rules, &record.user, now)?;
+        if !batch.users_seen.contains(&record.user) {
+            ensure_user(tx, rules, &record.user, now)?;
+            batch.users_seen.insert(record.user.clone());
+        }
         let mut entry = NewEntry::new(
             &record.user,
             EntryKind::Charge,
@@ -137,27 +152,29 @@ fn charge_record(
         entry.job_id = Some(record.job_id.clone());
         entry.gpu_type = Some(gpu_type.clone());
         entry.gpu_seconds = Some(milli * (record.elapsed - until) / MILLI);
-        if insert_entry(tx, &entry)? == Applied::Added {
+        if append_entry(tx, &entry)? == Applied::Added {
+            let delta = batch.balance_deltas.entry(record.user.clone()).or_insert(Tokens::ZERO);
+            *delta = *delta - due;
             outcome.entries += 1;
             outcome.charged = outcome.charged + due;
             let by_type = outcome.by_user_type.entry((record.user.clone(), gpu_type.clone())).or_default();
             *by_type = *by_type + due;
             outcome.jobs.insert(record.job_id.clone());
         }
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO job_charges (job_id, segment_start, gpu_type, user, charged_until, charged)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)
              ON CONFLICT (job_id, segment_start, gpu_type)
              DO UPDATE SET charged_until = excluded.charged_until, charged = excluded.charged",
-            params![
-                record.job_id,
-                record.segment_start,
-                gpu_type,
-                record.user,
-                record.elapsed as i64,
-                (charged + due).micro()
-            ],
-        )?;
+        )?
+        .execute(params![
+            record.job_id,
+            record.segment_start,
+            gpu_type,
+            record.user,
+            record.elapsed as i64,
+            (charged + due).micro()
+        ])?;
     }
     Ok(())
 }

@@ -174,6 +174,8 @@ impl Ledger {
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
+        // 64 MiB of page cache: a large charge cycle touches several indexes per record.
+        conn.pragma_update(None, "cache_size", -65536)?;
         conn.pragma_update(None, "foreign_keys", true)?;
         schema::migrate(&mut conn)?;
         Ok(Ledger { conn, rules })
@@ -428,11 +430,12 @@ pub fn check_user_name(user: &str) -> Result<(), LedgerError> {
 
 fn ensure_user(tx: &Transaction<'_>, rules: &BucketRules, user: &str, now: i64) -> Result<(), LedgerError> {
     check_user_name(user)?;
-    let added = tx.execute(
-        "INSERT INTO users (name, first_seen, balance, replenished_through) VALUES (?1, ?2, 0, ?3)
-         ON CONFLICT (name) DO NOTHING",
-        params![user, now, local_date(now).to_string()],
-    )?;
+    let added = tx
+        .prepare_cached(
+            "INSERT INTO users (name, first_seen, balance, replenished_through) VALUES (?1, ?2, 0, ?3)
+             ON CONFLICT (name) DO NOTHING",
+        )?
+        .execute(params![user, now, local_date(now).to_string()])?;
     if added == 1 {
         let entry = NewEntry::new(
             user,
@@ -450,10 +453,22 @@ fn ensure_user(tx: &Transaction<'_>, rules: &BucketRules, user: &str, now: i64) 
 
 /// Inserts unless the key exists; keeps `users.balance` equal to the sum of the user's entries.
 fn insert_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied, LedgerError> {
-    let added = tx.execute(
-        "INSERT INTO entries (user, kind, amount, at, actor, reason, key, job_id, gpu_type, gpu_seconds)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (key) DO NOTHING",
-        params![
+    let applied = append_entry(tx, e)?;
+    if applied == Applied::Added {
+        add_to_balance(tx, &e.user, e.amount)?;
+    }
+    Ok(applied)
+}
+
+/// Inserts unless the key exists, leaving `users.balance` to the caller, who must add the amount
+/// with [`add_to_balance`] before the transaction commits (a charge cycle adds once per user).
+fn append_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied, LedgerError> {
+    let added = tx
+        .prepare_cached(
+            "INSERT INTO entries (user, kind, amount, at, actor, reason, key, job_id, gpu_type, gpu_seconds)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (key) DO NOTHING",
+        )?
+        .execute(params![
             e.user,
             e.kind.as_str(),
             e.amount.micro(),
@@ -464,13 +479,14 @@ fn insert_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied, LedgerErr
             e.job_id,
             e.gpu_type,
             e.gpu_seconds.map(|s| s as i64)
-        ],
-    )?;
-    if added == 0 {
-        return Ok(Applied::AlreadyRecorded);
-    }
-    tx.execute("UPDATE users SET balance = balance + ?2 WHERE name = ?1", params![e.user, e.amount.micro()])?;
-    Ok(Applied::Added)
+        ])?;
+    Ok(if added == 0 { Applied::AlreadyRecorded } else { Applied::Added })
+}
+
+fn add_to_balance(tx: &Transaction<'_>, user: &str, amount: Tokens) -> Result<(), LedgerError> {
+    tx.prepare_cached("UPDATE users SET balance = balance + ?2 WHERE name = ?1")?
+        .execute(params![user, amount.micro()])?;
+    Ok(())
 }
 
 #[cfg(test)]
