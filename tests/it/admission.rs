@@ -133,13 +133,7 @@ impl Drop for Admission {
             args.extend(self.jobs.iter().map(String::as_str));
             run_as(None, Path::new("/usr/bin/scancel"), &args);
         }
-        let rules = BucketRules {
-            initial: Tokens::whole(100),
-            daily: Tokens::whole(1),
-            monthly: Tokens::ZERO,
-            cap: None,
-            floor: Tokens::whole(-10),
-        };
+        let rules = BucketRules { monthly: Tokens::ZERO, ..BucketRules::default() };
         let empty = gputokens::snapshot::render(&gputokens::snapshot::Snapshot::new(gputokens::time::now(), rules));
         let _ = gputokens::snapshot::write_atomically(&self.snapshot, &empty);
         std::thread::sleep(SETTLE);

@@ -392,13 +392,7 @@ mod tests {
     const NOW: i64 = 1_795_430_400;
 
     fn snapshot() -> Snapshot {
-        let rules = BucketRules {
-            initial: Tokens::whole(100),
-            daily: Tokens::whole(1),
-            monthly: Tokens::ZERO,
-            cap: None,
-            floor: Tokens::whole(-10),
-        };
+        let rules = BucketRules { monthly: Tokens::ZERO, ..BucketRules::default() };
         let mut snap = Snapshot::new(NOW - 10, rules);
         snap.balances = HashMap::from([
             ("alice".to_string(), Tokens::from_micro(-10_400_000)),
@@ -423,7 +417,7 @@ mod tests {
     fn view_of(snapshot: Snapshot) -> View {
         let names =
             HashMap::from([(1001, "alice".to_string()), (1002, "bob".to_string()), (1003, "carol".to_string())]);
-        View::Ready(Balances { snapshot, names, mapped: 3 })
+        View::Ready(Balances { snapshot: std::sync::Arc::new(snapshot), names, mapped: 3 })
     }
 
     fn view() -> View {

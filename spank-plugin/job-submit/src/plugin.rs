@@ -18,7 +18,7 @@ use chrono::{Datelike, NaiveDate};
 use crate::admit::{self, Context, JobRequest, Verdict};
 use crate::ffi::{self, Level};
 use crate::tally::Tally;
-use crate::watch::{self, Monitor, View};
+use crate::watch::{self, Monitor, Stamp, View};
 use gputokens::plugin_config::{self as config, PluginConfig};
 
 struct Plugin {
@@ -90,7 +90,7 @@ fn monitor_for(config: &PluginConfig) -> Monitor {
 /// The config file and the identity of the version last read.
 struct Settings {
     path: std::path::PathBuf,
-    stamp: Option<(u64, u64, i64, i64)>,
+    stamp: Option<Stamp>,
 }
 
 impl Settings {
@@ -98,9 +98,8 @@ impl Settings {
         Settings { path, stamp: None }
     }
 
-    fn current_stamp(&self) -> Option<(u64, u64, i64, i64)> {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(&self.path).ok().map(|m| (m.dev(), m.ino(), m.mtime(), m.mtime_nsec()))
+    fn current_stamp(&self) -> Option<Stamp> {
+        Stamp::read(&self.path).ok()
     }
 
     /// Reads the file, logging its problems and the settings in effect.

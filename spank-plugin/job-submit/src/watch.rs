@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,7 +38,8 @@ pub enum View {
 /// The parsed snapshot, with the uids of the user names it mentions.
 #[derive(Debug)]
 pub struct Balances {
-    pub snapshot: Snapshot,
+    /// Shared with the monitor, which keeps it to retry failed name lookups.
+    pub snapshot: Arc<Snapshot>,
     /// uid → user name, for the names the snapshot mentions and the exempt users.
     pub names: HashMap<u32, String>,
     /// Users with a balance in the snapshot and an account on this machine.
@@ -103,13 +104,26 @@ enum Condition {
     Broken(Problem),
 }
 
-/// The file's identity: a rename (accountd's atomic write) changes the inode.
+/// A file's identity: a rename (accountd's atomic write) changes the inode, an edit in place the
+/// length or modification time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stamp {
+pub struct Stamp {
     dev: u64,
     ino: u64,
     len: u64,
     mtime_ns: i128,
+}
+
+impl Stamp {
+    pub fn read(path: &Path) -> std::io::Result<Stamp> {
+        let meta = std::fs::metadata(path)?;
+        Ok(Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
+        })
+    }
 }
 
 pub struct Monitor {
@@ -122,7 +136,7 @@ pub struct Monitor {
     stamp: Option<Stamp>,
     view: Arc<View>,
     /// The parsed snapshot behind a Ready view, kept to retry failed lookups.
-    snapshot: Option<Snapshot>,
+    snapshot: Option<Arc<Snapshot>>,
     retry_lookups_at: Option<i64>,
     /// name → (uid, looked up at)
     uids: HashMap<String, (u32, i64)>,
@@ -158,14 +172,8 @@ impl Monitor {
 
     /// Looks at the file; returns the new view when it changed. `now` is unix time.
     pub fn tick(&mut self, now: i64, log: &mut dyn FnMut(Level, String)) -> Option<Arc<View>> {
-        let changed = match std::fs::metadata(&self.path) {
-            Ok(meta) => {
-                let stamp = Stamp {
-                    dev: meta.dev(),
-                    ino: meta.ino(),
-                    len: meta.len(),
-                    mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
-                };
+        let changed = match Stamp::read(&self.path) {
+            Ok(stamp) => {
                 if self.stamp == Some(stamp) {
                     self.retry_lookups(now, log)
                 } else {
@@ -212,6 +220,7 @@ impl Monitor {
             .and_then(|t| snapshot::parse(&t).map_err(|e| e.to_string()));
         match parsed {
             Ok(snap) => {
+                let snap = Arc::new(snap);
                 let balances = self.balances(&snap, now);
                 log(
                     Level::Verbose,
@@ -234,7 +243,7 @@ impl Monitor {
 
     /// Maps the user names of the snapshot (and the exempt users) to uids (cached; failed lookups
     /// are retried later).
-    fn balances(&mut self, snap: &Snapshot, now: i64) -> Balances {
+    fn balances(&mut self, snap: &Arc<Snapshot>, now: i64) -> Balances {
         let queue = snap.queue.iter().flat_map(|q| q.committed.keys());
         let wanted: std::collections::BTreeSet<&String> =
             snap.balances.keys().chain(snap.default_accounts.keys()).chain(queue).chain(&self.extra_names).collect();
@@ -261,7 +270,7 @@ impl Monitor {
         }
         self.retry_lookups_at = failed.then_some(now + RETRY_LOOKUPS_SECS);
         let mapped = names.values().filter(|n| snap.balances.contains_key(*n)).count();
-        Balances { snapshot: snap.clone(), names, mapped }
+        Balances { snapshot: Arc::clone(snap), names, mapped }
     }
 
     fn retry_lookups(&mut self, now: i64, log: &mut dyn FnMut(Level, String)) -> Option<View> {
