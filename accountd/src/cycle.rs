@@ -36,14 +36,15 @@ pub fn check(service: &mut Service, now: i64) -> CliResult<CheckSummary> {
     let replenished = service.ledger.replenish(now)?;
     service.metrics.replenished.inc_by(replenished.tokens.as_f64());
     let slurm = crate::slurm::Slurm::new(&service.config.slurm);
-    crate::slurm_view::refresh(service, &slurm, now);
+    let mut queue = crate::slurm::QueueOnce::new(&slurm);
+    crate::slurm_view::refresh(service, &slurm, &mut queue, now);
     let users = publish_snapshot(service, now)?;
     let window = service.config.intervals.check;
     let usage = crate::usage::poll_prometheus(service, window, now).unwrap_or_else(|e| {
         tracing::error!("{e}");
         Some(format!("usage not read: {e}"))
     });
-    let preemption = crate::preempt::check(service, &slurm, now).unwrap_or_else(|e| {
+    let preemption = crate::preempt::check(service, &slurm, &mut queue, now).unwrap_or_else(|e| {
         tracing::error!("preemption check failed: {e}");
         format!("preemption check failed: {e}")
     });

@@ -9,24 +9,24 @@ use gputokens::ledger::Action;
 use gputokens::preemption::{
     at_floor_victims, contention_victims, utilization_by_type, Cause, Holder, Limits, Victim, Waiter,
 };
-use gputokens::slurm::squeue::{self, QueueJob};
+use gputokens::slurm::squeue::QueueJob;
 use gputokens::tres::{Sharing, MILLI};
 use gputokens::Tokens;
 
-use crate::error::{CliError, CliResult};
+use crate::error::CliResult;
 use crate::handler::Service;
-use crate::slurm::Slurm;
+use crate::slurm::{QueueOnce, Slurm};
 
 /// Pending reasons that mean "waiting for resources", not for a dependency or a hold.
 const WAITING_FOR_RESOURCES: [&str; 2] = ["Resources", "Priority"];
 
-pub fn check(service: &mut Service, slurm: &Slurm, now: i64) -> CliResult<String> {
+pub fn check(service: &mut Service, slurm: &Slurm, queue: &mut QueueOnce, now: i64) -> CliResult<String> {
     let config = service.config.preemption.clone();
     if !config.enabled && config.at_floor == AtFloor::None {
         return Ok("preemption off".into());
     }
-    let jobs = squeue::queue(&slurm.squeue_json()?).map_err(|e| CliError::failed(e.to_string()))?;
-    let balance = balances(service, &jobs)?;
+    let jobs = queue.jobs()?;
+    let balance = balances(service, jobs)?;
     let exempt = &service.config.exempt;
     let holders: Vec<Holder> = jobs
         .iter()

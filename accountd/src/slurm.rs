@@ -6,6 +6,7 @@ use std::process::Command;
 
 use gputokens::config::SlurmTools;
 use gputokens::slurm::sacct;
+use gputokens::slurm::squeue::{self, QueueJob};
 
 use crate::error::{CliError, CliResult};
 
@@ -70,6 +71,28 @@ impl Slurm {
             return Ok(hostlist.split(',').filter(|h| !h.is_empty()).map(str::to_string).collect());
         }
         Ok(self.run("scontrol", &["show", "hostnames", hostlist])?.lines().map(str::to_string).collect())
+    }
+}
+
+/// `squeue --json` read at most once per check cycle, by whichever part asks first (the snapshot's
+/// queue commitments, the preemption check): both then see the same queue.
+pub struct QueueOnce<'s> {
+    slurm: &'s Slurm,
+    read: Option<Result<Vec<QueueJob>, String>>,
+}
+
+impl<'s> QueueOnce<'s> {
+    pub fn new(slurm: &'s Slurm) -> QueueOnce<'s> {
+        QueueOnce { slurm, read: None }
+    }
+
+    pub fn jobs(&mut self) -> CliResult<&[QueueJob]> {
+        let slurm = self.slurm;
+        let read = self.read.get_or_insert_with(|| {
+            let json = slurm.squeue_json().map_err(|e| e.to_string())?;
+            squeue::queue(&json).map_err(|e| e.to_string())
+        });
+        read.as_deref().map_err(|e| CliError::failed(e.clone()))
     }
 }
 

@@ -15,7 +15,7 @@ use gputokens::snapshot::QueueSummary;
 
 use crate::error::{CliError, CliResult};
 use crate::handler::Service;
-use crate::slurm::Slurm;
+use crate::slurm::{QueueOnce, Slurm};
 
 #[derive(Debug, Default)]
 pub struct SlurmView {
@@ -26,7 +26,7 @@ pub struct SlurmView {
 }
 
 /// Reads what the plugin's settings need; `now` stamps the queue.
-pub fn refresh(service: &mut Service, slurm: &Slurm, now: i64) {
+pub fn refresh(service: &mut Service, slurm: &Slurm, queue: &mut QueueOnce, now: i64) {
     let admission = &service.config.admission;
     let wants_queue = admission.mode == Mode::Estimate || admission.max_gpus_per_user.is_some();
     let wants_accounts = !service.config.exempt.accounts.is_empty();
@@ -47,7 +47,7 @@ pub fn refresh(service: &mut Service, slurm: &Slurm, now: i64) {
     }
     service.slurm_view.queue = None;
     if wants_queue {
-        match queue(service, slurm, now) {
+        match commitments_of(service, queue, now) {
             Ok(summary) => service.slurm_view.queue = Some(summary),
             Err(e) => problems.push(format!("queue not read, the plugin counts no running or pending jobs: {e}")),
         }
@@ -63,15 +63,15 @@ pub fn refresh(service: &mut Service, slurm: &Slurm, now: i64) {
     }
 }
 
-fn queue(service: &Service, slurm: &Slurm, now: i64) -> CliResult<QueueSummary> {
+fn commitments_of(service: &Service, queue: &mut QueueOnce, now: i64) -> CliResult<QueueSummary> {
     // Taken before squeue runs: a job the plugin admits from here on is counted by the plugin itself.
     let as_of = now;
-    let jobs = squeue::queue(&slurm.squeue_json()?).map_err(|e| CliError::failed(e.to_string()))?;
+    let jobs = queue.jobs()?;
     let default_limit = service.config.admission.default_time_limit.as_secs();
     let ledger = &service.ledger;
     let charged =
         |job: &squeue::QueueJob| ledger.charged_seconds(&job.job_id, job.start_time).ok().flatten().unwrap_or(0);
-    let committed = commitments(&jobs, default_limit, &service.config.prices, service.config.sharing, charged);
+    let committed = commitments(jobs, default_limit, &service.config.prices, service.config.sharing, charged);
     Ok(QueueSummary { as_of, committed: committed.into_iter().collect() })
 }
 
