@@ -144,6 +144,11 @@ impl Drop for Admission {
 /// `tables` in its config. Bind as `let (site, mut adm) = ...`: `adm` goes first, restoring the
 /// cluster's snapshot while the site still exists.
 fn following_site(tables: &str, adjustments: &[(&str, &str)]) -> (Site, Admission) {
+    if tables.contains("[slurm]") {
+        // A site that charges from the cluster: keep jobs the previous test saw end out of its first
+        // sacct window (as charging's live_site does).
+        std::thread::sleep(Duration::from_secs(2));
+    }
     let site = Site::start("", tables);
     let adm = Admission::start();
     for (user, amount) in adjustments {
@@ -604,7 +609,9 @@ fn gpu_tokens_estimate_shows_the_most_a_job_can_cost() {
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn a_running_job_commits_the_uncharged_rest_of_its_limit() {
     let _cluster = serial();
-    // 1 token per a6000-second, so charged seconds read straight off the balance.
+    // 1 token per a6000-second, so charged seconds read straight off the balance; the pause keeps
+    // jobs the previous test saw end out of the site's first sacct window.
+    std::thread::sleep(Duration::from_secs(2));
     let site =
         Site::with_prices("", "[prices]\na6000 = 3600\n", &reading_the_queue("[admission]\nmode = \"estimate\"\n"));
     let job = crate::cluster::sbatch("alice", &["--gres=gpu:a6000:1", "--time=10", "--wrap", "sleep 120"]);
