@@ -187,14 +187,9 @@ pub fn on_submit(
 ) -> Submitted {
     let pass = Submitted { verdict: Verdict::accept(), admitted: None };
     let Some(request) = job.gpu_request(log) else { return pass };
-    let uid = if job.user_id == NO_VAL { submit_uid } else { job.user_id };
     let balances = ctx.balances();
-    let name = balances.and_then(|b| b.names.get(&uid)).map(String::as_str);
-    let who = match name {
-        Some(n) => format!("{n} (uid {uid})"),
-        None => format!("uid {uid}"),
-    };
-    if is_exempt(ctx.config, name, job, balances.and_then(|b| b.default_account(uid))) {
+    let Owner { uid, who, exempt } = owner(ctx.config, balances, job, submit_uid);
+    if exempt {
         log(Level::Verbose, format!("a GPU job of {who} is exempt: not checked"));
         return pass;
     }
@@ -300,6 +295,23 @@ fn job_estimate(request: &GpuRequest, job: &JobRequest, seconds: u64, balances: 
     JobEstimate { gpus, seconds, cost }
 }
 
+/// The job's owner as the rules see them.
+struct Owner {
+    uid: u32,
+    /// `alice (uid 1001)`, or `uid 1001` when the name is not known, for the log.
+    who: String,
+    exempt: bool,
+}
+
+/// The owner is the description's `user_id`, else (NO_VAL, as in most updates) the submitter.
+fn owner(config: &PluginConfig, balances: Option<&Balances>, job: &JobRequest, submit_uid: u32) -> Owner {
+    let uid = if job.user_id == NO_VAL { submit_uid } else { job.user_id };
+    let name = balances.and_then(|b| b.names.get(&uid)).map(String::as_str);
+    let who = name.map_or(format!("uid {uid}"), |n| format!("{n} (uid {uid})"));
+    let exempt = is_exempt(config, name, job, balances.and_then(|b| b.default_account(uid)));
+    Owner { uid, who, exempt }
+}
+
 /// An exempt user (by name), account (the job's, else the user's default) or QOS (the job's).
 fn is_exempt(config: &PluginConfig, name: Option<&str>, job: &JobRequest, default_account: Option<&str>) -> bool {
     let exempt = &config.exempt;
@@ -317,13 +329,11 @@ pub fn on_modify(ctx: &Context, job: &JobRequest, submit_uid: u32, log: &mut dyn
     if submit_uid == 0 {
         return Verdict::accept();
     }
-    let uid = if job.user_id == NO_VAL { submit_uid } else { job.user_id };
     let balances = ctx.balances();
-    let name = balances.and_then(|b| b.names.get(&uid)).map(String::as_str);
-    if is_exempt(ctx.config, name, job, balances.and_then(|b| b.default_account(uid))) {
+    let Owner { uid, who, exempt } = owner(ctx.config, balances, job, submit_uid);
+    if exempt {
         return Verdict::accept();
     }
-    let who = name.map_or(format!("uid {uid}"), |n| format!("{n} (uid {uid})"));
     if let (Some(max), Some(asked)) = (ctx.config.max_job_duration, job.time_limit_secs()) {
         if let TimeCheck::Reject { message } = admission::check_duration(Some(asked), None, max.as_secs()) {
             log(Level::Info, format!("refused an update of a job of {who}: time limit above max_job_duration"));
