@@ -91,11 +91,15 @@ fn monitor_for(config: &PluginConfig) -> Monitor {
 struct Settings {
     path: std::path::PathBuf,
     stamp: Option<Stamp>,
+    /// A changed identity seen at the last poll, not read yet: the file is read once it has stayed
+    /// the same for a poll, so a file being written in place (an editor, `cp`) is not caught half
+    /// way; an empty file would mean the defaults.
+    settling: Option<Option<Stamp>>,
 }
 
 impl Settings {
     fn new(path: std::path::PathBuf) -> Settings {
-        Settings { path, stamp: None }
+        Settings { path, stamp: None, settling: None }
     }
 
     fn current_stamp(&self) -> Option<Stamp> {
@@ -122,9 +126,20 @@ impl Settings {
         config
     }
 
-    /// The new settings when the file changed since it was read.
+    /// The new settings when the file changed since it was read and has since stayed the same for
+    /// one poll.
     fn reload_if_changed(&mut self) -> Option<PluginConfig> {
-        (self.current_stamp() != self.stamp).then(|| self.load())
+        let current = self.current_stamp();
+        if current == self.stamp {
+            self.settling = None;
+            return None;
+        }
+        if self.settling != Some(current) {
+            self.settling = Some(current);
+            return None;
+        }
+        self.settling = None;
+        Some(self.load())
     }
 }
 
@@ -218,4 +233,27 @@ pub fn modify(job: &JobRequest, submit_uid: u32) -> Verdict {
     let Some(State { config, view, today, .. }) = state() else { return Verdict::accept() };
     let ctx = Context { view: &view, config: &config, now: unix_now(), today };
     admit::on_modify(&ctx, job, submit_uid, &mut slurm_log)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_changed_config_is_read_once_it_has_settled() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gputokens.toml");
+        std::fs::write(&path, "[admission]\nnice_increment = 1\n").unwrap();
+        let mut settings = Settings::new(path.clone());
+        assert_eq!(settings.load().deprioritize, config::Deprioritize::Nice(1));
+        assert!(settings.reload_if_changed().is_none(), "unchanged");
+
+        std::fs::write(&path, "").unwrap(); // an editor truncating the file, about to write it
+        assert!(settings.reload_if_changed().is_none(), "just changed: not read yet");
+        std::fs::write(&path, "[admission]\nnice_increment = 2\n").unwrap();
+        assert!(settings.reload_if_changed().is_none(), "changed again: still settling");
+        let read = settings.reload_if_changed().expect("settled: read");
+        assert_eq!(read.deprioritize, config::Deprioritize::Nice(2));
+        assert!(settings.reload_if_changed().is_none());
+    }
 }
