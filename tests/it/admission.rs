@@ -469,7 +469,7 @@ fn max_job_duration_limits_gpu_jobs_and_exempt_users_pass() {
 /// from its start on (no look back, no re-read), so jobs of earlier tests leave balances alone.
 fn reading_the_queue(admission: &str) -> String {
     format!(
-        "[slurm]\nfirst_lookback = \"1s\"\nreread = \"0s\"\n[preemption]\nenabled = false\n[intervals]\n\
+        "[slurm]\nfirst_lookback = \"1s\"\nreread = \"1m\"\n[preemption]\nenabled = false\n[intervals]\n\
          check = \"1s\"\n{admission}"
     )
 }

@@ -117,7 +117,7 @@ fn measured_basis_charges_by_reported_utilization() {
     let site = Site::with_prices(
         "",
         "[prices]\na6000 = 3600\nrtx3090 = 900\n",
-        "[slurm]\nfirst_lookback = \"1s\"\nreread = \"0s\"\n[preemption]\nenabled = false\n[usage]\ncharge_basis = \"measured\"\nmeasured_min_fraction = 0.25\n",
+        "[slurm]\nfirst_lookback = \"1s\"\nreread = \"1m\"\n[preemption]\nenabled = false\n[usage]\ncharge_basis = \"measured\"\nmeasured_min_fraction = 0.25\n",
     );
     site.accountd(None, &["tick"]).ok();
     let busy = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 6"]);

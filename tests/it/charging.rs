@@ -14,7 +14,7 @@ use crate::common::Site;
 const PRICES: &str = "[prices]\nrtx2080 = 1800\nrtx3090 = 900\na6000 = 3600\n";
 /// Read only what happens from the site's first tick on.
 /// Preemption is off: these tests are about charging, and their users may run into debt.
-const LIVE: &str = "[slurm]\nfirst_lookback = \"1s\"\nreread = \"0s\"\n[preemption]\nenabled = false\n";
+const LIVE: &str = "[slurm]\nfirst_lookback = \"1s\"\nreread = \"1m\"\n[preemption]\nenabled = false\n";
 
 /// A site that charges from the live cluster, starting now. Call with the `serial` guard held: the
 /// pause keeps jobs that the previous test saw end out of this site's first sacct window.

@@ -66,7 +66,8 @@ pub fn wait_finished(job: &str) -> String {
     loop {
         let state = sacct(&["-j", job, "-X", "-n", "-P", "-o", "State"]).trim().to_string();
         // slurmdbd shows a job by ID seconds before a time window (sacct -S, as accountd reads) finds
-        // it; accountd's `reread` covers that, the tests' sites read no overlap, so wait for both.
+        // it; accountd's `reread` covers that in later cycles, but a test that ticks once right after
+        // needs the job in the window now, so wait for both.
         let in_window =
             || sacct(&["-X", "-a", "-n", "-P", "-S", "now-10minutes", "-o", "JobIDRaw"]).lines().any(|l| l == job);
         if !state.is_empty()
