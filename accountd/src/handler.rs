@@ -187,7 +187,7 @@ impl Service {
         let entry = NewEntry::new(user, kind, amount, now, &caller.name, &reason, key.clone());
         let applied = self.ledger.append(&entry).map_err(from_ledger)?;
         let history = self.ledger.history(user).map_err(from_ledger)?;
-        let written = history.into_iter().filter(|e| e.key == key).collect();
+        let written = history.into_iter().filter(|e| e.key.as_deref() == Some(key.as_str())).collect();
         Ok((
             Reply::Recorded { entries: rows(written), replayed: applied == Applied::AlreadyRecorded },
             applied == Applied::Added,

@@ -125,7 +125,7 @@ impl Metrics {
         );
         registry.register(
             "jobs_charged",
-            "Jobs charged, counted once per cycle that charged them (running jobs are charged every cycle)",
+            "Job run segments charged, once per cycle that charged them (a running job every cycle; each run of a requeued job apart)",
             m.jobs_charged.clone(),
         );
         registry.register("cycle_duration_seconds", "Duration of the last cycle", m.cycle_seconds.clone());
@@ -185,7 +185,7 @@ impl Metrics {
                 .get_or_create(&UserGpuLabels { user: user.clone(), gpu_type: gpu_type.clone() })
                 .inc_by(tokens.as_f64());
         }
-        self.jobs_charged.inc_by(outcome.jobs.len() as u64);
+        self.jobs_charged.inc_by(outcome.records as u64);
         for (gpu_type, secs) in &outcome.unlisted_types {
             self.unpriced_gpu_seconds.get_or_create(&GpuTypeLabels { gpu_type: gpu_type.clone() }).inc_by(*secs);
         }

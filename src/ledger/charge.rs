@@ -2,11 +2,13 @@
 //! for and how much, in the same transaction as the charge entry, so a record is never charged twice
 //! and a running job charged every cycle adds up to exactly its final cost.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
-use rusqlite::{params, OptionalExtension, Transaction};
+use std::fmt::Write;
 
-use super::{add_to_balance, append_entry, ensure_user, Applied, EntryKind, Ledger, LedgerError, NewEntry};
+use rusqlite::{params, OptionalExtension, Statement, Transaction};
+
+use super::{ensure_user, move_balance, Ledger, LedgerError};
 use crate::policy::BucketRules;
 use crate::pricing::{cost_milli, PriceTable};
 use crate::tokens::Tokens;
@@ -41,8 +43,8 @@ pub struct ChargeOutcome {
     pub unlisted_types: BTreeMap<String, u64>,
     /// Tokens charged per (user, GPU type).
     pub by_user_type: BTreeMap<(String, String), Tokens>,
-    /// Jobs that were charged anything.
-    pub jobs: std::collections::BTreeSet<String>,
+    /// Records (job run segments) that were charged anything.
+    pub records: usize,
 }
 
 impl Ledger {
@@ -57,19 +59,28 @@ impl Ledger {
         let rules = self.rules;
         let tx = self.conn.transaction()?;
         let mut outcome = ChargeOutcome::default();
-        // Users are added once and balances moved once per user, in this same transaction.
         let mut batch = Batch::default();
+        let mut statements = Statements::prepare(&tx)?;
         for record in records {
-            let before = outcome.entries;
-            charge_record(&tx, &rules, prices, record, now, &mut batch, &mut outcome)?;
-            if outcome.entries == before {
+            if charge_record(&tx, &mut statements, &rules, prices, record, now, &mut batch)? {
+                outcome.records += 1;
+            } else {
                 outcome.unchanged += 1;
             }
         }
-        for (user, delta) in &batch.balance_deltas {
-            add_to_balance(&tx, user, *delta)?;
+        drop(statements);
+        for (user, pending) in batch.users {
+            if let Some(last_entry) = pending.last_entry {
+                move_balance(&tx, &user, pending.delta, last_entry)?;
+            }
+            for (gpu_type, tokens) in pending.by_type {
+                outcome.by_user_type.insert((user.clone(), gpu_type), tokens);
+            }
         }
         tx.commit()?;
+        outcome.entries = batch.entries;
+        outcome.charged = batch.charged;
+        outcome.unlisted_types = batch.unlisted_types;
         Ok(outcome)
     }
 
@@ -100,86 +111,157 @@ impl Ledger {
     }
 }
 
-/// What one charge cycle keeps between records.
+/// What one charge cycle keeps between records: users are added once, and their balance and
+/// newest entry are written once, at the end of the transaction.
 #[derive(Default)]
 struct Batch {
-    users_seen: HashSet<String>,
-    balance_deltas: HashMap<String, Tokens>,
+    users: HashMap<String, PendingUser>,
+    entries: usize,
+    charged: Tokens,
+    unlisted_types: BTreeMap<String, u64>,
 }
 
+/// A user charged in this cycle.
+struct PendingUser {
+    delta: Tokens,
+    /// Their newest entry: the next charge links to it.
+    last_entry: Option<i64>,
+    by_type: Vec<(String, Tokens)>,
+}
+
+/// Charges the GPU time of `record` not charged yet; true when it added entries.
 fn charge_record(
     tx: &Transaction<'_>,
+    statements: &mut Statements<'_>,
     rules: &BucketRules,
     prices: &PriceTable,
     record: &UsageRecord,
     now: i64,
     batch: &mut Batch,
-    outcome: &mut ChargeOutcome,
-) -> Result<(), LedgerError> {
+) -> Result<bool, LedgerError> {
+    let mut charged_any = false;
     for (gpu_type, &milli) in &record.milli_gpus {
-        let progress: Option<(i64, i64)> = tx
-            .prepare_cached(
-                "SELECT charged_until, charged FROM job_charges
-                 WHERE job_id = ?1 AND segment_start = ?2 AND gpu_type = ?3",
-            )?
-            .query_row(params![record.job_id, record.segment_start, gpu_type], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
-        let (until, charged) = progress.map(|(u, c)| (u as u64, Tokens::from_micro(c))).unwrap_or_default();
-        if record.elapsed <= until {
-            continue;
-        }
         let price = prices.applied(gpu_type);
         let weighted = Tokens::from_micro(price.per_gpu_hour.micro() * record.weight_permille.min(1000) as i64 / 1000);
         let total = cost_milli(weighted, milli * record.elapsed);
+        let Some(until) = statements.move_progress(record, gpu_type, total)? else { continue };
         // A price lowered mid-job never turns into a refund: charges only move forward.
-        let due = (total - charged).max(Tokens::ZERO);
+        let due = (total - until.charged).max(Tokens::ZERO);
+        let gpu_seconds = milli * (record.elapsed - until.seconds) / MILLI;
         if !price.listed {
-            *outcome.unlisted_types.entry(gpu_type.clone()).or_default() += milli * (record.elapsed - until) / MILLI;
+            *batch.unlisted_types.entry(gpu_type.clone()).or_default() += gpu_seconds;
         }
-        if !batch.users_seen.contains(&record.user) {
-            ensure_user(tx, rules, &record.user, now)?;
-            batch.users_seen.insert(record.user.clone());
-        }
-        let mut entry = NewEntry::new(
-            &record.user,
-            EntryKind::Charge,
-            -due,
+        let user = match batch.users.get_mut(&record.user) {
+            Some(user) => user,
+            None => {
+                ensure_user(tx, rules, &record.user, now)?;
+                let last_entry = tx
+                    .prepare_cached("SELECT last_entry FROM users WHERE name = ?1")?
+                    .query_row([&record.user], |r| r.get(0))?;
+                let pending = PendingUser { delta: Tokens::ZERO, last_entry, by_type: Vec::new() };
+                batch.users.entry(record.user.clone()).or_insert(pending)
+            }
+        };
+        let reason = &mut statements.reason;
+        reason.clear();
+        let _ = write!(reason, "{} × {gpu_type} for {}s at {}/GPU-hour", gpus(milli), record.elapsed, weighted);
+        statements.insert_entry.execute(params![
+            record.user,
+            (-due).micro(),
             now,
-            "gputokens",
-            &format!("{} × {gpu_type} for {}s at {}/GPU-hour", gpus_text(milli), record.elapsed, weighted),
-            format!("charge:{}:{}:{}:{}", record.job_id, record.segment_start, gpu_type, record.elapsed),
-        );
-        entry.job_id = Some(record.job_id.clone());
-        entry.gpu_type = Some(gpu_type.clone());
-        entry.gpu_seconds = Some(milli * (record.elapsed - until) / MILLI);
-        if append_entry(tx, &entry)? == Applied::Added {
-            let delta = batch.balance_deltas.entry(record.user.clone()).or_insert(Tokens::ZERO);
-            *delta = *delta - due;
-            outcome.entries += 1;
-            outcome.charged = outcome.charged + due;
-            let by_type = outcome.by_user_type.entry((record.user.clone(), gpu_type.clone())).or_default();
-            *by_type = *by_type + due;
-            outcome.jobs.insert(record.job_id.clone());
-        }
-        tx.prepare_cached(
-            "INSERT INTO job_charges (job_id, segment_start, gpu_type, user, charged_until, charged)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT (job_id, segment_start, gpu_type)
-             DO UPDATE SET charged_until = excluded.charged_until, charged = excluded.charged",
-        )?
-        .execute(params![
+            reason.as_str(),
             record.job_id,
-            record.segment_start,
             gpu_type,
+            gpu_seconds as i64,
+            user.last_entry,
+        ])?;
+        user.last_entry = Some(tx.last_insert_rowid());
+        user.delta = user.delta - due;
+        match user.by_type.iter_mut().find(|(t, _)| t == gpu_type) {
+            Some((_, tokens)) => *tokens = *tokens + due,
+            None => user.by_type.push((gpu_type.clone(), due)),
+        }
+        batch.entries += 1;
+        batch.charged = batch.charged + due;
+        charged_any = true;
+    }
+    Ok(charged_any)
+}
+
+/// How far a run segment and GPU type had been charged.
+#[derive(Default)]
+struct Progress {
+    seconds: u64,
+    charged: Tokens,
+}
+
+/// The statements a charge cycle runs per record, prepared once per cycle.
+struct Statements<'tx> {
+    insert_progress: Statement<'tx>,
+    read_progress: Statement<'tx>,
+    update_progress: Statement<'tx>,
+    insert_entry: Statement<'tx>,
+    /// Reused for every entry's reason.
+    reason: String,
+}
+
+impl<'tx> Statements<'tx> {
+    fn prepare(tx: &'tx Transaction<'_>) -> Result<Self, LedgerError> {
+        Ok(Statements {
+            insert_progress: tx.prepare(
+                "INSERT INTO job_charges (job_id, segment_start, gpu_type, user, charged_until, charged)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+            )?,
+            read_progress: tx.prepare(
+                "SELECT charged_until, charged FROM job_charges
+                 WHERE job_id = ?1 AND segment_start = ?2 AND gpu_type = ?3",
+            )?,
+            update_progress: tx.prepare(
+                "UPDATE job_charges SET charged_until = ?4, charged = ?5
+                 WHERE job_id = ?1 AND segment_start = ?2 AND gpu_type = ?3",
+            )?,
+            insert_entry: tx.prepare(
+                "INSERT INTO entries (user, kind, amount, at, actor, reason, job_id, gpu_type, gpu_seconds, prev_id)
+                 VALUES (?1, 'charge', ?2, ?3, 'gputokens', ?4, ?5, ?6, ?7, ?8)",
+            )?,
+            reason: String::new(),
+        })
+    }
+
+    /// Moves the job_charges row of (record, GPU type) to the record's elapsed time and `total`
+    /// cost; returns where it was, or None when the record adds nothing (already charged that far).
+    /// A new job (the common case) costs one insert; a known one a read and an update.
+    fn move_progress(
+        &mut self,
+        record: &UsageRecord,
+        gpu_type: &str,
+        total: Tokens,
+    ) -> Result<Option<Progress>, LedgerError> {
+        let key = (&record.job_id, record.segment_start, gpu_type);
+        let inserted = self.insert_progress.execute(params![
+            key.0,
+            key.1,
+            key.2,
             record.user,
             record.elapsed as i64,
-            (charged + due).micro()
+            total.micro()
         ])?;
+        if inserted == 1 {
+            return Ok(Some(Progress::default()));
+        }
+        let (seconds, charged): (i64, i64) =
+            self.read_progress.query_row(params![key.0, key.1, key.2], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let before = Progress { seconds: seconds as u64, charged: Tokens::from_micro(charged) };
+        if record.elapsed <= before.seconds {
+            return Ok(None);
+        }
+        let charged = total.max(before.charged);
+        self.update_progress.execute(params![key.0, key.1, key.2, record.elapsed as i64, charged.micro()])?;
+        Ok(Some(before))
     }
-    Ok(())
 }
 
 /// `8`, or `0.25` for a quarter of a GPU.
-fn gpus_text(milli: u64) -> String {
-    crate::tokens::Tokens::from_micro((milli * 1000) as i64).to_string()
+fn gpus(milli: u64) -> Tokens {
+    Tokens::from_micro((milli * 1000) as i64)
 }

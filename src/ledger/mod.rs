@@ -120,7 +120,8 @@ pub struct Entry {
     pub at: i64,
     pub actor: String,
     pub reason: String,
-    pub key: String,
+    /// Charges have none: their job_charges row keeps them from being recorded twice.
+    pub key: Option<String>,
     pub job_id: Option<String>,
     pub gpu_type: Option<String>,
 }
@@ -276,13 +277,14 @@ impl Ledger {
 
     /// Every entry of `user`, oldest first, with the running balance.
     pub fn history(&self, user: &str) -> Result<Vec<Entry>, LedgerError> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT id, user, kind, amount, at, actor, reason, key, job_id, gpu_type
-             FROM entries WHERE user = ?1 ORDER BY id",
-        )?;
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "{USER_CHAIN}
+             SELECT e.id, e.user, e.kind, e.amount, e.at, e.actor, e.reason, e.key, e.job_id, e.gpu_type
+             FROM chain CROSS JOIN entries e ON e.id = chain.id ORDER BY e.id"
+        ))?;
         let mut balance = Tokens::ZERO;
         let entries: Vec<Entry> = stmt
-            .query_map([user], |r| {
+            .query_map(params![user], |r| {
                 Ok(Entry {
                     id: r.get(0)?,
                     user: r.get(1)?,
@@ -313,10 +315,17 @@ impl Ledger {
 
     /// Tokens charged to `user` per GPU type since `since` (net of refunds is not applied: usage is usage).
     pub fn used_since(&self, user: &str, since: i64) -> Result<BTreeMap<String, Tokens>, LedgerError> {
+        // Charges are stamped when made, so the walk stops at the first older one; other entries
+        // (a replenishment dated to the day it was due) never stop it.
         let mut stmt = self.conn.prepare_cached(
-            "SELECT gpu_type, -SUM(amount) FROM entries
-             WHERE user = ?1 AND kind = 'charge' AND at >= ?2 AND gpu_type IS NOT NULL
-             GROUP BY gpu_type ORDER BY gpu_type",
+            "WITH RECURSIVE chain(id) AS (
+                SELECT last_entry FROM users WHERE name = ?1 AND last_entry IS NOT NULL
+                UNION ALL
+                SELECT e.prev_id FROM chain CROSS JOIN entries e ON e.id = chain.id
+                WHERE e.prev_id IS NOT NULL AND (e.at >= ?2 OR e.kind <> 'charge'))
+             SELECT e.gpu_type, -SUM(e.amount) FROM chain CROSS JOIN entries e ON e.id = chain.id
+             WHERE e.kind = 'charge' AND e.at >= ?2 AND e.gpu_type IS NOT NULL
+             GROUP BY e.gpu_type ORDER BY e.gpu_type",
         )?;
         let used = stmt
             .query_map(params![user, since], |r| Ok((r.get::<_, String>(0)?, Tokens::from_micro(r.get(1)?))))?
@@ -327,24 +336,33 @@ impl Ledger {
     /// Refunds what job `job_id` was charged and not yet refunded.
     pub fn refund_job(&mut self, job_id: &str, actor: &str, reason: &str, now: i64) -> Result<Vec<Entry>, LedgerError> {
         let tx = self.conn.transaction()?;
-        let owed: Vec<(String, i64, i64)> = {
-            let mut stmt = tx.prepare(
-                "SELECT user, -SUM(amount), MAX(id) FROM entries
-                 WHERE job_id = ?1 AND kind IN ('charge', 'refund') GROUP BY user",
-            )?;
-            let rows = stmt.query_map([job_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        // job_charges holds what each run segment and GPU type was charged in all; refunds are keyed
+        // `refund:JOB:...`, found by that prefix in the key index.
+        let charged: Vec<(String, i64)> = {
+            let mut stmt = tx.prepare("SELECT user, SUM(charged) FROM job_charges WHERE job_id = ?1 GROUP BY user")?;
+            let rows = stmt.query_map([job_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
             rows.collect::<Result<_, _>>()?
         };
         let mut ids = Vec::new();
-        for (user, net_charged, last_id) in owed.into_iter().filter(|(_, net, _)| *net > 0) {
+        for (user, charged) in charged {
+            let refunded: i64 = tx.query_row(
+                "SELECT COALESCE(SUM(amount), 0) FROM entries
+                 WHERE key >= ?1 AND key < ?2 AND kind = 'refund' AND user = ?3",
+                params![format!("refund:{job_id}:"), format!("refund:{job_id};"), user],
+                |r| r.get(0),
+            )?;
+            let owed = charged - refunded;
+            if owed <= 0 {
+                continue;
+            }
             let mut entry = NewEntry::new(
                 &user,
                 EntryKind::Refund,
-                Tokens::from_micro(net_charged),
+                Tokens::from_micro(owed),
                 now,
                 actor,
                 reason,
-                format!("refund:{job_id}:{last_id}"),
+                format!("refund:{job_id}:{user}:{charged}"),
             );
             entry.job_id = Some(job_id.to_string());
             if insert_entry(&tx, &entry)? == Applied::Added {
@@ -451,22 +469,21 @@ fn ensure_user(tx: &Transaction<'_>, rules: &BucketRules, user: &str, now: i64) 
     Ok(())
 }
 
-/// Inserts unless the key exists; keeps `users.balance` equal to the sum of the user's entries.
-fn insert_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied, LedgerError> {
-    let applied = append_entry(tx, e)?;
-    if applied == Applied::Added {
-        add_to_balance(tx, &e.user, e.amount)?;
-    }
-    Ok(applied)
-}
+/// A user's entries as the recursive table `chain(id)`, walked down `prev_id` from the newest; `?1`
+/// is the user.
+const USER_CHAIN: &str = "WITH RECURSIVE chain(id) AS (
+        SELECT last_entry FROM users WHERE name = ?1 AND last_entry IS NOT NULL
+        UNION ALL
+        SELECT e.prev_id FROM chain CROSS JOIN entries e ON e.id = chain.id WHERE e.prev_id IS NOT NULL)";
 
-/// Inserts unless the key exists, leaving `users.balance` to the caller, who must add the amount
-/// with [`add_to_balance`] before the transaction commits (a charge cycle adds once per user).
-fn append_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied, LedgerError> {
+/// Inserts unless the key exists; keeps `users.balance` equal to the sum of the user's entries and
+/// `users.last_entry` at the newest of them.
+fn insert_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied, LedgerError> {
     let added = tx
         .prepare_cached(
-            "INSERT INTO entries (user, kind, amount, at, actor, reason, key, job_id, gpu_type, gpu_seconds)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (key) DO NOTHING",
+            "INSERT INTO entries (user, kind, amount, at, actor, reason, key, job_id, gpu_type, gpu_seconds, prev_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, (SELECT last_entry FROM users WHERE name = ?1))
+             ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING",
         )?
         .execute(params![
             e.user,
@@ -480,12 +497,20 @@ fn append_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied, LedgerErr
             e.gpu_type,
             e.gpu_seconds.map(|s| s as i64)
         ])?;
-    Ok(if added == 0 { Applied::AlreadyRecorded } else { Applied::Added })
+    if added == 0 {
+        return Ok(Applied::AlreadyRecorded);
+    }
+    move_balance(tx, &e.user, e.amount, tx.last_insert_rowid())?;
+    Ok(Applied::Added)
 }
 
-fn add_to_balance(tx: &Transaction<'_>, user: &str, amount: Tokens) -> Result<(), LedgerError> {
-    tx.prepare_cached("UPDATE users SET balance = balance + ?2 WHERE name = ?1")?
-        .execute(params![user, amount.micro()])?;
+/// Adds `amount` to the user's balance and makes `last_entry` their newest entry.
+fn move_balance(tx: &Transaction<'_>, user: &str, amount: Tokens, last_entry: i64) -> Result<(), LedgerError> {
+    tx.prepare_cached("UPDATE users SET balance = balance + ?2, last_entry = ?3 WHERE name = ?1")?.execute(params![
+        user,
+        amount.micro(),
+        last_entry
+    ])?;
     Ok(())
 }
 

@@ -59,6 +59,42 @@ const MIGRATIONS: &[&str] = &[
         reason  TEXT    NOT NULL,
         dry_run INTEGER NOT NULL
      );",
+    // 5: cheaper charging. A charge entry is kept once by its job_charges row (same transaction), so it
+    // needs no idempotency key: keys become optional and only they are indexed. Each entry links to the
+    // same user's previous one (`prev_id`, newest in `users.last_entry`), so a user's history is a walk
+    // down that chain instead of an index every append writes at a random place. No by-job index either:
+    // job_charges answers by job. Rebuilt, as SQLite cannot relax NOT NULL/UNIQUE in place.
+    // The kind CHECK is spelt with OR: an IN list builds a temporary index on every insert.
+    "CREATE TABLE entries_v5 (
+        id          INTEGER PRIMARY KEY,
+        user        TEXT    NOT NULL,
+        kind        TEXT    NOT NULL CHECK (kind = 'grant' OR kind = 'replenish' OR kind = 'monthly'
+                        OR kind = 'charge' OR kind = 'refund' OR kind = 'adjust' OR kind = 'import'),
+        amount      INTEGER NOT NULL,            -- micro-tokens, signed
+        at          INTEGER NOT NULL,            -- unix seconds
+        actor       TEXT    NOT NULL,
+        reason      TEXT    NOT NULL,
+        key         TEXT,                        -- idempotency key: replaying a keyed entry is a no-op
+        job_id      TEXT,
+        gpu_type    TEXT,
+        gpu_seconds INTEGER,
+        prev_id     INTEGER                      -- the same user's previous entry
+     );
+     INSERT INTO entries_v5
+        SELECT id, user, kind, amount, at, actor, reason, key, job_id, gpu_type, gpu_seconds,
+               LAG(id) OVER (PARTITION BY user ORDER BY id)
+        FROM entries ORDER BY id;
+     DROP TABLE entries;
+     ALTER TABLE entries_v5 RENAME TO entries;
+     CREATE UNIQUE INDEX entries_by_key ON entries (key) WHERE key IS NOT NULL;
+     CREATE TRIGGER entries_no_update BEFORE UPDATE ON entries
+        BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END;
+     CREATE TRIGGER entries_no_delete BEFORE DELETE ON entries
+        BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END;
+     ALTER TABLE users ADD COLUMN last_entry INTEGER;
+     UPDATE users SET last_entry = newest.id
+        FROM (SELECT user, MAX(id) AS id FROM entries GROUP BY user) AS newest
+        WHERE newest.user = users.name;",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;
@@ -73,11 +109,16 @@ pub enum SchemaError {
 
 /// Brings the schema to [`VERSION`], one transaction per step.
 pub fn migrate(conn: &mut Connection) -> Result<(), SchemaError> {
+    migrate_to(conn, VERSION)
+}
+
+/// Brings the schema to `target` (tests build older ledgers with it).
+pub(super) fn migrate_to(conn: &mut Connection, target: i64) -> Result<(), SchemaError> {
     let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if current > VERSION {
         return Err(SchemaError::TooNew { found: current });
     }
-    for (index, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+    for (index, sql) in MIGRATIONS.iter().enumerate().take(target as usize).skip(current as usize) {
         let tx = conn.transaction()?;
         tx.execute_batch(sql)?;
         tx.pragma_update(None, "user_version", index as i64 + 1)?;

@@ -209,3 +209,104 @@ fn a_shard_pays_its_fraction_of_the_gpu() {
     let history = l.history("mo").unwrap();
     assert!(history[1].reason.starts_with("0.25 × a6000 for 3600s"), "{}", history[1].reason);
 }
+
+#[test]
+fn a_refund_after_more_charging_returns_only_the_new_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    l.charge(&[record("44", "nia", "a6000", 1, 3600)], &seed_prices(), 10).unwrap();
+    l.refund_job("44", "root", "node failure", 20).unwrap();
+    assert_eq!(balance(&l, "nia"), Tokens::whole(100));
+    // Still running: the next cycle charges its second hour, which the first refund did not cover.
+    l.charge(&[record("44", "nia", "a6000", 1, 7200)], &seed_prices(), 30).unwrap();
+    assert_eq!(balance(&l, "nia"), Tokens::whole(96));
+    let refunded = l.refund_job("44", "root", "node failure", 40).unwrap();
+    assert_eq!(refunded[0].amount, Tokens::whole(4));
+    assert_eq!(balance(&l, "nia"), Tokens::whole(100));
+    assert!(matches!(l.refund_job("44", "root", "again", 50), Err(LedgerError::NothingToRefund(_))));
+    // Job 4 is not job 44: the refund keys of one job never count for another.
+    l.charge(&[record("4", "nia", "a6000", 1, 3600)], &seed_prices(), 60).unwrap();
+    assert_eq!(l.refund_job("4", "root", "node failure", 70).unwrap()[0].amount, Tokens::whole(4));
+}
+
+#[test]
+fn history_follows_each_users_own_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, BucketRules { daily: Tokens::ZERO, ..rules() });
+    let records: Vec<UsageRecord> = (0..6)
+        .map(|i| record(&format!("{}", 80 + i), if i % 2 == 0 { "olga" } else { "pete" }, "rtx3090", 1, 3600))
+        .collect();
+    l.charge(&records[..4], &seed_prices(), at("2026-11-30T09:00:00")).unwrap();
+    let grant = NewEntry::new("pete", EntryKind::Adjust, Tokens::whole(5), 20, "root", "thanks", "adjust:t".into());
+    l.append(&grant).unwrap();
+    l.charge(&records[4..], &seed_prices(), at("2026-11-30T10:00:00")).unwrap();
+
+    let olga = l.history("olga").unwrap();
+    let kinds: Vec<_> = olga.iter().map(|e| (e.kind, e.job_id.clone())).collect();
+    assert_eq!(
+        kinds,
+        [
+            (EntryKind::Grant, None),
+            (EntryKind::Charge, Some("80".into())),
+            (EntryKind::Charge, Some("82".into())),
+            (EntryKind::Charge, Some("84".into()))
+        ]
+    );
+    assert_eq!(olga.last().unwrap().balance_after, balance(&l, "olga"));
+    let pete = l.history("pete").unwrap();
+    assert_eq!(pete.iter().filter(|e| e.kind == EntryKind::Charge).count(), 3);
+    assert_eq!(pete.last().unwrap().balance_after, Tokens::whole(100 - 3 + 5));
+    assert!(matches!(l.history("quin"), Err(LedgerError::UnknownUser(_))));
+
+    let used = l.used_since("olga", at("2026-11-30T10:00:00")).unwrap();
+    assert_eq!(used, BTreeMap::from([("rtx3090".to_string(), Tokens::whole(1))]));
+    let used = l.used_since("olga", at("2026-11-30T00:00:00")).unwrap();
+    assert_eq!(used, BTreeMap::from([("rtx3090".to_string(), Tokens::whole(3))]));
+}
+
+#[test]
+fn used_since_walks_past_replenishments_dated_earlier() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, BucketRules { daily: Tokens::whole(1), ..rules() });
+    l.ensure_user("rosa", at("2026-11-29T12:00:00")).unwrap();
+    l.charge(&[record("90", "rosa", "a6000", 1, 3600)], &seed_prices(), at("2026-12-02T10:00:00")).unwrap();
+    // accountd was down for days: the replenishments appended after the charge are dated to their days.
+    l.replenish(at("2026-12-02T11:00:00")).unwrap();
+    let used = l.used_since("rosa", at("2026-12-02T09:00:00")).unwrap();
+    assert_eq!(used, BTreeMap::from([("a6000".to_string(), Tokens::whole(4))]));
+    assert!(l.used_since("rosa", at("2026-12-02T10:30:00")).unwrap().is_empty());
+}
+
+/// A ledger written by the schema before charges lost their keys and entries gained `prev_id`.
+#[test]
+fn a_version_4_ledger_keeps_its_history_and_refunds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    {
+        let mut conn = rusqlite::Connection::open(&path).unwrap();
+        schema::migrate_to(&mut conn, 4).unwrap();
+        conn.execute_batch(
+            "INSERT INTO users VALUES ('sam', 1, 92000000, '2026-11-30'), ('tia', 1, 100000000, '2026-11-30');
+             INSERT INTO entries (user, kind, amount, at, actor, reason, key, job_id, gpu_type, gpu_seconds) VALUES
+               ('sam', 'grant', 100000000, 1, 'gputokens', 'initial balance', 'initial:sam', NULL, NULL, NULL),
+               ('tia', 'grant', 100000000, 1, 'gputokens', 'initial balance', 'initial:tia', NULL, NULL, NULL),
+               ('sam', 'charge', -8000000, 2, 'gputokens', '2 × a6000 for 3600s', 'charge:7:0:a6000:3600',
+                '7', 'a6000', 7200);
+             INSERT INTO job_charges VALUES ('7', 0, 'a6000', 'sam', 3600, 8000000);",
+        )
+        .unwrap();
+    }
+    let mut l = Ledger::open(&path, rules()).unwrap();
+    let sam = l.history("sam").unwrap();
+    assert_eq!(sam.len(), 2);
+    assert_eq!(sam[1].key.as_deref(), Some("charge:7:0:a6000:3600"));
+    assert_eq!(sam[1].balance_after, Tokens::whole(92));
+    assert_eq!(l.history("tia").unwrap().len(), 1);
+    // New entries link to the migrated ones, and the old charge refunds once.
+    l.charge(&[UsageRecord { segment_start: 0, ..record("7", "sam", "a6000", 2, 5400) }], &seed_prices(), 3).unwrap();
+    assert_eq!(balance(&l, "sam"), Tokens::whole(88));
+    assert_eq!(l.refund_job("7", "root", "bad node", 4).unwrap()[0].amount, Tokens::whole(12));
+    let sam = l.history("sam").unwrap();
+    assert_eq!(sam.len(), 4);
+    assert_eq!(sam.last().unwrap().balance_after, Tokens::whole(100));
+}
