@@ -28,7 +28,13 @@ impl PriceTable {
 
     /// The listed price of a type, matched case-insensitively.
     pub fn price(&self, gpu_type: &str) -> Option<Tokens> {
-        self.prices.get(&gpu_type.to_lowercase()).copied()
+        match self.prices.get(gpu_type) {
+            Some(price) => Some(*price),
+            None if gpu_type.bytes().any(|b| b.is_ascii_uppercase()) => {
+                self.prices.get(&gpu_type.to_lowercase()).copied()
+            }
+            None => None,
+        }
     }
 
     /// The price to charge: the listed one, else `default_price`, else the highest listed price, so

@@ -84,17 +84,22 @@ impl std::iter::Sum for Tokens {
 /// Shortest exact decimal: `46`, `-10.4`, `0.000001`.
 impl fmt::Display for Tokens {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.width().is_some() || f.precision().is_some() {
+            // Padding needs the whole text first; plain `{}` (every ledger reason) writes directly.
+            return f.pad(&self.to_string());
+        }
         let sign = if self.0 < 0 { "-" } else { "" };
         let abs = self.0.unsigned_abs();
         let whole = abs / MICRO as u64;
-        let frac = abs % MICRO as u64;
-        let text = if frac == 0 {
-            format!("{sign}{whole}")
-        } else {
-            let digits = format!("{frac:06}");
-            format!("{sign}{whole}.{}", digits.trim_end_matches('0'))
-        };
-        f.pad(&text)
+        let (mut frac, mut digits) = (abs % MICRO as u64, 6);
+        if frac == 0 {
+            return write!(f, "{sign}{whole}");
+        }
+        while frac % 10 == 0 {
+            frac /= 10;
+            digits -= 1;
+        }
+        write!(f, "{sign}{whole}.{frac:0digits$}")
     }
 }
 
