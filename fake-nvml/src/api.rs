@@ -22,8 +22,8 @@ fn init() -> Result<(), Ret> {
     Ok(())
 }
 
-/// The state as of this call (re-read each time so tests can change it under a running agent).
-fn session() -> Result<State, Ret> {
+/// The state as of this call (tests change it under a running agent).
+fn session() -> Result<std::sync::Arc<State>, Ret> {
     if INITS.load(Ordering::SeqCst) == 0 {
         return Err(UNINITIALIZED);
     }
@@ -80,19 +80,19 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *m
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetIndex(device: nvmlDevice_t, index: *mut c_uint) -> nvmlReturn_t {
     boundary(|| {
-        gpu(&session()?, device)?;
+        gpu(&*session()?, device)?;
         unsafe { ffi::write(index, ffi::device_index(device)?) }
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetUUID(device: nvmlDevice_t, uuid: *mut c_char, length: c_uint) -> nvmlReturn_t {
-    boundary(|| unsafe { ffi::write_str(uuid, length, &gpu(&session()?, device)?.uuid) })
+    boundary(|| unsafe { ffi::write_str(uuid, length, &gpu(&*session()?, device)?.uuid) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetName(device: nvmlDevice_t, name: *mut c_char, length: c_uint) -> nvmlReturn_t {
-    boundary(|| unsafe { ffi::write_str(name, length, &gpu(&session()?, device)?.name) })
+    boundary(|| unsafe { ffi::write_str(name, length, &gpu(&*session()?, device)?.name) })
 }
 
 #[no_mangle]
@@ -119,7 +119,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     memory_: *mut sys::nvmlMemory_t,
 ) -> nvmlReturn_t {
     boundary(|| {
-        let (total, used) = memory(gpu(&session()?, device)?)?;
+        let (total, used) = memory(gpu(&*session()?, device)?)?;
         unsafe { ffi::write(memory_, sys::nvmlMemory_t { total, free: total - used, used }) }
     })
 }
@@ -133,7 +133,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     memory_: *mut sys::nvmlMemory_v2_t,
 ) -> nvmlReturn_t {
     boundary(|| {
-        let (total, used) = memory(gpu(&session()?, device)?)?;
+        let (total, used) = memory(gpu(&*session()?, device)?)?;
         if unsafe { ffi::read(memory_)? }.version != MEMORY_V2 {
             return Err(VERSION_MISMATCH);
         }
@@ -160,7 +160,7 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperature(
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(device: nvmlDevice_t, power: *mut c_uint) -> nvmlReturn_t {
-    boundary(|| unsafe { ffi::write(power, supported(gpu(&session()?, device)?.power_mw)?) })
+    boundary(|| unsafe { ffi::write(power, supported(gpu(&*session()?, device)?.power_mw)?) })
 }
 
 #[no_mangle]
@@ -268,7 +268,7 @@ pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(
     event_types: *mut c_ulonglong,
 ) -> nvmlReturn_t {
     boundary(|| {
-        gpu(&session()?, device)?;
+        gpu(&*session()?, device)?;
         unsafe { ffi::write(event_types, XID) }
     })
 }
@@ -302,7 +302,7 @@ pub unsafe extern "C" fn nvmlEventSetWait_v2(
         }
         let deadline = Instant::now() + Duration::from_millis(timeoutms.into());
         loop {
-            if let Some((index, xid)) = events::next(id, &session()?)? {
+            if let Some((index, xid)) = events::next(id, &*session()?)? {
                 let event = sys::nvmlEventData_t {
                     device: ffi::device_handle(index),
                     eventType: XID,

@@ -15,8 +15,9 @@
 //!
 //! # State file
 //!
-//! TOML, named by `FAKE_NVML_STATE` and re-read on every call, so a test can change values under a
-//! running agent (replace it atomically: write a temporary file, then rename). Unset: the file beside
+//! TOML, named by `FAKE_NVML_STATE` and read again whenever it changed (checked on every call), so a
+//! test can change values under a running agent (replace it atomically: write a temporary file, then
+//! rename). With `FAKE_NVML_STATE_ONCE` set it is read once per process (benchmarks of the agent). Unset: the file beside
 //! the loaded library, named after it plus `.toml` (`/x/libnvidia-ml.so.1.toml`), for processes whose
 //! environment a test cannot set (slurmstepd); neither: `nvmlInit` fails with
 //! NVML_ERROR_DRIVER_NOT_LOADED; unreadable or invalid: calls fail with NVML_ERROR_UNKNOWN and a line

@@ -3,7 +3,7 @@
 use nvml_wrapper_sys::bindings as sys;
 use serde::Deserialize;
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// An `nvmlReturn_t`.
 pub type Ret = sys::nvmlReturn_t;
@@ -22,6 +22,39 @@ pub const UNKNOWN: Ret = sys::nvmlReturn_enum_NVML_ERROR_UNKNOWN;
 
 /// Environment variable naming the state file.
 pub const STATE_ENV: &str = "FAKE_NVML_STATE";
+/// When set, the state file is read once per process: a benchmark then measures its caller, not the
+/// fake's checks for a changed file.
+pub const ONCE_ENV: &str = "FAKE_NVML_STATE_ONCE";
+
+/// The last state read, and which version of which file it came from.
+struct Cached {
+    path: PathBuf,
+    stamp: Option<Stamp>,
+    state: Arc<State>,
+}
+
+static CACHE: Mutex<Option<Cached>> = Mutex::new(None);
+
+/// What tells one version of a file from the next: tests replace it by rename (a new inode), and a
+/// rewrite in place changes its mtime or length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    inode: u64,
+    mtime_ns: i128,
+    len: u64,
+}
+
+impl Stamp {
+    fn of(path: &std::path::Path) -> Option<Stamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(Stamp {
+            inode: m.ino(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+            len: m.len(),
+        })
+    }
+}
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -75,19 +108,33 @@ pub struct Process {
 impl State {
     /// Reads the file named by `FAKE_NVML_STATE`, else the one beside the library (`state_beside`);
     /// none is "no driver", unreadable is UNKNOWN.
-    pub fn load() -> Result<State, Ret> {
+    /// Parsed once per version of the file (a replaced file has another inode or mtime), or once per
+    /// process with `FAKE_NVML_STATE_ONCE` set.
+    pub fn load() -> Result<Arc<State>, Ret> {
         let path = match std::env::var_os(STATE_ENV) {
             Some(path) => PathBuf::from(path),
             None => state_beside().filter(|p| p.exists()).ok_or(DRIVER_NOT_LOADED)?,
         };
+        Self::load_from(&CACHE, path, std::env::var_os(ONCE_ENV).is_some())
+    }
+
+    fn load_from(cache: &Mutex<Option<Cached>>, path: PathBuf, once: bool) -> Result<Arc<State>, Ret> {
+        let mut cache = cache.lock().unwrap_or_else(PoisonError::into_inner);
+        // Stamped before reading: a file replaced while it is read is read again next call.
+        let stamp = if once { None } else { Stamp::of(&path) };
+        if let Some(cached) = cache.as_ref().filter(|c| c.path == path && c.stamp == stamp) {
+            return Ok(Arc::clone(&cached.state));
+        }
         let text = std::fs::read_to_string(&path).map_err(|e| {
             eprintln!("fake-nvml: cannot read {}: {e}", path.to_string_lossy());
             UNKNOWN
         })?;
-        Self::parse(&text).map_err(|e| {
+        let state = Arc::new(Self::parse(&text).map_err(|e| {
             eprintln!("fake-nvml: bad state file {}: {e}", path.to_string_lossy());
             UNKNOWN
-        })
+        })?);
+        *cache = Some(Cached { path, stamp, state: Arc::clone(&state) });
+        Ok(state)
     }
 
     pub fn parse(text: &str) -> Result<State, toml::de::Error> {
@@ -178,5 +225,28 @@ mod tests {
     #[test]
     fn unknown_keys_are_errors() {
         assert!(State::parse("[[gpu]]\nuuid = \"a\"\nname = \"b\"\ntemperature = 3\n").is_err());
+    }
+
+    #[test]
+    fn a_file_is_parsed_once_per_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.toml");
+        let write = |version: &str| {
+            let tmp = dir.path().join("state.tmp");
+            std::fs::write(&tmp, format!("driver_version = \"{version}\"\n")).unwrap();
+            std::fs::rename(&tmp, &path).unwrap();
+        };
+        let cache = Mutex::new(None);
+        write("1");
+        let first = State::load_from(&cache, path.clone(), false).unwrap();
+        assert!(Arc::ptr_eq(&first, &State::load_from(&cache, path.clone(), false).unwrap()));
+        write("2");
+        assert_eq!(State::load_from(&cache, path.clone(), false).unwrap().driver_version, "2");
+        // Read once: a later version is not looked for.
+        let once = Mutex::new(None);
+        assert_eq!(State::load_from(&once, path.clone(), true).unwrap().driver_version, "2");
+        write("3");
+        assert_eq!(State::load_from(&once, path.clone(), true).unwrap().driver_version, "2");
+        assert_eq!(State::load_from(&cache, path, false).unwrap().driver_version, "3");
     }
 }
