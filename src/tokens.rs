@@ -84,22 +84,30 @@ impl std::iter::Sum for Tokens {
 /// Shortest exact decimal: `46`, `-10.4`, `0.000001`.
 impl fmt::Display for Tokens {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if f.width().is_some() || f.precision().is_some() {
-            // Padding needs the whole text first; plain `{}` (every ledger reason) writes directly.
-            return f.pad(&self.to_string());
+        if f.width().is_none() && f.precision().is_none() {
+            // Plain `{}` (every ledger reason) writes straight through, without allocating.
+            return self.write_decimal(f);
         }
+        let mut text = String::new();
+        self.write_decimal(&mut text)?;
+        f.pad(&text)
+    }
+}
+
+impl Tokens {
+    fn write_decimal(&self, out: &mut impl fmt::Write) -> fmt::Result {
         let sign = if self.0 < 0 { "-" } else { "" };
         let abs = self.0.unsigned_abs();
         let whole = abs / MICRO as u64;
         let (mut frac, mut digits) = (abs % MICRO as u64, 6);
         if frac == 0 {
-            return write!(f, "{sign}{whole}");
+            return write!(out, "{sign}{whole}");
         }
         while frac % 10 == 0 {
             frac /= 10;
             digits -= 1;
         }
-        write!(f, "{sign}{whole}.{frac:0digits$}")
+        write!(out, "{sign}{whole}.{frac:0digits$}")
     }
 }
 

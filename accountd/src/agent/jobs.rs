@@ -2,7 +2,30 @@
 //! `job_<id>` component (cgroup v1 and v2 alike); a process outside (e.g. started by ssh into the node
 //! with `pam_slurm_adopt` off) may still carry `SLURM_JOB_ID` in its environment.
 
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
+
+/// Each GPU process's job, read once while NVML keeps listing the process: a process does not change
+/// jobs (slurmstepd moves a task into the job's cgroup before it runs the program), and reading the
+/// cgroup or environ of every process every sample cost more than all the rest of a sample. A PID
+/// comes back only after the kernel has handed out the others up to pid_max, so a process that left
+/// the list and a new one with its PID are never confused between two samples.
+#[derive(Debug, Default)]
+pub struct JobCache {
+    known: HashMap<u32, Option<String>>,
+}
+
+impl JobCache {
+    /// [`job_of_pid`], read once while the process is listed.
+    pub fn job_of(&mut self, proc_root: &Path, pid: u32) -> Option<String> {
+        self.known.entry(pid).or_insert_with(|| job_of_pid(proc_root, pid)).clone()
+    }
+
+    /// Forgets the processes not in `listed` (ended, or no longer on a GPU).
+    pub fn retain(&mut self, listed: &HashSet<u32>) {
+        self.known.retain(|pid, _| listed.contains(pid));
+    }
+}
 
 /// The job of `pid`, read from `<proc_root>/<pid>/cgroup`, else from `SLURM_JOB_ID` in its environ.
 /// `None` when neither says (or the process is gone, or its environ is not readable).
@@ -72,6 +95,19 @@ mod tests {
     fn cgroup_wins_over_environ() {
         let root = fake_proc(7, "0::/system.slice/slurmstepd.scope/job_5/step_0\n", b"SLURM_JOB_ID=6\0");
         assert_eq!(job_of_pid(root.path(), 7).as_deref(), Some("5"));
+    }
+
+    #[test]
+    fn a_process_is_read_once_while_listed() {
+        let root = fake_proc(7, "0::/system.slice/slurmstepd.scope/job_5/step_0\n", b"");
+        let mut cache = JobCache::default();
+        assert_eq!(cache.job_of(root.path(), 7).as_deref(), Some("5"));
+        std::fs::write(root.path().join("7/cgroup"), "0::/system.slice/slurmstepd.scope/job_6/step_0\n").unwrap();
+        cache.retain(&HashSet::from([7]));
+        assert_eq!(cache.job_of(root.path(), 7).as_deref(), Some("5"), "still listed: not read again");
+        // The process left the list; a process listed later under its PID is read afresh.
+        cache.retain(&HashSet::new());
+        assert_eq!(cache.job_of(root.path(), 7).as_deref(), Some("6"));
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! a record that is gone is a job that has ended.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::time::{Duration, SystemTime};
 
 use super::source::GpuSample;
 
@@ -51,6 +53,37 @@ pub fn read_dir(dir: &Path) -> Vec<JobRecord> {
         .collect();
     records.sort_by(|a, b| (a.job.len(), &a.job).cmp(&(b.job.len(), &b.job)));
     records
+}
+
+/// [`read_dir`], again only when the directory changed: the plugin writes a record under a temporary
+/// name and renames it into place, and removes it, so each change moves the directory's mtime.
+#[derive(Debug, Default)]
+pub struct RecordCache {
+    stamp: Option<DirStamp>,
+    records: Vec<JobRecord>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DirStamp {
+    inode: u64,
+    mtime: SystemTime,
+}
+
+/// A change within the same tick of the file system's clock as the one before leaves the mtime as it
+/// was: a directory changed this recently is read again next time (git's "racy" entries, the same way).
+const SETTLED: Duration = Duration::from_secs(2);
+
+impl RecordCache {
+    pub fn read(&mut self, dir: &Path) -> &[JobRecord] {
+        let meta = std::fs::metadata(dir).ok();
+        let stamp = meta.and_then(|m| Some(DirStamp { inode: m.ino(), mtime: m.modified().ok()? }));
+        if stamp.is_none() || stamp != self.stamp {
+            self.records = read_dir(dir);
+            let settled = |s: &DirStamp| s.mtime.elapsed().is_ok_and(|age| age >= SETTLED);
+            self.stamp = stamp.filter(settled);
+        }
+        &self.records
+    }
 }
 
 /// The jobs recorded as holding each GPU of the sample, by the GPU's index in the sample. A recorded
@@ -120,5 +153,35 @@ mod tests {
         assert_eq!(held.get(&1), Some(&vec!["8".to_string()]));
         assert_eq!(held.get(&0), Some(&vec!["9".to_string()]));
         assert_eq!(held.len(), 3);
+    }
+
+    #[test]
+    fn the_cache_reads_a_settled_directory_once_and_a_changed_one_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let put = |job: &str, gpus: &str| {
+            let tmp = dir.path().join(format!(".{job}.1.tmp"));
+            std::fs::write(&tmp, format!("gpus={gpus}\n")).unwrap();
+            std::fs::rename(&tmp, dir.path().join(job)).unwrap();
+        };
+        let settle = || {
+            let past = SystemTime::now() - Duration::from_secs(10);
+            std::fs::File::open(dir.path()).unwrap().set_modified(past).unwrap();
+        };
+        let mut cache = RecordCache::default();
+        put("1000", "0");
+        settle();
+        assert_eq!(cache.read(dir.path()).len(), 1);
+        // Rewritten in place (the plugin never does): the settled directory is not read again.
+        std::fs::write(dir.path().join("1000"), "gpus=5\n").unwrap();
+        assert_eq!(cache.read(dir.path())[0].gpus, [0]);
+        // A record renamed into place changes the directory, and so does a second within the same
+        // clock tick: a directory changed this recently is read every time.
+        put("1001", "1");
+        assert_eq!(cache.read(dir.path()).len(), 2);
+        put("1002", "2");
+        assert_eq!(cache.read(dir.path()).len(), 3);
+        std::fs::remove_file(dir.path().join("1001")).unwrap();
+        assert_eq!(cache.read(dir.path()).len(), 2);
+        assert!(cache.read(&dir.path().join("missing")).is_empty());
     }
 }

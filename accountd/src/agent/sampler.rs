@@ -26,6 +26,8 @@ pub struct Sampler<'n> {
     known: HashMap<u32, (String, String)>,
     /// Timestamp of the newest utilization sample seen per GPU, so each sample covers only new ones.
     last_util: HashMap<u32, u64>,
+    jobs: jobs::JobCache,
+    records: records::RecordCache,
 }
 
 impl<'n> Sampler<'n> {
@@ -38,6 +40,8 @@ impl<'n> Sampler<'n> {
             no_events: HashSet::new(),
             known: HashMap::new(),
             last_util: HashMap::new(),
+            jobs: jobs::JobCache::default(),
+            records: records::RecordCache::default(),
         }
     }
 
@@ -50,7 +54,7 @@ impl<'n> Sampler<'n> {
             gpus.push(gpu);
             processes.extend(procs);
         }
-        let held = records::holders(&records::read_dir(&self.jobs_dir), &gpus);
+        let held = records::holders(self.records.read(&self.jobs_dir), &gpus);
         for gpu in &mut gpus {
             gpu.jobs = held.get(&gpu.index).cloned().unwrap_or_default();
         }
@@ -60,8 +64,9 @@ impl<'n> Sampler<'n> {
                 Some([job]) => Some(job.clone()),
                 _ => None,
             };
-            p.job_id = jobs::job_of_pid(&self.proc_root, p.pid).or_else(sole_holder);
+            p.job_id = self.jobs.job_of(&self.proc_root, p.pid).or_else(sole_holder);
         }
+        self.jobs.retain(&processes.iter().map(|p| p.pid).collect());
         Ok(NodeSample { time: chrono::Utc::now(), gpus, processes })
     }
 

@@ -1,0 +1,112 @@
+#!/bin/bash
+# The design's target for the node agent: at most 1 ms of CPU per sample of 8 GPUs x 64 processes,
+# and at most 15 MB resident. Runs `accountd agent` (release build) against the fake libnvidia-ml.so
+# scripted with 8 GPUs and 64 GPU processes (real `sleep` processes, so the agent reads their /proc
+# entries as it would a job's), with a job record per GPU in jobs_dir, posting every sample to a
+# private `accountd serve`. After a warm-up it reads the agent's CPU time (utime + stime from
+# /proc/PID/stat) and counts its samples (one debug line each) over DURATION seconds, then prints the
+# CPU per sample and the agent's peak and current resident set (VmHWM, VmRSS).
+#
+#   cargo build --release -p accountd -p fake-nvml && bash bench/agent.sh   # INTERVAL=100ms DURATION=30
+#
+# The fake library reads its state file once (FAKE_NVML_STATE_ONCE), so the numbers are the agent's
+# (nvml-wrapper, mapping, /metrics export, the HTTP post), not the fake's. A real driver's NVML calls
+# cost more than the fake's, which answer from memory.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+INTERVAL=${INTERVAL:-100ms}
+DURATION=${DURATION:-30}
+WARMUP=${WARMUP:-3}
+GPUS=8
+PROCS_PER_GPU=8
+PROFILE=${PROFILE:-release}
+BIN=$PWD/target/$PROFILE
+NVML=$BIN/libnvidia_ml.so
+[[ -x $BIN/accountd && -f $NVML ]] || { echo "build first: cargo build --$PROFILE -p accountd -p fake-nvml" >&2; exit 1; }
+
+DIR=$(mktemp -d /tmp/gputokens-bench-agent.XXXXXX)
+SLEEPERS=()
+cleanup() {
+  [[ -n ${AGENT:-} ]] && kill "$AGENT" 2>/dev/null
+  [[ -n ${SERVE:-} ]] && kill "$SERVE" 2>/dev/null
+  ((${#SLEEPERS[@]})) && kill "${SLEEPERS[@]}" 2>/dev/null
+  wait 2>/dev/null || true
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+HTTP_PORT=$(free_port)
+AGENT_PORT=$(free_port)
+cat > "$DIR/gputokens.toml" <<CONF
+[prices]
+a6000 = 4
+[paths]
+ledger = "$DIR/lib/ledger.sqlite"
+snapshot = "$DIR/lib/balances.snapshot"
+socket = "$DIR/run/accountd.sock"
+[http]
+listen = "127.0.0.1:$HTTP_PORT"
+[preemption]
+enabled = false
+[slurm]
+# accountd is this script's alone: it must not read the cluster's jobs.
+bin_dir = "$DIR/no-slurm"
+[agent]
+report_to = "http://127.0.0.1:$HTTP_PORT"
+interval = "$INTERVAL"
+nvml_library = "$NVML"
+jobs_dir = "$DIR/jobs"
+listen = "127.0.0.1:$AGENT_PORT"
+CONF
+
+# 64 real processes for NVML to name, and one job per GPU as the SPANK prolog records it.
+mkdir -p "$DIR/jobs"
+{
+  echo 'driver_version = "550.54.15"'
+  for ((g = 0; g < GPUS; g++)); do
+    uuid=$(printf 'GPU-bench%04d-0000-0000-0000-000000000000' "$g")
+    printf '\n[[gpu]]\nuuid = "%s"\nname = "NVIDIA RTX A6000"\nutil_gpu = %d\nutil_mem = 30\n' "$uuid" $((40 + g))
+    printf 'mem_used = 8589934592\nmem_total = 51539607552\ntemp = 60\npower_mw = 250000\necc_uncorrected = 0\n'
+    printf 'gpus=%d\nuuids=%s\n' "$g" "$uuid" > "$DIR/jobs/$((1000 + g))"
+  done
+  for ((g = 0; g < GPUS; g++)); do
+    for ((p = 0; p < PROCS_PER_GPU; p++)); do
+      sleep 3600 &
+      SLEEPERS+=($!)
+      printf '\n[[process]]\npid = %d\ngpu = %d\nused_memory = 1073741824\nsm_util = %d\n' $! "$g" $((10 + p))
+    done
+  done
+} > "$DIR/state.toml"
+
+"$BIN/accountd" --config "$DIR/gputokens.toml" serve 2> "$DIR/serve.log" &
+SERVE=$!
+for _ in $(seq 100); do [[ -S $DIR/run/accountd.sock ]] && break; sleep 0.1; done
+[[ -S $DIR/run/accountd.sock ]] || { echo "accountd did not start:" >&2; cat "$DIR/serve.log" >&2; exit 1; }
+
+GPUTOKENS_LOG=accountd=debug FAKE_NVML_STATE="$DIR/state.toml" FAKE_NVML_STATE_ONCE=1 \
+  "$BIN/accountd" --config "$DIR/gputokens.toml" agent --node benchnode 2> "$DIR/agent.log" &
+AGENT=$!
+
+TICKS=$(getconf CLK_TCK)
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$AGENT/stat"; }
+samples() { grep -c "reported $GPUS GPUs and $((GPUS * PROCS_PER_GPU)) GPU processes" "$DIR/agent.log" || true; }
+sleep "$WARMUP"
+kill -0 "$AGENT" 2>/dev/null || { echo "the agent exited:" >&2; cat "$DIR/agent.log" >&2; exit 1; }
+[[ $(samples) -gt 0 ]] || { echo "the agent reported nothing:" >&2; cat "$DIR/agent.log" >&2; exit 1; }
+c0=$(cpu_ticks); s0=$(samples)
+sleep "$DURATION"
+c1=$(cpu_ticks); s1=$(samples)
+failures=$(grep -c -E "failed|not delivered" "$DIR/agent.log" || true)
+hwm_kb=$(awk '/^VmHWM/ { print $2 }' "/proc/$AGENT/status")
+rss_kb=$(awk '/^VmRSS/ { print $2 }' "/proc/$AGENT/status")
+
+n=$((s1 - s0))
+((n > 0)) || { echo "no samples in $DURATION s" >&2; exit 1; }
+cpu_ms=$(awk -v c=$((c1 - c0)) -v t="$TICKS" -v n="$n" 'BEGIN { printf "%.3f", c * 1000 / t / n }')
+echo "agent: $GPUS GPUs x $((GPUS * PROCS_PER_GPU)) processes, every $INTERVAL, each sample posted to accountd"
+echo "samples measured: $n in ${DURATION}s (after ${WARMUP}s of warm-up); failed samples or posts: $failures"
+echo "CPU per sample: $cpu_ms ms ($((c1 - c0)) ticks of 1/$TICKS s, user + system) (target <= 1 ms):" \
+  "$(awk -v v="$cpu_ms" 'BEGIN { print (v <= 1) ? "met" : "missed" }')"
+echo "resident: peak $((hwm_kb / 1024)).$(((hwm_kb % 1024) * 10 / 1024)) MB, now $((rss_kb / 1024)).$(((rss_kb % 1024) * 10 / 1024)) MB (target <= 15 MB):" \
+  "$(awk -v v="$hwm_kb" 'BEGIN { print (v <= 15 * 1024) ? "met" : "missed" }')"
