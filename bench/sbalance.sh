@@ -5,14 +5,17 @@
 #
 #   bash tests/run.sh up && bash bench/sbalance.sh          # N=200 BENCH_USER=alice by default
 #
-# Run as root from the repository root after `cargo build --release` (or debug: set PROFILE=debug).
+# Run as root from the repository root after building sbalance as the README installs it, linked
+# statically (SBALANCE= names another build, e.g. target/release/sbalance):
+#   RUSTFLAGS="-C target-feature=+crt-static" cargo build --release -p accountd --bin sbalance --target "$(rustc -vV | sed -n 's/^host: //p')"
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 N=${N:-200}
 BENCH_USER=${BENCH_USER:-alice}
-PROFILE=${PROFILE:-release}
-BIN=$PWD/target/$PROFILE
-[[ -x $BIN/accountd && -x $BIN/sbalance ]] || { echo "build first: cargo build --$PROFILE -p accountd" >&2; exit 1; }
+BIN=$PWD/target/release
+SBALANCE=${SBALANCE:-$PWD/target/$(rustc -vV | sed -n 's/^host: //p')/release/sbalance}
+[[ -x $BIN/accountd ]] || { echo "build first: cargo build --release -p accountd" >&2; exit 1; }
+[[ -x $SBALANCE ]] || { echo "no $SBALANCE: build the static sbalance first (see the top of this script)" >&2; exit 1; }
 sshare -V >/dev/null || { echo "sshare not found: is Slurm installed?" >&2; exit 1; }
 
 DIR=$(mktemp -d /tmp/gputokens-bench-sbalance.XXXXXX)
@@ -44,7 +47,7 @@ for i in $(seq 50); do "$BIN/accountd" --config "$DIR/gputokens.toml" admin adju
 
 # Timed inside one shell of the user's, so that runuser's own start-up is not in the numbers.
 install -d -o "$BENCH_USER" -m 755 "$DIR/out"
-runuser -u "$BENCH_USER" -- env N="$N" U="$BENCH_USER" SBALANCE="$BIN/sbalance" CONF="$DIR/gputokens.toml" \
+runuser -u "$BENCH_USER" -- env N="$N" U="$BENCH_USER" SBALANCE="$SBALANCE" CONF="$DIR/gputokens.toml" \
   OUT="$DIR/out" bash -c '
     # $EPOCHREALTIME (bash 5) reads the clock without starting a process of its own.
     time_us() { local t0=${EPOCHREALTIME/./} t1; "$@" >/dev/null; t1=${EPOCHREALTIME/./}; echo $(( t1 - t0 )); }
@@ -61,4 +64,4 @@ printf '%-26s %8d %8d\n' "sshare -u $BENCH_USER -P" "$ss_med" "$ss_p90"
 ratio=$(awk -v a="$sb_med" -v b="$ss_med" 'BEGIN { printf "%.2f", a / b }')
 verdict=$(awk -v r="$ratio" 'BEGIN { print (r <= 0.5) ? "met" : "missed" }')
 echo "sbalance / sshare median: $ratio (target <= 0.5): $verdict"
-echo "($N calls each, alternating, timed with \$EPOCHREALTIME around each call: fork and exec included for both)"
+echo "($N calls each of $SBALANCE and sshare, alternating, timed with \$EPOCHREALTIME around each call: fork and exec included for both)"

@@ -10,6 +10,10 @@ LAB=${GPUTOKENS_LAB:-/tmp/gputokens-cluster}
 
 bash tests/cluster/install.sh
 cargo build --workspace --locked
+# sbalance as the README installs it, linked statically; the tests run it as the users do.
+HOST=$(rustc -vV | sed -n 's/^host: //p')
+RUSTFLAGS="-C target-feature=+crt-static" cargo build --locked -p accountd --bin sbalance --target "$HOST"
+export GPUTOKENS_SBALANCE=$PWD/target/$HOST/debug/sbalance
 
 started=""
 stop_cluster() {

@@ -22,6 +22,15 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// The sbalance under test: `$GPUTOKENS_SBALANCE` (tests/run.sh sets it to the statically linked
+/// build that the README installs), else the workspace's own.
+pub fn sbalance_bin() -> PathBuf {
+    match std::env::var_os("GPUTOKENS_SBALANCE") {
+        Some(path) => PathBuf::from(path),
+        None => bin("sbalance"),
+    }
+}
+
 /// The non-root users the tests act as (tests/cluster/up.sh creates them too).
 pub fn ensure_test_users() {
     static USERS: Once = Once::new();
@@ -169,7 +178,7 @@ impl Site {
     pub fn sbalance(&self, user: Option<&str>, args: &[&str]) -> Outcome {
         let mut all = vec!["--config", self.config.to_str().unwrap()];
         all.extend_from_slice(args);
-        run_as(user, &bin("sbalance"), &all)
+        run_as(user, &sbalance_bin(), &all)
     }
 
     /// Writes `text` to a file in the site dir readable by everyone, returns its path.

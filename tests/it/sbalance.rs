@@ -1,6 +1,6 @@
 //! sbalance's views: own row by default, -a limited to what the caller may see, sshare-like formats.
 
-use crate::common::Site;
+use crate::common::{sbalance_bin, Site};
 
 #[test]
 fn users_see_only_themselves() {
@@ -80,4 +80,15 @@ fn daemon_down_is_reported_clearly() {
     let out = crate::common::run_as(None, &crate::common::bin("sbalance"), &["--config", config.to_str().unwrap()]);
     assert_eq!(out.code, 1);
     assert!(out.stderr.contains("cannot reach accountd") && out.stderr.contains("accountd serve"), "{}", out.stderr);
+}
+
+/// Users run sbalance beside sshare, often: linked statically it starts in about half the time (no
+/// dynamic loader), which is what brings it under half of sshare's time (bench/sbalance.sh).
+#[test]
+#[ignore = "needs tests/run.sh, which builds the statically linked sbalance ($GPUTOKENS_SBALANCE)"]
+fn the_sbalance_under_test_is_linked_statically() {
+    assert!(std::env::var_os("GPUTOKENS_SBALANCE").is_some(), "GPUTOKENS_SBALANCE is not set");
+    let ldd = std::process::Command::new("ldd").arg(sbalance_bin()).output().unwrap();
+    let text = String::from_utf8_lossy(&ldd.stdout).to_string() + &String::from_utf8_lossy(&ldd.stderr);
+    assert!(text.contains("statically linked") || text.contains("not a dynamic executable"), "{text}");
 }
