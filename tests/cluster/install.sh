@@ -5,7 +5,8 @@
 set -euo pipefail
 
 PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-dev
-      mariadb-server slurmdbd libclang-dev sqlite3 clang prometheus)
+      mariadb-server slurmdbd libclang-dev sqlite3 clang prometheus
+      libc6-dev)  # libc.a: sbalance is linked statically
 
 missing=()
 for p in "${PKGS[@]}"; do
