@@ -33,6 +33,8 @@ snapshot = "$DIR/lib/balances.snapshot"
 socket = "$DIR/run/accountd.sock"
 [preemption]
 enabled = false
+[http]
+listen = "off"
 [slurm]
 # The ledger is this script's alone: accountd must not charge the cluster's jobs (its first cycle
 # would, and would keep the socket busy meanwhile).

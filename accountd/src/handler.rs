@@ -11,7 +11,8 @@ use gputokens::time::local_date;
 use gputokens::{Config, Tokens};
 
 /// Usage shown by `sbalance` covers this many days.
-pub const USAGE_WINDOW_DAYS: i64 = 30;
+/// Used30d: today and the 29 local days before it.
+pub const USAGE_WINDOW_DAYS: u64 = 30;
 
 pub struct Service {
     pub config: Config,
@@ -149,7 +150,10 @@ impl Service {
         }
         let balance = account.as_ref().map(|a| a.balance).unwrap_or(rules.initial);
         let used_30d = match account {
-            Some(_) => self.ledger.used_since(user, now - USAGE_WINDOW_DAYS * 86_400).map_err(from_ledger)?,
+            Some(_) => {
+                let first_day = gputokens::time::local_date(now) - chrono::Days::new(USAGE_WINDOW_DAYS - 1);
+                self.ledger.used_since_day(user, first_day).map_err(from_ledger)?
+            }
             None => BTreeMap::new(),
         };
         Ok(BalanceRow {

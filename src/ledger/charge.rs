@@ -11,6 +11,7 @@ use rusqlite::{params, OptionalExtension, Statement, Transaction};
 use super::{ensure_user, move_balance, Ledger, LedgerError};
 use crate::policy::BucketRules;
 use crate::pricing::{cost_milli, PriceTable};
+use crate::time::local_date;
 use crate::tokens::Tokens;
 use crate::tres::MILLI;
 
@@ -69,9 +70,17 @@ impl Ledger {
             }
         }
         drop(statements);
+        let day = local_date(now).to_string();
         for (user, pending) in batch.users {
             if let Some(last_entry) = pending.last_entry {
                 move_balance(&tx, &user, pending.delta, last_entry)?;
+            }
+            for (gpu_type, tokens) in &pending.by_type {
+                tx.prepare_cached(
+                    "INSERT INTO usage_days (user, day, gpu_type, charged) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT DO UPDATE SET charged = charged + excluded.charged",
+                )?
+                .execute(params![user, day, gpu_type, tokens.micro()])?;
             }
             for (gpu_type, tokens) in pending.by_type {
                 outcome.by_user_type.insert((user.clone(), gpu_type), tokens);

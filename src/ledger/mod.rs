@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::policy::BucketRules;
 use crate::time::local_date;
 use crate::tokens::Tokens;
+use chrono::NaiveDate;
 
 pub use charge::{ChargeOutcome, UsageRecord};
 pub use replenish::Replenished;
@@ -313,22 +314,17 @@ impl Ledger {
         Ok(entries)
     }
 
-    /// Tokens charged to `user` per GPU type since `since` (net of refunds is not applied: usage is usage).
-    pub fn used_since(&self, user: &str, since: i64) -> Result<BTreeMap<String, Tokens>, LedgerError> {
-        // Charges are stamped when made, so the walk stops at the first older one; other entries
-        // (a replenishment dated to the day it was due) never stop it.
+    /// Tokens charged to `user` per GPU type on `first_day` (a local date) and the days after it
+    /// (refunds are not subtracted: usage is usage).
+    pub fn used_since_day(&self, user: &str, first_day: NaiveDate) -> Result<BTreeMap<String, Tokens>, LedgerError> {
         let mut stmt = self.conn.prepare_cached(
-            "WITH RECURSIVE chain(id) AS (
-                SELECT last_entry FROM users WHERE name = ?1 AND last_entry IS NOT NULL
-                UNION ALL
-                SELECT e.prev_id FROM chain CROSS JOIN entries e ON e.id = chain.id
-                WHERE e.prev_id IS NOT NULL AND (e.at >= ?2 OR e.kind <> 'charge'))
-             SELECT e.gpu_type, -SUM(e.amount) FROM chain CROSS JOIN entries e ON e.id = chain.id
-             WHERE e.kind = 'charge' AND e.at >= ?2 AND e.gpu_type IS NOT NULL
-             GROUP BY e.gpu_type ORDER BY e.gpu_type",
+            "SELECT gpu_type, SUM(charged) FROM usage_days WHERE user = ?1 AND day >= ?2
+             GROUP BY gpu_type ORDER BY gpu_type",
         )?;
         let used = stmt
-            .query_map(params![user, since], |r| Ok((r.get::<_, String>(0)?, Tokens::from_micro(r.get(1)?))))?
+            .query_map(params![user, first_day.to_string()], |r| {
+                Ok((r.get::<_, String>(0)?, Tokens::from_micro(r.get(1)?)))
+            })?
             .collect::<Result<_, _>>()?;
         Ok(used)
     }

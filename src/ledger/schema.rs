@@ -63,7 +63,8 @@ const MIGRATIONS: &[&str] = &[
     // needs no idempotency key: keys become optional and only they are indexed. Each entry links to the
     // same user's previous one (`prev_id`, newest in `users.last_entry`), so a user's history is a walk
     // down that chain instead of an index every append writes at a random place. No by-job index either:
-    // job_charges answers by job. Rebuilt, as SQLite cannot relax NOT NULL/UNIQUE in place.
+    // job_charges answers by job. Rebuilt, as SQLite cannot relax NOT NULL/UNIQUE in place. Usage per
+    // user, day and GPU type is summed as charges are made (usage_days).
     // The kind CHECK is spelt with OR: an IN list builds a temporary index on every insert.
     "CREATE TABLE entries_v5 (
         id          INTEGER PRIMARY KEY,
@@ -94,7 +95,19 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE users ADD COLUMN last_entry INTEGER;
      UPDATE users SET last_entry = newest.id
         FROM (SELECT user, MAX(id) AS id FROM entries GROUP BY user) AS newest
-        WHERE newest.user = users.name;",
+        WHERE newest.user = users.name;
+     -- What each user was charged per local day and GPU type, kept with the charges: sbalance's
+     -- Used30d reads 30 days of it instead of every charge entry of those days.
+     CREATE TABLE usage_days (
+        user     TEXT    NOT NULL,
+        day      TEXT    NOT NULL,               -- local date, YYYY-MM-DD
+        gpu_type TEXT    NOT NULL,
+        charged  INTEGER NOT NULL,               -- micro-tokens
+        PRIMARY KEY (user, day, gpu_type)
+     ) WITHOUT ROWID;
+     INSERT INTO usage_days
+        SELECT user, date(at, 'unixepoch', 'localtime'), gpu_type, -SUM(amount) FROM entries
+        WHERE kind = 'charge' AND gpu_type IS NOT NULL GROUP BY 1, 2, 3;",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

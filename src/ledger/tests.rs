@@ -257,24 +257,26 @@ fn history_follows_each_users_own_entries() {
     assert_eq!(pete.iter().filter(|e| e.kind == EntryKind::Charge).count(), 3);
     assert_eq!(pete.last().unwrap().balance_after, Tokens::whole(100 - 3 + 5));
     assert!(matches!(l.history("quin"), Err(LedgerError::UnknownUser(_))));
-
-    let used = l.used_since("olga", at("2026-11-30T10:00:00")).unwrap();
-    assert_eq!(used, BTreeMap::from([("rtx3090".to_string(), Tokens::whole(1))]));
-    let used = l.used_since("olga", at("2026-11-30T00:00:00")).unwrap();
-    assert_eq!(used, BTreeMap::from([("rtx3090".to_string(), Tokens::whole(3))]));
 }
 
 #[test]
-fn used_since_walks_past_replenishments_dated_earlier() {
+fn usage_is_summed_per_local_day_and_gpu_type() {
     let dir = tempfile::tempdir().unwrap();
-    let mut l = open(&dir, BucketRules { daily: Tokens::whole(1), ..rules() });
-    l.ensure_user("rosa", at("2026-11-29T12:00:00")).unwrap();
-    l.charge(&[record("90", "rosa", "a6000", 1, 3600)], &seed_prices(), at("2026-12-02T10:00:00")).unwrap();
-    // accountd was down for days: the replenishments appended after the charge are dated to their days.
-    l.replenish(at("2026-12-02T11:00:00")).unwrap();
-    let used = l.used_since("rosa", at("2026-12-02T09:00:00")).unwrap();
-    assert_eq!(used, BTreeMap::from([("a6000".to_string(), Tokens::whole(4))]));
-    assert!(l.used_since("rosa", at("2026-12-02T10:30:00")).unwrap().is_empty());
+    let mut l = open(&dir, rules());
+    let day = |d: &str| d.parse::<chrono::NaiveDate>().unwrap();
+    // A running job charged on two days, another job on the second.
+    l.charge(&[record("91", "rosa", "a6000", 1, 1800)], &seed_prices(), at("2026-12-01T23:00:00")).unwrap();
+    l.charge(&[record("91", "rosa", "a6000", 1, 3600)], &seed_prices(), at("2026-12-02T00:30:00")).unwrap();
+    l.charge(&[record("92", "rosa", "rtx3090", 2, 3600)], &seed_prices(), at("2026-12-02T01:00:00")).unwrap();
+    l.charge(&[record("93", "sid", "a6000", 1, 3600)], &seed_prices(), at("2026-12-02T01:00:00")).unwrap();
+    let used = l.used_since_day("rosa", day("2026-12-01")).unwrap();
+    assert_eq!(used, BTreeMap::from([("a6000".into(), Tokens::whole(4)), ("rtx3090".into(), Tokens::whole(2))]));
+    let used = l.used_since_day("rosa", day("2026-12-02")).unwrap();
+    assert_eq!(used, BTreeMap::from([("a6000".into(), Tokens::whole(2)), ("rtx3090".into(), Tokens::whole(2))]));
+    assert!(l.used_since_day("rosa", day("2026-12-03")).unwrap().is_empty());
+    // A replayed cycle adds nothing to the day either.
+    l.charge(&[record("92", "rosa", "rtx3090", 2, 3600)], &seed_prices(), at("2026-12-02T02:00:00")).unwrap();
+    assert_eq!(l.used_since_day("rosa", day("2026-12-02")).unwrap()["rtx3090"], Tokens::whole(2));
 }
 
 /// A ledger written by the schema before charges lost their keys and entries gained `prev_id`.
@@ -306,6 +308,9 @@ fn a_version_4_ledger_keeps_its_history_and_refunds() {
     l.charge(&[UsageRecord { segment_start: 0, ..record("7", "sam", "a6000", 2, 5400) }], &seed_prices(), 3).unwrap();
     assert_eq!(balance(&l, "sam"), Tokens::whole(88));
     assert_eq!(l.refund_job("7", "root", "bad node", 4).unwrap()[0].amount, Tokens::whole(12));
+    let day = |d: &str| d.parse::<chrono::NaiveDate>().unwrap();
+    let used = l.used_since_day("sam", day("1970-01-01")).unwrap();
+    assert_eq!(used, BTreeMap::from([("a6000".to_string(), Tokens::whole(12))]), "the old charge and the new");
     let sam = l.history("sam").unwrap();
     assert_eq!(sam.len(), 4);
     assert_eq!(sam.last().unwrap().balance_after, Tokens::whole(100));
