@@ -26,6 +26,11 @@ impl PriceTable {
         PriceTable { prices, default_price }
     }
 
+    /// The listed GPU types (lower-case).
+    pub fn listed_types(&self) -> impl Iterator<Item = &str> {
+        self.prices.keys().map(String::as_str)
+    }
+
     /// The listed price of a type, matched case-insensitively.
     pub fn price(&self, gpu_type: &str) -> Option<Tokens> {
         match self.prices.get(gpu_type) {

@@ -64,6 +64,10 @@ pub enum ConfigCommand {
     Check {
         /// File to check (default: --config, $GPUTOKENS_CONF or /etc/slurm/gputokens.toml).
         file: Option<PathBuf>,
+        /// Also check the running Slurm's configuration against it (scontrol, sinfo, sacctmgr):
+        /// the job_submit plugin, GPU accounting per type, prices, deprioritizing, SlurmUser.
+        #[arg(long)]
+        slurm: bool,
     },
     /// Print the commented example configuration.
     Default,

@@ -17,6 +17,7 @@ pub mod sbalance;
 pub mod server;
 pub mod signals;
 pub mod slurm;
+pub mod slurm_check;
 pub mod slurm_view;
 pub mod usage;
 

@@ -28,11 +28,14 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> CliResult {
     let path = Config::resolve_path(cli.config.as_deref());
     match cli.command {
-        Command::Config(ConfigCommand::Check { file }) => {
+        Command::Config(ConfigCommand::Check { file, slurm }) => {
             let file = file.unwrap_or(path);
             let config = Config::load(&file)?;
             accountd::usage::prometheus_source(&config)?;
             println!("{}: valid", file.display());
+            if slurm {
+                check_slurm(&config)?;
+            }
             Ok(())
         }
         Command::Config(ConfigCommand::Default) => {
@@ -58,6 +61,21 @@ fn run(cli: Cli) -> CliResult {
             println!("{}", records::charge_file(&mut service, &sacct_file, now(&time)?)?);
             Ok(())
         }
+    }
+}
+
+/// Prints what `slurm_check` finds; exit 2 when it finds a problem.
+fn check_slurm(config: &Config) -> CliResult {
+    let facts = Slurm::new(&config.slurm)
+        .facts(matches!(config.admission.deprioritize, gputokens::plugin_config::Deprioritize::Qos(_)))?;
+    let findings = accountd::slurm_check::findings(config, &facts, |p| p.is_file());
+    for finding in &findings {
+        println!("slurm: {finding}");
+    }
+    let problems = findings.iter().filter(|f| matches!(f, accountd::slurm_check::Finding::Problem(_))).count();
+    match problems {
+        0 => Ok(()),
+        n => Err(CliError::refused(format!("{n} problem(s) in Slurm's configuration for gputokens"))),
     }
 }
 

@@ -65,6 +65,19 @@ impl Slurm {
         Ok(types)
     }
 
+    /// What `accountd config check --slurm` compares with gputokens.toml; QOS names only when asked.
+    pub fn facts(&self, with_qos: bool) -> CliResult<crate::slurm_check::SlurmFacts> {
+        let config = crate::slurm_check::parse_show_config(&self.run("scontrol", &["show", "config"])?);
+        let node_gpu_types = self.node_gpu_types()?.into_iter().collect();
+        let qos = if with_qos {
+            let names = self.run("sacctmgr", &["-n", "-P", "show", "qos", "format=Name"])?;
+            Some(names.lines().map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect())
+        } else {
+            None
+        };
+        Ok(crate::slurm_check::SlurmFacts { config, node_gpu_types, qos })
+    }
+
     /// Expands a hostlist such as `n[1-3],m1` through `scontrol show hostnames`.
     pub fn hostnames(&self, hostlist: &str) -> CliResult<Vec<String>> {
         if !hostlist.contains('[') {

@@ -66,3 +66,66 @@ fn bad_admission_key_is_named() {
     assert_eq!(out.code, 2);
     assert!(out.stderr.contains("admission.on_error"), "{}", out.stderr);
 }
+
+fn check_slurm(text: &str) -> crate::common::Outcome {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gputokens.toml");
+    std::fs::write(&path, text).unwrap();
+    run_as(None, &bin("accountd"), &["config", "check", path.to_str().unwrap(), "--slurm"])
+}
+
+/// The test cluster is set up as slurm-conf/ says (plugin, typed GPU accounting, the QOS); a site
+/// whose gputokens.toml matches it passes, and one that misses a price and the SlurmUser is told.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn the_running_slurm_is_checked_against_the_config() {
+    let _cluster = crate::cluster::serial();
+    let good = "slurm_user = \"root\"\n[prices]\nrtx2080 = 0.5\nrtx3090 = 1\na6000 = 4\n\
+                [admission]\ndeprioritize = \"qos\"\nqos = \"gputokens-overdraft\"\n";
+    let out = check_slurm(good).ok();
+    for line in [
+        "slurm: ok: JobSubmitPlugins includes gputokens (/usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_gputokens.so)",
+        "slurm: ok: AccountingStorageTRES records every GPU type of the nodes (a6000, rtx2080, rtx3090)",
+        "slurm: ok: [prices] lists every GPU type of the nodes",
+        "slurm: ok: deprioritize = qos: 'gputokens-overdraft' exists and PriorityWeightQOS is 10000",
+        "slurm: ok: slurm_user 'root' is slurmctld's SlurmUser",
+    ] {
+        assert!(out.stdout.lines().any(|l| l == line), "no line '{line}' in:\n{}", out.stdout);
+    }
+
+    let out =
+        check_slurm("[prices]\nrtx2080 = 0.5\nrtx3090 = 1\n[admission]\ndeprioritize = \"qos\"\nqos = \"nope\"\n");
+    assert_eq!(out.code, 2, "{}", out.stdout);
+    let problems: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with("slurm: problem: ")).collect();
+    assert_eq!(problems.len(), 3, "{}", out.stdout);
+    // The cluster's one node is named after the host (`hostname -s`).
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let node = hostname.trim().split('.').next().unwrap();
+    let unpriced = format!("no price for a6000 (on {node}): charged at the highest listed price, 1/GPU-hour");
+    assert!(problems[0].contains(&unpriced), "{}", problems[0]);
+    assert!(problems[1].contains("QOS 'nope' does not exist"), "{}", problems[1]);
+    assert!(problems[2].contains("slurmctld runs as 'root'"), "{}", problems[2]);
+    assert!(out.stderr.contains("3 problem(s) in Slurm's configuration for gputokens"), "{}", out.stderr);
+}
+
+/// The systemd units start commands this accountd has, from where the README installs it.
+#[test]
+fn systemd_units_run_installed_commands() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    assert!(readme.contains("install -m 755 target/release/accountd"), "README no longer installs accountd");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/slurm-conf/systemd");
+    let mut commands = 0;
+    for unit in ["gputokens-accountd.service", "gputokens-agent.service"] {
+        let text = std::fs::read_to_string(format!("{dir}/{unit}")).unwrap();
+        for line in text.lines().filter(|l| l.starts_with("ExecStart")) {
+            let command = line.split_once('=').unwrap().1;
+            let mut argv = command.split_whitespace();
+            assert_eq!(argv.next(), Some("/usr/local/bin/accountd"), "{unit}: {line}");
+            let args: Vec<&str> = argv.chain(["--help"]).collect();
+            let out = run_as(None, &bin("accountd"), &args);
+            assert_eq!(out.code, 0, "{unit}: `accountd {}` is not a command: {}", args.join(" "), out.stderr);
+            commands += 1;
+        }
+    }
+    assert_eq!(commands, 3, "ExecStartPre and ExecStart of accountd, ExecStart of the agent");
+}
