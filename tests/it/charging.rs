@@ -240,3 +240,40 @@ fn rereads_never_reach_before_the_first_read() {
     site.accountd(None, &["tick"]).ok();
     assert_eq!(balance(&site, "bob"), Tokens::whole(100) - cost(Tokens::whole(3600), elapsed(&after)));
 }
+
+/// An online backup (`sqlite3 ... .backup`, as the README says) restored later loses nothing that
+/// sacct still has: the job that ended after the backup is charged again, once, and the job before
+/// it not twice.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_restored_backup_charges_again_what_ended_after_it() {
+    let _cluster = serial();
+    let mut site = live_site();
+    let first = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
+    wait_finished(&first);
+    site.accountd(None, &["tick"]).ok();
+    let ledger = site.path("lib/ledger.sqlite");
+    let backup = site.path("backup.sqlite");
+    let dot_backup = format!(".backup '{}'", backup.display());
+    crate::common::run_as(None, Path::new("/usr/bin/sqlite3"), &[ledger.to_str().unwrap(), &dot_backup]).ok();
+
+    let second = sbatch("alice", &["--gres=gpu:rtx3090:2", "--wrap", "sleep 2"]);
+    wait_finished(&second);
+    site.accountd(None, &["tick"]).ok();
+    let expected = Tokens::whole(100)
+        - cost(Tokens::whole(3600), elapsed(&first))
+        - cost(Tokens::whole(900), 2 * elapsed(&second));
+    assert_eq!(balance(&site, "alice"), expected);
+
+    // Restore: accountd stopped, the backup in place of the ledger and its WAL.
+    assert!(site.stop().success());
+    for stale in ["lib/ledger.sqlite-wal", "lib/ledger.sqlite-shm"] {
+        let _ = std::fs::remove_file(site.path(stale));
+    }
+    std::fs::copy(&backup, &ledger).unwrap();
+    let tick = site.accountd(None, &["tick"]).ok();
+    assert!(tick.stdout.contains("1 charge entries"), "only the second job is charged again: {}", tick.stdout);
+    let snapshot = std::fs::read_to_string(site.path("lib/balances.snapshot")).unwrap();
+    let balances = gputokens::snapshot::parse(&snapshot).unwrap().balances;
+    assert_eq!(balances["alice"], expected);
+}
