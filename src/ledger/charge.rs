@@ -70,19 +70,18 @@ impl Ledger {
             }
         }
         drop(statements);
+        // Per user, once: the balance, the newest entry, and the day's usage per GPU type.
         let day = local_date(now).to_string();
         for (user, pending) in batch.users {
             if let Some(last_entry) = pending.last_entry {
                 move_balance(&tx, &user, pending.delta, last_entry)?;
             }
-            for (gpu_type, tokens) in &pending.by_type {
+            for (gpu_type, tokens) in pending.by_type {
                 tx.prepare_cached(
                     "INSERT INTO usage_days (user, day, gpu_type, charged) VALUES (?1, ?2, ?3, ?4)
                      ON CONFLICT DO UPDATE SET charged = charged + excluded.charged",
                 )?
                 .execute(params![user, day, gpu_type, tokens.micro()])?;
-            }
-            for (gpu_type, tokens) in pending.by_type {
                 outcome.by_user_type.insert((user.clone(), gpu_type), tokens);
             }
         }
