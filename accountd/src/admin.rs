@@ -26,6 +26,7 @@ pub fn run(config: &Config, command: AdminCommand) -> CliResult {
         AdminCommand::History { user, json } => (Request::History { user }, json),
         AdminCommand::Actions { limit, json } => (Request::Actions { limit }, json),
         AdminCommand::Import { file } => (Request::Import { balances: read_state_file(&file)? }, false),
+        AdminCommand::Verify => return verify(config),
     };
     match call(socket, &request)? {
         Reply::Recorded { entries, replayed } => {
@@ -53,6 +54,23 @@ pub fn run(config: &Config, command: AdminCommand) -> CliResult {
         other => return Err(CliError::failed(format!("unexpected reply from accountd: {other:?}"))),
     }
     Ok(())
+}
+
+/// `admin verify`: the ledger's invariants, read from the file (WAL lets it beside accountd serve).
+fn verify(config: &Config) -> CliResult {
+    let service = crate::handler::Service::open_as_admin(config.clone())?;
+    let found = service.ledger.verify()?;
+    for problem in &found.problems {
+        println!("problem: {problem}");
+    }
+    let summary = format!("{}: {} users, {} entries", config.paths.ledger.display(), found.users, found.entries);
+    match found.problems.len() {
+        0 => {
+            println!("{summary}: consistent");
+            Ok(())
+        }
+        n => Err(CliError::refused(format!("{summary}: {n} problem(s)"))),
+    }
 }
 
 fn signed(t: Tokens) -> String {

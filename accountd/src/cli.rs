@@ -118,4 +118,8 @@ pub enum AdminCommand {
     },
     /// Import the original system's JSON state file ({"user": tokens, ...}) for users new to the ledger.
     Import { file: PathBuf },
+    /// Check the ledger's invariants (each balance is the sum of its entries, every entry is on its
+    /// user's history chain, charges agree with job_charges and usage_days, SQLite's integrity):
+    /// exit 2 naming each problem. Reads the ledger file itself, beside a running accountd.
+    Verify,
 }

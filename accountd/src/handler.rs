@@ -34,6 +34,20 @@ impl Service {
         }
     }
 
+    /// Opens the ledger for commands that read or write it directly (serve, tick, charge, verify);
+    /// only admins may.
+    pub fn open_as_admin(config: Config) -> crate::error::CliResult<Service> {
+        let caller = Caller::identify(nix::unistd::getuid().as_raw(), &config);
+        if !caller.admin {
+            return Err(crate::error::CliError::refused(format!(
+                "only root, the SlurmUser ({}) and gputokens admins may run this; you are {}",
+                config.slurm_user, caller.name
+            )));
+        }
+        let ledger = Ledger::open(&config.paths.ledger, (&config).into())?;
+        Ok(Service::new(config, ledger))
+    }
+
     pub fn new(config: Config, ledger: Ledger) -> Service {
         Service {
             config,

@@ -6,8 +6,6 @@ use accountd::handler::Service;
 use accountd::slurm::Slurm;
 use accountd::{admin, charging, cycle, http, records, server};
 use clap::Parser;
-use gputokens::access::Caller;
-use gputokens::ledger::Ledger;
 use gputokens::Config;
 
 fn main() -> ExitCode {
@@ -46,7 +44,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Agent { node, once } => accountd::agent::run::run(&Config::load(&path)?, node, once),
         Command::Serve => serve(Config::load(&path)?),
         Command::Tick { time, skip_charge } => {
-            let mut service = open_service(Config::load(&path)?)?;
+            let mut service = Service::open_as_admin(Config::load(&path)?)?;
             let now = now(&time)?;
             if !skip_charge {
                 let slurm = Slurm::new(&service.config.slurm);
@@ -57,7 +55,7 @@ fn run(cli: Cli) -> CliResult {
             Ok(())
         }
         Command::Charge { sacct_file, time } => {
-            let mut service = open_service(Config::load(&path)?)?;
+            let mut service = Service::open_as_admin(Config::load(&path)?)?;
             println!("{}", records::charge_file(&mut service, &sacct_file, now(&time)?)?);
             Ok(())
         }
@@ -87,23 +85,10 @@ fn now(time: &TimeArg) -> CliResult<i64> {
     }
 }
 
-/// Opens the ledger for commands that write it directly; only admins may.
-fn open_service(config: Config) -> CliResult<Service> {
-    let caller = Caller::identify(nix::unistd::getuid().as_raw(), &config);
-    if !caller.admin {
-        return Err(CliError::refused(format!(
-            "only root, the SlurmUser ({}) and gputokens admins may run this; you are {}",
-            config.slurm_user, caller.name
-        )));
-    }
-    let ledger = Ledger::open(&config.paths.ledger, (&config).into())?;
-    Ok(Service::new(config, ledger))
-}
-
 fn serve(config: Config) -> CliResult {
     let socket = config.paths.socket.clone();
     let http_listen = config.http_listen;
-    let service = open_service(config)?;
+    let service = Service::open_as_admin(config)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -4,6 +4,7 @@
 mod charge;
 mod replenish;
 mod schema;
+mod verify;
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
@@ -21,6 +22,7 @@ use chrono::NaiveDate;
 pub use charge::{ChargeOutcome, UsageRecord};
 pub use replenish::Replenished;
 pub use schema::SchemaError;
+pub use verify::Verification;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {

@@ -315,3 +315,42 @@ fn a_version_4_ledger_keeps_its_history_and_refunds() {
     assert_eq!(sam.len(), 4);
     assert_eq!(sam.last().unwrap().balance_after, Tokens::whole(100));
 }
+
+#[test]
+fn a_ledger_used_every_way_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    l.charge(&worked_example(), &seed_prices(), at("2026-11-30T20:00:00")).unwrap();
+    l.charge(&[record("50", "bob", "a6000", 1, 1800)], &seed_prices(), at("2026-11-30T20:00:00")).unwrap();
+    l.charge(&[record("50", "bob", "a6000", 1, 3600)], &seed_prices(), at("2026-12-01T01:00:00")).unwrap();
+    l.refund_job("50", "root", "node failure", at("2026-12-01T02:00:00")).unwrap();
+    l.replenish(at("2026-12-03T00:05:00")).unwrap();
+    l.append(&NewEntry::new("cy", EntryKind::Grant, Tokens::whole(5), 9, "root", "course", "grant:c".into())).unwrap();
+    let found = l.verify().unwrap();
+    assert_eq!(found.problems, Vec::<String>::new());
+    assert_eq!(found.users, 3);
+}
+
+#[test]
+fn verify_names_what_was_tampered_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    l.charge(&worked_example(), &seed_prices(), at("2026-11-30T20:00:00")).unwrap();
+    l.charge(&[record("60", "dan", "rtx3090", 1, 3600)], &seed_prices(), at("2026-11-30T20:00:00")).unwrap();
+    // Edited behind the ledger's back, as only a hand on the file could.
+    l.conn
+        .execute_batch(
+            "DROP TRIGGER entries_no_update; DROP TRIGGER entries_no_delete;
+             UPDATE entries SET amount = amount - 1000000 WHERE user = 'alice' AND job_id = '1';
+             UPDATE entries SET prev_id = NULL WHERE user = 'dan' AND kind = 'charge';
+             DELETE FROM usage_days WHERE user = 'dan';",
+        )
+        .unwrap();
+    let problems = l.verify().unwrap().problems;
+    assert_eq!(problems.len(), 5, "{problems:#?}");
+    assert_eq!(problems[0], "alice: balance 16 but the entries add up to 15");
+    assert_eq!(problems[1], "alice: charge entries total 85 but job_charges 84");
+    assert_eq!(problems[2], "alice: charge entries total 85 but usage_days 84");
+    assert_eq!(problems[3], "dan: 2 entries but 1 reachable from the newest (prev_id chain)");
+    assert_eq!(problems[4], "dan: charge entries total 1 but usage_days 0");
+}

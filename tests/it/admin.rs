@@ -101,3 +101,21 @@ fn grant_to_an_unknown_user_is_refused() {
     assert_eq!(out.code, 2);
     assert!(out.stderr.contains("6 decimal places"), "{}", out.stderr);
 }
+
+#[test]
+fn verify_checks_the_ledger_beside_a_running_accountd() {
+    let site = Site::start("", "");
+    let sacct = site.file(
+        "sacct.txt",
+        "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State\n7|alice|gres/gpu:a6000=2,gres/gpu=2|5400|2026-11-30T08:00:00|COMPLETED\n",
+    );
+    site.accountd(None, &["charge", "--sacct-file", &sacct]).ok();
+    site.accountd(None, &["admin", "refund", "7", "--reason", "node failure"]).ok();
+    site.accountd(None, &["admin", "grant", "bob", "3", "--reason", "course"]).ok();
+    let out = site.accountd(None, &["admin", "verify"]).ok();
+    assert!(out.stdout.trim_end().ends_with("ledger.sqlite: 2 users, 5 entries: consistent"), "{}", out.stdout);
+
+    let refused = site.accountd(Some("alice"), &["admin", "verify"]);
+    assert_eq!(refused.code, 2);
+    assert!(refused.stderr.contains("only root, the SlurmUser"), "{}", refused.stderr);
+}

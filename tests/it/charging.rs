@@ -107,6 +107,8 @@ fn killing_a_tick_midway_loses_and_doubles_nothing() {
     let entries: serde_json::Value = serde_json::from_str(&history).unwrap();
     let charges = entries["entries"].as_array().unwrap().iter().filter(|e| e["kind"] == "charge").count();
     assert_eq!(charges, jobs.len(), "one charge entry per job: {history}");
+    // Balances, history chains, job_charges and usage_days all still agree.
+    victim.accountd(None, &["admin", "verify"]).ok();
 }
 
 pub fn wait_running(job: &str) {
@@ -276,4 +278,5 @@ fn a_restored_backup_charges_again_what_ended_after_it() {
     let snapshot = std::fs::read_to_string(site.path("lib/balances.snapshot")).unwrap();
     let balances = gputokens::snapshot::parse(&snapshot).unwrap().balances;
     assert_eq!(balances["alice"], expected);
+    site.accountd(None, &["admin", "verify"]).ok();
 }
