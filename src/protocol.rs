@@ -34,8 +34,12 @@ pub enum Request {
         job_id: String,
         reason: String,
     },
+    /// A user's ledger entries: `user` None is the caller's own; `limit` keeps only the newest.
     History {
-        user: String,
+        #[serde(default)]
+        user: Option<String>,
+        #[serde(default)]
+        limit: Option<usize>,
     },
     Import {
         balances: BTreeMap<String, Tokens>,

@@ -23,7 +23,7 @@ pub fn run(config: &Config, command: AdminCommand) -> CliResult {
             (Request::Adjust { user, amount: amount(&a)?, reason, key }, false)
         }
         AdminCommand::Refund { job_id, reason } => (Request::Refund { job_id, reason }, false),
-        AdminCommand::History { user, json } => (Request::History { user }, json),
+        AdminCommand::History { user, last, json } => (Request::History { user: Some(user), limit: last }, json),
         AdminCommand::Actions { limit, json } => (Request::Actions { limit }, json),
         AdminCommand::Import { file } => (Request::Import { balances: read_state_file(&file)? }, false),
         AdminCommand::Verify => return verify(config),

@@ -106,6 +106,9 @@ pub enum AdminCommand {
     /// Every ledger entry of a user.
     History {
         user: String,
+        /// Only the newest N entries.
+        #[arg(long, value_name = "N")]
+        last: Option<usize>,
         #[arg(long)]
         json: bool,
     },

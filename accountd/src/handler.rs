@@ -82,7 +82,10 @@ fn from_ledger(e: LedgerError) -> Reply {
 impl Service {
     /// Answers `request` from `caller` at time `now`. Returns the reply and whether the ledger changed.
     pub fn handle(&mut self, caller: &Caller, request: Request, now: i64) -> (Reply, bool) {
-        if !matches!(request, Request::Balances { .. }) && !caller.admin {
+        // Anyone may read balances (as `balances` allows) and their own history.
+        let own_history = matches!(&request, Request::History { user, .. }
+            if user.as_deref().is_none_or(|u| u == caller.name));
+        if !matches!(request, Request::Balances { .. }) && !own_history && !caller.admin {
             let what = match request {
                 Request::History { .. } | Request::Actions { .. } => "read ledger histories",
                 _ => "change balances",
@@ -116,11 +119,14 @@ impl Service {
                 .refund_job(&job_id, &caller.name, &reason, now)
                 .map(|entries| (Reply::Recorded { entries: rows(entries), replayed: false }, true))
                 .map_err(from_ledger),
-            Request::History { user } => self
-                .ledger
-                .history(&user)
-                .map(|entries| (Reply::History { user, entries: rows(entries) }, false))
-                .map_err(from_ledger),
+            Request::History { user, limit } => {
+                let user = user.unwrap_or_else(|| caller.name.clone());
+                let entries = match limit {
+                    Some(n) => self.ledger.recent(&user, n),
+                    None => self.ledger.history(&user),
+                };
+                entries.map(|entries| (Reply::History { user, entries: rows(entries) }, false)).map_err(from_ledger)
+            }
             Request::Actions { limit } => {
                 self.ledger.actions(limit).map(|actions| (Reply::Actions { actions }, false)).map_err(from_ledger)
             }

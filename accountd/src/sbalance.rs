@@ -33,6 +33,10 @@ pub struct Args {
     /// Columns to show, comma separated: User,Balance,Floor,Status,Used30d,NextGrant.
     #[arg(short = 'o', long = "format", value_delimiter = ',', value_name = "FIELDS")]
     pub format: Vec<String>,
+    /// Your newest ledger entries instead of balances: charges with their job, grants,
+    /// replenishments (N, default 20; with -u, one user, yours unless you are an admin).
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "20")]
+    pub history: Option<usize>,
     /// Configuration file (only the socket path is used).
     #[arg(long, env = "GPUTOKENS_CONF", value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -89,6 +93,9 @@ pub fn run(args: Args) -> CliResult {
         args.format.iter().map(|f| Field::parse(f)).collect::<CliResult<Vec<_>>>()?
     };
     let config = Config::load(&Config::resolve_path(args.config.as_deref()))?;
+    if let Some(limit) = args.history {
+        return history(&config, &args, limit);
+    }
     let request = Request::Balances { users: args.users.clone(), all: args.all };
     let rows = match call(&config.paths.socket, &request)? {
         Reply::Balances { rows } => rows,
@@ -101,6 +108,67 @@ pub fn run(args: Args) -> CliResult {
     } else {
         table(&rows, &fields, !args.noheader)
     };
+    print!("{out}");
+    Ok(())
+}
+
+/// `--history`: one user's newest entries, oldest first, in the same table or `-P` shapes.
+fn history(config: &Config, args: &Args, limit: usize) -> CliResult {
+    let user = match args.users.as_slice() {
+        [] => None,
+        [user] => Some(user.clone()),
+        _ => return Err(CliError::refused("--history shows one user: give at most one -u")),
+    };
+    let entries = match call(&config.paths.socket, &Request::History { user, limit: Some(limit) })? {
+        Reply::History { entries, .. } => entries,
+        other => return Err(CliError::failed(format!("unexpected reply from accountd: {other:?}"))),
+    };
+    if args.json {
+        println!("{:#}", serde_json::json!({ "entries": entries }));
+        return Ok(());
+    }
+    const HEADER: [&str; 6] = ["Time", "Kind", "Amount", "Balance", "JobID", "Reason"];
+    let cells: Vec<[String; 6]> = entries
+        .iter()
+        .map(|e| {
+            [
+                gputokens::time::format_local(e.at),
+                e.kind.as_str().to_string(),
+                e.amount.to_string(),
+                e.balance_after.to_string(),
+                e.job_id.clone().unwrap_or_default(),
+                e.reason.clone(),
+            ]
+        })
+        .collect();
+    let mut out = String::new();
+    if args.parsable2 || args.parsable {
+        let end = if args.parsable { "|\n" } else { "\n" };
+        if !args.noheader {
+            out += &HEADER.join("|");
+            out += end;
+        }
+        for row in &cells {
+            out += &row.join("|");
+            out += end;
+        }
+    } else {
+        // Left-aligned text, right-aligned numbers, as wide as the widest value.
+        let width = |i: usize| cells.iter().map(|c| c[i].chars().count()).chain([HEADER[i].len()]).max().unwrap_or(0);
+        let widths: Vec<usize> = (0..HEADER.len()).map(width).collect();
+        let line = |values: [&str; 6]| -> String {
+            let [time, kind, amount, balance, job, reason] = values;
+            let (w0, w1, w2, w3, w4) = (widths[0], widths[1], widths[2], widths[3], widths[4]);
+            format!("{time:<w0$} {kind:<w1$} {amount:>w2$} {balance:>w3$} {job:<w4$} {reason}").trim_end().to_string()
+                + "\n"
+        };
+        if !args.noheader {
+            out += &line(HEADER);
+        }
+        for c in &cells {
+            out += &line([&c[0], &c[1], &c[2], &c[3], &c[4], &c[5]]);
+        }
+    }
     print!("{out}");
     Ok(())
 }

@@ -281,27 +281,13 @@ impl Ledger {
     /// Every entry of `user`, oldest first, with the running balance.
     pub fn history(&self, user: &str) -> Result<Vec<Entry>, LedgerError> {
         let mut stmt = self.conn.prepare_cached(&format!(
-            "{USER_CHAIN}
+            "{USER_CHAIN})
              SELECT e.id, e.user, e.kind, e.amount, e.at, e.actor, e.reason, e.key, e.job_id, e.gpu_type
              FROM chain CROSS JOIN entries e ON e.id = chain.id ORDER BY e.id"
         ))?;
         let mut balance = Tokens::ZERO;
         let entries: Vec<Entry> = stmt
-            .query_map(params![user], |r| {
-                Ok(Entry {
-                    id: r.get(0)?,
-                    user: r.get(1)?,
-                    kind: EntryKind::parse(&r.get::<_, String>(2)?),
-                    amount: Tokens::from_micro(r.get(3)?),
-                    balance_after: Tokens::ZERO,
-                    at: r.get(4)?,
-                    actor: r.get(5)?,
-                    reason: r.get(6)?,
-                    key: r.get(7)?,
-                    job_id: r.get(8)?,
-                    gpu_type: r.get(9)?,
-                })
-            })?
+            .query_map(params![user], entry_row)?
             .map(|e| {
                 e.map(|mut e| {
                     balance = balance + e.amount;
@@ -313,6 +299,31 @@ impl Ledger {
         if entries.is_empty() {
             return Err(LedgerError::UnknownUser(user.to_string()));
         }
+        Ok(entries)
+    }
+
+    /// The newest `limit` entries of `user`, oldest first, with the balance after each: read down the
+    /// user's chain from the newest, so the cost is `limit` lookups however long the history.
+    pub fn recent(&self, user: &str, limit: usize) -> Result<Vec<Entry>, LedgerError> {
+        let Some(account) = self.account(user)? else { return Err(LedgerError::UnknownUser(user.to_string())) };
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "{USER_CHAIN} LIMIT ?2)
+             SELECT e.id, e.user, e.kind, e.amount, e.at, e.actor, e.reason, e.key, e.job_id, e.gpu_type
+             FROM chain CROSS JOIN entries e ON e.id = chain.id ORDER BY e.id DESC"
+        ))?;
+        let mut balance = account.balance;
+        let mut entries: Vec<Entry> = stmt
+            .query_map(params![user, limit as i64], entry_row)?
+            .map(|e| {
+                e.map(|mut e| {
+                    // Newest first: the balance after an entry is the one after the next, less it.
+                    e.balance_after = balance;
+                    balance = balance - e.amount;
+                    e
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        entries.reverse();
         Ok(entries)
     }
 
@@ -428,6 +439,24 @@ impl Ledger {
     }
 }
 
+/// An entry as `SELECT id, user, kind, amount, at, actor, reason, key, job_id, gpu_type` reads it;
+/// `balance_after` is left for the caller.
+fn entry_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Entry> {
+    Ok(Entry {
+        id: r.get(0)?,
+        user: r.get(1)?,
+        kind: EntryKind::parse(&r.get::<_, String>(2)?),
+        amount: Tokens::from_micro(r.get(3)?),
+        balance_after: Tokens::ZERO,
+        at: r.get(4)?,
+        actor: r.get(5)?,
+        reason: r.get(6)?,
+        key: r.get(7)?,
+        job_id: r.get(8)?,
+        gpu_type: r.get(9)?,
+    })
+}
+
 fn account_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Account> {
     Ok(Account { user: r.get(0)?, balance: Tokens::from_micro(r.get(1)?), first_seen: r.get(2)? })
 }
@@ -468,11 +497,11 @@ fn ensure_user(tx: &Transaction<'_>, rules: &BucketRules, user: &str, now: i64) 
 }
 
 /// A user's entries as the recursive table `chain(id)`, walked down `prev_id` from the newest; `?1`
-/// is the user.
+/// is the user. Close it with `)`, or with `LIMIT n)` to stop the walk after n entries.
 const USER_CHAIN: &str = "WITH RECURSIVE chain(id) AS (
         SELECT last_entry FROM users WHERE name = ?1 AND last_entry IS NOT NULL
         UNION ALL
-        SELECT e.prev_id FROM chain CROSS JOIN entries e ON e.id = chain.id WHERE e.prev_id IS NOT NULL)";
+        SELECT e.prev_id FROM chain CROSS JOIN entries e ON e.id = chain.id WHERE e.prev_id IS NOT NULL";
 
 /// Inserts unless the key exists; keeps `users.balance` equal to the sum of the user's entries and
 /// `users.last_entry` at the newest of them.

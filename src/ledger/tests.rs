@@ -354,3 +354,23 @@ fn verify_names_what_was_tampered_with() {
     assert_eq!(problems[3], "dan: 2 entries but 1 reachable from the newest (prev_id chain)");
     assert_eq!(problems[4], "dan: charge entries total 1 but usage_days 0");
 }
+
+#[test]
+fn recent_entries_carry_the_balance_after_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, BucketRules { daily: Tokens::ZERO, ..rules() });
+    l.charge(&worked_example(), &seed_prices(), at("2026-11-30T20:00:00")).unwrap();
+    l.charge(&[record("9", "bob", "a6000", 1, 3600)], &seed_prices(), at("2026-11-30T20:00:00")).unwrap();
+    let grant = NewEntry::new("alice", EntryKind::Grant, Tokens::whole(10), 30, "root", "course", "grant:x".into());
+    l.append(&grant).unwrap();
+    let all = l.history("alice").unwrap();
+    let last_two = l.recent("alice", 2).unwrap();
+    assert_eq!(last_two.len(), 2);
+    assert_eq!(last_two[0].job_id.as_deref(), Some("3"));
+    assert_eq!(last_two[1].kind, EntryKind::Grant);
+    for (recent, full) in last_two.iter().zip(&all[all.len() - 2..]) {
+        assert_eq!((recent.id, recent.balance_after), (full.id, full.balance_after));
+    }
+    assert_eq!(l.recent("alice", 100).unwrap().len(), all.len());
+    assert!(matches!(l.recent("zed", 5), Err(LedgerError::UnknownUser(_))));
+}

@@ -92,3 +92,39 @@ fn the_sbalance_under_test_is_linked_statically() {
     let text = String::from_utf8_lossy(&ldd.stdout).to_string() + &String::from_utf8_lossy(&ldd.stderr);
     assert!(text.contains("statically linked") || text.contains("not a dynamic executable"), "{text}");
 }
+
+/// A researcher sees what their own jobs cost, newest last, and nobody else's.
+#[test]
+fn history_shows_your_own_charges() {
+    let site = Site::start("", "");
+    let sacct = site.file(
+        "sacct.txt",
+        "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State
+11|alice|gres/gpu:a6000=2,gres/gpu=2|5400|2026-11-30T08:00:00|COMPLETED
+12|alice|gres/gpu:rtx3090=1,gres/gpu=1|1800|2026-11-30T09:00:00|COMPLETED
+13|bob|gres/gpu:rtx2080=1,gres/gpu=1|3600|2026-11-30T09:00:00|COMPLETED
+",
+    );
+    site.accountd(None, &["charge", "--sacct-file", &sacct, "--now", "2026-11-30T20:00:00"]).ok();
+
+    let own = site.sbalance(Some("alice"), &["--history", "-P"]).ok();
+    let lines: Vec<&str> = own.stdout.lines().collect();
+    assert_eq!(lines[0], "Time|Kind|Amount|Balance|JobID|Reason");
+    assert_eq!(lines.len(), 4, "header, initial balance, two charges: {}", own.stdout);
+    assert!(lines[1].contains("|grant|100|100||initial balance"), "{}", lines[1]);
+    assert!(lines[2].contains("|charge|-12|88|11|2 × a6000 for 5400s at 4/GPU-hour"), "{}", lines[2]);
+    assert!(lines[3].contains("|charge|-0.5|87.5|12|1 × rtx3090 for 1800s at 1/GPU-hour"), "{}", lines[3]);
+    assert_eq!(site.balance("alice"), "87.5");
+
+    let newest = site.sbalance(Some("alice"), &["--history", "1", "-P", "-n"]).ok();
+    assert_eq!(newest.stdout.lines().count(), 1);
+    assert!(newest.stdout.contains("|12|"), "{}", newest.stdout);
+    let table = site.sbalance(Some("alice"), &["--history"]).ok();
+    assert!(table.stdout.lines().next().unwrap().starts_with("Time"), "{}", table.stdout);
+
+    let other = site.sbalance(Some("alice"), &["--history", "-u", "bob"]);
+    assert_eq!(other.code, 2);
+    assert!(other.stderr.contains("may read ledger histories"), "{}", other.stderr);
+    let root = site.sbalance(None, &["--history", "-u", "alice", "-P", "-n"]).ok();
+    assert_eq!(root.stdout.lines().count(), 3);
+}
