@@ -43,9 +43,10 @@ stop_accountd
 rm -rf "$DEMO" && install -d -m 755 "$DEMO"
 sed -e "s|/var/lib/gputokens|$DEMO/lib|" -e "s|/run/gputokens|$DEMO/run|" -e 's/^daily = 1/daily = 0/' \
   -e 's/^first_lookback = .*/first_lookback = "1m"/' -e 's/^charge = "1h"/charge = "15s"/' \
-  slurm-conf/gputokens.toml > "$CONF"
-echo "daily = 0 for the demo, so the worked example comes out at exactly 46; accountd charges every 15 s"
-show "$ACCOUNTD" config check
+  -e 's/^slurm_user = "slurm"/slurm_user = "root"/' slurm-conf/gputokens.toml > "$CONF"
+echo "daily = 0 for the demo, so the worked example comes out at exactly 46; accountd charges every 15 s;"
+echo "slurm_user = root, as the test cluster's slurmctld runs as root"
+show "$ACCOUNTD" config check --slurm
 "$ACCOUNTD" serve 2> "$DEMO/accountd.log" &
 echo $! > "$DEMO/accountd.pid"
 for _ in $(seq 50); do [[ -S $DEMO/run/accountd.sock ]] && break; sleep 0.1; done
@@ -115,8 +116,9 @@ printf '$ runuser -u alice -- sbatch --gres=gpu:a6000:1 --wrap "sleep 1"\n'
 runuser -u alice -- sbatch --output=/dev/null --gres=gpu:a6000:1 --wrap 'sleep 1'
 cd "$ROOT"
 
-step "alice's ledger history"
+step "alice's ledger history: the admin's view, and hers (her newest entries)"
 show "$ACCOUNTD" admin history alice
+printf '$ runuser -u alice -- sbalance --history 4\n'; runuser -u alice -- "$SBALANCE" --config "$CONF" --history 4
 
 cat <<EOT
 

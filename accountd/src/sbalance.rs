@@ -134,7 +134,8 @@ fn history(config: &Config, args: &Args, limit: usize) -> CliResult {
             [
                 gputokens::time::format_local(e.at),
                 e.kind.as_str().to_string(),
-                e.amount.to_string(),
+                // Signed, as `accountd admin history` shows it: +30 granted, -24 charged.
+                if e.amount.is_negative() { e.amount.to_string() } else { format!("+{}", e.amount) },
                 e.balance_after.to_string(),
                 e.job_id.clone().unwrap_or_default(),
                 e.reason.clone(),

@@ -111,7 +111,7 @@ fn history_shows_your_own_charges() {
     let lines: Vec<&str> = own.stdout.lines().collect();
     assert_eq!(lines[0], "Time|Kind|Amount|Balance|JobID|Reason");
     assert_eq!(lines.len(), 4, "header, initial balance, two charges: {}", own.stdout);
-    assert!(lines[1].contains("|grant|100|100||initial balance"), "{}", lines[1]);
+    assert!(lines[1].contains("|grant|+100|100||initial balance"), "{}", lines[1]);
     assert!(lines[2].contains("|charge|-12|88|11|2 × a6000 for 5400s at 4/GPU-hour"), "{}", lines[2]);
     assert!(lines[3].contains("|charge|-0.5|87.5|12|1 × rtx3090 for 1800s at 1/GPU-hour"), "{}", lines[3]);
     assert_eq!(site.balance("alice"), "87.5");
