@@ -280,3 +280,28 @@ fn a_restored_backup_charges_again_what_ended_after_it() {
     assert_eq!(balances["alice"], expected);
     site.accountd(None, &["admin", "verify"]).ok();
 }
+
+/// `--gpus=1` names no type: slurmdbd records the type the job was given (AllocTRES lists it beside
+/// the untyped count), and the job pays that type's price, not the highest.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn an_untyped_request_pays_for_the_type_it_was_given() {
+    let _cluster = serial();
+    let site = live_site();
+    let job = sbatch("alice", &["--gpus=1", "--wrap", "sleep 2"]);
+    wait_finished(&job);
+    let tres = sacct(&["-j", &job, "-X", "-n", "-P", "-o", "AllocTRES"]);
+    let given = ["rtx2080", "rtx3090", "a6000"]
+        .into_iter()
+        .find(|t| tres.contains(&format!("gres/gpu:{t}=1")))
+        .unwrap_or_else(|| panic!("no typed GPU in AllocTRES: {tres}"));
+    let price = match given {
+        "rtx2080" => 1800,
+        "rtx3090" => 900,
+        _ => 3600,
+    };
+    site.accountd(None, &["tick"]).ok();
+    assert_eq!(balance(&site, "alice"), Tokens::whole(100) - cost(Tokens::whole(price), elapsed(&job)));
+    let history = site.accountd(None, &["admin", "history", "alice"]).ok().stdout;
+    assert!(history.contains(&format!("1 × {given} for ")), "{history}");
+}
