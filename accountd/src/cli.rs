@@ -65,7 +65,8 @@ pub enum ConfigCommand {
         /// File to check (default: --config, $GPUTOKENS_CONF or /etc/slurm/gputokens.toml).
         file: Option<PathBuf>,
         /// Also check the running Slurm's configuration against it (scontrol, sinfo, sacctmgr):
-        /// the job_submit plugin, GPU accounting per type, prices, deprioritizing, SlurmUser.
+        /// the job_submit plugin, GPU accounting per type, prices, deprioritizing, SlurmUser, and this
+        /// host's plugstack.conf (spank_gputokens.so and its jobs_dir).
         #[arg(long)]
         slurm: bool,
     },

@@ -11,6 +11,7 @@ pub mod handler;
 pub mod health;
 pub mod http;
 pub mod metrics;
+pub mod plugstack;
 pub mod preempt;
 pub mod records;
 pub mod sbalance;

@@ -75,7 +75,9 @@ impl Slurm {
         } else {
             None
         };
-        Ok(crate::slurm_check::SlurmFacts { config, node_gpu_types, qos })
+        let plugstack = crate::slurm_check::SlurmFacts::plugstack_path(&config);
+        let spank = crate::plugstack::find_gputokens(&plugstack);
+        Ok(crate::slurm_check::SlurmFacts { config, node_gpu_types, qos, plugstack, spank })
     }
 
     /// Expands a hostlist such as `n[1-3],m1` through `scontrol show hostnames`.

@@ -5,10 +5,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use gputokens::plugin_config::Deprioritize;
 use gputokens::Config;
+
+use crate::plugstack::SpankLine;
 
 /// What Slurm says about itself.
 #[derive(Debug, Default)]
@@ -19,6 +21,23 @@ pub struct SlurmFacts {
     pub node_gpu_types: BTreeMap<String, BTreeSet<String>>,
     /// QOS names from sacctmgr; read only when `deprioritize = "qos"`.
     pub qos: Option<BTreeSet<String>>,
+    /// The SPANK plugstack.conf of this host, and the line loading spank_gputokens.so in it.
+    pub plugstack: PathBuf,
+    pub spank: Option<SpankLine>,
+}
+
+impl SlurmFacts {
+    /// PlugStackConfig, else plugstack.conf beside slurm.conf (SLURM_CONF).
+    pub fn plugstack_path(config: &BTreeMap<String, String>) -> PathBuf {
+        match config.get("PlugStackConfig").map(String::as_str) {
+            Some(path) if !path.is_empty() && path != "(null)" => PathBuf::from(path),
+            _ => {
+                let slurm_conf =
+                    Path::new(config.get("SLURM_CONF").map(String::as_str).unwrap_or("/etc/slurm/slurm.conf"));
+                slurm_conf.parent().unwrap_or(Path::new("/etc/slurm")).join("plugstack.conf")
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +70,7 @@ pub fn findings(config: &Config, facts: &SlurmFacts, plugin_exists: impl Fn(&Pat
     out.extend(prices(config, facts));
     out.push(deprioritizing(config, facts));
     out.push(slurm_user(config, facts));
+    out.push(spank(config, facts));
     out
 }
 
@@ -184,6 +204,31 @@ fn deprioritizing(config: &Config, facts: &SlurmFacts) -> Finding {
     }
 }
 
+fn spank(config: &Config, facts: &SlurmFacts) -> Finding {
+    let plugstack = facts.plugstack.display();
+    let Some(line) = &facts.spank else {
+        return Finding::Problem(format!(
+            "{plugstack} (on this host) loads no spank_gputokens.so: sbatch shows no balance line, and the agent \
+             learns a job's GPUs only from processes it can see (see slurm-conf/plugstack.conf.d/gputokens.conf)"
+        ));
+    };
+    let records = Path::new(line.arg("jobs_dir").unwrap_or(gputokens::config::DEFAULT_JOBS_DIR));
+    let kind = if line.required { "required" } else { "optional" };
+    if records != config.agent.jobs_dir {
+        return Finding::Problem(format!(
+            "spank_gputokens.so ({}) records job GPUs in {} but [agent] jobs_dir is {}: the agent finds no records",
+            line.file.display(),
+            records.display(),
+            config.agent.jobs_dir.display()
+        ));
+    }
+    Finding::Ok(format!(
+        "spank_gputokens.so ({kind}, {}) records job GPUs in {}, where [agent] jobs_dir reads them",
+        line.file.display(),
+        records.display()
+    ))
+}
+
 fn slurm_user(config: &Config, facts: &SlurmFacts) -> Finding {
     // `SlurmUser = slurm(64030)`
     let running = setting(facts, "SlurmUser").split('(').next().unwrap_or("").trim();
@@ -231,6 +276,12 @@ AllowedRAMSpace         = 100.0%
                 ("n3".to_string(), types(&["rtx3090"])),
             ]),
             qos: Some(types(&["normal", "low"])),
+            plugstack: PathBuf::from("/etc/slurm/plugstack.conf"),
+            spank: Some(SpankLine {
+                file: PathBuf::from("/etc/slurm/plugstack.conf.d/gputokens.conf"),
+                required: false,
+                args: vec![],
+            }),
         }
     }
 
@@ -314,5 +365,41 @@ AllowedRAMSpace         = 100.0%
         let root = SHOW_CONFIG.replace("slurm(64030)", "root(0)");
         let found = findings(&config(""), &facts(&root), |_| true);
         assert!(problems(&found).iter().any(|p| p.starts_with("slurm_user is 'slurm' but slurmctld runs as 'root'")));
+    }
+
+    #[test]
+    fn the_spank_plugin_must_record_where_the_agent_reads() {
+        let found = findings(&config(""), &facts(SHOW_CONFIG), |_| true);
+        assert!(found.contains(&Finding::Ok(
+            "spank_gputokens.so (optional, /etc/slurm/plugstack.conf.d/gputokens.conf) records job GPUs in \
+             /run/gputokens/jobs, where [agent] jobs_dir reads them"
+                .into()
+        )));
+        let mut elsewhere = facts(SHOW_CONFIG);
+        elsewhere.spank.as_mut().unwrap().args = vec!["jobs_dir=/var/spool/gpu-jobs".into()];
+        let found = findings(&config(""), &elsewhere, |_| true);
+        assert!(
+            problems(&found)
+                .iter()
+                .any(|p| p
+                    .contains("records job GPUs in /var/spool/gpu-jobs but [agent] jobs_dir is /run/gputokens/jobs")),
+            "{found:#?}"
+        );
+        let mut none = facts(SHOW_CONFIG);
+        none.spank = None;
+        let found = findings(&config(""), &none, |_| true);
+        assert!(problems(&found)
+            .iter()
+            .any(|p| p.starts_with("/etc/slurm/plugstack.conf (on this host) loads no spank_gputokens.so")));
+    }
+
+    #[test]
+    fn plugstack_is_beside_slurm_conf_unless_named() {
+        let mut config = parse_show_config(
+            "PlugStackConfig         = (null)\nSLURM_CONF              = /opt/slurm/etc/slurm.conf\n",
+        );
+        assert_eq!(SlurmFacts::plugstack_path(&config), Path::new("/opt/slurm/etc/plugstack.conf"));
+        config.insert("PlugStackConfig".into(), "/etc/spank.conf".into());
+        assert_eq!(SlurmFacts::plugstack_path(&config), Path::new("/etc/spank.conf"));
     }
 }

@@ -80,9 +80,18 @@ fn check_slurm(text: &str) -> crate::common::Outcome {
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn the_running_slurm_is_checked_against_the_config() {
     let _cluster = crate::cluster::serial();
-    let good = "slurm_user = \"root\"\n[prices]\nrtx2080 = 0.5\nrtx3090 = 1\na6000 = 4\n\
-                [admission]\ndeprioritize = \"qos\"\nqos = \"gputokens-overdraft\"\n";
-    let out = check_slurm(good).ok();
+    // tests/run.sh loads the SPANK plugin with jobs_dir=$LAB/gpu-jobs.
+    let lab = std::env::var("GPUTOKENS_LAB").unwrap_or_else(|_| "/tmp/gputokens-cluster".into());
+    let good = format!(
+        "slurm_user = \"root\"\n[prices]\nrtx2080 = 0.5\nrtx3090 = 1\na6000 = 4\n\
+         [admission]\ndeprioritize = \"qos\"\nqos = \"gputokens-overdraft\"\n[agent]\njobs_dir = \"{lab}/gpu-jobs\"\n"
+    );
+    let out = check_slurm(&good).ok();
+    let spank = format!(
+        "slurm: ok: spank_gputokens.so (optional, /etc/slurm/plugstack.conf.d/gputokens.conf) records job GPUs in \
+         {lab}/gpu-jobs, where [agent] jobs_dir reads them"
+    );
+    assert!(out.stdout.lines().any(|l| l == spank), "no line '{spank}' in:\n{}", out.stdout);
     for line in [
         "slurm: ok: JobSubmitPlugins includes gputokens (/usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_gputokens.so)",
         "slurm: ok: AccountingStorageTRES records every GPU type of the nodes (a6000, rtx2080, rtx3090)",
@@ -97,7 +106,7 @@ fn the_running_slurm_is_checked_against_the_config() {
         check_slurm("[prices]\nrtx2080 = 0.5\nrtx3090 = 1\n[admission]\ndeprioritize = \"qos\"\nqos = \"nope\"\n");
     assert_eq!(out.code, 2, "{}", out.stdout);
     let problems: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with("slurm: problem: ")).collect();
-    assert_eq!(problems.len(), 3, "{}", out.stdout);
+    assert_eq!(problems.len(), 4, "{}", out.stdout);
     // The cluster's one node is named after the host (`hostname -s`).
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     let node = hostname.trim().split('.').next().unwrap();
@@ -105,7 +114,8 @@ fn the_running_slurm_is_checked_against_the_config() {
     assert!(problems[0].contains(&unpriced), "{}", problems[0]);
     assert!(problems[1].contains("QOS 'nope' does not exist"), "{}", problems[1]);
     assert!(problems[2].contains("slurmctld runs as 'root'"), "{}", problems[2]);
-    assert!(out.stderr.contains("3 problem(s) in Slurm's configuration for gputokens"), "{}", out.stderr);
+    assert!(problems[3].contains("but [agent] jobs_dir is /run/gputokens/jobs"), "{}", problems[3]);
+    assert!(out.stderr.contains("4 problem(s) in Slurm's configuration for gputokens"), "{}", out.stderr);
 }
 
 /// The systemd units start commands this accountd has, from where the README installs it.
