@@ -208,3 +208,36 @@ impl Metrics {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// slurm-conf/prometheus/gputokens-alerts.yml reads only metrics served here (promtool's own
+    /// tests of the rules are in tests/prometheus).
+    #[test]
+    fn the_alert_rules_read_metrics_served_here() {
+        let rules = include_str!("../../slurm-conf/prometheus/gputokens-alerts.yml");
+        let used: std::collections::BTreeSet<&str> = rules
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("gputokens_"))
+            .collect();
+        assert!(used.len() >= 4, "{used:?}");
+        // A sample in every family: a family without one is not described at all.
+        let m = Metrics::new();
+        m.record_cycle("charge", 0.1, false);
+        let outcome = ChargeOutcome { unlisted_types: [("h100".to_string(), 60)].into(), ..Default::default() };
+        m.record_charge(&outcome, 0);
+        let gpu = GpuLabels { node: "n1".into(), gpu: "0".into(), uuid: "GPU-0".into() };
+        m.gpu_healthy.get_or_create(&gpu).set(1);
+        let job = JobLabels { job: "7".into(), user: "alice".into(), node: "n1".into() };
+        m.job_idle.get_or_create(&job).set(0);
+        let text = m.encode();
+        for name in used {
+            assert!(
+                text.lines().any(|l| l.starts_with(&format!("{name}{{"))),
+                "the rules read {name}, not served:\n{text}"
+            );
+        }
+    }
+}

@@ -4,6 +4,7 @@
 mod admin;
 mod admission;
 mod agent;
+mod alerts;
 mod charging;
 mod cluster;
 mod common;
