@@ -16,6 +16,9 @@ use crate::handler::Service;
 
 /// Largest request accepted (an import of a big site's state file fits easily).
 const MAX_REQUEST: u64 = 16 << 20;
+/// A client that sends no whole request in this long is answered and dropped: connections that
+/// never speak would otherwise hold a descriptor each until accountd runs out of them.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub type Shared = Arc<Mutex<Service>>;
 
@@ -89,12 +92,17 @@ async fn serve_connection(stream: UnixStream, service: Shared) {
     };
     let (read, mut write) = stream.into_split();
     let mut line = String::new();
-    let reply = match BufReader::new(read.take(MAX_REQUEST)).read_line(&mut line).await {
-        Ok(_) => match serde_json::from_str::<Request>(&line) {
+    let mut reader = BufReader::new(read.take(MAX_REQUEST));
+    let reply = match tokio::time::timeout(REQUEST_TIMEOUT, reader.read_line(&mut line)).await {
+        Ok(Ok(_)) => match serde_json::from_str::<Request>(&line) {
             Ok(request) => answer(service, uid, request).await,
             Err(e) => Reply::Error { kind: ErrorKind::Invalid, message: format!("malformed request: {e}") },
         },
-        Err(e) => Reply::Error { kind: ErrorKind::Invalid, message: format!("cannot read request: {e}") },
+        Ok(Err(e)) => Reply::Error { kind: ErrorKind::Invalid, message: format!("cannot read request: {e}") },
+        Err(_) => Reply::Error {
+            kind: ErrorKind::Invalid,
+            message: format!("no request within {} s", REQUEST_TIMEOUT.as_secs()),
+        },
     };
     let mut out = serde_json::to_string(&reply).unwrap_or_default();
     out.push('\n');

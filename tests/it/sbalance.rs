@@ -128,3 +128,21 @@ fn history_shows_your_own_charges() {
     let root = site.sbalance(None, &["--history", "-u", "alice", "-P", "-n"]).ok();
     assert_eq!(root.stdout.lines().count(), 3);
 }
+
+/// Connections that never send a request do not pile up: each is answered and closed after 5 s,
+/// and everyone else is served meanwhile.
+#[test]
+fn a_client_that_never_speaks_is_dropped_and_others_are_served() {
+    use std::io::BufRead;
+    let site = Site::start("", "");
+    let silent: Vec<std::os::unix::net::UnixStream> =
+        (0..50).map(|_| std::os::unix::net::UnixStream::connect(site.path("run/accountd.sock")).unwrap()).collect();
+    let started = std::time::Instant::now();
+    assert_eq!(site.sbalance(Some("alice"), &["-P", "-n", "-o", "User"]).ok().stdout, "alice\n");
+    for stream in &silent {
+        let mut reply = String::new();
+        std::io::BufReader::new(stream).read_line(&mut reply).unwrap();
+        assert!(reply.contains("no request within 5 s"), "{reply}");
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(15), "{:?}", started.elapsed());
+}
