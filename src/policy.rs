@@ -97,14 +97,34 @@ impl BucketRules {
 
     /// Days of replenishment until a balance ≤ floor is above it again (ignoring new charges).
     pub fn days_to_recover(&self, today: NaiveDate, balance: Tokens) -> Option<i64> {
+        self.day_reaching(today, balance, |b| b > self.floor).map(|day| (day - today).num_days())
+    }
+
+    /// The first day after `today` on which replenishment alone (no new charges) has brought
+    /// `balance` to where `reached` holds; None beyond ten years.
+    pub fn day_reaching(
+        &self,
+        today: NaiveDate,
+        balance: Tokens,
+        reached: impl Fn(Tokens) -> bool,
+    ) -> Option<NaiveDate> {
         let mut b = balance;
-        for d in 1..=3660 {
-            b = b + self.capped(b, self.grant_on(today + Duration::days(d)));
-            if b > self.floor {
-                return Some(d);
-            }
+        (1..=3660).map(|d| today + Duration::days(d)).find(|&day| {
+            b = b + self.capped(b, self.grant_on(day));
+            reached(b)
+        })
+    }
+
+    /// When a user in debt is back to normal: above the floor (GPU jobs accepted again) when
+    /// blocked, at 0 or more (full priority again) in overdraft; None when not in debt. The cap is
+    /// ignored: it only limits replenishment above it.
+    pub fn recovers_on(&self, today: NaiveDate, balance: Tokens) -> Option<NaiveDate> {
+        let unlimited = BucketRules { cap: None, ..*self };
+        match self.status(balance) {
+            Status::Blocked => unlimited.day_reaching(today, balance, |b| b > self.floor),
+            Status::Overdraft => unlimited.day_reaching(today, balance, |b| !b.is_negative()),
+            Status::Ok => None,
         }
-        None
     }
 }
 
@@ -156,5 +176,20 @@ mod tests {
         assert_eq!(r.days_to_recover(date(2026, 11, 10), Tokens::whole(-12)), Some(3));
         let no_grants = BucketRules { daily: Tokens::ZERO, monthly: Tokens::ZERO, ..rules() };
         assert_eq!(no_grants.days_to_recover(date(2026, 11, 10), Tokens::whole(-12)), None);
+    }
+
+    #[test]
+    fn debt_ends_on_the_day_replenishment_covers_it() {
+        let r = BucketRules { cap: Some(Tokens::whole(5)), ..rules() };
+        let today = date(2026, 11, 28);
+        // Blocked at -10.4: the next daily token lifts it above the floor.
+        assert_eq!(r.recovers_on(today, Tokens::from_micro(-10_400_000)), Some(date(2026, 11, 29)));
+        // Overdraft at -5.4: six daily tokens, or the monthly 30 on the 1st, whichever comes first.
+        assert_eq!(r.recovers_on(today, Tokens::from_micro(-5_400_000)), Some(date(2026, 12, 1)));
+        let no_monthly = BucketRules { monthly: Tokens::ZERO, ..r };
+        assert_eq!(no_monthly.recovers_on(today, Tokens::from_micro(-5_400_000)), Some(date(2026, 12, 4)));
+        assert_eq!(r.recovers_on(today, Tokens::ZERO), None);
+        let nothing = BucketRules { daily: Tokens::ZERO, monthly: Tokens::ZERO, ..r };
+        assert_eq!(nothing.recovers_on(today, Tokens::whole(-3)), None, "no replenishment: never");
     }
 }

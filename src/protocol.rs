@@ -99,6 +99,9 @@ pub struct BalanceRow {
     pub used_30d: BTreeMap<String, Tokens>,
     /// Next replenishment: local date and amount.
     pub next_grant: Option<(String, Tokens)>,
+    /// In debt: the local date replenishment alone ends it (blocked: above the floor; overdraft: 0).
+    #[serde(default)]
+    pub recovers: Option<String>,
     /// false: not in the ledger yet; the row shows what the user would start with.
     pub in_ledger: bool,
 }

@@ -183,6 +183,7 @@ impl Service {
             status: rules.status(balance),
             used_30d,
             next_grant: rules.next_grant(local_date(now), balance).map(|g| (g.date.to_string(), g.amount)),
+            recovers: rules.recovers_on(local_date(now), balance).map(|d| d.to_string()),
             in_ledger: account.is_some(),
         })
     }

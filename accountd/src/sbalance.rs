@@ -30,7 +30,7 @@ pub struct Args {
     /// JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Columns to show, comma separated: User,Balance,Floor,Status,Used30d,NextGrant.
+    /// Columns to show, comma separated: User,Balance,Floor,Status,Used30d,NextGrant,Recovers.
     #[arg(short = 'o', long = "format", value_delimiter = ',', value_name = "FIELDS")]
     pub format: Vec<String>,
     /// Your newest ledger entries instead of balances: charges with their job, grants,
@@ -50,10 +50,15 @@ enum Field {
     Status,
     Used30d,
     NextGrant,
+    Recovers,
 }
 
-const ALL_FIELDS: [Field; 6] =
+/// The default columns, in order.
+const DEFAULT_FIELDS: [Field; 6] =
     [Field::User, Field::Balance, Field::Floor, Field::Status, Field::Used30d, Field::NextGrant];
+/// Every column `-o` accepts.
+const ALL_FIELDS: [Field; 7] =
+    [Field::User, Field::Balance, Field::Floor, Field::Status, Field::Used30d, Field::NextGrant, Field::Recovers];
 
 impl Field {
     fn name(self) -> &'static str {
@@ -64,6 +69,7 @@ impl Field {
             Field::Status => "Status",
             Field::Used30d => "Used30d",
             Field::NextGrant => "NextGrant",
+            Field::Recovers => "Recovers",
         }
     }
 
@@ -82,13 +88,14 @@ impl Field {
             Field::Status => row.status.as_str().to_string(),
             Field::Used30d => row.used_30d.iter().map(|(t, v)| format!("{t}={v}")).collect::<Vec<_>>().join(","),
             Field::NextGrant => row.next_grant.as_ref().map(|(d, a)| format!("{d} +{a}")).unwrap_or_default(),
+            Field::Recovers => row.recovers.clone().unwrap_or_default(),
         }
     }
 }
 
 pub fn run(args: Args) -> CliResult {
     let fields = if args.format.is_empty() {
-        ALL_FIELDS.to_vec()
+        DEFAULT_FIELDS.to_vec()
     } else {
         args.format.iter().map(|f| Field::parse(f)).collect::<CliResult<Vec<_>>>()?
     };
@@ -222,6 +229,7 @@ fn json(rows: &[BalanceRow]) -> String {
                 "status": r.status,
                 "used_30d": r.used_30d.iter().map(|(t, v)| (t.clone(), v.as_f64().into())).collect::<serde_json::Map<_, _>>(),
                 "next_grant": r.next_grant.as_ref().map(|(d, a)| serde_json::json!({"date": d, "amount": a.as_f64()})),
+                "recovers": r.recovers,
             })
         })
         .collect();

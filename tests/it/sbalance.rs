@@ -146,3 +146,22 @@ fn a_client_that_never_speaks_is_dropped_and_others_are_served() {
     }
     assert!(started.elapsed() < std::time::Duration::from_secs(15), "{:?}", started.elapsed());
 }
+
+/// A user in debt learns when replenishment alone ends it: blocked users when GPU jobs are accepted
+/// again, users in overdraft when their jobs are at full priority again.
+#[test]
+fn recovers_says_when_debt_ends() {
+    let site = Site::start("daily = 1\nmonthly = 0", "");
+    site.accountd(None, &["admin", "adjust", "alice", "-110.4", "--reason", "test"]).ok();
+    site.accountd(None, &["admin", "adjust", "bob", "-105.4", "--reason", "test"]).ok();
+    let today = chrono::Local::now().date_naive();
+    let out = site.sbalance(None, &["-a", "-P", "-n", "-o", "User,Status,Recovers"]).ok().stdout;
+    let expected =
+        format!("alice|blocked|{}\nbob|overdraft|{}\n", today + chrono::Days::new(1), today + chrono::Days::new(6));
+    assert_eq!(out, expected);
+    let json: serde_json::Value = serde_json::from_str(&site.sbalance(Some("bob"), &["--json"]).ok().stdout).unwrap();
+    assert_eq!(json["users"][0]["recovers"], (today + chrono::Days::new(6)).to_string());
+    // The default columns stay sshare's few; Recovers is asked for.
+    let header = site.sbalance(Some("bob"), &["-P"]).ok().stdout;
+    assert!(header.starts_with("User|Balance|Floor|Status|Used30d|NextGrant\n"), "{header}");
+}

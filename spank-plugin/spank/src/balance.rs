@@ -75,6 +75,7 @@ mod tests {
             status,
             used_30d: Default::default(),
             next_grant: None,
+            recovers: None,
             in_ledger: true,
         }
     }
