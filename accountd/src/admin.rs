@@ -73,7 +73,8 @@ fn verify(config: &Config) -> CliResult {
     }
 }
 
-fn signed(t: Tokens) -> String {
+/// `+30` granted, `-24` charged: how histories show amounts.
+pub(crate) fn signed(t: Tokens) -> String {
     if t.is_negative() {
         t.to_string()
     } else {

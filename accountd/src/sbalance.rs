@@ -111,7 +111,9 @@ pub fn run(args: Args) -> CliResult {
     let out = if args.json {
         json(&rows)
     } else if args.parsable2 || args.parsable {
-        delimited(&rows, &fields, !args.noheader, args.parsable)
+        let header: Vec<&str> = fields.iter().map(|f| f.name()).collect();
+        let cells: Vec<Vec<String>> = rows.iter().map(|r| fields.iter().map(|f| f.value(r)).collect()).collect();
+        delimited(&header, &cells, !args.noheader, args.parsable)
     } else {
         table(&rows, &fields, !args.noheader)
     };
@@ -135,31 +137,21 @@ fn history(config: &Config, args: &Args, limit: usize) -> CliResult {
         return Ok(());
     }
     const HEADER: [&str; 6] = ["Time", "Kind", "Amount", "Balance", "JobID", "Reason"];
-    let cells: Vec<[String; 6]> = entries
+    let cells: Vec<Vec<String>> = entries
         .iter()
         .map(|e| {
-            [
+            vec![
                 gputokens::time::format_local(e.at),
                 e.kind.as_str().to_string(),
-                // Signed, as `accountd admin history` shows it: +30 granted, -24 charged.
-                if e.amount.is_negative() { e.amount.to_string() } else { format!("+{}", e.amount) },
+                crate::admin::signed(e.amount),
                 e.balance_after.to_string(),
                 e.job_id.clone().unwrap_or_default(),
                 e.reason.clone(),
             ]
         })
         .collect();
-    let mut out = String::new();
-    if args.parsable2 || args.parsable {
-        let end = if args.parsable { "|\n" } else { "\n" };
-        if !args.noheader {
-            out += &HEADER.join("|");
-            out += end;
-        }
-        for row in &cells {
-            out += &row.join("|");
-            out += end;
-        }
+    let out = if args.parsable2 || args.parsable {
+        delimited(&HEADER, &cells, !args.noheader, args.parsable)
     } else {
         // Left-aligned text, right-aligned numbers, as wide as the widest value.
         let width = |i: usize| cells.iter().map(|c| c[i].chars().count()).chain([HEADER[i].len()]).max().unwrap_or(0);
@@ -170,26 +162,29 @@ fn history(config: &Config, args: &Args, limit: usize) -> CliResult {
             format!("{time:<w0$} {kind:<w1$} {amount:>w2$} {balance:>w3$} {job:<w4$} {reason}").trim_end().to_string()
                 + "\n"
         };
+        let mut out = String::new();
         if !args.noheader {
             out += &line(HEADER);
         }
         for c in &cells {
             out += &line([&c[0], &c[1], &c[2], &c[3], &c[4], &c[5]]);
         }
-    }
+        out
+    };
     print!("{out}");
     Ok(())
 }
 
-fn delimited(rows: &[BalanceRow], fields: &[Field], header: bool, trailing: bool) -> String {
+/// `-P` (and `-p`, with a trailing `|`): '|'-separated lines, the header first unless `-n`.
+fn delimited(header: &[&str], cells: &[Vec<String>], show_header: bool, trailing: bool) -> String {
     let end = if trailing { "|\n" } else { "\n" };
     let mut out = String::new();
-    if header {
-        out += &fields.iter().map(|f| f.name()).collect::<Vec<_>>().join("|");
+    if show_header {
+        out += &header.join("|");
         out += end;
     }
-    for row in rows {
-        out += &fields.iter().map(|f| f.value(row)).collect::<Vec<_>>().join("|");
+    for row in cells {
+        out += &row.join("|");
         out += end;
     }
     out
