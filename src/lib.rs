@@ -14,6 +14,7 @@ pub mod protocol;
 pub mod request;
 pub mod slurm;
 pub mod snapshot;
+pub mod stamp;
 pub mod time;
 pub mod tokens;
 pub mod tres;

@@ -4,9 +4,10 @@
 //! a record that is gone is a job that has ended.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
+
+use gputokens::stamp::Stamp;
 
 use super::source::GpuSample;
 
@@ -59,14 +60,8 @@ pub fn read_dir(dir: &Path) -> Vec<JobRecord> {
 /// name and renames it into place, and removes it, so each change moves the directory's mtime.
 #[derive(Debug, Default)]
 pub struct RecordCache {
-    stamp: Option<DirStamp>,
+    stamp: Option<Stamp>,
     records: Vec<JobRecord>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct DirStamp {
-    inode: u64,
-    mtime: SystemTime,
 }
 
 /// A change within the same tick of the file system's clock as the one before leaves the mtime as it
@@ -75,12 +70,10 @@ const SETTLED: Duration = Duration::from_secs(2);
 
 impl RecordCache {
     pub fn read(&mut self, dir: &Path) -> &[JobRecord] {
-        let meta = std::fs::metadata(dir).ok();
-        let stamp = meta.and_then(|m| Some(DirStamp { inode: m.ino(), mtime: m.modified().ok()? }));
+        let stamp = Stamp::read(dir).ok();
         if stamp.is_none() || stamp != self.stamp {
             self.records = read_dir(dir);
-            let settled = |s: &DirStamp| s.mtime.elapsed().is_ok_and(|age| age >= SETTLED);
-            self.stamp = stamp.filter(settled);
+            self.stamp = stamp.filter(|s| s.age().is_some_and(|age| age >= SETTLED));
         }
         &self.records
     }
@@ -164,7 +157,7 @@ mod tests {
             std::fs::rename(&tmp, dir.path().join(job)).unwrap();
         };
         let settle = || {
-            let past = SystemTime::now() - Duration::from_secs(10);
+            let past = std::time::SystemTime::now() - Duration::from_secs(10);
             std::fs::File::open(dir.path()).unwrap().set_modified(past).unwrap();
         };
         let mut cache = RecordCache::default();

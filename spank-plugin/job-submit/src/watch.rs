@@ -7,8 +7,7 @@
 //! never per job and never per tick.
 
 use std::collections::HashMap;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +15,7 @@ use gputokens::admission::OnError;
 use gputokens::estimate::Commitment;
 use gputokens::policy::BucketRules;
 use gputokens::snapshot::{self, Snapshot};
+pub use gputokens::stamp::Stamp;
 use gputokens::Tokens;
 
 use crate::ffi::Level;
@@ -102,28 +102,6 @@ enum Condition {
     Fine,
     Stale,
     Broken(Problem),
-}
-
-/// A file's identity: a rename (accountd's atomic write) changes the inode, an edit in place the
-/// length or modification time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stamp {
-    dev: u64,
-    ino: u64,
-    len: u64,
-    mtime_ns: i128,
-}
-
-impl Stamp {
-    pub fn read(path: &Path) -> std::io::Result<Stamp> {
-        let meta = std::fs::metadata(path)?;
-        Ok(Stamp {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            len: meta.len(),
-            mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
-        })
-    }
 }
 
 pub struct Monitor {
