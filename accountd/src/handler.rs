@@ -169,9 +169,10 @@ impl Service {
             return Err(invalid(format!("unknown user '{user}': not in the ledger and not a user of this system")));
         }
         let balance = account.as_ref().map(|a| a.balance).unwrap_or(rules.initial);
+        let today = local_date(now);
         let used_30d = match account {
             Some(_) => {
-                let first_day = gputokens::time::local_date(now) - chrono::Days::new(USAGE_WINDOW_DAYS - 1);
+                let first_day = today - chrono::Days::new(USAGE_WINDOW_DAYS - 1);
                 self.ledger.used_since_day(user, first_day).map_err(from_ledger)?
             }
             None => BTreeMap::new(),
@@ -182,8 +183,8 @@ impl Service {
             floor: rules.floor,
             status: rules.status(balance),
             used_30d,
-            next_grant: rules.next_grant(local_date(now), balance).map(|g| (g.date.to_string(), g.amount)),
-            recovers: rules.recovers_on(local_date(now), balance).map(|d| d.to_string()),
+            next_grant: rules.next_grant(today, balance).map(|g| (g.date.to_string(), g.amount)),
+            recovers: rules.recovers_on(today, balance).map(|d| d.to_string()),
             in_ledger: account.is_some(),
         })
     }

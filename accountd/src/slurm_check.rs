@@ -65,12 +65,9 @@ pub fn parse_show_config(text: &str) -> BTreeMap<String, String> {
 }
 
 pub fn findings(config: &Config, facts: &SlurmFacts, plugin_exists: impl Fn(&Path) -> bool) -> Vec<Finding> {
-    let mut out = vec![job_submit(facts, plugin_exists)];
-    out.extend(accounting(config, facts));
+    let mut out = vec![job_submit(facts, plugin_exists), accounting(config, facts)];
     out.extend(prices(config, facts));
-    out.push(deprioritizing(config, facts));
-    out.push(slurm_user(config, facts));
-    out.push(spank(config, facts));
+    out.extend([deprioritizing(config, facts), slurm_user(config, facts), spank(config, facts)]);
     out
 }
 
@@ -118,35 +115,32 @@ fn node_types(facts: &SlurmFacts) -> BTreeSet<&str> {
     facts.node_gpu_types.values().flatten().map(String::as_str).collect()
 }
 
-fn accounting(config: &Config, facts: &SlurmFacts) -> Vec<Finding> {
+fn accounting(config: &Config, facts: &SlurmFacts) -> Finding {
     let types = node_types(facts);
     if facts.node_gpu_types.values().all(BTreeSet::is_empty) && !list(setting(facts, "GresTypes")).any(|g| g == "gpu") {
-        return vec![Finding::Problem("no node has GPUs (sinfo %G) and GresTypes lacks gpu: nothing to charge".into())];
+        return Finding::Problem("no node has GPUs (sinfo %G) and GresTypes lacks gpu: nothing to charge".into());
     }
     let recorded: BTreeSet<String> =
         list(setting(facts, "AccountingStorageTRES")).map(str::to_ascii_lowercase).collect();
     if !recorded.contains("gres/gpu") {
-        return vec![Finding::Problem(
+        return Finding::Problem(
             "AccountingStorageTRES lacks gres/gpu: slurmdbd records no GPU time, so no job is charged".into(),
-        )];
+        );
     }
     let missing: BTreeSet<&str> =
         types.iter().copied().filter(|t| !recorded.contains(&format!("gres/gpu:{t}"))).collect();
     if missing.is_empty() {
         let all: Vec<&str> = types.into_iter().collect();
-        return vec![Finding::Ok(format!(
-            "AccountingStorageTRES records every GPU type of the nodes ({})",
-            all.join(", ")
-        ))];
+        return Finding::Ok(format!("AccountingStorageTRES records every GPU type of the nodes ({})", all.join(", ")));
     }
     let want: Vec<String> = missing.iter().map(|t| format!("gres/gpu:{t}")).collect();
-    vec![Finding::Problem(format!(
+    Finding::Problem(format!(
         "AccountingStorageTRES lacks {}: sacct records those GPUs of {} untyped, so they are charged at the \
          highest price ({}/GPU-hour)",
         want.join(","),
         with_nodes(facts, &missing),
         config.prices.highest()
-    ))]
+    ))
 }
 
 fn prices(config: &Config, facts: &SlurmFacts) -> Vec<Finding> {
