@@ -93,9 +93,7 @@ pub fn blocked_message(balance: Tokens, rules: &BucketRules, today: NaiveDate) -
              Run 'sbalance' for details."
         );
     };
-    // The recovery estimate ignores the cap: it only limits replenishment above it, never up to 0.
-    let unlimited = BucketRules { cap: None, ..*rules };
-    let when = match unlimited.days_to_recover(today, balance) {
+    let when = match rules.days_to_recover(today, balance) {
         Some(1) => "about 1 day".to_string(),
         Some(days) => format!("about {days} days"),
         None => "more than 10 years".to_string(),

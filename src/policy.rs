@@ -95,9 +95,15 @@ impl BucketRules {
         })
     }
 
-    /// Days of replenishment until a balance ≤ floor is above it again (ignoring new charges).
+    /// Days of replenishment until a balance ≤ floor is above it again (ignoring new charges; the
+    /// cap too, as it only limits replenishment above it).
     pub fn days_to_recover(&self, today: NaiveDate, balance: Tokens) -> Option<i64> {
-        self.day_reaching(today, balance, |b| b > self.floor).map(|day| (day - today).num_days())
+        self.uncapped().day_reaching(today, balance, |b| b > self.floor).map(|day| (day - today).num_days())
+    }
+
+    /// These rules without a cap: how far below it a balance is, replenishment is never held back.
+    fn uncapped(&self) -> BucketRules {
+        BucketRules { cap: None, ..*self }
     }
 
     /// The first day after `today` on which replenishment alone (no new charges) has brought
@@ -119,10 +125,9 @@ impl BucketRules {
     /// blocked, at 0 or more (full priority again) in overdraft; None when not in debt. The cap is
     /// ignored: it only limits replenishment above it.
     pub fn recovers_on(&self, today: NaiveDate, balance: Tokens) -> Option<NaiveDate> {
-        let unlimited = BucketRules { cap: None, ..*self };
         match self.status(balance) {
-            Status::Blocked => unlimited.day_reaching(today, balance, |b| b > self.floor),
-            Status::Overdraft => unlimited.day_reaching(today, balance, |b| !b.is_negative()),
+            Status::Blocked => self.uncapped().day_reaching(today, balance, |b| b > self.floor),
+            Status::Overdraft => self.uncapped().day_reaching(today, balance, |b| !b.is_negative()),
             Status::Ok => None,
         }
     }
