@@ -11,6 +11,7 @@ pub mod handler;
 pub mod health;
 pub mod http;
 pub mod metrics;
+pub mod munge;
 pub mod plugstack;
 pub mod preempt;
 pub mod records;

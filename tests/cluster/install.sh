@@ -4,7 +4,7 @@
 # tests/cluster/up.sh starts them.
 set -euo pipefail
 
-PKGS=(slurmctld slurmd slurm-client munge libslurm-dev slurm-wlm-basic-plugins-dev
+PKGS=(slurmctld slurmd slurm-client munge libmunge-dev libslurm-dev slurm-wlm-basic-plugins-dev
       mariadb-server slurmdbd libclang-dev sqlite3 clang prometheus
       libc6-dev)  # libc.a: sbalance is linked statically
 
