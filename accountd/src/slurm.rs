@@ -115,3 +115,57 @@ impl<'s> QueueOnce<'s> {
 fn slurm_time(ts: i64) -> String {
     gputokens::time::format_local(ts)
 }
+
+/// Longest node name taken (Slurm's own limit is larger than any real host name).
+const MAX_NODE_NAME: usize = 64;
+
+/// `node` as one argument naming one Slurm node: `[A-Za-z0-9._-]`, not starting with `-` (never an
+/// option), never a hostlist (`n[1-3]`, `a,b`) or `ALL`. Names from agent reports and squeue pass
+/// through here before they reach scontrol.
+pub fn node_name_arg(node: &str) -> CliResult<&str> {
+    let ok = !node.is_empty()
+        && node.len() <= MAX_NODE_NAME
+        && !node.starts_with('-')
+        && !node.eq_ignore_ascii_case("all")
+        && node.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(node)
+    } else {
+        Err(CliError::refused(format!("'{}' is not a single Slurm node name", node.escape_debug())))
+    }
+}
+
+/// `job` as one argument naming one Slurm job: a plain decimal job ID (no array or het-job suffix,
+/// no sign, no option).
+pub fn job_id_arg(job: &str) -> CliResult<&str> {
+    let ok = !job.is_empty() && job.len() <= 20 && job.bytes().all(|b| b.is_ascii_digit());
+    if ok {
+        Ok(job)
+    } else {
+        Err(CliError::refused(format!("'{}' is not a plain Slurm job ID", job.escape_debug())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_node_name_only() {
+        for good in ["vm", "gpu01", "node-3.cluster", "a_b"] {
+            assert_eq!(node_name_arg(good).unwrap(), good);
+        }
+        for bad in ["", "-vm", "--help", "n[1-3]", "a,b", "a b", "ALL", "all", "vm\n", "nodename=x", "x;y", "é"] {
+            assert!(node_name_arg(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(node_name_arg(&"n".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn plain_job_ids_only() {
+        assert_eq!(job_id_arg("12345").unwrap(), "12345");
+        for bad in ["", "-1", "+1", "12_3", "12+0", "1 2", "--", "0x10", "123456789012345678901"] {
+            assert!(job_id_arg(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}
