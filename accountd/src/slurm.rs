@@ -89,38 +89,6 @@ impl Slurm {
     }
 }
 
-/// What a node name or job ID must look like before it reaches scontrol, scancel or squeue.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ArgError {
-    #[error("'{0}' is not a Slurm node name (one name of letters, digits, '.', '_' and '-', not starting with '-')")]
-    NodeName(String),
-    #[error("'{0}' is not a Slurm job ID (a plain decimal number)")]
-    JobId(String),
-}
-
-/// One Slurm node name, never a hostlist (`n[1-3]`, `a,b`) or an option (`-x`).
-pub fn node_name_arg(name: &str) -> Result<&str, ArgError> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && !name.starts_with('-')
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok {
-        Ok(name)
-    } else {
-        Err(ArgError::NodeName(name.chars().take(80).collect()))
-    }
-}
-
-/// A plain decimal job ID that fits Slurm's 32 bits (no array or step suffix, no sign, no option).
-pub fn job_id_arg(id: &str) -> Result<&str, ArgError> {
-    let ok = !id.is_empty() && id.len() <= 10 && id.bytes().all(|b| b.is_ascii_digit()) && id.parse::<u32>().is_ok();
-    if ok {
-        Ok(id)
-    } else {
-        Err(ArgError::JobId(id.chars().take(80).collect()))
-    }
-}
-
 /// `squeue --json` read at most once per check cycle, by whichever part asks first (the snapshot's
 /// queue commitments, the preemption check): both then see the same queue.
 pub struct QueueOnce<'s> {
@@ -170,7 +138,7 @@ pub fn node_name_arg(node: &str) -> CliResult<&str> {
 /// `job` as one argument naming one Slurm job: a plain decimal job ID (no array or het-job suffix,
 /// no sign, no option).
 pub fn job_id_arg(job: &str) -> CliResult<&str> {
-    let ok = !job.is_empty() && job.len() <= 20 && job.bytes().all(|b| b.is_ascii_digit());
+    let ok = !job.is_empty() && job.bytes().all(|b| b.is_ascii_digit()) && job.parse::<u32>().is_ok();
     if ok {
         Ok(job)
     } else {
@@ -196,34 +164,8 @@ mod tests {
     #[test]
     fn plain_job_ids_only() {
         assert_eq!(job_id_arg("12345").unwrap(), "12345");
-        for bad in ["", "-1", "+1", "12_3", "12+0", "1 2", "--", "0x10", "123456789012345678901"] {
+        for bad in ["", "-1", "+1", "12_3", "12+0", "1 2", "--", "0x10", "4294967296", "123456789012345678901"] {
             assert!(job_id_arg(bad).is_err(), "{bad:?} accepted");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn node_names_are_one_plain_name() {
-        for good in ["vm", "gpu-01", "node_7.cluster", "A1"] {
-            assert_eq!(node_name_arg(good), Ok(good));
-        }
-        for bad in ["", "-x", "--all", "n[1-3]", "a,b", "a b", "n;rm", "x=y", "é", &"n".repeat(65)] {
-            assert!(node_name_arg(bad).is_err(), "{bad:?} accepted");
-        }
-    }
-
-    #[test]
-    fn job_ids_are_plain_numbers() {
-        for good in ["1", "42", "4294967295"] {
-            assert_eq!(job_id_arg(good), Ok(good));
-        }
-        for bad in ["", "-1", "--user=bob", "12_3", "12.batch", "4294967296", "1e3", " 7", "+7", "99999999999"] {
-            assert!(job_id_arg(bad).is_err(), "{bad:?} accepted");
-        }
-        assert!(job_id_arg("--user=bob").unwrap_err().to_string().contains("not a Slurm job ID"));
     }
 }
