@@ -42,6 +42,7 @@ pub struct Config {
     pub slurm: SlurmTools,
     /// accountd's HTTP listener (`/metrics`, JSON API, agent reports); None = off.
     pub http_listen: Option<std::net::SocketAddr>,
+    pub http: HttpAccess,
     pub agent: AgentConfig,
     pub usage: UsageConfig,
     /// How shards and MPS units are charged as fractions of a GPU.
@@ -140,16 +141,42 @@ impl Exempt {
 }
 
 /// When a GPU counts as failing: the node is drained and the jobs on that GPU requeued.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Health {
     pub drain: bool,
     pub max_temperature: u32,
+    /// A GPU drains for heat only after staying above `max_temperature` this long.
+    pub temperature_for: Duration,
+    /// XIDs that are hardware or driver faults; any other XID (an application's error) never drains.
+    pub drain_xids: std::collections::BTreeSet<u64>,
+    /// The same XID on the same GPU within this long of the drain it caused is the same fault.
+    pub repeat_after: Duration,
 }
 
-impl Default for Health {
+/// NVIDIA's XID catalogue: double-bit ECC (48), page retirement / row remapping (63, 64), NVLink (74),
+/// fallen off the bus (79), high single-bit ECC rate (92), contained / uncontained ECC (94, 95), GSP
+/// (119, 120). Application faults (13, 31, 43, 45, ...) are left out: any user can cause them.
+pub const DEFAULT_DRAIN_XIDS: [u64; 10] = [48, 63, 64, 74, 79, 92, 94, 95, 119, 120];
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawHealth {
+    drain: bool,
+    max_temperature: u32,
+    temperature_for: String,
+    drain_xids: Vec<u64>,
+    repeat_after: String,
+}
+
+impl Default for RawHealth {
     fn default() -> Self {
-        Health { drain: true, max_temperature: 85 }
+        RawHealth {
+            drain: true,
+            max_temperature: 85,
+            temperature_for: "5m".into(),
+            drain_xids: DEFAULT_DRAIN_XIDS.to_vec(),
+            repeat_after: "1d".into(),
+        }
     }
 }
 
@@ -183,8 +210,32 @@ pub struct AgentConfig {
     pub jobs_dir: PathBuf,
     /// The agent's own `/metrics`; "off" disables it.
     pub listen: String,
-    /// Shared secret: when set, agents send it and accountd refuses reports without it.
+    /// How reports prove where they come from: a MUNGE credential of root or the SlurmUser (default),
+    /// or a per-node token derived from the site secret in `token_file`.
+    pub auth: AgentAuth,
+    /// munged's socket, when not libmunge's default (/run/munge/munge.socket.2).
+    pub munge_socket: Option<PathBuf>,
+    /// `auth = "token"`: on accountd's host the site secret; on a node, that node's token
+    /// (`accountd admin node-token NODE`).
     pub token_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentAuth {
+    #[default]
+    Munge,
+    Token,
+}
+
+/// Who may read what over HTTP.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpAccess {
+    /// Per-user balances in `/metrics` (which is usually readable by the whole network).
+    pub per_user_metrics: bool,
+    /// A root-only file holding a bearer token that reads the JSON API as an admin.
+    pub admin_token_file: Option<PathBuf>,
 }
 
 impl Default for AgentConfig {
@@ -195,6 +246,8 @@ impl Default for AgentConfig {
             nvml_library: "libnvidia-ml.so.1".into(),
             jobs_dir: DEFAULT_JOBS_DIR.into(),
             listen: "127.0.0.1:9818".into(),
+            auth: AgentAuth::Munge,
+            munge_socket: None,
             token_file: None,
         }
     }
@@ -354,7 +407,7 @@ struct RawConfig {
     #[serde(default)]
     exempt: Exempt,
     #[serde(default)]
-    health: Health,
+    health: RawHealth,
     /// Read by the job_submit plugin (`plugin_config`); checked in `Config::parse` so `config check`
     /// catches mistakes. Only its presence matters here.
     #[allow(dead_code)]
@@ -365,11 +418,13 @@ struct RawConfig {
 #[serde(deny_unknown_fields, default)]
 struct RawHttp {
     listen: String,
+    per_user_metrics: bool,
+    admin_token_file: Option<PathBuf>,
 }
 
 impl Default for RawHttp {
     fn default() -> Self {
-        RawHttp { listen: "127.0.0.1:9817".into() }
+        RawHttp { listen: "127.0.0.1:9817".into(), per_user_metrics: false, admin_token_file: None }
     }
 }
 
@@ -518,6 +573,20 @@ impl RawConfig {
             })?),
         };
 
+        for (key, path) in [
+            ("http.admin_token_file", &self.http.admin_token_file),
+            ("agent.token_file", &self.agent.token_file),
+            ("agent.munge_socket", &self.agent.munge_socket),
+        ] {
+            if let Some(p) = path.as_ref().filter(|p| !p.is_absolute()) {
+                return Err(invalid(key, format!("must be an absolute path (got {})", p.display())));
+            }
+        }
+        if self.agent.auth == AgentAuth::Token && self.agent.token_file.is_none() {
+            return Err(invalid("agent.auth", "\"token\" needs agent.token_file".into()));
+        }
+        let http =
+            HttpAccess { per_user_metrics: self.http.per_user_metrics, admin_token_file: self.http.admin_token_file };
         duration("agent.interval", &self.agent.interval)?;
         if !self.agent.jobs_dir.is_absolute() {
             let got = self.agent.jobs_dir.display();
@@ -574,6 +643,15 @@ impl RawConfig {
             busy_percent: (p.busy_percent > 0.0).then_some(p.busy_percent),
         };
 
+        let h = self.health;
+        let health = Health {
+            drain: h.drain,
+            max_temperature: h.max_temperature,
+            temperature_for: any_duration("health.temperature_for", &h.temperature_for)?,
+            drain_xids: h.drain_xids.into_iter().collect(),
+            repeat_after: duration("health.repeat_after", &h.repeat_after)?,
+        };
+
         Ok(Config {
             path: path.to_path_buf(),
             initial,
@@ -589,12 +667,13 @@ impl RawConfig {
             intervals,
             slurm,
             http_listen,
+            http,
             agent: self.agent,
             usage,
             sharing,
             preemption,
             exempt: self.exempt,
-            health: self.health,
+            health,
             admission: crate::plugin_config::PluginConfig::default(),
         })
     }
@@ -678,6 +757,27 @@ mod tests {
         let err = parse("[agent]\njobs_dir = \"jobs\"\n").unwrap_err().to_string();
         assert!(err.contains("agent.jobs_dir") && err.contains("absolute"), "{err}");
         assert_eq!(parse("[agent]\njobs_dir = \"/x/jobs\"\n").unwrap().agent.jobs_dir, PathBuf::from("/x/jobs"));
+    }
+
+    #[test]
+    fn health_keys_default_and_are_named_when_wrong() {
+        let h = parse("").unwrap().health;
+        assert_eq!(h.temperature_for, Duration::from_secs(300));
+        assert_eq!(h.repeat_after, Duration::from_secs(86400));
+        assert_eq!(h.drain_xids, DEFAULT_DRAIN_XIDS.into_iter().collect());
+        assert!(!h.drain_xids.contains(&13) && !h.drain_xids.contains(&43));
+        let h = parse("[health]\ndrain_xids = [79]\ntemperature_for = \"0s\"\nrepeat_after = \"2h\"\n").unwrap().health;
+        assert_eq!(h.drain_xids, [79].into_iter().collect());
+        assert_eq!(h.temperature_for, Duration::ZERO, "0s: drain on the first hot sample");
+        assert_eq!(h.repeat_after, Duration::from_secs(7200));
+        let err = parse("[health]\ntemperature_for = \"long\"\n").unwrap_err().to_string();
+        assert!(err.contains("health.temperature_for"), "{err}");
+        let err = parse("[health]\nrepeat_after = \"0s\"\n").unwrap_err().to_string();
+        assert!(err.contains("health.repeat_after: must be longer than 0"), "{err}");
+        let err = parse("[health]\ndrain_xids = [-1]\n").unwrap_err().to_string();
+        assert!(err.contains("drain_xids"), "{err}");
+        let err = parse("[health]\ndrain_xid = [79]\n").unwrap_err().to_string();
+        assert!(err.contains("drain_xid"), "{err}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! the same transaction as the entries that change it.
 
 mod charge;
+mod faults;
 mod replenish;
 mod schema;
 mod verify;
@@ -20,6 +21,7 @@ use crate::tokens::Tokens;
 use chrono::NaiveDate;
 
 pub use charge::{ChargeOutcome, UsageRecord};
+pub use faults::GpuFault;
 pub use replenish::Replenished;
 pub use schema::SchemaError;
 pub use verify::Verification;

@@ -108,6 +108,15 @@ const MIGRATIONS: &[&str] = &[
      INSERT INTO usage_days
         SELECT user, date(at, 'unixepoch', 'localtime'), gpu_type, -SUM(amount) FROM entries
         WHERE kind = 'charge' AND gpu_type IS NOT NULL GROUP BY 1, 2, 3;",
+    // 6: GPU faults a node was drained for, so a restarted accountd does not drain again a node an admin
+    // resumed for the same fault (see accountd's health module for when a fault is the same).
+    "CREATE TABLE gpu_faults (
+        node     TEXT    NOT NULL,
+        gpu      TEXT    NOT NULL,   -- the GPU's UUID, 'index N' when it had none
+        cause    TEXT    NOT NULL,   -- 'xid 79', 'ecc', 'lost', 'temperature'
+        acted_at INTEGER NOT NULL,   -- unix seconds of the drain
+        PRIMARY KEY (node, gpu, cause)
+     ) WITHOUT ROWID;",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

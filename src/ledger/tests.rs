@@ -374,3 +374,67 @@ fn recent_entries_carry_the_balance_after_each() {
     assert_eq!(l.recent("alice", 100).unwrap().len(), all.len());
     assert!(matches!(l.recent("zed", 5), Err(LedgerError::UnknownUser(_))));
 }
+
+/// A ledger of the schema before `gpu_faults`: it gains the table, keeps its entries and still verifies.
+#[test]
+fn a_version_5_ledger_gains_the_fault_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    {
+        let mut conn = rusqlite::Connection::open(&path).unwrap();
+        schema::migrate_to(&mut conn, 5).unwrap();
+        let tables: i64 =
+            conn.query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'gpu_faults'", [], |r| r.get(0)).unwrap();
+        assert_eq!(tables, 0);
+        conn.execute_batch(
+            "INSERT INTO users (name, first_seen, balance, replenished_through, last_entry)
+               VALUES ('sam', 1, 100000000, '2026-11-30', 1);
+             INSERT INTO entries (id, user, kind, amount, at, actor, reason, key)
+               VALUES (1, 'sam', 'grant', 100000000, 1, 'gputokens', 'initial balance', 'initial:sam');
+             INSERT INTO actions (at, action, target, user, reason, dry_run)
+               VALUES (5, 'drain', 'gpu01', '', 'gputokens: GPU 2 reported XID 79', 0);",
+        )
+        .unwrap();
+    }
+    let mut l = Ledger::open(&path, rules()).unwrap();
+    let version: i64 = l.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    assert_eq!(version, schema::VERSION);
+    assert_eq!(l.history("sam").unwrap().len(), 1);
+    assert_eq!(l.actions(10).unwrap().len(), 1, "the audit rows stay");
+    assert_eq!(l.gpu_faults("gpu01").unwrap(), vec![]);
+    let fault = GpuFault { node: "gpu01".into(), gpu: "GPU-2".into(), cause: "xid 79".into(), acted_at: 6 };
+    l.record_gpu_fault(&fault).unwrap();
+    assert_eq!(l.verify().unwrap().problems, Vec::<String>::new());
+}
+
+#[test]
+fn gpu_faults_are_kept_per_node_gpu_and_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    let fault = |node: &str, gpu: &str, cause: &str, at: i64| GpuFault {
+        node: node.into(),
+        gpu: gpu.into(),
+        cause: cause.into(),
+        acted_at: at,
+    };
+    {
+        let mut l = Ledger::open(&path, rules()).unwrap();
+        l.record_gpu_fault(&fault("n1", "GPU-a", "xid 79", 10)).unwrap();
+        l.record_gpu_fault(&fault("n1", "GPU-a", "ecc", 11)).unwrap();
+        l.record_gpu_fault(&fault("n1", "index 3", "lost", 12)).unwrap();
+        l.record_gpu_fault(&fault("n2", "GPU-a", "xid 79", 13)).unwrap();
+        // A later drain for the same fault replaces the time.
+        l.record_gpu_fault(&fault("n1", "GPU-a", "xid 79", 20)).unwrap();
+    }
+    // Kept across a reopen (an accountd restart).
+    let mut l = Ledger::open(&path, rules()).unwrap();
+    assert_eq!(
+        l.gpu_faults("n1").unwrap(),
+        vec![fault("n1", "GPU-a", "ecc", 11), fault("n1", "GPU-a", "xid 79", 20), fault("n1", "index 3", "lost", 12)]
+    );
+    assert!(l.clear_gpu_fault("n1", "GPU-a", "ecc").unwrap());
+    assert!(!l.clear_gpu_fault("n1", "GPU-a", "ecc").unwrap(), "already cleared");
+    assert_eq!(l.gpu_faults("n1").unwrap().len(), 2);
+    assert_eq!(l.gpu_faults("n2").unwrap(), vec![fault("n2", "GPU-a", "xid 79", 13)]);
+    assert_eq!(l.gpu_faults("n3").unwrap(), vec![]);
+}
