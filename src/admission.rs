@@ -158,6 +158,38 @@ pub fn check_duration(requested: Option<u64>, untimed: Option<u64>, max: u64) ->
     }
 }
 
+/// An update's new time limit (`scontrol update timelimit=`) against `max_job_duration`: `requested`
+/// None = UNLIMITED. None when it fits.
+pub fn check_update_duration(requested: Option<u64>, max: u64) -> Option<String> {
+    let asked = match requested {
+        Some(t) if t <= max => return None,
+        Some(t) => format_duration(t),
+        None => "UNLIMITED".to_string(),
+    };
+    Some(format!(
+        "gputokens: GPU jobs may run for at most {} here, and this update asks for {asked}.",
+        format_duration(max)
+    ))
+}
+
+/// Refusal of an update of a GPU job that would undo the overdraft penalty: `kept` says what the
+/// user's GPU jobs keep (`a nice value of at least 10000`, `QOS gputokens-overdraft`).
+pub fn penalty_kept_message(balance: Tokens, kept: &str) -> String {
+    format!(
+        "gputokens: your GPU token balance is {balance} (below 0): your GPU jobs keep {kept} until it is 0 or more. \
+         Run 'sbalance' for details."
+    )
+}
+
+/// Refusal of an update that changes GPUs, time or tasks of a job that was not in the queue accountd
+/// last read (submitted since): whether it asks for GPUs, and how many, is not known yet.
+pub fn unknown_job_message(job: &str) -> String {
+    format!(
+        "gputokens: {job} was submitted after the queue was last read, so its GPUs are not known yet; try this \
+         update again in a minute."
+    )
+}
+
 /// Refusal by `max_gpus_per_user`: `held` milli-GPUs in running and pending jobs, `asked` by this job.
 pub fn gpu_limit_message(max: u32, held: u64, asked: u64) -> String {
     format!(

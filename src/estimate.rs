@@ -141,6 +141,42 @@ pub fn commitments(
     out
 }
 
+/// A pending job as squeue showed it, for judging an update of it (`scontrol update`) against the
+/// limits: its shape, the seconds counted for it, and, for a GPU job, what it asks for and can cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PendingJob {
+    pub nodes: u64,
+    pub tasks: u64,
+    pub array_tasks: u64,
+    /// Its time limit, else `default_limit`.
+    pub seconds: u64,
+    /// None for a CPU-only job.
+    pub gpus: Option<Commitment>,
+}
+
+/// The pending jobs of `jobs` by numeric job ID (a pending array is one record, under its array job ID).
+pub fn pending_jobs(
+    jobs: &[QueueJob],
+    default_limit: u64,
+    prices: &PriceTable,
+    sharing: Sharing,
+) -> BTreeMap<u32, PendingJob> {
+    let mut out = BTreeMap::new();
+    for job in jobs.iter().filter(|j| matches!(j.state.as_str(), "PENDING" | "REQUEUED")) {
+        let Ok(id) = job.job_id.parse::<u32>() else { continue };
+        let seconds = job.time_limit.unwrap_or(default_limit);
+        let milli = requested_milli(&job.request, &job.shape, sharing);
+        let gpus = (!milli.is_empty())
+            .then(|| Commitment { milli_gpus: total_milli(&milli), max_cost: max_cost(&milli, seconds, prices) });
+        let shape = &job.shape;
+        out.insert(
+            id,
+            PendingJob { nodes: shape.nodes, tasks: shape.tasks, array_tasks: shape.array_tasks, seconds, gpus },
+        );
+    }
+    out
+}
+
 /// Stands for "no type" in allocation maps (a name no GPU type has).
 const UNTYPED: &str = " any";
 
@@ -243,6 +279,20 @@ mod tests {
         assert_eq!(uncharged["alice"].max_cost, Tokens::whole(16), "nothing charged yet: the whole limit");
         let late = commitments(&jobs[..1], 1800, &prices(), Sharing::default(), |_| 9000);
         assert_eq!(late["alice"].max_cost, Tokens::ZERO, "charged past its limit: nothing more");
+    }
+
+    #[test]
+    fn pending_jobs_by_id() {
+        let mut cpu = job("bob", "PENDING", 0, Some(600));
+        cpu.job_id = "12".into();
+        cpu.request = GpuRequest::default();
+        let jobs = [job("alice", "RUNNING", 1000, Some(7200)), job("alice", "PENDING", 0, Some(3600)), cpu];
+        let p = pending_jobs(&jobs, 1800, &prices(), Sharing::default());
+        assert_eq!(p.len(), 2, "running jobs are not listed");
+        let gpus = Commitment { milli_gpus: 2000, max_cost: Tokens::whole(8) };
+        assert_eq!(p[&1], PendingJob { nodes: 1, tasks: 1, array_tasks: 1, seconds: 3600, gpus: Some(gpus) });
+        assert_eq!(p[&12].gpus, None);
+        assert_eq!(p[&12].seconds, 600);
     }
 
     #[test]

@@ -16,12 +16,17 @@
 //! account alice physics
 //! queue 1795430395
 //! committed alice 2000 16000000
+//! pending 41 1 1 1 3600 1000 4000000
+//! pending 42 2 8 1 86400
 //! ```
 //! Amounts are micro-tokens, times seconds. A user not listed has not been seen yet and stands at
 //! `initial`. The lines after the users serve the admission limits: GPU sharing (shards and MPS units
 //! per GPU), prices per GPU-hour, partitions (`default` or `-`, DefaultTime and MaxTime, `-` = none),
 //! default accounts, and what each user's running and pending GPU jobs held and could still cost
-//! (milli-GPUs, micro-tokens) when squeue was read at `queue`.
+//! (milli-GPUs, micro-tokens) when squeue was read at `queue`; then every pending job that squeue
+//! showed (job ID, nodes, tasks, array tasks, the seconds counted for it, and for a GPU job its
+//! milli-GPUs and maximum cost), so the plugin can judge an update of it: a job not listed is
+//! unknown (e.g. submitted since the read) and treated as a possible GPU job.
 //! [`parse`] reads it back: the magic line first, every header key once, users once each; lines
 //! with other keywords are skipped, so a later writer may add keys without breaking older readers.
 
@@ -30,7 +35,7 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use crate::estimate::Commitment;
+use crate::estimate::{Commitment, PendingJob};
 use crate::policy::BucketRules;
 use crate::pricing::PriceTable;
 use crate::slurm::partitions::Partition;
@@ -45,6 +50,8 @@ pub struct QueueSummary {
     /// Unix time squeue was read: jobs submitted later are not in `committed`.
     pub as_of: i64,
     pub committed: HashMap<String, Commitment>,
+    /// The pending jobs squeue showed, by job ID.
+    pub pending: BTreeMap<u32, PendingJob>,
 }
 
 pub fn render(snap: &Snapshot) -> String {
@@ -83,6 +90,13 @@ pub fn render(snap: &Snapshot) -> String {
         out.push_str(&format!("queue {}\n", queue.as_of));
         for (user, c) in queue.committed.iter().collect::<BTreeMap<_, _>>() {
             out.push_str(&format!("committed {user} {} {}\n", c.milli_gpus, c.max_cost.micro()));
+        }
+        for (id, p) in &queue.pending {
+            out.push_str(&format!("pending {id} {} {} {} {}", p.nodes, p.tasks, p.array_tasks, p.seconds));
+            if let Some(g) = p.gpus {
+                out.push_str(&format!(" {} {}", g.milli_gpus, g.max_cost.micro()));
+            }
+            out.push('\n');
         }
     }
     out
@@ -167,6 +181,7 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
     let mut snap = Snapshot::new(0, BucketRules::default());
     let (mut prices, mut default_price) = (BTreeMap::new(), None);
     let mut committed = HashMap::new();
+    let mut pending = BTreeMap::new();
     for (i, line) in lines {
         let line = line.trim_end();
         if line.is_empty() {
@@ -216,7 +231,7 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
             "queue" => {
                 let as_of = words.number("queue time")?;
                 words.end()?;
-                snap.queue = Some(QueueSummary { as_of, committed: HashMap::new() });
+                snap.queue = Some(QueueSummary { as_of, ..Default::default() });
             }
             "committed" => {
                 let user = words.next("user name")?.to_string();
@@ -224,6 +239,24 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
                 let max_cost = Tokens::from_micro(words.number("maximum cost")?);
                 words.end()?;
                 committed.insert(user, Commitment { milli_gpus, max_cost });
+            }
+            "pending" => {
+                let id = words.number("job ID")?;
+                let id = u32::try_from(id).map_err(|_| words.bad(format!("job ID {id} is out of range")))?;
+                let mut count = |what| words.number(what).map(|n| n.max(0) as u64);
+                let (nodes, tasks, array_tasks, seconds) =
+                    (count("nodes")?, count("tasks")?, count("array tasks")?, count("seconds")?);
+                let gpus = match words.words.next() {
+                    None => None,
+                    Some(milli) => {
+                        let milli_gpus =
+                            milli.parse().map_err(|_| words.bad(format!("milli-GPUs '{milli}' is not a number")))?;
+                        let max_cost = Tokens::from_micro(words.number("maximum cost")?);
+                        words.end()?;
+                        Some(Commitment { milli_gpus, max_cost })
+                    }
+                };
+                pending.insert(id, PendingJob { nodes, tasks, array_tasks, seconds, gpus });
             }
             _ => {
                 if let Some(slot) = KEYS.iter().position(|k| *k == key) {
@@ -248,6 +281,7 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
     snap.prices = PriceTable::new(prices, default_price);
     if let Some(queue) = &mut snap.queue {
         queue.committed = committed;
+        queue.pending = pending;
     }
     Ok(snap)
 }
@@ -311,7 +345,12 @@ mod tests {
         snap.default_accounts.insert("alice".into(), "physics".into());
         let committed =
             HashMap::from([("alice".to_string(), Commitment { milli_gpus: 2000, max_cost: Tokens::whole(16) })]);
-        snap.queue = Some(QueueSummary { as_of: 1_795_430_395, committed });
+        let gpus = Some(Commitment { milli_gpus: 1000, max_cost: Tokens::whole(4) });
+        let pending = BTreeMap::from([
+            (41, PendingJob { nodes: 1, tasks: 1, array_tasks: 1, seconds: 3600, gpus }),
+            (42, PendingJob { nodes: 2, tasks: 8, array_tasks: 1, seconds: 86400, gpus: None }),
+        ]);
+        snap.queue = Some(QueueSummary { as_of: 1_795_430_395, committed, pending });
         snap
     }
 
@@ -348,7 +387,10 @@ mod tests {
         assert_eq!(snap.rules.floor, Tokens::whole(-10));
         assert_eq!(snap.balance("alice"), Tokens::whole(46));
         assert_eq!(snap.partitions[0].limit_for_untimed(), Some(14400));
-        assert_eq!(snap.queue.unwrap().committed["alice"].max_cost, Tokens::whole(16));
+        let queue = snap.queue.unwrap();
+        assert_eq!(queue.committed["alice"].max_cost, Tokens::whole(16));
+        assert_eq!(queue.pending[&41].gpus.unwrap().milli_gpus, 1000);
+        assert_eq!(queue.pending[&42].gpus, None);
         assert_eq!(render(&parse(&example).unwrap()), example);
     }
 
@@ -379,6 +421,9 @@ mod tests {
             ("partition gpu default soon -\n", "line 7: DefaultTime 'soon' is not a number of seconds"),
             ("committed alice 1000\n", "line 7: maximum cost is missing"),
             ("price a6000\n", "line 7: price is missing"),
+            ("pending 41 1 1 1\n", "line 7: seconds is missing"),
+            ("pending 41 1 1 1 60 1000\n", "line 7: maximum cost is missing"),
+            ("pending -1 1 1 1 60\n", "line 7: job ID -1 is out of range"),
         ];
         for (tail, want) in cases {
             assert_eq!(parse(&format!("{head}{tail}")).unwrap_err().to_string(), want, "{tail:?}");

@@ -1,15 +1,15 @@
 //! What the job_submit plugin needs from Slurm beside the balances, read every check cycle and
 //! published in the snapshot: partitions' time limits (for jobs without `--time`), users' default
-//! accounts (for exempt accounts), and what each user's running and pending GPU jobs hold and can
-//! still cost (for `mode = "estimate"` and `max_gpus_per_user`).
+//! accounts (for exempt accounts), what each user's running and pending GPU jobs hold and can
+//! still cost (for `mode = "estimate"` and `max_gpus_per_user`), and every pending job (always: the
+//! plugin's `job_modify` tells GPU jobs from CPU-only ones by it).
 //!
 //! A command that fails keeps the last partitions and accounts (they rarely change) but drops the
 //! queue: commitments from an old squeue would be wrong. Failures are logged when they change.
 
 use std::collections::HashMap;
 
-use gputokens::estimate::commitments;
-use gputokens::plugin_config::Mode;
+use gputokens::estimate::{commitments, pending_jobs};
 use gputokens::slurm::{partitions, squeue};
 use gputokens::snapshot::QueueSummary;
 
@@ -27,8 +27,6 @@ pub struct SlurmView {
 
 /// Reads what the plugin's settings need; `now` stamps the queue.
 pub fn refresh(service: &mut Service, slurm: &Slurm, queue: &mut QueueOnce, now: i64) {
-    let admission = &service.config.admission;
-    let wants_queue = admission.mode == Mode::Estimate || admission.max_gpus_per_user.is_some();
     let wants_accounts = !service.config.exempt.accounts.is_empty();
     let mut problems = Vec::new();
 
@@ -46,11 +44,11 @@ pub fn refresh(service: &mut Service, slurm: &Slurm, queue: &mut QueueOnce, now:
         }
     }
     service.slurm_view.queue = None;
-    if wants_queue {
-        match commitments_of(service, queue, now) {
-            Ok(summary) => service.slurm_view.queue = Some(summary),
-            Err(e) => problems.push(format!("queue not read, the plugin counts no running or pending jobs: {e}")),
-        }
+    match commitments_of(service, queue, now) {
+        Ok(summary) => service.slurm_view.queue = Some(summary),
+        Err(e) => problems.push(format!(
+            "queue not read, the plugin counts no running or pending jobs and treats every updated job as a GPU job: {e}"
+        )),
     }
     if problems != service.slurm_view.last_problems {
         for problem in &problems {
@@ -71,8 +69,10 @@ fn commitments_of(service: &Service, queue: &mut QueueOnce, now: i64) -> CliResu
     let ledger = &service.ledger;
     let charged =
         |job: &squeue::QueueJob| ledger.charged_seconds(&job.job_id, job.start_time).ok().flatten().unwrap_or(0);
-    let committed = commitments(jobs, default_limit, &service.config.prices, service.config.sharing, charged);
-    Ok(QueueSummary { as_of, committed: committed.into_iter().collect() })
+    let (prices, sharing) = (&service.config.prices, service.config.sharing);
+    let committed = commitments(jobs, default_limit, prices, sharing, charged);
+    let pending = pending_jobs(jobs, default_limit, prices, sharing);
+    Ok(QueueSummary { as_of, committed: committed.into_iter().collect(), pending })
 }
 
 /// `alice|physics` lines.

@@ -28,6 +28,9 @@ use crate::watch::{Balances, View};
 /// raw: NO_VAL (NO_VAL16) = not given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobRequest {
+    /// In an update: the job it changes (the number that `scontrol update jobid=` starts with: a job,
+    /// an array job or a heterogeneous job); None at submission.
+    pub job_id: Option<u32>,
     /// The job's owner; NO_VAL when not set (e.g. in most update requests).
     pub user_id: u32,
     /// NICE_OFFSET + nice.
@@ -55,6 +58,7 @@ pub struct JobRequest {
 impl Default for JobRequest {
     fn default() -> Self {
         JobRequest {
+            job_id: None,
             user_id: NO_VAL,
             nice: NO_VAL,
             tres_per_job: None,
@@ -88,7 +92,7 @@ impl JobRequest {
     /// The GPU request when the job asks for GPUs. A GPU entry that cannot be read counts as a
     /// request of nothing countable (Slurm will judge the syntax; the balance rule must not be
     /// skipped because of it).
-    fn gpu_request(&self, log: &mut dyn FnMut(Level, String)) -> Option<GpuRequest> {
+    pub(crate) fn gpu_request(&self, log: &mut dyn FnMut(Level, String)) -> Option<GpuRequest> {
         match self.gpus() {
             Ok(request) => request.has_gpus().then_some(request),
             Err(e) => {
@@ -99,7 +103,7 @@ impl JobRequest {
     }
 
     /// `--time` in seconds; None when not given or UNLIMITED (the partition's limit applies).
-    fn time_limit_secs(&self) -> Option<u64> {
+    pub(crate) fn time_limit_secs(&self) -> Option<u64> {
         (self.time_limit != NO_VAL && self.time_limit != INFINITE).then_some(self.time_limit as u64 * 60)
     }
 
@@ -140,7 +144,7 @@ impl Verdict {
         Verdict::Accept { changes: Changes::default(), message: None }
     }
 
-    fn reject(message: String) -> Verdict {
+    pub(crate) fn reject(message: String) -> Verdict {
         Verdict::Reject { code: ESLURM_ACCOUNTING_POLICY as c_int, message }
     }
 }
@@ -161,11 +165,13 @@ pub struct Context<'a> {
     pub now: i64,
     /// The local date (for "about N days").
     pub today: NaiveDate,
+    /// slurmctld's own uid (the SlurmUser): its updates, like root's, are an administrator's.
+    pub slurm_uid: u32,
 }
 
 impl Context<'_> {
     /// The balances when they are usable (not missing, unreadable, corrupt or stale).
-    fn balances(&self) -> Option<&Balances> {
+    pub(crate) fn balances(&self) -> Option<&Balances> {
         match self.view {
             View::Ready(b)
                 if self.config.max_snapshot_age.is_none_or(|max| b.age(self.now) <= max.as_secs() as i64) =>
@@ -283,7 +289,7 @@ pub fn on_submit(
     Submitted { verdict: accepted(changes, messages), admitted }
 }
 
-fn accepted(changes: Changes, messages: Vec<String>) -> Verdict {
+pub(crate) fn accepted(changes: Changes, messages: Vec<String>) -> Verdict {
     let message = (!messages.is_empty()).then(|| messages.join("\n"));
     Verdict::Accept { changes, message }
 }
@@ -296,15 +302,15 @@ fn job_estimate(request: &GpuRequest, job: &JobRequest, seconds: u64, balances: 
 }
 
 /// The job's owner as the rules see them.
-struct Owner {
-    uid: u32,
+pub(crate) struct Owner {
+    pub uid: u32,
     /// `alice (uid 1001)`, or `uid 1001` when the name is not known, for the log.
-    who: String,
-    exempt: bool,
+    pub who: String,
+    pub exempt: bool,
 }
 
 /// The owner is the description's `user_id`, else (NO_VAL, as in most updates) the submitter.
-fn owner(config: &PluginConfig, balances: Option<&Balances>, job: &JobRequest, submit_uid: u32) -> Owner {
+pub(crate) fn owner(config: &PluginConfig, balances: Option<&Balances>, job: &JobRequest, submit_uid: u32) -> Owner {
     let uid = if job.user_id == NO_VAL { submit_uid } else { job.user_id };
     let name = balances.and_then(|b| b.names.get(&uid)).map(String::as_str);
     let who = name.map_or(format!("uid {uid}"), |n| format!("{n} (uid {uid})"));
@@ -318,57 +324,6 @@ fn is_exempt(config: &PluginConfig, name: Option<&str>, job: &JobRequest, defaul
     name.is_some_and(|n| exempt.users.iter().any(|u| u == n))
         || job.account.as_deref().or(default_account).is_some_and(|a| exempt.accounts.iter().any(|e| e == a))
         || job.qos.as_deref().is_some_and(|q| exempt.qos.iter().any(|e| e == q))
-}
-
-/// `job_modify`: an update that asks for GPUs or sets a time limit is checked against the floor,
-/// `max_gpus_per_user` and `max_job_duration` for the job's owner (slurmctld fills in `user_id`).
-/// The job's other settings are not in the update (22.05 hands the plugin no readable job record),
-/// so the estimate is not applied. Changes made by root are not checked (an administrator may grant
-/// tokens anyway); overdraft does not change a queued job's priority.
-pub fn on_modify(ctx: &Context, job: &JobRequest, submit_uid: u32, log: &mut dyn FnMut(Level, String)) -> Verdict {
-    if submit_uid == 0 {
-        return Verdict::accept();
-    }
-    let balances = ctx.balances();
-    let Owner { uid, who, exempt } = owner(ctx.config, balances, job, submit_uid);
-    if exempt {
-        return Verdict::accept();
-    }
-    if let (Some(max), Some(asked)) = (ctx.config.max_job_duration, job.time_limit_secs()) {
-        if let TimeCheck::Reject { message } = admission::check_duration(Some(asked), None, max.as_secs()) {
-            log(Level::Info, format!("refused an update of a job of {who}: time limit above max_job_duration"));
-            return Verdict::reject(message);
-        }
-    }
-    let Some(request) = job.gpu_request(log) else { return Verdict::accept() };
-    let Some(balances) = balances else {
-        return match admission::when_unavailable(ctx.config.on_error) {
-            Decision::Reject { message } => Verdict::reject(message),
-            _ => Verdict::accept(),
-        };
-    };
-    let (_, balance) = balances.of(uid);
-    if let Decision::Reject { message } =
-        admission::decide(balance, balances.rules(), ctx.today, &ctx.config.deprioritize)
-    {
-        log(
-            Level::Info,
-            format!(
-                "refused a GPU request in an update of a job of {who}: balance {balance} is at or below the floor {}",
-                balances.rules().floor
-            ),
-        );
-        return Verdict::reject(message);
-    }
-    if let Some(max) = ctx.config.max_gpus_per_user {
-        let asked = total_milli(&requested_milli(&request, &job.shape(), balances.snapshot.sharing));
-        // The queue still counts the job's old request, so only the new request itself is checked.
-        if asked > max as u64 * MILLI {
-            log(Level::Info, format!("refused a GPU request in an update of a job of {who}: above max_gpus_per_user"));
-            return Verdict::reject(admission::gpu_limit_message(max, balances.committed(uid).milli_gpus, asked));
-        }
-    }
-    Verdict::accept()
 }
 
 /// The raw nice value after adding `increment` to what the job asked for (NO_VAL = nice 0),
@@ -386,7 +341,7 @@ pub fn site_factor(factor: i64) -> u32 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::watch::Problem;
     use gputokens::admission::OnError;
@@ -399,9 +354,9 @@ mod tests {
     use std::collections::HashMap;
     use std::time::Duration;
 
-    const NOW: i64 = 1_795_430_400;
+    pub(crate) const NOW: i64 = 1_795_430_400;
 
-    fn snapshot() -> Snapshot {
+    pub(crate) fn snapshot() -> Snapshot {
         let rules = BucketRules { monthly: Tokens::ZERO, ..BucketRules::default() };
         let mut snap = Snapshot::new(NOW - 10, rules);
         snap.balances = HashMap::from([
@@ -420,33 +375,34 @@ mod tests {
         snap.queue = Some(QueueSummary {
             as_of: NOW - 10,
             committed: HashMap::from([("bob".to_string(), committed(2000, 16))]),
+            ..Default::default()
         });
         snap
     }
 
-    fn view_of(snapshot: Snapshot) -> View {
+    pub(crate) fn view_of(snapshot: Snapshot) -> View {
         let names =
             HashMap::from([(1001, "alice".to_string()), (1002, "bob".to_string()), (1003, "carol".to_string())]);
         View::Ready(Balances { snapshot: std::sync::Arc::new(snapshot), names, mapped: 3 })
     }
 
-    fn view() -> View {
+    pub(crate) fn view() -> View {
         view_of(snapshot())
     }
 
-    fn config() -> PluginConfig {
+    pub(crate) fn config() -> PluginConfig {
         PluginConfig::default()
     }
 
-    fn ctx<'a>(view: &'a View, config: &'a PluginConfig) -> Context<'a> {
-        Context { view, config, now: NOW, today: NaiveDate::from_ymd_opt(2026, 11, 10).unwrap() }
+    pub(crate) fn ctx<'a>(view: &'a View, config: &'a PluginConfig) -> Context<'a> {
+        Context { view, config, now: NOW, today: NaiveDate::from_ymd_opt(2026, 11, 10).unwrap(), slurm_uid: 64030 }
     }
 
     fn gpu_job(user_id: u32) -> JobRequest {
         JobRequest { user_id, tres_per_node: Some("gres:gpu:a6000:1".into()), ..Default::default() }
     }
 
-    fn no_local(_: u32) -> Commitment {
+    pub(crate) fn no_local(_: u32) -> Commitment {
         Commitment::default()
     }
 
@@ -456,7 +412,7 @@ mod tests {
         (s.verdict, lines)
     }
 
-    fn message(v: &Verdict) -> String {
+    pub(crate) fn message(v: &Verdict) -> String {
         match v {
             Verdict::Accept { message, .. } => message.clone().unwrap_or_default(),
             Verdict::Reject { message, .. } => message.clone(),
@@ -706,36 +662,6 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2, "{text}");
         assert!(lines[0].contains("(below 0)") && lines[1].contains("can cost up to 4 tokens"), "{text}");
-    }
-
-    #[test]
-    fn modify_applies_the_floor_and_the_limits() {
-        let v = view();
-        let c = config();
-        let mut log = |_: Level, _: String| {};
-        let update = JobRequest { tres_per_node: Some("gres:gpu:2".into()), ..Default::default() };
-        assert!(matches!(on_modify(&ctx(&v, &c), &update, 1001, &mut log), Verdict::Reject { code: 2050, .. }));
-        assert_eq!(
-            on_modify(&ctx(&v, &c), &update, 1003, &mut log),
-            Verdict::accept(),
-            "overdraft: no change on update"
-        );
-        // slurmctld fills in the owner: the owner's balance counts, unless root makes the change.
-        let owned = JobRequest { user_id: 1001, ..update.clone() };
-        let mut lines = Vec::new();
-        let verdict = on_modify(&ctx(&v, &c), &owned, 1001, &mut |_, m| lines.push(m));
-        assert!(matches!(verdict, Verdict::Reject { .. }));
-        assert_eq!(
-            lines,
-            ["refused a GPU request in an update of a job of alice (uid 1001): balance -10.4 is at or below the floor -10"]
-        );
-        assert_eq!(on_modify(&ctx(&v, &c), &owned, 0, &mut log), Verdict::accept(), "root is not checked");
-        let time_only = JobRequest { time_limit: 600, ..Default::default() };
-        assert_eq!(on_modify(&ctx(&v, &c), &time_only, 1001, &mut log), Verdict::accept());
-        let limited =
-            PluginConfig { max_job_duration: Some(Duration::from_secs(3600)), max_gpus_per_user: Some(1), ..config() };
-        assert!(matches!(on_modify(&ctx(&v, &limited), &time_only, 1002, &mut log), Verdict::Reject { .. }));
-        assert!(matches!(on_modify(&ctx(&v, &limited), &update, 1002, &mut log), Verdict::Reject { .. }));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::ffi::{c_char, c_int, CStr, CString};
 #[cfg(test)]
 use crate::admit::Changes;
 use crate::admit::{JobRequest, Verdict};
-use crate::bindings::{job_desc_msg_t, SLURM_SUCCESS};
+use crate::bindings::{job_desc_msg_t, NO_VAL, SLURM_SUCCESS};
 
 #[cfg(not(test))]
 mod slurm {
@@ -63,6 +63,7 @@ pub fn log(level: Level, message: &str) {
 pub unsafe fn read_job(desc: *const job_desc_msg_t) -> Option<JobRequest> {
     let d = desc.as_ref()?;
     Some(JobRequest {
+        job_id: job_number(string(d.job_id_str).as_deref(), d.job_id),
         user_id: d.user_id,
         nice: d.nice,
         tres_per_job: string(d.tres_per_job),
@@ -80,6 +81,17 @@ pub unsafe fn read_job(desc: *const job_desc_msg_t) -> Option<JobRequest> {
         array_inx: string(d.array_inx),
         wants_estimate: spank_env(d).any(|v| v == ESTIMATE_VARIABLE),
     })
+}
+
+/// The job an update names: slurmctld passes `scontrol update jobid=` as text (`123`, `123_4`,
+/// `123_[1-3]`, `123+1`: the job, array job or heterogeneous job is the leading number); else the
+/// numeric `job_id` (NO_VAL or 0 = none, as at submission).
+pub fn job_number(text: Option<&str>, numeric: u32) -> Option<u32> {
+    let from_text = text.and_then(|t| {
+        let digits = t.find(|c: char| !c.is_ascii_digit()).map_or(t, |end| &t[..end]);
+        digits.parse().ok()
+    });
+    from_text.or((numeric != NO_VAL && numeric != 0).then_some(numeric))
 }
 
 /// What `spank_job_control_setenv(sp, "GPUTOKENS_ESTIMATE", "1", 1)` in sbatch puts in the job
@@ -206,7 +218,19 @@ pub mod test_slurm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bindings::{ESLURM_ACCOUNTING_POLICY, NICE_OFFSET, NO_VAL, NO_VAL16};
+    use crate::bindings::{ESLURM_ACCOUNTING_POLICY, NICE_OFFSET, NO_VAL16};
+
+    #[test]
+    fn the_job_an_update_names() {
+        assert_eq!(job_number(Some("123"), NO_VAL), Some(123));
+        assert_eq!(job_number(Some("123_4"), NO_VAL), Some(123));
+        assert_eq!(job_number(Some("123_[1-3]"), NO_VAL), Some(123));
+        assert_eq!(job_number(Some("123+1"), NO_VAL), Some(123));
+        assert_eq!(job_number(None, 77), Some(77));
+        assert_eq!(job_number(Some("x"), NO_VAL), None);
+        assert_eq!(job_number(None, NO_VAL), None);
+        assert_eq!(job_number(None, 0), None);
+    }
 
     #[test]
     fn reads_the_fields_of_a_job_description() {

@@ -13,6 +13,7 @@
 mod admit;
 mod bindings;
 mod ffi;
+mod modify;
 mod plugin;
 mod tally;
 mod watch;

@@ -27,6 +27,8 @@ struct Plugin {
     tally: Mutex<Tally>,
     /// Local date as days since 0001-01-01, kept by the watcher (reading the time zone is file I/O).
     today: AtomicI32,
+    /// slurmctld's effective uid, the SlurmUser (read once: a system call, not per decision).
+    slurm_uid: u32,
     stop: Mutex<bool>,
     wake: Condvar,
     watcher: Mutex<Option<JoinHandle<()>>>,
@@ -60,6 +62,7 @@ pub fn start(config_path: &Path) {
         view: RwLock::new(monitor.view()),
         tally: Mutex::new(Tally::default()),
         today: AtomicI32::new(local_days(now)),
+        slurm_uid: nix::unistd::geteuid().as_raw(),
         stop: Mutex::new(false),
         wake: Condvar::new(),
         watcher: Mutex::new(None),
@@ -220,7 +223,7 @@ pub fn submit(job: &JobRequest, submit_uid: u32) -> Verdict {
     // Not initialised: nothing to decide from, accept.
     let Some(State { plugin, config, view, today }) = state() else { return Verdict::accept() };
     let now = unix_now();
-    let ctx = Context { view: &view, config: &config, now, today };
+    let ctx = Context { view: &view, config: &config, now, today, slurm_uid: plugin.slurm_uid };
     let mut tally = plugin.tally.lock().unwrap_or_else(PoisonError::into_inner);
     let submitted = admit::on_submit(&ctx, job, submit_uid, &|uid| tally.of(uid), &mut slurm_log);
     if let Some((uid, commitment)) = submitted.admitted {
@@ -230,9 +233,15 @@ pub fn submit(job: &JobRequest, submit_uid: u32) -> Verdict {
 }
 
 pub fn modify(job: &JobRequest, submit_uid: u32) -> Verdict {
-    let Some(State { config, view, today, .. }) = state() else { return Verdict::accept() };
-    let ctx = Context { view: &view, config: &config, now: unix_now(), today };
-    admit::on_modify(&ctx, job, submit_uid, &mut slurm_log)
+    let Some(State { plugin, config, view, today }) = state() else { return Verdict::accept() };
+    let now = unix_now();
+    let ctx = Context { view: &view, config: &config, now, today, slurm_uid: plugin.slurm_uid };
+    let mut tally = plugin.tally.lock().unwrap_or_else(PoisonError::into_inner);
+    let modified = crate::modify::on_modify(&ctx, job, submit_uid, &|uid| tally.of(uid), &mut slurm_log);
+    if let Some((uid, grown)) = modified.admitted {
+        tally.add(uid, now, grown);
+    }
+    modified.verdict
 }
 
 #[cfg(test)]

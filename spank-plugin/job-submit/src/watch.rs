@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gputokens::admission::OnError;
-use gputokens::estimate::Commitment;
+use gputokens::estimate::{Commitment, PendingJob};
 use gputokens::policy::BucketRules;
 use gputokens::snapshot::{self, Snapshot};
 pub use gputokens::stamp::Stamp;
@@ -67,6 +67,11 @@ impl Balances {
     pub fn committed(&self, uid: u32) -> Commitment {
         let queue = self.snapshot.queue.as_ref();
         self.names.get(&uid).and_then(|n| queue?.committed.get(n)).copied().unwrap_or_default()
+    }
+
+    /// A job that was pending when squeue was read; None for any other (e.g. submitted since).
+    pub fn pending_job(&self, job_id: u32) -> Option<&PendingJob> {
+        self.snapshot.queue.as_ref()?.pending.get(&job_id)
     }
 
     /// The user's default account in slurmdbd.
