@@ -244,11 +244,8 @@ fn at_the_floor_gpu_jobs_are_refused_and_cpu_jobs_pass() {
 
     let log = adm.log();
     assert_eq!(log.matches("gputokens: refused a GPU job of alice (uid ").count(), 5, "{log}");
-    assert_eq!(
-        log.matches("gputokens: refused a GPU request in an update of a job of alice (uid ").count(),
-        1,
-        "{log}"
-    );
+    let update = format!("gputokens: refused an update of job {queued} of alice (uid ");
+    assert_eq!(log.matches(&update).count(), 1, "{log}");
 }
 
 #[test]
@@ -624,4 +621,85 @@ fn a_running_job_commits_the_uncharged_rest_of_its_limit() {
     let rest = (600 - charged) * 1_000_000;
     wait_for_queue_line(&site.path("lib/balances.snapshot"), &format!("committed alice 1000 {rest}"), true);
     run_as(None, Path::new("/usr/bin/scancel"), &[&job]).ok();
+}
+
+/// `scontrol update` as the user, not asserting success.
+fn update_as(user: &str, job: &str, change: &str) -> Outcome {
+    run_as(Some(user), Path::new("/usr/bin/scontrol"), &["update", &format!("jobid={job}"), change])
+}
+
+/// (nice, QOS) of a job from squeue.
+fn nice_and_qos(id: &str) -> (i64, String) {
+    let out = run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", id, "-o", "%y|%q"]).ok().stdout;
+    let (nice, qos) = out.trim().split_once('|').unwrap_or_else(|| panic!("squeue: {out}"));
+    (nice.parse().unwrap(), qos.to_string())
+}
+
+/// Waits until the snapshot lists job `id` as pending (accountd read the queue after it was submitted).
+fn wait_until_listed(snapshot: &Path, id: &str) {
+    let prefix = format!("pending {id} ");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !std::fs::read_to_string(snapshot).unwrap_or_default().lines().any(|l| l.starts_with(&prefix)) {
+        assert!(Instant::now() < deadline, "job {id} not in the snapshot");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(SETTLE);
+}
+
+/// job_modify holds the submission policy: in overdraft, alice cannot take back the nice value or
+/// the QOS the plugin gave her GPU jobs; a CPU-only job of hers (known from the queue accountd read)
+/// lowers its nice freely; at the floor she cannot add GPUs to it. Refusals are logged with why
+/// (22.05 shows the user only "Job violates accounting/QOS policy").
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn updates_cannot_undo_the_overdraft_penalty_and_cpu_jobs_are_untouched() {
+    let _cluster = serial();
+    let (site, mut adm) = following_site(&reading_the_queue(""), &[("alice", "-103.5")]);
+    let snapshot = site.path("lib/balances.snapshot");
+
+    let (gpu, told) = adm.accepted("alice", &["--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
+    assert!(told.contains("(nice +10000)"), "{told}");
+    assert_eq!(nice_and_qos(&gpu).0, 10_000);
+    let out = update_as("alice", &gpu, "nice=0");
+    assert_ne!(out.code, 0, "alice lowered the nice of GPU job {gpu}");
+    assert!(out.stderr.contains("Job violates accounting/QOS policy"), "{}", out.stderr);
+    assert_eq!(nice_and_qos(&gpu).0, 10_000, "the plugin's nice is kept");
+    update_as("alice", &gpu, "nice=12000").ok();
+    assert_eq!(nice_and_qos(&gpu).0, 12_000, "a higher nice is hers to set");
+
+    let (cpu, _) = adm.accepted("alice", &["--nice=500", "--hold", "--wrap", "true"]);
+    wait_until_listed(&snapshot, &cpu);
+    update_as("alice", &cpu, "nice=0").ok();
+    assert_eq!(nice_and_qos(&cpu).0, 0, "a CPU-only job is not touched");
+
+    adm.configure("[admission]\ndeprioritize = \"qos\"\nqos = \"gputokens-overdraft\"\n");
+    let (in_qos, _) = adm.accepted("alice", &["--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
+    assert_eq!(nice_and_qos(&in_qos).1, "gputokens-overdraft");
+    let out = update_as("alice", &in_qos, "qos=normal");
+    assert_ne!(out.code, 0, "alice moved GPU job {in_qos} out of the overdraft QOS");
+    assert_eq!(nice_and_qos(&in_qos).1, "gputokens-overdraft");
+
+    // At the floor: no GPUs added to her CPU job, in any form.
+    site.accountd(None, &["admin", "adjust", "alice", "-10", "--reason", "test"]).ok();
+    std::thread::sleep(SETTLE);
+    for change in ["gres=gpu:2", "TresPerNode=gres:gpu:1", "gres=gpu:a6000:1"] {
+        let out = update_as("alice", &cpu, change);
+        assert_ne!(out.code, 0, "{change} accepted on CPU job {cpu}");
+    }
+    assert!(!show_job(&cpu).contains("TresPer"), "{}", show_job(&cpu));
+
+    let log = adm.log();
+    let uid = nix::unistd::User::from_name("alice").unwrap().unwrap().uid;
+    let nice = format!(
+        "gputokens: refused an update of job {gpu} of alice (uid {uid}): nice 0 is below nice_increment 10000 in \
+         overdraft (balance -3.5)"
+    );
+    assert!(log.contains(&nice), "{log}");
+    let qos = format!(
+        "gputokens: refused an update of job {in_qos} of alice (uid {uid}): QOS normal is not the overdraft QOS \
+         gputokens-overdraft"
+    );
+    assert!(log.contains(&qos), "{log}");
+    let floor = format!("gputokens: refused an update of job {cpu} of alice (uid {uid}): it adds GPUs");
+    assert_eq!(log.matches(&floor).count(), 3, "{log}");
 }
