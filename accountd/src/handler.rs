@@ -19,7 +19,7 @@ pub struct Service {
     pub ledger: Ledger,
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     pub usage: crate::usage::agents::UsageTracker,
-    pub health: crate::health::Drained,
+    pub health: crate::health::HealthState,
     /// Partitions, default accounts and queue commitments for the snapshot.
     pub slurm_view: crate::slurm_view::SlurmView,
     /// Preemptions waiting out their grace on threads of their own; joined before the process exits.

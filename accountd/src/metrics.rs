@@ -72,6 +72,7 @@ pub struct Metrics {
     pub job_idle: Family<JobLabels, Gauge>,
     pub preemptions: Family<PreemptLabels, Counter>,
     pub drains: Family<NodeLabels, Counter>,
+    pub xids_ignored: Family<XidLabels, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -84,6 +85,12 @@ pub struct PreemptLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeLabels {
     pub node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct XidLabels {
+    pub node: String,
+    pub xid: String,
 }
 
 impl Default for Metrics {
@@ -114,6 +121,7 @@ impl Metrics {
             job_idle: Family::default(),
             preemptions: Family::default(),
             drains: Family::default(),
+            xids_ignored: Family::default(),
             registry: Registry::default(),
         };
         registry.register("balance_tokens", "Token balance per user", m.balance.clone());
@@ -162,6 +170,11 @@ impl Metrics {
             m.preemptions.clone(),
         );
         registry.register("node_drains", "Nodes drained because a GPU failed", m.drains.clone());
+        registry.register(
+            "gpu_xids_ignored",
+            "XIDs reported by node agents that are not in [health] drain_xids (application errors): never drained for",
+            m.xids_ignored.clone(),
+        );
         Metrics { registry, ..m }
     }
 

@@ -115,19 +115,23 @@ impl Site {
         );
         let config = dir.path().join("gputokens.toml");
         std::fs::write(&config, text).unwrap();
-        let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
-        let serve = Command::new(bin("accountd"))
-            .arg("--config")
-            .arg(&config)
-            .arg("serve")
-            .env("GPUTOKENS_LOG", "debug")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start accountd serve");
+        let serve = spawn_serve(&config, &dir.path().join("serve.log"));
         let site = Site { config, serve: Some(serve), dir };
         site.wait_for_socket();
         site
+    }
+
+    /// Stops `accountd serve` and starts another on the same config and ledger, as after a reboot.
+    /// The old log is kept as `serve.log.old` (appended to), so `log` and `http_url` read the new one.
+    pub fn restart(&mut self) {
+        self.stop();
+        let old = std::fs::read_to_string(self.path("serve.log")).unwrap_or_default();
+        let mut kept = std::fs::OpenOptions::new().create(true).append(true).open(self.path("serve.log.old")).unwrap();
+        std::io::Write::write_all(&mut kept, old.as_bytes()).unwrap();
+        // The socket of the stopped serve may still be there: wait for the new one's.
+        let _ = std::fs::remove_file(self.path("run/accountd.sock"));
+        self.serve = Some(spawn_serve(&self.config, &self.path("serve.log")));
+        self.wait_for_socket();
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
@@ -193,6 +197,20 @@ impl Site {
         let out = self.sbalance(None, &["-u", user, "-P", "-n", "-o", "Balance"]).ok();
         out.stdout.trim().to_string()
     }
+}
+
+/// `accountd --config CONFIG serve`, logging at debug level to `log` (truncated).
+fn spawn_serve(config: &Path, log: &Path) -> Child {
+    let log = std::fs::File::create(log).unwrap();
+    Command::new(bin("accountd"))
+        .arg("--config")
+        .arg(config)
+        .arg("serve")
+        .env("GPUTOKENS_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start accountd serve")
 }
 
 /// A plain HTTP/1.0 GET: status code and body.

@@ -9,6 +9,7 @@ mod charging;
 mod cluster;
 mod common;
 mod config;
+mod health;
 mod http;
 mod preemption;
 mod sbalance;
