@@ -105,11 +105,20 @@ pub fn render(snap: &Snapshot) -> String {
 /// Writes next to `path`, fsyncs, then renames over it: a reader sees the old or the new file, never
 /// half of one. Mode 0640: slurmctld's group may read it, ordinary users may not.
 pub fn write_atomically(path: &Path, contents: &str) -> std::io::Result<()> {
+    write_atomically_for(path, contents, None)
+}
+
+/// [`write_atomically`], the file given group `gid` before it is renamed into place (so it is never
+/// visible with another group): root's accountd gives it slurmctld's group.
+pub fn write_atomically_for(path: &Path, contents: &str, gid: Option<u32>) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile_in(dir, path)?;
     tmp.1.write_all(contents.as_bytes())?;
     tmp.1.sync_all()?;
+    if gid.is_some() {
+        std::os::unix::fs::fchown(&tmp.1, None, gid)?;
+    }
     std::fs::set_permissions(&tmp.0, std::fs::Permissions::from_mode(0o640))?;
     std::fs::rename(&tmp.0, path)
 }

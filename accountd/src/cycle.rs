@@ -63,8 +63,8 @@ pub fn publish_snapshot(service: &Service, now: i64) -> CliResult<usize> {
     snap.default_accounts = service.slurm_view.default_accounts.clone();
     snap.queue = service.slurm_view.queue.clone();
     let text = snapshot::render(&snap);
-    let path = &service.config.paths.snapshot;
-    snapshot::write_atomically(path, &text)
-        .map_err(|e| CliError::failed(format!("cannot write snapshot {}: {e}", path.display())))?;
+    // As root: readable by slurmctld's group, or the plugin could not read it.
+    crate::snapshot_access::write(&service.config.paths.snapshot, &text, &service.config.slurm_user)
+        .map_err(CliError::failed)?;
     Ok(accounts.len())
 }

@@ -20,6 +20,7 @@ pub mod server;
 pub mod signals;
 pub mod slurm;
 pub mod slurm_check;
+pub mod snapshot_access;
 pub mod slurm_view;
 pub mod usage;
 

@@ -68,7 +68,44 @@ pub fn findings(config: &Config, facts: &SlurmFacts, plugin_exists: impl Fn(&Pat
     let mut out = vec![job_submit(facts, plugin_exists), accounting(config, facts)];
     out.extend(prices(config, facts));
     out.extend([deprioritizing(config, facts), slurm_user(config, facts), spank(config, facts)]);
+    out.push(snapshot_readable(config, facts));
     out
+}
+
+/// The snapshot, and every directory above it, readable by slurmctld's SlurmUser: else the plugin
+/// cannot read it and on_error decides every GPU job.
+fn snapshot_readable(config: &Config, facts: &SlurmFacts) -> Finding {
+    use crate::snapshot_access::{blocked, entries, Reader};
+    let path = &config.paths.snapshot;
+    let setting = setting(facts, "SlurmUser");
+    let Some(reader) = Reader::from_setting(setting) else {
+        return Finding::Problem(format!(
+            "SlurmUser '{setting}' is not known on this host: cannot check who reads {}",
+            path.display()
+        ));
+    };
+    let (found, exists) = entries(path);
+    if let Some(entry) = blocked(&reader, &found) {
+        let what = if entry.dir { "search" } else { "read" };
+        return Finding::Problem(format!(
+            "slurmctld's SlurmUser ({setting}) cannot {what} {} (owner {}, group {}, mode {:o}): the job_submit plugin \
+             cannot read the snapshot {} and on_error = \"{}\" decides every GPU job; give it the SlurmUser's group \
+             (accountd run as root does so when it writes it) or run accountd as the SlurmUser",
+            entry.path.display(),
+            entry.uid,
+            entry.gid,
+            entry.mode,
+            path.display(),
+            config.admission.on_error.as_str()
+        ));
+    }
+    match exists {
+        true => Finding::Ok(format!("the snapshot {} is readable by the SlurmUser ({setting})", path.display())),
+        false => Finding::Ok(format!(
+            "the snapshot {} is not written yet; the directories above it are open to the SlurmUser ({setting})",
+            path.display()
+        )),
+    }
 }
 
 fn setting<'f>(facts: &'f SlurmFacts, key: &str) -> &'f str {
