@@ -11,6 +11,19 @@ use crate::cli::AdminCommand;
 use crate::client::call;
 use crate::error::{CliError, CliResult};
 
+/// Derives a node's token from the site secret (only those who can read the secret can).
+fn node_token(config: &Config, node: &str) -> CliResult {
+    let node = crate::slurm::node_name_arg(node)?;
+    let path = config
+        .agent
+        .token_file
+        .as_deref()
+        .ok_or_else(|| CliError::refused("[agent] token_file (the site secret) is not set"))?;
+    let secret = crate::auth::read_secret(path).map_err(|e| CliError::refused(format!("agent.token_file: {e}")))?;
+    println!("{}", crate::auth::node_token(&secret, node));
+    Ok(())
+}
+
 pub fn run(config: &Config, command: AdminCommand) -> CliResult {
     let socket = &config.paths.socket;
     let amount =
@@ -27,6 +40,7 @@ pub fn run(config: &Config, command: AdminCommand) -> CliResult {
         AdminCommand::Actions { limit, json } => (Request::Actions { limit }, json),
         AdminCommand::Import { file } => (Request::Import { balances: read_state_file(&file)? }, false),
         AdminCommand::Verify => return verify(config),
+        AdminCommand::NodeToken { node } => return node_token(config, &node),
     };
     match call(socket, &request)? {
         Reply::Recorded { entries, replayed } => {

@@ -126,4 +126,7 @@ pub enum AdminCommand {
     /// user's history chain, charges agree with job_charges and usage_days, SQLite's integrity):
     /// exit 2 naming each problem. Reads the ledger file itself, beside a running accountd.
     Verify,
+    /// Print NODE's agent token for `[agent] auth = "token"`: the HMAC of the node's name under the
+    /// site secret in `[agent] token_file`. Put it in that node's token_file (mode 0600, root).
+    NodeToken { node: String },
 }

@@ -54,7 +54,9 @@ pub fn check(service: &mut Service, now: i64) -> CliResult<CheckSummary> {
 /// Writes the balance snapshot for the job_submit plugin; returns how many users it lists.
 pub fn publish_snapshot(service: &Service, now: i64) -> CliResult<usize> {
     let accounts = service.ledger.accounts()?;
-    service.metrics.set_balances(&accounts);
+    if service.config.http.per_user_metrics {
+        service.metrics.set_balances(&accounts);
+    }
     let mut snap = snapshot::Snapshot::new(now, *service.ledger.rules());
     snap.balances = accounts.iter().map(|a| (a.user.clone(), a.balance)).collect();
     snap.sharing = service.config.sharing;

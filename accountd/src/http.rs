@@ -1,39 +1,64 @@
-//! accountd's HTTP listener (loopback by default): `/metrics` for Prometheus and a read-only JSON API
-//! for operators' tools. Users query their own balance through `sbalance` and the Unix socket.
+//! accountd's HTTP listener: `/metrics` for Prometheus, the JSON API and the node agents' reports.
+//! Whatever arrives here is authenticated the way Slurm authenticates its daemons (MUNGE), or with
+//! a secret from a root-only file: agent reports pass the [`ReportGate`]; balances follow
+//! `sbalance`'s rules (a user sees their own row unless `balances_public`; admins see all).
 
-use std::sync::Arc;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 
-use axum::extract::{Path, State};
-use axum::http::HeaderMap;
-use axum::http::{header, StatusCode};
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use gputokens::access::Caller;
 use gputokens::protocol::{BalanceRow, Reply};
 
-use crate::agent::report::{read_token, AgentReport, REPORT_PATH};
+use crate::agent::report::{AgentReport, REPORT_PATH};
+use crate::auth::{self, Presented};
 use crate::error::{CliError, CliResult};
+use crate::metrics::ReasonLabels;
+use crate::report_gate::{Refusal, ReportGate};
 use crate::server::Shared;
+use crate::slurm::Slurm;
 
 #[derive(Clone)]
 pub struct AppState {
     pub service: Shared,
-    /// Agents must present this (`[agent] token_file`) when set.
-    agent_token: Option<String>,
+    gate: Arc<Mutex<ReportGate>>,
+    slurm: Slurm,
+    /// `[http] admin_token_file`'s token: reads the JSON API as an admin.
+    admin_token: Option<String>,
+    munge_socket: Option<std::path::PathBuf>,
 }
 
 impl AppState {
     pub fn new(service: Shared) -> CliResult<AppState> {
-        let token_file = service.lock().ok().and_then(|s| s.config.agent.token_file.clone());
-        let agent_token = match token_file {
-            Some(path) => Some(
-                read_token(&path)
-                    .map_err(|e| CliError::refused(format!("agent.token_file {}: {e}", path.display())))?,
-            ),
-            None => None,
-        };
-        Ok(AppState { service, agent_token })
+        let config = service.lock().map_err(|_| CliError::failed("service lock poisoned"))?.config.clone();
+        let gate = ReportGate::new(&config).map_err(CliError::refused)?;
+        let admin_token = config.http.admin_token_file.as_deref().map(read_admin_token).transpose()?;
+        Ok(AppState {
+            service,
+            gate: Arc::new(Mutex::new(gate)),
+            slurm: Slurm::new(&config.slurm),
+            admin_token,
+            munge_socket: config.agent.munge_socket.clone(),
+        })
     }
+}
+
+/// The admin token's file must be readable by its owner alone: anyone who can read it is an admin.
+fn read_admin_token(path: &std::path::Path) -> CliResult<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path)
+        .map_err(|e| CliError::refused(format!("http.admin_token_file {}: {e}", path.display())))?;
+    if meta.mode() & 0o077 != 0 || meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(CliError::refused(format!(
+            "http.admin_token_file {} must be owned by accountd's user and readable by it alone (mode 0600)",
+            path.display()
+        )));
+    }
+    auth::read_secret(path).map_err(|e| CliError::refused(format!("http.admin_token_file: {e}")))
 }
 
 pub fn router(state: AppState) -> Router {
@@ -51,7 +76,9 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     // Balances are read at scrape time: `accountd tick` or an admin may have changed the ledger.
     let work = tokio::task::spawn_blocking(move || {
         let s = service.lock().unwrap_or_else(|p| p.into_inner());
-        s.ledger.accounts().map(|accounts| s.metrics.set_balances(&accounts)).map_err(|e| e.to_string())?;
+        if s.config.http.per_user_metrics {
+            s.ledger.accounts().map(|accounts| s.metrics.set_balances(&accounts)).map_err(|e| e.to_string())?;
+        }
         Ok::<_, String>(s.metrics.encode())
     });
     match work.await {
@@ -61,62 +88,139 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-async fn agent_report(State(state): State<Arc<AppState>>, headers: HeaderMap, body: String) -> Response {
-    if let Some(token) = &state.agent_token {
-        let presented =
-            headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-        if presented != Some(token.as_str()) {
-            tracing::warn!("agent report refused: missing or wrong token");
-            return (StatusCode::UNAUTHORIZED, "agent report needs the token of [agent] token_file\n").into_response();
-        }
-    }
-    let report: AgentReport = match serde_json::from_str(&body) {
-        Ok(r) => r,
-        Err(e) => return (StatusCode::BAD_REQUEST, format!("malformed agent report: {e}\n")).into_response(),
-    };
-    let service = state.service.clone();
+fn authorization(headers: &HeaderMap) -> Option<Vec<u8>> {
+    headers.get(header::AUTHORIZATION).map(|v| v.as_bytes().to_vec())
+}
+
+async fn agent_report(
+    State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let presented = authorization(&headers);
+    let shared = state.clone();
     let work = tokio::task::spawn_blocking(move || {
-        let mut s = service.lock().unwrap_or_else(|p| p.into_inner());
-        crate::usage::agents::ingest(&mut s, &report)
+        let state = shared;
+        let report: AgentReport = serde_json::from_slice(&body)
+            .map_err(|e| (peer.ip().to_string(), Refusal::malformed(format!("malformed agent report: {e}"))))?;
+        let from = report.node.clone();
+        let admitted = {
+            let mut gate = state.gate.lock().unwrap_or_else(|p| p.into_inner());
+            let checked = gate
+                .authenticate(Presented::parse(presented.as_deref()), &body, &report.node)
+                .and_then(|sender| gate.authorize(&sender, &report, &state.slurm));
+            if checked.is_ok() {
+                gate.accepted(&report.node);
+            }
+            checked
+        };
+        // An unauthenticated sender is named by its address, not by the node it claims.
+        admitted.map_err(|r| (if r.status == 401 { format!("{} (claiming {from})", peer.ip()) } else { from }, r))?;
+        let mut s = state.service.lock().unwrap_or_else(|p| p.into_inner());
+        crate::usage::agents::ingest(&mut s, &report).map_err(|e| (report.node.clone(), Refusal::internal(e.message)))
     });
-    match work.await {
-        Ok(Ok(summary)) => {
+    let outcome = match work.await {
+        Ok(outcome) => outcome,
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    };
+    match outcome {
+        Ok(summary) => {
             tracing::debug!("agent report: {summary}");
             (StatusCode::OK, "ok\n").into_response()
         }
-        Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+        Err((from, refusal)) => refused_report(&state, &from, refusal).await,
     }
 }
 
-async fn balances(State(state): State<Arc<AppState>>) -> Response {
-    rows(state, None).await
+async fn refused_report(state: &Arc<AppState>, from: &str, refusal: Refusal) -> Response {
+    if refusal.status < 500 {
+        let service = state.service.clone();
+        let reason = refusal.reason.to_string();
+        let _ = tokio::task::spawn_blocking(move || {
+            let s = service.lock().unwrap_or_else(|p| p.into_inner());
+            s.metrics.agent_reports_refused.get_or_create(&ReasonLabels { reason }).inc();
+        })
+        .await;
+    }
+    state.gate.lock().unwrap_or_else(|p| p.into_inner()).log_refusal(from, &refusal);
+    let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut response = (status, Json(serde_json::json!({ "error": refusal.message }))).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("MUNGE"));
+    }
+    response
 }
 
-async fn balance(State(state): State<Arc<AppState>>, Path(user): Path<String>) -> Response {
-    rows(state, Some(user)).await
+/// Who is asking the JSON API: a MUNGE credential's uid, or the admin token.
+fn api_caller(state: &AppState, presented: Presented) -> Result<Caller, (StatusCode, String)> {
+    let config = state.service.lock().unwrap_or_else(|p| p.into_inner()).config.clone();
+    match presented {
+        Presented::Munge(cred) => {
+            let cred = crate::munge::decode(cred, state.munge_socket.as_deref()).map_err(|e| match e.kind {
+                crate::munge::MungeErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+                _ => (StatusCode::UNAUTHORIZED, e.to_string()),
+            })?;
+            Ok(Caller::identify(cred.uid, &config))
+        }
+        Presented::Bearer(token) => match &state.admin_token {
+            Some(expected) if auth::same_secret(token, expected) => {
+                Ok(Caller { uid: 0, name: "admin token".into(), admin: true })
+            }
+            _ => Err((StatusCode::UNAUTHORIZED, "not the token of [http] admin_token_file".into())),
+        },
+        Presented::None | Presented::Unknown => Err((
+            StatusCode::UNAUTHORIZED,
+            "authenticate with 'Authorization: MUNGE <credential>' (e.g. $(munge -n)) or an admin bearer token".into(),
+        )),
+    }
 }
 
-/// Balance rows as an admin would see them (the listener is for operators, loopback by default).
-async fn rows(state: Arc<AppState>, user: Option<String>) -> Response {
-    let service = state.service.clone();
+async fn balances(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    rows(state, authorization(&headers), None).await
+}
+
+async fn balance(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(user): Path<String>) -> Response {
+    rows(state, authorization(&headers), Some(user)).await
+}
+
+/// Balance rows the caller may see: `user`'s (when allowed), else all (admins, `balances_public`)
+/// or the caller's own.
+async fn rows(state: Arc<AppState>, presented: Option<Vec<u8>>, user: Option<String>) -> Response {
     let work = tokio::task::spawn_blocking(move || {
-        let s = service.lock().unwrap_or_else(|p| p.into_inner());
+        let caller = api_caller(&state, Presented::parse(presented.as_deref()))?;
+        let s = state.service.lock().unwrap_or_else(|p| p.into_inner());
         let names: Vec<String> = match user {
-            Some(u) => vec![u],
-            None => s.ledger.accounts().map_err(|e| e.to_string())?.into_iter().map(|a| a.user).collect(),
+            Some(u) if caller.may_view(&u, &s.config) => vec![u],
+            Some(u) => {
+                return Err((StatusCode::FORBIDDEN, format!("{} may not see the balance of '{u}'", caller.name)));
+            }
+            None if caller.admin || s.config.balances_public => s
+                .ledger
+                .accounts()
+                .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+                .into_iter()
+                .map(|a| a.user)
+                .collect(),
+            None => vec![caller.name.clone()],
         };
         let row = |name: &String| {
             s.balance_row(name, gputokens::time::now()).map_err(|reply| match reply {
-                Reply::Error { message, .. } => message,
-                other => format!("{other:?}"),
+                Reply::Error { message, .. } => (StatusCode::NOT_FOUND, message),
+                other => (StatusCode::INTERNAL_SERVER_ERROR, format!("{other:?}")),
             })
         };
-        names.iter().map(row).collect::<Result<Vec<BalanceRow>, String>>()
+        names.iter().map(row).collect::<Result<Vec<BalanceRow>, _>>()
     });
     match work.await {
         Ok(Ok(rows)) => Json(serde_json::json!({ "users": rows })).into_response(),
-        Ok(Err(message)) => (StatusCode::NOT_FOUND, Json(serde_json::json!({ "error": message }))).into_response(),
+        Ok(Err((status, message))) => {
+            let mut response = (status, Json(serde_json::json!({ "error": message }))).into_response();
+            if status == StatusCode::UNAUTHORIZED {
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("MUNGE"));
+            }
+            response
+        }
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod agent;
+pub mod auth;
 pub mod charging;
 pub mod cli;
 pub mod client;
@@ -15,13 +16,14 @@ pub mod munge;
 pub mod plugstack;
 pub mod preempt;
 pub mod records;
+pub mod report_gate;
 pub mod sbalance;
 pub mod server;
 pub mod signals;
 pub mod slurm;
 pub mod slurm_check;
-pub mod snapshot_access;
 pub mod slurm_view;
+pub mod snapshot_access;
 pub mod usage;
 
 /// `accountd --version`: the crate version and the Slurm headers it was built against.

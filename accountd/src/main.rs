@@ -107,6 +107,7 @@ fn serve(config: Config) -> CliResult {
             let app = http::router(http::AppState::new(shared.clone())?);
             let mut stopped = stopped.clone();
             tokio::spawn(async move {
+                let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
                 let serving = axum::serve(tcp, app).with_graceful_shutdown(async move {
                     let _ = stopped.wait_for(|s| *s).await;
                 });

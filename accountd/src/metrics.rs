@@ -73,6 +73,7 @@ pub struct Metrics {
     pub preemptions: Family<PreemptLabels, Counter>,
     pub drains: Family<NodeLabels, Counter>,
     pub xids_ignored: Family<XidLabels, Counter>,
+    pub agent_reports_refused: Family<ReasonLabels, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -110,6 +111,7 @@ impl Metrics {
             cycle_seconds: Family::default(),
             cycle_failures: Family::default(),
             records_skipped: Family::default(),
+            agent_reports_refused: Family::default(),
             unpriced_gpu_seconds: Family::default(),
             gpu_utilization: Family::default(),
             gpu_memory_used: Family::default(),
@@ -138,6 +140,11 @@ impl Metrics {
         );
         registry.register("cycle_duration_seconds", "Duration of the last cycle", m.cycle_seconds.clone());
         registry.register("cycle_failures", "Cycles that failed", m.cycle_failures.clone());
+        registry.register(
+            "agent_reports_refused",
+            "Agent reports refused (unauthenticated, another node's or job's, malformed), by reason",
+            m.agent_reports_refused.clone(),
+        );
         registry.register("records_skipped", "Job records not charged, by reason", m.records_skipped.clone());
         registry.register(
             "unpriced_gpu_seconds",

@@ -146,13 +146,7 @@ pub fn decode(cred: &str, socket: Option<&Path>) -> Result<Credential, MungeErro
         munge_ctx_get(context.0, MUNGE_OPT_ENCODE_TIME as c_int, &mut encoded_at as *mut nix::libc::time_t)
     })?;
     let origin = Ipv4Addr::from(addr.to_ne_bytes());
-    Ok(Credential {
-        uid,
-        gid,
-        origin: (!origin.is_unspecified()).then_some(origin),
-        encoded_at,
-        payload: bytes,
-    })
+    Ok(Credential { uid, gid, origin: (!origin.is_unspecified()).then_some(origin), encoded_at, payload: bytes })
 }
 
 #[cfg(test)]

@@ -3,6 +3,15 @@
 use std::time::Duration;
 
 use super::report::{AgentReport, REPORT_PATH};
+use crate::auth::report_payload;
+
+/// How a report proves where it comes from (`[agent] auth`).
+pub enum Signer {
+    /// A MUNGE credential from the node's munged (or the one at this socket) naming the report.
+    Munge(Option<std::path::PathBuf>),
+    /// The node's token.
+    Token(String),
+}
 
 /// Longer than accountd takes to file a report, short enough that a hung accountd costs one interval.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -13,28 +22,37 @@ const MAX_ERROR_BODY: usize = 300;
 pub struct Reporter {
     client: reqwest::blocking::Client,
     pub url: String,
-    token: Option<String>,
+    signer: Signer,
 }
 
 impl Reporter {
     /// Must not be called, nor the reporter dropped, inside an async runtime (reqwest's blocking client
     /// runs one of its own).
-    pub fn new(report_to: &str, token: Option<String>) -> Result<Self, String> {
+    pub fn new(report_to: &str, signer: Signer) -> Result<Self, String> {
         let client = reqwest::blocking::Client::builder()
             .timeout(TIMEOUT)
             .user_agent(format!("gputokens-agent/{}", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| format!("cannot create the HTTP client: {e}"))?;
-        Ok(Reporter { client, url: format!("{}{REPORT_PATH}", report_to.trim_end_matches('/')), token })
+        Ok(Reporter { client, url: format!("{}{REPORT_PATH}", report_to.trim_end_matches('/')), signer })
     }
 
     pub fn post(&self, report: &AgentReport) -> Result<(), String> {
         let body = serde_json::to_vec(report).map_err(|e| format!("cannot encode the report: {e}"))?;
-        let mut request =
-            self.client.post(&self.url).header(reqwest::header::CONTENT_TYPE, "application/json").body(body);
-        if let Some(token) = &self.token {
-            request = request.bearer_auth(token);
-        }
+        let authorization = match &self.signer {
+            Signer::Munge(socket) => {
+                let cred =
+                    crate::munge::encode(&report_payload(&body), socket.as_deref()).map_err(|e| e.to_string())?;
+                format!("MUNGE {cred}")
+            }
+            Signer::Token(token) => format!("Bearer {token}"),
+        };
+        let request = self
+            .client
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(reqwest::header::AUTHORIZATION, authorization)
+            .body(body);
         // reqwest's message alone leaves out the cause (connection refused, timed out, ...).
         let response = request.send().map_err(|e| format!("{}: {}", self.url, chain(&e.without_url())))?;
         let status = response.status();

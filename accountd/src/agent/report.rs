@@ -1,5 +1,6 @@
-//! What an agent posts to accountd: `POST /v1/agent/report` with this JSON body, and
-//! `Authorization: Bearer <token>` when `[agent] token_file` is set.
+//! What an agent posts to accountd: `POST /v1/agent/report` with this JSON body and
+//! `Authorization: MUNGE <credential of the body's SHA-256>` (`[agent] auth = "munge"`) or
+//! `Authorization: Bearer <the node's token>` (`auth = "token"`); see `crate::auth`.
 
 use serde::{Deserialize, Serialize};
 
@@ -12,9 +13,4 @@ pub struct AgentReport {
     /// The node's Slurm name (`hostname -s` unless told otherwise).
     pub node: String,
     pub sample: NodeSample,
-}
-
-/// Reads the shared secret; surrounding whitespace is not part of it.
-pub fn read_token(path: &std::path::Path) -> std::io::Result<String> {
-    Ok(std::fs::read_to_string(path)?.trim().to_string())
 }

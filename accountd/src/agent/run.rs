@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 
 use axum::http::header;
 use axum::routing::get;
+use gputokens::config::AgentAuth;
 use gputokens::Config;
 use prometheus_client::registry::Registry;
 
 use super::export::{self, Exporter};
-use super::post::Reporter;
-use super::report::{read_token, AgentReport};
+use super::post::{Reporter, Signer};
+use super::report::AgentReport;
 use super::{GpuSource, NvmlOptions, NvmlSource, OpenError};
 use crate::error::{CliError, CliResult};
 
@@ -33,9 +34,20 @@ pub fn run(config: &Config, node: Option<String>, once: bool) -> CliResult {
         Some(name) => name,
         None => short_hostname()?,
     };
-    let token = cfg.token_file.as_deref().map(token).transpose()?;
+    let signer = match cfg.auth {
+        AgentAuth::Munge => Signer::Munge(cfg.munge_socket.clone()),
+        AgentAuth::Token => {
+            let path = cfg
+                .token_file
+                .as_deref()
+                .ok_or_else(|| CliError::refused("agent.auth = \"token\" needs agent.token_file"))?;
+            Signer::Token(
+                crate::auth::read_secret(path).map_err(|e| CliError::refused(format!("agent.token_file: {e}")))?,
+            )
+        }
+    };
     let listen = if once { None } else { listen_addr(&cfg.listen)? };
-    let reporter = Reporter::new(&cfg.report_to, token).map_err(CliError::failed)?;
+    let reporter = Reporter::new(&cfg.report_to, signer).map_err(CliError::failed)?;
     let options = NvmlOptions { jobs_dir: cfg.jobs_dir.clone(), ..NvmlOptions::with_lib_path(&cfg.nvml_library) };
     let source = NvmlSource::open(options).map_err(|e| match e {
         OpenError::Thread(_) => CliError::failed(e.to_string()),
@@ -184,15 +196,6 @@ async fn serve_metrics(
     if let Err(e) = serving.await {
         tracing::error!("agent metrics listener failed: {e}");
     }
-}
-
-fn token(path: &std::path::Path) -> CliResult<String> {
-    let token = read_token(path)
-        .map_err(|e| CliError::refused(format!("cannot read agent.token_file {}: {e}", path.display())))?;
-    if token.is_empty() {
-        return Err(CliError::refused(format!("agent.token_file {} is empty", path.display())));
-    }
-    Ok(token)
 }
 
 fn listen_addr(text: &str) -> CliResult<Option<SocketAddr>> {
