@@ -150,15 +150,22 @@ fn act(service: &mut Service, slurm: &Slurm, victim: &Victim, requeueable: bool,
         tracing::warn!("dry run: would {action} job {} of {} ({reason})", victim.job_id, victim.user);
         return Ok(());
     }
-    tracing::warn!("{action} job {} of {}: {reason}", victim.job_id, victim.user);
-    let job = victim.job_id.clone();
-    if let Err(e) = slurm.run("scontrol", &["update", &format!("jobid={job}"), &format!("comment={reason}")]) {
+    let job = match crate::slurm::job_id_arg(&victim.job_id) {
+        Ok(job) => job.to_string(),
+        Err(e) => {
+            tracing::error!("not preempting: {e}");
+            return Ok(());
+        }
+    };
+    tracing::warn!("{action} job {job} of {}: {reason}", victim.user);
+    if let Err(e) = append_comment(slurm, &job, &reason) {
         tracing::warn!("cannot set the comment of job {job}: {e}");
     }
+    let signalled = job.clone();
     let step = move |slurm: &Slurm| {
         let result = match action {
-            "requeue" => slurm.run("scontrol", &["requeue", &job]),
-            _ => slurm.run("scancel", &[&job]),
+            "requeue" => slurm.run("scontrol", &["--", "requeue", &job]),
+            _ => slurm.run("scancel", &["--", &job]),
         };
         if let Err(e) = result {
             tracing::error!("{action} of job {job} failed: {e}");
@@ -167,7 +174,7 @@ fn act(service: &mut Service, slurm: &Slurm, victim: &Victim, requeueable: bool,
     match &config.signal {
         None => step(slurm),
         Some(signal) => {
-            slurm.run("scancel", &["--full", &format!("--signal={signal}"), &victim.job_id])?;
+            slurm.run("scancel", &["--full", &format!("--signal={signal}"), "--", &signalled])?;
             // The grace runs on a thread of its own: the cycle (and the service lock) must not wait.
             let (slurm, grace) = (slurm.clone(), config.grace);
             service.pending.retain(|h| !h.is_finished());
@@ -178,4 +185,34 @@ fn act(service: &mut Service, slurm: &Slurm, victim: &Victim, requeueable: bool,
         }
     }
     Ok(())
+}
+
+/// Adds `note` to the job's comment, keeping what the user or another tool wrote there.
+fn append_comment(slurm: &Slurm, job: &str, note: &str) -> crate::error::CliResult {
+    let current = slurm.run("squeue", &["-h", "-j", job, "-o", "%k"])?;
+    let comment = with_note(current.trim(), note);
+    slurm.run("scontrol", &["--", "update", &format!("jobid={job}"), &format!("comment={comment}")])?;
+    Ok(())
+}
+
+/// `old; note`, or `note` alone when there was none (squeue shows a missing comment as "(null)").
+fn with_note(old: &str, note: &str) -> String {
+    match old {
+        "" | "(null)" => note.to_string(),
+        old if old.ends_with(note) => old.to_string(),
+        old => format!("{old}; {note}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_note;
+
+    #[test]
+    fn the_note_is_appended_to_the_comment() {
+        assert_eq!(with_note("(null)", "gputokens: preempted"), "gputokens: preempted");
+        assert_eq!(with_note("", "gputokens: preempted"), "gputokens: preempted");
+        assert_eq!(with_note("run 7 of sweep", "gputokens: preempted"), "run 7 of sweep; gputokens: preempted");
+        assert_eq!(with_note("x; gputokens: preempted", "gputokens: preempted"), "x; gputokens: preempted");
+    }
 }

@@ -60,7 +60,7 @@ pub enum Sender {
 
 /// What the gate asks of Slurm (a trait so the rules are tested without a cluster).
 pub trait NodeDirectory {
-    /// The node's addresses (NodeAddr and NodeHostName, resolved), or None when Slurm has no such node.
+    /// The node's addresses (NodeAddr and NodeHostName, resolved; `sinfo` knows both), or None when Slurm has no such node.
     fn addresses(&self, node: &str) -> Result<Option<Vec<IpAddr>>, String>;
     /// Jobs Slurm shows running, suspended or completing on the node.
     fn jobs_on(&self, node: &str) -> Result<BTreeSet<String>, String>;
@@ -69,21 +69,20 @@ pub trait NodeDirectory {
 impl NodeDirectory for Slurm {
     fn addresses(&self, node: &str) -> Result<Option<Vec<IpAddr>>, String> {
         let node = node_name_arg(node).map_err(|e| e.to_string())?;
-        // "Node x not found" is an exit status of 1: tell it from other failures by the message.
-        let text = match self.run("scontrol", &["-o", "show", "node", "--", node]) {
-            Ok(text) => text,
-            Err(e) if e.message.contains("not found") => return Ok(None),
-            Err(e) => return Err(e.to_string()),
-        };
-        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        // One line per partition the node is in; none when Slurm has no such node. The name was
+        // validated above, so it cannot be read as an option.
+        let text = self.run("sinfo", &["-h", "-N", "-n", node, "-o", "%N|%o|%n"]).map_err(|e| e.to_string())?;
+        let mut lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        lines.dedup();
         let [line] = lines.as_slice() else { return Ok(None) };
-        let field = |key: &str| line.split_whitespace().find_map(|w| w.strip_prefix(key)).map(str::to_string);
-        if field("NodeName=").as_deref() != Some(node) {
+        let fields: Vec<&str> = line.split('|').collect();
+        let [name, addr, hostname] = fields.as_slice() else { return Ok(None) };
+        if *name != node {
             return Ok(None);
         }
         let mut addresses = Vec::new();
-        for host in [field("NodeAddr="), field("NodeHostName=")].into_iter().flatten() {
-            if let Ok(resolved) = (host.as_str(), 0).to_socket_addrs() {
+        for host in [addr, hostname] {
+            if let Ok(resolved) = (*host, 0).to_socket_addrs() {
                 addresses.extend(resolved.map(|a| a.ip()));
             }
         }

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PKGS=(slurmctld slurmd slurm-client munge libmunge-dev libslurm-dev slurm-wlm-basic-plugins-dev
-      mariadb-server slurmdbd libclang-dev sqlite3 clang prometheus
+      mariadb-server slurmdbd libclang-dev sqlite3 clang prometheus curl
       libc6-dev)  # libc.a: sbalance is linked statically
 
 missing=()

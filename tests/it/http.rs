@@ -2,9 +2,29 @@
 
 use crate::common::{http_get, Site};
 
+/// A GET with `Authorization: Bearer <token>`: status and body.
+fn get_with_token(url: &str, token: &str) -> (u16, String) {
+    let out = crate::common::run_as(
+        None,
+        std::path::Path::new("/usr/bin/curl"),
+        &["-s", "-w", "\n%{http_code}", "-H", &format!("Authorization: Bearer {token}"), url],
+    );
+    let (body, code) = out.stdout.rsplit_once('\n').unwrap();
+    (code.parse().unwrap(), body.to_string())
+}
+
 #[test]
 fn metrics_and_json_api_show_balances() {
-    let site = Site::start("", "");
+    // The admin token's file is private to accountd's user (a temp file is created 0600).
+    let token_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token_file.path(), "admin-s3cret\n").unwrap();
+    let site = Site::start(
+        "",
+        &format!(
+            "[http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\nadmin_token_file = \"{}\"\n",
+            token_file.path().display()
+        ),
+    );
     let sacct = site.file(
         "sacct.txt",
         "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State\n5|alice|gres/gpu:a6000=2,gres/gpu=2|5400|2026-11-30T08:00:00|COMPLETED\n",
@@ -20,14 +40,18 @@ fn metrics_and_json_api_show_balances() {
     assert!(metrics.contains("gputokens_cycle_failures_total{cycle=\"charge\"} 1"), "{metrics}");
     assert!(site.log().contains("charge cycle failed: cannot run"), "{}", site.log());
 
-    let (status, body) = http_get(&format!("{base}/v1/balances/alice"));
-    assert_eq!(status, 200);
+    let (status, _) = http_get(&format!("{base}/v1/balances/alice"));
+    assert_eq!(status, 401, "the JSON API needs a MUNGE credential or the admin token");
+    let (status, _) = get_with_token(&format!("{base}/v1/balances/alice"), "admin-s3cre");
+    assert_eq!(status, 401);
+    let (status, body) = get_with_token(&format!("{base}/v1/balances/alice"), "admin-s3cret");
+    assert_eq!(status, 200, "{body}");
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(json["users"][0]["balance"], "88");
     assert_eq!(json["users"][0]["status"], "ok");
     assert_eq!(json["users"][0]["used_30d"]["a6000"], "12");
 
-    let (status, body) = http_get(&format!("{base}/v1/balances/nosuchuser"));
+    let (status, body) = get_with_token(&format!("{base}/v1/balances/nosuchuser"), "admin-s3cret");
     assert_eq!(status, 404);
     assert!(body.contains("unknown user 'nosuchuser'"), "{body}");
 }

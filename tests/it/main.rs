@@ -13,5 +13,6 @@ mod health;
 mod http;
 mod preemption;
 mod sbalance;
+mod security;
 mod spank;
 mod worked_example;

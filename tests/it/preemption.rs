@@ -41,7 +41,8 @@ fn both_a6000s_held_by_alice(site: &Site, alice_balance: &str) -> (String, Strin
     let older = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
     wait_for("alice's first job to run", || squeue(&older, "%T") == "RUNNING");
     std::thread::sleep(Duration::from_secs(1));
-    let younger = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
+    // The user's own comment stays; the preemption's reason is appended to it.
+    let younger = sbatch("alice", &["--gres=gpu:a6000:1", "--comment=sweep 7", "--wrap", "sleep 120"]);
     wait_for("alice's second job to run", || squeue(&younger, "%T") == "RUNNING");
     let waiting = sbatch("bob", &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
     wait_for("bob's job to wait for resources", || squeue(&waiting, "%T %r") == "PENDING Resources");
@@ -63,7 +64,7 @@ fn contended_a6000_requeues_the_debtors_youngest_job() {
     wait_for("bob's job to start", || squeue(&waiting, "%T") == "RUNNING");
     assert_eq!(squeue(&older, "%T"), "RUNNING", "alice's other job keeps running");
     assert_eq!(squeue(&younger, "%T"), "PENDING", "alice's youngest job was requeued");
-    assert_eq!(squeue(&younger, "%k"), format!("gputokens: preempted, balance {balance}, a6000 contended"));
+    assert_eq!(squeue(&younger, "%k"), format!("sweep 7; gputokens: preempted, balance {balance}, a6000 contended"));
     let actions = site.accountd(None, &["admin", "actions"]).ok().stdout;
     assert!(
         actions.contains("requeue") && actions.contains(&younger) && actions.contains("a6000 contended"),
