@@ -228,7 +228,11 @@ fn recorded_gpus_belong_to_their_jobs_while_the_records_last() {
     let fx = fixture();
     let visible = Sleepers::spawn(Some("4242"), 1);
     let hidden = unseen_pid();
-    fx.write(&state(None, &[], &[(visible.pid(0), 0, GIB, Some(50)), (hidden, 2, 2 * GIB, Some(70))]));
+    // A process on job 77's GPU 3 whose environment claims job 78 (another user's, on GPU 5).
+    let liar = Sleepers::spawn(Some("78"), 1);
+    let procs =
+        [(visible.pid(0), 0, GIB, Some(50)), (hidden, 2, 2 * GIB, Some(70)), (liar.pid(0), 3, 3 * GIB, Some(5))];
+    fx.write(&state(None, &[], &procs));
     let records = tempfile::tempdir().unwrap();
     // Job 77 holds GPUs 2 and 3, named by UUID; job 78's record names Slurm's index 9, but its UUID
     // is NVML's GPU 5, which wins.
@@ -248,12 +252,14 @@ fn recorded_gpus_belong_to_their_jobs_while_the_records_last() {
     let job_of = |pid: u32| sample.processes.iter().find(|p| p.pid == pid).and_then(|p| p.job_id.clone());
     assert_eq!(job_of(hidden).as_deref(), Some("77"), "the process the agent cannot see is its GPU's job's");
     assert_eq!(job_of(visible.pid(0)), expected_job(Some("4242")));
+    // Its environment is its own word: it is counted for the job Slurm's records give its GPU.
+    assert_eq!(job_of(liar.pid(0)), expected_job(None).or(Some("77".into())));
 
     // GPU utilization is 10 + 10 × index; memory in use i GiB (state above).
     let jobs = accountd::agent::export::job_use(&sample);
     let j77 = &jobs["77"];
     assert_eq!((j77.percent, j77.gpus), (35.0, 2));
-    assert_eq!(j77.memory_bytes, 2 * GIB + 3 * GIB, "its process on GPU 2, all of GPU 3 where none is seen");
+    assert_eq!(j77.memory_bytes, 2 * GIB + 3 * GIB, "its processes on GPUs 2 and 3");
     assert_eq!((jobs["78"].percent, jobs["78"].memory_bytes), (60.0, 5 * GIB));
 
     // Job 77 ends: its epilog removes the record, and its GPUs are nobody's again.

@@ -60,11 +60,8 @@ impl<'n> Sampler<'n> {
         }
         for p in &mut processes {
             // A process the agent cannot place (another PID namespace) is the job's that holds its GPU alone.
-            let sole_holder = || match held.get(&p.gpu_index).map(Vec::as_slice) {
-                Some([job]) => Some(job.clone()),
-                _ => None,
-            };
-            p.job_id = self.jobs.job_of(&self.proc_root, p.pid).or_else(sole_holder);
+            let claim = self.jobs.job_of(&self.proc_root, p.pid);
+            p.job_id = jobs::job_for_process(claim, held.get(&p.gpu_index).map(Vec::as_slice));
         }
         self.jobs.retain(&processes.iter().map(|p| p.pid).collect());
         Ok(NodeSample { time: chrono::Utc::now(), gpus, processes })
