@@ -149,10 +149,10 @@ impl Verdict {
     }
 }
 
-/// A submission's verdict, and what an admitted GPU job adds to its owner's commitments until the
-/// next snapshot's queue includes it.
+/// A submission's or an update's verdict, and what the admitted GPU job (or the accepted update) adds
+/// to its owner's commitments until the next snapshot's queue includes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Submitted {
+pub struct Outcome {
     pub verdict: Verdict,
     pub admitted: Option<(u32, Commitment)>,
 }
@@ -190,8 +190,8 @@ pub fn on_submit(
     submit_uid: u32,
     local: &dyn Fn(u32) -> Commitment,
     log: &mut dyn FnMut(Level, String),
-) -> Submitted {
-    let pass = Submitted { verdict: Verdict::accept(), admitted: None };
+) -> Outcome {
+    let pass = Outcome { verdict: Verdict::accept(), admitted: None };
     let Some(request) = job.gpu_request(log) else { return pass };
     let balances = ctx.balances();
     let Owner { uid, who, exempt } = owner(ctx.config, balances, job, submit_uid);
@@ -220,7 +220,7 @@ pub fn on_submit(
             }
             TimeCheck::Reject { message } => {
                 log(Level::Info, format!("refused a GPU job of {who}: its time limit is above max_job_duration"));
-                return Submitted { verdict: Verdict::reject(message), admitted: None };
+                return Outcome { verdict: Verdict::reject(message), admitted: None };
             }
         }
     }
@@ -228,8 +228,8 @@ pub fn on_submit(
     let Some(balances) = balances else {
         // Missing, unreadable, corrupt or stale: logged by the watcher when it began.
         return match admission::when_unavailable(ctx.config.on_error) {
-            Decision::Reject { message } => Submitted { verdict: Verdict::reject(message), admitted: None },
-            _ => Submitted { verdict: accepted(changes, messages), admitted: None },
+            Decision::Reject { message } => Outcome { verdict: Verdict::reject(message), admitted: None },
+            _ => Outcome { verdict: accepted(changes, messages), admitted: None },
         };
     };
     let (_, balance) = balances.of(uid);
@@ -240,7 +240,7 @@ pub fn on_submit(
             Level::Info,
             format!("refused a GPU job of {who}: balance {balance} is at or below the floor {}", rules.floor),
         );
-        return Submitted { verdict: Verdict::reject(message), admitted: None };
+        return Outcome { verdict: Verdict::reject(message), admitted: None };
     }
 
     let seconds = seconds.unwrap_or(ctx.config.default_time_limit.as_secs());
@@ -255,7 +255,7 @@ pub fn on_submit(
         if committed.milli_gpus.saturating_add(asked) > max as u64 * MILLI {
             log(Level::Info, format!("refused a GPU job of {who}: above max_gpus_per_user ({max})"));
             let message = admission::gpu_limit_message(max, committed.milli_gpus, asked);
-            return Submitted { verdict: Verdict::reject(message), admitted: None };
+            return Outcome { verdict: Verdict::reject(message), admitted: None };
         }
     }
     if ctx.config.mode == Mode::Estimate {
@@ -267,7 +267,7 @@ pub fn on_submit(
                     estimate.cost
                 ),
             );
-            return Submitted { verdict: Verdict::reject(message), admitted: None };
+            return Outcome { verdict: Verdict::reject(message), admitted: None };
         }
     }
 
@@ -286,7 +286,7 @@ pub fn on_submit(
     let counts = ctx.config.mode == Mode::Estimate || ctx.config.max_gpus_per_user.is_some();
     let admitted =
         counts.then_some((uid, Commitment { milli_gpus: total_milli(&estimate.gpus), max_cost: estimate.cost }));
-    Submitted { verdict: accepted(changes, messages), admitted }
+    Outcome { verdict: accepted(changes, messages), admitted }
 }
 
 pub(crate) fn accepted(changes: Changes, messages: Vec<String>) -> Verdict {

@@ -19,18 +19,10 @@ use gputokens::request::GpuRequest;
 use gputokens::slurm::partitions::max_time;
 use gputokens::Tokens;
 
-use crate::admit::{accepted, owner, site_factor, Changes, Context, JobRequest, Owner, Verdict};
+use crate::admit::{accepted, owner, site_factor, Changes, Context, JobRequest, Outcome, Owner, Verdict};
 use crate::bindings::{INFINITE, NICE_OFFSET, NO_VAL, NO_VAL16};
 use crate::ffi::Level;
 use crate::watch::Balances;
-
-/// An update's verdict, and what an accepted update adds to the owner's commitments until the next
-/// queue read shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Modified {
-    pub verdict: Verdict,
-    pub admitted: Option<(u32, Commitment)>,
-}
 
 /// `job_modify`. `local` gives what the plugin admitted for a uid since the snapshot's queue was read.
 pub fn on_modify(
@@ -39,8 +31,8 @@ pub fn on_modify(
     submit_uid: u32,
     local: &dyn Fn(u32) -> Commitment,
     log: &mut dyn FnMut(Level, String),
-) -> Modified {
-    let pass = Modified { verdict: Verdict::accept(), admitted: None };
+) -> Outcome {
+    let pass = Outcome { verdict: Verdict::accept(), admitted: None };
     if submit_uid == 0 || submit_uid == ctx.slurm_uid {
         return pass;
     }
@@ -57,7 +49,7 @@ pub fn on_modify(
     let what = job.job_id.map_or("a job".to_string(), |id| format!("job {id}"));
     let mut refuse = |reason: String, message: String| {
         log(Level::Info, format!("refused an update of {what} of {who}: {reason}"));
-        Modified { verdict: Verdict::reject(message), admitted: None }
+        Outcome { verdict: Verdict::reject(message), admitted: None }
     };
 
     if let (Some(max), true) = (ctx.config.max_job_duration, job.time_limit != NO_VAL) {
@@ -135,7 +127,7 @@ pub fn on_modify(
         }
         messages.push(message);
     }
-    Modified { verdict: accepted(changes, messages), admitted }
+    Outcome { verdict: accepted(changes, messages), admitted }
 }
 
 /// (what the log says, what the user's GPU jobs keep) when the update would lift the penalty.
@@ -247,7 +239,7 @@ mod tests {
         JobRequest { job_id: Some(job_id), user_id, ..Default::default() }
     }
 
-    fn modify(ctx: &Context, job: &JobRequest) -> (Modified, Vec<String>) {
+    fn modify(ctx: &Context, job: &JobRequest) -> (Outcome, Vec<String>) {
         let mut lines = Vec::new();
         let m = on_modify(ctx, job, job.user_id, &no_local, &mut |_, m| lines.push(m));
         (m, lines)
