@@ -26,6 +26,8 @@ use crate::slurm::Slurm;
 pub struct AppState {
     pub service: Shared,
     gate: Arc<Mutex<ReportGate>>,
+    /// The service's metrics, counted into without taking the service's lock.
+    metrics: Arc<crate::metrics::Metrics>,
     slurm: Slurm,
     /// `[http] admin_token_file`'s token: reads the JSON API as an admin.
     admin_token: Option<String>,
@@ -34,12 +36,16 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(service: Shared) -> CliResult<AppState> {
-        let config = service.lock().map_err(|_| CliError::failed("service lock poisoned"))?.config.clone();
+        let (config, metrics) = {
+            let s = service.lock().map_err(|_| CliError::failed("service lock poisoned"))?;
+            (s.config.clone(), s.metrics.clone())
+        };
         let gate = ReportGate::new(&config).map_err(CliError::refused)?;
         let admin_token = config.http.admin_token_file.as_deref().map(read_admin_token).transpose()?;
         Ok(AppState {
             service,
             gate: Arc::new(Mutex::new(gate)),
+            metrics,
             slurm: Slurm::new(&config.slurm),
             admin_token,
             munge_socket: config.agent.munge_socket.clone(),
@@ -129,19 +135,13 @@ async fn agent_report(
             tracing::debug!("agent report: {summary}");
             (StatusCode::OK, "ok\n").into_response()
         }
-        Err((from, refusal)) => refused_report(&state, &from, refusal).await,
+        Err((from, refusal)) => refused_report(&state, &from, refusal),
     }
 }
 
-async fn refused_report(state: &Arc<AppState>, from: &str, refusal: Refusal) -> Response {
+fn refused_report(state: &AppState, from: &str, refusal: Refusal) -> Response {
     if refusal.status < 500 {
-        let service = state.service.clone();
-        let reason = refusal.reason.to_string();
-        let _ = tokio::task::spawn_blocking(move || {
-            let s = service.lock().unwrap_or_else(|p| p.into_inner());
-            s.metrics.agent_reports_refused.get_or_create(&ReasonLabels { reason }).inc();
-        })
-        .await;
+        state.metrics.agent_reports_refused.get_or_create(&ReasonLabels { reason: refusal.reason.into() }).inc();
     }
     state.gate.lock().unwrap_or_else(|p| p.into_inner()).log_refusal(from, &refusal);
     let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST);
@@ -152,21 +152,33 @@ async fn refused_report(state: &Arc<AppState>, from: &str, refusal: Refusal) -> 
     response
 }
 
-/// Who is asking the JSON API: a MUNGE credential's uid, or the admin token.
-fn api_caller(state: &AppState, presented: Presented) -> Result<Caller, (StatusCode, String)> {
-    let config = state.service.lock().unwrap_or_else(|p| p.into_inner()).config.clone();
+/// Who is asking the JSON API, as proven: a MUNGE credential's uid, or the admin token.
+enum ApiIdentity {
+    Uid(u32),
+    AdminToken,
+}
+
+impl ApiIdentity {
+    fn caller(self, config: &gputokens::Config) -> Caller {
+        match self {
+            ApiIdentity::Uid(uid) => Caller::identify(uid, config),
+            ApiIdentity::AdminToken => Caller { uid: 0, name: "admin token".into(), admin: true },
+        }
+    }
+}
+
+/// Checks the credential (munged is asked outside the service's lock).
+fn api_identity(state: &AppState, presented: Presented) -> Result<ApiIdentity, (StatusCode, String)> {
     match presented {
         Presented::Munge(cred) => {
             let cred = crate::munge::decode(cred, state.munge_socket.as_deref()).map_err(|e| match e.kind {
                 crate::munge::MungeErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
                 _ => (StatusCode::UNAUTHORIZED, e.to_string()),
             })?;
-            Ok(Caller::identify(cred.uid, &config))
+            Ok(ApiIdentity::Uid(cred.uid))
         }
         Presented::Bearer(token) => match &state.admin_token {
-            Some(expected) if auth::same_secret(token, expected) => {
-                Ok(Caller { uid: 0, name: "admin token".into(), admin: true })
-            }
+            Some(expected) if auth::same_secret(token, expected) => Ok(ApiIdentity::AdminToken),
             _ => Err((StatusCode::UNAUTHORIZED, "not the token of [http] admin_token_file".into())),
         },
         Presented::None | Presented::Unknown => Err((
@@ -188,8 +200,9 @@ async fn balance(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(us
 /// or the caller's own.
 async fn rows(state: Arc<AppState>, presented: Option<Vec<u8>>, user: Option<String>) -> Response {
     let work = tokio::task::spawn_blocking(move || {
-        let caller = api_caller(&state, Presented::parse(presented.as_deref()))?;
+        let identity = api_identity(&state, Presented::parse(presented.as_deref()))?;
         let s = state.service.lock().unwrap_or_else(|p| p.into_inner());
+        let caller = identity.caller(&s.config);
         let names: Vec<String> = match user {
             Some(u) if caller.may_view(&u, &s.config) => vec![u],
             Some(u) => {
