@@ -1,7 +1,7 @@
 #!/bin/bash
 # up.sh — start (or repair) a real one-node Slurm 22.05 test cluster on loopback. Run as root.
 #
-#   munged (as user munge) -> MariaDB -> slurmdbd -> slurmctld -> slurmd, with fake typed GPUs
+#   munged (as user munge) -> MariaDB -> slurmdbd, slurmctld (as SlurmUser slurm) -> slurmd, with fake typed GPUs
 #   (4 x rtx2080, 2 x rtx3090, 2 x a6000 as mknod'ed char devices), partition `gpu`, users alice and bob
 #   (created if missing) plus root in Slurm account `gputokens`.
 #
@@ -52,6 +52,19 @@ for u in "${TEST_USERS[@]}"; do
     say "created user $u"
   fi
 done
+
+# ---- the SlurmUser: slurmctld and slurmdbd run as it; their state, logs and pidfiles are its own --
+if ! id -u "$SLURM_USER" >/dev/null 2>&1; then
+  useradd --system --user-group --no-create-home --shell /usr/sbin/nologin "$SLURM_USER"
+  say "created system user $SLURM_USER"
+fi
+chown -R "$SLURM_USER:" "$LAB/state/ctld"
+for f in slurmctld.log slurmdbd.log; do
+  touch "$LAB/log/$f"
+  chown "$SLURM_USER:" "$LAB/log/$f"
+done
+chgrp "$SLURM_USER" "$LAB/run"
+chmod 775 "$LAB/run"
 
 # ---- munge ---------------------------------------------------------------------------------------
 munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
@@ -104,7 +117,8 @@ fi
 
 render() {
   sed -e "s|@HOST@|$HOST|g" -e "s|@LAB@|$LAB|g" -e "s|@CLUSTER@|$CLUSTER|g" \
-      -e "s|@PLUGIN_DIR@|$PLUGIN_DIR|g" -e "s|@DBNAME@|$DBNAME|g" -e "s|@DBPASS@|$DBPASS|g" "$1"
+      -e "s|@PLUGIN_DIR@|$PLUGIN_DIR|g" -e "s|@DBNAME@|$DBNAME|g" -e "s|@DBPASS@|$DBPASS|g" \
+      -e "s|@SLURM_USER@|$SLURM_USER|g" "$1"
 }
 # put DEST MODE CONTENT: write DEST only when its content differs (keeps mtimes stable on re-runs).
 put() {
@@ -162,6 +176,7 @@ put "$SLURM_ETC/slurm.conf" 644 "$slurm_conf"
 put "$SLURM_ETC/gres.conf" 644 "$(render "$HERE/gres.conf.in")"
 put "$SLURM_ETC/plugstack.conf" 644 "$(<"$HERE/plugstack.conf")"
 put "$SLURM_ETC/slurmdbd.conf" 600 "$(render "$HERE/slurmdbd.conf.in")"
+chown "$SLURM_USER:" "$SLURM_ETC/slurmdbd.conf"     # slurmdbd refuses a config its SlurmUser does not own
 
 # fingerprint FILES...: hash of what a daemon loads; a running daemon started with another one restarts.
 fingerprint() {

@@ -16,6 +16,8 @@ use crate::cluster::serial;
 use crate::common::{run_as, Outcome, Site};
 
 const PLUGIN_CONF: &str = "/etc/slurm/gputokens.toml";
+/// slurmctld's SlurmUser on the test cluster (tests/cluster/lib.sh), as the example config says.
+const SLURM_USER: &str = "slurm";
 /// The plugin looks at the snapshot every 200 ms; this leaves it time to read a new one.
 const SETTLE: Duration = Duration::from_millis(600);
 
@@ -93,7 +95,7 @@ impl Admission {
     }
 
     fn write(&self, text: &str) {
-        gputokens::snapshot::write_atomically(&self.snapshot, text).unwrap();
+        write_for_slurmctld(&self.snapshot, text).unwrap();
     }
 
     /// sbatch that must succeed; the job is cancelled at the end of the test.
@@ -109,6 +111,12 @@ impl Admission {
     fn log(&self) -> String {
         slurmctld_log().get(self.log_from..).unwrap_or_default().to_string()
     }
+}
+
+/// Writes a snapshot as a root accountd would: 0640, group of the test cluster's SlurmUser.
+fn write_for_slurmctld(path: &Path, text: &str) -> std::io::Result<()> {
+    let group = nix::unistd::User::from_name(SLURM_USER).ok().flatten().map(|u| u.gid.as_raw());
+    gputokens::snapshot::write_atomically_for(path, text, group)
 }
 
 /// Writes the plugin config and waits for the plugin's "config ..." line about it.
@@ -135,7 +143,7 @@ impl Drop for Admission {
         }
         let rules = BucketRules { monthly: Tokens::ZERO, ..BucketRules::default() };
         let empty = gputokens::snapshot::render(&gputokens::snapshot::Snapshot::new(gputokens::time::now(), rules));
-        let _ = gputokens::snapshot::write_atomically(&self.snapshot, &empty);
+        let _ = write_for_slurmctld(&self.snapshot, &empty);
         std::thread::sleep(SETTLE);
     }
 }
@@ -706,7 +714,8 @@ fn updates_cannot_undo_the_overdraft_penalty_and_cpu_jobs_are_untouched() {
 
 /// accountd run as root writes the snapshot readable by the SlurmUser (bob stands in for it) through
 /// its group, and by no other user (alice); `config check --slurm` names a snapshot slurmctld's
-/// SlurmUser cannot read (a stand-in scontrol reports the SlurmUser: the test cluster's is root).
+/// SlurmUser cannot read (a stand-in scontrol reports the SlurmUser, so this runs without a cluster;
+/// the cluster test below does it with slurmctld's real one).
 #[test]
 fn a_root_accountd_writes_the_snapshot_for_the_slurm_user_only() {
     use std::os::unix::fs::MetadataExt;
@@ -761,4 +770,51 @@ fn a_root_accountd_writes_the_snapshot_for_the_slurm_user_only() {
     let problem = format!("slurm: problem: slurmctld's SlurmUser (alice({alice})) cannot search {}", lib.display());
     let named = |l: &&str| l.starts_with(&problem) && l.contains(&*snapshot.to_string_lossy());
     assert!(out.stdout.lines().any(|l| named(&l)), "{}", out.stdout);
+}
+
+/// The example config as shipped, accountd run as root, slurmctld running as its SlurmUser (slurm, not
+/// root): the job_submit plugin inside slurmctld reads the snapshot accountd writes and refuses alice
+/// at the floor; `config check --slurm` says the SlurmUser can read it, and names the directory once
+/// an admin's chmod stops the SlurmUser.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn with_the_example_config_slurmctld_as_the_slurm_user_reads_a_root_accountds_snapshot() {
+    use std::os::unix::fs::PermissionsExt;
+    let _cluster = serial();
+    let slurm = nix::unistd::User::from_name(SLURM_USER).unwrap().expect("the test cluster's SlurmUser");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", slurmctld_pid())).unwrap();
+    let uids = status.lines().find(|l| l.starts_with("Uid:")).unwrap().to_string();
+    assert!(uids.split_whitespace().skip(1).all(|uid| uid == slurm.uid.to_string()), "slurmctld runs as {uids}");
+
+    let example = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/slurm-conf/gputokens.toml")).unwrap();
+    assert!(example.contains("\nslurm_user = \"slurm\"\n"), "the example config names another SlurmUser");
+    std::thread::sleep(Duration::from_secs(2)); // the previous test's jobs end outside the first sacct window
+    let site = Site::from_config(&example);
+    let mut adm = Admission::start();
+    site.accountd(None, &["admin", "adjust", "alice", "-200", "--reason", "test"]).ok();
+    adm.follow(&site);
+    std::thread::sleep(SETTLE);
+
+    let out = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "true"]);
+    assert_ne!(out.code, 0, "alice at the floor got a GPU job through: {}", out.stdout);
+    assert!(out.stderr.contains("sbatch: error: gputokens: your GPU token balance is -"), "{}", out.stderr);
+    assert!(out.stderr.contains("GPU jobs are refused until it is above the floor again"), "{}", out.stderr);
+    adm.accepted("bob", &["--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
+
+    let check = || site.accountd(None, &["config", "check", site.config.to_str().unwrap(), "--slurm"]);
+    let snapshot = site.path("lib/balances.snapshot");
+    let ok = check();
+    let readable = format!("slurm: ok: the snapshot {} is readable by the SlurmUser (slurm(", snapshot.display());
+    assert!(ok.stdout.contains(&readable), "{}", ok.stdout);
+    assert!(ok.stdout.contains("slurm: ok: slurm_user 'slurm' is slurmctld's SlurmUser"), "{}", ok.stdout);
+
+    let lib = site.path("lib");
+    let mode = std::fs::metadata(&lib).unwrap().permissions();
+    std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = check();
+    std::fs::set_permissions(&lib, mode).unwrap();
+    assert_eq!(out.code, 2, "{}", out.stdout);
+    let problem =
+        format!("slurm: problem: slurmctld's SlurmUser (slurm({})) cannot search {}", slurm.uid, lib.display());
+    assert!(out.stdout.lines().any(|l| l.starts_with(&problem)), "{}", out.stdout);
 }

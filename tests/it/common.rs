@@ -83,6 +83,13 @@ pub fn run_as(user: Option<&str>, program: &Path, args: &[&str]) -> Outcome {
     cmd.output().expect("spawn").into()
 }
 
+/// A site's directory: open to every user, as /var/lib is (accountd sets the modes below it).
+fn site_dir() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new().prefix("gputokens-it-").tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    dir
+}
+
 /// A gputokens site of its own: config, ledger and socket in a temp dir, `accountd serve` running.
 pub struct Site {
     pub dir: tempfile::TempDir,
@@ -99,9 +106,7 @@ impl Site {
 
     /// Like `start`, with a `[prices]` table of the test's own.
     pub fn with_prices(top: &str, prices: &str, tables: &str) -> Site {
-        ensure_test_users();
-        let dir = tempfile::Builder::new().prefix("gputokens-it-").tempdir().expect("tempdir");
-        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let dir = site_dir();
         let d = dir.path().display();
         // Sites charge from the real cluster only when a test asks: otherwise its jobs would leak in.
         let mut slurm =
@@ -113,6 +118,29 @@ impl Site {
         let text = format!(
             "{top}\n{prices}{tables}\n{slurm}[paths]\nledger = \"{d}/lib/ledger.sqlite\"\nsnapshot = \"{d}/lib/balances.snapshot\"\nsocket = \"{d}/run/accountd.sock\"\n"
         );
+        Site::serve(dir, &text)
+    }
+
+    /// A site whose config is `text` with its `[paths]` values moved into the site's dir and the
+    /// HTTP listener on a free port: e.g. the example config as shipped.
+    pub fn from_config(text: &str) -> Site {
+        let dir = site_dir();
+        let d = dir.path().display();
+        let moved: Vec<String> = text
+            .lines()
+            .map(|line| match line.split_once(" = ").map(|(key, _)| key.trim()) {
+                Some("ledger") => format!("ledger = \"{d}/lib/ledger.sqlite\""),
+                Some("snapshot") => format!("snapshot = \"{d}/lib/balances.snapshot\""),
+                Some("socket") => format!("socket = \"{d}/run/accountd.sock\""),
+                Some("listen") if line.contains(":9817") => "listen = \"127.0.0.1:0\"".to_string(),
+                _ => line.to_string(),
+            })
+            .collect();
+        Site::serve(dir, &moved.join("\n"))
+    }
+
+    fn serve(dir: tempfile::TempDir, text: &str) -> Site {
+        ensure_test_users();
         let config = dir.path().join("gputokens.toml");
         std::fs::write(&config, text).unwrap();
         let serve = spawn_serve(&config, &dir.path().join("serve.log"));
