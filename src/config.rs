@@ -228,14 +228,35 @@ pub enum AgentAuth {
     Token,
 }
 
-/// Who may read what over HTTP.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+const HTTP_MAX_CONNECTIONS: usize = 1024;
+const HTTP_MAX_CONNECTIONS_PER_ADDRESS: usize = 64;
+const HTTP_REQUEST_TIMEOUT_SECS: u64 = 30;
+
+/// Who may read what over HTTP, and how much of the listener one client may hold.
+#[derive(Debug, Clone)]
 pub struct HttpAccess {
     /// Per-user balances in `/metrics` (which is usually readable by the whole network).
     pub per_user_metrics: bool,
     /// A root-only file holding a bearer token that reads the JSON API as an admin.
     pub admin_token_file: Option<PathBuf>,
+    /// Connections held open at once, in all and from one address (more are closed at once).
+    pub max_connections: usize,
+    pub max_connections_per_address: usize,
+    /// A client has this long to send a request's headers (also on an idle keep-alive connection)
+    /// and accountd this long to read its body and answer.
+    pub request_timeout: std::time::Duration,
+}
+
+impl Default for HttpAccess {
+    fn default() -> Self {
+        HttpAccess {
+            per_user_metrics: false,
+            admin_token_file: None,
+            max_connections: HTTP_MAX_CONNECTIONS,
+            max_connections_per_address: HTTP_MAX_CONNECTIONS_PER_ADDRESS,
+            request_timeout: std::time::Duration::from_secs(HTTP_REQUEST_TIMEOUT_SECS),
+        }
+    }
 }
 
 impl Default for AgentConfig {
@@ -420,11 +441,21 @@ struct RawHttp {
     listen: String,
     per_user_metrics: bool,
     admin_token_file: Option<PathBuf>,
+    max_connections: usize,
+    max_connections_per_address: usize,
+    request_timeout: String,
 }
 
 impl Default for RawHttp {
     fn default() -> Self {
-        RawHttp { listen: "127.0.0.1:9817".into(), per_user_metrics: false, admin_token_file: None }
+        RawHttp {
+            listen: "127.0.0.1:9817".into(),
+            per_user_metrics: false,
+            admin_token_file: None,
+            max_connections: HTTP_MAX_CONNECTIONS,
+            max_connections_per_address: HTTP_MAX_CONNECTIONS_PER_ADDRESS,
+            request_timeout: format!("{HTTP_REQUEST_TIMEOUT_SECS}s"),
+        }
     }
 }
 
@@ -585,8 +616,21 @@ impl RawConfig {
         if self.agent.auth == AgentAuth::Token && self.agent.token_file.is_none() {
             return Err(invalid("agent.auth", "\"token\" needs agent.token_file".into()));
         }
-        let http =
-            HttpAccess { per_user_metrics: self.http.per_user_metrics, admin_token_file: self.http.admin_token_file };
+        for (key, value) in [
+            ("http.max_connections", self.http.max_connections),
+            ("http.max_connections_per_address", self.http.max_connections_per_address),
+        ] {
+            if value == 0 {
+                return Err(invalid(key, "must be at least 1".into()));
+            }
+        }
+        let http = HttpAccess {
+            per_user_metrics: self.http.per_user_metrics,
+            admin_token_file: self.http.admin_token_file,
+            max_connections: self.http.max_connections,
+            max_connections_per_address: self.http.max_connections_per_address.min(self.http.max_connections),
+            request_timeout: duration("http.request_timeout", &self.http.request_timeout)?,
+        };
         duration("agent.interval", &self.agent.interval)?;
         if !self.agent.jobs_dir.is_absolute() {
             let got = self.agent.jobs_dir.display();

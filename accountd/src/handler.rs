@@ -13,6 +13,8 @@ use gputokens::{Config, Tokens};
 /// Usage shown by `sbalance` covers this many days.
 /// Used30d: today and the 29 local days before it.
 pub const USAGE_WINDOW_DAYS: u64 = 30;
+/// Users one balance request may name (`sbalance -u a,b,...`).
+pub const MAX_USERS_PER_REQUEST: usize = 1000;
 
 pub struct Service {
     pub config: Config,
@@ -147,6 +149,15 @@ impl Service {
         } else if users.is_empty() {
             vec![caller.name.clone()]
         } else {
+            // Each name costs a lookup in the system's user database (SSSD, LDAP): bounded, and once.
+            let mut seen = std::collections::HashSet::new();
+            let users: Vec<String> = users.into_iter().filter(|u| seen.insert(u.clone())).collect();
+            if users.len() > MAX_USERS_PER_REQUEST {
+                return Err(invalid(format!(
+                    "at most {MAX_USERS_PER_REQUEST} users per request (got {}); admins can ask for all with --all",
+                    users.len()
+                )));
+            }
             users
         };
         let mut rows = Vec::with_capacity(names.len());

@@ -67,6 +67,13 @@ fn read_admin_token(path: &std::path::Path) -> CliResult<String> {
     auth::read_secret(path).map_err(|e| CliError::refused(format!("http.admin_token_file: {e}")))
 }
 
+impl AppState {
+    /// The metrics, for the listener to count refused connections into.
+    pub fn metrics(&self) -> Arc<crate::metrics::Metrics> {
+        self.metrics.clone()
+    }
+}
+
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/metrics", get(metrics))

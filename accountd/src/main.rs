@@ -85,9 +85,16 @@ fn now(time: &TimeArg) -> CliResult<i64> {
     }
 }
 
+/// Descriptors besides the listeners' connections: the ledger, logs, munged, Slurm commands' pipes.
+const OTHER_OPEN_FILES: u64 = 64;
+
 fn serve(config: Config) -> CliResult {
     let socket = config.paths.socket.clone();
     let http_listen = config.http_listen;
+    let limits = config.http.clone();
+    accountd::conn_caps::raise_open_file_limit(
+        (limits.max_connections + server::MAX_CONNECTIONS) as u64 + OTHER_OPEN_FILES,
+    );
     let service = Service::open_as_admin(config)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -104,17 +111,11 @@ fn serve(config: Config) -> CliResult {
                 .await
                 .map_err(|e| CliError::failed(format!("cannot listen on http {addr}: {e}")))?;
             tracing::info!("metrics and JSON API on http://{}", tcp.local_addr().unwrap_or(addr));
-            let app = http::router(http::AppState::new(shared.clone())?);
-            let mut stopped = stopped.clone();
-            tokio::spawn(async move {
-                let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-                let serving = axum::serve(tcp, app).with_graceful_shutdown(async move {
-                    let _ = stopped.wait_for(|s| *s).await;
-                });
-                if let Err(e) = serving.await {
-                    tracing::error!("http listener failed: {e}");
-                }
-            });
+            let state = http::AppState::new(shared.clone())?;
+            let metrics = state.metrics();
+            let app = http::router(state);
+            let stopped = stopped.clone();
+            tokio::spawn(async move { accountd::http_listener::serve(tcp, app, &limits, metrics, stopped).await });
         }
         server::launch(listener, shared.clone(), accountd::signals::shutdown_signal()).await;
         if let Ok(mut service) = shared.lock() {

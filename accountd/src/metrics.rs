@@ -74,6 +74,15 @@ pub struct Metrics {
     pub drains: Family<NodeLabels, Counter>,
     pub xids_ignored: Family<XidLabels, Counter>,
     pub agent_reports_refused: Family<ReasonLabels, Counter>,
+    pub connections_refused: Family<ListenerLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    /// `http` or `socket`.
+    pub listener: String,
+    /// Which cap: `total`, `per_address` (HTTP) or `per_user` (the Unix socket).
+    pub reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -112,6 +121,7 @@ impl Metrics {
             cycle_failures: Family::default(),
             records_skipped: Family::default(),
             agent_reports_refused: Family::default(),
+            connections_refused: Family::default(),
             unpriced_gpu_seconds: Family::default(),
             gpu_utilization: Family::default(),
             gpu_memory_used: Family::default(),
@@ -144,6 +154,11 @@ impl Metrics {
             "agent_reports_refused",
             "Agent reports refused (unauthenticated, another node's or job's, malformed), by reason",
             m.agent_reports_refused.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "Connections closed at once because a client or all clients held the most allowed, by listener and cap",
+            m.connections_refused.clone(),
         );
         registry.register("records_skipped", "Job records not charged, by reason", m.records_skipped.clone());
         registry.register(
@@ -191,6 +206,10 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+
+    pub fn connection_refused(&self, listener: &str, reason: &str) {
+        self.connections_refused.get_or_create(&ListenerLabels { listener: listener.into(), reason: reason.into() }).inc();
     }
 
     pub fn set_balances(&self, accounts: &[Account]) {

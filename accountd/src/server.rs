@@ -11,6 +11,7 @@ use gputokens::protocol::{ErrorKind, Reply, Request};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
+use crate::conn_caps::{ConnectionCaps, Full};
 use crate::cycle;
 use crate::handler::Service;
 
@@ -19,6 +20,10 @@ const MAX_REQUEST: u64 = 16 << 20;
 /// A client that sends no whole request in this long is answered and dropped: connections that
 /// never speak would otherwise hold a descriptor each until accountd runs out of them.
 const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Connections held at once, in all and by one user: one user's thousand idle connections get
+/// that user a few, and everyone else is still answered.
+pub const MAX_CONNECTIONS: usize = 1024;
+pub const MAX_CONNECTIONS_PER_USER: usize = 32;
 
 pub type Shared = Arc<Mutex<Service>>;
 
@@ -42,8 +47,12 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
 /// Serves until `shutdown` completes; charges every `intervals.charge` and checks every
 /// `intervals.check`. Cycles run one at a time and shutdown is only taken between them.
 pub async fn launch(listener: UnixListener, service: Shared, shutdown: impl Future<Output = ()>) {
-    let (charge_every, check_every) =
-        service.lock().map(|s| (s.config.intervals.charge, s.config.intervals.check)).unwrap_or_default();
+    let Ok((charge_every, check_every, metrics)) =
+        service.lock().map(|s| (s.config.intervals.charge, s.config.intervals.check, s.metrics.clone()))
+    else {
+        return tracing::error!("service lock poisoned at start");
+    };
+    let caps = ConnectionCaps::<u32>::new(MAX_CONNECTIONS, MAX_CONNECTIONS_PER_USER);
     let mut charge_ticker = tokio::time::interval(charge_every);
     let mut check_ticker = tokio::time::interval(check_every);
     tokio::pin!(shutdown);
@@ -58,7 +67,7 @@ pub async fn launch(listener: UnixListener, service: Shared, shutdown: impl Futu
             }).await,
             _ = check_ticker.tick() => run_cycle(&service, "check", |s, now| Ok(cycle::check(s, now)?.to_string())).await,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => { tokio::spawn(serve_connection(stream, service.clone())); }
+                Ok((stream, _)) => admit(stream, &caps, &metrics, &service),
                 Err(e) => tracing::warn!("accept failed: {e}"),
             },
         }
@@ -85,12 +94,37 @@ where
     }
 }
 
-async fn serve_connection(stream: UnixStream, service: Shared) {
+/// Serves a connection when its user (and everyone) holds fewer than the caps allow; else tells it
+/// so and closes it.
+fn admit(stream: UnixStream, caps: &ConnectionCaps<u32>, metrics: &crate::metrics::Metrics, service: &Shared) {
     let uid = match stream.peer_cred() {
         Ok(cred) => cred.uid(),
         Err(e) => return tracing::warn!("cannot identify a client: {e}"),
     };
-    let (read, mut write) = stream.into_split();
+    match caps.admit(uid) {
+        Ok(slot) => {
+            let service = service.clone();
+            tokio::spawn(async move {
+                let _slot = slot;
+                serve_connection(stream, uid, service).await;
+            });
+        }
+        Err(full) => {
+            let (reason, message) = match full {
+                Full::Total => ("total", format!("accountd is busy: {MAX_CONNECTIONS} connections are open")),
+                Full::Client => {
+                    ("per_user", format!("you hold {MAX_CONNECTIONS_PER_USER} connections to accountd already"))
+                }
+            };
+            metrics.connection_refused("socket", reason);
+            let (_, write) = stream.into_split();
+            tokio::spawn(send_reply(write, Reply::Error { kind: ErrorKind::Internal, message }));
+        }
+    }
+}
+
+async fn serve_connection(stream: UnixStream, uid: u32, service: Shared) {
+    let (read, write) = stream.into_split();
     let mut line = String::new();
     let mut reader = BufReader::new(read.take(MAX_REQUEST));
     let reply = match tokio::time::timeout(REQUEST_TIMEOUT, reader.read_line(&mut line)).await {
@@ -104,10 +138,17 @@ async fn serve_connection(stream: UnixStream, service: Shared) {
             message: format!("no request within {} s", REQUEST_TIMEOUT.as_secs()),
         },
     };
+    send_reply(write, reply).await;
+}
+
+/// Writes the reply line; a client that does not read it in time is dropped.
+async fn send_reply(mut write: tokio::net::unix::OwnedWriteHalf, reply: Reply) {
     let mut out = serde_json::to_string(&reply).unwrap_or_default();
     out.push('\n');
-    if let Err(e) = write.write_all(out.as_bytes()).await {
-        tracing::debug!("client went away: {e}");
+    match tokio::time::timeout(REQUEST_TIMEOUT, write.write_all(out.as_bytes())).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!("client went away: {e}"),
+        Err(_) => tracing::debug!("client did not read its reply within {} s", REQUEST_TIMEOUT.as_secs()),
     }
 }
 

@@ -162,6 +162,11 @@ impl Site {
         self.wait_for_socket();
     }
 
+    /// The PID of the running `accountd serve`.
+    pub fn pid(&self) -> u32 {
+        self.serve.as_ref().expect("serve running").id()
+    }
+
     pub fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
     }

@@ -11,6 +11,7 @@ mod common;
 mod config;
 mod health;
 mod http;
+mod overload;
 mod preemption;
 mod sbalance;
 mod security;

@@ -1,0 +1,120 @@
+//! accountd under a flood, as a hostile user makes one: idle connections to the HTTP port and the
+//! Unix socket take at most their caps, are closed once their time is up, and never keep sbalance or
+//! Prometheus from being answered.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{http_get, Site};
+
+/// tests/it/hold_connections.pl run as `user`, once it holds its connections (closing its stdin,
+/// as dropping the child does, lets it go).
+struct Holder(Child);
+
+impl Holder {
+    fn start(user: &str, args: &[&str]) -> Holder {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/hold_connections.pl");
+        let mut child = Command::new("runuser")
+            .args(["-u", user, "--", "perl", script])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("runuser perl");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        assert!(line.starts_with("held "), "{args:?}: {line:?}");
+        Holder(child)
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.wait();
+    }
+}
+
+/// The value of a metric line such as `gputokens_connections_refused_total{...} 936`.
+fn metric(metrics: &str, series: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0)
+}
+
+fn open_descriptors(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+}
+
+#[test]
+fn a_flood_of_idle_connections_leaves_sbalance_and_metrics_answered() {
+    // Idle connections would be closed after a minute: everything below happens while alice holds them.
+    let site = Site::start("", "[http]\nlisten = \"127.0.0.1:0\"\nrequest_timeout = \"60s\"\n");
+    let base = site.http_url();
+    let port = base.rsplit(':').next().unwrap().to_string();
+    let socket = site.path("run/accountd.sock");
+    let before = open_descriptors(site.pid());
+
+    // From 127.0.0.2: another host's address, as a compute node's would be; Prometheus is elsewhere.
+    let _tcp = Holder::start("alice", &["tcp", &format!("127.0.0.1:{port}"), "127.0.0.2", "1000"]);
+    let _unix = Holder::start("alice", &["unix", socket.to_str().unwrap(), "200"]);
+
+    let http_refused = "gputokens_connections_refused_total{listener=\"http\",reason=\"per_address\"}";
+    let socket_refused = "gputokens_connections_refused_total{listener=\"socket\",reason=\"per_user\"}";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let metrics = loop {
+        let (status, metrics) = http_get(&format!("{base}/metrics"));
+        assert_eq!(status, 200, "{metrics}");
+        if metric(&metrics, http_refused) == 1000 - 64 && metric(&metrics, socket_refused) == 200 - 32 {
+            break metrics;
+        }
+        assert!(Instant::now() < deadline, "the caps did not refuse what alice holds beyond them:\n{metrics}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!metrics.contains("reason=\"total\""), "{metrics}");
+    // accountd holds what the caps allow, not alice's 1,200 connections.
+    let held = open_descriptors(site.pid());
+    assert!(held <= before + 64 + 32 + 4, "accountd holds {held} descriptors ({before} before the flood)");
+
+    // bob is answered at once (not after alice's connections time out in a minute).
+    let asked = Instant::now();
+    let out = site.sbalance(Some("bob"), &["-P", "-n", "-o", "User,Balance"]).ok();
+    assert_eq!(out.stdout.trim(), "bob|100");
+    assert!(asked.elapsed() < Duration::from_secs(10), "sbalance took {:?}", asked.elapsed());
+    // alice, who holds her share of the socket, is told so.
+    let out = site.sbalance(Some("alice"), &[]);
+    assert_ne!(out.code, 0, "{}", out.stdout);
+    assert!(out.stderr.contains("you hold 32 connections to accountd already"), "{}", out.stderr);
+}
+
+#[test]
+fn connections_that_never_finish_a_request_are_closed() {
+    let site = Site::start("", "[http]\nlisten = \"127.0.0.1:0\"\nrequest_timeout = \"1s\"\n");
+    let host = site.http_url().trim_start_matches("http://").to_string();
+    let closed_within = |mut stream: std::net::TcpStream| {
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut answer = String::new();
+        let read = stream.read_to_string(&mut answer);
+        assert!(read.is_ok(), "still open after 20 s: {read:?}");
+        answer
+    };
+    // Says nothing at all.
+    let silent = std::net::TcpStream::connect(&host).unwrap();
+    assert_eq!(closed_within(silent), "");
+    // Half a request line and headers, never finished.
+    let mut slow = std::net::TcpStream::connect(&host).unwrap();
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n").unwrap();
+    assert_eq!(closed_within(slow), "");
+    // Headers, then a body that never comes.
+    let mut body = std::net::TcpStream::connect(&host).unwrap();
+    body.write_all(b"POST /v1/agent/report HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"node\"").unwrap();
+    let answer = closed_within(body);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    // A keep-alive connection left idle after its answer.
+    let mut idle = std::net::TcpStream::connect(&host).unwrap();
+    idle.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let answer = closed_within(idle);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
