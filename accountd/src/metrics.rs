@@ -209,7 +209,9 @@ impl Metrics {
     }
 
     pub fn connection_refused(&self, listener: &str, reason: &str) {
-        self.connections_refused.get_or_create(&ListenerLabels { listener: listener.into(), reason: reason.into() }).inc();
+        self.connections_refused
+            .get_or_create(&ListenerLabels { listener: listener.into(), reason: reason.into() })
+            .inc();
     }
 
     pub fn set_balances(&self, accounts: &[Account]) {

@@ -38,10 +38,7 @@ impl Drop for Holder {
 
 /// The value of a metric line such as `gputokens_connections_refused_total{...} 936`.
 fn metric(metrics: &str, series: &str) -> u64 {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
-        .unwrap_or(0)
+    metrics.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(0)
 }
 
 fn open_descriptors(pid: u32) -> usize {
