@@ -83,7 +83,7 @@ fn the_running_slurm_is_checked_against_the_config() {
     // tests/run.sh loads the SPANK plugin with jobs_dir=$LAB/gpu-jobs.
     let lab = std::env::var("GPUTOKENS_LAB").unwrap_or_else(|_| "/tmp/gputokens-cluster".into());
     let good = format!(
-        "slurm_user = \"root\"\n[prices]\nrtx2080 = 0.5\nrtx3090 = 1\na6000 = 4\n\
+        "slurm_user = \"slurm\"\n[prices]\nrtx2080 = 0.5\nrtx3090 = 1\na6000 = 4\n\
          [admission]\ndeprioritize = \"qos\"\nqos = \"gputokens-overdraft\"\n[agent]\njobs_dir = \"{lab}/gpu-jobs\"\n"
     );
     let out = check_slurm(&good).ok();
@@ -97,13 +97,13 @@ fn the_running_slurm_is_checked_against_the_config() {
         "slurm: ok: AccountingStorageTRES records every GPU type of the nodes (a6000, rtx2080, rtx3090)",
         "slurm: ok: [prices] lists every GPU type of the nodes",
         "slurm: ok: deprioritize = qos: 'gputokens-overdraft' exists and PriorityWeightQOS is 10000",
-        "slurm: ok: slurm_user 'root' is slurmctld's SlurmUser",
+        "slurm: ok: slurm_user 'slurm' is slurmctld's SlurmUser",
     ] {
         assert!(out.stdout.lines().any(|l| l == line), "no line '{line}' in:\n{}", out.stdout);
     }
 
     let out =
-        check_slurm("[prices]\nrtx2080 = 0.5\nrtx3090 = 1\n[admission]\ndeprioritize = \"qos\"\nqos = \"nope\"\n");
+        check_slurm("slurm_user = \"root\"\n[prices]\nrtx2080 = 0.5\nrtx3090 = 1\n[admission]\ndeprioritize = \"qos\"\nqos = \"nope\"\n");
     assert_eq!(out.code, 2, "{}", out.stdout);
     let problems: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with("slurm: problem: ")).collect();
     assert_eq!(problems.len(), 4, "{}", out.stdout);
@@ -113,7 +113,7 @@ fn the_running_slurm_is_checked_against_the_config() {
     let unpriced = format!("no price for a6000 (on {node}): charged at the highest listed price, 1/GPU-hour");
     assert!(problems[0].contains(&unpriced), "{}", problems[0]);
     assert!(problems[1].contains("QOS 'nope' does not exist"), "{}", problems[1]);
-    assert!(problems[2].contains("slurmctld runs as 'root'"), "{}", problems[2]);
+    assert!(problems[2].contains("slurm_user is 'root' but slurmctld runs as 'slurm'"), "{}", problems[2]);
     assert!(problems[3].contains("but [agent] jobs_dir is /run/gputokens/jobs"), "{}", problems[3]);
     assert!(out.stderr.contains("4 problem(s) in Slurm's configuration for gputokens"), "{}", out.stderr);
 }
