@@ -18,6 +18,7 @@ pub mod stamp;
 pub mod time;
 pub mod tokens;
 pub mod tres;
+pub mod user_name;
 
 pub use config::Config;
 pub use tokens::Tokens;

@@ -17,13 +17,52 @@ pub fn local_midnight(date: NaiveDate) -> i64 {
     Local.from_local_datetime(&naive).earliest().map(|t| t.timestamp()).unwrap_or_default()
 }
 
-/// Parses RFC 3339 (`2026-12-01T00:05:00Z`) or Slurm's local `2026-12-01T00:05:00`.
+/// Parses unix seconds (what Slurm prints with `SLURM_TIME_FORMAT=%s`), RFC 3339
+/// (`2026-12-01T00:05:00Z`) or Slurm's local `2026-12-01T00:05:00` (in the repeated hour of a DST
+/// change, the earlier of the two instants).
 pub fn parse_timestamp(text: &str) -> Option<i64> {
+    if !text.is_empty() && text.len() <= 12 && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text.parse().ok();
+    }
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         return Some(t.timestamp());
     }
     let naive = NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S").ok()?;
     Local.from_local_datetime(&naive).earliest().map(|t| t.timestamp())
+}
+
+/// A local wall-clock time for Slurm's `-S` that no reading of puts after `ts`: Slurm takes local
+/// times only, and in the repeated hour of a DST change the same text names two instants.
+pub fn local_text_not_after(ts: i64) -> String {
+    let mut at = ts;
+    while latest_reading(&format_local(at)).is_some_and(|t| t > ts) {
+        at -= 900;
+    }
+    format_local(at)
+}
+
+/// A local wall-clock time for Slurm's `-E` that no reading of puts before `ts`.
+pub fn local_text_not_before(ts: i64) -> String {
+    let mut at = ts;
+    while earliest_reading(&format_local(at)).is_some_and(|t| t < ts) {
+        at += 900;
+    }
+    format_local(at)
+}
+
+fn readings(text: &str) -> chrono::LocalResult<DateTime<Local>> {
+    match NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S") {
+        Ok(naive) => Local.from_local_datetime(&naive),
+        Err(_) => chrono::LocalResult::None,
+    }
+}
+
+fn latest_reading(text: &str) -> Option<i64> {
+    readings(text).latest().map(|t| t.timestamp())
+}
+
+fn earliest_reading(text: &str) -> Option<i64> {
+    readings(text).earliest().map(|t| t.timestamp())
 }
 
 /// `2026-11-22 14:03:00` in local time, for tables.
@@ -43,5 +82,26 @@ mod tests {
         assert_eq!(local_date(local), NaiveDate::from_ymd_opt(2026, 11, 22).unwrap());
         assert_eq!(local_midnight(local_date(local)), local - 10 * 3600);
         assert_eq!(parse_timestamp("Unknown"), None);
+    }
+
+    #[test]
+    fn slurm_epoch_seconds() {
+        assert_eq!(parse_timestamp("1795444368"), Some(1_795_444_368));
+        assert_eq!(parse_timestamp("0"), Some(0));
+        for bad in ["", "-5", "17954e4368", "1795444368 ", "9999999999999"] {
+            assert_eq!(parse_timestamp(bad), None, "{bad:?}");
+        }
+    }
+
+    /// Whatever the zone (the test cluster's is UTC; a site's may have DST), the texts bound the
+    /// instant from the right side.
+    #[test]
+    fn window_texts_bound_the_instant() {
+        for ts in [0, 1_795_444_368, 1_792_026_000, 1_806_883_200] {
+            let start = local_text_not_after(ts);
+            assert!(latest_reading(&start).unwrap() <= ts, "{start}");
+            let end = local_text_not_before(ts);
+            assert!(earliest_reading(&end).unwrap() >= ts, "{end}");
+        }
     }
 }

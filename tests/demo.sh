@@ -60,13 +60,16 @@ JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State
 9002|alice|billing=4,cpu=4,gres/gpu:rtx3090=4,gres/gpu=4,node=1|36000|2026-11-30T08:00:00|COMPLETED
 9003|alice|billing=2,cpu=2,gres/gpu:a6000=2,gres/gpu=2,node=1|10800|2026-11-30T08:00:00|COMPLETED
 SACCT
-show "$ACCOUNTD" charge --sacct-file "$DEMO/last-month.sacct" --now 2026-11-30T20:00:00
-show "$ACCOUNTD" tick --skip-charge --now 2026-12-01T00:05:00
+# The evening before the 1st of this month and five past midnight on it (--now may not run ahead of the clock).
+first=$(date +%Y-%m-01)
+eve=$(date -d "$first - 1 day" +%Y-%m-%d)
+show "$ACCOUNTD" charge --sacct-file "$DEMO/last-month.sacct" --now "${eve}T20:00:00"
+show "$ACCOUNTD" tick --skip-charge --now "${first}T00:05:00"
 show "$SBALANCE" -u alice -P
 
 step "Replaying the same records and the same day changes nothing"
-show "$ACCOUNTD" charge --sacct-file "$DEMO/last-month.sacct" --now 2026-12-01T01:00:00
-show "$ACCOUNTD" tick --skip-charge --now 2026-12-01T02:00:00
+show "$ACCOUNTD" charge --sacct-file "$DEMO/last-month.sacct" --now "${first}T01:00:00"
+show "$ACCOUNTD" tick --skip-charge --now "${first}T02:00:00"
 show "$SBALANCE" -u alice -P
 
 step "bob runs a real job on an a6000 for 3 s; one accountd cycle charges it from slurmdbd's record"

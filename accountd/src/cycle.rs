@@ -33,7 +33,8 @@ impl fmt::Display for CheckSummary {
 /// source) and preempts where GPUs are contended. A failure of the last two is logged and does not
 /// stop the rest of the cycle.
 pub fn check(service: &mut Service, now: i64) -> CliResult<CheckSummary> {
-    let replenished = service.ledger.replenish(now)?;
+    // Never for a day that has not come on the clock, whatever `tick --now` says.
+    let replenished = service.ledger.replenish(now.min(gputokens::time::now()))?;
     service.metrics.replenished.inc_by(replenished.tokens.as_f64());
     let slurm = crate::slurm::Slurm::new(&service.config.slurm);
     let mut queue = crate::slurm::QueueOnce::new(&slurm);

@@ -46,7 +46,7 @@ impl From<gputokens::ledger::LedgerError> for CliError {
     fn from(e: gputokens::ledger::LedgerError) -> Self {
         use gputokens::ledger::LedgerError::*;
         match e {
-            UnknownUser(_) | NothingToRefund(_) | ImportConflict(_) | BadUserName(_) => {
+            UnknownUser(_) | NothingToRefund(_) | ImportConflict(_) | BadUserName { .. } => {
                 CliError::refused(e.to_string())
             }
             _ => CliError::failed(e.to_string()),

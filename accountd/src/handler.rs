@@ -26,6 +26,8 @@ pub struct Service {
     pub slurm_view: crate::slurm_view::SlurmView,
     /// Preemptions waiting out their grace on threads of their own; joined before the process exits.
     pub pending: Vec<std::thread::JoinHandle<()>>,
+    /// Job records that could not be charged, logged once each.
+    pub rejected_records: crate::rejected_records::RejectedRecords,
 }
 
 impl Service {
@@ -59,6 +61,7 @@ impl Service {
             health: Default::default(),
             slurm_view: Default::default(),
             pending: Vec::new(),
+            rejected_records: Default::default(),
         }
     }
 }
@@ -76,7 +79,7 @@ fn from_ledger(e: LedgerError) -> Reply {
         LedgerError::UnknownUser(_)
         | LedgerError::NothingToRefund(_)
         | LedgerError::ImportConflict(_)
-        | LedgerError::BadUserName(_) => invalid(e.to_string()),
+        | LedgerError::BadUserName { .. } => invalid(e.to_string()),
         _ => Reply::Error { kind: ErrorKind::Internal, message: e.to_string() },
     }
 }

@@ -78,11 +78,7 @@ fn check_slurm(config: &Config) -> CliResult {
 }
 
 fn now(time: &TimeArg) -> CliResult<i64> {
-    match &time.now {
-        None => Ok(gputokens::time::now()),
-        Some(text) => gputokens::time::parse_timestamp(text)
-            .ok_or_else(|| CliError::refused(format!("--now '{text}' is not a time like 2026-12-01T00:00:00"))),
-    }
+    accountd::now_arg::resolve(time.now.as_deref(), gputokens::time::now())
 }
 
 /// Descriptors besides the listeners' connections: the ledger, logs, munged, Slurm commands' pipes.

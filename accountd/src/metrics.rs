@@ -214,6 +214,11 @@ impl Metrics {
             .inc();
     }
 
+    /// A job record left out of a charge; `reason` is one of a fixed set, never a user's name.
+    pub fn record_skipped(&self, reason: &str) {
+        self.records_skipped.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc();
+    }
+
     pub fn set_balances(&self, accounts: &[Account]) {
         for a in accounts {
             self.balance.get_or_create(&UserLabels { user: a.user.clone() }).set(a.balance.as_f64());

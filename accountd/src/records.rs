@@ -19,7 +19,10 @@ pub fn charge_file(service: &mut Service, file: &Path, now: i64) -> CliResult<St
     read.map_err(|e| CliError::refused(format!("{}: {e}", file.display())))?;
     let parsed = sacct::parse(&text, service.config.sharing)
         .map_err(|e| CliError::refused(format!("{}: {e}", file.display())))?;
-    let records: Vec<_> = parsed.records.iter().chain(&parsed.active).cloned().collect();
+    let all = parsed.records.iter().chain(&parsed.active).cloned().collect();
+    let (records, rejected) = crate::rejected_records::sift(all, &file.display().to_string());
+    let rejected: Vec<_> = parsed.rejected.iter().cloned().chain(rejected).collect();
+    service.rejected_records.note(&rejected, &service.metrics);
     let outcome = service.ledger.charge(&records, &service.config.prices, now)?;
     publish_snapshot(service, now)?;
     for (gpu_type, gpu_seconds) in &outcome.unlisted_types {
@@ -28,11 +31,13 @@ pub fn charge_file(service: &mut Service, file: &Path, now: i64) -> CliResult<St
         );
     }
     Ok(format!(
-        "{} records: {} charge entries, {} tokens charged, {} already charged, {} rows without GPU time skipped",
+        "{} records: {} charge entries, {} tokens charged, {} already charged, {} rows without GPU time skipped, \
+         {} that cannot be charged left out",
         records.len(),
         outcome.entries,
         outcome.charged,
         outcome.unchanged,
-        parsed.skipped
+        parsed.skipped,
+        rejected.len()
     ))
 }

@@ -29,6 +29,7 @@ impl Slurm {
         let program = self.program(name);
         let out = Command::new(&program)
             .args(args)
+            .envs(time_format(name))
             .output()
             .map_err(|e| CliError::failed(format!("cannot run {}: {e}", program.display())))?;
         if !out.status.success() {
@@ -45,7 +46,7 @@ impl Slurm {
 
     /// Allocation rows (one per run segment) of every job active between `since` and `until`.
     pub fn sacct(&self, since: i64, until: i64) -> CliResult<String> {
-        let (s, e) = (slurm_time(since), slurm_time(until));
+        let (s, e) = (gputokens::time::local_text_not_after(since), gputokens::time::local_text_not_before(until));
         self.run("sacct", &["-X", "-D", "-a", "-P", "-S", &s, "-E", &e, "-o", sacct::FIELDS])
     }
 
@@ -111,9 +112,10 @@ impl<'s> QueueOnce<'s> {
     }
 }
 
-/// sacct's -S/-E format, in local time.
-fn slurm_time(ts: i64) -> String {
-    gputokens::time::format_local(ts)
+/// sacct and squeue print times as unix seconds: one instant per job start however the local
+/// clock was set back (the repeated hour of a DST change), the same from both.
+fn time_format(name: &str) -> Option<(&'static str, &'static str)> {
+    matches!(name, "sacct" | "squeue").then_some(("SLURM_TIME_FORMAT", "%s"))
 }
 
 /// Longest node name taken (Slurm's own limit is larger than any real host name).

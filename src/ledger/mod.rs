@@ -40,8 +40,8 @@ pub enum LedgerError {
     NothingToRefund(String),
     #[error("cannot import: {}", .0.join("; "))]
     ImportConflict(Vec<String>),
-    #[error("'{0}' is not a valid user name")]
-    BadUserName(String),
+    #[error("'{name}' is not a user name: {why}")]
+    BadUserName { name: String, why: &'static str },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -463,15 +463,11 @@ fn account_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Account> {
     Ok(Account { user: r.get(0)?, balance: Tokens::from_micro(r.get(1)?), first_seen: r.get(2)? })
 }
 
-/// Slurm user names: no separators that would break keys, snapshots or output tables.
+/// A user name the ledger can key and the snapshot can list (see [`crate::user_name`]).
 pub fn check_user_name(user: &str) -> Result<(), LedgerError> {
-    let ok = !user.is_empty()
-        && user.len() <= 64
-        && user.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'$'));
-    if ok {
-        Ok(())
-    } else {
-        Err(LedgerError::BadUserName(user.to_string()))
+    match crate::user_name::problem(user) {
+        None => Ok(()),
+        Some(why) => Err(LedgerError::BadUserName { name: user.escape_debug().to_string(), why }),
     }
 }
 

@@ -179,8 +179,8 @@ fn ledger_file_is_private() {
 fn bad_user_names_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let mut l = open(&dir, rules());
-    assert!(matches!(l.ensure_user("a b", 1), Err(LedgerError::BadUserName(_))));
-    assert!(matches!(l.ensure_user("", 1), Err(LedgerError::BadUserName(_))));
+    assert!(matches!(l.ensure_user("a b", 1), Err(LedgerError::BadUserName { .. })));
+    assert!(matches!(l.ensure_user("", 1), Err(LedgerError::BadUserName { .. })));
 }
 
 #[test]

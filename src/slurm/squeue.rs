@@ -22,6 +22,10 @@ pub struct QueueJob {
     /// Why a pending job waits: Resources, Priority, BeginTime, ...
     pub state_reason: String,
     pub start_time: i64,
+    /// Seconds run before the last suspension (`pre_sus_time`).
+    pub run_before_suspend: u64,
+    /// When the job was last suspended or resumed (`suspend_time`; 0 = never).
+    pub suspend_time: i64,
     pub nodes: String,
     pub partition: String,
     /// GPUs, shards and MPS units held (running jobs).
@@ -42,15 +46,30 @@ pub struct QueueJob {
 pub type RunningJob = QueueJob;
 
 impl QueueJob {
-    /// The usage record of this run segment up to `now`.
+    /// The usage record of this run segment up to `now`, the time squeue was read.
     pub fn usage(&self, now: i64, sharing: Sharing) -> UsageRecord {
         UsageRecord {
             job_id: self.job_id.clone(),
             user: self.user.clone(),
             segment_start: self.start_time,
             milli_gpus: self.alloc.milli_by_type(super::sacct::UNTYPED, sharing),
-            elapsed: (now - self.start_time).max(0) as u64,
+            elapsed: self.run_seconds(now),
             weight_permille: 1000,
+        }
+    }
+
+    /// Seconds this run segment has run by `now`, suspensions left out as Slurm counts them (and as
+    /// sacct's ElapsedRaw does): a suspended job has run `pre_sus_time`; a resumed one that plus
+    /// the time since its resume.
+    pub fn run_seconds(&self, now: i64) -> u64 {
+        let since = |t: i64| (now - t).max(0) as u64;
+        // A suspend time before this segment's start belongs to an earlier run of a requeued job.
+        if self.suspend_time < self.start_time || self.suspend_time == 0 {
+            return since(self.start_time);
+        }
+        match self.state.as_str() {
+            "SUSPENDED" => self.run_before_suspend,
+            _ => self.run_before_suspend.saturating_add(since(self.suspend_time)),
         }
     }
 }
@@ -63,9 +82,11 @@ pub enum SqueueError {
     NoJobs,
 }
 
-/// Jobs in state RUNNING that hold GPUs.
+/// Jobs that hold GPUs: RUNNING, and SUSPENDED (they keep their GPUs, and what they ran before
+/// the suspension is theirs to pay).
 pub fn running_gpu_jobs(json: &str) -> Result<Vec<RunningJob>, SqueueError> {
-    Ok(queue(json)?.into_iter().filter(|j| j.state == "RUNNING" && !j.alloc.is_empty()).collect())
+    let holds = |j: &QueueJob| matches!(j.state.as_str(), "RUNNING" | "SUSPENDED") && !j.alloc.is_empty();
+    Ok(queue(json)?.into_iter().filter(holds).collect())
 }
 
 /// Every job squeue lists.
@@ -108,6 +129,8 @@ fn queue_job(job: &Value) -> Option<QueueJob> {
         qos: text("qos"),
         state_reason: text("state_reason"),
         start_time: job.get("start_time").and_then(number).unwrap_or(0),
+        run_before_suspend: job.get("pre_sus_time").and_then(number).map_or(0, |n| n.max(0) as u64),
+        suspend_time: job.get("suspend_time").and_then(number).unwrap_or(0),
         nodes: text("nodes"),
         partition: text("partition"),
         alloc,
@@ -241,6 +264,28 @@ mod tests {
         let jobs = running_gpu_jobs(new).unwrap();
         assert_eq!(jobs[0].usage(1030, SHARDS_8).milli_gpus, BTreeMap::from([("rtx3090".into(), 2000)]));
         assert_eq!(jobs[0].start_time, 1000);
+    }
+
+    /// As 22.05 showed job 92 on the test cluster: run 3 s, suspended at 1795444371, resumed at
+    /// 1795444377.
+    #[test]
+    fn suspended_time_is_not_run_time() {
+        let job = |state: &str, suspend_time: i64, pre_sus_time: i64| {
+            let json = format!(
+                r#"{{"jobs":[{{"job_id":92,"user_name":"alice","job_state":"{state}","start_time":1795444368,
+                "suspend_time":{suspend_time},"pre_sus_time":{pre_sus_time},"gres_detail":["gpu:a6000:1(IDX:0)"]}}]}}"#
+            );
+            running_gpu_jobs(&json).unwrap().remove(0)
+        };
+        let suspended = job("SUSPENDED", 1_795_444_371, 3);
+        assert_eq!(suspended.usage(1_795_444_377, SHARDS_8).elapsed, 3, "suspended: what ran before");
+        let resumed = job("RUNNING", 1_795_444_377, 3);
+        assert_eq!(resumed.run_seconds(1_795_444_381), 7, "3 s before, 4 s since the resume");
+        let never = job("RUNNING", 0, 0);
+        assert_eq!(never.run_seconds(1_795_444_381), 13);
+        let earlier_run = job("RUNNING", 1_795_440_000, 50);
+        assert_eq!(earlier_run.run_seconds(1_795_444_381), 13, "a suspension of an earlier run of a requeued job");
+        assert_eq!(never.run_seconds(1_795_444_000), 0, "a clock behind the start counts nothing");
     }
 
     #[test]

@@ -1,9 +1,12 @@
 //! The seed's worked example through the real binaries, and replays that must change nothing.
 
+use chrono::Datelike;
+
 use crate::common::Site;
 
 /// What `sacct -X -D -P -o JobIDRaw,User,AllocTRES,ElapsedRaw,Start,State` prints for
-/// 8 × rtx2080 × 5 h, 4 × rtx3090 × 10 h and 2 × a6000 × 3 h.
+/// 8 × rtx2080 × 5 h, 4 × rtx3090 × 10 h and 2 × a6000 × 3 h (the dates are the seed's; what is
+/// charged does not depend on them).
 const SACCT: &str = "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State
 101|alice|billing=8,cpu=8,gres/gpu:rtx2080=8,gres/gpu=8,mem=8000M,node=1|18000|2026-11-30T08:00:00|COMPLETED
 102|alice|billing=4,cpu=4,gres/gpu:rtx3090=4,gres/gpu=4,mem=4000M,node=1|36000|2026-11-30T08:00:00|COMPLETED
@@ -11,9 +14,26 @@ const SACCT: &str = "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State
 104|bob|billing=1,cpu=1,mem=500M,node=1|3600|2026-11-30T08:00:00|COMPLETED
 ";
 
+/// The evening before the 1st of this month, and five past midnight on it: the monthly grant falls
+/// between them. Both are in the past (`--now` may not run more than a day ahead of the clock).
+fn around_the_first() -> (String, String) {
+    let first = chrono::Local::now().date_naive().with_day(1).unwrap();
+    let eve = first.pred_opt().unwrap();
+    (format!("{eve}T20:00:00"), format!("{first}T00:05:00"))
+}
+
+/// alice is first seen the evening before the 1st (a GPU job cancelled before it ran a second),
+/// gets the monthly grant at midnight, and is charged the worked example's jobs now: charged today,
+/// so they are in her Used30d whatever day of the month the test runs.
 fn charge_and_grant(site: &Site, sacct: &str) {
-    site.accountd(None, &["charge", "--sacct-file", sacct, "--now", "2026-11-30T20:00:00"]).ok();
-    site.accountd(None, &["tick", "--skip-charge", "--now", "2026-12-01T00:05:00"]).ok();
+    let (eve, first) = around_the_first();
+    let first_seen = site.file(
+        "first-seen.txt",
+        &format!("JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State\n100|alice|gres/gpu:a6000=1|0|{eve}|CANCELLED\n"),
+    );
+    site.accountd(None, &["charge", "--sacct-file", &first_seen, "--now", &eve]).ok();
+    site.accountd(None, &["tick", "--skip-charge", "--now", &first]).ok();
+    site.accountd(None, &["charge", "--sacct-file", sacct]).ok();
 }
 
 #[test]
@@ -42,11 +62,11 @@ fn replaying_charges_and_grants_changes_nothing() {
     charge_and_grant(&site, &sacct);
     site.accountd(None, &["admin", "adjust", "alice", "-1.5", "--reason", "manual fix", "--key", "fix-1"]).ok();
     let before = site.sbalance(None, &["-a", "-P"]).ok().stdout;
-    // bob: 100 initial + 5 granted + 30 monthly on 1 Dec.
-    assert!(before.contains("alice|44.5|") && before.contains("bob|135|"), "{before}");
+    // bob: 100 initial + 5 granted today, after the 1st.
+    assert!(before.contains("alice|44.5|") && before.contains("bob|105|"), "{before}");
 
     charge_and_grant(&site, &sacct);
-    let again = site.accountd(None, &["charge", "--sacct-file", &sacct, "--now", "2026-12-01T09:00:00"]).ok();
+    let again = site.accountd(None, &["charge", "--sacct-file", &sacct]).ok();
     assert!(again.stdout.contains("0 charge entries"), "{}", again.stdout);
     let replay =
         site.accountd(None, &["admin", "grant", "bob", "5", "--reason", "course credit", "--key", "course-2026"]).ok();
