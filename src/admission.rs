@@ -12,12 +12,17 @@
 
 use chrono::NaiveDate;
 
-use crate::estimate::{GpusText, MilliByType};
+use crate::estimate::{checked_max_cost, total_milli, GpusText, MilliByType};
 use crate::plugin_config::Deprioritize;
 use crate::policy::{BucketRules, Status};
+use crate::pricing::PriceTable;
 use crate::slurm::partitions::format_duration;
 use crate::tokens::Tokens;
-use crate::tres::MILLI;
+use crate::tres::{gpu_count, MILLI};
+
+/// The most GPUs one job may ask for (whole job: every node, task and array task). More is no real
+/// request: it is refused as such rather than priced.
+pub const MAX_JOB_GPUS: u64 = 1_000_000;
 
 /// What happens to a GPU job when the balances cannot be read (missing, unreadable, corrupt or
 /// stale snapshot).
@@ -201,7 +206,7 @@ pub fn gpu_limit_message(max: u32, held: u64, asked: u64) -> String {
 }
 
 fn gpus(milli: u64) -> Tokens {
-    Tokens::from_micro((milli as i64).saturating_mul(1_000_000 / MILLI as i64))
+    gpu_count(milli)
 }
 
 /// The most a job being submitted can cost.
@@ -213,6 +218,16 @@ pub struct JobEstimate {
 }
 
 impl JobEstimate {
+    /// The most `gpus` can cost in `seconds`; Err with the refusal message when the request is more
+    /// than can be counted (over [`MAX_JOB_GPUS`], or a cost beyond the representable amounts).
+    pub fn of(gpus: MilliByType, seconds: u64, prices: &PriceTable) -> Result<JobEstimate, String> {
+        let countable = total_milli(&gpus) <= MAX_JOB_GPUS * MILLI;
+        match checked_max_cost(&gpus, seconds, prices) {
+            Some(cost) if countable => Ok(JobEstimate { gpus, seconds, cost }),
+            _ => Err(impossible_message(&gpus, seconds)),
+        }
+    }
+
     /// `up to 32 tokens (2 a6000 GPUs for 4:00:00)`
     fn describe(&self) -> String {
         format!("up to {} tokens ({} for {})", self.cost, GpusText(&self.gpus), format_duration(self.seconds))
@@ -223,10 +238,13 @@ impl JobEstimate {
 /// can still cost (`committed`) and this job's maximum, would fall below the floor. Returns the
 /// refusal message, or None to let the job through.
 pub fn check_estimate(balance: Tokens, committed: Tokens, job: &JobEstimate, rules: &BucketRules) -> Option<String> {
-    let after = balance - committed - job.cost;
-    if after >= rules.floor {
+    // Exact in i128: saturating steps could round a worst case up to the floor.
+    let exact = balance.micro() as i128 - committed.micro() as i128 - job.cost.micro() as i128;
+    if exact >= rules.floor.micro() as i128 {
         return None;
     }
+    let after = balance - committed - job.cost; // for the message; saturates at the least amount
+
     let queued = if committed > Tokens::ZERO {
         format!(" and your running and pending GPU jobs can cost up to {committed} more")
     } else {
@@ -239,6 +257,18 @@ pub fn check_estimate(balance: Tokens, committed: Tokens, job: &JobEstimate, rul
         job.describe(),
         rules.floor
     ))
+}
+
+/// Refusal of a request too large to count: `gputokens: this job asks for 4294967295 GPUs of any
+/// type for 1-00:00:00, more than ...`.
+pub fn impossible_message(gpus: &MilliByType, seconds: u64) -> String {
+    format!(
+        "gputokens: this job asks for {} for {}, more than gputokens can count (at most {MAX_JOB_GPUS} GPUs in one \
+         job, at a cost below {} tokens); ask for fewer GPUs or less time.",
+        GpusText(gpus),
+        format_duration(seconds),
+        Tokens::MAX
+    )
 }
 
 /// What `--gpu-tokens-estimate` shows on submission.
@@ -432,6 +462,82 @@ mod tests {
             "gputokens: this job can cost up to 32 tokens (2 a6000 GPUs for 4:00:00); your GPU token balance is 46; \
              your running and pending GPU jobs can cost up to 8 more."
         );
+    }
+
+    /// Regression: `balance - committed - cost` overflowed (a panic in debug
+    /// builds; in release builds a huge commitment wrapped into a balance far above the floor).
+    #[test]
+    fn the_estimate_rule_never_wraps() {
+        let r = rules(1, 0);
+        let job = |cost| JobEstimate { gpus: MilliByType::from([(None, 1000)]), seconds: 60, cost };
+        let refused = check_estimate(Tokens::whole(-5), Tokens::MAX, &job(Tokens::MAX), &r).unwrap();
+        assert!(refused.contains("which could take it to -9223372036854.775808, below the floor"), "{refused}");
+        assert!(check_estimate(Tokens::MIN, Tokens::ZERO, &job(Tokens::from_micro(1)), &r).is_some());
+        assert_eq!(check_estimate(Tokens::MAX, Tokens::MIN, &job(Tokens::ZERO), &r), None);
+    }
+
+    #[test]
+    fn a_request_too_large_to_count_is_refused_by_name() {
+        let prices = PriceTable::new([("a6000".to_string(), Tokens::whole(4))].into(), None);
+        let huge = MilliByType::from([(None, u32::MAX as u64 * MILLI)]);
+        let message = JobEstimate::of(huge, 365 * 86_400, &prices).unwrap_err();
+        assert_eq!(
+            message,
+            "gputokens: this job asks for 4294967295 GPUs of any type for 365-00:00:00, more than gputokens can count \
+             (at most 1000000 GPUs in one job, at a cost below 9223372036854.775807 tokens); ask for fewer GPUs or \
+             less time."
+        );
+        let most = MilliByType::from([(Some("a6000".to_string()), MAX_JOB_GPUS * MILLI)]);
+        assert_eq!(JobEstimate::of(most.clone(), 3600, &prices).unwrap().cost, Tokens::whole(4_000_000));
+        assert!(JobEstimate::of(most, u32::MAX as u64 * 60, &prices).is_err(), "a million GPUs for 8000 years");
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn tokens() -> impl Strategy<Value = Tokens> {
+            prop_oneof![-1_000_000_000i64..1_000_000_000, any::<i64>()].prop_map(Tokens::from_micro)
+        }
+
+        fn rules() -> impl Strategy<Value = BucketRules> {
+            (tokens(), tokens(), tokens(), proptest::option::of(tokens()), tokens())
+                .prop_map(|(initial, daily, monthly, cap, floor)| BucketRules { initial, daily, monthly, cap, floor })
+        }
+
+        fn how() -> impl Strategy<Value = Deprioritize> {
+            prop_oneof![
+                any::<u32>().prop_map(Deprioritize::Nice),
+                any::<i64>().prop_map(Deprioritize::SiteFactor),
+                "\\PC{0,12}".prop_map(Deprioritize::Qos),
+            ]
+        }
+
+        proptest! {
+            /// Any balance, rules and penalty give a decision, and a message that names the balance.
+            #[test]
+            fn no_amounts_panic(balance in tokens(), committed in tokens(), cost in tokens(), r in rules(), how in how(), day in 0..3_000_000i32) {
+                let today = NaiveDate::from_num_days_from_ce_opt(day).unwrap_or_default();
+                match decide(balance, &r, today, &how) {
+                    Decision::Accept => prop_assert!(balance > r.floor && !balance.is_negative()),
+                    Decision::AcceptDeprioritized { message, .. } | Decision::Reject { message } => {
+                        prop_assert!(message.contains(&balance.to_string()));
+                    }
+                }
+                let job = JobEstimate { gpus: MilliByType::from([(None, 1000)]), seconds: 60, cost };
+                let refused = check_estimate(balance, committed, &job, &r);
+                // Refused exactly when the worst case, counted exactly, is below the floor.
+                let worst = balance.micro() as i128 - committed.micro() as i128 - cost.micro() as i128;
+                prop_assert_eq!(refused.is_some(), worst < r.floor.micro() as i128);
+                let _ = estimate_message(balance, committed, &job);
+            }
+
+            #[test]
+            fn any_limits_give_a_message(max in any::<u32>(), held in any::<u64>(), asked in any::<u64>(), t in proptest::option::of(any::<u64>()), u in proptest::option::of(any::<u64>()), m in any::<u64>()) {
+                prop_assert!(gpu_limit_message(max, held, asked).starts_with("gputokens: "));
+                let _ = (check_duration(t, u, m), check_update_duration(t, m));
+            }
+        }
     }
 
     #[test]

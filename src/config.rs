@@ -524,7 +524,12 @@ impl RawConfig {
         let invalid =
             |key: &str, reason: String| ConfigError::Invalid { path: path.to_path_buf(), key: key.to_string(), reason };
         let amount = |key: &str, value: f64| {
-            Tokens::from_f64(value).ok_or_else(|| invalid(key, format!("{value} is not a usable amount")))
+            let tokens =
+                Tokens::from_f64(value).ok_or_else(|| invalid(key, format!("{value} is not a usable amount")))?;
+            if !tokens.within_limit() {
+                return Err(invalid(key, format!("{value} is beyond the limit of ±{} tokens", Tokens::LIMIT)));
+            }
+            Ok(tokens)
         };
         let non_negative = |key: &str, value: f64| {
             if value < 0.0 {
@@ -768,6 +773,15 @@ mod tests {
     fn wrong_type_is_named() {
         let err = parse("floor = \"low\"\n").unwrap_err().to_string();
         assert!(err.contains("floor"), "{err}");
+    }
+
+    #[test]
+    fn amounts_beyond_the_limit_are_named() {
+        let err = parse("[prices]\na6000 = 1e10\n").unwrap_err().to_string();
+        assert!(err.contains("prices.a6000") && err.contains("beyond the limit of ±1000000000 tokens"), "{err}");
+        let err = parse("floor = -1e300\n").unwrap_err().to_string();
+        assert!(err.contains("floor"), "{err}");
+        assert!(parse("initial = 1e9\n").is_ok(), "the limit itself is allowed");
     }
 
     #[test]

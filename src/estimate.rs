@@ -8,11 +8,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::pricing::{cost_milli, PriceTable};
+use crate::pricing::{cost_of, PriceTable};
 use crate::request::{GpuRequest, Kind, Per};
 use crate::slurm::squeue::QueueJob;
 use crate::tokens::Tokens;
-use crate::tres::{Sharing, MILLI};
+use crate::tres::{gpu_count, Sharing, MILLI};
 
 /// Milli-GPUs by GPU type; None = any type.
 pub type MilliByType = BTreeMap<Option<String>, u64>;
@@ -59,14 +59,20 @@ pub fn total_milli(milli: &MilliByType) -> u64 {
     milli.values().fold(0u64, |sum, m| sum.saturating_add(*m))
 }
 
-/// The most `milli` GPUs can cost in `seconds`.
+/// The most `milli` GPUs can cost in `seconds`; [`Tokens::MAX`] when that is more than can be
+/// counted (a bound, never an amount wrapped or saturated below the true one).
 pub fn max_cost(milli: &MilliByType, seconds: u64, prices: &PriceTable) -> Tokens {
-    milli.iter().fold(Tokens::ZERO, |sum, (gpu_type, m)| {
+    checked_max_cost(milli, seconds, prices).unwrap_or(Tokens::MAX)
+}
+
+/// The most `milli` GPUs can cost in `seconds`, exactly; None when it is not a representable amount.
+pub fn checked_max_cost(milli: &MilliByType, seconds: u64, prices: &PriceTable) -> Option<Tokens> {
+    milli.iter().try_fold(Tokens::ZERO, |sum, (gpu_type, m)| {
         let price = match gpu_type {
             Some(t) => prices.applied(t).per_gpu_hour,
             None => prices.highest(),
         };
-        sum + cost_milli(price, m.saturating_mul(seconds))
+        sum.checked_add(cost_of(price, *m, seconds)?)
     })
 }
 
@@ -81,7 +87,7 @@ impl fmt::Display for GpusText<'_> {
                 i if i + 1 == self.0.len() => " and ",
                 _ => ", ",
             };
-            let n = Tokens::from_micro((*milli as i64).saturating_mul(1000));
+            let n = gpu_count(*milli);
             let plural = if *milli == MILLI { "GPU" } else { "GPUs" };
             match gpu_type {
                 Some(t) => write!(f, "{sep}{n} {t} {plural}")?,
@@ -304,5 +310,110 @@ mod tests {
         assert_eq!(array_task_count("5-1"), None);
         assert_eq!(array_task_count("a-b"), None);
         assert_eq!(array_task_count(""), None);
+    }
+
+    #[test]
+    fn more_than_can_be_counted_costs_the_most() {
+        let huge = MilliByType::from([(None, u64::MAX)]);
+        assert_eq!(max_cost(&huge, 365 * 86_400, &prices()), Tokens::MAX);
+        assert_eq!(checked_max_cost(&huge, 365 * 86_400, &prices()), None);
+        let two = MilliByType::from([(Some("a6000".to_string()), u64::MAX / 2), (None, u64::MAX / 2)]);
+        assert_eq!(checked_max_cost(&two, 1, &prices()), None, "each fits, their sum does not");
+        let shape = JobShape { nodes: u64::MAX, tasks: u64::MAX, sockets_per_node: u64::MAX, array_tasks: u64::MAX };
+        let request = request(Some("gres:gpu:a6000:4294967295"), Some("gres:gpu:99999999999999999999"), None, None);
+        let milli = requested_milli(&request, &shape, Sharing { shards_per_gpu: 0, mps_per_gpu: 0 });
+        assert_eq!(total_milli(&milli), u64::MAX, "saturated, not wrapped");
+        assert_eq!(
+            GpusText(&milli).to_string(),
+            "9223372036854.775807 GPUs of any type and 9223372036854.775807 a6000 GPUs"
+        );
+    }
+
+    mod properties {
+        use super::*;
+        use crate::request::{Per, TresPer};
+        use proptest::prelude::*;
+
+        fn count() -> impl Strategy<Value = u64> {
+            prop_oneof![0..64u64, any::<u64>()]
+        }
+
+        fn shape() -> impl Strategy<Value = JobShape> {
+            (count(), count(), count(), count()).prop_map(|(nodes, tasks, sockets_per_node, array_tasks)| JobShape {
+                nodes,
+                tasks,
+                sockets_per_node,
+                array_tasks,
+            })
+        }
+
+        fn per() -> impl Strategy<Value = Per> {
+            prop_oneof![Just(Per::Job), Just(Per::Node), Just(Per::Task), Just(Per::Socket)]
+        }
+
+        fn gpu_type() -> impl Strategy<Value = Option<String>> {
+            prop_oneof![
+                Just(None),
+                Just(Some("rtx2080".to_string())),
+                Just(Some("a6000".to_string())),
+                Just(Some("h100".to_string()))
+            ]
+        }
+
+        fn one(per: Per, gpu_type: Option<String>, count: u64) -> GpuRequest {
+            GpuRequest { counts: vec![crate::request::GpuCount { per, kind: Kind::Gpu, gpu_type, count }] }
+        }
+
+        proptest! {
+            /// More GPUs per unit, more nodes, tasks, sockets or array tasks never ask for fewer GPUs,
+            /// nor cost less; more time never costs less.
+            #[test]
+            fn requests_and_costs_are_monotone(
+                per in per(), t in gpu_type(), n in count(), more in count(), a in shape(), b in shape(),
+                secs in count(), longer in count(),
+            ) {
+                let s = Sharing::default();
+                let bigger = JobShape {
+                    nodes: a.nodes.max(b.nodes),
+                    tasks: a.tasks.max(b.tasks),
+                    sockets_per_node: a.sockets_per_node.max(b.sockets_per_node),
+                    array_tasks: a.array_tasks.max(b.array_tasks),
+                };
+                let small = requested_milli(&one(per, t.clone(), n), &a, s);
+                let large = requested_milli(&one(per, t.clone(), n.saturating_add(more)), &bigger, s);
+                prop_assert!(total_milli(&small) <= total_milli(&large));
+                let p = prices();
+                let cost = max_cost(&small, secs, &p);
+                prop_assert!(cost >= Tokens::ZERO);
+                prop_assert!(cost <= max_cost(&large, secs, &p));
+                prop_assert!(cost <= max_cost(&small, secs.saturating_add(longer), &p));
+            }
+
+            /// A pricier type never costs less, and any type costs at most what an untyped GPU does.
+            #[test]
+            fn pricier_types_never_cost_less(milli in count(), secs in count()) {
+                let p = prices();
+                let of = |t: Option<&str>| max_cost(&MilliByType::from([(t.map(str::to_string), milli)]), secs, &p);
+                prop_assert!(of(Some("rtx2080")) <= of(Some("rtx3090")));
+                prop_assert!(of(Some("rtx3090")) <= of(Some("a6000")));
+                prop_assert!(of(Some("a6000")) <= of(None));
+                prop_assert!(of(Some("h100")) <= of(None), "unlisted: priced, never above the highest");
+            }
+
+            #[test]
+            fn any_request_text_and_shape_never_panics(text in "\\PC{0,40}", shape in shape(), secs in count()) {
+                if let Ok(request) = GpuRequest::parse(&TresPer { node: Some(&text), ..TresPer::default() }) {
+                    let milli = requested_milli(&request, &shape, Sharing { shards_per_gpu: 0, mps_per_gpu: 0 });
+                    let _ = (max_cost(&milli, secs, &prices()), GpusText(&milli).to_string());
+                }
+            }
+
+            #[test]
+            fn any_array_expression_never_panics(expr in "[0-9,:%-]{0,24}|\\PC*") {
+                if let Some(n) = array_task_count(&expr) {
+                    prop_assert!(n > 0);
+                }
+            }
+        }
     }
 }

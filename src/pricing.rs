@@ -75,12 +75,28 @@ pub fn cost(per_gpu_hour: Tokens, gpu_seconds: u64) -> Tokens {
     cost_milli(per_gpu_hour, gpu_seconds.saturating_mul(crate::tres::MILLI))
 }
 
-/// Cost of `milli_gpu_seconds` (milli-GPUs × seconds, so shards are fractions), rounded up.
+/// Cost of `milli_gpu_seconds` (milli-GPUs × seconds, so shards are fractions), rounded up;
+/// saturates at [`Tokens::MAX`] (use [`cost_of`] where an amount too large must be refused).
 pub fn cost_milli(per_gpu_hour: Tokens, milli_gpu_seconds: u64) -> Tokens {
-    let divisor = SECONDS_PER_HOUR * crate::tres::MILLI as i128;
+    // i64 × u64 always fits in i128.
     let exact = per_gpu_hour.micro() as i128 * milli_gpu_seconds as i128;
-    let micro = (exact + divisor - 1).div_euclid(divisor);
-    Tokens::from_micro(micro.min(i64::MAX as i128) as i64)
+    micro_tokens(exact).unwrap_or(if exact < 0 { Tokens::MIN } else { Tokens::MAX })
+}
+
+/// Exact cost of `milli` milli-GPUs held for `seconds` at `per_gpu_hour`, rounded up; None when it
+/// is not a representable amount (so it is refused, never saturated or wrapped into a cheap one).
+pub fn cost_of(per_gpu_hour: Tokens, milli: u64, seconds: u64) -> Option<Tokens> {
+    let milli_gpu_seconds = (milli as i128).checked_mul(seconds as i128)?;
+    let exact = (per_gpu_hour.micro() as i128).checked_mul(milli_gpu_seconds)?;
+    micro_tokens(exact)
+}
+
+/// `price_micro × milli-GPU-seconds` as micro-tokens (÷ 3600 s ÷ 1000 milli), rounded up.
+fn micro_tokens(exact: i128) -> Option<Tokens> {
+    let divisor = SECONDS_PER_HOUR * crate::tres::MILLI as i128;
+    // Rounded up without adding first, so no intermediate can leave i128.
+    let micro = exact.div_euclid(divisor) + i128::from(exact.rem_euclid(divisor) != 0);
+    i64::try_from(micro).ok().map(Tokens::from_micro)
 }
 
 #[cfg(test)]
@@ -121,5 +137,77 @@ mod tests {
         let with_default = PriceTable::new(BTreeMap::new(), Some(Tokens::whole(2)));
         assert_eq!(with_default.applied("h100").per_gpu_hour, Tokens::whole(2));
         assert_eq!(PriceTable::default().applied("x").per_gpu_hour, Tokens::whole(1));
+    }
+
+    #[test]
+    fn extreme_amounts_saturate_or_are_refused() {
+        assert_eq!(cost_milli(Tokens::MAX, u64::MAX), Tokens::MAX);
+        assert_eq!(cost_milli(Tokens::MIN, u64::MAX), Tokens::MIN, "a negative product never wraps positive");
+        assert_eq!(cost_of(Tokens::MAX, u64::MAX, u64::MAX), None);
+        let (million, year) = (1000 * 1_000_000, 365 * 86_400);
+        assert_eq!(cost_of(Tokens::whole(4), million, year), Some(Tokens::whole(35_040_000_000)), "exact");
+        assert_eq!(cost_of(Tokens::whole(1000), million, 10_000 * year), None, "not representable");
+        assert_eq!(cost_of(Tokens::whole(4), 2000, 3600), Some(Tokens::whole(8)));
+        assert_eq!(cost_of(Tokens::ZERO, u64::MAX, 1), Some(Tokens::ZERO));
+        assert_eq!(cost_of(Tokens::ZERO, u64::MAX, u64::MAX), None, "free, but GPU-seconds beyond counting");
+        // (2^63 - 1) × 3600 × 1000 micro-token-milli-seconds is exactly i64::MAX micro-tokens.
+        assert_eq!(cost_milli(Tokens::MAX, 3_600_000), Tokens::MAX);
+        assert_eq!(cost_of(Tokens::MAX, 1000, 3600), Some(Tokens::MAX));
+        assert_eq!(cost_of(Tokens::MAX, 1000, 3601), None);
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn price() -> impl Strategy<Value = Tokens> {
+            prop_oneof![0..=Tokens::LIMIT.micro(), 0..=i64::MAX].prop_map(Tokens::from_micro)
+        }
+
+        fn amount() -> impl Strategy<Value = u64> {
+            prop_oneof![0..=10_000_000u64, any::<u64>()]
+        }
+
+        proptest! {
+            /// More GPUs or more time never costs less; a pricier type never costs less.
+            #[test]
+            fn cost_is_monotone(p in price(), q in price(), m in amount(), n in amount(), s in amount(), t in amount()) {
+                let (p, q) = (p.min(q), p.max(q));
+                let (m, n) = (m.min(n), m.max(n));
+                let (s, t) = (s.min(t), s.max(t));
+                let saturated = |c: Option<Tokens>| c.unwrap_or(Tokens::MAX);
+                let low = saturated(cost_of(p, m, s));
+                prop_assert!(low <= saturated(cost_of(p, n, s)));
+                prop_assert!(low <= saturated(cost_of(p, m, t)));
+                prop_assert!(low <= saturated(cost_of(q, m, s)));
+                prop_assert!(low >= Tokens::ZERO);
+                prop_assert!(cost_milli(p, m.saturating_mul(s)) <= cost_milli(q, n.saturating_mul(t)));
+            }
+
+            /// Exact where representable: never below the true cost, less than one micro-token above it.
+            #[test]
+            fn cost_is_the_exact_amount_rounded_up(p in price(), m in amount(), s in amount()) {
+                let exact = (m as i128).checked_mul(s as i128).and_then(|ms| ms.checked_mul(p.micro() as i128));
+                match (cost_of(p, m, s), exact) {
+                    (Some(c), Some(exact)) => {
+                        let units = c.micro() as i128 * 3_600_000;
+                        prop_assert!(units >= exact && units - exact < 3_600_000);
+                    }
+                    (None, Some(exact)) => prop_assert!(exact > i64::MAX as i128 * 3_600_000),
+                    (None, None) => {}
+                    (Some(c), None) => prop_assert!(false, "{c} for an amount beyond i128"),
+                }
+            }
+
+            /// Charging a job in steps never costs less than its parts, nor more than each part rounded up.
+            #[test]
+            fn a_run_costs_what_its_parts_do(p in price(), m in 0..1_000_000u64, a in 0..10_000_000u64, b in 0..10_000_000u64) {
+                let (Some(whole), Some(first), Some(second)) = (cost_of(p, m, a + b), cost_of(p, m, a), cost_of(p, m, b)) else {
+                    return Ok(());
+                };
+                prop_assert!(whole >= first && whole >= second);
+                prop_assert!(whole <= first + second);
+            }
+        }
     }
 }

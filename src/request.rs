@@ -177,7 +177,9 @@ fn parse_entry(entry: &str, per: Per) -> Result<Option<GpuCount>, RequestError> 
     Ok(Some(GpuCount { per, kind, gpu_type, count }))
 }
 
-/// A whole number with an optional k/m/g/t suffix (powers of 1024, as Slurm reads gres counts).
+/// A whole number with an optional k/m/g/t suffix (powers of 1024, as Slurm reads gres counts). One
+/// beyond u64 is u64::MAX: still a count, so the request is refused as more than can be counted
+/// rather than read as no request at all.
 fn parse_count(text: &str) -> Option<u64> {
     let text = text.trim();
     let (digits, factor) = match text.char_indices().last()? {
@@ -190,7 +192,7 @@ fn parse_count(text: &str) -> Option<u64> {
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse::<u64>().ok()?.checked_mul(factor)
+    Some(digits.parse::<u64>().unwrap_or(u64::MAX).saturating_mul(factor))
 }
 
 #[cfg(test)]
@@ -268,7 +270,8 @@ mod tests {
         assert_eq!(parse_tres_per("gres:gpu:1k", Per::Job).unwrap(), [gpu(Per::Job, None, 1024)]);
         assert_eq!(parse_count("2M"), Some(2 << 20));
         assert_eq!(parse_count("k"), None);
-        assert_eq!(parse_count("99999999999999999999"), None);
+        assert_eq!(parse_count("99999999999999999999"), Some(u64::MAX), "too many is still many");
+        assert_eq!(parse_count("18446744073709551615t"), Some(u64::MAX));
     }
 
     #[test]
@@ -315,5 +318,62 @@ mod tests {
         assert_eq!(req.to_string(), "gpu:1 per_job,gpu:a6000:2 per_node,gpu:rtx3090:1 per_task,gpu:1 per_socket");
         let err = GpuRequest::parse(&TresPer { task: Some("gres:gpu:x:y"), ..TresPer::default() }).unwrap_err();
         assert_eq!(err.field, "tres_per_task");
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn per() -> impl Strategy<Value = Per> {
+            prop_oneof![Just(Per::Job), Just(Per::Node), Just(Per::Task), Just(Per::Socket)]
+        }
+
+        fn kind() -> impl Strategy<Value = Kind> {
+            prop_oneof![Just(Kind::Gpu), Just(Kind::Shard), Just(Kind::Mps)]
+        }
+
+        proptest! {
+            #[test]
+            fn any_text_parses_or_is_a_named_error(text in "\\PC*", per in per()) {
+                match parse_tres_per(&text, per) {
+                    Ok(counts) => prop_assert!(counts.iter().all(|c| c.count > 0 && c.per == per)),
+                    Err(e) => prop_assert!(e.field == per.field() && text.contains(&e.entry)),
+                }
+            }
+
+            #[test]
+            fn gres_like_text_never_panics(text in "((gres[:/](gpu|shard|mps|nic)(:[a-zA-Z0-9]{0,5}){0,3}(=[0-9kKmMgGtT]{0,22})?)[,;]?){0,5}", per in per()) {
+                let _ = parse_tres_per(&text, per);
+            }
+
+            /// Every well-formed entry is read back as written, in both Slurm spellings and both count forms.
+            #[test]
+            fn well_formed_entries_are_read_exactly(
+                per in per(),
+                kind in kind(),
+                gpu_type in proptest::option::of("[a-z][a-z0-9]{0,7}"),
+                count in prop_oneof![1..100u64, 1..=u64::MAX],
+                slash in any::<bool>(),
+                equals in any::<bool>(),
+            ) {
+                let prefix = if slash { "gres/" } else { "gres:" };
+                let typed = gpu_type.as_ref().map_or(String::new(), |t| format!(":{t}"));
+                let sep = if equals { "=" } else { ":" };
+                let text = format!("{prefix}{}{typed}{sep}{count}", kind.name());
+                // An all-digit type would read as a count: Slurm's own ambiguity, not generated above.
+                let got = parse_tres_per(&text, per).unwrap();
+                prop_assert_eq!(got, vec![GpuCount { per, kind, gpu_type, count }]);
+            }
+
+            /// A larger count, written out or with a suffix, never reads as a smaller one.
+            #[test]
+            fn counts_are_monotone(a in any::<u64>(), b in any::<u64>(), suffix in "[kKmMgGtT]?") {
+                let (a, b) = (a.min(b), a.max(b));
+                let (low, high) = (parse_count(&format!("{a}{suffix}")), parse_count(&format!("{b}{suffix}")));
+                let plain = parse_count(&b.to_string());
+                prop_assert!(low <= high);
+                prop_assert!(plain <= high);
+            }
+        }
     }
 }

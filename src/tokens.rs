@@ -22,13 +22,20 @@ pub enum TokensError {
 
 impl Tokens {
     pub const ZERO: Tokens = Tokens(0);
+    /// The largest amount the ledger can hold; arithmetic saturates here rather than wrap.
+    pub const MAX: Tokens = Tokens(i64::MAX);
+    pub const MIN: Tokens = Tokens(i64::MIN);
+    /// The most one grant, adjustment, imported balance or configured amount may be, either way:
+    /// far above any real budget, far below where sums of them could leave the representable range.
+    pub const LIMIT: Tokens = Tokens::whole(1_000_000_000);
 
     pub const fn from_micro(micro: i64) -> Self {
         Tokens(micro)
     }
 
+    /// Saturates at [`Tokens::MAX`] / [`Tokens::MIN`].
     pub const fn whole(tokens: i64) -> Self {
-        Tokens(tokens * MICRO)
+        Tokens(tokens.saturating_mul(MICRO))
     }
 
     /// Converts a config value such as `0.5`; rounds to the nearest micro-token.
@@ -52,32 +59,51 @@ impl Tokens {
     pub fn checked_add(self, other: Tokens) -> Option<Tokens> {
         self.0.checked_add(other.0).map(Tokens)
     }
+
+    pub fn checked_sub(self, other: Tokens) -> Option<Tokens> {
+        self.0.checked_sub(other.0).map(Tokens)
+    }
+
+    /// Whether `|self|` is at most [`Tokens::LIMIT`].
+    pub fn within_limit(self) -> bool {
+        self.0.unsigned_abs() <= Tokens::LIMIT.0.unsigned_abs()
+    }
+
+    /// The refusal of an amount a person gave (`what`: "a grant", "alice's imported balance") when
+    /// it is beyond [`Tokens::LIMIT`].
+    pub fn beyond_limit(self, what: &str) -> Option<String> {
+        (!self.within_limit())
+            .then(|| format!("{what} of {self} tokens is beyond the limit of ±{} tokens", Tokens::LIMIT))
+    }
 }
 
+// `+`, `-` and negation saturate: an amount never wraps around to one of the other sign, in release
+// builds as in debug ones. Where a saturated sum would lose tokens (balances), the ledger uses
+// `checked_add` and refuses instead.
 impl std::ops::Add for Tokens {
     type Output = Tokens;
     fn add(self, other: Tokens) -> Tokens {
-        Tokens(self.0 + other.0)
+        Tokens(self.0.saturating_add(other.0))
     }
 }
 
 impl std::ops::Sub for Tokens {
     type Output = Tokens;
     fn sub(self, other: Tokens) -> Tokens {
-        Tokens(self.0 - other.0)
+        Tokens(self.0.saturating_sub(other.0))
     }
 }
 
 impl std::ops::Neg for Tokens {
     type Output = Tokens;
     fn neg(self) -> Tokens {
-        Tokens(-self.0)
+        Tokens(self.0.saturating_neg())
     }
 }
 
 impl std::iter::Sum for Tokens {
     fn sum<I: Iterator<Item = Tokens>>(iter: I) -> Tokens {
-        Tokens(iter.map(|t| t.0).sum())
+        iter.fold(Tokens::ZERO, |sum, t| sum + t)
     }
 }
 
@@ -129,10 +155,12 @@ impl FromStr for Tokens {
             return Err(TokensError::TooPrecise(text.to_string()));
         }
         let too_large = || TokensError::TooLarge(text.to_string());
-        let whole: i64 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| too_large())? };
-        let frac: i64 = format!("{frac:0<6}").parse().map_err(|_| too_large())?;
-        let micro = whole.checked_mul(MICRO).and_then(|w| w.checked_add(frac)).ok_or_else(too_large)?;
-        Ok(Tokens(if negative { -micro } else { micro }))
+        let whole: i128 = if whole.is_empty() { 0 } else { whole.parse().map_err(|_| too_large())? };
+        let frac: i128 = format!("{frac:0<6}").parse().map_err(|_| too_large())?;
+        // Signed before the range check: the most negative amount has no positive counterpart.
+        let micro = whole.checked_mul(MICRO as i128).and_then(|w| w.checked_add(frac)).ok_or_else(too_large)?;
+        let micro = i64::try_from(if negative { -micro } else { micro }).map_err(|_| too_large())?;
+        Ok(Tokens(micro))
     }
 }
 
@@ -178,9 +206,68 @@ mod tests {
 
     #[test]
     fn round_trips_through_text() {
-        for micro in [0, 1, -1, 999_999, 1_000_001, -46_000_000, 123_456_789] {
+        for micro in [0, 1, -1, 999_999, 1_000_001, -46_000_000, 123_456_789, i64::MAX, i64::MIN] {
             let t = Tokens::from_micro(micro);
             assert_eq!(t.to_string().parse::<Tokens>(), Ok(t));
+        }
+    }
+
+    /// Regression: the most negative amount could not be read back (its magnitude was parsed unsigned first).
+    #[test]
+    fn the_most_negative_amount_is_read_back() {
+        assert_eq!("-9223372036854.775808".parse::<Tokens>(), Ok(Tokens::MIN));
+        assert!(matches!("9223372036854.775808".parse::<Tokens>(), Err(TokensError::TooLarge(_))));
+    }
+
+    #[test]
+    fn arithmetic_saturates_instead_of_wrapping() {
+        assert_eq!(Tokens::MAX + Tokens::from_micro(1), Tokens::MAX);
+        assert_eq!(Tokens::MIN - Tokens::from_micro(1), Tokens::MIN);
+        assert_eq!(-Tokens::MIN, Tokens::MAX);
+        assert_eq!(
+            [Tokens::MAX, Tokens::MAX, Tokens::whole(-1)].into_iter().sum::<Tokens>(),
+            Tokens::MAX - Tokens::whole(1)
+        );
+        assert_eq!(Tokens::whole(i64::MAX), Tokens::MAX);
+        assert_eq!(Tokens::MAX.checked_add(Tokens::from_micro(1)), None);
+        assert_eq!(Tokens::MIN.checked_sub(Tokens::from_micro(1)), None);
+        assert!(Tokens::LIMIT.within_limit() && (-Tokens::LIMIT).within_limit());
+        assert!(!(Tokens::LIMIT + Tokens::from_micro(1)).within_limit());
+        assert!(!Tokens::MIN.within_limit());
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn any_amount_round_trips(micro in any::<i64>()) {
+                let t = Tokens::from_micro(micro);
+                prop_assert_eq!(t.to_string().parse::<Tokens>(), Ok(t));
+            }
+
+            #[test]
+            fn any_text_parses_or_is_refused(text in "\\PC*") {
+                let _ = text.parse::<Tokens>();
+            }
+
+            #[test]
+            fn decimal_like_text_parses_or_is_refused(text in "[+-]?[0-9]{0,22}(\\.[0-9]{0,8})?") {
+                if let Ok(t) = text.parse::<Tokens>() {
+                    prop_assert_eq!(t.to_string().parse::<Tokens>(), Ok(t));
+                }
+            }
+
+            #[test]
+            fn sums_saturate_and_agree_with_exact_arithmetic(a in any::<i64>(), b in any::<i64>()) {
+                let exact = |x: i128| x.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+                let (ta, tb) = (Tokens::from_micro(a), Tokens::from_micro(b));
+                prop_assert_eq!((ta + tb).micro(), exact(a as i128 + b as i128));
+                prop_assert_eq!((ta - tb).micro(), exact(a as i128 - b as i128));
+                prop_assert_eq!((-ta).micro(), exact(-(a as i128)));
+                prop_assert_eq!(ta.checked_add(tb).map(Tokens::micro), a.checked_add(b));
+            }
         }
     }
 }

@@ -7,6 +7,12 @@ use std::collections::BTreeMap;
 /// Milli-GPUs per GPU.
 pub const MILLI: u64 = 1000;
 
+/// `milli` milli-GPUs as an exact decimal number of GPUs (`2`, `0.25`), for messages and reasons.
+pub fn gpu_count(milli: u64) -> crate::tokens::Tokens {
+    let micro = i64::try_from(milli).unwrap_or(i64::MAX).saturating_mul((crate::tokens::MICRO as u64 / MILLI) as i64);
+    crate::tokens::Tokens::from_micro(micro)
+}
+
 /// How many shards and MPS units make one GPU (gres.conf `Name=shard Count=` per GPU; MPS is 100).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sharing {
@@ -69,7 +75,9 @@ impl GpuAllocation {
             [(&self.gpus, 1), (&self.shards, sharing.shards_per_gpu.max(1)), (&self.mps, sharing.mps_per_gpu.max(1))];
         for (counts, per_gpu) in parts {
             for (gpu_type, n) in counts.by_type(untyped_as) {
-                *milli.entry(gpu_type).or_default() += (n * MILLI).div_ceil(per_gpu);
+                // Saturating: an absurd count stays absurd (and is refused when priced), never wraps small.
+                let slot = milli.entry(gpu_type).or_default();
+                *slot = slot.saturating_add(n.saturating_mul(MILLI).div_ceil(per_gpu));
             }
         }
         milli
@@ -87,10 +95,11 @@ impl GpuAllocation {
             "mps" => &mut self.mps,
             _ => return,
         };
-        match gpu_type {
-            None => counts.untyped += count,
-            Some(t) => *counts.typed.entry(t.to_lowercase()).or_default() += count,
-        }
+        let slot = match gpu_type {
+            None => &mut counts.untyped,
+            Some(t) => counts.typed.entry(t.to_lowercase()).or_default(),
+        };
+        *slot = slot.saturating_add(count);
     }
 }
 
@@ -164,9 +173,67 @@ mod tests {
         assert!(parse_alloc_tres("gres/gpumem=10G").unwrap().is_empty());
     }
 
+    /// Regression: a count above u64::MAX / 1000 overflowed
+    /// (a panic in debug builds, a small wrapped count in release builds).
+    #[test]
+    fn huge_counts_saturate_instead_of_wrapping() {
+        let huge = format!("gres/gpu:a6000={}", u64::MAX / 999);
+        assert_eq!(milli(&huge)["a6000"], u64::MAX);
+        let twice = format!("gres/gpu:a6000={m},gres/gpu:A6000={m}", m = u64::MAX);
+        assert_eq!(milli(&twice)["a6000"], u64::MAX);
+        assert!(parse_alloc_tres("gres/gpu=18446744073709551616").is_err(), "beyond u64: a bad entry");
+        assert_eq!(gpu_count(250).to_string(), "0.25");
+        assert_eq!(gpu_count(u64::MAX), crate::tokens::Tokens::MAX);
+    }
+
     #[test]
     fn malformed_entries_are_named() {
         assert_eq!(parse_alloc_tres("gres/gpu:a6000=x").unwrap_err().entry, "gres/gpu:a6000=x");
         assert!(parse_alloc_tres("cpu").is_err());
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn count() -> impl Strategy<Value = u64> {
+            prop_oneof![0..64u64, any::<u64>()]
+        }
+
+        fn sharing() -> impl Strategy<Value = Sharing> {
+            (0..=16u64, prop_oneof![Just(100u64), any::<u64>()])
+                .prop_map(|(shards_per_gpu, mps_per_gpu)| Sharing { shards_per_gpu, mps_per_gpu })
+        }
+
+        proptest! {
+            #[test]
+            fn any_text_parses_or_is_a_named_error(text in "\\PC*") {
+                if let Err(e) = parse_alloc_tres(&text) {
+                    prop_assert!(text.contains(&e.entry));
+                }
+            }
+
+            #[test]
+            fn tres_like_text_never_panics(text in "((gres/(gpu|shard|mps|gpumem)(:[a-zA-Z0-9]{0,6})?|cpu|node)=[0-9kKmMgG]{0,22},?){0,6}") {
+                if let Ok(alloc) = parse_alloc_tres(&text) {
+                    let _ = alloc.milli_by_type("any", Sharing::default());
+                }
+            }
+
+            /// Typed counts are read exactly; more of anything never gives fewer milli-GPUs.
+            #[test]
+            fn any_counts_give_monotone_milli_gpus(gpus in count(), shards in count(), mps in count(), more in count(), s in sharing()) {
+                let text = |g: u64| format!("cpu=4,gres/gpu:a6000={g},gres/shard:a6000={shards},gres/mps:a6000={mps},gres/gpu={g}");
+                let alloc = parse_alloc_tres(&text(gpus)).unwrap();
+                prop_assert_eq!(alloc.gpus.typed["a6000"], gpus);
+                let base = alloc.milli_by_type("any", s).get("a6000").copied().unwrap_or(0);
+                let bigger = parse_alloc_tres(&text(gpus.saturating_add(more))).unwrap();
+                let after = bigger.milli_by_type("any", s).get("a6000").copied().unwrap_or(0);
+                prop_assert!(after >= base);
+                if let Some(exact) = gpus.checked_mul(MILLI) {
+                    prop_assert!(base >= exact);
+                }
+            }
+        }
     }
 }

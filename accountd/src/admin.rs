@@ -26,14 +26,20 @@ fn node_token(config: &Config, node: &str) -> CliResult {
 
 pub fn run(config: &Config, command: AdminCommand) -> CliResult {
     let socket = &config.paths.socket;
-    let amount =
-        |text: &str| -> CliResult<Tokens> { text.parse().map_err(|e| CliError::refused(format!("AMOUNT: {e}"))) };
+    // Checked here for a clear message before anything is sent; accountd checks again.
+    let amount = |text: &str, what: &str| -> CliResult<Tokens> {
+        let amount: Tokens = text.parse().map_err(|e| CliError::refused(format!("AMOUNT: {e}")))?;
+        match amount.beyond_limit(what) {
+            Some(beyond) => Err(CliError::refused(format!("AMOUNT: {beyond}"))),
+            None => Ok(amount),
+        }
+    };
     let (request, json) = match command {
         AdminCommand::Grant { user, amount: a, reason, key } => {
-            (Request::Grant { user, amount: amount(&a)?, reason, key }, false)
+            (Request::Grant { user, amount: amount(&a, "a grant")?, reason, key }, false)
         }
         AdminCommand::Adjust { user, amount: a, reason, key } => {
-            (Request::Adjust { user, amount: amount(&a)?, reason, key }, false)
+            (Request::Adjust { user, amount: amount(&a, "an adjustment")?, reason, key }, false)
         }
         AdminCommand::Refund { job_id, reason } => (Request::Refund { job_id, reason }, false),
         AdminCommand::History { user, last, json } => (Request::History { user: Some(user), limit: last }, json),

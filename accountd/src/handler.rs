@@ -79,7 +79,8 @@ fn from_ledger(e: LedgerError) -> Reply {
         LedgerError::UnknownUser(_)
         | LedgerError::NothingToRefund(_)
         | LedgerError::ImportConflict(_)
-        | LedgerError::BadUserName { .. } => invalid(e.to_string()),
+        | LedgerError::BadUserName { .. }
+        | LedgerError::OutOfRange(_) => invalid(e.to_string()),
         _ => Reply::Error { kind: ErrorKind::Internal, message: e.to_string() },
     }
 }
@@ -108,6 +109,8 @@ impl Service {
             Request::Grant { user, amount, reason, key } => {
                 if amount <= Tokens::ZERO {
                     Err(invalid(format!("a grant must be positive (got {amount}); use `adjust` to lower a balance")))
+                } else if let Some(beyond) = amount.beyond_limit("a grant") {
+                    Err(invalid(beyond))
                 } else {
                     self.record(caller, &user, EntryKind::Grant, amount, reason, key, now)
                 }
@@ -115,6 +118,8 @@ impl Service {
             Request::Adjust { user, amount, reason, key } => {
                 if amount == Tokens::ZERO {
                     Err(invalid("an adjustment of 0 changes nothing".into()))
+                } else if let Some(beyond) = amount.beyond_limit("an adjustment") {
+                    Err(invalid(beyond))
                 } else {
                     self.record(caller, &user, EntryKind::Adjust, amount, reason, key, now)
                 }
@@ -137,6 +142,11 @@ impl Service {
             }
             Request::Import { balances } => {
                 let total = balances.len();
+                let beyond =
+                    balances.iter().find_map(|(user, b)| b.beyond_limit(&format!("{user}'s imported balance")));
+                if let Some(beyond) = beyond {
+                    return (invalid(beyond), false);
+                }
                 self.ledger
                     .import(&balances, &caller.name, now)
                     .map(|imported| (Reply::Imported { imported, already: total - imported }, imported > 0))

@@ -10,10 +10,10 @@ use rusqlite::{params, OptionalExtension, Statement, Transaction};
 
 use super::{ensure_user, move_balance, Ledger, LedgerError};
 use crate::policy::BucketRules;
-use crate::pricing::{cost_milli, PriceTable};
+use crate::pricing::{cost_of, AppliedPrice, PriceTable};
 use crate::time::local_date;
 use crate::tokens::Tokens;
-use crate::tres::MILLI;
+use crate::tres::{gpu_count, MILLI};
 
 /// GPU time held by one run segment of one job, up to now (running) or to its end (finished).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +46,9 @@ pub struct ChargeOutcome {
     pub by_user_type: BTreeMap<(String, String), Tokens>,
     /// Records (job run segments) that were charged anything.
     pub records: usize,
+    /// Job IDs of records left out because their cost or GPU-seconds are beyond what the ledger can
+    /// hold (absurd counts, times or prices): never wrapped or saturated into a smaller charge.
+    pub uncountable: Vec<String>,
 }
 
 impl Ledger {
@@ -63,7 +66,11 @@ impl Ledger {
         let mut batch = Batch::default();
         let mut statements = Statements::prepare(&tx)?;
         for record in records {
-            if charge_record(&tx, &mut statements, &rules, prices, record, now, &mut batch)? {
+            let Some(priced) = price_record(record, prices) else {
+                outcome.uncountable.push(record.job_id.clone());
+                continue;
+            };
+            if charge_record(&tx, &mut statements, &rules, record, &priced, now, &mut batch)? {
                 outcome.records += 1;
             } else {
                 outcome.unchanged += 1;
@@ -77,11 +84,13 @@ impl Ledger {
                 move_balance(&tx, &user, pending.delta, last_entry)?;
             }
             for (gpu_type, tokens) in pending.by_type {
+                // Read back: a sum SQLite could not keep as an integer (it becomes REAL) fails the
+                // cycle instead of being stored inexactly.
                 tx.prepare_cached(
                     "INSERT INTO usage_days (user, day, gpu_type, charged) VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT DO UPDATE SET charged = charged + excluded.charged",
+                     ON CONFLICT DO UPDATE SET charged = charged + excluded.charged RETURNING charged",
                 )?
-                .execute(params![user, day, gpu_type, tokens.micro()])?;
+                .query_row(params![user, day, gpu_type, tokens.micro()], |r| r.get::<_, i64>(0))?;
                 outcome.by_user_type.insert((user.clone(), gpu_type), tokens);
             }
         }
@@ -137,27 +146,52 @@ struct PendingUser {
     by_type: Vec<(String, Tokens)>,
 }
 
+/// One GPU type of a record, priced: its milli-GPUs, the price applied, that price weighted, and the
+/// record's whole cost for it so far.
+struct Priced<'r> {
+    gpu_type: &'r String,
+    milli: u64,
+    price: AppliedPrice,
+    weighted: Tokens,
+    total: Tokens,
+}
+
+/// Every GPU type of `record` priced; None when its elapsed time, GPU-seconds or cost do not fit
+/// the ledger's 64-bit columns.
+fn price_record<'r>(record: &'r UsageRecord, prices: &PriceTable) -> Option<Vec<Priced<'r>>> {
+    i64::try_from(record.elapsed).ok()?;
+    let weight = i128::from(record.weight_permille.min(1000));
+    let priced = |(gpu_type, &milli): (&'r String, &u64)| {
+        i64::try_from(milli as u128 * record.elapsed as u128 / MILLI as u128).ok()?;
+        let price = prices.applied(gpu_type);
+        // At most the price itself: fits.
+        let weighted = Tokens::from_micro((price.per_gpu_hour.micro() as i128 * weight / 1000) as i64);
+        let total = cost_of(weighted, milli, record.elapsed)?;
+        Some(Priced { gpu_type, milli, price, weighted, total })
+    };
+    record.milli_gpus.iter().map(priced).collect()
+}
+
 /// Charges the GPU time of `record` not charged yet; true when it added entries.
 fn charge_record(
     tx: &Transaction<'_>,
     statements: &mut Statements<'_>,
     rules: &BucketRules,
-    prices: &PriceTable,
     record: &UsageRecord,
+    priced: &[Priced<'_>],
     now: i64,
     batch: &mut Batch,
 ) -> Result<bool, LedgerError> {
     let mut charged_any = false;
-    for (gpu_type, &milli) in &record.milli_gpus {
-        let price = prices.applied(gpu_type);
-        let weighted = Tokens::from_micro(price.per_gpu_hour.micro() * record.weight_permille.min(1000) as i64 / 1000);
-        let total = cost_milli(weighted, milli * record.elapsed);
+    for &Priced { gpu_type, milli, price, weighted, total } in priced {
         let Some(until) = statements.move_progress(record, gpu_type, total)? else { continue };
         // A price lowered mid-job never turns into a refund: charges only move forward.
         let due = (total - until.charged).max(Tokens::ZERO);
-        let gpu_seconds = milli * (record.elapsed - until.seconds) / MILLI;
+        // Fits: at most the record's GPU-seconds, which price_record checked.
+        let gpu_seconds = (milli as u128 * (record.elapsed - until.seconds) as u128 / MILLI as u128) as u64;
         if !price.listed {
-            *batch.unlisted_types.entry(gpu_type.clone()).or_default() += gpu_seconds;
+            let slot = batch.unlisted_types.entry(gpu_type.clone()).or_default();
+            *slot = slot.saturating_add(gpu_seconds);
         }
         let user = match batch.users.get_mut(&record.user) {
             Some(user) => user,
@@ -184,7 +218,7 @@ fn charge_record(
             user.last_entry,
         ])?;
         user.last_entry = Some(tx.last_insert_rowid());
-        user.delta = user.delta - due;
+        user.delta = user.delta.checked_sub(due).ok_or_else(|| super::out_of_range(&record.user, user.delta, -due))?;
         match user.by_type.iter_mut().find(|(t, _)| t == gpu_type) {
             Some((_, tokens)) => *tokens = *tokens + due,
             None => user.by_type.push((gpu_type.clone(), due)),
@@ -271,5 +305,5 @@ impl<'tx> Statements<'tx> {
 
 /// `8`, or `0.25` for a quarter of a GPU.
 fn gpus(milli: u64) -> Tokens {
-    Tokens::from_micro((milli * 1000) as i64)
+    gpu_count(milli)
 }

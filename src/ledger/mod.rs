@@ -42,6 +42,17 @@ pub enum LedgerError {
     ImportConflict(Vec<String>),
     #[error("'{name}' is not a user name: {why}")]
     BadUserName { name: String, why: &'static str },
+    #[error("{0}")]
+    OutOfRange(String),
+}
+
+/// The refusal of a change that would take a balance beyond what the ledger can hold.
+fn out_of_range(user: &str, balance: Tokens, amount: Tokens) -> LedgerError {
+    LedgerError::OutOfRange(format!(
+        "{user}'s balance {balance} changed by {amount} would leave the range the ledger can hold ({} to {} tokens)",
+        Tokens::MIN,
+        Tokens::MAX
+    ))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -529,15 +540,23 @@ fn insert_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied, LedgerErr
     Ok(Applied::Added)
 }
 
-/// Adds `amount` to the user's balance and makes `last_entry` their newest entry.
+/// Adds `amount` to the user's balance and makes `last_entry` their newest entry. Checked here: SQLite
+/// would turn an integer sum that overflows into an inexact REAL.
 fn move_balance(tx: &Transaction<'_>, user: &str, amount: Tokens, last_entry: i64) -> Result<(), LedgerError> {
-    tx.prepare_cached("UPDATE users SET balance = balance + ?2, last_entry = ?3 WHERE name = ?1")?.execute(params![
+    let balance = tx
+        .prepare_cached("SELECT balance FROM users WHERE name = ?1")?
+        .query_row([user], |r| r.get(0))
+        .map(Tokens::from_micro)?;
+    let moved = balance.checked_add(amount).ok_or_else(|| out_of_range(user, balance, amount))?;
+    tx.prepare_cached("UPDATE users SET balance = ?2, last_entry = ?3 WHERE name = ?1")?.execute(params![
         user,
-        amount.micro(),
+        moved.micro(),
         last_entry
     ])?;
     Ok(())
 }
 
+#[cfg(test)]
+mod range_tests;
 #[cfg(test)]
 mod tests;

@@ -99,16 +99,18 @@ pub fn parse_duration(text: &str) -> Result<Option<u64>, NotATime> {
         None => (None, text),
     };
     let parts: Vec<u64> = rest.split(':').map(number).collect::<Result<_, _>>()?;
-    let seconds = match (days, parts.as_slice()) {
-        (None, [m]) => m * 60,
-        (None, [m, s]) => m * 60 + s,
-        (None, [h, m, s]) => h * 3600 + m * 60 + s,
-        (Some(d), [h]) => d * 86400 + h * 3600,
-        (Some(d), [h, m]) => d * 86400 + h * 3600 + m * 60,
-        (Some(d), [h, m, s]) => d * 86400 + h * 3600 + m * 60 + s,
+    let (d, h, m, s) = match (days, parts.as_slice()) {
+        (None, [m]) => (0, 0, *m, 0),
+        (None, [m, s]) => (0, 0, *m, *s),
+        (None, [h, m, s]) => (0, *h, *m, *s),
+        (Some(d), [h]) => (d, *h, 0, 0),
+        (Some(d), [h, m]) => (d, *h, *m, 0),
+        (Some(d), [h, m, s]) => (d, *h, *m, *s),
         _ => return Err(NotATime),
     };
-    Ok(Some(seconds))
+    // In u128 then checked: digits from Slurm never wrap into a short limit.
+    let seconds = d as u128 * 86400 + h as u128 * 3600 + m as u128 * 60 + s as u128;
+    u64::try_from(seconds).map(Some).map_err(|_| NotATime)
 }
 
 /// `2-00:00:00`, `4:00:00`, as `--time` takes it.
@@ -170,5 +172,28 @@ mod tests {
         }
         assert_eq!(format_duration(172800), "2-00:00:00");
         assert_eq!(format_duration(5400), "1:30:00");
+    }
+
+    /// Regression: `d * 86400 + ...` wrapped (release) or panicked (debug) for huge digits from sinfo.
+    #[test]
+    fn times_too_long_to_count_are_not_times() {
+        assert_eq!(parse_duration("213503982334601-07:00:15"), Ok(Some(u64::MAX)));
+        assert_eq!(parse_duration("213503982334601-07:00:16"), Err(NotATime));
+        assert_eq!(parse_duration("18446744073709551615:00"), Err(NotATime));
+        assert_eq!(format_duration(u64::MAX), "213503982334601-07:00:15");
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn any_text_is_a_time_or_not(text in "[0-9:-]{0,30}|\\PC{0,20}") {
+                if let Ok(Some(seconds)) = parse_duration(&text) {
+                    prop_assert_eq!(parse_duration(&format_duration(seconds)), Ok(Some(seconds)));
+                }
+            }
+        }
     }
 }

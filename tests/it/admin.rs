@@ -119,3 +119,34 @@ fn verify_checks_the_ledger_beside_a_running_accountd() {
     assert_eq!(refused.code, 2);
     assert!(refused.stderr.contains("only root, the SlurmUser"), "{}", refused.stderr);
 }
+
+#[test]
+fn amounts_past_the_limit_are_refused_by_name() {
+    let site = Site::start("", "");
+    // accountd itself checks: an import goes to it unchecked by the command.
+    let state = site.file("state.json", r#"{"alice": 5, "bob": -10000000000}"#);
+    let out = site.accountd(None, &["admin", "import", &state]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("bob's imported balance of -10000000000 tokens is beyond the limit of ±1000000000 tokens"),
+        "{}",
+        out.stderr
+    );
+    for args in [
+        ["admin", "adjust", "alice", "1000000000.000001", "--reason", "typo"],
+        ["admin", "adjust", "alice", "-9223372036854.775808", "--reason", "typo"],
+        ["admin", "grant", "alice", "9223372036854.775807", "--reason", "typo"],
+    ] {
+        let out = site.accountd(None, &args);
+        assert_eq!(out.code, 2, "{args:?}: {}{}", out.stdout, out.stderr);
+        assert!(out.stderr.contains("is beyond the limit of ±1000000000 tokens"), "{args:?}: {}", out.stderr);
+    }
+    let too_large = site.accountd(None, &["admin", "grant", "alice", "99999999999999999999", "--reason", "typo"]);
+    assert!(too_large.stderr.contains("is too large"), "{}", too_large.stderr);
+    assert_eq!(site.balance("alice"), "100", "nothing was recorded");
+    // The limit itself is an amount an admin may give, either way.
+    site.accountd(None, &["admin", "adjust", "alice", "-1000000000", "--reason", "reset"]).ok();
+    site.accountd(None, &["admin", "grant", "alice", "1000000000", "--reason", "back"]).ok();
+    assert_eq!(site.balance("alice"), "100");
+    assert!(site.accountd(None, &["admin", "verify"]).ok().stdout.contains("consistent"));
+}

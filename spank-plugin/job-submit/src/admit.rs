@@ -14,7 +14,7 @@ use std::ffi::c_int;
 
 use chrono::NaiveDate;
 use gputokens::admission::{self, Decision, JobEstimate, TimeCheck};
-use gputokens::estimate::{array_task_count, max_cost, requested_milli, total_milli, Commitment, JobShape};
+use gputokens::estimate::{array_task_count, requested_milli, total_milli, Commitment, JobShape};
 use gputokens::plugin_config::{Deprioritize, Mode, PluginConfig, MAX_NICE};
 use gputokens::request::{GpuRequest, TresPer};
 use gputokens::slurm::partitions::{limit_for_untimed, max_time};
@@ -214,7 +214,7 @@ pub fn on_submit(
         match admission::check_duration(job.time_limit_secs(), untimed, max.as_secs()) {
             TimeCheck::Fine => {}
             TimeCheck::Limit { seconds: max, message } => {
-                changes.time_limit = Some((max / 60) as u32);
+                changes.time_limit = Some(limit_minutes(max));
                 seconds = Some(max);
                 messages.push(message);
             }
@@ -244,7 +244,13 @@ pub fn on_submit(
     }
 
     let seconds = seconds.unwrap_or(ctx.config.default_time_limit.as_secs());
-    let estimate = job_estimate(&request, job, seconds, balances);
+    let estimate = match job_estimate(&request, job, seconds, balances) {
+        Ok(estimate) => estimate,
+        Err(message) => {
+            log(Level::Info, format!("refused a GPU job of {who}: its request is more than can be counted"));
+            return Outcome { verdict: Verdict::reject(message), admitted: None };
+        }
+    };
     let committed = {
         let mut c = balances.committed(uid);
         c += local(uid);
@@ -294,11 +300,21 @@ pub(crate) fn accepted(changes: Changes, messages: Vec<String>) -> Verdict {
     Verdict::Accept { changes, message }
 }
 
-fn job_estimate(request: &GpuRequest, job: &JobRequest, seconds: u64, balances: &Balances) -> JobEstimate {
+/// The job's estimate, or the refusal of a request too large to count.
+fn job_estimate(
+    request: &GpuRequest,
+    job: &JobRequest,
+    seconds: u64,
+    balances: &Balances,
+) -> Result<JobEstimate, String> {
     let sharing: Sharing = balances.snapshot.sharing;
     let gpus = requested_milli(request, &job.shape(), sharing);
-    let cost = max_cost(&gpus, seconds, &balances.snapshot.prices);
-    JobEstimate { gpus, seconds, cost }
+    JobEstimate::of(gpus, seconds, &balances.snapshot.prices)
+}
+
+/// `seconds` as a job description's time limit in minutes, below Slurm's NO_VAL and INFINITE.
+pub(crate) fn limit_minutes(seconds: u64) -> u32 {
+    u32::try_from(seconds / 60).unwrap_or(u32::MAX).min(NO_VAL - 1)
 }
 
 /// The job's owner as the rules see them.
@@ -643,6 +659,41 @@ pub(crate) mod tests {
         let s = on_submit(&ctx(&v, &c), &any, 1002, &no_local, &mut log);
         assert!(message(&s.verdict).contains("up to 48 tokens (12 GPUs of any type for 1:00:00)"), "{:?}", s.verdict);
         assert_eq!(on_submit(&ctx(&v, &config()), &long, 1002, &no_local, &mut log).verdict, Verdict::accept());
+    }
+
+    #[test]
+    fn a_request_too_large_to_count_is_refused_not_priced_cheap() {
+        let v = view();
+        for c in [config(), PluginConfig { mode: Mode::Estimate, max_gpus_per_user: Some(4), ..config() }] {
+            let huge = JobRequest {
+                tres_per_job: Some("gres:gpu:4294967295".into()),
+                tres_per_node: None,
+                time_limit: INFINITE,
+                ..gpu_job(1002)
+            };
+            let (verdict, log) = submit(&ctx(&v, &c), &huge);
+            let Verdict::Reject { code: 2050, message } = verdict else { panic!("{verdict:?}") };
+            assert!(message.starts_with("gputokens: this job asks for 4294967295 GPUs of any type for "), "{message}");
+            assert!(message.contains("more than gputokens can count (at most 1000000 GPUs in one job"), "{message}");
+            assert_eq!(log, ["Info: refused a GPU job of bob (uid 1002): its request is more than can be counted"]);
+            // Counts that wrap a u64 many times over, per task of a huge array: still refused.
+            let wraps = JobRequest {
+                tres_per_task: Some("gres/gpu:a6000:99999999999999999999t".into()),
+                num_tasks: u32::MAX - 2,
+                array_inx: Some("0-4294967294".into()),
+                ..gpu_job(1002)
+            };
+            assert!(message_of_refusal(&ctx(&v, &c), &wraps).contains("more than gputokens can count"));
+        }
+        assert_eq!(limit_minutes(u64::MAX), NO_VAL - 1, "a huge max_job_duration never wraps to a short limit");
+        assert_eq!(limit_minutes(7200), 120);
+    }
+
+    fn message_of_refusal(ctx: &Context, job: &JobRequest) -> String {
+        match submit(ctx, job).0 {
+            Verdict::Reject { message, .. } => message,
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

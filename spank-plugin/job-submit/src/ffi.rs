@@ -170,13 +170,25 @@ fn c_string(text: &str) -> CString {
 }
 
 /// Stand-ins for libslurmfull in unit tests: `slurm_xstrdup` is `strdup` (free with `libc::free`),
-/// log lines are collected.
+/// log lines are collected, and this thread's `slurm_xstrdup`s and `slurm_xfree`s are counted (so a
+/// test can tell that every allocation it saw made was freed).
 #[cfg(test)]
 pub mod test_slurm {
+    use std::cell::Cell;
     use std::ffi::{c_char, CStr};
     use std::sync::Mutex;
 
     pub static LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    thread_local! {
+        static ALLOCATED: Cell<usize> = const { Cell::new(0) };
+        static FREED: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// (strings allocated, strings freed) on this thread so far.
+    pub fn allocations() -> (usize, usize) {
+        (ALLOCATED.get(), FREED.get())
+    }
 
     fn push(level: &str, arg: *const c_char) {
         // SAFETY: the callers pass a valid NUL-terminated string.
@@ -185,9 +197,13 @@ pub mod test_slurm {
     }
 
     pub unsafe fn slurm_xstrdup(s: *const c_char) -> *mut c_char {
+        ALLOCATED.set(ALLOCATED.get() + 1);
         nix::libc::strdup(s)
     }
     pub unsafe fn slurm_xfree(p: *mut *mut std::ffi::c_void) {
+        if !(*p).is_null() {
+            FREED.set(FREED.get() + 1);
+        }
         nix::libc::free(*p);
         *p = std::ptr::null_mut();
     }

@@ -15,6 +15,8 @@ mod bindings;
 mod ffi;
 mod modify;
 mod plugin;
+#[cfg(test)]
+mod properties;
 mod tally;
 mod watch;
 
@@ -135,7 +137,7 @@ mod tests {
     use std::sync::Mutex;
 
     /// The plugin state is global: tests that init it run one at a time.
-    static GLOBAL: Mutex<()> = Mutex::new(());
+    pub(crate) static GLOBAL: Mutex<()> = Mutex::new(());
 
     fn snapshot(users: &[(&str, i64)]) -> String {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();

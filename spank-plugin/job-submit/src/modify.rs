@@ -13,7 +13,7 @@
 //! (slurmctld's own uid) are not checked.
 
 use gputokens::admission::{self, Decision, JobEstimate};
-use gputokens::estimate::{max_cost, requested_milli, total_milli, Commitment, JobShape, MilliByType, PendingJob};
+use gputokens::estimate::{requested_milli, total_milli, Commitment, JobShape, MilliByType, PendingJob};
 use gputokens::plugin_config::{Deprioritize, Mode};
 use gputokens::request::GpuRequest;
 use gputokens::slurm::partitions::max_time;
@@ -86,7 +86,10 @@ pub fn on_modify(
         let Some(known) = known else {
             return refuse("not in the last queue read".into(), admission::unknown_job_message(&what));
         };
-        let (old, new) = before_and_after(ctx, balances, job, asked.as_ref(), known);
+        let (old, new) = match before_and_after(ctx, balances, job, asked.as_ref(), known) {
+            Ok(both) => both,
+            Err(message) => return refuse("its request is more than can be counted".into(), message),
+        };
         let held = {
             let mut c = balances.committed(uid);
             c += local(uid);
@@ -160,14 +163,15 @@ fn raises_shape_or_time(job: &JobRequest) -> bool {
 /// What the job held and could cost before the update, and the most it can after. With GPUs in the
 /// update, they are counted over the job's shape (the update's nodes and tasks, else the job's);
 /// without, the job's GPUs scale with the larger growth of its nodes and tasks (per-node and
-/// per-task requests grow at most that much), and its cost with the time limit too.
+/// per-task requests grow at most that much), and its cost with the time limit too. Err: the
+/// refusal of GPUs too many to count.
 fn before_and_after(
     ctx: &Context,
     balances: &Balances,
     job: &JobRequest,
     asked: Option<&GpuRequest>,
     known: &PendingJob,
-) -> (Commitment, JobEstimate) {
+) -> Result<(Commitment, JobEstimate), String> {
     let old = known.gpus.unwrap_or_default();
     let given = |n: u32| (n != NO_VAL && n > 0).then_some(n as u64);
     let given16 = |n: u16| (n as u32 != NO_VAL16 && n > 0).then_some(n as u64);
@@ -189,8 +193,7 @@ fn before_and_after(
             array_tasks: known.array_tasks.max(1),
         };
         let gpus = requested_milli(request, &shape, balances.snapshot.sharing);
-        let cost = max_cost(&gpus, seconds, prices);
-        return (old, JobEstimate { gpus, seconds, cost });
+        return Ok((old, JobEstimate::of(gpus, seconds, prices)?));
     }
     // growth = max(nodes / old nodes, tasks / old tasks, 1), as a fraction
     let (mut num, mut den) = (1u128, 1u128);
@@ -199,11 +202,13 @@ fn before_and_after(
             (num, den) = (new as u128, was as u128);
         }
     }
+    // u64 × u64 fits in u128; a product of three may not: beyond it, the cost is the most there is.
     let milli = (old.milli_gpus as u128 * num).div_ceil(den);
-    let cost = old.max_cost.micro().max(0) as u128 * num * seconds as u128 / (den * known.seconds.max(1) as u128);
+    let scaled = (old.max_cost.micro().max(0) as u128 * num).checked_mul(seconds as u128);
+    let cost = scaled.map_or(u128::MAX, |c| c / (den * known.seconds.max(1) as u128));
     let gpus = MilliByType::from([(None, u64::try_from(milli).unwrap_or(u64::MAX))]);
     let cost = Tokens::from_micro(i64::try_from(cost).unwrap_or(i64::MAX));
-    (old, JobEstimate { gpus, seconds, cost })
+    Ok((old, JobEstimate { gpus, seconds, cost }))
 }
 
 #[cfg(test)]
@@ -254,6 +259,24 @@ mod tests {
 
     fn passes(ctx: &Context, job: &JobRequest) -> bool {
         modify(ctx, job).0.verdict == Verdict::accept()
+    }
+
+    /// Regression: a pending job of enormous cost, grown by an update, overflowed u128 (a panic in
+    /// debug builds, a small wrapped cost in release builds).
+    #[test]
+    fn growth_past_what_can_be_counted_is_refused() {
+        let mut snap = snapshot();
+        let most = Some(Commitment { milli_gpus: u64::MAX / 2, max_cost: Tokens::from_micro(i64::MAX / 2) });
+        let queue = snap.queue.as_mut().unwrap();
+        queue.pending =
+            BTreeMap::from([(7, PendingJob { nodes: 1, tasks: 1, array_tasks: 1, seconds: 1, gpus: most })]);
+        let v = view_of(snap);
+        let c = PluginConfig { mode: Mode::Estimate, ..config() };
+        let grown = JobRequest { num_tasks: u32::MAX - 2, time_limit: u32::MAX - 2, ..update(7, BOB) };
+        let text = refused(&ctx(&v, &c), &grown);
+        assert!(text.contains("up to 9223372036854.775807 tokens"), "{text}");
+        let asked = JobRequest { tres_per_task: Some("gres:gpu:2".into()), num_tasks: u32::MAX - 2, ..update(7, BOB) };
+        assert!(refused(&ctx(&v, &c), &asked).contains("more than gputokens can count"));
     }
 
     #[test]
