@@ -72,7 +72,8 @@ pub fn charge(service: &mut Service, slurm: &Slurm, now: i64) -> CliResult<Charg
     let (finished_records, rejected_finished) = rejected_records::sift(finished.records.clone(), "sacct");
     let (running_records, rejected_running) =
         rejected_records::sift(running.iter().map(|j| j.usage(squeue_at, sharing)).collect(), "squeue");
-    let rejected: Vec<_> = finished.rejected.iter().cloned().chain(rejected_finished).chain(rejected_running).collect();
+    let mut rejected: Vec<_> =
+        finished.rejected.iter().cloned().chain(rejected_finished).chain(rejected_running).collect();
     let mut records: Vec<UsageRecord> = finished_records.into_iter().chain(running_records).collect();
     resolve_untyped(&mut records, &nodes_of, slurm);
     if service.config.usage.charge_basis == ChargeBasis::Measured {
@@ -87,6 +88,7 @@ pub fn charge(service: &mut Service, slurm: &Slurm, now: i64) -> CliResult<Charg
         let from = if read_until.is_none() { since } else { i64::MIN };
         service.ledger.set_meta(READ_FROM, &from.to_string())?;
     }
+    rejected.extend(rejected_records::uncountable(&outcome));
     service.metrics.record_charge(&outcome, finished.skipped);
     service.rejected_records.note(&rejected, &service.metrics);
     for (gpu_type, secs) in &outcome.unlisted_types {

@@ -21,9 +21,10 @@ pub fn charge_file(service: &mut Service, file: &Path, now: i64) -> CliResult<St
         .map_err(|e| CliError::refused(format!("{}: {e}", file.display())))?;
     let all = parsed.records.iter().chain(&parsed.active).cloned().collect();
     let (records, rejected) = crate::rejected_records::sift(all, &file.display().to_string());
-    let rejected: Vec<_> = parsed.rejected.iter().cloned().chain(rejected).collect();
-    service.rejected_records.note(&rejected, &service.metrics);
+    let mut rejected: Vec<_> = parsed.rejected.iter().cloned().chain(rejected).collect();
     let outcome = service.ledger.charge(&records, &service.config.prices, now)?;
+    rejected.extend(crate::rejected_records::uncountable(&outcome));
+    service.rejected_records.note(&rejected, &service.metrics);
     publish_snapshot(service, now)?;
     for (gpu_type, gpu_seconds) in &outcome.unlisted_types {
         tracing::warn!(

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use gputokens::ledger::UsageRecord;
+use gputokens::ledger::{ChargeOutcome, UsageRecord};
 use gputokens::slurm::rejected::{unresolved_uid, Reason, Rejected};
 
 use crate::metrics::Metrics;
@@ -35,6 +35,16 @@ impl RejectedRecords {
         }
         new
     }
+}
+
+/// The records the ledger left out because their cost or GPU-seconds are beyond what it can hold
+/// (e.g. prices so high that the GPU time is past the 64-bit range).
+pub fn uncountable(outcome: &ChargeOutcome) -> impl Iterator<Item = Rejected> + '_ {
+    outcome.uncountable.iter().map(|job| Rejected {
+        reason: Reason::AbsurdValue,
+        origin: format!("job {job}"),
+        detail: "its cost or GPU-seconds are more than the ledger can hold".into(),
+    })
 }
 
 /// Takes out of `records` those that cannot be charged: what `gputokens::slurm::rejected::check`

@@ -9,6 +9,7 @@ mod charging;
 mod cluster;
 mod common;
 mod config;
+mod cycles;
 mod health;
 mod http;
 mod overload;
