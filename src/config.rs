@@ -71,6 +71,9 @@ pub struct Preemption {
     /// The busy test: a contended GPU type is acted on only when the jobs holding it use it at least
     /// this much on average (percent, from the usage samples); None = always.
     pub busy_percent: Option<f64>,
+    /// A waiting job that caused a preemption causes no other for this long after the preempted
+    /// job's GPUs are freed (after `grace`): the time Slurm needs to start it.
+    pub start_wait: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -101,6 +104,7 @@ struct RawPreemption {
     grace: String,
     at_floor: AtFloor,
     busy_percent: f64,
+    start_wait: String,
 }
 
 impl Default for RawPreemption {
@@ -115,6 +119,7 @@ impl Default for RawPreemption {
             grace: "60s".into(),
             at_floor: AtFloor::None,
             busy_percent: 0.0,
+            start_wait: "10m".into(),
         }
     }
 }
@@ -339,6 +344,10 @@ pub struct SlurmTools {
     /// Each cycle re-reads sacct this far before where the last one stopped, for records slurmdbd
     /// stored late; charging is idempotent, so re-reading costs nothing but time.
     pub reread: Duration,
+    /// How long sacct may run (it waits on slurmdbd) before it is killed and the cycle fails.
+    pub sacct_timeout: Duration,
+    /// How long squeue, scontrol, sinfo, sacctmgr and scancel may run.
+    pub command_timeout: Duration,
 }
 
 #[derive(Debug, Deserialize)]
@@ -347,11 +356,19 @@ struct RawSlurm {
     bin_dir: Option<PathBuf>,
     first_lookback: String,
     reread: String,
+    sacct_timeout: String,
+    command_timeout: String,
 }
 
 impl Default for RawSlurm {
     fn default() -> Self {
-        RawSlurm { bin_dir: None, first_lookback: "1d".into(), reread: "1h".into() }
+        RawSlurm {
+            bin_dir: None,
+            first_lookback: "1d".into(),
+            reread: "1h".into(),
+            sacct_timeout: "5m".into(),
+            command_timeout: "60s".into(),
+        }
     }
 }
 
@@ -600,6 +617,8 @@ impl RawConfig {
             bin_dir: self.slurm.bin_dir,
             first_lookback: duration("slurm.first_lookback", &self.slurm.first_lookback)?,
             reread: any_duration("slurm.reread", &self.slurm.reread)?,
+            sacct_timeout: duration("slurm.sacct_timeout", &self.slurm.sacct_timeout)?,
+            command_timeout: duration("slurm.command_timeout", &self.slurm.command_timeout)?,
         };
 
         let http_listen = match self.http.listen.trim() {
@@ -690,6 +709,7 @@ impl RawConfig {
             grace: any_duration("preemption.grace", &p.grace)?,
             at_floor: p.at_floor,
             busy_percent: (p.busy_percent > 0.0).then_some(p.busy_percent),
+            start_wait: any_duration("preemption.start_wait", &p.start_wait)?,
         };
 
         let h = self.health;

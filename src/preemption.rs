@@ -127,6 +127,59 @@ pub fn contention_victims(holders: &[Holder], waiters: &[Waiter], now: i64, limi
     chosen
 }
 
+/// GPUs an earlier cycle's preemption freed for a waiting job. Remembered (in the ledger) until
+/// `expires`, the time the job had to start: until then the same wait causes no other preemption,
+/// so consecutive cycles (or `accountd tick` after `serve`) never displace more than it needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FreedFor {
+    pub waiter: String,
+    pub gpu_type: String,
+    pub gpus: u64,
+    pub expires: i64,
+}
+
+/// The waiters as they still want GPUs: what earlier preemptions freed for them is taken off, and
+/// a waiter that wants nothing more drops out. `freed` holds only what has not expired.
+pub fn still_wanted(waiters: &[Waiter], freed: &[FreedFor]) -> Vec<Waiter> {
+    waiters
+        .iter()
+        .filter_map(|waiter| {
+            let mut waiter = waiter.clone();
+            for f in freed.iter().filter(|f| f.waiter == waiter.job_id) {
+                if let Some(wanted) = waiter.wants.get_mut(&f.gpu_type) {
+                    *wanted = wanted.saturating_sub(f.gpus);
+                }
+            }
+            waiter.wants.retain(|_, wanted| *wanted > 0);
+            (!waiter.wants.is_empty()).then_some(waiter)
+        })
+        .collect()
+}
+
+/// Whom the victims' GPUs are for: per type, the GPUs all victims free go to the waiters that
+/// make demand (balance ≥ 0), in queue order, each up to what it wants; remembered until `expires`.
+pub fn freed_for(victims: &[Victim], holders: &[Holder], waiters: &[Waiter], expires: i64) -> Vec<FreedFor> {
+    let mut freed: BTreeMap<&str, u64> = BTreeMap::new();
+    for victim in victims {
+        let Some(holder) = holders.iter().find(|h| h.job_id == victim.job_id) else { continue };
+        for (gpu_type, n) in &holder.gpus {
+            *freed.entry(gpu_type.as_str()).or_default() += n;
+        }
+    }
+    let mut given = Vec::new();
+    for waiter in waiters.iter().filter(|w| !w.balance.is_negative()) {
+        for (gpu_type, wanted) in &waiter.wants {
+            let Some(left) = freed.get_mut(gpu_type.as_str()) else { continue };
+            let gpus = (*wanted).min(*left);
+            if gpus > 0 {
+                *left -= gpus;
+                given.push(FreedFor { waiter: waiter.job_id.clone(), gpu_type: gpu_type.clone(), gpus, expires });
+            }
+        }
+    }
+    given
+}
+
 /// Running GPU jobs of users at or below the floor (for `at_floor = "requeue" | "cancel"`).
 pub fn at_floor_victims(holders: &[Holder], floor: Tokens, limit: usize) -> Vec<Victim> {
     holders
@@ -200,6 +253,37 @@ mod tests {
         let many: Vec<Holder> = (0..5).map(|i| holder(&i.to_string(), "alice", -5, 1000 + i, "a6000", 1)).collect();
         let capped = Limits { max_per_cycle: 2, ..LIMITS };
         assert_eq!(contention_victims(&many, &[waiter("9", 0, "a6000", 5)], 10_000, capped).len(), 2);
+    }
+
+    #[test]
+    fn a_waiter_gpus_were_freed_for_causes_no_second_preemption() {
+        let holders = [holder("1", "alice", -5, 1000, "a6000", 1), holder("2", "alice", -5, 2000, "a6000", 1)];
+        let waiters = [waiter("9", 50, "a6000", 1)];
+        let first = contention_victims(&holders, &waiters, 10_000, LIMITS);
+        assert_eq!(first.len(), 1);
+        let freed = freed_for(&first, &holders, &waiters, 10_600);
+        assert_eq!(freed, [FreedFor { waiter: "9".into(), gpu_type: "a6000".into(), gpus: 1, expires: 10_600 }]);
+
+        // The next cycle: job 2 was requeued, job 9 still waits for the GPU it freed.
+        let left = [holders[0].clone()];
+        assert!(still_wanted(&waiters, &freed).is_empty());
+        assert!(contention_victims(&left, &still_wanted(&waiters, &freed), 10_060, LIMITS).is_empty());
+        // Once the memory has expired (the caller keeps only what has not), it may cause another.
+        assert_eq!(contention_victims(&left, &still_wanted(&waiters, &[]), 10_700, LIMITS).len(), 1);
+    }
+
+    #[test]
+    fn freed_gpus_go_to_waiters_in_queue_order_and_only_what_each_wants() {
+        let holders = [holder("1", "alice", -5, 1000, "a6000", 2), holder("2", "carol", -1, 1000, "rtx2080", 1)];
+        let waiters = [waiter("8", 1, "a6000", 1), waiter("9", 1, "a6000", 3), waiter("10", -1, "a6000", 1)];
+        let victims = contention_victims(&holders, &waiters, 10_000, LIMITS);
+        assert_eq!(victims.len(), 1, "{victims:?}");
+        let freed = freed_for(&victims, &holders, &waiters, 99);
+        let given: Vec<(&str, u64)> = freed.iter().map(|f| (f.waiter.as_str(), f.gpus)).collect();
+        assert_eq!(given, [("8", 1), ("9", 1)], "the debtor's waiting job makes no demand");
+        let rest = still_wanted(&waiters, &freed);
+        let wants: Vec<(&str, u64)> = rest.iter().map(|w| (w.job_id.as_str(), w.wants["a6000"])).collect();
+        assert_eq!(wants, [("9", 2), ("10", 1)]);
     }
 
     #[test]

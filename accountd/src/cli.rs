@@ -25,6 +25,8 @@ pub enum Command {
         /// Replenish and write the snapshot only (e.g. while slurmdbd is down).
         #[arg(long)]
         skip_charge: bool,
+        #[command(flatten)]
+        wait: WaitArg,
     },
     /// Charge job records from a file of `sacct -X -D -P -o JobIDRaw,User,AllocTRES,ElapsedRaw,Start,State`.
     Charge {
@@ -33,6 +35,8 @@ pub enum Command {
         sacct_file: PathBuf,
         #[command(flatten)]
         time: TimeArg,
+        #[command(flatten)]
+        wait: WaitArg,
     },
     /// Check or print the configuration.
     #[command(subcommand)]
@@ -56,6 +60,14 @@ pub struct TimeArg {
     /// Act as if it were this time (RFC 3339 or local YYYY-MM-DDTHH:MM:SS); for replays and tests.
     #[arg(long, value_name = "TIME")]
     pub now: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct WaitArg {
+    /// How long to wait for a cycle already running (of `accountd serve` or another tick) to end
+    /// before giving up, naming it; cycles never run two at a time.
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = humantime::parse_duration)]
+    pub wait: std::time::Duration,
 }
 
 #[derive(Debug, Subcommand)]

@@ -31,15 +31,20 @@ impl fmt::Display for CheckSummary {
 
 /// Replenishes, republishes the snapshot, reads job utilization from Prometheus (when that is the
 /// source) and preempts where GPUs are contended. A failure of the last two is logged and does not
-/// stop the rest of the cycle.
-pub fn check(service: &mut Service, now: i64) -> CliResult<CheckSummary> {
+/// stop the rest of the cycle. `publish` writes the snapshot from what the service now knows
+/// ([`publish_snapshot`], or `accountd serve`'s way of handing the view to its answering side).
+pub fn check(
+    service: &mut Service,
+    now: i64,
+    publish: impl FnOnce(&Service, i64) -> CliResult<usize>,
+) -> CliResult<CheckSummary> {
     // Never for a day that has not come on the clock, whatever `tick --now` says.
     let replenished = service.ledger.replenish(now.min(gputokens::time::now()))?;
     service.metrics.replenished.inc_by(replenished.tokens.as_f64());
     let slurm = crate::slurm::Slurm::new(&service.config.slurm);
     let mut queue = crate::slurm::QueueOnce::new(&slurm);
     crate::slurm_view::refresh(service, &slurm, &mut queue, now);
-    let users = publish_snapshot(service, now)?;
+    let users = publish(service, now)?;
     let window = service.config.intervals.check;
     let usage = crate::usage::poll_prometheus(service, window, now).unwrap_or_else(|e| {
         tracing::error!("{e}");
@@ -69,5 +74,6 @@ pub fn publish_snapshot(service: &Service, now: i64) -> CliResult<usize> {
     // As root: readable by slurmctld's group, or the plugin could not read it.
     crate::snapshot_access::write(&service.config.paths.snapshot, &text, &service.config.slurm_user)
         .map_err(CliError::failed)?;
+    service.metrics.snapshot_written.set(now);
     Ok(accounts.len())
 }

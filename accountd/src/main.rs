@@ -1,6 +1,7 @@
 use std::process::ExitCode;
 
-use accountd::cli::{Cli, Command, ConfigCommand, TimeArg};
+use accountd::cli::{Cli, Command, ConfigCommand, TimeArg, WaitArg};
+use accountd::cycle_lock::CycleLock;
 use accountd::error::{CliError, CliResult};
 use accountd::handler::Service;
 use accountd::slurm::Slurm;
@@ -43,23 +44,37 @@ fn run(cli: Cli) -> CliResult {
         Command::Admin(command) => admin::run(&Config::load(&path)?, command),
         Command::Agent { node, once } => accountd::agent::run::run(&Config::load(&path)?, node, once),
         Command::Serve => serve(Config::load(&path)?),
-        Command::Tick { time, skip_charge } => {
+        Command::Tick { time, skip_charge, wait } => {
             let mut service = Service::open_as_admin(Config::load(&path)?)?;
             let now = now(&time)?;
+            // Held until the preemptions' grace is over: their requeues are part of this cycle.
+            let _lock = cycle_lock(&service, "accountd tick", &wait)?;
             if !skip_charge {
                 let slurm = Slurm::new(&service.config.slurm);
                 println!("charge: {}", charging::charge(&mut service, &slurm, now)?);
             }
-            println!("check: {}", cycle::check(&mut service, now)?);
+            println!("check: {}", cycle::check(&mut service, now, cycle::publish_snapshot)?);
             service.finish_pending();
             Ok(())
         }
-        Command::Charge { sacct_file, time } => {
+        Command::Charge { sacct_file, time, wait } => {
             let mut service = Service::open_as_admin(Config::load(&path)?)?;
+            let _lock = cycle_lock(&service, "accountd charge", &wait)?;
             println!("{}", records::charge_file(&mut service, &sacct_file, now(&time)?)?);
             Ok(())
         }
     }
+}
+
+/// The cycle lock for an admin's command, waiting for a running cycle as long as `--wait` says;
+/// says on stderr whom it waited for.
+fn cycle_lock(service: &Service, what: &str, wait: &WaitArg) -> CliResult<CycleLock> {
+    let lock = CycleLock::acquire(&service.config.paths.ledger, what, wait.wait)?;
+    if let Some((waited, holder)) = &lock.waited {
+        let waited = humantime::format_duration(std::time::Duration::from_secs(waited.as_secs()));
+        tracing::info!("waited {waited} for another cycle to end ({holder})");
+    }
+    Ok(lock)
 }
 
 /// Prints what `slurm_check` finds; exit 2 when it finds a problem.
@@ -113,7 +128,8 @@ fn serve(config: Config) -> CliResult {
             let stopped = stopped.clone();
             tokio::spawn(async move { accountd::http_listener::serve(tcp, app, &limits, metrics, stopped).await });
         }
-        server::launch(listener, shared.clone(), accountd::signals::shutdown_signal()).await;
+        let cycles = accountd::serve_cycles::Cycles::open(&shared)?;
+        server::launch(listener, shared.clone(), cycles, accountd::signals::shutdown_signal()).await;
         if let Ok(mut service) = shared.lock() {
             service.finish_pending();
         }

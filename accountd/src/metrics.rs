@@ -60,6 +60,8 @@ pub struct Metrics {
     pub jobs_charged: Counter,
     pub cycle_seconds: Family<CycleLabels, FloatGauge>,
     pub cycle_failures: Family<CycleLabels, Counter>,
+    pub cycle_last_success: Family<CycleLabels, Gauge>,
+    pub snapshot_written: Gauge,
     pub records_skipped: Family<ReasonLabels, Counter>,
     pub unpriced_gpu_seconds: Family<GpuTypeLabels, Counter>,
     pub gpu_utilization: Family<GpuLabels, FloatGauge>,
@@ -119,6 +121,8 @@ impl Metrics {
             jobs_charged: Counter::default(),
             cycle_seconds: Family::default(),
             cycle_failures: Family::default(),
+            cycle_last_success: Family::default(),
+            snapshot_written: Gauge::default(),
             records_skipped: Family::default(),
             agent_reports_refused: Family::default(),
             connections_refused: Family::default(),
@@ -150,6 +154,16 @@ impl Metrics {
         );
         registry.register("cycle_duration_seconds", "Duration of the last cycle", m.cycle_seconds.clone());
         registry.register("cycle_failures", "Cycles that failed", m.cycle_failures.clone());
+        registry.register(
+            "cycle_last_success_timestamp_seconds",
+            "When the last cycle that succeeded ended (unix seconds); a failed cycle leaves it, and the snapshot, as they were",
+            m.cycle_last_success.clone(),
+        );
+        registry.register(
+            "snapshot_written_timestamp_seconds",
+            "The time stamped in the balance snapshot last written (unix seconds): the job_submit plugin's max_snapshot_age counts from it",
+            m.snapshot_written.clone(),
+        );
         registry.register(
             "agent_reports_refused",
             "Agent reports refused (unauthenticated, another node's or job's, malformed), by reason",
@@ -249,7 +263,9 @@ impl Metrics {
     pub fn record_cycle(&self, cycle: &str, seconds: f64, ok: bool) {
         let labels = CycleLabels { cycle: cycle.to_string() };
         self.cycle_seconds.get_or_create(&labels).set(seconds);
-        if !ok {
+        if ok {
+            self.cycle_last_success.get_or_create(&labels).set(gputokens::time::now());
+        } else {
             self.cycle_failures.get_or_create(&labels).inc();
         }
     }
@@ -272,6 +288,8 @@ mod tests {
         // A sample in every family: a family without one is not described at all.
         let m = Metrics::new();
         m.record_cycle("charge", 0.1, false);
+        m.record_cycle("check", 0.1, true);
+        m.snapshot_written.set(1);
         let outcome = ChargeOutcome { unlisted_types: [("h100".to_string(), 60)].into(), ..Default::default() };
         m.record_charge(&outcome, 0);
         let gpu = GpuLabels { node: "n1".into(), gpu: "0".into(), uuid: "GPU-0".into() };
@@ -281,9 +299,32 @@ mod tests {
         let text = m.encode();
         for name in used {
             assert!(
-                text.lines().any(|l| l.starts_with(&format!("{name}{{"))),
+                text.lines().any(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} "))),
                 "the rules read {name}, not served:\n{text}"
             );
         }
+    }
+
+    /// The stale-snapshot alert fires (threshold plus `for`) before the job_submit plugin's default
+    /// and example max_snapshot_age let on_error decide GPU jobs, and not while the snapshot is only
+    /// as old as the default and example check interval.
+    #[test]
+    fn the_stale_snapshot_alert_fires_before_max_snapshot_age() {
+        let rules = include_str!("../../slurm-conf/prometheus/gputokens-alerts.yml");
+        let rule = rules.split("- alert: ").find(|r| r.starts_with("GputokensSnapshotStale")).expect("the rule");
+        let after = |key: &str| rule.lines().find_map(|l| l.trim().strip_prefix(key)).map(str::trim).unwrap();
+        let threshold: u64 = after("expr: time() - gputokens_snapshot_written_timestamp_seconds >").parse().unwrap();
+        let pending = humantime::parse_duration(after("for:")).unwrap().as_secs();
+
+        let example = gputokens::Config::parse(gputokens::config::EXAMPLE, std::path::Path::new("example")).unwrap();
+        let max_age = example.admission.max_snapshot_age.unwrap().as_secs();
+        assert_eq!(max_age, gputokens::plugin_config::DEFAULT_MAX_SNAPSHOT_AGE.as_secs());
+        assert!(threshold + pending < max_age, "alert at {threshold}s + {pending}s, max_snapshot_age {max_age}s");
+        let check = example.intervals.check.as_secs();
+        assert_eq!(
+            check,
+            gputokens::Config::parse("", std::path::Path::new("empty")).unwrap().intervals.check.as_secs()
+        );
+        assert!(threshold > check, "the snapshot is {check}s old between check cycles");
     }
 }

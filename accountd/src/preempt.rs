@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use gputokens::config::{AtFloor, PreemptAction};
 use gputokens::ledger::Action;
 use gputokens::preemption::{
-    at_floor_victims, contention_victims, utilization_by_type, Cause, Holder, Limits, Victim, Waiter,
+    at_floor_victims, contention_victims, freed_for, still_wanted, utilization_by_type, Cause, Holder, Limits, Victim,
+    Waiter,
 };
 use gputokens::slurm::squeue::QueueJob;
 use gputokens::tres::{Sharing, MILLI};
@@ -26,6 +27,11 @@ pub fn check(service: &mut Service, slurm: &Slurm, queue: &mut QueueOnce, now: i
         return Ok("preemption off".into());
     }
     let jobs = queue.jobs()?;
+    // GPUs earlier preemptions freed for jobs that still wait, and have not had their time to start.
+    let pending: std::collections::HashSet<&str> =
+        jobs.iter().filter(|j| j.state == "PENDING").map(|j| j.job_id.as_str()).collect();
+    service.ledger.forget_freed(now, |job| pending.contains(job))?;
+    let freed_earlier = service.ledger.freed_for_waiters(now)?;
     let balance = balances(service, jobs)?;
     let exempt = &service.config.exempt;
     let holders: Vec<Holder> = jobs
@@ -56,6 +62,9 @@ pub fn check(service: &mut Service, slurm: &Slurm, queue: &mut QueueOnce, now: i
         not_busy = idle.iter().map(|(t, why)| format!(", {t} not busy ({why})")).collect();
     }
 
+    let waiting = waiters.len();
+    let waiters = still_wanted(&waiters, &freed_earlier);
+    let served = waiting - waiters.len();
     let limits = Limits { min_runtime_secs: config.min_runtime.as_secs() as i64, max_per_cycle: config.max_per_cycle };
     let mut victims = if config.enabled { contention_victims(&holders, &waiters, now, limits) } else { Vec::new() };
     if config.at_floor != AtFloor::None {
@@ -67,12 +76,22 @@ pub fn check(service: &mut Service, slurm: &Slurm, queue: &mut QueueOnce, now: i
             .collect();
         victims.extend(more);
     }
+    if !config.dry_run && !victims.is_empty() {
+        // Remembered before acting: a cycle that runs next (here or in another process) must see it.
+        let secs = |d: std::time::Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+        let expires = now.saturating_add(secs(config.grace)).saturating_add(secs(config.start_wait));
+        service.ledger.remember_freed(&freed_for(&victims, &holders, &waiters, expires), now)?;
+    }
     let requeueable: HashMap<&str, bool> = jobs.iter().map(|j| (j.job_id.as_str(), j.requeueable)).collect();
     for victim in &victims {
         act(service, slurm, victim, requeueable.get(victim.job_id.as_str()).copied().unwrap_or(false), now)?;
     }
     let done = if config.dry_run { "would preempt (dry run)" } else { "preempted" };
-    Ok(format!("{} GPU jobs running, {} waiting, {} {done}{not_busy}", holders.len(), waiters.len(), victims.len()))
+    let served = match served {
+        0 => String::new(),
+        n => format!(" ({n} of them already had GPUs freed by an earlier preemption)"),
+    };
+    Ok(format!("{} GPU jobs running, {waiting} waiting{served}, {} {done}{not_busy}", holders.len(), victims.len()))
 }
 
 /// GPU types that fail the busy test, with why: their holders' mean utilization is below

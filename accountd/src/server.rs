@@ -14,6 +14,7 @@ use tokio::net::{UnixListener, UnixStream};
 use crate::conn_caps::{ConnectionCaps, Full};
 use crate::cycle;
 use crate::handler::Service;
+use crate::serve_cycles::{Cycles, Kind};
 
 /// Largest request accepted (an import of a big site's state file fits easily).
 const MAX_REQUEST: u64 = 16 << 20;
@@ -45,8 +46,9 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
 }
 
 /// Serves until `shutdown` completes; charges every `intervals.charge` and checks every
-/// `intervals.check`. Cycles run one at a time and shutdown is only taken between them.
-pub async fn launch(listener: UnixListener, service: Shared, shutdown: impl Future<Output = ()>) {
+/// `intervals.check` (`cycles`: beside the answering, never in its way). Shutdown waits for the
+/// cycles under way.
+pub async fn launch(listener: UnixListener, service: Shared, mut cycles: Cycles, shutdown: impl Future<Output = ()>) {
     let Ok((charge_every, check_every, metrics)) =
         service.lock().map(|s| (s.config.intervals.charge, s.config.intervals.check, s.metrics.clone()))
     else {
@@ -59,13 +61,8 @@ pub async fn launch(listener: UnixListener, service: Shared, shutdown: impl Futu
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
-            _ = charge_ticker.tick() => run_cycle(&service, "charge", |s, now| {
-                let slurm = crate::slurm::Slurm::new(&s.config.slurm);
-                let summary = crate::charging::charge(s, &slurm, now)?;
-                cycle::publish_snapshot(s, now)?;
-                Ok(summary.to_string())
-            }).await,
-            _ = check_ticker.tick() => run_cycle(&service, "check", |s, now| Ok(cycle::check(s, now)?.to_string())).await,
+            _ = charge_ticker.tick() => cycles.start(Kind::Charge),
+            _ = check_ticker.tick() => cycles.start(Kind::Check),
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => admit(stream, &caps, &metrics, &service),
                 Err(e) => tracing::warn!("accept failed: {e}"),
@@ -73,25 +70,7 @@ pub async fn launch(listener: UnixListener, service: Shared, shutdown: impl Futu
         }
     }
     tracing::info!("accountd stopping");
-}
-
-async fn run_cycle<F>(service: &Shared, name: &'static str, work: F)
-where
-    F: FnOnce(&mut Service, i64) -> crate::error::CliResult<String> + Send + 'static,
-{
-    let service = service.clone();
-    let started = std::time::Instant::now();
-    let run = tokio::task::spawn_blocking(move || {
-        let mut s = service.lock().unwrap_or_else(|p| p.into_inner());
-        let result = work(&mut s, gputokens::time::now());
-        s.metrics.record_cycle(name, started.elapsed().as_secs_f64(), result.is_ok());
-        result
-    });
-    match run.await {
-        Ok(Ok(summary)) => tracing::info!("{name} cycle ({:?}): {summary}", started.elapsed()),
-        Ok(Err(e)) => tracing::error!("{name} cycle failed: {e}"),
-        Err(e) => tracing::error!("{name} cycle panicked: {e}"),
-    }
+    cycles.finish().await;
 }
 
 /// Serves a connection when its user (and everyone) holds fewer than the caps allow; else tells it

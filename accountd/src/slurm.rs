@@ -3,35 +3,54 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::Duration;
 
 use gputokens::config::SlurmTools;
 use gputokens::slurm::sacct;
 use gputokens::slurm::squeue::{self, QueueJob};
 
+use crate::command::RunError;
 use crate::error::{CliError, CliResult};
 
 #[derive(Clone)]
 pub struct Slurm {
     bin_dir: Option<PathBuf>,
+    sacct_timeout: Duration,
+    command_timeout: Duration,
 }
 
 impl Slurm {
     pub fn new(tools: &SlurmTools) -> Slurm {
-        Slurm { bin_dir: tools.bin_dir.clone() }
+        Slurm {
+            bin_dir: tools.bin_dir.clone(),
+            sacct_timeout: tools.sacct_timeout,
+            command_timeout: tools.command_timeout,
+        }
+    }
+
+    /// sacct waits on slurmdbd, which may take long on a big site; the others answer from slurmctld.
+    fn timeout(&self, name: &str) -> Duration {
+        if name == "sacct" {
+            self.sacct_timeout
+        } else {
+            self.command_timeout
+        }
     }
 
     fn program(&self, name: &str) -> PathBuf {
         self.bin_dir.as_ref().map(|d| d.join(name)).unwrap_or_else(|| PathBuf::from(name))
     }
 
-    /// Runs `name args...` and returns its stdout.
+    /// Runs `name args...` and returns its stdout; one that runs past its timeout (`[slurm]
+    /// sacct_timeout`, `command_timeout`) is killed and is an error.
     pub fn run(&self, name: &str, args: &[&str]) -> CliResult<String> {
         let program = self.program(name);
-        let out = Command::new(&program)
-            .args(args)
-            .envs(time_format(name))
-            .output()
-            .map_err(|e| CliError::failed(format!("cannot run {}: {e}", program.display())))?;
+        let mut command = Command::new(&program);
+        command.args(args).envs(time_format(name));
+        let out = crate::command::run(command, self.timeout(name)).map_err(|e| match e {
+            RunError::Spawn(e) => CliError::failed(format!("cannot run {}: {e}", program.display())),
+            e => CliError::failed(format!("{name} {}: {e}", args.join(" "))),
+        })?;
         if !out.status.success() {
             let stderr = String::from_utf8_lossy(&out.stderr);
             return Err(CliError::failed(format!(

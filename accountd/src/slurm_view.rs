@@ -17,7 +17,7 @@ use crate::error::{CliError, CliResult};
 use crate::handler::Service;
 use crate::slurm::{QueueOnce, Slurm};
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct SlurmView {
     pub partitions: Vec<partitions::Partition>,
     pub default_accounts: HashMap<String, String>,

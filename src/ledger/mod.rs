@@ -3,6 +3,7 @@
 
 mod charge;
 mod faults;
+mod freed;
 mod replenish;
 mod schema;
 mod verify;
@@ -194,6 +195,10 @@ impl Ledger {
         // 64 MiB of page cache: a large charge cycle touches several indexes per record.
         conn.pragma_update(None, "cache_size", -65536)?;
         conn.pragma_update(None, "foreign_keys", true)?;
+        // Writers take the write lock when they begin: a transaction that read first and then found
+        // another connection (serve's cycles beside its requests, an admin's tick) had written since
+        // would fail at once instead of waiting its turn.
+        conn.set_transaction_behavior(rusqlite::TransactionBehavior::Immediate);
         schema::migrate(&mut conn)?;
         Ok(Ledger { conn, rules })
     }

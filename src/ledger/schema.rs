@@ -117,6 +117,16 @@ const MIGRATIONS: &[&str] = &[
         acted_at INTEGER NOT NULL,   -- unix seconds of the drain
         PRIMARY KEY (node, gpu, cause)
      ) WITHOUT ROWID;",
+    // 7: GPUs a preemption freed for a waiting job, so that the next cycle (of this or another
+    // accountd process) does not preempt again for the same wait before the job had time to start.
+    "CREATE TABLE freed_for_waiters (
+        waiter   TEXT    NOT NULL,   -- the pending job's ID
+        gpu_type TEXT    NOT NULL,
+        gpus     INTEGER NOT NULL,   -- GPUs preemptions freed for it
+        at       INTEGER NOT NULL,   -- unix seconds of the latest such preemption
+        expires  INTEGER NOT NULL,   -- unix seconds: forgotten after, it had its time to start
+        PRIMARY KEY (waiter, gpu_type)
+     ) WITHOUT ROWID;",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

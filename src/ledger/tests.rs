@@ -2,6 +2,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 
 use super::*;
+use crate::preemption::FreedFor;
 use crate::pricing::PriceTable;
 use crate::time::parse_timestamp;
 
@@ -437,4 +438,70 @@ fn gpu_faults_are_kept_per_node_gpu_and_cause() {
     assert_eq!(l.gpu_faults("n1").unwrap().len(), 2);
     assert_eq!(l.gpu_faults("n2").unwrap(), vec![fault("n2", "GPU-a", "xid 79", 13)]);
     assert_eq!(l.gpu_faults("n3").unwrap(), vec![]);
+}
+
+/// A ledger of the schema before `freed_for_waiters`: it gains the table, keeps its entries, faults
+/// and audit rows, and still verifies.
+#[test]
+fn a_version_6_ledger_gains_the_freed_for_waiters_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    {
+        let mut conn = rusqlite::Connection::open(&path).unwrap();
+        schema::migrate_to(&mut conn, 6).unwrap();
+        let tables: i64 = conn
+            .query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'freed_for_waiters'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(tables, 0);
+        conn.execute_batch(
+            "INSERT INTO users (name, first_seen, balance, replenished_through, last_entry)
+               VALUES ('sam', 1, 100000000, '2026-11-30', 1);
+             INSERT INTO entries (id, user, kind, amount, at, actor, reason, key)
+               VALUES (1, 'sam', 'grant', 100000000, 1, 'gputokens', 'initial balance', 'initial:sam');
+             INSERT INTO actions (at, action, target, user, reason, dry_run)
+               VALUES (5, 'requeue', '41', 'sam', 'gputokens: preempted, balance -5, a6000 contended', 0);
+             INSERT INTO gpu_faults (node, gpu, cause, acted_at) VALUES ('gpu01', 'GPU-2', 'xid 79', 6);",
+        )
+        .unwrap();
+    }
+    let mut l = Ledger::open(&path, rules()).unwrap();
+    let version: i64 = l.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    assert_eq!((version, schema::VERSION), (7, 7));
+    assert_eq!(l.history("sam").unwrap().len(), 1);
+    assert_eq!(l.actions(10).unwrap().len(), 1);
+    assert_eq!(l.gpu_faults("gpu01").unwrap().len(), 1);
+    assert_eq!(l.freed_for_waiters(0).unwrap(), vec![]);
+    let freed = FreedFor { waiter: "42".into(), gpu_type: "a6000".into(), gpus: 1, expires: 700 };
+    l.remember_freed(std::slice::from_ref(&freed), 100).unwrap();
+    assert_eq!(l.freed_for_waiters(100).unwrap(), vec![freed]);
+    assert_eq!(l.verify().unwrap().problems, Vec::<String>::new());
+}
+
+#[test]
+fn freed_gpus_are_remembered_until_they_expire_or_the_job_stops_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), rules()).unwrap();
+    let freed = |waiter: &str, gpus: u64, expires: i64| FreedFor {
+        waiter: waiter.into(),
+        gpu_type: "a6000".into(),
+        gpus,
+        expires,
+    };
+    l.remember_freed(&[freed("42", 1, 700), freed("43", 2, 700)], 100).unwrap();
+    assert_eq!(l.freed_for_waiters(699).unwrap(), vec![freed("42", 1, 700), freed("43", 2, 700)]);
+    assert_eq!(l.freed_for_waiters(700).unwrap(), vec![], "expired at its time");
+
+    // A second preemption for the same wait adds to it and moves the expiry on.
+    l.remember_freed(&[freed("42", 1, 900)], 300).unwrap();
+    assert_eq!(l.freed_for_waiters(300).unwrap()[0], freed("42", 2, 900));
+    // After an expiry, a new preemption starts afresh.
+    l.remember_freed(&[freed("43", 1, 1500)], 800).unwrap();
+    assert_eq!(l.freed_for_waiters(800).unwrap(), vec![freed("42", 2, 900), freed("43", 1, 1500)]);
+
+    // Job 42 started (no longer pending): forgotten; 43 still waits and is kept.
+    assert_eq!(l.forget_freed(800, |job| job == "43").unwrap(), 1);
+    assert_eq!(l.freed_for_waiters(800).unwrap(), vec![freed("43", 1, 1500)]);
+    // Its time up, it is forgotten even though it still waits.
+    assert_eq!(l.forget_freed(1500, |_| true).unwrap(), 1);
+    assert_eq!(l.freed_for_waiters(0).unwrap(), vec![]);
 }

@@ -11,25 +11,25 @@ use crate::cluster::{sacct, sbatch, serial, wait_finished};
 use crate::common::Site;
 
 /// 1 token per a6000-second, 0.5 per rtx2080-second, 0.25 per rtx3090-second.
-const PRICES: &str = "[prices]\nrtx2080 = 1800\nrtx3090 = 900\na6000 = 3600\n";
+pub const PRICES: &str = "[prices]\nrtx2080 = 1800\nrtx3090 = 900\na6000 = 3600\n";
 /// Read only what happens from the site's first tick on.
 /// Preemption is off: these tests are about charging, and their users may run into debt.
-const LIVE: &str = "[slurm]\nfirst_lookback = \"1s\"\nreread = \"1m\"\n[preemption]\nenabled = false\n";
+pub const LIVE: &str = "[slurm]\nfirst_lookback = \"1s\"\nreread = \"1m\"\n[preemption]\nenabled = false\n";
 
 /// A site that charges from the live cluster, starting now. Call with the `serial` guard held: the
 /// pause keeps jobs that the previous test saw end out of this site's first sacct window.
-fn live_site() -> Site {
+pub fn live_site() -> Site {
     std::thread::sleep(Duration::from_secs(2));
     let site = Site::with_prices("", PRICES, LIVE);
     site.accountd(None, &["tick"]).ok();
     site
 }
 
-fn elapsed(job: &str) -> u64 {
+pub fn elapsed(job: &str) -> u64 {
     sacct(&["-j", job, "-X", "-n", "-P", "-o", "ElapsedRaw"]).trim().parse().unwrap()
 }
 
-fn balance(site: &Site, user: &str) -> Tokens {
+pub fn balance(site: &Site, user: &str) -> Tokens {
     site.balance(user).parse().unwrap()
 }
 

@@ -12,11 +12,11 @@ fn site(extra: &str) -> Site {
     Site::start("", &format!("[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nmin_runtime = \"0s\"\n{extra}"))
 }
 
-fn squeue(job: &str, format: &str) -> String {
+pub(crate) fn squeue(job: &str, format: &str) -> String {
     run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", job, "-o", format]).ok().stdout.trim().to_string()
 }
 
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !done() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -24,7 +24,7 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-fn cancel(jobs: &[&String]) {
+pub(crate) fn cancel(jobs: &[&String]) {
     let ids: Vec<&str> = jobs.iter().map(|j| j.as_str()).collect();
     run_as(None, Path::new("/usr/bin/scancel"), &ids).ok();
     for job in jobs {

@@ -1,0 +1,161 @@
+//! One charge or check cycle at a time across processes: `accountd serve`, `tick` and `charge` take
+//! an exclusive flock on a file beside the ledger for the length of a cycle. Two cycles that read
+//! the same queue would each preempt for the same waiting job. The holder writes who it is into
+//! the file, so one that waits in vain can say who holds it. The kernel drops the lock when its
+//! holder exits, however it exits: it is never left stale.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::error::{CliError, CliResult};
+
+/// How often a waiting process tries again.
+const RETRY: Duration = Duration::from_millis(100);
+
+/// Held for the length of a cycle; dropping it lets the next one run.
+pub struct CycleLock {
+    file: Flock<File>,
+    /// How long it took to get the lock, and who held it before (when anyone did).
+    pub waited: Option<(Duration, String)>,
+}
+
+/// The lock file of the ledger at `ledger`: `<ledger>.cycle-lock`, in the ledger's directory.
+pub fn path_for(ledger: &Path) -> PathBuf {
+    let mut name = ledger.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "ledger".into());
+    name.push(".cycle-lock");
+    ledger.with_file_name(name)
+}
+
+impl CycleLock {
+    /// Takes the cycle lock of the ledger at `ledger` for `what` (e.g. "accountd tick"), waiting up
+    /// to `wait` for a cycle of another process (or of this one) to end. Refused, naming the holder,
+    /// when it does not end in time.
+    pub fn acquire(ledger: &Path, what: &str, wait: Duration) -> CliResult<CycleLock> {
+        let path = path_for(ledger);
+        let started = Instant::now();
+        let mut holder = None;
+        let mut file = open(&path)?;
+        loop {
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(locked) => {
+                    let waited = holder.map(|h| (started.elapsed(), h));
+                    let mut lock = CycleLock { file: locked, waited };
+                    lock.write_holder(what);
+                    return Ok(lock);
+                }
+                Err((back, Errno::EWOULDBLOCK)) => {
+                    file = back;
+                    holder = Some(read_holder(&mut file));
+                    if started.elapsed() >= wait {
+                        return Err(CliError::failed(format!(
+                            "another cycle is running ({}); waited {} for it to end (lock {})",
+                            holder.unwrap_or_default(),
+                            humantime::format_duration(Duration::from_secs(started.elapsed().as_secs())),
+                            path.display()
+                        )));
+                    }
+                    std::thread::sleep(RETRY.min(wait.saturating_sub(started.elapsed())).max(Duration::from_millis(1)));
+                }
+                Err((_, e)) => return Err(CliError::failed(format!("cannot lock {}: {e}", path.display()))),
+            }
+        }
+    }
+
+    /// Who holds the lock, for the next one to read: `pid N: what, since TIME`. Best effort: the
+    /// lock itself is the flock, not this text.
+    fn write_holder(&mut self, what: &str) {
+        let text = format!(
+            "pid {}: {what}, since {}\n",
+            std::process::id(),
+            gputokens::time::format_local(gputokens::time::now())
+        );
+        let file: &mut File = &mut self.file;
+        let written = file.set_len(0).and_then(|()| file.rewind()).and_then(|()| file.write_all(text.as_bytes()));
+        if let Err(e) = written {
+            tracing::debug!("cannot note the cycle lock's holder: {e}");
+        }
+    }
+}
+
+/// Opens (creating, private like the ledger) the lock file; its directory is the ledger's.
+fn open(path: &Path) -> CliResult<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| CliError::failed(format!("cannot open the cycle lock {}: {e}", path.display())))
+}
+
+fn read_holder(file: &mut File) -> String {
+    let mut text = String::new();
+    let read = file.rewind().and_then(|()| Read::by_ref(file).take(512).read_to_string(&mut text));
+    match read {
+        Ok(_) if !text.trim().is_empty() => text.trim().to_string(),
+        _ => "its holder did not say who it is".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lock_file_sits_beside_the_ledger() {
+        assert_eq!(
+            path_for(Path::new("/var/lib/gputokens/ledger.sqlite")),
+            Path::new("/var/lib/gputokens/ledger.sqlite.cycle-lock")
+        );
+    }
+
+    #[test]
+    fn a_second_cycle_is_refused_naming_the_first_and_runs_once_it_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = dir.path().join("ledger.sqlite");
+        let first = CycleLock::acquire(&ledger, "accountd serve: check cycle", Duration::ZERO).unwrap();
+        assert!(first.waited.is_none());
+
+        let err = CycleLock::acquire(&ledger, "accountd tick", Duration::from_millis(300)).err().unwrap();
+        let pid = std::process::id();
+        assert!(
+            err.message
+                .starts_with(&format!("another cycle is running (pid {pid}: accountd serve: check cycle, since ")),
+            "{}",
+            err.message
+        );
+        assert!(err.message.contains("ledger.sqlite.cycle-lock"), "{}", err.message);
+
+        drop(first);
+        let second = CycleLock::acquire(&ledger, "accountd tick", Duration::ZERO).unwrap();
+        assert!(second.waited.is_none());
+        let text = std::fs::read_to_string(path_for(&ledger)).unwrap();
+        assert!(text.starts_with(&format!("pid {pid}: accountd tick, since ")), "{text}");
+    }
+
+    #[test]
+    fn a_waiting_cycle_gets_the_lock_when_the_holder_lets_go_and_says_whom_it_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = dir.path().join("ledger.sqlite");
+        let first = CycleLock::acquire(&ledger, "accountd serve: charge cycle", Duration::ZERO).unwrap();
+        let (taken, released) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let lock = CycleLock::acquire(&ledger, "accountd tick", Duration::from_secs(60));
+            taken.send(()).unwrap();
+            lock
+        });
+        // The waiter cannot have it while the first cycle runs.
+        assert!(released.recv_timeout(Duration::from_millis(300)).is_err());
+        drop(first);
+        let second = waiter.join().unwrap().unwrap();
+        let (_, holder) = second.waited.expect("it waited");
+        assert!(holder.contains("accountd serve: charge cycle"), "{holder}");
+    }
+}

@@ -1,0 +1,127 @@
+//! `accountd serve`'s periodic cycles. Each runs on a blocking thread, on a service of its own (its
+//! own ledger connection): Slurm's commands, however long they take before their timeout, never hold
+//! the service that answers sbalance, admins and agents. The snapshot is written through that
+//! answering service, which gets the cycle's view of Slurm with it, so the two never write it over
+//! each other. Each cycle holds the cycle lock (`cycle_lock`) as `accountd tick` does.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+
+use crate::cycle_lock::CycleLock;
+use crate::error::CliResult;
+use crate::handler::Service;
+use crate::server::Shared;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Charge,
+    Check,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Charge => "charge",
+            Kind::Check => "check",
+        }
+    }
+}
+
+pub struct Cycles {
+    /// The cycles' own service; a cycle holds it for its whole length.
+    own: Arc<Mutex<Service>>,
+    shared: Shared,
+    charge: Option<JoinHandle<()>>,
+    check: Option<JoinHandle<()>>,
+}
+
+impl Cycles {
+    /// Opens the cycles' own service (a second connection to the same ledger) beside `shared`,
+    /// reporting to the same metrics.
+    pub fn open(shared: &Shared) -> CliResult<Cycles> {
+        let (config, metrics) = {
+            let s = shared.lock().unwrap_or_else(|p| p.into_inner());
+            (s.config.clone(), s.metrics.clone())
+        };
+        let mut own = Service::open_as_admin(config)?;
+        own.metrics = metrics;
+        Ok(Cycles { own: Arc::new(Mutex::new(own)), shared: shared.clone(), charge: None, check: None })
+    }
+
+    /// Starts a `kind` cycle unless the last one is still running (waiting for the cycle lock, or
+    /// for a slow Slurm command): then this turn is skipped.
+    pub fn start(&mut self, kind: Kind) {
+        let slot = match kind {
+            Kind::Charge => &mut self.charge,
+            Kind::Check => &mut self.check,
+        };
+        if slot.as_ref().is_some_and(|running| !running.is_finished()) {
+            return tracing::warn!("the last {} cycle is still running: this turn is skipped", kind.name());
+        }
+        let (own, shared) = (self.own.clone(), self.shared.clone());
+        *slot = Some(tokio::task::spawn_blocking(move || run(kind, &own, &shared)));
+    }
+
+    /// Waits for the cycles under way and for preemptions still in their grace.
+    pub async fn finish(self) {
+        for running in [self.charge, self.check].into_iter().flatten() {
+            if let Err(e) = running.await {
+                tracing::error!("a cycle panicked: {e}");
+            }
+        }
+        self.own.lock().unwrap_or_else(|p| p.into_inner()).finish_pending();
+    }
+}
+
+/// One cycle: the lock (waiting at most until the cycle's next turn), the work, its log line and
+/// metrics.
+fn run(kind: Kind, own: &Mutex<Service>, shared: &Shared) {
+    let name = kind.name();
+    let mut service = own.lock().unwrap_or_else(|p| p.into_inner());
+    let intervals = &service.config.intervals;
+    let wait = match kind {
+        Kind::Charge => intervals.charge,
+        Kind::Check => intervals.check,
+    };
+    let lock = match CycleLock::acquire(&service.config.paths.ledger, &format!("accountd serve: {name} cycle"), wait) {
+        Ok(lock) => lock,
+        // Not a failure of the cycle: the other one does the same work.
+        Err(e) => return tracing::warn!("{name} cycle skipped: {e}"),
+    };
+    if let Some((waited, holder)) = &lock.waited {
+        tracing::info!("{name} cycle waited {} for another cycle ({holder})", whole_seconds(*waited));
+    }
+    let started = Instant::now();
+    let now = gputokens::time::now();
+    let result = match kind {
+        Kind::Charge => charge(&mut service, shared, now),
+        Kind::Check => crate::cycle::check(&mut service, now, |s, now| publish(s, shared, now)).map(|c| c.to_string()),
+    };
+    drop(lock);
+    service.metrics.record_cycle(name, started.elapsed().as_secs_f64(), result.is_ok());
+    match result {
+        Ok(summary) => tracing::info!("{name} cycle ({:?}): {summary}", started.elapsed()),
+        Err(e) => tracing::error!("{name} cycle failed: {e} (the last snapshot stays)"),
+    }
+}
+
+fn charge(service: &mut Service, shared: &Shared, now: i64) -> CliResult<String> {
+    let slurm = crate::slurm::Slurm::new(&service.config.slurm);
+    let summary = crate::charging::charge(service, &slurm, now)?;
+    publish(service, shared, now)?;
+    Ok(summary.to_string())
+}
+
+/// Hands the cycle's view of Slurm to the answering service and writes the snapshot through it,
+/// under its lock: a request that changes a balance writes it there too.
+fn publish(cycle: &Service, shared: &Shared, now: i64) -> CliResult<usize> {
+    let mut answering = shared.lock().unwrap_or_else(|p| p.into_inner());
+    answering.slurm_view = cycle.slurm_view.clone();
+    crate::cycle::publish_snapshot(&answering, now)
+}
+
+fn whole_seconds(d: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(Duration::from_secs(d.as_secs()))
+}

@@ -1,0 +1,162 @@
+//! Cycles on the real test cluster: one at a time across processes (`accountd tick` beside a running
+//! `accountd serve`), a waiting job never displaces more than it needs, and a hung sacct delays a
+//! cycle without wedging accountd. Slurm's commands go through wrappers (`[slurm] bin_dir`) that
+//! exec the real ones, slowed down or hung on request.
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use gputokens::pricing::cost;
+use gputokens::Tokens;
+
+use crate::charging::{balance, elapsed, PRICES};
+use crate::cluster::{sbatch, serial, wait_finished};
+use crate::common::{http_get, Site};
+use crate::preemption::{cancel, squeue, wait_for};
+
+/// Wrappers for Slurm's commands in a directory of their own. Each execs the real command, unless
+/// `<name>.slow` exists there (it sleeps 4 s first) or `<name>.hang` (it sleeps for ever, in a child
+/// of the wrapper's shell); either way it first notes the call in `<name>.calls`.
+struct Wrappers {
+    dir: tempfile::TempDir,
+}
+
+impl Wrappers {
+    fn new() -> Wrappers {
+        let dir = tempfile::Builder::new().prefix("gputokens-wrappers-").tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        for name in ["sacct", "squeue", "scontrol", "sinfo", "sacctmgr", "scancel"] {
+            let script = format!(
+                "#!/bin/sh\nd=$(dirname \"$0\")\n\
+                 if [ -e \"$d/{name}.hang\" ]; then echo \"$$\" >> \"$d/{name}.calls\"; sleep infinity; exit 1; fi\n\
+                 if [ -e \"$d/{name}.slow\" ]; then echo \"$$\" >> \"$d/{name}.calls\"; sleep 4; fi\n\
+                 exec /usr/bin/{name} \"$@\"\n"
+            );
+            let path = dir.path().join(name);
+            std::fs::write(&path, script).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        Wrappers { dir }
+    }
+
+    fn bin_dir(&self) -> String {
+        self.dir.path().display().to_string()
+    }
+
+    /// Turns `mode` ("slow" or "hang") of `name` on or off.
+    fn set(&self, name: &str, mode: &str, on: bool) {
+        let flag = self.dir.path().join(format!("{name}.{mode}"));
+        if on {
+            std::fs::write(flag, "").unwrap();
+        } else {
+            std::fs::remove_file(flag).unwrap();
+        }
+    }
+
+    /// How many calls of `name` were slowed or hung so far.
+    fn calls(&self, name: &str) -> usize {
+        std::fs::read_to_string(self.dir.path().join(format!("{name}.calls"))).unwrap_or_default().lines().count()
+    }
+}
+
+/// The `requeue` rows of the site's audit log.
+fn requeues(site: &Site) -> Vec<String> {
+    let actions = site.accountd(None, &["admin", "actions"]).ok().stdout;
+    actions.lines().filter(|l| l.contains("requeue")).map(str::to_string).collect()
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn tick_beside_a_running_serve_cycle_requeues_one_debtor_job_for_one_waiting_job() {
+    let _cluster = serial();
+    let slurm = Wrappers::new();
+    // Cycles only at serve's start: the test says when they run.
+    let mut site = Site::start(
+        "",
+        &format!(
+            "[intervals]\ncharge = \"1h\"\ncheck = \"1h\"\n[slurm]\nbin_dir = \"{}\"\nfirst_lookback = \"1s\"\n\
+             [preemption]\nmin_runtime = \"0s\"\n",
+            slurm.bin_dir()
+        ),
+    );
+    site.accountd(None, &["admin", "adjust", "alice", "-105", "--reason", "test"]).ok();
+    // alice holds both a6000s and every CPU but one; bob waits for an a6000 and two CPUs, so he
+    // still waits after one of alice's jobs is requeued (and when it runs again on the freed GPU).
+    let older = sbatch("alice", &["-c", "15", "--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
+    wait_for("alice's first job to run", || squeue(&older, "%T") == "RUNNING");
+    std::thread::sleep(Duration::from_secs(1));
+    let younger = sbatch("alice", &["-c", "1", "--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
+    wait_for("alice's second job to run", || squeue(&younger, "%T") == "RUNNING");
+    let waiting = sbatch("bob", &["-c", "2", "--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
+    wait_for("bob's job to wait for resources", || squeue(&waiting, "%T %r") == "PENDING Resources");
+
+    // serve starts its cycles; the first to take the cycle lock reads squeue slowly.
+    slurm.set("squeue", "slow", true);
+    site.restart();
+    wait_for("a serve cycle to read squeue", || slurm.calls("squeue") > 0);
+    slurm.set("squeue", "slow", false);
+    let tick = site.accountd(None, &["tick", "--skip-charge"]).ok();
+    assert!(tick.stderr.contains("waited") && tick.stderr.contains("accountd serve: "), "{}", tick.stderr);
+    wait_for("serve's check cycle", || site.log().contains("check cycle ("));
+
+    let requeued = requeues(&site);
+    assert_eq!(requeued.len(), 1, "one debtor job for one waiting job: {requeued:?}\n{}\n{}", tick.stdout, site.log());
+    assert!(requeued[0].contains(&younger), "the younger job: {requeued:?}");
+    assert_eq!(squeue(&older, "%T"), "RUNNING");
+
+    // bob still waits: the next cycle remembers that a GPU was freed for his job.
+    assert_eq!(squeue(&waiting, "%T"), "PENDING");
+    let again = site.accountd(None, &["tick", "--skip-charge"]).ok();
+    assert!(
+        again.stdout.contains("1 of them already had GPUs freed by an earlier preemption), 0 preempted"),
+        "{}",
+        again.stdout
+    );
+    assert_eq!(requeues(&site).len(), 1);
+    assert_eq!(squeue(&older, "%T"), "RUNNING");
+    cancel(&[&older, &younger, &waiting]);
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_hung_sacct_times_out_while_sbalance_answers_and_the_next_cycle_charges() {
+    let _cluster = serial();
+    let slurm = Wrappers::new();
+    // Keeps jobs the previous test saw end out of the first sacct window (as charging's live_site).
+    std::thread::sleep(Duration::from_secs(2));
+    let site = Site::with_prices(
+        "",
+        PRICES,
+        &format!(
+            "[intervals]\ncharge = \"5s\"\ncheck = \"1h\"\n[slurm]\nbin_dir = \"{}\"\nfirst_lookback = \"1s\"\n\
+             reread = \"1m\"\nsacct_timeout = \"10s\"\n[preemption]\nenabled = false\n",
+            slurm.bin_dir()
+        ),
+    );
+    wait_for("the first charge cycle", || site.log().contains("charge cycle ("));
+
+    slurm.set("sacct", "hang", true);
+    wait_for("a charge cycle to call the hung sacct", || slurm.calls("sacct") > 0);
+    // The cycle is inside sacct: accountd still answers.
+    let answered = site.sbalance(Some("alice"), &["-P", "-n", "-o", "User,Balance"]).ok();
+    assert_eq!(answered.stdout.trim(), "alice|100");
+    assert!(!site.log().contains("timed out"), "sbalance was answered only after the cycle gave up:\n{}", site.log());
+
+    let job = sbatch("alice", &["--gres=gpu:rtx2080:1", "--wrap", "sleep 2"]);
+    assert_eq!(wait_finished(&job), "COMPLETED");
+    wait_for("the hung cycle to fail", || site.log().contains("charge cycle failed: sacct"));
+    let log = site.log();
+    assert!(log.contains("timed out after 10s; killed (the last snapshot stays)"), "{log}");
+    let (_, metrics) = http_get(&format!("{}/metrics", site.http_url()));
+    assert!(metrics.lines().any(|l| l.starts_with("gputokens_cycle_failures_total{cycle=\"charge\"} ")), "{metrics}");
+    assert_eq!(balance(&site, "alice"), Tokens::whole(100), "nothing charged while sacct hangs");
+
+    slurm.set("sacct", "hang", false);
+    let expected = Tokens::whole(100) - cost(Tokens::whole(1800), elapsed(&job));
+    wait_for("a charge cycle with the real sacct", || balance(&site, "alice") == expected);
+    let (_, metrics) = http_get(&format!("{}/metrics", site.http_url()));
+    assert!(
+        metrics.lines().any(|l| l.starts_with("gputokens_cycle_last_success_timestamp_seconds{cycle=\"charge\"} ")),
+        "{metrics}"
+    );
+}
