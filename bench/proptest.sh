@@ -18,7 +18,8 @@ export PROPTEST_MAX_SHRINK_ITERS="${PROPTEST_MAX_SHRINK_ITERS:-100000}"
 threads="${THREADS:-$(nproc)}"
 
 echo "PROPTEST_CASES=$PROPTEST_CASES, $threads test threads, $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-cargo build --release --locked -q -p gputokens -p job-submit-gputokens --lib --tests
+# Built first, so the times below are the runs alone.
+cargo test --release --locked -q --no-run -p gputokens -p job-submit-gputokens --lib
 for package in gputokens job-submit-gputokens; do
     started=$(date +%s)
     cargo test --release --locked -q -p "$package" --lib properties -- --test-threads="$threads"
