@@ -186,7 +186,12 @@ impl Ledger {
                 std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o750)).map_err(open_err)?;
             }
         }
-        OpenOptions::new().create(true).append(true).mode(0o600).open(path).map_err(open_err)?;
+        // Only a new file is opened here: closing a descriptor of a database this process already
+        // has open (serve's second connection) drops every POSIX lock SQLite holds on it, and
+        // another process closing its connection would then delete the WAL under this one.
+        if !path.exists() {
+            OpenOptions::new().create(true).append(true).mode(0o600).open(path).map_err(open_err)?;
+        }
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(open_err)?;
         let mut conn = Connection::open(path)?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
