@@ -46,4 +46,37 @@ mod tests {
         assert_eq!(problem("a\u{7}b"), Some("it contains a control character"));
         assert_eq!(problem("a|b"), Some("it contains '|'"));
     }
+
+    const NAMES: [&str; 5] = ["ann@example.org", "j.doe", "zoë", "李雷", "x:2026-11-22"];
+
+    /// The job_submit plugin finds each of them in the snapshot under their whole name.
+    #[test]
+    fn the_snapshot_carries_every_name() {
+        let mut snap = crate::snapshot::Snapshot::new(1, crate::policy::BucketRules::default());
+        for (i, name) in NAMES.iter().enumerate() {
+            snap.balances.insert(name.to_string(), crate::Tokens::whole(i as i64 + 1));
+        }
+        let back = crate::snapshot::parse(&crate::snapshot::render(&snap)).unwrap();
+        assert_eq!(back.balances, snap.balances);
+    }
+
+    /// Each name has a ledger account and daily grants of its own, even one that ends like a date.
+    #[test]
+    fn the_ledger_keys_every_name_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let rules = crate::policy::BucketRules { daily: crate::Tokens::whole(1), ..Default::default() };
+        let mut ledger = crate::ledger::Ledger::open(&dir.path().join("l.sqlite"), rules).unwrap();
+        let day = 86400;
+        for name in NAMES.iter().chain(&["x"]) {
+            ledger
+                .ensure_user(name, crate::time::local_midnight(crate::time::local_date(1_795_000_000)) + 3600)
+                .unwrap();
+        }
+        let added = ledger.replenish(1_795_000_000 + 2 * day).unwrap();
+        assert_eq!(added.entries, 2 * (NAMES.len() + 1), "two days for each");
+        for name in NAMES {
+            let kinds: Vec<_> = ledger.history(name).unwrap().iter().map(|e| e.kind).collect();
+            assert_eq!(kinds.len(), 3, "{name}: initial and two daily grants");
+        }
+    }
 }
