@@ -43,7 +43,7 @@ pub fn utilization_by_type(holders: &[Holder], utilization: &HashMap<String, f64
         for (gpu_type, n) in &holder.gpus {
             let slot = sums.entry(gpu_type.clone()).or_default();
             slot.0 += percent * *n as f64;
-            slot.1 += n;
+            slot.1 = slot.1.saturating_add(*n);
         }
     }
     sums.into_iter().filter(|(_, (_, n))| *n > 0).map(|(t, (sum, n))| (t, sum / n as f64)).collect()
@@ -90,7 +90,7 @@ pub fn demand(waiters: &[Waiter]) -> BTreeMap<String, (u64, Vec<String>)> {
     for w in waiters.iter().filter(|w| !w.balance.is_negative()) {
         for (gpu_type, n) in &w.wants {
             let entry = demand.entry(gpu_type.clone()).or_default();
-            entry.0 += n;
+            entry.0 = entry.0.saturating_add(*n);
             entry.1.push(w.job_id.clone());
         }
     }
@@ -113,7 +113,7 @@ pub fn contention_victims(holders: &[Holder], waiters: &[Waiter], now: i64, limi
             if freed >= needed || chosen.len() >= limits.max_per_cycle {
                 break;
             }
-            freed += h.gpus[&gpu_type];
+            freed = h.gpus[&gpu_type].saturating_add(freed);
             if taken.insert(&h.job_id) {
                 chosen.push(Victim {
                     job_id: h.job_id.clone(),
@@ -163,7 +163,8 @@ pub fn freed_for(victims: &[Victim], holders: &[Holder], waiters: &[Waiter], exp
     for victim in victims {
         let Some(holder) = holders.iter().find(|h| h.job_id == victim.job_id) else { continue };
         for (gpu_type, n) in &holder.gpus {
-            *freed.entry(gpu_type.as_str()).or_default() += n;
+            let total = freed.entry(gpu_type.as_str()).or_default();
+            *total = total.saturating_add(*n);
         }
     }
     let mut given = Vec::new();
@@ -229,6 +230,20 @@ mod tests {
         assert_eq!(victims[0].reason(), "gputokens: preempted, balance -5, a6000 contended");
         let two = contention_victims(&holders, &[waiter("9", 50, "a6000", 2)], 10_000, LIMITS);
         assert_eq!(two.iter().map(|v| v.job_id.as_str()).collect::<Vec<_>>(), ["2", "1"]);
+    }
+
+    /// Counts from Slurm can be anything (a request parsed as u64::MAX): sums saturate, never wrap.
+    #[test]
+    fn absurd_counts_saturate() {
+        let holders = [holder("1", "alice", -5, 1000, "a6000", u64::MAX), holder("2", "alice", -5, 2000, "a6000", 7)];
+        let waiters = [waiter("8", 50, "a6000", u64::MAX), waiter("9", 50, "a6000", u64::MAX)];
+        assert_eq!(demand(&waiters)["a6000"].0, u64::MAX);
+        let victims = contention_victims(&holders, &waiters, 10_000, LIMITS);
+        assert_eq!(victims.iter().map(|v| v.job_id.as_str()).collect::<Vec<_>>(), ["2", "1"]);
+        let freed = freed_for(&victims, &holders, &waiters, 20_000);
+        assert_eq!(freed.iter().map(|f| f.gpus).collect::<Vec<_>>(), [u64::MAX]);
+        let busy = utilization_by_type(&holders, &HashMap::from([("1".to_string(), 50.0), ("2".to_string(), 50.0)]));
+        assert_eq!(busy["a6000"], 50.0);
     }
 
     #[test]

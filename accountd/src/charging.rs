@@ -145,7 +145,8 @@ fn resolve_untyped(records: &mut [UsageRecord], nodes_of: &HashMap<String, Strin
         let types: BTreeSet<&String> = hosts.iter().filter_map(|h| types_by_node.get(h)).flatten().collect();
         if let [only] = types.into_iter().collect::<Vec<_>>().as_slice() {
             let count = record.milli_gpus.remove(sacct::UNTYPED).unwrap_or(0);
-            *record.milli_gpus.entry((*only).clone()).or_default() += count;
+            let typed = record.milli_gpus.entry((*only).clone()).or_default();
+            *typed = typed.saturating_add(count);
         }
     }
 }

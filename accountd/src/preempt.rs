@@ -138,7 +138,8 @@ fn wanted(job: &QueueJob) -> BTreeMap<String, u64> {
     let mut wants = BTreeMap::new();
     for count in &job.request.counts {
         if let Some(t) = &count.gpu_type {
-            *wants.entry(t.clone()).or_default() += count.count;
+            let wanted = wants.entry(t.clone()).or_default();
+            *wanted = count.count.saturating_add(*wanted);
         }
     }
     wants

@@ -62,7 +62,7 @@ impl QueueJob {
     /// sacct's ElapsedRaw does): a suspended job has run `pre_sus_time`; a resumed one that plus
     /// the time since its resume.
     pub fn run_seconds(&self, now: i64) -> u64 {
-        let since = |t: i64| (now - t).max(0) as u64;
+        let since = |t: i64| now.saturating_sub(t).max(0) as u64;
         // A suspend time before this segment's start belongs to an earlier run of a requeued job.
         if self.suspend_time < self.start_time || self.suspend_time == 0 {
             return since(self.start_time);
