@@ -56,7 +56,7 @@ impl CycleLock {
                         return Err(CliError::failed(format!(
                             "another cycle is running ({}); waited {} for it to end (lock {})",
                             holder.unwrap_or_default(),
-                            humantime::format_duration(Duration::from_secs(started.elapsed().as_secs())),
+                            whole_seconds(started.elapsed()),
                             path.display()
                         )));
                     }
@@ -65,6 +65,12 @@ impl CycleLock {
                 Err((_, e)) => return Err(CliError::failed(format!("cannot lock {}: {e}", path.display()))),
             }
         }
+    }
+
+    /// "waited 3s for another cycle to end (pid N: ...)", when taking the lock had to wait.
+    pub fn waited_note(&self) -> Option<String> {
+        let (waited, holder) = self.waited.as_ref()?;
+        Some(format!("waited {} for another cycle to end ({holder})", whole_seconds(*waited)))
     }
 
     /// Who holds the lock, for the next one to read: `pid N: what, since TIME`. Best effort: the
@@ -81,6 +87,10 @@ impl CycleLock {
             tracing::debug!("cannot note the cycle lock's holder: {e}");
         }
     }
+}
+
+fn whole_seconds(d: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(Duration::from_secs(d.as_secs()))
 }
 
 /// Opens (creating, private like the ledger) the lock file; its directory is the ledger's.

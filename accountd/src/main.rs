@@ -70,9 +70,8 @@ fn run(cli: Cli) -> CliResult {
 /// says on stderr whom it waited for.
 fn cycle_lock(service: &Service, what: &str, wait: &WaitArg) -> CliResult<CycleLock> {
     let lock = CycleLock::acquire(&service.config.paths.ledger, what, wait.wait)?;
-    if let Some((waited, holder)) = &lock.waited {
-        let waited = humantime::format_duration(std::time::Duration::from_secs(waited.as_secs()));
-        tracing::info!("waited {waited} for another cycle to end ({holder})");
+    if let Some(note) = lock.waited_note() {
+        tracing::info!("{note}");
     }
     Ok(lock)
 }

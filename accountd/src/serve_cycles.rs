@@ -5,7 +5,7 @@
 //! each other. Each cycle holds the cycle lock (`cycle_lock`) as `accountd tick` does.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::task::JoinHandle;
 
@@ -90,8 +90,8 @@ fn run(kind: Kind, own: &Mutex<Service>, shared: &Shared) {
         // Not a failure of the cycle: the other one does the same work.
         Err(e) => return tracing::warn!("{name} cycle skipped: {e}"),
     };
-    if let Some((waited, holder)) = &lock.waited {
-        tracing::info!("{name} cycle waited {} for another cycle ({holder})", whole_seconds(*waited));
+    if let Some(note) = lock.waited_note() {
+        tracing::info!("{name} cycle {note}");
     }
     let started = Instant::now();
     let now = gputokens::time::now();
@@ -120,8 +120,4 @@ fn publish(cycle: &Service, shared: &Shared, now: i64) -> CliResult<usize> {
     let mut answering = shared.lock().unwrap_or_else(|p| p.into_inner());
     answering.slurm_view = cycle.slurm_view.clone();
     crate::cycle::publish_snapshot(&answering, now)
-}
-
-fn whole_seconds(d: Duration) -> humantime::FormattedDuration {
-    humantime::format_duration(Duration::from_secs(d.as_secs()))
 }
