@@ -376,27 +376,32 @@ fn recent_entries_carry_the_balance_after_each() {
     assert!(matches!(l.recent("zed", 5), Err(LedgerError::UnknownUser(_))));
 }
 
+/// Writes a ledger of schema `version` at `path`, which has no `new_table` yet, holding `rows`.
+fn old_ledger(path: &std::path::Path, version: i64, new_table: &str, rows: &str) {
+    let mut conn = rusqlite::Connection::open(path).unwrap();
+    schema::migrate_to(&mut conn, version).unwrap();
+    let tables: i64 =
+        conn.query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = ?1", [new_table], |r| r.get(0)).unwrap();
+    assert_eq!(tables, 0, "schema {version} already has {new_table}");
+    conn.execute_batch(rows).unwrap();
+}
+
 /// A ledger of the schema before `gpu_faults`: it gains the table, keeps its entries and still verifies.
 #[test]
 fn a_version_5_ledger_gains_the_fault_table() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.sqlite");
-    {
-        let mut conn = rusqlite::Connection::open(&path).unwrap();
-        schema::migrate_to(&mut conn, 5).unwrap();
-        let tables: i64 =
-            conn.query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'gpu_faults'", [], |r| r.get(0)).unwrap();
-        assert_eq!(tables, 0);
-        conn.execute_batch(
-            "INSERT INTO users (name, first_seen, balance, replenished_through, last_entry)
+    old_ledger(
+        &path,
+        5,
+        "gpu_faults",
+        "INSERT INTO users (name, first_seen, balance, replenished_through, last_entry)
                VALUES ('sam', 1, 100000000, '2026-11-30', 1);
              INSERT INTO entries (id, user, kind, amount, at, actor, reason, key)
                VALUES (1, 'sam', 'grant', 100000000, 1, 'gputokens', 'initial balance', 'initial:sam');
              INSERT INTO actions (at, action, target, user, reason, dry_run)
                VALUES (5, 'drain', 'gpu01', '', 'gputokens: GPU 2 reported XID 79', 0);",
-        )
-        .unwrap();
-    }
+    );
     let mut l = Ledger::open(&path, rules()).unwrap();
     let version: i64 = l.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
     assert_eq!(version, schema::VERSION);
@@ -446,24 +451,18 @@ fn gpu_faults_are_kept_per_node_gpu_and_cause() {
 fn a_version_6_ledger_gains_the_freed_for_waiters_table() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.sqlite");
-    {
-        let mut conn = rusqlite::Connection::open(&path).unwrap();
-        schema::migrate_to(&mut conn, 6).unwrap();
-        let tables: i64 = conn
-            .query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'freed_for_waiters'", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(tables, 0);
-        conn.execute_batch(
-            "INSERT INTO users (name, first_seen, balance, replenished_through, last_entry)
+    old_ledger(
+        &path,
+        6,
+        "freed_for_waiters",
+        "INSERT INTO users (name, first_seen, balance, replenished_through, last_entry)
                VALUES ('sam', 1, 100000000, '2026-11-30', 1);
              INSERT INTO entries (id, user, kind, amount, at, actor, reason, key)
                VALUES (1, 'sam', 'grant', 100000000, 1, 'gputokens', 'initial balance', 'initial:sam');
              INSERT INTO actions (at, action, target, user, reason, dry_run)
                VALUES (5, 'requeue', '41', 'sam', 'gputokens: preempted, balance -5, a6000 contended', 0);
              INSERT INTO gpu_faults (node, gpu, cause, acted_at) VALUES ('gpu01', 'GPU-2', 'xid 79', 6);",
-        )
-        .unwrap();
-    }
+    );
     let mut l = Ledger::open(&path, rules()).unwrap();
     let version: i64 = l.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
     assert_eq!((version, schema::VERSION), (7, 7));
