@@ -31,13 +31,13 @@ stop_cluster() {
 trap 'stop_cluster || true' EXIT
 
 # The job_submit plugin runs inside the test cluster's slurmctld and reads /etc/slurm/gputokens.toml
-# once at start: point it at the snapshot the admission tests write (tests/it/admission.rs). While
+# once at start: point it at the snapshot the admission tests write (crates/accountd/tests/it/admission.rs). While
 # there is none, on_error = "accept" lets every job through, so the other cluster tests are unaffected.
 install -d -m 755 "$LAB/snapshot"
 # spank_gputokens.so (sbatch/srun) reads the same file for accountd's socket: the SPANK tests
-# (tests/it/spank.rs) link that path to the socket of an accountd they start; while there is none,
+# (crates/accountd/tests/it/spank.rs) link that path to the socket of an accountd they start; while there is none,
 # sbatch shows one "balance unknown" line. Each job's prolog records its GPUs under gpu-jobs/, named
-# by UUID through fake-nvml's library in fake-nvml/ (without its state file beside it, which the tests
+# by UUID through fake-nvml's library in crates/fake-nvml/ (without its state file beside it, which the tests
 # write, it answers "driver not loaded" and records carry no UUIDs).
 printf '# Written by tests/run.sh for the test cluster: read by job_submit_gputokens.so in slurmctld\n# and spank_gputokens.so in sbatch/srun.\n[paths]\nsnapshot = "%s"\nsocket = "%s"\n' \
   "$LAB/snapshot/balances.snapshot" "$LAB/snapshot/accountd.sock" > /etc/slurm/gputokens.toml

@@ -1,0 +1,165 @@
+//! GPU health from the agents' reports: a GPU that fell off the bus, has an uncorrectable ECC error,
+//! reports a hardware XID (`[health] drain_xids`) or stays hotter than `max_temperature` for
+//! `temperature_for` gets its node drained (`scontrol update ... state=drain`) and the jobs on it
+//! requeued. Other XIDs are a program's own errors, which any user can cause: logged and counted only.
+//! Only an admin resumes the node. Each fault is acted on once, kept in the ledger (`gpu_faults`) so a
+//! restart does not drain again a node resumed for it: a state fault (lost, ECC, heat) until a report
+//! shows the GPU without it, an XID until `repeat_after` after its drain.
+
+pub mod faults;
+
+use std::collections::{BTreeSet, HashSet};
+
+use gputokens::slurm::squeue;
+use ledger::{Action, GpuFault};
+
+use self::faults::{classify, cleared, gpu_key, Fault, HotSince, XID_PREFIX};
+use crate::agent::report::AgentReport;
+use crate::agent::GpuSample;
+use crate::error::CliResult;
+use crate::handler::Service;
+use crate::metrics::{NodeLabels, XidLabels};
+use crate::slurm::{job_id_arg, node_name_arg, Slurm};
+
+/// What health keeps between reports: since when GPUs run hot, and which ignored XIDs were logged.
+#[derive(Debug, Default)]
+pub struct HealthState {
+    hot: HotSince,
+    /// (node, GPU, XID) of XIDs outside `drain_xids` already logged, so each is logged once.
+    logged: HashSet<(String, String, u64)>,
+}
+
+/// One GPU's faults in a report.
+struct Failing<'r> {
+    gpu: &'r GpuSample,
+    key: String,
+    faults: Vec<Fault>,
+}
+
+/// Drains the node of every GPU in `report` with a fault not acted on yet, and requeues the jobs on
+/// that GPU; returns the drain reasons.
+pub fn check(service: &mut Service, report: &AgentReport) -> CliResult<Vec<String>> {
+    let health = service.config.health.clone();
+    let node = report.node.as_str();
+    let mut failing = Vec::new();
+    for gpu in &report.sample.gpus {
+        let key = gpu_key(gpu);
+        let at = report.sample.time.timestamp();
+        let hot_for = service.health.hot.observe(node, &key, gpu.temperature_c, health.max_temperature, at);
+        let found = classify(gpu, &health, hot_for);
+        for xid in found.ignored_xids {
+            ignored_xid(service, node, gpu, &key, xid);
+        }
+        if !found.faults.is_empty() {
+            failing.push(Failing { gpu, key, faults: found.faults });
+        }
+    }
+    if !health.drain {
+        return Ok(Vec::new());
+    }
+    let now = gputokens::time::now();
+    let known = forget_cleared(service, report, now)?;
+    let mut done = Vec::new();
+    for f in failing {
+        let new: Vec<&Fault> =
+            f.faults.iter().filter(|fault| !known.contains(&(f.key.clone(), fault.cause()))).collect();
+        if new.is_empty() {
+            tracing::debug!("{node}: GPU {} ({}): already acted on: {:?}", f.gpu.index, f.key, f.faults);
+            continue;
+        }
+        done.push(drain(service, report, &f, &new, now)?);
+    }
+    Ok(done)
+}
+
+/// The node's recorded faults that still hold, as (GPU, cause); drops those this report shows cleared
+/// and XIDs whose `repeat_after` has passed.
+fn forget_cleared(service: &mut Service, report: &AgentReport, now: i64) -> CliResult<HashSet<(String, String)>> {
+    let health = &service.config.health;
+    let mut known = HashSet::new();
+    for row in service.ledger.gpu_faults(&report.node)? {
+        let expired = row.cause.starts_with(XID_PREFIX)
+            && now.saturating_sub(row.acted_at) >= i64::try_from(health.repeat_after.as_secs()).unwrap_or(i64::MAX);
+        let gone =
+            report.sample.gpus.iter().any(|g| gpu_key(g) == row.gpu && cleared(g, &row.cause, health.max_temperature));
+        if expired || gone {
+            tracing::info!("{}: GPU {}: {} is over; it drains again if it comes back", row.node, row.gpu, row.cause);
+            service.ledger.clear_gpu_fault(&row.node, &row.gpu, &row.cause)?;
+        } else {
+            known.insert((row.gpu, row.cause));
+        }
+    }
+    Ok(known)
+}
+
+/// Drains the node for `new` faults of one GPU, records them, requeues the GPU's jobs.
+fn drain(service: &mut Service, report: &AgentReport, f: &Failing<'_>, new: &[&Fault], now: i64) -> CliResult<String> {
+    // The name comes from the report: one plain node name, or nothing is run.
+    let node = node_name_arg(&report.node).inspect_err(|e| tracing::error!("not draining: {e}"))?;
+    let index = f.gpu.index;
+    let what: Vec<String> = new.iter().map(|fault| fault.describe()).collect();
+    let reason = format!("gputokens: GPU {index} {}", what.join("; "));
+    tracing::error!("draining {node}: {reason} ({})", f.key);
+    let slurm = Slurm::new(&service.config.slurm);
+    slurm
+        .run("scontrol", &["--", "update", &format!("nodename={node}"), "state=drain", &format!("reason={reason}")])?;
+    for fault in new {
+        let row = GpuFault { node: node.to_string(), gpu: f.key.clone(), cause: fault.cause(), acted_at: now };
+        service.ledger.record_gpu_fault(&row)?;
+    }
+    audit(service, "drain", node, "", &reason)?;
+    service.metrics.drains.get_or_create(&NodeLabels { node: node.to_string() }).inc();
+    for (job, user) in jobs_on_gpu(report, &slurm, index) {
+        let result = slurm.run("scontrol", &["--", "requeue", &job]).or_else(|_| slurm.run("scancel", &["--", &job]));
+        match result {
+            Ok(_) => audit(service, "requeue", &job, &user, &reason)?,
+            Err(e) => tracing::error!("cannot requeue job {job} from failing GPU {index} of {node}: {e}"),
+        }
+    }
+    Ok(reason)
+}
+
+/// An XID outside `drain_xids`: counted every time, logged once per node, GPU and XID.
+fn ignored_xid(service: &mut Service, node: &str, gpu: &GpuSample, key: &str, xid: u64) {
+    let labels = XidLabels { node: node.to_string(), xid: xid.to_string() };
+    service.metrics.xids_ignored.get_or_create(&labels).inc();
+    if service.health.logged.insert((node.to_string(), key.to_string(), xid)) {
+        tracing::warn!(
+            "{node}: GPU {} ({key}) reported XID {xid}, an application error (not in [health] drain_xids): not draining",
+            gpu.index
+        );
+    }
+}
+
+/// Jobs whose processes run on GPU `index` or recorded as holding it (agent), or that Slurm gave that
+/// GPU (squeue `IDX`): only plain job IDs, as they go to scontrol and scancel.
+fn jobs_on_gpu(report: &AgentReport, slurm: &Slurm, index: u32) -> BTreeSet<(String, String)> {
+    let mut jobs: BTreeSet<(String, String)> = BTreeSet::new();
+    let queue = slurm.squeue_json().ok().and_then(|j| squeue::queue(&j).ok()).unwrap_or_default();
+    let user_of = |job: &str| queue.iter().find(|j| j.job_id == job).map(|j| j.user.clone()).unwrap_or_default();
+    for p in report.sample.processes.iter().filter(|p| p.gpu_index == index) {
+        if let Some(job) = &p.job_id {
+            jobs.insert((job.clone(), user_of(job)));
+        }
+    }
+    for gpu in report.sample.gpus.iter().filter(|g| g.index == index) {
+        jobs.extend(gpu.jobs.iter().map(|job| (job.clone(), user_of(job))));
+    }
+    for j in queue.iter().filter(|j| j.state == "RUNNING" && j.nodes == report.node && j.gpu_indices.contains(&index)) {
+        jobs.insert((j.job_id.clone(), j.user.clone()));
+    }
+    jobs.retain(|(job, _)| job_id_arg(job).inspect_err(|e| tracing::warn!("not requeued: {e}")).is_ok());
+    jobs
+}
+
+fn audit(service: &mut Service, action: &str, target: &str, user: &str, reason: &str) -> CliResult {
+    service.ledger.record_action(&Action {
+        at: gputokens::time::now(),
+        action: action.into(),
+        target: target.into(),
+        user: user.into(),
+        reason: reason.into(),
+        dry_run: false,
+    })?;
+    Ok(())
+}

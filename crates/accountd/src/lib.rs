@@ -1,0 +1,42 @@
+//! accountd: the gputokens daemon, its admin CLI and `sbalance`, over the `gputokens` core library.
+
+pub mod admin;
+pub mod agent;
+pub mod auth;
+pub mod charging;
+pub mod cli;
+pub mod client;
+pub mod command;
+pub mod conn_caps;
+pub mod cycle;
+pub mod cycle_lock;
+pub mod error;
+pub mod handler;
+pub mod health;
+pub mod http;
+pub mod http_listener;
+pub mod metrics;
+pub mod munge;
+pub mod now_arg;
+pub mod plugstack;
+pub mod preempt;
+pub mod records;
+pub mod rejected_records;
+pub mod report_gate;
+pub mod sbalance;
+pub mod serve_cycles;
+pub mod server;
+pub mod signals;
+pub mod slurm;
+pub mod slurm_check;
+pub mod slurm_view;
+pub mod snapshot_access;
+pub mod usage;
+
+/// `accountd --version`: the crate version and the Slurm headers it was built against.
+pub fn version() -> &'static str {
+    static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!("{} (Slurm headers {})", env!("CARGO_PKG_VERSION"), env!("GPUTOKENS_SLURM_HEADERS"))
+    });
+    VERSION.as_str()
+}

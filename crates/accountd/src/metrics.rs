@@ -1,0 +1,330 @@
+//! Prometheus metrics of accountd (prometheus-client), served on `/metrics`.
+
+use std::sync::atomic::AtomicU64;
+
+use ledger::{Account, ChargeOutcome};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+type FloatCounter = Counter<f64, AtomicU64>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UserLabels {
+    pub user: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UserGpuLabels {
+    pub user: String,
+    pub gpu_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CycleLabels {
+    pub cycle: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GpuTypeLabels {
+    pub gpu_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GpuLabels {
+    pub node: String,
+    pub gpu: String,
+    pub uuid: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobLabels {
+    pub job: String,
+    pub user: String,
+    pub node: String,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub balance: Family<UserLabels, FloatGauge>,
+    pub charged: Family<UserGpuLabels, FloatCounter>,
+    pub replenished: FloatCounter,
+    pub jobs_charged: Counter,
+    pub cycle_seconds: Family<CycleLabels, FloatGauge>,
+    pub cycle_failures: Family<CycleLabels, Counter>,
+    pub cycle_last_success: Family<CycleLabels, Gauge>,
+    pub snapshot_written: Gauge,
+    pub records_skipped: Family<ReasonLabels, Counter>,
+    pub unpriced_gpu_seconds: Family<GpuTypeLabels, Counter>,
+    pub gpu_utilization: Family<GpuLabels, FloatGauge>,
+    pub gpu_memory_used: Family<GpuLabels, FloatGauge>,
+    pub gpu_temperature: Family<GpuLabels, FloatGauge>,
+    pub gpu_power: Family<GpuLabels, FloatGauge>,
+    pub gpu_healthy: Family<GpuLabels, Gauge>,
+    pub job_gpu_utilization: Family<JobLabels, FloatGauge>,
+    pub job_gpu_memory: Family<JobLabels, FloatGauge>,
+    pub job_idle: Family<JobLabels, Gauge>,
+    pub preemptions: Family<PreemptLabels, Counter>,
+    pub drains: Family<NodeLabels, Counter>,
+    pub xids_ignored: Family<XidLabels, Counter>,
+    pub agent_reports_refused: Family<ReasonLabels, Counter>,
+    pub connections_refused: Family<ListenerLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    /// `http` or `socket`.
+    pub listener: String,
+    /// Which cap: `total`, `per_address` (HTTP) or `per_user` (the Unix socket).
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PreemptLabels {
+    pub gpu_type: String,
+    pub action: String,
+    pub dry_run: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeLabels {
+    pub node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct XidLabels {
+    pub node: String,
+    pub xid: String,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("gputokens");
+        let m = Metrics {
+            balance: Family::default(),
+            charged: Family::default(),
+            replenished: FloatCounter::default(),
+            jobs_charged: Counter::default(),
+            cycle_seconds: Family::default(),
+            cycle_failures: Family::default(),
+            cycle_last_success: Family::default(),
+            snapshot_written: Gauge::default(),
+            records_skipped: Family::default(),
+            agent_reports_refused: Family::default(),
+            connections_refused: Family::default(),
+            unpriced_gpu_seconds: Family::default(),
+            gpu_utilization: Family::default(),
+            gpu_memory_used: Family::default(),
+            gpu_temperature: Family::default(),
+            gpu_power: Family::default(),
+            gpu_healthy: Family::default(),
+            job_gpu_utilization: Family::default(),
+            job_gpu_memory: Family::default(),
+            job_idle: Family::default(),
+            preemptions: Family::default(),
+            drains: Family::default(),
+            xids_ignored: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register("balance_tokens", "Token balance per user", m.balance.clone());
+        registry.register("charged_tokens", "Tokens charged per user and GPU type", m.charged.clone());
+        registry.register(
+            "replenished_tokens",
+            "Tokens added by daily and monthly replenishment",
+            m.replenished.clone(),
+        );
+        registry.register(
+            "jobs_charged",
+            "Job run segments charged, once per cycle that charged them (a running job every cycle; each run of a requeued job apart)",
+            m.jobs_charged.clone(),
+        );
+        registry.register("cycle_duration_seconds", "Duration of the last cycle", m.cycle_seconds.clone());
+        registry.register("cycle_failures", "Cycles that failed", m.cycle_failures.clone());
+        registry.register(
+            "cycle_last_success_timestamp_seconds",
+            "When the last cycle that succeeded ended (unix seconds); a failed cycle leaves it, and the snapshot, as they were",
+            m.cycle_last_success.clone(),
+        );
+        registry.register(
+            "snapshot_written_timestamp_seconds",
+            "The time stamped in the balance snapshot last written (unix seconds): the job_submit plugin's max_snapshot_age counts from it",
+            m.snapshot_written.clone(),
+        );
+        registry.register(
+            "agent_reports_refused",
+            "Agent reports refused (unauthenticated, another node's or job's, malformed), by reason",
+            m.agent_reports_refused.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "Connections closed at once because a client or all clients held the most allowed, by listener and cap",
+            m.connections_refused.clone(),
+        );
+        registry.register("records_skipped", "Job records not charged, by reason", m.records_skipped.clone());
+        registry.register(
+            "unpriced_gpu_seconds",
+            "GPU-seconds of types missing from [prices], charged at the unlisted-type price",
+            m.unpriced_gpu_seconds.clone(),
+        );
+        registry.register(
+            "gpu_utilization_percent",
+            "GPU utilization reported by node agents",
+            m.gpu_utilization.clone(),
+        );
+        registry.register("gpu_memory_used_bytes", "GPU memory in use", m.gpu_memory_used.clone());
+        registry.register("gpu_temperature_celsius", "GPU temperature", m.gpu_temperature.clone());
+        registry.register("gpu_power_watts", "GPU power draw", m.gpu_power.clone());
+        registry.register("gpu_healthy", "1 when the GPU reports no health problem", m.gpu_healthy.clone());
+        registry.register(
+            "job_gpu_utilization_percent",
+            "Mean utilization of the GPUs a job holds or its processes run on",
+            m.job_gpu_utilization.clone(),
+        );
+        registry.register("job_gpu_memory_bytes", "GPU memory used by a job", m.job_gpu_memory.clone());
+        registry.register(
+            "job_idle",
+            "1 when a job holds GPUs below the idle threshold for longer than the window",
+            m.job_idle.clone(),
+        );
+        registry.register(
+            "preemptions",
+            "Jobs preempted (or, in a dry run, that would have been)",
+            m.preemptions.clone(),
+        );
+        registry.register("node_drains", "Nodes drained because a GPU failed", m.drains.clone());
+        registry.register(
+            "gpu_xids_ignored",
+            "XIDs reported by node agents that are not in [health] drain_xids (application errors): never drained for",
+            m.xids_ignored.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    pub fn connection_refused(&self, listener: &str, reason: &str) {
+        self.connections_refused
+            .get_or_create(&ListenerLabels { listener: listener.into(), reason: reason.into() })
+            .inc();
+    }
+
+    /// A job record left out of a charge; `reason` is one of a fixed set, never a user's name.
+    pub fn record_skipped(&self, reason: &str) {
+        self.records_skipped.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc();
+    }
+
+    pub fn set_balances(&self, accounts: &[Account]) {
+        for a in accounts {
+            self.balance.get_or_create(&UserLabels { user: a.user.clone() }).set(a.balance.as_f64());
+        }
+    }
+
+    pub fn record_charge(&self, outcome: &ChargeOutcome, skipped: usize) {
+        for ((user, gpu_type), tokens) in &outcome.by_user_type {
+            self.charged
+                .get_or_create(&UserGpuLabels { user: user.clone(), gpu_type: gpu_type.clone() })
+                .inc_by(tokens.as_f64());
+        }
+        self.jobs_charged.inc_by(outcome.records as u64);
+        for (gpu_type, secs) in &outcome.unlisted_types {
+            self.unpriced_gpu_seconds.get_or_create(&GpuTypeLabels { gpu_type: gpu_type.clone() }).inc_by(*secs);
+        }
+        if skipped > 0 {
+            self.records_skipped.get_or_create(&ReasonLabels { reason: "no_gpu_time".into() }).inc_by(skipped as u64);
+        }
+    }
+
+    pub fn record_preemption(&self, gpu_type: &str, action: &str, dry_run: bool) {
+        let labels =
+            PreemptLabels { gpu_type: gpu_type.to_string(), action: action.to_string(), dry_run: dry_run.to_string() };
+        self.preemptions.get_or_create(&labels).inc();
+    }
+
+    pub fn record_cycle(&self, cycle: &str, seconds: f64, ok: bool) {
+        let labels = CycleLabels { cycle: cycle.to_string() };
+        self.cycle_seconds.get_or_create(&labels).set(seconds);
+        if ok {
+            self.cycle_last_success.get_or_create(&labels).set(gputokens::time::now());
+        } else {
+            self.cycle_failures.get_or_create(&labels).inc();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// slurm-conf/prometheus/gputokens-alerts.yml reads only metrics served here (promtool's own
+    /// tests of the rules are in tests/prometheus).
+    #[test]
+    fn the_alert_rules_read_metrics_served_here() {
+        let rules = include_str!("../../../slurm-conf/prometheus/gputokens-alerts.yml");
+        let used: std::collections::BTreeSet<&str> = rules
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("gputokens_"))
+            .collect();
+        assert!(used.len() >= 4, "{used:?}");
+        // A sample in every family: a family without one is not described at all.
+        let m = Metrics::new();
+        m.record_cycle("charge", 0.1, false);
+        m.record_cycle("check", 0.1, true);
+        m.snapshot_written.set(1);
+        let outcome = ChargeOutcome { unlisted_types: [("h100".to_string(), 60)].into(), ..Default::default() };
+        m.record_charge(&outcome, 0);
+        let gpu = GpuLabels { node: "n1".into(), gpu: "0".into(), uuid: "GPU-0".into() };
+        m.gpu_healthy.get_or_create(&gpu).set(1);
+        let job = JobLabels { job: "7".into(), user: "alice".into(), node: "n1".into() };
+        m.job_idle.get_or_create(&job).set(0);
+        let text = m.encode();
+        for name in used {
+            assert!(
+                text.lines().any(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} "))),
+                "the rules read {name}, not served:\n{text}"
+            );
+        }
+    }
+
+    /// The stale-snapshot alert fires (threshold plus `for`) before the job_submit plugin's default
+    /// and example max_snapshot_age let on_error decide GPU jobs, and not while the snapshot is only
+    /// as old as the default and example check interval.
+    #[test]
+    fn the_stale_snapshot_alert_fires_before_max_snapshot_age() {
+        let rules = include_str!("../../../slurm-conf/prometheus/gputokens-alerts.yml");
+        let rule = rules.split("- alert: ").find(|r| r.starts_with("GputokensSnapshotStale")).expect("the rule");
+        let after = |key: &str| rule.lines().find_map(|l| l.trim().strip_prefix(key)).map(str::trim).unwrap();
+        let threshold: u64 = after("expr: time() - gputokens_snapshot_written_timestamp_seconds >").parse().unwrap();
+        let pending = humantime::parse_duration(after("for:")).unwrap().as_secs();
+
+        let example = gputokens::Config::parse(gputokens::config::EXAMPLE, std::path::Path::new("example")).unwrap();
+        let max_age = example.admission.max_snapshot_age.unwrap().as_secs();
+        assert_eq!(max_age, gputokens::plugin_config::DEFAULT_MAX_SNAPSHOT_AGE.as_secs());
+        assert!(threshold + pending < max_age, "alert at {threshold}s + {pending}s, max_snapshot_age {max_age}s");
+        let check = example.intervals.check.as_secs();
+        assert_eq!(
+            check,
+            gputokens::Config::parse("", std::path::Path::new("empty")).unwrap().intervals.check.as_secs()
+        );
+        assert!(threshold > check, "the snapshot is {check}s old between check cycles");
+    }
+}

@@ -1,0 +1,821 @@
+//! The job_submit plugin inside the real slurmctld of the test cluster: jobs submitted with sbatch by
+//! the non-root users alice and bob, balances from a snapshot written by a real `accountd serve`.
+//!
+//! tests/run.sh starts the cluster with the plugin (JOBSUBMIT_PLUGIN_SO) and writes
+//! /etc/slurm/gputokens.toml, whose `[paths] snapshot` these tests control. Each test holds
+//! `serial()` and leaves an empty snapshot behind (everyone at `initial`: every job passes), so
+//! the other cluster tests are not disturbed.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use gputokens::policy::BucketRules;
+use gputokens::Tokens;
+
+use crate::cluster::serial;
+use crate::common::{run_as, Outcome, Site};
+
+const PLUGIN_CONF: &str = "/etc/slurm/gputokens.toml";
+/// slurmctld's SlurmUser on the test cluster (tests/cluster/lib.sh), as the example config says.
+const SLURM_USER: &str = "slurm";
+/// The plugin looks at the snapshot every 200 ms; this leaves it time to read a new one.
+const SETTLE: Duration = Duration::from_millis(600);
+
+fn lab() -> PathBuf {
+    PathBuf::from(std::env::var("GPUTOKENS_LAB").unwrap_or_else(|_| "/tmp/gputokens-cluster".into()))
+}
+
+fn slurmctld_log() -> String {
+    std::fs::read_to_string(lab().join("log/slurmctld.log")).unwrap_or_default()
+}
+
+fn slurmctld_pid() -> String {
+    std::fs::read_to_string(lab().join("run/slurmctld.pid")).unwrap_or_default().trim().to_string()
+}
+
+fn slurmctld_alive(pid: &str) -> bool {
+    let up = run_as(None, Path::new("/usr/bin/scontrol"), &["ping"]);
+    Path::new(&format!("/proc/{pid}")).exists() && up.stdout.contains("is UP")
+}
+
+/// sbatch as `user`, not asserting success: (exit code, job ID or "", stderr).
+fn sbatch(user: &str, args: &[&str]) -> Outcome {
+    let mut all = vec!["--parsable", "--output=/dev/null"];
+    all.extend_from_slice(args);
+    run_as(Some(user), Path::new("/usr/bin/sbatch"), &all)
+}
+
+fn job_id(out: &Outcome) -> String {
+    out.stdout.trim().split(';').next().unwrap_or_default().to_string()
+}
+
+/// The cluster's snapshot and plugin config, for one test: restores an empty snapshot and the
+/// config, and cancels the test's jobs on drop.
+struct Admission {
+    snapshot: PathBuf,
+    jobs: Vec<String>,
+    log_from: usize,
+    /// The plugin config as tests/run.sh wrote it.
+    config: String,
+}
+
+impl Admission {
+    fn start() -> Admission {
+        let config = std::fs::read_to_string(PLUGIN_CONF)
+            .unwrap_or_else(|e| panic!("{PLUGIN_CONF}: {e}: start the cluster with tests/run.sh"));
+        let table: toml::Table = toml::from_str(&config).expect("plugin config");
+        let snapshot = table["paths"]["snapshot"].as_str().expect("[paths] snapshot").into();
+        let shown = run_as(None, Path::new("/usr/bin/scontrol"), &["show", "config"]).ok().stdout;
+        assert!(
+            shown.lines().any(|l| l.starts_with("JobSubmitPlugins") && l.contains("gputokens")),
+            "slurmctld runs without the gputokens job_submit plugin: start the cluster with tests/run.sh \
+             (JOBSUBMIT_PLUGIN_SO=target/debug/libjob_submit_gputokens.so bash tests/cluster/up.sh)"
+        );
+        Admission { snapshot, jobs: Vec::new(), log_from: slurmctld_log().len(), config }
+    }
+
+    /// Adds `tables` to the plugin's config and waits until the plugin has read it (it re-reads the
+    /// file on change; slurmctld is not restarted).
+    fn configure(&self, tables: &str) {
+        write_plugin_config(&format!("{}\n{tables}", self.config));
+    }
+
+    /// Points the plugin's snapshot at the one `site`'s accountd writes.
+    fn follow(&self, site: &Site) {
+        let written = site.path("lib/balances.snapshot");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !written.exists() {
+            assert!(Instant::now() < deadline, "accountd wrote no snapshot: {}", site.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let link = self.snapshot.with_extension("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&written, &link).unwrap();
+        std::fs::rename(&link, &self.snapshot).unwrap();
+    }
+
+    fn write(&self, text: &str) {
+        write_for_slurmctld(&self.snapshot, text).unwrap();
+    }
+
+    /// sbatch that must succeed; the job is cancelled at the end of the test.
+    fn accepted(&mut self, user: &str, args: &[&str]) -> (String, String) {
+        let out = sbatch(user, args);
+        assert_eq!(out.code, 0, "{user} {args:?} refused: {}", out.stderr);
+        let id = job_id(&out);
+        self.jobs.push(id.clone());
+        (id, out.stderr)
+    }
+
+    /// What slurmctld logged since the test began.
+    fn log(&self) -> String {
+        slurmctld_log().get(self.log_from..).unwrap_or_default().to_string()
+    }
+}
+
+/// Writes a snapshot as a root accountd would: 0640, group of the test cluster's SlurmUser.
+fn write_for_slurmctld(path: &Path, text: &str) -> std::io::Result<()> {
+    let group = nix::unistd::User::from_name(SLURM_USER).ok().flatten().map(|u| u.gid.as_raw());
+    gputokens::snapshot::write_atomically_for(path, text, group)
+}
+
+/// Writes the plugin config and waits for the plugin's "config ..." line about it.
+fn write_plugin_config(text: &str) {
+    const READ: &str = "gputokens: job_submit/gputokens ";
+    let before = slurmctld_log().matches(READ).count();
+    std::fs::write(PLUGIN_CONF, text).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while slurmctld_log().matches(READ).count() == before {
+        assert!(Instant::now() < deadline, "the plugin did not re-read {PLUGIN_CONF} within 3 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        if std::fs::read_to_string(PLUGIN_CONF).ok().as_deref() != Some(self.config.as_str()) {
+            write_plugin_config(&self.config);
+        }
+        if !self.jobs.is_empty() {
+            let mut args = vec!["--quiet"];
+            args.extend(self.jobs.iter().map(String::as_str));
+            run_as(None, Path::new("/usr/bin/scancel"), &args);
+        }
+        let rules = BucketRules { monthly: Tokens::ZERO, ..BucketRules::default() };
+        let empty = gputokens::snapshot::render(&gputokens::snapshot::Snapshot::new(gputokens::time::now(), rules));
+        let _ = write_for_slurmctld(&self.snapshot, &empty);
+        std::thread::sleep(SETTLE);
+    }
+}
+
+/// A site whose snapshot the plugin follows, after the balance adjustments `(user, amount)`, with
+/// `tables` in its config. Bind as `let (site, mut adm) = ...`: `adm` goes first, restoring the
+/// cluster's snapshot while the site still exists.
+fn following_site(tables: &str, adjustments: &[(&str, &str)]) -> (Site, Admission) {
+    if tables.contains("[slurm]") {
+        // A site that charges from the cluster: keep jobs the previous test saw end out of its first
+        // sacct window (as charging's live_site does).
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let site = Site::start("", tables);
+    let adm = Admission::start();
+    for (user, amount) in adjustments {
+        site.accountd(None, &["admin", "adjust", user, amount, "--reason", "test"]).ok();
+    }
+    adm.follow(&site);
+    std::thread::sleep(SETTLE);
+    (site, adm)
+}
+
+/// The plugin exports exactly what slurmctld looks up, and needs from slurmctld only what
+/// libslurmfull exports (it is linked with BIND_NOW: a missing symbol would fail the load).
+#[test]
+fn the_plugin_exports_only_its_symbols() {
+    let so = crate::common::bin("libjob_submit_gputokens.so");
+    let nm = |args: &[&str], file: &Path| {
+        let out = std::process::Command::new("nm").args(args).arg(file).output().expect("nm (binutils)");
+        assert!(out.status.success(), "nm {args:?} {}", file.display());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let mut exported: Vec<String> = nm(&["-D", "--defined-only"], &so)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
+        .collect();
+    exported.sort();
+    assert_eq!(exported, ["fini", "init", "job_modify", "job_submit", "plugin_name", "plugin_type", "plugin_version"]);
+
+    // Undefined symbols without a version come from the loading process, not from libc/libgcc.
+    let from_slurm: Vec<String> = nm(&["-D", "--undefined-only"], &so)
+        .lines()
+        .filter(|l| l.trim_start().starts_with("U ") && !l.contains('@'))
+        .filter_map(|l| l.split_whitespace().nth(1).map(str::to_string))
+        .collect();
+    assert!(!from_slurm.is_empty());
+    let libslurm = Path::new("/usr/lib/x86_64-linux-gnu/slurm-wlm/libslurmfull.so");
+    let provided = if libslurm.exists() { nm(&["-D", "--defined-only"], libslurm) } else { String::new() };
+    for symbol in &from_slurm {
+        assert!(symbol.starts_with("slurm_"), "{symbol} is not a Slurm symbol");
+        if libslurm.exists() {
+            assert!(provided.lines().any(|l| l.ends_with(&format!(" T {symbol}"))), "libslurmfull lacks {symbol}");
+        }
+    }
+}
+
+const REFUSED: &str = "sbatch: error: gputokens: your GPU token balance is -10.4 (floor -10); GPU jobs are refused \
+                       until it is above the floor again (+1 token per day and +30 tokens on the 1st of each month: \
+                       about ";
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn at_the_floor_gpu_jobs_are_refused_and_cpu_jobs_pass() {
+    let _cluster = serial();
+    let (_site, mut adm) = following_site("", &[("alice", "-110.4")]);
+
+    for gpus in [
+        vec!["--gres=gpu:a6000:1"],
+        vec!["--gpus=1"],
+        vec!["--gpus-per-node=rtx3090:1"],
+        vec!["--gpus-per-task=1", "--ntasks=1"],
+        vec!["--gpus-per-socket=1", "--sockets-per-node=1"],
+    ] {
+        let mut args = gpus.clone();
+        args.extend(["--wrap", "true"]);
+        let started = Instant::now();
+        let out = sbatch("alice", &args);
+        assert_ne!(out.code, 0, "{gpus:?} accepted: {}", out.stdout);
+        assert!(out.stderr.contains(REFUSED), "{gpus:?}: {}", out.stderr);
+        assert!(out.stderr.contains("Run 'sbalance' for details."), "{}", out.stderr);
+        assert!(
+            out.stderr.contains("Batch job submission failed: Job violates accounting/QOS policy"),
+            "{}",
+            out.stderr
+        );
+        println!("refused {gpus:?} in {:?}", started.elapsed());
+    }
+    let (_, stderr) = adm.accepted("alice", &["--wrap", "true"]);
+    assert!(stderr.is_empty(), "a CPU-only job is not told anything: {stderr}");
+    adm.accepted("bob", &["--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
+
+    // job_modify: alice cannot add GPUs to her queued CPU job; other changes pass; root may.
+    let (queued, _) = adm.accepted("alice", &["--hold", "--wrap", "true"]);
+    let scontrol = Path::new("/usr/bin/scontrol");
+    let job = format!("jobid={queued}");
+    let out = run_as(Some("alice"), scontrol, &["update", &job, "gres=gpu:1"]);
+    assert_ne!(out.code, 0, "alice added a GPU to job {queued}");
+    assert!(out.stderr.contains("Job violates accounting/QOS policy"), "{}", out.stderr);
+    run_as(Some("alice"), scontrol, &["update", &job, "timelimit=10"]).ok();
+    let shown = run_as(None, scontrol, &["show", "job", &queued]).ok().stdout;
+    assert!(!shown.contains("TresPerNode"), "{shown}");
+    run_as(None, scontrol, &["update", &job, "gres=gpu:1"]).ok();
+    let shown = run_as(None, scontrol, &["show", "job", &queued]).ok().stdout;
+    assert!(shown.contains("TresPerNode=gres:gpu:1"), "{shown}");
+
+    let log = adm.log();
+    assert_eq!(log.matches("gputokens: refused a GPU job of alice (uid ").count(), 5, "{log}");
+    let update = format!("gputokens: refused an update of job {queued} of alice (uid ");
+    assert_eq!(log.matches(&update).count(), 1, "{log}");
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn in_overdraft_gpu_jobs_are_accepted_at_lower_priority() {
+    let _cluster = serial();
+    let (_site, mut adm) = following_site("", &[("alice", "-103.5"), ("bob", "-50")]);
+
+    // Identical jobs, kept pending (BeginTime) so both have a priority to compare.
+    let job = ["--gres=gpu:a6000:1", "--begin=now+1hour", "--wrap", "true"];
+    let (alice_job, told) = adm.accepted("alice", &job);
+    assert!(
+        told.contains(
+            "sbatch: gputokens: your GPU token balance is -3.5 (below 0): this job was accepted with lower priority \
+             (nice +10000); at the floor (-10) GPU jobs are refused. Run 'sbalance' for details."
+        ),
+        "{told}"
+    );
+    let (bob_job, told) = adm.accepted("bob", &job);
+    assert!(told.is_empty(), "bob at +50 is told nothing: {told}");
+
+    let jobs = format!("{alice_job},{bob_job}");
+    let table = run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", &jobs, "-o", "%i|%u|%Q|%y"]).ok().stdout;
+    let row = |id: &str| -> (u64, i64) {
+        let line = table.lines().find(|l| l.starts_with(&format!("{id}|"))).unwrap_or_else(|| panic!("{table}"));
+        let f: Vec<&str> = line.split('|').collect();
+        (f[2].parse().unwrap(), f[3].parse().unwrap())
+    };
+    let (alice_priority, alice_nice) = row(&alice_job);
+    let (bob_priority, bob_nice) = row(&bob_job);
+    println!("squeue: alice priority {alice_priority} nice {alice_nice}; bob priority {bob_priority} nice {bob_nice}");
+    assert_eq!((alice_nice, bob_nice), (10_000, 0));
+    assert!(alice_priority < bob_priority, "{table}");
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_grant_lets_the_next_gpu_job_through_within_a_second() {
+    let _cluster = serial();
+    let (site, mut adm) = following_site("", &[("alice", "-110.4")]);
+    let pid = slurmctld_pid();
+    let gpu_job = ["--gres=gpu:a6000:1", "--hold", "--wrap", "true"];
+    let refused = sbatch("alice", &gpu_job);
+    assert_ne!(refused.code, 0, "{}", refused.stdout);
+    assert!(refused.stderr.contains(REFUSED), "{}", refused.stderr);
+
+    site.accountd(None, &["admin", "grant", "alice", "1", "--reason", "test: lift above the floor"]).ok();
+    let granted = Instant::now();
+    let mut tries = 0;
+    let out = loop {
+        tries += 1;
+        let out = sbatch("alice", &gpu_job);
+        if out.code == 0 || granted.elapsed() > Duration::from_secs(1) {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let took = granted.elapsed();
+    assert_eq!(out.code, 0, "still refused {took:?} after the grant: {}", out.stderr);
+    assert_eq!(site.balance("alice"), "-9.4");
+    adm.jobs.push(job_id(&out));
+    println!("after the grant, alice's GPU job was accepted {took:?} later (attempt {tries})");
+    assert!(out.stderr.contains("your GPU token balance is -9.4 (below 0)"), "{}", out.stderr);
+    assert_eq!(slurmctld_pid(), pid, "slurmctld was restarted");
+    assert!(slurmctld_alive(&pid));
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_missing_garbage_or_stale_snapshot_follows_on_error_and_is_logged_once() {
+    let _cluster = serial();
+    let mut adm = Admission::start();
+    let pid = slurmctld_pid();
+    let blocked_at = |generated: i64| {
+        format!(
+            "gputokens-snapshot 1\ngenerated {generated}\nfloor -10000000\ndaily 1000000\nmonthly 0\n\
+             initial 100000000\nuser alice -10400000\n"
+        )
+    };
+    let blocked = blocked_at(gputokens::time::now());
+    adm.write(&blocked);
+    std::thread::sleep(SETTLE);
+    let gpu_job = ["--gres=gpu:rtx2080:1", "--hold", "--wrap", "true"];
+    assert_ne!(sbatch("alice", &gpu_job).code, 0, "alice is at the floor");
+
+    // Deleted: on_error = "accept" (the test cluster's setting, the default) lets her through.
+    std::fs::remove_file(&adm.snapshot).unwrap();
+    std::thread::sleep(SETTLE);
+    for _ in 0..3 {
+        adm.accepted("alice", &gpu_job);
+    }
+    // Garbage in its place: the same.
+    std::fs::write(&adm.snapshot, b"\x00\x01 this is not a snapshot\n").unwrap();
+    std::thread::sleep(SETTLE);
+    for _ in 0..3 {
+        adm.accepted("alice", &gpu_job);
+    }
+    // Stale (written 3 hours ago, max_snapshot_age is 2h): the same.
+    adm.write(&blocked_at(gputokens::time::now() - 3 * 3600));
+    std::thread::sleep(SETTLE);
+    for _ in 0..3 {
+        adm.accepted("alice", &gpu_job);
+    }
+    // Fixed again: checked again.
+    adm.write(&blocked);
+    std::thread::sleep(SETTLE);
+    assert_ne!(sbatch("alice", &gpu_job).code, 0, "alice is at the floor again");
+
+    assert_eq!(slurmctld_pid(), pid, "slurmctld was restarted");
+    assert!(slurmctld_alive(&pid), "slurmctld died");
+    let log = adm.log();
+    let path = adm.snapshot.display().to_string();
+    let missing = format!(
+        "error: gputokens: balance snapshot {path} is missing; GPU jobs are accepted without a balance check \
+         (on_error = \"accept\") until it appears"
+    );
+    let corrupt = format!("error: gputokens: balance snapshot {path} is corrupt (");
+    let stale = format!(
+        "error: gputokens: balance snapshot {path} is stale: written 3h ago, longer than max_snapshot_age (2h); \
+         is accountd running? GPU jobs are accepted without a balance check (on_error = \"accept\") until it is \
+         rewritten"
+    );
+    let usable = format!("gputokens: balance snapshot {path} is usable again: 1 user, written ");
+    assert_eq!(log.matches(&missing).count(), 1, "{log}");
+    assert_eq!(log.matches(&corrupt).count(), 1, "{log}");
+    assert_eq!(log.matches(&stale).count(), 1, "{log}");
+    assert_eq!(log.matches(&usable).count(), 1, "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+/// `scontrol show job` as root, one line per field.
+fn show_job(id: &str) -> String {
+    run_as(None, Path::new("/usr/bin/scontrol"), &["show", "job", id]).ok().stdout
+}
+
+/// (priority, QOS) of a job from squeue.
+fn priority_and_qos(id: &str) -> (u64, String) {
+    let out = run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", id, "-o", "%Q|%q"]).ok().stdout;
+    let (priority, qos) = out.trim().split_once('|').unwrap_or_else(|| panic!("squeue: {out}"));
+    (priority.parse().unwrap(), qos.to_string())
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn overdraft_deprioritizes_by_site_factor_or_qos_as_configured_without_a_restart() {
+    let _cluster = serial();
+    let (_site, mut adm) = following_site("", &[("alice", "-103.5")]);
+    let pid = slurmctld_pid();
+    let job = ["--gres=gpu:a6000:1", "--begin=now+1hour", "--wrap", "true"];
+    let (bob_job, _) = adm.accepted("bob", &job);
+    let (bob_priority, bob_qos) = priority_and_qos(&bob_job);
+
+    adm.configure("[admission]\ndeprioritize = \"site_factor\"\nsite_factor = -5000\n");
+    let (alice_job, told) = adm.accepted("alice", &job);
+    assert!(told.contains("this job was accepted with lower priority (site factor -5000);"), "{told}");
+    let (alice_priority, _) = priority_and_qos(&alice_job);
+    println!("site factor: alice {alice_priority}, bob {bob_priority}");
+    assert_eq!(alice_priority + 5000, bob_priority, "the site factor is added to the priority");
+    assert!(show_job(&alice_job).contains("Nice=0"), "nice is left alone");
+
+    adm.configure("[admission]\ndeprioritize = \"qos\"\nqos = \"gputokens-overdraft\"\n");
+    let (alice_job, told) = adm.accepted("alice", &job);
+    assert!(told.contains("this job was accepted with lower priority (QOS gputokens-overdraft);"), "{told}");
+    let (alice_priority, alice_qos) = priority_and_qos(&alice_job);
+    println!("qos: alice {alice_priority} in {alice_qos}, bob {bob_priority} in {bob_qos}");
+    assert_eq!((alice_qos.as_str(), bob_qos.as_str()), ("gputokens-overdraft", "normal"));
+    assert!(alice_priority < bob_priority);
+    let (bob_again, told) = adm.accepted("bob", &job);
+    assert!(told.is_empty(), "{told}");
+    assert_eq!(priority_and_qos(&bob_again).1, "normal", "bob is not in overdraft");
+
+    assert_eq!(slurmctld_pid(), pid, "slurmctld was restarted");
+    let log = adm.log();
+    assert!(log.contains("overdraft site_factor -5000"), "{log}");
+    assert!(log.contains("overdraft qos gputokens-overdraft"), "{log}");
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn max_job_duration_limits_gpu_jobs_and_exempt_users_pass() {
+    let _cluster = serial();
+    let mut adm = Admission::start();
+    adm.configure("[admission]\nmax_job_duration = \"2h\"\n[exempt]\nusers = [\"bob\"]\n");
+    let gpu = |time: Option<&'static str>| {
+        let mut args = vec!["--gres=gpu:rtx2080:1", "--hold", "--wrap", "true"];
+        if let Some(t) = time {
+            args.insert(0, t);
+        }
+        args
+    };
+    let out = sbatch("alice", &gpu(Some("--time=3:00:00")));
+    assert_ne!(out.code, 0, "{}", out.stdout);
+    assert!(
+        out.stderr.contains(
+            "sbatch: error: gputokens: GPU jobs may run for at most 2:00:00 here, and this job asks for 3:00:00; \
+             submit it with --time=2:00:00 or less."
+        ),
+        "{}",
+        out.stderr
+    );
+    let (fits, told) = adm.accepted("alice", &gpu(Some("--time=1:30:00")));
+    assert!(told.is_empty(), "{told}");
+    assert!(show_job(&fits).contains("TimeLimit=01:30:00"), "{}", show_job(&fits));
+    // No --time, and the partition has no limit: the job gets the maximum, and is told.
+    let (untimed, told) = adm.accepted("alice", &gpu(None));
+    assert!(told.contains("it was given the longest allowed, 2:00:00 (--time=2:00:00)"), "{told}");
+    assert!(show_job(&untimed).contains("TimeLimit=02:00:00"), "{}", show_job(&untimed));
+    // CPU jobs and exempt users are not limited.
+    let (cpu, _) = adm.accepted("alice", &["--time=3:00:00", "--hold", "--wrap", "true"]);
+    assert!(show_job(&cpu).contains("TimeLimit=03:00:00"));
+    let (exempt, told) = adm.accepted("bob", &gpu(Some("--time=3:00:00")));
+    assert!(told.is_empty(), "{told}");
+    assert!(show_job(&exempt).contains("TimeLimit=03:00:00"));
+}
+
+/// Config tables for a site that reads the real cluster's queue every second, with the plugin's
+/// `[admission]` table (which also tells accountd to read the queue). It charges only what happens
+/// from its start on (no look back, no re-read), so jobs of earlier tests leave balances alone.
+fn reading_the_queue(admission: &str) -> String {
+    format!(
+        "[slurm]\nfirst_lookback = \"1s\"\nreread = \"1m\"\n[preemption]\nenabled = false\n[intervals]\n\
+         check = \"1s\"\n{admission}"
+    )
+}
+
+/// Waits until the snapshot's queue shows `line` (or, `present` false, no longer shows it) in a queue
+/// read at least two seconds after the first one that did: jobs admitted within the second of a
+/// read are counted by the plugin until a later read (the queue time has whole seconds).
+fn wait_for_queue_line(snapshot: &Path, line: &str, present: bool) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut first_seen: Option<i64> = None;
+    loop {
+        let text = std::fs::read_to_string(snapshot).unwrap_or_default();
+        let as_of = text.lines().find_map(|l| l.strip_prefix("queue ")).and_then(|t| t.parse::<i64>().ok());
+        if text.lines().any(|l| l == line) == present {
+            match (first_seen, as_of) {
+                (Some(first), Some(now)) if now >= first + 2 => return,
+                (None, Some(now)) => first_seen = Some(now),
+                _ => {}
+            }
+        } else {
+            first_seen = None;
+        }
+        assert!(Instant::now() < deadline, "snapshot {present} '{line}' not reached:\n{text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn max_gpus_per_user_counts_running_and_pending_jobs() {
+    let _cluster = serial();
+    let admission = "[admission]\nmax_gpus_per_user = 2\n";
+    let (site, mut adm) = following_site(&reading_the_queue(admission), &[]);
+    adm.configure(admission);
+    let one = ["--gres=gpu:a6000:1", "--hold", "--wrap", "true"];
+    let (first, _) = adm.accepted("alice", &one);
+    adm.accepted("alice", &one);
+    // Within one snapshot: the plugin counts what it admitted itself.
+    let refused = sbatch("alice", &one);
+    assert_ne!(refused.code, 0, "a third GPU accepted: {}", refused.stdout);
+    let want = "sbatch: error: gputokens: you may hold at most 2 GPUs in running and pending jobs together; you \
+                hold 2 and this job asks for 1.";
+    assert!(refused.stderr.contains(want), "{}", refused.stderr);
+    adm.accepted("bob", &one);
+
+    // Once accountd has read the queue, the queue counts them: still refused.
+    // No --time on a partition without limits: default_time_limit (24 h) × 4 tokens each.
+    wait_for_queue_line(&site.path("lib/balances.snapshot"), "committed alice 2000 192000000", true);
+    std::thread::sleep(SETTLE);
+    let refused = sbatch("alice", &["--gpus=1", "--hold", "--wrap", "true"]);
+    assert!(refused.stderr.contains(want), "{}", refused.stderr);
+
+    // One of them cancelled: after the next read, one more fits.
+    run_as(None, Path::new("/usr/bin/scancel"), &[&first]).ok();
+    wait_for_queue_line(&site.path("lib/balances.snapshot"), "committed alice 1000 96000000", true);
+    std::thread::sleep(SETTLE);
+    adm.accepted("alice", &one);
+    let log = adm.log();
+    let uid = nix::unistd::User::from_name("alice").unwrap().unwrap().uid;
+    let alice = format!("uid {uid}");
+    let refusals = log.lines().filter(|l| l.contains(&alice) && l.contains("above max_gpus_per_user (2)"));
+    assert_eq!(refusals.count(), 2, "{log}");
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn the_estimate_refuses_jobs_that_could_take_the_balance_below_the_floor() {
+    let _cluster = serial();
+    let admission = "[admission]\nmode = \"estimate\"\n";
+    let (site, mut adm) = following_site(&reading_the_queue(admission), &[("alice", "-80")]);
+    adm.configure(admission);
+    // 2 a6000 × 2 h × 4 tokens = 16: 20 - 16 = 4 is above the floor.
+    let job = ["--gres=gpu:a6000:2", "--time=2:00:00", "--hold", "--wrap", "true"];
+    let (first, told) = adm.accepted("alice", &job);
+    assert!(told.is_empty(), "{told}");
+    let refused = sbatch("alice", &job);
+    assert_ne!(refused.code, 0, "{}", refused.stdout);
+    let want = "sbatch: error: gputokens: this job can cost up to 16 tokens (2 a6000 GPUs for 2:00:00); your GPU \
+                token balance is 20 and your running and pending GPU jobs can cost up to 16 more, which could take it \
+                to -12, below the floor (-10).";
+    assert!(refused.stderr.contains(want), "{}", refused.stderr);
+    // Shorter fits: 20 - 16 - 12 (2 × 1.5 h × 4) = -8.
+    adm.accepted("alice", &["--gres=gpu:a6000:2", "--time=1:30:00", "--hold", "--wrap", "true"]);
+
+    // From the queue accountd read, the same.
+    wait_for_queue_line(&site.path("lib/balances.snapshot"), "committed alice 4000 28000000", true);
+    std::thread::sleep(SETTLE);
+    let small = ["--gres=gpu:rtx2080:1", "--time=5:00:00", "--hold", "--wrap", "true"];
+    let refused = sbatch("alice", &small);
+    assert!(
+        refused.stderr.contains(
+            "up to 2.5 tokens (1 rtx2080 GPU for 5:00:00); your GPU token balance is 20 and your \
+                                 running and pending GPU jobs can cost up to 28 more, which could take it to -10.5"
+        ),
+        "{}",
+        refused.stderr
+    );
+    let (_, told) = adm.accepted("bob", &job);
+    assert!(told.is_empty(), "bob has 100: {told}");
+
+    run_as(None, Path::new("/usr/bin/scancel"), &[&first]).ok();
+    wait_for_queue_line(&site.path("lib/balances.snapshot"), "committed alice 2000 12000000", true);
+    std::thread::sleep(SETTLE);
+    adm.accepted("alice", &small);
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn gpu_tokens_estimate_shows_the_most_a_job_can_cost() {
+    let _cluster = serial();
+    let (_site, mut adm) = following_site("", &[("bob", "-50")]);
+    // The SPANK option (sbatch) asks, the job_submit plugin (slurmctld, which knows the prices) answers.
+    let (_, told) = adm.accepted(
+        "bob",
+        &["--gpu-tokens-estimate", "--gres=gpu:a6000:2", "--time=1:30:00", "--hold", "--wrap", "true"],
+    );
+    assert!(
+        told.contains(
+            "sbatch: gputokens: this job can cost up to 12 tokens (2 a6000 GPUs for 1:30:00); your GPU token balance \
+             is 50."
+        ),
+        "{told}"
+    );
+    // An array of 4 tasks with one untyped GPU each, at the highest price (a6000: 4), for 1 h.
+    let (_, told) = adm.accepted(
+        "bob",
+        &["--gpu-tokens-estimate", "--array=0-3", "--gpus=1", "--time=60", "--hold", "--wrap", "true"],
+    );
+    assert!(told.contains("this job can cost up to 16 tokens (4 GPUs of any type for 1:00:00)"), "{told}");
+    let (_, told) = adm.accepted("bob", &["--gres=gpu:a6000:2", "--time=1:30:00", "--hold", "--wrap", "true"]);
+    assert!(!told.contains("can cost"), "only when asked: {told}");
+}
+
+/// A running job commits what is left of its time limit after what the ledger has already charged
+/// of it: balance minus commitments is the worst case however long ago the last charge was.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_running_job_commits_the_uncharged_rest_of_its_limit() {
+    let _cluster = serial();
+    // 1 token per a6000-second, so charged seconds read straight off the balance; the pause keeps
+    // jobs the previous test saw end out of the site's first sacct window.
+    std::thread::sleep(Duration::from_secs(2));
+    let site =
+        Site::with_prices("", "[prices]\na6000 = 3600\n", &reading_the_queue("[admission]\nmode = \"estimate\"\n"));
+    let job = crate::cluster::sbatch("alice", &["--gres=gpu:a6000:1", "--time=10", "--wrap", "sleep 120"]);
+    crate::charging::wait_running(&job);
+    std::thread::sleep(Duration::from_secs(3));
+    site.accountd(None, &["tick"]).ok();
+    let balance: Tokens = site.balance("alice").parse().unwrap();
+    let charged = (Tokens::whole(100) - balance).micro() / 1_000_000;
+    assert!(charged >= 3, "charged {charged} s");
+    let rest = (600 - charged) * 1_000_000;
+    wait_for_queue_line(&site.path("lib/balances.snapshot"), &format!("committed alice 1000 {rest}"), true);
+    run_as(None, Path::new("/usr/bin/scancel"), &[&job]).ok();
+}
+
+/// `scontrol update` as the user, not asserting success.
+fn update_as(user: &str, job: &str, change: &str) -> Outcome {
+    run_as(Some(user), Path::new("/usr/bin/scontrol"), &["update", &format!("jobid={job}"), change])
+}
+
+/// (nice, QOS) of a job from squeue.
+fn nice_and_qos(id: &str) -> (i64, String) {
+    let out = run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", id, "-o", "%y|%q"]).ok().stdout;
+    let (nice, qos) = out.trim().split_once('|').unwrap_or_else(|| panic!("squeue: {out}"));
+    (nice.parse().unwrap(), qos.to_string())
+}
+
+/// Waits until the snapshot lists job `id` as pending (accountd read the queue after it was submitted).
+fn wait_until_listed(snapshot: &Path, id: &str) {
+    let prefix = format!("pending {id} ");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !std::fs::read_to_string(snapshot).unwrap_or_default().lines().any(|l| l.starts_with(&prefix)) {
+        assert!(Instant::now() < deadline, "job {id} not in the snapshot");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(SETTLE);
+}
+
+/// job_modify holds the submission policy: in overdraft, alice cannot take back the nice value or
+/// the QOS the plugin gave her GPU jobs; a CPU-only job of hers (known from the queue accountd read)
+/// lowers its nice freely; at the floor she cannot add GPUs to it. Refusals are logged with why
+/// (22.05 shows the user only "Job violates accounting/QOS policy").
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn updates_cannot_undo_the_overdraft_penalty_and_cpu_jobs_are_untouched() {
+    let _cluster = serial();
+    let (site, mut adm) = following_site(&reading_the_queue(""), &[("alice", "-103.5")]);
+    let snapshot = site.path("lib/balances.snapshot");
+
+    let (gpu, told) = adm.accepted("alice", &["--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
+    assert!(told.contains("(nice +10000)"), "{told}");
+    assert_eq!(nice_and_qos(&gpu).0, 10_000);
+    let out = update_as("alice", &gpu, "nice=0");
+    assert_ne!(out.code, 0, "alice lowered the nice of GPU job {gpu}");
+    assert!(out.stderr.contains("Job violates accounting/QOS policy"), "{}", out.stderr);
+    assert_eq!(nice_and_qos(&gpu).0, 10_000, "the plugin's nice is kept");
+    update_as("alice", &gpu, "nice=12000").ok();
+    assert_eq!(nice_and_qos(&gpu).0, 12_000, "a higher nice is hers to set");
+
+    let (cpu, _) = adm.accepted("alice", &["--nice=500", "--hold", "--wrap", "true"]);
+    wait_until_listed(&snapshot, &cpu);
+    update_as("alice", &cpu, "nice=0").ok();
+    assert_eq!(nice_and_qos(&cpu).0, 0, "a CPU-only job is not touched");
+
+    adm.configure("[admission]\ndeprioritize = \"qos\"\nqos = \"gputokens-overdraft\"\n");
+    let (in_qos, _) = adm.accepted("alice", &["--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
+    assert_eq!(nice_and_qos(&in_qos).1, "gputokens-overdraft");
+    let out = update_as("alice", &in_qos, "qos=normal");
+    assert_ne!(out.code, 0, "alice moved GPU job {in_qos} out of the overdraft QOS");
+    assert_eq!(nice_and_qos(&in_qos).1, "gputokens-overdraft");
+
+    // At the floor: no GPUs added to her CPU job, in any form.
+    site.accountd(None, &["admin", "adjust", "alice", "-10", "--reason", "test"]).ok();
+    std::thread::sleep(SETTLE);
+    for change in ["gres=gpu:2", "TresPerNode=gres:gpu:1", "gres=gpu:a6000:1"] {
+        let out = update_as("alice", &cpu, change);
+        assert_ne!(out.code, 0, "{change} accepted on CPU job {cpu}");
+    }
+    assert!(!show_job(&cpu).contains("TresPer"), "{}", show_job(&cpu));
+
+    let log = adm.log();
+    let uid = nix::unistd::User::from_name("alice").unwrap().unwrap().uid;
+    let nice = format!(
+        "gputokens: refused an update of job {gpu} of alice (uid {uid}): nice 0 is below nice_increment 10000 in \
+         overdraft (balance -3.5)"
+    );
+    assert!(log.contains(&nice), "{log}");
+    let qos = format!(
+        "gputokens: refused an update of job {in_qos} of alice (uid {uid}): QOS normal is not the overdraft QOS \
+         gputokens-overdraft"
+    );
+    assert!(log.contains(&qos), "{log}");
+    let floor = format!("gputokens: refused an update of job {cpu} of alice (uid {uid}): it adds GPUs");
+    assert_eq!(log.matches(&floor).count(), 3, "{log}");
+}
+
+/// accountd run as root writes the snapshot readable by the SlurmUser (bob stands in for it) through
+/// its group, and by no other user (alice); `config check --slurm` names a snapshot slurmctld's
+/// SlurmUser cannot read (a stand-in scontrol reports the SlurmUser, so this runs without a cluster;
+/// the cluster test below does it with slurmctld's real one).
+#[test]
+fn a_root_accountd_writes_the_snapshot_for_the_slurm_user_only() {
+    use std::os::unix::fs::MetadataExt;
+    let site = Site::start("slurm_user = \"bob\"", "");
+    let snapshot = site.path("lib/balances.snapshot");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !snapshot.exists() {
+        assert!(Instant::now() < deadline, "no snapshot: {}", site.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cat = |user: &str| run_as(Some(user), Path::new("/usr/bin/cat"), &[snapshot.to_str().unwrap()]);
+    let read = cat("bob");
+    let ls = run_as(None, Path::new("/usr/bin/ls"), &["-la", site.path("lib").to_str().unwrap()]).stdout;
+    assert_eq!(read.code, 0, "the SlurmUser cannot read it: {}\n{ls}", read.stderr);
+    assert!(read.stdout.starts_with("gputokens-snapshot 1\n"), "{}", read.stdout);
+    assert_ne!(cat("alice").code, 0, "alice read the snapshot");
+    let meta = std::fs::metadata(&snapshot).unwrap();
+    let bob = nix::unistd::User::from_name("bob").unwrap().unwrap();
+    assert_eq!((meta.uid(), meta.gid(), meta.mode() & 0o777), (0, bob.gid.as_raw(), 0o640));
+
+    let check_as = |slurm_user: &str| {
+        let fake = tempfile::tempdir().unwrap();
+        let uid = nix::unistd::User::from_name(slurm_user).unwrap().unwrap().uid;
+        let scontrol = format!(
+            "#!/bin/sh\n[ \"$1 $2\" = \"show config\" ] && echo 'JobSubmitPlugins        = gputokens' && \
+             echo 'SlurmUser               = {slurm_user}({uid})'\nexit 0\n"
+        );
+        for (name, text) in
+            [("scontrol", scontrol.as_str()), ("sinfo", "#!/bin/sh\nexit 0\n"), ("sacctmgr", "#!/bin/sh\nexit 0\n")]
+        {
+            let path = fake.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        }
+        let config = fake.path().join("gputokens.toml");
+        let text = format!(
+            "slurm_user = \"{slurm_user}\"\n[slurm]\nbin_dir = \"{}\"\n[paths]\nsnapshot = \"{}\"\n",
+            fake.path().display(),
+            snapshot.display()
+        );
+        std::fs::write(&config, text).unwrap();
+        run_as(None, &crate::common::bin("accountd"), &["config", "check", config.to_str().unwrap(), "--slurm"])
+    };
+    let ok = check_as("bob");
+    let readable = format!("slurm: ok: the snapshot {} is readable by the SlurmUser (bob(", snapshot.display());
+    assert!(ok.stdout.contains(&readable), "{}", ok.stdout);
+    let out = check_as("alice");
+    assert_eq!(out.code, 2, "{}", out.stdout);
+    // alice is stopped at the directory, which only the SlurmUser's group may search.
+    let alice = nix::unistd::User::from_name("alice").unwrap().unwrap().uid;
+    let lib = site.path("lib");
+    let problem = format!("slurm: problem: slurmctld's SlurmUser (alice({alice})) cannot search {}", lib.display());
+    let named = |l: &&str| l.starts_with(&problem) && l.contains(&*snapshot.to_string_lossy());
+    assert!(out.stdout.lines().any(|l| named(&l)), "{}", out.stdout);
+}
+
+/// The example config as shipped, accountd run as root, slurmctld running as its SlurmUser (slurm, not
+/// root): the job_submit plugin inside slurmctld reads the snapshot accountd writes and refuses alice
+/// at the floor; `config check --slurm` says the SlurmUser can read it, and names the directory once
+/// an admin's chmod stops the SlurmUser.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn with_the_example_config_slurmctld_as_the_slurm_user_reads_a_root_accountds_snapshot() {
+    use std::os::unix::fs::PermissionsExt;
+    let _cluster = serial();
+    let slurm = nix::unistd::User::from_name(SLURM_USER).unwrap().expect("the test cluster's SlurmUser");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", slurmctld_pid())).unwrap();
+    let uids = status.lines().find(|l| l.starts_with("Uid:")).unwrap().to_string();
+    assert!(uids.split_whitespace().skip(1).all(|uid| uid == slurm.uid.to_string()), "slurmctld runs as {uids}");
+
+    let example =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../slurm-conf/gputokens.toml")).unwrap();
+    assert!(example.contains("\nslurm_user = \"slurm\"\n"), "the example config names another SlurmUser");
+    std::thread::sleep(Duration::from_secs(2)); // the previous test's jobs end outside the first sacct window
+    let site = Site::from_config(&example);
+    let mut adm = Admission::start();
+    site.accountd(None, &["admin", "adjust", "alice", "-200", "--reason", "test"]).ok();
+    adm.follow(&site);
+    std::thread::sleep(SETTLE);
+
+    let out = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "true"]);
+    assert_ne!(out.code, 0, "alice at the floor got a GPU job through: {}", out.stdout);
+    assert!(out.stderr.contains("sbatch: error: gputokens: your GPU token balance is -"), "{}", out.stderr);
+    assert!(out.stderr.contains("GPU jobs are refused until it is above the floor again"), "{}", out.stderr);
+    adm.accepted("bob", &["--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
+
+    let check = || site.accountd(None, &["config", "check", site.config.to_str().unwrap(), "--slurm"]);
+    let snapshot = site.path("lib/balances.snapshot");
+    let ok = check();
+    let readable = format!("slurm: ok: the snapshot {} is readable by the SlurmUser (slurm(", snapshot.display());
+    assert!(ok.stdout.contains(&readable), "{}", ok.stdout);
+    assert!(ok.stdout.contains("slurm: ok: slurm_user 'slurm' is slurmctld's SlurmUser"), "{}", ok.stdout);
+
+    let lib = site.path("lib");
+    let mode = std::fs::metadata(&lib).unwrap().permissions();
+    std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = check();
+    std::fs::set_permissions(&lib, mode).unwrap();
+    assert_eq!(out.code, 2, "{}", out.stdout);
+    let problem =
+        format!("slurm: problem: slurmctld's SlurmUser (slurm({})) cannot search {}", slurm.uid, lib.display());
+    assert!(out.stdout.lines().any(|l| l.starts_with(&problem)), "{}", out.stdout);
+}

@@ -1,0 +1,141 @@
+//! `accountd config check`: 0 for a valid file, 2 and the offending key otherwise.
+
+use crate::common::{bin, run_as};
+
+fn check(text: &str) -> crate::common::Outcome {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gputokens.toml");
+    std::fs::write(&path, text).unwrap();
+    run_as(None, &bin("accountd"), &["config", "check", path.to_str().unwrap()])
+}
+
+#[test]
+fn shipped_example_is_valid() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../slurm-conf/gputokens.toml");
+    let out = run_as(None, &bin("accountd"), &["config", "check", example]).ok();
+    assert!(out.stdout.contains("valid"));
+    let printed = run_as(None, &bin("accountd"), &["config", "default"]).ok();
+    assert_eq!(printed.stdout, std::fs::read_to_string(example).unwrap());
+}
+
+#[test]
+fn unknown_key_is_named() {
+    let out = check("initial = 100\ndayly = 2\n");
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("unknown field `dayly`"), "{}", out.stderr);
+}
+
+#[test]
+fn negative_price_is_named() {
+    let out = check("[prices]\nrtx2080 = 0.5\na6000 = -4\n");
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("prices.a6000: must not be negative (got -4)"), "{}", out.stderr);
+}
+
+#[test]
+fn wrong_type_and_positive_floor_are_named() {
+    let out = check("floor = \"minus ten\"\n");
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("floor"), "{}", out.stderr);
+    let out = check("floor = 3\n");
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("floor: must be 0 or below"), "{}", out.stderr);
+}
+
+#[test]
+fn missing_file_is_named() {
+    let out = run_as(None, &bin("accountd"), &["config", "check", "/nonexistent/gputokens.toml"]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("/nonexistent/gputokens.toml: cannot read"), "{}", out.stderr);
+}
+
+#[test]
+fn prometheus_source_needs_a_valid_table() {
+    let out = check("[usage]\nsource = \"prometheus\"\n");
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("usage.source") && out.stderr.contains("[prometheus]"), "{}", out.stderr);
+    let out = check("[usage]\nsource = \"prometheus\"\n[prometheus]\nurl = \"ftp://x\"\n");
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("[prometheus]") && out.stderr.contains("ftp://x"), "{}", out.stderr);
+    check("[usage]\nsource = \"prometheus\"\n[prometheus]\nurl = \"http://127.0.0.1:9090\"\n").ok();
+}
+
+#[test]
+fn bad_admission_key_is_named() {
+    let out = check("[admission]\non_error = \"maybe\"\n");
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("admission.on_error"), "{}", out.stderr);
+}
+
+fn check_slurm(text: &str) -> crate::common::Outcome {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gputokens.toml");
+    std::fs::write(&path, text).unwrap();
+    run_as(None, &bin("accountd"), &["config", "check", path.to_str().unwrap(), "--slurm"])
+}
+
+/// The test cluster is set up as slurm-conf/ says (plugin, typed GPU accounting, the QOS); a site
+/// whose gputokens.toml matches it passes, and one that misses a price and the SlurmUser is told.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn the_running_slurm_is_checked_against_the_config() {
+    let _cluster = crate::cluster::serial();
+    // tests/run.sh loads the SPANK plugin with jobs_dir=$LAB/gpu-jobs.
+    let lab = std::env::var("GPUTOKENS_LAB").unwrap_or_else(|_| "/tmp/gputokens-cluster".into());
+    let good = format!(
+        "slurm_user = \"slurm\"\n[prices]\nrtx2080 = 0.5\nrtx3090 = 1\na6000 = 4\n\
+         [admission]\ndeprioritize = \"qos\"\nqos = \"gputokens-overdraft\"\n[agent]\njobs_dir = \"{lab}/gpu-jobs\"\n"
+    );
+    let out = check_slurm(&good).ok();
+    let spank = format!(
+        "slurm: ok: spank_gputokens.so (optional, /etc/slurm/plugstack.conf.d/gputokens.conf) records job GPUs in \
+         {lab}/gpu-jobs, where [agent] jobs_dir reads them"
+    );
+    assert!(out.stdout.lines().any(|l| l == spank), "no line '{spank}' in:\n{}", out.stdout);
+    for line in [
+        "slurm: ok: JobSubmitPlugins includes gputokens (/usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_gputokens.so)",
+        "slurm: ok: AccountingStorageTRES records every GPU type of the nodes (a6000, rtx2080, rtx3090)",
+        "slurm: ok: [prices] lists every GPU type of the nodes",
+        "slurm: ok: deprioritize = qos: 'gputokens-overdraft' exists and PriorityWeightQOS is 10000",
+        "slurm: ok: slurm_user 'slurm' is slurmctld's SlurmUser",
+    ] {
+        assert!(out.stdout.lines().any(|l| l == line), "no line '{line}' in:\n{}", out.stdout);
+    }
+
+    let out =
+        check_slurm("slurm_user = \"root\"\n[prices]\nrtx2080 = 0.5\nrtx3090 = 1\n[admission]\ndeprioritize = \"qos\"\nqos = \"nope\"\n");
+    assert_eq!(out.code, 2, "{}", out.stdout);
+    let problems: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with("slurm: problem: ")).collect();
+    assert_eq!(problems.len(), 4, "{}", out.stdout);
+    // The cluster's one node is named after the host (`hostname -s`).
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let node = hostname.trim().split('.').next().unwrap();
+    let unpriced = format!("no price for a6000 (on {node}): charged at the highest listed price, 1/GPU-hour");
+    assert!(problems[0].contains(&unpriced), "{}", problems[0]);
+    assert!(problems[1].contains("QOS 'nope' does not exist"), "{}", problems[1]);
+    assert!(problems[2].contains("slurm_user is 'root' but slurmctld runs as 'slurm'"), "{}", problems[2]);
+    assert!(problems[3].contains("but [agent] jobs_dir is /run/gputokens/jobs"), "{}", problems[3]);
+    assert!(out.stderr.contains("4 problem(s) in Slurm's configuration for gputokens"), "{}", out.stderr);
+}
+
+/// The systemd units start commands this accountd has, from where the README installs it.
+#[test]
+fn systemd_units_run_installed_commands() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    assert!(readme.contains("install -m 755 target/release/accountd"), "README no longer installs accountd");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../slurm-conf/systemd");
+    let mut commands = 0;
+    for unit in ["gputokens-accountd.service", "gputokens-agent.service"] {
+        let text = std::fs::read_to_string(format!("{dir}/{unit}")).unwrap();
+        for line in text.lines().filter(|l| l.starts_with("ExecStart")) {
+            let command = line.split_once('=').unwrap().1;
+            let mut argv = command.split_whitespace();
+            assert_eq!(argv.next(), Some("/usr/local/bin/accountd"), "{unit}: {line}");
+            let args: Vec<&str> = argv.chain(["--help"]).collect();
+            let out = run_as(None, &bin("accountd"), &args);
+            assert_eq!(out.code, 0, "{unit}: `accountd {}` is not a command: {}", args.join(" "), out.stderr);
+            commands += 1;
+        }
+    }
+    assert_eq!(commands, 3, "ExecStartPre and ExecStart of accountd, ExecStart of the agent");
+}

@@ -1,0 +1,19 @@
+//! GPU time a job held, as read from Slurm (sacct, squeue) and charged by the ledger.
+
+use std::collections::BTreeMap;
+
+/// GPU time held by one run segment of one job, up to now (running) or to its end (finished).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageRecord {
+    pub job_id: String,
+    pub user: String,
+    /// Unix start of this run segment (a requeued job has several).
+    pub segment_start: i64,
+    /// Milli-GPUs held per lower-case GPU type (1000 = one GPU; shards and MPS are fractions).
+    pub milli_gpus: BTreeMap<String, u64>,
+    /// Seconds held so far.
+    pub elapsed: u64,
+    /// Share of the price charged, in permille: 1000 charges the allocation; less with
+    /// `charge_basis = "measured"`.
+    pub weight_permille: u32,
+}

@@ -1,0 +1,27 @@
+//! gputokens policy: configuration, prices, TRES parsing, the bucket rules and the formats Slurm and
+//! accountd speak. No SQLite and no unsafe code: the ledger, the daemon and the Slurm plugins are
+//! layers over this crate.
+#![forbid(unsafe_code)]
+
+pub mod access;
+pub mod admission;
+pub mod config;
+pub mod entry;
+pub mod estimate;
+pub mod gpu_time;
+pub mod plugin_config;
+pub mod policy;
+pub mod preemption;
+pub mod pricing;
+pub mod protocol;
+pub mod request;
+pub mod slurm;
+pub mod snapshot;
+pub mod stamp;
+pub mod time;
+pub mod tokens;
+pub mod tres;
+pub mod user_name;
+
+pub use config::Config;
+pub use tokens::Tokens;

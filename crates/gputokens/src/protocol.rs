@@ -1,0 +1,120 @@
+//! What `sbalance` and `accountd admin` send to accountd over its Unix socket: one JSON request line,
+//! one JSON reply line. The caller's identity is never in the request: accountd takes it from the
+//! kernel (SO_PEERCRED).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::entry::EntryKind;
+use crate::policy::Status;
+use crate::tokens::Tokens;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Balances of `users`, or every visible user with `all`, or the caller's own when both are empty.
+    Balances {
+        users: Vec<String>,
+        all: bool,
+    },
+    Grant {
+        user: String,
+        amount: Tokens,
+        reason: String,
+        key: Option<String>,
+    },
+    Adjust {
+        user: String,
+        amount: Tokens,
+        reason: String,
+        key: Option<String>,
+    },
+    Refund {
+        job_id: String,
+        reason: String,
+    },
+    /// A user's ledger entries: `user` None is the caller's own; `limit` keeps only the newest.
+    History {
+        #[serde(default)]
+        user: Option<String>,
+        #[serde(default)]
+        limit: Option<usize>,
+    },
+    Import {
+        balances: BTreeMap<String, Tokens>,
+    },
+    /// The most recent preemptions, requeues and drains.
+    Actions {
+        limit: usize,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum Reply {
+    Balances {
+        rows: Vec<BalanceRow>,
+    },
+    /// Entries written (or already there, for a replayed key).
+    Recorded {
+        entries: Vec<HistoryRow>,
+        replayed: bool,
+    },
+    History {
+        user: String,
+        entries: Vec<HistoryRow>,
+    },
+    Imported {
+        imported: usize,
+        already: usize,
+    },
+    Actions {
+        actions: Vec<crate::entry::Action>,
+    },
+    Error {
+        kind: ErrorKind,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The caller may not do this.
+    Refused,
+    /// Bad input: unknown user, malformed amount, nothing to refund.
+    Invalid,
+    /// accountd could not do it (database trouble).
+    Internal,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BalanceRow {
+    pub user: String,
+    pub balance: Tokens,
+    pub floor: Tokens,
+    pub status: Status,
+    /// Tokens charged in the last 30 days, per GPU type.
+    pub used_30d: BTreeMap<String, Tokens>,
+    /// Next replenishment: local date and amount.
+    pub next_grant: Option<(String, Tokens)>,
+    /// In debt: the local date replenishment alone ends it (blocked: above the floor; overdraft: 0).
+    #[serde(default)]
+    pub recovers: Option<String>,
+    /// false: not in the ledger yet; the row shows what the user would start with.
+    pub in_ledger: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryRow {
+    pub id: i64,
+    pub user: String,
+    pub at: i64,
+    pub kind: EntryKind,
+    pub amount: Tokens,
+    pub balance_after: Tokens,
+    pub actor: String,
+    pub reason: String,
+    pub job_id: Option<String>,
+}

@@ -1,0 +1,129 @@
+//! The design's charging target: 1M finished job records into the ledger at ≥ 0.5× the rate of a
+//! raw SQLite bulk INSERT of the same rows (one transaction, one prepared statement, the ledger's
+//! WAL + synchronous=NORMAL settings).
+//!
+//!     cargo bench --bench charging                       # 1,000,000 records, 3 rounds
+//!     BENCH_RECORDS=100000 BENCH_ROUNDS=5 cargo bench --bench charging
+//!
+//! The records are sacct `--parsable2` rows (what `accountd` reads), 2,000 users, three GPU types,
+//! parsed with `gputokens::slurm::sacct` and charged with `Ledger::charge` in one call, as a charge
+//! cycle does. Parsing is timed apart from charging; the ratio compares charging with the raw INSERT,
+//! round by round (they alternate), and the median round decides.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::time::{Duration, Instant};
+
+use gputokens::policy::BucketRules;
+use gputokens::pricing::PriceTable;
+use gputokens::slurm::sacct;
+use gputokens::tres::Sharing;
+use gputokens::Tokens;
+use ledger::Ledger;
+
+const TYPES: [&str; 3] = ["rtx2080", "rtx3090", "a6000"];
+
+fn sacct_text(records: usize) -> String {
+    let mut text = String::with_capacity(records * 100);
+    text.push_str("JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State\n");
+    for i in 0..records {
+        let gpu = TYPES[i % 3];
+        let n = 1 + i % 4;
+        let _ = writeln!(
+            text,
+            "{}|user{}|billing={n},cpu={n},gres/gpu:{gpu}={n},gres/gpu={n},node=1|{}|2026-11-30T08:00:00|COMPLETED",
+            100_000 + i,
+            i % 2000,
+            60 + (i * 7919) % 86_400,
+        );
+    }
+    text
+}
+
+fn prices() -> PriceTable {
+    let p = BTreeMap::from([
+        ("rtx2080".to_string(), Tokens::from_micro(500_000)),
+        ("rtx3090".to_string(), Tokens::whole(1)),
+        ("a6000".to_string(), Tokens::whole(4)),
+    ]);
+    PriceTable::new(p, None)
+}
+
+/// The same rows, raw: one table, one transaction, one prepared statement.
+fn raw_insert(path: &std::path::Path, text: &str) -> Duration {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+    conn.pragma_update(None, "synchronous", "NORMAL").unwrap();
+    conn.execute_batch(
+        "CREATE TABLE rows (job_id TEXT, user TEXT, alloc_tres TEXT, elapsed INTEGER, start TEXT, state TEXT)",
+    )
+    .unwrap();
+    let started = Instant::now();
+    let mut conn = conn;
+    let tx = conn.transaction().unwrap();
+    {
+        let mut insert = tx.prepare("INSERT INTO rows VALUES (?1, ?2, ?3, ?4, ?5, ?6)").unwrap();
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split('|').collect();
+            insert.execute(rusqlite::params![f[0], f[1], f[2], f[3].parse::<i64>().unwrap(), f[4], f[5]]).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+    started.elapsed()
+}
+
+fn main() {
+    let records: usize = std::env::var("BENCH_RECORDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let dir = tempfile::tempdir().unwrap();
+    let text = sacct_text(records);
+
+    let started = Instant::now();
+    let parsed = sacct::parse(&text, Sharing::default()).unwrap();
+    let parse = started.elapsed();
+    assert_eq!(parsed.records.len(), records);
+    let rate = |d: Duration| records as f64 / d.as_secs_f64();
+    println!(
+        "records: {records} (2000 users, 3 GPU types); sacct parse {:.2} s, {:.0} rows/s",
+        parse.as_secs_f64(),
+        rate(parse)
+    );
+
+    // Raw and ledger runs alternate, each into a fresh file, so a slow spell of the machine hits both.
+    let now = gputokens::time::parse_timestamp("2026-12-01T00:00:00").unwrap();
+    let mut ratios = Vec::new();
+    for round in 1..=rounds {
+        let raw = raw_insert(&dir.path().join(format!("raw{round}.sqlite")), &text);
+        let path = dir.path().join(format!("ledger{round}.sqlite"));
+        let mut ledger = Ledger::open(&path, BucketRules::default()).unwrap();
+        let started = Instant::now();
+        let outcome = ledger.charge(&parsed.records, &prices(), now).unwrap();
+        let charge = started.elapsed();
+        assert_eq!(outcome.entries, records, "one charge entry per record");
+        let ratio = rate(charge) / rate(raw);
+        println!(
+            "round {round}: raw INSERT {:.2} s ({:.0} rows/s), ledger charge {:.2} s ({:.0} records/s): {ratio:.2}",
+            raw.as_secs_f64(),
+            rate(raw),
+            charge.as_secs_f64(),
+            rate(charge)
+        );
+        ratios.push(ratio);
+        if round == rounds {
+            let again = Instant::now();
+            let replay = ledger.charge(&parsed.records, &prices(), now).unwrap();
+            println!(
+                "replaying the same records: {} entries in {:.2} s",
+                replay.entries,
+                again.elapsed().as_secs_f64()
+            );
+        }
+        drop(ledger);
+        let _ = std::fs::remove_file(dir.path().join(format!("raw{round}.sqlite")));
+        let _ = std::fs::remove_file(&path);
+    }
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[ratios.len() / 2];
+    let verdict = if median >= 0.5 { "met" } else { "missed" };
+    println!("charge / raw INSERT rate, median of {rounds} rounds: {median:.2} (target >= 0.5): {verdict}");
+}

@@ -1,0 +1,293 @@
+//! Charging GPU time. Each (job, run segment, GPU type) remembers how many seconds it was charged
+//! for and how much, in the same transaction as the charge entry, so a record is never charged twice
+//! and a running job charged every cycle adds up to exactly its final cost.
+
+use std::collections::{BTreeMap, HashMap};
+
+use std::fmt::Write;
+
+use rusqlite::{params, OptionalExtension, Statement, Transaction};
+
+use super::{ensure_user, move_balance, Ledger, LedgerError, UsageRecord};
+use gputokens::policy::BucketRules;
+use gputokens::pricing::{cost_of, AppliedPrice, PriceTable};
+use gputokens::time::local_date;
+use gputokens::tokens::Tokens;
+use gputokens::tres::{gpu_count, MILLI};
+
+/// What a charging pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChargeOutcome {
+    /// Charge entries added.
+    pub entries: usize,
+    /// Total charged.
+    pub charged: Tokens,
+    /// Records that had nothing new to charge.
+    pub unchanged: usize,
+    /// GPU types charged at the unlisted-type price, with the GPU-seconds charged so.
+    pub unlisted_types: BTreeMap<String, u64>,
+    /// Tokens charged per (user, GPU type).
+    pub by_user_type: BTreeMap<(String, String), Tokens>,
+    /// Records (job run segments) that were charged anything.
+    pub records: usize,
+    /// Job IDs of records left out because their cost or GPU-seconds are beyond what the ledger can
+    /// hold (absurd counts, times or prices): never wrapped or saturated into a smaller charge.
+    pub uncountable: Vec<String>,
+}
+
+impl Ledger {
+    /// Charges every record for the time it held GPUs beyond what was already charged, in one
+    /// transaction. `now` stamps the entries.
+    pub fn charge(
+        &mut self,
+        records: &[UsageRecord],
+        prices: &PriceTable,
+        now: i64,
+    ) -> Result<ChargeOutcome, LedgerError> {
+        let rules = self.rules;
+        let tx = self.conn.transaction()?;
+        let mut outcome = ChargeOutcome::default();
+        let mut batch = Batch::default();
+        let mut statements = Statements::prepare(&tx)?;
+        for record in records {
+            let Some(priced) = price_record(record, prices) else {
+                outcome.uncountable.push(record.job_id.clone());
+                continue;
+            };
+            if charge_record(&tx, &mut statements, &rules, record, &priced, now, &mut batch)? {
+                outcome.records += 1;
+            } else {
+                outcome.unchanged += 1;
+            }
+        }
+        drop(statements);
+        // Per user, once: the balance, the newest entry, and the day's usage per GPU type.
+        let day = local_date(now).to_string();
+        for (user, pending) in batch.users {
+            if let Some(last_entry) = pending.last_entry {
+                move_balance(&tx, &user, pending.delta, last_entry)?;
+            }
+            for (gpu_type, tokens) in pending.by_type {
+                // Read back: a sum SQLite could not keep as an integer (it becomes REAL) fails the
+                // cycle instead of being stored inexactly.
+                tx.prepare_cached(
+                    "INSERT INTO usage_days (user, day, gpu_type, charged) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT DO UPDATE SET charged = charged + excluded.charged RETURNING charged",
+                )?
+                .query_row(params![user, day, gpu_type, tokens.micro()], |r| r.get::<_, i64>(0))?;
+                outcome.by_user_type.insert((user.clone(), gpu_type), tokens);
+            }
+        }
+        tx.commit()?;
+        outcome.entries = batch.entries;
+        outcome.charged = batch.charged;
+        outcome.unlisted_types = batch.unlisted_types;
+        Ok(outcome)
+    }
+
+    /// Seconds already charged for one segment and GPU type (tests and diagnostics).
+    pub fn charged_until(&self, job_id: &str, segment_start: i64, gpu_type: &str) -> Result<Option<u64>, LedgerError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT charged_until FROM job_charges WHERE job_id = ?1 AND segment_start = ?2 AND gpu_type = ?3",
+                params![job_id, segment_start, gpu_type],
+                |r| r.get::<_, i64>(0),
+            )
+            .optional()?
+            .map(|s| s as u64))
+    }
+
+    /// Seconds of a run segment charged for every GPU type it holds (the least of them); None when
+    /// nothing of it was charged yet.
+    pub fn charged_seconds(&self, job_id: &str, segment_start: i64) -> Result<Option<u64>, LedgerError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT MIN(charged_until) FROM job_charges WHERE job_id = ?1 AND segment_start = ?2",
+                params![job_id, segment_start],
+                |r| r.get::<_, Option<i64>>(0),
+            )?
+            .map(|s| s as u64))
+    }
+}
+
+/// What one charge cycle keeps between records: users are added once, and their balance and
+/// newest entry are written once, at the end of the transaction.
+#[derive(Default)]
+struct Batch {
+    users: HashMap<String, PendingUser>,
+    entries: usize,
+    charged: Tokens,
+    unlisted_types: BTreeMap<String, u64>,
+}
+
+/// A user charged in this cycle.
+struct PendingUser {
+    delta: Tokens,
+    /// Their newest entry: the next charge links to it.
+    last_entry: Option<i64>,
+    by_type: Vec<(String, Tokens)>,
+}
+
+/// One GPU type of a record, priced: its milli-GPUs, the price applied, that price weighted, and the
+/// record's whole cost for it so far.
+struct Priced<'r> {
+    gpu_type: &'r String,
+    milli: u64,
+    price: AppliedPrice,
+    weighted: Tokens,
+    total: Tokens,
+}
+
+/// Every GPU type of `record` priced; None when its elapsed time, GPU-seconds or cost do not fit
+/// the ledger's 64-bit columns.
+fn price_record<'r>(record: &'r UsageRecord, prices: &PriceTable) -> Option<Vec<Priced<'r>>> {
+    i64::try_from(record.elapsed).ok()?;
+    let weight = i128::from(record.weight_permille.min(1000));
+    let priced = |(gpu_type, &milli): (&'r String, &u64)| {
+        i64::try_from(milli as u128 * record.elapsed as u128 / MILLI as u128).ok()?;
+        let price = prices.applied(gpu_type);
+        // At most the price itself: fits.
+        let weighted = Tokens::from_micro((price.per_gpu_hour.micro() as i128 * weight / 1000) as i64);
+        let total = cost_of(weighted, milli, record.elapsed)?;
+        Some(Priced { gpu_type, milli, price, weighted, total })
+    };
+    record.milli_gpus.iter().map(priced).collect()
+}
+
+/// Charges the GPU time of `record` not charged yet; true when it added entries.
+fn charge_record(
+    tx: &Transaction<'_>,
+    statements: &mut Statements<'_>,
+    rules: &BucketRules,
+    record: &UsageRecord,
+    priced: &[Priced<'_>],
+    now: i64,
+    batch: &mut Batch,
+) -> Result<bool, LedgerError> {
+    let mut charged_any = false;
+    for &Priced { gpu_type, milli, price, weighted, total } in priced {
+        let Some(until) = statements.move_progress(record, gpu_type, total)? else { continue };
+        // A price lowered mid-job never turns into a refund: charges only move forward.
+        let due = (total - until.charged).max(Tokens::ZERO);
+        // Fits: at most the record's GPU-seconds, which price_record checked.
+        let gpu_seconds = (milli as u128 * (record.elapsed - until.seconds) as u128 / MILLI as u128) as u64;
+        if !price.listed {
+            let slot = batch.unlisted_types.entry(gpu_type.clone()).or_default();
+            *slot = slot.saturating_add(gpu_seconds);
+        }
+        let user = match batch.users.get_mut(&record.user) {
+            Some(user) => user,
+            None => {
+                ensure_user(tx, rules, &record.user, now)?;
+                let last_entry = tx
+                    .prepare_cached("SELECT last_entry FROM users WHERE name = ?1")?
+                    .query_row([&record.user], |r| r.get(0))?;
+                let pending = PendingUser { delta: Tokens::ZERO, last_entry, by_type: Vec::new() };
+                batch.users.entry(record.user.clone()).or_insert(pending)
+            }
+        };
+        let reason = &mut statements.reason;
+        reason.clear();
+        let _ = write!(reason, "{} × {gpu_type} for {}s at {}/GPU-hour", gpus(milli), record.elapsed, weighted);
+        statements.insert_entry.execute(params![
+            record.user,
+            (-due).micro(),
+            now,
+            reason.as_str(),
+            record.job_id,
+            gpu_type,
+            gpu_seconds as i64,
+            user.last_entry,
+        ])?;
+        user.last_entry = Some(tx.last_insert_rowid());
+        user.delta = user.delta.checked_sub(due).ok_or_else(|| super::out_of_range(&record.user, user.delta, -due))?;
+        match user.by_type.iter_mut().find(|(t, _)| t == gpu_type) {
+            Some((_, tokens)) => *tokens = *tokens + due,
+            None => user.by_type.push((gpu_type.clone(), due)),
+        }
+        batch.entries += 1;
+        batch.charged = batch.charged + due;
+        charged_any = true;
+    }
+    Ok(charged_any)
+}
+
+/// How far a run segment and GPU type had been charged.
+#[derive(Default)]
+struct Progress {
+    seconds: u64,
+    charged: Tokens,
+}
+
+/// The statements a charge cycle runs per record, prepared once per cycle.
+struct Statements<'tx> {
+    insert_progress: Statement<'tx>,
+    read_progress: Statement<'tx>,
+    update_progress: Statement<'tx>,
+    insert_entry: Statement<'tx>,
+    /// Reused for every entry's reason.
+    reason: String,
+}
+
+impl<'tx> Statements<'tx> {
+    fn prepare(tx: &'tx Transaction<'_>) -> Result<Self, LedgerError> {
+        Ok(Statements {
+            insert_progress: tx.prepare(
+                "INSERT INTO job_charges (job_id, segment_start, gpu_type, user, charged_until, charged)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+            )?,
+            read_progress: tx.prepare(
+                "SELECT charged_until, charged FROM job_charges
+                 WHERE job_id = ?1 AND segment_start = ?2 AND gpu_type = ?3",
+            )?,
+            update_progress: tx.prepare(
+                "UPDATE job_charges SET charged_until = ?4, charged = ?5
+                 WHERE job_id = ?1 AND segment_start = ?2 AND gpu_type = ?3",
+            )?,
+            insert_entry: tx.prepare(
+                "INSERT INTO entries (user, kind, amount, at, actor, reason, job_id, gpu_type, gpu_seconds, prev_id)
+                 VALUES (?1, 'charge', ?2, ?3, 'gputokens', ?4, ?5, ?6, ?7, ?8)",
+            )?,
+            reason: String::new(),
+        })
+    }
+
+    /// Moves the job_charges row of (record, GPU type) to the record's elapsed time and `total`
+    /// cost; returns where it was, or None when the record adds nothing (already charged that far).
+    /// A new job (the common case) costs one insert; a known one a read and an update.
+    fn move_progress(
+        &mut self,
+        record: &UsageRecord,
+        gpu_type: &str,
+        total: Tokens,
+    ) -> Result<Option<Progress>, LedgerError> {
+        let key = (&record.job_id, record.segment_start, gpu_type);
+        let inserted = self.insert_progress.execute(params![
+            key.0,
+            key.1,
+            key.2,
+            record.user,
+            record.elapsed as i64,
+            total.micro()
+        ])?;
+        if inserted == 1 {
+            return Ok(Some(Progress::default()));
+        }
+        let (seconds, charged): (i64, i64) =
+            self.read_progress.query_row(params![key.0, key.1, key.2], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let before = Progress { seconds: seconds as u64, charged: Tokens::from_micro(charged) };
+        if record.elapsed <= before.seconds {
+            return Ok(None);
+        }
+        let charged = total.max(before.charged);
+        self.update_progress.execute(params![key.0, key.1, key.2, record.elapsed as i64, charged.micro()])?;
+        Ok(Some(before))
+    }
+}
+
+/// `8`, or `0.25` for a quarter of a GPU.
+fn gpus(milli: u64) -> Tokens {
+    gpu_count(milli)
+}

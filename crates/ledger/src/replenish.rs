@@ -1,0 +1,66 @@
+//! Daily and monthly replenishment, one idempotent entry per user and date.
+
+use rusqlite::params;
+
+use super::{insert_entry, EntryKind, Ledger, LedgerError, NewEntry};
+use gputokens::time::{local_date, local_midnight};
+use gputokens::tokens::Tokens;
+
+/// What one replenishment pass added.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Replenished {
+    pub entries: usize,
+    pub tokens: Tokens,
+}
+
+impl Ledger {
+    /// Adds `daily` for every whole local day since each user's last replenishment and `monthly` for
+    /// every 1st among them, capped. Keys are `daily:USER:DATE` and `monthly:USER:YYYY-MM`, so a second
+    /// pass, or a pass after a crash, adds nothing twice. A capped day is still recorded (amount 0), so
+    /// a later charge does not make it due again.
+    pub fn replenish(&mut self, now: i64) -> Result<Replenished, LedgerError> {
+        let today = local_date(now);
+        let rules = self.rules;
+        let tx = self.conn.transaction()?;
+        let due: Vec<(String, String, i64)> = {
+            let mut stmt =
+                tx.prepare("SELECT name, replenished_through, balance FROM users WHERE replenished_through < ?1")?;
+            let rows = stmt.query_map([today.to_string()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        let mut done = Replenished::default();
+        for (user, through, balance) in due {
+            let mut balance = Tokens::from_micro(balance);
+            let Ok(mut date) = through.parse::<chrono::NaiveDate>() else { continue };
+            while date < today {
+                date = date.succ_opt().unwrap_or(today);
+                let at = local_midnight(date);
+                let grants = [
+                    (EntryKind::Replenish, rules.daily, format!("daily:{user}:{date}"), "daily replenishment"),
+                    (
+                        EntryKind::Monthly,
+                        if chrono::Datelike::day(&date) == 1 { rules.monthly } else { Tokens::ZERO },
+                        format!("monthly:{user}:{}", date.format("%Y-%m")),
+                        "monthly grant",
+                    ),
+                ];
+                for (kind, amount, key, reason) in grants {
+                    if amount == Tokens::ZERO {
+                        continue;
+                    }
+                    let capped = rules.capped(balance, amount);
+                    let reason = if capped < amount { format!("{reason} (capped)") } else { reason.to_string() };
+                    let entry = NewEntry::new(&user, kind, capped, at, "gputokens", &reason, key);
+                    if insert_entry(&tx, &entry)? == super::Applied::Added {
+                        balance = balance + capped;
+                        done.entries += 1;
+                        done.tokens = done.tokens + capped;
+                    }
+                }
+            }
+            tx.execute("UPDATE users SET replenished_through = ?2 WHERE name = ?1", params![user, today.to_string()])?;
+        }
+        tx.commit()?;
+        Ok(done)
+    }
+}

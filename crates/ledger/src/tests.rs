@@ -1,0 +1,529 @@
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+
+use super::*;
+use gputokens::preemption::FreedFor;
+use gputokens::pricing::PriceTable;
+use gputokens::time::parse_timestamp;
+
+fn rules() -> BucketRules {
+    BucketRules::default()
+}
+
+fn seed_prices() -> PriceTable {
+    let mut p = BTreeMap::new();
+    p.insert("rtx2080".into(), Tokens::from_micro(500_000));
+    p.insert("rtx3090".into(), Tokens::whole(1));
+    p.insert("a6000".into(), Tokens::whole(4));
+    PriceTable::new(p, None)
+}
+
+fn at(text: &str) -> i64 {
+    parse_timestamp(text).unwrap()
+}
+
+fn open(dir: &tempfile::TempDir, rules: BucketRules) -> Ledger {
+    Ledger::open(&dir.path().join("ledger.sqlite"), rules).unwrap()
+}
+
+fn record(job: &str, user: &str, gpu_type: &str, gpus: u64, elapsed: u64) -> UsageRecord {
+    UsageRecord {
+        job_id: job.into(),
+        user: user.into(),
+        segment_start: at("2026-11-30T08:00:00"),
+        milli_gpus: BTreeMap::from([(gpu_type.to_string(), gpus * 1000)]),
+        elapsed,
+        weight_permille: 1000,
+    }
+}
+
+fn balance(l: &Ledger, user: &str) -> Tokens {
+    l.account(user).unwrap().unwrap().balance
+}
+
+fn worked_example() -> Vec<UsageRecord> {
+    vec![
+        record("1", "alice", "rtx2080", 8, 5 * 3600),
+        record("2", "alice", "rtx3090", 4, 10 * 3600),
+        record("3", "alice", "a6000", 2, 3 * 3600),
+    ]
+}
+
+#[test]
+fn seed_worked_example_leaves_46_and_replays_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, BucketRules { daily: Tokens::ZERO, ..rules() });
+    let out = l.charge(&worked_example(), &seed_prices(), at("2026-11-30T20:00:00")).unwrap();
+    assert_eq!(out.charged, Tokens::whole(84));
+    l.replenish(at("2026-12-01T00:05:00")).unwrap();
+    assert_eq!(balance(&l, "alice"), Tokens::whole(46));
+
+    let again = l.charge(&worked_example(), &seed_prices(), at("2026-12-01T01:00:00")).unwrap();
+    assert_eq!((again.entries, again.unchanged), (0, 3));
+    l.replenish(at("2026-12-01T02:00:00")).unwrap();
+    assert_eq!(balance(&l, "alice"), Tokens::whole(46));
+    // The same balance is the sum of the entries.
+    let history = l.history("alice").unwrap();
+    assert_eq!(history.last().unwrap().balance_after, Tokens::whole(46));
+}
+
+#[test]
+fn running_job_charged_in_steps_adds_up_to_its_final_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    let now = at("2026-11-30T20:00:00");
+    for elapsed in [7, 13, 29, 30] {
+        l.charge(&[record("5", "bob", "rtx3090", 3, elapsed)], &seed_prices(), now).unwrap();
+    }
+    let whole_run = gputokens::pricing::cost(Tokens::whole(1), 3 * 30);
+    assert_eq!(balance(&l, "bob"), Tokens::whole(100) - whole_run);
+    assert_eq!(l.charged_until("5", at("2026-11-30T08:00:00"), "rtx3090").unwrap(), Some(30));
+    assert_eq!(l.charged_seconds("5", at("2026-11-30T08:00:00")).unwrap(), Some(30));
+    assert_eq!(l.charged_seconds("5", at("2026-11-30T09:00:00")).unwrap(), None, "another segment");
+    assert_eq!(l.charged_seconds("6", at("2026-11-30T08:00:00")).unwrap(), None, "never charged");
+}
+
+#[test]
+fn requeued_segments_are_each_charged_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    let first = record("9", "bob", "a6000", 1, 3600);
+    let second = UsageRecord { segment_start: first.segment_start + 7200, ..first.clone() };
+    let now = at("2026-11-30T20:00:00");
+    l.charge(&[first.clone(), second.clone()], &seed_prices(), now).unwrap();
+    l.charge(&[first, second], &seed_prices(), now).unwrap();
+    assert_eq!(balance(&l, "bob"), Tokens::whole(100 - 8));
+}
+
+#[test]
+fn replenishment_is_daily_monthly_capped_and_idempotent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, BucketRules { cap: Some(Tokens::whole(120)), ..rules() });
+    l.ensure_user("carol", at("2026-11-27T12:00:00")).unwrap();
+    // 28, 29, 30 Nov: +3; 1 Dec: +1 and +30 capped to +16.
+    let done = l.replenish(at("2026-12-01T09:00:00")).unwrap();
+    assert_eq!(balance(&l, "carol"), Tokens::whole(120));
+    assert_eq!(done.tokens, Tokens::whole(20));
+    assert_eq!(l.replenish(at("2026-12-01T23:00:00")).unwrap().entries, 0);
+    // A charge after a capped day does not make that day due again.
+    l.charge(&[record("1", "carol", "a6000", 1, 3600)], &seed_prices(), at("2026-12-01T23:30:00")).unwrap();
+    l.replenish(at("2026-12-01T23:59:00")).unwrap();
+    assert_eq!(balance(&l, "carol"), Tokens::whole(116));
+    l.replenish(at("2026-12-02T00:01:00")).unwrap();
+    assert_eq!(balance(&l, "carol"), Tokens::whole(117));
+}
+
+#[test]
+fn idempotency_key_makes_a_replayed_grant_a_no_op() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    let grant = NewEntry::new("dave", EntryKind::Grant, Tokens::whole(5), 1, "root", "x", "grant:g1".into());
+    assert_eq!(l.append(&grant).unwrap(), Applied::Added);
+    assert_eq!(l.append(&grant).unwrap(), Applied::AlreadyRecorded);
+    assert_eq!(balance(&l, "dave"), Tokens::whole(105));
+}
+
+#[test]
+fn entries_are_append_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    l.ensure_user("erin", 1).unwrap();
+    let err = l.conn.execute("UPDATE entries SET amount = 0", []).unwrap_err();
+    assert!(err.to_string().contains("append-only"), "{err}");
+    assert!(l.conn.execute("DELETE FROM entries", []).is_err());
+}
+
+#[test]
+fn refund_returns_the_net_charge_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    l.charge(&[record("42", "frank", "a6000", 2, 3600)], &seed_prices(), 10).unwrap();
+    assert_eq!(balance(&l, "frank"), Tokens::whole(92));
+    let refunded = l.refund_job("42", "root", "node failure", 20).unwrap();
+    assert_eq!(refunded.len(), 1);
+    assert_eq!(refunded[0].amount, Tokens::whole(8));
+    assert_eq!(balance(&l, "frank"), Tokens::whole(100));
+    assert!(matches!(l.refund_job("42", "root", "again", 30), Err(LedgerError::NothingToRefund(_))));
+    assert!(matches!(l.refund_job("43", "root", "none", 30), Err(LedgerError::NothingToRefund(_))));
+}
+
+#[test]
+fn import_sets_new_users_and_refuses_known_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    let state =
+        BTreeMap::from([("gina".to_string(), Tokens::from_micro(87_500_000)), ("hal".into(), Tokens::whole(-3))]);
+    assert_eq!(l.import(&state, "root", 5).unwrap(), 2);
+    assert_eq!(l.import(&state, "root", 6).unwrap(), 0);
+    assert_eq!(balance(&l, "gina"), Tokens::from_micro(87_500_000));
+    assert_eq!(balance(&l, "hal"), Tokens::whole(-3));
+
+    l.ensure_user("ivan", 7).unwrap();
+    let clash = BTreeMap::from([("ivan".to_string(), Tokens::whole(1)), ("jo".into(), Tokens::whole(2))]);
+    let err = l.import(&clash, "root", 8).unwrap_err().to_string();
+    assert!(err.contains("ivan is already in the ledger"), "{err}");
+    assert!(l.account("jo").unwrap().is_none(), "import is all or nothing");
+}
+
+#[test]
+fn ledger_file_is_private() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    l.ensure_user("kim", 1).unwrap();
+    for name in ["ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm"] {
+        let mode = std::fs::metadata(dir.path().join(name)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "{name} has mode {mode:o}");
+    }
+}
+
+#[test]
+fn bad_user_names_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    assert!(matches!(l.ensure_user("a b", 1), Err(LedgerError::BadUserName { .. })));
+    assert!(matches!(l.ensure_user("", 1), Err(LedgerError::BadUserName { .. })));
+}
+
+#[test]
+fn measured_weight_scales_the_price() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    let half = UsageRecord { weight_permille: 500, ..record("60", "lee", "a6000", 1, 3600) };
+    l.charge(&[half], &seed_prices(), 10).unwrap();
+    assert_eq!(balance(&l, "lee"), Tokens::whole(98));
+    l.record_utilization("60", 30.0, 5).unwrap();
+    l.record_utilization("60", 50.0, 6).unwrap();
+    assert_eq!(l.mean_utilization("60").unwrap(), Some(40.0));
+    assert_eq!(l.mean_utilization("61").unwrap(), None);
+}
+
+#[test]
+fn a_shard_pays_its_fraction_of_the_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    let quarter = UsageRecord {
+        milli_gpus: BTreeMap::from([("a6000".to_string(), 250)]),
+        ..record("70", "mo", "a6000", 1, 3600)
+    };
+    l.charge(&[quarter], &seed_prices(), 10).unwrap();
+    assert_eq!(balance(&l, "mo"), Tokens::whole(99));
+    let history = l.history("mo").unwrap();
+    assert!(history[1].reason.starts_with("0.25 × a6000 for 3600s"), "{}", history[1].reason);
+}
+
+#[test]
+fn a_refund_after_more_charging_returns_only_the_new_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    l.charge(&[record("44", "nia", "a6000", 1, 3600)], &seed_prices(), 10).unwrap();
+    l.refund_job("44", "root", "node failure", 20).unwrap();
+    assert_eq!(balance(&l, "nia"), Tokens::whole(100));
+    // Still running: the next cycle charges its second hour, which the first refund did not cover.
+    l.charge(&[record("44", "nia", "a6000", 1, 7200)], &seed_prices(), 30).unwrap();
+    assert_eq!(balance(&l, "nia"), Tokens::whole(96));
+    let refunded = l.refund_job("44", "root", "node failure", 40).unwrap();
+    assert_eq!(refunded[0].amount, Tokens::whole(4));
+    assert_eq!(balance(&l, "nia"), Tokens::whole(100));
+    assert!(matches!(l.refund_job("44", "root", "again", 50), Err(LedgerError::NothingToRefund(_))));
+    // Job 4 is not job 44: the refund keys of one job never count for another.
+    l.charge(&[record("4", "nia", "a6000", 1, 3600)], &seed_prices(), 60).unwrap();
+    assert_eq!(l.refund_job("4", "root", "node failure", 70).unwrap()[0].amount, Tokens::whole(4));
+}
+
+#[test]
+fn history_follows_each_users_own_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, BucketRules { daily: Tokens::ZERO, ..rules() });
+    let records: Vec<UsageRecord> = (0..6)
+        .map(|i| record(&format!("{}", 80 + i), if i % 2 == 0 { "olga" } else { "pete" }, "rtx3090", 1, 3600))
+        .collect();
+    l.charge(&records[..4], &seed_prices(), at("2026-11-30T09:00:00")).unwrap();
+    let grant = NewEntry::new("pete", EntryKind::Adjust, Tokens::whole(5), 20, "root", "thanks", "adjust:t".into());
+    l.append(&grant).unwrap();
+    l.charge(&records[4..], &seed_prices(), at("2026-11-30T10:00:00")).unwrap();
+
+    let olga = l.history("olga").unwrap();
+    let kinds: Vec<_> = olga.iter().map(|e| (e.kind, e.job_id.clone())).collect();
+    assert_eq!(
+        kinds,
+        [
+            (EntryKind::Grant, None),
+            (EntryKind::Charge, Some("80".into())),
+            (EntryKind::Charge, Some("82".into())),
+            (EntryKind::Charge, Some("84".into()))
+        ]
+    );
+    assert_eq!(olga.last().unwrap().balance_after, balance(&l, "olga"));
+    let pete = l.history("pete").unwrap();
+    assert_eq!(pete.iter().filter(|e| e.kind == EntryKind::Charge).count(), 3);
+    assert_eq!(pete.last().unwrap().balance_after, Tokens::whole(100 - 3 + 5));
+    assert!(matches!(l.history("quin"), Err(LedgerError::UnknownUser(_))));
+}
+
+#[test]
+fn usage_is_summed_per_local_day_and_gpu_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    let day = |d: &str| d.parse::<chrono::NaiveDate>().unwrap();
+    // A running job charged on two days, another job on the second.
+    l.charge(&[record("91", "rosa", "a6000", 1, 1800)], &seed_prices(), at("2026-12-01T23:00:00")).unwrap();
+    l.charge(&[record("91", "rosa", "a6000", 1, 3600)], &seed_prices(), at("2026-12-02T00:30:00")).unwrap();
+    l.charge(&[record("92", "rosa", "rtx3090", 2, 3600)], &seed_prices(), at("2026-12-02T01:00:00")).unwrap();
+    l.charge(&[record("93", "sid", "a6000", 1, 3600)], &seed_prices(), at("2026-12-02T01:00:00")).unwrap();
+    let used = l.used_since_day("rosa", day("2026-12-01")).unwrap();
+    assert_eq!(used, BTreeMap::from([("a6000".into(), Tokens::whole(4)), ("rtx3090".into(), Tokens::whole(2))]));
+    let used = l.used_since_day("rosa", day("2026-12-02")).unwrap();
+    assert_eq!(used, BTreeMap::from([("a6000".into(), Tokens::whole(2)), ("rtx3090".into(), Tokens::whole(2))]));
+    assert!(l.used_since_day("rosa", day("2026-12-03")).unwrap().is_empty());
+    // A replayed cycle adds nothing to the day either.
+    l.charge(&[record("92", "rosa", "rtx3090", 2, 3600)], &seed_prices(), at("2026-12-02T02:00:00")).unwrap();
+    assert_eq!(l.used_since_day("rosa", day("2026-12-02")).unwrap()["rtx3090"], Tokens::whole(2));
+}
+
+/// A ledger written by the schema before charges lost their keys and entries gained `prev_id`.
+#[test]
+fn a_version_4_ledger_keeps_its_history_and_refunds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    {
+        let mut conn = rusqlite::Connection::open(&path).unwrap();
+        schema::migrate_to(&mut conn, 4).unwrap();
+        conn.execute_batch(
+            "INSERT INTO users VALUES ('sam', 1, 92000000, '2026-11-30'), ('tia', 1, 100000000, '2026-11-30');
+             INSERT INTO entries (user, kind, amount, at, actor, reason, key, job_id, gpu_type, gpu_seconds) VALUES
+               ('sam', 'grant', 100000000, 1, 'gputokens', 'initial balance', 'initial:sam', NULL, NULL, NULL),
+               ('tia', 'grant', 100000000, 1, 'gputokens', 'initial balance', 'initial:tia', NULL, NULL, NULL),
+               ('sam', 'charge', -8000000, 2, 'gputokens', '2 × a6000 for 3600s', 'charge:7:0:a6000:3600',
+                '7', 'a6000', 7200);
+             INSERT INTO job_charges VALUES ('7', 0, 'a6000', 'sam', 3600, 8000000);",
+        )
+        .unwrap();
+    }
+    let mut l = Ledger::open(&path, rules()).unwrap();
+    let sam = l.history("sam").unwrap();
+    assert_eq!(sam.len(), 2);
+    assert_eq!(sam[1].key.as_deref(), Some("charge:7:0:a6000:3600"));
+    assert_eq!(sam[1].balance_after, Tokens::whole(92));
+    assert_eq!(l.history("tia").unwrap().len(), 1);
+    // New entries link to the migrated ones, and the old charge refunds once.
+    l.charge(&[UsageRecord { segment_start: 0, ..record("7", "sam", "a6000", 2, 5400) }], &seed_prices(), 3).unwrap();
+    assert_eq!(balance(&l, "sam"), Tokens::whole(88));
+    assert_eq!(l.refund_job("7", "root", "bad node", 4).unwrap()[0].amount, Tokens::whole(12));
+    let day = |d: &str| d.parse::<chrono::NaiveDate>().unwrap();
+    let used = l.used_since_day("sam", day("1970-01-01")).unwrap();
+    assert_eq!(used, BTreeMap::from([("a6000".to_string(), Tokens::whole(12))]), "the old charge and the new");
+    let sam = l.history("sam").unwrap();
+    assert_eq!(sam.len(), 4);
+    assert_eq!(sam.last().unwrap().balance_after, Tokens::whole(100));
+}
+
+#[test]
+fn a_ledger_used_every_way_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    l.charge(&worked_example(), &seed_prices(), at("2026-11-30T20:00:00")).unwrap();
+    l.charge(&[record("50", "bob", "a6000", 1, 1800)], &seed_prices(), at("2026-11-30T20:00:00")).unwrap();
+    l.charge(&[record("50", "bob", "a6000", 1, 3600)], &seed_prices(), at("2026-12-01T01:00:00")).unwrap();
+    l.refund_job("50", "root", "node failure", at("2026-12-01T02:00:00")).unwrap();
+    l.replenish(at("2026-12-03T00:05:00")).unwrap();
+    l.append(&NewEntry::new("cy", EntryKind::Grant, Tokens::whole(5), 9, "root", "course", "grant:c".into())).unwrap();
+    let found = l.verify().unwrap();
+    assert_eq!(found.problems, Vec::<String>::new());
+    assert_eq!(found.users, 3);
+}
+
+#[test]
+fn verify_names_what_was_tampered_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    l.charge(&worked_example(), &seed_prices(), at("2026-11-30T20:00:00")).unwrap();
+    l.charge(&[record("60", "dan", "rtx3090", 1, 3600)], &seed_prices(), at("2026-11-30T20:00:00")).unwrap();
+    // Edited behind the ledger's back, as only a hand on the file could.
+    l.conn
+        .execute_batch(
+            "DROP TRIGGER entries_no_update; DROP TRIGGER entries_no_delete;
+             UPDATE entries SET amount = amount - 1000000 WHERE user = 'alice' AND job_id = '1';
+             UPDATE entries SET prev_id = NULL WHERE user = 'dan' AND kind = 'charge';
+             DELETE FROM usage_days WHERE user = 'dan';",
+        )
+        .unwrap();
+    let problems = l.verify().unwrap().problems;
+    assert_eq!(problems.len(), 5, "{problems:#?}");
+    assert_eq!(problems[0], "alice: balance 16 but the entries add up to 15");
+    assert_eq!(problems[1], "alice: charge entries total 85 but job_charges 84");
+    assert_eq!(problems[2], "alice: charge entries total 85 but usage_days 84");
+    assert_eq!(problems[3], "dan: 2 entries but 1 reachable from the newest (prev_id chain)");
+    assert_eq!(problems[4], "dan: charge entries total 1 but usage_days 0");
+}
+
+#[test]
+fn recent_entries_carry_the_balance_after_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, BucketRules { daily: Tokens::ZERO, ..rules() });
+    l.charge(&worked_example(), &seed_prices(), at("2026-11-30T20:00:00")).unwrap();
+    l.charge(&[record("9", "bob", "a6000", 1, 3600)], &seed_prices(), at("2026-11-30T20:00:00")).unwrap();
+    let grant = NewEntry::new("alice", EntryKind::Grant, Tokens::whole(10), 30, "root", "course", "grant:x".into());
+    l.append(&grant).unwrap();
+    let all = l.history("alice").unwrap();
+    let last_two = l.recent("alice", 2).unwrap();
+    assert_eq!(last_two.len(), 2);
+    assert_eq!(last_two[0].job_id.as_deref(), Some("3"));
+    assert_eq!(last_two[1].kind, EntryKind::Grant);
+    for (recent, full) in last_two.iter().zip(&all[all.len() - 2..]) {
+        assert_eq!((recent.id, recent.balance_after), (full.id, full.balance_after));
+    }
+    assert_eq!(l.recent("alice", 100).unwrap().len(), all.len());
+    assert!(matches!(l.recent("zed", 5), Err(LedgerError::UnknownUser(_))));
+}
+
+/// Writes a ledger of schema `version` at `path`, which has no `new_table` yet, holding `rows`.
+fn old_ledger(path: &std::path::Path, version: i64, new_table: &str, rows: &str) {
+    let mut conn = rusqlite::Connection::open(path).unwrap();
+    schema::migrate_to(&mut conn, version).unwrap();
+    let tables: i64 =
+        conn.query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = ?1", [new_table], |r| r.get(0)).unwrap();
+    assert_eq!(tables, 0, "schema {version} already has {new_table}");
+    conn.execute_batch(rows).unwrap();
+}
+
+/// A ledger of the schema before `gpu_faults`: it gains the table, keeps its entries and still verifies.
+#[test]
+fn a_version_5_ledger_gains_the_fault_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    old_ledger(
+        &path,
+        5,
+        "gpu_faults",
+        "INSERT INTO users (name, first_seen, balance, replenished_through, last_entry)
+               VALUES ('sam', 1, 100000000, '2026-11-30', 1);
+             INSERT INTO entries (id, user, kind, amount, at, actor, reason, key)
+               VALUES (1, 'sam', 'grant', 100000000, 1, 'gputokens', 'initial balance', 'initial:sam');
+             INSERT INTO actions (at, action, target, user, reason, dry_run)
+               VALUES (5, 'drain', 'gpu01', '', 'gputokens: GPU 2 reported XID 79', 0);",
+    );
+    let mut l = Ledger::open(&path, rules()).unwrap();
+    let version: i64 = l.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    assert_eq!(version, schema::VERSION);
+    assert_eq!(l.history("sam").unwrap().len(), 1);
+    assert_eq!(l.actions(10).unwrap().len(), 1, "the audit rows stay");
+    assert_eq!(l.gpu_faults("gpu01").unwrap(), vec![]);
+    let fault = GpuFault { node: "gpu01".into(), gpu: "GPU-2".into(), cause: "xid 79".into(), acted_at: 6 };
+    l.record_gpu_fault(&fault).unwrap();
+    assert_eq!(l.verify().unwrap().problems, Vec::<String>::new());
+}
+
+#[test]
+fn gpu_faults_are_kept_per_node_gpu_and_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    let fault = |node: &str, gpu: &str, cause: &str, at: i64| GpuFault {
+        node: node.into(),
+        gpu: gpu.into(),
+        cause: cause.into(),
+        acted_at: at,
+    };
+    {
+        let mut l = Ledger::open(&path, rules()).unwrap();
+        l.record_gpu_fault(&fault("n1", "GPU-a", "xid 79", 10)).unwrap();
+        l.record_gpu_fault(&fault("n1", "GPU-a", "ecc", 11)).unwrap();
+        l.record_gpu_fault(&fault("n1", "index 3", "lost", 12)).unwrap();
+        l.record_gpu_fault(&fault("n2", "GPU-a", "xid 79", 13)).unwrap();
+        // A later drain for the same fault replaces the time.
+        l.record_gpu_fault(&fault("n1", "GPU-a", "xid 79", 20)).unwrap();
+    }
+    // Kept across a reopen (an accountd restart).
+    let mut l = Ledger::open(&path, rules()).unwrap();
+    assert_eq!(
+        l.gpu_faults("n1").unwrap(),
+        vec![fault("n1", "GPU-a", "ecc", 11), fault("n1", "GPU-a", "xid 79", 20), fault("n1", "index 3", "lost", 12)]
+    );
+    assert!(l.clear_gpu_fault("n1", "GPU-a", "ecc").unwrap());
+    assert!(!l.clear_gpu_fault("n1", "GPU-a", "ecc").unwrap(), "already cleared");
+    assert_eq!(l.gpu_faults("n1").unwrap().len(), 2);
+    assert_eq!(l.gpu_faults("n2").unwrap(), vec![fault("n2", "GPU-a", "xid 79", 13)]);
+    assert_eq!(l.gpu_faults("n3").unwrap(), vec![]);
+}
+
+/// A ledger of the schema before `freed_for_waiters`: it gains the table, keeps its entries, faults
+/// and audit rows, and still verifies.
+#[test]
+fn a_version_6_ledger_gains_the_freed_for_waiters_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    old_ledger(
+        &path,
+        6,
+        "freed_for_waiters",
+        "INSERT INTO users (name, first_seen, balance, replenished_through, last_entry)
+               VALUES ('sam', 1, 100000000, '2026-11-30', 1);
+             INSERT INTO entries (id, user, kind, amount, at, actor, reason, key)
+               VALUES (1, 'sam', 'grant', 100000000, 1, 'gputokens', 'initial balance', 'initial:sam');
+             INSERT INTO actions (at, action, target, user, reason, dry_run)
+               VALUES (5, 'requeue', '41', 'sam', 'gputokens: preempted, balance -5, a6000 contended', 0);
+             INSERT INTO gpu_faults (node, gpu, cause, acted_at) VALUES ('gpu01', 'GPU-2', 'xid 79', 6);",
+    );
+    let mut l = Ledger::open(&path, rules()).unwrap();
+    let version: i64 = l.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    assert_eq!((version, schema::VERSION), (7, 7));
+    assert_eq!(l.history("sam").unwrap().len(), 1);
+    assert_eq!(l.actions(10).unwrap().len(), 1);
+    assert_eq!(l.gpu_faults("gpu01").unwrap().len(), 1);
+    assert_eq!(l.freed_for_waiters(0).unwrap(), vec![]);
+    let freed = FreedFor { waiter: "42".into(), gpu_type: "a6000".into(), gpus: 1, expires: 700 };
+    l.remember_freed(std::slice::from_ref(&freed), 100).unwrap();
+    assert_eq!(l.freed_for_waiters(100).unwrap(), vec![freed]);
+    assert_eq!(l.verify().unwrap().problems, Vec::<String>::new());
+}
+
+#[test]
+fn freed_gpus_are_remembered_until_they_expire_or_the_job_stops_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), rules()).unwrap();
+    let freed = |waiter: &str, gpus: u64, expires: i64| FreedFor {
+        waiter: waiter.into(),
+        gpu_type: "a6000".into(),
+        gpus,
+        expires,
+    };
+    l.remember_freed(&[freed("42", 1, 700), freed("43", 2, 700)], 100).unwrap();
+    assert_eq!(l.freed_for_waiters(699).unwrap(), vec![freed("42", 1, 700), freed("43", 2, 700)]);
+    assert_eq!(l.freed_for_waiters(700).unwrap(), vec![], "expired at its time");
+
+    // A second preemption for the same wait adds to it and moves the expiry on.
+    l.remember_freed(&[freed("42", 1, 900)], 300).unwrap();
+    assert_eq!(l.freed_for_waiters(300).unwrap()[0], freed("42", 2, 900));
+    // After an expiry, a new preemption starts afresh.
+    l.remember_freed(&[freed("43", 1, 1500)], 800).unwrap();
+    assert_eq!(l.freed_for_waiters(800).unwrap(), vec![freed("42", 2, 900), freed("43", 1, 1500)]);
+
+    // Job 42 started (no longer pending): forgotten; 43 still waits and is kept.
+    assert_eq!(l.forget_freed(800, |job| job == "43").unwrap(), 1);
+    assert_eq!(l.freed_for_waiters(800).unwrap(), vec![freed("43", 1, 1500)]);
+    // Its time up, it is forgotten even though it still waits.
+    assert_eq!(l.forget_freed(1500, |_| true).unwrap(), 1);
+    assert_eq!(l.freed_for_waiters(0).unwrap(), vec![]);
+}
+
+/// Names SSSD and useradd --badname give (the user_name module keeps them whole).
+const ODD_NAMES: [&str; 5] = ["ann@example.org", "j.doe", "zoë", "李雷", "x:2026-11-22"];
+
+/// Each name has a ledger account and daily grants of its own, even one that ends like a date.
+#[test]
+fn the_ledger_keys_every_name_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = gputokens::policy::BucketRules { daily: gputokens::Tokens::whole(1), ..Default::default() };
+    let mut ledger = Ledger::open(&dir.path().join("l.sqlite"), rules).unwrap();
+    let day = 86400;
+    for name in ODD_NAMES.iter().chain(&["x"]) {
+        ledger
+            .ensure_user(name, gputokens::time::local_midnight(gputokens::time::local_date(1_795_000_000)) + 3600)
+            .unwrap();
+    }
+    let added = ledger.replenish(1_795_000_000 + 2 * day).unwrap();
+    assert_eq!(added.entries, 2 * (ODD_NAMES.len() + 1), "two days for each");
+    for name in ODD_NAMES {
+        let kinds: Vec<_> = ledger.history(name).unwrap().iter().map(|e| e.kind).collect();
+        assert_eq!(kinds.len(), 3, "{name}: initial and two daily grants");
+    }
+}

@@ -1,0 +1,93 @@
+//! `accountd admin verify`: the ledger's invariants, checked from its own tables. Each holds by
+//! construction (same transaction); a broken one means the file was edited, restored in pieces or
+//! damaged, and says where.
+
+use rusqlite::params;
+
+use super::{Ledger, LedgerError};
+use gputokens::tokens::Tokens;
+
+/// What a verification looked at and what it found wrong (empty: all invariants hold).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verification {
+    pub users: usize,
+    pub entries: usize,
+    pub problems: Vec<String>,
+}
+
+impl Ledger {
+    pub fn verify(&self) -> Result<Verification, LedgerError> {
+        let conn = &self.conn;
+        let mut problems = Vec::new();
+        let integrity: Vec<String> =
+            conn.prepare("PRAGMA integrity_check")?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+        if integrity != ["ok"] {
+            problems.extend(integrity.into_iter().map(|line| format!("SQLite integrity check: {line}")));
+        }
+        let users: usize = conn.query_row("SELECT COUNT(*) FROM users", [], |r| r.get(0))?;
+        let entries: usize = conn.query_row("SELECT COUNT(*) FROM entries", [], |r| r.get(0))?;
+
+        // One row per user known to either table: balance, sum of entries, entries, entries on the
+        // chain, charges, job_charges, usage_days.
+        let mut stmt = conn.prepare(
+            "WITH RECURSIVE
+               walk(user, id) AS (
+                 SELECT name, last_entry FROM users WHERE last_entry IS NOT NULL
+                 UNION ALL
+                 SELECT w.user, e.prev_id FROM walk w CROSS JOIN entries e ON e.id = w.id
+                 WHERE e.prev_id IS NOT NULL AND e.prev_id < e.id AND e.user = w.user),
+               chained AS (
+                 SELECT w.user, COUNT(*) AS n FROM walk w CROSS JOIN entries e ON e.id = w.id
+                 WHERE e.user = w.user GROUP BY w.user),
+               sums AS (
+                 SELECT user, SUM(amount) AS total, COUNT(*) AS n,
+                        -SUM(CASE WHEN kind = 'charge' THEN amount ELSE 0 END) AS charged
+                 FROM entries GROUP BY user),
+               progress AS (SELECT user, SUM(charged) AS charged FROM job_charges GROUP BY user),
+               usage AS (SELECT user, SUM(charged) AS charged FROM usage_days GROUP BY user),
+               names AS (SELECT name AS user FROM users UNION SELECT user FROM entries)
+             SELECT names.user, u.balance, COALESCE(s.total, 0), COALESCE(s.n, 0), COALESCE(c.n, 0),
+                    COALESCE(s.charged, 0), COALESCE(p.charged, 0), COALESCE(g.charged, 0)
+             FROM names
+             LEFT JOIN users u ON u.name = names.user
+             LEFT JOIN sums s ON s.user = names.user
+             LEFT JOIN chained c ON c.user = names.user
+             LEFT JOIN progress p ON p.user = names.user
+             LEFT JOIN usage g ON g.user = names.user
+             ORDER BY names.user",
+        )?;
+        let rows = stmt.query_map(params![], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, Option<i64>>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, i64>(4)?,
+                r.get::<_, i64>(5)?,
+                r.get::<_, i64>(6)?,
+                r.get::<_, i64>(7)?,
+            ))
+        })?;
+        let t = Tokens::from_micro;
+        for row in rows {
+            let (user, balance, total, n, chained, charged, progress, usage) = row?;
+            let Some(balance) = balance else {
+                problems.push(format!("{user}: {n} entries but no row in users"));
+                continue;
+            };
+            if balance != total {
+                problems.push(format!("{user}: balance {} but the entries add up to {}", t(balance), t(total)));
+            }
+            if chained != n {
+                problems.push(format!("{user}: {n} entries but {chained} reachable from the newest (prev_id chain)"));
+            }
+            if progress != charged {
+                problems.push(format!("{user}: charge entries total {} but job_charges {}", t(charged), t(progress)));
+            }
+            if usage != charged {
+                problems.push(format!("{user}: charge entries total {} but usage_days {}", t(charged), t(usage)));
+            }
+        }
+        Ok(Verification { users, entries, problems })
+    }
+}
