@@ -72,8 +72,15 @@ fn a_flood_of_idle_connections_leaves_sbalance_and_metrics_answered() {
     };
     assert!(!metrics.contains("reason=\"total\""), "{metrics}");
     // accountd holds what the caps allow, not alice's 1,200 connections.
-    let held = open_descriptors(site.pid());
-    assert!(held <= before + 64 + 32 + 4, "accountd holds {held} descriptors ({before} before the flood)");
+    // A refused connection is counted before it is closed: on a busy machine the last closes may lag.
+    let bound = before + 64 + 32 + 4;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut held = open_descriptors(site.pid());
+    while held > bound && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        held = open_descriptors(site.pid());
+    }
+    assert!(held <= bound, "accountd holds {held} descriptors ({before} before the flood)");
 
     // bob is answered at once (not after alice's connections time out in a minute).
     let asked = Instant::now();
