@@ -8,29 +8,30 @@ use gputokens::time::format_local;
 use gputokens::{Config, Tokens};
 
 use crate::cli::AdminCommand;
-use crate::client::call;
-use crate::error::{CliError, CliResult};
+use crate::client::{call, ClientError};
+use crate::error::{AccountdError, AccountdResult};
 
 /// Derives a node's token from the site secret (only those who can read the secret can).
-fn node_token(config: &Config, node: &str) -> CliResult {
+fn node_token(config: &Config, node: &str) -> AccountdResult {
     let node = crate::slurm::node_name_arg(node)?;
     let path = config
         .agent
         .token_file
         .as_deref()
-        .ok_or_else(|| CliError::refused("[agent] token_file (the site secret) is not set"))?;
-    let secret = crate::auth::read_secret(path).map_err(|e| CliError::refused(format!("agent.token_file: {e}")))?;
+        .ok_or_else(|| AccountdError::Refused("[agent] token_file (the site secret) is not set".into()))?;
+    let secret =
+        crate::auth::read_secret(path).map_err(|e| AccountdError::Refused(format!("agent.token_file: {e}")))?;
     println!("{}", crate::auth::node_token(&secret, node));
     Ok(())
 }
 
-pub fn run(config: &Config, command: AdminCommand) -> CliResult {
+pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
     let socket = &config.paths.socket;
     // Checked here for a clear message before anything is sent; accountd checks again.
-    let amount = |text: &str, what: &str| -> CliResult<Tokens> {
-        let amount: Tokens = text.parse().map_err(|e| CliError::refused(format!("AMOUNT: {e}")))?;
+    let amount = |text: &str, what: &str| -> AccountdResult<Tokens> {
+        let amount: Tokens = text.parse().map_err(|e| AccountdError::Refused(format!("AMOUNT: {e}")))?;
         match amount.beyond_limit(what) {
-            Some(beyond) => Err(CliError::refused(format!("AMOUNT: {beyond}"))),
+            Some(beyond) => Err(AccountdError::Refused(format!("AMOUNT: {beyond}"))),
             None => Ok(amount),
         }
     };
@@ -71,14 +72,14 @@ pub fn run(config: &Config, command: AdminCommand) -> CliResult {
             }
         }
         Reply::Imported { imported, already } => println!("imported {imported} users ({already} were imported before)"),
-        other => return Err(CliError::failed(format!("unexpected reply from accountd: {other:?}"))),
+        other => return Err(ClientError::Unexpected(Box::new(other)).into()),
     }
     Ok(())
 }
 
 /// `admin verify`: the ledger's invariants, read from the file (WAL lets it beside accountd serve).
-fn verify(config: &Config) -> CliResult {
-    let service = crate::handler::Service::open_as_admin(config.clone())?;
+fn verify(config: &Config) -> AccountdResult {
+    let service = crate::service::Service::open_as_admin(config.clone())?;
     let found = service.ledger.verify()?;
     for problem in &found.problems {
         println!("problem: {problem}");
@@ -89,7 +90,7 @@ fn verify(config: &Config) -> CliResult {
             println!("{summary}: consistent");
             Ok(())
         }
-        n => Err(CliError::refused(format!("{summary}: {n} problem(s)"))),
+        n => Err(AccountdError::Refused(format!("{summary}: {n} problem(s)"))),
     }
 }
 
@@ -123,23 +124,20 @@ fn print_history(entries: &[HistoryRow]) {
 }
 
 /// The original system's state file: a JSON object of user → tokens (numbers or decimal strings).
-fn read_state_file(path: &Path) -> CliResult<BTreeMap<String, Tokens>> {
-    let text = std::fs::read_to_string(path).map_err(|e| CliError::refused(format!("{}: {e}", path.display())))?;
-    let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| CliError::refused(format!("{}: not JSON: {e}", path.display())))?;
-    let object = value.as_object().ok_or_else(|| {
-        CliError::refused(format!("{}: expected an object of user → tokens, e.g. {{\"alice\": 87.5}}", path.display()))
-    })?;
+fn read_state_file(path: &Path) -> AccountdResult<BTreeMap<String, Tokens>> {
+    let bad = |problem: String| AccountdError::BadInput { path: path.to_path_buf(), problem };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+    let object =
+        value.as_object().ok_or_else(|| bad("expected an object of user → tokens, e.g. {\"alice\": 87.5}".into()))?;
     let mut balances = BTreeMap::new();
     for (user, tokens) in object {
         let text = match tokens {
             serde_json::Value::Number(n) => n.to_string(),
             serde_json::Value::String(s) => s.clone(),
-            other => {
-                return Err(CliError::refused(format!("{}: {user}: {other} is not a number of tokens", path.display())))
-            }
+            other => return Err(bad(format!("{user}: {other} is not a number of tokens"))),
         };
-        let amount = text.parse().map_err(|e| CliError::refused(format!("{}: {user}: {e}", path.display())))?;
+        let amount = text.parse().map_err(|e| bad(format!("{user}: {e}")))?;
         balances.insert(user.clone(), amount);
     }
     Ok(balances)

@@ -8,10 +8,10 @@ use gputokens::config::ChargeBasis;
 use gputokens::slurm::{sacct, squeue};
 use ledger::{ChargeOutcome, UsageRecord};
 
-use crate::error::{CliError, CliResult};
-use crate::handler::Service;
+use crate::error::AccountdResult;
 use crate::rejected_records;
-use crate::slurm::Slurm;
+use crate::service::Service;
+use crate::slurm::{Slurm, SlurmError};
 
 /// Ledger meta key: sacct has been read up to this unix time.
 const READ_UNTIL: &str = "sacct_read_until";
@@ -50,20 +50,19 @@ impl fmt::Display for ChargeSummary {
     }
 }
 
-pub fn charge(service: &mut Service, slurm: &Slurm, now: i64) -> CliResult<ChargeSummary> {
+pub fn charge(service: &mut Service, slurm: &Slurm, now: i64) -> AccountdResult<ChargeSummary> {
     // What Slurm can have seen: `now` may be ahead of the clock (`tick --now`), never Slurm.
     let read_at = gputokens::time::now();
     let tools = &service.config.slurm;
-    let meta = |key| -> CliResult<Option<i64>> { Ok(service.ledger.meta(key)?.and_then(|v| v.parse().ok())) };
+    let meta = |key| -> AccountdResult<Option<i64>> { Ok(service.ledger.meta(key)?.and_then(|v| v.parse().ok())) };
     let (read_until, read_from) = (meta(READ_UNTIL)?, meta(READ_FROM)?);
     let since =
         window_start(read_until, read_from, tools.reread.as_secs() as i64, tools.first_lookback.as_secs() as i64, now);
 
     let sharing = service.config.sharing;
-    let finished =
-        sacct::parse(&slurm.sacct(since, now)?, sharing).map_err(|e| CliError::failed(format!("sacct: {e}")))?;
+    let finished = sacct::parse(&slurm.sacct(since, now)?, sharing).map_err(SlurmError::Sacct)?;
     let squeue_at = gputokens::time::now();
-    let running = squeue::running_gpu_jobs(&slurm.squeue_json()?).map_err(|e| CliError::failed(e.to_string()))?;
+    let running = squeue::running_gpu_jobs(&slurm.squeue_json()?).map_err(SlurmError::Squeue)?;
 
     let mut nodes_of: HashMap<String, String> = finished.nodes.clone();
     nodes_of.extend(running.iter().map(|j| (j.job_id.clone(), j.nodes.clone())));
@@ -119,7 +118,7 @@ fn window_start(read_until: Option<i64>, read_from: Option<i64>, reread: i64, fi
 
 /// `charge_basis = "measured"`: a job pays for its GPUs in proportion to their mean measured
 /// utilization, never less than `measured_min_fraction`; a job never measured pays the allocation.
-fn weigh_by_utilization(service: &Service, records: &mut [UsageRecord]) -> CliResult {
+fn weigh_by_utilization(service: &Service, records: &mut [UsageRecord]) -> AccountdResult {
     let floor = service.config.usage.measured_min_fraction;
     for record in records {
         if let Some(percent) = service.ledger.mean_utilization(&record.job_id)? {

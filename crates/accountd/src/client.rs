@@ -3,38 +3,53 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gputokens::protocol::{ErrorKind, Reply, Request};
 
-use crate::error::{CliError, CliResult};
-
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Sends one request and returns accountd's reply; a `Reply::Error` becomes a `CliError`.
-pub fn call(socket: &Path, request: &Request) -> CliResult<Reply> {
-    let unreachable = |e: std::io::Error| {
-        CliError::failed(format!("cannot reach accountd at {}: {e} (is `accountd serve` running?)", socket.display()))
-    };
+/// Asking accountd failed, or accountd answered with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot reach accountd at {}: {source} (is `accountd serve` running?)", socket.display())]
+    Unreachable { socket: PathBuf, source: std::io::Error },
+    #[error("{0}")]
+    Encode(serde_json::Error),
+    #[error("accountd at {} closed the connection without a reply", .0.display())]
+    NoReply(PathBuf),
+    #[error("unreadable reply from accountd: {0}")]
+    Unreadable(serde_json::Error),
+    /// A reply that does not answer the request sent.
+    #[error("unexpected reply from accountd: {0:?}")]
+    Unexpected(Box<Reply>),
+    /// accountd refused the request or found it invalid: the caller's to fix.
+    #[error("{0}")]
+    Refused(String),
+    /// accountd failed to answer.
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// Sends one request and returns accountd's reply; a `Reply::Error` becomes a [`ClientError`].
+pub fn call(socket: &Path, request: &Request) -> Result<Reply, ClientError> {
+    let unreachable = |source| ClientError::Unreachable { socket: socket.to_path_buf(), source };
     let mut stream = UnixStream::connect(socket).map_err(unreachable)?;
     stream.set_read_timeout(Some(TIMEOUT)).map_err(unreachable)?;
     stream.set_write_timeout(Some(TIMEOUT)).map_err(unreachable)?;
-    let mut line = serde_json::to_string(request).map_err(|e| CliError::failed(e.to_string()))?;
+    let mut line = serde_json::to_string(request).map_err(ClientError::Encode)?;
     line.push('\n');
     stream.write_all(line.as_bytes()).map_err(unreachable)?;
     let mut reply = String::new();
     BufReader::new(&stream).read_line(&mut reply).map_err(unreachable)?;
     if reply.is_empty() {
-        return Err(CliError::failed(format!(
-            "accountd at {} closed the connection without a reply",
-            socket.display()
-        )));
+        return Err(ClientError::NoReply(socket.to_path_buf()));
     }
     match serde_json::from_str(&reply) {
-        Ok(Reply::Error { kind: ErrorKind::Internal, message }) => Err(CliError::failed(message)),
-        Ok(Reply::Error { message, .. }) => Err(CliError::refused(message)),
+        Ok(Reply::Error { kind: ErrorKind::Internal, message }) => Err(ClientError::Internal(message)),
+        Ok(Reply::Error { message, .. }) => Err(ClientError::Refused(message)),
         Ok(reply) => Ok(reply),
-        Err(e) => Err(CliError::failed(format!("unreadable reply from accountd: {e}"))),
+        Err(e) => Err(ClientError::Unreadable(e)),
     }
 }

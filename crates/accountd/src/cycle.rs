@@ -4,14 +4,15 @@ use std::fmt;
 
 use gputokens::snapshot;
 
-use crate::error::{CliError, CliResult};
-use crate::handler::Service;
+use crate::error::{AccountdError, AccountdResult};
+use crate::service::Service;
 
 #[derive(Debug, Default)]
 pub struct CheckSummary {
     pub replenished: ledger::Replenished,
     pub users: usize,
-    pub usage: Option<String>,
+    /// What was read from Prometheus, when that is the utilization source.
+    pub utilization: Option<String>,
     pub preemption: String,
 }
 
@@ -22,8 +23,8 @@ impl fmt::Display for CheckSummary {
             "{} replenishment entries (+{} tokens), snapshot of {} users written",
             self.replenished.entries, self.replenished.tokens, self.users
         )?;
-        if let Some(usage) = &self.usage {
-            write!(f, "; {usage}")?;
+        if let Some(utilization) = &self.utilization {
+            write!(f, "; {utilization}")?;
         }
         write!(f, "; {}", self.preemption)
     }
@@ -36,8 +37,8 @@ impl fmt::Display for CheckSummary {
 pub fn check(
     service: &mut Service,
     now: i64,
-    publish: impl FnOnce(&Service, i64) -> CliResult<usize>,
-) -> CliResult<CheckSummary> {
+    publish: impl FnOnce(&Service, i64) -> AccountdResult<usize>,
+) -> AccountdResult<CheckSummary> {
     // Never for a day that has not come on the clock, whatever `tick --now` says.
     let replenished = service.ledger.replenish(now.min(gputokens::time::now()))?;
     service.metrics.replenished.inc_by(replenished.tokens.as_f64());
@@ -46,19 +47,19 @@ pub fn check(
     crate::slurm_view::refresh(service, &slurm, &mut queue, now);
     let users = publish(service, now)?;
     let window = service.config.intervals.check;
-    let usage = crate::usage::poll_prometheus(service, window, now).unwrap_or_else(|e| {
+    let utilization = crate::utilization::poll_prometheus(service, window, now).unwrap_or_else(|e| {
         tracing::error!("{e}");
         Some(format!("usage not read: {e}"))
     });
-    let preemption = crate::preempt::check(service, &slurm, &mut queue, now).unwrap_or_else(|e| {
+    let preemption = crate::preempt_jobs::check(service, &slurm, &mut queue, now).unwrap_or_else(|e| {
         tracing::error!("preemption check failed: {e}");
         format!("preemption check failed: {e}")
     });
-    Ok(CheckSummary { replenished, users, usage, preemption })
+    Ok(CheckSummary { replenished, users, utilization, preemption })
 }
 
 /// Writes the balance snapshot for the job_submit plugin; returns how many users it lists.
-pub fn publish_snapshot(service: &Service, now: i64) -> CliResult<usize> {
+pub fn publish_snapshot(service: &Service, now: i64) -> AccountdResult<usize> {
     let accounts = service.ledger.accounts()?;
     if service.config.http.per_user_metrics {
         service.metrics.set_balances(&accounts);
@@ -73,7 +74,7 @@ pub fn publish_snapshot(service: &Service, now: i64) -> CliResult<usize> {
     let text = snapshot::render(&snap);
     // As root: readable by slurmctld's group, or the plugin could not read it.
     crate::snapshot_access::write(&service.config.paths.snapshot, &text, &service.config.slurm_user)
-        .map_err(CliError::failed)?;
+        .map_err(AccountdError::Failed)?;
     service.metrics.snapshot_written.set(now);
     Ok(accounts.len())
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::error::{CliError, CliResult};
+use crate::error::{AccountdError, AccountdResult};
 
 /// How often a waiting process tries again.
 const RETRY: Duration = Duration::from_millis(100);
@@ -36,7 +36,7 @@ impl CycleLock {
     /// Takes the cycle lock of the ledger at `ledger` for `what` (e.g. "accountd tick"), waiting up
     /// to `wait` for a cycle of another process (or of this one) to end. Refused, naming the holder,
     /// when it does not end in time.
-    pub fn acquire(ledger: &Path, what: &str, wait: Duration) -> CliResult<CycleLock> {
+    pub fn acquire(ledger: &Path, what: &str, wait: Duration) -> AccountdResult<CycleLock> {
         let path = path_for(ledger);
         let started = Instant::now();
         let mut holder = None;
@@ -53,16 +53,15 @@ impl CycleLock {
                     file = back;
                     holder = Some(read_holder(&mut file));
                     if started.elapsed() >= wait {
-                        return Err(CliError::failed(format!(
-                            "another cycle is running ({}); waited {} for it to end (lock {})",
-                            holder.unwrap_or_default(),
-                            whole_seconds(started.elapsed()),
-                            path.display()
-                        )));
+                        return Err(AccountdError::CycleBusy {
+                            holder: holder.unwrap_or_default(),
+                            waited: whole_seconds(started.elapsed()).to_string(),
+                            lock: path,
+                        });
                     }
                     std::thread::sleep(RETRY.min(wait.saturating_sub(started.elapsed())).max(Duration::from_millis(1)));
                 }
-                Err((_, e)) => return Err(CliError::failed(format!("cannot lock {}: {e}", path.display()))),
+                Err((_, e)) => return Err(AccountdError::Failed(format!("cannot lock {}: {e}", path.display()))),
             }
         }
     }
@@ -94,7 +93,7 @@ fn whole_seconds(d: Duration) -> humantime::FormattedDuration {
 }
 
 /// Opens (creating, private like the ledger) the lock file; its directory is the ledger's.
-fn open(path: &Path) -> CliResult<File> {
+fn open(path: &Path) -> AccountdResult<File> {
     OpenOptions::new()
         .read(true)
         .write(true)
@@ -102,7 +101,7 @@ fn open(path: &Path) -> CliResult<File> {
         .truncate(false)
         .mode(0o600)
         .open(path)
-        .map_err(|e| CliError::failed(format!("cannot open the cycle lock {}: {e}", path.display())))
+        .map_err(AccountdError::io(format!("cannot open the cycle lock {}", path.display())))
 }
 
 fn read_holder(file: &mut File) -> String {
@@ -133,15 +132,13 @@ mod tests {
         let first = CycleLock::acquire(&ledger, "accountd serve: check cycle", Duration::ZERO).unwrap();
         assert!(first.waited.is_none());
 
-        let err = CycleLock::acquire(&ledger, "accountd tick", Duration::from_millis(300)).err().unwrap();
+        let err = CycleLock::acquire(&ledger, "accountd tick", Duration::from_millis(300)).err().unwrap().to_string();
         let pid = std::process::id();
         assert!(
-            err.message
-                .starts_with(&format!("another cycle is running (pid {pid}: accountd serve: check cycle, since ")),
-            "{}",
-            err.message
+            err.starts_with(&format!("another cycle is running (pid {pid}: accountd serve: check cycle, since ")),
+            "{err}"
         );
-        assert!(err.message.contains("ledger.sqlite.cycle-lock"), "{}", err.message);
+        assert!(err.contains("ledger.sqlite.cycle-lock"), "{err}");
 
         drop(first);
         let second = CycleLock::acquire(&ledger, "accountd tick", Duration::ZERO).unwrap();

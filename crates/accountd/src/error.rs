@@ -1,57 +1,95 @@
-//! The CLIs' error: a message for the user and the exit code that goes with it.
+//! accountd's error: what failed, and whose it is to fix ([`Fault`]). The binaries turn the fault
+//! into their exit code; nothing else here knows about exit codes.
 
-use std::fmt;
-use std::process::ExitCode;
+use std::path::PathBuf;
 
-/// Exit 2: the request was refused or invalid (like Slurm's tools, a usage error is 2 too).
-pub const EXIT_REFUSED: u8 = 2;
-/// Exit 1: something failed that the user did not cause (accountd down, disk trouble).
-pub const EXIT_FAILED: u8 = 1;
+use gputokens::config::ConfigError;
+use ledger::LedgerError;
 
-#[derive(Debug)]
-pub struct CliError {
-    pub code: u8,
-    pub message: String,
+use crate::client::ClientError;
+use crate::slurm::{NotASlurmName, SlurmError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AccountdError {
+    /// gputokens.toml cannot be read or is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// A Slurm command failed, timed out, or printed what cannot be read.
+    #[error(transparent)]
+    Slurm(#[from] SlurmError),
+    /// A node name or job ID that must not reach a Slurm command.
+    #[error(transparent)]
+    SlurmName(#[from] NotASlurmName),
+    /// Asking accountd over its socket failed, or accountd answered with an error.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The system failed accountd: a listener, a thread, the runtime, a lock file.
+    #[error("{context}: {source}")]
+    Io { context: String, source: std::io::Error },
+    /// Another process's cycle held the cycle lock longer than this one would wait.
+    #[error("another cycle is running ({holder}); waited {waited} for it to end (lock {})", lock.display())]
+    CycleBusy { holder: String, waited: String, lock: PathBuf },
+    /// A file given to accountd cannot be read or does not hold what it should.
+    #[error("{}: {problem}", path.display())]
+    BadInput { path: PathBuf, problem: String },
+    /// Refused or invalid: the caller can fix it.
+    #[error("{0}")]
+    Refused(String),
+    /// Failed in a way the caller did not cause.
+    #[error("{0}")]
+    Failed(String),
 }
 
-impl CliError {
-    pub fn refused(message: impl Into<String>) -> Self {
-        CliError { code: EXIT_REFUSED, message: message.into() }
-    }
-
-    pub fn failed(message: impl Into<String>) -> Self {
-        CliError { code: EXIT_FAILED, message: message.into() }
-    }
-
-    /// Prints `prog: message` to stderr and returns the exit code.
-    pub fn report(&self, prog: &str) -> ExitCode {
-        eprintln!("{prog}: {}", self.message);
-        ExitCode::from(self.code)
-    }
+/// Whose an error is to fix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The request was refused or invalid (a usage error, a bad file, a name accountd refuses).
+    Caller,
+    /// Something failed that the caller did not cause (accountd down, Slurm or the disk in trouble).
+    System,
 }
 
-impl fmt::Display for CliError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl From<gputokens::config::ConfigError> for CliError {
-    fn from(e: gputokens::config::ConfigError) -> Self {
-        CliError::refused(e.to_string())
-    }
-}
-
-impl From<ledger::LedgerError> for CliError {
-    fn from(e: ledger::LedgerError) -> Self {
-        use ledger::LedgerError::*;
-        match e {
-            UnknownUser(_) | NothingToRefund(_) | ImportConflict(_) | BadUserName { .. } => {
-                CliError::refused(e.to_string())
-            }
-            _ => CliError::failed(e.to_string()),
+impl AccountdError {
+    pub fn fault(&self) -> Fault {
+        use LedgerError::*;
+        match self {
+            AccountdError::Config(_)
+            | AccountdError::SlurmName(_)
+            | AccountdError::BadInput { .. }
+            | AccountdError::Refused(_)
+            | AccountdError::Ledger(UnknownUser(_) | NothingToRefund(_) | ImportConflict(_) | BadUserName { .. })
+            | AccountdError::Client(ClientError::Refused(_)) => Fault::Caller,
+            AccountdError::Ledger(_)
+            | AccountdError::Slurm(_)
+            | AccountdError::Client(_)
+            | AccountdError::Io { .. }
+            | AccountdError::CycleBusy { .. }
+            | AccountdError::Failed(_) => Fault::System,
         }
     }
+
+    /// For `map_err`: an I/O error of the system, said with what accountd was doing.
+    pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> AccountdError {
+        let context = context.into();
+        move |source| AccountdError::Io { context, source }
+    }
 }
 
-pub type CliResult<T = ()> = Result<T, CliError>;
+pub type AccountdResult<T = ()> = Result<T, AccountdError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_the_callers_and_failures_the_systems() {
+        assert_eq!(AccountdError::Ledger(LedgerError::UnknownUser("x".into())).fault(), Fault::Caller);
+        assert_eq!(AccountdError::Ledger(LedgerError::OutOfRange("x".into())).fault(), Fault::System);
+        assert_eq!(AccountdError::Client(ClientError::Refused("no".into())).fault(), Fault::Caller);
+        assert_eq!(AccountdError::Client(ClientError::Internal("down".into())).fault(), Fault::System);
+        let io = AccountdError::io("cannot listen on x")(std::io::Error::other("busy"));
+        assert_eq!((io.fault(), io.to_string().as_str()), (Fault::System, "cannot listen on x: busy"));
+    }
+}

@@ -1,5 +1,5 @@
-//! What accountd answers on its socket. Pure request → reply over the ledger, so unit tests call it
-//! directly; the caller comes from the kernel, never from the request.
+//! What accountd answers on its socket: [`handle`]. Pure request → reply over the ledger, so
+//! unit tests call it directly; the caller comes from the kernel, never from the request.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -7,64 +7,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use gputokens::access::{system_user_exists, Caller};
 use gputokens::protocol::{BalanceRow, ErrorKind, HistoryRow, Reply, Request};
 use gputokens::time::local_date;
-use gputokens::{Config, Tokens};
-use ledger::{Applied, Entry, EntryKind, Ledger, LedgerError, NewEntry};
+use gputokens::Tokens;
+use ledger::{Applied, Entry, EntryKind, LedgerError, NewEntry};
+
+use crate::service::Service;
 
 /// Usage shown by `sbalance` covers this many days.
 /// Used30d: today and the 29 local days before it.
 pub const USAGE_WINDOW_DAYS: u64 = 30;
 /// Users one balance request may name (`sbalance -u a,b,...`).
 pub const MAX_USERS_PER_REQUEST: usize = 1000;
-
-pub struct Service {
-    pub config: Config,
-    pub ledger: Ledger,
-    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
-    pub usage: crate::usage::agents::UsageTracker,
-    pub health: crate::health::HealthState,
-    /// Partitions, default accounts and queue commitments for the snapshot.
-    pub slurm_view: crate::slurm_view::SlurmView,
-    /// Preemptions waiting out their grace on threads of their own; joined before the process exits.
-    pub pending: Vec<std::thread::JoinHandle<()>>,
-    /// Job records that could not be charged, logged once each.
-    pub rejected_records: crate::rejected_records::RejectedRecords,
-}
-
-impl Service {
-    /// Waits for preemptions still in their grace period.
-    pub fn finish_pending(&mut self) {
-        for handle in self.pending.drain(..) {
-            let _ = handle.join();
-        }
-    }
-
-    /// Opens the ledger for commands that read or write it directly (serve, tick, charge, verify);
-    /// only admins may.
-    pub fn open_as_admin(config: Config) -> crate::error::CliResult<Service> {
-        let caller = Caller::identify(nix::unistd::getuid().as_raw(), &config);
-        if !caller.admin {
-            return Err(crate::error::CliError::refused(format!(
-                "only root, the SlurmUser ({}) and gputokens admins may run this; you are {}",
-                config.slurm_user, caller.name
-            )));
-        }
-        let ledger = Ledger::open(&config.paths.ledger, (&config).into())?;
-        Ok(Service::new(config, ledger))
-    }
-
-    pub fn new(config: Config, ledger: Ledger) -> Service {
-        Service {
-            config,
-            ledger,
-            metrics: Default::default(),
-            usage: Default::default(),
-            health: Default::default(),
-            slurm_view: Default::default(),
-            pending: Vec::new(),
-            rejected_records: Default::default(),
-        }
-    }
-}
 
 fn refused(message: String) -> Reply {
     Reply::Error { kind: ErrorKind::Refused, message }
@@ -85,164 +37,162 @@ fn from_ledger(e: LedgerError) -> Reply {
     }
 }
 
-impl Service {
-    /// Answers `request` from `caller` at time `now`. Returns the reply and whether the ledger changed.
-    pub fn handle(&mut self, caller: &Caller, request: Request, now: i64) -> (Reply, bool) {
-        // Anyone may read balances (as `balances` allows) and their own history.
-        let own_history = matches!(&request, Request::History { user, .. }
-            if user.as_deref().is_none_or(|u| u == caller.name));
-        if !matches!(request, Request::Balances { .. }) && !own_history && !caller.admin {
-            let what = match request {
-                Request::History { .. } | Request::Actions { .. } => "read ledger histories",
-                _ => "change balances",
+/// Answers `request` from `caller` at time `now`. Returns the reply and whether the ledger changed.
+pub fn handle(service: &mut Service, caller: &Caller, request: Request, now: i64) -> (Reply, bool) {
+    // Anyone may read balances (as `balances` allows) and their own history.
+    let own_history = matches!(&request, Request::History { user, .. }
+        if user.as_deref().is_none_or(|u| u == caller.name));
+    if !matches!(request, Request::Balances { .. }) && !own_history && !caller.admin {
+        let what = match request {
+            Request::History { .. } | Request::Actions { .. } => "read ledger histories",
+            _ => "change balances",
+        };
+        return (
+            refused(format!(
+                "only root, the SlurmUser ({}) and gputokens admins may {what}; you are {}",
+                service.config.slurm_user, caller.name
+            )),
+            false,
+        );
+    }
+    let result = match request {
+        Request::Balances { users, all } => balances(service, caller, users, all, now).map(|r| (r, false)),
+        Request::Grant { user, amount, reason, key } => {
+            if amount <= Tokens::ZERO {
+                Err(invalid(format!("a grant must be positive (got {amount}); use `adjust` to lower a balance")))
+            } else if let Some(beyond) = amount.beyond_limit("a grant") {
+                Err(invalid(beyond))
+            } else {
+                record(service, caller, &user, EntryKind::Grant, amount, reason, key, now)
+            }
+        }
+        Request::Adjust { user, amount, reason, key } => {
+            if amount == Tokens::ZERO {
+                Err(invalid("an adjustment of 0 changes nothing".into()))
+            } else if let Some(beyond) = amount.beyond_limit("an adjustment") {
+                Err(invalid(beyond))
+            } else {
+                record(service, caller, &user, EntryKind::Adjust, amount, reason, key, now)
+            }
+        }
+        Request::Refund { job_id, reason } => service
+            .ledger
+            .refund_job(&job_id, &caller.name, &reason, now)
+            .map(|entries| (Reply::Recorded { entries: rows(entries), replayed: false }, true))
+            .map_err(from_ledger),
+        Request::History { user, limit } => {
+            let user = user.unwrap_or_else(|| caller.name.clone());
+            let entries = match limit {
+                Some(n) => service.ledger.recent(&user, n),
+                None => service.ledger.history(&user),
             };
-            return (
-                refused(format!(
-                    "only root, the SlurmUser ({}) and gputokens admins may {what}; you are {}",
-                    self.config.slurm_user, caller.name
-                )),
-                false,
-            );
+            entries.map(|entries| (Reply::History { user, entries: rows(entries) }, false)).map_err(from_ledger)
         }
-        let result = match request {
-            Request::Balances { users, all } => self.balances(caller, users, all, now).map(|r| (r, false)),
-            Request::Grant { user, amount, reason, key } => {
-                if amount <= Tokens::ZERO {
-                    Err(invalid(format!("a grant must be positive (got {amount}); use `adjust` to lower a balance")))
-                } else if let Some(beyond) = amount.beyond_limit("a grant") {
-                    Err(invalid(beyond))
-                } else {
-                    self.record(caller, &user, EntryKind::Grant, amount, reason, key, now)
-                }
+        Request::Actions { limit } => {
+            service.ledger.actions(limit).map(|actions| (Reply::Actions { actions }, false)).map_err(from_ledger)
+        }
+        Request::Import { balances } => {
+            let total = balances.len();
+            let beyond = balances.iter().find_map(|(user, b)| b.beyond_limit(&format!("{user}'s imported balance")));
+            if let Some(beyond) = beyond {
+                return (invalid(beyond), false);
             }
-            Request::Adjust { user, amount, reason, key } => {
-                if amount == Tokens::ZERO {
-                    Err(invalid("an adjustment of 0 changes nothing".into()))
-                } else if let Some(beyond) = amount.beyond_limit("an adjustment") {
-                    Err(invalid(beyond))
-                } else {
-                    self.record(caller, &user, EntryKind::Adjust, amount, reason, key, now)
-                }
-            }
-            Request::Refund { job_id, reason } => self
+            service
                 .ledger
-                .refund_job(&job_id, &caller.name, &reason, now)
-                .map(|entries| (Reply::Recorded { entries: rows(entries), replayed: false }, true))
-                .map_err(from_ledger),
-            Request::History { user, limit } => {
-                let user = user.unwrap_or_else(|| caller.name.clone());
-                let entries = match limit {
-                    Some(n) => self.ledger.recent(&user, n),
-                    None => self.ledger.history(&user),
-                };
-                entries.map(|entries| (Reply::History { user, entries: rows(entries) }, false)).map_err(from_ledger)
-            }
-            Request::Actions { limit } => {
-                self.ledger.actions(limit).map(|actions| (Reply::Actions { actions }, false)).map_err(from_ledger)
-            }
-            Request::Import { balances } => {
-                let total = balances.len();
-                let beyond =
-                    balances.iter().find_map(|(user, b)| b.beyond_limit(&format!("{user}'s imported balance")));
-                if let Some(beyond) = beyond {
-                    return (invalid(beyond), false);
-                }
-                self.ledger
-                    .import(&balances, &caller.name, now)
-                    .map(|imported| (Reply::Imported { imported, already: total - imported }, imported > 0))
-                    .map_err(from_ledger)
-            }
-        };
-        result.unwrap_or_else(|error| (error, false))
-    }
+                .import(&balances, &caller.name, now)
+                .map(|imported| (Reply::Imported { imported, already: total - imported }, imported > 0))
+                .map_err(from_ledger)
+        }
+    };
+    result.unwrap_or_else(|error| (error, false))
+}
 
-    fn balances(&self, caller: &Caller, users: Vec<String>, all: bool, now: i64) -> Result<Reply, Reply> {
-        let names: Vec<String> = if all && (caller.admin || self.config.balances_public) {
-            self.ledger.accounts().map_err(from_ledger)?.into_iter().map(|a| a.user).collect()
-        } else if users.is_empty() {
-            vec![caller.name.clone()]
-        } else {
-            // Each name costs a lookup in the system's user database (SSSD, LDAP): bounded, and once.
-            let mut seen = std::collections::HashSet::new();
-            let users: Vec<String> = users.into_iter().filter(|u| seen.insert(u.clone())).collect();
-            if users.len() > MAX_USERS_PER_REQUEST {
-                return Err(invalid(format!(
-                    "at most {MAX_USERS_PER_REQUEST} users per request (got {}); admins can ask for all with --all",
-                    users.len()
-                )));
-            }
-            users
-        };
-        let mut rows = Vec::with_capacity(names.len());
-        for name in names {
-            if !caller.may_view(&name, &self.config) {
-                return Err(refused(format!(
-                    "you may only see your own balance ({}); balances on this cluster are private",
-                    caller.name
-                )));
-            }
-            rows.push(self.balance_row(&name, now)?);
+fn balances(service: &Service, caller: &Caller, users: Vec<String>, all: bool, now: i64) -> Result<Reply, Reply> {
+    let names: Vec<String> = if all && (caller.admin || service.config.balances_public) {
+        service.ledger.accounts().map_err(from_ledger)?.into_iter().map(|a| a.user).collect()
+    } else if users.is_empty() {
+        vec![caller.name.clone()]
+    } else {
+        // Each name costs a lookup in the system's user database (SSSD, LDAP): bounded, and once.
+        let mut seen = std::collections::HashSet::new();
+        let users: Vec<String> = users.into_iter().filter(|u| seen.insert(u.clone())).collect();
+        if users.len() > MAX_USERS_PER_REQUEST {
+            return Err(invalid(format!(
+                "at most {MAX_USERS_PER_REQUEST} users per request (got {}); admins can ask for all with --all",
+                users.len()
+            )));
         }
-        Ok(Reply::Balances { rows })
+        users
+    };
+    let mut rows = Vec::with_capacity(names.len());
+    for name in names {
+        if !caller.may_view(&name, &service.config) {
+            return Err(refused(format!(
+                "you may only see your own balance ({}); balances on this cluster are private",
+                caller.name
+            )));
+        }
+        rows.push(balance_row(service, &name, now)?);
     }
+    Ok(Reply::Balances { rows })
+}
 
-    pub fn balance_row(&self, user: &str, now: i64) -> Result<BalanceRow, Reply> {
-        let rules = self.ledger.rules();
-        let account = self.ledger.account(user).map_err(from_ledger)?;
-        if account.is_none() && !system_user_exists(user) {
-            return Err(invalid(format!("unknown user '{user}': not in the ledger and not a user of this system")));
-        }
-        let balance = account.as_ref().map(|a| a.balance).unwrap_or(rules.initial);
-        let today = local_date(now);
-        let used_30d = match account {
-            Some(_) => {
-                let first_day = today - chrono::Days::new(USAGE_WINDOW_DAYS - 1);
-                self.ledger.used_since_day(user, first_day).map_err(from_ledger)?
-            }
-            None => BTreeMap::new(),
-        };
-        Ok(BalanceRow {
-            user: user.to_string(),
-            balance,
-            floor: rules.floor,
-            status: rules.status(balance),
-            used_30d,
-            next_grant: rules.next_grant(today, balance).map(|g| (g.date.to_string(), g.amount)),
-            recovers: rules.recovers_on(today, balance).map(|d| d.to_string()),
-            in_ledger: account.is_some(),
-        })
+pub fn balance_row(service: &Service, user: &str, now: i64) -> Result<BalanceRow, Reply> {
+    let rules = service.ledger.rules();
+    let account = service.ledger.account(user).map_err(from_ledger)?;
+    if account.is_none() && !system_user_exists(user) {
+        return Err(invalid(format!("unknown user '{user}': not in the ledger and not a user of this system")));
     }
+    let balance = account.as_ref().map(|a| a.balance).unwrap_or(rules.initial);
+    let today = local_date(now);
+    let used_30d = match account {
+        Some(_) => {
+            let first_day = today - chrono::Days::new(USAGE_WINDOW_DAYS - 1);
+            service.ledger.used_since_day(user, first_day).map_err(from_ledger)?
+        }
+        None => BTreeMap::new(),
+    };
+    Ok(BalanceRow {
+        user: user.to_string(),
+        balance,
+        floor: rules.floor,
+        status: rules.status(balance),
+        used_30d,
+        next_grant: rules.next_grant(today, balance).map(|g| (g.date.to_string(), g.amount)),
+        recovers: rules.recovers_on(today, balance).map(|d| d.to_string()),
+        in_ledger: account.is_some(),
+    })
+}
 
-    #[allow(clippy::too_many_arguments)]
-    fn record(
-        &mut self,
-        caller: &Caller,
-        user: &str,
-        kind: EntryKind,
-        amount: Tokens,
-        reason: String,
-        key: Option<String>,
-        now: i64,
-    ) -> Result<(Reply, bool), Reply> {
-        if reason.trim().is_empty() {
-            return Err(invalid("--reason must say why".into()));
-        }
-        if self.ledger.account(user).map_err(from_ledger)?.is_none() && !system_user_exists(user) {
-            return Err(invalid(format!("unknown user '{user}': not in the ledger and not a user of this system")));
-        }
-        let key = match key {
-            Some(k) => format!("{}:{k}", kind.as_str()),
-            None => format!("{}:{user}:{}", kind.as_str(), unique_suffix(now)),
-        };
-        let entry = NewEntry::new(user, kind, amount, now, &caller.name, &reason, key.clone());
-        let applied = self.ledger.append(&entry).map_err(from_ledger)?;
-        let history = self.ledger.history(user).map_err(from_ledger)?;
-        let written = history.into_iter().filter(|e| e.key.as_deref() == Some(key.as_str())).collect();
-        Ok((
-            Reply::Recorded { entries: rows(written), replayed: applied == Applied::AlreadyRecorded },
-            applied == Applied::Added,
-        ))
+#[allow(clippy::too_many_arguments)]
+fn record(
+    service: &mut Service,
+    caller: &Caller,
+    user: &str,
+    kind: EntryKind,
+    amount: Tokens,
+    reason: String,
+    key: Option<String>,
+    now: i64,
+) -> Result<(Reply, bool), Reply> {
+    if reason.trim().is_empty() {
+        return Err(invalid("--reason must say why".into()));
     }
+    if service.ledger.account(user).map_err(from_ledger)?.is_none() && !system_user_exists(user) {
+        return Err(invalid(format!("unknown user '{user}': not in the ledger and not a user of this system")));
+    }
+    let key = match key {
+        Some(k) => format!("{}:{k}", kind.as_str()),
+        None => format!("{}:{user}:{}", kind.as_str(), unique_suffix(now)),
+    };
+    let entry = NewEntry::new(user, kind, amount, now, &caller.name, &reason, key.clone());
+    let applied = service.ledger.append(&entry).map_err(from_ledger)?;
+    let history = service.ledger.history(user).map_err(from_ledger)?;
+    let written = history.into_iter().filter(|e| e.key.as_deref() == Some(key.as_str())).collect();
+    Ok((
+        Reply::Recorded { entries: rows(written), replayed: applied == Applied::AlreadyRecorded },
+        applied == Applied::Added,
+    ))
 }
 
 /// A key suffix no other unkeyed entry shares: time, process and a counter.

@@ -16,10 +16,10 @@ use gputokens::protocol::{BalanceRow, Reply};
 
 use crate::agent::report::{AgentReport, REPORT_PATH};
 use crate::auth::{self, Presented};
-use crate::error::{CliError, CliResult};
+use crate::error::{AccountdError, AccountdResult};
 use crate::metrics::ReasonLabels;
 use crate::report_gate::{Refusal, ReportGate};
-use crate::server::Shared;
+use crate::service::Shared;
 use crate::slurm::Slurm;
 
 #[derive(Clone)]
@@ -35,12 +35,12 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(service: Shared) -> CliResult<AppState> {
+    pub fn new(service: Shared) -> AccountdResult<AppState> {
         let (config, metrics) = {
-            let s = service.lock().map_err(|_| CliError::failed("service lock poisoned"))?;
+            let s = service.lock().map_err(|_| AccountdError::Failed("service lock poisoned".into()))?;
             (s.config.clone(), s.metrics.clone())
         };
-        let gate = ReportGate::new(&config).map_err(CliError::refused)?;
+        let gate = ReportGate::new(&config).map_err(AccountdError::Refused)?;
         let admin_token = config.http.admin_token_file.as_deref().map(read_admin_token).transpose()?;
         Ok(AppState {
             service,
@@ -54,17 +54,17 @@ impl AppState {
 }
 
 /// The admin token's file must be readable by its owner alone: anyone who can read it is an admin.
-fn read_admin_token(path: &std::path::Path) -> CliResult<String> {
+fn read_admin_token(path: &std::path::Path) -> AccountdResult<String> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path)
-        .map_err(|e| CliError::refused(format!("http.admin_token_file {}: {e}", path.display())))?;
+        .map_err(|e| AccountdError::Refused(format!("http.admin_token_file {}: {e}", path.display())))?;
     if meta.mode() & 0o077 != 0 || meta.uid() != nix::unistd::geteuid().as_raw() {
-        return Err(CliError::refused(format!(
+        return Err(AccountdError::Refused(format!(
             "http.admin_token_file {} must be owned by accountd's user and readable by it alone (mode 0600)",
             path.display()
         )));
     }
-    auth::read_secret(path).map_err(|e| CliError::refused(format!("http.admin_token_file: {e}")))
+    auth::read_secret(path).map_err(|e| AccountdError::Refused(format!("http.admin_token_file: {e}")))
 }
 
 impl AppState {
@@ -131,7 +131,8 @@ async fn agent_report(
         // An unauthenticated sender is named by its address, not by the node it claims.
         admitted.map_err(|r| (if r.status == 401 { format!("{} (claiming {from})", peer.ip()) } else { from }, r))?;
         let mut s = state.service.lock().unwrap_or_else(|p| p.into_inner());
-        crate::usage::agents::ingest(&mut s, &report).map_err(|e| (report.node.clone(), Refusal::internal(e.message)))
+        crate::utilization::agents::ingest(&mut s, &report)
+            .map_err(|e| (report.node.clone(), Refusal::internal(e.to_string())))
     });
     let outcome = match work.await {
         Ok(outcome) => outcome,
@@ -225,7 +226,7 @@ async fn rows(state: Arc<AppState>, presented: Option<Vec<u8>>, user: Option<Str
             None => vec![caller.name.clone()],
         };
         let row = |name: &String| {
-            s.balance_row(name, gputokens::time::now()).map_err(|reply| match reply {
+            crate::handler::balance_row(&s, name, gputokens::time::now()).map_err(|reply| match reply {
                 Reply::Error { message, .. } => (StatusCode::NOT_FOUND, message),
                 other => (StatusCode::INTERNAL_SERVER_ERROR, format!("{other:?}")),
             })

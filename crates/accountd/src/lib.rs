@@ -19,19 +19,20 @@ pub mod metrics;
 pub mod munge;
 pub mod now_arg;
 pub mod plugstack;
-pub mod preempt;
-pub mod records;
+pub mod preempt_jobs;
 pub mod rejected_records;
 pub mod report_gate;
+pub mod sacct_file;
 pub mod sbalance;
 pub mod serve_cycles;
 pub mod server;
+pub mod service;
 pub mod signals;
 pub mod slurm;
 pub mod slurm_check;
 pub mod slurm_view;
 pub mod snapshot_access;
-pub mod usage;
+pub mod utilization;
 
 /// `accountd --version`: the crate version and the Slurm headers it was built against.
 pub fn version() -> &'static str {

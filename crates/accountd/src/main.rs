@@ -2,10 +2,10 @@ use std::process::ExitCode;
 
 use accountd::cli::{Cli, Command, ConfigCommand, TimeArg, WaitArg};
 use accountd::cycle_lock::CycleLock;
-use accountd::error::{CliError, CliResult};
-use accountd::handler::Service;
+use accountd::error::{AccountdError, AccountdResult, Fault};
+use accountd::service::Service;
 use accountd::slurm::Slurm;
-use accountd::{admin, charging, cycle, http, records, server};
+use accountd::{admin, charging, cycle, http, server};
 use clap::Parser;
 use gputokens::Config;
 
@@ -20,17 +20,29 @@ fn main() -> ExitCode {
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o027));
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => e.report("accountd"),
+        Err(e) => {
+            eprintln!("accountd: {e}");
+            exit_code(&e)
+        }
     }
 }
 
-fn run(cli: Cli) -> CliResult {
+/// Exit 2 when the caller can fix it (refused or invalid; like Slurm's tools, a usage error is 2
+/// too), 1 when something failed that the caller did not cause (accountd down, disk trouble).
+fn exit_code(e: &AccountdError) -> ExitCode {
+    match e.fault() {
+        Fault::Caller => ExitCode::from(2),
+        Fault::System => ExitCode::from(1),
+    }
+}
+
+fn run(cli: Cli) -> AccountdResult {
     let path = Config::resolve_path(cli.config.as_deref());
     match cli.command {
         Command::Config(ConfigCommand::Check { file, slurm }) => {
             let file = file.unwrap_or(path);
             let config = Config::load(&file)?;
-            accountd::usage::prometheus_source(&config)?;
+            accountd::utilization::prometheus_source(&config)?;
             println!("{}: valid", file.display());
             if slurm {
                 check_slurm(&config)?;
@@ -60,7 +72,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Charge { sacct_file, time, wait } => {
             let mut service = Service::open_as_admin(Config::load(&path)?)?;
             let _lock = cycle_lock(&service, "accountd charge", &wait)?;
-            println!("{}", records::charge_file(&mut service, &sacct_file, now(&time)?)?);
+            println!("{}", accountd::sacct_file::charge(&mut service, &sacct_file, now(&time)?)?);
             Ok(())
         }
     }
@@ -68,7 +80,7 @@ fn run(cli: Cli) -> CliResult {
 
 /// The cycle lock for an admin's command, waiting for a running cycle as long as `--wait` says;
 /// says on stderr whom it waited for.
-fn cycle_lock(service: &Service, what: &str, wait: &WaitArg) -> CliResult<CycleLock> {
+fn cycle_lock(service: &Service, what: &str, wait: &WaitArg) -> AccountdResult<CycleLock> {
     let lock = CycleLock::acquire(&service.config.paths.ledger, what, wait.wait)?;
     if let Some(note) = lock.waited_note() {
         tracing::info!("{note}");
@@ -77,7 +89,7 @@ fn cycle_lock(service: &Service, what: &str, wait: &WaitArg) -> CliResult<CycleL
 }
 
 /// Prints what `slurm_check` finds; exit 2 when it finds a problem.
-fn check_slurm(config: &Config) -> CliResult {
+fn check_slurm(config: &Config) -> AccountdResult {
     let facts = Slurm::new(&config.slurm)
         .facts(matches!(config.admission.deprioritize, gputokens::plugin_config::Deprioritize::Qos(_)))?;
     let findings = accountd::slurm_check::findings(config, &facts, |p| p.is_file());
@@ -87,18 +99,18 @@ fn check_slurm(config: &Config) -> CliResult {
     let problems = findings.iter().filter(|f| matches!(f, accountd::slurm_check::Finding::Problem(_))).count();
     match problems {
         0 => Ok(()),
-        n => Err(CliError::refused(format!("{n} problem(s) in Slurm's configuration for gputokens"))),
+        n => Err(AccountdError::Refused(format!("{n} problem(s) in Slurm's configuration for gputokens"))),
     }
 }
 
-fn now(time: &TimeArg) -> CliResult<i64> {
+fn now(time: &TimeArg) -> AccountdResult<i64> {
     accountd::now_arg::resolve(time.now.as_deref(), gputokens::time::now())
 }
 
 /// Descriptors besides the listeners' connections: the ledger, logs, munged, Slurm commands' pipes.
 const OTHER_OPEN_FILES: u64 = 64;
 
-fn serve(config: Config) -> CliResult {
+fn serve(config: Config) -> AccountdResult {
     let socket = config.paths.socket.clone();
     let http_listen = config.http_listen;
     let limits = config.http.clone();
@@ -109,17 +121,17 @@ fn serve(config: Config) -> CliResult {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| CliError::failed(format!("cannot start the runtime: {e}")))?;
+        .map_err(AccountdError::io("cannot start the runtime"))?;
     runtime.block_on(async {
-        let listener = server::bind(&socket)
-            .map_err(|e| CliError::failed(format!("cannot listen on {}: {e}", socket.display())))?;
+        let listener =
+            server::bind(&socket).map_err(AccountdError::io(format!("cannot listen on {}", socket.display())))?;
         tracing::info!("accountd {} listening on {}", accountd::version(), socket.display());
         let shared = std::sync::Arc::new(std::sync::Mutex::new(service));
         let (stop, stopped) = tokio::sync::watch::channel(false);
         if let Some(addr) = http_listen {
             let tcp = tokio::net::TcpListener::bind(addr)
                 .await
-                .map_err(|e| CliError::failed(format!("cannot listen on http {addr}: {e}")))?;
+                .map_err(AccountdError::io(format!("cannot listen on http {addr}")))?;
             tracing::info!("metrics and JSON API on http://{}", tcp.local_addr().unwrap_or(addr));
             let state = http::AppState::new(shared.clone())?;
             let metrics = state.metrics();

@@ -4,18 +4,18 @@
 //! Time that has not passed is never charged or granted either way: running jobs are charged up
 //! to when squeue was read and replenishment stops at the clock's today.
 
-use crate::error::{CliError, CliResult};
+use crate::error::{AccountdError, AccountdResult};
 
 /// How far ahead of the clock `--now` may be.
 pub const MAX_AHEAD_SECONDS: i64 = 86400;
 
 /// The time `--now` names (or the clock's, without it).
-pub fn resolve(now: Option<&str>, clock: i64) -> CliResult<i64> {
+pub fn resolve(now: Option<&str>, clock: i64) -> AccountdResult<i64> {
     let Some(text) = now else { return Ok(clock) };
     let at = gputokens::time::parse_timestamp(text)
-        .ok_or_else(|| CliError::refused(format!("--now '{text}' is not a time like 2026-12-01T00:00:00")))?;
+        .ok_or_else(|| AccountdError::Refused(format!("--now '{text}' is not a time like 2026-12-01T00:00:00")))?;
     if at > clock.saturating_add(MAX_AHEAD_SECONDS) {
-        return Err(CliError::refused(format!(
+        return Err(AccountdError::Refused(format!(
             "--now {} is more than a day ahead of this host's clock ({}): refused, so no day that has not come \
              is charged or granted",
             gputokens::time::format_local(at),

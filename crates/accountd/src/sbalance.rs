@@ -6,8 +6,8 @@ use clap::Parser;
 use gputokens::protocol::{BalanceRow, Reply, Request};
 use gputokens::Config;
 
-use crate::client::call;
-use crate::error::{CliError, CliResult};
+use crate::client::{call, ClientError};
+use crate::error::{AccountdError, AccountdResult};
 
 #[derive(Debug, Parser)]
 #[command(name = "sbalance", version = crate::version(), about = "Show GPU token balances (like sshare)")]
@@ -73,10 +73,10 @@ impl Field {
         }
     }
 
-    fn parse(text: &str) -> CliResult<Field> {
+    fn parse(text: &str) -> AccountdResult<Field> {
         ALL_FIELDS.into_iter().find(|f| f.name().eq_ignore_ascii_case(text.trim())).ok_or_else(|| {
             let valid: Vec<&str> = ALL_FIELDS.iter().map(|f| f.name()).collect();
-            CliError::refused(format!("unknown field '{text}' in --format; valid fields: {}", valid.join(",")))
+            AccountdError::Refused(format!("unknown field '{text}' in --format; valid fields: {}", valid.join(",")))
         })
     }
 
@@ -93,11 +93,11 @@ impl Field {
     }
 }
 
-pub fn run(args: Args) -> CliResult {
+pub fn run(args: Args) -> AccountdResult {
     let fields = if args.format.is_empty() {
         DEFAULT_FIELDS.to_vec()
     } else {
-        args.format.iter().map(|f| Field::parse(f)).collect::<CliResult<Vec<_>>>()?
+        args.format.iter().map(|f| Field::parse(f)).collect::<AccountdResult<Vec<_>>>()?
     };
     let config = Config::load(&Config::resolve_path(args.config.as_deref()))?;
     if let Some(limit) = args.history {
@@ -106,7 +106,7 @@ pub fn run(args: Args) -> CliResult {
     let request = Request::Balances { users: args.users.clone(), all: args.all };
     let rows = match call(&config.paths.socket, &request)? {
         Reply::Balances { rows } => rows,
-        other => return Err(CliError::failed(format!("unexpected reply from accountd: {other:?}"))),
+        other => return Err(ClientError::Unexpected(Box::new(other)).into()),
     };
     let out = if args.json {
         json(&rows)
@@ -122,15 +122,15 @@ pub fn run(args: Args) -> CliResult {
 }
 
 /// `--history`: one user's newest entries, oldest first, in the same table or `-P` shapes.
-fn history(config: &Config, args: &Args, limit: usize) -> CliResult {
+fn history(config: &Config, args: &Args, limit: usize) -> AccountdResult {
     let user = match args.users.as_slice() {
         [] => None,
         [user] => Some(user.clone()),
-        _ => return Err(CliError::refused("--history shows one user: give at most one -u")),
+        _ => return Err(AccountdError::Refused("--history shows one user: give at most one -u".into())),
     };
     let entries = match call(&config.paths.socket, &Request::History { user, limit: Some(limit) })? {
         Reply::History { entries, .. } => entries,
-        other => return Err(CliError::failed(format!("unexpected reply from accountd: {other:?}"))),
+        other => return Err(ClientError::Unexpected(Box::new(other)).into()),
     };
     if args.json {
         println!("{:#}", serde_json::json!({ "entries": entries }));

@@ -10,9 +10,8 @@ use std::time::Instant;
 use tokio::task::JoinHandle;
 
 use crate::cycle_lock::CycleLock;
-use crate::error::CliResult;
-use crate::handler::Service;
-use crate::server::Shared;
+use crate::error::AccountdResult;
+use crate::service::{Service, Shared};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -40,7 +39,7 @@ pub struct Cycles {
 impl Cycles {
     /// Opens the cycles' own service (a second connection to the same ledger) beside `shared`,
     /// reporting to the same metrics.
-    pub fn open(shared: &Shared) -> CliResult<Cycles> {
+    pub fn open(shared: &Shared) -> AccountdResult<Cycles> {
         let (config, metrics) = {
             let s = shared.lock().unwrap_or_else(|p| p.into_inner());
             (s.config.clone(), s.metrics.clone())
@@ -107,7 +106,7 @@ fn run(kind: Kind, own: &Mutex<Service>, shared: &Shared) {
     }
 }
 
-fn charge(service: &mut Service, shared: &Shared, now: i64) -> CliResult<String> {
+fn charge(service: &mut Service, shared: &Shared, now: i64) -> AccountdResult<String> {
     let slurm = crate::slurm::Slurm::new(&service.config.slurm);
     let summary = crate::charging::charge(service, &slurm, now)?;
     publish(service, shared, now)?;
@@ -116,7 +115,7 @@ fn charge(service: &mut Service, shared: &Shared, now: i64) -> CliResult<String>
 
 /// Hands the cycle's view of Slurm to the answering service and writes the snapshot through it,
 /// under its lock: a request that changes a balance writes it there too.
-fn publish(cycle: &Service, shared: &Shared, now: i64) -> CliResult<usize> {
+fn publish(cycle: &Service, shared: &Shared, now: i64) -> AccountdResult<usize> {
     let mut answering = shared.lock().unwrap_or_else(|p| p.into_inner());
     answering.slurm_view = cycle.slurm_view.clone();
     crate::cycle::publish_snapshot(&answering, now)

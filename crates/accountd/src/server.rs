@@ -4,7 +4,6 @@
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 use gputokens::access::Caller;
 use gputokens::protocol::{ErrorKind, Reply, Request};
@@ -13,8 +12,8 @@ use tokio::net::{UnixListener, UnixStream};
 
 use crate::conn_caps::{ConnectionCaps, Full};
 use crate::cycle;
-use crate::handler::Service;
 use crate::serve_cycles::{Cycles, Kind};
+use crate::service::Shared;
 
 /// Largest request accepted (an import of a big site's state file fits easily).
 const MAX_REQUEST: u64 = 16 << 20;
@@ -25,8 +24,6 @@ const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// that user a few, and everyone else is still answered.
 pub const MAX_CONNECTIONS: usize = 1024;
 pub const MAX_CONNECTIONS_PER_USER: usize = 32;
-
-pub type Shared = Arc<Mutex<Service>>;
 
 /// Binds `path` (replacing a stale socket) so that every local user can connect: who they are is
 /// checked per request.
@@ -137,7 +134,7 @@ async fn answer(service: Shared, uid: u32, request: Request) -> Reply {
         let caller = Caller::identify(uid, &s.config);
         let summary = format!("{request:?}");
         let now = gputokens::time::now();
-        let (reply, changed) = s.handle(&caller, request, now);
+        let (reply, changed) = crate::handler::handle(&mut s, &caller, request, now);
         if changed {
             tracing::info!(caller = %caller.name, "{}", summary.chars().take(200).collect::<String>());
             if let Err(e) = cycle::publish_snapshot(&s, now) {

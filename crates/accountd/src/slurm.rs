@@ -2,7 +2,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, ExitStatus};
+use std::sync::Arc;
 use std::time::Duration;
 
 use gputokens::config::SlurmTools;
@@ -10,7 +11,39 @@ use gputokens::slurm::sacct;
 use gputokens::slurm::squeue::{self, QueueJob};
 
 use crate::command::RunError;
-use crate::error::{CliError, CliResult};
+
+/// A Slurm command that failed, or whose output cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SlurmError {
+    /// The program cannot be started (not installed, not executable).
+    #[error("cannot run {}: {source}", program.display())]
+    Spawn { program: PathBuf, source: std::io::Error },
+    /// It ran past its timeout, or could not be waited for.
+    #[error("{command}: {source}")]
+    Run { command: String, source: RunError },
+    #[error("{command} failed ({status}): {stderr}")]
+    Exit { command: String, status: ExitStatus, stderr: String },
+    #[error("{name} printed non-UTF-8 output: {source}")]
+    NotUtf8 { name: String, source: std::string::FromUtf8Error },
+    #[error("sacct: {0}")]
+    Sacct(#[from] sacct::SacctError),
+    #[error(transparent)]
+    Squeue(#[from] squeue::SqueueError),
+    #[error(transparent)]
+    Partitions(#[from] gputokens::slurm::partitions::PartitionError),
+    /// The failure of a read shared within a cycle ([`QueueOnce`]), told to each part that asks.
+    #[error(transparent)]
+    Shared(Arc<SlurmError>),
+}
+
+/// A node name or job ID refused before it reaches a Slurm command.
+#[derive(Debug, thiserror::Error)]
+pub enum NotASlurmName {
+    #[error("'{}' is not a single Slurm node name", .0.escape_debug())]
+    Node(String),
+    #[error("'{}' is not a plain Slurm job ID", .0.escape_debug())]
+    Job(String),
+}
 
 #[derive(Clone)]
 pub struct Slurm {
@@ -43,38 +76,34 @@ impl Slurm {
 
     /// Runs `name args...` and returns its stdout; one that runs past its timeout (`[slurm]
     /// sacct_timeout`, `command_timeout`) is killed and is an error.
-    pub fn run(&self, name: &str, args: &[&str]) -> CliResult<String> {
+    pub fn run(&self, name: &str, args: &[&str]) -> Result<String, SlurmError> {
         let program = self.program(name);
         let mut command = Command::new(&program);
         command.args(args).envs(time_format(name));
+        let command_line = || format!("{name} {}", args.join(" "));
         let out = crate::command::run(command, self.timeout(name)).map_err(|e| match e {
-            RunError::Spawn(e) => CliError::failed(format!("cannot run {}: {e}", program.display())),
-            e => CliError::failed(format!("{name} {}: {e}", args.join(" "))),
+            RunError::Spawn(source) => SlurmError::Spawn { program: program.clone(), source },
+            source => SlurmError::Run { command: command_line(), source },
         })?;
         if !out.status.success() {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            return Err(CliError::failed(format!(
-                "{name} {} failed ({}): {}",
-                args.join(" "),
-                out.status,
-                stderr.trim()
-            )));
+            let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            return Err(SlurmError::Exit { command: command_line(), status: out.status, stderr });
         }
-        String::from_utf8(out.stdout).map_err(|e| CliError::failed(format!("{name} printed non-UTF-8 output: {e}")))
+        String::from_utf8(out.stdout).map_err(|source| SlurmError::NotUtf8 { name: name.to_string(), source })
     }
 
     /// Allocation rows (one per run segment) of every job active between `since` and `until`.
-    pub fn sacct(&self, since: i64, until: i64) -> CliResult<String> {
+    pub fn sacct(&self, since: i64, until: i64) -> Result<String, SlurmError> {
         let (s, e) = (gputokens::time::local_text_not_after(since), gputokens::time::local_text_not_before(until));
         self.run("sacct", &["-X", "-D", "-a", "-P", "-S", &s, "-E", &e, "-o", sacct::FIELDS])
     }
 
-    pub fn squeue_json(&self) -> CliResult<String> {
+    pub fn squeue_json(&self) -> Result<String, SlurmError> {
         self.run("squeue", &["--json"])
     }
 
     /// GPU types per node, from `sinfo -N -o %N|%G` (e.g. `gpu:rtx2080:4,gpu:a6000:2(S:0)`).
-    pub fn node_gpu_types(&self) -> CliResult<HashMap<String, BTreeSet<String>>> {
+    pub fn node_gpu_types(&self) -> Result<HashMap<String, BTreeSet<String>>, SlurmError> {
         let text = self.run("sinfo", &["-h", "-N", "-o", "%N|%G"])?;
         let mut types: HashMap<String, BTreeSet<String>> = HashMap::new();
         for line in text.lines() {
@@ -86,7 +115,7 @@ impl Slurm {
     }
 
     /// What `accountd config check --slurm` compares with gputokens.toml; QOS names only when asked.
-    pub fn facts(&self, with_qos: bool) -> CliResult<crate::slurm_check::SlurmFacts> {
+    pub fn facts(&self, with_qos: bool) -> Result<crate::slurm_check::SlurmFacts, SlurmError> {
         let config = crate::slurm_check::parse_show_config(&self.run("scontrol", &["show", "config"])?);
         let node_gpu_types = self.node_gpu_types()?.into_iter().collect();
         let qos = if with_qos {
@@ -101,7 +130,7 @@ impl Slurm {
     }
 
     /// Expands a hostlist such as `n[1-3],m1` through `scontrol show hostnames`.
-    pub fn hostnames(&self, hostlist: &str) -> CliResult<Vec<String>> {
+    pub fn hostnames(&self, hostlist: &str) -> Result<Vec<String>, SlurmError> {
         if !hostlist.contains('[') {
             return Ok(hostlist.split(',').filter(|h| !h.is_empty()).map(str::to_string).collect());
         }
@@ -113,7 +142,7 @@ impl Slurm {
 /// queue commitments, the preemption check): both then see the same queue.
 pub struct QueueOnce<'s> {
     slurm: &'s Slurm,
-    read: Option<Result<Vec<QueueJob>, String>>,
+    read: Option<Result<Vec<QueueJob>, Arc<SlurmError>>>,
 }
 
 impl<'s> QueueOnce<'s> {
@@ -121,14 +150,15 @@ impl<'s> QueueOnce<'s> {
         QueueOnce { slurm, read: None }
     }
 
-    pub fn jobs(&mut self) -> CliResult<&[QueueJob]> {
+    pub fn jobs(&mut self) -> Result<&[QueueJob], SlurmError> {
         let slurm = self.slurm;
-        let read = self.read.get_or_insert_with(|| {
-            let json = slurm.squeue_json().map_err(|e| e.to_string())?;
-            squeue::queue(&json).map_err(|e| e.to_string())
-        });
-        read.as_deref().map_err(|e| CliError::failed(e.clone()))
+        let read = self.read.get_or_insert_with(|| read_queue(slurm).map_err(Arc::new));
+        read.as_deref().map_err(|e| SlurmError::Shared(e.clone()))
     }
+}
+
+fn read_queue(slurm: &Slurm) -> Result<Vec<QueueJob>, SlurmError> {
+    Ok(squeue::queue(&slurm.squeue_json()?)?)
 }
 
 /// sacct and squeue print times as unix seconds: one instant per job start however the local
@@ -143,7 +173,7 @@ const MAX_NODE_NAME: usize = 64;
 /// `node` as one argument naming one Slurm node: `[A-Za-z0-9._-]`, not starting with `-` (never an
 /// option), never a hostlist (`n[1-3]`, `a,b`) or `ALL`. Names from agent reports and squeue pass
 /// through here before they reach scontrol.
-pub fn node_name_arg(node: &str) -> CliResult<&str> {
+pub fn node_name_arg(node: &str) -> Result<&str, NotASlurmName> {
     let ok = !node.is_empty()
         && node.len() <= MAX_NODE_NAME
         && !node.starts_with('-')
@@ -152,18 +182,18 @@ pub fn node_name_arg(node: &str) -> CliResult<&str> {
     if ok {
         Ok(node)
     } else {
-        Err(CliError::refused(format!("'{}' is not a single Slurm node name", node.escape_debug())))
+        Err(NotASlurmName::Node(node.to_string()))
     }
 }
 
 /// `job` as one argument naming one Slurm job: a plain decimal job ID (no array or het-job suffix,
 /// no sign, no option).
-pub fn job_id_arg(job: &str) -> CliResult<&str> {
+pub fn job_id_arg(job: &str) -> Result<&str, NotASlurmName> {
     let ok = !job.is_empty() && job.bytes().all(|b| b.is_ascii_digit()) && job.parse::<u32>().is_ok();
     if ok {
         Ok(job)
     } else {
-        Err(CliError::refused(format!("'{}' is not a plain Slurm job ID", job.escape_debug())))
+        Err(NotASlurmName::Job(job.to_string()))
     }
 }
 

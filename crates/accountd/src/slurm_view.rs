@@ -5,7 +5,8 @@
 //! plugin's `job_modify` tells GPU jobs from CPU-only ones by it).
 //!
 //! A command that fails keeps the last partitions and accounts (they rarely change) but drops the
-//! queue: commitments from an old squeue would be wrong. Failures are logged when they change.
+//! queue: commitments from an old squeue would be wrong. Failures are logged when they change. What
+//! it read is kept in the service ([`crate::service::SlurmView`]).
 
 use std::collections::HashMap;
 
@@ -13,17 +14,9 @@ use gputokens::estimate::{commitments, pending_jobs};
 use gputokens::slurm::{partitions, squeue};
 use gputokens::snapshot::QueueSummary;
 
-use crate::error::{CliError, CliResult};
-use crate::handler::Service;
-use crate::slurm::{QueueOnce, Slurm};
-
-#[derive(Debug, Default, Clone)]
-pub struct SlurmView {
-    pub partitions: Vec<partitions::Partition>,
-    pub default_accounts: HashMap<String, String>,
-    pub queue: Option<QueueSummary>,
-    last_problems: Vec<String>,
-}
+use crate::error::AccountdResult;
+use crate::service::Service;
+use crate::slurm::{QueueOnce, Slurm, SlurmError};
 
 /// Reads what the plugin's settings need; `now` stamps the queue.
 pub fn refresh(service: &mut Service, slurm: &Slurm, queue: &mut QueueOnce, now: i64) {
@@ -32,7 +25,7 @@ pub fn refresh(service: &mut Service, slurm: &Slurm, queue: &mut QueueOnce, now:
 
     match slurm
         .run("scontrol", &["-o", "show", "partition"])
-        .and_then(|text| partitions::parse(&text).map_err(|e| CliError::failed(e.to_string())))
+        .and_then(|text| partitions::parse(&text).map_err(SlurmError::from))
     {
         Ok(found) => service.slurm_view.partitions = found,
         Err(e) => problems.push(format!("partitions not read: {e}")),
@@ -61,7 +54,7 @@ pub fn refresh(service: &mut Service, slurm: &Slurm, queue: &mut QueueOnce, now:
     }
 }
 
-fn commitments_of(service: &Service, queue: &mut QueueOnce, now: i64) -> CliResult<QueueSummary> {
+fn commitments_of(service: &Service, queue: &mut QueueOnce, now: i64) -> AccountdResult<QueueSummary> {
     // Taken before squeue runs: a job the plugin admits from here on is counted by the plugin itself.
     let as_of = now;
     let jobs = queue.jobs()?;

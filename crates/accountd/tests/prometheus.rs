@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use accountd::usage::prometheus::{PrometheusError, PrometheusSource};
+use accountd::utilization::prometheus::{PrometheusError, PrometheusSource};
 
 const PROMETHEUS: &str = "/usr/bin/prometheus";
 const DEADLINE: Duration = Duration::from_secs(30);

@@ -16,7 +16,7 @@ use super::export::{self, Exporter};
 use super::post::{Reporter, Signer};
 use super::report::AgentReport;
 use super::{GpuSource, NvmlOptions, NvmlSource, OpenError};
-use crate::error::{CliError, CliResult};
+use crate::error::{AccountdError, AccountdResult};
 
 /// How long a stop waits for the loop to finish a sample or post under way.
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -24,13 +24,13 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// `node`: the Slurm node name, `hostname -s` when `None`. `once`: one sample and post, then exit.
-pub fn run(config: &Config, node: Option<String>, once: bool) -> CliResult {
+pub fn run(config: &Config, node: Option<String>, once: bool) -> AccountdResult {
     let cfg = &config.agent;
     // Validated by Config::load; parsed again because AgentConfig keeps the text.
     let interval = humantime::parse_duration(&cfg.interval)
-        .map_err(|e| CliError::refused(format!("agent.interval '{}': {e}", cfg.interval)))?;
+        .map_err(|e| AccountdError::Refused(format!("agent.interval '{}': {e}", cfg.interval)))?;
     let node = match node {
-        Some(name) if name.trim().is_empty() => return Err(CliError::refused("--node must not be empty")),
+        Some(name) if name.trim().is_empty() => return Err(AccountdError::Refused("--node must not be empty".into())),
         Some(name) => name,
         None => short_hostname()?,
     };
@@ -40,23 +40,23 @@ pub fn run(config: &Config, node: Option<String>, once: bool) -> CliResult {
             let path = cfg
                 .token_file
                 .as_deref()
-                .ok_or_else(|| CliError::refused("agent.auth = \"token\" needs agent.token_file"))?;
+                .ok_or_else(|| AccountdError::Refused("agent.auth = \"token\" needs agent.token_file".into()))?;
             Signer::Token(
-                crate::auth::read_secret(path).map_err(|e| CliError::refused(format!("agent.token_file: {e}")))?,
+                crate::auth::read_secret(path).map_err(|e| AccountdError::Refused(format!("agent.token_file: {e}")))?,
             )
         }
     };
     let listen = if once { None } else { listen_addr(&cfg.listen)? };
-    let reporter = Reporter::new(&cfg.report_to, signer).map_err(CliError::failed)?;
+    let reporter = Reporter::new(&cfg.report_to, signer).map_err(AccountdError::Failed)?;
     let options = NvmlOptions { jobs_dir: cfg.jobs_dir.clone(), ..NvmlOptions::with_lib_path(&cfg.nvml_library) };
     let source = NvmlSource::open(options).map_err(|e| match e {
-        OpenError::Thread(_) => CliError::failed(e.to_string()),
-        _ => CliError::refused(e.to_string()),
+        OpenError::Thread(_) => AccountdError::Failed(e.to_string()),
+        _ => AccountdError::Refused(e.to_string()),
     })?;
     let (exporter, registry) = Exporter::new();
     let mut agent = Agent { node, source, reporter, exporter };
     if once {
-        let summary = agent.step().map_err(CliError::failed)?;
+        let summary = agent.step().map_err(AccountdError::Failed)?;
         tracing::info!("{summary}");
         return Ok(());
     }
@@ -126,12 +126,12 @@ fn sampling_loop(mut agent: Agent, interval: Duration, stop: mpsc::Receiver<()>)
 
 /// Runs the loop on a thread of its own (NVML and reqwest's blocking client block) and the `/metrics`
 /// listener on a small runtime, until SIGTERM or SIGINT.
-fn serve(agent: Agent, interval: Duration, listen: Option<SocketAddr>, registry: Arc<Registry>) -> CliResult {
+fn serve(agent: Agent, interval: Duration, listen: Option<SocketAddr>, registry: Arc<Registry>) -> AccountdResult {
     let tcp = listen.map(bind).transpose()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| CliError::failed(format!("cannot start the runtime: {e}")))?;
+        .map_err(AccountdError::io("cannot start the runtime"))?;
     let (stop, stopped) = mpsc::channel();
     // Dropped when the loop's thread ends, however it ends.
     let (ended_tx, ended) = tokio::sync::oneshot::channel::<()>();
@@ -142,12 +142,11 @@ fn serve(agent: Agent, interval: Duration, listen: Option<SocketAddr>, registry:
             let _ended = ended_tx;
             sampling_loop(agent, interval, stopped)
         })
-        .map_err(|e| CliError::failed(format!("cannot start the sampling thread: {e}")))?;
+        .map_err(AccountdError::io("cannot start the sampling thread"))?;
     let outcome = runtime.block_on(async move {
         let (quit, quitting) = tokio::sync::watch::channel(false);
         if let Some(tcp) = tcp {
-            let tcp = tokio::net::TcpListener::from_std(tcp)
-                .map_err(|e| CliError::failed(format!("agent metrics listener: {e}")))?;
+            let tcp = tokio::net::TcpListener::from_std(tcp).map_err(AccountdError::io("agent metrics listener"))?;
             tokio::spawn(serve_metrics(tcp, registry, quitting));
         }
         let crashed = tokio::select! {
@@ -155,7 +154,7 @@ fn serve(agent: Agent, interval: Duration, listen: Option<SocketAddr>, registry:
             _ = ended => true,
         };
         let _ = quit.send(true);
-        Ok::<_, CliError>(crashed)
+        Ok::<_, AccountdError>(crashed)
     });
     let _ = stop.send(());
     let deadline = Instant::now() + STOP_GRACE;
@@ -163,7 +162,7 @@ fn serve(agent: Agent, interval: Duration, listen: Option<SocketAddr>, registry:
         std::thread::sleep(Duration::from_millis(20));
     }
     if outcome? {
-        return Err(CliError::failed("the sampling loop stopped unexpectedly"));
+        return Err(AccountdError::Failed("the sampling loop stopped unexpectedly".into()));
     }
     if !worker.is_finished() {
         tracing::warn!("the sampling loop did not stop within {STOP_GRACE:?}; exiting anyway");
@@ -172,10 +171,10 @@ fn serve(agent: Agent, interval: Duration, listen: Option<SocketAddr>, registry:
     Ok(())
 }
 
-fn bind(addr: SocketAddr) -> CliResult<std::net::TcpListener> {
+fn bind(addr: SocketAddr) -> AccountdResult<std::net::TcpListener> {
     let tcp = std::net::TcpListener::bind(addr)
         .and_then(|tcp| tcp.set_nonblocking(true).map(|()| tcp))
-        .map_err(|e| CliError::failed(format!("cannot listen on {addr} (agent.listen): {e}")))?;
+        .map_err(AccountdError::io(format!("cannot listen on {addr} (agent.listen)")))?;
     // Tests and operators with port 0 learn the port from this line.
     tracing::info!("agent metrics on http://{}", tcp.local_addr().unwrap_or(addr));
     Ok(tcp)
@@ -198,23 +197,25 @@ async fn serve_metrics(
     }
 }
 
-fn listen_addr(text: &str) -> CliResult<Option<SocketAddr>> {
+fn listen_addr(text: &str) -> AccountdResult<Option<SocketAddr>> {
     match text.trim() {
         "" | "off" => Ok(None),
         t => t.parse().map(Some).map_err(|e| {
-            CliError::refused(format!("agent.listen: '{t}' is not an address like \"127.0.0.1:9818\" or \"off\" ({e})"))
+            AccountdError::Refused(format!(
+                "agent.listen: '{t}' is not an address like \"127.0.0.1:9818\" or \"off\" ({e})"
+            ))
         }),
     }
 }
 
 /// `hostname -s`, which is what Slurm names a node unless told otherwise. Read from /proc, the same
 /// as gethostname(2) on Linux.
-fn short_hostname() -> CliResult<String> {
+fn short_hostname() -> AccountdResult<String> {
     let text = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map_err(|e| CliError::failed(format!("cannot read the host name ({e}); give --node NAME")))?;
+        .map_err(|e| AccountdError::Failed(format!("cannot read the host name ({e}); give --node NAME")))?;
     match text.trim().split('.').next() {
         Some(name) if !name.is_empty() => Ok(name.to_string()),
-        _ => Err(CliError::refused("the host name is empty; give --node NAME")),
+        _ => Err(AccountdError::Refused("the host name is empty; give --node NAME".into())),
     }
 }
 
@@ -227,6 +228,6 @@ mod tests {
         assert_eq!(listen_addr("off").unwrap(), None);
         assert_eq!(listen_addr(" 127.0.0.1:0 ").unwrap(), Some("127.0.0.1:0".parse().unwrap()));
         let err = listen_addr("localhost").unwrap_err();
-        assert!(err.code == crate::error::EXIT_REFUSED && err.message.contains("agent.listen"), "{err}");
+        assert!(err.fault() == crate::error::Fault::Caller && err.to_string().contains("agent.listen"), "{err}");
     }
 }

@@ -3,7 +3,7 @@
 
 use super::map::{self, read};
 use super::source::{GpuHealth, GpuSample, NodeSample, ProcessSample, SampleError};
-use super::{jobs, records};
+use super::{job_gpu_records, jobs};
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor};
 use nvml_wrapper::enums::event::XidError;
@@ -27,7 +27,7 @@ pub struct Sampler<'n> {
     /// Timestamp of the newest utilization sample seen per GPU, so each sample covers only new ones.
     last_util: HashMap<u32, u64>,
     jobs: jobs::JobCache,
-    records: records::RecordCache,
+    records: job_gpu_records::RecordCache,
 }
 
 impl<'n> Sampler<'n> {
@@ -41,7 +41,7 @@ impl<'n> Sampler<'n> {
             known: HashMap::new(),
             last_util: HashMap::new(),
             jobs: jobs::JobCache::default(),
-            records: records::RecordCache::default(),
+            records: job_gpu_records::RecordCache::default(),
         }
     }
 
@@ -54,7 +54,7 @@ impl<'n> Sampler<'n> {
             gpus.push(gpu);
             processes.extend(procs);
         }
-        let held = records::holders(self.records.read(&self.jobs_dir), &gpus);
+        let held = job_gpu_records::holders(self.records.read(&self.jobs_dir), &gpus);
         for gpu in &mut gpus {
             gpu.jobs = held.get(&gpu.index).cloned().unwrap_or_default();
         }

@@ -34,7 +34,7 @@ pub struct GpuSample {
     /// XIDs seen since the previous sample; `None` when XID events could not be registered for this GPU.
     pub xids: Option<Vec<u64>>,
     pub health: GpuHealth,
-    /// The Slurm jobs holding the GPU by spank_gputokens.so's records on the node (see `records`):
+    /// The Slurm jobs holding the GPU by spank_gputokens.so's records on the node (see `job_gpu_records`):
     /// one, or several sharing it (shards, MPS); empty without a record.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub jobs: Vec<String>,

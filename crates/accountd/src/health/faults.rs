@@ -1,7 +1,6 @@
 //! Which of a GPU's readings are faults worth draining for: pure, so the rules are unit-tested apart
 //! from Slurm and the ledger.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use gputokens::config::Health;
@@ -57,7 +56,7 @@ pub struct Findings {
 }
 
 /// Classifies one GPU's sample; `hot_for`: how long it has been above `max_temperature` (see
-/// [`HotSince`]), None when it is not.
+/// [`crate::service::HotSince`]), None when it is not.
 pub fn classify(gpu: &GpuSample, health: &Health, hot_for: Option<Duration>) -> Findings {
     let mut found = Findings::default();
     if gpu.health == GpuHealth::Lost {
@@ -114,32 +113,10 @@ pub fn gpu_key(gpu: &GpuSample) -> String {
     }
 }
 
-/// Since when each GPU (node, `gpu_key`) has been above `max_temperature`, by the agents' sample times.
-#[derive(Debug, Default)]
-pub struct HotSince(HashMap<(String, String), i64>);
-
-impl HotSince {
-    /// Notes one sample at `at` (unix seconds); returns how long the GPU has been above the limit, None
-    /// when it is not. A sample at or below resets; a sample without a temperature changes nothing.
-    pub fn observe(&mut self, node: &str, gpu: &str, celsius: Option<u32>, max: u32, at: i64) -> Option<Duration> {
-        let key = (node.to_string(), gpu.to_string());
-        match celsius {
-            None => None,
-            Some(t) if t <= max => {
-                self.0.remove(&key);
-                None
-            }
-            Some(_) => {
-                let since = *self.0.entry(key).or_insert(at);
-                Some(Duration::from_secs(u64::try_from(at - since).unwrap_or(0)))
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::service::HotSince;
 
     fn health() -> Health {
         gputokens::Config::parse("", std::path::Path::new("t.toml")).unwrap().health

@@ -13,21 +13,13 @@ use std::collections::{BTreeSet, HashSet};
 use gputokens::slurm::squeue;
 use ledger::{Action, GpuFault};
 
-use self::faults::{classify, cleared, gpu_key, Fault, HotSince, XID_PREFIX};
+use self::faults::{classify, cleared, gpu_key, Fault, XID_PREFIX};
 use crate::agent::report::AgentReport;
 use crate::agent::GpuSample;
-use crate::error::CliResult;
-use crate::handler::Service;
+use crate::error::AccountdResult;
 use crate::metrics::{NodeLabels, XidLabels};
+use crate::service::Service;
 use crate::slurm::{job_id_arg, node_name_arg, Slurm};
-
-/// What health keeps between reports: since when GPUs run hot, and which ignored XIDs were logged.
-#[derive(Debug, Default)]
-pub struct HealthState {
-    hot: HotSince,
-    /// (node, GPU, XID) of XIDs outside `drain_xids` already logged, so each is logged once.
-    logged: HashSet<(String, String, u64)>,
-}
 
 /// One GPU's faults in a report.
 struct Failing<'r> {
@@ -38,7 +30,7 @@ struct Failing<'r> {
 
 /// Drains the node of every GPU in `report` with a fault not acted on yet, and requeues the jobs on
 /// that GPU; returns the drain reasons.
-pub fn check(service: &mut Service, report: &AgentReport) -> CliResult<Vec<String>> {
+pub fn check(service: &mut Service, report: &AgentReport) -> AccountdResult<Vec<String>> {
     let health = service.config.health.clone();
     let node = report.node.as_str();
     let mut failing = Vec::new();
@@ -74,7 +66,7 @@ pub fn check(service: &mut Service, report: &AgentReport) -> CliResult<Vec<Strin
 
 /// The node's recorded faults that still hold, as (GPU, cause); drops those this report shows cleared
 /// and XIDs whose `repeat_after` has passed.
-fn forget_cleared(service: &mut Service, report: &AgentReport, now: i64) -> CliResult<HashSet<(String, String)>> {
+fn forget_cleared(service: &mut Service, report: &AgentReport, now: i64) -> AccountdResult<HashSet<(String, String)>> {
     let health = &service.config.health;
     let mut known = HashSet::new();
     for row in service.ledger.gpu_faults(&report.node)? {
@@ -93,7 +85,13 @@ fn forget_cleared(service: &mut Service, report: &AgentReport, now: i64) -> CliR
 }
 
 /// Drains the node for `new` faults of one GPU, records them, requeues the GPU's jobs.
-fn drain(service: &mut Service, report: &AgentReport, f: &Failing<'_>, new: &[&Fault], now: i64) -> CliResult<String> {
+fn drain(
+    service: &mut Service,
+    report: &AgentReport,
+    f: &Failing<'_>,
+    new: &[&Fault],
+    now: i64,
+) -> AccountdResult<String> {
     // The name comes from the report: one plain node name, or nothing is run.
     let node = node_name_arg(&report.node).inspect_err(|e| tracing::error!("not draining: {e}"))?;
     let index = f.gpu.index;
@@ -152,7 +150,7 @@ fn jobs_on_gpu(report: &AgentReport, slurm: &Slurm, index: u32) -> BTreeSet<(Str
     jobs
 }
 
-fn audit(service: &mut Service, action: &str, target: &str, user: &str, reason: &str) -> CliResult {
+fn audit(service: &mut Service, action: &str, target: &str, user: &str, reason: &str) -> AccountdResult {
     service.ledger.record_action(&Action {
         at: gputokens::time::now(),
         action: action.into(),

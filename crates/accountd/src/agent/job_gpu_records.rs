@@ -1,7 +1,7 @@
-//! The GPU records of spank_gputokens.so: each job's prolog writes `<jobs_dir>/<jobid>` (`gpus=6,7`
-//! and, when NVML named them, `uuids=GPU-…,GPU-…`) and its epilog removes it. They say which job holds
-//! a GPU even when the agent cannot see the job's processes (another PID namespace, a container);
-//! a record that is gone is a job that has ended.
+//! The per-job GPU records of spank_gputokens.so (written by plugins/spank/src/record.rs): each job's
+//! prolog writes `<jobs_dir>/<jobid>` (`gpus=6,7` and, when NVML named them, `uuids=GPU-…,GPU-…`) and
+//! its epilog removes it. They say which job holds a GPU even when the agent cannot see the job's
+//! processes (another PID namespace, a container); a record that is gone is a job that has ended.
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! `accountd charge --sacct-file`: charges job records saved from sacct.
+//! `accountd charge --sacct-file`: charges the job records of a file saved from sacct (or stdin).
 
 use std::io::Read;
 use std::path::Path;
@@ -6,19 +6,19 @@ use std::path::Path;
 use gputokens::slurm::sacct;
 
 use crate::cycle::publish_snapshot;
-use crate::error::{CliError, CliResult};
-use crate::handler::Service;
+use crate::error::{AccountdError, AccountdResult};
+use crate::service::Service;
 
-pub fn charge_file(service: &mut Service, file: &Path, now: i64) -> CliResult<String> {
+pub fn charge(service: &mut Service, file: &Path, now: i64) -> AccountdResult<String> {
     let mut text = String::new();
     let read = if file == Path::new("-") {
         std::io::stdin().read_to_string(&mut text)
     } else {
         std::fs::File::open(file).and_then(|mut f| f.read_to_string(&mut text))
     };
-    read.map_err(|e| CliError::refused(format!("{}: {e}", file.display())))?;
-    let parsed = sacct::parse(&text, service.config.sharing)
-        .map_err(|e| CliError::refused(format!("{}: {e}", file.display())))?;
+    let bad = |problem: String| AccountdError::BadInput { path: file.to_path_buf(), problem };
+    read.map_err(|e| bad(e.to_string()))?;
+    let parsed = sacct::parse(&text, service.config.sharing).map_err(|e| bad(e.to_string()))?;
     let all = parsed.records.iter().chain(&parsed.active).cloned().collect();
     let (records, rejected) = crate::rejected_records::sift(all, &file.display().to_string());
     let mut rejected: Vec<_> = parsed.rejected.iter().cloned().chain(rejected).collect();

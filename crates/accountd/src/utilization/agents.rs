@@ -1,16 +1,16 @@
 //! What accountd does with the node agents' reports: per-GPU and per-job metrics, a utilization
 //! sample per job in the ledger (for `charge_basis = "measured"`), and idle-job detection.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use gputokens::config::UsageConfig;
 
 use crate::agent::export::job_use;
 use crate::agent::report::AgentReport;
 use crate::agent::GpuHealth;
-use crate::error::CliResult;
-use crate::handler::Service;
+use crate::error::AccountdResult;
 use crate::metrics::{GpuLabels, JobLabels, Metrics};
+use crate::service::{JobWatch, Service, UtilizationTracker};
 use crate::slurm::Slurm;
 
 /// Utilization of one job on one node in one sample.
@@ -31,43 +31,27 @@ pub fn job_utilization(report: &AgentReport) -> Vec<JobUtilization> {
         .collect()
 }
 
-#[derive(Debug, Clone)]
-struct JobWatch {
-    labels: JobLabels,
-    below_since: Option<i64>,
-    flagged: bool,
-}
-
-/// Per-job state between reports.
-#[derive(Debug, Default)]
-pub struct UsageTracker {
-    jobs: HashMap<String, JobWatch>,
-    users: HashMap<String, String>,
-}
-
-impl UsageTracker {
-    /// The job's user, asked of squeue once and remembered.
-    fn user_of(&mut self, job: &str, slurm: &Slurm) -> String {
-        if let Some(user) = self.users.get(job) {
-            return user.clone();
+/// The job's user, asked of squeue once and remembered.
+fn user_of(tracker: &mut UtilizationTracker, job: &str, slurm: &Slurm) -> String {
+    if let Some(user) = tracker.users.get(job) {
+        return user.clone();
+    }
+    let user = slurm
+        .run("squeue", &["-h", "-j", job, "-o", "%u"])
+        .ok()
+        .and_then(|out| out.lines().next().map(|l| l.trim().to_string()))
+        .filter(|u| !u.is_empty());
+    match user {
+        Some(u) => {
+            tracker.users.insert(job.to_string(), u.clone());
+            u
         }
-        let user = slurm
-            .run("squeue", &["-h", "-j", job, "-o", "%u"])
-            .ok()
-            .and_then(|out| out.lines().next().map(|l| l.trim().to_string()))
-            .filter(|u| !u.is_empty());
-        match user {
-            Some(u) => {
-                self.users.insert(job.to_string(), u.clone());
-                u
-            }
-            None => "unknown".into(),
-        }
+        None => "unknown".into(),
     }
 }
 
 /// Applies one agent report.
-pub fn ingest(service: &mut Service, report: &AgentReport) -> CliResult<String> {
+pub fn ingest(service: &mut Service, report: &AgentReport) -> AccountdResult<String> {
     record_gpus(&service.metrics, report);
     let drained = crate::health::check(service, report)?;
     let jobs = job_utilization(report);
@@ -82,19 +66,19 @@ pub fn ingest(service: &mut Service, report: &AgentReport) -> CliResult<String> 
 
 /// Records the utilization of the jobs seen on `node` (agents) or cluster-wide (`node` empty,
 /// Prometheus); returns how many jobs and how many became idle.
-pub fn apply(service: &mut Service, node: &str, jobs: Vec<JobUtilization>, now: i64) -> CliResult<(usize, usize)> {
+pub fn apply(service: &mut Service, node: &str, jobs: Vec<JobUtilization>, now: i64) -> AccountdResult<(usize, usize)> {
     let node = node.to_string();
     let slurm = Slurm::new(&service.config.slurm);
     let usage = service.config.usage.clone();
     let mut seen = BTreeSet::new();
     let mut flagged = Vec::new();
     for job in jobs {
-        let user = service.usage.user_of(&job.job, &slurm);
+        let user = user_of(&mut service.utilization, &job.job, &slurm);
         service.ledger.record_utilization(&job.job, job.percent, now)?;
         let labels = JobLabels { job: job.job.clone(), user, node: node.clone() };
         service.metrics.job_gpu_utilization.get_or_create(&labels).set(job.percent);
         service.metrics.job_gpu_memory.get_or_create(&labels).set(job.memory_bytes as f64);
-        let watch = service.usage.jobs.entry(job.job.clone()).or_insert_with(|| JobWatch {
+        let watch = service.utilization.jobs.entry(job.job.clone()).or_insert_with(|| JobWatch {
             labels: labels.clone(),
             below_since: None,
             flagged: false,
@@ -151,19 +135,19 @@ fn flag_idle(labels: &JobLabels, usage: &UsageConfig) {
 /// Jobs of this node missing from its report have ended there: drop their series.
 fn forget_ended_jobs(service: &mut Service, node: &str, seen: &BTreeSet<String>) {
     let ended: Vec<String> = service
-        .usage
+        .utilization
         .jobs
         .iter()
         .filter(|(job, w)| w.labels.node == node && !seen.contains(*job))
         .map(|(job, _)| job.clone())
         .collect();
     for job in ended {
-        if let Some(w) = service.usage.jobs.remove(&job) {
+        if let Some(w) = service.utilization.jobs.remove(&job) {
             service.metrics.job_gpu_utilization.remove(&w.labels);
             service.metrics.job_gpu_memory.remove(&w.labels);
             service.metrics.job_idle.remove(&w.labels);
         }
-        service.usage.users.remove(&job);
+        service.utilization.users.remove(&job);
     }
 }
 

@@ -1,6 +1,6 @@
-//! The preemption check: finds contention per GPU type in squeue, picks victims
-//! (gputokens::preemption) and acts through Slurm with argv — comment, optional signal and grace,
-//! then `scontrol requeue` or `scancel`. Every action is an audit row and a metric.
+//! Carries out preemption: finds contention per GPU type in squeue, lets `gputokens::preemption`
+//! (the pure choice) pick the victims, and acts on them through Slurm with argv — comment, optional
+//! signal and grace, then `scontrol requeue` or `scancel`. Every action is an audit row and a metric.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -14,14 +14,14 @@ use gputokens::tres::{Sharing, MILLI};
 use gputokens::Tokens;
 use ledger::Action;
 
-use crate::error::CliResult;
-use crate::handler::Service;
+use crate::error::AccountdResult;
+use crate::service::Service;
 use crate::slurm::{QueueOnce, Slurm};
 
 /// Pending reasons that mean "waiting for resources", not for a dependency or a hold.
 const WAITING_FOR_RESOURCES: [&str; 2] = ["Resources", "Priority"];
 
-pub fn check(service: &mut Service, slurm: &Slurm, queue: &mut QueueOnce, now: i64) -> CliResult<String> {
+pub fn check(service: &mut Service, slurm: &Slurm, queue: &mut QueueOnce, now: i64) -> AccountdResult<String> {
     let config = service.config.preemption.clone();
     if !config.enabled && config.at_floor == AtFloor::None {
         return Ok("preemption off".into());
@@ -96,7 +96,7 @@ pub fn check(service: &mut Service, slurm: &Slurm, queue: &mut QueueOnce, now: i
 
 /// GPU types that fail the busy test, with why: their holders' mean utilization is below
 /// `threshold`, or unknown (no samples from agents or Prometheus).
-fn idle_types(service: &Service, holders: &[Holder], threshold: f64) -> CliResult<BTreeMap<String, String>> {
+fn idle_types(service: &Service, holders: &[Holder], threshold: f64) -> AccountdResult<BTreeMap<String, String>> {
     let mut sampled = HashMap::new();
     for holder in holders {
         if let Some(percent) = service.ledger.mean_utilization(&holder.job_id)? {
@@ -116,7 +116,7 @@ fn idle_types(service: &Service, holders: &[Holder], threshold: f64) -> CliResul
 }
 
 /// Every job's user's balance (a user not in the ledger stands at `initial`).
-fn balances(service: &Service, jobs: &[QueueJob]) -> CliResult<HashMap<String, Tokens>> {
+fn balances(service: &Service, jobs: &[QueueJob]) -> AccountdResult<HashMap<String, Tokens>> {
     let mut balance = HashMap::new();
     for job in jobs {
         if !balance.contains_key(&job.user) {
@@ -145,7 +145,7 @@ fn wanted(job: &QueueJob) -> BTreeMap<String, u64> {
     wants
 }
 
-fn act(service: &mut Service, slurm: &Slurm, victim: &Victim, requeueable: bool, now: i64) -> CliResult {
+fn act(service: &mut Service, slurm: &Slurm, victim: &Victim, requeueable: bool, now: i64) -> AccountdResult {
     let config = service.config.preemption.clone();
     let action = match (victim.cause == Cause::AtFloor, service.config.preemption.at_floor, config.action) {
         (true, AtFloor::Cancel, _) | (false, _, PreemptAction::Cancel) => "cancel",
@@ -208,7 +208,7 @@ fn act(service: &mut Service, slurm: &Slurm, victim: &Victim, requeueable: bool,
 }
 
 /// Adds `note` to the job's comment, keeping what the user or another tool wrote there.
-fn append_comment(slurm: &Slurm, job: &str, note: &str) -> crate::error::CliResult {
+fn append_comment(slurm: &Slurm, job: &str, note: &str) -> crate::error::AccountdResult {
     let current = slurm.run("squeue", &["-h", "-j", job, "-o", "%k"])?;
     let comment = with_note(current.trim(), note);
     slurm.run("scontrol", &["--", "update", &format!("jobid={job}"), &format!("comment={comment}")])?;
