@@ -14,7 +14,8 @@ use std::ffi::c_int;
 
 use chrono::NaiveDate;
 use gputokens::admission::{self, Decision, JobEstimate, TimeCheck};
-use gputokens::estimate::{array_task_count, requested_milli, total_milli, Commitment, JobShape};
+use gputokens::estimate::{requested_milli, total_milli, Commitment};
+use gputokens::job_shape::{array_task_count, JobShape};
 use gputokens::plugin_config::{Deprioritize, Mode, PluginConfig, MAX_NICE};
 use gputokens::request::{GpuRequest, TresPer};
 use gputokens::slurm::partitions::{limit_for_untimed, max_time};
@@ -360,8 +361,8 @@ pub fn site_factor(factor: i64) -> u32 {
 pub(crate) mod tests {
     use super::*;
     use crate::watch::Problem;
-    use gputokens::admission::OnError;
     use gputokens::config::Exempt;
+    use gputokens::plugin_config::OnError;
     use gputokens::policy::BucketRules;
     use gputokens::pricing::PriceTable;
     use gputokens::slurm::partitions::Partition;

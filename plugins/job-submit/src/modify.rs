@@ -13,7 +13,8 @@
 //! (slurmctld's own uid) are not checked.
 
 use gputokens::admission::{self, Decision, JobEstimate};
-use gputokens::estimate::{requested_milli, total_milli, Commitment, JobShape, MilliByType, PendingJob};
+use gputokens::estimate::{requested_milli, total_milli, Commitment, MilliByType, PendingJob};
+use gputokens::job_shape::JobShape;
 use gputokens::plugin_config::{Deprioritize, Mode};
 use gputokens::request::GpuRequest;
 use gputokens::slurm::partitions::max_time;
@@ -408,7 +409,7 @@ mod tests {
     #[test]
     fn unavailable_balances_follow_on_error_for_added_gpus() {
         let broken = View::Unavailable(crate::watch::Problem::Missing);
-        let strict = PluginConfig { on_error: gputokens::admission::OnError::Reject, ..config() };
+        let strict = PluginConfig { on_error: gputokens::plugin_config::OnError::Reject, ..config() };
         let add = JobRequest { tres_per_node: Some("gres:gpu:1".into()), ..update(9, CAROL) };
         assert!(!passes(&ctx(&broken, &strict), &add));
         assert!(passes(&ctx(&broken, &config()), &add));

@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gputokens::admission::OnError;
 use gputokens::estimate::{Commitment, PendingJob};
+use gputokens::plugin_config::OnError;
 use gputokens::policy::BucketRules;
 use gputokens::snapshot::{self, Snapshot};
 pub use gputokens::stamp::Stamp;
