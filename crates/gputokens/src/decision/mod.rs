@@ -4,11 +4,11 @@
 //! the published balances, what it admitted since the last queue read) and applies the verdict; the
 //! rules' messages are `admission`'s. No I/O here.
 //!
-//! A submission and an update run one skeleton ([`decide`]), each step done the way [`Steps`] says
+//! A submission and an update run one skeleton (`decide`), each step done the way `Steps` says
 //! for that kind: which jobs are checked at all (CPU-only jobs, exempt users, accounts and QOS,
 //! administrators' updates are not), `max_job_duration`, `on_error` while the balances are
 //! unavailable, the floor, `max_gpus_per_user` and the estimate (`mode = "estimate"`), the overdraft
-//! penalty, and what `--gpu-tokens-estimate` asked to be told. See [`submit`] and [`modify`].
+//! penalty, and what `--gpu-tokens-estimate` asked to be told. See `submit.rs` and `modify.rs`.
 
 mod modify;
 mod submit;
@@ -253,7 +253,7 @@ impl Draft {
     }
 }
 
-/// One kind of decision: what each step of [`decide`] does for it. Steps run in the order declared.
+/// One kind of decision: what each step of `decide` does for it. Steps run in the order declared.
 trait Steps {
     /// What the log says was refused: `a GPU job of alice (uid 1001)`.
     fn subject(&self, case: &Case) -> String;
