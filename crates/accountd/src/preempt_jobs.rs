@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use gputokens::config::{AtFloor, PreemptAction};
+use gputokens::config::{AtFloor, JobIdentity, PreemptAction};
 use gputokens::preemption::{
     at_floor_victims, contention_victims, freed_for, still_wanted, utilization_by_type, Cause, Holder, Limits, Victim,
     Waiter,
@@ -43,7 +43,12 @@ pub fn check(service: &mut Service, slurm: &Slurm, queue: &mut QueueOnce, now: i
             balance: balance[&j.user],
             start_time: j.start_time,
             gpus: whole_gpus(j),
-            exempt: exempt.covers(&j.user, &j.account, &j.qos),
+            exempt: exempt.covers(&JobIdentity {
+                user: Some(&j.user),
+                account: Some(&j.account),
+                default_account: None,
+                qos: Some(&j.qos),
+            }),
         })
         .collect();
     let mut waiters: Vec<Waiter> = jobs

@@ -13,7 +13,7 @@
 use chrono::NaiveDate;
 
 use crate::estimate::{checked_max_cost, total_milli, GpusText, MilliByType};
-use crate::plugin_config::Deprioritize;
+use crate::plugin_config::{Deprioritize, OnError};
 use crate::policy::{BucketRules, Status};
 use crate::pricing::PriceTable;
 use crate::slurm::partitions::format_duration;
@@ -23,37 +23,6 @@ use crate::tres::{gpu_count, MILLI};
 /// The most GPUs one job may ask for (whole job: every node, task and array task). More is no real
 /// request: it is refused as such rather than priced.
 pub const MAX_JOB_GPUS: u64 = 1_000_000;
-
-/// What happens to a GPU job when the balances cannot be read (missing, unreadable, corrupt or
-/// stale snapshot).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum OnError {
-    /// Fail open: accept GPU jobs as if every balance were fine (the default).
-    #[default]
-    Accept,
-    /// Fail closed: refuse GPU jobs until the balances are readable again.
-    Reject,
-}
-
-impl std::str::FromStr for OnError {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "accept" => Ok(OnError::Accept),
-            "reject" => Ok(OnError::Reject),
-            other => Err(format!("'{other}' is not \"accept\" or \"reject\"")),
-        }
-    }
-}
-
-impl OnError {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OnError::Accept => "accept",
-            OnError::Reject => "reject",
-        }
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {

@@ -133,11 +133,26 @@ pub struct Exempt {
     pub qos: Vec<String>,
 }
 
+/// A job as the exemption rule sees it; None where it is not known (e.g. no `-A`, or the user name
+/// of a uid the plugin could not map).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JobIdentity<'a> {
+    pub user: Option<&'a str>,
+    /// The job's own account (`-A`).
+    pub account: Option<&'a str>,
+    /// The user's default account in slurmdbd: the account a job without `-A` runs under.
+    pub default_account: Option<&'a str>,
+    pub qos: Option<&'a str>,
+}
+
 impl Exempt {
-    pub fn covers(&self, user: &str, account: &str, qos: &str) -> bool {
-        self.users.iter().any(|u| u == user)
-            || self.accounts.iter().any(|a| a == account)
-            || self.qos.iter().any(|q| q == qos)
+    /// The one exemption rule (preemption and the job_submit plugin): an exempt user, account (the
+    /// job's, else the user's default) or QOS.
+    pub fn covers(&self, job: &JobIdentity) -> bool {
+        let listed = |names: &[String], name: Option<&str>| name.is_some_and(|n| names.iter().any(|e| e == n));
+        listed(&self.users, job.user)
+            || listed(&self.accounts, job.account.or(job.default_account))
+            || listed(&self.qos, job.qos)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -862,5 +877,18 @@ mod tests {
     fn initial_above_cap_is_refused() {
         let err = parse("cap = 50\n").unwrap_err().to_string();
         assert!(err.contains("initial") && err.contains("cap"), "{err}");
+    }
+
+    #[test]
+    fn exempt_covers_a_user_an_account_or_a_qos() {
+        let exempt = Exempt { users: vec!["alice".into()], accounts: vec!["ops".into()], qos: vec!["urgent".into()] };
+        let job = |user, account, default_account, qos| JobIdentity { user, account, default_account, qos };
+        assert!(exempt.covers(&job(Some("alice"), None, None, None)));
+        assert!(exempt.covers(&job(Some("bob"), Some("ops"), None, None)), "the job's account");
+        assert!(exempt.covers(&job(Some("bob"), None, Some("ops"), None)), "without -A: the default account");
+        assert!(!exempt.covers(&job(Some("bob"), Some("physics"), Some("ops"), None)), "-A wins over the default");
+        assert!(exempt.covers(&job(None, None, None, Some("urgent"))));
+        assert!(!exempt.covers(&job(None, None, None, None)), "nothing known: not exempt");
+        assert!(!exempt.covers(&job(Some("bob"), Some("physics"), None, Some("normal"))));
     }
 }

@@ -1,14 +1,17 @@
-//! gputokens policy: configuration, prices, TRES parsing, the bucket rules and the formats Slurm and
-//! accountd speak. No SQLite and no unsafe code: the ledger, the daemon and the Slurm plugins are
-//! layers over this crate.
+//! gputokens policy: configuration, prices, TRES parsing, the bucket rules, the submit decision
+//! (`decision`, on a typed `job_request::JobRequest`) and the formats Slurm and accountd speak. No
+//! SQLite and no unsafe code: the ledger, the daemon and the Slurm plugins are layers over this crate.
 #![forbid(unsafe_code)]
 
 pub mod access;
 pub mod admission;
 pub mod config;
+pub mod decision;
 pub mod entry;
 pub mod estimate;
 pub mod gpu_time;
+pub mod job_request;
+pub mod job_shape;
 pub mod plugin_config;
 pub mod policy;
 pub mod preemption;

@@ -10,7 +10,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::admission::OnError;
 use crate::config::Exempt;
 
 pub const DEFAULT_PATH: &str = "/etc/slurm/gputokens.toml";
@@ -43,6 +42,37 @@ pub enum Mode {
     /// Also refused when the job's maximum cost, with what the user's running and pending GPU jobs
     /// can still cost, would take the balance below the floor.
     Estimate,
+}
+
+/// What happens to a GPU job when the balances cannot be read (missing, unreadable, corrupt or
+/// stale snapshot).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnError {
+    /// Fail open: accept GPU jobs as if every balance were fine (the default).
+    #[default]
+    Accept,
+    /// Fail closed: refuse GPU jobs until the balances are readable again.
+    Reject,
+}
+
+impl std::str::FromStr for OnError {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "accept" => Ok(OnError::Accept),
+            "reject" => Ok(OnError::Reject),
+            other => Err(format!("'{other}' is not \"accept\" or \"reject\"")),
+        }
+    }
+}
+
+impl OnError {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnError::Accept => "accept",
+            OnError::Reject => "reject",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,7 +1,8 @@
-//! Every unsafe operation of the plugin lives here: reading slurmctld's job description, writing the
-//! fields the plugin changes (`nice`, `site_factor`, `qos`, `time_limit` and the message in
-//! `*err_msg`), allocating strings for slurmctld with `slurm_xstrdup` (and freeing the one it
-//! replaces with `slurm_xfree`), and logging through slurmctld's log.
+//! Every unsafe operation of the plugin lives here: reading slurmctld's job description into the
+//! typed `JobRequest` (the numbers through `sentinel`), writing the fields the plugin changes
+//! (`nice`, `site_factor`, `qos`, `time_limit` and the message in `*err_msg`), allocating strings for
+//! slurmctld with `slurm_xstrdup` (and freeing the one it replaces with `slurm_xfree`), and logging
+//! through slurmctld's log.
 //!
 //! The functions come from libslurmfull, which slurmctld links; rustc links cdylibs with BIND_NOW,
 //! so each one must exist there (`nm -D --defined-only .../libslurmfull.so`): `slurm_xstrdup`,
@@ -10,10 +11,11 @@
 
 use std::ffi::{c_char, c_int, CStr, CString};
 
-#[cfg(test)]
-use crate::admit::Changes;
-use crate::admit::{JobRequest, Verdict};
-use crate::bindings::{job_desc_msg_t, NO_VAL, SLURM_SUCCESS};
+use gputokens::decision::{self, Verdict};
+use gputokens::job_request::JobRequest;
+
+use crate::bindings::{job_desc_msg_t, ESLURM_ACCOUNTING_POLICY, SLURM_SUCCESS};
+use crate::sentinel;
 
 #[cfg(not(test))]
 mod slurm {
@@ -40,6 +42,15 @@ pub enum Level {
     Verbose,
 }
 
+impl From<decision::Level> for Level {
+    fn from(level: decision::Level) -> Level {
+        match level {
+            decision::Level::Info => Level::Info,
+            decision::Level::Verbose => Level::Verbose,
+        }
+    }
+}
+
 const PERCENT_S: &CStr = c"%s";
 
 /// Logs `gputokens: <message>` through slurmctld's log.
@@ -63,35 +74,24 @@ pub fn log(level: Level, message: &str) {
 pub unsafe fn read_job(desc: *const job_desc_msg_t) -> Option<JobRequest> {
     let d = desc.as_ref()?;
     Some(JobRequest {
-        job_id: job_number(string(d.job_id_str).as_deref(), d.job_id),
-        user_id: d.user_id,
-        nice: d.nice,
+        job_id: sentinel::job_number(string(d.job_id_str).as_deref(), d.job_id),
+        user_id: sentinel::given(d.user_id),
+        nice: sentinel::nice(d.nice),
         tres_per_job: string(d.tres_per_job),
         tres_per_node: string(d.tres_per_node),
         tres_per_task: string(d.tres_per_task),
         tres_per_socket: string(d.tres_per_socket),
-        time_limit: d.time_limit,
+        time_limit: sentinel::time_limit(d.time_limit),
         partition: string(d.partition),
         account: string(d.account),
         qos: string(d.qos),
-        min_nodes: d.min_nodes,
-        num_tasks: d.num_tasks,
-        ntasks_per_node: d.ntasks_per_node,
-        sockets_per_node: d.sockets_per_node,
+        min_nodes: sentinel::given(d.min_nodes),
+        num_tasks: sentinel::given(d.num_tasks),
+        ntasks_per_node: sentinel::given16(d.ntasks_per_node),
+        sockets_per_node: sentinel::given16(d.sockets_per_node),
         array_inx: string(d.array_inx),
         wants_estimate: spank_env(d).any(|v| v == ESTIMATE_VARIABLE),
     })
-}
-
-/// The job an update names: slurmctld passes `scontrol update jobid=` as text (`123`, `123_4`,
-/// `123_[1-3]`, `123+1`: the job, array job or heterogeneous job is the leading number); else the
-/// numeric `job_id` (NO_VAL or 0 = none, as at submission).
-pub fn job_number(text: Option<&str>, numeric: u32) -> Option<u32> {
-    let from_text = text.and_then(|t| {
-        let digits = t.find(|c: char| !c.is_ascii_digit()).map_or(t, |end| &t[..end]);
-        digits.parse().ok()
-    });
-    from_text.or((numeric != NO_VAL && numeric != 0).then_some(numeric))
 }
 
 /// What `spank_job_control_setenv(sp, "GPUTOKENS_ESTIMATE", "1", 1)` in sbatch puts in the job
@@ -110,7 +110,8 @@ unsafe fn string(p: *const c_char) -> Option<String> {
     (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
 }
 
-/// Writes a verdict back into the job description and `*err_msg`; returns the code for slurmctld.
+/// Writes a verdict back into the job description and `*err_msg`; returns the code for slurmctld (a
+/// refusal is by accounting policy).
 ///
 /// # Safety
 /// `desc` as for [`read_job`] and writable; `err_msg` is NULL or points to a `char *` that is NULL
@@ -120,13 +121,13 @@ pub unsafe fn apply(desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, verdic
         Verdict::Accept { changes, message } => {
             if let Some(d) = desc.as_mut() {
                 if let Some(nice) = changes.nice {
-                    d.nice = nice;
+                    d.nice = sentinel::offset(nice);
                 }
                 if let Some(factor) = changes.site_factor {
-                    d.site_factor = factor;
+                    d.site_factor = sentinel::offset(factor);
                 }
                 if let Some(minutes) = changes.time_limit {
-                    d.time_limit = minutes;
+                    d.time_limit = sentinel::minutes(minutes);
                 }
                 if let Some(qos) = &changes.qos {
                     replace_string(&mut d.qos, qos);
@@ -137,9 +138,9 @@ pub unsafe fn apply(desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, verdic
             }
             SLURM_SUCCESS as c_int
         }
-        Verdict::Reject { code, message } => {
+        Verdict::Reject { message } => {
             give_message(err_msg, message, true);
-            *code
+            ESLURM_ACCOUNTING_POLICY as c_int
         }
     }
 }
@@ -234,19 +235,9 @@ pub mod test_slurm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bindings::{ESLURM_ACCOUNTING_POLICY, NICE_OFFSET, NO_VAL16};
-
-    #[test]
-    fn the_job_an_update_names() {
-        assert_eq!(job_number(Some("123"), NO_VAL), Some(123));
-        assert_eq!(job_number(Some("123_4"), NO_VAL), Some(123));
-        assert_eq!(job_number(Some("123_[1-3]"), NO_VAL), Some(123));
-        assert_eq!(job_number(Some("123+1"), NO_VAL), Some(123));
-        assert_eq!(job_number(None, 77), Some(77));
-        assert_eq!(job_number(Some("x"), NO_VAL), None);
-        assert_eq!(job_number(None, NO_VAL), None);
-        assert_eq!(job_number(None, 0), None);
-    }
+    use crate::bindings::{INFINITE, NICE_OFFSET, NO_VAL, NO_VAL16};
+    use gputokens::decision::Changes;
+    use gputokens::job_request::TimeLimit;
 
     #[test]
     fn reads_the_fields_of_a_job_description() {
@@ -276,20 +267,37 @@ mod tests {
         assert_eq!(
             got,
             JobRequest {
-                user_id: 1001,
-                nice: NO_VAL,
+                user_id: Some(1001),
+                nice: None,
                 tres_per_job: Some("gres:gpu:2".into()),
                 tres_per_node: Some("gres:gpu:a6000:1".into()),
-                time_limit: 90,
+                time_limit: Some(TimeLimit::Minutes(90)),
                 partition: Some("gpu".into()),
-                min_nodes: 2,
-                num_tasks: NO_VAL,
-                ntasks_per_node: 4,
+                min_nodes: Some(2),
+                num_tasks: None,
+                ntasks_per_node: Some(4),
+                sockets_per_node: None,
                 array_inx: Some("0-9".into()),
                 wants_estimate: true,
                 ..Default::default()
             }
         );
+        let raw = job_desc_msg_t {
+            user_id: NO_VAL,
+            nice: NICE_OFFSET - 5,
+            time_limit: INFINITE,
+            job_id: NO_VAL,
+            min_nodes: NO_VAL,
+            num_tasks: 3,
+            ntasks_per_node: NO_VAL16 as u16,
+            sockets_per_node: 2,
+            ..Default::default()
+        };
+        let got = unsafe { read_job(&raw) }.unwrap();
+        assert_eq!((got.job_id, got.user_id, got.nice), (None, None, Some(-5)), "NO_VAL: not given");
+        assert_eq!(got.time_limit, Some(TimeLimit::Unlimited));
+        assert_eq!((got.min_nodes, got.num_tasks), (None, Some(3)));
+        assert_eq!((got.ntasks_per_node, got.sockets_per_node), (None, Some(2)));
         let plain = job_desc_msg_t { spank_job_env_size: 3, ..Default::default() };
         assert!(!unsafe { read_job(&plain) }.unwrap().wants_estimate, "a NULL list with a size is not read");
         assert!(unsafe { read_job(std::ptr::null()) }.is_none());
@@ -302,7 +310,7 @@ mod tests {
         let accept = unsafe { apply(&mut desc, &mut err, &Verdict::accept()) };
         assert_eq!((accept, desc.nice, err.is_null()), (0, NO_VAL, true));
 
-        let changes = Changes { nice: Some(NICE_OFFSET + 100), ..Default::default() };
+        let changes = Changes { nice: Some(100), ..Default::default() };
         let lower = Verdict::Accept { changes, message: Some("info".into()) };
         assert_eq!(unsafe { apply(&mut desc, &mut err, &lower) }, 0);
         assert_eq!(desc.nice, NICE_OFFSET + 100);
@@ -310,7 +318,7 @@ mod tests {
 
         desc.qos = unsafe { test_slurm::slurm_xstrdup(c"normal".as_ptr()) };
         let changes = Changes {
-            site_factor: Some(NICE_OFFSET - 5),
+            site_factor: Some(-5),
             qos: Some("overdraft".into()),
             time_limit: Some(60),
             ..Default::default()
@@ -319,9 +327,12 @@ mod tests {
         assert_eq!(unsafe { apply(&mut desc, &mut err, &Verdict::Accept { changes, message: None }) }, 0);
         assert_eq!((desc.site_factor, desc.time_limit, err.is_null()), (NICE_OFFSET - 5, 60, true));
         assert_eq!(test_slurm::take(desc.qos).as_deref(), Some("overdraft"), "the old QOS string was freed");
+        let huge = Changes { time_limit: Some(u32::MAX), ..Default::default() };
+        assert_eq!(unsafe { apply(&mut desc, &mut err, &Verdict::Accept { changes: huge, message: None }) }, 0);
+        assert_eq!(desc.time_limit, NO_VAL - 1, "a limit, not NO_VAL or INFINITE");
 
         let mut err: *mut c_char = std::ptr::null_mut();
-        let no = Verdict::Reject { code: ESLURM_ACCOUNTING_POLICY as c_int, message: "no\0pe".into() };
+        let no = Verdict::Reject { message: "no\0pe".into() };
         assert_eq!(unsafe { apply(&mut desc, &mut err, &no) }, 2050);
         assert_eq!(test_slurm::take(err).as_deref(), Some("no pe"));
         assert_eq!(unsafe { apply(&mut desc, std::ptr::null_mut(), &no) }, 2050, "NULL err_msg is fine");

@@ -7,16 +7,17 @@
 //! within 200 ms of a change (see `watch`).
 //!
 //! Layout: this file holds the symbols slurmctld looks up, each a few lines inside a panic
-//! boundary with a fallback; `ffi` holds every unsafe operation; `plugin`, `watch`, `admit` and
-//! `config` are safe code (decisions come from `gputokens::admission`).
+//! boundary with a fallback; `ffi` holds every unsafe operation and reads the job description into
+//! a typed `gputokens::job_request::JobRequest` (Slurm's sentinel numbers converted in `sentinel`);
+//! `plugin`, `watch` and `tally` are safe code keeping the live state. The decision itself is
+//! `gputokens::decision`'s.
 
-mod admit;
 mod bindings;
 mod ffi;
-mod modify;
 mod plugin;
 #[cfg(test)]
 mod properties;
+mod sentinel;
 mod tally;
 mod watch;
 

@@ -15,7 +15,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use chrono::{Datelike, NaiveDate};
 
-use crate::admit::{self, Context, JobRequest, Verdict};
+use gputokens::decision::{self, decide_modify, decide_submit, Inputs, Log, Outcome, Verdict};
+use gputokens::job_request::JobRequest;
+
 use crate::ffi::{self, Level};
 use crate::tally::Tally;
 use crate::watch::{self, Monitor, Stamp, View};
@@ -46,6 +48,10 @@ fn local_days(now: i64) -> i32 {
 
 fn slurm_log(level: Level, message: String) {
     ffi::log(level, &message)
+}
+
+fn decision_log(level: decision::Level, message: String) {
+    ffi::log(level.into(), &message)
 }
 
 /// `init`: reads the config at `config_path` (problems are logged, defaults used), loads the
@@ -219,29 +225,36 @@ fn state() -> Option<State> {
     Some(State { plugin, config, view, today })
 }
 
+/// `job_submit`'s verdict on `job`.
 pub fn submit(job: &JobRequest, submit_uid: u32) -> Verdict {
+    decide(decide_submit, job, submit_uid)
+}
+
+/// `job_modify`'s verdict on the update `job`.
+pub fn modify(job: &JobRequest, submit_uid: u32) -> Verdict {
+    decide(decide_modify, job, submit_uid)
+}
+
+/// Runs `decision` on the current settings and balances, and tallies what it admitted.
+fn decide(decision: fn(&JobRequest, &Inputs, &mut Log) -> Outcome, job: &JobRequest, submit_uid: u32) -> Verdict {
     // Not initialised: nothing to decide from, accept.
     let Some(State { plugin, config, view, today }) = state() else { return Verdict::accept() };
     let now = unix_now();
-    let ctx = Context { view: &view, config: &config, now, today, slurm_uid: plugin.slurm_uid };
     let mut tally = plugin.tally.lock().unwrap_or_else(PoisonError::into_inner);
-    let submitted = admit::on_submit(&ctx, job, submit_uid, &|uid| tally.of(uid), &mut slurm_log);
-    if let Some((uid, commitment)) = submitted.admitted {
+    let admitted_since = |uid| tally.of(uid);
+    let inputs = Inputs {
+        config: &config,
+        standing: view.usable(now, config.max_snapshot_age),
+        today,
+        submit_uid,
+        slurm_uid: plugin.slurm_uid,
+        admitted_since: &admitted_since,
+    };
+    let outcome = decision(job, &inputs, &mut decision_log);
+    if let Some((uid, commitment)) = outcome.admitted {
         tally.add(uid, now, commitment);
     }
-    submitted.verdict
-}
-
-pub fn modify(job: &JobRequest, submit_uid: u32) -> Verdict {
-    let Some(State { plugin, config, view, today }) = state() else { return Verdict::accept() };
-    let now = unix_now();
-    let ctx = Context { view: &view, config: &config, now, today, slurm_uid: plugin.slurm_uid };
-    let mut tally = plugin.tally.lock().unwrap_or_else(PoisonError::into_inner);
-    let modified = crate::modify::on_modify(&ctx, job, submit_uid, &|uid| tally.of(uid), &mut slurm_log);
-    if let Some((uid, grown)) = modified.admitted {
-        tally.add(uid, now, grown);
-    }
-    modified.verdict
+    outcome.verdict
 }
 
 #[cfg(test)]

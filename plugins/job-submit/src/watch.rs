@@ -11,12 +11,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gputokens::admission::OnError;
-use gputokens::estimate::{Commitment, PendingJob};
-use gputokens::policy::BucketRules;
+use gputokens::decision::Standing;
+use gputokens::plugin_config::OnError;
 use gputokens::snapshot::{self, Snapshot};
 pub use gputokens::stamp::Stamp;
-use gputokens::Tokens;
 
 use crate::ffi::Level;
 
@@ -47,36 +45,20 @@ pub struct Balances {
 }
 
 impl Balances {
-    /// (user name if known, balance): a uid not in the snapshot stands at `initial`.
-    pub fn of(&self, uid: u32) -> (Option<&str>, Tokens) {
-        match self.names.get(&uid) {
-            Some(name) => (Some(name), self.snapshot.balance(name)),
-            None => (None, self.snapshot.rules.initial),
+    /// What the decision reads of these balances.
+    pub fn standing(&self) -> Standing<'_> {
+        Standing { snapshot: &self.snapshot, names: &self.names }
+    }
+}
+
+impl View {
+    /// The balances when a decision may use them: ready, and not older than `max_age` (else
+    /// `on_error` decides).
+    pub fn usable(&self, now: i64, max_age: Option<Duration>) -> Option<Standing<'_>> {
+        match self {
+            View::Ready(b) => b.standing().fresh(now, max_age),
+            View::Unavailable(_) => None,
         }
-    }
-
-    pub fn rules(&self) -> &BucketRules {
-        &self.snapshot.rules
-    }
-
-    pub fn age(&self, now: i64) -> i64 {
-        now - self.snapshot.generated
-    }
-
-    /// What the user's running and pending GPU jobs held and could cost when squeue was read.
-    pub fn committed(&self, uid: u32) -> Commitment {
-        let queue = self.snapshot.queue.as_ref();
-        self.names.get(&uid).and_then(|n| queue?.committed.get(n)).copied().unwrap_or_default()
-    }
-
-    /// A job that was pending when squeue was read; None for any other (e.g. submitted since).
-    pub fn pending_job(&self, job_id: u32) -> Option<&PendingJob> {
-        self.snapshot.queue.as_ref()?.pending.get(&job_id)
-    }
-
-    /// The user's default account in slurmdbd.
-    pub fn default_account(&self, uid: u32) -> Option<&str> {
-        self.names.get(&uid).and_then(|n| self.snapshot.default_accounts.get(n)).map(String::as_str)
     }
 }
 
@@ -272,7 +254,7 @@ impl Monitor {
 
     fn log_condition(&mut self, now: i64, log: &mut dyn FnMut(Level, String)) {
         let condition = match &*self.view {
-            View::Ready(b) if self.max_age.is_some_and(|max| b.age(now) > max.as_secs() as i64) => Condition::Stale,
+            View::Ready(b) if b.standing().fresh(now, self.max_age).is_none() => Condition::Stale,
             View::Ready(_) => Condition::Fine,
             View::Unavailable(p) => Condition::Broken(p.clone()),
         };
@@ -289,7 +271,10 @@ impl Monitor {
                 let View::Ready(b) = &*self.view else { return };
                 let again = if self.logged.is_none() { "" } else { " is usable again" };
                 let users = users(b.snapshot.balances.len(), b.mapped);
-                (Level::Info, format!("balance snapshot {path}{again}: {users}, written {}", ago(b.age(now))))
+                (
+                    Level::Info,
+                    format!("balance snapshot {path}{again}: {users}, written {}", ago(b.standing().age(now))),
+                )
             }
             Condition::Stale => {
                 let View::Ready(b) = &*self.view else { return };
@@ -299,7 +284,7 @@ impl Monitor {
                     format!(
                         "balance snapshot {path} is stale: written {}, longer than max_snapshot_age ({max}); is accountd \
                          running? {consequence} until it is rewritten",
-                        ago(b.age(now))
+                        ago(b.standing().age(now))
                     ),
                 )
             }
@@ -352,6 +337,7 @@ pub fn system_resolver() -> Resolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gputokens::Tokens;
     use std::sync::atomic::{AtomicBool, Ordering};
 
     const NOW: i64 = 1_795_430_400;
@@ -400,7 +386,7 @@ mod tests {
         }
         fn balance(&self, uid: u32) -> Option<Tokens> {
             match &*self.monitor.view() {
-                View::Ready(b) => Some(b.of(uid).1),
+                View::Ready(b) => Some(b.standing().balance(uid)),
                 View::Unavailable(_) => None,
             }
         }
@@ -501,6 +487,22 @@ mod tests {
         assert!(f.tick(NOW + 61).is_some());
         assert_eq!(f.balance(1001), Some(Tokens::whole(-20)));
         assert!(f.tick(NOW + 200).is_none(), "nothing left to retry");
+    }
+
+    #[test]
+    fn decisions_use_ready_balances_that_are_not_stale() {
+        let mut f = Fixture::new(OnError::Accept, users());
+        f.write(&text(NOW, &[("alice", -10_400_000)]));
+        f.tick(NOW);
+        let view = f.monitor.view();
+        let max = Some(Duration::from_secs(7200));
+        let usable = view.usable(NOW + 7200, max).expect("2 h old: usable");
+        assert_eq!(usable.balance(1001), Tokens::from_micro(-10_400_000));
+        assert!(view.usable(NOW + 7201, max).is_none(), "stale");
+        assert!(view.usable(NOW + 1_000_000, None).is_some(), "no max_snapshot_age: never stale");
+        for problem in [Problem::Missing, Problem::Corrupt("x".into()), Problem::Unreadable("y".into())] {
+            assert!(View::Unavailable(problem).usable(NOW, max).is_none());
+        }
     }
 
     #[test]

@@ -5,8 +5,8 @@
 
 use serde_json::Value;
 
-use crate::estimate::{array_task_count, JobShape};
 use crate::gpu_time::UsageRecord;
+use crate::job_shape::{array_task_count, JobShape};
 use crate::request::{GpuRequest, TresPer};
 use crate::tres::{parse_alloc_tres, GpuAllocation, Sharing};
 

@@ -1,0 +1,408 @@
+//! The submit decision, for `job_submit` and for `job_modify`, on a typed [`JobRequest`]: which rules
+//! apply, in which order, and what slurmctld is told ([`Verdict`]). The job_submit plugin converts
+//! Slurm's job description into the request, hands over what it knows ([`Inputs`]: its settings,
+//! the published balances, what it admitted since the last queue read) and applies the verdict; the
+//! rules' messages are `admission`'s. No I/O here.
+//!
+//! A submission and an update run one skeleton (`decide`), each step done the way `Steps` says
+//! for that kind: which jobs are checked at all (CPU-only jobs, exempt users, accounts and QOS,
+//! administrators' updates are not), `max_job_duration`, `on_error` while the balances are
+//! unavailable, the floor, `max_gpus_per_user` and the estimate (`mode = "estimate"`), the overdraft
+//! penalty, and what `--gpu-tokens-estimate` asked to be told. See `submit.rs` and `modify.rs`.
+
+mod modify;
+mod submit;
+
+#[cfg(test)]
+mod fixtures;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::NaiveDate;
+
+use crate::admission::{self, Decision, JobEstimate};
+use crate::config::JobIdentity;
+use crate::estimate::{Commitment, PendingJob};
+use crate::job_request::JobRequest;
+use crate::plugin_config::{Deprioritize, OnError, PluginConfig, MAX_NICE};
+use crate::policy::BucketRules;
+use crate::request::GpuRequest;
+use crate::snapshot::Snapshot;
+use crate::tokens::Tokens;
+use crate::tres::MILLI;
+
+pub use modify::decide_modify;
+pub use submit::decide_submit;
+
+/// How a line the decision logs shows in slurmctld's log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Info,
+    /// Shown with `SlurmctldDebug=verbose` or higher.
+    Verbose,
+}
+
+/// Where the decision's log lines go.
+pub type Log<'a> = dyn FnMut(Level, String) + 'a;
+
+/// Changes made to an accepted job.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// The job's new nice value, signed (within ±`MAX_NICE`).
+    pub nice: Option<i32>,
+    /// The job's site factor, signed (within ±`MAX_NICE`).
+    pub site_factor: Option<i32>,
+    pub qos: Option<String>,
+    /// A finite time limit in minutes (`u32::MAX` for one longer than that).
+    pub time_limit: Option<u32>,
+}
+
+/// What slurmctld is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Accept with `changes`, telling the submitter `message` if any.
+    Accept { changes: Changes, message: Option<String> },
+    /// Refuse (by accounting policy) with a message for the submitter.
+    Reject { message: String },
+}
+
+impl Verdict {
+    /// Accept untouched, saying nothing.
+    pub fn accept() -> Verdict {
+        Verdict::Accept { changes: Changes::default(), message: None }
+    }
+}
+
+/// A submission's or an update's verdict, and what the admitted GPU job (or the accepted update) adds
+/// to its owner's commitments until the next snapshot's queue includes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub verdict: Verdict,
+    /// (owner's uid, what the job adds)
+    pub admitted: Option<(u32, Commitment)>,
+}
+
+impl Outcome {
+    fn pass() -> Outcome {
+        Outcome { verdict: Verdict::accept(), admitted: None }
+    }
+}
+
+/// The published balances as a decision reads them: the snapshot, and the uids of the user names it
+/// mentions (the plugin's watcher maps them; the decision does no name-service lookups).
+#[derive(Debug, Clone, Copy)]
+pub struct Standing<'a> {
+    pub snapshot: &'a Snapshot,
+    /// uid → user name.
+    pub names: &'a HashMap<u32, String>,
+}
+
+impl<'a> Standing<'a> {
+    pub fn user_name(&self, uid: u32) -> Option<&'a str> {
+        self.names.get(&uid).map(String::as_str)
+    }
+
+    /// The user's balance: a uid not in the snapshot stands at `initial`.
+    pub fn balance(&self, uid: u32) -> Tokens {
+        match self.user_name(uid) {
+            Some(name) => self.snapshot.balance(name),
+            None => self.snapshot.rules.initial,
+        }
+    }
+
+    /// What the user's running and pending GPU jobs held and could cost when squeue was read.
+    pub fn committed(&self, uid: u32) -> Commitment {
+        let queue = self.snapshot.queue.as_ref();
+        self.user_name(uid).and_then(|n| queue?.committed.get(n)).copied().unwrap_or_default()
+    }
+
+    /// A job that was pending when squeue was read; None for any other (e.g. submitted since).
+    pub fn pending_job(&self, job_id: u32) -> Option<&'a PendingJob> {
+        self.snapshot.queue.as_ref()?.pending.get(&job_id)
+    }
+
+    /// The user's default account in slurmdbd.
+    pub fn default_account(&self, uid: u32) -> Option<&'a str> {
+        self.user_name(uid).and_then(|n| self.snapshot.default_accounts.get(n)).map(String::as_str)
+    }
+
+    /// Seconds since accountd wrote the snapshot.
+    pub fn age(&self, now: i64) -> i64 {
+        now - self.snapshot.generated
+    }
+
+    /// These balances when they are fresh enough to decide from (`max_snapshot_age`; None = never stale).
+    pub fn fresh(self, now: i64, max_age: Option<Duration>) -> Option<Standing<'a>> {
+        max_age.is_none_or(|max| self.age(now) <= max.as_secs() as i64).then_some(self)
+    }
+}
+
+/// What a decision reads besides the job: plain data from the plugin's live state.
+#[derive(Clone, Copy)]
+pub struct Inputs<'a> {
+    pub config: &'a PluginConfig,
+    /// The balances when usable; None when missing, unreadable, corrupt or stale (`on_error` decides).
+    pub standing: Option<Standing<'a>>,
+    /// The local date (for "about N days").
+    pub today: NaiveDate,
+    /// Who asks (slurmctld's `submit_uid`).
+    pub submit_uid: u32,
+    /// slurmctld's own uid (the SlurmUser): its updates, like root's, are an administrator's.
+    pub slurm_uid: u32,
+    /// What the plugin admitted for a uid since the snapshot's queue was read.
+    pub admitted_since: &'a dyn Fn(u32) -> Commitment,
+}
+
+/// The job's owner as the rules see them.
+struct Owner {
+    uid: u32,
+    /// `alice (uid 1001)`, or `uid 1001` when the name is not known, for the log.
+    who: String,
+    exempt: bool,
+}
+
+impl Owner {
+    /// The owner is the request's `user_id`, else (as in most updates) the submitter.
+    fn of(job: &JobRequest, inputs: &Inputs) -> Owner {
+        let uid = job.user_id.unwrap_or(inputs.submit_uid);
+        let name = inputs.standing.and_then(|s| s.user_name(uid));
+        let who = name.map_or(format!("uid {uid}"), |n| format!("{n} (uid {uid})"));
+        let exempt = inputs.config.exempt.covers(&JobIdentity {
+            user: name,
+            account: job.account.as_deref(),
+            default_account: inputs.standing.and_then(|s| s.default_account(uid)),
+            qos: job.qos.as_deref(),
+        });
+        Owner { uid, who, exempt }
+    }
+}
+
+/// The GPU request when the job asks for GPUs. A GPU entry that cannot be read counts as a request
+/// of nothing countable (Slurm will judge the syntax; the balance rule must not be skipped because
+/// of it).
+fn gpu_request(job: &JobRequest, log: &mut Log) -> Option<GpuRequest> {
+    match job.gpus() {
+        Ok(request) => request.has_gpus().then_some(request),
+        Err(e) => {
+            log(Level::Verbose, format!("{e}; treated as a GPU job"));
+            Some(GpuRequest::default())
+        }
+    }
+}
+
+/// A job being judged: the request, its owner and what the decision reads.
+struct Case<'j, 'a> {
+    job: &'j JobRequest,
+    inputs: &'j Inputs<'a>,
+    owner: Owner,
+}
+
+/// The owner's balance and what the bucket rules make of it, once the balances are known usable.
+struct Account<'a> {
+    standing: Standing<'a>,
+    balance: Tokens,
+    rules: &'a BucketRules,
+    decision: Decision,
+}
+
+impl<'a> Account<'a> {
+    fn of(standing: Standing<'a>, case: &Case) -> Account<'a> {
+        let balance = standing.balance(case.owner.uid);
+        let rules = &standing.snapshot.rules;
+        let decision = admission::decide(balance, rules, case.inputs.today, &case.inputs.config.deprioritize);
+        Account { standing, balance, rules, decision }
+    }
+
+    /// What the owner's GPU jobs hold and can cost: the last queue read and what was admitted since.
+    fn held(&self, case: &Case) -> Commitment {
+        let mut held = self.standing.committed(case.owner.uid);
+        held += (case.inputs.admitted_since)(case.owner.uid);
+        held
+    }
+}
+
+/// A refusal: the message for the submitter, and the reason slurmctld's log gives (None: not
+/// logged, e.g. unavailable balances, which the watcher logs when it begins).
+struct Refusal {
+    reason: Option<String>,
+    message: String,
+}
+
+impl Refusal {
+    fn logged(reason: impl Into<String>, message: String) -> Refusal {
+        Refusal { reason: Some(reason.into()), message }
+    }
+
+    fn silent(message: String) -> Refusal {
+        Refusal { reason: None, message }
+    }
+}
+
+/// An accepted job's changes and messages, gathered step by step.
+#[derive(Default)]
+struct Draft {
+    changes: Changes,
+    messages: Vec<String>,
+}
+
+impl Draft {
+    fn verdict(self) -> Verdict {
+        let message = (!self.messages.is_empty()).then(|| self.messages.join("\n"));
+        Verdict::Accept { changes: self.changes, message }
+    }
+}
+
+/// One kind of decision: what each step of `decide` does for it. Steps run in the order declared.
+trait Steps {
+    /// What the log says was refused: `a GPU job of alice (uid 1001)`.
+    fn subject(&self, case: &Case) -> String;
+
+    /// `max_job_duration`.
+    fn check_time(&mut self, case: &Case, draft: &mut Draft) -> Result<(), Refusal>;
+
+    /// The balances are unavailable: `on_error` decides.
+    fn check_unavailable(&self, on_error: OnError) -> Result<(), Refusal>;
+
+    /// The floor (and what overdraft keeps).
+    fn check_balance(&self, case: &Case, account: &Account) -> Result<(), Refusal>;
+
+    /// `max_gpus_per_user` and the estimate; Ok: what the accepted job adds to its owner's commitments.
+    fn check_limits(&mut self, case: &Case, account: &Account) -> Result<Option<Commitment>, Refusal>;
+
+    /// In overdraft: the penalty `how`, and the `message` telling the user.
+    fn deprioritize(
+        &self,
+        case: &Case,
+        account: &Account,
+        how: &Deprioritize,
+        message: &str,
+        draft: &mut Draft,
+        log: &mut Log,
+    );
+
+    /// What the submitter asked to be told, last.
+    fn note(&self, account: &Account) -> Option<String>;
+}
+
+/// The skeleton both decisions run: `screened` is None when the job is not checked at all, else its
+/// owner and the steps for its kind.
+fn decide<S: Steps>(screened: Option<(Owner, S)>, job: &JobRequest, inputs: &Inputs, log: &mut Log) -> Outcome {
+    let Some((owner, mut steps)) = screened else { return Outcome::pass() };
+    let case = Case { job, inputs, owner };
+    match judge(&mut steps, &case, log) {
+        Ok(outcome) => outcome,
+        Err(Refusal { reason, message }) => {
+            if let Some(reason) = reason {
+                log(Level::Info, format!("refused {}: {reason}", steps.subject(&case)));
+            }
+            Outcome { verdict: Verdict::Reject { message }, admitted: None }
+        }
+    }
+}
+
+fn judge<S: Steps>(steps: &mut S, case: &Case, log: &mut Log) -> Result<Outcome, Refusal> {
+    let mut draft = Draft::default();
+    steps.check_time(case, &mut draft)?;
+    let Some(standing) = case.inputs.standing else {
+        steps.check_unavailable(case.inputs.config.on_error)?;
+        return Ok(Outcome { verdict: draft.verdict(), admitted: None });
+    };
+    let account = Account::of(standing, case);
+    steps.check_balance(case, &account)?;
+    let admitted = steps.check_limits(case, &account)?;
+    if let Decision::AcceptDeprioritized { how, message } = &account.decision {
+        steps.deprioritize(case, &account, how, message, &mut draft, log);
+    }
+    draft.messages.extend(steps.note(&account));
+    Ok(Outcome { verdict: draft.verdict(), admitted: admitted.map(|grown| (case.owner.uid, grown)) })
+}
+
+/// `max_gpus_per_user`: `held` milli-GPUs in the owner's jobs, `asked` by this one.
+fn within_gpu_limit(max: u32, held: u64, asked: u64) -> Result<(), Refusal> {
+    if held.saturating_add(asked) > max as u64 * MILLI {
+        return Err(Refusal::logged(
+            format!("above max_gpus_per_user ({max})"),
+            admission::gpu_limit_message(max, held, asked),
+        ));
+    }
+    Ok(())
+}
+
+/// The estimate: the job's maximum cost with what the owner's jobs can still cost (`held`) must not
+/// take the balance below the floor.
+fn within_estimate(account: &Account, held: Tokens, estimate: &JobEstimate) -> Result<(), Refusal> {
+    match admission::check_estimate(account.balance, held, estimate, account.rules) {
+        Some(message) => Err(Refusal::logged(
+            format!("its maximum cost {} would take {} below the floor", estimate.cost, account.balance),
+            message,
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The refusal of a request too large to count.
+fn uncountable(message: String) -> Refusal {
+    Refusal::logged("its request is more than can be counted", message)
+}
+
+/// The nice value after adding `increment` to what the job asked for (not given = 0), within
+/// Slurm's range.
+pub fn raised_nice(nice: Option<i32>, increment: u32) -> i32 {
+    let wanted = nice.unwrap_or(0) as i64 + increment as i64;
+    wanted.clamp(-(MAX_NICE as i64), MAX_NICE as i64) as i32
+}
+
+/// A configured site factor within Slurm's range.
+pub fn site_factor(factor: i64) -> i32 {
+    factor.clamp(-(MAX_NICE as i64), MAX_NICE as i64) as i32
+}
+
+/// `seconds` as a time limit in minutes.
+pub fn limit_minutes(seconds: u64) -> u32 {
+    u32::try_from(seconds / 60).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::{world, NOW};
+    use super::*;
+
+    #[test]
+    fn nice_and_site_factor_arithmetic() {
+        assert_eq!(raised_nice(None, 10_000), 10_000);
+        assert_eq!(raised_nice(Some(0), 0), 0);
+        assert_eq!(raised_nice(Some(-100), 50), -50, "a negative nice (operators) is kept");
+        assert_eq!(raised_nice(Some(MAX_NICE as i32 - 1), 10), MAX_NICE as i32, "capped");
+        assert_eq!(raised_nice(Some(i32::MIN), 0), -(MAX_NICE as i32), "within Slurm's range");
+        assert_eq!(site_factor(-10_000), -10_000);
+        assert_eq!(site_factor(i64::MIN), -(MAX_NICE as i32));
+    }
+
+    #[test]
+    fn limits_in_minutes_never_wrap() {
+        assert_eq!(limit_minutes(u64::MAX), u32::MAX, "a huge max_job_duration never wraps to a short limit");
+        assert_eq!(limit_minutes(7200), 120);
+    }
+
+    #[test]
+    fn balances_older_than_max_snapshot_age_are_not_used() {
+        let w = world();
+        let hours = |h: u64| Some(Duration::from_secs(h * 3600));
+        assert!(w.standing().fresh(NOW, hours(1)).is_some());
+        assert!(w.standing().fresh(NOW + 3590, hours(1)).is_some(), "written 10 s before NOW");
+        assert!(w.standing().fresh(NOW + 3600, hours(1)).is_none());
+        assert!(w.standing().fresh(NOW + 1_000_000, None).is_some(), "never stale");
+    }
+
+    #[test]
+    fn what_the_standing_says_of_a_user() {
+        let w = world();
+        let s = w.standing();
+        assert_eq!(s.balance(1002), Tokens::whole(50));
+        assert_eq!(s.balance(4242), Tokens::whole(100), "not mapped: initial");
+        assert_eq!(s.default_account(1002), Some("physics"));
+        assert_eq!(s.committed(1002).milli_gpus, 2000);
+        assert_eq!(s.committed(1001), Commitment::default());
+    }
+}
