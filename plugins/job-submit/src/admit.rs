@@ -1,7 +1,7 @@
 //! What `job_submit` and `job_modify` decide, in safe code: the job is read from the job
 //! description's copy ([`JobRequest`]), balances, prices, partitions and queue commitments from the
-//! published [`View`], the settings from [`PluginConfig`]; the rules and their messages are
-//! `gputokens::admission`'s.
+//! published [`View`], the settings from the config's `[admission]` ([`PluginConfig`]) and
+//! `[exempt]`; the rules and their messages are `gputokens::admission`'s.
 //!
 //! For a GPU job, in order: exempt users, accounts and QOS pass untouched; `max_job_duration`
 //! refuses a longer `--time` or gives an untimed job the maximum; with the balances unavailable
@@ -15,6 +15,7 @@ use std::ffi::c_int;
 use chrono::NaiveDate;
 use gputokens::admission::{self, Decision, JobEstimate, TimeCheck};
 use gputokens::estimate::{array_task_count, requested_milli, total_milli, Commitment, JobShape};
+use gputokens::config::Exempt;
 use gputokens::plugin_config::{Deprioritize, Mode, PluginConfig, MAX_NICE};
 use gputokens::request::{GpuRequest, TresPer};
 use gputokens::slurm::partitions::{limit_for_untimed, max_time};
@@ -161,6 +162,7 @@ pub struct Outcome {
 pub struct Context<'a> {
     pub view: &'a View,
     pub config: &'a PluginConfig,
+    pub exempt: &'a Exempt,
     /// Unix time.
     pub now: i64,
     /// The local date (for "about N days").
@@ -194,7 +196,7 @@ pub fn on_submit(
     let pass = Outcome { verdict: Verdict::accept(), admitted: None };
     let Some(request) = job.gpu_request(log) else { return pass };
     let balances = ctx.balances();
-    let Owner { uid, who, exempt } = owner(ctx.config, balances, job, submit_uid);
+    let Owner { uid, who, exempt } = owner(ctx.exempt, balances, job, submit_uid);
     if exempt {
         log(Level::Verbose, format!("a GPU job of {who} is exempt: not checked"));
         return pass;
@@ -326,17 +328,16 @@ pub(crate) struct Owner {
 }
 
 /// The owner is the description's `user_id`, else (NO_VAL, as in most updates) the submitter.
-pub(crate) fn owner(config: &PluginConfig, balances: Option<&Balances>, job: &JobRequest, submit_uid: u32) -> Owner {
+pub(crate) fn owner(exempt: &Exempt, balances: Option<&Balances>, job: &JobRequest, submit_uid: u32) -> Owner {
     let uid = if job.user_id == NO_VAL { submit_uid } else { job.user_id };
     let name = balances.and_then(|b| b.names.get(&uid)).map(String::as_str);
     let who = name.map_or(format!("uid {uid}"), |n| format!("{n} (uid {uid})"));
-    let exempt = is_exempt(config, name, job, balances.and_then(|b| b.default_account(uid)));
+    let exempt = is_exempt(exempt, name, job, balances.and_then(|b| b.default_account(uid)));
     Owner { uid, who, exempt }
 }
 
 /// An exempt user (by name), account (the job's, else the user's default) or QOS (the job's).
-fn is_exempt(config: &PluginConfig, name: Option<&str>, job: &JobRequest, default_account: Option<&str>) -> bool {
-    let exempt = &config.exempt;
+fn is_exempt(exempt: &Exempt, name: Option<&str>, job: &JobRequest, default_account: Option<&str>) -> bool {
     name.is_some_and(|n| exempt.users.iter().any(|u| u == n))
         || job.account.as_deref().or(default_account).is_some_and(|a| exempt.accounts.iter().any(|e| e == a))
         || job.qos.as_deref().is_some_and(|q| exempt.qos.iter().any(|e| e == q))
@@ -361,7 +362,6 @@ pub(crate) mod tests {
     use super::*;
     use crate::watch::Problem;
     use gputokens::admission::OnError;
-    use gputokens::config::Exempt;
     use gputokens::policy::BucketRules;
     use gputokens::pricing::PriceTable;
     use gputokens::slurm::partitions::Partition;
@@ -410,8 +410,15 @@ pub(crate) mod tests {
         PluginConfig::default()
     }
 
+    static NO_EXEMPTIONS: Exempt = Exempt { users: Vec::new(), accounts: Vec::new(), qos: Vec::new() };
+
     pub(crate) fn ctx<'a>(view: &'a View, config: &'a PluginConfig) -> Context<'a> {
-        Context { view, config, now: NOW, today: NaiveDate::from_ymd_opt(2026, 11, 10).unwrap(), slurm_uid: 64030 }
+        exempting(view, config, &NO_EXEMPTIONS)
+    }
+
+    fn exempting<'a>(view: &'a View, config: &'a PluginConfig, exempt: &'a Exempt) -> Context<'a> {
+        let today = NaiveDate::from_ymd_opt(2026, 11, 10).unwrap();
+        Context { view, config, exempt, now: NOW, today, slurm_uid: 64030 }
     }
 
     fn gpu_job(user_id: u32) -> JobRequest {
@@ -552,24 +559,21 @@ pub(crate) mod tests {
     #[test]
     fn exempt_users_accounts_and_qos_are_not_checked() {
         let v = view();
-        let by_user = PluginConfig { exempt: Exempt { users: vec!["alice".into()], ..Default::default() }, ..config() };
-        let (verdict, log) = submit(&ctx(&v, &by_user), &gpu_job(1001));
+        let c = config();
+        let by_user = Exempt { users: vec!["alice".into()], ..Default::default() };
+        let (verdict, log) = submit(&exempting(&v, &c, &by_user), &gpu_job(1001));
         assert_eq!(verdict, Verdict::accept());
         assert_eq!(log, ["Verbose: a GPU job of alice (uid 1001) is exempt: not checked"]);
-        let by_account =
-            PluginConfig { exempt: Exempt { accounts: vec!["ops".into()], ..Default::default() }, ..config() };
-        assert!(matches!(submit(&ctx(&v, &by_account), &gpu_job(1001)).0, Verdict::Reject { .. }));
+        let by_account = Exempt { accounts: vec!["ops".into()], ..Default::default() };
+        assert!(matches!(submit(&exempting(&v, &c, &by_account), &gpu_job(1001)).0, Verdict::Reject { .. }));
         let named = JobRequest { account: Some("ops".into()), ..gpu_job(1001) };
-        assert_eq!(submit(&ctx(&v, &by_account), &named).0, Verdict::accept(), "the job's -A");
-        let physics = PluginConfig {
-            exempt: Exempt { accounts: vec!["physics".into()], ..Default::default() },
-            max_gpus_per_user: Some(1),
-            ..config()
-        };
-        assert_eq!(submit(&ctx(&v, &physics), &gpu_job(1002)).0, Verdict::accept(), "bob's default account");
-        let by_qos = PluginConfig { exempt: Exempt { qos: vec!["urgent".into()], ..Default::default() }, ..config() };
+        assert_eq!(submit(&exempting(&v, &c, &by_account), &named).0, Verdict::accept(), "the job's -A");
+        let physics = Exempt { accounts: vec!["physics".into()], ..Default::default() };
+        let one_gpu = PluginConfig { max_gpus_per_user: Some(1), ..config() };
+        assert_eq!(submit(&exempting(&v, &one_gpu, &physics), &gpu_job(1002)).0, Verdict::accept(), "bob's default account");
+        let by_qos = Exempt { qos: vec!["urgent".into()], ..Default::default() };
         let urgent = JobRequest { qos: Some("urgent".into()), ..gpu_job(1001) };
-        assert_eq!(submit(&ctx(&v, &by_qos), &urgent).0, Verdict::accept());
+        assert_eq!(submit(&exempting(&v, &c, &by_qos), &urgent).0, Verdict::accept());
     }
 
     #[test]

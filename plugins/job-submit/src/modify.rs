@@ -37,7 +37,7 @@ pub fn on_modify(
         return pass;
     }
     let balances = ctx.balances();
-    let Owner { uid, who, exempt } = owner(ctx.config, balances, job, submit_uid);
+    let Owner { uid, who, exempt } = owner(ctx.exempt, balances, job, submit_uid);
     if exempt {
         return pass;
     }

@@ -19,10 +19,11 @@ use crate::admit::{self, Context, JobRequest, Verdict};
 use crate::ffi::{self, Level};
 use crate::tally::Tally;
 use crate::watch::{self, Monitor, Stamp, View};
-use gputokens::plugin_config::{self as config, PluginConfig};
+use gputokens::plugin_config::describe;
+use gputokens::Config;
 
 struct Plugin {
-    config: RwLock<Arc<PluginConfig>>,
+    config: RwLock<Arc<Config>>,
     view: RwLock<Arc<View>>,
     tally: Mutex<Tally>,
     /// Local date as days since 0001-01-01, kept by the watcher (reading the time zone is file I/O).
@@ -48,7 +49,7 @@ fn slurm_log(level: Level, message: String) {
     ffi::log(level, &message)
 }
 
-/// `init`: reads the config at `config_path` (problems are logged, defaults used), loads the
+/// `init`: reads the config at `config_path` leniently (problems are logged, defaults used), loads the
 /// snapshot once, starts the watcher. Never fails.
 pub fn start(config_path: &Path) {
     stop();
@@ -80,11 +81,11 @@ pub fn start(config_path: &Path) {
     *PLUGIN.write().unwrap_or_else(PoisonError::into_inner) = Some(plugin);
 }
 
-fn monitor_for(config: &PluginConfig) -> Monitor {
+fn monitor_for(config: &Config) -> Monitor {
     Monitor::new(
-        config.snapshot.clone(),
-        config.max_snapshot_age,
-        config.on_error,
+        config.paths.snapshot.clone(),
+        config.admission.max_snapshot_age,
+        config.admission.on_error,
         watch::system_resolver(),
         config.exempt.users.clone(),
     )
@@ -110,11 +111,11 @@ impl Settings {
     }
 
     /// Reads the file, logging its problems and the settings in effect.
-    fn load(&mut self) -> PluginConfig {
+    fn load(&mut self) -> Config {
         self.stamp = self.current_stamp();
-        let (config, problems) = config::load(&self.path);
+        let (config, problems) = Config::load_lenient(&self.path);
         for problem in problems {
-            ffi::log(Level::Error, &problem);
+            ffi::log(Level::Error, &problem.to_string());
         }
         ffi::log(
             Level::Info,
@@ -123,7 +124,7 @@ impl Settings {
                 env!("CARGO_PKG_VERSION"),
                 env!("GPUTOKENS_PLUGIN_SLURM"),
                 self.path.display(),
-                config.describe()
+                describe(&config)
             ),
         );
         config
@@ -131,7 +132,7 @@ impl Settings {
 
     /// The new settings when the file changed since it was read and has since stayed the same for
     /// one poll.
-    fn reload_if_changed(&mut self) -> Option<PluginConfig> {
+    fn reload_if_changed(&mut self) -> Option<Config> {
         let current = self.current_stamp();
         if current == self.stamp {
             self.settling = None;
@@ -175,8 +176,10 @@ fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor) {
             plugin.today.store(local_days(now), Ordering::Relaxed);
             if let Some(config) = settings.reload_if_changed() {
                 let old = plugin.config.read().unwrap_or_else(PoisonError::into_inner).clone();
-                let watched =
-                    |c: &PluginConfig| (c.snapshot.clone(), c.max_snapshot_age, c.on_error, c.exempt.users.clone());
+                let watched = |c: &Config| {
+                    let a = &c.admission;
+                    (c.paths.snapshot.clone(), a.max_snapshot_age, a.on_error, c.exempt.users.clone())
+                };
                 if watched(&old) != watched(&config) {
                     monitor = monitor_for(&config);
                 }
@@ -205,7 +208,7 @@ fn current() -> Option<Arc<Plugin>> {
 /// The settings, the view and the date, as one decision sees them.
 struct State {
     plugin: Arc<Plugin>,
-    config: Arc<PluginConfig>,
+    config: Arc<Config>,
     view: Arc<View>,
     today: NaiveDate,
 }
@@ -223,7 +226,14 @@ pub fn submit(job: &JobRequest, submit_uid: u32) -> Verdict {
     // Not initialised: nothing to decide from, accept.
     let Some(State { plugin, config, view, today }) = state() else { return Verdict::accept() };
     let now = unix_now();
-    let ctx = Context { view: &view, config: &config, now, today, slurm_uid: plugin.slurm_uid };
+    let ctx = Context {
+        view: &view,
+        config: &config.admission,
+        exempt: &config.exempt,
+        now,
+        today,
+        slurm_uid: plugin.slurm_uid,
+    };
     let mut tally = plugin.tally.lock().unwrap_or_else(PoisonError::into_inner);
     let submitted = admit::on_submit(&ctx, job, submit_uid, &|uid| tally.of(uid), &mut slurm_log);
     if let Some((uid, commitment)) = submitted.admitted {
@@ -235,7 +245,14 @@ pub fn submit(job: &JobRequest, submit_uid: u32) -> Verdict {
 pub fn modify(job: &JobRequest, submit_uid: u32) -> Verdict {
     let Some(State { plugin, config, view, today }) = state() else { return Verdict::accept() };
     let now = unix_now();
-    let ctx = Context { view: &view, config: &config, now, today, slurm_uid: plugin.slurm_uid };
+    let ctx = Context {
+        view: &view,
+        config: &config.admission,
+        exempt: &config.exempt,
+        now,
+        today,
+        slurm_uid: plugin.slurm_uid,
+    };
     let mut tally = plugin.tally.lock().unwrap_or_else(PoisonError::into_inner);
     let modified = crate::modify::on_modify(&ctx, job, submit_uid, &|uid| tally.of(uid), &mut slurm_log);
     if let Some((uid, grown)) = modified.admitted {
@@ -247,6 +264,7 @@ pub fn modify(job: &JobRequest, submit_uid: u32) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gputokens::plugin_config::Deprioritize;
 
     #[test]
     fn a_changed_config_is_read_once_it_has_settled() {
@@ -254,7 +272,7 @@ mod tests {
         let path = dir.path().join("gputokens.toml");
         std::fs::write(&path, "[admission]\nnice_increment = 1\n").unwrap();
         let mut settings = Settings::new(path.clone());
-        assert_eq!(settings.load().deprioritize, config::Deprioritize::Nice(1));
+        assert_eq!(settings.load().admission.deprioritize, Deprioritize::Nice(1));
         assert!(settings.reload_if_changed().is_none(), "unchanged");
 
         std::fs::write(&path, "").unwrap(); // an editor truncating the file, about to write it
@@ -262,7 +280,7 @@ mod tests {
         std::fs::write(&path, "[admission]\nnice_increment = 2\n").unwrap();
         assert!(settings.reload_if_changed().is_none(), "changed again: still settling");
         let read = settings.reload_if_changed().expect("settled: read");
-        assert_eq!(read.deprioritize, config::Deprioritize::Nice(2));
+        assert_eq!(read.admission.deprioritize, Deprioritize::Nice(2));
         assert!(settings.reload_if_changed().is_none());
     }
 }
