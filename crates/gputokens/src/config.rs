@@ -18,9 +18,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::admission::OnError;
-use crate::plugin_config::{
-    Deprioritize, Mode, DEFAULT_MAX_SNAPSHOT_AGE, DEFAULT_NICE_INCREMENT, DEFAULT_TIME_LIMIT,
-};
+use crate::plugin_config::{Deprioritize, Mode, DEFAULT_MAX_SNAPSHOT_AGE, DEFAULT_NICE_INCREMENT, DEFAULT_TIME_LIMIT};
 use crate::pricing::PriceTable;
 use crate::tokens::Tokens;
 
@@ -364,7 +362,6 @@ pub struct Paths {
     pub snapshot: PathBuf,
     pub socket: PathBuf,
 }
-
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Admins {

@@ -14,8 +14,8 @@ use std::ffi::c_int;
 
 use chrono::NaiveDate;
 use gputokens::admission::{self, Decision, JobEstimate, TimeCheck};
-use gputokens::estimate::{array_task_count, requested_milli, total_milli, Commitment, JobShape};
 use gputokens::config::Exempt;
+use gputokens::estimate::{array_task_count, requested_milli, total_milli, Commitment, JobShape};
 use gputokens::plugin_config::{Deprioritize, Mode, PluginConfig, MAX_NICE};
 use gputokens::request::{GpuRequest, TresPer};
 use gputokens::slurm::partitions::{limit_for_untimed, max_time};
@@ -570,7 +570,11 @@ pub(crate) mod tests {
         assert_eq!(submit(&exempting(&v, &c, &by_account), &named).0, Verdict::accept(), "the job's -A");
         let physics = Exempt { accounts: vec!["physics".into()], ..Default::default() };
         let one_gpu = PluginConfig { max_gpus_per_user: Some(1), ..config() };
-        assert_eq!(submit(&exempting(&v, &one_gpu, &physics), &gpu_job(1002)).0, Verdict::accept(), "bob's default account");
+        assert_eq!(
+            submit(&exempting(&v, &one_gpu, &physics), &gpu_job(1002)).0,
+            Verdict::accept(),
+            "bob's default account"
+        );
         let by_qos = Exempt { qos: vec!["urgent".into()], ..Default::default() };
         let urgent = JobRequest { qos: Some("urgent".into()), ..gpu_job(1001) };
         assert_eq!(submit(&exempting(&v, &c, &by_qos), &urgent).0, Verdict::accept());

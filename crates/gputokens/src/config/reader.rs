@@ -21,7 +21,14 @@ pub(super) struct Section<'t> {
 
 impl<'t> Section<'t> {
     pub fn top(table: &'t toml::Table, path: &'t Path) -> Section<'t> {
-        Section { path, prefix: String::new(), table: Some(table), known: Vec::new(), open: false, problems: Vec::new() }
+        Section {
+            path,
+            prefix: String::new(),
+            table: Some(table),
+            known: Vec::new(),
+            open: false,
+            problems: Vec::new(),
+        }
     }
 
     /// Reads the table `name` with `read` (an absent table reads as empty, so every key has its

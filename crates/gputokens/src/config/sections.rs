@@ -201,12 +201,10 @@ fn usage(s: &mut Section) -> UsageConfig {
     UsageConfig {
         source: s.choice("source", d.source, &sources),
         charge_basis: s.choice("charge_basis", d.charge_basis, &bases),
-        measured_min_fraction: s.get("measured_min_fraction", d.measured_min_fraction, |v| {
-            number_in(v, 0.0, 1.0, "between 0 and 1")
-        }),
-        idle_threshold_percent: s.get("idle_threshold_percent", d.idle_threshold_percent, |v| {
-            number_in(v, 0.0, 100.0, "between 0 and 100")
-        }),
+        measured_min_fraction: s
+            .get("measured_min_fraction", d.measured_min_fraction, |v| number_in(v, 0.0, 1.0, "between 0 and 1")),
+        idle_threshold_percent: s
+            .get("idle_threshold_percent", d.idle_threshold_percent, |v| number_in(v, 0.0, 100.0, "between 0 and 100")),
         idle_window: s.get("idle_window", d.idle_window, positive_duration),
         idle_command: s.get("idle_command", d.idle_command, strings),
         prometheus: None,
@@ -274,5 +272,13 @@ fn admission(s: &mut Section) -> Admission {
         }
         _ => Deprioritize::Nice(nice),
     };
-    Admission { deprioritize, mode, on_error, max_snapshot_age, default_time_limit, max_gpus_per_user, max_job_duration }
+    Admission {
+        deprioritize,
+        mode,
+        on_error,
+        max_snapshot_age,
+        default_time_limit,
+        max_gpus_per_user,
+        max_job_duration,
+    }
 }

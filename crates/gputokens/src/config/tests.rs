@@ -7,7 +7,6 @@ use std::time::Duration;
 use super::*;
 use crate::plugin_config::{DEFAULT_MAX_SNAPSHOT_AGE, DEFAULT_SITE_FACTOR};
 
-
 fn parse(text: &str) -> Result<Config, ConfigError> {
     Config::parse(text, Path::new("test.toml"))
 }
@@ -177,7 +176,10 @@ fn lenient_problems_say_what_is_used_instead() {
          the default 2h"
     );
     let err = parse("[admission]\nmax_snapshot_age = \"soon\"\n").unwrap_err().to_string();
-    assert_eq!(err, "test.toml: admission.max_snapshot_age: expected a duration such as \"2h\" or \"off\", got \"soon\"");
+    assert_eq!(
+        err,
+        "test.toml: admission.max_snapshot_age: expected a duration such as \"2h\" or \"off\", got \"soon\""
+    );
     let (config, problems) = lenient("cap = 50\n");
     assert_eq!((config.initial, keys(&problems)), (Tokens::whole(50), vec!["initial"]));
     let (config, problems) = lenient("[usage]\nsource = \"prometheus\"\n[agent]\nauth = \"token\"\n");

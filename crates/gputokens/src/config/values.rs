@@ -159,8 +159,7 @@ pub(super) fn path(value: &Value) -> Result<PathBuf, String> {
 /// A duration such as "30m", "1h" or "0s".
 pub(super) fn any_duration(value: &Value) -> Result<Duration, String> {
     let text = value.as_str().ok_or_else(|| format!("expected a duration like \"30m\" or \"1h\", got {value}"))?;
-    humantime::parse_duration(text)
-        .map_err(|e| format!("'{text}' is not a duration like \"30m\" or \"1h\" ({e})"))
+    humantime::parse_duration(text).map_err(|e| format!("'{text}' is not a duration like \"30m\" or \"1h\" ({e})"))
 }
 
 /// A duration longer than 0.
@@ -192,10 +191,7 @@ pub(super) fn whole_seconds_or_off(value: &Value) -> Result<Option<Duration>, St
 pub(super) fn listen_address(value: &Value) -> Result<Option<SocketAddr>, String> {
     match string(value)?.trim() {
         "" | "off" => Ok(None),
-        text => text
-            .parse()
-            .map(Some)
-            .map_err(|e| format!("'{text}' is not an address like \"127.0.0.1:9817\" ({e})")),
+        text => text.parse().map(Some).map_err(|e| format!("'{text}' is not an address like \"127.0.0.1:9817\" ({e})")),
     }
 }
 
