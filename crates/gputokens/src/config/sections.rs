@@ -5,9 +5,18 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::reader::Section;
-use super::values::*;
-use super::*;
-use crate::plugin_config::{DEFAULT_SITE_FACTOR, MAX_NICE};
+use super::values::{
+    absolute_path, amount, any_duration, boolean, listen_address, names, non_negative_amount, number, number_in, path,
+    positive_duration, signal_name, string, strings, whole, whole_from, whole_seconds, whole_seconds_or_off, xids,
+};
+use super::{
+    Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Config, Exempt, Health, HttpAccess, Intervals,
+    Paths, PreemptAction, Preemption, Problem, SlurmTools, UsageConfig, UsageSource,
+};
+use crate::admission::OnError;
+use crate::plugin_config::{Deprioritize, Mode, DEFAULT_NICE_INCREMENT, DEFAULT_SITE_FACTOR, MAX_NICE};
+use crate::pricing::PriceTable;
+use crate::tokens::Tokens;
 
 const DEFAULT_INITIAL: Tokens = Tokens::whole(100);
 const DEFAULT_DAILY: Tokens = Tokens::whole(1);
