@@ -268,7 +268,7 @@ mod tests {
         assert_eq!(submit(0, Some("gres:gpu:1")).0, SUCCESS);
         plugin::stop();
         let log = test_slurm::LOG.lock().unwrap().join("\n");
-        assert!(log.contains("error: gputokens: cannot read /nonexistent/gputokens.toml"), "{log}");
+        assert!(log.contains("error: gputokens: /nonexistent/gputokens.toml: cannot read: "), "{log}");
     }
 
     #[test]

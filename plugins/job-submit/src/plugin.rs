@@ -21,10 +21,11 @@ use gputokens::job_request::JobRequest;
 use crate::ffi::{self, Level};
 use crate::tally::Tally;
 use crate::watch::{self, Monitor, Stamp, View};
-use gputokens::plugin_config::{self as config, PluginConfig};
+use gputokens::plugin_config::describe;
+use gputokens::Config;
 
 struct Plugin {
-    config: RwLock<Arc<PluginConfig>>,
+    config: RwLock<Arc<Config>>,
     view: RwLock<Arc<View>>,
     tally: Mutex<Tally>,
     /// Local date as days since 0001-01-01, kept by the watcher (reading the time zone is file I/O).
@@ -54,7 +55,7 @@ fn decision_log(level: decision::Level, message: String) {
     ffi::log(level.into(), &message)
 }
 
-/// `init`: reads the config at `config_path` (problems are logged, defaults used), loads the
+/// `init`: reads the config at `config_path` leniently (problems are logged, defaults used), loads the
 /// snapshot once, starts the watcher. Never fails.
 pub fn start(config_path: &Path) {
     stop();
@@ -86,11 +87,11 @@ pub fn start(config_path: &Path) {
     *PLUGIN.write().unwrap_or_else(PoisonError::into_inner) = Some(plugin);
 }
 
-fn monitor_for(config: &PluginConfig) -> Monitor {
+fn monitor_for(config: &Config) -> Monitor {
     Monitor::new(
-        config.snapshot.clone(),
-        config.max_snapshot_age,
-        config.on_error,
+        config.paths.snapshot.clone(),
+        config.admission.max_snapshot_age,
+        config.admission.on_error,
         watch::system_resolver(),
         config.exempt.users.clone(),
     )
@@ -116,11 +117,11 @@ impl Settings {
     }
 
     /// Reads the file, logging its problems and the settings in effect.
-    fn load(&mut self) -> PluginConfig {
+    fn load(&mut self) -> Config {
         self.stamp = self.current_stamp();
-        let (config, problems) = config::load(&self.path);
+        let (config, problems) = Config::load_lenient(&self.path);
         for problem in problems {
-            ffi::log(Level::Error, &problem);
+            ffi::log(Level::Error, &problem.to_string());
         }
         ffi::log(
             Level::Info,
@@ -129,7 +130,7 @@ impl Settings {
                 env!("CARGO_PKG_VERSION"),
                 env!("GPUTOKENS_PLUGIN_SLURM"),
                 self.path.display(),
-                config.describe()
+                describe(&config)
             ),
         );
         config
@@ -137,7 +138,7 @@ impl Settings {
 
     /// The new settings when the file changed since it was read and has since stayed the same for
     /// one poll.
-    fn reload_if_changed(&mut self) -> Option<PluginConfig> {
+    fn reload_if_changed(&mut self) -> Option<Config> {
         let current = self.current_stamp();
         if current == self.stamp {
             self.settling = None;
@@ -181,8 +182,10 @@ fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor) {
             plugin.today.store(local_days(now), Ordering::Relaxed);
             if let Some(config) = settings.reload_if_changed() {
                 let old = plugin.config.read().unwrap_or_else(PoisonError::into_inner).clone();
-                let watched =
-                    |c: &PluginConfig| (c.snapshot.clone(), c.max_snapshot_age, c.on_error, c.exempt.users.clone());
+                let watched = |c: &Config| {
+                    let a = &c.admission;
+                    (c.paths.snapshot.clone(), a.max_snapshot_age, a.on_error, c.exempt.users.clone())
+                };
                 if watched(&old) != watched(&config) {
                     monitor = monitor_for(&config);
                 }
@@ -211,7 +214,7 @@ fn current() -> Option<Arc<Plugin>> {
 /// The settings, the view and the date, as one decision sees them.
 struct State {
     plugin: Arc<Plugin>,
-    config: Arc<PluginConfig>,
+    config: Arc<Config>,
     view: Arc<View>,
     today: NaiveDate,
 }
@@ -243,8 +246,9 @@ fn decide(decision: fn(&JobRequest, &Inputs, &mut Log) -> Outcome, job: &JobRequ
     let mut tally = plugin.tally.lock().unwrap_or_else(PoisonError::into_inner);
     let admitted_since = |uid| tally.of(uid);
     let inputs = Inputs {
-        config: &config,
-        standing: view.usable(now, config.max_snapshot_age),
+        config: &config.admission,
+        exempt: &config.exempt,
+        standing: view.usable(now, config.admission.max_snapshot_age),
         today,
         submit_uid,
         slurm_uid: plugin.slurm_uid,
@@ -260,6 +264,7 @@ fn decide(decision: fn(&JobRequest, &Inputs, &mut Log) -> Outcome, job: &JobRequ
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gputokens::plugin_config::Deprioritize;
 
     #[test]
     fn a_changed_config_is_read_once_it_has_settled() {
@@ -267,7 +272,7 @@ mod tests {
         let path = dir.path().join("gputokens.toml");
         std::fs::write(&path, "[admission]\nnice_increment = 1\n").unwrap();
         let mut settings = Settings::new(path.clone());
-        assert_eq!(settings.load().deprioritize, config::Deprioritize::Nice(1));
+        assert_eq!(settings.load().admission.deprioritize, Deprioritize::Nice(1));
         assert!(settings.reload_if_changed().is_none(), "unchanged");
 
         std::fs::write(&path, "").unwrap(); // an editor truncating the file, about to write it
@@ -275,7 +280,7 @@ mod tests {
         std::fs::write(&path, "[admission]\nnice_increment = 2\n").unwrap();
         assert!(settings.reload_if_changed().is_none(), "changed again: still settling");
         let read = settings.reload_if_changed().expect("settled: read");
-        assert_eq!(read.deprioritize, config::Deprioritize::Nice(2));
+        assert_eq!(read.admission.deprioritize, Deprioritize::Nice(2));
         assert!(settings.reload_if_changed().is_none());
     }
 }

@@ -7,24 +7,25 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use gputokens::config::{Config, Paths};
 use gputokens::policy::Status;
 use gputokens::protocol::{BalanceRow, Reply, Request};
 
-pub const DEFAULT_SOCKET: &str = "/run/gputokens/accountd.sock";
 const TIMEOUT: Duration = Duration::from_secs(1);
 
-/// `[paths] socket` of the gputokens config; the default when the file or the key is missing.
+/// `[paths] socket` of the gputokens config (read leniently, as every plugin reads it); the default
+/// when the file or the key is missing. A file that cannot be read or parsed, or a bad socket
+/// path, is an error rather than the default: asking some other socket would only mislead.
 pub fn socket_path(config: &Path) -> Result<PathBuf, String> {
     let text = match std::fs::read_to_string(config) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(DEFAULT_SOCKET.into()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Paths::default().socket),
         Err(e) => return Err(format!("{}: {e}", config.display())),
     };
-    let table: toml::Table = toml::from_str(&text).map_err(|e| format!("{}: {e}", config.display()))?;
-    match table.get("paths").and_then(|p| p.get("socket")) {
-        None => Ok(DEFAULT_SOCKET.into()),
-        Some(toml::Value::String(s)) => Ok(s.into()),
-        Some(_) => Err(format!("{}: [paths] socket is not a string", config.display())),
+    let (settings, problems) = Config::parse_lenient(&text, config);
+    match problems.into_iter().find(|p| p.concerns("paths.socket")) {
+        Some(problem) => Err(problem.to_string()),
+        None => Ok(settings.paths.socket),
     }
 }
 
@@ -91,13 +92,16 @@ mod tests {
     fn socket_from_config() {
         let dir = tempfile::tempdir().unwrap();
         let conf = dir.path().join("g.toml");
-        assert_eq!(socket_path(&conf).unwrap(), PathBuf::from(DEFAULT_SOCKET));
+        let default = PathBuf::from("/run/gputokens/accountd.sock");
+        assert_eq!(socket_path(&conf).unwrap(), default);
         std::fs::write(&conf, "[paths]\nsnapshot = \"/x\"\n").unwrap();
-        assert_eq!(socket_path(&conf).unwrap(), PathBuf::from(DEFAULT_SOCKET));
-        std::fs::write(&conf, "[paths]\nsocket = \"/s.sock\"\n").unwrap();
-        assert_eq!(socket_path(&conf).unwrap(), PathBuf::from("/s.sock"));
+        assert_eq!(socket_path(&conf).unwrap(), default);
+        std::fs::write(&conf, "[paths]\nsocket = \"/s.sock\"\n[admission]\nmode = \"guess\"\n").unwrap();
+        assert_eq!(socket_path(&conf).unwrap(), PathBuf::from("/s.sock"), "other keys' problems do not matter");
         std::fs::write(&conf, "[paths\n").unwrap();
-        assert!(socket_path(&conf).is_err());
+        assert!(socket_path(&conf).unwrap_err().contains("not valid TOML"));
+        std::fs::write(&conf, "[paths]\nsocket = 5\n").unwrap();
+        assert!(socket_path(&conf).unwrap_err().contains("paths.socket"));
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use chrono::NaiveDate;
 
+use crate::config::Exempt;
 use crate::decision::{Inputs, Standing, Verdict};
 use crate::estimate::Commitment;
 use crate::plugin_config::PluginConfig;
@@ -71,10 +72,13 @@ pub fn no_local(_: u32) -> Commitment {
     Commitment::default()
 }
 
+static NO_EXEMPTIONS: Exempt = Exempt { users: Vec::new(), accounts: Vec::new(), qos: Vec::new() };
+
 /// The inputs with `world`'s balances (None: unavailable), asked by `submit_uid`.
 pub fn inputs<'a>(world: Option<&'a World>, config: &'a PluginConfig, submit_uid: u32) -> Inputs<'a> {
     Inputs {
         config,
+        exempt: &NO_EXEMPTIONS,
         standing: world.map(World::standing),
         today: NaiveDate::from_ymd_opt(2026, 11, 10).unwrap(),
         submit_uid,

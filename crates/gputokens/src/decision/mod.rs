@@ -22,7 +22,7 @@ use std::time::Duration;
 use chrono::NaiveDate;
 
 use crate::admission::{self, Decision, JobEstimate};
-use crate::config::JobIdentity;
+use crate::config::{Exempt, JobIdentity};
 use crate::estimate::{Commitment, PendingJob};
 use crate::job_request::JobRequest;
 use crate::plugin_config::{Deprioritize, OnError, PluginConfig, MAX_NICE};
@@ -142,6 +142,8 @@ impl<'a> Standing<'a> {
 #[derive(Clone, Copy)]
 pub struct Inputs<'a> {
     pub config: &'a PluginConfig,
+    /// `[exempt]`: users, accounts and QOS whose jobs are not checked.
+    pub exempt: &'a Exempt,
     /// The balances when usable; None when missing, unreadable, corrupt or stale (`on_error` decides).
     pub standing: Option<Standing<'a>>,
     /// The local date (for "about N days").
@@ -168,7 +170,7 @@ impl Owner {
         let uid = job.user_id.unwrap_or(inputs.submit_uid);
         let name = inputs.standing.and_then(|s| s.user_name(uid));
         let who = name.map_or(format!("uid {uid}"), |n| format!("{n} (uid {uid})"));
-        let exempt = inputs.config.exempt.covers(&JobIdentity {
+        let exempt = inputs.exempt.covers(&JobIdentity {
             user: name,
             account: job.account.as_deref(),
             default_account: inputs.standing.and_then(|s| s.default_account(uid)),

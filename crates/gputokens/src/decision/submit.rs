@@ -281,24 +281,26 @@ mod tests {
     #[test]
     fn exempt_users_accounts_and_qos_are_not_checked() {
         let w = world();
-        let by_user = PluginConfig { exempt: Exempt { users: vec!["alice".into()], ..Default::default() }, ..config() };
-        let (verdict, log) = submit(Some(&w), &by_user, &gpu_job(1001));
+        let exempt_submit = |config: &PluginConfig, exempt: Exempt, job: &JobRequest| {
+            let mut lines = Vec::new();
+            let inputs = Inputs { exempt: &exempt, ..inputs(Some(&w), config, job.user_id.unwrap()) };
+            let verdict = decide_submit(job, &inputs, &mut |l, m| lines.push(format!("{l:?}: {m}"))).verdict;
+            (verdict, lines)
+        };
+        let by_user = || Exempt { users: vec!["alice".into()], ..Default::default() };
+        let (verdict, log) = exempt_submit(&config(), by_user(), &gpu_job(1001));
         assert_eq!(verdict, Verdict::accept());
         assert_eq!(log, ["Verbose: a GPU job of alice (uid 1001) is exempt: not checked"]);
-        let by_account =
-            PluginConfig { exempt: Exempt { accounts: vec!["ops".into()], ..Default::default() }, ..config() };
-        assert!(matches!(submit(Some(&w), &by_account, &gpu_job(1001)).0, Verdict::Reject { .. }));
+        let by_account = || Exempt { accounts: vec!["ops".into()], ..Default::default() };
+        assert!(matches!(exempt_submit(&config(), by_account(), &gpu_job(1001)).0, Verdict::Reject { .. }));
         let named = JobRequest { account: Some("ops".into()), ..gpu_job(1001) };
-        assert_eq!(submit(Some(&w), &by_account, &named).0, Verdict::accept(), "the job's -A");
-        let physics = PluginConfig {
-            exempt: Exempt { accounts: vec!["physics".into()], ..Default::default() },
-            max_gpus_per_user: Some(1),
-            ..config()
-        };
-        assert_eq!(submit(Some(&w), &physics, &gpu_job(1002)).0, Verdict::accept(), "bob's default account");
-        let by_qos = PluginConfig { exempt: Exempt { qos: vec!["urgent".into()], ..Default::default() }, ..config() };
+        assert_eq!(exempt_submit(&config(), by_account(), &named).0, Verdict::accept(), "the job's -A");
+        let physics = Exempt { accounts: vec!["physics".into()], ..Default::default() };
+        let limited = PluginConfig { max_gpus_per_user: Some(1), ..config() };
+        assert_eq!(exempt_submit(&limited, physics, &gpu_job(1002)).0, Verdict::accept(), "bob's default account");
+        let by_qos = Exempt { qos: vec!["urgent".into()], ..Default::default() };
         let urgent = JobRequest { qos: Some("urgent".into()), ..gpu_job(1001) };
-        assert_eq!(submit(Some(&w), &by_qos, &urgent).0, Verdict::accept());
+        assert_eq!(exempt_submit(&config(), by_qos, &urgent).0, Verdict::accept());
     }
 
     #[test]

@@ -1,0 +1,125 @@
+//! Reading one table of the file: each key through its parser, a bad value reported as a
+//! [`Problem`] and replaced by the default, and every key no one asked for reported as unknown.
+
+use std::path::Path;
+
+use toml::Value;
+
+use super::values::Shown;
+use super::Problem;
+
+pub(super) struct Section<'t> {
+    path: &'t Path,
+    /// "" for the top level, else the table's dotted name with a trailing dot ("paths.").
+    prefix: String,
+    table: Option<&'t toml::Table>,
+    /// The keys read so far; with `open`, any key is known (the GPU types of `[prices]`).
+    known: Vec<&'static str>,
+    open: bool,
+    problems: Vec<Problem>,
+}
+
+impl<'t> Section<'t> {
+    pub fn top(table: &'t toml::Table, path: &'t Path) -> Section<'t> {
+        Section {
+            path,
+            prefix: String::new(),
+            table: Some(table),
+            known: Vec::new(),
+            open: false,
+            problems: Vec::new(),
+        }
+    }
+
+    /// Reads the table `name` with `read` (an absent table reads as empty, so every key has its
+    /// default) and keeps its problems with this section's.
+    pub fn table<T>(&mut self, name: &'static str, read: impl FnOnce(&mut Section<'t>) -> T) -> T {
+        let table = match self.value(name) {
+            None => None,
+            Some(Value::Table(table)) => Some(table),
+            Some(other) => {
+                let reason = format!("expected a table ([{name}]), got {other}");
+                self.problem(name, reason, "using the defaults");
+                None
+            }
+        };
+        let mut section = Section {
+            path: self.path,
+            prefix: format!("{}{name}.", self.prefix),
+            table,
+            known: Vec::new(),
+            open: false,
+            problems: Vec::new(),
+        };
+        let value = read(&mut section);
+        self.problems.extend(section.finish());
+        value
+    }
+
+    /// The value of `key`, if given; marks `key` as known.
+    pub fn value(&mut self, key: &'static str) -> Option<&'t Value> {
+        self.known.push(key);
+        self.table?.get(key)
+    }
+
+    /// Every key of the table, all of them known.
+    pub fn entries(&mut self) -> impl Iterator<Item = (&'t String, &'t Value)> {
+        self.open = true;
+        self.table.into_iter().flatten()
+    }
+
+    /// `key` through `parse`; `default` when it is absent or bad (then a problem says so).
+    pub fn get<T: Shown>(
+        &mut self,
+        key: &'static str,
+        default: T,
+        parse: impl FnOnce(&Value) -> Result<T, String>,
+    ) -> T {
+        let Some(value) = self.value(key) else { return default };
+        parse(value).unwrap_or_else(|reason| {
+            self.problem(key, reason, &format!("using the default {}", default.shown()));
+            default
+        })
+    }
+
+    /// `key` through `parse` when the setting is off unless given: None when absent or bad.
+    pub fn optional<T>(&mut self, key: &'static str, parse: impl FnOnce(&Value) -> Result<T, String>) -> Option<T> {
+        let value = self.value(key)?;
+        parse(value).map_err(|reason| self.problem(key, reason, "ignored: left unset")).ok()
+    }
+
+    /// `key` as one of `choices` (its TOML spelling and its value).
+    pub fn choice<T: Copy + PartialEq>(&mut self, key: &'static str, default: T, choices: &[(&str, T)]) -> T {
+        let Some(value) = self.value(key) else { return default };
+        let found = choices.iter().find(|(name, _)| value.as_str() == Some(*name)).map(|&(_, v)| v);
+        found.unwrap_or_else(|| {
+            let names: Vec<String> = choices.iter().map(|(name, _)| format!("\"{name}\"")).collect();
+            let shown = choices.iter().find(|(_, v)| *v == default).map_or("", |(name, _)| name);
+            self.problem(key, format!("expected {}, got {value}", names.join(" or ")), &format!("using \"{shown}\""));
+            default
+        })
+    }
+
+    /// A problem with `key` of this table, found after its value was read.
+    pub fn problem(&mut self, key: &str, reason: String, instead: &str) {
+        self.problems.push(Problem {
+            path: self.path.to_path_buf(),
+            key: format!("{}{key}", self.prefix),
+            reason,
+            instead: instead.to_string(),
+        });
+    }
+
+    /// The problems found, with one for each unknown key.
+    pub fn finish(mut self) -> Vec<Problem> {
+        let unknown: Vec<&String> = match self.table {
+            Some(table) if !self.open => table.keys().filter(|k| !self.known.contains(&k.as_str())).collect(),
+            _ => Vec::new(),
+        };
+        for key in unknown {
+            let reason = format!("unknown field `{key}` (known: {})", self.known.join(", "));
+            self.problem(key, reason, "ignored");
+        }
+        self.problems
+    }
+}

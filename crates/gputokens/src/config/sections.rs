@@ -1,0 +1,293 @@
+//! The file's keys, table by table: what each may hold, its default and the checks that span
+//! keys. The same code serves the strict and the lenient reader.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::reader::Section;
+use super::values::{
+    absolute_path, amount, any_duration, boolean, listen_address, names, non_negative_amount, number, number_in, path,
+    positive_duration, signal_name, string, strings, whole, whole_from, whole_seconds, whole_seconds_or_off, xids,
+};
+use super::{
+    Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Config, Exempt, Health, HttpAccess, Intervals,
+    Paths, PreemptAction, Preemption, Problem, SlurmTools, UsageConfig, UsageSource,
+};
+use crate::plugin_config::OnError;
+use crate::plugin_config::{Deprioritize, Mode, DEFAULT_NICE_INCREMENT, DEFAULT_SITE_FACTOR, MAX_NICE};
+use crate::pricing::PriceTable;
+use crate::tokens::Tokens;
+
+const DEFAULT_INITIAL: Tokens = Tokens::whole(100);
+const DEFAULT_DAILY: Tokens = Tokens::whole(1);
+const DEFAULT_MONTHLY: Tokens = Tokens::whole(30);
+const DEFAULT_FLOOR: Tokens = Tokens::whole(-10);
+const DEFAULT_SLURM_USER: &str = "slurm";
+const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:9817";
+
+/// The configuration `table` states, and its problems in the order found.
+pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
+    let mut top = Section::top(table, path);
+    let initial = top.get("initial", DEFAULT_INITIAL, amount);
+    let daily = top.get("daily", DEFAULT_DAILY, non_negative_amount);
+    let monthly = top.get("monthly", DEFAULT_MONTHLY, non_negative_amount);
+    let floor = top.get("floor", DEFAULT_FLOOR, |v| {
+        let floor = amount(v)?;
+        if floor > Tokens::ZERO {
+            return Err(format!("must be 0 or below (got {})", number(v)?));
+        }
+        Ok(floor)
+    });
+    let cap = top.optional("cap", |v| {
+        let cap = amount(v)?;
+        if cap < Tokens::ZERO {
+            return Err(format!("must not be negative (got {cap})"));
+        }
+        Ok(cap)
+    });
+    let initial = match cap {
+        Some(cap) if initial > cap => {
+            top.problem("initial", format!("{initial} is above cap {cap}"), &format!("using {cap}"));
+            cap
+        }
+        _ => initial,
+    };
+    let default_price = top.optional("default_price", non_negative_amount);
+    let prices = top.table("prices", prices);
+    let balances_public = top.get("balances_public", false, boolean);
+    let slurm_user = top.get("slurm_user", DEFAULT_SLURM_USER.to_string(), |v| {
+        string(v).and_then(|s| if s.trim().is_empty() { Err("must not be empty".into()) } else { Ok(s) })
+    });
+    let paths = top.table("paths", paths);
+    let admins = top.table("admins", |s| {
+        let d = Admins::default();
+        Admins { users: s.get("users", d.users, strings), groups: s.get("groups", d.groups, strings) }
+    });
+    let intervals = top.table("intervals", |s| {
+        let d = Intervals::default();
+        Intervals {
+            charge: s.get("charge", d.charge, positive_duration),
+            check: s.get("check", d.check, positive_duration),
+        }
+    });
+    let slurm = top.table("slurm", slurm_tools);
+    let (http_listen, http) = top.table("http", http);
+    let agent = top.table("agent", agent);
+    let prometheus = top.optional("prometheus", |v| {
+        v.as_table().cloned().ok_or_else(|| format!("expected a table ([prometheus]), got {v}"))
+    });
+    let mut usage = top.table("usage", usage);
+    if usage.source == UsageSource::Prometheus && prometheus.is_none() {
+        let reason = "\"prometheus\" needs a [prometheus] table with its url".to_string();
+        top.problem("usage.source", reason, "using \"agents\"");
+        usage.source = UsageSource::Agents;
+    }
+    usage.prometheus = prometheus;
+    let sharing = top.table("sharing", |s| {
+        let d = crate::tres::Sharing::default();
+        crate::tres::Sharing {
+            shards_per_gpu: s.get("shards_per_gpu", d.shards_per_gpu, |v| whole_from(v, 1)),
+            mps_per_gpu: s.get("mps_per_gpu", d.mps_per_gpu, |v| whole_from(v, 1)),
+        }
+    });
+    let preemption = top.table("preemption", preemption);
+    let exempt = top.table("exempt", |s| Exempt {
+        users: s.get("users", Vec::new(), names),
+        accounts: s.get("accounts", Vec::new(), names),
+        qos: s.get("qos", Vec::new(), names),
+    });
+    let health = top.table("health", health);
+    let admission = top.table("admission", admission);
+
+    let config = Config {
+        path: path.to_path_buf(),
+        initial,
+        daily,
+        monthly,
+        cap,
+        floor,
+        prices: PriceTable::new(prices, default_price),
+        balances_public,
+        slurm_user,
+        paths,
+        admins,
+        intervals,
+        slurm,
+        http_listen,
+        http,
+        agent,
+        usage,
+        sharing,
+        preemption,
+        exempt,
+        health,
+        admission,
+    };
+    (config, top.finish())
+}
+
+/// GPU type (lowercased) → price per GPU-hour.
+fn prices(s: &mut Section) -> BTreeMap<String, Tokens> {
+    let mut prices = BTreeMap::new();
+    let entries: Vec<_> = s.entries().collect();
+    for (gpu_type, value) in entries {
+        match non_negative_amount(value) {
+            Err(reason) => s.problem(gpu_type, reason, "ignored"),
+            Ok(_) if prices.contains_key(&gpu_type.to_lowercase()) => {
+                let reason = "listed twice (GPU types match case-insensitively)".to_string();
+                s.problem(gpu_type, reason, "ignored")
+            }
+            Ok(price) => {
+                prices.insert(gpu_type.to_lowercase(), price);
+            }
+        }
+    }
+    prices
+}
+
+fn paths(s: &mut Section) -> Paths {
+    let d = Paths::default();
+    Paths {
+        ledger: s.get("ledger", d.ledger, absolute_path),
+        snapshot: s.get("snapshot", d.snapshot, absolute_path),
+        socket: s.get("socket", d.socket, absolute_path),
+    }
+}
+
+fn slurm_tools(s: &mut Section) -> SlurmTools {
+    let d = SlurmTools::default();
+    SlurmTools {
+        bin_dir: s.optional("bin_dir", absolute_path),
+        first_lookback: s.get("first_lookback", d.first_lookback, positive_duration),
+        reread: s.get("reread", d.reread, any_duration),
+        sacct_timeout: s.get("sacct_timeout", d.sacct_timeout, positive_duration),
+        command_timeout: s.get("command_timeout", d.command_timeout, positive_duration),
+    }
+}
+
+/// `[http]`: the listen address and who may read what.
+fn http(s: &mut Section) -> (Option<std::net::SocketAddr>, HttpAccess) {
+    let d = HttpAccess::default();
+    let default_listen = DEFAULT_HTTP_LISTEN.parse().ok();
+    let listen = s.get("listen", default_listen, listen_address);
+    let max_connections = s.get("max_connections", d.max_connections, |v| whole_from(v, 1));
+    let per_address = s.get("max_connections_per_address", d.max_connections_per_address, |v| whole_from(v, 1));
+    let access = HttpAccess {
+        per_user_metrics: s.get("per_user_metrics", d.per_user_metrics, boolean),
+        admin_token_file: s.optional("admin_token_file", absolute_path),
+        max_connections,
+        max_connections_per_address: per_address.min(max_connections),
+        request_timeout: s.get("request_timeout", d.request_timeout, positive_duration),
+    };
+    (listen, access)
+}
+
+fn agent(s: &mut Section) -> AgentConfig {
+    let d = AgentConfig::default();
+    let mut agent = AgentConfig {
+        report_to: s.get("report_to", d.report_to, string),
+        // Kept as written; checked here so that the agent can rely on it.
+        interval: s.get("interval", d.interval, |v| positive_duration(v).and_then(|_| string(v))),
+        nvml_library: s.get("nvml_library", d.nvml_library, path),
+        jobs_dir: s.get("jobs_dir", d.jobs_dir, absolute_path),
+        listen: s.get("listen", d.listen, string),
+        auth: s.choice("auth", d.auth, &[("munge", AgentAuth::Munge), ("token", AgentAuth::Token)]),
+        munge_socket: s.optional("munge_socket", absolute_path),
+        token_file: s.optional("token_file", absolute_path),
+    };
+    if agent.auth == AgentAuth::Token && agent.token_file.is_none() {
+        s.problem("auth", "\"token\" needs agent.token_file".into(), "using \"munge\"");
+        agent.auth = AgentAuth::Munge;
+    }
+    agent
+}
+
+/// `[usage]`, without `[prometheus]` (a table of its own, checked by accountd).
+fn usage(s: &mut Section) -> UsageConfig {
+    let d = UsageConfig::default();
+    let sources = [("agents", UsageSource::Agents), ("prometheus", UsageSource::Prometheus)];
+    let bases = [("allocation", ChargeBasis::Allocation), ("measured", ChargeBasis::Measured)];
+    UsageConfig {
+        source: s.choice("source", d.source, &sources),
+        charge_basis: s.choice("charge_basis", d.charge_basis, &bases),
+        measured_min_fraction: s
+            .get("measured_min_fraction", d.measured_min_fraction, |v| number_in(v, 0.0, 1.0, "between 0 and 1")),
+        idle_threshold_percent: s
+            .get("idle_threshold_percent", d.idle_threshold_percent, |v| number_in(v, 0.0, 100.0, "between 0 and 100")),
+        idle_window: s.get("idle_window", d.idle_window, positive_duration),
+        idle_command: s.get("idle_command", d.idle_command, strings),
+        prometheus: None,
+    }
+}
+
+fn preemption(s: &mut Section) -> Preemption {
+    let d = Preemption::default();
+    let actions = [("requeue", PreemptAction::Requeue), ("cancel", PreemptAction::Cancel)];
+    let at_floor = [("none", AtFloor::None), ("requeue", AtFloor::Requeue), ("cancel", AtFloor::Cancel)];
+    Preemption {
+        enabled: s.get("enabled", d.enabled, boolean),
+        dry_run: s.get("dry_run", d.dry_run, boolean),
+        min_runtime: s.get("min_runtime", d.min_runtime, any_duration),
+        max_per_cycle: s.get("max_per_cycle", d.max_per_cycle, |v| whole_from(v, 0)),
+        action: s.choice("action", d.action, &actions),
+        signal: s.optional("signal", signal_name).flatten(),
+        grace: s.get("grace", d.grace, any_duration),
+        at_floor: s.choice("at_floor", d.at_floor, &at_floor),
+        // 0 turns the busy test off.
+        busy_percent: s
+            .optional("busy_percent", |v| number_in(v, 0.0, 100.0, "from 0 to 100"))
+            .filter(|percent| *percent > 0.0),
+        start_wait: s.get("start_wait", d.start_wait, any_duration),
+    }
+}
+
+fn health(s: &mut Section) -> Health {
+    let d = Health::default();
+    Health {
+        drain: s.get("drain", d.drain, boolean),
+        max_temperature: s.get("max_temperature", d.max_temperature, |v| whole_from(v, 0)),
+        temperature_for: s.get("temperature_for", d.temperature_for, any_duration),
+        drain_xids: s.get("drain_xids", d.drain_xids, xids),
+        repeat_after: s.get("repeat_after", d.repeat_after, positive_duration),
+    }
+}
+
+/// `[admission]`. How to deprioritize is three keys (`deprioritize` picks which of `nice_increment`,
+/// `site_factor` and `qos` applies), read together at the end.
+fn admission(s: &mut Section) -> Admission {
+    let d = Admission::default();
+    let mode = s.choice("mode", d.mode, &[("balance", Mode::Balance), ("estimate", Mode::Estimate)]);
+    let how = s.choice("deprioritize", "nice", &[("nice", "nice"), ("site_factor", "site_factor"), ("qos", "qos")]);
+    let max_nice = i64::from(MAX_NICE);
+    let nice = s.get("nice_increment", i64::from(DEFAULT_NICE_INCREMENT), |v| whole(v, 0, max_nice));
+    let site_factor = s.get("site_factor", DEFAULT_SITE_FACTOR, |v| whole(v, -max_nice, max_nice));
+    let qos = s.optional("qos", |v| match v.as_str() {
+        Some(q) if !q.is_empty() && !q.contains([',', ' ']) => Ok(q.to_string()),
+        _ => Err(format!("expected the name of one QOS, got {v}")),
+    });
+    let on_error = s.choice("on_error", d.on_error, &[("accept", OnError::Accept), ("reject", OnError::Reject)]);
+    let max_snapshot_age = s.get("max_snapshot_age", d.max_snapshot_age, whole_seconds_or_off);
+    let default_time_limit = s.get("default_time_limit", d.default_time_limit, whole_seconds);
+    let max_gpus_per_user = s.optional("max_gpus_per_user", |v| whole_from(v, 1));
+    let max_job_duration = s.get("max_job_duration", d.max_job_duration, whole_seconds_or_off);
+    // Both within MAX_NICE, checked above.
+    let nice = u32::try_from(nice).unwrap_or(DEFAULT_NICE_INCREMENT);
+    let deprioritize = match (how, qos) {
+        ("site_factor", _) => Deprioritize::SiteFactor(site_factor),
+        ("qos", Some(q)) => Deprioritize::Qos(q),
+        ("qos", None) => {
+            s.problem("qos", "deprioritize = \"qos\" needs qos = \"<name>\"".into(), "using nice");
+            Deprioritize::Nice(nice)
+        }
+        _ => Deprioritize::Nice(nice),
+    };
+    Admission {
+        deprioritize,
+        mode,
+        on_error,
+        max_snapshot_age,
+        default_time_limit,
+        max_gpus_per_user,
+        max_job_duration,
+    }
+}

@@ -1,0 +1,321 @@
+//! The reader in both modes: the strict errors `accountd config check` prints, the lenient problems
+//! the plugins log, and that the two agree.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::*;
+use crate::plugin_config::{DEFAULT_MAX_SNAPSHOT_AGE, DEFAULT_SITE_FACTOR};
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(text, Path::new("test.toml"))
+}
+
+#[test]
+fn shipped_example_is_valid_and_has_the_seed_prices() {
+    let cfg = parse(EXAMPLE).expect("slurm-conf/gputokens.toml must be valid");
+    assert_eq!(cfg.prices.price("RTX2080"), Some(Tokens::from_micro(500_000)));
+    assert_eq!(cfg.prices.price("rtx3090"), Some(Tokens::whole(1)));
+    assert_eq!(cfg.prices.price("a6000"), Some(Tokens::whole(4)));
+    assert_eq!(cfg.initial, Tokens::whole(100));
+    assert_eq!(cfg.floor, Tokens::whole(-10));
+}
+
+#[test]
+fn empty_file_gets_the_documented_defaults() {
+    let cfg = parse("").unwrap();
+    assert_eq!(cfg.initial, Tokens::whole(100));
+    assert_eq!(cfg.daily, Tokens::whole(1));
+    assert_eq!(cfg.monthly, Tokens::whole(30));
+    assert_eq!(cfg.floor, Tokens::whole(-10));
+    assert_eq!(cfg.cap, None);
+    assert_eq!(crate::policy::BucketRules::from(&cfg), crate::policy::BucketRules::default());
+    assert_eq!(cfg.intervals.charge, Duration::from_secs(3600));
+    assert_eq!(cfg.intervals.check, Duration::from_secs(1800));
+    assert_eq!(cfg.paths.socket, PathBuf::from("/run/gputokens/accountd.sock"));
+    assert_eq!(cfg.agent.jobs_dir, PathBuf::from("/run/gputokens/jobs"));
+}
+
+#[test]
+fn unknown_key_is_named() {
+    let err = parse("initail = 5\n").unwrap_err().to_string();
+    assert!(err.contains("initail"), "{err}");
+    let err = parse("[prices]\na6000 = 4\n[paths]\nledgr = \"/x\"\n").unwrap_err().to_string();
+    assert!(err.contains("ledgr"), "{err}");
+}
+
+#[test]
+fn wrong_type_is_named() {
+    let err = parse("floor = \"low\"\n").unwrap_err().to_string();
+    assert!(err.contains("floor"), "{err}");
+}
+
+#[test]
+fn amounts_beyond_the_limit_are_named() {
+    let err = parse("[prices]\na6000 = 1e10\n").unwrap_err().to_string();
+    assert!(err.contains("prices.a6000") && err.contains("beyond the limit of ±1000000000 tokens"), "{err}");
+    let err = parse("floor = -1e300\n").unwrap_err().to_string();
+    assert!(err.contains("floor"), "{err}");
+    assert!(parse("initial = 1e9\n").is_ok(), "the limit itself is allowed");
+}
+
+#[test]
+fn negative_price_is_named() {
+    let err = parse("[prices]\na6000 = -4\n").unwrap_err().to_string();
+    assert!(err.contains("prices.a6000") && err.contains("negative"), "{err}");
+}
+
+#[test]
+fn positive_floor_is_refused() {
+    let err = parse("floor = 5\n").unwrap_err().to_string();
+    assert!(err.contains("floor") && err.contains("0 or below"), "{err}");
+}
+
+#[test]
+fn case_insensitive_duplicate_types_are_refused() {
+    let err = parse("[prices]\nA6000 = 4\na6000 = 4\n").unwrap_err().to_string();
+    assert!(err.contains("listed twice"), "{err}");
+}
+
+#[test]
+fn bad_interval_and_relative_path_are_named() {
+    let err = parse("[intervals]\ncharge = \"often\"\n").unwrap_err().to_string();
+    assert!(err.contains("intervals.charge"), "{err}");
+    let err = parse("[paths]\nledger = \"ledger.db\"\n").unwrap_err().to_string();
+    assert!(err.contains("paths.ledger") && err.contains("absolute"), "{err}");
+    let err = parse("[preemption]\nbusy_percent = 120\n").unwrap_err().to_string();
+    assert!(err.contains("preemption.busy_percent: must be from 0 to 100 (got 120)"), "{err}");
+    assert_eq!(parse("[preemption]\nbusy_percent = 55\n").unwrap().preemption.busy_percent, Some(55.0));
+    assert_eq!(parse("").unwrap().preemption.busy_percent, None);
+    let err = parse("[agent]\njobs_dir = \"jobs\"\n").unwrap_err().to_string();
+    assert!(err.contains("agent.jobs_dir") && err.contains("absolute"), "{err}");
+    assert_eq!(parse("[agent]\njobs_dir = \"/x/jobs\"\n").unwrap().agent.jobs_dir, PathBuf::from("/x/jobs"));
+}
+
+#[test]
+fn health_keys_default_and_are_named_when_wrong() {
+    let h = parse("").unwrap().health;
+    assert_eq!(h.temperature_for, Duration::from_secs(300));
+    assert_eq!(h.repeat_after, Duration::from_secs(86400));
+    assert_eq!(h.drain_xids, DEFAULT_DRAIN_XIDS.into_iter().collect());
+    assert!(!h.drain_xids.contains(&13) && !h.drain_xids.contains(&43));
+    let h = parse("[health]\ndrain_xids = [79]\ntemperature_for = \"0s\"\nrepeat_after = \"2h\"\n").unwrap().health;
+    assert_eq!(h.drain_xids, [79].into_iter().collect());
+    assert_eq!(h.temperature_for, Duration::ZERO, "0s: drain on the first hot sample");
+    assert_eq!(h.repeat_after, Duration::from_secs(7200));
+    let err = parse("[health]\ntemperature_for = \"long\"\n").unwrap_err().to_string();
+    assert!(err.contains("health.temperature_for"), "{err}");
+    let err = parse("[health]\nrepeat_after = \"0s\"\n").unwrap_err().to_string();
+    assert!(err.contains("health.repeat_after: must be longer than 0"), "{err}");
+    let err = parse("[health]\ndrain_xids = [-1]\n").unwrap_err().to_string();
+    assert!(err.contains("drain_xids"), "{err}");
+    let err = parse("[health]\ndrain_xid = [79]\n").unwrap_err().to_string();
+    assert!(err.contains("drain_xid"), "{err}");
+}
+
+#[test]
+fn initial_above_cap_is_refused() {
+    let err = parse("cap = 50\n").unwrap_err().to_string();
+    assert!(err.contains("initial") && err.contains("cap"), "{err}");
+}
+
+fn lenient(text: &str) -> (Config, Vec<Problem>) {
+    Config::parse_lenient(text, Path::new("test.toml"))
+}
+
+/// The problems' keys, in order.
+fn keys(problems: &[Problem]) -> Vec<&str> {
+    problems.iter().map(|p| p.key.as_str()).collect()
+}
+
+#[test]
+fn the_shipped_example_is_valid_in_both_modes_and_reads_the_same() {
+    let strict = parse(EXAMPLE).expect("valid");
+    let (lenient, problems) = lenient(EXAMPLE);
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(format!("{strict:?}"), format!("{lenient:?}"));
+    assert!(EXAMPLE.contains("\n[admission]\n"), "the example documents [admission]");
+    assert_eq!(strict.admission, Admission::default(), "every [admission] key in the example is at its default");
+    let empty = Config::defaults(Path::new("test.toml"));
+    assert_eq!(format!("{:?}", parse("").unwrap()), format!("{empty:?}"));
+}
+
+#[test]
+fn one_bad_key_is_an_error_in_strict_and_a_problem_with_its_default_in_lenient() {
+    for (text, key) in [
+        ("daily = 2\n[intervals]\ncheck = \"often\"\n", "intervals.check"),
+        ("[admission]\non_error = \"maybe\"\nmode = \"estimate\"\n", "admission.on_error"),
+        ("[paths]\nsnapshot = \"relative\"\nsocket = \"/s.sock\"\n", "paths.snapshot"),
+        ("[preemption]\nbusy_percent = 120\nmax_per_cycle = 2\n", "preemption.busy_percent"),
+        ("dayly = 2\ndaily = 2\n", "dayly"),
+    ] {
+        let Err(ConfigError::Invalid { key: named, .. }) = parse(text) else { panic!("{text}: not refused") };
+        assert_eq!(named, key, "{text}");
+        let (config, problems) = lenient(text);
+        assert_eq!(keys(&problems), [key], "{text}");
+        let d = Config::defaults(Path::new("test.toml"));
+        assert_eq!(config.intervals.check, d.intervals.check);
+        assert_eq!(config.admission.on_error, d.admission.on_error);
+        assert_eq!(config.paths.snapshot, d.paths.snapshot);
+        assert_eq!(config.preemption.busy_percent, d.preemption.busy_percent);
+    }
+    let (config, _) = lenient("daily = 2\n[intervals]\ncheck = \"often\"\n");
+    assert_eq!(config.daily, Tokens::whole(2), "the rest of the file still applies");
+    let (config, _) = lenient("[admission]\non_error = \"maybe\"\nmode = \"estimate\"\n");
+    assert_eq!(config.admission.mode, crate::plugin_config::Mode::Estimate);
+    let (config, _) = lenient("[paths]\nsnapshot = \"relative\"\nsocket = \"/s.sock\"\n");
+    assert_eq!(config.paths.socket, PathBuf::from("/s.sock"));
+}
+
+#[test]
+fn lenient_problems_say_what_is_used_instead() {
+    let (_, problems) = lenient("[admission]\nmax_snapshot_age = \"soon\"\n");
+    assert_eq!(
+        problems[0].to_string(),
+        "test.toml: admission.max_snapshot_age: expected a duration such as \"2h\" or \"off\", got \"soon\"; using \
+         the default 2h"
+    );
+    let err = parse("[admission]\nmax_snapshot_age = \"soon\"\n").unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "test.toml: admission.max_snapshot_age: expected a duration such as \"2h\" or \"off\", got \"soon\""
+    );
+    let (config, problems) = lenient("cap = 50\n");
+    assert_eq!((config.initial, keys(&problems)), (Tokens::whole(50), vec!["initial"]));
+    let (config, problems) = lenient("[usage]\nsource = \"prometheus\"\n[agent]\nauth = \"token\"\n");
+    assert_eq!((config.usage.source, config.agent.auth), (UsageSource::Agents, AgentAuth::Munge));
+    assert_eq!(keys(&problems), ["agent.auth", "usage.source"]);
+}
+
+#[test]
+fn reads_paths_and_admission() {
+    let text = "floor = -10\n[paths]\nledger = \"/x/l.sqlite\"\nsnapshot = \"/tmp/s/balances.snapshot\"\n\
+                [admission]\nnice_increment = 500\non_error = \"reject\"\nmax_snapshot_age = \"90m\"\n";
+    let c = parse(text).unwrap();
+    assert_eq!(c.paths.snapshot, PathBuf::from("/tmp/s/balances.snapshot"));
+    assert_eq!(
+        c.admission,
+        Admission {
+            deprioritize: Deprioritize::Nice(500),
+            on_error: OnError::Reject,
+            max_snapshot_age: Some(Duration::from_secs(5400)),
+            ..Admission::default()
+        }
+    );
+    assert_eq!(parse("[admission]\nmax_snapshot_age = \"off\"\n").unwrap().admission.max_snapshot_age, None);
+}
+
+#[test]
+fn limits_estimate_deprioritization_and_exemptions() {
+    let text = "[admission]\nmode = \"estimate\"\ndeprioritize = \"site_factor\"\nsite_factor = -500\n\
+                default_time_limit = \"4h\"\nmax_gpus_per_user = 8\nmax_job_duration = \"2d\"\n\
+                [exempt]\nusers = [\"root\", \"ops\"]\naccounts = [\"admin\"]\nqos = [\"urgent\"]\n";
+    let c = parse(text).unwrap();
+    let a = &c.admission;
+    assert_eq!(a.mode, Mode::Estimate);
+    assert_eq!(a.deprioritize, Deprioritize::SiteFactor(-500));
+    assert_eq!(a.default_time_limit, Duration::from_secs(4 * 3600));
+    assert_eq!(a.max_gpus_per_user, Some(8));
+    assert_eq!(a.max_job_duration, Some(Duration::from_secs(2 * 86400)));
+    assert_eq!(c.exempt.users, ["root", "ops"]);
+    assert_eq!((c.exempt.accounts.len(), c.exempt.qos.len()), (1, 1));
+    let c = parse("[admission]\ndeprioritize = \"qos\"\nqos = \"overdraft\"\n").unwrap();
+    assert_eq!(c.admission.deprioritize, Deprioritize::Qos("overdraft".into()));
+    let (c, problems) = lenient("[admission]\ndeprioritize = \"qos\"\nnice_increment = 7\n");
+    assert_eq!(c.admission.deprioritize, Deprioritize::Nice(7));
+    assert!(
+        problems[0].to_string().starts_with("test.toml: admission.qos: deprioritize = \"qos\" needs qos"),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn bad_limits_are_named() {
+    let text = "[admission]\nmode = \"guess\"\ndeprioritize = \"hope\"\nsite_factor = 1e3\nqos = \"a,b\"\n\
+                default_time_limit = \"off\"\nmax_gpus_per_user = 0\nmax_job_duration = \"long\"\n\
+                [exempt]\nusers = \"root\"\nqos = [1]\n";
+    let (c, problems) = lenient(text);
+    assert_eq!(c.admission, Admission::default());
+    assert_eq!(c.exempt, Exempt::default());
+    let mut named = keys(&problems);
+    named.sort();
+    assert_eq!(
+        named,
+        [
+            "admission.default_time_limit",
+            "admission.deprioritize",
+            "admission.max_gpus_per_user",
+            "admission.max_job_duration",
+            "admission.mode",
+            "admission.qos",
+            "admission.site_factor",
+            "exempt.qos",
+            "exempt.users",
+        ]
+    );
+    assert_eq!(c.admission.deprioritize, Deprioritize::Nice(DEFAULT_NICE_INCREMENT));
+    assert_eq!(DEFAULT_SITE_FACTOR, -10_000);
+}
+
+#[test]
+fn each_bad_key_is_named_and_keeps_its_default() {
+    let text = "[paths]\nsnapshot = \"relative/path\"\n[admission]\nnice_increment = -1\non_error = \"maybe\"\n\
+                max_snapshot_age = \"soon\"\nadmision = 1\n";
+    let (c, problems) = lenient(text);
+    assert_eq!(c.admission, Admission::default());
+    assert_eq!(c.paths.snapshot, PathBuf::from(DEFAULT_SNAPSHOT));
+    assert_eq!(
+        keys(&problems),
+        [
+            "paths.snapshot",
+            "admission.nice_increment",
+            "admission.on_error",
+            "admission.max_snapshot_age",
+            "admission.admision"
+        ]
+    );
+    assert!(problems[4].to_string().contains("admission.admision: unknown field `admision` (known: mode, "));
+    let (c, problems) = lenient("[admission]\nnice_increment = 3000000000\non_error = \"reject\"\n");
+    assert_eq!(
+        (c.admission.deprioritize, c.admission.on_error),
+        (Deprioritize::Nice(DEFAULT_NICE_INCREMENT), OnError::Reject)
+    );
+    assert_eq!(problems.len(), 1);
+}
+
+#[test]
+fn broken_or_missing_file_gives_defaults() {
+    let d = format!("{:?}", Config::defaults(Path::new("test.toml")));
+    let (c, problems) = lenient("this is [not toml");
+    assert_eq!(format!("{c:?}"), d);
+    assert!(problems[0].to_string().starts_with("test.toml: not valid TOML"), "{problems:?}");
+    assert!(problems[0].concerns("paths.socket"));
+    let missing = Path::new("/nonexistent/gputokens.toml");
+    let (c, problems) = Config::load_lenient(missing);
+    assert_eq!(c.admission, Admission::default());
+    assert!(problems[0].to_string().starts_with("/nonexistent/gputokens.toml: cannot read: "), "{problems:?}");
+    assert!(problems[0].to_string().ends_with("; using the defaults"), "{problems:?}");
+    let (_, problems) = lenient("admission = 3\n");
+    assert!(problems[0].to_string().starts_with("test.toml: admission: expected a table"), "{problems:?}");
+    assert!(problems[0].concerns("admission.mode") && !problems[0].concerns("paths.socket"));
+}
+
+#[test]
+fn the_example_states_the_admission_defaults() {
+    let c = parse(EXAMPLE).unwrap();
+    assert_eq!(c.admission.on_error, OnError::default());
+    assert_eq!(c.admission.max_snapshot_age, Some(DEFAULT_MAX_SNAPSHOT_AGE));
+}
+
+#[test]
+fn exempt_covers_a_user_an_account_or_a_qos() {
+    let exempt = Exempt { users: vec!["alice".into()], accounts: vec!["ops".into()], qos: vec!["urgent".into()] };
+    let job = |user, account, default_account, qos| JobIdentity { user, account, default_account, qos };
+    assert!(exempt.covers(&job(Some("alice"), None, None, None)));
+    assert!(exempt.covers(&job(Some("bob"), Some("ops"), None, None)), "the job's account");
+    assert!(exempt.covers(&job(Some("bob"), None, Some("ops"), None)), "without -A: the default account");
+    assert!(!exempt.covers(&job(Some("bob"), Some("physics"), Some("ops"), None)), "-A wins over the default");
+    assert!(exempt.covers(&job(None, None, None, Some("urgent"))));
+    assert!(!exempt.covers(&job(None, None, None, None)), "nothing known: not exempt");
+    assert!(!exempt.covers(&job(Some("bob"), Some("physics"), None, Some("normal"))));
+}

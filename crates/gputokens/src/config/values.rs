@@ -1,0 +1,212 @@
+//! Parsers for one TOML value: each returns the setting or the reason it is not one (the reader
+//! adds the key and what is used instead).
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use toml::Value;
+
+use crate::tokens::Tokens;
+
+/// How a default is named in "using the default ...".
+pub(super) trait Shown {
+    fn shown(&self) -> String;
+}
+
+macro_rules! shown_by_display {
+    ($($t:ty),*) => {$(
+        impl Shown for $t {
+            fn shown(&self) -> String {
+                self.to_string()
+            }
+        }
+    )*};
+}
+shown_by_display!(bool, u32, u64, usize, i64, f64, Tokens);
+
+impl Shown for String {
+    fn shown(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+impl Shown for PathBuf {
+    fn shown(&self) -> String {
+        self.display().to_string()
+    }
+}
+
+impl Shown for Duration {
+    fn shown(&self) -> String {
+        humantime::format_duration(*self).to_string()
+    }
+}
+
+impl Shown for SocketAddr {
+    fn shown(&self) -> String {
+        self.to_string()
+    }
+}
+
+/// An optional setting: None is "off", as the file says it.
+impl<T: Shown> Shown for Option<T> {
+    fn shown(&self) -> String {
+        self.as_ref().map_or("off".to_string(), Shown::shown)
+    }
+}
+
+impl Shown for Vec<String> {
+    fn shown(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+impl Shown for BTreeSet<u64> {
+    fn shown(&self) -> String {
+        format!("{:?}", self.iter().collect::<Vec<_>>())
+    }
+}
+
+pub(super) fn boolean(value: &Value) -> Result<bool, String> {
+    value.as_bool().ok_or_else(|| format!("expected true or false, got {value}"))
+}
+
+pub(super) fn string(value: &Value) -> Result<String, String> {
+    value.as_str().map(str::to_string).ok_or_else(|| format!("expected a string, got {value}"))
+}
+
+/// A list of strings (`[]` too).
+pub(super) fn strings(value: &Value) -> Result<Vec<String>, String> {
+    let bad = || format!("expected a list of strings such as [\"a\"], got {value}");
+    let list = value.as_array().ok_or_else(bad)?;
+    list.iter().map(|v| v.as_str().map(str::to_string).ok_or_else(bad)).collect()
+}
+
+/// A list of user, account or QOS names: no empty name.
+pub(super) fn names(value: &Value) -> Result<Vec<String>, String> {
+    let bad = || format!("expected a list of names such as [\"alice\"], got {value}");
+    let list = value.as_array().ok_or_else(bad)?;
+    list.iter().map(|v| v.as_str().filter(|s| !s.is_empty()).map(str::to_string).ok_or_else(bad)).collect()
+}
+
+/// A whole number from `min` to `max`.
+pub(super) fn whole(value: &Value, min: i64, max: i64) -> Result<i64, String> {
+    match value.as_integer() {
+        Some(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(format!("expected a whole number from {min} to {max}, got {value}")),
+    }
+}
+
+/// A whole number from `min` up to what `T` holds.
+pub(super) fn whole_from<T: TryFrom<i64>>(value: &Value, min: i64) -> Result<T, String> {
+    value
+        .as_integer()
+        .filter(|n| *n >= min)
+        .and_then(|n| T::try_from(n).ok())
+        .ok_or_else(|| format!("expected a whole number from {min}, got {value}"))
+}
+
+/// An integer or a float.
+pub(super) fn number(value: &Value) -> Result<f64, String> {
+    match value {
+        Value::Integer(n) => Ok(*n as f64),
+        Value::Float(f) => Ok(*f),
+        _ => Err(format!("expected a number, got {value}")),
+    }
+}
+
+/// A number from `min` to `max`; `range` words the reason ("from 0 to 100").
+pub(super) fn number_in(value: &Value, min: f64, max: f64, range: &str) -> Result<f64, String> {
+    let n = number(value)?;
+    if !(min..=max).contains(&n) {
+        return Err(format!("must be {range} (got {n})"));
+    }
+    Ok(n)
+}
+
+/// A token amount within ±[`Tokens::LIMIT`].
+pub(super) fn amount(value: &Value) -> Result<Tokens, String> {
+    let n = number(value)?;
+    let tokens = Tokens::from_f64(n).ok_or_else(|| format!("{n} is not a usable amount"))?;
+    if !tokens.within_limit() {
+        return Err(format!("{n} is beyond the limit of ±{} tokens", Tokens::LIMIT));
+    }
+    Ok(tokens)
+}
+
+pub(super) fn non_negative_amount(value: &Value) -> Result<Tokens, String> {
+    let tokens = amount(value)?;
+    if tokens < Tokens::ZERO {
+        return Err(format!("must not be negative (got {})", number(value)?));
+    }
+    Ok(tokens)
+}
+
+pub(super) fn absolute_path(value: &Value) -> Result<PathBuf, String> {
+    let text = value.as_str().ok_or_else(|| format!("expected an absolute path, got {value}"))?;
+    if !Path::new(text).is_absolute() {
+        return Err(format!("must be an absolute path (got {text})"));
+    }
+    Ok(text.into())
+}
+
+pub(super) fn path(value: &Value) -> Result<PathBuf, String> {
+    string(value).map(PathBuf::from)
+}
+
+/// A duration such as "30m", "1h" or "0s".
+pub(super) fn any_duration(value: &Value) -> Result<Duration, String> {
+    let text = value.as_str().ok_or_else(|| format!("expected a duration like \"30m\" or \"1h\", got {value}"))?;
+    humantime::parse_duration(text).map_err(|e| format!("'{text}' is not a duration like \"30m\" or \"1h\" ({e})"))
+}
+
+/// A duration longer than 0.
+pub(super) fn positive_duration(value: &Value) -> Result<Duration, String> {
+    let d = any_duration(value)?;
+    if d.is_zero() {
+        return Err("must be longer than 0".into());
+    }
+    Ok(d)
+}
+
+/// A duration of at least a second, such as "2h".
+pub(super) fn whole_seconds(value: &Value) -> Result<Duration, String> {
+    match value.as_str().map(humantime::parse_duration) {
+        Some(Ok(d)) if d >= Duration::from_secs(1) => Ok(d),
+        _ => Err(format!("expected a duration such as \"2h\", got {value}")),
+    }
+}
+
+/// A duration of at least a second, or "off" (None).
+pub(super) fn whole_seconds_or_off(value: &Value) -> Result<Option<Duration>, String> {
+    if value.as_str() == Some("off") {
+        return Ok(None);
+    }
+    whole_seconds(value).map(Some).map_err(|_| format!("expected a duration such as \"2h\" or \"off\", got {value}"))
+}
+
+/// `"off"` or `""` (None), else a socket address.
+pub(super) fn listen_address(value: &Value) -> Result<Option<SocketAddr>, String> {
+    match string(value)?.trim() {
+        "" | "off" => Ok(None),
+        text => text.parse().map(Some).map_err(|e| format!("'{text}' is not an address like \"127.0.0.1:9817\" ({e})")),
+    }
+}
+
+/// A signal name such as "USR1", or "" (None).
+pub(super) fn signal_name(value: &Value) -> Result<Option<String>, String> {
+    let signal = string(value)?.trim().to_string();
+    if !signal.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(format!("'{signal}' is not a signal name like \"USR1\""));
+    }
+    Ok((!signal.is_empty()).then_some(signal))
+}
+
+/// XIDs such as [79].
+pub(super) fn xids(value: &Value) -> Result<BTreeSet<u64>, String> {
+    let bad = || format!("expected a list of XIDs such as [79], got {value}");
+    let list = value.as_array().ok_or_else(bad)?;
+    list.iter().map(|v| v.as_integer().and_then(|n| u64::try_from(n).ok()).ok_or_else(bad)).collect()
+}
