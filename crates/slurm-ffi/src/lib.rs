@@ -1,7 +1,7 @@
 //! What the gputokens plugins (and accountd) share at the C boundary, so each unsafe pattern is
 //! written once:
 //!
-//! - [`boundary`]: the panic boundary every exported entry point runs inside;
+//! - [`boundary()`]: the panic boundary every exported entry point runs inside;
 //! - [`log`] and [`log_shims!`]: logging `gputokens: <message>` through Slurm's `slurm_info`,
 //!   `slurm_verbose` and `slurm_error`; [`stand_ins`]: what plugin unit tests call instead;
 //! - [`headers`]: the installed Slurm headers and (feature `bindgen`) their bindgen set-up, for build

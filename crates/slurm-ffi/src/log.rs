@@ -7,9 +7,10 @@
 //! `cargo build` makes must call the real ones (rustc links cdylibs with BIND_NOW; slurmctld, sbatch,
 //! srun and slurmstepd provide them). The switch has to be `cfg(test)` of the *plugin* crate: a
 //! cargo feature turned on by dev-dependencies would be unified into the plugin's `cargo test` build
-//! of the cdylib too, and silently replace target/debug/*.so with one that logs nowhere. `cfg` in a
-//! macro expansion is evaluated in the crate that invokes the macro, so [`log_shims!`] (invoked once
-//! in each plugin's `ffi` module) gives the extern block outside tests and the stand-ins in them;
+//! of the cdylib too, and silently replace target/debug/*.so with one that logs into a test buffer.
+//! `cfg` in a macro expansion is evaluated in the crate that invokes the macro, so
+//! [`log_shims!`](crate::log_shims), invoked once in each plugin's `ffi` module, gives the extern
+//! block outside tests and the stand-ins in them;
 //! everything else (the prefix, the `"%s"` format, the NUL handling) is ordinary code here.
 
 use std::ffi::{c_char, CStr, CString};
@@ -23,7 +24,7 @@ pub enum Level {
 }
 
 /// Slurm's three log functions as one plugin links them (see the module documentation); implemented
-/// by [`log_shims!`].
+/// by [`log_shims!`](crate::log_shims).
 pub trait Symbols {
     /// Calls Slurm's log function for `level` as `f(fmt, arg)`.
     ///
