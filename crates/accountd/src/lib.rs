@@ -1,4 +1,6 @@
 //! accountd: the gputokens daemon, its admin CLI and `sbalance`, over the `gputokens` core library.
+//! No unsafe code: libmunge is reached through `slurm_ffi::munge`.
+#![forbid(unsafe_code)]
 
 pub mod admin;
 pub mod agent;
@@ -16,7 +18,6 @@ pub mod health;
 pub mod http;
 pub mod http_listener;
 pub mod metrics;
-pub mod munge;
 pub mod now_arg;
 pub mod plugstack;
 pub mod preempt_jobs;
@@ -33,6 +34,9 @@ pub mod slurm_check;
 pub mod slurm_view;
 pub mod snapshot_access;
 pub mod utilization;
+
+/// MUNGE credentials (libmunge), from slurm-ffi; `accountd::munge` as before.
+pub use slurm_ffi::munge;
 
 /// `accountd --version`: the crate version and the Slurm headers it was built against.
 pub fn version() -> &'static str {

@@ -1,5 +1,6 @@
 //! The SQLite token ledger: append-only entries with idempotency keys, and a balance per user kept in
 //! the same transaction as the entries that change it.
+#![forbid(unsafe_code)]
 
 mod charge;
 mod faults;

@@ -2,12 +2,13 @@
 //! typed `JobRequest` (the numbers through `sentinel`), writing the fields the plugin changes
 //! (`nice`, `site_factor`, `qos`, `time_limit` and the message in `*err_msg`), allocating strings for
 //! slurmctld with `slurm_xstrdup` (and freeing the one it replaces with `slurm_xfree`), and logging
-//! through slurmctld's log.
+//! through slurmctld's log (`slurm_ffi::log_shims!`).
 //!
 //! The functions come from libslurmfull, which slurmctld links; rustc links cdylibs with BIND_NOW,
 //! so each one must exist there (`nm -D --defined-only .../libslurmfull.so`): `slurm_xstrdup`,
-//! `slurm_xfree`, `slurm_info`, `slurm_verbose`, `slurm_error`. Unit tests link stand-ins instead
-//! (`test_slurm`).
+//! `slurm_xfree`, `slurm_info`, `slurm_verbose`, `slurm_error`. Unit tests call stand-ins instead
+//! (`slurm_ffi::stand_ins`), chosen by this crate's `cfg(test)` so that `cargo test` never changes the
+//! `.so` that `cargo build` makes.
 
 use std::ffi::{c_char, c_int, CStr, CString};
 
@@ -17,6 +18,11 @@ use gputokens::job_request::JobRequest;
 use crate::bindings::{job_desc_msg_t, ESLURM_ACCOUNTING_POLICY, SLURM_SUCCESS};
 use crate::sentinel;
 
+pub use slurm_ffi::log::Level;
+
+// `log(Level, &str)` (and `error`, `info`, `verbose`) through slurmctld's log.
+slurm_ffi::log_shims!();
+
 #[cfg(not(test))]
 mod slurm {
     use std::ffi::c_char;
@@ -25,44 +31,17 @@ mod slurm {
         pub fn slurm_xstrdup(s: *const c_char) -> *mut c_char;
         /// `xfree(p)`: frees `*p` (xmalloc'ed) and sets it to NULL (22.05 and later: one argument).
         pub fn slurm_xfree(p: *mut *mut std::ffi::c_void);
-        pub fn slurm_error(fmt: *const c_char, ...);
-        pub fn slurm_info(fmt: *const c_char, ...);
-        pub fn slurm_verbose(fmt: *const c_char, ...);
     }
 }
 
 #[cfg(test)]
-use test_slurm as slurm;
+use slurm_ffi::stand_ins as slurm;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
-    Error,
-    Info,
-    /// Shown with `SlurmctldDebug=verbose` or higher.
-    Verbose,
-}
-
-impl From<decision::Level> for Level {
-    fn from(level: decision::Level) -> Level {
-        match level {
-            decision::Level::Info => Level::Info,
-            decision::Level::Verbose => Level::Verbose,
-        }
-    }
-}
-
-const PERCENT_S: &CStr = c"%s";
-
-/// Logs `gputokens: <message>` through slurmctld's log.
-pub fn log(level: Level, message: &str) {
-    let text = c_string(&format!("gputokens: {message}"));
-    // SAFETY: a "%s" format with one valid NUL-terminated string argument, both alive for the call.
-    unsafe {
-        match level {
-            Level::Error => slurm::slurm_error(PERCENT_S.as_ptr(), text.as_ptr()),
-            Level::Info => slurm::slurm_info(PERCENT_S.as_ptr(), text.as_ptr()),
-            Level::Verbose => slurm::slurm_verbose(PERCENT_S.as_ptr(), text.as_ptr()),
-        }
+/// The log level of a decision's line.
+pub fn decision_level(level: decision::Level) -> Level {
+    match level {
+        decision::Level::Info => Level::Info,
+        decision::Level::Verbose => Level::Verbose,
     }
 }
 
@@ -72,26 +51,30 @@ pub fn log(level: Level, message: &str) {
 /// `desc` is NULL or points to a job description that stays valid for the call (as slurmctld
 /// guarantees during `job_submit`/`job_modify`); its strings are NULL or NUL-terminated.
 pub unsafe fn read_job(desc: *const job_desc_msg_t) -> Option<JobRequest> {
-    let d = desc.as_ref()?;
-    Some(JobRequest {
-        job_id: sentinel::job_number(string(d.job_id_str).as_deref(), d.job_id),
-        user_id: sentinel::given(d.user_id),
-        nice: sentinel::nice(d.nice),
-        tres_per_job: string(d.tres_per_job),
-        tres_per_node: string(d.tres_per_node),
-        tres_per_task: string(d.tres_per_task),
-        tres_per_socket: string(d.tres_per_socket),
-        time_limit: sentinel::time_limit(d.time_limit),
-        partition: string(d.partition),
-        account: string(d.account),
-        qos: string(d.qos),
-        min_nodes: sentinel::given(d.min_nodes),
-        num_tasks: sentinel::given(d.num_tasks),
-        ntasks_per_node: sentinel::given16(d.ntasks_per_node),
-        sockets_per_node: sentinel::given16(d.sockets_per_node),
-        array_inx: string(d.array_inx),
-        wants_estimate: spank_env(d).any(|v| v == ESTIMATE_VARIABLE),
-    })
+    // SAFETY: the caller's promise: `desc` is NULL or valid for the call, and so are the strings
+    // and the SPANK environment list it points to.
+    unsafe {
+        let d = desc.as_ref()?;
+        Some(JobRequest {
+            job_id: sentinel::job_number(string(d.job_id_str).as_deref(), d.job_id),
+            user_id: sentinel::given(d.user_id),
+            nice: sentinel::nice(d.nice),
+            tres_per_job: string(d.tres_per_job),
+            tres_per_node: string(d.tres_per_node),
+            tres_per_task: string(d.tres_per_task),
+            tres_per_socket: string(d.tres_per_socket),
+            time_limit: sentinel::time_limit(d.time_limit),
+            partition: string(d.partition),
+            account: string(d.account),
+            qos: string(d.qos),
+            min_nodes: sentinel::given(d.min_nodes),
+            num_tasks: sentinel::given(d.num_tasks),
+            ntasks_per_node: sentinel::given16(d.ntasks_per_node),
+            sockets_per_node: sentinel::given16(d.sockets_per_node),
+            array_inx: string(d.array_inx),
+            wants_estimate: spank_env(d).any(|v| v == ESTIMATE_VARIABLE),
+        })
+    }
 }
 
 /// What `spank_job_control_setenv(sp, "GPUTOKENS_ESTIMATE", "1", 1)` in sbatch puts in the job
@@ -100,14 +83,24 @@ pub unsafe fn read_job(desc: *const job_desc_msg_t) -> Option<JobRequest> {
 pub const ESTIMATE_VARIABLE: &str = "GPUTOKENS_ESTIMATE=1";
 
 /// The `NAME=value` entries of the job's SPANK environment.
+///
+/// # Safety
+/// `d.spank_job_env` is NULL or holds `d.spank_job_env_size` pointers, each NULL or a NUL-terminated
+/// string, valid while the iterator is used.
 unsafe fn spank_env(d: &job_desc_msg_t) -> impl Iterator<Item = String> + '_ {
     let list = d.spank_job_env;
     let n = if list.is_null() { 0 } else { d.spank_job_env_size as usize };
-    (0..n).filter_map(move |i| string(*list.add(i)))
+    // SAFETY: the caller's promise; `i` stays below the list's length.
+    (0..n).filter_map(move |i| unsafe { string(*list.add(i)) })
 }
 
+/// A copy of a C string; None for NULL.
+///
+/// # Safety
+/// `p` is NULL or a NUL-terminated string valid for the call.
 unsafe fn string(p: *const c_char) -> Option<String> {
-    (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
+    // SAFETY: the caller's promise.
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
 /// Writes a verdict back into the job description and `*err_msg`; returns the code for slurmctld (a
@@ -119,7 +112,8 @@ unsafe fn string(p: *const c_char) -> Option<String> {
 pub unsafe fn apply(desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, verdict: &Verdict) -> c_int {
     match verdict {
         Verdict::Accept { changes, message } => {
-            if let Some(d) = desc.as_mut() {
+            // SAFETY: the caller's promise: `desc` is NULL or valid and writable.
+            if let Some(d) = unsafe { desc.as_mut() } {
                 if let Some(nice) = changes.nice {
                     d.nice = sentinel::offset(nice);
                 }
@@ -130,106 +124,57 @@ pub unsafe fn apply(desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, verdic
                     d.time_limit = sentinel::minutes(minutes);
                 }
                 if let Some(qos) = &changes.qos {
-                    replace_string(&mut d.qos, qos);
+                    // SAFETY: a job description's strings are NULL or xmalloc'ed by slurmctld.
+                    unsafe { replace_string(&mut d.qos, qos) };
                 }
             }
             if let Some(message) = message {
-                give_message(err_msg, message, false);
+                // SAFETY: the caller's promise about `err_msg`.
+                unsafe { give_message(err_msg, message, false) };
             }
             SLURM_SUCCESS as c_int
         }
         Verdict::Reject { message } => {
-            give_message(err_msg, message, true);
+            // SAFETY: as above.
+            unsafe { give_message(err_msg, message, true) };
             ESLURM_ACCOUNTING_POLICY as c_int
         }
     }
 }
 
 /// Puts an xstrdup'ed `value` in a job description string field, xfree-ing what was there.
+///
+/// # Safety
+/// `*field` is NULL or was allocated by Slurm's xmalloc.
 unsafe fn replace_string(field: &mut *mut c_char, value: &str) {
     if !field.is_null() {
-        slurm::slurm_xfree((field as *mut *mut c_char).cast());
+        // SAFETY: the caller's promise; xfree sets the field to NULL, and it is replaced below.
+        unsafe { slurm::slurm_xfree((field as *mut *mut c_char).cast()) };
     }
     let text = c_string(value);
-    *field = slurm::slurm_xstrdup(text.as_ptr());
+    // SAFETY: `text` is a valid NUL-terminated string; the copy is slurmctld's to xfree.
+    *field = unsafe { slurm::slurm_xstrdup(text.as_ptr()) };
 }
 
 /// Stores an xstrdup'ed copy of `message` in `*err_msg` (slurmctld frees it with xfree and shows it:
 /// as an error with a refusal, as information on success). An information message leaves one that
 /// another job_submit plugin put there; a refusal replaces it, leaking the other copy: freeing it
 /// would need `slurm_xfree`, whose signature differs between Slurm releases.
+///
+/// # Safety
+/// `err_msg` is NULL or points to a `char *` that is NULL or was allocated by Slurm's xmalloc.
 unsafe fn give_message(err_msg: *mut *mut c_char, message: &str, replace: bool) {
-    if err_msg.is_null() || (!(*err_msg).is_null() && !replace) {
+    // SAFETY: the caller's promise: non-NULL `err_msg` is readable and writable.
+    if err_msg.is_null() || (!unsafe { *err_msg }.is_null() && !replace) {
         return;
     }
     let text = c_string(message);
-    *err_msg = slurm::slurm_xstrdup(text.as_ptr());
+    // SAFETY: as above; `text` is a valid NUL-terminated string, the copy is slurmctld's to xfree.
+    unsafe { *err_msg = slurm::slurm_xstrdup(text.as_ptr()) };
 }
 
 fn c_string(text: &str) -> CString {
     CString::new(text.replace('\0', " ")).unwrap_or_default()
-}
-
-/// Stand-ins for libslurmfull in unit tests: `slurm_xstrdup` is `strdup` (free with `libc::free`),
-/// log lines are collected, and this thread's `slurm_xstrdup`s and `slurm_xfree`s are counted (so a
-/// test can tell that every allocation it saw made was freed).
-#[cfg(test)]
-pub mod test_slurm {
-    use std::cell::Cell;
-    use std::ffi::{c_char, CStr};
-    use std::sync::Mutex;
-
-    pub static LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-    thread_local! {
-        static ALLOCATED: Cell<usize> = const { Cell::new(0) };
-        static FREED: Cell<usize> = const { Cell::new(0) };
-    }
-
-    /// (strings allocated, strings freed) on this thread so far.
-    pub fn allocations() -> (usize, usize) {
-        (ALLOCATED.get(), FREED.get())
-    }
-
-    fn push(level: &str, arg: *const c_char) {
-        // SAFETY: the callers pass a valid NUL-terminated string.
-        let text = unsafe { CStr::from_ptr(arg) }.to_string_lossy().into_owned();
-        LOG.lock().unwrap().push(format!("{level}: {text}"));
-    }
-
-    pub unsafe fn slurm_xstrdup(s: *const c_char) -> *mut c_char {
-        ALLOCATED.set(ALLOCATED.get() + 1);
-        nix::libc::strdup(s)
-    }
-    pub unsafe fn slurm_xfree(p: *mut *mut std::ffi::c_void) {
-        if !(*p).is_null() {
-            FREED.set(FREED.get() + 1);
-        }
-        nix::libc::free(*p);
-        *p = std::ptr::null_mut();
-    }
-    pub unsafe fn slurm_error(_fmt: *const c_char, arg: *const c_char) {
-        push("error", arg)
-    }
-    pub unsafe fn slurm_info(_fmt: *const c_char, arg: *const c_char) {
-        push("info", arg)
-    }
-    pub unsafe fn slurm_verbose(_fmt: *const c_char, arg: *const c_char) {
-        push("verbose", arg)
-    }
-
-    /// Takes the C string a test got back and frees it.
-    pub fn take(p: *mut c_char) -> Option<String> {
-        if p.is_null() {
-            return None;
-        }
-        // SAFETY: allocated by slurm_xstrdup above (strdup), not used after this.
-        unsafe {
-            let s = CStr::from_ptr(p).to_string_lossy().into_owned();
-            nix::libc::free(p.cast());
-            Some(s)
-        }
-    }
 }
 
 #[cfg(test)]
@@ -238,6 +183,7 @@ mod tests {
     use crate::bindings::{INFINITE, NICE_OFFSET, NO_VAL, NO_VAL16};
     use gputokens::decision::Changes;
     use gputokens::job_request::TimeLimit;
+    use slurm_ffi::stand_ins;
 
     #[test]
     fn reads_the_fields_of_a_job_description() {
@@ -314,9 +260,9 @@ mod tests {
         let lower = Verdict::Accept { changes, message: Some("info".into()) };
         assert_eq!(unsafe { apply(&mut desc, &mut err, &lower) }, 0);
         assert_eq!(desc.nice, NICE_OFFSET + 100);
-        assert_eq!(test_slurm::take(err).as_deref(), Some("info"));
+        assert_eq!(unsafe { stand_ins::take(err) }.as_deref(), Some("info"));
 
-        desc.qos = unsafe { test_slurm::slurm_xstrdup(c"normal".as_ptr()) };
+        desc.qos = unsafe { stand_ins::slurm_xstrdup(c"normal".as_ptr()) };
         let changes = Changes {
             site_factor: Some(-5),
             qos: Some("overdraft".into()),
@@ -326,7 +272,7 @@ mod tests {
         let mut err: *mut c_char = std::ptr::null_mut();
         assert_eq!(unsafe { apply(&mut desc, &mut err, &Verdict::Accept { changes, message: None }) }, 0);
         assert_eq!((desc.site_factor, desc.time_limit, err.is_null()), (NICE_OFFSET - 5, 60, true));
-        assert_eq!(test_slurm::take(desc.qos).as_deref(), Some("overdraft"), "the old QOS string was freed");
+        assert_eq!(unsafe { stand_ins::take(desc.qos) }.as_deref(), Some("overdraft"), "the old QOS string was freed");
         let huge = Changes { time_limit: Some(u32::MAX), ..Default::default() };
         assert_eq!(unsafe { apply(&mut desc, &mut err, &Verdict::Accept { changes: huge, message: None }) }, 0);
         assert_eq!(desc.time_limit, NO_VAL - 1, "a limit, not NO_VAL or INFINITE");
@@ -334,16 +280,16 @@ mod tests {
         let mut err: *mut c_char = std::ptr::null_mut();
         let no = Verdict::Reject { message: "no\0pe".into() };
         assert_eq!(unsafe { apply(&mut desc, &mut err, &no) }, 2050);
-        assert_eq!(test_slurm::take(err).as_deref(), Some("no pe"));
+        assert_eq!(unsafe { stand_ins::take(err) }.as_deref(), Some("no pe"));
         assert_eq!(unsafe { apply(&mut desc, std::ptr::null_mut(), &no) }, 2050, "NULL err_msg is fine");
     }
 
     #[test]
     fn an_info_message_keeps_another_plugins_message() {
         let mut desc = job_desc_msg_t::default();
-        let mut err = unsafe { test_slurm::slurm_xstrdup(c"from another plugin".as_ptr()) };
+        let mut err = unsafe { stand_ins::slurm_xstrdup(c"from another plugin".as_ptr()) };
         let lower = Verdict::Accept { changes: Changes::default(), message: Some("ours".into()) };
         unsafe { apply(&mut desc, &mut err, &lower) };
-        assert_eq!(test_slurm::take(err).as_deref(), Some("from another plugin"));
+        assert_eq!(unsafe { stand_ins::take(err) }.as_deref(), Some("from another plugin"));
     }
 }

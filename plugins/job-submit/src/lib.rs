@@ -11,6 +11,8 @@
 //! a typed `gputokens::job_request::JobRequest` (Slurm's sentinel numbers converted in `sentinel`);
 //! `plugin`, `watch` and `tally` are safe code keeping the live state. The decision itself is
 //! `gputokens::decision`'s.
+//! The panic boundary and the log shims are slurm-ffi's, shared with the SPANK plugin.
+#![deny(unsafe_op_in_unsafe_fn)]
 
 mod bindings;
 mod ffi;
@@ -24,24 +26,17 @@ mod watch;
 use gputokens::plugin_config as config;
 
 use std::ffi::{c_char, c_int, c_void};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use bindings::{job_desc_msg_t, SLURM_SUCCESS, SLURM_VERSION_NUMBER};
 use ffi::Level;
+use slurm_ffi::boundary;
 
 const SUCCESS: c_int = SLURM_SUCCESS as c_int;
 
-/// Runs `body`; a panic is logged and replaced by `fallback`, so that none crosses into slurmctld.
-macro_rules! boundary {
-    ($entry:literal, $fallback:expr, $body:expr) => {
-        match catch_unwind(AssertUnwindSafe(|| $body)) {
-            Ok(value) => value,
-            Err(_) => {
-                ffi::log(Level::Error, concat!($entry, " panicked; the job is accepted unchecked"));
-                $fallback
-            }
-        }
-    };
+/// What a panic in an entry point leaves (inside `slurm_ffi::boundary`, which returns SUCCESS then):
+/// a line in slurmctld's log, and the job accepted unchecked.
+fn log_panic(entry: &str) {
+    ffi::log(Level::Error, &format!("{entry} panicked; the job is accepted unchecked"));
 }
 
 #[no_mangle]
@@ -61,7 +56,7 @@ pub static plugin_version: u32 = SLURM_VERSION_NUMBER;
 /// watcher. Always succeeds: a problem is logged and the defaults and `on_error` apply.
 #[no_mangle]
 pub extern "C" fn init() -> c_int {
-    boundary!("init", SUCCESS, {
+    boundary("init", SUCCESS, log_panic, || {
         let path = config::config_path(std::env::var("GPUTOKENS_CONF").ok().as_deref());
         plugin::start(&path);
         SUCCESS
@@ -71,7 +66,7 @@ pub extern "C" fn init() -> c_int {
 /// Stops and joins the watcher (slurmctld unloads the plugin next).
 #[no_mangle]
 pub extern "C" fn fini() -> c_int {
-    boundary!("fini", SUCCESS, {
+    boundary("fini", SUCCESS, log_panic, || {
         plugin::stop();
         SUCCESS
     })
@@ -86,7 +81,7 @@ pub unsafe extern "C" fn job_submit(
     submit_uid: u32,
     err_msg: *mut *mut c_char,
 ) -> c_int {
-    boundary!("job_submit", SUCCESS, {
+    boundary("job_submit", SUCCESS, log_panic, || {
         // SAFETY: as promised by slurmctld (above).
         match unsafe { ffi::read_job(job_desc) } {
             Some(job) => unsafe { ffi::apply(job_desc, err_msg, &plugin::submit(&job, submit_uid)) },
@@ -102,7 +97,8 @@ pub unsafe extern "C" fn job_submit(
 #[cfg(not(slurm_job_modify_err_msg))]
 #[no_mangle]
 pub unsafe extern "C" fn job_modify(job_desc: *mut job_desc_msg_t, _job_ptr: *mut c_void, submit_uid: u32) -> c_int {
-    boundary!("job_modify", SUCCESS, unsafe { modify(job_desc, submit_uid, std::ptr::null_mut()) })
+    // SAFETY: as promised by slurmctld (see `job_submit`).
+    boundary("job_modify", SUCCESS, log_panic, || unsafe { modify(job_desc, submit_uid, std::ptr::null_mut()) })
 }
 
 /// Slurm 23.02 and later: `job_modify(job_desc, job_ptr, submit_uid, err_msg)`.
@@ -117,12 +113,16 @@ pub unsafe extern "C" fn job_modify(
     submit_uid: u32,
     err_msg: *mut *mut c_char,
 ) -> c_int {
-    boundary!("job_modify", SUCCESS, unsafe { modify(job_desc, submit_uid, err_msg) })
+    // SAFETY: as promised by slurmctld (see `job_submit`).
+    boundary("job_modify", SUCCESS, log_panic, || unsafe { modify(job_desc, submit_uid, err_msg) })
 }
 
+/// # Safety
+/// As for [`job_submit`].
 unsafe fn modify(job_desc: *mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut c_char) -> c_int {
-    match ffi::read_job(job_desc) {
-        Some(job) => ffi::apply(job_desc, err_msg, &plugin::modify(&job, submit_uid)),
+    // SAFETY: the caller passes slurmctld's promise on (see `job_submit`).
+    match unsafe { ffi::read_job(job_desc) } {
+        Some(job) => unsafe { ffi::apply(job_desc, err_msg, &plugin::modify(&job, submit_uid)) },
         None => SUCCESS,
     }
 }
@@ -130,10 +130,10 @@ unsafe fn modify(job_desc: *mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *
 #[cfg(test)]
 mod tests {
     //! The exported entry points, called the way slurmctld calls them (with the libslurmfull
-    //! stand-ins of `ffi::test_slurm`).
+    //! stand-ins of `slurm_ffi::stand_ins`).
     use super::*;
     use crate::bindings::{NICE_OFFSET, NO_VAL};
-    use crate::ffi::test_slurm;
+    use slurm_ffi::stand_ins;
     use std::ffi::CString;
     use std::sync::Mutex;
 
@@ -161,7 +161,7 @@ mod tests {
         };
         let mut err: *mut c_char = std::ptr::null_mut();
         let code = unsafe { job_submit(&mut desc, user_id, &mut err) };
-        (code, desc.nice, test_slurm::take(err))
+        (code, desc.nice, unsafe { stand_ins::take(err) })
     }
 
     #[cfg(not(slurm_job_modify_err_msg))]
@@ -228,7 +228,7 @@ mod tests {
 
         assert_eq!(fini(), SUCCESS);
         assert_eq!(submit(0, Some("gres:gpu:1")).0, SUCCESS, "after fini: nothing to decide from");
-        let log = test_slurm::LOG.lock().unwrap().join("\n");
+        let log = stand_ins::LOG.lock().unwrap().join("\n");
         assert!(log.contains("info: gputokens: job_submit/gputokens 0.1.0 (built for Slurm"), "{log}");
         assert!(log.contains("info: gputokens: refused a GPU job of root (uid 0)"), "{log}");
     }
@@ -267,7 +267,7 @@ mod tests {
         plugin::start(std::path::Path::new("/nonexistent/gputokens.toml"));
         assert_eq!(submit(0, Some("gres:gpu:1")).0, SUCCESS);
         plugin::stop();
-        let log = test_slurm::LOG.lock().unwrap().join("\n");
+        let log = stand_ins::LOG.lock().unwrap().join("\n");
         assert!(log.contains("error: gputokens: /nonexistent/gputokens.toml: cannot read: "), "{log}");
     }
 

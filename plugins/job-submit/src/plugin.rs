@@ -52,7 +52,7 @@ fn slurm_log(level: Level, message: String) {
 }
 
 fn decision_log(level: decision::Level, message: String) {
-    ffi::log(level.into(), &message)
+    ffi::log(ffi::decision_level(level), &message)
 }
 
 /// `init`: reads the config at `config_path` leniently (problems are logged, defaults used), loads the

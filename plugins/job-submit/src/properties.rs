@@ -10,8 +10,9 @@ use proptest::prelude::*;
 use proptest::test_runner::{TestCaseError, TestRunner};
 
 use crate::bindings::{job_desc_msg_t, INFINITE, NO_VAL, NO_VAL16};
-use crate::ffi::{test_slurm, ESTIMATE_VARIABLE};
+use crate::ffi::ESTIMATE_VARIABLE;
 use crate::{job_modify, job_submit, plugin, SUCCESS};
+use slurm_ffi::stand_ins;
 
 /// The fields a job description gets, before they become C strings.
 #[derive(Debug, Clone)]
@@ -113,13 +114,13 @@ fn xstr(text: &Option<String>) -> *mut c_char {
         None => std::ptr::null_mut(),
         Some(t) => {
             let c = CString::new(t.replace('\0', "")).unwrap();
-            unsafe { test_slurm::slurm_xstrdup(c.as_ptr()) }
+            unsafe { stand_ins::slurm_xstrdup(c.as_ptr()) }
         }
     }
 }
 
 fn xfree(p: &mut *mut c_char) {
-    unsafe { test_slurm::slurm_xfree((p as *mut *mut c_char).cast()) }
+    unsafe { stand_ins::slurm_xfree((p as *mut *mut c_char).cast()) }
 }
 
 /// A job description built from `f`; `env` keeps the SPANK environment's pointer array alive.
@@ -185,7 +186,7 @@ fn check(
     refusals_told: bool,
     call: impl Fn(&mut job_desc_msg_t, &mut *mut c_char) -> c_int,
 ) -> Result<(), TestCaseError> {
-    let before = test_slurm::allocations();
+    let before = stand_ins::allocations();
     let mut env = Vec::new();
     let mut desc = description(f, &mut env);
     let mut err: *mut c_char = std::ptr::null_mut();
@@ -197,7 +198,7 @@ fn check(
     }
     prop_assert!(code == SUCCESS || message.is_some() || !refusals_told, "refused without a message");
     release(&mut desc, &mut env, &mut err);
-    let (allocated, freed) = test_slurm::allocations();
+    let (allocated, freed) = stand_ins::allocations();
     prop_assert_eq!(allocated - before.0, freed - before.1, "strings allocated and freed");
     Ok(())
 }
@@ -228,7 +229,7 @@ fn random_descriptions_never_panic_or_leak() {
         let text = format!("[paths]\nsnapshot = \"{}\"\n[admission]\n{admission}\n", snap.display());
         std::fs::write(&conf, text).unwrap();
         plugin::start(&conf);
-        let logged_before = test_slurm::LOG.lock().unwrap().len();
+        let logged_before = stand_ins::LOG.lock().unwrap().len();
         let mut runner = TestRunner::new(ProptestConfig::default());
         let result = runner.run(&fields(), |f| {
             check(&f, true, |desc, err| unsafe { job_submit(desc, f.submit_uid, err) })?;
@@ -237,7 +238,7 @@ fn random_descriptions_never_panic_or_leak() {
         });
         plugin::stop();
         result.unwrap();
-        let log = test_slurm::LOG.lock().unwrap()[logged_before..].join("\n");
+        let log = stand_ins::LOG.lock().unwrap()[logged_before..].join("\n");
         assert!(!log.contains("panicked"), "{log}");
     }
 }

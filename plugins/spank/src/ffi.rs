@@ -1,10 +1,11 @@
 //! Every unsafe operation of the plugin lives here: the plugstack arguments, the SPANK calls
 //! (`spank_context`, `spank_get_item(S_JOB_ID)`, `spank_option_register`,
-//! `spank_job_control_setenv`) and logging through Slurm's log.
+//! `spank_job_control_setenv`) and logging through Slurm's log (`slurm_ffi::log_shims!`).
 //!
 //! rustc links cdylibs with BIND_NOW, so each undefined symbol must exist in every process that
 //! loads the plugin (sbatch, salloc, srun, slurmstepd, slurmd): the `spank_*` functions and
-//! `slurm_info`/`slurm_verbose`/`slurm_error` come from libslurmfull, which all of them link.
+//! `slurm_info`/`slurm_verbose`/`slurm_error` come from libslurmfull, which all of them link. Unit
+//! tests call stand-ins instead, chosen by this crate's `cfg(test)`.
 
 use std::ffi::{c_char, c_int, CStr, CString};
 
@@ -27,13 +28,10 @@ mod slurm {
             value: *const c_char,
             overwrite: c_int,
         ) -> spank_err_t;
-        pub fn slurm_info(fmt: *const c_char, ...);
-        pub fn slurm_error(fmt: *const c_char, ...);
-        pub fn slurm_verbose(fmt: *const c_char, ...);
     }
 }
 
-/// Stand-ins for the Slurm symbols in unit tests (which have no Slurm process to resolve them).
+/// Stand-ins for the SPANK symbols in unit tests (which have no Slurm process to resolve them).
 #[cfg(test)]
 mod slurm {
     use crate::bindings::{spank_context_t, spank_err_t, spank_item_t, spank_option, spank_t, S_CTX_ERROR};
@@ -50,9 +48,6 @@ mod slurm {
     pub unsafe fn spank_job_control_setenv(_: spank_t, _: *const c_char, _: *const c_char, _: c_int) -> spank_err_t {
         1
     }
-    pub unsafe fn slurm_info(_: *const c_char, _: *const c_char) {}
-    pub unsafe fn slurm_error(_: *const c_char, _: *const c_char) {}
-    pub unsafe fn slurm_verbose(_: *const c_char, _: *const c_char) {}
 }
 
 /// Where the plugin was loaded.
@@ -82,28 +77,8 @@ pub fn context() -> Context {
     }
 }
 
-const PERCENT_S: &CStr = c"%s";
-
-/// `gputokens: <message>` at info level: on the user's terminal in sbatch/srun (hidden by `-Q`), in
-/// slurmd's log in slurmstepd.
-pub fn info(message: &str) {
-    let text = c_string(&format!("gputokens: {message}"));
-    // SAFETY: a "%s" format with one valid NUL-terminated string argument, both alive for the call.
-    unsafe { slurm::slurm_info(PERCENT_S.as_ptr(), text.as_ptr()) }
-}
-
-/// Shown only with `-v` (sbatch/srun) or a verbose slurmd log.
-pub fn verbose(message: &str) {
-    let text = c_string(&format!("gputokens: {message}"));
-    // SAFETY: as for `info`.
-    unsafe { slurm::slurm_verbose(PERCENT_S.as_ptr(), text.as_ptr()) }
-}
-
-pub fn error(message: &str) {
-    let text = c_string(&format!("gputokens: {message}"));
-    // SAFETY: as for `info`.
-    unsafe { slurm::slurm_error(PERCENT_S.as_ptr(), text.as_ptr()) }
-}
+// `info`, `verbose` and `error(&str)` (and `log(Level, &str)`) through Slurm's log.
+slurm_ffi::log_shims!();
 
 /// The plugstack arguments.
 ///
@@ -113,10 +88,12 @@ pub unsafe fn args(ac: c_int, av: *const *const c_char) -> Vec<String> {
     if av.is_null() || ac <= 0 {
         return Vec::new();
     }
-    std::slice::from_raw_parts(av, ac as usize)
+    // SAFETY: the caller's promise: `av` holds `ac` pointers, each NULL (skipped) or a NUL-terminated
+    // string, copied here.
+    unsafe { std::slice::from_raw_parts(av, ac as usize) }
         .iter()
         .filter(|p| !p.is_null())
-        .map(|&p| CStr::from_ptr(p).to_string_lossy().into_owned())
+        .map(|&p| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
         .collect()
 }
 
@@ -126,7 +103,8 @@ pub unsafe fn args(ac: c_int, av: *const *const c_char) -> Vec<String> {
 /// `sp` is the handle SPANK passed to the current entry point.
 pub unsafe fn job_id(sp: spank_t) -> Option<u32> {
     let mut id: u32 = 0;
-    let rc = slurm::spank_get_item(sp, S_JOB_ID, &mut id as *mut u32);
+    // SAFETY: `sp` is the entry point's handle (the caller's promise); S_JOB_ID writes one uint32_t.
+    let rc = unsafe { slurm::spank_get_item(sp, S_JOB_ID, &mut id as *mut u32) };
     (rc == 0 && id != 0).then_some(id)
 }
 
@@ -153,7 +131,8 @@ pub unsafe fn register_option(sp: spank_t, option: &FlagOption) -> Result<(), u3
         val: 0,
         cb: Some(option.callback) as spank_opt_cb_f,
     }));
-    match slurm::spank_option_register(sp, entry) {
+    // SAFETY: `sp` is slurm_spank_init's handle (the caller's promise); `entry` lives forever.
+    match unsafe { slurm::spank_option_register(sp, entry) } {
         0 => Ok(()),
         rc => Err(rc),
     }
@@ -166,7 +145,8 @@ pub unsafe fn register_option(sp: spank_t, option: &FlagOption) -> Result<(), u3
 /// `sp` is the handle SPANK passed to the current entry point.
 pub unsafe fn job_control_setenv(sp: spank_t, name: &str, value: &str) -> Result<(), u32> {
     let (name, value) = (c_string(name), c_string(value));
-    match slurm::spank_job_control_setenv(sp, name.as_ptr(), value.as_ptr(), 1) {
+    // SAFETY: `sp` is the entry point's handle (the caller's promise); SPANK copies both strings.
+    match unsafe { slurm::spank_job_control_setenv(sp, name.as_ptr(), value.as_ptr(), 1) } {
         0 => Ok(()),
         rc => Err(rc),
     }

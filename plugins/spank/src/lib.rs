@@ -16,7 +16,9 @@
 //! It never blocks or fails a job: enforcement lives in the job_submit plugin, and every entry point
 //! returns 0, whatever happens. Layout: this file holds the symbols SPANK looks up, each inside a
 //! panic boundary; `ffi` holds every unsafe operation; `args`, `balance`, `estimate`, `nvml` and
-//! `record` are safe code.
+//! `record` are safe code. The panic boundary and the log shims are slurm-ffi's, shared with the
+//! job_submit plugin.
+#![deny(unsafe_op_in_unsafe_fn)]
 
 mod args;
 mod balance;
@@ -27,22 +29,18 @@ mod nvml;
 mod record;
 
 use std::ffi::{c_char, c_int};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use bindings::{spank_t, SLURM_VERSION_NUMBER};
 use ffi::Context;
 
-/// Runs `body`; a panic is logged and replaced by 0, so that none crosses into Slurm and no job fails.
-macro_rules! boundary {
-    ($entry:literal, $body:expr) => {
-        match catch_unwind(AssertUnwindSafe(|| $body)) {
-            Ok(()) => 0,
-            Err(_) => {
-                ffi::error(concat!($entry, " panicked; ignored"));
-                0
-            }
-        }
-    };
+/// Runs `body` inside `slurm_ffi::boundary`: a panic is logged and replaced by 0, so that none
+/// crosses into Slurm and no job fails.
+fn boundary(entry: &str, body: impl FnOnce()) -> c_int {
+    let log_panic = |entry: &str| ffi::error(&format!("{entry} panicked; ignored"));
+    slurm_ffi::boundary(entry, 0, log_panic, || {
+        body();
+        0
+    })
 }
 
 #[no_mangle]
@@ -64,7 +62,7 @@ pub static plugin_version: u32 = SLURM_VERSION_NUMBER;
 /// Called by SPANK with its handle and the plugstack arguments.
 #[no_mangle]
 pub unsafe extern "C" fn slurm_spank_init(sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
-    boundary!("slurm_spank_init", {
+    boundary("slurm_spank_init", || {
         // slurmstepd too: it is handed the options the job was submitted with.
         if matches!(ffi::context(), Context::Allocator | Context::Local | Context::Remote) {
             let option = ffi::FlagOption {
@@ -83,7 +81,7 @@ pub unsafe extern "C" fn slurm_spank_init(sp: spank_t, _ac: c_int, _av: *mut *mu
 /// SPANK calls this when the user gives `--gpu-tokens-estimate`. Always 0: a nonzero return would make
 /// sbatch fail.
 extern "C" fn estimate_option(_val: c_int, _optarg: *const c_char, remote: c_int) -> c_int {
-    boundary!("the --gpu-tokens-estimate callback", estimate::on_option(remote != 0))
+    boundary("the --gpu-tokens-estimate callback", || estimate::on_option(remote != 0))
 }
 
 /// sbatch/salloc, and srun outside a job: the estimate request and the balance line.
@@ -92,7 +90,7 @@ extern "C" fn estimate_option(_val: c_int, _optarg: *const c_char, remote: c_int
 /// As for [`slurm_spank_init`].
 #[no_mangle]
 pub unsafe extern "C" fn slurm_spank_init_post_opt(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    boundary!("slurm_spank_init_post_opt", {
+    boundary("slurm_spank_init_post_opt", || {
         // SAFETY: as promised by SPANK (above).
         let (args, _) = args::parse(&unsafe { ffi::args(ac, av.cast_const().cast()) });
         match ffi::context() {
@@ -118,7 +116,7 @@ pub unsafe extern "C" fn slurm_spank_init_post_opt(sp: spank_t, ac: c_int, av: *
 /// As for [`slurm_spank_init`].
 #[no_mangle]
 pub unsafe extern "C" fn slurm_spank_job_prolog(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    boundary!("slurm_spank_job_prolog", {
+    boundary("slurm_spank_job_prolog", || {
         // SAFETY: as promised by SPANK (above).
         let (args, problems) = args::parse(&unsafe { ffi::args(ac, av.cast_const().cast()) });
         problems.iter().for_each(|p| ffi::error(p));
@@ -137,7 +135,7 @@ pub unsafe extern "C" fn slurm_spank_job_prolog(sp: spank_t, ac: c_int, av: *mut
 /// As for [`slurm_spank_init`].
 #[no_mangle]
 pub unsafe extern "C" fn slurm_spank_job_epilog(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    boundary!("slurm_spank_job_epilog", {
+    boundary("slurm_spank_job_epilog", || {
         // SAFETY: as promised by SPANK (above).
         let (args, _) = args::parse(&unsafe { ffi::args(ac, av.cast_const().cast()) });
         if ffi::context() == Context::JobScript {
@@ -155,7 +153,8 @@ pub unsafe extern "C" fn slurm_spank_job_epilog(sp: spank_t, ac: c_int, av: *mut
 /// `sp` is the handle SPANK passed to the current entry point (allocator or local context).
 unsafe fn request_estimate(sp: spank_t) {
     let Some((name, value)) = estimate::control_env() else { return };
-    if let Err(rc) = ffi::job_control_setenv(sp, name, value) {
+    // SAFETY: the caller's promise: `sp` is the current entry point's handle.
+    if let Err(rc) = unsafe { ffi::job_control_setenv(sp, name, value) } {
         ffi::error(&format!(
             "cannot pass --gpu-tokens-estimate on (SPANK error {rc}); the job is submitted without it"
         ));
@@ -177,7 +176,8 @@ fn show_balance(args: &args::Args) {
 /// # Safety
 /// `sp` is the handle SPANK passed to the current entry point.
 unsafe fn job_id(sp: spank_t) -> Option<u32> {
-    ffi::job_id(sp).or_else(|| std::env::var("SLURM_JOB_ID").ok()?.parse().ok())
+    // SAFETY: the caller's promise: `sp` is the current entry point's handle.
+    unsafe { ffi::job_id(sp) }.or_else(|| std::env::var("SLURM_JOB_ID").ok()?.parse().ok())
 }
 
 /// Job script context: slurmd gives the prolog the job's GPUs on this node in its environment.

@@ -14,6 +14,7 @@ mod health;
 mod http;
 mod limits;
 mod overload;
+mod plugin_linkage;
 mod preemption;
 mod records;
 mod sbalance;

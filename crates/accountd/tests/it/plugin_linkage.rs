@@ -1,0 +1,69 @@
+//! Neither plugin links SQLite. They run inside slurmctld, sbatch, srun and slurmstepd, and reach the
+//! ledger only through what accountd publishes (the snapshot file, the socket); a dependency on the
+//! ledger crate or rusqlite would put a second SQLite (bundled, statically linked) into those
+//! processes. Checked on the built `.so` files (`cargo build --workspace` puts them next to this
+//! test) and on the dependency graph.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::common::bin;
+
+/// Each plugin's file and one symbol it surely has (so an empty symbol table cannot pass).
+const PLUGINS: [(&str, &str); 2] =
+    [("libjob_submit_gputokens.so", "job_submit"), ("libspank_gputokens.so", "slurm_spank_init")];
+
+/// The packages of the plugins, for `cargo tree`.
+const PLUGIN_PACKAGES: [&str; 2] = ["job-submit-gputokens", "spank-gputokens"];
+
+/// The lines `program args… file` prints; panics when it cannot run or fails.
+fn output_lines(program: &str, args: &[&str], file: &Path) -> Vec<String> {
+    let out = Command::new(program).args(args).arg(file).output().unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(out.status.success(), "{program} {args:?} {}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect()
+}
+
+fn mentioning_sqlite(lines: &[String]) -> Vec<&String> {
+    lines.iter().filter(|l| l.to_ascii_lowercase().contains("sqlite")).collect()
+}
+
+#[test]
+fn neither_plugin_links_sqlite() {
+    for (file, entry) in PLUGINS {
+        let so = bin(file);
+        // The full symbol table, not only the dynamic one: a statically linked SQLite is local to
+        // the .so (a cdylib exports only the plugin's own symbols), so `nm -D` alone would miss it.
+        let symbols = output_lines("nm", &[], &so);
+        assert!(
+            symbols.iter().any(|l| l.ends_with(&format!(" {entry}"))),
+            "{}: no {entry} in its symbol table (stripped?), so this test would prove nothing",
+            so.display()
+        );
+        let dynamic = output_lines("nm", &["-D"], &so);
+        // Every library the loader would bring in with it, not only its own NEEDED entries.
+        let libraries = output_lines("ldd", &[], &so);
+        for (what, lines) in [("symbols", &symbols), ("dynamic symbols", &dynamic), ("libraries", &libraries)] {
+            let found = mentioning_sqlite(lines);
+            assert!(found.is_empty(), "{} links SQLite; {what}: {found:?}", so.display());
+        }
+    }
+}
+
+/// Also the source of the problem, even where the linker would drop the unused code: no normal
+/// dependency of a plugin is the ledger, rusqlite or libsqlite3-sys.
+#[test]
+fn neither_plugin_depends_on_sqlite() {
+    for package in PLUGIN_PACKAGES {
+        let out = Command::new(env!("CARGO"))
+            .args(["tree", "--offline", "--edges", "normal", "--prefix", "none", "--package", package])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("cargo tree");
+        assert!(out.status.success(), "cargo tree -p {package}: {}", String::from_utf8_lossy(&out.stderr));
+        let tree: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
+        assert!(tree.iter().any(|l| l.starts_with(package)), "cargo tree -p {package} printed {tree:?}");
+        let found = mentioning_sqlite(&tree);
+        let ledger: Vec<&String> = tree.iter().filter(|l| l.starts_with("gputokens-ledger ")).collect();
+        assert!(found.is_empty() && ledger.is_empty(), "{package} depends on SQLite: {found:?} {ledger:?}");
+    }
+}
