@@ -12,8 +12,8 @@
 
 use chrono::NaiveDate;
 
+use crate::admission_settings::{Deprioritize, OnError};
 use crate::estimate::{checked_max_cost, total_milli, GpusText, MilliByType};
-use crate::plugin_config::{Deprioritize, OnError};
 use crate::policy::{BucketRules, Status};
 use crate::pricing::PriceTable;
 use crate::slurm::partitions::format_duration;

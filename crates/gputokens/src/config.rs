@@ -8,6 +8,7 @@
 mod problem;
 mod reader;
 mod sections;
+mod summary;
 #[cfg(test)]
 mod tests;
 mod values;
@@ -17,13 +18,15 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::plugin_config::{
+use crate::admission_settings::{
     Deprioritize, Mode, OnError, DEFAULT_MAX_SNAPSHOT_AGE, DEFAULT_NICE_INCREMENT, DEFAULT_TIME_LIMIT,
 };
+use crate::policy::BucketRules;
 use crate::pricing::PriceTable;
 use crate::tokens::Tokens;
 
 pub use problem::Problem;
+pub use summary::{config_path, describe};
 
 pub const DEFAULT_PATH: &str = "/etc/slurm/gputokens.toml";
 pub const DEFAULT_SNAPSHOT: &str = "/var/lib/gputokens/balances.snapshot";
@@ -456,5 +459,11 @@ impl Config {
     /// The path named by `--config`/`GPUTOKENS_CONF`, else the default.
     pub fn resolve_path(explicit: Option<&Path>) -> PathBuf {
         explicit.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(DEFAULT_PATH))
+    }
+}
+
+impl From<&Config> for BucketRules {
+    fn from(cfg: &Config) -> Self {
+        BucketRules { initial: cfg.initial, daily: cfg.daily, monthly: cfg.monthly, cap: cfg.cap, floor: cfg.floor }
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod access;
 pub mod admission;
+pub mod admission_settings;
 pub mod config;
 pub mod decision;
 pub mod entry;
@@ -12,7 +13,6 @@ pub mod estimate;
 pub mod gpu_time;
 pub mod job_request;
 pub mod job_shape;
-pub mod plugin_config;
 pub mod policy;
 pub mod preemption;
 pub mod pricing;

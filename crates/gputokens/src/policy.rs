@@ -2,7 +2,6 @@
 
 use chrono::{Datelike, Duration, NaiveDate};
 
-use crate::config::Config;
 use crate::tokens::Tokens;
 
 /// How balances start, grow and bottom out.
@@ -25,12 +24,6 @@ impl Default for BucketRules {
             cap: None,
             floor: Tokens::whole(-10),
         }
-    }
-}
-
-impl From<&Config> for BucketRules {
-    fn from(cfg: &Config) -> Self {
-        BucketRules { initial: cfg.initial, daily: cfg.daily, monthly: cfg.monthly, cap: cfg.cap, floor: cfg.floor }
     }
 }
 

@@ -23,7 +23,7 @@ mod sentinel;
 mod tally;
 mod watch;
 
-use gputokens::plugin_config as config;
+use gputokens::config;
 
 use std::ffi::{c_char, c_int, c_void};
 

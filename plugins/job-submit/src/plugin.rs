@@ -21,7 +21,7 @@ use gputokens::job_request::JobRequest;
 use crate::ffi::{self, Level};
 use crate::tally::Tally;
 use crate::watch::{self, Monitor, Stamp, View};
-use gputokens::plugin_config::describe;
+use gputokens::config::describe;
 use gputokens::Config;
 
 struct Plugin {
@@ -264,7 +264,7 @@ fn decide(decision: fn(&JobRequest, &Inputs, &mut Log) -> Outcome, job: &JobRequ
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gputokens::plugin_config::Deprioritize;
+    use gputokens::admission_settings::Deprioritize;
 
     #[test]
     fn a_changed_config_is_read_once_it_has_settled() {

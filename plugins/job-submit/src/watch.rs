@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gputokens::admission_settings::OnError;
 use gputokens::decision::Standing;
-use gputokens::plugin_config::OnError;
 use gputokens::snapshot::{self, Snapshot};
 pub use gputokens::stamp::Stamp;
 

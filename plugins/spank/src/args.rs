@@ -44,7 +44,7 @@ impl Args {
     pub fn config_path(&self) -> PathBuf {
         match &self.conf {
             Some(p) => p.clone(),
-            None => gputokens::plugin_config::config_path(std::env::var("GPUTOKENS_CONF").ok().as_deref()),
+            None => gputokens::config::config_path(std::env::var("GPUTOKENS_CONF").ok().as_deref()),
         }
     }
 }

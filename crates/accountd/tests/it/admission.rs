@@ -77,7 +77,7 @@ impl Admission {
     /// Adds `tables` to the plugin's config and waits until the plugin has read it (it re-reads the
     /// file on change; slurmctld is not restarted).
     fn configure(&self, tables: &str) {
-        write_plugin_config(&format!("{}\n{tables}", self.config));
+        write_admission_settings(&format!("{}\n{tables}", self.config));
     }
 
     /// Points the plugin's snapshot at the one `site`'s accountd writes.
@@ -120,7 +120,7 @@ fn write_for_slurmctld(path: &Path, text: &str) -> std::io::Result<()> {
 }
 
 /// Writes the plugin config and waits for the plugin's "config ..." line about it.
-fn write_plugin_config(text: &str) {
+fn write_admission_settings(text: &str) {
     const READ: &str = "gputokens: job_submit/gputokens ";
     let before = slurmctld_log().matches(READ).count();
     std::fs::write(PLUGIN_CONF, text).unwrap();
@@ -134,7 +134,7 @@ fn write_plugin_config(text: &str) {
 impl Drop for Admission {
     fn drop(&mut self) {
         if std::fs::read_to_string(PLUGIN_CONF).ok().as_deref() != Some(self.config.as_str()) {
-            write_plugin_config(&self.config);
+            write_admission_settings(&self.config);
         }
         if !self.jobs.is_empty() {
             let mut args = vec!["--quiet"];

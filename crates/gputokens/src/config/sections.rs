@@ -13,8 +13,8 @@ use super::{
     Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Config, Exempt, Health, HttpAccess, Intervals,
     Paths, PreemptAction, Preemption, Problem, SlurmTools, UsageConfig, UsageSource,
 };
-use crate::plugin_config::OnError;
-use crate::plugin_config::{Deprioritize, Mode, DEFAULT_NICE_INCREMENT, DEFAULT_SITE_FACTOR, MAX_NICE};
+use crate::admission_settings::OnError;
+use crate::admission_settings::{Deprioritize, Mode, DEFAULT_NICE_INCREMENT, DEFAULT_SITE_FACTOR, MAX_NICE};
 use crate::pricing::PriceTable;
 use crate::tokens::Tokens;
 

@@ -6,10 +6,10 @@ use std::collections::HashMap;
 
 use chrono::NaiveDate;
 
+use crate::config::Admission;
 use crate::config::Exempt;
 use crate::decision::{Inputs, Standing, Verdict};
 use crate::estimate::Commitment;
-use crate::plugin_config::PluginConfig;
 use crate::policy::BucketRules;
 use crate::pricing::PriceTable;
 use crate::slurm::partitions::Partition;
@@ -64,8 +64,8 @@ pub fn world() -> World {
     world_of(snapshot())
 }
 
-pub fn config() -> PluginConfig {
-    PluginConfig::default()
+pub fn config() -> Admission {
+    Admission::default()
 }
 
 pub fn no_local(_: u32) -> Commitment {
@@ -75,7 +75,7 @@ pub fn no_local(_: u32) -> Commitment {
 static NO_EXEMPTIONS: Exempt = Exempt { users: Vec::new(), accounts: Vec::new(), qos: Vec::new() };
 
 /// The inputs with `world`'s balances (None: unavailable), asked by `submit_uid`.
-pub fn inputs<'a>(world: Option<&'a World>, config: &'a PluginConfig, submit_uid: u32) -> Inputs<'a> {
+pub fn inputs<'a>(world: Option<&'a World>, config: &'a Admission, submit_uid: u32) -> Inputs<'a> {
     Inputs {
         config,
         exempt: &NO_EXEMPTIONS,

@@ -22,10 +22,11 @@ use std::time::Duration;
 use chrono::NaiveDate;
 
 use crate::admission::{self, Decision, JobEstimate};
+use crate::admission_settings::{Deprioritize, OnError, MAX_NICE};
+use crate::config::Admission;
 use crate::config::{Exempt, JobIdentity};
 use crate::estimate::{Commitment, PendingJob};
 use crate::job_request::JobRequest;
-use crate::plugin_config::{Deprioritize, OnError, PluginConfig, MAX_NICE};
 use crate::policy::BucketRules;
 use crate::request::GpuRequest;
 use crate::snapshot::Snapshot;
@@ -141,7 +142,7 @@ impl<'a> Standing<'a> {
 /// What a decision reads besides the job: plain data from the plugin's live state.
 #[derive(Clone, Copy)]
 pub struct Inputs<'a> {
-    pub config: &'a PluginConfig,
+    pub config: &'a Admission,
     /// `[exempt]`: users, accounts and QOS whose jobs are not checked.
     pub exempt: &'a Exempt,
     /// The balances when usable; None when missing, unreadable, corrupt or stale (`on_error` decides).

@@ -14,10 +14,10 @@
 //! (slurmctld's own uid) are not checked.
 
 use crate::admission::{self, Decision, JobEstimate};
+use crate::admission_settings::{Deprioritize, Mode, OnError};
 use crate::estimate::{requested_milli, total_milli, Commitment, MilliByType, PendingJob};
 use crate::job_request::{JobRequest, TimeLimit};
 use crate::job_shape::JobShape;
-use crate::plugin_config::{Deprioritize, Mode, OnError};
 use crate::request::GpuRequest;
 use crate::slurm::partitions::max_time;
 use crate::tokens::Tokens;
@@ -241,7 +241,7 @@ mod tests {
     use super::super::fixtures::{self, config, message, no_local, snapshot, world_of, World, SLURM_UID};
     use super::super::Verdict;
     use super::*;
-    use crate::plugin_config::PluginConfig;
+    use crate::config::Admission;
     use std::collections::BTreeMap;
     use std::time::Duration;
 
@@ -269,10 +269,10 @@ mod tests {
     #[derive(Clone, Copy)]
     struct Ctx<'a> {
         world: Option<&'a World>,
-        config: &'a PluginConfig,
+        config: &'a Admission,
     }
 
-    fn ctx<'a>(world: &'a World, config: &'a PluginConfig) -> Ctx<'a> {
+    fn ctx<'a>(world: &'a World, config: &'a Admission) -> Ctx<'a> {
         Ctx { world: Some(world), config }
     }
 
@@ -319,7 +319,7 @@ mod tests {
         queue.pending =
             BTreeMap::from([(7, PendingJob { nodes: 1, tasks: 1, array_tasks: 1, seconds: 1, gpus: most })]);
         let w = world_of(snap);
-        let c = PluginConfig { mode: Mode::Estimate, ..config() };
+        let c = Admission { mode: Mode::Estimate, ..config() };
         let grown = JobRequest { num_tasks: Some(u32::MAX - 2), time_limit: minutes(u32::MAX - 2), ..update(7, BOB) };
         let text = refused(ctx(&w, &c), &grown);
         assert!(text.contains("up to 9223372036854.775807 tokens"), "{text}");
@@ -352,14 +352,14 @@ mod tests {
         assert!(passes(ctx, &JobRequest { nice: Some(0), ..update(7, BOB) }), "bob is not in overdraft");
         assert!(modify_as(ctx, &nice(8, 0), 0, &no_local).verdict == Verdict::accept(), "root");
         assert!(modify_as(ctx, &nice(8, 0), SLURM_UID, &no_local).verdict == Verdict::accept(), "SlurmUser");
-        let quiet = PluginConfig { deprioritize: Deprioritize::Nice(0), ..config() };
+        let quiet = Admission { deprioritize: Deprioritize::Nice(0), ..config() };
         assert!(passes(super::tests::ctx(&w, &quiet), &nice(8, 0)), "nice_increment 0: nothing to keep");
     }
 
     #[test]
     fn overdraft_keeps_gpu_jobs_in_the_overdraft_qos() {
         let w = world();
-        let c = PluginConfig { deprioritize: Deprioritize::Qos("gputokens-overdraft".into()), ..config() };
+        let c = Admission { deprioritize: Deprioritize::Qos("gputokens-overdraft".into()), ..config() };
         let ctx = ctx(&w, &c);
         let qos = |id, q: &str| JobRequest { qos: Some(q.into()), ..update(id, CAROL) };
         assert!(refused(ctx, &qos(8, "normal")).contains("your GPU jobs keep QOS gputokens-overdraft until it is 0"));
@@ -377,7 +377,7 @@ mod tests {
             panic!()
         };
         assert_eq!(changes.nice, Some(10_000));
-        let site = PluginConfig { deprioritize: Deprioritize::SiteFactor(-7000), ..config() };
+        let site = Admission { deprioritize: Deprioritize::SiteFactor(-7000), ..config() };
         let Verdict::Accept { changes, .. } = modify(super::tests::ctx(&w, &site), &add).0.verdict else { panic!() };
         assert_eq!(changes.site_factor, Some(-7000));
     }
@@ -406,7 +406,7 @@ mod tests {
     #[test]
     fn max_job_duration_applies_to_gpu_jobs_only() {
         let w = world();
-        let c = PluginConfig { max_job_duration: Some(Duration::from_secs(3600)), ..config() };
+        let c = Admission { max_job_duration: Some(Duration::from_secs(3600)), ..config() };
         let ctx = ctx(&w, &c);
         let time = |id, t| JobRequest { time_limit: Some(t), ..update(id, BOB) };
         assert_eq!(
@@ -426,7 +426,7 @@ mod tests {
     #[test]
     fn max_gpus_per_user_counts_what_the_update_adds() {
         let w = world();
-        let c = PluginConfig { max_gpus_per_user: Some(3), ..config() };
+        let c = Admission { max_gpus_per_user: Some(3), ..config() };
         let ctx = ctx(&w, &c);
         // bob holds 2 (job 7); job 7 asking for 3 instead: 0 + 3 = 3 fits, 4 does not.
         let gres = |id, g: &str| JobRequest { tres_per_job: Some(g.into()), ..update(id, BOB) };
@@ -453,7 +453,7 @@ mod tests {
     #[test]
     fn the_estimate_counts_what_the_update_adds() {
         let w = world();
-        let c = PluginConfig { mode: Mode::Estimate, ..config() };
+        let c = Admission { mode: Mode::Estimate, ..config() };
         let ctx = ctx(&w, &c);
         // bob: 50, queue can cost 16 of which job 7 is 8. Job 7 for 8 h: 2 a6000 × 8 h × 4 = 64.
         let time = |t| JobRequest { time_limit: minutes(t), ..update(7, BOB) };
@@ -468,7 +468,7 @@ mod tests {
 
     #[test]
     fn unavailable_balances_follow_on_error_for_added_gpus() {
-        let strict = PluginConfig { on_error: OnError::Reject, ..config() };
+        let strict = Admission { on_error: OnError::Reject, ..config() };
         let lenient = config();
         let broken = |config| Ctx { world: None, config };
         let add = JobRequest { tres_per_node: Some("gres:gpu:1".into()), ..update(9, CAROL) };

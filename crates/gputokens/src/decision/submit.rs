@@ -6,9 +6,9 @@
 //! adds the job's maximum cost to the message. CPU-only jobs are never touched.
 
 use crate::admission::{self, Decision, JobEstimate, TimeCheck};
+use crate::admission_settings::{Deprioritize, Mode, OnError};
 use crate::estimate::{requested_milli, total_milli, Commitment};
 use crate::job_request::{JobRequest, TimeLimit};
-use crate::plugin_config::{Deprioritize, Mode, OnError};
 use crate::request::GpuRequest;
 use crate::slurm::partitions::{limit_for_untimed, max_time};
 
@@ -146,8 +146,8 @@ mod tests {
     use super::super::fixtures::{config, inputs, message, no_local, world, World};
     use super::super::{Changes, Verdict};
     use super::*;
+    use crate::config::Admission;
     use crate::config::Exempt;
-    use crate::plugin_config::PluginConfig;
     use crate::Tokens;
     use std::time::Duration;
 
@@ -162,7 +162,7 @@ mod tests {
     /// The outcome, asked by `submit_uid`, with `local` admitted since the queue was read.
     fn submit_as(
         world: Option<&World>,
-        config: &PluginConfig,
+        config: &Admission,
         job: &JobRequest,
         submit_uid: u32,
         local: &dyn Fn(u32) -> Commitment,
@@ -172,7 +172,7 @@ mod tests {
     }
 
     /// The verdict for a job submitted by its owner, and the log lines.
-    fn submit(world: Option<&World>, config: &PluginConfig, job: &JobRequest) -> (Verdict, Vec<String>) {
+    fn submit(world: Option<&World>, config: &Admission, job: &JobRequest) -> (Verdict, Vec<String>) {
         let mut lines = Vec::new();
         let inputs = inputs(world, config, job.user_id.expect("the test job names its owner"));
         let s = decide_submit(job, &inputs, &mut |l, m| lines.push(format!("{l:?}: {m}")));
@@ -188,7 +188,7 @@ mod tests {
         assert_eq!(submit(Some(&w), &c, &other).0, Verdict::accept());
         let shard = JobRequest { tres_per_node: Some("gres:shard:1".into()), ..cpu.clone() };
         assert!(matches!(submit(Some(&w), &c, &shard).0, Verdict::Reject { .. }), "a GPU share is a GPU request");
-        let strict = PluginConfig { on_error: OnError::Reject, ..config() };
+        let strict = Admission { on_error: OnError::Reject, ..config() };
         assert_eq!(submit(None, &strict, &cpu).0, Verdict::accept());
     }
 
@@ -231,14 +231,14 @@ mod tests {
         let Verdict::Accept { changes, .. } = submit(Some(&w), &c, &asked).0 else { panic!() };
         assert_eq!(changes.nice, Some(10_500));
 
-        let site = PluginConfig { deprioritize: Deprioritize::SiteFactor(-7000), ..config() };
+        let site = Admission { deprioritize: Deprioritize::SiteFactor(-7000), ..config() };
         let Verdict::Accept { changes, message } = submit(Some(&w), &site, &gpu_job(1003)).0 else { panic!() };
         assert_eq!(changes, Changes { site_factor: Some(-7000), ..Default::default() });
         assert!(message.unwrap().contains("(site factor -7000)"));
-        let qos = PluginConfig { deprioritize: Deprioritize::Qos("overdraft".into()), ..config() };
+        let qos = Admission { deprioritize: Deprioritize::Qos("overdraft".into()), ..config() };
         let Verdict::Accept { changes, .. } = submit(Some(&w), &qos, &gpu_job(1003)).0 else { panic!() };
         assert_eq!(changes, Changes { qos: Some("overdraft".into()), ..Default::default() });
-        let quiet = PluginConfig { deprioritize: Deprioritize::Nice(0), ..config() };
+        let quiet = Admission { deprioritize: Deprioritize::Nice(0), ..config() };
         let Verdict::Accept { changes, message } = submit(Some(&w), &quiet, &gpu_job(1003)).0 else { panic!() };
         assert_eq!((changes, message.is_some()), (Changes::default(), true), "nice_increment 0: only told");
     }
@@ -262,7 +262,7 @@ mod tests {
     fn unavailable_balances_follow_on_error() {
         let (w, c) = (world(), config());
         assert_eq!(submit(None, &c, &gpu_job(1001)).0, Verdict::accept(), "accept: no check");
-        let strict = PluginConfig { on_error: OnError::Reject, ..config() };
+        let strict = Admission { on_error: OnError::Reject, ..config() };
         let (verdict, log) = submit(None, &strict, &gpu_job(1002));
         assert!(message(&verdict).contains("balances are unavailable"), "{verdict:?}");
         assert!(log.is_empty(), "the watcher logs it when it begins: {log:?}");
@@ -281,7 +281,7 @@ mod tests {
     #[test]
     fn exempt_users_accounts_and_qos_are_not_checked() {
         let w = world();
-        let exempt_submit = |config: &PluginConfig, exempt: Exempt, job: &JobRequest| {
+        let exempt_submit = |config: &Admission, exempt: Exempt, job: &JobRequest| {
             let mut lines = Vec::new();
             let inputs = Inputs { exempt: &exempt, ..inputs(Some(&w), config, job.user_id.unwrap()) };
             let verdict = decide_submit(job, &inputs, &mut |l, m| lines.push(format!("{l:?}: {m}"))).verdict;
@@ -296,7 +296,7 @@ mod tests {
         let named = JobRequest { account: Some("ops".into()), ..gpu_job(1001) };
         assert_eq!(exempt_submit(&config(), by_account(), &named).0, Verdict::accept(), "the job's -A");
         let physics = Exempt { accounts: vec!["physics".into()], ..Default::default() };
-        let limited = PluginConfig { max_gpus_per_user: Some(1), ..config() };
+        let limited = Admission { max_gpus_per_user: Some(1), ..config() };
         assert_eq!(exempt_submit(&limited, physics, &gpu_job(1002)).0, Verdict::accept(), "bob's default account");
         let by_qos = Exempt { qos: vec!["urgent".into()], ..Default::default() };
         let urgent = JobRequest { qos: Some("urgent".into()), ..gpu_job(1001) };
@@ -306,7 +306,7 @@ mod tests {
     #[test]
     fn max_job_duration_refuses_longer_jobs_and_limits_untimed_ones() {
         let w = world();
-        let c = PluginConfig { max_job_duration: Some(Duration::from_secs(2 * 3600)), ..config() };
+        let c = Admission { max_job_duration: Some(Duration::from_secs(2 * 3600)), ..config() };
         let long = JobRequest { time_limit: minutes(180), ..gpu_job(1002) };
         let (verdict, log) = submit(Some(&w), &c, &long);
         assert!(message(&verdict).starts_with("gputokens: GPU jobs may run for at most 2:00:00 here"), "{verdict:?}");
@@ -334,7 +334,7 @@ mod tests {
     #[test]
     fn max_gpus_per_user_counts_the_queue_and_what_was_admitted_since() {
         let w = world();
-        let c = PluginConfig { max_gpus_per_user: Some(4), ..config() };
+        let c = Admission { max_gpus_per_user: Some(4), ..config() };
         let two = JobRequest { tres_per_node: Some("gres:gpu:a6000:2".into()), ..gpu_job(1002) };
         let s = submit_as(Some(&w), &c, &two, 1002, &no_local);
         assert_eq!(s.verdict, Verdict::accept(), "bob holds 2 in the queue: 2 + 2 = 4");
@@ -356,7 +356,7 @@ mod tests {
     #[test]
     fn the_estimate_refuses_what_could_take_the_balance_below_the_floor() {
         let w = world();
-        let c = PluginConfig { mode: Mode::Estimate, ..config() };
+        let c = Admission { mode: Mode::Estimate, ..config() };
         // bob: 50, queue can cost 16; 4 a6000 × 2 h × 4 = 32 → 50 - 16 - 32 = 2: fine.
         let job =
             JobRequest { tres_per_node: Some("gres:gpu:a6000:4".into()), time_limit: minutes(120), ..gpu_job(1002) };
@@ -394,7 +394,7 @@ mod tests {
     #[test]
     fn a_request_too_large_to_count_is_refused_not_priced_cheap() {
         let w = world();
-        for c in [config(), PluginConfig { mode: Mode::Estimate, max_gpus_per_user: Some(4), ..config() }] {
+        for c in [config(), Admission { mode: Mode::Estimate, max_gpus_per_user: Some(4), ..config() }] {
             let huge = JobRequest {
                 tres_per_job: Some("gres:gpu:4294967295".into()),
                 tres_per_node: None,
@@ -417,7 +417,7 @@ mod tests {
         }
     }
 
-    fn message_of_refusal(w: &World, c: &PluginConfig, job: &JobRequest) -> String {
+    fn message_of_refusal(w: &World, c: &Admission, job: &JobRequest) -> String {
         match submit(Some(w), c, job).0 {
             Verdict::Reject { message } => message,
             other => panic!("{other:?}"),
