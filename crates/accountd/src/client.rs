@@ -40,9 +40,17 @@ pub fn call(socket: &Path, request: &Request) -> Result<Reply, ClientError> {
     stream.set_write_timeout(Some(TIMEOUT)).map_err(unreachable)?;
     let mut line = serde_json::to_string(request).map_err(ClientError::Encode)?;
     line.push('\n');
-    stream.write_all(line.as_bytes()).map_err(unreachable)?;
+    let written = stream.write_all(line.as_bytes());
     let mut reply = String::new();
-    BufReader::new(&stream).read_line(&mut reply).map_err(unreachable)?;
+    let read = BufReader::new(&stream).read_line(&mut reply);
+    // accountd refuses a connection over its caps with a reply sent at once, then closes: the
+    // request may then fail to write (EPIPE) while the refusal waits to be read. The reply wins.
+    match (written, read) {
+        (_, Ok(n)) if n > 0 => {}
+        (Err(e), _) => return Err(unreachable(e)),
+        (Ok(()), Err(e)) => return Err(unreachable(e)),
+        (Ok(()), Ok(_)) => {}
+    }
     if reply.is_empty() {
         return Err(ClientError::NoReply(socket.to_path_buf()));
     }
@@ -51,5 +59,37 @@ pub fn call(socket: &Path, request: &Request) -> Result<Reply, ClientError> {
         Ok(Reply::Error { message, .. }) => Err(ClientError::Refused(message)),
         Ok(reply) => Ok(reply),
         Err(e) => Err(ClientError::Unreadable(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    /// accountd over its connection caps answers at once and closes without reading the request:
+    /// the caller gets the refusal, even when writing the request failed (EPIPE) by then.
+    #[test]
+    fn a_refusal_sent_before_the_request_was_read_is_the_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("accountd.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        let refusal = Reply::Error { kind: ErrorKind::Refused, message: "you hold 32 connections".into() };
+        let line = serde_json::to_string(&refusal).unwrap() + "\n";
+        let server = std::thread::spawn(move || {
+            for _ in 0..20 {
+                let (mut stream, _) = listener.accept().unwrap();
+                stream.write_all(line.as_bytes()).unwrap();
+                // Closed unread: the client's request, if it arrived, is never read.
+            }
+        });
+        let request = Request::Balances { users: vec!["x".repeat(100_000)], all: false };
+        for _ in 0..20 {
+            match call(&socket, &request) {
+                Err(ClientError::Refused(message)) => assert_eq!(message, "you hold 32 connections"),
+                other => panic!("{other:?}"),
+            }
+        }
+        server.join().unwrap();
     }
 }
