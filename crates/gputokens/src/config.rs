@@ -16,8 +16,6 @@ mod values;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use crate::admission_settings::{
     Deprioritize, Mode, OnError, DEFAULT_MAX_SNAPSHOT_AGE, DEFAULT_NICE_INCREMENT, DEFAULT_TIME_LIMIT,
 };
@@ -161,8 +159,7 @@ pub enum AtFloor {
 }
 
 /// Users, accounts and QOS that gputokens never preempts and the job_submit plugin never checks.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Exempt {
     pub users: Vec<String>,
     pub accounts: Vec<String>,

@@ -23,8 +23,7 @@ use chrono::NaiveDate;
 
 use crate::admission::{self, Decision, JobEstimate};
 use crate::admission_settings::{Deprioritize, OnError, MAX_NICE};
-use crate::config::Admission;
-use crate::config::{Exempt, JobIdentity};
+use crate::config::{Admission, Exempt, JobIdentity};
 use crate::estimate::{Commitment, PendingJob};
 use crate::job_request::JobRequest;
 use crate::policy::BucketRules;
