@@ -43,9 +43,14 @@ pub fn log<S: Symbols>(level: Level, message: &str) {
     unsafe { S::call(level, PERCENT_S.as_ptr(), text.as_ptr()) }
 }
 
-/// `gputokens: <message>` as a C string; a NUL inside (which would cut the line short) becomes a space.
+/// `gputokens: <message>` as a C string (see [`c_string`]).
 fn line(message: &str) -> CString {
-    CString::new(format!("gputokens: {message}").replace('\0', " ")).unwrap_or_default()
+    c_string(&format!("gputokens: {message}"))
+}
+
+/// `text` as a C string for Slurm; a NUL inside (which would cut it short) becomes a space.
+pub fn c_string(text: &str) -> CString {
+    CString::new(text.replace('\0', " ")).unwrap_or_default()
 }
 
 /// Declares, in the invoking module, Slurm's log functions and `log(Level, &str)`, `error(&str)`,

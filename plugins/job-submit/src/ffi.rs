@@ -10,7 +10,8 @@
 //! (`slurm_ffi::stand_ins`), chosen by this crate's `cfg(test)` so that `cargo test` never changes the
 //! `.so` that `cargo build` makes.
 
-use std::ffi::{c_char, c_int, CStr, CString};
+use slurm_ffi::log::c_string;
+use std::ffi::{c_char, c_int, CStr};
 
 use gputokens::decision::{self, Verdict};
 use gputokens::job_request::JobRequest;
@@ -173,10 +174,6 @@ unsafe fn give_message(err_msg: *mut *mut c_char, message: &str, replace: bool) 
     unsafe { *err_msg = slurm::slurm_xstrdup(text.as_ptr()) };
 }
 
-fn c_string(text: &str) -> CString {
-    CString::new(text.replace('\0', " ")).unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,6 +181,7 @@ mod tests {
     use gputokens::decision::Changes;
     use gputokens::job_request::TimeLimit;
     use slurm_ffi::stand_ins;
+    use std::ffi::CString;
 
     #[test]
     fn reads_the_fields_of_a_job_description() {

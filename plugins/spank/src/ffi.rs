@@ -7,7 +7,8 @@
 //! `slurm_info`/`slurm_verbose`/`slurm_error` come from libslurmfull, which all of them link. Unit
 //! tests call stand-ins instead, chosen by this crate's `cfg(test)`.
 
-use std::ffi::{c_char, c_int, CStr, CString};
+use slurm_ffi::log::c_string;
+use std::ffi::{c_char, c_int, CStr};
 
 use crate::bindings::{
     spank_context_t, spank_opt_cb_f, spank_option, spank_t, S_CTX_ALLOCATOR, S_CTX_JOB_SCRIPT, S_CTX_LOCAL,
@@ -150,8 +151,4 @@ pub unsafe fn job_control_setenv(sp: spank_t, name: &str, value: &str) -> Result
         0 => Ok(()),
         rc => Err(rc),
     }
-}
-
-fn c_string(text: &str) -> CString {
-    CString::new(text.replace('\0', " ")).unwrap_or_default()
 }
