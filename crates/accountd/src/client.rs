@@ -1,12 +1,11 @@
 //! The client side of accountd's socket, used by `sbalance` and `accountd admin`: plain blocking I/O,
 //! no runtime to start, so a query costs a connect and a round trip.
 
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gputokens::protocol::{ErrorKind, Reply, Request};
+use gputokens::protocol::{self, ErrorKind, Reply, Request};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -15,8 +14,6 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 pub enum ClientError {
     #[error("cannot reach accountd at {}: {source} (is `accountd serve` running?)", socket.display())]
     Unreachable { socket: PathBuf, source: std::io::Error },
-    #[error("{0}")]
-    Encode(serde_json::Error),
     #[error("accountd at {} closed the connection without a reply", .0.display())]
     NoReply(PathBuf),
     #[error("unreadable reply from accountd: {0}")]
@@ -38,19 +35,7 @@ pub fn call(socket: &Path, request: &Request) -> Result<Reply, ClientError> {
     let mut stream = UnixStream::connect(socket).map_err(unreachable)?;
     stream.set_read_timeout(Some(TIMEOUT)).map_err(unreachable)?;
     stream.set_write_timeout(Some(TIMEOUT)).map_err(unreachable)?;
-    let mut line = serde_json::to_string(request).map_err(ClientError::Encode)?;
-    line.push('\n');
-    let written = stream.write_all(line.as_bytes());
-    let mut reply = String::new();
-    let read = BufReader::new(&stream).read_line(&mut reply);
-    // accountd refuses a connection over its caps with a reply sent at once, then closes: the
-    // request may then fail to write (EPIPE) while the refusal waits to be read. The reply wins.
-    match (written, read) {
-        (_, Ok(n)) if n > 0 => {}
-        (Err(e), _) => return Err(unreachable(e)),
-        (Ok(()), Err(e)) => return Err(unreachable(e)),
-        (Ok(()), Ok(_)) => {}
-    }
+    let reply = protocol::exchange(&mut stream, request).map_err(unreachable)?;
     if reply.is_empty() {
         return Err(ClientError::NoReply(socket.to_path_buf()));
     }
@@ -65,6 +50,7 @@ pub fn call(socket: &Path, request: &Request) -> Result<Reply, ClientError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
     use std::os::unix::net::UnixListener;
 
     /// accountd over its connection caps answers at once and closes without reading the request:

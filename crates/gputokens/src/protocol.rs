@@ -3,6 +3,7 @@
 //! kernel (SO_PEERCRED).
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
 
 use serde::{Deserialize, Serialize};
 
@@ -117,4 +118,24 @@ pub struct HistoryRow {
     pub actor: String,
     pub reason: String,
     pub job_id: Option<String>,
+}
+
+/// One exchange on a connected stream: `request` as a line out, the reply line back (empty when
+/// accountd closed without one). accountd refuses a connection over its caps with a reply sent at
+/// once, then closes: the request may then fail to write (EPIPE) while the refusal waits to be read,
+/// so a reply that arrived wins over a failed write.
+pub fn exchange<S>(stream: &mut S, request: &Request) -> std::io::Result<String>
+where
+    S: Read + Write,
+{
+    let mut line = serde_json::to_string(request).map_err(std::io::Error::other)?;
+    line.push('\n');
+    let written = stream.write_all(line.as_bytes());
+    let mut reply = String::new();
+    let read = BufReader::new(&mut *stream).read_line(&mut reply);
+    match (written, read) {
+        (_, Ok(n)) if n > 0 => Ok(reply),
+        (Err(e), _) | (Ok(()), Err(e)) => Err(e),
+        (Ok(()), Ok(_)) => Ok(reply),
+    }
 }

@@ -2,14 +2,13 @@
 //! socket (accountd knows the caller from SO_PEERCRED). Plain blocking std I/O with 1 s timeouts:
 //! no runtime in the plugin, and a missing or slow accountd costs at most about a second.
 
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gputokens::config::{Config, Paths};
 use gputokens::policy::Status;
-use gputokens::protocol::{BalanceRow, Reply, Request};
+use gputokens::protocol::{self, BalanceRow, Reply, Request};
 
 const TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -35,12 +34,7 @@ pub fn own_balance(socket: &Path) -> Result<BalanceRow, String> {
     let mut stream = UnixStream::connect(socket).map_err(io)?;
     stream.set_read_timeout(Some(TIMEOUT)).map_err(io)?;
     stream.set_write_timeout(Some(TIMEOUT)).map_err(io)?;
-    let mut line =
-        serde_json::to_string(&Request::Balances { users: Vec::new(), all: false }).map_err(|e| e.to_string())?;
-    line.push('\n');
-    stream.write_all(line.as_bytes()).map_err(io)?;
-    let mut reply = String::new();
-    BufReader::new(&stream).read_line(&mut reply).map_err(io)?;
+    let reply = protocol::exchange(&mut stream, &Request::Balances { users: Vec::new(), all: false }).map_err(io)?;
     match serde_json::from_str(&reply) {
         Ok(Reply::Balances { rows }) => rows.into_iter().next().ok_or_else(|| "accountd sent no balance".into()),
         Ok(Reply::Error { message, .. }) => Err(message),
