@@ -1,5 +1,5 @@
-//! accountd's error: what failed, and whose it is to fix ([`Fault`]). The binaries turn the fault
-//! into their exit code; nothing else here knows about exit codes.
+//! accountd's error: what failed, and whose it is to fix ([`Fault`]). Only the binaries end with an
+//! exit code, made from the fault (`ExitCode::from(fault)`); nothing inside accountd carries one.
 
 use std::path::PathBuf;
 
@@ -49,6 +49,18 @@ pub enum Fault {
     Caller,
     /// Something failed that the caller did not cause (accountd down, Slurm or the disk in trouble).
     System,
+}
+
+/// The exit code both binaries (accountd and sbalance) end with: 2 when the caller can fix it
+/// (refused or invalid; like Slurm's tools, a usage error is 2 too), 1 when something failed that
+/// the caller did not cause (accountd down, disk trouble).
+impl From<Fault> for std::process::ExitCode {
+    fn from(fault: Fault) -> Self {
+        match fault {
+            Fault::Caller => std::process::ExitCode::from(2),
+            Fault::System => std::process::ExitCode::from(1),
+        }
+    }
 }
 
 impl AccountdError {

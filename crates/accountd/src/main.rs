@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use accountd::cli::{Cli, Command, ConfigCommand, TimeArg, WaitArg};
 use accountd::cycle_lock::CycleLock;
-use accountd::error::{AccountdError, AccountdResult, Fault};
+use accountd::error::{AccountdError, AccountdResult};
 use accountd::service::Service;
 use accountd::slurm::Slurm;
 use accountd::{admin, charging, cycle, http, server};
@@ -24,17 +24,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("accountd: {e}");
-            exit_code(&e)
+            ExitCode::from(e.fault())
         }
-    }
-}
-
-/// Exit 2 when the caller can fix it (refused or invalid; like Slurm's tools, a usage error is 2
-/// too), 1 when something failed that the caller did not cause (accountd down, disk trouble).
-fn exit_code(e: &AccountdError) -> ExitCode {
-    match e.fault() {
-        Fault::Caller => ExitCode::from(2),
-        Fault::System => ExitCode::from(1),
     }
 }
 

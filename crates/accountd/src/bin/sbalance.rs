@@ -2,7 +2,6 @@
 
 use std::process::ExitCode;
 
-use accountd::error::{AccountdError, Fault};
 use clap::Parser;
 
 fn main() -> ExitCode {
@@ -10,16 +9,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sbalance: {e}");
-            exit_code(&e)
+            ExitCode::from(e.fault())
         }
-    }
-}
-
-/// Exit 2 when the caller can fix it (refused or invalid, as sshare's usage errors), 1 when something
-/// failed that the caller did not cause (accountd down).
-fn exit_code(e: &AccountdError) -> ExitCode {
-    match e.fault() {
-        Fault::Caller => ExitCode::from(2),
-        Fault::System => ExitCode::from(1),
     }
 }
