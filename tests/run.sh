@@ -4,16 +4,35 @@
 # Run as root on Debian 12: `bash tests/run.sh`. `bash tests/run.sh up` only builds and starts the
 # cluster configured as the tests expect (then run single tests with cargo test; stop it with
 # tests/cluster/down.sh).
+#
+# `bash tests/run.sh --slurm RELEASE [up]` does the same against another Slurm release (24.11, 26.05):
+# inside that release's Debian root filesystem (built once, cached outside the repo), in namespaces of
+# its own (tests/slurm-releases/). `--slurm 22.05` is the host's own Slurm, the default.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 LAB=${GPUTOKENS_LAB:-/tmp/gputokens-cluster}
+TARGET=${CARGO_TARGET_DIR:-target}
+
+if [[ ${1:-} == --slurm ]]; then
+  source tests/slurm-releases/lib.sh
+  release=${2:?--slurm needs a release: $RELEASES}
+  shift 2
+  if [[ $release != "$HOST_RELEASE" ]]; then
+    bash tests/cluster/install.sh                     # the host's toolchain builds there: its headers too
+    bash tests/slurm-releases/rootfs.sh "$release"
+    cargo fetch --locked                              # the root filesystem has no network: the host's crate cache
+    exec bash tests/slurm-releases/enter.sh "$release" bash tests/run.sh "$@"
+  fi
+  installed=$(dpkg-query -W -f '${Version}' slurmctld 2>/dev/null || true)
+  [[ -z $installed || $installed == "$release".* ]] || { echo "tests/run.sh: this host has Slurm $installed, not $release" >&2; exit 1; }
+fi
 
 bash tests/cluster/install.sh
 cargo build --workspace --locked
 # sbalance as the README installs it, linked statically; the tests run it as the users do.
 HOST=$(rustc -vV | sed -n 's/^host: //p')
 RUSTFLAGS="-C target-feature=+crt-static" cargo build --locked -p accountd --bin sbalance --target "$HOST"
-export GPUTOKENS_SBALANCE=$PWD/target/$HOST/debug/sbalance
+export GPUTOKENS_SBALANCE=$(realpath "$TARGET")/$HOST/debug/sbalance
 
 started=""
 stop_cluster() {
@@ -41,14 +60,14 @@ install -d -m 755 "$LAB/snapshot"
 # write, it answers "driver not loaded" and records carry no UUIDs).
 printf '# Written by tests/run.sh for the test cluster: read by job_submit_gputokens.so in slurmctld\n# and spank_gputokens.so in sbatch/srun.\n[paths]\nsnapshot = "%s"\nsocket = "%s"\n' \
   "$LAB/snapshot/balances.snapshot" "$LAB/snapshot/accountd.sock" > /etc/slurm/gputokens.toml
-export JOBSUBMIT_PLUGIN_SO=$PWD/target/debug/libjob_submit_gputokens.so
-export SPANK_PLUGIN_SO=$PWD/target/debug/libspank_gputokens.so
-install -D -m 755 target/debug/libnvidia_ml.so "$LAB/fake-nvml/libnvidia-ml.so.1"
+export JOBSUBMIT_PLUGIN_SO=$(realpath "$TARGET")/debug/libjob_submit_gputokens.so
+export SPANK_PLUGIN_SO=$(realpath "$TARGET")/debug/libspank_gputokens.so
+install -D -m 755 "$TARGET/debug/libnvidia_ml.so" "$LAB/fake-nvml/libnvidia-ml.so.1"
 export SPANK_PLUGIN_ARGS="jobs_dir=$LAB/gpu-jobs nvml_library=$LAB/fake-nvml/libnvidia-ml.so.1"
 
 bash tests/cluster/up.sh
 if [[ ${1:-} == up ]]; then trap - EXIT; exit 0; fi
 started=$(cat "$LAB"/pids/*.pid 2>/dev/null | tr '\n' ' ')
-cargo test --workspace --locked -- --include-ignored
+cargo test --workspace --locked --no-fail-fast -- --include-ignored
 trap - EXIT
 stop_cluster

@@ -1,12 +1,14 @@
 #!/bin/bash
 # install.sh — install the Debian 12 packages the gputokens tests need (run as root). Idempotent:
 # a fast no-op when they are all installed. Daemons are not started by the packages (policy-rc.d),
-# tests/cluster/up.sh starts them.
+# tests/cluster/up.sh starts them. `install.sh --list` prints the packages (the Slurm release root
+# filesystems of tests/slurm-releases/ are built with them).
 set -euo pipefail
 
 PKGS=(slurmctld slurmd slurm-client munge libmunge-dev libslurm-dev slurm-wlm-basic-plugins-dev
       mariadb-server slurmdbd libclang-dev sqlite3 clang prometheus curl
       libc6-dev)  # libc.a: sbalance is linked statically
+if [[ ${1:-} == --list ]]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -13,6 +13,7 @@ use gputokens::policy::BucketRules;
 use gputokens::Tokens;
 
 use crate::cluster::serial;
+use crate::slurm_release;
 use crate::common::{run_as, Outcome, Site};
 
 const PLUGIN_CONF: &str = "/etc/slurm/gputokens.toml";
@@ -243,12 +244,16 @@ fn at_the_floor_gpu_jobs_are_refused_and_cpu_jobs_pass() {
     let out = run_as(Some("alice"), scontrol, &["update", &job, "gres=gpu:1"]);
     assert_ne!(out.code, 0, "alice added a GPU to job {queued}");
     assert!(out.stderr.contains("Job violates accounting/QOS policy"), "{}", out.stderr);
+    if slurm_release::updates_explain_refusals() {
+        let told = REFUSED.replace("sbatch: error: ", "");
+        assert!(out.stderr.contains(&told), "{}", out.stderr);
+    }
     run_as(Some("alice"), scontrol, &["update", &job, "timelimit=10"]).ok();
     let shown = run_as(None, scontrol, &["show", "job", &queued]).ok().stdout;
     assert!(!shown.contains("TresPerNode"), "{shown}");
     run_as(None, scontrol, &["update", &job, "gres=gpu:1"]).ok();
     let shown = run_as(None, scontrol, &["show", "job", &queued]).ok().stdout;
-    assert!(shown.contains("TresPerNode=gres:gpu:1"), "{shown}");
+    assert!(shown.contains(&format!("TresPerNode={}", slurm_release::gres_request("gpu:1"))), "{shown}");
 
     let log = adm.log();
     assert_eq!(log.matches("gputokens: refused a GPU job of alice (uid ").count(), 5, "{log}");
@@ -656,8 +661,8 @@ fn wait_until_listed(snapshot: &Path, id: &str) {
 
 /// job_modify holds the submission policy: in overdraft, alice cannot take back the nice value or
 /// the QOS the plugin gave her GPU jobs; a CPU-only job of hers (known from the queue accountd read)
-/// lowers its nice freely; at the floor she cannot add GPUs to it. Refusals are logged with why
-/// (22.05 shows the user only "Job violates accounting/QOS policy").
+/// lowers its nice freely; at the floor she cannot add GPUs to it. Refusals are logged with why, and
+/// from Slurm 23.02 on the user is told why too (22.05 shows only "Job violates accounting/QOS policy").
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn updates_cannot_undo_the_overdraft_penalty_and_cpu_jobs_are_untouched() {
@@ -671,6 +676,11 @@ fn updates_cannot_undo_the_overdraft_penalty_and_cpu_jobs_are_untouched() {
     let out = update_as("alice", &gpu, "nice=0");
     assert_ne!(out.code, 0, "alice lowered the nice of GPU job {gpu}");
     assert!(out.stderr.contains("Job violates accounting/QOS policy"), "{}", out.stderr);
+    if slurm_release::updates_explain_refusals() {
+        let told = "gputokens: your GPU token balance is -3.5 (below 0): your GPU jobs keep a nice value of at least \
+                    10000 until it is 0 or more. Run 'sbalance' for details.";
+        assert!(out.stderr.contains(told), "{}", out.stderr);
+    }
     assert_eq!(nice_and_qos(&gpu).0, 10_000, "the plugin's nice is kept");
     update_as("alice", &gpu, "nice=12000").ok();
     assert_eq!(nice_and_qos(&gpu).0, 12_000, "a higher nice is hers to set");
@@ -685,6 +695,9 @@ fn updates_cannot_undo_the_overdraft_penalty_and_cpu_jobs_are_untouched() {
     assert_eq!(nice_and_qos(&in_qos).1, "gputokens-overdraft");
     let out = update_as("alice", &in_qos, "qos=normal");
     assert_ne!(out.code, 0, "alice moved GPU job {in_qos} out of the overdraft QOS");
+    if slurm_release::updates_explain_refusals() {
+        assert!(out.stderr.contains("your GPU jobs keep QOS gputokens-overdraft"), "{}", out.stderr);
+    }
     assert_eq!(nice_and_qos(&in_qos).1, "gputokens-overdraft");
 
     // At the floor: no GPUs added to her CPU job, in any form.

@@ -19,5 +19,6 @@ mod preemption;
 mod records;
 mod sbalance;
 mod security;
+mod slurm_release;
 mod spank;
 mod worked_example;

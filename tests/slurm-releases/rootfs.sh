@@ -1,0 +1,70 @@
+#!/bin/bash
+# rootfs.sh RELEASE — build (once) the Debian root filesystem that ships Slurm RELEASE (24.11: trixie,
+# 26.05: sid) with every package the tests need, cached in $GPUTOKENS_ROOTFS_CACHE (default
+# /var/cache/gputokens/rootfs). Run as root; needs debootstrap (installed here if missing) and the
+# Debian mirror. A cached one whose package list is out of date gets the missing packages; an
+# interrupted build is never taken for a finished one.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=lib.sh
+source "$HERE/lib.sh"
+
+release=${1:?usage: rootfs.sh RELEASE (24.11 or 26.05)}
+suite=$(suite_of "$release") || die "no root filesystem for Slurm $release (known: ${RELEASES#"$HOST_RELEASE "})"
+root=$(rootfs_of "$release")
+[[ $(id -u) == 0 ]] || die "must run as root"
+
+# What the tests need (tests/cluster/install.sh's list), and what the chroot lacks that a Debian 12
+# host has: the C toolchain cargo links with, and the tools the tests call.
+mapfile -t packages < <(bash "$HERE/../cluster/install.sh" --list)
+packages+=(gcc libc6-dev pkg-config binutils ca-certificates procps hostname passwd util-linux perl)
+list=$(printf '%s\n' "${packages[@]}" | sort -u)
+stamp="$root/.gputokens-rootfs"
+want="$(sha256sum <<<"$list" | cut -c1-16)"
+
+[[ -f $stamp && $(<"$stamp") == "$want" ]] && exit 0
+
+# The Debian mirror this host already uses (deb822 sources or sources.list), else the public one.
+mirror() {
+  local uri
+  uri=$(sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\/debian\)\/\?$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1)
+  [[ -n $uri ]] || uri=$(sed -n 's/^deb[[:space:]]\+\([^[:space:]]*\/debian\)\/\?[[:space:]].*/\1/p' /etc/apt/sources.list 2>/dev/null | head -n1)
+  echo "${uri:-http://deb.debian.org/debian}"
+}
+# No package may start a daemon inside the chroot (up.sh starts them).
+no_daemons() {
+  printf '#!/bin/sh\nexit 101\n' > "$1/usr/sbin/policy-rc.d"
+  chmod 755 "$1/usr/sbin/policy-rc.d"
+}
+
+if [[ -f $stamp ]]; then
+  # A cached root filesystem from an older package list: add what is missing. (The registry may serve
+  # a dated snapshot of a suite: sid's Release file then looks expired.)
+  say "updating $root: package list changed"
+  cp /etc/resolv.conf "$root/etc/resolv.conf"
+  no_daemons "$root"
+  # shellcheck disable=SC2086
+  chroot "$root" /usr/bin/env DEBIAN_FRONTEND=noninteractive PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+    sh -c 'apt-get update -q -o Acquire::Check-Valid-Until=false && apt-get install -y -q "$@"' apt $list
+else
+  command -v debootstrap >/dev/null || {
+    say "installing debootstrap"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null \
+      || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap; }
+  }
+  mkdir -p "$ROOTFS_CACHE"
+  partial="$root.partial"
+  rm -rf "$partial"
+  say "building $root (Debian $suite, Slurm $release) from $(mirror); about 3 minutes"
+  debootstrap --variant=minbase --include="$(paste -sd, <<<"$list")" "$suite" "$partial" "$(mirror)" \
+    > "$ROOTFS_CACHE/$suite.debootstrap.log" 2>&1 \
+    || die "debootstrap failed; see $ROOTFS_CACHE/$suite.debootstrap.log (tail: $(tail -n 5 "$ROOTFS_CACHE/$suite.debootstrap.log"))"
+  cp /etc/resolv.conf "$partial/etc/resolv.conf"
+  no_daemons "$partial"
+  rm -rf "$root"
+  mv "$partial" "$root"
+fi
+version=$(chroot "$root" dpkg-query -W -f '${Version}' slurmctld)
+[[ $version == "$release".* ]] || die "$root has Slurm $version, not $release"
+echo "$want" > "$stamp"
+say "$root: Debian $suite with Slurm $version"
