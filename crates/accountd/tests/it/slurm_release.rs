@@ -24,9 +24,9 @@ pub fn updates_explain_refusals() -> bool {
     release() >= (23, 2)
 }
 
-/// A GRES request as `scontrol show job` writes it back (TresPerNode=...): `gres:gpu:1` on 22.05,
-/// `gres/gpu:1` from 23.02 (which names GRES in TRES strings as TRES names).
+/// A GRES request as `scontrol show job` writes it back (TresPerNode=...): `gres:gpu:1` up to 23.02,
+/// `gres/gpu:1` from 23.11 (as crates/gputokens/src/request.rs reads both).
 pub fn gres_request(spec: &str) -> String {
-    let separator = if release() >= (23, 2) { '/' } else { ':' };
+    let separator = if release() >= (23, 11) { '/' } else { ':' };
     format!("gres{separator}{spec}")
 }
