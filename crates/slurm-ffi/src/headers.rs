@@ -61,12 +61,23 @@ impl Headers {
     }
 }
 
-/// Writes generated bindings to `$OUT_DIR/<file>` (for `include!(concat!(env!("OUT_DIR"), ...))`).
+/// Writes generated bindings to `$OUT_DIR/<file>` (for `include!(concat!(env!("OUT_DIR"), ...))`)
+/// and returns them as text, for checks of what this release's structs hold ([`struct_has_field`]).
 #[cfg(feature = "bindgen")]
-pub fn write(builder: bindgen::Builder, file: &str) {
+pub fn write(builder: bindgen::Builder, file: &str) -> String {
     let bindings = builder.generate().unwrap_or_else(|e| panic!("bindgen failed on the Slurm headers: {e}"));
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR")).join(file);
     bindings.write_to_file(&out).unwrap_or_else(|e| panic!("writing {}: {e}", out.display()));
+    bindings.to_string()
+}
+
+/// Whether generated bindings declare `pub struct NAME { ... pub FIELD: ... }`: how a build script
+/// tells one release's layout from another's by what the headers say, not by a guessed version.
+pub fn struct_has_field(bindings: &str, name: &str, field: &str) -> bool {
+    let Some(start) = bindings.find(&format!("pub struct {name} {{")) else { return false };
+    let body = &bindings[start..];
+    let body = &body[..body.find("\n}").unwrap_or(body.len())];
+    body.contains(&format!("pub {field}: "))
 }
 
 /// `#define SLURM_VERSION_NUMBER 0x160508` → 0x160508.
@@ -91,5 +102,14 @@ mod tests {
         assert_eq!(release(0x160508), "22.05.8");
         assert_eq!(release(0x170b0a), "23.11.10");
         assert_eq!(version_number("nothing here"), None);
+    }
+
+    #[test]
+    fn finds_a_field_in_one_struct_only() {
+        let bindings = "pub struct slurm_step_id_t {\n    pub job_id: u32,\n}\npub struct job_descriptor {\n    \
+                        pub account: *mut c_char,\n    pub step_id: slurm_step_id_t,\n}\n";
+        assert!(struct_has_field(bindings, "job_descriptor", "step_id"));
+        assert!(!struct_has_field(bindings, "job_descriptor", "job_id"), "job_id belongs to slurm_step_id_t");
+        assert!(!struct_has_field(bindings, "job_desc", "account"), "no struct of that name");
     }
 }

@@ -19,4 +19,4 @@ pub mod stand_ins;
 pub use boundary::boundary;
 #[cfg(feature = "bindgen")]
 pub use headers::write;
-pub use headers::{release, version_number, Headers};
+pub use headers::{release, struct_has_field, version_number, Headers};

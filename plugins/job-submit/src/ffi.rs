@@ -57,7 +57,7 @@ pub unsafe fn read_job(desc: *const job_desc_msg_t) -> Option<JobRequest> {
     unsafe {
         let d = desc.as_ref()?;
         Some(JobRequest {
-            job_id: sentinel::job_number(string(d.job_id_str).as_deref(), d.job_id),
+            job_id: sentinel::job_number(string(d.job_id_str).as_deref(), numeric_job_id(d)),
             user_id: sentinel::given(d.user_id),
             nice: sentinel::nice(d.nice),
             tres_per_job: string(d.tres_per_job),
@@ -99,6 +99,29 @@ unsafe fn spank_env(d: &job_desc_msg_t) -> impl Iterator<Item = String> + '_ {
 ///
 /// # Safety
 /// `p` is NULL or a NUL-terminated string valid for the call.
+/// The description's numeric job ID: `job_id` up to 24.11, `step_id.job_id` where the headers made it
+/// a step ID (26.05; cfg from plugins/job-submit/build.rs).
+#[cfg(not(slurm_job_desc_step_id))]
+pub fn numeric_job_id(d: &job_desc_msg_t) -> u32 {
+    d.job_id
+}
+
+#[cfg(slurm_job_desc_step_id)]
+pub fn numeric_job_id(d: &job_desc_msg_t) -> u32 {
+    d.step_id.job_id
+}
+
+/// Sets what [`numeric_job_id`] reads (unit tests build descriptions as slurmctld would).
+#[cfg(all(test, not(slurm_job_desc_step_id)))]
+pub fn set_numeric_job_id(d: &mut job_desc_msg_t, id: u32) {
+    d.job_id = id;
+}
+
+#[cfg(all(test, slurm_job_desc_step_id))]
+pub fn set_numeric_job_id(d: &mut job_desc_msg_t, id: u32) {
+    d.step_id.job_id = id;
+}
+
 unsafe fn string(p: *const c_char) -> Option<String> {
     // SAFETY: the caller's promise.
     (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
@@ -226,17 +249,17 @@ mod tests {
                 ..Default::default()
             }
         );
-        let raw = job_desc_msg_t {
+        let mut raw = job_desc_msg_t {
             user_id: NO_VAL,
             nice: NICE_OFFSET - 5,
             time_limit: INFINITE,
-            job_id: NO_VAL,
             min_nodes: NO_VAL,
             num_tasks: 3,
             ntasks_per_node: NO_VAL16 as u16,
             sockets_per_node: 2,
             ..Default::default()
         };
+        set_numeric_job_id(&mut raw, NO_VAL);
         let got = unsafe { read_job(&raw) }.unwrap();
         assert_eq!((got.job_id, got.user_id, got.nice), (None, None, Some(-5)), "NO_VAL: not given");
         assert_eq!(got.time_limit, Some(TimeLimit::Unlimited));

@@ -126,7 +126,7 @@ fn xfree(p: &mut *mut c_char) {
 /// A job description built from `f`; `env` keeps the SPANK environment's pointer array alive.
 fn description(f: &Fields, env: &mut Vec<*mut c_char>) -> job_desc_msg_t {
     *env = f.spank_env.iter().map(|v| xstr(&Some(v.clone()))).collect();
-    job_desc_msg_t {
+    let mut desc = job_desc_msg_t {
         user_id: f.user_id,
         nice: f.nice,
         tres_per_job: xstr(&f.tres[0]),
@@ -143,11 +143,12 @@ fn description(f: &Fields, env: &mut Vec<*mut c_char>) -> job_desc_msg_t {
         sockets_per_node: f.sockets_per_node,
         array_inx: xstr(&f.array_inx),
         job_id_str: xstr(&f.job_id_str),
-        job_id: f.job_id,
         spank_job_env: if env.is_empty() { std::ptr::null_mut() } else { env.as_mut_ptr() },
         spank_job_env_size: env.len() as u32,
         ..Default::default()
-    }
+    };
+    crate::ffi::set_numeric_job_id(&mut desc, f.job_id);
+    desc
 }
 
 /// Frees what slurmctld would free after the call: every string of the description and the message.
