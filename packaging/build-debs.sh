@@ -113,7 +113,9 @@ done
 WORK=$(mktemp -d /tmp/gputokens-debs.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 # Man pages and completions from the clap definitions the binaries parse with (crates/dist).
-cargo run --locked -q "${cargo_profile[@]}" -p gputokens-dist -- man "$WORK/man"
+# The pages' date: SOURCE_DATE_EPOCH (reproducible builds) or the last commit's, not the build's.
+man_date=$(date -u -d "@${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}" +%F)
+cargo run --locked -q "${cargo_profile[@]}" -p gputokens-dist -- man --date "$man_date" "$WORK/man"
 cargo run --locked -q "${cargo_profile[@]}" -p gputokens-dist -- completions "$WORK/completions"
 
 # ---- package trees --------------------------------------------------------------------------------

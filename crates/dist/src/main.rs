@@ -23,7 +23,12 @@ struct Cli {
 enum DistCommand {
     /// Write accountd.1, sbalance.1 and one page per accountd subcommand (accountd-serve.1,
     /// accountd-admin-grant.1, ...) into DIR.
-    Man { dir: PathBuf },
+    Man {
+        dir: PathBuf,
+        /// The pages' date, YYYY-MM-DD (build-debs.sh: the last commit's).
+        #[arg(long, value_parser = man::parse_date)]
+        date: String,
+    },
     /// Write bash/NAME, zsh/_NAME and fish/NAME.fish for accountd and sbalance into DIR.
     Completions { dir: PathBuf },
 }
@@ -36,7 +41,9 @@ fn shipped_commands() -> [clap::Command; 2] {
 
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
-        DistCommand::Man { dir } => shipped_commands().into_iter().try_for_each(|cmd| man::write_pages(cmd, &dir)),
+        DistCommand::Man { dir, date } => {
+            shipped_commands().into_iter().try_for_each(|cmd| man::write_pages(cmd, &date, &dir))
+        }
         DistCommand::Completions { dir } => {
             shipped_commands().into_iter().try_for_each(|cmd| completions::write_scripts(cmd, &dir))
         }
