@@ -214,7 +214,7 @@ done
 
 # -- gputokens-slurm-plugins
 tree=$WORK/gputokens-slurm-plugins
-install -d -m 755 "$tree${plugin_dir}"
+install -d -m 755 "$tree$plugin_dir"
 install -m 644 "$built/libjob_submit_gputokens.so" "$tree$plugin_dir/job_submit_gputokens.so"
 install -m 644 "$built/libspank_gputokens.so" "$tree$plugin_dir/spank_gputokens.so"
 # slurm-conf's plugstack line, naming the plugin where this package puts it.
