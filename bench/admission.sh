@@ -61,7 +61,8 @@ if grep -qx 'JobSubmitPlugins=gputokens' "$SLURM_CONF"; then had_plugin=1; fi
 [[ -f $INSTALLED ]] && cp "$INSTALLED" "$WORK/installed.so"
 spank_so="" spank_args=""
 if [[ -f $SPANK_LINE ]]; then
-  read -r _ spank_so spank_args <"$SPANK_LINE" || true
+  # The plugin line, after the comments the packaged file (gputokens-slurm-plugins) has.
+  read -r _ spank_so spank_args < <(grep -E -m1 '^[[:space:]]*(optional|required)[[:space:]]' "$SPANK_LINE") || true
 fi
 # up.sh writes the extra slurm.conf lines it was given after this marker; give them back each time.
 extra=$(sed -n '/^# --- GPUTOKENS_EXTRA_SLURM_CONF ---$/,$p' "$SLURM_CONF" | tail -n +2)
@@ -71,7 +72,8 @@ measured_so=${JOBSUBMIT_PLUGIN_SO:-$WORK/installed.so}
 # configure PLUGIN_SO|"": slurmctld with that plugin, or without any; everything else unchanged.
 configure() {
   local so=$1 out
-  if ! out=$(JOBSUBMIT_PLUGIN_SO=$so SPANK_PLUGIN_SO=$spank_so SPANK_PLUGIN_ARGS=$spank_args \
+  # Built plugins (not GPUTOKENS_PLUGINS=installed, which always loads the job_submit plugin).
+  if ! out=$(GPUTOKENS_PLUGINS="" JOBSUBMIT_PLUGIN_SO=$so SPANK_PLUGIN_SO=$spank_so SPANK_PLUGIN_ARGS=$spank_args \
              GPUTOKENS_EXTRA_SLURM_CONF=$extra bash "$ROOT/tests/cluster/up.sh" 2>&1); then
     printf '%s\n' "$out" >&2
     die "tests/cluster/up.sh failed"

@@ -60,8 +60,16 @@ install -d -m 755 "$LAB/snapshot"
 # write, it answers "driver not loaded" and records carry no UUIDs).
 printf '# Written by tests/run.sh for the test cluster: read by job_submit_gputokens.so in slurmctld\n# and spank_gputokens.so in sbatch/srun.\n[paths]\nsnapshot = "%s"\nsocket = "%s"\n' \
   "$LAB/snapshot/balances.snapshot" "$LAB/snapshot/accountd.sock" > /etc/slurm/gputokens.toml
-export JOBSUBMIT_PLUGIN_SO=$(realpath "$TARGET")/debug/libjob_submit_gputokens.so
-export SPANK_PLUGIN_SO=$(realpath "$TARGET")/debug/libspank_gputokens.so
+# ===== gputokens packages: the tests run the installed files, not the build tree ==================
+# The .debs of the debug build above (no release build: CI time), installed as an admin would;
+# --force-confold keeps the test config written above (/etc/slurm/gputokens.toml), --force-confmiss
+# restores a plugstack file up.sh removed in its other mode. up.sh loads the packaged plugins and
+# writes SPANK_PLUGIN_ARGS into their plugstack file; the tests run /usr/bin/accountd and sbalance.
+built_debs=$(bash packaging/build-debs.sh --profile debug)
+mapfile -t debs <<<"$built_debs"
+dpkg -i --force-confold --force-confmiss "${debs[@]}"
+export GPUTOKENS_PLUGINS=installed GPUTOKENS_INSTALLED_BIN_DIR=/usr/bin
+# ===== end gputokens packages =======================================================================
 install -D -m 755 "$TARGET/debug/libnvidia_ml.so" "$LAB/fake-nvml/libnvidia-ml.so.1"
 export SPANK_PLUGIN_ARGS="jobs_dir=$LAB/gpu-jobs nvml_library=$LAB/fake-nvml/libnvidia-ml.so.1"
 

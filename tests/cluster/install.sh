@@ -7,7 +7,8 @@ set -euo pipefail
 
 PKGS=(slurmctld slurmd slurm-client munge libmunge-dev libslurm-dev slurm-wlm-basic-plugins-dev
       mariadb-server slurmdbd libclang-dev sqlite3 clang prometheus curl
-      libc6-dev)  # libc.a: sbalance is linked statically
+      libc6-dev   # libc.a: sbalance is linked statically
+      man-db bash-completion)  # the installed packages' man pages and completions (tests/it/packages.rs)
 if [[ ${1:-} == --list ]]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 
 missing=()

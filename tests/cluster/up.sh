@@ -16,6 +16,10 @@
 #   SPANK_PLUGIN_SO             built SPANK plugin: installed as PluginDir/spank_gputokens.so and
 #                               listed (optional) in /etc/slurm/plugstack.conf.d/gputokens.conf
 #   SPANK_PLUGIN_ARGS           arguments appended to that plugstack line
+#   GPUTOKENS_PLUGINS=installed instead of the two above: load the plugins the gputokens-slurm-plugins
+#                               package installed in PluginDir (checked with dpkg --verify),
+#                               JobSubmitPlugins=gputokens, SPANK_PLUGIN_ARGS written into the
+#                               package's /etc/slurm/plugstack.conf.d/gputokens.conf
 #   GPUTOKENS_EXTRA_SLURM_CONF  extra slurm.conf lines; a Key=value line replaces the template's Key
 #   SLURM_PLUGIN_DIR            override the detected PluginDir
 set -euo pipefail
@@ -142,20 +146,50 @@ mkdir -p "$SLURM_ETC/plugstack.conf.d"
 slurm_conf=$(render "$HERE/slurm.conf.in")
 
 # ===== HOOK: gputokens plugins ====================================================================
-# Default: no plugin lines. JOBSUBMIT_PLUGIN_SO / SPANK_PLUGIN_SO point at built plugins to load.
+# Default: no plugin lines. JOBSUBMIT_PLUGIN_SO / SPANK_PLUGIN_SO point at built plugins to load;
+# GPUTOKENS_PLUGINS=installed loads the ones the gputokens-slurm-plugins package installed.
 plugin_lines=""
-if [[ -n ${JOBSUBMIT_PLUGIN_SO:-} ]]; then
-  install_so "$JOBSUBMIT_PLUGIN_SO" "$PLUGIN_DIR/job_submit_gputokens.so"
-  plugin_lines="JobSubmitPlugins=gputokens"
-fi
 spank_conf="$SLURM_ETC/plugstack.conf.d/gputokens.conf"
-if [[ -n ${SPANK_PLUGIN_SO:-} ]]; then
-  install_so "$SPANK_PLUGIN_SO" "$PLUGIN_DIR/spank_gputokens.so"
-  put "$spank_conf" 644 "optional $PLUGIN_DIR/spank_gputokens.so${SPANK_PLUGIN_ARGS:+ $SPANK_PLUGIN_ARGS}"
-elif [[ -e $spank_conf ]]; then
-  rm -f "$spank_conf"
-  say "removed $spank_conf"
-fi
+# use_installed_plugins: check the package's plugins are in PluginDir as it installed them, load the
+# job_submit plugin, and give the SPANK plugin SPANK_PLUGIN_ARGS in the package's conffile, as an
+# admin edits it (its comments and plugin path stay).
+use_installed_plugins() {
+  local package=gputokens-slurm-plugins so changed
+  [[ -z ${JOBSUBMIT_PLUGIN_SO:-}${SPANK_PLUGIN_SO:-} ]] \
+    || die "GPUTOKENS_PLUGINS=installed loads the packaged plugins: unset JOBSUBMIT_PLUGIN_SO and SPANK_PLUGIN_SO"
+  for so in job_submit_gputokens.so spank_gputokens.so; do
+    [[ $(dpkg-query -S "$PLUGIN_DIR/$so" 2>/dev/null) == "$package: $PLUGIN_DIR/$so" ]] \
+      || die "$PLUGIN_DIR/$so is not from $package: install it (packaging/build-debs.sh, dpkg -i)"
+  done
+  # dpkg --verify names every file that differs from the package ('c': a conffile, edited on purpose).
+  changed=$(dpkg --verify "$package" | awk '$2 != "c"') || true
+  [[ -z $changed ]] || die "$package's files differ from the package (a build installed over them?): $changed"
+  [[ -f $spank_conf ]] || die "$spank_conf missing: reinstall $package (dpkg -i --force-confmiss)"
+  put "$spank_conf" 644 "$(awk '$1 ~ /^(optional|required)$/ && $2 ~ /\/spank_gputokens\.so$/ {
+      $0 = $1 " " $2 (ENVIRON["SPANK_PLUGIN_ARGS"] == "" ? "" : " " ENVIRON["SPANK_PLUGIN_ARGS"]) } { print }' "$spank_conf")"
+  grep -Eq "^(optional|required) $PLUGIN_DIR/spank_gputokens\.so( |$)" "$spank_conf" \
+    || die "$spank_conf loads no $PLUGIN_DIR/spank_gputokens.so"
+  plugin_lines="JobSubmitPlugins=gputokens"
+}
+# use_built_plugins: install JOBSUBMIT_PLUGIN_SO / SPANK_PLUGIN_SO (developers' builds) and load them.
+use_built_plugins() {
+  if [[ -n ${JOBSUBMIT_PLUGIN_SO:-} ]]; then
+    install_so "$JOBSUBMIT_PLUGIN_SO" "$PLUGIN_DIR/job_submit_gputokens.so"
+    plugin_lines="JobSubmitPlugins=gputokens"
+  fi
+  if [[ -n ${SPANK_PLUGIN_SO:-} ]]; then
+    install_so "$SPANK_PLUGIN_SO" "$PLUGIN_DIR/spank_gputokens.so"
+    put "$spank_conf" 644 "optional $PLUGIN_DIR/spank_gputokens.so${SPANK_PLUGIN_ARGS:+ $SPANK_PLUGIN_ARGS}"
+  elif [[ -e $spank_conf ]]; then
+    rm -f "$spank_conf"
+    say "removed $spank_conf"
+  fi
+}
+case ${GPUTOKENS_PLUGINS:-} in
+  installed) use_installed_plugins ;;
+  "") use_built_plugins ;;
+  *) die "GPUTOKENS_PLUGINS='$GPUTOKENS_PLUGINS': the only mode is 'installed'" ;;
+esac
 # ===== end HOOK ===================================================================================
 
 if [[ -n $plugin_lines ]]; then

@@ -1,7 +1,7 @@
 //! The job_submit plugin inside the real slurmctld of the test cluster: jobs submitted with sbatch by
 //! the non-root users alice and bob, balances from a snapshot written by a real `accountd serve`.
 //!
-//! tests/run.sh starts the cluster with the plugin (JOBSUBMIT_PLUGIN_SO) and writes
+//! tests/run.sh starts the cluster with the packaged plugin (GPUTOKENS_PLUGINS=installed) and writes
 //! /etc/slurm/gputokens.toml, whose `[paths] snapshot` these tests control. Each test holds
 //! `serial()` and leaves an empty snapshot behind (everyone at `initial`: every job passes), so
 //! the other cluster tests are not disturbed.

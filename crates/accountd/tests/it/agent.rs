@@ -62,7 +62,7 @@ fn agent_config_with(site: &Site, more: &str) -> String {
         &format!(
             "[agent]\nreport_to = \"{}\"\nnvml_library = \"{}\"\nlisten = \"off\"\ninterval = \"1s\"\n{more}",
             site.http_url(),
-            bin("accountd").parent().unwrap().join("libnvidia_ml.so").display()
+            bin("libnvidia_ml.so").display()
         ),
     )
 }

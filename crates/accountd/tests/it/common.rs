@@ -13,8 +13,15 @@ rtx3090 = 1
 a6000 = 4
 ";
 
-/// A built binary of the workspace (`cargo build --workspace` puts them next to this test).
-pub fn bin(name: &str) -> PathBuf {
+/// Where the gputokens package put accountd and sbalance (tests/run.sh installs it and sets this
+/// to /usr/bin): when set, the tests run the installed commands instead of the build's.
+pub const INSTALLED_BIN_DIR: &str = "GPUTOKENS_INSTALLED_BIN_DIR";
+
+/// The commands the gputokens package installs.
+const PACKAGED_COMMANDS: [&str; 2] = ["accountd", "sbalance"];
+
+/// A built file of the workspace (`cargo build --workspace` puts them next to this test).
+pub fn built(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps");
     let path = dir.join(name);
@@ -22,12 +29,32 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
-/// The sbalance under test: `$GPUTOKENS_SBALANCE` (tests/run.sh sets it to the statically linked
-/// build that the README installs), else the workspace's own.
+/// A binary under test: accountd and sbalance from `$GPUTOKENS_INSTALLED_BIN_DIR` when it is set;
+/// anything else (the plugins' builds, the fake NVML library), and all of them when it is not, from
+/// the build.
+pub fn bin(name: &str) -> PathBuf {
+    match std::env::var_os(INSTALLED_BIN_DIR) {
+        Some(dir) if PACKAGED_COMMANDS.contains(&name) => {
+            let path = PathBuf::from(dir).join(name);
+            assert!(
+                path.is_file(),
+                "{} is not installed (${INSTALLED_BIN_DIR}): install the gputokens package",
+                path.display()
+            );
+            path
+        }
+        _ => built(name),
+    }
+}
+
+/// The sbalance under test: the installed one with `$GPUTOKENS_INSTALLED_BIN_DIR`, else
+/// `$GPUTOKENS_SBALANCE` (the statically linked build the README installs by hand), else the
+/// workspace's own.
 pub fn sbalance_bin() -> PathBuf {
-    match std::env::var_os("GPUTOKENS_SBALANCE") {
-        Some(path) => PathBuf::from(path),
-        None => bin("sbalance"),
+    match (std::env::var_os(INSTALLED_BIN_DIR), std::env::var_os("GPUTOKENS_SBALANCE")) {
+        (Some(_), _) => bin("sbalance"),
+        (None, Some(path)) => PathBuf::from(path),
+        (None, None) => bin("sbalance"),
     }
 }
 

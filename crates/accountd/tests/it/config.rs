@@ -118,11 +118,15 @@ fn the_running_slurm_is_checked_against_the_config() {
     assert!(out.stderr.contains("4 problem(s) in Slurm's configuration for gputokens"), "{}", out.stderr);
 }
 
-/// The systemd units start commands this accountd has, from where the README installs it.
+/// The systemd units start commands this accountd has, from where the gputokens package and the
+/// README's manual install put it (packaging/build-debs.sh checks the package holds what they run).
 #[test]
 fn systemd_units_run_installed_commands() {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
-    assert!(readme.contains("install -m 755 target/release/accountd"), "README no longer installs accountd");
+    assert!(
+        readme.contains("install -m 755 target/release/accountd \"target/$host/release/sbalance\" /usr/bin/"),
+        "README no longer installs accountd into /usr/bin"
+    );
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../slurm-conf/systemd");
     let mut commands = 0;
     for unit in ["gputokens-accountd.service", "gputokens-agent.service"] {
@@ -130,7 +134,7 @@ fn systemd_units_run_installed_commands() {
         for line in text.lines().filter(|l| l.starts_with("ExecStart")) {
             let command = line.split_once('=').unwrap().1;
             let mut argv = command.split_whitespace();
-            assert_eq!(argv.next(), Some("/usr/local/bin/accountd"), "{unit}: {line}");
+            assert_eq!(argv.next(), Some("/usr/bin/accountd"), "{unit}: {line}");
             let args: Vec<&str> = argv.chain(["--help"]).collect();
             let out = run_as(None, &bin("accountd"), &args);
             assert_eq!(out.code, 0, "{unit}: `accountd {}` is not a command: {}", args.join(" "), out.stderr);

@@ -14,6 +14,7 @@ mod health;
 mod http;
 mod limits;
 mod overload;
+mod packages;
 mod plugin_linkage;
 mod preemption;
 mod records;

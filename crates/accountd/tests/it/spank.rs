@@ -1,9 +1,10 @@
 //! The SPANK plugin in the real sbatch and slurmstepd of the test cluster.
 //!
-//! tests/run.sh starts the cluster with the plugin (SPANK_PLUGIN_SO, SPANK_PLUGIN_ARGS="jobs_dir=…
-//! nvml_library=<the fake libnvidia-ml>") and writes /etc/slurm/gputokens.toml, whose `[paths] socket`
-//! these tests link to the socket of an accountd they start, and remove again (without an accountd,
-//! sbatch shows no balance line, so the other cluster tests see the quiet sbatch they expect).
+//! tests/run.sh starts the cluster with the packaged plugin (GPUTOKENS_PLUGINS=installed,
+//! SPANK_PLUGIN_ARGS="jobs_dir=… nvml_library=<the fake libnvidia-ml>") and writes
+//! /etc/slurm/gputokens.toml, whose `[paths] socket` these tests link to the socket of an accountd
+//! they start, and remove again (without an accountd, sbatch shows no balance line, so the other
+//! cluster tests see the quiet sbatch they expect).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -62,11 +63,17 @@ fn the_plugin_exports_only_its_symbols() {
     }
 }
 
-/// A plugstack argument of the cluster's gputokens line.
+/// A plugstack argument of the cluster's gputokens line: the file's one `optional|required` line,
+/// after the comments the packaged file has (tests/run.sh writes the arguments into it).
 fn plugstack_arg(key: &str) -> Option<String> {
-    let line = std::fs::read_to_string(PLUGSTACK_LINE)
-        .unwrap_or_else(|e| panic!("{PLUGSTACK_LINE}: {e}: start the cluster with tests/run.sh (SPANK_PLUGIN_SO=…)"));
-    line.split_whitespace().find_map(|a| a.strip_prefix(key)?.strip_prefix('=')).map(str::to_string)
+    let text = std::fs::read_to_string(PLUGSTACK_LINE)
+        .unwrap_or_else(|e| panic!("{PLUGSTACK_LINE}: {e}: start the cluster with tests/run.sh"));
+    let line = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or_default().trim())
+        .find(|l| l.starts_with("optional ") || l.starts_with("required "))
+        .unwrap_or_else(|| panic!("{PLUGSTACK_LINE} loads no plugin:\n{text}"));
+    line.split_whitespace().skip(2).find_map(|a| a.strip_prefix(key)?.strip_prefix('=')).map(str::to_string)
 }
 
 /// The configured socket path linked to a site's accountd; removed on drop.
