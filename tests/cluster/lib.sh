@@ -76,14 +76,15 @@ mariadb_ok() { mariadb -e 'SELECT 1' >/dev/null 2>&1; }
 start_mariadb() {
   local p log="$LAB/log/mariadbd.log"
   mkdir -p "$LAB/log" "$LAB/pids"
-  install -d -o mysql -g root -m 755 /run/mysqld
+  # its socket's directory: /run/mysqld up to Debian 13, /run/mariadbd in sid's MariaDB 11.8
+  install -d -o mysql -g root -m 755 /run/mysqld /run/mariadbd
   setsid /usr/sbin/mariadbd --user=mysql </dev/null >>"$log" 2>&1 &
   p=$!
   echo "$p" > "$LAB/pids/mariadbd.pid"     # recorded at once so down.sh can stop it even if it hangs
   waitfor 60 mariadb_ok || die "mariadbd did not answer within 60 s; tail of $log:
 $(tail -n 20 "$log")"
   if ! proc_is "$p" mariadbd; then         # setsid had to fork: take the PID mariadbd wrote itself
-    p=$(cat /run/mysqld/mysqld.pid 2>/dev/null || true)
+    p=$(cat /run/mysqld/mysqld.pid /run/mariadbd/mysqld.pid 2>/dev/null | head -n1 || true)
     proc_is "$p" mariadbd || die "cannot determine the PID of the mariadbd just started"
     echo "$p" > "$LAB/pids/mariadbd.pid"
   fi

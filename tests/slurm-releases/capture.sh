@@ -25,7 +25,13 @@ for _ in $(seq 50); do
   (( running >= 4 )) && break        # the CPU job waits: every job asks for all of the node's memory
   sleep 0.2
 done
-squeue --json > "$data/squeue-$release.json"
+# Only these six jobs (22.05's squeue --json ignores -j and lists every job finished in MinJobAge);
+# each job's record is kept as squeue printed it.
+squeue --json | perl -MJSON::PP -0777 -e '
+  my %keep = map { $_ => 1 } split /,/, shift;
+  my $doc = decode_json(<STDIN>);
+  $doc->{jobs} = [grep { $keep{ref $_->{job_id} ? $_->{job_id}{number} : $_->{job_id}} } @{$doc->{jobs}}];
+  print JSON::PP->new->pretty->canonical->encode($doc)' "$(IFS=,; echo "${jobs[*]}")" > "$data/squeue-$release.json"
 sleep 3   # let the running jobs be charged for some time
 scancel "${jobs[@]}"
 sleep 3

@@ -163,6 +163,41 @@ mod tests {
 10|alice|cpu=2,gres/gpu=2,node=1|10|2026-11-22T10:00:00|RUNNING
 ";
 
+    /// The records of the six jobs of squeue's samples as each release's sacct printed them
+    /// (tests/slurm-releases/capture.sh): four ran a few seconds with GPUs, two never started.
+    #[test]
+    fn every_release_reads_the_same() {
+        let samples = [
+            ("22.05", include_str!("../../tests/data/sacct-22.05.txt")),
+            ("24.11", include_str!("../../tests/data/sacct-24.11.txt")),
+            ("26.05", include_str!("../../tests/data/sacct-26.05.txt")),
+        ];
+        let sharing = Sharing { shards_per_gpu: 8, mps_per_gpu: 100 };
+        for (release, sample) in samples {
+            let parsed = parse(sample, sharing).unwrap_or_else(|e| panic!("{release}: {e}"));
+            let got: Vec<_> = parsed
+                .records
+                .iter()
+                .map(|r| (r.user.as_str(), r.milli_gpus.clone().into_iter().collect::<Vec<_>>()))
+                .collect();
+            let gpus = |t: &str, n| vec![(t.to_string(), n)];
+            assert_eq!(
+                got,
+                [
+                    ("alice", gpus("a6000", 1000)),
+                    ("bob", gpus("rtx3090", 2000)),
+                    ("alice", gpus("rtx2080", 1000)),
+                    ("bob", gpus("rtx2080", 1000)),
+                ],
+                "{release}"
+            );
+            assert!(parsed.records.iter().all(|r| (1..=10).contains(&r.elapsed)), "{release}: {:?}", parsed.records);
+            assert!(parsed.active.is_empty() && parsed.rejected.is_empty(), "{release}: {parsed:?}");
+            assert_eq!(parsed.skipped, 2, "{release}");
+            assert!(parsed.nodes.values().all(|n| n == "vm"), "{release}");
+        }
+    }
+
     #[test]
     fn keeps_gpu_records_and_skips_the_rest() {
         let p = parse(SAMPLE, Sharing::default()).unwrap();

@@ -300,11 +300,41 @@ mod tests {
         assert!(gpu_indices("gpu:rtx3090:0(IDX:)").is_empty());
     }
 
+    /// What each release's squeue printed for the same six jobs (tests/slurm-releases/capture.sh):
+    /// four running, asking for GPUs four ways (`--gres` typed, `--gpus` typed, `--gpus-per-node`,
+    /// `--gres` untyped), a pending GPU job with a 30-minute limit, a pending CPU-only job.
+    pub(crate) const SAMPLES: [(&str, &str); 3] = [
+        ("22.05", include_str!("../../tests/data/squeue-22.05.json")),
+        ("24.11", include_str!("../../tests/data/squeue-24.11.json")),
+        ("26.05", include_str!("../../tests/data/squeue-26.05.json")),
+    ];
+
     #[test]
-    fn real_2205_sample_parses() {
-        let sample = include_str!("../../tests/data/squeue-22.05.json");
-        let jobs = running_gpu_jobs(sample).unwrap();
-        assert_eq!(jobs.len(), 4);
-        assert_eq!(jobs[1].usage(0, SHARDS_8).milli_gpus, BTreeMap::from([("rtx3090".into(), 2000)]));
+    fn every_release_reads_the_same() {
+        for (release, sample) in SAMPLES {
+            let held: Vec<_> = running_gpu_jobs(sample)
+                .unwrap_or_else(|e| panic!("{release}: {e}"))
+                .iter()
+                .map(|j| (j.user.clone(), j.usage(0, SHARDS_8).milli_gpus, j.gpu_indices.clone(), j.time_limit))
+                .collect();
+            let gpus = |t: &str, n| BTreeMap::from([(t.to_string(), n)]);
+            assert_eq!(
+                held,
+                [
+                    ("alice".into(), gpus("a6000", 1000), vec![6], None),
+                    ("bob".into(), gpus("rtx3090", 2000), vec![4, 5], None),
+                    ("alice".into(), gpus("rtx2080", 1000), vec![0], None),
+                    ("bob".into(), gpus("rtx2080", 1000), vec![1], None),
+                ],
+                "{release}"
+            );
+            let pending: Vec<_> = queue(sample).unwrap().into_iter().filter(|j| j.state == "PENDING").collect();
+            let asked: Vec<_> =
+                pending.iter().flat_map(|j| &j.request.counts).map(|c| (c.gpu_type.as_deref(), c.count)).collect();
+            assert_eq!(asked, [(Some("a6000"), 2)], "{release}");
+            let limits: Vec<_> = pending.iter().map(|j| (j.user.as_str(), j.time_limit, j.requeueable)).collect();
+            assert_eq!(limits, [("alice", Some(1800), true), ("bob", None, true)], "{release}");
+            assert!(pending.iter().all(|j| j.state_reason == "Resources" || j.state_reason == "Priority"), "{release}");
+        }
     }
 }
