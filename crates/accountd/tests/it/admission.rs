@@ -13,8 +13,8 @@ use gputokens::policy::BucketRules;
 use gputokens::Tokens;
 
 use crate::cluster::serial;
-use crate::slurm_release;
 use crate::common::{run_as, Outcome, Site};
+use crate::slurm_release;
 
 const PLUGIN_CONF: &str = "/etc/slurm/gputokens.toml";
 /// slurmctld's SlurmUser on the test cluster (tests/cluster/lib.sh), as the example config says.
