@@ -8,7 +8,8 @@ set -euo pipefail
 PKGS=(slurmctld slurmd slurm-client munge libmunge-dev libslurm-dev slurm-wlm-basic-plugins-dev
       mariadb-server slurmdbd libclang-dev sqlite3 clang prometheus curl
       libc6-dev   # libc.a: sbalance is linked statically
-      man-db bash-completion)  # the installed packages' man pages and completions (tests/it/packages.rs)
+      man-db bash-completion   # the installed packages' man pages and completions (tests/it/packages.rs)
+      iproute2)                # ip: tests/slurm-releases/enter.sh sets up the other releases' network
 if [[ ${1:-} == --list ]]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 
 missing=()
