@@ -219,7 +219,9 @@ impl StatementBuilder {
 
     /// The statement, given the closing balance the ledger holds for the month's end: refused unless
     /// the opening balance and the lines add up to it exactly.
-    pub fn finish(self, closing: Tokens, issued: i64, partial: bool) -> Result<Statement, StatementError> {
+    pub fn finish(mut self, closing: Tokens, issued: i64, partial: bool) -> Result<Statement, StatementError> {
+        // A job cancelled before it ran leaves a charge of nothing for no time: nothing to state.
+        self.charges.retain(|l| l.amount != Tokens::ZERO || l.gpu_seconds != Some(0));
         let lines: Vec<Line> =
             [self.opening_items, self.monthly, self.daily.into_iter().collect(), self.by_people, self.charges]
                 .into_iter()

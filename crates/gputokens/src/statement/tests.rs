@@ -123,6 +123,22 @@ fn charges_sum_per_gpu_type_in_the_order_first_charged() {
     assert_eq!(s.lines[0].date, None);
 }
 
+/// A job cancelled before it ran is charged nothing for no time: no line. GPU time at a price of 0
+/// is still stated.
+#[test]
+fn charges_of_nothing_are_left_out() {
+    let s = build(
+        "bob",
+        "2026-11",
+        Tokens::whole(10),
+        &[charge("a6000", "0", 0, "2026-11-03T10:00:00"), charge("free", "0", 3600, "2026-11-03T10:00:00")],
+        Tokens::whole(10),
+    )
+    .unwrap();
+    assert_eq!(items(&s), [(Item::Charge, "0".into())]);
+    assert_eq!(s.lines[0].gpu_type.as_deref(), Some("free"));
+}
+
 #[test]
 fn daily_replenishment_is_one_line_with_its_days() {
     let mut entries: Vec<MonthEntry> = (1..=30)
