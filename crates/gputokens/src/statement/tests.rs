@@ -179,24 +179,26 @@ fn grants_adjustments_and_refunds_are_lines_of_their_own() {
         "99.5".parse().unwrap(),
     )
     .unwrap();
-    let lines: Vec<(Item, String, Option<String>, Option<&str>, Option<&str>)> = s
-        .lines
-        .iter()
-        .map(|l| (l.item, l.amount.to_string(), l.date.map(|d| d.to_string()), l.actor.as_deref(), l.reason.as_deref()))
-        .collect();
-    let d = |s: &str| Some(s.to_string());
+    let lines: Vec<String> = s.lines.iter().map(described).collect();
     assert_eq!(
         lines,
         [
-            (Item::Initial, "100".into(), d("2026-11-02"), Some("gputokens"), Some("")),
-            (Item::Grant, "5".into(), d("2026-11-05"), Some("root"), Some("course credit")),
-            (Item::Refund, "3".into(), d("2026-11-07"), Some("root"), Some("node failure")),
-            (Item::Adjust, "-1.5".into(), d("2026-11-08"), Some("carol"), Some("manual fix")),
-            (Item::Grant, "1".into(), d("2026-11-09"), Some("root"), Some("x")),
-            (Item::Charge, "-8".into(), None, None, None),
+            "initial 100 2026-11-02 gputokens: ",
+            "grant 5 2026-11-05 root: course credit",
+            "refund 3 2026-11-07 root: node failure",
+            "adjust -1.5 2026-11-08 carol: manual fix",
+            "grant 1 2026-11-09 root: x",
+            "charge -8 - -: ",
         ]
     );
     assert_eq!(s.lines[2].job_id.as_deref(), Some("12"));
+}
+
+/// `item amount date actor: reason`, `-` for what a line has not.
+fn described(l: &Line) -> String {
+    let date = l.date.map(|d| d.to_string()).unwrap_or_else(|| "-".into());
+    let (actor, reason) = (l.actor.as_deref().unwrap_or("-"), l.reason.as_deref().unwrap_or(""));
+    format!("{} {} {date} {actor}: {reason}", l.item.as_str(), l.amount)
 }
 
 #[test]

@@ -155,19 +155,21 @@ fn grants_refunds_and_adjustments_are_lines_with_actor_and_reason() {
     l.append(&fix).unwrap();
 
     let s = l.statement("alice", month("2026-12"), issue()).unwrap();
-    let people: Vec<(Item, String, Option<&str>, Option<&str>, Option<&str>)> = s
+    let people: Vec<String> = s
         .lines
         .iter()
-        .filter(|l| l.actor.is_some())
-        .map(|l| (l.item, l.amount.to_string(), l.actor.as_deref(), l.reason.as_deref(), l.job_id.as_deref()))
+        .filter_map(|l| {
+            let job = l.job_id.as_deref().map(|j| format!(" (job {j})")).unwrap_or_default();
+            Some(format!("{} {}{job} {}: {}", l.item.as_str(), l.amount, l.actor.as_deref()?, l.reason.as_deref()?))
+        })
         .collect();
     assert_eq!(
         people,
         [
-            (Item::Monthly, "30".into(), Some("gputokens"), Some("monthly grant"), None),
-            (Item::Grant, "5".into(), Some("root"), Some("course credit"), None),
-            (Item::Refund, "24".into(), Some("carol"), Some("node failure"), Some("103")),
-            (Item::Adjust, "-1.5".into(), Some("root"), Some("manual fix"), None),
+            "monthly 30 gputokens: monthly grant",
+            "grant 5 root: course credit",
+            "refund 24 (job 103) carol: node failure",
+            "adjust -1.5 root: manual fix",
         ]
     );
     // Charges stay as charged; the refund is a line of its own.
