@@ -2,8 +2,9 @@
 //! `--csv`: one row per user and line item, between an opening and a closing row, so that the
 //! Amount column of a user's rows, opening included, sums to the closing balance) or `--json`.
 
-use gputokens::statement::{gpu_hours, Item, Line, Statement};
+use gputokens::statement::{gpu_hours, Item, Line, Month, Statement};
 use gputokens::time::{format_local, local_date};
+use gputokens::Tokens;
 
 use crate::admin::signed;
 
@@ -84,14 +85,44 @@ pub fn csv_record<S: AsRef<str>>(fields: &[S]) -> String {
 /// `--json`: the statements as accountd sent them (amounts as exact decimal strings), with each
 /// charge's GPU-hours beside its exact GPU-seconds.
 pub fn json(statements: &[Statement]) -> String {
-    let mut value = serde_json::json!({ "statements": statements });
-    let lines = value["statements"].as_array_mut().into_iter().flatten().filter_map(|s| s["lines"].as_array_mut());
-    for line in lines.flatten() {
-        if let Some(seconds) = line["gpu_seconds"].as_u64() {
-            line["gpu_hours"] = serde_json::json!(seconds as f64 / 3600.0);
-        }
+    #[derive(serde::Serialize)]
+    struct Out<'a> {
+        statements: Vec<StatementJson<'a>>,
     }
-    format!("{value:#}\n")
+    #[derive(serde::Serialize)]
+    struct StatementJson<'a> {
+        user: &'a str,
+        month: Month,
+        partial: bool,
+        issued: i64,
+        opening: Tokens,
+        lines: Vec<LineJson<'a>>,
+        closing: Tokens,
+    }
+    #[derive(serde::Serialize)]
+    struct LineJson<'a> {
+        #[serde(flatten)]
+        line: &'a Line,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        gpu_hours: Option<f64>,
+    }
+    let statements = statements
+        .iter()
+        .map(|s| StatementJson {
+            user: &s.user,
+            month: s.month,
+            partial: s.partial,
+            issued: s.issued,
+            opening: s.opening,
+            lines: s
+                .lines
+                .iter()
+                .map(|line| LineJson { line, gpu_hours: line.gpu_seconds.map(|s| s as f64 / 3600.0) })
+                .collect(),
+            closing: s.closing,
+        })
+        .collect();
+    serde_json::to_string_pretty(&Out { statements }).unwrap_or_default() + "\n"
 }
 
 /// The statement to read: one line per item, amounts right-aligned, who and why last.
