@@ -71,7 +71,9 @@ impl AccountdError {
             | AccountdError::SlurmName(_)
             | AccountdError::BadInput { .. }
             | AccountdError::Refused(_)
-            | AccountdError::Ledger(UnknownUser(_) | NothingToRefund(_) | ImportConflict(_) | BadUserName { .. })
+            | AccountdError::Ledger(
+                UnknownUser(_) | NothingToRefund(_) | ImportConflict(_) | BadUserName { .. } | NotYetSeen { .. },
+            )
             | AccountdError::Client(ClientError::Refused(_)) => Fault::Caller,
             AccountdError::Ledger(_)
             | AccountdError::Slurm(_)

@@ -6,9 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use gputokens::access::{system_user_exists, Caller};
 use gputokens::protocol::{BalanceRow, ErrorKind, HistoryRow, Reply, Request};
+use gputokens::statement::Month;
 use gputokens::time::local_date;
 use gputokens::Tokens;
-use ledger::{Applied, Entry, EntryKind, LedgerError, NewEntry};
+use ledger::{Applied, Entry, EntryKind, Issue, LedgerError, NewEntry};
 
 use crate::service::Service;
 
@@ -32,6 +33,7 @@ fn from_ledger(e: LedgerError) -> Reply {
         | LedgerError::NothingToRefund(_)
         | LedgerError::ImportConflict(_)
         | LedgerError::BadUserName { .. }
+        | LedgerError::NotYetSeen { .. }
         | LedgerError::OutOfRange(_) => invalid(e.to_string()),
         _ => Reply::Error { kind: ErrorKind::Internal, message: e.to_string() },
     }
@@ -39,12 +41,16 @@ fn from_ledger(e: LedgerError) -> Reply {
 
 /// Answers `request` from `caller` at time `now`. Returns the reply and whether the ledger changed.
 pub fn handle(service: &mut Service, caller: &Caller, request: Request, now: i64) -> (Reply, bool) {
-    // Anyone may read balances (as `balances` allows) and their own history.
-    let own_history = matches!(&request, Request::History { user, .. }
-        if user.as_deref().is_none_or(|u| u == caller.name));
-    if !matches!(request, Request::Balances { .. }) && !own_history && !caller.admin {
+    // Anyone may read balances (as `balances` allows), and their own history and statements.
+    let is_caller = |user: &Option<String>| user.as_deref().is_none_or(|u| u == caller.name);
+    let own_ledger = match &request {
+        Request::History { user, .. } => is_caller(user),
+        Request::Statement { user, all, .. } => !all && is_caller(user),
+        _ => false,
+    };
+    if !matches!(request, Request::Balances { .. }) && !own_ledger && !caller.admin {
         let what = match request {
-            Request::History { .. } | Request::Actions { .. } => "read ledger histories",
+            Request::History { .. } | Request::Actions { .. } | Request::Statement { .. } => "read ledger histories",
             _ => "change balances",
         };
         return (
@@ -87,6 +93,9 @@ pub fn handle(service: &mut Service, caller: &Caller, request: Request, now: i64
                 None => service.ledger.history(&user),
             };
             entries.map(|entries| (Reply::History { user, entries: rows(entries) }, false)).map_err(from_ledger)
+        }
+        Request::Statement { month, user, all } => {
+            statements(service, caller, month, user, all, now).map(|r| (r, false))
         }
         Request::Actions { limit } => {
             service.ledger.actions(limit).map(|actions| (Reply::Actions { actions }, false)).map_err(from_ledger)
@@ -135,6 +144,32 @@ fn balances(service: &Service, caller: &Caller, users: Vec<String>, all: bool, n
         rows.push(balance_row(service, &name, now)?);
     }
     Ok(Reply::Balances { rows })
+}
+
+/// Statements of `month`: the current month's so far (partial); a month not begun has none.
+fn statements(
+    service: &Service,
+    caller: &Caller,
+    month: Month,
+    user: Option<String>,
+    all: bool,
+    now: i64,
+) -> Result<Reply, Reply> {
+    let current = Month::of(local_date(now));
+    if month > current {
+        return Err(invalid(format!(
+            "{month} has not begun: there are statements for {current} (so far) and the months before"
+        )));
+    }
+    let issue = Issue { at: now, partial: month == current };
+    let statements = match (all, user) {
+        (true, Some(_)) => return Err(invalid("a statement is of one user (-u) or of all (-a), not both".into())),
+        (true, None) => service.ledger.statements(month, issue),
+        (false, user) => {
+            service.ledger.statement(user.as_deref().unwrap_or(&caller.name), month, issue).map(|s| vec![s])
+        }
+    };
+    statements.map(|statements| Reply::Statements { statements }).map_err(from_ledger)
 }
 
 pub fn balance_row(service: &Service, user: &str, now: i64) -> Result<BalanceRow, Reply> {

@@ -33,6 +33,7 @@ pub mod slurm;
 pub mod slurm_check;
 pub mod slurm_view;
 pub mod snapshot_access;
+pub mod statement_output;
 pub mod utilization;
 
 /// MUNGE credentials (libmunge), from slurm-ffi; `accountd::munge` as before.

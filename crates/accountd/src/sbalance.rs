@@ -1,13 +1,16 @@
-//! `sbalance`: GPU token balances, shaped like `sshare` (-u, -a, -P, -n, -o, plus --json).
+//! `sbalance`: GPU token balances, shaped like `sshare` (-u, -a, -P, -n, -o, plus --json); a user's
+//! newest entries (`--history`) and monthly statements (`--statement`).
 
 use std::path::PathBuf;
 
 use clap::Parser;
 use gputokens::protocol::{BalanceRow, Reply, Request};
+use gputokens::statement::Month;
 use gputokens::Config;
 
 use crate::client::{call, ClientError};
 use crate::error::{AccountdError, AccountdResult};
+use crate::statement_output;
 
 #[derive(Debug, Parser)]
 #[command(name = "sbalance", version = crate::version(), about = "Show GPU token balances (like sshare)")]
@@ -37,6 +40,13 @@ pub struct Args {
     /// replenishments (N, default 20; with -u, one user, yours unless you are an admin).
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "20")]
     pub history: Option<usize>,
+    /// Your monthly statement instead of balances: opening balance, grants, replenishment, refunds,
+    /// charges per GPU type, closing balance (the current month: so far). Admins may add -u USER or -a.
+    #[arg(long, value_name = "YYYY-MM", conflicts_with_all = ["history", "format"])]
+    pub statement: Option<Month>,
+    /// With --statement: CSV (one row per user and line item) instead of a text statement.
+    #[arg(long, requires = "statement", conflicts_with_all = ["json", "parsable2", "parsable"])]
+    pub csv: bool,
     /// Configuration file (only the socket path is used).
     #[arg(long, env = "GPUTOKENS_CONF", value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -102,6 +112,9 @@ pub fn run(args: Args) -> AccountdResult {
     let config = Config::load(&Config::resolve_path(args.config.as_deref()))?;
     if let Some(limit) = args.history {
         return history(&config, &args, limit);
+    }
+    if let Some(month) = args.statement {
+        return statement(&config, &args, month);
     }
     let request = Request::Balances { users: args.users.clone(), all: args.all };
     let rows = match call(&config.paths.socket, &request)? {
@@ -170,6 +183,38 @@ fn history(config: &Config, args: &Args, limit: usize) -> AccountdResult {
             out += &line([&c[0], &c[1], &c[2], &c[3], &c[4], &c[5]]);
         }
         out
+    };
+    print!("{out}");
+    Ok(())
+}
+
+/// `--statement`: one user's (yours by default) or, with -a, every user's statement of `month`.
+fn statement(config: &Config, args: &Args, month: Month) -> AccountdResult {
+    let user = match args.users.as_slice() {
+        [] => None,
+        [user] => Some(user.clone()),
+        _ => return Err(AccountdError::Refused("--statement shows one user (-u USER) or all (-a)".into())),
+    };
+    let request = Request::Statement { month, user, all: args.all };
+    let statements = match call(&config.paths.socket, &request)? {
+        Reply::Statements { statements } => statements,
+        other => return Err(ClientError::Unexpected(Box::new(other)).into()),
+    };
+    let out = if args.json {
+        statement_output::json(&statements)
+    } else if args.csv {
+        let mut out =
+            if args.noheader { String::new() } else { statement_output::csv_record(&statement_output::ROW_HEADER) };
+        for row in statements.iter().flat_map(statement_output::rows) {
+            out += &statement_output::csv_record(&row);
+        }
+        out
+    } else if args.parsable2 || args.parsable {
+        let cells: Vec<Vec<String>> = statements.iter().flat_map(statement_output::parsable_cells).collect();
+        delimited(&statement_output::ROW_HEADER, &cells, !args.noheader, args.parsable)
+    } else {
+        let texts: Vec<String> = statements.iter().map(|s| statement_output::text(s, !args.noheader)).collect();
+        texts.join("\n")
     };
     print!("{out}");
     Ok(())

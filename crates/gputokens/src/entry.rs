@@ -42,6 +42,12 @@ impl EntryKind {
     }
 }
 
+/// The idempotency key of a user's initial balance: the ledger writes it once, and a statement
+/// tells that grant from an admin's by it.
+pub fn initial_key(user: &str) -> String {
+    format!("initial:{user}")
+}
+
 /// An audit row: what gputokens did to a job or a node, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Action {

@@ -21,6 +21,7 @@ pub mod request;
 pub mod slurm;
 pub mod snapshot;
 pub mod stamp;
+pub mod statement;
 pub mod time;
 pub mod tokens;
 pub mod tres;

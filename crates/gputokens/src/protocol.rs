@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::entry::EntryKind;
 use crate::policy::Status;
+use crate::statement::{Month, Statement};
 use crate::tokens::Tokens;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,6 +50,14 @@ pub enum Request {
     Actions {
         limit: usize,
     },
+    /// Monthly statements: the caller's own (`user` None), one user's, or with `all` every user's.
+    Statement {
+        month: Month,
+        #[serde(default)]
+        user: Option<String>,
+        #[serde(default)]
+        all: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -72,6 +81,9 @@ pub enum Reply {
     },
     Actions {
         actions: Vec<crate::entry::Action>,
+    },
+    Statements {
+        statements: Vec<Statement>,
     },
     Error {
         kind: ErrorKind,

@@ -7,6 +7,7 @@ mod faults;
 mod freed;
 mod replenish;
 mod schema;
+mod statement;
 mod verify;
 
 use std::collections::BTreeMap;
@@ -28,6 +29,7 @@ pub use gputokens::entry::{Action, EntryKind};
 pub use gputokens::gpu_time::UsageRecord;
 pub use replenish::Replenished;
 pub use schema::SchemaError;
+pub use statement::Issue;
 pub use verify::Verification;
 
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +50,11 @@ pub enum LedgerError {
     BadUserName { name: String, why: &'static str },
     #[error("{0}")]
     OutOfRange(String),
+    #[error("{user} has no entries in the ledger before the end of {month}: gputokens first saw them on {first_seen}")]
+    NotYetSeen { user: String, month: String, first_seen: String },
+    /// A statement that does not add up: a bug or a damaged ledger, never shown.
+    #[error(transparent)]
+    Statement(#[from] gputokens::statement::StatementError),
 }
 
 /// The refusal of a change that would take a balance beyond what the ledger can hold.
@@ -462,7 +469,7 @@ fn ensure_user(tx: &Transaction<'_>, rules: &BucketRules, user: &str, now: i64) 
             now,
             "gputokens",
             "initial balance",
-            format!("initial:{user}"),
+            gputokens::entry::initial_key(user),
         );
         insert_entry(tx, &entry)?;
     }

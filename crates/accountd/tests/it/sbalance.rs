@@ -1,5 +1,7 @@
 //! sbalance's views: own row by default, -a limited to what the caller may see, sshare-like formats.
 
+mod statement;
+
 use crate::common::{sbalance_bin, Site};
 
 #[test]

@@ -89,3 +89,54 @@ fn snapshot_follows_the_ledger() {
     let snapshot = std::fs::read_to_string(site.path("lib/balances.snapshot")).unwrap();
     assert!(snapshot.contains("\nuser alice 50000000\n"), "{snapshot}");
 }
+
+/// The month of `date` as `--statement` takes it.
+fn month_of(date: chrono::NaiveDate) -> String {
+    date.format("%Y-%m").to_string()
+}
+
+/// The worked example as alice's statement of this month, line by line: 100 + 30 − 20 − 40 − 24 = 46.
+/// Her initial 100 came the evening before the 1st, so it is last month's line and this month's
+/// opening balance.
+#[test]
+fn worked_example_statement_adds_up_line_by_line() {
+    let site = Site::start("daily = 0\ncap = 500", "");
+    let sacct = site.file("sacct.txt", SACCT);
+    charge_and_grant(&site, &sacct);
+    let today = chrono::Local::now().date_naive();
+    let first = today.with_day(1).unwrap();
+
+    let out = site.sbalance(Some("alice"), &["--statement", &month_of(today)]).ok().stdout;
+    let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(lines[0][..5], ["Statement", "of", "alice", "for", &month_of(today)], "{out}");
+    assert_eq!(lines[0][5..7], ["(so", "far,"], "the month is not over: {out}");
+    assert_eq!(lines[1], ["Date", "Item", "Amount", "Note"]);
+    let first = first.to_string();
+    let today = today.to_string();
+    assert_eq!(
+        lines[2..],
+        [
+            vec![first.as_str(), "opening", "balance", "100"],
+            vec![&first, "monthly", "grant", "+30"],
+            vec!["rtx2080,", "40", "GPU-hours", "-20"],
+            vec!["rtx3090,", "40", "GPU-hours", "-40"],
+            vec!["a6000,", "6", "GPU-hours", "-24"],
+            vec![&today, "closing", "balance", "(so", "far)", "46"],
+        ],
+        "{out}"
+    );
+
+    // Last month: she was first seen on its last evening.
+    let (eve, _) = around_the_first();
+    let (eve, month) = (&eve[..10], &eve[..7]);
+    let last = site.sbalance(Some("alice"), &["--statement", month, "-P", "-n"]).ok().stdout;
+    assert_eq!(
+        last,
+        format!(
+            "alice|{month}|opening|{month}-01|0|||||||\n\
+             alice|{month}|initial|{eve}|+100||||||gputokens|initial balance\n\
+             alice|{month}|closing|{eve}|100|||||||\n"
+        ),
+        "the initial grant is dated the evening alice was first seen, the closing the month's last day"
+    );
+}

@@ -1,0 +1,142 @@
+use super::*;
+use gputokens::entry::EntryKind;
+use gputokens::statement::{MonthEntry, StatementBuilder};
+use gputokens::time::parse_timestamp;
+use gputokens::Tokens;
+
+fn entry(kind: EntryKind, amount: &str, when: &str) -> MonthEntry {
+    MonthEntry {
+        kind,
+        amount: amount.parse().unwrap(),
+        at: parse_timestamp(when).unwrap(),
+        actor: "gputokens".into(),
+        reason: String::new(),
+        key: None,
+        job_id: None,
+        gpu_type: None,
+        gpu_seconds: None,
+    }
+}
+
+fn charge(gpu_type: &str, amount: &str, gpu_seconds: u64) -> MonthEntry {
+    MonthEntry {
+        gpu_type: Some(gpu_type.into()),
+        gpu_seconds: Some(gpu_seconds),
+        ..entry(EntryKind::Charge, amount, "2026-12-01T20:00:00")
+    }
+}
+
+/// The seed's worked example for December, and `extra` entries after it.
+fn worked_example(user: &str, extra: &[MonthEntry], closing: &str, partial: bool) -> Statement {
+    let mut builder = StatementBuilder::new(user, "2026-12".parse().unwrap(), Tokens::whole(100));
+    let entries = [
+        entry(EntryKind::Monthly, "30", "2026-12-01T00:00:00"),
+        charge("rtx2080", "-20", 144_000),
+        charge("rtx3090", "-40", 144_000),
+        charge("a6000", "-24", 21_600),
+    ];
+    for e in entries.iter().chain(extra) {
+        builder.add(e).unwrap();
+    }
+    builder.finish(closing.parse().unwrap(), parse_timestamp("2026-12-14T10:22:03").unwrap(), partial).unwrap()
+}
+
+#[test]
+fn text_reads_line_by_line() {
+    let s = worked_example("alice", &[], "46", false);
+    assert_eq!(
+        text(&s, true),
+        "Statement of alice for 2026-12
+Date        Item                   Amount  Note
+2026-12-01  opening balance           100
+2026-12-01  monthly grant             +30
+            rtx2080, 40 GPU-hours     -20
+            rtx3090, 40 GPU-hours     -40
+            a6000, 6 GPU-hours        -24
+2026-12-31  closing balance            46
+"
+    );
+}
+
+#[test]
+fn text_says_so_far_and_who_did_what() {
+    let refund = MonthEntry {
+        actor: "carol".into(),
+        reason: "node\\nfailure".replace("\\n", "\n"),
+        job_id: Some("103".into()),
+        ..entry(EntryKind::Refund, "24", "2026-12-06T10:00:00")
+    };
+    let days = [
+        entry(EntryKind::Replenish, "1", "2026-12-02T00:00:00"),
+        entry(EntryKind::Replenish, "1", "2026-12-03T00:00:00"),
+    ];
+    let extra: Vec<MonthEntry> = days.into_iter().chain([refund]).collect();
+    let s = worked_example("alice", &extra, "72", true);
+    let out = text(&s, false);
+    assert!(
+        out.starts_with("Statement of alice for 2026-12 (so far, as of 2026-12-14T10:22:03)\n2026-12-01  opening"),
+        "{out}"
+    );
+    assert!(out.contains("\n            daily replenishment, 2 days      +2\n"), "{out}");
+    assert!(out.contains("\n2026-12-06  refund of job 103               +24  carol: node failure\n"), "{out}");
+    assert!(out.ends_with("\n2026-12-14  closing balance (so far)         72\n"), "{out}");
+}
+
+/// A reader of `-P` or CSV checks a statement by summing the Amount column up to the closing row.
+#[test]
+fn rows_sum_to_the_closing_row() {
+    let s = worked_example("alice", &[], "46", false);
+    let all = rows(&s);
+    let items: Vec<(&str, &str, &str)> = all.iter().map(|r| (r[2].as_str(), r[4].as_str(), r[6].as_str())).collect();
+    assert_eq!(
+        items,
+        [
+            ("opening", "100", ""),
+            ("monthly", "+30", ""),
+            ("charge", "-20", "40"),
+            ("charge", "-40", "40"),
+            ("charge", "-24", "6"),
+            ("closing", "46", "")
+        ]
+    );
+    let sum: Tokens = all[..all.len() - 1].iter().map(|r| r[4].parse::<Tokens>().unwrap()).sum();
+    assert_eq!(sum.to_string(), all[all.len() - 1][4]);
+    assert_eq!(all[2][5..8], ["rtx2080", "40", "144000"]);
+    assert_eq!((all[5][3].as_str(), all[5][11].as_str()), ("2026-12-31", ""));
+    let partial = worked_example("alice", &[], "46", true);
+    let closing = rows(&partial).pop().unwrap();
+    assert_eq!((closing[3].as_str(), closing[11].as_str()), ("2026-12-14", "so far: the month is not over"));
+}
+
+#[test]
+fn parsable_rows_keep_one_line_each() {
+    let adjust = MonthEntry {
+        actor: "root".into(),
+        reason: "two\nlines | and a bar".into(),
+        ..entry(EntryKind::Adjust, "-1", "2026-12-07T10:00:00")
+    };
+    let s = worked_example("alice", &[adjust], "45", false);
+    let cells = parsable_cells(&s);
+    // Hand-made changes come before the charges.
+    assert_eq!((cells[2][2].as_str(), cells[2][11].as_str()), ("adjust", "two lines | and a bar"));
+}
+
+#[test]
+fn csv_quotes_what_needs_it() {
+    assert_eq!(csv_record(&["alice", "2026-12", "+30"]), "alice,2026-12,+30\r\n");
+    assert_eq!(csv_record(&["a,b", "say \"hi\"", ""]), "\"a,b\",\"say \"\"hi\"\"\",\r\n");
+    assert_eq!(csv_record(&["two\nlines", "cr\r"]), "\"two\nlines\",\"cr\r\"\r\n");
+}
+
+#[test]
+fn json_has_exact_amounts_and_gpu_hours() {
+    let s = worked_example("alice", &[], "46", false);
+    let value: serde_json::Value = serde_json::from_str(&json(&[s])).unwrap();
+    let december = &value["statements"][0];
+    assert_eq!((december["opening"].as_str(), december["closing"].as_str()), (Some("100"), Some("46")));
+    assert_eq!(december["lines"][1]["item"], "charge");
+    assert_eq!(december["lines"][1]["amount"], "-20");
+    assert_eq!(december["lines"][1]["gpu_seconds"], 144_000);
+    assert_eq!(december["lines"][1]["gpu_hours"], 40.0);
+    assert!(december["lines"][0].get("gpu_hours").is_none());
+}

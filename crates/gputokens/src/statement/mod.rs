@@ -1,0 +1,259 @@
+//! A user's monthly statement: the month's ledger entries summed into lines an accountant (or a PI)
+//! reads — opening balance, grants, replenishment, refunds, charges per GPU type, closing balance —
+//! and the proof that they add up. Pure: the ledger crate reads the entries, accountd answers with
+//! the result, sbalance prints it.
+
+mod month;
+
+use chrono::NaiveDate;
+use serde::{Deserialize, Serialize};
+
+pub use month::{Month, MonthError};
+
+use crate::entry::{initial_key, EntryKind};
+use crate::time::local_date;
+use crate::tokens::Tokens;
+
+/// One statement: everything that moved the user's balance in the month, in micro-tokens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Statement {
+    pub user: String,
+    pub month: Month,
+    /// The month is not over: the statement so far, as of `issued`.
+    pub partial: bool,
+    /// When it was drawn up (unix seconds).
+    pub issued: i64,
+    /// The balance at the month's first instant.
+    pub opening: Tokens,
+    pub lines: Vec<Line>,
+    /// The balance at the month's end (so far, when `partial`): `opening` plus every line's amount.
+    pub closing: Tokens,
+}
+
+/// What a line stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Item {
+    /// The balance a user starts with, when gputokens first saw them in this month.
+    Initial,
+    /// The balance carried over from the system gputokens replaced.
+    Import,
+    Monthly,
+    /// Every daily replenishment of the month, summed.
+    Daily,
+    /// An admin's grant.
+    Grant,
+    Adjust,
+    Refund,
+    /// One GPU type's charges of the month, summed.
+    Charge,
+}
+
+impl Item {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Item::Initial => "initial",
+            Item::Import => "import",
+            Item::Monthly => "monthly",
+            Item::Daily => "daily",
+            Item::Grant => "grant",
+            Item::Adjust => "adjust",
+            Item::Refund => "refund",
+            Item::Charge => "charge",
+        }
+    }
+}
+
+/// One line of a statement. Lines of one entry carry its date, actor and reason; summed lines
+/// (daily replenishment, charges) carry what they sum.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Line {
+    pub item: Item,
+    pub amount: Tokens,
+    /// The entry's local date.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date: Option<NaiveDate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// A refund's job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    /// Daily: how many days were replenished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub days: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
+    /// Charges: the GPU-seconds charged for (GPU-hours × 3600, exact).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_seconds: Option<u64>,
+}
+
+impl Line {
+    fn summed(item: Item) -> Line {
+        Line {
+            item,
+            amount: Tokens::ZERO,
+            date: None,
+            actor: None,
+            reason: None,
+            job_id: None,
+            days: None,
+            gpu_type: None,
+            gpu_seconds: None,
+        }
+    }
+
+    fn of_entry(item: Item, entry: &MonthEntry) -> Line {
+        Line {
+            amount: entry.amount,
+            date: Some(local_date(entry.at)),
+            actor: Some(entry.actor.clone()),
+            reason: Some(entry.reason.clone()),
+            job_id: entry.job_id.clone(),
+            ..Line::summed(item)
+        }
+    }
+}
+
+/// A ledger entry of the month, as the statement needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MonthEntry {
+    pub kind: EntryKind,
+    pub amount: Tokens,
+    pub at: i64,
+    pub actor: String,
+    pub reason: String,
+    pub key: Option<String>,
+    pub job_id: Option<String>,
+    pub gpu_type: Option<String>,
+    pub gpu_seconds: Option<u64>,
+}
+
+/// A statement that cannot be drawn up. Each is a bug or a damaged ledger, never the caller's doing:
+/// a statement that does not add up is refused rather than shown.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StatementError {
+    #[error(
+        "{user}'s statement for {month} does not add up: opening {opening} plus its lines ({lines}) is not the \
+         closing balance {closing} (a bug in gputokens, or a damaged ledger: run `accountd admin verify`)"
+    )]
+    Unbalanced { user: String, month: Month, opening: Tokens, lines: Tokens, closing: Tokens },
+    #[error("{user}'s statement for {month} sums beyond what 64-bit micro-tokens hold")]
+    OutOfRange { user: String, month: Month },
+    #[error("{user}'s entry of {date} is not in {month}")]
+    OutsideMonth { user: String, month: Month, date: NaiveDate },
+}
+
+/// Sums one user's entries of one month, fed oldest first, into a [`Statement`].
+#[derive(Debug, Clone)]
+pub struct StatementBuilder {
+    user: String,
+    month: Month,
+    opening: Tokens,
+    /// Initial balance and imports, then monthly grants: the month's income, as it came.
+    opening_items: Vec<Line>,
+    monthly: Vec<Line>,
+    daily: Option<Line>,
+    /// Admin grants, adjustments and refunds, as they came.
+    by_people: Vec<Line>,
+    /// One line per GPU type, in the order the month first charged them.
+    charges: Vec<Line>,
+}
+
+impl StatementBuilder {
+    pub fn new(user: &str, month: Month, opening: Tokens) -> StatementBuilder {
+        StatementBuilder {
+            user: user.to_string(),
+            month,
+            opening,
+            opening_items: Vec::new(),
+            monthly: Vec::new(),
+            daily: None,
+            by_people: Vec::new(),
+            charges: Vec::new(),
+        }
+    }
+
+    pub fn add(&mut self, entry: &MonthEntry) -> Result<(), StatementError> {
+        let date = local_date(entry.at);
+        if Month::of(date) != self.month {
+            return Err(StatementError::OutsideMonth { user: self.user.clone(), month: self.month, date });
+        }
+        let out_of_range = || StatementError::OutOfRange { user: self.user.clone(), month: self.month };
+        match entry.kind {
+            EntryKind::Grant if entry.key.as_deref() == Some(initial_key(&self.user).as_str()) => {
+                self.opening_items.push(Line::of_entry(Item::Initial, entry))
+            }
+            EntryKind::Import => self.opening_items.push(Line::of_entry(Item::Import, entry)),
+            EntryKind::Monthly => self.monthly.push(Line::of_entry(Item::Monthly, entry)),
+            EntryKind::Grant => self.by_people.push(Line::of_entry(Item::Grant, entry)),
+            EntryKind::Adjust => self.by_people.push(Line::of_entry(Item::Adjust, entry)),
+            EntryKind::Refund => self.by_people.push(Line::of_entry(Item::Refund, entry)),
+            EntryKind::Replenish => {
+                let daily = self.daily.get_or_insert_with(|| Line { days: Some(0), ..Line::summed(Item::Daily) });
+                daily.amount = daily.amount.checked_add(entry.amount).ok_or_else(out_of_range)?;
+                // A capped day (amount 0) was still a day replenished.
+                daily.days = daily.days.and_then(|d| d.checked_add(1));
+            }
+            EntryKind::Charge => {
+                let gpu_type = entry.gpu_type.clone().unwrap_or_else(|| "(untyped)".to_string());
+                let index = match self.charges.iter().position(|l| l.gpu_type.as_ref() == Some(&gpu_type)) {
+                    Some(index) => index,
+                    None => {
+                        let line =
+                            Line { gpu_type: Some(gpu_type), gpu_seconds: Some(0), ..Line::summed(Item::Charge) };
+                        self.charges.push(line);
+                        self.charges.len() - 1
+                    }
+                };
+                let line = &mut self.charges[index];
+                line.amount = line.amount.checked_add(entry.amount).ok_or_else(out_of_range)?;
+                let seconds = line.gpu_seconds.unwrap_or(0).checked_add(entry.gpu_seconds.unwrap_or(0));
+                line.gpu_seconds = Some(seconds.ok_or_else(out_of_range)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// The statement, given the closing balance the ledger holds for the month's end: refused unless
+    /// the opening balance and the lines add up to it exactly.
+    pub fn finish(mut self, closing: Tokens, issued: i64, partial: bool) -> Result<Statement, StatementError> {
+        // A job cancelled before it ran leaves a charge of nothing for no time: nothing to state.
+        self.charges.retain(|l| l.amount != Tokens::ZERO || l.gpu_seconds != Some(0));
+        let lines: Vec<Line> =
+            [self.opening_items, self.monthly, self.daily.into_iter().collect(), self.by_people, self.charges]
+                .into_iter()
+                .flatten()
+                .collect();
+        let out_of_range = || StatementError::OutOfRange { user: self.user.clone(), month: self.month };
+        let moved = lines.iter().try_fold(Tokens::ZERO, |sum, l| sum.checked_add(l.amount)).ok_or_else(out_of_range)?;
+        if self.opening.checked_add(moved) != Some(closing) {
+            return Err(StatementError::Unbalanced {
+                user: self.user,
+                month: self.month,
+                opening: self.opening,
+                lines: moved,
+                closing,
+            });
+        }
+        Ok(Statement { user: self.user, month: self.month, partial, issued, opening: self.opening, lines, closing })
+    }
+}
+
+/// GPU-hours of `seconds`, to two decimals at most (`40`, `0.5`, `0.03`): for reading; the exact
+/// GPU-seconds travel beside it.
+pub fn gpu_hours(seconds: u64) -> String {
+    // Hundredths of an hour, rounded half up: 36 s each.
+    let hundredths = (seconds as u128 + 18) / 36;
+    let (whole, frac) = (hundredths / 100, hundredths % 100);
+    match frac {
+        0 => whole.to_string(),
+        f if f % 10 == 0 => format!("{whole}.{}", f / 10),
+        f => format!("{whole}.{f:02}"),
+    }
+}
+
+#[cfg(test)]
+mod tests;
