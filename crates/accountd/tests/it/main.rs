@@ -10,6 +10,7 @@ mod cluster;
 mod common;
 mod config;
 mod cycles;
+mod grafana;
 mod health;
 mod http;
 mod limits;
