@@ -22,8 +22,23 @@ const SERVED_AFTER_CLUSTER_EVENTS: [&str; 6] = [
     "gputokens_gpu_xids_ignored_total",
 ];
 
-/// PromQL words that are neither metrics nor functions (functions are the names before a `(`).
-const KEYWORDS: [&str; 13] = [
+/// PromQL words that are not metrics: aggregation operators (`sum by (l) (...)` has no `(` right
+/// after `sum`; other functions are the names before a `(`), modifiers and binary operators.
+const KEYWORDS: [&str; 27] = [
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "group",
+    "stddev",
+    "stdvar",
+    "count",
+    "count_values",
+    "bottomk",
+    "topk",
+    "quantile",
+    "limitk",
+    "limit_ratio",
     "by",
     "without",
     "on",
@@ -160,7 +175,9 @@ fn the_tokenizer_finds_metrics_and_only_metrics() {
     assert_eq!(names("max_over_time(up[1h:5m]) == bool 0"), ["up"]);
     assert!(variable_metrics("label_values(user)").is_empty());
     assert_eq!(
-        variable_metrics(r#"label_values(gputokens_charged_tokens_total{gpu_type="a"}, user)"#).into_iter().collect::<Vec<_>>(),
+        variable_metrics(r#"label_values(gputokens_charged_tokens_total{gpu_type="a"}, user)"#)
+            .into_iter()
+            .collect::<Vec<_>>(),
         ["gputokens_charged_tokens_total"]
     );
 }
@@ -222,7 +239,8 @@ fn the_dashboard_is_a_well_formed_grafana_dashboard() {
     }
     assert!(panels.len() >= 10 && targets >= 10, "{} panels, {targets} targets", panels.len());
     // The balance panel says that it needs per-user metrics.
-    let balance = panels.iter().find(|p| p["targets"].to_string().contains("gputokens_balance_tokens")).expect("balances");
+    let balance =
+        panels.iter().find(|p| p["targets"].to_string().contains("gputokens_balance_tokens")).expect("balances");
     assert!(balance["description"].as_str().unwrap_or_default().contains("per_user_metrics"), "{balance}");
 }
 
@@ -263,31 +281,56 @@ fn every_metric_the_dashboard_queries_is_served() {
         assert!(name.starts_with("gputokens_"), "the tokenizer took {name:?} for a metric");
     }
 
+    // A Slurm of scripts: sacct shows two finished GPU jobs once and then fails (a charge cycle that
+    // charged, then one that failed); squeue shows an empty
+    // queue, scontrol answers nothing.
+    let slurm = tempfile::Builder::new().prefix("gputokens-it-slurm-").tempdir().unwrap();
+    let d = slurm.path().display();
+    let start = gputokens::time::now() - 7200;
+    let sacct = format!(
+        "#!/bin/sh\n[ -e {d}/sacct.done ] && {{ echo 'sacct: slurmdbd down' >&2; exit 1; }}\ntouch {d}/sacct.done\n\
+         echo 'JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State|NodeList'\n\
+         echo '5|alice|gres/gpu:a6000=2,gres/gpu=2|5400|{start}|COMPLETED|vm'\n\
+         echo '6|bob|gres/gpu:rtx3090=1,gres/gpu=1|3600|{start}|COMPLETED|vm'\n"
+    );
+    for (command, text) in [
+        ("sacct", sacct.as_str()),
+        ("squeue", "#!/bin/sh\ncase \"$*\" in *--json*) echo '{\"jobs\": []}';; esac\n"),
+        ("scontrol", "#!/bin/sh\n"),
+    ] {
+        let path = slurm.path().join(command);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
     let site = Site::start(
         "",
-        "[http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\nmax_connections_per_address = 2\n",
+        &format!(
+            "[http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\nmax_connections_per_address = 2\n\
+             [slurm]\nbin_dir = \"{d}\"\n[intervals]\ncharge = \"2s\"\n"
+        ),
     );
-    // This site has no Slurm (Site's bin_dir points nowhere): its charge cycle fails and says so.
-    // Charges (balances, tokens per GPU type, job segments), as in http.rs.
-    let sacct = site.file(
-        "sacct.txt",
-        "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State\n\
-         5|alice|gres/gpu:a6000=2,gres/gpu=2|5400|2026-11-30T08:00:00|COMPLETED\n\
-         6|bob|gres/gpu:rtx3090=1,gres/gpu=1|3600|2026-11-30T09:00:00|COMPLETED\n",
-    );
-    site.accountd(None, &["charge", "--sacct-file", &sacct]).ok();
     let base = site.http_url();
     // An agent report without a credential: refused, and counted by reason.
     let refused = run_as(
         None,
         std::path::Path::new("/usr/bin/curl"),
-        &["-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "--data", "{}", &format!("{base}/v1/agent/report")],
+        &[
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-X",
+            "POST",
+            "--data",
+            "{}",
+            &format!("{base}/v1/agent/report"),
+        ],
     );
     assert!(refused.stdout.starts_with('4'), "{}{}", refused.stdout, refused.stderr);
     // More connections from one address than max_connections_per_address: the rest refused.
-    let held: Vec<std::net::TcpStream> = (0..5)
-        .filter_map(|_| std::net::TcpStream::connect(base.trim_start_matches("http://")).ok())
-        .collect();
+    let held: Vec<std::net::TcpStream> =
+        (0..5).filter_map(|_| std::net::TcpStream::connect(base.trim_start_matches("http://")).ok()).collect();
     std::thread::sleep(Duration::from_millis(500));
     drop(held);
 
@@ -311,8 +354,10 @@ fn every_metric_the_dashboard_queries_is_served() {
     for name in SERVED_AFTER_CLUSTER_EVENTS {
         assert!(queried.contains(name), "the dashboard no longer queries {name}: drop it from the list");
         let base = name.strip_prefix("gputokens_").unwrap();
-        let registered = |n: &str| METRICS_RS.contains(&format!("registry.register(\n            \"{n}\","))
-            || METRICS_RS.contains(&format!("registry.register(\"{n}\","));
+        let registered = |n: &str| {
+            METRICS_RS.contains(&format!("registry.register(\n            \"{n}\","))
+                || METRICS_RS.contains(&format!("registry.register(\"{n}\","))
+        };
         assert!(
             registered(base) || base.strip_suffix("_total").is_some_and(registered),
             "{name} is not registered in metrics.rs"
