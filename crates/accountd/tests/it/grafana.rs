@@ -282,8 +282,7 @@ fn every_metric_the_dashboard_queries_is_served() {
     }
 
     // A Slurm of scripts: sacct shows two finished GPU jobs once and then fails (a charge cycle that
-    // charged, then one that failed); squeue shows an empty
-    // queue, scontrol answers nothing.
+    // charged, then one that failed); squeue shows an empty queue, scontrol answers nothing.
     let slurm = tempfile::Builder::new().prefix("gputokens-it-slurm-").tempdir().unwrap();
     let d = slurm.path().display();
     let start = gputokens::time::now() - 7200;
