@@ -188,7 +188,8 @@ put 644 "$WORK"/man/*.1.gz usr/share/man/man1
 put 644 "$WORK"/completions/bash/* usr/share/bash-completion/completions
 put 644 "$WORK"/completions/zsh/* usr/share/zsh/vendor-completions
 put 644 "$WORK"/completions/fish/* usr/share/fish/vendor_completions.d
-put 644 slurm-conf/slurm.conf.gputokens slurm-conf/prometheus/gputokens-alerts.yml usr/share/doc/gputokens/examples
+put 644 slurm-conf/slurm.conf.gputokens slurm-conf/prometheus/gputokens-alerts.yml slurm-conf/grafana/gputokens.json \
+  usr/share/doc/gputokens/examples
 install -d -m 755 "$tree/usr/share/doc/gputokens"
 copyright_file > "$tree/usr/share/doc/gputokens/copyright"
 control_files gputokens "$version" <<EOF
