@@ -1,5 +1,6 @@
 #!/bin/bash
-# up.sh — start (or repair) a real one-node Slurm 22.05 test cluster on loopback. Run as root.
+# up.sh — start (or repair) a real one-node Slurm test cluster on loopback (22.05 on Debian 12; 24.11
+# and 26.05 inside tests/slurm-releases/' root filesystems). Run as root.
 #
 #   munged (as user munge) -> MariaDB -> slurmdbd, slurmctld (as SlurmUser slurm) -> slurmd, with fake typed GPUs
 #   (4 x rtx2080, 2 x rtx3090, 2 x a6000 as mknod'ed char devices), partition `gpu`, users alice and bob
