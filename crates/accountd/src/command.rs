@@ -36,9 +36,24 @@ pub enum RunError {
 
 /// Runs `command` (stdin from /dev/null) for at most `timeout`. It runs in a process group of its
 /// own, so on timeout the whole group is killed, not just a wrapper script around the real program.
-pub fn run(mut command: Command, timeout: Duration) -> Result<Finished, RunError> {
-    command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+pub fn run(command: Command, timeout: Duration) -> Result<Finished, RunError> {
+    run_with_input(command, None, timeout)
+}
+
+/// [`run`], with `input` written to the command's stdin (then closed) when given. The input is
+/// written on a thread of its own: a command that never reads it still times out.
+pub fn run_with_input(mut command: Command, input: Option<&[u8]>, timeout: Duration) -> Result<Finished, RunError> {
+    let stdin = if input.is_some() { Stdio::piped() } else { Stdio::null() };
+    command.stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
     let mut child = command.spawn().map_err(RunError::Spawn)?;
+    if let (Some(mut pipe), Some(input)) = (child.stdin.take(), input) {
+        let input = input.to_vec();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            // A command that exits without reading it gets EPIPE here: nothing to do about it.
+            let _ = pipe.write_all(&input);
+        });
+    }
     // Read both pipes while waiting: a child that fills one would otherwise block for ever.
     let stdout = drain(child.stdout.take());
     let stderr = drain(child.stderr.take());
@@ -145,6 +160,15 @@ mod tests {
             state = read_state();
         }
         assert!(stopped(&state), "the wrapper's sleep is still there 10 s after the kill: {state}");
+    }
+
+    #[test]
+    fn input_reaches_stdin_and_a_command_that_ignores_it_still_ends() {
+        let done = run_with_input(sh("cat; echo \"$1\""), Some(b"hello\n"), Duration::from_secs(30)).unwrap();
+        assert_eq!(done.stdout, b"hello\n\n");
+        let big = vec![b'x'; 1_000_000];
+        let done = run_with_input(sh("exit 0"), Some(&big), Duration::from_secs(30)).unwrap();
+        assert!(done.status.success());
     }
 
     #[test]

@@ -31,8 +31,8 @@ impl fmt::Display for CheckSummary {
 }
 
 /// Replenishes, republishes the snapshot, reads job utilization from Prometheus (when that is the
-/// source) and preempts where GPUs are contended. A failure of the last two is logged and does not
-/// stop the rest of the cycle. `publish` writes the snapshot from what the service now knows
+/// source), preempts where GPUs are contended and sends notifications (`[notify]`). A failure of
+/// the last three is logged and does not stop the rest of the cycle. `publish` writes the snapshot from what the service now knows
 /// ([`publish_snapshot`], or `accountd serve`'s way of handing the view to its answering side).
 pub fn check(
     service: &mut Service,
@@ -55,6 +55,8 @@ pub fn check(
         tracing::error!("preemption check failed: {e}");
         format!("preemption check failed: {e}")
     });
+    // After replenishment, grants since the last cycle and preemptions: their crossings and notices.
+    crate::notify::run(service, now);
     Ok(CheckSummary { replenished, users, utilization, preemption })
 }
 

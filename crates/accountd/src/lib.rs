@@ -18,6 +18,7 @@ pub mod health;
 pub mod http;
 pub mod http_listener;
 pub mod metrics;
+pub mod notify;
 pub mod now_arg;
 pub mod plugstack;
 pub mod preempt_jobs;

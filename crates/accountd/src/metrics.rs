@@ -77,6 +77,15 @@ pub struct Metrics {
     pub xids_ignored: Family<XidLabels, Counter>,
     pub agent_reports_refused: Family<ReasonLabels, Counter>,
     pub connections_refused: Family<ListenerLabels, Counter>,
+    pub notifications: Family<NotifyLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NotifyLabels {
+    /// `warning`, `overdraft`, `floor`, `recovered` or `preempted`.
+    pub event: String,
+    /// `sent` or `failed` (a failed one is retried on a later cycle).
+    pub result: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -126,6 +135,7 @@ impl Metrics {
             records_skipped: Family::default(),
             agent_reports_refused: Family::default(),
             connections_refused: Family::default(),
+            notifications: Family::default(),
             unpriced_gpu_seconds: Family::default(),
             gpu_utilization: Family::default(),
             gpu_memory_used: Family::default(),
@@ -205,6 +215,11 @@ impl Metrics {
             "Jobs preempted (or, in a dry run, that would have been)",
             m.preemptions.clone(),
         );
+        registry.register(
+            "notifications",
+            "Runs of the [notify] command, by event and result (failed ones are retried)",
+            m.notifications.clone(),
+        );
         registry.register("node_drains", "Nodes drained because a GPU failed", m.drains.clone());
         registry.register(
             "gpu_xids_ignored",
@@ -258,6 +273,11 @@ impl Metrics {
         let labels =
             PreemptLabels { gpu_type: gpu_type.to_string(), action: action.to_string(), dry_run: dry_run.to_string() };
         self.preemptions.get_or_create(&labels).inc();
+    }
+
+    pub fn record_notification(&self, event: &str, sent: bool) {
+        let result = if sent { "sent" } else { "failed" };
+        self.notifications.get_or_create(&NotifyLabels { event: event.into(), result: result.into() }).inc();
     }
 
     pub fn record_cycle(&self, cycle: &str, seconds: f64, ok: bool) {

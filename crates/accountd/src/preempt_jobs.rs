@@ -162,14 +162,23 @@ fn act(service: &mut Service, slurm: &Slurm, victim: &Victim, requeueable: bool,
         Cause::Contended { gpu_type, .. } => gpu_type.clone(),
         Cause::AtFloor => "at_floor".into(),
     };
-    service.ledger.record_action(&Action {
+    // The owner is notified once per action (`[notify]`), recorded with it: never for a dry run or
+    // a job ID that is not acted on.
+    let acted = !config.dry_run && crate::slurm::job_id_arg(&victim.job_id).is_ok();
+    let notice = acted
+        .then(|| {
+            crate::notify::preempted_notice(service, &victim.user, &victim.job_id, action, &reason, victim.balance)
+        })
+        .flatten();
+    let audit = Action {
         at: now,
         action: action.into(),
         target: victim.job_id.clone(),
         user: victim.user.clone(),
         reason: reason.clone(),
         dry_run: config.dry_run,
-    })?;
+    };
+    service.ledger.record_action_noticed(&audit, notice.as_ref())?;
     service.metrics.record_preemption(&gpu_type, action, config.dry_run);
     if config.dry_run {
         tracing::warn!("dry run: would {action} job {} of {} ({reason})", victim.job_id, victim.user);

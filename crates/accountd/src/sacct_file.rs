@@ -26,6 +26,7 @@ pub fn charge(service: &mut Service, file: &Path, now: i64) -> AccountdResult<St
     rejected.extend(crate::rejected_records::uncountable(&outcome));
     service.rejected_records.note(&rejected, &service.metrics);
     publish_snapshot(service, now)?;
+    crate::notify::run(service, now);
     for (gpu_type, gpu_seconds) in &outcome.unlisted_types {
         tracing::warn!(
             "GPU type '{gpu_type}' has no price: {gpu_seconds} GPU-seconds charged at the unlisted-type price"

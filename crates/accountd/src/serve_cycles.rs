@@ -110,6 +110,7 @@ fn charge(service: &mut Service, shared: &Shared, now: i64) -> AccountdResult<St
     let slurm = crate::slurm::Slurm::new(&service.config.slurm);
     let summary = crate::charging::charge(service, &slurm, now)?;
     publish(service, shared, now)?;
+    crate::notify::run(service, now);
     Ok(summary.to_string())
 }
 

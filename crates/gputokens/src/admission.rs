@@ -61,21 +61,29 @@ pub const UNAVAILABLE_MESSAGE: &str = "gputokens: GPU jobs cannot be admitted ri
 /// the floor again (+1 token per day: about 1 day). Run 'sbalance' for details.`
 pub fn blocked_message(balance: Tokens, rules: &BucketRules, today: NaiveDate) -> String {
     let head = format!("gputokens: your GPU token balance is {balance} (floor {})", rules.floor);
-    let Some(replenishment) = replenishment(rules) else {
+    let Some(recovery) = recovery(balance, rules, today) else {
         return format!(
             "{head}; GPU jobs are refused until an administrator grants tokens (no replenishment is configured). \
              Run 'sbalance' for details."
         );
     };
-    let when = match rules.days_to_recover(today, balance) {
+    format!(
+        "{head}; GPU jobs are refused until it is above the floor again ({recovery}). \
+         Run 'sbalance' for details."
+    )
+}
+
+/// How a balance in debt recovers by replenishment alone: `+1 token per day: about 3 days` (above
+/// the floor when at it, back to 0 in overdraft); None when nothing is ever added. The wording of
+/// the refusal above, shared with the notifications (`crate::notify`).
+pub fn recovery(balance: Tokens, rules: &BucketRules, today: NaiveDate) -> Option<String> {
+    let replenishment = replenishment(rules)?;
+    let when = match rules.recovers_on(today, balance).map(|day| (day - today).num_days()) {
         Some(1) => "about 1 day".to_string(),
         Some(days) => format!("about {days} days"),
         None => "more than 10 years".to_string(),
     };
-    format!(
-        "{head}; GPU jobs are refused until it is above the floor again ({replenishment}: {when}). \
-         Run 'sbalance' for details."
-    )
+    Some(format!("{replenishment}: {when}"))
 }
 
 /// `gputokens: your GPU token balance is -3.5 (below 0): this job was accepted with lower priority

@@ -71,6 +71,31 @@ pub struct Config {
     pub health: Health,
     /// The job_submit plugin's `[admission]` settings (accountd uses `default_time_limit`).
     pub admission: Admission,
+    /// `[notify]`: the command users are notified through (Slurm's `MailProg` way); off by default.
+    pub notify: Notify,
+}
+
+/// `[notify]`: notifications of balance crossings and preemptions (see `crate::notify`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notify {
+    /// The command (argv, never a shell), run with the event and the user name appended; empty = off.
+    pub command: Vec<String>,
+    /// A balance below this (and at or above 0) is the warning level; 0 = no warning.
+    pub warn_below: Tokens,
+    /// How long one run of the command may take before it is killed (and retried on a later cycle).
+    pub timeout: Duration,
+}
+
+impl Default for Notify {
+    fn default() -> Self {
+        Notify { command: Vec::new(), warn_below: Tokens::whole(10), timeout: Duration::from_secs(30) }
+    }
+}
+
+impl Notify {
+    pub fn enabled(&self) -> bool {
+        !self.command.is_empty()
+    }
 }
 
 /// `[admission]`: how the job_submit plugin judges GPU jobs. Its snapshot is `[paths] snapshot`

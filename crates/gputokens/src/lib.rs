@@ -13,6 +13,7 @@ pub mod estimate;
 pub mod gpu_time;
 pub mod job_request;
 pub mod job_shape;
+pub mod notify;
 pub mod policy;
 pub mod preemption;
 pub mod pricing;

@@ -5,6 +5,7 @@
 mod charge;
 mod faults;
 mod freed;
+mod notify;
 mod replenish;
 mod schema;
 mod statement;
@@ -27,6 +28,7 @@ pub use charge::ChargeOutcome;
 pub use faults::GpuFault;
 pub use gputokens::entry::{Action, EntryKind};
 pub use gputokens::gpu_time::UsageRecord;
+pub use notify::{NewNotice, Notice};
 pub use replenish::Replenished;
 pub use schema::SchemaError;
 pub use statement::Issue;

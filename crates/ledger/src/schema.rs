@@ -127,6 +127,28 @@ const MIGRATIONS: &[&str] = &[
         expires  INTEGER NOT NULL,   -- unix seconds: forgotten after, it had its time to start
         PRIMARY KEY (waiter, gpu_type)
      ) WITHOUT ROWID;",
+    // 8: notifications ([notify]). The level each user was last notified at, and each notification
+    // owed (sent_at NULL) or sent: recorded before the command runs, marked sent after it succeeded,
+    // so a restart neither repeats a sent one nor loses an owed one.
+    "CREATE TABLE notify_levels (
+        user  TEXT    PRIMARY KEY,
+        level TEXT    NOT NULL,      -- 'ok', 'warned', 'overdraft', 'floor'
+        at    INTEGER NOT NULL       -- unix seconds of the crossing
+     ) WITHOUT ROWID;
+     CREATE TABLE notifications (
+        id         INTEGER PRIMARY KEY,
+        user       TEXT    NOT NULL,
+        event      TEXT    NOT NULL, -- 'warning', 'overdraft', 'floor', 'recovered', 'preempted'
+        key        TEXT    UNIQUE,   -- 'preempted:<actions.id>': one per preemption action
+        balance    INTEGER NOT NULL, -- micro-tokens when it was owed
+        job_id     TEXT,
+        message    TEXT    NOT NULL,
+        owed_at    INTEGER NOT NULL,
+        sent_at    INTEGER,          -- NULL while owed
+        attempts   INTEGER NOT NULL DEFAULT 0,
+        last_error TEXT
+     );
+     CREATE INDEX notifications_owed ON notifications (id) WHERE sent_at IS NULL;",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

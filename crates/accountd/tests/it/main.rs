@@ -14,6 +14,7 @@ mod grafana;
 mod health;
 mod http;
 mod limits;
+mod notifications;
 mod overload;
 mod packages;
 mod plugin_linkage;

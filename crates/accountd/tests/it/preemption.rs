@@ -237,3 +237,35 @@ fn the_busy_test_preempts_only_where_the_gpus_are_busy() {
     assert_eq!(squeue(&younger, "%T"), "PENDING", "alice's youngest job was requeued");
     cancel(&[&older, &younger, &waiting]);
 }
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn the_owner_of_a_preempted_job_is_notified_once() {
+    let _cluster = serial();
+    // A capture script as the [notify] command: argv, environment and stdin of each run.
+    let capture = tempfile::Builder::new().prefix("gputokens-it-notify-").tempdir().unwrap();
+    let d = capture.path().display();
+    let script = capture.path().join("notify.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n{{ echo \"ARGS: $*\"; echo \"JOB: $GPUTOKENS_JOB\"; echo \"STDIN: $(cat)\"; }} >> {d}/captured\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let site = site(&format!("[notify]\ncommand = [\"{}\"]\n", script.display()));
+    let (older, younger, waiting) = both_a6000s_held_by_alice(&site, "-105");
+    site.accountd(None, &["tick", "--skip-charge"]).ok();
+    wait_for("bob's job to start", || squeue(&waiting, "%T") == "RUNNING");
+    site.accountd(None, &["tick", "--skip-charge"]).ok();
+
+    let captured = std::fs::read_to_string(capture.path().join("captured")).unwrap_or_default();
+    let preempted: Vec<&str> = captured.lines().filter(|l| *l == "ARGS: preempted alice").collect();
+    assert_eq!(preempted.len(), 1, "one notice per preemption, not repeated by the second tick: {captured}");
+    assert!(captured.contains(&format!("JOB: {younger}")), "{captured}");
+    assert!(captured.contains(&format!("STDIN: gputokens: your GPU job {younger} was requeued")), "{captured}");
+    // alice's balance (about -5) is an overdraft crossing of its own, told once too.
+    assert_eq!(captured.lines().filter(|l| *l == "ARGS: overdraft alice").count(), 1, "{captured}");
+    cancel(&[&older, &younger, &waiting]);
+}

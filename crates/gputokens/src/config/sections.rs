@@ -6,12 +6,13 @@ use std::path::Path;
 
 use super::reader::Section;
 use super::values::{
-    absolute_path, amount, any_duration, boolean, listen_address, names, non_negative_amount, number, number_in, path,
-    positive_duration, signal_name, string, strings, whole, whole_from, whole_seconds, whole_seconds_or_off, xids,
+    absolute_path, amount, any_duration, boolean, command_argv, listen_address, names, non_negative_amount, number,
+    number_in, path, positive_duration, signal_name, string, strings, whole, whole_from, whole_seconds,
+    whole_seconds_or_off, xids,
 };
 use super::{
     Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Config, Exempt, Health, HttpAccess, Intervals,
-    Paths, PreemptAction, Preemption, Problem, SlurmTools, UsageConfig, UsageSource,
+    Notify, Paths, PreemptAction, Preemption, Problem, SlurmTools, UsageConfig, UsageSource,
 };
 use crate::admission_settings::OnError;
 use crate::admission_settings::{Deprioritize, Mode, DEFAULT_NICE_INCREMENT, DEFAULT_SITE_FACTOR, MAX_NICE};
@@ -98,6 +99,7 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
     });
     let health = top.table("health", health);
     let admission = top.table("admission", admission);
+    let notify = top.table("notify", notify);
 
     let config = Config {
         path: path.to_path_buf(),
@@ -122,6 +124,7 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
         exempt,
         health,
         admission,
+        notify,
     };
     (config, top.finish())
 }
@@ -289,5 +292,15 @@ fn admission(s: &mut Section) -> Admission {
         default_time_limit,
         max_gpus_per_user,
         max_job_duration,
+    }
+}
+
+/// `[notify]`: the command, the warning level and the command's timeout.
+fn notify(s: &mut Section) -> Notify {
+    let d = Notify::default();
+    Notify {
+        command: s.get("command", d.command, command_argv),
+        warn_below: s.get("warn_below", d.warn_below, non_negative_amount),
+        timeout: s.get("timeout", d.timeout, positive_duration),
     }
 }

@@ -319,3 +319,31 @@ fn exempt_covers_a_user_an_account_or_a_qos() {
     assert!(!exempt.covers(&job(None, None, None, None)), "nothing known: not exempt");
     assert!(!exempt.covers(&job(Some("bob"), Some("physics"), None, Some("normal"))));
 }
+
+#[test]
+fn notify_is_off_by_default_and_its_keys_are_checked() {
+    let n = parse("").unwrap().notify;
+    assert!(!n.enabled());
+    assert_eq!(n, super::Notify::default());
+    assert_eq!(parse(EXAMPLE).unwrap().notify, super::Notify::default(), "the example states the defaults");
+    let text = "[notify]\ncommand = [\"/usr/local/sbin/gputokens-notify\", \"--site\", \"x\"]\nwarn_below = 2.5\n\
+                timeout = \"5s\"\n";
+    let n = parse(text).unwrap().notify;
+    assert_eq!(n.command, ["/usr/local/sbin/gputokens-notify", "--site", "x"]);
+    assert_eq!(n.warn_below, crate::Tokens::from_micro(2_500_000));
+    assert_eq!(n.timeout, Duration::from_secs(5));
+    for (bad, key) in [
+        ("command = \"/usr/bin/mail\"", "notify.command: expected a list of strings"),
+        ("command = [\"mail\"]", "notify.command: the program must be an absolute path"),
+        ("command = [\"/usr/bin/mail\", \"\"]", "notify.command: an argument is empty"),
+        ("warn_below = -1", "notify.warn_below: must not be negative"),
+        ("timeout = \"0s\"", "notify.timeout: must be longer than 0"),
+        ("mail_prog = \"/usr/bin/mail\"", "notify.mail_prog: unknown field"),
+    ] {
+        let err = parse(&format!("[notify]\n{bad}\n")).unwrap_err().to_string();
+        assert!(err.contains(key), "{bad}: {err}");
+        let (config, problems) = lenient(&format!("[notify]\n{bad}\n"));
+        assert_eq!(keys(&problems).len(), 1, "{bad}: {problems:?}");
+        assert_eq!(config.notify, super::Notify::default(), "{bad}");
+    }
+}

@@ -84,6 +84,19 @@ pub(super) fn strings(value: &Value) -> Result<Vec<String>, String> {
     list.iter().map(|v| v.as_str().map(str::to_string).ok_or_else(bad)).collect()
 }
 
+/// A command's argv: `[]` (off), or an absolute program path followed by its arguments, none empty.
+pub(super) fn command_argv(value: &Value) -> Result<Vec<String>, String> {
+    let argv = strings(value)?;
+    match argv.first() {
+        None => Ok(argv),
+        Some(program) if !Path::new(program).is_absolute() => {
+            Err(format!("the program must be an absolute path (got {program:?})"))
+        }
+        Some(_) if argv.iter().any(String::is_empty) => Err("an argument is empty".into()),
+        Some(_) => Ok(argv),
+    }
+}
+
 /// A list of user, account or QOS names: no empty name.
 pub(super) fn names(value: &Value) -> Result<Vec<String>, String> {
     let bad = || format!("expected a list of names such as [\"alice\"], got {value}");
