@@ -24,4 +24,5 @@ mod sbalance;
 mod security;
 mod slurm_release;
 mod spank;
+mod time_zones;
 mod worked_example;
