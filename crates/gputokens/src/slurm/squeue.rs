@@ -6,6 +6,7 @@
 use serde_json::Value;
 
 use crate::gpu_time::UsageRecord;
+mod slim;
 use crate::job_shape::{array_task_count, JobShape};
 use crate::request::{GpuRequest, TresPer};
 use crate::tres::{parse_alloc_tres, GpuAllocation, Sharing};
@@ -91,9 +92,9 @@ pub fn running_gpu_jobs(json: &str) -> Result<Vec<RunningJob>, SqueueError> {
 
 /// Every job squeue lists.
 pub fn queue(json: &str) -> Result<Vec<QueueJob>, SqueueError> {
-    let doc: Value = serde_json::from_str(json)?;
-    let jobs = doc.get("jobs").and_then(Value::as_array).ok_or(SqueueError::NoJobs)?;
-    Ok(jobs.iter().filter_map(queue_job).collect())
+    let doc: slim::Document = serde_json::from_str(json)?;
+    let jobs = doc.jobs.ok_or(SqueueError::NoJobs)?;
+    Ok(jobs.into_iter().filter_map(|job| job.0).collect())
 }
 
 fn queue_job(job: &Value) -> Option<QueueJob> {
@@ -308,6 +309,18 @@ mod tests {
         ("24.11", include_str!("../../tests/data/squeue-24.11.json")),
         ("26.05", include_str!("../../tests/data/squeue-26.05.json")),
     ];
+
+    /// The slim reader keeps every key `queue_job` reads: on each release's real output it gives
+    /// what the whole JSON tree gives.
+    #[test]
+    fn the_slim_reader_reads_what_the_whole_tree_gives() {
+        for (release, sample) in SAMPLES {
+            let tree: Value = serde_json::from_str(sample).unwrap();
+            let whole: Vec<QueueJob> = tree["jobs"].as_array().unwrap().iter().filter_map(queue_job).collect();
+            assert_eq!(queue(sample).unwrap(), whole, "{release}");
+            assert_eq!(whole.len(), 6, "{release}");
+        }
+    }
 
     #[test]
     fn every_release_reads_the_same() {
