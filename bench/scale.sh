@@ -60,6 +60,6 @@ for run in $(seq "$RUNS"); do
 done
 echo "snapshot: $(du -h "$work/lib/balances.snapshot" | cut -f1), $(grep -c '^user ' "$work/lib/balances.snapshot") users"
 
-echo "job_submit decision time while the snapshot is rewritten:"
-BENCH_SNAPSHOT_SOURCE=$work/lib/balances.snapshot cargo test --release --locked -q -p job-submit-gputokens --lib \
+echo "job_submit decision time, $USERS users in the snapshot, quiet and while it is rewritten every 0.5 s:"
+BENCH_USERS=$USERS cargo test --release --locked -q -p job-submit-gputokens --lib \
   bench_submit_during_reload -- --ignored --nocapture 2>&1 | grep '^job_submit'

@@ -262,6 +262,68 @@ mod tests {
         println!("job_submit median {median:?} (p99 {:?})", times[times.len() * 99 / 100]);
     }
 
+    /// Submission latency while accountd rewrites a big snapshot under the plugin (`BENCH_USERS`,
+    /// 100,000 users): the watcher thread parses each version and swaps it in, so a submission
+    /// should never wait for a parse. A benchmark, not a test: `bash bench/scale.sh` runs it in a
+    /// release build and prints p50/p99/max without and with reloads (bench/README.md).
+    #[test]
+    #[ignore = "benchmark: bash bench/scale.sh"]
+    fn bench_submit_during_reload() {
+        use std::time::{Duration, Instant};
+        let _g = GLOBAL.lock().unwrap_or_else(|p| p.into_inner());
+        let count: usize = std::env::var("BENCH_USERS").ok().and_then(|n| n.parse().ok()).unwrap_or(100_000);
+        let dir = tempfile::tempdir().unwrap();
+        let snap = dir.path().join("balances.snapshot");
+        let conf = dir.path().join("gputokens.toml");
+        std::fs::write(&conf, format!("[paths]\nsnapshot = \"{}\"\n", snap.display())).unwrap();
+        let version = |shift: i64| {
+            let mut users: Vec<(String, i64)> =
+                (0..count).map(|i| (format!("user{i}"), i as i64 * 1000 + shift)).collect();
+            users.push(("root".into(), 5_000_000 + shift));
+            let users: Vec<(&str, i64)> = users.iter().map(|(u, b)| (u.as_str(), *b)).collect();
+            snapshot(&users)
+        };
+        let versions = [version(0), version(1)];
+        gputokens::snapshot::write_atomically(&snap, &versions[0]).unwrap();
+        plugin::start(&conf);
+        let loads = || stand_ins::LOG.lock().unwrap().iter().filter(|l| l.contains("gputokens: loaded ")).count();
+        let phase = |label: &str, until: Instant| {
+            let loaded_before = loads();
+            let mut times = Vec::new();
+            while Instant::now() < until {
+                let started = Instant::now();
+                assert_eq!(submit(0, Some("gres:gpu:a6000:1")).0, SUCCESS);
+                times.push(started.elapsed());
+            }
+            times.sort();
+            let at = |q: usize| times[(times.len() - 1) * q / 100];
+            println!(
+                "job_submit {label}: {} submissions, p50 {:?}, p99 {:?}, max {:?}, {} snapshot loads",
+                times.len(),
+                at(50),
+                at(99),
+                times[times.len() - 1],
+                loads() - loaded_before
+            );
+        };
+        phase("quiet", Instant::now() + Duration::from_secs(3));
+        let rewriting = std::sync::atomic::AtomicBool::new(true);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for n in 0.. {
+                    if !rewriting.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    gputokens::snapshot::write_atomically(&snap, &versions[n % 2]).unwrap();
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            });
+            phase("during reloads", Instant::now() + Duration::from_secs(10));
+            rewriting.store(false, std::sync::atomic::Ordering::Relaxed);
+        });
+        plugin::stop();
+    }
+
     #[test]
     fn a_missing_config_still_loads() {
         let _g = GLOBAL.lock().unwrap_or_else(|p| p.into_inner());

@@ -169,7 +169,11 @@ pub fn stop() {
 
 fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor) {
     let mut panicked = false;
+    // Views replaced but maybe still in a decision's hands: freed here once no decision holds them,
+    // so a big snapshot's maps are never freed on slurmctld's RPC thread or under the view's lock.
+    let mut retired: Vec<Arc<View>> = Vec::new();
     loop {
+        retired.retain(|view| Arc::strong_count(view) > 1);
         let stopped = plugin.stop.lock().unwrap_or_else(PoisonError::into_inner);
         let (stopped, _) =
             plugin.wake.wait_timeout_while(stopped, watch::POLL, |s| !*s).unwrap_or_else(PoisonError::into_inner);
@@ -196,7 +200,8 @@ fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor) {
                     View::Ready(b) => b.snapshot.queue.as_ref().map(|q| q.as_of),
                     View::Unavailable(_) => None,
                 };
-                *plugin.view.write().unwrap_or_else(PoisonError::into_inner) = view;
+                let old = std::mem::replace(&mut *plugin.view.write().unwrap_or_else(PoisonError::into_inner), view);
+                retired.push(old);
                 plugin.tally.lock().unwrap_or_else(PoisonError::into_inner).forget_before(as_of, now);
             }
         }));

@@ -24,6 +24,10 @@ pub const POLL: Duration = Duration::from_millis(200);
 const RETRY_LOOKUPS_SECS: i64 = 60;
 /// How long a name → uid mapping is trusted before it is looked up again.
 const UID_TTL_SECS: i64 = 3600;
+/// How long "no such user" is trusted: without it every reload looked up every ledger user with no
+/// account on this host again (58 µs each with nss files; 100,000 users made each reload ~6 s of
+/// slurmctld's CPU, bench/scale.sh). A user created since is mapped within this time.
+const NO_USER_TTL_SECS: i64 = 600;
 
 /// What the plugin decides from.
 #[derive(Debug)]
@@ -104,7 +108,8 @@ pub struct Monitor {
     snapshot: Option<Arc<Snapshot>>,
     retry_lookups_at: Option<i64>,
     /// name → (uid, looked up at)
-    uids: HashMap<String, (u32, i64)>,
+    /// Name → uid (None: no such user) and when it was looked up.
+    uids: HashMap<String, (Option<u32>, i64)>,
     logged: Option<Condition>,
 }
 
@@ -216,13 +221,17 @@ impl Monitor {
         let mut failed = false;
         for name in wanted {
             let uid = match self.uids.get(name) {
-                Some(&(uid, at)) if now - at < UID_TTL_SECS => Some(uid),
+                Some(&(Some(uid), at)) if now - at < UID_TTL_SECS => Some(uid),
+                Some(&(None, at)) if now - at < NO_USER_TTL_SECS => None,
                 _ => match (self.resolve)(name) {
                     Lookup::Found(uid) => {
-                        self.uids.insert(name.clone(), (uid, now));
+                        self.uids.insert(name.clone(), (Some(uid), now));
                         Some(uid)
                     }
-                    Lookup::NotFound => None,
+                    Lookup::NotFound => {
+                        self.uids.insert(name.clone(), (None, now));
+                        None
+                    }
                     Lookup::Failed(_) => {
                         failed = true;
                         None
@@ -412,6 +421,33 @@ mod tests {
         assert!(f.tick(NOW + 2).is_some());
         assert_eq!(f.balance(1001), Some(Tokens::whole(5)));
         assert!(f.logged().is_empty(), "a routine reload is not an info/error line");
+    }
+
+    /// Each name is asked of the name service once per TTL, found or not, however often the
+    /// snapshot changes; a name not found is asked again after NO_USER_TTL_SECS.
+    #[test]
+    fn names_are_looked_up_once_per_ttl_found_or_not() {
+        let asked = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let record = asked.clone();
+        let resolve: Resolver = Box::new(move |name| {
+            record.lock().unwrap().push(name.to_string());
+            if name == "alice" {
+                Lookup::Found(1001)
+            } else {
+                Lookup::NotFound
+            }
+        });
+        let mut f = Fixture::new(OnError::Accept, resolve);
+        let times = |name: &str| asked.lock().unwrap().iter().filter(|n| *n == name).count();
+        for n in 0..3 {
+            f.write(&text(NOW + n, &[("alice", n), ("nobody-here", n)]));
+            assert!(f.tick(NOW + n).is_some());
+        }
+        assert_eq!((times("alice"), times("nobody-here")), (1, 1));
+        f.write(&text(NOW + NO_USER_TTL_SECS, &[("alice", 7), ("nobody-here", 7)]));
+        f.tick(NOW + NO_USER_TTL_SECS);
+        assert_eq!((times("alice"), times("nobody-here")), (1, 2));
+        assert_eq!(f.balance(1001), Some(Tokens::from_micro(7)));
     }
 
     #[test]
