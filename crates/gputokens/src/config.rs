@@ -73,6 +73,35 @@ pub struct Config {
     pub admission: Admission,
     /// `[notify]`: the command users are notified through (Slurm's `MailProg` way); off by default.
     pub notify: Notify,
+    /// `[web]`: the status page's login links, sessions and trusted proxies.
+    pub web: Web,
+}
+
+/// `[web]`: the status page on the HTTP listener. Users log in with a link `sbalance --web` asks for
+/// over the Unix socket, or through a site's proxy that names them in `user_header`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Web {
+    /// The address users open, put in login links (default: http://<this host>:<listen port>).
+    pub url: Option<String>,
+    /// How long a login link may wait before it is opened (it works once).
+    pub link_ttl: Duration,
+    /// How long a browser stays logged in.
+    pub session_ttl: Duration,
+    /// Proxies whose `user_header` names the user (their own login in front, e.g. Open OnDemand).
+    pub trusted_proxies: Vec<std::net::IpAddr>,
+    pub user_header: String,
+}
+
+impl Default for Web {
+    fn default() -> Self {
+        Web {
+            url: None,
+            link_ttl: Duration::from_secs(300),
+            session_ttl: Duration::from_secs(8 * 3600),
+            trusted_proxies: Vec::new(),
+            user_header: "X-Remote-User".into(),
+        }
+    }
 }
 
 /// `[notify]`: notifications of balance crossings and preemptions (see `crate::notify`).

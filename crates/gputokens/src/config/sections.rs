@@ -6,13 +6,13 @@ use std::path::Path;
 
 use super::reader::Section;
 use super::values::{
-    absolute_path, amount, any_duration, boolean, command_argv, listen_address, names, non_negative_amount, number,
-    number_in, path, positive_duration, signal_name, string, strings, whole, whole_from, whole_seconds,
-    whole_seconds_or_off, xids,
+    absolute_path, amount, any_duration, boolean, command_argv, header_name, ip_addresses, listen_address, names,
+    non_negative_amount, number, number_in, path, positive_duration, signal_name, string, strings, web_url, whole,
+    whole_from, whole_seconds, whole_seconds_or_off, xids,
 };
 use super::{
     Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Config, Exempt, Health, HttpAccess, Intervals,
-    Notify, Paths, PreemptAction, Preemption, Problem, SlurmTools, UsageConfig, UsageSource,
+    Notify, Paths, PreemptAction, Preemption, Problem, SlurmTools, UsageConfig, UsageSource, Web,
 };
 use crate::admission_settings::OnError;
 use crate::admission_settings::{Deprioritize, Mode, DEFAULT_NICE_INCREMENT, DEFAULT_SITE_FACTOR, MAX_NICE};
@@ -100,6 +100,7 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
     let health = top.table("health", health);
     let admission = top.table("admission", admission);
     let notify = top.table("notify", notify);
+    let web = top.table("web", web);
 
     let config = Config {
         path: path.to_path_buf(),
@@ -125,6 +126,7 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
         health,
         admission,
         notify,
+        web,
     };
     (config, top.finish())
 }
@@ -302,5 +304,17 @@ fn notify(s: &mut Section) -> Notify {
         command: s.get("command", d.command, command_argv),
         warn_below: s.get("warn_below", d.warn_below, non_negative_amount),
         timeout: s.get("timeout", d.timeout, positive_duration),
+    }
+}
+
+/// `[web]`: the status page's address, link and session lifetimes, and trusted proxies.
+fn web(s: &mut Section) -> Web {
+    let d = Web::default();
+    Web {
+        url: s.optional("url", web_url),
+        link_ttl: s.get("link_ttl", d.link_ttl, positive_duration),
+        session_ttl: s.get("session_ttl", d.session_ttl, positive_duration),
+        trusted_proxies: s.get("trusted_proxies", d.trusted_proxies, ip_addresses),
+        user_header: s.get("user_header", d.user_header, header_name),
     }
 }

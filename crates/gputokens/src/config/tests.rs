@@ -347,3 +347,33 @@ fn notify_is_off_by_default_and_its_keys_are_checked() {
         assert_eq!(config.notify, super::Notify::default(), "{bad}");
     }
 }
+
+#[test]
+fn web_defaults_and_bad_values_are_named() {
+    let w = parse("").unwrap().web;
+    assert_eq!(w, super::Web::default());
+    assert_eq!(parse(EXAMPLE).unwrap().web, super::Web::default(), "the example states the defaults");
+    let text = "[web]\nurl = \"https://gputokens.example.org/\"\nlink_ttl = \"2m\"\nsession_ttl = \"1h\"\n\
+                trusted_proxies = [\"10.0.0.5\", \"::1\"]\nuser_header = \"X-Forwarded-User\"\n";
+    let w = parse(text).unwrap().web;
+    assert_eq!(w.url.as_deref(), Some("https://gputokens.example.org"));
+    assert_eq!((w.link_ttl.as_secs(), w.session_ttl.as_secs()), (120, 3600));
+    assert_eq!(w.trusted_proxies.len(), 2);
+    assert_eq!(w.user_header, "X-Forwarded-User");
+    for (bad, says) in [
+        ("url = \"gputokens.example.org\"", "web.url: expected http://host[:port]"),
+        ("url = \"javascript:alert(1)\"", "web.url: expected http://host[:port]"),
+        (
+            "trusted_proxies = [\"proxy.example.org\"]",
+            "web.trusted_proxies: \"proxy.example.org\" is not an IP address",
+        ),
+        ("user_header = \"X Remote\"", "web.user_header: \"X Remote\" is not an HTTP header name"),
+        ("link_ttl = \"0s\"", "web.link_ttl: must be longer than 0"),
+    ] {
+        let err = parse(&format!("[web]\n{bad}\n")).unwrap_err().to_string();
+        assert!(err.contains(says), "{bad}: {err}");
+        let (config, problems) = lenient(&format!("[web]\n{bad}\n"));
+        assert_eq!(problems.len(), 1, "{bad}");
+        assert_eq!(config.web, super::Web::default(), "{bad}");
+    }
+}

@@ -63,6 +63,12 @@ impl Shown for Vec<String> {
     }
 }
 
+impl Shown for Vec<std::net::IpAddr> {
+    fn shown(&self) -> String {
+        format!("{:?}", self.iter().map(ToString::to_string).collect::<Vec<_>>())
+    }
+}
+
 impl Shown for BTreeSet<u64> {
     fn shown(&self) -> String {
         format!("{:?}", self.iter().collect::<Vec<_>>())
@@ -222,4 +228,31 @@ pub(super) fn xids(value: &Value) -> Result<BTreeSet<u64>, String> {
     let bad = || format!("expected a list of XIDs such as [79], got {value}");
     let list = value.as_array().ok_or_else(bad)?;
     list.iter().map(|v| v.as_integer().and_then(|n| u64::try_from(n).ok()).ok_or_else(bad)).collect()
+}
+
+/// A base URL for links: http(s)://host[:port][/path], without a trailing slash's worth of doubt.
+pub(super) fn web_url(value: &Value) -> Result<String, String> {
+    let url = string(value)?;
+    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
+    match rest {
+        Some(rest) if !rest.is_empty() && !rest.starts_with('/') && !url.chars().any(char::is_whitespace) => {
+            Ok(url.trim_end_matches('/').to_string())
+        }
+        _ => Err(format!("expected http://host[:port] or https://host[:port], got {url:?}")),
+    }
+}
+
+/// A list of IP addresses (no names: a proxy is trusted by the address it connects from).
+pub(super) fn ip_addresses(value: &Value) -> Result<Vec<std::net::IpAddr>, String> {
+    strings(value)?.iter().map(|a| a.parse().map_err(|_| format!("{a:?} is not an IP address"))).collect()
+}
+
+/// An HTTP header name.
+pub(super) fn header_name(value: &Value) -> Result<String, String> {
+    let name = string(value)?;
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() || !name.chars().all(token) {
+        return Err(format!("{name:?} is not an HTTP header name"));
+    }
+    Ok(name)
 }
