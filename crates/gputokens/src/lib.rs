@@ -10,6 +10,7 @@ pub mod config;
 pub mod decision;
 pub mod entry;
 pub mod estimate;
+pub mod forecast;
 pub mod gpu_time;
 pub mod job_request;
 pub mod job_shape;
