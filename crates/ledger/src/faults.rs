@@ -28,6 +28,16 @@ impl Ledger {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// Every fault acted on and not cleared, newest first (the admins' status page).
+    pub fn all_gpu_faults(&self) -> Result<Vec<GpuFault>, LedgerError> {
+        let mut stmt =
+            self.conn.prepare_cached("SELECT node, gpu, cause, acted_at FROM gpu_faults ORDER BY acted_at DESC, node, gpu")?;
+        let rows = stmt.query_map([], |r| {
+            Ok(GpuFault { node: r.get(0)?, gpu: r.get(1)?, cause: r.get(2)?, acted_at: r.get(3)? })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// Records that the node was drained for `fault` (again, when a fault of the same GPU and cause was
     /// recorded before: the newer drain replaces it).
     pub fn record_gpu_fault(&mut self, fault: &GpuFault) -> Result<(), LedgerError> {

@@ -328,6 +328,17 @@ impl Ledger {
         Ok(used)
     }
 
+    /// Tokens charged to all users per GPU type on `first_day` and the days after it.
+    pub fn used_by_type_since(&self, first_day: NaiveDate) -> Result<BTreeMap<String, Tokens>, LedgerError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT gpu_type, SUM(charged) FROM usage_days WHERE day >= ?1 GROUP BY gpu_type ORDER BY gpu_type",
+        )?;
+        let used = stmt
+            .query_map([first_day.to_string()], |r| Ok((r.get::<_, String>(0)?, Tokens::from_micro(r.get(1)?))))?
+            .collect::<Result<_, _>>()?;
+        Ok(used)
+    }
+
     /// Refunds what job `job_id` was charged and not yet refunded.
     pub fn refund_job(&mut self, job_id: &str, actor: &str, reason: &str, now: i64) -> Result<Vec<Entry>, LedgerError> {
         let tx = self.conn.transaction()?;

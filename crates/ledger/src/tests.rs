@@ -275,6 +275,9 @@ fn usage_is_summed_per_local_day_and_gpu_type() {
     let used = l.used_since_day("rosa", day("2026-12-02")).unwrap();
     assert_eq!(used, BTreeMap::from([("a6000".into(), Tokens::whole(2)), ("rtx3090".into(), Tokens::whole(2))]));
     assert!(l.used_since_day("rosa", day("2026-12-03")).unwrap().is_empty());
+    // All users together, for the admins' page: rosa's 2 + sid's 4 a6000 tokens on the 2nd.
+    let all = l.used_by_type_since(day("2026-12-02")).unwrap();
+    assert_eq!(all, BTreeMap::from([("a6000".into(), Tokens::whole(6)), ("rtx3090".into(), Tokens::whole(2))]));
     // A replayed cycle adds nothing to the day either.
     l.charge(&[record("92", "rosa", "rtx3090", 2, 3600)], &seed_prices(), at("2026-12-02T02:00:00")).unwrap();
     assert_eq!(l.used_since_day("rosa", day("2026-12-02")).unwrap()["rtx3090"], Tokens::whole(2));
@@ -443,6 +446,11 @@ fn gpu_faults_are_kept_per_node_gpu_and_cause() {
     assert_eq!(l.gpu_faults("n1").unwrap().len(), 2);
     assert_eq!(l.gpu_faults("n2").unwrap(), vec![fault("n2", "GPU-a", "xid 79", 13)]);
     assert_eq!(l.gpu_faults("n3").unwrap(), vec![]);
+    assert_eq!(
+        l.all_gpu_faults().unwrap(),
+        vec![fault("n1", "GPU-a", "xid 79", 20), fault("n2", "GPU-a", "xid 79", 13), fault("n1", "index 3", "lost", 12)],
+        "every node's, newest first"
+    );
 }
 
 /// A ledger of the schema before `freed_for_waiters`: it gains the table, keeps its entries, faults

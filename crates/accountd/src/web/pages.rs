@@ -1,0 +1,142 @@
+//! What the status page shows, as JSON for its script: one user's view and the admins' view. Read
+//! from the ledger and what the service knows, with the same reads `sbalance` uses.
+
+use std::collections::BTreeMap;
+
+use gputokens::entry::EntryKind;
+use gputokens::forecast;
+use gputokens::notify::{crossing, Event, Level};
+use gputokens::time::{format_local, local_date};
+use gputokens::Tokens;
+use serde_json::{json, Value};
+
+use crate::handler::balance_row;
+use crate::service::Service;
+
+/// Entries a user's view reads at most (the newest): the chart's 90 days of a busy user.
+const ENTRIES_READ: usize = 5_000;
+const CHART_DAYS: i64 = 90;
+/// Jobs listed in a user's view, newest first.
+const JOBS_LISTED: usize = 200;
+/// Actions (preemptions, drains) read for the views.
+const ACTIONS_READ: usize = 500;
+
+fn tokens(t: Tokens) -> Value {
+    json!({ "text": t.to_string(), "value": t.as_f64() })
+}
+
+/// `user`'s page: balance and status, when they recover, the balance over 90 days, charges per
+/// job and per GPU type, crossings and preemptions, and the burn-rate forecast.
+pub fn user_view(service: &Service, user: &str, now: i64) -> Result<Value, String> {
+    let row = balance_row(service, user, now).map_err(|r| format!("{r:?}"))?;
+    let rules = *service.ledger.rules();
+    let entries = if row.in_ledger {
+        service.ledger.recent(user, ENTRIES_READ).map_err(|e| e.to_string())?
+    } else {
+        Vec::new()
+    };
+    let since = now - CHART_DAYS * 86_400;
+    let chart: Vec<Value> = entries
+        .iter()
+        .filter(|e| e.at >= since)
+        .map(|e| json!({ "at": e.at, "balance": e.balance_after.as_f64() }))
+        .collect();
+
+    let mut jobs: BTreeMap<&str, (i64, BTreeMap<&str, Tokens>)> = BTreeMap::new();
+    for e in entries.iter().filter(|e| e.kind == EntryKind::Charge) {
+        let Some(job) = e.job_id.as_deref() else { continue };
+        let (last, types) = jobs.entry(job).or_default();
+        *last = (*last).max(e.at);
+        let charged = types.entry(e.gpu_type.as_deref().unwrap_or("gpu")).or_insert(Tokens::ZERO);
+        *charged = *charged - e.amount;
+    }
+    let mut jobs: Vec<_> = jobs.into_iter().collect();
+    jobs.sort_by_key(|(_, (last, _))| std::cmp::Reverse(*last));
+    let jobs: Vec<Value> = jobs
+        .iter()
+        .take(JOBS_LISTED)
+        .map(|(job, (last, types))| {
+            let total: Tokens = types.values().copied().sum();
+            json!({ "job": job, "last_charged": format_local(*last), "gpu_types": types.keys().collect::<Vec<_>>(),
+                    "tokens": tokens(total) })
+        })
+        .collect();
+
+    let mut events: Vec<(i64, Value)> = Vec::new();
+    let mut level = Level::Ok;
+    let warn_below = service.config.notify.warn_below;
+    for e in &entries {
+        let Some(c) = crossing(level, e.balance_after, warn_below, rules.floor) else { continue };
+        level = c.level;
+        let Some(event) = c.event else { continue };
+        let what = match event {
+            Event::Warning => format!("balance fell below {warn_below}"),
+            Event::Overdraft => "in overdraft: GPU jobs are deprioritized and may be preempted".into(),
+            Event::Floor => format!("at the floor ({}): new GPU jobs are refused", rules.floor),
+            Event::Recovered => "recovered: GPU jobs run at full priority again".into(),
+            Event::Preempted => continue,
+        };
+        let why = format!("{} {} → balance {}", e.kind.as_str(), e.amount, e.balance_after);
+        events.push((e.at, json!({ "at": format_local(e.at), "event": event.as_str(), "what": what, "why": why })));
+    }
+    for a in service.ledger.actions(ACTIONS_READ).map_err(|e| e.to_string())?.iter().filter(|a| a.user == user) {
+        let what = format!("job {}: {} ({})", a.target, a.action, a.reason);
+        events.push((a.at, json!({ "at": format_local(a.at), "event": "preempted", "what": what, "why": "" })));
+    }
+    events.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+
+    let history: Vec<(i64, Tokens)> = entries.iter().map(|e| (e.at, e.balance_after)).collect();
+    let floor_on = forecast::floor_reached(&history, row.balance, rules.floor, now).map(|at| local_date(at).to_string());
+    Ok(json!({
+        "user": row.user,
+        "balance": tokens(row.balance),
+        "floor": tokens(row.floor),
+        "status": row.status.as_str(),
+        "recovers": row.recovers,
+        "next_grant": row.next_grant.map(|(date, amount)| json!({ "date": date, "amount": amount.to_string() })),
+        "used_30d": row.used_30d.iter().map(|(t, v)| json!({ "gpu_type": t, "tokens": tokens(*v) })).collect::<Vec<_>>(),
+        "chart": chart,
+        "chart_days": CHART_DAYS,
+        "jobs": jobs,
+        "events": events.into_iter().map(|(_, e)| e).collect::<Vec<_>>(),
+        "forecast": { "floor_on": floor_on, "window_days": forecast::WINDOW_DAYS },
+        "now": now,
+    }))
+}
+
+/// The admins' page: every user, usage per GPU type, preemptions, drained GPUs, cycle health.
+pub fn admin_view(service: &Service, now: i64) -> Result<Value, String> {
+    let rules = *service.ledger.rules();
+    let users: Vec<Value> = service
+        .ledger
+        .accounts()
+        .map_err(|e| e.to_string())?
+        .iter()
+        .map(|a| json!({ "user": a.user, "balance": a.balance.as_f64(), "text": a.balance.to_string(),
+                         "status": rules.status(a.balance).as_str() }))
+        .collect();
+    let first_day = local_date(now) - chrono::Days::new(29);
+    let usage = service.ledger.used_by_type_since(first_day).map_err(|e| e.to_string())?;
+    let actions = service.ledger.actions(ACTIONS_READ).map_err(|e| e.to_string())?;
+    let preemptions: Vec<Value> = actions
+        .iter()
+        .filter(|a| a.action != "drain")
+        .take(100)
+        .map(|a| json!({ "at": format_local(a.at), "action": a.action, "job": a.target, "user": a.user,
+                         "reason": a.reason, "dry_run": a.dry_run }))
+        .collect();
+    let faults = service.ledger.all_gpu_faults().map_err(|e| e.to_string())?;
+    let waiting = service.slurm_view.queue.as_ref().map(|q| {
+        json!({ "jobs": q.pending.values().filter(|p| p.gpus.is_some()).count(), "as_of": format_local(q.as_of) })
+    });
+    Ok(json!({
+        "users": users,
+        "usage_30d": usage.iter().map(|(t, v)| json!({ "gpu_type": t, "tokens": tokens(*v) })).collect::<Vec<_>>(),
+        "waiting_gpu_jobs": waiting,
+        "preemptions": preemptions,
+        "drained": faults.iter().map(|f| json!({ "node": f.node, "gpu": f.gpu, "cause": f.cause,
+                                                 "at": format_local(f.acted_at) })).collect::<Vec<_>>(),
+        "cycles": service.metrics.cycle_health(now),
+        "now": now,
+    }))
+}
