@@ -48,7 +48,7 @@ pub fn handle(service: &mut Service, caller: &Caller, request: Request, now: i64
         Request::Statement { user, all, .. } => !all && is_caller(user),
         _ => false,
     };
-    if !matches!(request, Request::Balances { .. }) && !own_ledger && !caller.admin {
+    if !matches!(request, Request::Balances { .. } | Request::WebLogin) && !own_ledger && !caller.admin {
         let what = match request {
             Request::History { .. } | Request::Actions { .. } | Request::Statement { .. } => "read ledger histories",
             _ => "change balances",
@@ -100,6 +100,9 @@ pub fn handle(service: &mut Service, caller: &Caller, request: Request, now: i64
         Request::Actions { limit } => {
             service.ledger.actions(limit).map(|actions| (Reply::Actions { actions }, false)).map_err(from_ledger)
         }
+        Request::WebLogin => crate::web::login_link(service, caller, now)
+            .map(|(url, expires)| (Reply::WebLink { url, expires }, false))
+            .map_err(|message| Reply::Error { kind: ErrorKind::Invalid, message }),
         Request::Import { balances } => {
             let total = balances.len();
             let beyond = balances.iter().find_map(|(user, b)| b.beyond_limit(&format!("{user}'s imported balance")));

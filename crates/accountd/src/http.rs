@@ -81,6 +81,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/health", get(|| async { Json(serde_json::json!({ "ok": true })) }))
         .route("/v1/balances", get(balances))
         .route("/v1/balances/{user}", get(balance))
+        .merge(crate::web::routes())
         .with_state(Arc::new(state))
 }
 

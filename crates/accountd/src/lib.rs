@@ -36,6 +36,7 @@ pub mod slurm_view;
 pub mod snapshot_access;
 pub mod statement_output;
 pub mod utilization;
+pub mod web;
 
 /// MUNGE credentials (libmunge), from slurm-ffi; `accountd::munge` as before.
 pub use slurm_ffi::munge;

@@ -125,7 +125,10 @@ fn serve(config: Config) -> AccountdResult {
             let tcp = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(AccountdError::io(format!("cannot listen on http {addr}")))?;
-            tracing::info!("metrics and JSON API on http://{}", tcp.local_addr().unwrap_or(addr));
+            let bound = tcp.local_addr().unwrap_or(addr);
+            tracing::info!("metrics and JSON API on http://{bound}");
+            shared.lock().map_err(|_| AccountdError::Failed("service lock poisoned".into()))?.http_address =
+                Some(bound);
             let state = http::AppState::new(shared.clone())?;
             let metrics = state.metrics();
             let app = http::router(state);

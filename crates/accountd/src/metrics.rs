@@ -280,6 +280,27 @@ impl Metrics {
         self.notifications.get_or_create(&NotifyLabels { event: event.into(), result: result.into() }).inc();
     }
 
+    /// What the admins' status page shows of each cycle of `accountd serve`: when it last
+    /// succeeded, how long it took last, how often it failed since the start.
+    pub fn cycle_health(&self, now: i64) -> serde_json::Value {
+        let cycles: Vec<serde_json::Value> = ["charge", "check"]
+            .iter()
+            .map(|cycle| {
+                let labels = CycleLabels { cycle: cycle.to_string() };
+                // Read without creating a series: /metrics shows a cycle's failures only once it failed.
+                let last = self.cycle_last_success.get(&labels).map_or(0, |g| g.get());
+                serde_json::json!({
+                    "cycle": cycle,
+                    "last_success": (last > 0).then(|| gputokens::time::format_local(last)),
+                    "ago_seconds": (last > 0).then(|| now - last),
+                    "seconds": self.cycle_seconds.get(&labels).map(|g| g.get()),
+                    "failures": self.cycle_failures.get(&labels).map_or(0, |c| c.get()),
+                })
+            })
+            .collect();
+        serde_json::json!({ "cycles": cycles, "snapshot_written": self.snapshot_written.get() })
+    }
+
     pub fn record_cycle(&self, cycle: &str, seconds: f64, ok: bool) {
         let labels = CycleLabels { cycle: cycle.to_string() };
         self.cycle_seconds.get_or_create(&labels).set(seconds);

@@ -44,6 +44,10 @@ pub struct Args {
     /// charges per GPU type, closing balance (the current month: so far). Admins may add -u USER or -a.
     #[arg(long, value_name = "YYYY-MM", conflicts_with_all = ["history", "format"])]
     pub statement: Option<Month>,
+    /// A login link to your status page in a browser (balance, history, forecast): it works once,
+    /// within minutes; accountd makes it for you, as the kernel names you on its socket.
+    #[arg(long, conflicts_with_all = ["history", "statement", "format", "users", "all", "json", "parsable2", "parsable"])]
+    pub web: bool,
     /// With --statement: CSV (one row per user and line item) instead of a text statement.
     #[arg(long, requires = "statement", conflicts_with_all = ["json", "parsable2", "parsable"])]
     pub csv: bool,
@@ -116,6 +120,9 @@ pub fn run(args: Args) -> AccountdResult {
     if let Some(month) = args.statement {
         return statement(&config, &args, month);
     }
+    if args.web {
+        return web_link(&config);
+    }
     let request = Request::Balances { users: args.users.clone(), all: args.all };
     let rows = match call(&config.paths.socket, &request)? {
         Reply::Balances { rows } => rows,
@@ -185,6 +192,17 @@ fn history(config: &Config, args: &Args, limit: usize) -> AccountdResult {
         out
     };
     print!("{out}");
+    Ok(())
+}
+
+/// `--web`: asks accountd for a login link and prints it.
+fn web_link(config: &Config) -> AccountdResult {
+    let (url, expires) = match call(&config.paths.socket, &Request::WebLogin)? {
+        Reply::WebLink { url, expires } => (url, expires),
+        other => return Err(ClientError::Unexpected(Box::new(other)).into()),
+    };
+    let minutes = ((expires - gputokens::time::now()).max(0) + 59) / 60;
+    println!("Open this link in your browser within {minutes} min (it works once, and only for you):\n  {url}");
     Ok(())
 }
 

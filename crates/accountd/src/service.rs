@@ -33,6 +33,10 @@ pub struct Service {
     pub pending: Vec<std::thread::JoinHandle<()>>,
     /// Job records that could not be charged, logged once each.
     pub rejected_records: RejectedRecords,
+    /// The status page's login links and sessions.
+    pub logins: crate::web::Logins,
+    /// Where `accountd serve`'s HTTP listener listens, once bound (for login links).
+    pub http_address: Option<std::net::SocketAddr>,
 }
 
 impl Service {
@@ -60,6 +64,8 @@ impl Service {
             slurm_view: Default::default(),
             pending: Vec::new(),
             rejected_records: Default::default(),
+            logins: Default::default(),
+            http_address: None,
         }
     }
 

@@ -25,6 +25,19 @@ impl Caller {
         Caller { uid, name, admin }
     }
 
+    /// A caller named by a trusted proxy: the system's user of that name, else (no account on this
+    /// host) the name alone, an admin only by name.
+    pub fn named(name: &str, cfg: &Config) -> Caller {
+        match User::from_name(name).ok().flatten() {
+            Some(user) if user.name == name => Caller::identify(user.uid.as_raw(), cfg),
+            _ => Caller {
+                uid: u32::MAX,
+                name: name.to_string(),
+                admin: name == cfg.slurm_user || cfg.admins.users.iter().any(|a| a == name),
+            },
+        }
+    }
+
     /// Whether this caller may see `user`'s balance.
     pub fn may_view(&self, user: &str, cfg: &Config) -> bool {
         self.admin || cfg.balances_public || self.name == user

@@ -58,6 +58,8 @@ pub enum Request {
         #[serde(default)]
         all: bool,
     },
+    /// A one-time login link to the status page for the caller (whom the kernel named).
+    WebLogin,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -84,6 +86,11 @@ pub enum Reply {
     },
     Statements {
         statements: Vec<Statement>,
+    },
+    /// A one-time login link to the status page, for the caller; unix time it expires.
+    WebLink {
+        url: String,
+        expires: i64,
     },
     Error {
         kind: ErrorKind,

@@ -30,8 +30,9 @@ impl Ledger {
 
     /// Every fault acted on and not cleared, newest first (the admins' status page).
     pub fn all_gpu_faults(&self) -> Result<Vec<GpuFault>, LedgerError> {
-        let mut stmt =
-            self.conn.prepare_cached("SELECT node, gpu, cause, acted_at FROM gpu_faults ORDER BY acted_at DESC, node, gpu")?;
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT node, gpu, cause, acted_at FROM gpu_faults ORDER BY acted_at DESC, node, gpu")?;
         let rows = stmt.query_map([], |r| {
             Ok(GpuFault { node: r.get(0)?, gpu: r.get(1)?, cause: r.get(2)?, acted_at: r.get(3)? })
         })?;

@@ -448,7 +448,11 @@ fn gpu_faults_are_kept_per_node_gpu_and_cause() {
     assert_eq!(l.gpu_faults("n3").unwrap(), vec![]);
     assert_eq!(
         l.all_gpu_faults().unwrap(),
-        vec![fault("n1", "GPU-a", "xid 79", 20), fault("n2", "GPU-a", "xid 79", 13), fault("n1", "index 3", "lost", 12)],
+        vec![
+            fault("n1", "GPU-a", "xid 79", 20),
+            fault("n2", "GPU-a", "xid 79", 13),
+            fault("n1", "index 3", "lost", 12)
+        ],
         "every node's, newest first"
     );
 }

@@ -41,7 +41,9 @@ pub enum Refused {
 impl Refused {
     pub fn message(self) -> &'static str {
         match self {
-            Refused::Unknown => "this login link is not valid: it was used already, mistyped or made before accountd restarted",
+            Refused::Unknown => {
+                "this login link is not valid: it was used already, mistyped or made before accountd restarted"
+            }
             Refused::Expired => "this login link has expired",
         }
     }

@@ -30,11 +30,8 @@ fn tokens(t: Tokens) -> Value {
 pub fn user_view(service: &Service, user: &str, now: i64) -> Result<Value, String> {
     let row = balance_row(service, user, now).map_err(|r| format!("{r:?}"))?;
     let rules = *service.ledger.rules();
-    let entries = if row.in_ledger {
-        service.ledger.recent(user, ENTRIES_READ).map_err(|e| e.to_string())?
-    } else {
-        Vec::new()
-    };
+    let entries =
+        if row.in_ledger { service.ledger.recent(user, ENTRIES_READ).map_err(|e| e.to_string())? } else { Vec::new() };
     let since = now - CHART_DAYS * 86_400;
     let chart: Vec<Value> = entries
         .iter()
@@ -86,7 +83,8 @@ pub fn user_view(service: &Service, user: &str, now: i64) -> Result<Value, Strin
     events.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
 
     let history: Vec<(i64, Tokens)> = entries.iter().map(|e| (e.at, e.balance_after)).collect();
-    let floor_on = forecast::floor_reached(&history, row.balance, rules.floor, now).map(|at| local_date(at).to_string());
+    let floor_on =
+        forecast::floor_reached(&history, row.balance, rules.floor, now).map(|at| local_date(at).to_string());
     Ok(json!({
         "user": row.user,
         "balance": tokens(row.balance),
@@ -112,8 +110,10 @@ pub fn admin_view(service: &Service, now: i64) -> Result<Value, String> {
         .accounts()
         .map_err(|e| e.to_string())?
         .iter()
-        .map(|a| json!({ "user": a.user, "balance": a.balance.as_f64(), "text": a.balance.to_string(),
-                         "status": rules.status(a.balance).as_str() }))
+        .map(|a| {
+            json!({ "user": a.user, "balance": a.balance.as_f64(), "text": a.balance.to_string(),
+                         "status": rules.status(a.balance).as_str() })
+        })
         .collect();
     let first_day = local_date(now) - chrono::Days::new(29);
     let usage = service.ledger.used_by_type_since(first_day).map_err(|e| e.to_string())?;
@@ -122,13 +122,15 @@ pub fn admin_view(service: &Service, now: i64) -> Result<Value, String> {
         .iter()
         .filter(|a| a.action != "drain")
         .take(100)
-        .map(|a| json!({ "at": format_local(a.at), "action": a.action, "job": a.target, "user": a.user,
-                         "reason": a.reason, "dry_run": a.dry_run }))
+        .map(|a| {
+            json!({ "at": format_local(a.at), "action": a.action, "job": a.target, "user": a.user,
+                         "reason": a.reason, "dry_run": a.dry_run })
+        })
         .collect();
     let faults = service.ledger.all_gpu_faults().map_err(|e| e.to_string())?;
-    let waiting = service.slurm_view.queue.as_ref().map(|q| {
-        json!({ "jobs": q.pending.values().filter(|p| p.gpus.is_some()).count(), "as_of": format_local(q.as_of) })
-    });
+    let waiting = service.slurm_view.queue.as_ref().map(
+        |q| json!({ "jobs": q.pending.values().filter(|p| p.gpus.is_some()).count(), "as_of": format_local(q.as_of) }),
+    );
     Ok(json!({
         "users": users,
         "usage_30d": usage.iter().map(|(t, v)| json!({ "gpu_type": t, "tokens": tokens(*v) })).collect::<Vec<_>>(),

@@ -1,0 +1,176 @@
+// The status page: reads /web/api/me (a user's view) or /web/api/admin (#admin) and draws it. Only
+// text is ever put into the page (textContent), never HTML: user names and reasons are data.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const SVG = "http://www.w3.org/2000/svg";
+
+function cell(row, text, className) {
+  const td = row.insertCell();
+  td.textContent = text == null ? "" : String(text);
+  if (className) td.className = className;
+  return td;
+}
+
+function fill(tableId, rows, columns) {
+  const body = $(tableId).tBodies[0];
+  const fragment = document.createDocumentFragment();
+  for (const r of rows) {
+    const tr = document.createElement("tr");
+    for (const [value, className] of columns(r)) cell(tr, value, className);
+    fragment.appendChild(tr);
+  }
+  body.replaceChildren(fragment);
+}
+
+function show(message) {
+  $("message").textContent = message;
+  $("message").hidden = false;
+}
+
+async function load(url) {
+  const response = await fetch(url, { credentials: "same-origin", cache: "no-store" });
+  const body = await response.json().catch(() => ({ error: "accountd answered " + response.status }));
+  if (!response.ok) throw new Error(body.error || "accountd answered " + response.status);
+  return body;
+}
+
+const STATUS_TEXT = {
+  ok: "GPU jobs run normally.",
+  overdraft: "In overdraft: your GPU jobs are accepted but deprioritized, and may be preempted when others wait for the same GPUs.",
+  blocked: "At the floor: new GPU jobs are refused until replenishment brings your balance back above the floor.",
+};
+
+let me = null;
+let chartDays = 30;
+
+function drawChart() {
+  const svg = $("chart");
+  svg.replaceChildren();
+  $("chart-days").textContent = chartDays;
+  const since = me.now - chartDays * 86400;
+  // The balance at the window's start is the one after the last entry before it.
+  const before = me.chart.filter((p) => p.at < since);
+  const points = me.chart.filter((p) => p.at >= since);
+  const start = before.length ? before[before.length - 1].balance : (points.length ? points[0].balance : me.balance.value);
+  const series = [{ at: since, balance: start }, ...points, { at: me.now, balance: me.balance.value }];
+  const values = series.map((p) => p.balance).concat([0, me.floor.value]);
+  const low = Math.min(...values), high = Math.max(...values);
+  const span = high - low || 1;
+  const x = (at) => 40 + ((at - since) / (me.now - since)) * 750;
+  const y = (v) => 220 - ((v - low) / span) * 200;
+  const line = (cls, v) => {
+    const l = document.createElementNS(SVG, "line");
+    l.setAttribute("class", cls);
+    l.setAttribute("x1", 40); l.setAttribute("x2", 790);
+    l.setAttribute("y1", y(v)); l.setAttribute("y2", y(v));
+    svg.appendChild(l);
+    const t = document.createElementNS(SVG, "text");
+    t.setAttribute("x", 2); t.setAttribute("y", y(v) + 4);
+    t.textContent = String(v);
+    svg.appendChild(t);
+  };
+  line("zero", 0);
+  line("floor", me.floor.value);
+  // A step line: the balance holds until the next entry changes it.
+  let d = "";
+  series.forEach((p, i) => {
+    if (i === 0) d += `M${x(p.at).toFixed(1)},${y(p.balance).toFixed(1)}`;
+    else d += ` H${x(p.at).toFixed(1)} V${y(p.balance).toFixed(1)}`;
+  });
+  const path = document.createElementNS(SVG, "path");
+  path.setAttribute("class", "line");
+  path.setAttribute("d", d);
+  path.setAttribute("data-points", String(series.length));
+  svg.appendChild(path);
+}
+
+function showUser(view) {
+  me = view;
+  $("user-name").textContent = view.user;
+  $("balance").textContent = view.balance.text;
+  $("status").textContent = view.status;
+  $("status").className = "big status-" + view.status;
+  $("floor").textContent = view.floor.text;
+  $("next-grant").textContent = view.next_grant ? `+${view.next_grant.amount} on ${view.next_grant.date}` : "none";
+  let text = STATUS_TEXT[view.status] || "";
+  if (view.recovers) text += ` Replenishment alone ends this on ${view.recovers}.`;
+  $("status-text").textContent = text;
+  $("forecast").textContent = view.forecast.floor_on
+    ? `At the last ${view.forecast.window_days} days' rate you reach the floor on ${view.forecast.floor_on}.`
+    : `Your balance has not fallen over the last ${view.forecast.window_days} days.`;
+  fill("per-type", view.used_30d, (u) => [[u.gpu_type], [u.tokens.text, "num"]]);
+  fill("events", view.events, (e) => [[e.at], [e.event], [e.what], [e.why]]);
+  fill("jobs", view.jobs, (j) => [[j.job], [j.last_charged], [j.gpu_types.join(", ")], [j.tokens.text, "num"]]);
+  drawChart();
+  $("user-view").hidden = false;
+}
+
+let users = [];
+let sortKey = "user", sortDir = 1;
+
+function drawUsers() {
+  const needle = $("filter").value.trim().toLowerCase();
+  const shown = needle ? users.filter((u) => u.user.toLowerCase().includes(needle) || u.status === needle) : users.slice();
+  shown.sort((a, b) => (a[sortKey] < b[sortKey] ? -sortDir : a[sortKey] > b[sortKey] ? sortDir : 0));
+  fill("users", shown, (u) => [[u.user], [u.text, "num"], [u.status]]);
+  $("shown").textContent = `${shown.length} of ${users.length} users`;
+  for (const th of $("users").tHead.rows[0].cells) {
+    if (th.dataset.key === sortKey) th.setAttribute("aria-sort", sortDir > 0 ? "ascending" : "descending");
+    else th.removeAttribute("aria-sort");
+  }
+}
+
+function showAdmin(view) {
+  users = view.users;
+  $("cycles").replaceChildren(...view.cycles.cycles.map((c) => {
+    const card = document.createElement("div");
+    card.className = "card";
+    const label = document.createElement("span");
+    label.className = "label";
+    label.textContent = `${c.cycle} cycle`;
+    const value = document.createElement("span");
+    value.textContent = c.last_success
+      ? `last ok ${c.last_success} (${c.ago_seconds} s ago), took ${c.seconds == null ? "?" : c.seconds.toFixed(2)} s, ${c.failures} failed`
+      : `no successful cycle yet, ${c.failures} failed`;
+    card.append(label, value);
+    return card;
+  }));
+  $("waiting").textContent = view.waiting_gpu_jobs
+    ? `${view.waiting_gpu_jobs.jobs} GPU jobs waiting (squeue at ${view.waiting_gpu_jobs.as_of}).`
+    : "The queue was not read in the last cycle.";
+  fill("usage", view.usage_30d, (u) => [[u.gpu_type], [u.tokens.text, "num"]]);
+  fill("preemptions", view.preemptions, (p) => [[p.at], [p.action + (p.dry_run ? " (dry run)" : "")], [p.job], [p.user], [p.reason]]);
+  fill("drained", view.drained, (f) => [[f.at], [f.node], [f.gpu], [f.cause]]);
+  drawUsers();
+  $("admin-view").hidden = false;
+}
+
+async function main() {
+  $("days-30").addEventListener("click", () => { chartDays = 30; drawChart(); });
+  $("days-90").addEventListener("click", () => { chartDays = 90; drawChart(); });
+  $("filter").addEventListener("input", drawUsers);
+  for (const th of $("users").tHead.rows[0].cells) {
+    th.addEventListener("click", () => {
+      sortDir = sortKey === th.dataset.key ? -sortDir : 1;
+      sortKey = th.dataset.key;
+      drawUsers();
+    });
+  }
+  window.addEventListener("hashchange", () => location.reload());
+  try {
+    const asked = new URLSearchParams(location.search).get("user");
+    const admin = location.hash === "#admin";
+    const view = await load(admin ? "/web/api/admin" : "/web/api/me" + (asked ? "?user=" + encodeURIComponent(asked) : ""));
+    $("viewer").textContent = view.viewer.name + (view.viewer.admin ? " (admin)" : "");
+    $("nav-admin").hidden = !view.viewer.admin;
+    $("nav").hidden = false;
+    if (admin) showAdmin(view); else showUser(view);
+    document.body.dataset.loaded = "true";
+  } catch (e) {
+    show(e.message);
+    document.body.dataset.loaded = "error";
+  }
+}
+
+main();

@@ -1,0 +1,276 @@
+//! The status page on accountd's HTTP listener (`/web/`): a user's balance, history and forecast,
+//! and for admins every user, usage, preemptions, drained GPUs and cycle health. The page and its
+//! script are embedded in the binary; its data comes from `/web/api/*` as JSON and follows
+//! sbalance's rules (a user sees only their own data unless `balances_public`; admins see all).
+//!
+//! Who is asking: a session cookie, started by a one-time login link that `sbalance --web` got
+//! over the Unix socket (the kernel named its user), or, from a `[web] trusted_proxies` address
+//! only, the proxy's `user_header`.
+
+pub mod logins;
+mod pages;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use gputokens::access::Caller;
+
+use crate::http::AppState;
+use crate::service::Service;
+use logins::{Refused, Visitor};
+
+pub use logins::Logins;
+
+const COOKIE: &str = "gputokens_session";
+const INDEX: &str = include_str!("../../assets/web/index.html");
+const SCRIPT: &str = include_str!("../../assets/web/app.js");
+const STYLE: &str = include_str!("../../assets/web/app.css");
+/// No script but ours, nothing loaded from elsewhere, never framed.
+const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
+                      base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/web", get(|| async { redirect("/web/") }))
+        .route("/web/", get(|| async { asset("text/html; charset=utf-8", INDEX) }))
+        .route("/web/app.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
+        .route("/web/app.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
+        .route("/web/login", get(login))
+        .route("/web/logout", get(logout))
+        .route("/web/api/me", get(me))
+        .route("/web/api/admin", get(admin))
+}
+
+/// The link `sbalance --web` prints: made for `caller`, who asked over the Unix socket.
+pub fn login_link(service: &mut Service, caller: &Caller, now: i64) -> Result<(String, i64), String> {
+    let base = base_url(service)?;
+    let visitor = Visitor { uid: caller.uid, name: caller.name.clone() };
+    let ttl = service.config.web.link_ttl;
+    let (token, expires) = service.logins.issue_link(visitor, now, ttl).map_err(|e| e.to_string())?;
+    Ok((format!("{base}/web/login?token={token}"), expires))
+}
+
+/// `[web] url`, else this host on the HTTP listener's port.
+fn base_url(service: &Service) -> Result<String, String> {
+    if let Some(url) = &service.config.web.url {
+        return Ok(url.clone());
+    }
+    let addr =
+        service.http_address.ok_or("the status page needs accountd serve's HTTP listener ([http] listen is off)")?;
+    let host = if addr.ip().is_unspecified() {
+        nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "localhost".into())
+    } else {
+        match addr.ip() {
+            std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+            ip => ip.to_string(),
+        }
+    };
+    Ok(format!("http://{host}:{}", addr.port()))
+}
+
+fn secured(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(POLICY));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    response
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    secured(([(header::CONTENT_TYPE, content_type)], body).into_response())
+}
+
+fn redirect(to: &'static str) -> Response {
+    secured((StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response())
+}
+
+/// A page of plain text for a refused login: nothing of the request is echoed.
+fn refused_page(status: StatusCode, message: &str) -> Response {
+    let body = format!(
+        "<!doctype html><meta charset=\"utf-8\"><title>gputokens</title><link rel=\"stylesheet\" href=\"/web/app.css\">\
+         <main><h1>gputokens</h1><p class=\"refused\">{}.</p><p>Run <code>sbalance --web</code> on a login node for a new link.</p></main>",
+        escape(message)
+    );
+    secured((status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response())
+}
+
+/// HTML-escapes `text` (for the few server-made pages; the script sets text, never HTML).
+pub fn escape(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '&' => "&amp;".into(),
+            '<' => "&lt;".into(),
+            '>' => "&gt;".into(),
+            '"' => "&quot;".into(),
+            '\'' => "&#39;".into(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
+#[derive(serde::Deserialize)]
+struct LoginQuery {
+    token: Option<String>,
+}
+
+async fn login(State(state): State<Arc<AppState>>, Query(query): Query<LoginQuery>) -> Response {
+    let now = gputokens::time::now();
+    let mut s = state.service.lock().unwrap_or_else(|p| p.into_inner());
+    let ttl = s.config.web.session_ttl;
+    let secure = s.config.web.url.as_deref().is_some_and(|u| u.starts_with("https://"));
+    let Some(token) = query.token.filter(|t| t.len() == 64 && t.bytes().all(|b| b.is_ascii_hexdigit())) else {
+        return refused_page(StatusCode::UNAUTHORIZED, Refused::Unknown.message());
+    };
+    match s.logins.redeem(&token, now, ttl) {
+        Ok((session, visitor, _)) => {
+            tracing::info!("status page: {} logged in with a link", visitor.name);
+            let cookie = format!(
+                "{COOKIE}={session}; Path=/web; HttpOnly; SameSite=Lax; Max-Age={}{}",
+                ttl.as_secs(),
+                if secure { "; Secure" } else { "" }
+            );
+            let mut response = redirect("/web/");
+            if let Ok(value) = HeaderValue::from_str(&cookie) {
+                response.headers_mut().insert(header::SET_COOKIE, value);
+            }
+            response
+        }
+        Err(refused) => refused_page(StatusCode::UNAUTHORIZED, refused.message()),
+    }
+}
+
+async fn logout(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Some(token) = session_cookie(&headers) {
+        state.service.lock().unwrap_or_else(|p| p.into_inner()).logins.end(&token);
+    }
+    let mut response = refused_page(StatusCode::OK, "You are logged out");
+    let gone = format!("{COOKIE}=; Path=/web; HttpOnly; SameSite=Lax; Max-Age=0");
+    if let Ok(value) = HeaderValue::from_str(&gone) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+fn session_cookie(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| pair.trim().strip_prefix(COOKIE)?.strip_prefix('=').map(str::to_string))
+}
+
+/// Who is asking, as `s`'s rules know them: the trusted proxy's user header, else the session.
+fn caller(s: &mut Service, peer: SocketAddr, headers: &HeaderMap, now: i64) -> Result<Caller, (StatusCode, String)> {
+    let web = &s.config.web;
+    if web.trusted_proxies.contains(&peer.ip()) {
+        if let Some(name) = headers.get(web.user_header.as_str()).and_then(|v| v.to_str().ok()) {
+            let name = name.trim();
+            if !name.is_empty() {
+                return Ok(Caller::named(name, &s.config));
+            }
+        }
+    }
+    let token = session_cookie(headers)
+        .ok_or((StatusCode::UNAUTHORIZED, "not logged in: run `sbalance --web` and open the link it prints".into()))?;
+    let visitor = s
+        .logins
+        .session(&token, now)
+        .map_err(|r| (StatusCode::UNAUTHORIZED, format!("{}: run `sbalance --web` again", session_refusal(r))))?;
+    Ok(Caller::identify(visitor.uid, &s.config))
+}
+
+fn session_refusal(refused: Refused) -> &'static str {
+    match refused {
+        Refused::Unknown => "your session is not known (accountd may have restarted)",
+        Refused::Expired => "your session has expired",
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct UserQuery {
+    user: Option<String>,
+}
+
+async fn me(
+    State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(query): Query<UserQuery>,
+) -> Response {
+    json_view(state, move |s, now| {
+        let caller = caller(s, peer, &headers, now)?;
+        let user = query.user.unwrap_or_else(|| caller.name.clone());
+        if !caller.may_view(&user, &s.config) {
+            return Err((StatusCode::FORBIDDEN, format!("{} may not see the data of '{user}'", caller.name)));
+        }
+        let mut view = pages::user_view(s, &user, now).map_err(|e| (StatusCode::NOT_FOUND, e))?;
+        view["viewer"] = serde_json::json!({ "name": caller.name, "admin": caller.admin });
+        Ok(view)
+    })
+    .await
+}
+
+async fn admin(
+    State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    json_view(state, move |s, now| {
+        let caller = caller(s, peer, &headers, now)?;
+        if !caller.admin {
+            return Err((StatusCode::FORBIDDEN, format!("{} is not a gputokens admin", caller.name)));
+        }
+        let mut view = pages::admin_view(s, now).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
+        view["viewer"] = serde_json::json!({ "name": caller.name, "admin": true });
+        Ok(view)
+    })
+    .await
+}
+
+/// Runs `view` on the service off the async runtime (it reads the ledger) and answers its JSON.
+async fn json_view<F>(state: Arc<AppState>, view: F) -> Response
+where
+    F: FnOnce(&mut Service, i64) -> Result<serde_json::Value, (StatusCode, String)> + Send + 'static,
+{
+    let work = tokio::task::spawn_blocking(move || {
+        let mut s = state.service.lock().unwrap_or_else(|p| p.into_inner());
+        view(&mut s, gputokens::time::now())
+    });
+    let response = match work.await {
+        Ok(Ok(value)) => Json(value).into_response(),
+        Ok(Err((status, message))) => (status, Json(serde_json::json!({ "error": message }))).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    };
+    secured(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_what_html_would_read() {
+        assert_eq!(
+            escape("<script>\"o'neil\" & co</script>"),
+            "&lt;script&gt;&quot;o&#39;neil&quot; &amp; co&lt;/script&gt;"
+        );
+        assert_eq!(escape("ann@example.org ünï"), "ann@example.org ünï");
+    }
+
+    #[test]
+    fn the_session_cookie_is_found_among_others() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::COOKIE, HeaderValue::from_static("a=1; gputokens_session=abc; b=2"));
+        assert_eq!(session_cookie(&headers).as_deref(), Some("abc"));
+        headers.insert(header::COOKIE, HeaderValue::from_static("gputokens_sessionx=abc"));
+        assert_eq!(session_cookie(&headers), None);
+    }
+}
