@@ -39,11 +39,12 @@ pub fn user_view(service: &Service, user: &str, now: i64) -> Result<Value, Strin
         .map(|e| json!({ "at": e.at, "balance": e.balance_after.as_f64() }))
         .collect();
 
-    let mut jobs: BTreeMap<&str, (i64, BTreeMap<&str, Tokens>)> = BTreeMap::new();
+    // Per job: its newest charge (time, entry id: charges of one cycle share a time) and tokens per type.
+    let mut jobs: BTreeMap<&str, ((i64, i64), BTreeMap<&str, Tokens>)> = BTreeMap::new();
     for e in entries.iter().filter(|e| e.kind == EntryKind::Charge) {
         let Some(job) = e.job_id.as_deref() else { continue };
         let (last, types) = jobs.entry(job).or_default();
-        *last = (*last).max(e.at);
+        *last = (*last).max((e.at, e.id));
         let charged = types.entry(e.gpu_type.as_deref().unwrap_or("gpu")).or_insert(Tokens::ZERO);
         *charged = *charged - e.amount;
     }
@@ -54,7 +55,7 @@ pub fn user_view(service: &Service, user: &str, now: i64) -> Result<Value, Strin
         .take(JOBS_LISTED)
         .map(|(job, (last, types))| {
             let total: Tokens = types.values().copied().sum();
-            json!({ "job": job, "last_charged": format_local(*last), "gpu_types": types.keys().collect::<Vec<_>>(),
+            json!({ "job": job, "last_charged": format_local(last.0), "gpu_types": types.keys().collect::<Vec<_>>(),
                     "tokens": tokens(total) })
         })
         .collect();

@@ -25,4 +25,5 @@ mod security;
 mod slurm_release;
 mod spank;
 mod time_zones;
+mod web;
 mod worked_example;

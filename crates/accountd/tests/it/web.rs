@@ -1,0 +1,246 @@
+//! The status page in a real browser: Debian's chromium in headless mode, driven through
+//! chromedriver (WebDriver), against a real `accountd serve`; login links made by the real
+//! `sbalance --web` run as alice and as root. The browser tests run on the host's release only
+//! (the root filesystems of the Slurm release matrix have no browser; the page does not depend on
+//! Slurm); there, a missing chromium is a failure, not a skip.
+
+use std::net::{IpAddr, TcpListener};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+
+use crate::common::Site;
+
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// alice: 24 + 40 tokens over two jobs (36 left); bob: half a token; a user whose name is markup.
+const SACCT: &str = "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State
+101|alice|billing=2,cpu=2,gres/gpu:a6000=2,gres/gpu=2,node=1|10800|2026-11-20T08:00:00|COMPLETED
+102|alice|billing=4,cpu=4,gres/gpu:rtx3090=4,gres/gpu=4,node=1|36000|2026-11-21T08:00:00|COMPLETED
+201|bob|billing=1,cpu=1,gres/gpu:rtx2080=1,gres/gpu=1,node=1|3600|2026-11-21T09:00:00|COMPLETED
+301|<i>mallory</i>|billing=1,cpu=1,gres/gpu:rtx2080=1,gres/gpu=1,node=1|3600|2026-11-21T09:00:00|COMPLETED
+";
+
+fn on_the_host_release() -> bool {
+    std::env::var("GPUTOKENS_SLURM_RELEASE").map_or(true, |r| r.is_empty() || r == "22.05")
+}
+
+/// A site with alice, bob and the markup user charged; links last 3 s so one can expire in a test.
+fn web_site(web: &str) -> Site {
+    let site = Site::start("", &format!("[web]\nlink_ttl = \"3s\"\n{web}"));
+    let sacct = site.file("sacct.txt", SACCT);
+    site.accountd(None, &["charge", "--sacct-file", &sacct]).ok();
+    site
+}
+
+/// `sbalance --web` as `user`: the link it printed.
+fn login_link(site: &Site, user: Option<&str>) -> String {
+    let out = site.sbalance(user, &["--web"]).ok().stdout;
+    assert!(out.contains("it works once, and only for you"), "{out}");
+    out.split_whitespace().find(|w| w.starts_with("http://")).unwrap_or_else(|| panic!("no link in {out}")).to_string()
+}
+
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+async fn browser() -> (Driver, Client) {
+    for program in [CHROMEDRIVER, CHROMIUM] {
+        assert!(
+            std::path::Path::new(program).exists(),
+            "{program} is missing: the status page's browser tests need Debian's chromium and chromium-driver \
+             (bash tests/cluster/install.sh installs them)"
+        );
+    }
+    let port = free_port();
+    let driver = Command::new(CHROMEDRIVER)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver");
+    let driver = Driver(driver);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "chromedriver did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({ "binary": CHROMIUM,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"] }),
+    );
+    let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(capabilities)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("a chromium session");
+    (driver, client)
+}
+
+/// Waits for the page's script to finish (`data-loaded` on the body); returns how it ended.
+async fn loaded(client: &Client) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let state = client.execute("return document.body ? (document.body.dataset.loaded || '') : ''", vec![]).await;
+        if let Ok(serde_json::Value::String(s)) = state {
+            if !s.is_empty() {
+                return s;
+            }
+        }
+        assert!(Instant::now() < deadline, "the page did not load: {}", client.source().await.unwrap_or_default());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn text(client: &Client, css: &str) -> String {
+    client.find(Locator::Css(css)).await.unwrap_or_else(|e| panic!("{css}: {e}")).text().await.unwrap()
+}
+
+async fn column(client: &Client, css: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for cell in client.find_all(Locator::Css(css)).await.unwrap() {
+        out.push(cell.text().await.unwrap());
+    }
+    out
+}
+
+fn run<F: std::future::Future<Output = ()>>(test: F) {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(test);
+}
+
+#[test]
+fn alice_sees_her_page_and_not_bobs_and_links_work_once() {
+    if !on_the_host_release() {
+        eprintln!("browser tests run on the host's Slurm release only");
+        return;
+    }
+    let site = web_site("");
+    run(async {
+        let (_driver, client) = browser().await;
+        let link = login_link(&site, Some("alice"));
+        client.goto(&link).await.unwrap();
+        assert_eq!(loaded(&client).await, "true");
+        assert!(client.current_url().await.unwrap().as_str().ends_with("/web/"), "the link redirects to the page");
+        assert_eq!(text(&client, "#user-name").await, "alice");
+        assert_eq!(text(&client, "#balance").await, "36");
+        assert_eq!(text(&client, "#status").await, "ok");
+        assert_eq!(column(&client, "#jobs tbody td:first-child").await, ["102", "101"]);
+        assert_eq!(column(&client, "#per-type tbody td:first-child").await, ["a6000", "rtx3090"]);
+        assert!(text(&client, "#forecast").await.starts_with("At the last 7 days' rate you reach the floor on "));
+        // The chart is drawn: a line through the start, her entries and now.
+        let chart = client.find(Locator::Css("#chart path.line")).await.unwrap();
+        let points: usize = chart.attr("data-points").await.unwrap().unwrap().parse().unwrap();
+        assert!(points >= 4, "{points} points");
+        assert!(chart.attr("d").await.unwrap().unwrap().starts_with('M'));
+        let page = client.source().await.unwrap();
+        assert!(!page.contains("bob") && !page.contains("mallory"), "nobody else's data on her page");
+
+        // Another user's data is refused, also when asked for by name.
+        let base = link.split("/web/").next().unwrap().to_string();
+        client.goto(&format!("{base}/web/?user=bob")).await.unwrap();
+        assert_eq!(loaded(&client).await, "error");
+        assert_eq!(text(&client, "#message").await, "alice may not see the data of 'bob'");
+
+        // The link worked once; a forged one never; an unused one expires (link_ttl = 3s).
+        client.goto(&link).await.unwrap();
+        assert!(text(&client, ".refused").await.starts_with("this login link is not valid"));
+        let forged = format!("{}{}", link.split("token=").next().unwrap(), "token=".to_string() + &"ab".repeat(32));
+        client.goto(&forged).await.unwrap();
+        assert!(text(&client, ".refused").await.starts_with("this login link is not valid"));
+        let late = login_link(&site, Some("alice"));
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        client.goto(&late).await.unwrap();
+        assert_eq!(text(&client, ".refused").await, "this login link has expired.");
+
+        // Logged out, the page has nothing to show.
+        client.goto(&format!("{base}/web/logout")).await.unwrap();
+        client.goto(&format!("{base}/web/")).await.unwrap();
+        assert_eq!(loaded(&client).await, "error");
+        assert!(text(&client, "#message").await.starts_with("not logged in: run `sbalance --web`"));
+        client.close().await.unwrap();
+    });
+}
+
+#[test]
+fn the_admin_view_lists_every_user_sorted_and_filtered() {
+    if !on_the_host_release() {
+        eprintln!("browser tests run on the host's Slurm release only");
+        return;
+    }
+    let site = web_site("");
+    run(async {
+        let (_driver, client) = browser().await;
+        let link = login_link(&site, None);
+        let base = link.split("/web/").next().unwrap().to_string();
+        client.goto(&link).await.unwrap();
+        assert_eq!(loaded(&client).await, "true");
+        client.goto(&format!("{base}/web/#admin")).await.unwrap();
+        assert_eq!(loaded(&client).await, "true");
+        let users = || column(&client, "#users tbody td:first-child");
+        assert_eq!(users().await, ["<i>mallory</i>", "alice", "bob"], "by name");
+        assert!(client.find_all(Locator::Css("#users i")).await.unwrap().is_empty(), "a name is text, never markup");
+        client.find(Locator::Css("#users th[data-key=balance]")).await.unwrap().click().await.unwrap();
+        assert_eq!(column(&client, "#users tbody td:nth-child(2)").await, ["36", "99.5", "99.5"]);
+        client.find(Locator::Css("#users th[data-key=balance]")).await.unwrap().click().await.unwrap();
+        assert_eq!(column(&client, "#users tbody td:nth-child(2)").await, ["99.5", "99.5", "36"], "descending");
+        client.find(Locator::Css("#filter")).await.unwrap().send_keys("ali").await.unwrap();
+        assert_eq!(users().await, ["alice"]);
+        assert_eq!(text(&client, "#shown").await, "1 of 3 users");
+        assert_eq!(column(&client, "#usage tbody td:first-child").await, ["a6000", "rtx2080", "rtx3090"]);
+        client.close().await.unwrap();
+    });
+    // alice is no admin: the admins' data is refused to her session.
+    run(async {
+        let (_driver, client) = browser().await;
+        let link = login_link(&site, Some("alice"));
+        let base = link.split("/web/").next().unwrap().to_string();
+        client.goto(&link).await.unwrap();
+        loaded(&client).await;
+        client.goto(&format!("{base}/web/#admin")).await.unwrap();
+        assert_eq!(loaded(&client).await, "error");
+        assert_eq!(text(&client, "#message").await, "alice is not a gputokens admin");
+        client.close().await.unwrap();
+    });
+}
+
+/// GET `url` from local address `from` with `header: value`: (status, body).
+fn get_from(from: &str, url: &str, header: (&str, &str)) -> (u16, String) {
+    let client = reqwest::blocking::Client::builder().local_address(from.parse::<IpAddr>().ok()).build().unwrap();
+    let response = client.get(url).header(header.0, header.1).send().unwrap();
+    (response.status().as_u16(), response.text().unwrap())
+}
+
+#[test]
+fn a_user_header_counts_only_from_a_trusted_proxy() {
+    let site = web_site("trusted_proxies = [\"127.0.0.2\"]\nuser_header = \"X-Remote-User\"\n");
+    let url = format!("{}/web/api/me", site.http_url());
+    let (status, body) = get_from("127.0.0.1", &url, ("X-Remote-User", "alice"));
+    assert_eq!(status, 401, "not a trusted proxy: {body}");
+    let (status, body) = get_from("127.0.0.2", &url, ("X-Remote-User", "alice"));
+    assert_eq!(status, 200, "{body}");
+    let view: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((view["user"].as_str(), view["balance"]["text"].as_str()), (Some("alice"), Some("36")));
+    let (status, body) = get_from("127.0.0.2", &format!("{url}?user=bob"), ("X-Remote-User", "alice"));
+    assert_eq!(status, 403, "{body}");
+    let (status, _) = get_from("127.0.0.2", &format!("{}/web/api/admin", site.http_url()), ("X-Remote-User", "alice"));
+    assert_eq!(status, 403);
+    let (status, _) = get_from("127.0.0.2", &format!("{}/web/api/admin", site.http_url()), ("X-Remote-User", "root"));
+    assert_eq!(status, 200);
+    // The page itself says what it may load: nothing but its own script and style.
+    let response = reqwest::blocking::get(format!("{}/web/", site.http_url())).unwrap();
+    let policy = response.headers()["content-security-policy"].to_str().unwrap().to_string();
+    assert!(policy.contains("script-src 'self'") && policy.contains("default-src 'none'"), "{policy}");
+}
