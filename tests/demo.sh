@@ -1,7 +1,7 @@
 #!/bin/bash
 # The demo on a local test cluster: starts real Slurm (tests/cluster/up.sh) and accountd, charges
 # the seed's worked example, runs a real GPU job as alice and charges it from sacct, then shows
-# balances as root and as alice. Run as root on Debian 12: `bash tests/demo.sh`;
+# balances as root and as alice, and ends with alice's status page link and statement. Run as root on Debian 12: `bash tests/demo.sh`;
 # `bash tests/demo.sh stop` stops accountd and the cluster.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -131,3 +131,9 @@ The cluster and accountd are still running. Try:
   runuser -u alice -- sbatch --gres=gpu:rtx3090:1 --wrap 'sleep 10'
 Stop everything with: bash tests/demo.sh stop
 EOT
+
+step "alice's status page (a login link only she can use, once, within 5 minutes) and her statement"
+printf '$ runuser -u alice -- sbalance --web\n'; runuser -u alice -- "$SBALANCE" --config "$CONF" --web
+month=$(date +%Y-%m)
+printf '$ runuser -u alice -- sbalance --statement %s\n' "$month"
+runuser -u alice -- "$SBALANCE" --config "$CONF" --statement "$month"

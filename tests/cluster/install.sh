@@ -11,6 +11,11 @@ PKGS=(slurmctld slurmd slurm-client munge libmunge-dev libslurm-dev slurm-wlm-ba
       man-db bash-completion   # the installed packages' man pages and completions (tests/it/packages.rs)
       iproute2)                # ip: tests/slurm-releases/enter.sh sets up the other releases' network
 if [[ ${1:-} == --list ]]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
+# The status page's browser tests (crates/accountd/tests/it/web.rs) run on the host's release only:
+# the other releases' root filesystems (built from --list) stay without a browser.
+if [[ -z ${GPUTOKENS_SLURM_RELEASE:-} || ${GPUTOKENS_SLURM_RELEASE} == 22.05 ]]; then
+  PKGS+=(chromium chromium-driver)
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -167,6 +167,8 @@ async function main() {
     $("nav").hidden = false;
     if (admin) showAdmin(view); else showUser(view);
     document.body.dataset.loaded = "true";
+    // Milliseconds from the navigation's start to the page drawn with its data (bench/web.sh).
+    document.body.dataset.loadedMs = performance.now().toFixed(1);
   } catch (e) {
     show(e.message);
     document.body.dataset.loaded = "error";
