@@ -151,8 +151,9 @@ mod tests {
         let (a, _) = logins.issue_link(alice(), NOW, LINK).unwrap();
         let (b, _) = logins.issue_link(alice(), NOW, LINK).unwrap();
         assert_ne!(a, b);
+        // All live (none expired): at the cap the one that expires first goes.
         for n in 0..MAX_LIVE as i64 + 5 {
-            logins.issue_link(alice(), NOW + n, LINK).unwrap();
+            logins.issue_link(alice(), NOW + 1 + n / 100, LINK).unwrap();
         }
         assert_eq!(logins.links.len(), MAX_LIVE);
         assert_eq!(logins.redeem(&a, NOW + 1, SESSION).unwrap_err(), Refused::Unknown, "the oldest went first");

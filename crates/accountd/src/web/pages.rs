@@ -21,6 +21,10 @@ const JOBS_LISTED: usize = 200;
 /// Actions (preemptions, drains) read for the views.
 const ACTIONS_READ: usize = 500;
 
+/// A job's newest charge (time, entry id: the charges of one cycle share a time) and its tokens
+/// per GPU type.
+type JobCharges<'a> = ((i64, i64), BTreeMap<&'a str, Tokens>);
+
 fn tokens(t: Tokens) -> Value {
     json!({ "text": t.to_string(), "value": t.as_f64() })
 }
@@ -39,8 +43,7 @@ pub fn user_view(service: &Service, user: &str, now: i64) -> Result<Value, Strin
         .map(|e| json!({ "at": e.at, "balance": e.balance_after.as_f64() }))
         .collect();
 
-    // Per job: its newest charge (time, entry id: charges of one cycle share a time) and tokens per type.
-    let mut jobs: BTreeMap<&str, ((i64, i64), BTreeMap<&str, Tokens>)> = BTreeMap::new();
+    let mut jobs: BTreeMap<&str, JobCharges> = BTreeMap::new();
     for e in entries.iter().filter(|e| e.kind == EntryKind::Charge) {
         let Some(job) = e.job_id.as_deref() else { continue };
         let (last, types) = jobs.entry(job).or_default();
