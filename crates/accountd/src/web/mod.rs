@@ -121,14 +121,21 @@ struct LoginQuery {
 }
 
 async fn login(State(state): State<Arc<AppState>>, Query(query): Query<LoginQuery>) -> Response {
-    let now = gputokens::time::now();
-    let mut s = state.service.lock().unwrap_or_else(|p| p.into_inner());
-    let ttl = s.config.web.session_ttl;
-    let secure = s.config.web.url.as_deref().is_some_and(|u| u.starts_with("https://"));
-    let Some(token) = query.token.filter(|t| t.len() == 64 && t.bytes().all(|b| b.is_ascii_hexdigit())) else {
-        return refused_page(StatusCode::UNAUTHORIZED, Refused::Unknown.message());
+    // The service's lock may be held by a cycle for a while: never wait for it on the runtime.
+    let work = tokio::task::spawn_blocking(move || {
+        let now = gputokens::time::now();
+        let mut s = state.service.lock().unwrap_or_else(|p| p.into_inner());
+        let ttl = s.config.web.session_ttl;
+        let secure = s.config.web.url.as_deref().is_some_and(|u| u.starts_with("https://"));
+        let token = query.token.filter(|t| t.len() == 64 && t.bytes().all(|b| b.is_ascii_hexdigit()));
+        let redeemed = token.ok_or(Refused::Unknown).and_then(|t| s.logins.redeem(&t, now, ttl));
+        (redeemed, ttl, secure)
+    });
+    let (redeemed, ttl, secure) = match work.await {
+        Ok(outcome) => outcome,
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     };
-    match s.logins.redeem(&token, now, ttl) {
+    match redeemed {
         Ok((session, visitor, _)) => {
             tracing::info!("status page: {} logged in with a link", visitor.name);
             let cookie = format!(
@@ -148,7 +155,10 @@ async fn login(State(state): State<Arc<AppState>>, Query(query): Query<LoginQuer
 
 async fn logout(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     if let Some(token) = session_cookie(&headers) {
-        state.service.lock().unwrap_or_else(|p| p.into_inner()).logins.end(&token);
+        let ended = tokio::task::spawn_blocking(move || {
+            state.service.lock().unwrap_or_else(|p| p.into_inner()).logins.end(&token);
+        });
+        let _ = ended.await;
     }
     let mut response = refused_page(StatusCode::OK, "You are logged out");
     let gone = format!("{COOKIE}=; Path=/web; HttpOnly; SameSite=Lax; Max-Age=0");
