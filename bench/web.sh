@@ -49,7 +49,7 @@ echo "ledger: $("$SBALANCE" -a -n -P -o User | wc -l) users"
 chromedriver --port="$driver_port" > /dev/null 2>&1 & pids+=($!)
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$driver_port/status" > /dev/null && break; sleep 0.1; done
 wd() { curl -sf -X POST -H 'Content-Type: application/json' -d "$2" "http://127.0.0.1:$driver_port$1"; }
-session=$(wd /session '{"capabilities":{"alwaysMatch":{"goog:chromeOptions":{"binary":"/usr/bin/chromium","args":["--headless=new","--no-sandbox","--disable-gpu","--disable-dev-shm-usage"]}}}}' |
+session=$(wd /session '{"capabilities":{"alwaysMatch":{"goog:chromeOptions":{"binary":"/usr/bin/chromium","args":["--headless=new","--no-sandbox","--disable-gpu","--disable-dev-shm-usage","--user-data-dir='"$work"'/chromium"]}}}}' |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["value"]["sessionId"])')
 script() { wd "/session/$session/execute/sync" "{\"script\": \"$1\", \"args\": []}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["value"])'; }
 link=$("$SBALANCE" --web | grep -o 'http://[^ ]*')

@@ -42,7 +42,8 @@ fn login_link(site: &Site, user: Option<&str>) -> String {
     out.split_whitespace().find(|w| w.starts_with("http://")).unwrap_or_else(|| panic!("no link in {out}")).to_string()
 }
 
-struct Driver(Child);
+/// chromedriver, and the browser profile it is given (removed with it, so no run leaves one in /tmp).
+struct Driver(Child, tempfile::TempDir);
 
 impl Drop for Driver {
     fn drop(&mut self) {
@@ -70,7 +71,8 @@ async fn browser() -> (Driver, Client) {
         .stderr(Stdio::null())
         .spawn()
         .expect("chromedriver");
-    let driver = Driver(driver);
+    let profile = tempfile::Builder::new().prefix("gputokens-chromium-").tempdir().unwrap();
+    let driver = Driver(driver, profile);
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "chromedriver did not start");
@@ -80,7 +82,8 @@ async fn browser() -> (Driver, Client) {
     capabilities.insert(
         "goog:chromeOptions".into(),
         serde_json::json!({ "binary": CHROMIUM,
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"] }),
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                     format!("--user-data-dir={}", driver.1.path().display())] }),
     );
     let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
         .capabilities(capabilities)
