@@ -32,7 +32,10 @@ fn tokens(t: Tokens) -> Value {
 /// `user`'s page: balance and status, when they recover, the balance over 90 days, charges per
 /// job and per GPU type, crossings and preemptions, and the burn-rate forecast.
 pub fn user_view(service: &Service, user: &str, now: i64) -> Result<Value, String> {
-    let row = balance_row(service, user, now).map_err(|r| format!("{r:?}"))?;
+    let row = balance_row(service, user, now).map_err(|reply| match reply {
+        gputokens::protocol::Reply::Error { message, .. } => message,
+        other => format!("{other:?}"),
+    })?;
     let rules = *service.ledger.rules();
     let entries =
         if row.in_ledger { service.ledger.recent(user, ENTRIES_READ).map_err(|e| e.to_string())? } else { Vec::new() };

@@ -254,6 +254,9 @@ fn a_user_header_counts_only_from_a_trusted_proxy() {
     assert_eq!((view["user"].as_str(), view["balance"]["text"].as_str()), (Some("alice"), Some("36")));
     let (status, body) = get_from("127.0.0.2", &format!("{url}?user=bob"), ("X-Remote-User", "alice"));
     assert_eq!(status, 403, "{body}");
+    let (status, body) = get_from("127.0.0.2", &url, ("X-Remote-User", "nobody-here"));
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("\"unknown user 'nobody-here': not in the ledger and not a user of this system\""), "{body}");
     let (status, _) = get_from("127.0.0.2", &format!("{}/web/api/admin", site.http_url()), ("X-Remote-User", "alice"));
     assert_eq!(status, 403);
     let (status, _) = get_from("127.0.0.2", &format!("{}/web/api/admin", site.http_url()), ("X-Remote-User", "root"));
