@@ -13,7 +13,7 @@ TIMEOUT=${CHECK_TIMEOUT:-60}
 USER_=${TEST_USERS[0]}
 
 say "check: slurmctld answers"
-scontrol ping 2>/dev/null | grep -q 'is UP' || fail "slurmctld is not up (run tests/cluster/up.sh)"
+timeout -k 2 "$T_PROBE" scontrol ping 2>/dev/null | grep -q 'is UP' || fail "slurmctld is not up (run tests/cluster/up.sh)"
 id -u "$USER_" >/dev/null 2>&1 || fail "user $USER_ does not exist (run tests/cluster/up.sh)"
 
 # sbatch from a directory the user can write (slurm-%j.out lands there)
@@ -21,21 +21,22 @@ dir="$LAB/jobs"
 [[ -d $dir ]] || dir=/tmp
 cd "$dir"
 say "check: as $USER_ in $dir: sbatch --gres=gpu:a6000:1 --wrap 'sleep 1'"
-out=$(runuser -u "$USER_" -- sbatch --parsable --gres=gpu:a6000:1 --wrap 'sleep 1' 2>&1) \
+out=$(bounded "$T_CALL" runuser -u "$USER_" -- sbatch --parsable --gres=gpu:a6000:1 --wrap 'sleep 1' 2>&1) \
   || fail "sbatch failed: $out"
 jobid=${out%%;*}
 [[ $jobid =~ ^[0-9]+$ ]] || fail "unexpected sbatch output: $out"
 say "check: job $jobid submitted, waiting up to ${TIMEOUT}s for it to finish"
 
 state=""
-for (( i = 0; i < TIMEOUT * 2; i++ )); do
-  state=$(sacct -j "$jobid" -X -n -P -o State 2>/dev/null | head -n1 || true)
+end=$(( $(now_ms) + TIMEOUT * 1000 ))
+while (( $(now_ms) < end )); do
+  state=$(timeout -k 2 "$T_PROBE" sacct -j "$jobid" -X -n -P -o State 2>/dev/null | head -n1 || true)
   case $state in
     ""|PENDING|RUNNING|REQUEUED|RESIZING|SUSPENDED|COMPLETING) sleep 0.5 ;;
     *) break ;;
   esac
 done
-row=$(sacct -j "$jobid" -X -n -P -o User,State,AllocTRES 2>/dev/null | head -n1 || true)
+row=$(timeout -k 2 "$T_PROBE" sacct -j "$jobid" -X -n -P -o User,State,AllocTRES 2>/dev/null | head -n1 || true)
 IFS='|' read -r juser state tres <<<"$row"
 say "check: sacct says user=$juser state=$state AllocTRES=$tres"
 

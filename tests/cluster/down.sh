@@ -21,11 +21,13 @@ if [[ ! -d $LAB/pids ]]; then
   say "nothing to stop ($LAB/pids does not exist)"
 else
   if [[ ${KEEP_JOBS:-0} != 1 ]] && our_pid slurmctld slurmctld >/dev/null && our_pid slurmd slurmd >/dev/null; then
-    jobs=$(squeue -h -o %i 2>/dev/null || true)
+    queue() { timeout -k 2 "$T_PROBE" squeue -h -o "${1:-%i}" 2>/dev/null || true; }
+    queue_empty() { [[ -z $(queue) ]]; }
+    jobs=$(queue)
     if [[ -n $jobs ]]; then
       # shellcheck disable=SC2086
-      scancel $jobs 2>/dev/null || true
-      waitfor 10 test -z "$(squeue -h -o %i 2>/dev/null)" || say "WARNING: jobs still listed: $(squeue -h -o '%i %T' | tr '\n' ' ')"
+      bounded "$T_CALL" scancel $jobs 2>/dev/null || true
+      waitfor 10 queue_empty || say "WARNING: jobs still listed: $(queue '%i %T' | tr '\n' ' ')"
       say "cancelled jobs: $(tr '\n' ' ' <<<"$jobs")"
     fi
   fi
@@ -40,7 +42,7 @@ if [[ $WIPE == 1 ]]; then
     start_mariadb
   fi
   if mariadb_ok; then
-    mariadb -e "DROP DATABASE IF EXISTS $DBNAME; DROP USER IF EXISTS '$DBUSER'@'localhost';"
+    bounded "$T_CALL" mariadb -e "DROP DATABASE IF EXISTS $DBNAME; DROP USER IF EXISTS '$DBUSER'@'localhost';"
     say "WIPE: dropped database $DBNAME"
   fi
 fi

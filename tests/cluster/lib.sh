@@ -18,14 +18,36 @@ elapsed() { awk -v a="$_T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a 
 say() { printf '[%6ss] %s\n' "$(elapsed)" "$*"; }
 die() { printf '[%6ss] %s: ERROR: %s\n' "$(elapsed)" "$_SCRIPT" "$*" >&2; exit 1; }
 
-# waitfor SECONDS CMD...: run CMD every 0.1 s until it succeeds; 1 on timeout.
+# Every call that can hang runs under a deadline, so a daemon that does not answer fails the run in
+# seconds with its log, never waits out CI's limit: T_PROBE for one readiness probe (munge -n,
+# SELECT 1, sacctmgr list, scontrol ping), T_CALL for one administrative call (sacctmgr add, SQL).
+T_PROBE=${GPUTOKENS_T_PROBE:-5}
+T_CALL=${GPUTOKENS_T_CALL:-30}
+
+# now_ms: milliseconds since the epoch (bash 5's EPOCHREALTIME, no fork).
+now_ms() { local t=${EPOCHREALTIME/[.,]/}; echo $(( 10#$t / 1000 )); }
+
+# waitfor SECONDS CMD...: run CMD every 0.1 s until it succeeds; 1 once SECONDS have passed, however
+# long each try took (bound a try that can hang with `bounded`).
 waitfor() {
-  local tries=$(( $1 * 10 )) i; shift
-  for (( i = 0; i < tries; i++ )); do
+  local end=$(( $(now_ms) + $1 * 1000 )); shift
+  while :; do
     "$@" >/dev/null 2>&1 && return 0
+    (( $(now_ms) < end )) || return 1
     sleep 0.1
   done
-  return 1
+}
+
+# bounded SECONDS CMD...: run CMD, killed after SECONDS (SIGKILL 5 s later if it ignores SIGTERM);
+# a command that ran out of time is named on stderr and returns 124.
+bounded() {
+  local limit=$1 rc=0; shift
+  timeout --kill-after=5 "$limit" "$@" || rc=$?
+  if (( rc == 124 || rc == 137 )); then
+    printf '%s: %s did not finish within %ss\n' "$_SCRIPT" "$*" "$limit" >&2
+    return 124
+  fi
+  return "$rc"
 }
 
 # proc_is PID EXE: PID is a live (non-zombie) process whose argv[0] basename is EXE.
@@ -70,7 +92,7 @@ stop_daemon() {
   rm -f "$f"
 }
 
-mariadb_ok() { mariadb -e 'SELECT 1' >/dev/null 2>&1; }
+mariadb_ok() { timeout -k 2 "$T_PROBE" mariadb -e 'SELECT 1' >/dev/null 2>&1; }
 
 # start_mariadb: start mariadbd (system datadir, as user mysql) detached; record its PID.
 start_mariadb() {

@@ -44,11 +44,60 @@ mkdir -p "$LAB"/{pids,run,log,state/ctld,state/d,dev}
 install -d -m 1777 "$LAB/jobs"                       # a place any test user can sbatch from
 say "lab dir $LAB (host $HOST)"
 
-# ---- host name must resolve: slurmd identifies itself by `hostname -s` ------------------------------
-if ! getent hosts "$HOST" >/dev/null; then
+# ---- every name the daemons look up must resolve, before any daemon starts -----------------------
+# slurm.conf and slurmdbd.conf name localhost and this host; a root filesystem without them in
+# /etc/hosts sends those names to DNS, which the test namespaces cannot reach, and every daemon and
+# sacctmgr call would wait on it. Fail now, naming the cause.
+resolve() { { timeout -k 2 "$T_PROBE" getent ahosts "$1" 2>/dev/null || true; } | awk '{ print $1 }' | sort -u | paste -sd' '; }
+addrs=$(resolve localhost)
+[[ $addrs =~ (^| )(127\.[0-9.]+|::1)( |$) ]] || die "'localhost' does not resolve to a loopback address \
+(getent ahosts localhost: '${addrs:-no address}'): /etc/hosts needs '127.0.0.1 localhost' and \
+'::1 localhost ip6-localhost ip6-loopback' (tests/slurm-releases/rootfs.sh writes them into the root \
+filesystems it builds). slurm.conf and slurmdbd.conf name localhost: without it slurmdbd, slurmctld and \
+sacctmgr cannot reach each other."
+if [[ -z $(resolve "$HOST") ]]; then
   echo "127.0.0.1 $HOST" >> /etc/hosts
   say "added $HOST to /etc/hosts"
 fi
+
+PLUGIN_DIR=${SLURM_PLUGIN_DIR:-}
+if [[ -z $PLUGIN_DIR ]]; then
+  for d in /usr/lib/*/slurm-wlm /usr/lib/slurm-wlm /usr/lib64/slurm /usr/lib/slurm; do
+    if [[ -e $d/select_cons_tres.so ]]; then PLUGIN_DIR=$d; break; fi
+  done
+fi
+[[ -n $PLUGIN_DIR && -d $PLUGIN_DIR ]] || die "cannot find the Slurm PluginDir (set SLURM_PLUGIN_DIR)"
+
+render() {
+  sed -e "s|@HOST@|$HOST|g" -e "s|@LAB@|$LAB|g" -e "s|@CLUSTER@|$CLUSTER|g" \
+      -e "s|@PLUGIN_DIR@|$PLUGIN_DIR|g" -e "s|@DBNAME@|$DBNAME|g" -e "s|@DBPASS@|$DBPASS|g" \
+      -e "s|@SLURM_USER@|$SLURM_USER|g" "$1"
+}
+# conf_hosts: the host names and addresses a slurm.conf or slurmdbd.conf on stdin makes its daemons
+# look up (SlurmctldHost's address in parentheses when it has one; a node's NodeAddr, else its name
+# unless that is a host list).
+conf_hosts() {
+  awk '{ sub(/#.*/, "") }
+    match($0, /^[[:space:]]*(SlurmctldHost|ControlMachine|BackupController|AccountingStorageHost|DbdHost|DbdBackupHost|StorageHost)=[^[:space:]]+/) {
+      v = substr($0, RSTART, RLENGTH); sub(/^[^=]*=/, "", v)
+      if (match(v, /\(.*\)/)) v = substr(v, RSTART + 1, RLENGTH - 2)
+      print v }
+    /^[[:space:]]*NodeName=/ {
+      name = ""; addr = ""
+      for (i = 1; i <= NF; i++) {
+        if ($i ~ /^NodeName=/) name = substr($i, 10)
+        if ($i ~ /^NodeAddr=/) addr = substr($i, 10)
+      }
+      if (addr != "") print addr; else if (name !~ /[][,]/ && name != "DEFAULT") print name }' | sort -u
+}
+unresolved=()
+while read -r name; do
+  if [[ -n $name && -z $(resolve "$name") ]]; then unresolved+=("$name"); fi
+done < <( { render "$HERE/slurm.conf.in"; printf '%s\n' "${GPUTOKENS_EXTRA_SLURM_CONF:-}"; render "$HERE/slurmdbd.conf.in"; } | conf_hosts)
+(( ${#unresolved[@]} == 0 )) || die "host name(s) in slurm.conf or slurmdbd.conf do not resolve within ${T_PROBE}s: \
+${unresolved[*]} (getent ahosts finds nothing; /etc/hosts or DNS must know them, or the daemons would \
+wait on them)"
+say "names resolve: localhost ($addrs), $HOST"
 
 # ---- test users ----------------------------------------------------------------------------------
 for u in "${TEST_USERS[@]}"; do
@@ -72,7 +121,7 @@ chgrp "$SLURM_USER" "$LAB/run"
 chmod 775 "$LAB/run"
 
 # ---- munge ---------------------------------------------------------------------------------------
-munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
+munge_ok() { timeout -k 2 "$T_PROBE" munge -n 2>/dev/null | timeout -k 2 "$T_PROBE" unmunge >/dev/null 2>&1; }
 if p=$(our_pid munged munged); then
   say "munged already running (pid $p)"
 else
@@ -112,19 +161,6 @@ for i in 0 1 2 3 4 5 6 7; do
 done
 
 # ---- configs -------------------------------------------------------------------------------------
-PLUGIN_DIR=${SLURM_PLUGIN_DIR:-}
-if [[ -z $PLUGIN_DIR ]]; then
-  for d in /usr/lib/*/slurm-wlm /usr/lib/slurm-wlm /usr/lib64/slurm /usr/lib/slurm; do
-    if [[ -e $d/select_cons_tres.so ]]; then PLUGIN_DIR=$d; break; fi
-  done
-fi
-[[ -n $PLUGIN_DIR && -d $PLUGIN_DIR ]] || die "cannot find the Slurm PluginDir (set SLURM_PLUGIN_DIR)"
-
-render() {
-  sed -e "s|@HOST@|$HOST|g" -e "s|@LAB@|$LAB|g" -e "s|@CLUSTER@|$CLUSTER|g" \
-      -e "s|@PLUGIN_DIR@|$PLUGIN_DIR|g" -e "s|@DBNAME@|$DBNAME|g" -e "s|@DBPASS@|$DBPASS|g" \
-      -e "s|@SLURM_USER@|$SLURM_USER|g" "$1"
-}
 # put DEST MODE CONTENT: write DEST only when its content differs (keeps mtimes stable on re-runs).
 put() {
   local dest=$1 mode=$2 tmp
@@ -270,17 +306,18 @@ ensure_slurm_daemon() {
   fi
   rm -f "$own"
   START_TIME=$(date +%Y-%m-%dT%H:%M:%S)
-  "/usr/sbin/$name" </dev/null >>"$LAB/log/$name.stdout" 2>&1 \
+  bounded "$T_CALL" "/usr/sbin/$name" </dev/null >>"$LAB/log/$name.stdout" 2>&1 \
     || die "$name failed to start; tail of $LAB/log/$name.log:
 $(tail -n 20 "$LAB/log/$name.log" "$LAB/log/$name.stdout" 2>/dev/null)"
   waitfor 10 test -s "$own" || die "$name wrote no $own"
   p=$(<"$own")
   echo "$p" > "$LAB/pids/$name.pid"
   echo "$fp" > "$applied"
-  local i ready=0 why="not ready after ${timeout}s"
-  for (( i = 0; i <= timeout * 10; i++ )); do
+  local ready=0 why="not ready after ${timeout}s" end=$(( $(now_ms) + timeout * 1000 ))
+  while :; do
     if "$@" >/dev/null 2>&1; then ready=1; break; fi
     if ! proc_is "$p" "$name"; then why="exited"; break; fi
+    (( $(now_ms) < end )) || break
     sleep 0.1
   done
   (( ready )) || die "$name (pid $p) $why; tail of $LAB/log/$name.log:
@@ -301,22 +338,24 @@ else
     say "started mariadbd (pid $(<"$LAB/pids/mariadbd.pid"))"
   fi
 fi
-mariadb -e "CREATE DATABASE IF NOT EXISTS $DBNAME;
+bounded "$T_CALL" mariadb -e "CREATE DATABASE IF NOT EXISTS $DBNAME;
   CREATE USER IF NOT EXISTS '$DBUSER'@'localhost' IDENTIFIED BY '$DBPASS';
   ALTER USER '$DBUSER'@'localhost' IDENTIFIED BY '$DBPASS';
-  GRANT ALL ON $DBNAME.* TO '$DBUSER'@'localhost';"
+  GRANT ALL ON $DBNAME.* TO '$DBUSER'@'localhost';" \
+  || die "mariadb did not create the accounting database; tail of $LAB/log/mariadbd.log:
+$(tail -n 15 "$LAB/log/mariadbd.log" 2>/dev/null)"
 
-dbd_ok() { sacctmgr -n -P list cluster format=cluster >/dev/null 2>&1; }
+dbd_ok() { timeout -k 2 "$T_PROBE" sacctmgr -n -P list cluster format=cluster >/dev/null 2>&1; }
 ensure_slurm_daemon slurmdbd 6819 30 dbd_ok
 
 # associations: one listing, then only the additions that are missing
-assoc=$(sacctmgr -n -P list assoc format=cluster,account,user) || die "sacctmgr list assoc failed"
+assoc=$(bounded "$T_CALL" sacctmgr -n -P list assoc format=cluster,account,user) || die "sacctmgr list assoc failed"
 if ! grep -q "^$CLUSTER|" <<<"$assoc"; then
-  sacctmgr -i add cluster "$CLUSTER" >/dev/null
+  bounded "$T_CALL" sacctmgr -i add cluster "$CLUSTER" >/dev/null
   say "sacctmgr: added cluster $CLUSTER"
 fi
 if ! grep -qx "$CLUSTER|$ACCOUNT|" <<<"$assoc"; then
-  sacctmgr -i add account "$ACCOUNT" cluster="$CLUSTER" Description="gputokens tests" Organization=gputokens >/dev/null
+  bounded "$T_CALL" sacctmgr -i add account "$ACCOUNT" cluster="$CLUSTER" Description="gputokens tests" Organization=gputokens >/dev/null
   say "sacctmgr: added account $ACCOUNT"
 fi
 missing=()
@@ -324,28 +363,28 @@ for u in root "${TEST_USERS[@]}"; do
   grep -qx "$CLUSTER|$ACCOUNT|$u" <<<"$assoc" || missing+=("$u")
 done
 if (( ${#missing[@]} )); then
-  sacctmgr -i add user "$(IFS=,; echo "${missing[*]}")" account="$ACCOUNT" cluster="$CLUSTER" >/dev/null
+  bounded "$T_CALL" sacctmgr -i add user "$(IFS=,; echo "${missing[*]}")" account="$ACCOUNT" cluster="$CLUSTER" >/dev/null
   say "sacctmgr: added users ${missing[*]} to account $ACCOUNT"
 fi
 
 # QOS: normal weighs 10 (the test cluster's PriorityWeightQOS makes that +10000); gputokens-overdraft,
 # where the job_submit plugin can move GPU jobs in overdraft, weighs 0. Every test user may use it.
-qos=$(sacctmgr -n -P list qos format=name,priority) || die "sacctmgr list qos failed"
+qos=$(bounded "$T_CALL" sacctmgr -n -P list qos format=name,priority) || die "sacctmgr list qos failed"
 if ! grep -qx "gputokens-overdraft|0" <<<"$qos"; then
-  sacctmgr -i add qos gputokens-overdraft Priority=0 >/dev/null
+  bounded "$T_CALL" sacctmgr -i add qos gputokens-overdraft Priority=0 >/dev/null
   say "sacctmgr: added qos gputokens-overdraft"
 fi
 if ! grep -qx "normal|10" <<<"$qos"; then
-  sacctmgr -i modify qos normal set Priority=10 >/dev/null
+  bounded "$T_CALL" sacctmgr -i modify qos normal set Priority=10 >/dev/null
   say "sacctmgr: qos normal Priority=10"
 fi
-if ! sacctmgr -n -P list assoc account="$ACCOUNT" format=qos | grep -q gputokens-overdraft; then
-  sacctmgr -i modify account "$ACCOUNT" set qos+=gputokens-overdraft >/dev/null
+if ! bounded "$T_CALL" sacctmgr -n -P list assoc account="$ACCOUNT" format=qos | grep -q gputokens-overdraft; then
+  bounded "$T_CALL" sacctmgr -i modify account "$ACCOUNT" set qos+=gputokens-overdraft >/dev/null
   say "sacctmgr: account $ACCOUNT may use qos gputokens-overdraft"
 fi
 
 # ---- slurmctld + slurmd --------------------------------------------------------------------------
-ctld_ok() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
+ctld_ok() { timeout -k 2 "$T_PROBE" scontrol ping 2>/dev/null | grep -q 'is UP'; }
 ensure_slurm_daemon slurmctld 6817 30 ctld_ok
 # A fresh slurmctld shows the node UNKNOWN until its next ping of slurmd (~5 s); a restarted slurmd
 # registers at once (~0.2 s), so restart ours along with slurmctld.
@@ -355,7 +394,7 @@ if [[ $STARTED == 1 ]]; then FORCE_RESTART=1 FORCE_REASON="slurmctld was restart
 START_TIME=""
 slurmd_ok() {
   local info st t
-  info=$(scontrol -o show node "$HOST" 2>/dev/null) || return 1
+  info=$(timeout -k 2 "$T_PROBE" scontrol -o show node "$HOST" 2>/dev/null) || return 1
   st=$(sed -n 's/.* State=\([^ ]*\).*/\1/p' <<<"$info")
   t=$(sed -n 's/.* SlurmdStartTime=\([^ ]*\).*/\1/p' <<<"$info")
   [[ -n $st && $st != *NOT_RESPONDING* && $st != UNKNOWN* ]] || return 1
@@ -365,11 +404,11 @@ ensure_slurm_daemon slurmd 6818 30 slurmd_ok
 
 # ---- node must be idle with the expected GPUs ----------------------------------------------------
 want_gres="gpu:rtx2080:4,gpu:rtx3090:2,gpu:a6000:2"
-node_line() { sinfo -h -n "$HOST" -o '%T|%G|%E'; }
+node_line() { timeout -k 2 "$T_PROBE" sinfo -h -n "$HOST" -o '%T|%G|%E'; }
 node_usable() { [[ $(node_line | cut -d'|' -f1) =~ ^(idle|mixed|allocated|completing)$ ]]; }
 if ! node_usable; then
   say "node $HOST is '$(node_line)', resuming"
-  scontrol update nodename="$HOST" state=resume || true
+  bounded "$T_CALL" scontrol update nodename="$HOST" state=resume || true
   waitfor 15 node_usable || die "node $HOST did not become usable: $(node_line); see $LAB/log/slurmd.log"
 fi
 IFS='|' read -r state gres _ <<<"$(node_line)"

@@ -22,6 +22,30 @@ list=$(printf '%s\n' "${packages[@]}" | sort -u)
 stamp="$root/.gputokens-rootfs"
 want="$(sha256sum <<<"$list" | cut -c1-16)"
 
+# debootstrap writes no /etc/hosts. Without `localhost` there, slurm.conf's and slurmdbd.conf's
+# localhost goes to DNS, which the test namespaces cannot reach, and slurmdbd is never reached.
+# Every root filesystem gets a complete one; a cached one that lacks a line is repaired here (each
+# run calls this script), keeping whatever else it holds.
+complete_hosts() {
+  local hosts=$1/etc/hosts name tmp
+  name=$(hostname)
+  has() { grep -Eq "^[[:space:]]*$1[[:space:]]+([^#]*[[:space:]])?$2([[:space:]#]|\$)" "$hosts" 2>/dev/null; }
+  has '127\.0\.0\.1' localhost && has '::1' localhost && has '127\.[0-9.]+' "${name//./\\.}" && return 0
+  tmp=$(mktemp "$hosts.XXXXXX")
+  {
+    printf '# Written by tests/slurm-releases/rootfs.sh: the test cluster names localhost and this host.\n'
+    printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n'
+    printf 'ff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n127.0.1.1\t%s\n' "$name"
+    # what else was there (names up.sh added), less the lines written above
+    grep -Ev '^[[:space:]]*(#|$)|(^|[[:space:]])(localhost|ip6-localhost|ip6-loopback|ip6-allnodes|ip6-allrouters)([[:space:]]|$)' \
+      "$hosts" 2>/dev/null | grep -Ev "^[[:space:]]*127\.0\.1\.1[[:space:]]+$name([[:space:]]|\$)" || true
+  } > "$tmp"
+  chmod 644 "$tmp"
+  mv -f "$tmp" "$hosts"
+  say "$hosts: wrote localhost (IPv4 and IPv6) and $name"
+}
+
+if [[ -f $stamp ]]; then complete_hosts "$root"; fi
 [[ -f $stamp && $(<"$stamp") == "$want" ]] && exit 0
 
 # The Debian mirror this host already uses (deb822 sources or sources.list), else the public one.
@@ -45,21 +69,24 @@ if [[ -f $stamp ]]; then
   no_daemons "$root"
   # shellcheck disable=SC2086
   chroot "$root" /usr/bin/env DEBIAN_FRONTEND=noninteractive PATH=/usr/sbin:/usr/bin:/sbin:/bin \
-    sh -c 'apt-get update -q -o Acquire::Check-Valid-Until=false && apt-get install -y -q "$@"' apt $list
+    timeout -k 10 1200 sh -c 'apt-get update -q -o Acquire::Check-Valid-Until=false && apt-get install -y -q "$@"' apt $list \
+    || die "apt-get in $root failed or took over 20 minutes"
 else
   command -v debootstrap >/dev/null || {
     say "installing debootstrap"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null \
-      || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap; }
+    DEBIAN_FRONTEND=noninteractive timeout -k 10 600 apt-get install -y -q debootstrap >/dev/null \
+      || { timeout -k 10 600 apt-get update -q && DEBIAN_FRONTEND=noninteractive timeout -k 10 600 apt-get install -y -q debootstrap; } \
+      || die "could not install debootstrap within 10 minutes"
   }
   mkdir -p "$ROOTFS_CACHE"
   partial="$root.partial"
   rm -rf "$partial"
   say "building $root (Debian $suite, Slurm $release) from $(mirror); about 3 minutes"
-  debootstrap --variant=minbase --include="$(paste -sd, <<<"$list")" "$suite" "$partial" "$(mirror)" \
+  timeout -k 10 1800 debootstrap --variant=minbase --include="$(paste -sd, <<<"$list")" "$suite" "$partial" "$(mirror)" \
     > "$ROOTFS_CACHE/$suite.debootstrap.log" 2>&1 \
-    || die "debootstrap failed; see $ROOTFS_CACHE/$suite.debootstrap.log (tail: $(tail -n 5 "$ROOTFS_CACHE/$suite.debootstrap.log"))"
+    || die "debootstrap failed or took over 30 minutes; see $ROOTFS_CACHE/$suite.debootstrap.log (tail: $(tail -n 5 "$ROOTFS_CACHE/$suite.debootstrap.log"))"
   cp /etc/resolv.conf "$partial/etc/resolv.conf"
+  complete_hosts "$partial"
   no_daemons "$partial"
   rm -rf "$root"
   mv "$partial" "$root"

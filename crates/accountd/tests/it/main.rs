@@ -7,6 +7,7 @@ mod agent;
 mod alerts;
 mod charging;
 mod cluster;
+mod cluster_scripts;
 mod common;
 mod config;
 mod cycles;
