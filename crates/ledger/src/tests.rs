@@ -84,6 +84,27 @@ fn running_job_charged_in_steps_adds_up_to_its_final_cost() {
 }
 
 #[test]
+fn a_run_of_no_gpu_time_leaves_no_entry_and_is_remembered_as_charged() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    let now = at("2026-11-30T20:00:00");
+    let cancelled = record("12", "carol", "a6000", 2, 0);
+    let out = l.charge(&[cancelled.clone(), record("13", "bob", "a6000", 1, 0)], &seed_prices(), now).unwrap();
+    assert_eq!(out.charged, Tokens::ZERO);
+    assert!(l.account("carol").unwrap().is_none(), "no +0 entry (nor an account made for it)");
+    assert_eq!(l.charged_seconds("12", cancelled.segment_start).unwrap(), Some(0), "remembered");
+    let replay = l.charge(&[cancelled.clone()], &seed_prices(), now).unwrap();
+    assert_eq!((replay.records, replay.unchanged), (0, 1), "a replay adds nothing");
+    assert!(l.account("carol").unwrap().is_none());
+    // The same run seen again later with time on it (a record read while it started) is charged.
+    l.charge(&[UsageRecord { elapsed: 900, ..cancelled }], &seed_prices(), now).unwrap();
+    assert_eq!(balance(&l, "carol"), Tokens::whole(98));
+    let charges: Vec<_> = l.history("carol").unwrap().into_iter().filter(|e| e.job_id.is_some()).collect();
+    assert_eq!(charges.len(), 1, "{charges:?}");
+    assert_eq!(charges[0].amount, Tokens::whole(-2));
+}
+
+#[test]
 fn requeued_segments_are_each_charged_once() {
     let dir = tempfile::tempdir().unwrap();
     let mut l = open(&dir, rules());
