@@ -21,7 +21,7 @@ fn node_token(config: &Config, node: &str) -> AccountdResult {
         .ok_or_else(|| AccountdError::Refused("[agent] token_file (the site secret) is not set".into()))?;
     let secret =
         crate::auth::read_secret(path).map_err(|e| AccountdError::Refused(format!("agent.token_file: {e}")))?;
-    println!("{}", crate::auth::node_token(&secret, node));
+    crate::outln!("{}", crate::auth::node_token(&secret, node));
     Ok(())
 }
 
@@ -52,26 +52,26 @@ pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
     match call(socket, &request)? {
         Reply::Recorded { entries, replayed } => {
             if replayed {
-                println!("already recorded under this key; nothing changed");
+                crate::outln!("already recorded under this key; nothing changed");
             }
             for e in &entries {
-                println!("{} {} {}: balance now {}", e.kind.as_str(), signed(e.amount), e.user, e.balance_after);
+                crate::outln!("{} {} {}: balance now {}", e.kind.as_str(), signed(e.amount), e.user, e.balance_after);
             }
         }
         Reply::History { user, entries } if json => {
             let out = serde_json::json!({ "user": user, "entries": entries });
-            println!("{out:#}");
+            crate::outln!("{out:#}");
         }
         Reply::History { entries, .. } => print_history(&entries),
-        Reply::Actions { actions } if json => println!("{:#}", serde_json::json!({ "actions": actions })),
+        Reply::Actions { actions } if json => crate::outln!("{:#}", serde_json::json!({ "actions": actions })),
         Reply::Actions { actions } => {
-            println!("{:<19} {:<8} {:<10} {:<10} Reason", "Time", "Action", "Target", "User");
+            crate::outln!("{:<19} {:<8} {:<10} {:<10} Reason", "Time", "Action", "Target", "User");
             for a in actions {
                 let action = if a.dry_run { format!("({})", a.action) } else { a.action };
-                println!("{:<19} {:<8} {:<10} {:<10} {}", format_local(a.at), action, a.target, a.user, a.reason);
+                crate::outln!("{:<19} {:<8} {:<10} {:<10} {}", format_local(a.at), action, a.target, a.user, a.reason);
             }
         }
-        Reply::Imported { imported, already } => println!("imported {imported} users ({already} were imported before)"),
+        Reply::Imported { imported, already } => crate::outln!("imported {imported} users ({already} were imported before)"),
         other => return Err(ClientError::Unexpected(Box::new(other)).into()),
     }
     Ok(())
@@ -82,12 +82,12 @@ fn verify(config: &Config) -> AccountdResult {
     let service = crate::service::Service::open_as_admin(config.clone())?;
     let found = service.ledger.verify()?;
     for problem in &found.problems {
-        println!("problem: {problem}");
+        crate::outln!("problem: {problem}");
     }
     let summary = format!("{}: {} users, {} entries", config.paths.ledger.display(), found.users, found.entries);
     match found.problems.len() {
         0 => {
-            println!("{summary}: consistent");
+            crate::outln!("{summary}: consistent");
             Ok(())
         }
         n => Err(AccountdError::Refused(format!("{summary}: {n} problem(s)"))),
@@ -104,12 +104,12 @@ pub(crate) fn signed(t: Tokens) -> String {
 }
 
 fn print_history(entries: &[HistoryRow]) {
-    println!(
+    crate::outln!(
         "{:>6} {:<19} {:<9} {:>12} {:>12} {:<10} {:<8} Reason",
         "Id", "Time", "Kind", "Amount", "Balance", "Actor", "Job"
     );
     for e in entries {
-        println!(
+        crate::outln!(
             "{:>6} {:<19} {:<9} {:>12} {:>12} {:<10} {:<8} {}",
             e.id,
             format_local(e.at),

@@ -35,6 +35,7 @@ pub mod slurm_check;
 pub mod slurm_view;
 pub mod snapshot_access;
 pub mod statement_output;
+pub mod stdout;
 pub mod utilization;
 pub mod web;
 

@@ -8,6 +8,7 @@ use accountd::error::{AccountdError, AccountdResult};
 use accountd::service::Service;
 use accountd::slurm::Slurm;
 use accountd::{admin, charging, cycle, http, server};
+use accountd::{out, outln};
 use clap::Parser;
 use gputokens::Config;
 
@@ -36,14 +37,14 @@ fn run(cli: Cli) -> AccountdResult {
             let file = file.unwrap_or(path);
             let config = Config::load(&file)?;
             accountd::utilization::prometheus_source(&config)?;
-            println!("{}: valid", file.display());
+            outln!("{}: valid", file.display());
             if slurm {
                 check_slurm(&config)?;
             }
             Ok(())
         }
         Command::Config(ConfigCommand::Default) => {
-            print!("{}", gputokens::config::EXAMPLE);
+            out!("{}", gputokens::config::EXAMPLE);
             Ok(())
         }
         Command::Admin(command) => admin::run(&Config::load(&path)?, command),
@@ -56,16 +57,16 @@ fn run(cli: Cli) -> AccountdResult {
             let _lock = cycle_lock(&service, "accountd tick", &wait)?;
             if !skip_charge {
                 let slurm = Slurm::new(&service.config.slurm);
-                println!("charge: {}", charging::charge(&mut service, &slurm, now)?);
+                outln!("charge: {}", charging::charge(&mut service, &slurm, now)?);
             }
-            println!("check: {}", cycle::check(&mut service, now, cycle::publish_snapshot)?);
+            outln!("check: {}", cycle::check(&mut service, now, cycle::publish_snapshot)?);
             service.finish_pending();
             Ok(())
         }
         Command::Charge { sacct_file, time, wait } => {
             let mut service = Service::open_as_admin(Config::load(&path)?)?;
             let _lock = cycle_lock(&service, "accountd charge", &wait)?;
-            println!("{}", accountd::sacct_file::charge(&mut service, &sacct_file, now(&time)?)?);
+            outln!("{}", accountd::sacct_file::charge(&mut service, &sacct_file, now(&time)?)?);
             Ok(())
         }
     }
@@ -87,7 +88,7 @@ fn check_slurm(config: &Config) -> AccountdResult {
         .facts(matches!(config.admission.deprioritize, gputokens::admission_settings::Deprioritize::Qos(_)))?;
     let findings = accountd::slurm_check::findings(config, &facts, |p| p.is_file());
     for finding in &findings {
-        println!("slurm: {finding}");
+        outln!("slurm: {finding}");
     }
     let problems = findings.iter().filter(|f| matches!(f, accountd::slurm_check::Finding::Problem(_))).count();
     match problems {

@@ -137,7 +137,7 @@ pub fn run(args: Args) -> AccountdResult {
     } else {
         table(&rows, &fields, !args.noheader)
     };
-    print!("{out}");
+    crate::out!("{out}");
     Ok(())
 }
 
@@ -153,7 +153,7 @@ fn history(config: &Config, args: &Args, limit: usize) -> AccountdResult {
         other => return Err(ClientError::Unexpected(Box::new(other)).into()),
     };
     if args.json {
-        println!("{:#}", serde_json::json!({ "entries": entries }));
+        crate::outln!("{:#}", serde_json::json!({ "entries": entries }));
         return Ok(());
     }
     const HEADER: [&str; 6] = ["Time", "Kind", "Amount", "Balance", "JobID", "Reason"];
@@ -191,7 +191,7 @@ fn history(config: &Config, args: &Args, limit: usize) -> AccountdResult {
         }
         out
     };
-    print!("{out}");
+    crate::out!("{out}");
     Ok(())
 }
 
@@ -202,7 +202,7 @@ fn web_link(config: &Config) -> AccountdResult {
         other => return Err(ClientError::Unexpected(Box::new(other)).into()),
     };
     let minutes = ((expires - gputokens::time::now()).max(0) + 59) / 60;
-    println!("Open this link in your browser within {minutes} min (it works once, and only for you):\n  {url}");
+    crate::outln!("Open this link in your browser within {minutes} min (it works once, and only for you):\n  {url}");
     Ok(())
 }
 
@@ -234,7 +234,7 @@ fn statement(config: &Config, args: &Args, month: Month) -> AccountdResult {
         let texts: Vec<String> = statements.iter().map(|s| statement_output::text(s, !args.noheader)).collect();
         texts.join("\n")
     };
-    print!("{out}");
+    crate::out!("{out}");
     Ok(())
 }
 

@@ -15,6 +15,7 @@ mod grafana;
 mod health;
 mod http;
 mod limits;
+mod manners;
 mod notifications;
 mod overload;
 mod packages;
