@@ -71,7 +71,9 @@ pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
                 crate::outln!("{:<19} {:<8} {:<10} {:<10} {}", format_local(a.at), action, a.target, a.user, a.reason);
             }
         }
-        Reply::Imported { imported, already } => crate::outln!("imported {imported} users ({already} were imported before)"),
+        Reply::Imported { imported, already } => {
+            crate::outln!("imported {imported} users ({already} were imported before)")
+        }
         other => return Err(ClientError::Unexpected(Box::new(other)).into()),
     }
     Ok(())
@@ -106,7 +108,13 @@ pub(crate) fn signed(t: Tokens) -> String {
 fn print_history(entries: &[HistoryRow]) {
     crate::outln!(
         "{:>6} {:<19} {:<9} {:>12} {:>12} {:<10} {:<8} Reason",
-        "Id", "Time", "Kind", "Amount", "Balance", "Actor", "Job"
+        "Id",
+        "Time",
+        "Kind",
+        "Amount",
+        "Balance",
+        "Actor",
+        "Job"
     );
     for e in entries {
         crate::outln!(

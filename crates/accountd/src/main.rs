@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use accountd::cli::{Cli, Command, ConfigCommand, TimeArg, WaitArg};
 use accountd::cycle_lock::CycleLock;
 use accountd::error::{AccountdError, AccountdResult};
+use accountd::instance_lock::{self, InstanceLock};
 use accountd::service::Service;
 use accountd::slurm::Slurm;
 use accountd::{admin, charging, cycle, http, server};
@@ -108,6 +109,17 @@ fn serve(config: Config) -> AccountdResult {
     let socket = config.paths.socket.clone();
     let http_listen = config.http_listen;
     let limits = config.http.clone();
+    // Before anything is opened or bound: a second serve must leave the running one's socket alone.
+    let _socket_lock = InstanceLock::acquire(
+        &instance_lock::beside(&socket),
+        &format!("accountd serve with socket {}", socket.display()),
+    )?;
+    let _ledger_lock = InstanceLock::acquire(
+        &instance_lock::beside(&config.paths.ledger),
+        &format!("accountd serve with ledger {}", config.paths.ledger.display()),
+    )?;
+    // The HTTP address before the socket, for the same reason: one taken fails this serve alone.
+    let tcp = http_listen.map(bind_http).transpose()?;
     accountd::conn_caps::raise_open_file_limit(
         (limits.max_connections + server::MAX_CONNECTIONS) as u64 + OTHER_OPEN_FILES,
     );
@@ -122,11 +134,9 @@ fn serve(config: Config) -> AccountdResult {
         tracing::info!("accountd {} listening on {}", accountd::version(), socket.display());
         let shared = std::sync::Arc::new(std::sync::Mutex::new(service));
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        if let Some(addr) = http_listen {
-            let tcp = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(AccountdError::io(format!("cannot listen on http {addr}")))?;
-            let bound = tcp.local_addr().unwrap_or(addr);
+        if let Some(tcp) = tcp {
+            let tcp = tokio::net::TcpListener::from_std(tcp).map_err(AccountdError::io("http listener"))?;
+            let bound = tcp.local_addr().map_err(AccountdError::io("http listener"))?;
             tracing::info!("metrics and JSON API on http://{bound}");
             shared.lock().map_err(|_| AccountdError::Failed("service lock poisoned".into()))?.http_address =
                 Some(bound);
@@ -145,4 +155,9 @@ fn serve(config: Config) -> AccountdResult {
         let _ = std::fs::remove_file(&socket);
         Ok(())
     })
+}
+
+/// Binds accountd's HTTP address; one in use is refused naming the process that holds it.
+fn bind_http(addr: std::net::SocketAddr) -> AccountdResult<std::net::TcpListener> {
+    accountd::port_owner::bind_tcp(addr, "http")
 }

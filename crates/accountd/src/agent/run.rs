@@ -17,6 +17,7 @@ use super::post::{Reporter, Signer};
 use super::report::AgentReport;
 use super::{GpuSource, NvmlOptions, NvmlSource, OpenError};
 use crate::error::{AccountdError, AccountdResult};
+use crate::instance_lock::InstanceLock;
 
 /// How long a stop waits for the loop to finish a sample or post under way.
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -45,6 +46,14 @@ pub fn run(config: &Config, node: Option<String>, once: bool) -> AccountdResult 
                 crate::auth::read_secret(path).map_err(|e| AccountdError::Refused(format!("agent.token_file: {e}")))?,
             )
         }
+    };
+    // One agent per node: a second one would report every sample twice.
+    let _lock = match once {
+        true => None,
+        false => Some(InstanceLock::acquire(
+            &cfg.jobs_dir.join(".agent.lock"),
+            &format!("accountd agent for node {node} (jobs_dir {})", cfg.jobs_dir.display()),
+        )?),
     };
     let listen = if once { None } else { listen_addr(&cfg.listen)? };
     let reporter = Reporter::new(&cfg.report_to, signer).map_err(AccountdError::Failed)?;
@@ -172,9 +181,7 @@ fn serve(agent: Agent, interval: Duration, listen: Option<SocketAddr>, registry:
 }
 
 fn bind(addr: SocketAddr) -> AccountdResult<std::net::TcpListener> {
-    let tcp = std::net::TcpListener::bind(addr)
-        .and_then(|tcp| tcp.set_nonblocking(true).map(|()| tcp))
-        .map_err(AccountdError::io(format!("cannot listen on {addr} (agent.listen)")))?;
+    let tcp = crate::port_owner::bind_tcp(addr, "agent.listen")?;
     // Tests and operators with port 0 learn the port from this line.
     tracing::info!("agent metrics on http://{}", tcp.local_addr().unwrap_or(addr));
     Ok(tcp)

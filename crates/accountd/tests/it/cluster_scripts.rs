@@ -35,7 +35,8 @@ fn up_sh_with(hosts: &str, extra_slurm_conf: &str) -> UpRun {
     nsswitch.push_str("hosts: files dns\n");
     std::fs::write(&nsswitch_file, nsswitch).unwrap();
     let lab = dir.path().join("lab");
-    let script = "mount --bind \"$1\" /etc/hosts && mount --bind \"$2\" /etc/nsswitch.conf && exec bash tests/cluster/up.sh";
+    let script =
+        "mount --bind \"$1\" /etc/hosts && mount --bind \"$2\" /etc/nsswitch.conf && exec bash tests/cluster/up.sh";
     let started = Instant::now();
     let out = Command::new("timeout")
         .args(["60", "unshare", "--mount", "--net", "--propagation", "private", "--", "bash", "-c", script, "up"])

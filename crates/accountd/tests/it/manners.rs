@@ -67,3 +67,111 @@ fn commands_that_print_end_quietly_into_a_closed_pipe() {
         assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "{what}: stderr:\n{stderr}");
     }
 }
+
+/// `accountd --config CONFIG serve` (or `agent`) as root, expected to exit by itself: its outcome.
+fn second_daemon(config: &str, args: &[&str]) -> crate::common::Outcome {
+    let out = Command::new("timeout")
+        .args(["20", bin("accountd").to_str().unwrap(), "--config", config])
+        .args(args)
+        .env_remove("GPUTOKENS_CONF")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    out.into()
+}
+
+/// The site's `accountd serve` still answers a user on its socket.
+fn still_answers(site: &Site) {
+    let out = site.sbalance(Some("alice"), &["-n", "-P", "-o", "User,Balance"]);
+    assert_eq!((out.code, out.stdout.trim()), (0, "alice|100"), "the first serve must still answer: {}", out.stderr);
+}
+
+#[test]
+fn a_second_serve_exits_naming_the_first_and_leaves_its_socket_alone() {
+    let site = Site::start("", "");
+    let first = site.pid();
+    // The same config (as a second unit or a typo in a script would start it).
+    let out = second_daemon(site.config.to_str().unwrap(), &["serve"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains(&format!("is already running (pid {first}")), "{}", out.stderr);
+    assert!(out.stderr.contains("accountd.sock.lock"), "{}", out.stderr);
+    still_answers(&site);
+
+    // Only the socket path shared: a ledger and HTTP address of its own.
+    let d = site.dir.path().display();
+    let socket_only = site.file(
+        "socket-only.toml",
+        &format!(
+            "{}[http]\nlisten = \"127.0.0.1:0\"\n[paths]\nledger = \"{d}/other/ledger.sqlite\"\nsnapshot = \"{d}/other/snapshot\"\nsocket = \"{d}/run/accountd.sock\"\n",
+            crate::common::PRICES
+        ),
+    );
+    let out = second_daemon(&socket_only, &["serve"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains(&format!("pid {first}")), "{}", out.stderr);
+    still_answers(&site);
+
+    // Only the HTTP address shared: a socket and ledger of its own.
+    let address = site.http_url().trim_start_matches("http://").to_string();
+    let http_only = site.file(
+        "http-only.toml",
+        &format!(
+            "{}[http]\nlisten = \"{address}\"\n[paths]\nledger = \"{d}/other/ledger.sqlite\"\nsnapshot = \"{d}/other/snapshot\"\nsocket = \"{d}/other/accountd.sock\"\n",
+            crate::common::PRICES
+        ),
+    );
+    let out = second_daemon(&http_only, &["serve"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains(&format!("cannot listen on http {address}")), "{}", out.stderr);
+    assert!(out.stderr.contains(&format!("pid {first}: ")) && out.stderr.contains("serve"), "{}", out.stderr);
+    assert!(!site.path("other/accountd.sock").exists(), "the refused serve bound its socket");
+    still_answers(&site);
+    let (status, _) = crate::common::http_get(&format!("{}/metrics", site.http_url()));
+    assert_eq!(status, 200, "the first serve's HTTP listener");
+}
+
+#[test]
+fn a_second_agent_for_the_node_exits_naming_the_first() {
+    let site = Site::start("", "");
+    let jobs = site.path("gpu-jobs");
+    let config = site.file(
+        "agent.toml",
+        &format!(
+            "[agent]\nreport_to = \"{}\"\nnvml_library = \"{}\"\nlisten = \"127.0.0.1:0\"\ninterval = \"1s\"\njobs_dir = \"{}\"\n",
+            site.http_url(),
+            bin("libnvidia_ml.so").display(),
+            jobs.display()
+        ),
+    );
+    let state = site.file(
+        "nvml.toml",
+        "[[gpu]]\nuuid = \"GPU-0\"\nname = \"NVIDIA a6000\"\nutil_gpu = 0\nutil_mem = 0\nmem_used = 0\nmem_total = 1\ntemp = 40\npower_mw = 1\n",
+    );
+    let log = std::fs::File::create(site.path("agent.log")).unwrap();
+    let mut first = Command::new(bin("accountd"))
+        .args(["--config", &config, "agent", "--node", "vm"])
+        .env("FAKE_NVML_STATE", &state)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !std::fs::read_to_string(site.path("agent.log")).unwrap_or_default().contains("agent metrics on") {
+        assert!(std::time::Instant::now() < deadline, "agent did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = second_daemon(&config, &["agent", "--node", "vm"]);
+    let started = std::fs::read_to_string(site.path("agent.log")).unwrap_or_default();
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(first.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    let _ = first.wait();
+    assert_eq!(out.code, 2, "{}\nfirst agent's log:\n{started}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "accountd agent for node vm (jobs_dir {}) is already running (pid {}",
+            jobs.display(),
+            first.id()
+        )),
+        "{}",
+        out.stderr
+    );
+}
