@@ -1,6 +1,8 @@
-//! Serves the HTTP router under `[http]`'s caps: connections per address and in all (more are closed
-//! at once and counted), a deadline for each request's headers (also on an idle keep-alive
-//! connection, so connections that never speak are dropped) and for reading its body and answering.
+//! Serves the HTTP router under `[http]`'s caps: connections per address and in all (at a cap the
+//! address's oldest idle connection is shed for the new one, and counted; only when all are busy is
+//! the new one closed), a short deadline for each request's headers (also on an idle keep-alive
+//! connection, so connections that never speak are dropped) and `request_timeout` for reading its
+//! body and answering.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -16,8 +18,19 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
-use crate::conn_caps::{ConnectionCaps, Full};
+use crate::conn_caps::{Busy, ConnectionCaps, Full, Slot};
 use crate::metrics::Metrics;
+
+/// The most a client may take to send a request's headers, on a new connection or an idle
+/// keep-alive one (`request_timeout` when that is shorter): a real client sends them at once.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn reason(full: Full) -> &'static str {
+    match full {
+        Full::Total => "total",
+        Full::Client => "per_address",
+    }
+}
 
 /// Serves `app` on `tcp` until `stopped` turns true; connections in flight then finish their request.
 pub async fn serve(
@@ -44,16 +57,17 @@ pub async fn serve(
             },
         };
         let slot = match caps.admit(peer.ip()) {
-            Ok(slot) => slot,
+            Ok(admitted) => {
+                if let Some(full) = admitted.shed {
+                    metrics.connection_shed("http", reason(full));
+                }
+                admitted.slot
+            }
             Err(full) => {
-                let reason = match full {
-                    Full::Total => "total",
-                    Full::Client => "per_address",
-                };
-                metrics.connection_refused("http", reason);
+                metrics.connection_refused("http", reason(full));
                 // Once per address (bounded), so a flood does not flood the log too.
                 if warned.len() < 1024 && warned.insert(peer.ip()) {
-                    tracing::warn!("http: closing connections from {} ({reason} cap reached)", peer.ip());
+                    tracing::warn!("http: closing connections from {} ({} cap reached)", peer.ip(), reason(full));
                 }
                 drop(stream);
                 continue;
@@ -61,37 +75,47 @@ pub async fn serve(
         };
         let app = app.clone();
         let stopped = stopped.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
-            serve_connection(stream, peer, app, timeout, stopped).await;
-        });
+        tokio::spawn(serve_connection(stream, peer, slot, app, timeout, stopped));
+        // Let the connections just accepted read their requests before more are accepted: a flood
+        // of new connections from one address must not shed a prompt client's before it has spoken.
+        tokio::task::yield_now().await;
     }
 }
 
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
+    slot: Slot<IpAddr>,
     app: Router,
     timeout: Duration,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
+    let slot = Arc::new(slot);
+    let requests = slot.clone();
     let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
+        // Busy from its headers until its response's body is written: not shed meanwhile.
+        let busy = requests.busy();
         request.extensions_mut().insert(ConnectInfo(peer));
         let app = app.clone();
         async move {
-            match tokio::time::timeout(timeout, app.oneshot(request)).await {
-                Ok(response) => response,
-                Err(_) => Ok((StatusCode::REQUEST_TIMEOUT, "request not read and answered in time\n").into_response()),
-            }
+            let response = match tokio::time::timeout(timeout, app.oneshot(request)).await {
+                Ok(response) => response?,
+                Err(_) => (StatusCode::REQUEST_TIMEOUT, "request not read and answered in time\n").into_response(),
+            };
+            Ok::<_, std::convert::Infallible>(
+                response.map(|body| axum::body::Body::new(BusyBody { body, _busy: busy })),
+            )
         }
     });
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(timeout)
+        .header_read_timeout(timeout.min(HEADER_TIMEOUT))
         .serve_connection(TokioIo::new(stream), service);
     tokio::pin!(connection);
     let result = tokio::select! {
         result = connection.as_mut() => result,
+        // Shed for a newer connection of its address while idle: closed at once.
+        () = slot.shed() => return,
         () = stop_requested(&mut stopped) => {
             connection.as_mut().graceful_shutdown();
             connection.await
@@ -99,6 +123,32 @@ async fn serve_connection(
     };
     if let Err(e) = result {
         tracing::debug!("http connection from {peer}: {e}");
+    }
+}
+
+/// A response body that keeps its connection marked busy until hyper has written it and drops it.
+struct BusyBody {
+    body: axum::body::Body,
+    _busy: Option<Busy<IpAddr>>,
+}
+
+impl http_body::Body for BusyBody {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 

@@ -77,6 +77,7 @@ pub struct Metrics {
     pub xids_ignored: Family<XidLabels, Counter>,
     pub agent_reports_refused: Family<ReasonLabels, Counter>,
     pub connections_refused: Family<ListenerLabels, Counter>,
+    pub connections_shed: Family<ListenerLabels, Counter>,
     pub notifications: Family<NotifyLabels, Counter>,
 }
 
@@ -135,6 +136,7 @@ impl Metrics {
             records_skipped: Family::default(),
             agent_reports_refused: Family::default(),
             connections_refused: Family::default(),
+            connections_shed: Family::default(),
             notifications: Family::default(),
             unpriced_gpu_seconds: Family::default(),
             gpu_utilization: Family::default(),
@@ -183,6 +185,12 @@ impl Metrics {
             "connections_refused",
             "Connections closed at once because a client or all clients held the most allowed, by listener and cap",
             m.connections_refused.clone(),
+        );
+        registry.register(
+            "connections_shed",
+            "Idle connections (no request under way) closed to make room for a new one of the same client, or of \
+             anyone at the total cap, by listener and cap",
+            m.connections_shed.clone(),
         );
         registry.register("records_skipped", "Job records not charged, by reason", m.records_skipped.clone());
         registry.register(
@@ -241,6 +249,10 @@ impl Metrics {
         self.connections_refused
             .get_or_create(&ListenerLabels { listener: listener.into(), reason: reason.into() })
             .inc();
+    }
+
+    pub fn connection_shed(&self, listener: &str, reason: &str) {
+        self.connections_shed.get_or_create(&ListenerLabels { listener: listener.into(), reason: reason.into() }).inc();
     }
 
     /// A job record left out of a charge; `reason` is one of a fixed set, never a user's name.

@@ -10,7 +10,7 @@ use gputokens::protocol::{ErrorKind, Reply, Request};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
-use crate::conn_caps::{ConnectionCaps, Full};
+use crate::conn_caps::{ConnectionCaps, Full, Slot};
 use crate::cycle;
 use crate::serve_cycles::{Cycles, Kind};
 use crate::service::Shared;
@@ -61,7 +61,12 @@ pub async fn launch(listener: UnixListener, service: Shared, mut cycles: Cycles,
             _ = charge_ticker.tick() => cycles.start(Kind::Charge),
             _ = check_ticker.tick() => cycles.start(Kind::Check),
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => admit(stream, &caps, &metrics, &service),
+                Ok((stream, _)) => {
+                    admit(stream, &caps, &metrics, &service);
+                    // Let the connections just accepted read their requests before more are
+                    // accepted: a user's flood must not shed a prompt client's before it has spoken.
+                    tokio::task::yield_now().await;
+                }
                 Err(e) => tracing::warn!("accept failed: {e}"),
             },
         }
@@ -70,40 +75,48 @@ pub async fn launch(listener: UnixListener, service: Shared, mut cycles: Cycles,
     cycles.finish().await;
 }
 
-/// Serves a connection when its user (and everyone) holds fewer than the caps allow; else tells it
-/// so and closes it.
+/// Serves a connection; at the caps an idle connection (no whole request yet) is shed for it, and
+/// only when every held one is busy is it told so and closed.
 fn admit(stream: UnixStream, caps: &ConnectionCaps<u32>, metrics: &crate::metrics::Metrics, service: &Shared) {
     let uid = match stream.peer_cred() {
         Ok(cred) => cred.uid(),
         Err(e) => return tracing::warn!("cannot identify a client: {e}"),
     };
+    let reason = |full| match full {
+        Full::Total => "total",
+        Full::Client => "per_user",
+    };
     match caps.admit(uid) {
-        Ok(slot) => {
+        Ok(admitted) => {
+            if let Some(full) = admitted.shed {
+                metrics.connection_shed("socket", reason(full));
+            }
             let service = service.clone();
-            tokio::spawn(async move {
-                let _slot = slot;
-                serve_connection(stream, uid, service).await;
-            });
+            tokio::spawn(serve_connection(stream, uid, admitted.slot, service));
         }
         Err(full) => {
-            let (reason, message) = match full {
-                Full::Total => ("total", format!("accountd is busy: {MAX_CONNECTIONS} connections are open")),
-                Full::Client => {
-                    ("per_user", format!("you hold {MAX_CONNECTIONS_PER_USER} connections to accountd already"))
-                }
+            let message = match full {
+                Full::Total => format!("accountd is busy: {MAX_CONNECTIONS} connections are open"),
+                Full::Client => format!("you hold {MAX_CONNECTIONS_PER_USER} connections to accountd already"),
             };
-            metrics.connection_refused("socket", reason);
+            metrics.connection_refused("socket", reason(full));
             let (_, write) = stream.into_split();
             tokio::spawn(send_reply(write, Reply::Error { kind: ErrorKind::Internal, message }));
         }
     }
 }
 
-async fn serve_connection(stream: UnixStream, uid: u32, service: Shared) {
+async fn serve_connection(stream: UnixStream, uid: u32, slot: Slot<u32>, service: Shared) {
     let (read, write) = stream.into_split();
     let mut line = String::new();
     let mut reader = BufReader::new(read.take(MAX_REQUEST));
-    let reply = match tokio::time::timeout(REQUEST_TIMEOUT, reader.read_line(&mut line)).await {
+    let read = tokio::select! {
+        read = tokio::time::timeout(REQUEST_TIMEOUT, reader.read_line(&mut line)) => read,
+        // Shed for a newer connection of the same user before it said anything whole: closed.
+        () = slot.shed() => return,
+    };
+    let _busy = slot.busy();
+    let reply = match read {
         Ok(Ok(_)) => match serde_json::from_str::<Request>(&line) {
             Ok(request) => answer(service, uid, request).await,
             Err(e) => Reply::Error { kind: ErrorKind::Invalid, message: format!("malformed request: {e}") },

@@ -1,31 +1,50 @@
 #!/usr/bin/perl
 # hold_connections.pl — a user who floods accountd: opens COUNT connections and holds them, idle,
 # until its stdin closes (tests/it/overload.rs runs it as alice). Prints "held N" once connected.
-#   perl hold_connections.pl tcp HOST:PORT FROM_ADDRESS COUNT
-#   perl hold_connections.pl unix SOCKET_PATH COUNT
+# With --reopen, a connection that accountd closes is opened again at once, as a determined
+# flooder would, so that COUNT stay open (or keep trying) for as long as it runs.
+#   perl hold_connections.pl [--reopen] tcp HOST:PORT FROM_ADDRESS COUNT
+#   perl hold_connections.pl [--reopen] unix SOCKET_PATH COUNT
 use strict;
 use warnings;
+use IO::Select;
 use IO::Socket::INET;
 use IO::Socket::UNIX;
 
+my $reopen = @ARGV && $ARGV[0] eq '--reopen' ? shift : '';
 my $kind = shift // '';
-my @held;
+my $open;
+my $count;
 if ($kind eq 'tcp' && @ARGV == 3) {
-    my ($to, $from, $count) = @ARGV;
-    for (1 .. $count) {
-        my $s = IO::Socket::INET->new(PeerAddr => $to, LocalAddr => $from, Proto => 'tcp')
+    my ($to, $from);
+    ($to, $from, $count) = @ARGV;
+    $open = sub {
+        IO::Socket::INET->new(PeerAddr => $to, LocalAddr => $from, Proto => 'tcp')
             or die "connect to $to from $from: $!\n";
-        push @held, $s;
-    }
+    };
 } elsif ($kind eq 'unix' && @ARGV == 2) {
-    my ($path, $count) = @ARGV;
-    for (1 .. $count) {
-        my $s = IO::Socket::UNIX->new(Peer => $path, Type => SOCK_STREAM) or die "connect to $path: $!\n";
-        push @held, $s;
-    }
+    my $path;
+    ($path, $count) = @ARGV;
+    $open = sub { IO::Socket::UNIX->new(Peer => $path, Type => SOCK_STREAM) or die "connect to $path: $!\n" };
 } else {
-    die "usage: hold_connections.pl tcp HOST:PORT FROM COUNT | unix PATH COUNT\n";
+    die "usage: hold_connections.pl [--reopen] tcp HOST:PORT FROM COUNT | [--reopen] unix PATH COUNT\n";
 }
+my $held = IO::Select->new(map { $open->() } 1 .. $count);
 $| = 1;
-print "held " . scalar(@held) . "\n";
-my $until_closed = <STDIN>;
+print "held " . $held->count . "\n";
+if (!$reopen) {
+    my $until_closed = <STDIN>;
+    exit 0;
+}
+# Until stdin closes: every connection accountd closed (readable: EOF or its reply) is replaced.
+my $opened = 0;
+$held->add(\*STDIN);
+while (1) {
+    for my $ready ($held->can_read(1)) {
+        exit 0 if fileno($ready) == 0;
+        $held->remove($ready);
+        close $ready;
+        $held->add($open->());
+        $opened++;
+    }
+}
