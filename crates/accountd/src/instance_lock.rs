@@ -5,7 +5,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
@@ -18,15 +18,10 @@ pub struct InstanceLock {
 }
 
 impl InstanceLock {
-    /// Takes the lock `path` for `what` (e.g. "accountd serve with socket /run/…"), writing this
-    /// process's PID into it; refused, naming the holder's PID, while another process holds it.
+    /// Takes the lock `path` (its directory must exist) for `what` (e.g. "accountd serve with socket
+    /// /run/…"), writing this process's PID into it; refused, naming the holder's PID, while another
+    /// process holds it.
     pub fn acquire(path: &Path, what: &str) -> AccountdResult<InstanceLock> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
-            // The socket's directory: every user must reach the socket there, whatever the umask.
-            std::fs::create_dir_all(dir)
-                .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)))
-                .map_err(AccountdError::io(format!("cannot create {}", dir.display())))?;
-        }
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -78,7 +73,7 @@ mod tests {
     #[test]
     fn a_second_holder_is_refused_with_the_first_ones_pid() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("run/accountd.sock.lock");
+        let path = dir.path().join("accountd.sock.lock");
         let first = InstanceLock::acquire(&path, "accountd serve").unwrap();
         let refused = InstanceLock::acquire(&path, "accountd serve").err().unwrap().to_string();
         assert!(refused.contains(&format!("already running (pid {}", std::process::id())), "{refused}");

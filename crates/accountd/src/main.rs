@@ -110,20 +110,25 @@ fn serve(config: Config) -> AccountdResult {
     let http_listen = config.http_listen;
     let limits = config.http.clone();
     // Before anything is opened or bound: a second serve must leave the running one's socket alone.
+    server::make_socket_dir(&socket)
+        .map_err(AccountdError::io(format!("cannot create the directory of {}", socket.display())))?;
     let _socket_lock = InstanceLock::acquire(
         &instance_lock::beside(&socket),
         &format!("accountd serve with socket {}", socket.display()),
-    )?;
-    let _ledger_lock = InstanceLock::acquire(
-        &instance_lock::beside(&config.paths.ledger),
-        &format!("accountd serve with ledger {}", config.paths.ledger.display()),
     )?;
     // The HTTP address before the socket, for the same reason: one taken fails this serve alone.
     let tcp = http_listen.map(bind_http).transpose()?;
     accountd::conn_caps::raise_open_file_limit(
         (limits.max_connections + server::MAX_CONNECTIONS) as u64 + OTHER_OPEN_FILES,
     );
+    let ledger = config.paths.ledger.clone();
+    // Opening the ledger (which makes its directory as it should be) changes nothing another serve
+    // would notice; two serves must not run cycles on one ledger, though.
     let service = Service::open_as_admin(config)?;
+    let _ledger_lock = InstanceLock::acquire(
+        &instance_lock::beside(&ledger),
+        &format!("accountd serve with ledger {}", ledger.display()),
+    )?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -28,11 +28,7 @@ pub const MAX_CONNECTIONS_PER_USER: usize = 32;
 /// Binds `path` (replacing a stale socket) so that every local user can connect: who they are is
 /// checked per request.
 pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
-    if let Some(dir) = path.parent().filter(|d| !d.exists()) {
-        // Every user must be able to reach the socket; the daemon's umask would hide it.
-        std::fs::create_dir_all(dir)?;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
-    }
+    make_socket_dir(path)?;
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
         _ => {}
@@ -40,6 +36,16 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     let listener = UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
     Ok(listener)
+}
+
+/// Creates the socket's directory when missing, open to every user (the daemon's umask would hide
+/// the socket).
+pub fn make_socket_dir(socket: &Path) -> std::io::Result<()> {
+    if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        std::fs::create_dir_all(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    }
+    Ok(())
 }
 
 /// Serves until `shutdown` completes; charges every `intervals.charge` and checks every

@@ -140,9 +140,11 @@ impl Site {
     /// `listen` and `extra` go into `[agent]` as they are.
     fn new(report_to: &str, listen: &str, extra: &str) -> Site {
         let site = Site { dir: tempfile::tempdir().unwrap() };
+        // A jobs_dir of its own: it holds the agent's one-per-node lock, and tests run side by side.
         let config = format!(
-            "[agent]\nreport_to = \"{report_to}\"\ninterval = \"200ms\"\nnvml_library = \"{}\"\nlisten = \"{listen}\"\n{extra}",
-            fake_lib().display()
+            "[agent]\nreport_to = \"{report_to}\"\ninterval = \"200ms\"\nnvml_library = \"{}\"\nlisten = \"{listen}\"\njobs_dir = \"{}\"\n{extra}",
+            fake_lib().display(),
+            site.path("jobs").display()
         );
         std::fs::write(site.config(), config).unwrap();
         site.write_state("");

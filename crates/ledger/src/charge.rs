@@ -173,11 +173,6 @@ fn charge_record(
         let due = (total - until.charged).max(Tokens::ZERO);
         // Fits: at most the record's GPU-seconds, which price_record checked.
         let gpu_seconds = (milli as u128 * (record.elapsed - until.seconds) as u128 / MILLI as u128) as u64;
-        // A run of no GPU time (cancelled as it started) is remembered as charged (its progress row
-        // above) but leaves no "+0" entry in the user's history and statement.
-        if gpu_seconds == 0 && due == Tokens::ZERO {
-            continue;
-        }
         if !price.listed {
             let slot = batch.unlisted_types.entry(gpu_type.clone()).or_default();
             *slot = slot.saturating_add(gpu_seconds);
@@ -193,6 +188,12 @@ fn charge_record(
                 batch.users.entry(record.user.clone()).or_insert(pending)
             }
         };
+        // A run of no GPU time (cancelled as it started) is remembered as charged (its progress row
+        // above) and makes its user known (from then on replenished), but leaves no "+0" entry in
+        // the history and statement.
+        if gpu_seconds == 0 && due == Tokens::ZERO {
+            continue;
+        }
         let reason = &mut statements.reason;
         reason.clear();
         let _ = write!(reason, "{} × {gpu_type} for {}s at {}/GPU-hour", gpus(milli), record.elapsed, weighted);

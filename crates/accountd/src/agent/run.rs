@@ -3,6 +3,7 @@
 //! again next interval: the agent outlives accountd restarts and GPU trouble.
 
 use std::net::SocketAddr;
+use std::os::unix::fs::DirBuilderExt;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -47,14 +48,21 @@ pub fn run(config: &Config, node: Option<String>, once: bool) -> AccountdResult 
             )
         }
     };
-    // One agent per node: a second one would report every sample twice.
-    let _lock = match once {
-        true => None,
-        false => Some(InstanceLock::acquire(
-            &cfg.jobs_dir.join(".agent.lock"),
-            &format!("accountd agent for node {node} (jobs_dir {})", cfg.jobs_dir.display()),
-        )?),
-    };
+    // One agent per node: a second one would report every sample twice. The lock lives in the jobs
+    // directory, made as the SPANK plugin makes it when the agent is first.
+    let _lock =
+        match once {
+            true => None,
+            false => Some(InstanceLock::acquire(
+                &{
+                    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(&cfg.jobs_dir).map_err(
+                        AccountdError::io(format!("cannot create agent.jobs_dir {}", cfg.jobs_dir.display())),
+                    )?;
+                    cfg.jobs_dir.join(".agent.lock")
+                },
+                &format!("accountd agent for node {node} (jobs_dir {})", cfg.jobs_dir.display()),
+            )?),
+        };
     let listen = if once { None } else { listen_addr(&cfg.listen)? };
     let reporter = Reporter::new(&cfg.report_to, signer).map_err(AccountdError::Failed)?;
     let options = NvmlOptions { jobs_dir: cfg.jobs_dir.clone(), ..NvmlOptions::with_lib_path(&cfg.nvml_library) };

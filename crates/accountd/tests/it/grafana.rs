@@ -327,11 +327,23 @@ fn every_metric_the_dashboard_queries_is_served() {
         ],
     );
     assert!(refused.stdout.starts_with('4'), "{}{}", refused.stdout, refused.stderr);
-    // More connections from one address than max_connections_per_address: the rest refused.
-    let held: Vec<std::net::TcpStream> =
-        (0..5).filter_map(|_| std::net::TcpStream::connect(base.trim_start_matches("http://")).ok()).collect();
+    // More connections from one address than max_connections_per_address (2): an idle one is shed
+    // for a newer one; once both held are busy (a request whose body never comes), the rest refused.
+    let host = base.trim_start_matches("http://");
+    let connect = || std::net::TcpStream::connect(host).unwrap();
+    let busy = |mut stream: std::net::TcpStream| {
+        let head = "POST /v1/agent/report HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{";
+        std::io::Write::write_all(&mut stream, head.as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        stream
+    };
+    let idle = connect();
+    std::thread::sleep(Duration::from_millis(300));
+    let first_busy = busy(connect());
+    let second_busy = busy(connect()); // sheds `idle`
+    let refused: Vec<std::net::TcpStream> = (0..3).map(|_| connect()).collect();
     std::thread::sleep(Duration::from_millis(500));
-    drop(held);
+    drop((idle, first_busy, second_busy, refused));
 
     let deadline = Instant::now() + Duration::from_secs(20);
     let metrics = loop {

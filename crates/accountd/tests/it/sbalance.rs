@@ -133,8 +133,9 @@ fn history_shows_your_own_charges() {
     assert_eq!(root.stdout.lines().count(), 3);
 }
 
-/// Connections that never send a request do not pile up: each is answered and closed after 5 s
-/// (beyond the 32 one user may hold, at once), and everyone else is served meanwhile.
+/// Connections that never send a request do not pile up: beyond the 32 one user may hold, the oldest
+/// idle ones are shed (closed without a word) for the newer; those left are answered and closed after
+/// 5 s; and everyone else is served meanwhile.
 #[test]
 fn a_client_that_never_speaks_is_dropped_and_others_are_served() {
     use std::io::BufRead;
@@ -152,8 +153,9 @@ fn a_client_that_never_speaks_is_dropped_and_others_are_served() {
         })
         .collect();
     let timed_out = replies.iter().filter(|r| r.contains("no request within 5 s")).count();
-    let over_cap = replies.iter().filter(|r| r.contains("you hold 32 connections to accountd already")).count();
-    assert_eq!((timed_out, over_cap), (32, 18), "{replies:#?}");
+    let shed = replies.iter().filter(|r| r.is_empty()).count();
+    // 18 shed for the later silent ones (root's; alice's sbalance has a cap of its own).
+    assert_eq!((timed_out, shed), (32, 18), "{replies:#?}");
     assert!(started.elapsed() < std::time::Duration::from_secs(15), "{:?}", started.elapsed());
 }
 
