@@ -31,6 +31,10 @@ impl<'a> Presented<'a> {
     }
 }
 
+/// The payload of a MUNGE credential made for the JSON API (`munge -s "gputokens api v1"`): a
+/// credential made for anything else (a job step's) is not taken there.
+pub const API_PAYLOAD: &[u8] = b"gputokens api v1";
+
 /// The MUNGE payload an agent signs for a report body.
 pub fn report_payload(body: &[u8]) -> Vec<u8> {
     format!("gputokens agent report v1 sha256={}", hex(&Sha256::digest(body))).into_bytes()

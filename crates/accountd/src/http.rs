@@ -4,7 +4,7 @@
 //! `sbalance`'s rules (a user sees their own row unless `balances_public`; admins see all).
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -22,10 +22,16 @@ use crate::report_gate::{Refusal, ReportGate};
 use crate::service::Shared;
 use crate::slurm::Slurm;
 
+/// The largest agent report accepted: a node of 16 GPUs and a thousand GPU processes sends far less.
+pub const REPORT_MAX_BYTES: usize = 256 << 10;
+/// Agent reports (and their MUNGE decodes) checked at once; more are told to come back.
+const REPORTS_AT_ONCE: usize = 16;
+
 #[derive(Clone)]
 pub struct AppState {
     pub service: Shared,
-    gate: Arc<Mutex<ReportGate>>,
+    gate: Arc<ReportGate>,
+    report_slots: Arc<tokio::sync::Semaphore>,
     /// The service's metrics, counted into without taking the service's lock.
     metrics: Arc<crate::metrics::Metrics>,
     slurm: Slurm,
@@ -44,7 +50,8 @@ impl AppState {
         let admin_token = config.http.admin_token_file.as_deref().map(read_admin_token).transpose()?;
         Ok(AppState {
             service,
-            gate: Arc::new(Mutex::new(gate)),
+            gate: Arc::new(gate),
+            report_slots: Arc::new(tokio::sync::Semaphore::new(REPORTS_AT_ONCE)),
             metrics,
             slurm: Slurm::new(&config.slurm),
             admin_token,
@@ -77,7 +84,7 @@ impl AppState {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
-        .route(REPORT_PATH, post(agent_report))
+        .route(REPORT_PATH, post(agent_report).layer(axum::extract::DefaultBodyLimit::max(REPORT_MAX_BYTES)))
         .route("/v1/health", get(|| async { Json(serde_json::json!({ "ok": true })) }))
         .route("/v1/balances", get(balances))
         .route("/v1/balances/{user}", get(balance))
@@ -113,24 +120,29 @@ async fn agent_report(
     body: axum::body::Bytes,
 ) -> Response {
     let presented = authorization(&headers);
+    // No credential of the site's kind: refused at once, the body unread; the sender is its address.
+    if let Err(refusal) = state.gate.expects(Presented::parse(presented.as_deref())) {
+        return refused_report(&state, &peer.ip().to_string(), refusal);
+    }
+    let Ok(slot) = state.report_slots.clone().try_acquire_owned() else {
+        let busy = format!("{REPORTS_AT_ONCE} agent reports are being checked; send it again");
+        return refused_report(&state, &peer.ip().to_string(), Refusal::busy(busy));
+    };
     let shared = state.clone();
     let work = tokio::task::spawn_blocking(move || {
+        let _slot = slot;
         let state = shared;
-        let report: AgentReport = serde_json::from_slice(&body)
-            .map_err(|e| (peer.ip().to_string(), Refusal::malformed(format!("malformed agent report: {e}"))))?;
-        let from = report.node.clone();
-        let admitted = {
-            let mut gate = state.gate.lock().unwrap_or_else(|p| p.into_inner());
-            let checked = gate
-                .authenticate(Presented::parse(presented.as_deref()), &body, &report.node)
-                .and_then(|sender| gate.authorize(&sender, &report, &state.slurm));
-            if checked.is_ok() {
-                gate.accepted(&report.node);
-            }
-            checked
+        let parse = |body: &[u8]| {
+            serde_json::from_slice::<AgentReport>(body)
+                .map_err(|e| Refusal::malformed(format!("malformed agent report: {e}")))
         };
-        // An unauthenticated sender is named by its address, not by the node it claims.
-        admitted.map_err(|r| (if r.status == 401 { format!("{} (claiming {from})", peer.ip()) } else { from }, r))?;
+        // Until the credential holds, the sender is its address, not the node it claims.
+        let (sender, report) = state
+            .gate
+            .authenticate(Presented::parse(presented.as_deref()), &body, parse)
+            .map_err(|r| (peer.ip().to_string(), r))?;
+        state.gate.authorize(&sender, &report, &state.slurm).map_err(|r| (report.node.clone(), r))?;
+        state.gate.accepted(&report.node);
         let mut s = state.service.lock().unwrap_or_else(|p| p.into_inner());
         crate::utilization::agents::ingest(&mut s, &report)
             .map_err(|e| (report.node.clone(), Refusal::internal(e.to_string())))
@@ -152,7 +164,7 @@ fn refused_report(state: &AppState, from: &str, refusal: Refusal) -> Response {
     if refusal.status < 500 {
         state.metrics.agent_reports_refused.get_or_create(&ReasonLabels { reason: refusal.reason.into() }).inc();
     }
-    state.gate.lock().unwrap_or_else(|p| p.into_inner()).log_refusal(from, &refusal);
+    state.gate.log_refusal(from, &refusal);
     let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST);
     let mut response = (status, Json(serde_json::json!({ "error": refusal.message }))).into_response();
     if status == StatusCode::UNAUTHORIZED {
@@ -160,6 +172,10 @@ fn refused_report(state: &AppState, from: &str, refusal: Refusal) -> Response {
     }
     response
 }
+
+/// How to make a credential for the JSON API.
+const API_CREDENTIAL_HELP: &str =
+    "authenticate with a MUNGE credential made for the gputokens API: 'Authorization: MUNGE $(munge -s \"gputokens api v1\")'";
 
 /// Who is asking the JSON API, as proven: a MUNGE credential's uid, or the admin token.
 enum ApiIdentity {
@@ -184,16 +200,20 @@ fn api_identity(state: &AppState, presented: Presented) -> Result<ApiIdentity, (
                 crate::munge::MungeErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
                 _ => (StatusCode::UNAUTHORIZED, e.to_string()),
             })?;
+            // Only a credential made for this API: one captured from elsewhere (a job step's, which
+            // the SlurmUser encodes) must not make its bearer the SlurmUser here.
+            if cred.payload != auth::API_PAYLOAD {
+                return Err((StatusCode::UNAUTHORIZED, API_CREDENTIAL_HELP.into()));
+            }
             Ok(ApiIdentity::Uid(cred.uid))
         }
         Presented::Bearer(token) => match &state.admin_token {
             Some(expected) if auth::same_secret(token, expected) => Ok(ApiIdentity::AdminToken),
             _ => Err((StatusCode::UNAUTHORIZED, "not the token of [http] admin_token_file".into())),
         },
-        Presented::None | Presented::Unknown => Err((
-            StatusCode::UNAUTHORIZED,
-            "authenticate with 'Authorization: MUNGE <credential>' (e.g. $(munge -n)) or an admin bearer token".into(),
-        )),
+        Presented::None | Presented::Unknown => {
+            Err((StatusCode::UNAUTHORIZED, format!("{API_CREDENTIAL_HELP}, or an admin bearer token")))
+        }
     }
 }
 

@@ -2,10 +2,15 @@
 //! root or the SlurmUser whose payload names this very body, or the node's own token), whether that
 //! sender may speak for the node it names (one node Slurm knows; the credential's origin is one of
 //! the node's addresses), and whether every job it names is a plain job ID that Slurm shows on that
-//! node. A refusal is an HTTP 4xx, a metric and one log line per node and reason.
+//! node. A refusal is an HTTP 4xx, a metric and one log line per sender and reason.
+//!
+//! The credential is checked before the body is read as JSON, and nothing a refused sender claims is
+//! kept: its log key is its address. The gate's caches have locks of their own, never held across a
+//! MUNGE decode or a Slurm command, so a slow slurmctld stalls no other request.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, ToSocketAddrs};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use gputokens::config::AgentAuth;
@@ -25,6 +30,11 @@ const JOBS_REFRESH: Duration = Duration::from_secs(2);
 /// A job Slurm showed on the node still counts this long after it left squeue (its processes and
 /// records end a moment after it does).
 const JOB_GRACE: Duration = Duration::from_secs(120);
+/// Distinct (sender, reason) refusals remembered for logging once; past this the memory starts anew
+/// (a flood of distinct senders costs a log line each, never memory).
+const LOGGED_REFUSALS: usize = 1024;
+/// How much of a name a sender claims goes into a log line or message, escaped.
+const CLAIM_SHOWN: usize = 48;
 
 /// Why a report was turned away: the HTTP status, a metric label and a message for the sender.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +52,11 @@ impl Refusal {
     /// Not the sender's fault: not counted as a refusal.
     pub fn internal(message: String) -> Refusal {
         Refusal::new(500, "internal", message)
+    }
+
+    /// Too many reports under way: the sender tries again next interval.
+    pub fn busy(message: String) -> Refusal {
+        Refusal::new(503, "busy", message)
     }
 
     fn new(status: u16, reason: &'static str, message: impl Into<String>) -> Refusal {
@@ -117,10 +132,24 @@ pub struct ReportGate {
     secret: Option<String>,
     /// uid 0 and the SlurmUser's.
     allowed_uids: BTreeSet<u32>,
-    nodes: HashMap<String, NodeEntry>,
-    jobs: HashMap<String, NodeJobs>,
-    /// (node or peer, reason) already logged; cleared for a node when it reports properly again.
-    logged: HashSet<(String, &'static str)>,
+    nodes: Mutex<HashMap<String, NodeEntry>>,
+    jobs: Mutex<HashMap<String, NodeJobs>>,
+    /// (sender, reason) already logged; cleared for a node when it reports properly again.
+    logged: Mutex<HashSet<(String, &'static str)>>,
+}
+
+/// A short lock: a panic while holding one left plain data behind.
+fn held<T>(lock: &Mutex<T>) -> MutexGuard<'_, T> {
+    lock.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// At most CLAIM_SHOWN characters of a name a sender claims, escaped, to name it in a log line.
+pub fn shown(claim: &str) -> String {
+    let mut out: String = claim.chars().take(CLAIM_SHOWN).flat_map(char::escape_debug).collect();
+    if claim.chars().nth(CLAIM_SHOWN).is_some() {
+        out.push('…');
+    }
+    out
 }
 
 impl ReportGate {
@@ -147,32 +176,17 @@ impl ReportGate {
             munge_socket: config.agent.munge_socket.clone(),
             secret,
             allowed_uids,
-            nodes: HashMap::new(),
-            jobs: HashMap::new(),
-            logged: HashSet::new(),
+            nodes: Mutex::default(),
+            jobs: Mutex::default(),
+            logged: Mutex::default(),
         })
     }
 
-    /// Checks the `Authorization` header against the body: who sent it.
-    pub fn authenticate(&self, presented: Presented, body: &[u8], node_claimed: &str) -> Result<Sender, Refusal> {
+    /// Refuses a request that presents no credential of the site's kind, before anything else is
+    /// done with it (its body is not even parsed).
+    pub fn expects(&self, presented: Presented) -> Result<(), Refusal> {
         match (self.auth, presented) {
-            (AgentAuth::Munge, Presented::Munge(cred)) => {
-                let cred = munge::decode(cred, self.munge_socket.as_deref()).map_err(|e| match e.kind {
-                    MungeErrorKind::Unavailable => Refusal::new(503, "munge_unavailable", e.to_string()),
-                    MungeErrorKind::Replayed => Refusal::new(401, "replayed", e.to_string()),
-                    MungeErrorKind::Expired => Refusal::new(401, "expired", e.to_string()),
-                    MungeErrorKind::Invalid => Refusal::new(401, "bad_credential", e.to_string()),
-                })?;
-                self.check_munge(cred, body)
-            }
-            (AgentAuth::Token, Presented::Bearer(token)) => {
-                let secret = self.secret.as_deref().unwrap_or_default();
-                if auth::node_token_matches(secret, node_claimed, token) {
-                    Ok(Sender::Token { node: node_claimed.to_string() })
-                } else {
-                    Err(Refusal::new(401, "bad_token", format!("not the token of node '{node_claimed}'")))
-                }
-            }
+            (AgentAuth::Munge, Presented::Munge(_)) | (AgentAuth::Token, Presented::Bearer(_)) => Ok(()),
             (AgentAuth::Munge, _) => Err(Refusal::new(
                 401,
                 "unauthenticated",
@@ -183,6 +197,39 @@ impl ReportGate {
                 "unauthenticated",
                 "agent reports need 'Authorization: Bearer <node token>' ([agent] auth = \"token\")",
             )),
+        }
+    }
+
+    /// Who sent `body`, and the report in it: a MUNGE credential is checked against the body before
+    /// `parse` reads it; a node token is checked against the node the parsed report names.
+    pub fn authenticate(
+        &self,
+        presented: Presented,
+        body: &[u8],
+        parse: impl FnOnce(&[u8]) -> Result<AgentReport, Refusal>,
+    ) -> Result<(Sender, AgentReport), Refusal> {
+        self.expects(presented)?;
+        match presented {
+            Presented::Munge(cred) => {
+                let cred = munge::decode(cred, self.munge_socket.as_deref()).map_err(|e| match e.kind {
+                    MungeErrorKind::Unavailable => Refusal::new(503, "munge_unavailable", e.to_string()),
+                    MungeErrorKind::Replayed => Refusal::new(401, "replayed", e.to_string()),
+                    MungeErrorKind::Expired => Refusal::new(401, "expired", e.to_string()),
+                    MungeErrorKind::Invalid => Refusal::new(401, "bad_credential", e.to_string()),
+                })?;
+                let sender = self.check_munge(cred, body)?;
+                Ok((sender, parse(body)?))
+            }
+            Presented::Bearer(token) => {
+                let report = parse(body)?;
+                let secret = self.secret.as_deref().unwrap_or_default();
+                if auth::node_token_matches(secret, &report.node, token) {
+                    Ok((Sender::Token { node: report.node.clone() }, report))
+                } else {
+                    Err(Refusal::new(401, "bad_token", format!("not the token of node '{}'", shown(&report.node))))
+                }
+            }
+            Presented::None | Presented::Unknown => unreachable!("refused by expects"),
         }
     }
 
@@ -202,13 +249,9 @@ impl ReportGate {
     }
 
     /// Whether `sender` may speak for `report.node` and every job the report names.
-    pub fn authorize(
-        &mut self,
-        sender: &Sender,
-        report: &AgentReport,
-        slurm: &dyn NodeDirectory,
-    ) -> Result<(), Refusal> {
-        let node = node_name_arg(&report.node).map_err(|e| Refusal::new(400, "node", e.to_string()))?;
+    pub fn authorize(&self, sender: &Sender, report: &AgentReport, slurm: &dyn NodeDirectory) -> Result<(), Refusal> {
+        let node = node_name_arg(&report.node)
+            .map_err(|_| Refusal::new(400, "node", format!("'{}' is not a Slurm node name", shown(&report.node))))?;
         if let Sender::Token { node: bound } = sender {
             if bound != node {
                 return Err(Refusal::new(403, "node", format!("a token of node '{bound}' cannot report for '{node}'")));
@@ -238,54 +281,67 @@ impl ReportGate {
         Ok(())
     }
 
-    fn addresses(&mut self, node: &str, slurm: &dyn NodeDirectory) -> Result<Option<Vec<IpAddr>>, Refusal> {
-        if let Some(entry) = self.nodes.get(node) {
+    fn addresses(&self, node: &str, slurm: &dyn NodeDirectory) -> Result<Option<Vec<IpAddr>>, Refusal> {
+        if let Some(entry) = held(&self.nodes).get(node) {
             let ttl = if entry.addresses.is_some() { NODE_TTL } else { UNKNOWN_NODE_TTL };
             if entry.read.elapsed() < ttl {
                 return Ok(entry.addresses.clone());
             }
         }
+        // Asked without the lock: other reports go on meanwhile.
         let addresses = slurm.addresses(node).map_err(|e| Refusal::new(503, "slurm", e))?;
-        self.nodes.insert(node.to_string(), NodeEntry { addresses: addresses.clone(), read: Instant::now() });
+        held(&self.nodes).insert(node.to_string(), NodeEntry { addresses: addresses.clone(), read: Instant::now() });
         Ok(addresses)
     }
 
     /// The jobs of `named` that Slurm does not show (nor showed lately) on `node`.
     fn jobs_not_on(
-        &mut self,
+        &self,
         node: &str,
         named: &BTreeSet<String>,
         slurm: &dyn NodeDirectory,
     ) -> Result<BTreeSet<String>, Refusal> {
-        let entry = self.jobs.entry(node.to_string()).or_default();
-        entry.seen.retain(|_, at| at.elapsed() < JOB_GRACE);
         let missing =
             |e: &NodeJobs| -> BTreeSet<String> { named.iter().filter(|j| !e.seen.contains_key(*j)).cloned().collect() };
-        if missing(entry).is_empty() {
-            return Ok(BTreeSet::new());
-        }
-        if entry.read.is_none_or(|r| r.elapsed() >= JOBS_REFRESH) {
-            let now = Instant::now();
-            for job in slurm.jobs_on(node).map_err(|e| Refusal::new(503, "slurm", e))? {
-                entry.seen.insert(job, now);
+        {
+            let mut jobs = held(&self.jobs);
+            let entry = jobs.entry(node.to_string()).or_default();
+            entry.seen.retain(|_, at| at.elapsed() < JOB_GRACE);
+            let unseen = missing(entry);
+            if unseen.is_empty() || entry.read.is_some_and(|r| r.elapsed() < JOBS_REFRESH) {
+                return Ok(unseen);
             }
-            entry.read = Some(now);
+            // Claimed before asking, so that reports arriving meanwhile do not ask too.
+            entry.read = Some(Instant::now());
+        }
+        let shown_now = slurm.jobs_on(node).map_err(|e| Refusal::new(503, "slurm", e))?;
+        let mut jobs = held(&self.jobs);
+        let entry = jobs.entry(node.to_string()).or_default();
+        let now = Instant::now();
+        for job in shown_now {
+            entry.seen.insert(job, now);
         }
         Ok(missing(entry))
     }
 
-    /// Logs a refusal once per sender and reason; true when it was logged now.
-    pub fn log_refusal(&mut self, from: &str, refusal: &Refusal) -> bool {
-        let first = self.logged.insert((from.to_string(), refusal.reason));
+    /// Logs a refusal once per sender (an address, or a node name as shown) and reason; true when
+    /// it was logged now.
+    pub fn log_refusal(&self, from: &str, refusal: &Refusal) -> bool {
+        let mut logged = held(&self.logged);
+        if logged.len() >= LOGGED_REFUSALS {
+            logged.clear();
+        }
+        let first = logged.insert((shown(from), refusal.reason));
         if first {
-            tracing::warn!("agent report from {from} refused ({}): {}", refusal.reason, refusal.message);
+            tracing::warn!("agent report from {} refused ({}): {}", shown(from), refusal.reason, refusal.message);
         }
         first
     }
 
     /// A node that reports properly again has its refusals logged anew next time.
-    pub fn accepted(&mut self, node: &str) {
-        self.logged.retain(|(from, _)| from != node);
+    pub fn accepted(&self, node: &str) {
+        let node = shown(node);
+        held(&self.logged).retain(|(from, _)| *from != node);
     }
 }
 
@@ -356,14 +412,14 @@ mod tests {
 
     #[test]
     fn a_node_reports_its_own_jobs() {
-        let (mut gate, slurm) = (gate(), slurm());
+        let (gate, slurm) = (gate(), slurm());
         gate.authorize(&root_from("10.0.0.1"), &report("gpu01", &["7"], &["8"]), &slurm).unwrap();
         gate.authorize(&FROM_NODE, &report("gpu01", &[], &[]), &slurm).unwrap();
     }
 
     #[test]
     fn names_that_are_not_one_known_node_are_refused() {
-        let (mut gate, slurm) = (gate(), slurm());
+        let (gate, slurm) = (gate(), slurm());
         for node in ["gpu[01-02]", "gpu01,gpu02", "--all", "", "gpu01 gpu02"] {
             let r = gate.authorize(&FROM_NODE, &report(node, &[], &[]), &slurm).unwrap_err();
             assert_eq!((r.status, r.reason), (400, "node"), "{node:?}: {r:?}");
@@ -375,7 +431,7 @@ mod tests {
 
     #[test]
     fn a_credential_from_another_address_is_refused() {
-        let (mut gate, slurm) = (gate(), slurm());
+        let (gate, slurm) = (gate(), slurm());
         let r = gate.authorize(&root_from("10.0.0.2"), &report("gpu01", &[], &[]), &slurm).unwrap_err();
         assert_eq!((r.status, r.reason), (403, "address"), "{r:?}");
         assert!(r.message.contains("10.0.0.2") && r.message.contains("10.0.0.1"), "{r:?}");
@@ -383,7 +439,7 @@ mod tests {
 
     #[test]
     fn jobs_must_be_plain_ids_of_jobs_on_the_node() {
-        let (mut gate, slurm) = (gate(), slurm());
+        let (gate, slurm) = (gate(), slurm());
         let r = gate.authorize(&FROM_NODE, &report("gpu01", &["--user=bob"], &[]), &slurm).unwrap_err();
         assert_eq!((r.status, r.reason), (400, "job"), "{r:?}");
         let r = gate.authorize(&FROM_NODE, &report("gpu01", &[], &["7_1"]), &slurm).unwrap_err();
@@ -395,7 +451,7 @@ mod tests {
 
     #[test]
     fn the_queue_is_read_again_only_for_a_job_not_seen() {
-        let (mut gate, slurm) = (gate(), slurm());
+        let (gate, slurm) = (gate(), slurm());
         for _ in 0..5 {
             gate.authorize(&FROM_NODE, &report("gpu01", &["7"], &["8"]), &slurm).unwrap();
         }
@@ -410,7 +466,7 @@ mod tests {
 
     #[test]
     fn a_token_speaks_for_its_node_only() {
-        let (mut gate, slurm) = (gate(), slurm());
+        let (gate, slurm) = (gate(), slurm());
         let sender = Sender::Token { node: "gpu02".into() };
         let r = gate.authorize(&sender, &report("gpu01", &[], &[]), &slurm).unwrap_err();
         assert_eq!((r.status, r.reason), (403, "node"));
@@ -436,12 +492,34 @@ mod tests {
 
     #[test]
     fn refusals_are_logged_once_per_node_and_reason() {
-        let mut gate = gate();
+        let gate = gate();
         let r = Refusal::new(403, "job", "x");
         assert!(gate.log_refusal("gpu01", &r));
         assert!(!gate.log_refusal("gpu01", &r));
         assert!(gate.log_refusal("gpu02", &r));
         gate.accepted("gpu01");
         assert!(gate.log_refusal("gpu01", &r));
+    }
+
+    #[test]
+    fn what_refused_senders_claim_takes_bounded_memory_and_log() {
+        let gate = gate();
+        let r = Refusal::new(400, "node", "x");
+        for i in 0..5 * LOGGED_REFUSALS {
+            gate.log_refusal(&format!("{i}{}", "n".repeat(100_000)), &r);
+        }
+        let logged = held(&gate.logged);
+        assert!(logged.len() <= LOGGED_REFUSALS);
+        assert!(logged.iter().all(|(from, _)| from.len() <= 4 * CLAIM_SHOWN + 3), "names are cut");
+        assert_eq!(shown("gpu\n01\u{1b}[31m"), "gpu\\n01\\u{1b}[31m");
+    }
+
+    #[test]
+    fn no_credential_is_refused_before_the_body_is_read() {
+        let gate = gate();
+        for presented in [Presented::None, Presented::Unknown, Presented::Bearer("x")] {
+            let r = gate.authenticate(presented, b"{not json", |_| panic!("the body was parsed")).unwrap_err();
+            assert_eq!((r.status, r.reason), (401, "unauthenticated"), "{presented:?}");
+        }
     }
 }

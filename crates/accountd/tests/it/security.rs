@@ -220,27 +220,93 @@ fn balances_over_http_follow_sbalance_rules() {
     assert_eq!(status, 401);
     let (status, _) = curl(Some("alice"), &format!("{base}/v1/balances"), Some("MUNGE garbage"), None);
     assert_eq!(status, 401);
-    let cred = munge_as(Some("alice"), b"", None);
+    let api = b"gputokens api v1";
+    let cred = munge_as(Some("alice"), api, None);
     let (status, body) = curl(Some("alice"), &format!("{base}/v1/balances"), Some(&format!("MUNGE {cred}")), None);
     assert_eq!(status, 200, "{body}");
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();
     let users: Vec<&str> = json["users"].as_array().unwrap().iter().map(|u| u["user"].as_str().unwrap()).collect();
     assert_eq!(users, ["alice"], "{body}");
     assert_eq!(json["users"][0]["balance"], "105");
-    let cred = munge_as(Some("alice"), b"", None);
+    let cred = munge_as(Some("alice"), api, None);
     let (status, body) = curl(Some("alice"), &format!("{base}/v1/balances/bob"), Some(&format!("MUNGE {cred}")), None);
     assert_eq!(status, 403, "{body}");
     // A credential is good once.
     let (status, _) = curl(Some("alice"), &format!("{base}/v1/balances"), Some(&format!("MUNGE {cred}")), None);
     assert_eq!(status, 401);
 
-    let root = munge_as(None, b"", None);
+    let root = munge_as(None, api, None);
     let (status, body) = curl(None, &format!("{base}/v1/balances"), Some(&format!("MUNGE {root}")), None);
     assert_eq!(status, 200);
     assert!(body.contains("\"alice\"") && body.contains("\"bob\""), "{body}");
+
+    // A credential made for something else is no key to the API: not alice's own `munge -n`, and not
+    // one the SlurmUser encoded for another purpose (a job step's, which alice can capture from her
+    // own srun), which would otherwise make her the SlurmUser, an admin, here.
+    for (maker, payload) in [(Some("alice"), &b""[..]), (Some("slurm"), &b"slurm step credential"[..])] {
+        let cred = munge_as(maker, payload, None);
+        let (status, body) = curl(Some("alice"), &format!("{base}/v1/balances"), Some(&format!("MUNGE {cred}")), None);
+        assert_eq!(status, 401, "{maker:?}: {body}");
+        assert!(body.contains("made for the gputokens API"), "{body}");
+    }
 
     // /metrics, readable by anyone who reaches the port, has no per-user balance.
     let (_, metrics) = curl(Some("alice"), &format!("{base}/metrics"), None, None);
     assert!(metrics.contains("gputokens_cycle_duration_seconds"), "{metrics}");
     assert!(!metrics.contains("gputokens_balance_tokens{"), "{metrics}");
+}
+
+/// VmRSS of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// POSTs `body` to `path` with an optional Authorization header; returns the HTTP status.
+fn post(host: &str, path: &str, authorization: Option<&str>, body: &[u8]) -> u16 {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(host).unwrap();
+    let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    let _ = stream.write_all(body); // a refusal may close the connection before the body is sent
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+/// A job on a node posts reports with fresh, huge node names and no valid credential: each is
+/// refused without its claim being kept or logged whole, so accountd's memory and log stay flat.
+#[test]
+fn refused_reports_with_huge_claimed_names_cost_no_memory() {
+    let site = Site::start("", "");
+    let host = site.http_url().trim_start_matches("http://").to_string();
+    let report = |i: usize, size: usize| {
+        format!(r#"{{"node":"n{i}{}","sample":{{"time":"2026-11-24T00:00:00Z","gpus":[],"processes":[]}}}}"#, "x".repeat(size))
+            .into_bytes()
+    };
+    // Warm up the listener and the first refusal's log line.
+    assert_eq!(post(&host, "/v1/agent/report", None, &report(0, 10)), 401);
+    let before = rss_kib(site.pid());
+    for i in 0..200 {
+        // Under the body limit: refused for want of a credential, the body never parsed.
+        let status = post(&host, "/v1/agent/report", None, &report(i, 200_000));
+        assert_eq!(status, 401, "report {i}");
+        // A credential that munged cannot decode (or no munged at all).
+        let status = post(&host, "/v1/agent/report", Some("MUNGE garbage"), &report(i, 200_000));
+        assert!(status == 401 || status == 503, "report {i}: {status}");
+    }
+    let grown = rss_kib(site.pid()).saturating_sub(before);
+    assert!(grown < 20 * 1024, "accountd grew by {grown} KiB over 400 refused reports");
+    for i in 0..20 {
+        // Over the report route's limit.
+        assert_eq!(post(&host, "/v1/agent/report", None, &report(i, 1_900_000)), 413, "report {i}");
+    }
+    let log = site.log();
+    assert!(log.len() < 64 * 1024, "the log grew to {} bytes", log.len());
+    assert!(!log.contains(&"x".repeat(100)), "a claimed name was logged whole");
 }
