@@ -310,3 +310,44 @@ fn refused_reports_with_huge_claimed_names_cost_no_memory() {
     assert!(log.len() < 64 * 1024, "the log grew to {} bytes", log.len());
     assert!(!log.contains(&"x".repeat(100)), "a claimed name was logged whole");
 }
+
+/// While Slurm is slow to say where a node is (sinfo takes 6 s here), an agent's report waits for
+/// it; a header-less, malformed POST arriving meanwhile is refused at once, and sbalance and
+/// /metrics are answered within a second: no request waits on another's Slurm command.
+#[test]
+#[ignore = "needs munged: tests/cluster/up.sh"]
+fn a_slow_slurm_stalls_no_other_request() {
+    let bin = tempfile::Builder::new().prefix("gputokens-slow-slurm-").tempdir().unwrap();
+    let sinfo = bin.path().join("sinfo");
+    std::fs::write(&sinfo, "#!/bin/sh\nsleep 6\necho 'vm|127.0.0.1|vm'\n").unwrap();
+    std::fs::set_permissions(&sinfo, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let site = Site::start(
+        "",
+        &format!(
+            "[intervals]\ncharge = \"1h\"\ncheck = \"1h\"\n[slurm]\nbin_dir = \"{}\"\n[preemption]\nenabled = false\n",
+            bin.path().display()
+        ),
+    );
+    let base = site.http_url();
+    let report_url = format!("{base}/v1/agent/report");
+    let report = forged_report("vm", &[]).replace("\"temperature_c\":120", "\"temperature_c\":40");
+    let report = report.replace("\"ecc_uncorrected\":7", "\"ecc_uncorrected\":0").replace("[79,48]", "[]");
+    let report = report.replace(r#"{"state":"lost"}"#, r#"{"state":"ok"}"#);
+    let cred = munge_as(None, &payload(&report), None);
+    let slow = {
+        let (url, report) = (report_url.clone(), report.clone());
+        std::thread::spawn(move || curl(None, &url, Some(&format!("MUNGE {cred}")), Some(&report)))
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let asked = Instant::now();
+    let (refused, body) = curl(Some("alice"), &report_url, None, Some("{not json"));
+    let (scraped, _) = curl(Some("alice"), &format!("{base}/metrics"), None, None);
+    let out = site.sbalance(Some("bob"), &["-n", "-P", "-o", "Balance"]);
+    let took = asked.elapsed();
+    assert!(took < Duration::from_secs(2), "answered in {took:?} while sinfo was slow");
+    assert_eq!(refused, 401, "{body}");
+    assert_eq!(scraped, 200);
+    assert_eq!(out.stdout.trim(), "100", "{}", out.stderr);
+    let (status, body) = slow.join().unwrap();
+    assert_eq!(status, 200, "the slow report itself is accepted once sinfo answers: {body}");
+}
