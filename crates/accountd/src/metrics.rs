@@ -54,6 +54,9 @@ pub struct JobLabels {
 
 pub struct Metrics {
     registry: Registry,
+    /// `[http] per_user_metrics`: without it no series names a user (/metrics is open to anyone
+    /// who reaches the port; a label with an empty value is, to Prometheus, no label).
+    per_user: bool,
     pub balance: Family<UserLabels, FloatGauge>,
     pub charged: Family<UserGpuLabels, FloatCounter>,
     pub replenished: FloatCounter,
@@ -122,9 +125,16 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Metrics whose series never name a user.
     pub fn new() -> Metrics {
+        Metrics::with_users(false)
+    }
+
+    /// Metrics that label charges, balances and jobs with their users when `per_user` is true.
+    pub fn with_users(per_user: bool) -> Metrics {
         let mut registry = Registry::with_prefix("gputokens");
         let m = Metrics {
+            per_user,
             balance: Family::default(),
             charged: Family::default(),
             replenished: FloatCounter::default(),
@@ -153,7 +163,11 @@ impl Metrics {
             registry: Registry::default(),
         };
         registry.register("balance_tokens", "Token balance per user", m.balance.clone());
-        registry.register("charged_tokens", "Tokens charged per user and GPU type", m.charged.clone());
+        registry.register(
+            "charged_tokens",
+            "Tokens charged per GPU type (and user, with [http] per_user_metrics)",
+            m.charged.clone(),
+        );
         registry.register(
             "replenished_tokens",
             "Tokens added by daily and monthly replenishment",
@@ -260,7 +274,24 @@ impl Metrics {
         self.records_skipped.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc();
     }
 
+    /// `labels` as the job series carry them: without per-user metrics, without the user.
+    pub fn job_labels(&self, labels: &JobLabels) -> JobLabels {
+        JobLabels { user: self.user_label(&labels.user), ..labels.clone() }
+    }
+
+    fn user_label(&self, user: &str) -> String {
+        if self.per_user {
+            user.to_string()
+        } else {
+            String::new()
+        }
+    }
+
+    /// Every user's balance, only with per-user metrics.
     pub fn set_balances(&self, accounts: &[Account]) {
+        if !self.per_user {
+            return;
+        }
         for a in accounts {
             self.balance.get_or_create(&UserLabels { user: a.user.clone() }).set(a.balance.as_f64());
         }
@@ -269,7 +300,7 @@ impl Metrics {
     pub fn record_charge(&self, outcome: &ChargeOutcome, skipped: usize) {
         for ((user, gpu_type), tokens) in &outcome.by_user_type {
             self.charged
-                .get_or_create(&UserGpuLabels { user: user.clone(), gpu_type: gpu_type.clone() })
+                .get_or_create(&UserGpuLabels { user: self.user_label(user), gpu_type: gpu_type.clone() })
                 .inc_by(tokens.as_f64());
         }
         self.jobs_charged.inc_by(outcome.records as u64);
@@ -379,5 +410,27 @@ mod tests {
             gputokens::Config::parse("", std::path::Path::new("empty")).unwrap().intervals.check.as_secs()
         );
         assert!(threshold > check, "the snapshot is {check}s old between check cycles");
+    }
+
+    #[test]
+    fn no_series_names_a_user_without_per_user_metrics() {
+        let mut outcome = ChargeOutcome::default();
+        outcome.by_user_type.insert(("alice".into(), "a6000".into()), gputokens::Tokens::whole(4));
+        outcome.by_user_type.insert(("bob".into(), "a6000".into()), gputokens::Tokens::whole(2));
+        let account = |user: &str| Account { user: user.into(), balance: gputokens::Tokens::whole(1), first_seen: 0 };
+        let job = JobLabels { job: "7".into(), user: "alice".into(), node: "n1".into() };
+        for per_user in [false, true] {
+            let m = Metrics::with_users(per_user);
+            m.record_charge(&outcome, 0);
+            m.set_balances(&[account("alice")]);
+            m.job_idle.get_or_create(&m.job_labels(&job)).set(1);
+            let text = m.encode();
+            assert_eq!(text.contains("alice"), per_user, "per_user_metrics = {per_user}:\n{text}");
+            if !per_user {
+                // One series per GPU type: the users' charges added up.
+                assert!(text.contains(r#"gputokens_charged_tokens_total{user="",gpu_type="a6000"} 6.0"#), "{text}");
+                assert!(text.contains(r#"gputokens_job_idle{job="7",user="",node="n1"} 1"#), "{text}");
+            }
+        }
     }
 }

@@ -56,9 +56,9 @@ impl Service {
 
     pub fn new(config: Config, ledger: Ledger) -> Service {
         Service {
+            metrics: std::sync::Arc::new(crate::metrics::Metrics::with_users(config.http.per_user_metrics)),
             config,
             ledger,
-            metrics: Default::default(),
             utilization: Default::default(),
             health: Default::default(),
             slurm_view: Default::default(),

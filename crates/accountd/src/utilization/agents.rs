@@ -76,8 +76,9 @@ pub fn apply(service: &mut Service, node: &str, jobs: Vec<JobUtilization>, now: 
         let user = user_of(&mut service.utilization, &job.job, &slurm);
         service.ledger.record_utilization(&job.job, job.percent, now)?;
         let labels = JobLabels { job: job.job.clone(), user, node: node.clone() };
-        service.metrics.job_gpu_utilization.get_or_create(&labels).set(job.percent);
-        service.metrics.job_gpu_memory.get_or_create(&labels).set(job.memory_bytes as f64);
+        let series = service.metrics.job_labels(&labels);
+        service.metrics.job_gpu_utilization.get_or_create(&series).set(job.percent);
+        service.metrics.job_gpu_memory.get_or_create(&series).set(job.memory_bytes as f64);
         let watch = service.utilization.jobs.entry(job.job.clone()).or_insert_with(|| JobWatch {
             labels: labels.clone(),
             below_since: None,
@@ -86,7 +87,7 @@ pub fn apply(service: &mut Service, node: &str, jobs: Vec<JobUtilization>, now: 
         if watch_idle(watch, job.percent, now, &usage) {
             flagged.push(watch.labels.clone());
         }
-        service.metrics.job_idle.get_or_create(&labels).set(watch.flagged as i64);
+        service.metrics.job_idle.get_or_create(&series).set(watch.flagged as i64);
         seen.insert(job.job);
     }
     forget_ended_jobs(service, &node, &seen);
@@ -143,9 +144,10 @@ fn forget_ended_jobs(service: &mut Service, node: &str, seen: &BTreeSet<String>)
         .collect();
     for job in ended {
         if let Some(w) = service.utilization.jobs.remove(&job) {
-            service.metrics.job_gpu_utilization.remove(&w.labels);
-            service.metrics.job_gpu_memory.remove(&w.labels);
-            service.metrics.job_idle.remove(&w.labels);
+            let series = service.metrics.job_labels(&w.labels);
+            service.metrics.job_gpu_utilization.remove(&series);
+            service.metrics.job_gpu_memory.remove(&series);
+            service.metrics.job_idle.remove(&series);
         }
         service.utilization.users.remove(&job);
     }

@@ -83,7 +83,8 @@ fn agent_reports_job_utilization_and_accountd_flags_the_idle_job() {
     let _cluster = serial();
     let site = Site::start(
         "",
-        "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n[usage]\nidle_threshold_percent = 5\nidle_window = \"1s\"\n",
+        "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n[usage]\nidle_threshold_percent = 5\nidle_window = \"1s\"\n\
+         [http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n",
     );
     let busy = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 60"]);
     let idle = sbatch("bob", &["--gres=gpu:rtx3090:1", "--wrap", "sleep 60"]);
@@ -169,10 +170,11 @@ fn a_job_whose_processes_the_agent_cannot_see_is_measured_on_its_recorded_gpus()
     report_once(&config, &state);
 
     let (_, metrics) = http_get(&format!("{}/metrics", site.http_url()));
-    let series = format!("gputokens_job_gpu_utilization_percent{{job=\"{job}\",user=\"alice\",node=\"vm\"}}");
+    // Without per_user_metrics (the default) the job's series name no user.
+    let series = format!("gputokens_job_gpu_utilization_percent{{job=\"{job}\",user=\"\",node=\"vm\"}}");
     let line = metrics.lines().find(|l| l.starts_with(&series)).unwrap_or_else(|| panic!("no {series}:\n{metrics}"));
     assert_eq!(line, format!("{series} {}.0", 10 + 10 * gpu), "GPU {gpu}");
-    let memory = format!("gputokens_job_gpu_memory_bytes{{job=\"{job}\",user=\"alice\",node=\"vm\"}} 4096.0");
+    let memory = format!("gputokens_job_gpu_memory_bytes{{job=\"{job}\",user=\"\",node=\"vm\"}} 4096.0");
     assert!(metrics.contains(&memory), "{metrics}");
 
     // The job ends, its epilog removes the record: the next report no longer has it.

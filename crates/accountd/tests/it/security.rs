@@ -286,8 +286,11 @@ fn refused_reports_with_huge_claimed_names_cost_no_memory() {
     let site = Site::start("", "");
     let host = site.http_url().trim_start_matches("http://").to_string();
     let report = |i: usize, size: usize| {
-        format!(r#"{{"node":"n{i}{}","sample":{{"time":"2026-11-24T00:00:00Z","gpus":[],"processes":[]}}}}"#, "x".repeat(size))
-            .into_bytes()
+        format!(
+            r#"{{"node":"n{i}{}","sample":{{"time":"2026-11-24T00:00:00Z","gpus":[],"processes":[]}}}}"#,
+            "x".repeat(size)
+        )
+        .into_bytes()
     };
     // Warm up the listener and the first refusal's log line.
     assert_eq!(post(&host, "/v1/agent/report", None, &report(0, 10)), 401);
