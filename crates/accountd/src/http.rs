@@ -37,6 +37,8 @@ pub struct AppState {
     slurm: Slurm,
     /// `[http] admin_token_file`'s token: reads the JSON API as an admin.
     admin_token: Option<String>,
+    /// `[web] proxy_secret_file`'s secret: what a trusted proxy's requests carry.
+    pub proxy_secret: Option<String>,
     munge_socket: Option<std::path::PathBuf>,
 }
 
@@ -47,7 +49,18 @@ impl AppState {
             (s.config.clone(), s.metrics.clone())
         };
         let gate = ReportGate::new(&config).map_err(AccountdError::Refused)?;
-        let admin_token = config.http.admin_token_file.as_deref().map(read_admin_token).transpose()?;
+        let admin_token = config
+            .http
+            .admin_token_file
+            .as_deref()
+            .map(|path| read_private_secret(path, "http.admin_token_file"))
+            .transpose()?;
+        let proxy_secret = config
+            .web
+            .proxy_secret_file
+            .as_deref()
+            .map(|path| read_private_secret(path, "web.proxy_secret_file"))
+            .transpose()?;
         Ok(AppState {
             service,
             gate: Arc::new(gate),
@@ -55,23 +68,24 @@ impl AppState {
             metrics,
             slurm: Slurm::new(&config.slurm),
             admin_token,
+            proxy_secret,
             munge_socket: config.agent.munge_socket.clone(),
         })
     }
 }
 
-/// The admin token's file must be readable by its owner alone: anyone who can read it is an admin.
-fn read_admin_token(path: &std::path::Path) -> AccountdResult<String> {
+/// A secret's file must be readable by its owner alone: anyone who can read it is an admin (the
+/// admin token) or any user (a proxy's secret).
+fn read_private_secret(path: &std::path::Path, key: &str) -> AccountdResult<String> {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path)
-        .map_err(|e| AccountdError::Refused(format!("http.admin_token_file {}: {e}", path.display())))?;
+    let meta = std::fs::metadata(path).map_err(|e| AccountdError::Refused(format!("{key} {}: {e}", path.display())))?;
     if meta.mode() & 0o077 != 0 || meta.uid() != nix::unistd::geteuid().as_raw() {
         return Err(AccountdError::Refused(format!(
-            "http.admin_token_file {} must be owned by accountd's user and readable by it alone (mode 0600)",
+            "{key} {} must be owned by accountd's user and readable by it alone (mode 0600)",
             path.display()
         )));
     }
-    auth::read_secret(path).map_err(|e| AccountdError::Refused(format!("http.admin_token_file: {e}")))
+    auth::read_secret(path).map_err(|e| AccountdError::Refused(format!("{key}: {e}")))
 }
 
 impl AppState {

@@ -90,6 +90,9 @@ pub struct Web {
     /// Proxies whose `user_header` names the user (their own login in front, e.g. Open OnDemand).
     pub trusted_proxies: Vec<std::net::IpAddr>,
     pub user_header: String,
+    /// A root-only file with the secret a trusted proxy sends in `X-Gputokens-Proxy-Secret`: its
+    /// address alone does not prove a request is the proxy's (users' code may run on that host).
+    pub proxy_secret_file: Option<PathBuf>,
 }
 
 impl Default for Web {
@@ -100,6 +103,7 @@ impl Default for Web {
             session_ttl: Duration::from_secs(8 * 3600),
             trusted_proxies: Vec::new(),
             user_header: "X-Remote-User".into(),
+            proxy_secret_file: None,
         }
     }
 }

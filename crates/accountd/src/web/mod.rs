@@ -177,16 +177,19 @@ fn session_cookie(headers: &HeaderMap) -> Option<String> {
         .find_map(|pair| pair.trim().strip_prefix(COOKIE)?.strip_prefix('=').map(str::to_string))
 }
 
+/// The header in which a trusted proxy proves it is the proxy (`[web] proxy_secret_file`).
+pub const PROXY_SECRET_HEADER: &str = "X-Gputokens-Proxy-Secret";
+
 /// Who is asking, as `s`'s rules know them: the trusted proxy's user header, else the session.
-fn caller(s: &mut Service, peer: SocketAddr, headers: &HeaderMap, now: i64) -> Result<Caller, (StatusCode, String)> {
-    let web = &s.config.web;
-    if web.trusted_proxies.contains(&peer.ip()) {
-        if let Some(name) = headers.get(web.user_header.as_str()).and_then(|v| v.to_str().ok()) {
-            let name = name.trim();
-            if !name.is_empty() {
-                return Ok(Caller::named(name, &s.config));
-            }
-        }
+fn caller(
+    s: &mut Service,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    proxy_secret: Option<&str>,
+    now: i64,
+) -> Result<Caller, (StatusCode, String)> {
+    if let Some(name) = proxied_user(&s.config.web, peer, headers, proxy_secret)? {
+        return Ok(Caller::named(&name, &s.config));
     }
     let token = session_cookie(headers)
         .ok_or((StatusCode::UNAUTHORIZED, "not logged in: run `sbalance --web` and open the link it prints".into()))?;
@@ -195,6 +198,32 @@ fn caller(s: &mut Service, peer: SocketAddr, headers: &HeaderMap, now: i64) -> R
         .session(&token, now)
         .map_err(|r| (StatusCode::UNAUTHORIZED, format!("{}: run `sbalance --web` again", session_refusal(r))))?;
     Ok(Caller::identify(visitor.uid, &s.config))
+}
+
+/// The user a trusted proxy names: only from a `trusted_proxies` address (an IPv4 peer seen as
+/// IPv6-mapped counts as itself) that also sends the proxy secret; one user header, not two.
+fn proxied_user(
+    web: &gputokens::config::Web,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    proxy_secret: Option<&str>,
+) -> Result<Option<String>, (StatusCode, String)> {
+    let address = peer.ip().to_canonical();
+    let Some(secret) = proxy_secret.filter(|_| web.trusted_proxies.contains(&address)) else { return Ok(None) };
+    let mut names = headers.get_all(web.user_header.as_str()).iter();
+    let Some(name) = names.next() else { return Ok(None) };
+    if names.next().is_some() {
+        return Err((StatusCode::BAD_REQUEST, format!("more than one {} header", web.user_header)));
+    }
+    let presented = headers.get(PROXY_SECRET_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if headers.get_all(PROXY_SECRET_HEADER).iter().count() != 1 || !crate::auth::same_secret(presented, secret) {
+        return Err((StatusCode::UNAUTHORIZED, format!("a {} header without the proxy's secret", web.user_header)));
+    }
+    let name = name.to_str().map_err(|_| (StatusCode::BAD_REQUEST, format!("{} is not text", web.user_header)))?;
+    match name.trim() {
+        "" => Ok(None),
+        name => Ok(Some(name.to_string())),
+    }
 }
 
 fn session_refusal(refused: Refused) -> &'static str {
@@ -215,8 +244,9 @@ async fn me(
     headers: HeaderMap,
     Query(query): Query<UserQuery>,
 ) -> Response {
+    let proxy_secret = state.proxy_secret.clone();
     json_view(state, move |s, now| {
-        let caller = caller(s, peer, &headers, now)?;
+        let caller = caller(s, peer, &headers, proxy_secret.as_deref(), now)?;
         let user = query.user.unwrap_or_else(|| caller.name.clone());
         if !caller.may_view(&user, &s.config) {
             return Err((StatusCode::FORBIDDEN, format!("{} may not see the data of '{user}'", caller.name)));
@@ -233,8 +263,9 @@ async fn admin(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Response {
+    let proxy_secret = state.proxy_secret.clone();
     json_view(state, move |s, now| {
-        let caller = caller(s, peer, &headers, now)?;
+        let caller = caller(s, peer, &headers, proxy_secret.as_deref(), now)?;
         if !caller.admin {
             return Err((StatusCode::FORBIDDEN, format!("{} is not a gputokens admin", caller.name)));
         }
@@ -282,5 +313,38 @@ mod tests {
         assert_eq!(session_cookie(&headers).as_deref(), Some("abc"));
         headers.insert(header::COOKIE, HeaderValue::from_static("gputokens_sessionx=abc"));
         assert_eq!(session_cookie(&headers), None);
+    }
+}
+
+#[cfg(test)]
+mod proxy_tests {
+    use super::*;
+
+    fn web() -> gputokens::config::Web {
+        gputokens::config::Web { trusted_proxies: vec!["10.0.0.5".parse().unwrap()], ..Default::default() }
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn the_proxy_is_its_address_in_either_form_and_its_secret() {
+        let proxied = [("X-Remote-User", "alice"), (PROXY_SECRET_HEADER, "s3cret")];
+        for peer in ["10.0.0.5:40000", "[::ffff:10.0.0.5]:40000"] {
+            let found = proxied_user(&web(), peer.parse().unwrap(), &headers(&proxied), Some("s3cret"));
+            assert_eq!(found, Ok(Some("alice".to_string())), "{peer}");
+        }
+        let elsewhere = proxied_user(&web(), "10.0.0.6:1".parse().unwrap(), &headers(&proxied), Some("s3cret"));
+        assert_eq!(elsewhere, Ok(None), "another address: its header is ignored");
+        let unset = proxied_user(&web(), "10.0.0.5:1".parse().unwrap(), &headers(&proxied), None);
+        assert_eq!(unset, Ok(None), "no secret configured: no proxy trusted");
+        let two_secrets = [("X-Remote-User", "alice"), (PROXY_SECRET_HEADER, "s3cret"), (PROXY_SECRET_HEADER, "x")];
+        let refused = proxied_user(&web(), "10.0.0.5:1".parse().unwrap(), &headers(&two_secrets), Some("s3cret"));
+        assert_eq!(refused.map_err(|e| e.0), Err(StatusCode::UNAUTHORIZED));
     }
 }

@@ -235,31 +235,62 @@ fn the_admin_view_lists_every_user_sorted_and_filtered() {
     });
 }
 
-/// GET `url` from local address `from` with `header: value`: (status, body).
-fn get_from(from: &str, url: &str, header: (&str, &str)) -> (u16, String) {
+/// GET `url` from local address `from` with `headers`: (status, body).
+fn get_with(from: &str, url: &str, headers: &[(&str, String)]) -> (u16, String) {
     let client = reqwest::blocking::Client::builder().local_address(from.parse::<IpAddr>().ok()).build().unwrap();
-    let response = client.get(url).header(header.0, header.1).send().unwrap();
+    let mut request = client.get(url);
+    for (name, value) in headers {
+        request = request.header(*name, value);
+    }
+    let response = request.send().unwrap();
     (response.status().as_u16(), response.text().unwrap())
 }
 
+const PROXY_SECRET: &str = "pr0xy-s3cret";
+
+/// A site whose proxy at 127.0.0.2 proves itself with PROXY_SECRET.
+fn proxied_site() -> (Site, tempfile::NamedTempFile) {
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), format!("{PROXY_SECRET}\n")).unwrap();
+    std::fs::set_permissions(secret.path(), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let site = web_site(&format!(
+        "trusted_proxies = [\"127.0.0.2\"]\nuser_header = \"X-Remote-User\"\nproxy_secret_file = \"{}\"\n",
+        secret.path().display()
+    ));
+    (site, secret)
+}
+
 #[test]
-fn a_user_header_counts_only_from_a_trusted_proxy() {
-    let site = web_site("trusted_proxies = [\"127.0.0.2\"]\nuser_header = \"X-Remote-User\"\n");
+fn a_user_header_counts_only_from_the_trusted_proxy_with_its_secret() {
+    let (site, _secret) = proxied_site();
     let url = format!("{}/web/api/me", site.http_url());
-    let (status, body) = get_from("127.0.0.1", &url, ("X-Remote-User", "alice"));
-    assert_eq!(status, 401, "not a trusted proxy: {body}");
-    let (status, body) = get_from("127.0.0.2", &url, ("X-Remote-User", "alice"));
+    let proxy = |user: &str| [("X-Remote-User", user.to_string()), ("X-Gputokens-Proxy-Secret", PROXY_SECRET.into())];
+    let get = get_with;
+    let (status, body) = get("127.0.0.1", &url, &proxy("alice"));
+    assert_eq!(status, 401, "not a trusted proxy, secret or not: {body}");
+    // A local user on the proxy's host (its address) who knows the header but not the secret.
+    let (status, body) = get("127.0.0.2", &url, &[("X-Remote-User", "root".into())]);
+    assert_eq!(status, 401, "no secret: {body}");
+    let (status, body) =
+        get("127.0.0.2", &url, &[("X-Remote-User", "root".into()), ("X-Gputokens-Proxy-Secret", "guess".into())]);
+    assert_eq!(status, 401, "a wrong secret: {body}");
+    // Two user headers (a proxy that appends its own to the client's): refused, not the first taken.
+    let mut twice = proxy("alice").to_vec();
+    twice.push(("X-Remote-User", "root".into()));
+    let (status, body) = get("127.0.0.2", &url, &twice);
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = get("127.0.0.2", &url, &proxy("alice"));
     assert_eq!(status, 200, "{body}");
     let view: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!((view["user"].as_str(), view["balance"]["text"].as_str()), (Some("alice"), Some("36")));
-    let (status, body) = get_from("127.0.0.2", &format!("{url}?user=bob"), ("X-Remote-User", "alice"));
+    let (status, body) = get("127.0.0.2", &format!("{url}?user=bob"), &proxy("alice"));
     assert_eq!(status, 403, "{body}");
-    let (status, body) = get_from("127.0.0.2", &url, ("X-Remote-User", "nobody-here"));
+    let (status, body) = get("127.0.0.2", &url, &proxy("nobody-here"));
     assert_eq!(status, 404, "{body}");
     assert!(body.contains("\"unknown user 'nobody-here': not in the ledger and not a user of this system\""), "{body}");
-    let (status, _) = get_from("127.0.0.2", &format!("{}/web/api/admin", site.http_url()), ("X-Remote-User", "alice"));
+    let (status, _) = get("127.0.0.2", &format!("{}/web/api/admin", site.http_url()), &proxy("alice"));
     assert_eq!(status, 403);
-    let (status, _) = get_from("127.0.0.2", &format!("{}/web/api/admin", site.http_url()), ("X-Remote-User", "root"));
+    let (status, _) = get("127.0.0.2", &format!("{}/web/api/admin", site.http_url()), &proxy("root"));
     assert_eq!(status, 200);
     // The page itself says what it may load: nothing but its own script and style.
     let response = reqwest::blocking::get(format!("{}/web/", site.http_url())).unwrap();

@@ -310,11 +310,23 @@ fn notify(s: &mut Section) -> Notify {
 /// `[web]`: the status page's address, link and session lifetimes, and trusted proxies.
 fn web(s: &mut Section) -> Web {
     let d = Web::default();
-    Web {
+    let mut web = Web {
         url: s.optional("url", web_url),
         link_ttl: s.get("link_ttl", d.link_ttl, positive_duration),
         session_ttl: s.get("session_ttl", d.session_ttl, positive_duration),
         trusted_proxies: s.get("trusted_proxies", d.trusted_proxies, ip_addresses),
         user_header: s.get("user_header", d.user_header, header_name),
+        proxy_secret_file: s.optional("proxy_secret_file", absolute_path),
+    };
+    if !web.trusted_proxies.is_empty() && web.proxy_secret_file.is_none() {
+        s.problem(
+            "trusted_proxies",
+            "needs web.proxy_secret_file (a secret the proxy sends in X-Gputokens-Proxy-Secret: a proxy's \
+             address alone is no proof, users' code may run there)"
+                .into(),
+            "trusting no proxy",
+        );
+        web.trusted_proxies.clear();
     }
+    web
 }

@@ -354,7 +354,8 @@ fn web_defaults_and_bad_values_are_named() {
     assert_eq!(w, super::Web::default());
     assert_eq!(parse(EXAMPLE).unwrap().web, super::Web::default(), "the example states the defaults");
     let text = "[web]\nurl = \"https://gputokens.example.org/\"\nlink_ttl = \"2m\"\nsession_ttl = \"1h\"\n\
-                trusted_proxies = [\"10.0.0.5\", \"::1\"]\nuser_header = \"X-Forwarded-User\"\n";
+                trusted_proxies = [\"10.0.0.5\", \"::1\"]\nuser_header = \"X-Forwarded-User\"\n\
+                proxy_secret_file = \"/etc/slurm/gputokens-proxy.secret\"\n";
     let w = parse(text).unwrap().web;
     assert_eq!(w.url.as_deref(), Some("https://gputokens.example.org"));
     assert_eq!((w.link_ttl.as_secs(), w.session_ttl.as_secs()), (120, 3600));
@@ -368,6 +369,8 @@ fn web_defaults_and_bad_values_are_named() {
             "web.trusted_proxies: \"proxy.example.org\" is not an IP address",
         ),
         ("user_header = \"X Remote\"", "web.user_header: \"X Remote\" is not an HTTP header name"),
+        ("trusted_proxies = [\"10.0.0.5\"]", "web.trusted_proxies: needs web.proxy_secret_file"),
+        ("proxy_secret_file = \"relative\"", "web.proxy_secret_file"),
         ("link_ttl = \"0s\"", "web.link_ttl: must be longer than 0"),
     ] {
         let err = parse(&format!("[web]\n{bad}\n")).unwrap_err().to_string();
