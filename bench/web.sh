@@ -28,6 +28,8 @@ check = "1h"
 bin_dir = "$work/no-slurm"
 [http]
 listen = "127.0.0.1:$http_port"
+[web]
+allow_http = true
 [paths]
 ledger = "$work/lib/ledger.sqlite"
 snapshot = "$work/lib/balances.snapshot"

@@ -39,6 +39,8 @@ pub struct AppState {
     admin_token: Option<String>,
     /// `[web] proxy_secret_file`'s secret: what a trusted proxy's requests carry.
     pub proxy_secret: Option<String>,
+    /// `[web] trusted_proxies`: besides this host, where the admin token may come from.
+    trusted_proxies: Vec<std::net::IpAddr>,
     munge_socket: Option<std::path::PathBuf>,
 }
 
@@ -69,6 +71,7 @@ impl AppState {
             slurm: Slurm::new(&config.slurm),
             admin_token,
             proxy_secret,
+            trusted_proxies: config.web.trusted_proxies.clone(),
             munge_socket: config.agent.munge_socket.clone(),
         })
     }
@@ -207,7 +210,7 @@ impl ApiIdentity {
 }
 
 /// Checks the credential (munged is asked outside the service's lock).
-fn api_identity(state: &AppState, presented: Presented) -> Result<ApiIdentity, (StatusCode, String)> {
+fn api_identity(state: &AppState, peer: SocketAddr, presented: Presented) -> Result<ApiIdentity, (StatusCode, String)> {
     match presented {
         Presented::Munge(cred) => {
             let cred = crate::munge::decode(cred, state.munge_socket.as_deref()).map_err(|e| match e.kind {
@@ -221,6 +224,14 @@ fn api_identity(state: &AppState, presented: Presented) -> Result<ApiIdentity, (
             }
             Ok(ApiIdentity::Uid(cred.uid))
         }
+        // The listener speaks plain HTTP: over a network the token would travel in clear. From this
+        // host, or through a trusted (TLS) proxy, only.
+        Presented::Bearer(_) if !token_may_come_from(peer, &state.trusted_proxies) => Err((
+            StatusCode::FORBIDDEN,
+            "the admin token is taken only from this host or a [web] trusted_proxies address: it would travel \
+             in clear"
+                .into(),
+        )),
         Presented::Bearer(token) => match &state.admin_token {
             Some(expected) if auth::same_secret(token, expected) => Ok(ApiIdentity::AdminToken),
             _ => Err((StatusCode::UNAUTHORIZED, "not the token of [http] admin_token_file".into())),
@@ -231,19 +242,34 @@ fn api_identity(state: &AppState, presented: Presented) -> Result<ApiIdentity, (
     }
 }
 
-async fn balances(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    rows(state, authorization(&headers), None).await
+async fn balances(
+    State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    rows(state, peer, authorization(&headers), None).await
 }
 
-async fn balance(State(state): State<Arc<AppState>>, headers: HeaderMap, Path(user): Path<String>) -> Response {
-    rows(state, authorization(&headers), Some(user)).await
+async fn balance(
+    State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(user): Path<String>,
+) -> Response {
+    rows(state, peer, authorization(&headers), Some(user)).await
+}
+
+/// Whether a bearer token may come from `peer`: this host, or a trusted proxy.
+fn token_may_come_from(peer: SocketAddr, trusted_proxies: &[std::net::IpAddr]) -> bool {
+    let address = peer.ip().to_canonical();
+    address.is_loopback() || trusted_proxies.contains(&address)
 }
 
 /// Balance rows the caller may see: `user`'s (when allowed), else all (admins, `balances_public`)
 /// or the caller's own.
-async fn rows(state: Arc<AppState>, presented: Option<Vec<u8>>, user: Option<String>) -> Response {
+async fn rows(state: Arc<AppState>, peer: SocketAddr, presented: Option<Vec<u8>>, user: Option<String>) -> Response {
     let work = tokio::task::spawn_blocking(move || {
-        let identity = api_identity(&state, Presented::parse(presented.as_deref()))?;
+        let identity = api_identity(&state, peer, Presented::parse(presented.as_deref()))?;
         let s = state.service.lock().unwrap_or_else(|p| p.into_inner());
         let caller = identity.caller(&s.config);
         let names: Vec<String> = match user {
@@ -278,5 +304,26 @@ async fn rows(state: Arc<AppState>, presented: Option<Vec<u8>>, user: Option<Str
             response
         }
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_admin_token_comes_only_from_this_host_or_a_trusted_proxy() {
+        let trusted = ["10.0.0.5".parse().unwrap()];
+        for (peer, may) in [
+            ("127.0.0.1:1", true),
+            ("[::1]:1", true),
+            ("[::ffff:127.0.0.1]:1", true),
+            ("10.0.0.5:1", true),
+            ("[::ffff:10.0.0.5]:1", true),
+            ("10.0.0.6:1", false),
+            ("[2001:db8::1]:1", false),
+        ] {
+            assert_eq!(token_may_come_from(peer.parse().unwrap(), &trusted), may, "{peer}");
+        }
     }
 }

@@ -90,6 +90,9 @@ pub struct Web {
     /// Proxies whose `user_header` names the user (their own login in front, e.g. Open OnDemand).
     pub trusted_proxies: Vec<std::net::IpAddr>,
     pub user_header: String,
+    /// Login links and sessions over plain http (the session cookie then travels in clear, and a
+    /// user's server on another port of that host receives it): only when the site says so.
+    pub allow_http: bool,
     /// A root-only file with the secret a trusted proxy sends in `X-Gputokens-Proxy-Secret`: its
     /// address alone does not prove a request is the proxy's (users' code may run on that host).
     pub proxy_secret_file: Option<PathBuf>,
@@ -103,6 +106,7 @@ impl Default for Web {
             session_ttl: Duration::from_secs(8 * 3600),
             trusted_proxies: Vec::new(),
             user_header: "X-Remote-User".into(),
+            allow_http: false,
             proxy_secret_file: None,
         }
     }

@@ -26,7 +26,18 @@ use logins::{Refused, Visitor};
 
 pub use logins::Logins;
 
+/// The session cookie: over https a `__Host-` cookie (Secure, the whole host, settable by no
+/// subdomain or plain-http page), over plain http (`allow_http`) one limited to /web.
 const COOKIE: &str = "gputokens_session";
+const HOST_COOKIE: &str = "__Host-gputokens_session";
+
+/// (cookie name, its attributes) for the page's address.
+fn cookie_kind(web: &gputokens::config::Web) -> (&'static str, &'static str) {
+    match web.url.as_deref().is_some_and(|u| u.starts_with("https://")) {
+        true => (HOST_COOKIE, "Path=/; Secure; HttpOnly; SameSite=Lax"),
+        false => (COOKIE, "Path=/web; HttpOnly; SameSite=Lax"),
+    }
+}
 const INDEX: &str = include_str!("../../assets/web/index.html");
 const SCRIPT: &str = include_str!("../../assets/web/app.js");
 const STYLE: &str = include_str!("../../assets/web/app.css");
@@ -55,10 +66,18 @@ pub fn login_link(service: &mut Service, caller: &Caller, now: i64) -> Result<(S
     Ok((format!("{base}/web/login?token={token}"), expires))
 }
 
-/// `[web] url`, else this host on the HTTP listener's port.
+/// `[web] url`, else this host on the HTTP listener's port; a plain-http one only with `allow_http`.
 fn base_url(service: &Service) -> Result<String, String> {
-    if let Some(url) = &service.config.web.url {
+    let web = &service.config.web;
+    if let Some(url) = web.url.as_ref().filter(|u| u.starts_with("https://") || web.allow_http) {
         return Ok(url.clone());
+    }
+    if !web.allow_http {
+        return Err(format!(
+            "the status page has no https address: set [web] url to the https:// address of a TLS proxy in front of \
+             accountd{} (or allow_http = true, and sessions travel in clear)",
+            web.url.as_deref().map(|u| format!(" (it is {u})")).unwrap_or_default()
+        ));
     }
     let addr =
         service.http_address.ok_or("the status page needs accountd serve's HTTP listener ([http] listen is off)")?;
@@ -126,23 +145,19 @@ async fn login(State(state): State<Arc<AppState>>, Query(query): Query<LoginQuer
         let now = gputokens::time::now();
         let mut s = state.service.lock().unwrap_or_else(|p| p.into_inner());
         let ttl = s.config.web.session_ttl;
-        let secure = s.config.web.url.as_deref().is_some_and(|u| u.starts_with("https://"));
+        let kind = cookie_kind(&s.config.web);
         let token = query.token.filter(|t| t.len() == 64 && t.bytes().all(|b| b.is_ascii_hexdigit()));
         let redeemed = token.ok_or(Refused::Unknown).and_then(|t| s.logins.redeem(&t, now, ttl));
-        (redeemed, ttl, secure)
+        (redeemed, ttl, kind)
     });
-    let (redeemed, ttl, secure) = match work.await {
+    let (redeemed, ttl, (name, attributes)) = match work.await {
         Ok(outcome) => outcome,
         Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     };
     match redeemed {
         Ok((session, visitor, _)) => {
             tracing::info!("status page: {} logged in with a link", visitor.name);
-            let cookie = format!(
-                "{COOKIE}={session}; Path=/web; HttpOnly; SameSite=Lax; Max-Age={}{}",
-                ttl.as_secs(),
-                if secure { "; Secure" } else { "" }
-            );
+            let cookie = format!("{name}={session}; {attributes}; Max-Age={}", ttl.as_secs());
             let mut response = redirect("/web/");
             if let Ok(value) = HeaderValue::from_str(&cookie) {
                 response.headers_mut().insert(header::SET_COOKIE, value);
@@ -154,27 +169,32 @@ async fn login(State(state): State<Arc<AppState>>, Query(query): Query<LoginQuer
 }
 
 async fn logout(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if let Some(token) = session_cookie(&headers) {
-        let ended = tokio::task::spawn_blocking(move || {
-            state.service.lock().unwrap_or_else(|p| p.into_inner()).logins.end(&token);
-        });
-        let _ = ended.await;
-    }
+    let ended = tokio::task::spawn_blocking(move || {
+        let mut s = state.service.lock().unwrap_or_else(|p| p.into_inner());
+        let kind = cookie_kind(&s.config.web);
+        if let Some(token) = session_cookie(&headers, kind.0) {
+            s.logins.end(&token);
+        }
+        kind
+    });
+    let Ok((name, attributes)) = ended.await else {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "logout failed").into_response();
+    };
     let mut response = refused_page(StatusCode::OK, "You are logged out");
-    let gone = format!("{COOKIE}=; Path=/web; HttpOnly; SameSite=Lax; Max-Age=0");
+    let gone = format!("{name}=; {attributes}; Max-Age=0");
     if let Ok(value) = HeaderValue::from_str(&gone) {
         response.headers_mut().insert(header::SET_COOKIE, value);
     }
     response
 }
 
-fn session_cookie(headers: &HeaderMap) -> Option<String> {
+fn session_cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
-        .find_map(|pair| pair.trim().strip_prefix(COOKIE)?.strip_prefix('=').map(str::to_string))
+        .find_map(|pair| pair.trim().strip_prefix(name)?.strip_prefix('=').map(str::to_string))
 }
 
 /// The header in which a trusted proxy proves it is the proxy (`[web] proxy_secret_file`).
@@ -191,7 +211,7 @@ fn caller(
     if let Some(name) = proxied_user(&s.config.web, peer, headers, proxy_secret)? {
         return Ok(Caller::named(&name, &s.config));
     }
-    let token = session_cookie(headers)
+    let token = session_cookie(headers, cookie_kind(&s.config.web).0)
         .ok_or((StatusCode::UNAUTHORIZED, "not logged in: run `sbalance --web` and open the link it prints".into()))?;
     let visitor = s
         .logins
@@ -310,9 +330,13 @@ mod tests {
     fn the_session_cookie_is_found_among_others() {
         let mut headers = HeaderMap::new();
         headers.insert(header::COOKIE, HeaderValue::from_static("a=1; gputokens_session=abc; b=2"));
-        assert_eq!(session_cookie(&headers).as_deref(), Some("abc"));
+        assert_eq!(session_cookie(&headers, COOKIE).as_deref(), Some("abc"));
+        assert_eq!(session_cookie(&headers, HOST_COOKIE), None, "over https only the __Host- cookie counts");
         headers.insert(header::COOKIE, HeaderValue::from_static("gputokens_sessionx=abc"));
-        assert_eq!(session_cookie(&headers), None);
+        assert_eq!(session_cookie(&headers, COOKIE), None);
+        headers.insert(header::COOKIE, HeaderValue::from_static("__Host-gputokens_session=xyz"));
+        assert_eq!(session_cookie(&headers, COOKIE), None);
+        assert_eq!(session_cookie(&headers, HOST_COOKIE).as_deref(), Some("xyz"));
     }
 }
 

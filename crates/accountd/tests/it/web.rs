@@ -39,7 +39,8 @@ fn base_of(link: &str) -> String {
 
 /// A site with alice, bob and the markup user charged; `web` is its `[web]` table.
 fn web_site(web: &str) -> Site {
-    let site = Site::start("", &format!("[web]\n{web}"));
+    // chromium here reaches the page over plain http: no TLS proxy in front.
+    let site = Site::start("", &format!("[web]\nallow_http = true\n{web}"));
     let sacct = site.file("sacct.txt", SACCT);
     site.accountd(None, &["charge", "--sacct-file", &sacct]).ok();
     site
@@ -296,4 +297,29 @@ fn a_user_header_counts_only_from_the_trusted_proxy_with_its_secret() {
     let response = reqwest::blocking::get(format!("{}/web/", site.http_url())).unwrap();
     let policy = response.headers()["content-security-policy"].to_str().unwrap().to_string();
     assert!(policy.contains("script-src 'self'") && policy.contains("default-src 'none'"), "{policy}");
+}
+
+/// Without an https address the page makes no login link (its cookie would travel in clear, and a
+/// user's server on another port of the host would receive it); with one, the session cookie is a
+/// `__Host-` cookie, Secure, for the whole host.
+#[test]
+fn login_links_need_https_unless_the_site_allows_http() {
+    let site = Site::start("", "");
+    let out = site.sbalance(Some("alice"), &["--web"]);
+    assert_ne!(out.code, 0, "{}", out.stdout);
+    assert!(out.stderr.contains("the status page has no https address"), "{}", out.stderr);
+    let plain = Site::start("", "[web]\nurl = \"http://gpu.example.org:9817\"\n");
+    let out = plain.sbalance(Some("alice"), &["--web"]);
+    assert!(out.stderr.contains("(it is http://gpu.example.org:9817)"), "{}", out.stderr);
+
+    let site = Site::start("", "[web]\nurl = \"https://gpu.example.org\"\n");
+    let out = site.sbalance(Some("alice"), &["--web"]).ok().stdout;
+    let link = out.split_whitespace().find(|w| w.starts_with("https://gpu.example.org/web/login?token=")).expect(&out);
+    // As the TLS proxy would pass it on to the listener.
+    let local = link.replace("https://gpu.example.org", &site.http_url());
+    let client = reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let response = client.get(local).send().unwrap();
+    let cookie = response.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(cookie.starts_with("__Host-gputokens_session="), "{cookie}");
+    assert!(cookie.contains("; Path=/;") && cookie.contains("Secure") && cookie.contains("HttpOnly"), "{cookie}");
 }

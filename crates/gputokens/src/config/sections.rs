@@ -316,6 +316,7 @@ fn web(s: &mut Section) -> Web {
         session_ttl: s.get("session_ttl", d.session_ttl, positive_duration),
         trusted_proxies: s.get("trusted_proxies", d.trusted_proxies, ip_addresses),
         user_header: s.get("user_header", d.user_header, header_name),
+        allow_http: s.get("allow_http", d.allow_http, boolean),
         proxy_secret_file: s.optional("proxy_secret_file", absolute_path),
     };
     if !web.trusted_proxies.is_empty() && web.proxy_secret_file.is_none() {
