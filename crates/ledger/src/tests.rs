@@ -96,7 +96,7 @@ fn a_run_of_no_gpu_time_leaves_no_entry_and_is_remembered_as_charged() {
     assert_eq!(balance(&l, "carol"), Tokens::whole(100), "carol is known from her first GPU job on");
     assert!(charges(&l).is_empty(), "no +0 entry");
     assert_eq!(l.charged_seconds("12", cancelled.segment_start).unwrap(), Some(0), "remembered");
-    let replay = l.charge(&[cancelled.clone()], &seed_prices(), now).unwrap();
+    let replay = l.charge(std::slice::from_ref(&cancelled), &seed_prices(), now).unwrap();
     assert_eq!((replay.records, replay.unchanged), (0, 1), "a replay adds nothing");
     assert!(charges(&l).is_empty());
     // The same run seen again later with time on it (a record read while it started) is charged.

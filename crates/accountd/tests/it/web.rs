@@ -43,6 +43,8 @@ fn web_site(web: &str) -> Site {
     let site = Site::start("", &format!("[web]\nallow_http = true\n{web}"));
     let sacct = site.file("sacct.txt", SACCT);
     site.accountd(None, &["charge", "--sacct-file", &sacct]).ok();
+    // The forecast measures the fall since the users were first seen: not within the same second.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
     site
 }
 
