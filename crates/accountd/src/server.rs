@@ -15,8 +15,10 @@ use crate::cycle;
 use crate::serve_cycles::{Cycles, Kind};
 use crate::service::Shared;
 
-/// Largest request accepted (an import of a big site's state file fits easily).
+/// Largest request accepted from an admin (an import of a big site's state file fits easily).
 const MAX_REQUEST: u64 = 16 << 20;
+/// Largest request accepted from anyone else: a balance request for 1000 users fits.
+const MAX_USER_REQUEST: u64 = 64 << 10;
 /// A client that sends no whole request in this long is answered and dropped: connections that
 /// never speak would otherwise hold a descriptor each until accountd runs out of them.
 const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -115,13 +117,21 @@ fn admit(stream: UnixStream, caps: &ConnectionCaps<u32>, metrics: &crate::metric
 async fn serve_connection(stream: UnixStream, uid: u32, slot: Slot<u32>, service: Shared) {
     let (read, write) = stream.into_split();
     let mut line = String::new();
-    let mut reader = BufReader::new(read.take(MAX_REQUEST));
+    let mut reader = BufReader::new(read.take(MAX_USER_REQUEST));
     let read = tokio::select! {
-        read = tokio::time::timeout(REQUEST_TIMEOUT, reader.read_line(&mut line)) => read,
+        read = tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut reader, &mut line, uid, &service)) => read,
         // Shed for a newer connection of the same user before it said anything whole: closed.
         () = slot.shed() => return,
     };
     let _busy = slot.busy();
+    if let Ok(Ok(0)) = read {
+        return; // closed without a word
+    }
+    // Cut at the limit, not ended by the client: too long to be taken.
+    if !line.ends_with('\n') && reader.get_ref().limit() == 0 {
+        let message = format!("request too large: {} KiB at most (more for admins only)", MAX_USER_REQUEST >> 10);
+        return send_reply(write, Reply::Error { kind: ErrorKind::Invalid, message }).await;
+    }
     let reply = match read {
         Ok(Ok(_)) => match serde_json::from_str::<Request>(&line) {
             Ok(request) => answer(service, uid, request).await,
@@ -134,6 +144,32 @@ async fn serve_connection(stream: UnixStream, uid: u32, slot: Slot<u32>, service
         },
     };
     send_reply(write, reply).await;
+}
+
+/// Reads one request line: at most MAX_USER_REQUEST bytes, MAX_REQUEST for an admin (asked only
+/// when a request is that long, off the runtime: it looks up the caller's groups).
+async fn read_request(
+    reader: &mut BufReader<tokio::io::Take<tokio::net::unix::OwnedReadHalf>>,
+    line: &mut String,
+    uid: u32,
+    service: &Shared,
+) -> std::io::Result<usize> {
+    let first = reader.read_line(line).await?;
+    if line.ends_with('\n') || reader.get_ref().limit() > 0 {
+        return Ok(first);
+    }
+    let service = service.clone();
+    let admin = tokio::task::spawn_blocking(move || {
+        let s = service.lock().unwrap_or_else(|p| p.into_inner());
+        Caller::identify(uid, &s.config).admin
+    })
+    .await
+    .unwrap_or(false);
+    if !admin {
+        return Ok(first);
+    }
+    reader.get_mut().set_limit(MAX_REQUEST - MAX_USER_REQUEST);
+    Ok(first + reader.read_line(line).await?)
 }
 
 /// Writes the reply line; a client that does not read it in time is dropped.

@@ -175,3 +175,24 @@ fn a_second_agent_for_the_node_exits_naming_the_first() {
         out.stderr
     );
 }
+
+/// Sends one request line of `size` bytes to the site's socket as `user`; returns the reply line.
+fn long_request(site: &Site, user: Option<&str>, size: usize) -> String {
+    let script = r#"use IO::Socket::UNIX; $SIG{PIPE} = "IGNORE"; my $s = IO::Socket::UNIX->new(Peer => $ARGV[0]) or die "$!";
+        print $s "{\"x\":\"" . ("a" x $ARGV[1]) . "\"}\n"; my $reply = <$s>; print $reply"#;
+    let socket = site.path("run/accountd.sock");
+    let args = ["-e", script, socket.to_str().unwrap(), &size.to_string()];
+    crate::common::run_as(user, Path::new("/usr/bin/perl"), &args).stdout
+}
+
+#[test]
+fn only_admins_may_send_long_requests_on_the_socket() {
+    let site = Site::start("", "");
+    let reply = long_request(&site, Some("alice"), 100 << 10);
+    assert!(reply.contains("request too large: 64 KiB at most"), "{reply}");
+    let reply = long_request(&site, Some("alice"), 1000);
+    assert!(reply.contains("malformed request"), "a short one is read: {reply}");
+    // root's (an import of a big site's state) is read whole, then judged.
+    let reply = long_request(&site, None, 1 << 20);
+    assert!(reply.contains("malformed request"), "{reply}");
+}
