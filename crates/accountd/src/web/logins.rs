@@ -9,6 +9,9 @@ use std::time::Duration;
 /// Live links and sessions at most: a flood of `sbalance --web` cannot grow accountd without end
 /// (the oldest are dropped first).
 pub const MAX_LIVE: usize = 10_000;
+/// Live links, and sessions, of one visitor at most: one user's flood of `sbalance --web` drops
+/// that user's own oldest, never anyone else's.
+pub const MAX_PER_VISITOR: usize = 8;
 
 /// Who a link or session belongs to: their uid (admin rights are decided on each request, so a
 /// change of `[admins]` applies at once) or, through a trusted proxy, a name.
@@ -87,8 +90,16 @@ impl Logins {
     }
 }
 
-/// Adds `grant`, first dropping expired ones and, at the cap, the one that expires first.
+/// Adds `grant`, first dropping, at the visitor's cap, the visitor's one that expires first; at the
+/// total cap the expired ones, then the one that expires first.
 fn insert_capped(map: &mut HashMap<String, Grant>, token: String, grant: Grant, now: i64) {
+    let theirs = |g: &Grant| g.visitor == grant.visitor;
+    if map.values().filter(|g| theirs(g)).count() >= MAX_PER_VISITOR {
+        let oldest = map.iter().filter(|(_, g)| theirs(g)).min_by_key(|(_, g)| g.expires).map(|(t, _)| t.clone());
+        if let Some(oldest) = oldest {
+            map.remove(&oldest);
+        }
+    }
     if map.len() >= MAX_LIVE {
         map.retain(|_, g| g.expires > now);
     }
@@ -151,11 +162,27 @@ mod tests {
         let (a, _) = logins.issue_link(alice(), NOW, LINK).unwrap();
         let (b, _) = logins.issue_link(alice(), NOW, LINK).unwrap();
         assert_ne!(a, b);
-        // All live (none expired): at the cap the one that expires first goes.
+        // All live (none expired), of many users: at the cap the one that expires first goes.
         for n in 0..MAX_LIVE as i64 + 5 {
-            logins.issue_link(alice(), NOW + 1 + n / 100, LINK).unwrap();
+            let visitor = Visitor { uid: 20_000 + n as u32, name: format!("user{n}") };
+            logins.issue_link(visitor, NOW + 1 + n / 100, LINK).unwrap();
         }
         assert_eq!(logins.links.len(), MAX_LIVE);
         assert_eq!(logins.redeem(&a, NOW + 1, SESSION).unwrap_err(), Refused::Unknown, "the oldest went first");
+    }
+
+    #[test]
+    fn one_visitors_flood_drops_only_their_own_oldest() {
+        let mut logins = Logins::default();
+        let bob = Visitor { uid: 1002, name: "bob".into() };
+        let (bobs, _) = logins.issue_link(bob.clone(), NOW, LINK).unwrap();
+        let (first, _) = logins.issue_link(alice(), NOW, LINK).unwrap();
+        for i in 1..=100 {
+            logins.issue_link(alice(), NOW + i, LINK).unwrap();
+        }
+        assert_eq!(logins.links.values().filter(|g| g.visitor == alice()).count(), MAX_PER_VISITOR);
+        assert_eq!(logins.redeem(&first, NOW + 200, SESSION).unwrap_err(), Refused::Unknown, "her oldest went");
+        let (_, visitor, _) = logins.redeem(&bobs, NOW + 200, SESSION).unwrap();
+        assert_eq!(visitor, bob, "bob's link outlived her flood");
     }
 }
