@@ -43,7 +43,7 @@ const SCRIPT: &str = include_str!("../../assets/web/app.js");
 const STYLE: &str = include_str!("../../assets/web/app.css");
 /// No script but ours, nothing loaded from elsewhere, never framed.
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
-                      base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+                      base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
@@ -52,7 +52,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/web/app.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
         .route("/web/app.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
         .route("/web/login", get(login))
-        .route("/web/logout", get(logout))
+        .route("/web/logout", axum::routing::post(logout))
         .route("/web/api/me", get(me))
         .route("/web/api/admin", get(admin))
 }
@@ -168,17 +168,24 @@ async fn login(State(state): State<Arc<AppState>>, Query(query): Query<LoginQuer
     }
 }
 
+/// Logs out: a POST from the page itself (its Origin is this site), so another site cannot end a
+/// user's session behind their back.
 async fn logout(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let ended = tokio::task::spawn_blocking(move || {
         let mut s = state.service.lock().unwrap_or_else(|p| p.into_inner());
+        if !from_this_site(&headers, &s.config.web) {
+            return None;
+        }
         let kind = cookie_kind(&s.config.web);
         if let Some(token) = session_cookie(&headers, kind.0) {
             s.logins.end(&token);
         }
-        kind
+        Some(kind)
     });
-    let Ok((name, attributes)) = ended.await else {
-        return (StatusCode::INTERNAL_SERVER_ERROR, "logout failed").into_response();
+    let (name, attributes) = match ended.await {
+        Ok(Some(kind)) => kind,
+        Ok(None) => return refused_page(StatusCode::FORBIDDEN, "Log out from the status page itself"),
+        Err(_) => return (StatusCode::INTERNAL_SERVER_ERROR, "logout failed").into_response(),
     };
     let mut response = refused_page(StatusCode::OK, "You are logged out");
     let gone = format!("{name}=; {attributes}; Max-Age=0");
@@ -186,6 +193,21 @@ async fn logout(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
         response.headers_mut().insert(header::SET_COOKIE, value);
     }
     response
+}
+
+/// Whether the request comes from this site's own page: a browser says so in Sec-Fetch-Site (its
+/// Origin is "null" under the page's no-referrer policy); otherwise its Origin must be the host
+/// it was sent to, or `[web] url`'s.
+fn from_this_site(headers: &HeaderMap, web: &gputokens::config::Web) -> bool {
+    if let Some(site) = headers.get("sec-fetch-site") {
+        return site.as_bytes() == b"same-origin";
+    }
+    let authority = |url: &str| url.split_once("://").map(|(_, rest)| rest.split('/').next().unwrap_or("").to_string());
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()).and_then(authority) else {
+        return false;
+    };
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    host == Some(origin.as_str()) || web.url.as_deref().and_then(authority).as_deref() == Some(origin.as_str())
 }
 
 fn session_cookie(headers: &HeaderMap, name: &str) -> Option<String> {

@@ -190,8 +190,28 @@ fn alice_sees_her_page_and_not_bobs_and_links_work_once() {
         client.goto(&late).await.unwrap();
         assert_eq!(text(&client, ".refused").await, "this login link has expired.");
 
+        // Another site's page cannot log her out (no Origin of this site); the page's button does.
+        let forged = reqwest::Client::new()
+            .post(format!("{base}/web/logout"))
+            .header("Origin", "http://evil.example.org")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(forged.status().as_u16(), 403);
+        let cross = reqwest::Client::new()
+            .post(format!("{base}/web/logout"))
+            .header("Sec-Fetch-Site", "cross-site")
+            .header("Origin", "null")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(cross.status().as_u16(), 403);
+        client.goto(&format!("{base}/web/")).await.unwrap();
+        assert_eq!(loaded(&client).await, "true");
+        client.find(Locator::Css("#logout")).await.unwrap().click().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(text(&client, ".refused").await, "You are logged out.");
         // Logged out, the page has nothing to show.
-        client.goto(&format!("{base}/web/logout")).await.unwrap();
         client.goto(&format!("{base}/web/")).await.unwrap();
         assert_eq!(loaded(&client).await, "error");
         assert!(text(&client, "#message").await.starts_with("not logged in: run `sbalance --web`"));
