@@ -127,11 +127,12 @@ pub fn deliver(service: &mut Service, now: i64) -> AccountdResult<Delivered> {
     Ok(done)
 }
 
-/// One run of the command: `command... EVENT USER`, the message on stdin, the facts in the environment.
+/// One run of the command: `command... -- EVENT USER`, the message on stdin, the facts in the
+/// environment. (`--`: the program's options end there, whatever a user is named.)
 fn send(service: &Service, notice: &Notice, timeout: Duration) -> Result<(), String> {
     let argv = &service.config.notify.command;
     let mut command = Command::new(&argv[0]);
-    command.args(&argv[1..]).arg(notice.event.as_str()).arg(&notice.user);
+    command.args(&argv[1..]).arg("--").arg(notice.event.as_str()).arg(&notice.user);
     command
         .env("GPUTOKENS_EVENT", notice.event.as_str())
         .env("GPUTOKENS_USER", &notice.user)

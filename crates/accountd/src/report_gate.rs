@@ -132,6 +132,8 @@ pub struct ReportGate {
     secret: Option<String>,
     /// uid 0 and the SlurmUser's.
     allowed_uids: BTreeSet<u32>,
+    /// `[agent] accept_unchecked_origin`.
+    accept_unchecked_origin: bool,
     nodes: Mutex<HashMap<String, NodeEntry>>,
     jobs: Mutex<HashMap<String, NodeJobs>>,
     /// (sender, reason) already logged; cleared for a node when it reports properly again.
@@ -176,6 +178,7 @@ impl ReportGate {
             munge_socket: config.agent.munge_socket.clone(),
             secret,
             allowed_uids,
+            accept_unchecked_origin: config.agent.accept_unchecked_origin,
             nodes: Mutex::default(),
             jobs: Mutex::default(),
             logged: Mutex::default(),
@@ -260,13 +263,30 @@ impl ReportGate {
         let Some(addresses) = self.addresses(node, slurm)? else {
             return Err(Refusal::new(403, "node", format!("Slurm has no node '{node}'")));
         };
-        if let Sender::Munge { origin: Some(origin), .. } = sender {
-            if !addresses.is_empty() && !addresses.contains(origin) {
-                return Err(Refusal::new(
-                    403,
-                    "address",
-                    format!("the credential comes from {origin}, not from node '{node}' ({})", list(&addresses)),
-                ));
+        if let Sender::Munge { origin, .. } = sender {
+            match origin {
+                Some(origin) if addresses.contains(origin) => {}
+                Some(origin) if !addresses.is_empty() => {
+                    return Err(Refusal::new(
+                        403,
+                        "address",
+                        format!("the credential comes from {origin}, not from node '{node}' ({})", list(&addresses)),
+                    ));
+                }
+                // Nothing to compare: munged named no origin, or the node's addresses do not resolve.
+                _ if self.accept_unchecked_origin => {}
+                _ => {
+                    return Err(Refusal::new(
+                        403,
+                        "address",
+                        format!(
+                            "cannot check that the credential comes from node '{node}' (origin {}, node addresses {}): \
+                             refused unless [agent] accept_unchecked_origin = true",
+                            origin.map_or("unknown".to_string(), |o| o.to_string()),
+                            if addresses.is_empty() { "unresolved".to_string() } else { list(&addresses) }
+                        ),
+                    ));
+                }
             }
         }
         let named = named_jobs(report);
@@ -404,7 +424,8 @@ mod tests {
         FakeSlurm { jobs: ["7".to_string(), "8".to_string()].into(), job_reads: Cell::new(0) }
     }
 
-    const FROM_NODE: Sender = Sender::Munge { uid: 0, origin: None };
+    const FROM_NODE: Sender =
+        Sender::Munge { uid: 0, origin: Some(std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1))) };
 
     fn root_from(addr: &str) -> Sender {
         Sender::Munge { uid: 0, origin: Some(addr.parse().unwrap()) }
@@ -427,6 +448,18 @@ mod tests {
         let r = gate.authorize(&FROM_NODE, &report("gpu99", &[], &[]), &slurm).unwrap_err();
         assert_eq!((r.status, r.reason), (403, "node"));
         assert!(r.message.contains("no node 'gpu99'"), "{r:?}");
+    }
+
+    #[test]
+    fn a_credential_whose_origin_cannot_be_checked_is_refused_unless_allowed() {
+        let (strict, slurm) = (gate(), slurm());
+        let unknown = Sender::Munge { uid: 0, origin: None };
+        let r = strict.authorize(&unknown, &report("gpu01", &[], &[]), &slurm).unwrap_err();
+        assert_eq!((r.status, r.reason), (403, "address"), "{r:?}");
+        assert!(r.message.contains("accept_unchecked_origin"), "{r:?}");
+        let mut lenient = gate();
+        lenient.accept_unchecked_origin = true;
+        lenient.authorize(&unknown, &report("gpu01", &[], &[]), &slurm).unwrap();
     }
 
     #[test]

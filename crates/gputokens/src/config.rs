@@ -308,6 +308,9 @@ pub struct AgentConfig {
     /// `auth = "token"`: on accountd's host the site secret; on a node, that node's token
     /// (`accountd admin node-token NODE`).
     pub token_file: Option<PathBuf>,
+    /// Accept a MUNGE report whose origin cannot be checked (munged knew no origin address, or
+    /// Slurm's addresses of the node do not resolve here): off, such a report is refused.
+    pub accept_unchecked_origin: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -359,6 +362,7 @@ impl Default for AgentConfig {
             auth: AgentAuth::Munge,
             munge_socket: None,
             token_file: None,
+            accept_unchecked_origin: false,
         }
     }
 }

@@ -118,20 +118,30 @@ fn flag_idle(labels: &JobLabels, usage: &UsageConfig) {
         usage.idle_threshold_percent, usage.idle_window
     );
     let Some((program, args)) = usage.idle_command.split_first() else { return };
+    // What fills the placeholders must not read as an option of the program.
+    if [&labels.job, &labels.user, &labels.node].iter().any(|v| v.starts_with('-')) {
+        return tracing::error!(job = %labels.job, "idle_command not run: a value to fill in starts with '-'");
+    }
     let fill =
         |a: &String| a.replace("{job}", &labels.job).replace("{user}", &labels.user).replace("{node}", &labels.node);
     let mut command = std::process::Command::new(fill(program));
     command.args(args.iter().map(fill));
-    // Waited for on a thread of its own: a slow command must not hold up reports.
-    match command.spawn() {
-        Ok(mut child) => {
-            std::thread::spawn(move || {
-                let _ = child.wait();
-            });
-        }
-        Err(e) => tracing::error!("idle_command {program} failed to start: {e}"),
-    }
+    let program = program.clone();
+    // On a thread of its own (a slow command must not hold up reports), in a process group of its
+    // own, killed with its children after IDLE_COMMAND_TIMEOUT.
+    std::thread::spawn(move || match crate::command::run(command, IDLE_COMMAND_TIMEOUT) {
+        Ok(done) if done.status.success() => {}
+        Ok(done) => tracing::error!(
+            "idle_command {program} failed ({}): {}",
+            done.status,
+            String::from_utf8_lossy(&done.stderr).trim()
+        ),
+        Err(e) => tracing::error!("idle_command {program}: {e}"),
+    });
 }
+
+/// How long an idle_command may run.
+const IDLE_COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Jobs of this node missing from its report have ended there: drop their series.
 fn forget_ended_jobs(service: &mut Service, node: &str, seen: &BTreeSet<String>) {

@@ -55,9 +55,9 @@ fn alice_is_notified_once_per_crossing_across_restarts_and_failures() {
     site.restart();
 
     cycle(&site, 1, 95); // 100 → 5: below the warning level
-    assert_eq!(args(&site), ["--site test warning alice"]);
+    assert_eq!(args(&site), ["--site test -- warning alice"]);
     cycle(&site, 2, 10); // → −5: overdraft
-    assert_eq!(args(&site), ["--site test warning alice", "--site test overdraft alice"]);
+    assert_eq!(args(&site), ["--site test -- warning alice", "--site test -- overdraft alice"]);
     let all = captured(&site).join("\n");
     assert!(all.contains("ENV: overdraft alice -5 -10"), "{all}");
     assert!(all.contains("STDIN: gputokens: your GPU token balance is -5 (below 0)"), "{all}");
@@ -70,7 +70,7 @@ fn alice_is_notified_once_per_crossing_across_restarts_and_failures() {
     std::fs::remove_file(site.path("fail")).unwrap();
     cycle(&site, 4, 0);
     let sent = args(&site);
-    assert_eq!(sent, ["--site test warning alice", "--site test overdraft alice", "--site test floor alice"]);
+    assert_eq!(sent, ["--site test -- warning alice", "--site test -- overdraft alice", "--site test -- floor alice"]);
     let all = captured(&site).join("\n");
     assert!(
         all.contains("STDIN: gputokens: your GPU token balance is -11 (floor -10): new GPU jobs are refused"),
@@ -91,7 +91,7 @@ fn alice_is_notified_once_per_crossing_across_restarts_and_failures() {
     cycle(&site, 7, 0);
     let sent = args(&site);
     assert_eq!(sent.len(), 4, "{sent:?}");
-    assert_eq!(sent[3], "--site test recovered alice");
+    assert_eq!(sent[3], "--site test -- recovered alice");
     let attempts = std::fs::read_to_string(site.path("attempts")).unwrap();
     assert_eq!(attempts.lines().count(), 5, "{attempts}");
 }

@@ -261,11 +261,11 @@ fn the_owner_of_a_preempted_job_is_notified_once() {
     site.accountd(None, &["tick", "--skip-charge"]).ok();
 
     let captured = std::fs::read_to_string(capture.path().join("captured")).unwrap_or_default();
-    let preempted: Vec<&str> = captured.lines().filter(|l| *l == "ARGS: preempted alice").collect();
+    let preempted: Vec<&str> = captured.lines().filter(|l| *l == "ARGS: -- preempted alice").collect();
     assert_eq!(preempted.len(), 1, "one notice per preemption, not repeated by the second tick: {captured}");
     assert!(captured.contains(&format!("JOB: {younger}")), "{captured}");
     assert!(captured.contains(&format!("STDIN: gputokens: your GPU job {younger} was requeued")), "{captured}");
     // alice's balance (about -5) is an overdraft crossing of its own, told once too.
-    assert_eq!(captured.lines().filter(|l| *l == "ARGS: overdraft alice").count(), 1, "{captured}");
+    assert_eq!(captured.lines().filter(|l| *l == "ARGS: -- overdraft alice").count(), 1, "{captured}");
     cancel(&[&older, &younger, &waiting]);
 }

@@ -199,6 +199,7 @@ fn agent(s: &mut Section) -> AgentConfig {
         auth: s.choice("auth", d.auth, &[("munge", AgentAuth::Munge), ("token", AgentAuth::Token)]),
         munge_socket: s.optional("munge_socket", absolute_path),
         token_file: s.optional("token_file", absolute_path),
+        accept_unchecked_origin: s.get("accept_unchecked_origin", d.accept_unchecked_origin, boolean),
     };
     if agent.auth == AgentAuth::Token && agent.token_file.is_none() {
         s.problem("auth", "\"token\" needs agent.token_file".into(), "using \"munge\"");
