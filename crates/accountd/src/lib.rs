@@ -13,6 +13,7 @@ pub mod conn_caps;
 pub mod cycle;
 pub mod cycle_lock;
 pub mod error;
+pub mod file_trust;
 pub mod handler;
 pub mod health;
 pub mod http;

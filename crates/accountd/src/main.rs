@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use accountd::cli::{Cli, Command, ConfigCommand, TimeArg, WaitArg};
 use accountd::cycle_lock::CycleLock;
 use accountd::error::{AccountdError, AccountdResult};
+use accountd::file_trust::refuse_if_others_can_write;
 use accountd::instance_lock::{self, InstanceLock};
 use accountd::service::Service;
 use accountd::slurm::Slurm;
@@ -49,10 +50,14 @@ fn run(cli: Cli) -> AccountdResult {
             Ok(())
         }
         Command::Admin(command) => admin::run(&Config::load(&path)?, command),
-        Command::Agent { node, once } => accountd::agent::run::run(&Config::load(&path)?, node, once),
-        Command::Serve => serve(Config::load(&path)?),
+        Command::Agent { node, once } => {
+            let config = trusted_config(&path)?;
+            refuse_if_others_can_write(&config.agent.jobs_dir, "agent.jobs_dir")?;
+            accountd::agent::run::run(&config, node, once)
+        }
+        Command::Serve => serve(trusted_config(&path)?),
         Command::Tick { time, skip_charge, wait } => {
-            let mut service = Service::open_as_admin(Config::load(&path)?)?;
+            let mut service = Service::open_as_admin(trusted_config(&path)?)?;
             let now = now(&time)?;
             // Held until the preemptions' grace is over: their requeues are part of this cycle.
             let _lock = cycle_lock(&service, "accountd tick", &wait)?;
@@ -65,12 +70,23 @@ fn run(cli: Cli) -> AccountdResult {
             Ok(())
         }
         Command::Charge { sacct_file, time, wait } => {
-            let mut service = Service::open_as_admin(Config::load(&path)?)?;
+            let mut service = Service::open_as_admin(trusted_config(&path)?)?;
             let _lock = cycle_lock(&service, "accountd charge", &wait)?;
             outln!("{}", accountd::sacct_file::charge(&mut service, &sacct_file, now(&time)?)?);
             Ok(())
         }
     }
+}
+
+/// The config of a command that acts on it (serve, agent, tick, charge): refused when users other
+/// than root and accountd's own could have written it, or the snapshot's directory.
+fn trusted_config(path: &std::path::Path) -> AccountdResult<Config> {
+    refuse_if_others_can_write(path, "the config file")?;
+    let config = Config::load(path)?;
+    if let Some(dir) = config.paths.snapshot.parent().filter(|d| !d.as_os_str().is_empty()) {
+        refuse_if_others_can_write(dir, "the balance snapshot's directory")?;
+    }
+    Ok(config)
 }
 
 /// The cycle lock for an admin's command, waiting for a running cycle as long as `--wait` says;

@@ -354,3 +354,36 @@ fn a_slow_slurm_stalls_no_other_request() {
     let (status, body) = slow.join().unwrap();
     assert_eq!(status, 200, "the slow report itself is accepted once sinfo answers: {body}");
 }
+
+/// A config, snapshot directory or jobs directory that users could have written is not obeyed.
+#[test]
+fn files_others_can_write_are_not_taken_orders_from() {
+    use std::os::unix::fs::PermissionsExt;
+    let site = Site::start("", "");
+    let mode = |path: &Path, mode: u32| std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    mode(&site.config, 0o666);
+    let out = site.accountd(None, &["tick"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("the config file") && out.stderr.contains("is writable by every user"),
+        "{}",
+        out.stderr
+    );
+    mode(&site.config, 0o644);
+    mode(&site.path("lib"), 0o777);
+    let out = site.accountd(None, &["tick"]);
+    assert!(out.stderr.contains("the balance snapshot's directory"), "{}", out.stderr);
+    mode(&site.path("lib"), 0o750);
+    site.accountd(None, &["tick", "--skip-charge"]).ok();
+
+    let jobs = site.path("jobs");
+    std::fs::create_dir(&jobs).unwrap();
+    mode(&jobs, 0o1777);
+    let agent = site.file(
+        "agent.toml",
+        &format!("[agent]\nreport_to = \"{}\"\nlisten = \"off\"\njobs_dir = \"{}\"\n", site.http_url(), jobs.display()),
+    );
+    let out = run_as(None, &crate::common::bin("accountd"), &["--config", &agent, "agent", "--once"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("agent.jobs_dir") && out.stderr.contains("writable by every user"), "{}", out.stderr);
+}

@@ -1,0 +1,57 @@
+//! Files and directories a daemon takes orders from must be writable by root and accountd's own user
+//! alone: a config anyone can edit sets prices and admins, a snapshot directory anyone can write
+//! lets them rename their own balances into place for slurmctld, and a jobs directory anyone can
+//! write lets them tell the agent which GPUs a job holds.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use crate::error::{AccountdError, AccountdResult};
+
+/// Refuses `path` (named `what` in the message) when a user other than root and this process's
+/// owner can write it: it is writable by all, or owned by someone else. A missing path passes
+/// (the daemon creates it, with its own modes).
+pub fn refuse_if_others_can_write(path: &Path, what: &str) -> AccountdResult<()> {
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(AccountdError::io(format!("cannot check {what} {}", path.display()))(e)),
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.mode() & 0o002 != 0 {
+        return Err(AccountdError::Refused(format!(
+            "{what} {} is writable by every user (mode {:o}): chmod o-w it",
+            path.display(),
+            meta.mode() & 0o7777
+        )));
+    }
+    if meta.uid() != 0 && meta.uid() != me {
+        return Err(AccountdError::Refused(format!(
+            "{what} {} belongs to uid {}, who could change it: it must belong to root or accountd's user",
+            path.display(),
+            meta.uid()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_world_writable_file_or_directory_is_refused_and_a_private_one_passes() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("gputokens.toml");
+        std::fs::write(&file, "").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        refuse_if_others_can_write(&file, "the config").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let refused = refuse_if_others_can_write(&file, "the config").unwrap_err().to_string();
+        assert!(refused.contains("is writable by every user (mode 666)"), "{refused}");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(refuse_if_others_can_write(dir.path(), "the snapshot's directory").is_err());
+        refuse_if_others_can_write(&dir.path().join("missing"), "the jobs directory").unwrap();
+    }
+}
