@@ -119,16 +119,36 @@ pub fn write_atomically_for(path: &Path, contents: &str, gid: Option<u32>) -> st
     if gid.is_some() {
         std::os::unix::fs::fchown(&tmp.1, None, gid)?;
     }
-    std::fs::set_permissions(&tmp.0, std::fs::Permissions::from_mode(0o640))?;
+    tmp.1.set_permissions(std::fs::Permissions::from_mode(0o640))?;
     std::fs::rename(&tmp.0, path)
 }
 
 fn tempfile_in(dir: &Path, path: &Path) -> std::io::Result<(std::path::PathBuf, std::fs::File)> {
-    use std::os::unix::fs::OpenOptionsExt;
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-    Ok((tmp, file))
+    Ok((tmp.clone(), create_new_private(&tmp)?))
+}
+
+/// Creates `path` (mode 0600) only if nothing is there, never through a symbolic link: a temp file's
+/// name can be guessed, and whatever stands there (a link to another file, a stale file of a crashed
+/// run with this PID) is removed (the link itself, not its target) and the create tried once more.
+pub fn create_new_private(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let open = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+            .mode(0o600)
+            .open(path)
+    };
+    match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(path)?;
+            open()
+        }
+        other => other,
+    }
 }
 
 /// A parsed snapshot: what the job_submit plugin decides from.
@@ -439,5 +459,19 @@ mod tests {
         }
         let truncated = "gputokens-snapshot 1\ngenerated 5\nfloor 0\ndaily 0\nmonthly 0\n";
         assert_eq!(parse(truncated).unwrap_err(), SnapshotError::Missing("initial"));
+    }
+
+    #[test]
+    fn a_temp_file_never_writes_through_a_planted_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let snapshot = dir.path().join("balances.snapshot");
+        let planted = dir.path().join(format!(".balances.snapshot.{}.tmp", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        write_atomically(&snapshot, "fresh").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(std::fs::read_to_string(&snapshot).unwrap(), "fresh");
+        assert!(!planted.exists() && std::fs::symlink_metadata(&planted).is_err(), "the link is gone");
     }
 }

@@ -39,7 +39,7 @@ pub fn write(dir: &Path, job: u32, text: &str) -> std::io::Result<PathBuf> {
     let path = dir.join(job.to_string());
     let tmp = dir.join(format!(".{job}.{}.tmp", std::process::id()));
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = gputokens::snapshot::create_new_private(&tmp)?;
         f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
         f.write_all(text.as_bytes())?;
         f.sync_all()?;
