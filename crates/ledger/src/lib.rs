@@ -243,6 +243,16 @@ impl Ledger {
         Ok(())
     }
 
+    /// How often a job was sampled and the sum of its sampled utilization (percent), if ever.
+    pub fn utilization_samples(&self, job_id: &str) -> Result<Option<(u64, f64)>, LedgerError> {
+        Ok(self
+            .conn
+            .query_row("SELECT samples, util_sum FROM job_utilization WHERE job_id = ?1", [job_id], |r| {
+                Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get(1)?))
+            })
+            .optional()?)
+    }
+
     /// Mean sampled utilization of a job (percent), if it was ever sampled.
     pub fn mean_utilization(&self, job_id: &str) -> Result<Option<f64>, LedgerError> {
         Ok(self
