@@ -222,6 +222,15 @@ fn parse_response(
                 metric: format!("{:?}", sample.metric),
             });
         };
+        // What Prometheus says of a job reaches the ledger, the metrics and idle_command: only
+        // plain Slurm job IDs (an exporter's label is whatever its mapping files say).
+        if crate::slurm::job_id_arg(job).is_err() {
+            tracing::warn!(
+                "Prometheus names a job '{}' that is no Slurm job ID: left out",
+                crate::report_gate::shown(job)
+            );
+            continue;
+        }
         let text = &sample.value.1;
         let percent = text.parse::<f64>().ok().filter(|v| v.is_finite() && (0.0..=100.0).contains(v));
         let Some(percent) = percent else {
@@ -336,5 +345,15 @@ mod tests {
         assert!(matches!(e, PrometheusError::BadTimeout { .. }), "{e:?}");
         let e = source(r#"{"url":"http://h","job_label":" "}"#).validate().unwrap_err();
         assert!(matches!(e, PrometheusError::EmptyJobLabel), "{e:?}");
+    }
+
+    #[test]
+    fn job_labels_that_are_not_job_ids_are_left_out() {
+        let body = r#"{"status":"success","data":{"resultType":"vector","result":[
+            {"metric":{"hpc_job":"101"},"value":[1700000000.5,"85"]},
+            {"metric":{"hpc_job":"--user=bob"},"value":[1700000000.5,"5"]},
+            {"metric":{"hpc_job":"102;rm"},"value":[1700000000.5,"5"]}]}}"#;
+        let jobs = parse(body, 200).unwrap();
+        assert_eq!(jobs.keys().collect::<Vec<_>>(), ["101"]);
     }
 }
