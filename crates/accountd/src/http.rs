@@ -32,6 +32,8 @@ pub struct AppState {
     pub service: Shared,
     gate: Arc<ReportGate>,
     report_slots: Arc<tokio::sync::Semaphore>,
+    /// The JSON API's requests under way (each decodes a MUNGE credential), as many as reports.
+    api_slots: Arc<tokio::sync::Semaphore>,
     /// The service's metrics, counted into without taking the service's lock.
     metrics: Arc<crate::metrics::Metrics>,
     slurm: Slurm,
@@ -67,6 +69,7 @@ impl AppState {
             service,
             gate: Arc::new(gate),
             report_slots: Arc::new(tokio::sync::Semaphore::new(REPORTS_AT_ONCE)),
+            api_slots: Arc::new(tokio::sync::Semaphore::new(REPORTS_AT_ONCE)),
             metrics,
             slurm: Slurm::new(&config.slurm),
             admin_token,
@@ -268,7 +271,13 @@ fn token_may_come_from(peer: SocketAddr, trusted_proxies: &[std::net::IpAddr]) -
 /// Balance rows the caller may see: `user`'s (when allowed), else all (admins, `balances_public`)
 /// or the caller's own.
 async fn rows(state: Arc<AppState>, peer: SocketAddr, presented: Option<Vec<u8>>, user: Option<String>) -> Response {
+    // Each asks munged (and may wait on the service): a bounded number at once.
+    let Ok(slot) = state.api_slots.clone().try_acquire_owned() else {
+        let busy = format!("{REPORTS_AT_ONCE} API requests are being answered; try again");
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(serde_json::json!({ "error": busy }))).into_response();
+    };
     let work = tokio::task::spawn_blocking(move || {
+        let _slot = slot;
         let identity = api_identity(&state, peer, Presented::parse(presented.as_deref()))?;
         let s = state.service.lock().unwrap_or_else(|p| p.into_inner());
         let caller = identity.caller(&s.config);
