@@ -108,17 +108,18 @@ pub struct HealthState {
 pub struct HotSince(HashMap<(String, String), i64>);
 
 impl HotSince {
-    /// Notes one sample at `at` (unix seconds); returns how long the GPU has been above the limit, None
-    /// when it is not. A sample at or below resets; a sample without a temperature changes nothing.
-    pub fn observe(&mut self, node: &str, gpu: &str, celsius: Option<u32>, max: u32, at: i64) -> Option<Duration> {
+    /// Notes one sample at `at` (unix seconds) that found the GPU `overheated` (see
+    /// `health::faults::overheated`); returns how long it has been so, None when it is not. A sample
+    /// that is not resets; a sample without a reading changes nothing.
+    pub fn observe(&mut self, node: &str, gpu: &str, overheated: Option<bool>, at: i64) -> Option<Duration> {
         let key = (node.to_string(), gpu.to_string());
-        match celsius {
+        match overheated {
             None => None,
-            Some(t) if t <= max => {
+            Some(false) => {
                 self.0.remove(&key);
                 None
             }
-            Some(_) => {
+            Some(true) => {
                 let since = *self.0.entry(key).or_insert(at);
                 Some(Duration::from_secs(u64::try_from(at - since).unwrap_or(0)))
             }

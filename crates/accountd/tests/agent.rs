@@ -192,7 +192,8 @@ impl Site {
 fn two_gpus(procs: &[(u32, u32, u64, Option<u32>)]) -> String {
     let mut s = format!(
         "[[gpu]]\nuuid = \"GPU-a6000-0\"\nname = \"NVIDIA RTX A6000\"\nutil_gpu = 87\nutil_mem = 40\n\
-         mem_used = {}\nmem_total = {}\ntemp = 65\npower_mw = 250500\necc_uncorrected = 0\n\
+         mem_used = {}\nmem_total = {}\ntemp = 65\nslowdown_temp = 93\nthermal_slowdown = true\npower_mw = 250500\n\
+         ecc_uncorrected = 0\n\
          [[gpu]]\nuuid = \"GPU-2080-1\"\nname = \"NVIDIA GeForce RTX 2080 Ti\"\nutil_gpu = 13\nutil_mem = 5\n\
          mem_used = {GIB}\nmem_total = {}\ntemp = 50\npower_mw = 120000\n",
         3 * GIB,
@@ -301,6 +302,10 @@ fn posts_reports_with_the_token_and_serves_metrics() {
     assert_eq!((a.utilization_percent, a.memory_used_bytes, a.temperature_c), (Some(87), Some(3 * GIB), Some(65)));
     assert_eq!((a.power_w, a.ecc_uncorrected, &a.health), (Some(250.5), Some(0), &GpuHealth::Ok));
     assert_eq!((b.utilization_percent, b.ecc_uncorrected, b.power_w), (Some(13), None, Some(120.0)));
+    // What NVML says of heat: the A6000 its slowdown threshold and that it slows down for heat; the
+    // 2080 Ti nothing (NOT_SUPPORTED), which leaves it healthy.
+    assert_eq!((a.slowdown_temperature_c, a.thermal_slowdown), (Some(93), Some(true)));
+    assert_eq!((b.slowdown_temperature_c, b.thermal_slowdown, &b.health), (None, None, &GpuHealth::Ok));
     let job_id = expected_job(Some("777"));
     let mut procs: Vec<_> = r.sample.processes.iter().map(|p| (p.pid, p.gpu_index, p.job_id.clone())).collect();
     procs.sort();

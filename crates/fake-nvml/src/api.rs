@@ -159,6 +159,36 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperature(
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetTemperatureThreshold(
+    device: nvmlDevice_t,
+    threshold: sys::nvmlTemperatureThresholds_t,
+    temp: *mut c_uint,
+) -> nvmlReturn_t {
+    boundary(|| {
+        let st = session()?;
+        let g = gpu(&st, device)?;
+        if threshold != sys::nvmlTemperatureThresholds_enum_NVML_TEMPERATURE_THRESHOLD_SLOWDOWN {
+            return Err(NOT_SUPPORTED);
+        }
+        unsafe { ffi::write(temp, supported(g.slowdown_temp)?) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksThrottleReasons(
+    device: nvmlDevice_t,
+    reasons: *mut std::ffi::c_ulonglong,
+) -> nvmlReturn_t {
+    boundary(|| {
+        let st = session()?;
+        let g = gpu(&st, device)?;
+        let thermal = u64::from(sys::nvmlClocksThrottleReasonHwThermalSlowdown);
+        let bits = if supported(g.thermal_slowdown)? { thermal } else { 0 };
+        unsafe { ffi::write(reasons, bits) }
+    })
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(device: nvmlDevice_t, power: *mut c_uint) -> nvmlReturn_t {
     boundary(|| unsafe { ffi::write(power, supported(gpu(&*session()?, device)?.power_mw)?) })
 }

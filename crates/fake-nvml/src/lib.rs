@@ -35,6 +35,8 @@
 //! mem_used = 1073741824          # bytes   } (util_mem and mem_used
 //! mem_total = 51539607552        # bytes   }  default to 0 when their
 //! temp = 65                      # °C      }  partner is given)
+//! slowdown_temp = 93             # °C: the slowdown threshold }
+//! thermal_slowdown = false       # clocks slowed down for heat (the throttle reason) }
 //! power_mw = 250000              # mW      }
 //! ecc_uncorrected = 2            # volatile and aggregate uncorrected count; corrected is always 0
 //! lost = false                   # true: every call about this GPU is NVML_ERROR_GPU_IS_LOST

@@ -84,6 +84,10 @@ pub struct Gpu {
     pub mem_used: Option<u64>,
     pub mem_total: Option<u64>,
     pub temp: Option<u32>,
+    /// NVML's slowdown temperature threshold (°C).
+    pub slowdown_temp: Option<u32>,
+    /// The clocks are slowed down for heat (the hardware thermal-slowdown throttle reason).
+    pub thermal_slowdown: Option<bool>,
     pub power_mw: Option<u32>,
     pub ecc_uncorrected: Option<u64>,
     /// Fallen off the bus: every call about this GPU returns NVML_ERROR_GPU_IS_LOST.

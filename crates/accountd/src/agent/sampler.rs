@@ -4,8 +4,9 @@
 use super::map::{self, read};
 use super::source::{GpuHealth, GpuSample, NodeSample, ProcessSample, SampleError};
 use super::{job_gpu_records, jobs};
+use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::bitmasks::event::EventTypes;
-use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor};
+use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor, TemperatureThreshold};
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, EventSet, Nvml};
@@ -172,6 +173,12 @@ fn metrics(device: &Device<'_>, gpu: &mut GpuSample) {
         gpu.memory_total_bytes = Some(m.total);
     }
     gpu.temperature_c = read(h, device.temperature(TemperatureSensor::Gpu));
+    // Asked quietly: many GPUs and older drivers cannot say, which says nothing about their health.
+    gpu.slowdown_temperature_c = device.temperature_threshold(TemperatureThreshold::Slowdown).ok();
+    gpu.thermal_slowdown = device
+        .current_throttle_reasons()
+        .ok()
+        .map(|r| r.intersects(ThrottleReasons::HW_THERMAL_SLOWDOWN | ThrottleReasons::SW_THERMAL_SLOWDOWN));
     gpu.power_w = read(h, device.power_usage()).map(map::power_w);
     gpu.ecc_uncorrected = read(h, device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile));
 }

@@ -28,6 +28,13 @@ pub struct GpuSample {
     pub memory_used_bytes: Option<u64>,
     pub memory_total_bytes: Option<u64>,
     pub temperature_c: Option<u32>,
+    /// NVML's slowdown threshold: the temperature at which the GPU slows itself down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slowdown_temperature_c: Option<u32>,
+    /// Whether its clocks are slowed down for heat now (NVML's thermal throttle reasons); None when
+    /// the GPU (or an older agent) cannot say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thermal_slowdown: Option<bool>,
     pub power_w: Option<f64>,
     /// Volatile uncorrectable ECC errors (since the driver loaded).
     pub ecc_uncorrected: Option<u64>,
@@ -87,6 +94,8 @@ impl GpuSample {
             memory_used_bytes: None,
             memory_total_bytes: None,
             temperature_c: None,
+            slowdown_temperature_c: None,
+            thermal_slowdown: None,
             power_w: None,
             ecc_uncorrected: None,
             xids: None,

@@ -14,7 +14,14 @@ pub enum Fault {
     Lost,
     Ecc(u64),
     Xid(u64),
-    Hot { celsius: u32, max: u32, for_at_least: Duration },
+    /// Overheated (see [`overheated`]) for at least `for_at_least`: `throttled` when the GPU said it
+    /// slows down for heat, else over `limit` °C (its slowdown threshold, or `[health] max_temperature`).
+    Hot {
+        celsius: Option<u32>,
+        throttled: bool,
+        limit: u32,
+        for_at_least: Duration,
+    },
 }
 
 impl Fault {
@@ -34,9 +41,13 @@ impl Fault {
             Fault::Lost => "fell off the bus".into(),
             Fault::Ecc(n) => format!("has {n} uncorrectable ECC errors"),
             Fault::Xid(xid) => format!("reported XID {xid}"),
-            Fault::Hot { celsius, max, for_at_least } => {
+            Fault::Hot { celsius, throttled, limit, for_at_least } => {
                 let d = humantime::format_duration(*for_at_least);
-                format!("is at {celsius} °C, over {max} °C for {d}")
+                let at = celsius.map_or(String::new(), |c| format!(" at {c} °C"));
+                match throttled {
+                    true => format!("has slowed down for heat{at} for {d}"),
+                    false => format!("has been{at} (limit {limit} °C) for {d}"),
+                }
             }
         }
     }
@@ -55,7 +66,18 @@ pub struct Findings {
     pub ignored_xids: Vec<u64>,
 }
 
-/// Classifies one GPU's sample; `hot_for`: how long it has been above `max_temperature` (see
+/// Whether the sample shows the GPU overheated: when the GPU can say, only if it slows its clocks
+/// down for heat (a workstation card runs at 88 °C as designed, until it throttles); else at or
+/// above its slowdown threshold, or over `max_temperature` when it knows none. None: no reading.
+pub fn overheated(gpu: &GpuSample, max_temperature: u32) -> Option<bool> {
+    match (gpu.thermal_slowdown, gpu.temperature_c) {
+        (Some(slowed), _) => Some(slowed),
+        (None, Some(t)) => Some(gpu.slowdown_temperature_c.map_or(t > max_temperature, |limit| t >= limit)),
+        (None, None) => None,
+    }
+}
+
+/// Classifies one GPU's sample; `hot_for`: how long it has been overheated (see
 /// [`crate::service::HotSince`]), None when it is not.
 pub fn classify(gpu: &GpuSample, health: &Health, hot_for: Option<Duration>) -> Findings {
     let mut found = Findings::default();
@@ -74,26 +96,25 @@ pub fn classify(gpu: &GpuSample, health: &Health, hot_for: Option<Duration>) -> 
             found.ignored_xids.push(*xid);
         }
     }
-    if let (Some(celsius), Some(d)) = (gpu.temperature_c, hot_for) {
-        if d >= health.temperature_for {
-            found.faults.push(Fault::Hot {
-                celsius,
-                max: health.max_temperature,
-                for_at_least: health.temperature_for,
-            });
-        }
+    if hot_for.is_some_and(|d| d >= health.temperature_for) {
+        found.faults.push(Fault::Hot {
+            celsius: gpu.temperature_c,
+            throttled: gpu.thermal_slowdown == Some(true),
+            limit: gpu.slowdown_temperature_c.unwrap_or(health.max_temperature),
+            for_at_least: health.temperature_for,
+        });
     }
     found
 }
 
 /// Whether this sample shows the GPU without the state fault `cause` (so a recorded one has cleared):
-/// back on the bus, an ECC count of 0 (the volatile count restarts with the driver), a temperature at
-/// or below the limit. A reading the GPU could not give clears nothing; XIDs never clear this way.
+/// back on the bus, an ECC count of 0 (the volatile count restarts with the driver), no longer
+/// overheated. A reading the GPU could not give clears nothing; XIDs never clear this way.
 pub fn cleared(gpu: &GpuSample, cause: &str, max_temperature: u32) -> bool {
     match cause {
         LOST => gpu.health != GpuHealth::Lost,
         ECC => gpu.ecc_uncorrected == Some(0),
-        TEMPERATURE => gpu.temperature_c.is_some_and(|t| t <= max_temperature),
+        TEMPERATURE => overheated(gpu, max_temperature) == Some(false),
         _ => false,
     }
 }
@@ -174,7 +195,11 @@ mod tests {
     fn heat_drains_only_when_it_lasts() {
         let h = health(); // 85 °C for 5m
         let mut hot = HotSince::default();
-        let mut seen = |t: Option<u32>, at: i64| hot.observe("n1", "GPU-2", t, h.max_temperature, at);
+        let mut seen = |t: Option<u32>, at: i64| {
+            let mut g = gpu(&[]);
+            g.temperature_c = t;
+            hot.observe("n1", "GPU-2", overheated(&g, h.max_temperature), at)
+        };
         assert_eq!(seen(Some(90), 1000), Some(Duration::ZERO));
         assert_eq!(seen(Some(95), 1200), Some(Duration::from_secs(200)));
         assert_eq!(seen(None, 1250), None, "no reading: no verdict");
@@ -189,13 +214,41 @@ mod tests {
         let found = classify(&g, &h, Some(Duration::from_secs(300)));
         assert_eq!(found.faults.len(), 1);
         assert_eq!(found.faults[0].cause(), "temperature");
-        assert_eq!(found.faults[0].describe(), "is at 95 °C, over 85 °C for 5m");
+        assert_eq!(found.faults[0].describe(), "has been at 95 °C (limit 85 °C) for 5m");
         // Each GPU has its own clock.
         let mut hot = HotSince::default();
-        hot.observe("n1", "GPU-2", Some(95), 85, 0);
-        assert_eq!(hot.observe("n1", "GPU-3", Some(95), 85, 100), Some(Duration::ZERO));
-        assert_eq!(hot.observe("n2", "GPU-2", Some(95), 85, 100), Some(Duration::ZERO));
-        assert_eq!(hot.observe("n1", "GPU-2", Some(95), 85, 100), Some(Duration::from_secs(100)));
+        hot.observe("n1", "GPU-2", Some(true), 0);
+        assert_eq!(hot.observe("n1", "GPU-3", Some(true), 100), Some(Duration::ZERO));
+        assert_eq!(hot.observe("n2", "GPU-2", Some(true), 100), Some(Duration::ZERO));
+        assert_eq!(hot.observe("n1", "GPU-2", Some(true), 100), Some(Duration::from_secs(100)));
+    }
+
+    #[test]
+    fn a_gpu_that_can_say_is_overheated_only_when_it_slows_down_for_heat() {
+        let h = health();
+        let mut g = gpu(&[]);
+        // A workstation card at 88 °C, below its slowdown threshold, not throttling: fine.
+        g.temperature_c = Some(88);
+        g.slowdown_temperature_c = Some(93);
+        assert_eq!(overheated(&g, h.max_temperature), Some(false), "under its own threshold");
+        g.thermal_slowdown = Some(false);
+        g.temperature_c = Some(95);
+        assert_eq!(overheated(&g, h.max_temperature), Some(false), "hot, but not slowing down");
+        g.thermal_slowdown = Some(true);
+        assert_eq!(overheated(&g, h.max_temperature), Some(true));
+        let found = classify(&g, &h, Some(Duration::from_secs(300)));
+        assert_eq!(found.faults[0].describe(), "has slowed down for heat at 95 °C for 5m");
+        assert!(!cleared(&g, TEMPERATURE, 85));
+        g.thermal_slowdown = Some(false);
+        assert!(cleared(&g, TEMPERATURE, 85), "no longer throttling");
+        // No throttle reasons, but a threshold: at or above it.
+        g.thermal_slowdown = None;
+        g.temperature_c = Some(93);
+        assert_eq!(overheated(&g, h.max_temperature), Some(true));
+        assert_eq!(
+            classify(&g, &h, Some(Duration::from_secs(300))).faults[0].describe(),
+            "has been at 93 °C (limit 93 °C) for 5m"
+        );
     }
 
     #[test]

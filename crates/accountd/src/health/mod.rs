@@ -37,7 +37,8 @@ pub fn check(service: &mut Service, report: &AgentReport) -> AccountdResult<Vec<
     for gpu in &report.sample.gpus {
         let key = gpu_key(gpu);
         let at = report.sample.time.timestamp();
-        let hot_for = service.health.hot.observe(node, &key, gpu.temperature_c, health.max_temperature, at);
+        let hot = faults::overheated(gpu, health.max_temperature);
+        let hot_for = service.health.hot.observe(node, &key, hot, at);
         let found = classify(gpu, &health, hot_for);
         for xid in found.ignored_xids {
             ignored_xid(service, node, gpu, &key, xid);
