@@ -41,6 +41,7 @@ pub async fn serve(
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
     let caps = ConnectionCaps::<IpAddr>::new(limits.max_connections, limits.max_connections_per_address);
+    let rate = Arc::new(crate::rate_limit::RateLimit::default());
     let timeout = limits.request_timeout;
     let mut warned = std::collections::HashSet::new();
     loop {
@@ -75,7 +76,8 @@ pub async fn serve(
         };
         let app = app.clone();
         let stopped = stopped.clone();
-        tokio::spawn(serve_connection(stream, peer, slot, app, timeout, stopped));
+        let limited = Limited { rate: rate.clone(), metrics: metrics.clone() };
+        tokio::spawn(serve_connection(stream, peer, slot, app, limited, timeout, stopped));
         // Let the connections just accepted read their requests before more are accepted: a flood
         // of new connections from one address must not shed a prompt client's before it has spoken.
         tokio::task::yield_now().await;
@@ -87,6 +89,7 @@ async fn serve_connection(
     peer: SocketAddr,
     slot: Slot<IpAddr>,
     app: Router,
+    limited: Limited,
     timeout: Duration,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -97,7 +100,16 @@ async fn serve_connection(
         let busy = requests.busy();
         request.extensions_mut().insert(ConnectInfo(peer));
         let app = app.clone();
+        let allowed = limited.rate.allow(peer.ip().to_canonical(), std::time::Instant::now());
+        if !allowed {
+            limited.metrics.connection_refused("http", "rate");
+        }
         async move {
+            if !allowed {
+                let slow_down = [(axum::http::header::RETRY_AFTER, "1")];
+                let response = (StatusCode::TOO_MANY_REQUESTS, slow_down, "too many requests from this address\n");
+                return Ok::<_, std::convert::Infallible>(response.into_response());
+            }
             let response = match tokio::time::timeout(timeout, app.oneshot(request)).await {
                 Ok(response) => response?,
                 Err(_) => (StatusCode::REQUEST_TIMEOUT, "request not read and answered in time\n").into_response(),
@@ -124,6 +136,13 @@ async fn serve_connection(
     if let Err(e) = result {
         tracing::debug!("http connection from {peer}: {e}");
     }
+}
+
+/// The per-address request rate, and where to count what it refuses.
+#[derive(Clone)]
+struct Limited {
+    rate: Arc<crate::rate_limit::RateLimit>,
+    metrics: Arc<Metrics>,
 }
 
 /// A response body that keeps its connection marked busy until hyper has written it and drops it.

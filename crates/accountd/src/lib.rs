@@ -25,6 +25,7 @@ pub mod now_arg;
 pub mod plugstack;
 pub mod port_owner;
 pub mod preempt_jobs;
+pub mod rate_limit;
 pub mod rejected_records;
 pub mod report_gate;
 pub mod sacct_file;

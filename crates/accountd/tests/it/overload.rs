@@ -170,3 +170,38 @@ fn connections_that_never_finish_a_request_are_closed() {
     let answer = closed_within(idle);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
+
+#[test]
+fn one_address_sending_too_many_requests_is_slowed_and_others_are_not() {
+    let site = Site::start("", "");
+    let host = site.http_url().trim_start_matches("http://").to_string();
+    // One keep-alive connection from 127.0.0.2 sending health checks as fast as it can.
+    let counted = {
+        let out = Command::new("perl")
+            .args([
+                "-MIO::Socket::INET",
+                "-e",
+                r#"my $s = IO::Socket::INET->new(PeerAddr => $ARGV[0], LocalAddr => "127.0.0.2") or die;
+                   print $s "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n" for 1 .. 3000;
+                   print $s "GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+                   local $/; my $all = <$s>; my $ok = () = $all =~ m{HTTP/1.1 200}g;
+                   my $slow = () = $all =~ m{HTTP/1.1 429}g; print "$ok $slow\n";"#,
+                &host,
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let counts: Vec<u64> = counted.split_whitespace().map(|n| n.parse().unwrap()).collect();
+    assert_eq!(counts.len(), 2, "{counted}");
+    assert!(counts[1] > 1000, "3001 requests at once: most beyond the burst of 1000 slowed: {counted}");
+    assert!(counts[0] >= 1000, "the burst is served: {counted}");
+    // Meanwhile another address is served at once.
+    let (status, _) = http_get(&format!("{}/v1/health", site.http_url()));
+    assert_eq!(status, 200);
+    let (_, metrics) = http_get(&format!("{}/metrics", site.http_url()));
+    assert!(
+        metric(&metrics, "gputokens_connections_refused_total{listener=\"http\",reason=\"rate\"}") > 1000,
+        "{metrics}"
+    );
+}
