@@ -32,8 +32,18 @@ fn metrics_and_json_api_show_balances() {
     site.accountd(None, &["charge", "--sacct-file", &sacct]).ok();
     let base = site.http_url();
 
-    let (status, metrics) = http_get(&format!("{base}/metrics"));
-    assert_eq!(status, 200);
+    // serve's first cycles run as it starts; on a busy machine they may finish after this scrape.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let metrics = loop {
+        let (status, metrics) = http_get(&format!("{base}/metrics"));
+        assert_eq!(status, 200);
+        let cycled = metrics.contains("gputokens_cycle_duration_seconds{cycle=\"check\"}")
+            && metrics.contains("gputokens_cycle_failures_total{cycle=\"charge\"}");
+        if cycled || std::time::Instant::now() > deadline {
+            break metrics;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
     assert!(metrics.contains("gputokens_balance_tokens{user=\"alice\"} 88.0"), "{metrics}");
     assert!(metrics.contains("gputokens_cycle_duration_seconds{cycle=\"check\"}"), "{metrics}");
     // This site has no Slurm (bin_dir points nowhere): its charge cycle failed, and says so.
