@@ -43,6 +43,8 @@ pub struct AppState {
     pub proxy_secret: Option<String>,
     /// `[web] trusted_proxies`: besides this host, where the admin token may come from.
     trusted_proxies: Vec<std::net::IpAddr>,
+    /// `[web] url`: a name the status page answers to.
+    pub web_url: Option<String>,
     munge_socket: Option<std::path::PathBuf>,
 }
 
@@ -75,6 +77,7 @@ impl AppState {
             admin_token,
             proxy_secret,
             trusted_proxies: config.web.trusted_proxies.clone(),
+            web_url: config.web.url.clone(),
             munge_socket: config.agent.munge_socket.clone(),
         })
     }
@@ -102,14 +105,15 @@ impl AppState {
 }
 
 pub fn router(state: AppState) -> Router {
+    let state = Arc::new(state);
     Router::new()
         .route("/metrics", get(metrics))
         .route(REPORT_PATH, post(agent_report).layer(axum::extract::DefaultBodyLimit::max(REPORT_MAX_BYTES)))
         .route("/v1/health", get(|| async { Json(serde_json::json!({ "ok": true })) }))
         .route("/v1/balances", get(balances))
         .route("/v1/balances/{user}", get(balance))
-        .merge(crate::web::routes())
-        .with_state(Arc::new(state))
+        .merge(crate::web::routes(state.clone()))
+        .with_state(state)
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {

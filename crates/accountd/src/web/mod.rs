@@ -45,7 +45,7 @@ const STYLE: &str = include_str!("../../assets/web/app.css");
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
                       base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
-pub fn routes() -> Router<Arc<AppState>> {
+pub fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
     Router::new()
         .route("/web", get(|| async { redirect("/web/") }))
         .route("/web/", get(|| async { asset("text/html; charset=utf-8", INDEX) }))
@@ -55,6 +55,44 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/web/logout", axum::routing::post(logout))
         .route("/web/api/me", get(me))
         .route("/web/api/admin", get(admin))
+        .layer(axum::middleware::from_fn_with_state(state, only_our_names))
+}
+
+/// Answers only requests sent to a name of this page: an address, localhost, this host's name or
+/// `[web] url`'s host. A page elsewhere that rebinds its own name to accountd's address (DNS
+/// rebinding) is refused before anything is read for it.
+async fn only_our_names(
+    State(state): State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok()).map(str::to_string);
+    if let Some(host) = host {
+        if !ours(&host, state.web_url.as_deref()) {
+            let message = format!("this status page does not answer to '{}'; open [web] url", escape(&host));
+            return refused_page(StatusCode::MISDIRECTED_REQUEST, &message);
+        }
+    }
+    next.run(request).await
+}
+
+/// Whether `host` (a Host header: name or address, maybe a port) names this page.
+fn ours(host: &str, web_url: Option<&str>) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => return v6.split(']').next().is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok()),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    if name.parse::<std::net::Ipv4Addr>().is_ok() || name.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    let this_host = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default();
+    let short = |n: &str| n.split('.').next().unwrap_or(n).to_ascii_lowercase();
+    let configured = web_url
+        .and_then(|u| u.split_once("://"))
+        .map(|(_, rest)| rest.split(['/', ':']).next().unwrap_or("").to_ascii_lowercase());
+    name.eq_ignore_ascii_case(&this_host)
+        || (!this_host.is_empty() && short(name) == short(&this_host) && !name.contains('.'))
+        || configured.as_deref() == Some(name.to_ascii_lowercase().as_str())
 }
 
 /// The link `sbalance --web` prints: made for `caller`, who asked over the Unix socket.
@@ -346,6 +384,20 @@ mod tests {
             "&lt;script&gt;&quot;o&#39;neil&quot; &amp; co&lt;/script&gt;"
         );
         assert_eq!(escape("ann@example.org ünï"), "ann@example.org ünï");
+    }
+
+    #[test]
+    fn the_page_answers_to_its_own_names_only() {
+        let url = Some("https://gputokens.example.org");
+        for host in ["127.0.0.1:9817", "[::1]:9817", "localhost:9817", "gputokens.example.org", "GPUTOKENS.example.org"]
+        {
+            assert!(ours(host, url), "{host}");
+        }
+        let this = nix::unistd::gethostname().unwrap().into_string().unwrap();
+        assert!(ours(&format!("{this}:9817"), None), "this host's own name");
+        for host in ["evil.example.org", "evil.example.org:9817", "gputokens.example.org.evil.com", "[evil]"] {
+            assert!(!ours(host, url), "{host}");
+        }
     }
 
     #[test]

@@ -345,3 +345,26 @@ fn login_links_need_https_unless_the_site_allows_http() {
     assert!(cookie.starts_with("__Host-gputokens_session="), "{cookie}");
     assert!(cookie.contains("; Path=/;") && cookie.contains("Secure") && cookie.contains("HttpOnly"), "{cookie}");
 }
+
+/// A page elsewhere that rebinds its own name to accountd's address gets nothing: the status page
+/// answers only to its own names.
+#[test]
+fn the_status_page_answers_only_to_its_own_names() {
+    let site = web_site("url = \"https://gpu.example.org\"\n");
+    let host = site.http_url().trim_start_matches("http://").to_string();
+    let get = |name: &str| {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&host).unwrap();
+        write!(stream, "GET /web/api/me HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    let rebound = get("evil.example.org:9817");
+    assert!(rebound.starts_with("HTTP/1.1 421"), "{rebound}");
+    assert!(rebound.contains("does not answer to &#39;evil.example.org:9817&#39;"), "{rebound}");
+    for ours in [host.as_str(), "gpu.example.org", "localhost"] {
+        let answer = get(ours);
+        assert!(answer.starts_with("HTTP/1.1 401"), "{ours}: not logged in, but answered: {answer}");
+    }
+}
