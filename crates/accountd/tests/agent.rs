@@ -128,7 +128,7 @@ impl Drop for Sleeper {
 /// Children inherit this test's cgroup; were it a Slurm job's, that job would rightly win over the environment.
 fn expected_job(from_env: Option<&str>) -> Option<String> {
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    jobs::job_from_cgroup(&own).or(from_env.map(str::to_owned))
+    jobs::job_from_cgroup(&own).map(|(job, _)| job).or(from_env.map(str::to_owned))
 }
 
 /// A temp dir with the config, the fake's state file and maybe a token file.
@@ -283,6 +283,9 @@ fn posts_reports_with_the_token_and_serves_metrics() {
     std::fs::write(site.config(), format!("{text}{auth}")).unwrap();
     let job = Sleeper::spawn(Some("777"));
     let outside = Sleeper::spawn(None);
+    // Job 777's prolog record (root's, as the test's processes are): their SLURM_JOB_ID is taken.
+    std::fs::create_dir_all(site.path("jobs")).unwrap();
+    std::fs::write(site.path("jobs/777"), "gpus=0\nuid=0\n").unwrap();
     site.write_state(&two_gpus(&[
         (job.pid(), 0, 2 * GIB, Some(60)),
         (job.pid(), 1, GIB, Some(10)),
@@ -336,7 +339,9 @@ fn posts_reports_with_the_token_and_serves_metrics() {
     assert_eq!(job_series("job_gpus"), Some(2.0));
     assert_eq!(m.get("gputokens_agent_report_failures_total"), Some(&0.0));
 
-    // The job ends and GPU 1 falls off the bus: their series go, GPU 1 is unhealthy.
+    // The job ends (its epilog removes its record) and GPU 1 falls off the bus: their series go,
+    // GPU 1 is unhealthy.
+    std::fs::remove_file(site.path("jobs/777")).unwrap();
     site.write_state(&two_gpus(&[]).replace("power_mw = 120000\n", "power_mw = 120000\nlost = true\n"));
     let m = wait_for("the job's series to go", || {
         Some(scrape(&url)).filter(|m| {

@@ -81,7 +81,7 @@ impl Drop for Sleepers {
 /// Children inherit this test's cgroup; were it a Slurm job's, that job would rightly win over the environment.
 fn expected_job(from_env: Option<&str>) -> Option<String> {
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    jobs::job_from_cgroup(&own).or(from_env.map(str::to_owned))
+    jobs::job_from_cgroup(&own).map(|(job, _)| job).or(from_env.map(str::to_owned))
 }
 
 /// GPUs 0-3 are A6000s (ECC), 4-7 RTX 2080 Tis (no ECC: left out). GPU `lost` is off the bus (and logged
@@ -137,7 +137,12 @@ fn eight_gpus_their_processes_and_jobs() {
         (outside.pid(0), 7, GIB, Some(1)),
     ];
     fx.write(&state(None, &[13], &procs));
-    let mut source = open();
+    // The prolog's record of job 4242 (root's here, as the test's processes are): its processes'
+    // SLURM_JOB_ID is taken for a job recorded on the node for their owner.
+    let records = tempfile::tempdir().unwrap();
+    std::fs::write(records.path().join("4242"), "gpus=0,1,3,5\nuid=0\n").unwrap();
+    let options = NvmlOptions { jobs_dir: records.path().to_owned(), ..NvmlOptions::with_lib_path(fake_lib()) };
+    let mut source = NvmlSource::open(options).unwrap_or_else(|e| panic!("{e}"));
 
     let first = source.sample().unwrap();
     assert_eq!(first.gpus.len(), 8);
@@ -241,14 +246,18 @@ fn recorded_gpus_belong_to_their_jobs_while_the_records_last() {
         "gpus=2,3\nuuids=GPU-00000002-aaaa-bbbb-cccc-dddddddddddd,GPU-00000003-aaaa-bbbb-cccc-dddddddddddd\n",
     )
     .unwrap();
-    std::fs::write(records.path().join("78"), "gpus=9\nuuids=GPU-00000005-aaaa-bbbb-cccc-dddddddddddd\n").unwrap();
+    // Job 78 is bob's (uid 1002); job 4242 root's, on GPU 0.
+    std::fs::write(records.path().join("78"), "gpus=9\nuuids=GPU-00000005-aaaa-bbbb-cccc-dddddddddddd\nuid=1002\n")
+        .unwrap();
+    std::fs::write(records.path().join("4242"), "gpus=0\nuid=0\n").unwrap();
     let options = NvmlOptions { jobs_dir: records.path().to_owned(), ..NvmlOptions::with_lib_path(fake_lib()) };
     let mut source = NvmlSource::open(options).unwrap_or_else(|e| panic!("{e}"));
 
     let sample = source.sample().unwrap();
     let held: Vec<(u32, Vec<String>)> =
         sample.gpus.iter().filter(|g| !g.jobs.is_empty()).map(|g| (g.index, g.jobs.clone())).collect();
-    assert_eq!(held, [(2, vec!["77".to_string()]), (3, vec!["77".to_string()]), (5, vec!["78".to_string()])]);
+    let held_by = |job: &str| vec![job.to_string()];
+    assert_eq!(held, [(0, held_by("4242")), (2, held_by("77")), (3, held_by("77")), (5, held_by("78"))]);
     let job_of = |pid: u32| sample.processes.iter().find(|p| p.pid == pid).and_then(|p| p.job_id.clone());
     assert_eq!(job_of(hidden).as_deref(), Some("77"), "the process the agent cannot see is its GPU's job's");
     assert_eq!(job_of(visible.pid(0)), expected_job(Some("4242")));
@@ -265,7 +274,7 @@ fn recorded_gpus_belong_to_their_jobs_while_the_records_last() {
     // Job 77 ends: its epilog removes the record, and its GPUs are nobody's again.
     std::fs::remove_file(records.path().join("77")).unwrap();
     let sample = source.sample().unwrap();
-    assert!(sample.gpus.iter().filter(|g| g.index != 5).all(|g| g.jobs.is_empty()));
+    assert!(sample.gpus.iter().filter(|g| g.index != 5 && g.index != 0).all(|g| g.jobs.is_empty()));
     assert_eq!(sample.processes.iter().find(|p| p.pid == hidden).unwrap().job_id, None);
     assert!(!accountd::agent::export::job_use(&sample).contains_key("77"));
 }

@@ -1,5 +1,5 @@
 //! Every unsafe operation of the plugin lives here: the plugstack arguments, the SPANK calls
-//! (`spank_context`, `spank_get_item(S_JOB_ID)`, `spank_option_register`,
+//! (`spank_context`, `spank_get_item(S_JOB_ID, S_JOB_UID)`, `spank_option_register`,
 //! `spank_job_control_setenv`) and logging through Slurm's log (`slurm_ffi::log_shims!`).
 //!
 //! rustc links cdylibs with BIND_NOW, so each undefined symbol must exist in every process that
@@ -12,7 +12,7 @@ use std::ffi::{c_char, c_int, CStr};
 
 use crate::bindings::{
     spank_context_t, spank_opt_cb_f, spank_option, spank_t, S_CTX_ALLOCATOR, S_CTX_JOB_SCRIPT, S_CTX_LOCAL,
-    S_CTX_REMOTE, S_JOB_ID,
+    S_CTX_REMOTE, S_JOB_ID, S_JOB_UID,
 };
 
 #[cfg(not(test))]
@@ -107,6 +107,18 @@ pub unsafe fn job_id(sp: spank_t) -> Option<u32> {
     // SAFETY: `sp` is the entry point's handle (the caller's promise); S_JOB_ID writes one uint32_t.
     let rc = unsafe { slurm::spank_get_item(sp, S_JOB_ID, &mut id as *mut u32) };
     (rc == 0 && id != 0).then_some(id)
+}
+
+/// The job owner's uid (`S_JOB_UID`); None where SPANK has none.
+///
+/// # Safety
+/// `sp` is the handle SPANK passed to the current entry point.
+pub unsafe fn job_uid(sp: spank_t) -> Option<u32> {
+    let mut uid: u32 = u32::MAX;
+    // SAFETY: `sp` is the entry point's handle (the caller's promise); S_JOB_UID writes one uid_t,
+    // which is a u32 on Linux.
+    let rc = unsafe { slurm::spank_get_item(sp, S_JOB_UID, &mut uid as *mut u32) };
+    (rc == 0 && uid != u32::MAX).then_some(uid)
 }
 
 /// A command-line option of sbatch/salloc/srun that the plugin adds (no argument).

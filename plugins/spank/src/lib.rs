@@ -123,7 +123,9 @@ pub unsafe extern "C" fn slurm_spank_job_prolog(sp: spank_t, ac: c_int, av: *mut
         if ffi::context() == Context::JobScript {
             // SAFETY: the handle of this entry point.
             if let Some(job) = unsafe { job_id(sp) } {
-                record_gpus(&args, job)
+                // SAFETY: the handle of this entry point.
+                let uid = unsafe { ffi::job_uid(sp) }.or_else(|| std::env::var("SLURM_JOB_UID").ok()?.parse().ok());
+                record_gpus(&args, job, uid)
             }
         }
     })
@@ -181,13 +183,13 @@ unsafe fn job_id(sp: spank_t) -> Option<u32> {
 }
 
 /// Job script context: slurmd gives the prolog the job's GPUs on this node in its environment.
-fn record_gpus(args: &args::Args, job: u32) {
+fn record_gpus(args: &args::Args, job: u32, uid: Option<u32>) {
     let values: Vec<Option<String>> = record::GPU_VARS.iter().map(|v| std::env::var(v).ok()).collect();
     let Some(gpus) = record::gpus(&values) else { return };
     let uuids = nvml::uuids(&args.nvml_library, &gpus, nvml::TIMEOUT)
         .map_err(|e| ffi::verbose(&format!("job {job}: GPUs recorded without UUIDs: {e}")))
         .ok();
-    if let Err(e) = record::write(&args.jobs_dir, job, &record::text(&gpus, uuids.as_deref())) {
+    if let Err(e) = record::write(&args.jobs_dir, job, &record::text(&gpus, uuids.as_deref(), uid)) {
         ffi::error(&format!("recording the GPUs of job {job} in {}: {e}", args.jobs_dir.display()));
     }
 }

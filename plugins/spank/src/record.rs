@@ -23,11 +23,15 @@ pub fn gpus(values: &[Option<String>]) -> Option<Vec<String>> {
     (!list.is_empty()).then_some(list)
 }
 
-/// The file's text.
-pub fn text(gpus: &[String], uuids: Option<&[String]>) -> String {
+/// The file's text: the GPUs, their UUIDs when known, and the job owner's uid (the agent takes a
+/// process's word for its job only from a process of that uid).
+pub fn text(gpus: &[String], uuids: Option<&[String]>, uid: Option<u32>) -> String {
     let mut text = format!("gpus={}\n", gpus.join(","));
     if let Some(uuids) = uuids.filter(|u| !u.is_empty()) {
         text.push_str(&format!("uuids={}\n", uuids.join(",")));
+    }
+    if let Some(uid) = uid {
+        text.push_str(&format!("uid={uid}\n"));
     }
     text
 }
@@ -85,10 +89,11 @@ mod tests {
     #[test]
     fn uuids_only_when_known() {
         let gpus = ["6".to_string(), "7".to_string()];
-        assert_eq!(text(&gpus, None), "gpus=6,7\n");
-        assert_eq!(text(&gpus, Some(&[])), "gpus=6,7\n");
+        assert_eq!(text(&gpus, None, None), "gpus=6,7\n");
+        assert_eq!(text(&gpus, Some(&[]), None), "gpus=6,7\n");
         let uuids = ["GPU-a".to_string(), "GPU-b".to_string()];
-        assert_eq!(text(&gpus, Some(&uuids)), "gpus=6,7\nuuids=GPU-a,GPU-b\n");
+        assert_eq!(text(&gpus, Some(&uuids), None), "gpus=6,7\nuuids=GPU-a,GPU-b\n");
+        assert_eq!(text(&gpus, None, Some(1001)), "gpus=6,7\nuid=1001\n");
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub struct JobRecord {
     pub gpus: Vec<u32>,
     /// The same GPUs' UUIDs, in the same order; empty when NVML could not name them.
     pub uuids: Vec<String>,
+    /// The job owner's uid (None from an older plugin).
+    pub uid: Option<u32>,
 }
 
 /// A record's text; None when it names no GPU (or is not a record at all).
@@ -34,7 +36,8 @@ pub fn parse(job: &str, text: &str) -> Option<JobRecord> {
     let uuids: Vec<String> = list("uuids").into_iter().map(str::to_owned).collect();
     // UUIDs that do not pair up with the indices say nothing reliable.
     let uuids = if uuids.len() == gpus.len() { uuids } else { Vec::new() };
-    Some(JobRecord { job: job.to_owned(), gpus, uuids })
+    let uid = text.lines().find_map(|l| l.strip_prefix("uid=")).and_then(|u| u.trim().parse().ok());
+    Some(JobRecord { job: job.to_owned(), gpus, uuids, uid })
 }
 
 /// Every record in `dir`, in job order. A missing directory is no records (no plugin on this node);
@@ -107,8 +110,12 @@ mod tests {
     #[test]
     fn parses_what_the_plugin_writes() {
         let r = parse("42", "gpus=6,7\nuuids=GPU-a,GPU-b\n").unwrap();
-        assert_eq!(r, JobRecord { job: "42".into(), gpus: vec![6, 7], uuids: vec!["GPU-a".into(), "GPU-b".into()] });
+        assert_eq!(
+            r,
+            JobRecord { job: "42".into(), gpus: vec![6, 7], uuids: vec!["GPU-a".into(), "GPU-b".into()], uid: None }
+        );
         assert_eq!(parse("42", "gpus=3\n").unwrap().uuids, Vec::<String>::new());
+        assert_eq!(parse("42", "gpus=3\nuid=1001\n").unwrap().uid, Some(1001));
         assert_eq!(parse("42", "gpus=3,4\nuuids=GPU-a\n").unwrap().uuids, Vec::<String>::new(), "unpaired");
         assert_eq!(parse("42", "gpus=\n"), None);
         assert_eq!(parse("42", "gpus=a,1\n"), None);
@@ -136,10 +143,10 @@ mod tests {
         let gpus = [gpu(0, "GPU-a"), gpu(1, "GPU-b"), gpu(2, "GPU-c")];
         let records = [
             // Slurm's index 0 is NVML's GPU 2: the UUID says so.
-            JobRecord { job: "7".into(), gpus: vec![0], uuids: vec!["GPU-c".into()] },
-            JobRecord { job: "8".into(), gpus: vec![1], uuids: vec![] },
+            JobRecord { job: "7".into(), gpus: vec![0], uuids: vec!["GPU-c".into()], uid: None },
+            JobRecord { job: "8".into(), gpus: vec![1], uuids: vec![], uid: Some(1001) },
             // A UUID the sample lacks (a lost GPU not yet named): the index.
-            JobRecord { job: "9".into(), gpus: vec![0], uuids: vec!["GPU-gone".into()] },
+            JobRecord { job: "9".into(), gpus: vec![0], uuids: vec!["GPU-gone".into()], uid: None },
         ];
         let held = holders(&records, &gpus);
         assert_eq!(held.get(&2), Some(&vec!["7".to_string()]));

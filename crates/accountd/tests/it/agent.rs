@@ -55,12 +55,18 @@ pub fn agent_config(site: &Site) -> String {
     agent_config_with(site, "")
 }
 
-/// The same, with more `[agent]` keys.
+/// The same, with more `[agent]` keys. Its jobs_dir is, unless `more` says, where the test cluster's
+/// spank_gputokens.so records each job's GPUs and owner: a process's SLURM_JOB_ID counts only for a
+/// job recorded there for the process's owner.
 fn agent_config_with(site: &Site, more: &str) -> String {
+    let jobs_dir = match more.contains("jobs_dir") {
+        true => String::new(),
+        false => format!("jobs_dir = \"{}\"\n", crate::spank::jobs_dir().display()),
+    };
     site.file(
         "agent.toml",
         &format!(
-            "[agent]\nreport_to = \"{}\"\nnvml_library = \"{}\"\nlisten = \"off\"\ninterval = \"1s\"\n{more}",
+            "[agent]\nreport_to = \"{}\"\nnvml_library = \"{}\"\nlisten = \"off\"\ninterval = \"1s\"\n{jobs_dir}{more}",
             site.http_url(),
             bin("libnvidia_ml.so").display()
         ),
