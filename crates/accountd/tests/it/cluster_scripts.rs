@@ -37,9 +37,12 @@ fn up_sh_with(hosts: &str, extra_slurm_conf: &str) -> UpRun {
     let lab = dir.path().join("lab");
     let script =
         "mount --bind \"$1\" /etc/hosts && mount --bind \"$2\" /etc/nsswitch.conf && exec bash tests/cluster/up.sh";
+    // Inside a release's root filesystem (tests/slurm-releases/enter.sh) the mount namespace is
+    // already private, and its root is no mount point whose propagation unshare could change.
+    let propagation = if std::env::var_os("GPUTOKENS_SLURM_RELEASE").is_some() { "unchanged" } else { "private" };
     let started = Instant::now();
     let out = Command::new("timeout")
-        .args(["60", "unshare", "--mount", "--net", "--propagation", "private", "--", "bash", "-c", script, "up"])
+        .args(["60", "unshare", "--mount", "--net", "--propagation", propagation, "--", "bash", "-c", script, "up"])
         .arg(&hosts_file)
         .arg(&nsswitch_file)
         .current_dir(repo())
