@@ -22,6 +22,12 @@
 #                               JobSubmitPlugins=gputokens, SPANK_PLUGIN_ARGS written into the
 #                               package's /etc/slurm/plugstack.conf.d/gputokens.conf
 #   GPUTOKENS_EXTRA_SLURM_CONF  extra slurm.conf lines; a Key=value line replaces the template's Key
+#   GPUTOKENS_CGROUP=v2         slurmd tracks jobs with proctrack/cgroup on cgroup/v2 (IgnoreSystemd=yes:
+#                               no systemd here) in /sys/fs/cgroup, which must be a cgroup2 mount of the
+#                               run's own (tests/slurm-releases/enter.sh sets this up); unset: no cgroups
+#                               (proctrack/linuxproc), as on the host's 22.05
+#   GPUTOKENS_CGROUP_SHIM       library preloaded into slurmd in that mode (cgroup-v2-only.so)
+#   GPUTOKENS_CGROUP_CONF       extra cgroup.conf lines in that mode (e.g. CgroupJobIdPaths=yes)
 #   SLURM_PLUGIN_DIR            override the detected PluginDir
 set -euo pipefail
 # The daemons started here must not inherit the caller's descriptors: a lock the caller holds with
@@ -243,6 +249,17 @@ if [[ -n $extra ]]; then
     { print }')
   slurm_conf+=$'\n# --- GPUTOKENS_EXTRA_SLURM_CONF ---\n'"$extra"
 fi
+if [[ ${GPUTOKENS_CGROUP:-} == v2 ]]; then
+  [[ $(stat -f -c %T /sys/fs/cgroup 2>/dev/null) == cgroup2fs ]] \
+    || die "GPUTOKENS_CGROUP=v2 but /sys/fs/cgroup is no cgroup2 mount (tests/slurm-releases/enter.sh makes one)"
+  slurm_conf=$(sed 's|^ProctrackType=.*|ProctrackType=proctrack/cgroup|' <<<"$slurm_conf")
+  put "$SLURM_ETC/cgroup.conf" 644 "# cgroup.conf — written by tests/cluster/up.sh (GPUTOKENS_CGROUP=v2)
+CgroupPlugin=cgroup/v2
+IgnoreSystemd=yes
+${GPUTOKENS_CGROUP_CONF:-}"
+else
+  rm -f "$SLURM_ETC/cgroup.conf"
+fi
 put "$SLURM_ETC/slurm.conf" 644 "$slurm_conf"
 put "$SLURM_ETC/gres.conf" 644 "$(render "$HERE/gres.conf.in")"
 put "$SLURM_ETC/plugstack.conf" 644 "$(<"$HERE/plugstack.conf")"
@@ -257,7 +274,7 @@ fingerprint() {
 shopt -s nullglob
 FP_slurmdbd=$(fingerprint "$SLURM_ETC/slurmdbd.conf")
 FP_slurmctld=$(fingerprint "$SLURM_ETC/slurm.conf" "$SLURM_ETC/gres.conf" "$PLUGIN_DIR/job_submit_gputokens.so")
-FP_slurmd=$(fingerprint "$SLURM_ETC/slurm.conf" "$SLURM_ETC/gres.conf" "$SLURM_ETC/plugstack.conf" \
+FP_slurmd=$(fingerprint "$SLURM_ETC/slurm.conf" "$SLURM_ETC/gres.conf" "$SLURM_ETC/cgroup.conf" "$SLURM_ETC/plugstack.conf" \
             "$SLURM_ETC"/plugstack.conf.d/* "$PLUGIN_DIR/spank_gputokens.so")
 shopt -u nullglob
 
@@ -306,7 +323,11 @@ ensure_slurm_daemon() {
   fi
   rm -f "$own"
   START_TIME=$(date +%Y-%m-%dT%H:%M:%S)
-  bounded "$T_CALL" "/usr/sbin/$name" </dev/null >>"$LAB/log/$name.stdout" 2>&1 \
+  local preload=()
+  if [[ $name == slurmd && ${GPUTOKENS_CGROUP:-} == v2 && -n ${GPUTOKENS_CGROUP_SHIM:-} ]]; then
+    preload=(env "LD_PRELOAD=$GPUTOKENS_CGROUP_SHIM")
+  fi
+  bounded "$T_CALL" "${preload[@]}" "/usr/sbin/$name" </dev/null >>"$LAB/log/$name.stdout" 2>&1 \
     || die "$name failed to start; tail of $LAB/log/$name.log:
 $(tail -n 20 "$LAB/log/$name.log" "$LAB/log/$name.stdout" 2>/dev/null)"
   waitfor 10 test -s "$own" || die "$name wrote no $own"

@@ -7,7 +7,12 @@
 #     MariaDB) never meet the host's or another release's, and nothing reaches out (cargo runs offline
 #     from the host's crate cache). The veth's address is there because slurmdbd >= 24.11 resolves
 #     its listening address with AI_ADDRCONFIG, which finds nothing where loopback is all there is;
-#   - PID: when CMD ends, every daemon it left behind ends with it.
+#   - PID: when CMD ends, every daemon it left behind ends with it;
+#   - cgroup: a cgroup2 hierarchy of its own (a cgroup namespace rooted at a fresh cgroup, mounted at
+#     /sys/fs/cgroup), so its slurmd runs Slurm's cgroup/v2 plugin with proctrack/cgroup as sites do,
+#     job cgroups named as that release names them. This machine's kernel also has cgroup v1
+#     hierarchies, which slurmd must not see: it runs with cgroup-v2-only.so preloaded (see there).
+#     Where no cgroup2 can be mounted, the cluster falls back to proctrack/linuxproc and says so.
 # Builds go to target/slurm-RELEASE (never mixed with the host's target/). Environment: only PATH,
 # HOME, TERM, CI, CARGO_TERM_COLOR, RUST_BACKTRACE and GPUTOKENS_* pass in.
 set -euo pipefail
@@ -22,7 +27,33 @@ if [[ ${1:-} != --inside ]]; then
   root=$(rootfs_of "$release") || die "no root filesystem for Slurm $release (known: ${RELEASES#"$HOST_RELEASE "})"
   [[ -f $root/.gputokens-rootfs ]] || die "$root is not built: run tests/slurm-releases/rootfs.sh $release"
   [[ $(id -u) == 0 ]] || die "must run as root"
-  exec unshare --mount --net --pid --fork --propagation private -- bash "$HERE/enter.sh" --inside "$release" "$root" "$@"
+  enter=(unshare --mount --net --pid --fork --propagation private -- bash "$HERE/enter.sh" --inside "$release" "$root")
+  # The cgroup this run's namespace is rooted at, in a cgroup2 mount of the host's made for the
+  # purpose; removed (with what Slurm made in it) when CMD ends, as is any a killed run left.
+  hierarchy=$(mktemp -d /tmp/gputokens-cgroup2.XXXXXX)
+  remove_cgroups() { find "$1" -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null || true; }
+  shim=$REPO/target/slurm-$release/cgroup-v2-only.so
+  if mount -t cgroup2 cgroup2 "$hierarchy" 2>/dev/null \
+     && mkdir -p "${shim%/*}" && gcc -shared -fPIC -O2 -o "$shim" "$HERE/cgroup-v2-only.c" -ldl; then
+    for stale in "$hierarchy"/gputokens-"$release"-*; do
+      # (a run still going has processes somewhere below its cgroup)
+      if [[ -d $stale && -z $(find "$stale" -name cgroup.procs -exec cat {} + 2>/dev/null) ]]; then
+        remove_cgroups "$stale"; rmdir "$stale" 2>/dev/null || true
+      fi
+    done
+    cgroup=$hierarchy/gputokens-$release-$$
+    mkdir "$cgroup"
+    status=0
+    # shellcheck disable=SC2016
+    bash -c 'echo $$ > "$1/cgroup.procs" && exec "${@:2}"' _ "$cgroup" \
+      unshare --cgroup -- env GPUTOKENS_CGROUP=v2 GPUTOKENS_CGROUP_SHIM="$shim" "${enter[@]}" "$@" || status=$?
+    remove_cgroups "$cgroup"; rmdir "$cgroup" 2>/dev/null || say "cgroup $cgroup still has processes; left in place"
+    umount "$hierarchy"; rmdir "$hierarchy"
+    exit "$status"
+  fi
+  umount "$hierarchy" 2>/dev/null || true; rmdir "$hierarchy"
+  say "no cgroup2 hierarchy could be made here: the cluster runs without cgroups (proctrack/linuxproc)"
+  exec "${enter[@]}" "$@"
 fi
 
 # ---- inside the new namespaces, still on the host's filesystem ----
@@ -35,6 +66,13 @@ ip link set gputokens1 up
 mount -t proc proc "$root/proc"
 mount --rbind /dev "$root/dev"
 mount --rbind /sys "$root/sys"
+if [[ ${GPUTOKENS_CGROUP:-} == v2 ]]; then
+  # This namespace's cgroup2 in place of the host's v1 mounts; this shell (and so the test cluster's
+  # daemons, until Slurm moves them) in a leaf of it, as cgroup v2 wants processes only in leaves.
+  mount -t cgroup2 cgroup2 "$root/sys/fs/cgroup"
+  mkdir -p "$root/sys/fs/cgroup/init.scope"
+  echo $$ > "$root/sys/fs/cgroup/init.scope/cgroup.procs"
+fi
 mount -t tmpfs -o mode=755 tmpfs "$root/run"
 bind() { mkdir -p "$root$2"; mount --bind "$1" "$root$2"; }
 bind "$REPO" "$REPO"
