@@ -91,6 +91,7 @@ mod tests {
             job_id: job.into(),
             user: user.into(),
             segment_start: 1_795_444_368,
+            sluid: None,
             milli_gpus: [("a6000".to_string(), 1000)].into(),
             elapsed: 60,
             weight_permille: 1000,

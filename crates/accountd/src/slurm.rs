@@ -3,6 +3,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,6 +51,8 @@ pub struct Slurm {
     bin_dir: Option<PathBuf>,
     sacct_timeout: Duration,
     command_timeout: Duration,
+    /// This sacct refused the SLUID column (before Slurm 25.11).
+    sacct_lacks_sluid: Arc<AtomicBool>,
 }
 
 impl Slurm {
@@ -58,6 +61,7 @@ impl Slurm {
             bin_dir: tools.bin_dir.clone(),
             sacct_timeout: tools.sacct_timeout,
             command_timeout: tools.command_timeout,
+            sacct_lacks_sluid: Arc::default(),
         }
     }
 
@@ -92,10 +96,22 @@ impl Slurm {
         String::from_utf8(out.stdout).map_err(|source| SlurmError::NotUtf8 { name: name.to_string(), source })
     }
 
-    /// Allocation rows (one per run segment) of every job active between `since` and `until`.
+    /// Allocation rows (one per run segment) of every job active between `since` and `until`, with
+    /// each run's SLUID where this sacct has the column (Slurm 25.11+). An sacct that does not know
+    /// it refuses the column before it asks slurmdbd; it is then asked without it, and not asked for
+    /// it again by this `Slurm` (a cycle: a Slurm upgraded under a running accountd is seen at once).
     pub fn sacct(&self, since: i64, until: i64) -> Result<String, SlurmError> {
         let (s, e) = (gputokens::time::local_text_not_after(since), gputokens::time::local_text_not_before(until));
-        self.run("sacct", &["-X", "-D", "-a", "-P", "-S", &s, "-E", &e, "-o", sacct::FIELDS])
+        let read = |fields| self.run("sacct", &["-X", "-D", "-a", "-P", "-S", &s, "-E", &e, "-o", fields]);
+        if !self.sacct_lacks_sluid.load(Ordering::Relaxed) {
+            match read(sacct::FIELDS_WITH_SLUID) {
+                Err(SlurmError::Exit { stderr, .. }) if stderr.contains("\"SLUID\"") => {
+                    self.sacct_lacks_sluid.store(true, Ordering::Relaxed)
+                }
+                done => return done,
+            }
+        }
+        read(sacct::FIELDS)
     }
 
     pub fn squeue_json(&self) -> Result<String, SlurmError> {

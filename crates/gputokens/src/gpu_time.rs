@@ -9,6 +9,9 @@ pub struct UsageRecord {
     pub user: String,
     /// Unix start of this run segment (a requeued job has several).
     pub segment_start: i64,
+    /// The run's SLUID (Slurm 25.11+: each run of a requeued job has its own); the ledger keys the
+    /// run's charges by it, else by `segment_start`.
+    pub sluid: Option<String>,
     /// Milli-GPUs held per lower-case GPU type (1000 = one GPU; shards and MPS are fractions).
     pub milli_gpus: BTreeMap<String, u64>,
     /// Seconds held so far.

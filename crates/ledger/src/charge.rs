@@ -1,12 +1,13 @@
-//! Charging GPU time. Each (job, run segment, GPU type) remembers how many seconds it was charged
-//! for and how much, in the same transaction as the charge entry, so a record is never charged twice
-//! and a running job charged every cycle adds up to exactly its final cost.
+//! Charging GPU time. Each (job, run, GPU type) remembers how many seconds it was charged for and
+//! how much, in the same transaction as the charge entry, so a record is never charged twice and a
+//! running job charged every cycle adds up to exactly its final cost. A run is named by its SLUID
+//! where Slurm gives one (25.11+), else by its start time (`start:<unix start>`).
 
 use std::collections::{BTreeMap, HashMap};
 
 use std::fmt::Write;
 
-use rusqlite::{params, OptionalExtension, Statement, Transaction};
+use rusqlite::{params, Statement, Transaction};
 
 use super::{ensure_user, move_balance, Ledger, LedgerError, UsageRecord};
 use gputokens::policy::BucketRules;
@@ -90,12 +91,20 @@ impl Ledger {
         Ok(self
             .conn
             .query_row(
-                "SELECT charged_until FROM job_charges WHERE job_id = ?1 AND segment_start = ?2 AND gpu_type = ?3",
+                "SELECT MAX(charged_until) FROM job_charges WHERE job_id = ?1 AND segment_start = ?2 AND gpu_type = ?3",
                 params![job_id, segment_start, gpu_type],
-                |r| r.get::<_, i64>(0),
-            )
-            .optional()?
+                |r| r.get::<_, Option<i64>>(0),
+            )?
             .map(|s| s as u64))
+    }
+
+    /// The runs of a job charged so far, as the ledger names them (SLUID, else `start:<unix start>`),
+    /// oldest first.
+    pub fn charged_runs(&self, job_id: &str) -> Result<Vec<String>, LedgerError> {
+        let mut statement =
+            self.conn.prepare("SELECT DISTINCT run FROM job_charges WHERE job_id = ?1 ORDER BY segment_start, run")?;
+        let runs = statement.query_map([job_id], |r| r.get(0))?.collect::<Result<_, _>>()?;
+        Ok(runs)
     }
 
     /// Seconds of a run segment charged for every GPU type it holds (the least of them); None when
@@ -230,6 +239,9 @@ struct Progress {
 /// The statements a charge cycle runs per record, prepared once per cycle.
 struct Statements<'tx> {
     insert_progress: Statement<'tx>,
+    insert_progress_by_start: Statement<'tx>,
+    run_by_start: Statement<'tx>,
+    adopt_progress: Statement<'tx>,
     read_progress: Statement<'tx>,
     update_progress: Statement<'tx>,
     insert_entry: Statement<'tx>,
@@ -241,16 +253,32 @@ impl<'tx> Statements<'tx> {
     fn prepare(tx: &'tx Transaction<'_>) -> Result<Self, LedgerError> {
         Ok(Statements {
             insert_progress: tx.prepare(
-                "INSERT INTO job_charges (job_id, segment_start, gpu_type, user, charged_until, charged)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+                "INSERT INTO job_charges (job_id, run, segment_start, gpu_type, user, charged_until, charged)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
+            )?,
+            insert_progress_by_start: tx.prepare(
+                "INSERT INTO job_charges (job_id, run, segment_start, gpu_type, user, charged_until, charged)
+                 SELECT ?1, 'start:' || ?2, ?2, ?3, ?4, ?5, ?6
+                 WHERE NOT EXISTS (SELECT 1 FROM job_charges WHERE job_id = ?1 AND segment_start = ?2 AND gpu_type = ?3)",
+            )?,
+            run_by_start: tx.prepare(
+                "SELECT run FROM job_charges WHERE job_id = ?1 AND segment_start = ?2 AND gpu_type = ?3
+                 ORDER BY run LIMIT 1",
+            )?,
+            // A row of the same run keyed by its start (charged before Slurm gave the SLUID: an
+            // older ledger, or a Slurm upgraded under the job) becomes the SLUID's.
+            adopt_progress: tx.prepare(
+                "UPDATE job_charges SET run = ?2
+                 WHERE job_id = ?1 AND run = 'start:' || ?3 AND gpu_type = ?4
+                   AND NOT EXISTS (SELECT 1 FROM job_charges WHERE job_id = ?1 AND run = ?2 AND gpu_type = ?4)",
             )?,
             read_progress: tx.prepare(
                 "SELECT charged_until, charged FROM job_charges
-                 WHERE job_id = ?1 AND segment_start = ?2 AND gpu_type = ?3",
+                 WHERE job_id = ?1 AND run = ?2 AND gpu_type = ?3",
             )?,
             update_progress: tx.prepare(
                 "UPDATE job_charges SET charged_until = ?4, charged = ?5
-                 WHERE job_id = ?1 AND segment_start = ?2 AND gpu_type = ?3",
+                 WHERE job_id = ?1 AND run = ?2 AND gpu_type = ?3",
             )?,
             insert_entry: tx.prepare(
                 "INSERT INTO entries (user, kind, amount, at, actor, reason, job_id, gpu_type, gpu_seconds, prev_id)
@@ -263,32 +291,51 @@ impl<'tx> Statements<'tx> {
     /// Moves the job_charges row of (record, GPU type) to the record's elapsed time and `total`
     /// cost; returns where it was, or None when the record adds nothing (already charged that far).
     /// A new job (the common case) costs one insert; a known one a read and an update.
+    ///
+    /// A record with a SLUID finds its run by it, taking over a row its run was charged under by
+    /// start time; one without finds its run by start time, whatever key the row has (a Slurm that
+    /// stopped giving SLUIDs, a downgrade): a run is never charged twice under two names.
     fn move_progress(
         &mut self,
         record: &UsageRecord,
         gpu_type: &str,
         total: Tokens,
     ) -> Result<Option<Progress>, LedgerError> {
-        let key = (&record.job_id, record.segment_start, gpu_type);
-        let inserted = self.insert_progress.execute(params![
-            key.0,
-            key.1,
-            key.2,
-            record.user,
-            record.elapsed as i64,
-            total.micro()
-        ])?;
-        if inserted == 1 {
-            return Ok(Some(Progress::default()));
-        }
+        let job = &record.job_id;
+        let (start, elapsed, user) = (record.segment_start, record.elapsed as i64, &record.user);
+        let run = match &record.sluid {
+            Some(sluid) => {
+                self.adopt_progress.execute(params![job, sluid, start, gpu_type])?;
+                let inserted =
+                    self.insert_progress.execute(params![job, sluid, start, gpu_type, user, elapsed, total.micro()])?;
+                if inserted == 1 {
+                    return Ok(Some(Progress::default()));
+                }
+                sluid.clone()
+            }
+            None => {
+                let inserted = self.insert_progress_by_start.execute(params![
+                    job,
+                    start,
+                    gpu_type,
+                    user,
+                    elapsed,
+                    total.micro()
+                ])?;
+                if inserted == 1 {
+                    return Ok(Some(Progress::default()));
+                }
+                self.run_by_start.query_row(params![job, start, gpu_type], |r| r.get(0))?
+            }
+        };
         let (seconds, charged): (i64, i64) =
-            self.read_progress.query_row(params![key.0, key.1, key.2], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            self.read_progress.query_row(params![job, run, gpu_type], |r| Ok((r.get(0)?, r.get(1)?)))?;
         let before = Progress { seconds: seconds as u64, charged: Tokens::from_micro(charged) };
         if record.elapsed <= before.seconds {
             return Ok(None);
         }
         let charged = total.max(before.charged);
-        self.update_progress.execute(params![key.0, key.1, key.2, record.elapsed as i64, charged.micro()])?;
+        self.update_progress.execute(params![job, run, gpu_type, elapsed, charged.micro()])?;
         Ok(Some(before))
     }
 }

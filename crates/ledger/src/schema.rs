@@ -149,6 +149,26 @@ const MIGRATIONS: &[&str] = &[
         last_error TEXT
      );
      CREATE INDEX notifications_owed ON notifications (id) WHERE sent_at IS NULL;",
+    // 9: charging progress keyed per run. From Slurm 25.11 every run of a job has its own SLUID (a
+    // requeued job keeps its JobId): `run` is the SLUID where sacct/squeue give one, else
+    // 'start:<segment_start>', the key before. Rows from before keep that key; the first record of
+    // their run that carries a SLUID takes the row over (charging.rs), so an upgrade of Slurm under
+    // running jobs charges nothing twice.
+    "CREATE TABLE job_charges_v9 (
+        job_id        TEXT    NOT NULL,
+        run           TEXT    NOT NULL,          -- the run's SLUID, else 'start:<segment_start>'
+        segment_start INTEGER NOT NULL,          -- unix start of the run
+        gpu_type      TEXT    NOT NULL,
+        user          TEXT    NOT NULL,
+        charged_until INTEGER NOT NULL,          -- seconds of the run already charged
+        charged       INTEGER NOT NULL,          -- micro-tokens charged so far
+        PRIMARY KEY (job_id, run, gpu_type)
+     ) WITHOUT ROWID;
+     INSERT INTO job_charges_v9
+        SELECT job_id, 'start:' || segment_start, segment_start, gpu_type, user, charged_until, charged
+        FROM job_charges;
+     DROP TABLE job_charges;
+     ALTER TABLE job_charges_v9 RENAME TO job_charges;",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

@@ -31,6 +31,7 @@ fn record(job: &str, user: &str, gpu_type: &str, gpus: u64, elapsed: u64) -> Usa
         job_id: job.into(),
         user: user.into(),
         segment_start: at("2026-11-30T08:00:00"),
+        sluid: None,
         milli_gpus: BTreeMap::from([(gpu_type.to_string(), gpus * 1000)]),
         elapsed,
         weight_permille: 1000,
@@ -117,6 +118,41 @@ fn requeued_segments_are_each_charged_once() {
     l.charge(&[first.clone(), second.clone()], &seed_prices(), now).unwrap();
     l.charge(&[first, second], &seed_prices(), now).unwrap();
     assert_eq!(balance(&l, "bob"), Tokens::whole(100 - 8));
+    assert_eq!(l.charged_runs("9").unwrap(), ["start:1796025600", "start:1796032800"], "keyed by start");
+}
+
+/// Slurm 25.11+: each run has its own SLUID, the key of its charges, even where two runs of a job
+/// share a start second (an expedited requeue).
+#[test]
+fn runs_with_a_sluid_are_each_charged_once_by_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    let run =
+        |sluid: &str, elapsed| UsageRecord { sluid: Some(sluid.into()), ..record("9", "bob", "a6000", 1, elapsed) };
+    let now = at("2026-11-30T20:00:00");
+    // The first run, read twice while it runs and once finished; the second starts the same second.
+    l.charge(&[run("s359M8A2NFAK00", 1800)], &seed_prices(), now).unwrap();
+    l.charge(&[run("s359M8A2NFAK00", 3600)], &seed_prices(), now).unwrap();
+    l.charge(&[run("s359M8A2NFAK00", 3600), run("s45HM8A2FXAC00", 3600)], &seed_prices(), now).unwrap();
+    l.charge(&[run("s359M8A2NFAK00", 3600), run("s45HM8A2FXAC00", 3600)], &seed_prices(), now).unwrap();
+    assert_eq!(balance(&l, "bob"), Tokens::whole(100 - 8));
+    assert_eq!(l.charged_runs("9").unwrap(), ["s359M8A2NFAK00", "s45HM8A2FXAC00"]);
+    assert!(l.verify().unwrap().problems.is_empty());
+}
+
+/// A run charged by its start (a ledger from before, or Slurm upgraded under the job) and then read
+/// with its SLUID is the same run: charged on from where it was, never from zero.
+#[test]
+fn a_run_charged_by_its_start_is_taken_over_by_its_sluid() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    let now = at("2026-11-30T20:00:00");
+    l.charge(&[record("9", "bob", "a6000", 1, 1800)], &seed_prices(), now).unwrap();
+    let with_sluid = UsageRecord { sluid: Some("s359M8A2NFAK00".into()), ..record("9", "bob", "a6000", 1, 3600) };
+    l.charge(&[with_sluid.clone()], &seed_prices(), now).unwrap();
+    l.charge(&[with_sluid, record("9", "bob", "a6000", 1, 3600)], &seed_prices(), now).unwrap();
+    assert_eq!(balance(&l, "bob"), Tokens::whole(100 - 4), "one hour of one a6000");
+    assert_eq!(l.charged_runs("9").unwrap(), ["s359M8A2NFAK00"]);
 }
 
 #[test]
@@ -501,7 +537,7 @@ fn a_version_6_ledger_gains_the_freed_for_waiters_table() {
     );
     let mut l = Ledger::open(&path, rules()).unwrap();
     let version: i64 = l.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-    assert_eq!((version, schema::VERSION), (8, 8));
+    assert_eq!((version, schema::VERSION), (9, 9));
     assert_eq!(l.history("sam").unwrap().len(), 1);
     assert_eq!(l.actions(10).unwrap().len(), 1);
     assert_eq!(l.gpu_faults("gpu01").unwrap().len(), 1);

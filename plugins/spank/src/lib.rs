@@ -189,7 +189,9 @@ fn record_gpus(args: &args::Args, job: u32, uid: Option<u32>) {
     let uuids = nvml::uuids(&args.nvml_library, &gpus, nvml::TIMEOUT)
         .map_err(|e| ffi::verbose(&format!("job {job}: GPUs recorded without UUIDs: {e}")))
         .ok();
-    if let Err(e) = record::write(&args.jobs_dir, job, &record::text(&gpus, uuids.as_deref(), uid)) {
+    let sluid = record::sluid(std::env::var("SLURM_JOB_SLUID").ok());
+    let text = record::text(&gpus, uuids.as_deref(), uid, sluid.as_deref());
+    if let Err(e) = record::write(&args.jobs_dir, job, &text) {
         ffi::error(&format!("recording the GPUs of job {job} in {}: {e}", args.jobs_dir.display()));
     }
 }

@@ -4,9 +4,13 @@
 //! ```text
 //! gpus=6,7
 //! uuids=GPU-1f0c...,GPU-77aa...
+//! uid=1001
+//! sluid=sEKNKTV3WPV500
 //! ```
 //!
-//! `gpus` are Slurm's indices; `uuids`, in the same order, only when NVML could name them.
+//! `gpus` are Slurm's indices; `uuids`, in the same order, only when NVML could name them; `uid` the
+//! job owner's; `sluid` the job's SLUID where Slurm has one (25.11+: the prolog's `SLURM_JOB_SLUID`),
+//! by which Slurm 26.05 names the job's cgroup.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -23,15 +27,24 @@ pub fn gpus(values: &[Option<String>]) -> Option<Vec<String>> {
     (!list.is_empty()).then_some(list)
 }
 
-/// The file's text: the GPUs, their UUIDs when known, and the job owner's uid (the agent takes a
-/// process's word for its job only from a process of that uid).
-pub fn text(gpus: &[String], uuids: Option<&[String]>, uid: Option<u32>) -> String {
+/// The job's SLUID in the prolog's environment value `SLURM_JOB_SLUID`, when it is one.
+pub fn sluid(value: Option<String>) -> Option<String> {
+    value.filter(|v| gputokens::slurm::sluid::is_sluid(v))
+}
+
+/// The file's text: the GPUs, their UUIDs when known, the job owner's uid (the agent takes a
+/// process's word for its job only from a process of that uid) and the job's SLUID (the agent maps a
+/// cgroup named by it to the job).
+pub fn text(gpus: &[String], uuids: Option<&[String]>, uid: Option<u32>, sluid: Option<&str>) -> String {
     let mut text = format!("gpus={}\n", gpus.join(","));
     if let Some(uuids) = uuids.filter(|u| !u.is_empty()) {
         text.push_str(&format!("uuids={}\n", uuids.join(",")));
     }
     if let Some(uid) = uid {
         text.push_str(&format!("uid={uid}\n"));
+    }
+    if let Some(sluid) = sluid {
+        text.push_str(&format!("sluid={sluid}\n"));
     }
     text
 }
@@ -89,11 +102,14 @@ mod tests {
     #[test]
     fn uuids_only_when_known() {
         let gpus = ["6".to_string(), "7".to_string()];
-        assert_eq!(text(&gpus, None, None), "gpus=6,7\n");
-        assert_eq!(text(&gpus, Some(&[]), None), "gpus=6,7\n");
+        assert_eq!(text(&gpus, None, None, None), "gpus=6,7\n");
+        assert_eq!(text(&gpus, Some(&[]), None, None), "gpus=6,7\n");
         let uuids = ["GPU-a".to_string(), "GPU-b".to_string()];
-        assert_eq!(text(&gpus, Some(&uuids), None), "gpus=6,7\nuuids=GPU-a,GPU-b\n");
-        assert_eq!(text(&gpus, None, Some(1001)), "gpus=6,7\nuid=1001\n");
+        assert_eq!(text(&gpus, Some(&uuids), None, None), "gpus=6,7\nuuids=GPU-a,GPU-b\n");
+        assert_eq!(text(&gpus, None, Some(1001), None), "gpus=6,7\nuid=1001\n");
+        assert_eq!(text(&gpus, None, Some(1001), Some("sEKNKTV3WPV500")), "gpus=6,7\nuid=1001\nsluid=sEKNKTV3WPV500\n");
+        assert_eq!(sluid(Some("sEKNKTV3WPV500".into())).as_deref(), Some("sEKNKTV3WPV500"));
+        assert_eq!(sluid(Some("x\nuid=0".into())), None, "only a SLUID goes into the record");
     }
 
     #[test]

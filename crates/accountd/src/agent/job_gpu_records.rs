@@ -1,6 +1,7 @@
 //! The per-job GPU records of spank_gputokens.so (written by plugins/spank/src/record.rs): each job's
 //! prolog writes `<jobs_dir>/<jobid>` (`gpus=6,7` and, when NVML named them, `uuids=GPU-…,GPU-…`) and
-//! its epilog removes it. They say which job holds a GPU even when the agent cannot see the job's
+//! its epilog removes it. `uid=` names the job's owner and, on Slurm 25.11+, `sluid=` the job's SLUID
+//! (26.05 names job cgroups by it). They say which job holds a GPU even when the agent cannot see the job's
 //! processes (another PID namespace, a container); a record that is gone is a job that has ended.
 
 use std::collections::BTreeMap;
@@ -21,6 +22,8 @@ pub struct JobRecord {
     pub uuids: Vec<String>,
     /// The job owner's uid (None from an older plugin).
     pub uid: Option<u32>,
+    /// The job's SLUID (None before Slurm 25.11, or from an older plugin).
+    pub sluid: Option<String>,
 }
 
 /// A record's text; None when it names no GPU (or is not a record at all).
@@ -36,8 +39,10 @@ pub fn parse(job: &str, text: &str) -> Option<JobRecord> {
     let uuids: Vec<String> = list("uuids").into_iter().map(str::to_owned).collect();
     // UUIDs that do not pair up with the indices say nothing reliable.
     let uuids = if uuids.len() == gpus.len() { uuids } else { Vec::new() };
-    let uid = text.lines().find_map(|l| l.strip_prefix("uid=")).and_then(|u| u.trim().parse().ok());
-    Some(JobRecord { job: job.to_owned(), gpus, uuids, uid })
+    let value = |key: &str| text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix('=')).map(str::trim);
+    let uid = value("uid").and_then(|u| u.parse().ok());
+    let sluid = value("sluid").filter(|s| gputokens::slurm::sluid::is_sluid(s)).map(str::to_owned);
+    Some(JobRecord { job: job.to_owned(), gpus, uuids, uid, sluid })
 }
 
 /// Every record in `dir`, in job order. A missing directory is no records (no plugin on this node);
@@ -112,10 +117,19 @@ mod tests {
         let r = parse("42", "gpus=6,7\nuuids=GPU-a,GPU-b\n").unwrap();
         assert_eq!(
             r,
-            JobRecord { job: "42".into(), gpus: vec![6, 7], uuids: vec!["GPU-a".into(), "GPU-b".into()], uid: None }
+            JobRecord {
+                job: "42".into(),
+                gpus: vec![6, 7],
+                uuids: vec!["GPU-a".into(), "GPU-b".into()],
+                uid: None,
+                sluid: None
+            }
         );
         assert_eq!(parse("42", "gpus=3\n").unwrap().uuids, Vec::<String>::new());
         assert_eq!(parse("42", "gpus=3\nuid=1001\n").unwrap().uid, Some(1001));
+        let with_sluid = parse("42", "gpus=3\nuid=1001\nsluid=s359M8A2NFAK00\n").unwrap();
+        assert_eq!(with_sluid.sluid.as_deref(), Some("s359M8A2NFAK00"));
+        assert_eq!(parse("42", "gpus=3\nsluid=../job_7\n").unwrap().sluid, None, "not a SLUID");
         assert_eq!(parse("42", "gpus=3,4\nuuids=GPU-a\n").unwrap().uuids, Vec::<String>::new(), "unpaired");
         assert_eq!(parse("42", "gpus=\n"), None);
         assert_eq!(parse("42", "gpus=a,1\n"), None);
@@ -143,10 +157,10 @@ mod tests {
         let gpus = [gpu(0, "GPU-a"), gpu(1, "GPU-b"), gpu(2, "GPU-c")];
         let records = [
             // Slurm's index 0 is NVML's GPU 2: the UUID says so.
-            JobRecord { job: "7".into(), gpus: vec![0], uuids: vec!["GPU-c".into()], uid: None },
-            JobRecord { job: "8".into(), gpus: vec![1], uuids: vec![], uid: Some(1001) },
+            JobRecord { job: "7".into(), gpus: vec![0], uuids: vec!["GPU-c".into()], uid: None, sluid: None },
+            JobRecord { job: "8".into(), gpus: vec![1], uuids: vec![], uid: Some(1001), sluid: None },
             // A UUID the sample lacks (a lost GPU not yet named): the index.
-            JobRecord { job: "9".into(), gpus: vec![0], uuids: vec!["GPU-gone".into()], uid: None },
+            JobRecord { job: "9".into(), gpus: vec![0], uuids: vec!["GPU-gone".into()], uid: None, sluid: None },
         ];
         let held = holders(&records, &gpus);
         assert_eq!(held.get(&2), Some(&vec!["7".to_string()]));

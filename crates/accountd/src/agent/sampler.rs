@@ -57,15 +57,14 @@ impl<'n> Sampler<'n> {
         }
         let records = self.records.read(&self.jobs_dir);
         let held = job_gpu_records::holders(records, &gpus);
-        let owners: HashMap<&str, Option<u32>> = records.iter().map(|r| (r.job.as_str(), r.uid)).collect();
+        let recorded = jobs::Recorded::of(records);
         for gpu in &mut gpus {
             gpu.jobs = held.get(&gpu.index).cloned().unwrap_or_default();
         }
         for p in &mut processes {
             // A process the agent cannot place (another PID namespace) is the job's that holds its GPU alone.
             let claim = self.jobs.job_of(&self.proc_root, p.pid);
-            let owner_of = |job: &str| owners.get(job).copied();
-            p.job_id = jobs::job_for_process(claim, held.get(&p.gpu_index).map(Vec::as_slice), owner_of);
+            p.job_id = jobs::job_for_process(claim, held.get(&p.gpu_index).map(Vec::as_slice), &recorded);
         }
         self.jobs.retain(&processes.iter().map(|p| p.pid).collect());
         Ok(NodeSample { time: chrono::Utc::now(), gpus, processes })

@@ -3,4 +3,5 @@
 pub mod partitions;
 pub mod rejected;
 pub mod sacct;
+pub mod sluid;
 pub mod squeue;

@@ -76,6 +76,7 @@ mod tests {
             job_id: "7".into(),
             user: user.into(),
             segment_start: 1_795_444_368,
+            sluid: None,
             milli_gpus: [("a6000".to_string(), milli)].into(),
             elapsed,
             weight_permille: 1000,

@@ -11,6 +11,8 @@ use crate::tres::{parse_alloc_tres, Sharing};
 
 /// The columns to ask sacct for (`sacct -X -D -P -o ...`); any order works when parsing.
 pub const FIELDS: &str = "JobIDRaw,User,AllocTRES,ElapsedRaw,Start,State,NodeList";
+/// The same and each run's SLUID, from Slurm 25.11 (whose sacct knows the column).
+pub const FIELDS_WITH_SLUID: &str = "JobIDRaw,User,AllocTRES,ElapsedRaw,Start,State,NodeList,SLUID";
 
 /// States in which a job still holds its allocation: its row is not final.
 const ACTIVE_STATES: [&str; 3] = ["RUNNING", "SUSPENDED", "COMPLETING"];
@@ -52,6 +54,7 @@ struct Columns {
     start: usize,
     state: Option<usize>,
     node_list: Option<usize>,
+    sluid: Option<usize>,
 }
 
 /// What one row is.
@@ -76,6 +79,7 @@ pub fn parse(text: &str, sharing: Sharing) -> Result<Parsed, SacctError> {
         start: col("Start")?,
         state: col("State").ok(),
         node_list: col("NodeList").ok(),
+        sluid: col("SLUID").ok(),
     };
 
     let mut parsed = Parsed::default();
@@ -141,6 +145,7 @@ fn row(line: &str, columns: &Columns, sharing: Sharing) -> Result<Row, (Reason, 
         job_id: job_id.to_string(),
         user: user.to_string(),
         segment_start,
+        sluid: columns.sluid.map(|i| fields[i].trim()).filter(|s| super::sluid::is_sluid(s)).map(str::to_owned),
         milli_gpus: gpus.milli_by_type(UNTYPED, sharing),
         elapsed,
         weight_permille: 1000,
@@ -284,5 +289,19 @@ garbage row without fields
         let users: Vec<&str> = p.records.iter().map(|r| r.user.as_str()).collect();
         assert_eq!(users, ["ann@example.org", "j.doe", "zoë"]);
         assert!(p.records.iter().all(|r| r.segment_start == 1_795_444_368));
+    }
+
+    /// Slurm 25.11+: each run of a requeued job is a row of its own with its own SLUID.
+    #[test]
+    fn each_run_carries_its_sluid_where_sacct_has_the_column() {
+        let text = "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State|NodeList|SLUID
+31|ann|gres/gpu:a6000=1|60|1795444368|REQUEUED|vm|s359M8A2NFAK00
+31|ann|gres/gpu:a6000=1|30|1795444500|RUNNING|vm|s45HM8A2FXAC00
+32|ann|gres/gpu:a6000=1|60|1795444368|COMPLETED|vm|not-a-sluid
+";
+        let p = parse(text, Sharing::default()).unwrap();
+        let sluids: Vec<Option<&str>> = p.records.iter().chain(&p.active).map(|r| r.sluid.as_deref()).collect();
+        assert_eq!(sluids, [Some("s359M8A2NFAK00"), None, Some("s45HM8A2FXAC00")]);
+        assert!(parse(SAMPLE, Sharing::default()).unwrap().records.iter().all(|r| r.sluid.is_none()));
     }
 }

@@ -23,6 +23,8 @@ pub struct QueueJob {
     /// Why a pending job waits: Resources, Priority, BeginTime, ...
     pub state_reason: String,
     pub start_time: i64,
+    /// The current run's SLUID (Slurm 25.11+).
+    pub sluid: Option<String>,
     /// Seconds run before the last suspension (`pre_sus_time`).
     pub run_before_suspend: u64,
     /// When the job was last suspended or resumed (`suspend_time`; 0 = never).
@@ -53,6 +55,7 @@ impl QueueJob {
             job_id: self.job_id.clone(),
             user: self.user.clone(),
             segment_start: self.start_time,
+            sluid: self.sluid.clone(),
             milli_gpus: self.alloc.milli_by_type(super::sacct::UNTYPED, sharing),
             elapsed: self.run_seconds(now),
             weight_permille: 1000,
@@ -130,6 +133,12 @@ fn queue_job(job: &Value) -> Option<QueueJob> {
         qos: text("qos"),
         state_reason: text("state_reason"),
         start_time: job.get("start_time").and_then(number).unwrap_or(0),
+        // 26.05: `"step_id": {"job_id": …, "sluid": "s…", "step_id": "entire"}`.
+        sluid: job
+            .pointer("/step_id/sluid")
+            .and_then(Value::as_str)
+            .filter(|s| super::sluid::is_sluid(s))
+            .map(str::to_owned),
         run_before_suspend: job.get("pre_sus_time").and_then(number).map_or(0, |n| n.max(0) as u64),
         suspend_time: job.get("suspend_time").and_then(number).unwrap_or(0),
         nodes: text("nodes"),
@@ -349,5 +358,25 @@ mod tests {
             assert_eq!(limits, [("alice", Some(1800), true), ("bob", None, true)], "{release}");
             assert!(pending.iter().all(|j| j.state_reason == "Resources" || j.state_reason == "Priority"), "{release}");
         }
+    }
+
+    /// 26.05's squeue names each job's current run by its SLUID; the earlier releases do not.
+    #[test]
+    fn a_run_carries_its_sluid_where_squeue_gives_one() {
+        for (release, sample) in SAMPLES {
+            let sluids: Vec<Option<String>> = queue(sample).unwrap().into_iter().map(|j| j.sluid).collect();
+            match release {
+                "26.05" => {
+                    assert!(
+                        sluids.iter().all(|s| s.as_deref().is_some_and(super::super::sluid::is_sluid)),
+                        "{sluids:?}"
+                    );
+                    assert_eq!(sluids[0].as_deref(), Some("s285M84TTMSX00"));
+                }
+                _ => assert!(sluids.iter().all(Option::is_none), "{release}: {sluids:?}"),
+            }
+        }
+        let running = running_gpu_jobs(SAMPLES[2].1).unwrap();
+        assert_eq!(running[0].usage(0, SHARDS_8).sluid, running[0].sluid);
     }
 }

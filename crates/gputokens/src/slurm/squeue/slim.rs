@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use super::QueueJob;
 
 /// The keys `queue_job` reads.
-const READ_KEYS: [&str; 24] = [
+const READ_KEYS: [&str; 25] = [
     "account",
     "array_task_string",
     "batch_flag",
@@ -28,6 +28,7 @@ const READ_KEYS: [&str; 24] = [
     "sockets_per_node",
     "start_time",
     "state_reason",
+    "step_id",
     "suspend_time",
     "tasks",
     "time_limit",
