@@ -149,7 +149,7 @@ fn a_run_charged_by_its_start_is_taken_over_by_its_sluid() {
     let now = at("2026-11-30T20:00:00");
     l.charge(&[record("9", "bob", "a6000", 1, 1800)], &seed_prices(), now).unwrap();
     let with_sluid = UsageRecord { sluid: Some("s359M8A2NFAK00".into()), ..record("9", "bob", "a6000", 1, 3600) };
-    l.charge(&[with_sluid.clone()], &seed_prices(), now).unwrap();
+    l.charge(std::slice::from_ref(&with_sluid), &seed_prices(), now).unwrap();
     l.charge(&[with_sluid, record("9", "bob", "a6000", 1, 3600)], &seed_prices(), now).unwrap();
     assert_eq!(balance(&l, "bob"), Tokens::whole(100 - 4), "one hour of one a6000");
     assert_eq!(l.charged_runs("9").unwrap(), ["s359M8A2NFAK00"]);

@@ -158,6 +158,16 @@ pub struct SlurmCgroup {
     pub path_uid: Option<u32>,
 }
 
+impl SlurmCgroup {
+    /// The job's ID where the cgroup is named by it (a SLUID's job is found in the SPANK records).
+    pub fn job_id(&self) -> Option<&str> {
+        match &self.job {
+            CgroupJob::Id(id) => Some(id),
+            CgroupJob::Sluid(_) => None,
+        }
+    }
+}
+
 /// The job in a `/proc/<pid>/cgroup` text (lines `hierarchy:controllers:path`), from Slurm's own
 /// hierarchy only.
 pub fn job_from_cgroup(text: &str) -> Option<SlurmCgroup> {

@@ -725,6 +725,40 @@ fn updates_cannot_undo_the_overdraft_penalty_and_cpu_jobs_are_untouched() {
     assert_eq!(log.matches(&floor).count(), 3, "{log}");
 }
 
+/// From 24.11 a job may ask for several QOS and runs in the one of highest priority that lets it: a
+/// debtor's GPU job is still put in the overdraft QOS alone, whatever list and order she asks for, and
+/// an update to a list (with the overdraft QOS in it or not) is refused.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_list_of_qos_does_not_undo_the_overdraft_penalty() {
+    if !slurm_release::qos_lists() {
+        eprintln!("Slurm {:?} takes one QOS per job", slurm_release::release());
+        return;
+    }
+    let _cluster = serial();
+    let (_site, mut adm) = following_site(&reading_the_queue(""), &[("alice", "-103.5")]);
+    adm.configure("[admission]\ndeprioritize = \"qos\"\nqos = \"gputokens-overdraft\"\n");
+    let (bob_job, _) = adm.accepted("bob", &["--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
+    let (bob_priority, _) = priority_and_qos(&bob_job);
+    for list in ["normal,gputokens-overdraft", "gputokens-overdraft,normal", "normal"] {
+        let qos = format!("--qos={list}");
+        let (job, told) = adm.accepted("alice", &[&qos, "--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
+        assert!(told.contains("(QOS gputokens-overdraft)"), "{qos}: {told}");
+        let (priority, in_qos) = priority_and_qos(&job);
+        assert_eq!(in_qos, "gputokens-overdraft", "{qos}");
+        assert!(priority < bob_priority, "{qos}: {priority} vs bob's {bob_priority}");
+        for change in ["qos=normal,gputokens-overdraft", "qos=gputokens-overdraft,normal"] {
+            let out = update_as("alice", &job, change);
+            assert_ne!(out.code, 0, "{change} accepted for job {job}");
+            assert_eq!(priority_and_qos(&job), (priority, "gputokens-overdraft".to_string()), "{change}");
+        }
+    }
+    let (bob_list, told) =
+        adm.accepted("bob", &["--qos=gputokens-overdraft,normal", "--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
+    assert!(told.is_empty(), "bob is not in overdraft: {told}");
+    assert_ne!(priority_and_qos(&bob_list).1, "", "bob's list is his");
+}
+
 /// accountd run as root writes the snapshot readable by the SlurmUser (bob stands in for it) through
 /// its group, and by no other user (alice); `config check --slurm` names a snapshot slurmctld's
 /// SlurmUser cannot read (a stand-in scontrol reports the SlurmUser, so this runs without a cluster;

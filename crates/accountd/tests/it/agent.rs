@@ -194,3 +194,131 @@ fn a_job_whose_processes_the_agent_cannot_see_is_measured_on_its_recorded_gpus()
     let (_, metrics) = http_get(&format!("{}/metrics", site.http_url()));
     assert!(!metrics.contains(&series), "{metrics}");
 }
+
+/// The release's cgroup naming, as the test cluster's slurmd runs it: `GPUTOKENS_CGROUP=v2` (set by
+/// tests/slurm-releases/enter.sh for 24.11 and 26.05) means Slurm's cgroup/v2 with proctrack/cgroup.
+fn cgroup_v2() -> bool {
+    std::env::var("GPUTOKENS_CGROUP").as_deref() == Ok("v2")
+}
+
+/// The cluster's slurmd restarted by up.sh with `cgroup_conf` as extra cgroup.conf lines; back to the
+/// plain cluster when dropped.
+struct CgroupConf;
+
+impl CgroupConf {
+    fn set(extra: &str) -> CgroupConf {
+        up_with_cgroup_conf(extra);
+        CgroupConf
+    }
+}
+
+impl Drop for CgroupConf {
+    fn drop(&mut self) {
+        up_with_cgroup_conf("");
+    }
+}
+
+fn up_with_cgroup_conf(extra: &str) {
+    let up = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/cluster/up.sh");
+    let out = Command::new("bash").arg(up).env("GPUTOKENS_CGROUP_CONF", extra).output().unwrap();
+    assert!(
+        out.status.success(),
+        "up.sh: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A job's SLUID, from the SPANK record of its GPUs on the node (the prolog's SLURM_JOB_SLUID).
+fn recorded_sluid(job: &str) -> Option<String> {
+    let record = crate::spank::jobs_dir().join(job);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !record.exists() {
+        assert!(Instant::now() < deadline, "no {}", record.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let text = std::fs::read_to_string(&record).unwrap();
+    text.lines().find_map(|l| l.strip_prefix("sluid=")).map(str::to_owned)
+}
+
+/// alice's job 1 runs its GPU process with `SLURM_JOB_ID` of her job 2 in its environment. Her process
+/// is in job 1's cgroup, which Slurm named (job_<id>, or on 26.05 by default the job's SLUID): the agent
+/// counts it for job 1, so job 2's utilization is its own GPU's alone. Returns the process's cgroup.
+fn cgroup_names_the_job_whatever_the_environment_says(site: &Site) -> String {
+    let claimed = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 60"]);
+    let liar = sbatch("alice", &["--gres=gpu:rtx3090:1", "--wrap", &format!("SLURM_JOB_ID={claimed} exec sleep 60")]);
+    let (liar_pid, claimed_pid) = (pid_of(&liar), pid_of(&claimed));
+    // pid_of may find the batch shell before its exec: wait for the exec'd sleep's environment.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read(format!("/proc/{liar_pid}/environ"))
+        .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == format!("SLURM_JOB_ID={claimed}").as_bytes()))
+    {
+        assert!(Instant::now() < deadline, "job {liar}'s process never claimed job {claimed}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let cgroup = std::fs::read_to_string(format!("/proc/{liar_pid}/cgroup")).unwrap();
+    // The liar's process on GPU 4 at 80 %, the claimed job's on GPU 6 at 10 %.
+    let mut state = String::new();
+    for i in 0..8 {
+        let util = match i {
+            4 => 80,
+            6 => 10,
+            _ => 0,
+        };
+        state += &format!(
+            "[[gpu]]\nuuid = \"GPU-{i:08}\"\nname = \"fake\"\nutil_gpu = {util}\nmem_used = 1\nmem_total = 8192\n"
+        );
+    }
+    state += &format!(
+        "[[process]]\npid = {liar_pid}\ngpu = 4\nused_memory = 1\nsm_util = 80\n\
+         [[process]]\npid = {claimed_pid}\ngpu = 6\nused_memory = 1\nsm_util = 10\n"
+    );
+    let state = site.file("nvml-state.toml", &state);
+    report_once(&agent_config(site), &state);
+    let (_, metrics) = http_get(&format!("{}/metrics", site.http_url()));
+    run_as(None, Path::new("/usr/bin/scancel"), &[&liar, &claimed]).ok();
+    let util = |job: &str| format!("gputokens_job_gpu_utilization_percent{{job=\"{job}\",user=\"alice\",node=\"vm\"}}");
+    assert!(metrics.contains(&format!("{} 80.0", util(&liar))), "{cgroup}{metrics}");
+    // Counted for job 2, the liar's GPU would have raised its mean to 45.
+    assert!(metrics.contains(&format!("{} 10.0", util(&claimed))), "{cgroup}{metrics}");
+    // The SLUID the cgroup may be named by, as the prolog recorded it.
+    match recorded_sluid(&liar) {
+        Some(sluid) if cgroup.contains(&format!("/{sluid}/")) => format!("{cgroup}(SLUID {sluid} of job {liar})"),
+        _ => {
+            assert!(cgroup.contains(&format!("/job_{liar}/")), "{cgroup}");
+            cgroup
+        }
+    }
+}
+
+/// 24.11 and 26.05 with Slurm's cgroup/v2: 26.05 names a job's cgroup by its SLUID by default
+/// (`CgroupJobIdPaths=no`), `job_<id>` with `CgroupJobIdPaths=yes` and on 24.11; the agent maps the
+/// process to its job either way and never by its environment. (22.05's test cluster runs without
+/// cgroups: tests/slurm-releases/enter.sh.)
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn the_agent_maps_a_process_by_its_slurm_cgroup_sluid_or_job_id() {
+    let _cluster = serial();
+    if !cgroup_v2() {
+        eprintln!("the test cluster runs without cgroups here (GPUTOKENS_CGROUP unset): nothing to map by");
+        return;
+    }
+    crate::spank::remove_stale_records();
+    let site = Site::start(
+        "",
+        "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n[http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n",
+    );
+    let release = std::env::var("GPUTOKENS_SLURM_RELEASE").unwrap_or_default();
+    let seen = cgroup_names_the_job_whatever_the_environment_says(&site);
+    eprintln!("Slurm {release}, default cgroup.conf: {seen}");
+    match release.as_str() {
+        "26.05" => {
+            assert!(seen.contains("(SLUID "), "26.05 names the job's cgroup by its SLUID: {seen}");
+            let _restored_after = CgroupConf::set("CgroupJobIdPaths=yes");
+            let seen = cgroup_names_the_job_whatever_the_environment_says(&site);
+            eprintln!("Slurm 26.05, CgroupJobIdPaths=yes: {seen}");
+            assert!(!seen.contains("(SLUID "), "{seen}");
+        }
+        _ => assert!(!seen.contains("(SLUID "), "{seen}"),
+    }
+}

@@ -307,3 +307,95 @@ fn an_untyped_request_pays_for_the_type_it_was_given() {
     let history = site.accountd(None, &["admin", "history", "alice"]).ok().stdout;
     assert!(history.contains(&format!("1 × {given} for ")), "{history}");
 }
+
+/// Waits until `job` is pending again after a requeue, then lets it start at once (a requeued job
+/// waits for its BeginTime otherwise).
+fn start_again(job: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let state = crate::common::run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", job, "-o", "%T"]).ok();
+        if state.stdout.trim() == "PENDING" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "job {job} not pending again: {}", state.stdout);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    scontrol(&["update", &format!("JobId={job}"), "StartTime=now"]);
+    wait_running(job);
+}
+
+fn scontrol(args: &[&str]) {
+    let out = crate::common::run_as(None, Path::new("/usr/bin/scontrol"), args);
+    assert!(out.code == 0, "scontrol {args:?}: {}{}", out.stdout, out.stderr);
+}
+
+/// The node back in service, whatever the test did to it.
+struct NodeResumed;
+
+impl Drop for NodeResumed {
+    fn drop(&mut self) {
+        let _ = crate::common::run_as(None, Path::new("/usr/bin/scontrol"), &["update", "NodeName=vm", "State=RESUME"]);
+    }
+}
+
+/// A requeued job's runs are each charged once: one ended by `scontrol requeue`, one by its node
+/// failing (NODE_FAIL, requeued by Slurm), and the last. The ledger keys each run by its SLUID where
+/// the release gives one (25.11+), else by its start; the test names the key it found.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn each_run_of_a_requeued_job_is_charged_once() {
+    let _cluster = serial();
+    let site = live_site();
+    let job = sbatch("alice", &["--requeue", "--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
+    wait_running(&job);
+    std::thread::sleep(Duration::from_secs(3));
+    site.accountd(None, &["tick"]).ok(); // charged while running
+    scontrol(&["requeue", &job]);
+    start_again(&job);
+    std::thread::sleep(Duration::from_secs(3));
+    {
+        let _resumed = NodeResumed;
+        scontrol(&["update", "NodeName=vm", "State=DOWN", "Reason=gputokens test: node failure"]);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !sacct(&["-j", &job, "-X", "-D", "-n", "-P", "-o", "State"]).contains("NODE_FAIL") {
+            assert!(Instant::now() < deadline, "job {job} never failed with its node");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    start_again(&job);
+    std::thread::sleep(Duration::from_secs(2));
+    crate::common::run_as(None, Path::new("/usr/bin/scancel"), &[&job]).ok();
+    assert_eq!(wait_finished(&job), "CANCELLED by 0");
+    site.accountd(None, &["tick"]).ok();
+
+    let runs = sacct(&["-j", &job, "-X", "-D", "-n", "-P", "-o", "ElapsedRaw,State"]);
+    let states: Vec<&str> = runs.lines().filter_map(|l| l.split('|').nth(1)).collect();
+    assert_eq!(states.len(), 3, "three runs: {runs}");
+    assert!(states[0] == "REQUEUED" && states[1] == "NODE_FAIL" && states[2].starts_with("CANCELLED"), "{runs}");
+    let seconds: Vec<u64> = runs.lines().map(|l| l.split('|').next().unwrap().parse().unwrap()).collect();
+    let expected = seconds.iter().map(|s| cost(Tokens::whole(3600), *s)).fold(Tokens::ZERO, |a, b| a + b);
+    assert_eq!(balance(&site, "alice"), Tokens::whole(100) - expected, "runs of {seconds:?} s");
+    let again = site.accountd(None, &["tick"]).ok();
+    assert!(again.stdout.contains(": 0 charge entries"), "{}", again.stdout);
+
+    let ledger = ledger::Ledger::open(&site.path("lib/ledger.sqlite"), Default::default()).unwrap();
+    let keys = ledger.charged_runs(&job).unwrap();
+    eprintln!(
+        "Slurm {}: the runs of job {job} are charged as {keys:?}",
+        std::env::var("GPUTOKENS_SLURM_RELEASE").unwrap_or("22.05".into())
+    );
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    // (an sacct before 25.11 refuses the column)
+    let sacct_sluid = ["-j", &job, "-X", "-D", "-n", "-P", "-o", "SLUID"];
+    let sluids = crate::common::run_as(None, Path::new("/usr/bin/sacct"), &sacct_sluid).stdout;
+    if sluids.lines().count() == 3 && sluids.lines().all(gputokens::slurm::sluid::is_sluid) {
+        // sacct knows SLUIDs (25.11+): each run is keyed by its own.
+        let mut expected: Vec<&str> = sluids.lines().collect();
+        let mut keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        expected.sort();
+        keys.sort();
+        assert_eq!(keys, expected);
+    } else {
+        assert!(keys.iter().all(|k| k.starts_with("start:")), "{keys:?} ({sluids})");
+    }
+}

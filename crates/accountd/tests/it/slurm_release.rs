@@ -30,3 +30,9 @@ pub fn gres_request(spec: &str) -> String {
     let separator = if release() >= (23, 11) { '/' } else { ':' };
     format!("gres{separator}{spec}")
 }
+
+/// Slurm 24.11 lets a job ask for several QOS (`--qos=a,b`; it runs in the one of highest priority
+/// that lets it); 22.05 takes one.
+pub fn qos_lists() -> bool {
+    release() >= (24, 11)
+}

@@ -304,3 +304,63 @@ fn gpu_tokens_estimate_goes_with_the_job() {
         "{help}"
     );
 }
+
+/// slurmd's log, where a SPANK function's non-zero return would show (25.05+ treats any as an error).
+fn slurmd_log() -> String {
+    let lab = std::env::var("GPUTOKENS_LAB").unwrap_or_else(|_| "/tmp/gputokens-cluster".into());
+    std::fs::read_to_string(Path::new(&lab).join("log/slurmd.log")).unwrap_or_default()
+}
+
+/// Every SPANK context the plugin is loaded in, with and without its option and with accountd
+/// answering or not: sbatch and salloc (allocator), srun outside a job (local), srun inside one
+/// (local, in a step), every step's slurmstepd (remote) and the GPU jobs' prolog and epilog (job
+/// script). No job, step or command fails because of the plugin, and Slurm logs no SPANK error.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn no_job_or_step_fails_because_of_the_plugin_in_any_context() {
+    let _cluster = serial();
+    let site = Site::start("", "");
+    let log_before = slurmd_log().len();
+    let mut jobs = Vec::new();
+    for with_accountd in [true, false] {
+        let link = with_accountd.then(|| SocketLink::to(&site));
+        for option in [&[][..], &["--gpu-tokens-estimate"][..]] {
+            let args = |more: &[&'static str]| -> Vec<&'static str> { [option, more].concat() };
+            let out = sbatch(
+                "alice",
+                &args(&["--gres=gpu:rtx2080:1", "--wrap", "srun true && srun --gres=gpu:rtx2080:1 true"]),
+            );
+            jobs.push(job_id(&out));
+            for (program, more) in [
+                ("/usr/bin/srun", &["--gres=gpu:rtx2080:1", "true"][..]),
+                ("/usr/bin/srun", &["true"][..]),
+                ("/usr/bin/salloc", &["--gres=gpu:rtx2080:1", "srun", "true"][..]),
+            ] {
+                let out = run_as(Some("alice"), Path::new(program), &args(more));
+                assert_eq!(out.code, 0, "{program} {:?} failed: {}{}", args(more), out.stdout, out.stderr);
+                assert!(!out.stderr.contains("error"), "{program} {:?}: {}", args(more), out.stderr);
+            }
+        }
+        drop(link);
+    }
+    for job in &jobs {
+        assert_eq!(wait_finished(job), "COMPLETED", "job {job}");
+    }
+    // Every step of every job (batch, srun steps, salloc's) since the first: none failed.
+    let first = jobs[0].parse::<u64>().unwrap();
+    let steps = crate::cluster::sacct(&["-a", "-n", "-P", "-S", "now-10minutes", "-o", "JobID,User,State,ExitCode"]);
+    let ours: Vec<&str> = steps
+        .lines()
+        .filter(|l| l.split('|').nth(1).map_or(true, |u| u.is_empty() || u == "alice"))
+        .filter(|l| l.split(['|', '.', '_']).next().and_then(|id| id.parse::<u64>().ok()).is_some_and(|id| id >= first))
+        .collect();
+    assert!(ours.len() >= 20, "{steps}");
+    for step in &ours {
+        let fields: Vec<&str> = step.split('|').collect();
+        assert!(fields[2] == "COMPLETED" && fields[3] == "0:0", "step {step} of:\n{steps}");
+    }
+    let log = slurmd_log();
+    let new = &log[log_before.min(log.len())..];
+    let spank_errors: Vec<&str> = new.lines().filter(|l| l.contains("spank") && l.contains("error")).collect();
+    assert!(spank_errors.is_empty(), "{spank_errors:#?}");
+}
