@@ -351,7 +351,7 @@ fn no_job_or_step_fails_because_of_the_plugin_in_any_context() {
     let steps = crate::cluster::sacct(&["-a", "-n", "-P", "-S", "now-10minutes", "-o", "JobID,User,State,ExitCode"]);
     let ours: Vec<&str> = steps
         .lines()
-        .filter(|l| l.split('|').nth(1).map_or(true, |u| u.is_empty() || u == "alice"))
+        .filter(|l| l.split('|').nth(1).is_none_or(|u| u.is_empty() || u == "alice"))
         .filter(|l| l.split(['|', '.', '_']).next().and_then(|id| id.parse::<u64>().ok()).is_some_and(|id| id >= first))
         .collect();
     assert!(ours.len() >= 20, "{steps}");
