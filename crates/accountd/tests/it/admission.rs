@@ -738,11 +738,11 @@ fn a_list_of_qos_does_not_undo_the_overdraft_penalty() {
     let _cluster = serial();
     let (_site, mut adm) = following_site(&reading_the_queue(""), &[("alice", "-103.5")]);
     adm.configure("[admission]\ndeprioritize = \"qos\"\nqos = \"gputokens-overdraft\"\n");
-    let (bob_job, _) = adm.accepted("bob", &["--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
+    let (bob_job, _) = adm.accepted("bob", &["--gres=gpu:a6000:1", "--begin=now+1hour", "--wrap", "true"]);
     let (bob_priority, _) = priority_and_qos(&bob_job);
     for list in ["normal,gputokens-overdraft", "gputokens-overdraft,normal", "normal"] {
         let qos = format!("--qos={list}");
-        let (job, told) = adm.accepted("alice", &[&qos, "--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
+        let (job, told) = adm.accepted("alice", &[&qos, "--gres=gpu:a6000:1", "--begin=now+1hour", "--wrap", "true"]);
         assert!(told.contains("(QOS gputokens-overdraft)"), "{qos}: {told}");
         let (priority, in_qos) = priority_and_qos(&job);
         assert_eq!(in_qos, "gputokens-overdraft", "{qos}");
@@ -753,8 +753,10 @@ fn a_list_of_qos_does_not_undo_the_overdraft_penalty() {
             assert_eq!(priority_and_qos(&job), (priority, "gputokens-overdraft".to_string()), "{change}");
         }
     }
-    let (bob_list, told) =
-        adm.accepted("bob", &["--qos=gputokens-overdraft,normal", "--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
+    let (bob_list, told) = adm.accepted(
+        "bob",
+        &["--qos=gputokens-overdraft,normal", "--gres=gpu:a6000:1", "--begin=now+1hour", "--wrap", "true"],
+    );
     assert!(told.is_empty(), "bob is not in overdraft: {told}");
     assert_ne!(priority_and_qos(&bob_list).1, "", "bob's list is his");
 }

@@ -61,11 +61,16 @@ fn ann_at_example_org_is_charged_exactly_beside_alice() {
 }
 
 /// A `[slurm] bin_dir` whose sacct is the real one with `extra` rows appended; the others are links.
+/// Rows of sacct's columns (`JobIDRaw|…|NodeList`) get an empty SLUID where accountd asks for it
+/// (25.11+).
 fn slurm_with_extra_sacct_rows(dir: &Path, extra: &str) {
     for tool in ["squeue", "sinfo", "scontrol"] {
         std::os::unix::fs::symlink(format!("/usr/bin/{tool}"), dir.join(tool)).unwrap();
     }
-    let script = format!("#!/bin/sh\n/usr/bin/sacct \"$@\" || exit $?\ncat <<'ROWS'\n{extra}ROWS\n");
+    let script = format!(
+        "#!/bin/sh\n/usr/bin/sacct \"$@\" || exit $?\ncase \"$*\" in *SLUID*) sluid='|' ;; *) sluid='' ;; esac\n\
+         while IFS= read -r row; do case $row in *'|'*) echo \"$row$sluid\" ;; *) echo \"$row\" ;; esac; done <<'ROWS'\n{extra}ROWS\n"
+    );
     std::fs::write(dir.join("sacct"), script).unwrap();
     std::fs::set_permissions(dir.join("sacct"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
 }
