@@ -242,12 +242,14 @@ pub struct JobIdentity<'a> {
 
 impl Exempt {
     /// The one exemption rule (preemption and the job_submit plugin): an exempt user, account (the
-    /// job's, else the user's default) or QOS.
+    /// job's, else the user's default) or QOS. A job may ask for several QOS (24.11+: `--qos=a,b`, run
+    /// in whichever lets it): exempt only when every one of them is.
     pub fn covers(&self, job: &JobIdentity) -> bool {
-        let listed = |names: &[String], name: Option<&str>| name.is_some_and(|n| names.iter().any(|e| e == n));
-        listed(&self.users, job.user)
-            || listed(&self.accounts, job.account.or(job.default_account))
-            || listed(&self.qos, job.qos)
+        let listed = |names: &[String], name: &str| names.iter().any(|e| e == name);
+        let qos_exempt = job.qos.is_some_and(|list| !list.is_empty() && list.split(',').all(|q| listed(&self.qos, q)));
+        job.user.is_some_and(|u| listed(&self.users, u))
+            || job.account.or(job.default_account).is_some_and(|a| listed(&self.accounts, a))
+            || qos_exempt
     }
 
     pub fn is_empty(&self) -> bool {

@@ -318,6 +318,12 @@ fn exempt_covers_a_user_an_account_or_a_qos() {
     assert!(exempt.covers(&job(None, None, None, Some("urgent"))));
     assert!(!exempt.covers(&job(None, None, None, None)), "nothing known: not exempt");
     assert!(!exempt.covers(&job(Some("bob"), Some("physics"), None, Some("normal"))));
+    // 24.11's QOS lists: exempt only if every QOS the job may run in is.
+    assert!(!exempt.covers(&job(None, None, None, Some("urgent,normal"))));
+    assert!(!exempt.covers(&job(None, None, None, Some("normal,urgent"))));
+    let two = Exempt { qos: vec!["urgent".into(), "ops".into()], ..exempt.clone() };
+    assert!(two.covers(&job(None, None, None, Some("ops,urgent"))));
+    assert!(!two.covers(&job(None, None, None, Some("ops,"))), "an empty name is not exempt");
 }
 
 #[test]
