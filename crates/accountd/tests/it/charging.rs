@@ -309,19 +309,30 @@ fn an_untyped_request_pays_for_the_type_it_was_given() {
 }
 
 /// Waits until `job` is pending again after a requeue, then lets it start at once (a requeued job
-/// waits for its BeginTime otherwise).
+/// waits for its BeginTime otherwise), and waits until it runs: after a node failure slurmctld first
+/// has slurmd end the old run's step, which may take until the next scheduling pass.
 fn start_again(job: &str) {
+    let squeue =
+        || crate::common::run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", job, "-o", "%T|%r"]).ok().stdout;
     let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let state = crate::common::run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", job, "-o", "%T"]).ok();
-        if state.stdout.trim() == "PENDING" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "job {job} not pending again: {}", state.stdout);
+    while !squeue().starts_with("PENDING") {
+        assert!(Instant::now() < deadline, "job {job} not pending again: {}", squeue());
         std::thread::sleep(Duration::from_millis(200));
     }
-    scontrol(&["update", &format!("JobId={job}"), "StartTime=now"]);
-    wait_running(job);
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut poked = Instant::now() - Duration::from_secs(60);
+    loop {
+        let state = squeue();
+        if state.starts_with("RUNNING") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "job {job} never started again: {state}");
+        if state.starts_with("PENDING") && poked.elapsed() > Duration::from_secs(10) {
+            scontrol(&["update", &format!("JobId={job}"), "StartTime=now"]);
+            poked = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 fn scontrol(args: &[&str]) {
