@@ -308,26 +308,22 @@ fn an_untyped_request_pays_for_the_type_it_was_given() {
     assert!(history.contains(&format!("1 × {given} for ")), "{history}");
 }
 
-/// Waits until `job` is pending again after a requeue, then lets it start at once (a requeued job
-/// waits for its BeginTime otherwise), and waits until it runs: after a node failure slurmctld first
-/// has slurmd end the old run's step, which may take until the next scheduling pass.
-fn start_again(job: &str) {
+/// Waits until `job`'s run number `run` (1 = its first) runs, as sacct shows its runs, letting it start
+/// at once while it waits (a requeued job waits for its BeginTime otherwise; an expedited one starts
+/// again by itself). After a node failure slurmctld first has slurmd end the old run's step, which may
+/// take until the next scheduling pass.
+fn wait_run(job: &str, run: usize) {
     let squeue =
-        || crate::common::run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", job, "-o", "%T|%r"]).ok().stdout;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !squeue().starts_with("PENDING") {
-        assert!(Instant::now() < deadline, "job {job} not pending again: {}", squeue());
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        || crate::common::run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", job, "-o", "%T"]).ok().stdout;
     let deadline = Instant::now() + Duration::from_secs(180);
     let mut poked = Instant::now() - Duration::from_secs(60);
     loop {
-        let state = squeue();
-        if state.starts_with("RUNNING") {
+        let runs = sacct(&["-j", job, "-X", "-D", "-n", "-P", "-o", "State"]);
+        if runs.lines().count() == run && runs.lines().last() == Some("RUNNING") {
             return;
         }
-        assert!(Instant::now() < deadline, "job {job} never started again: {state}");
-        if state.starts_with("PENDING") && poked.elapsed() > Duration::from_secs(10) {
+        assert!(Instant::now() < deadline, "run {run} of job {job} never started: {runs}");
+        if squeue().trim() == "PENDING" && poked.elapsed() > Duration::from_secs(10) {
             scontrol(&["update", &format!("JobId={job}"), "StartTime=now"]);
             poked = Instant::now();
         }
@@ -364,7 +360,7 @@ fn each_run_of_a_requeued_job_is_charged_once() {
     std::thread::sleep(Duration::from_secs(3));
     site.accountd(None, &["tick"]).ok(); // charged while running
     scontrol(&["requeue", &job]);
-    start_again(&job);
+    wait_run(&job, 2);
     std::thread::sleep(Duration::from_secs(3));
     {
         let _resumed = NodeResumed;
@@ -375,7 +371,7 @@ fn each_run_of_a_requeued_job_is_charged_once() {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
-    start_again(&job);
+    wait_run(&job, 3);
     std::thread::sleep(Duration::from_secs(2));
     crate::common::run_as(None, Path::new("/usr/bin/scancel"), &[&job]).ok();
     assert_eq!(wait_finished(&job), "CANCELLED by 0");
