@@ -187,12 +187,6 @@ install_so() {
 mkdir -p "$SLURM_ETC/plugstack.conf.d"
 
 slurm_conf=$(render "$HERE/slurm.conf.in")
-# 25.11+: jobs may ask for an expedited requeue (`sbatch --requeue=expedite`: start again at once after
-# a node or epilog failure) where the site allows it; the charging tests requeue such a job.
-release=$(/usr/sbin/slurmctld -V | awk '{ print $2 }')
-if [[ $(printf '%s\n' 25.11 "$release" | sort -V | head -n 1) == 25.11 ]]; then
-  slurm_conf+=$'\n# Slurm 25.11+ (up.sh)\nSlurmctldParameters=enable_expedited_requeue'
-fi
 
 # ===== HOOK: gputokens plugins ====================================================================
 # Default: no plugin lines. JOBSUBMIT_PLUGIN_SO / SPANK_PLUGIN_SO point at built plugins to load;

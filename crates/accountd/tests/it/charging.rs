@@ -309,8 +309,7 @@ fn an_untyped_request_pays_for_the_type_it_was_given() {
 }
 
 /// Waits until `job`'s run number `run` (1 = its first) runs, as sacct shows its runs, letting it start
-/// at once while it waits (a requeued job waits for its BeginTime otherwise; an expedited one starts
-/// again by itself). After a node failure slurmctld first has slurmd end the old run's step, which may
+/// at once while it waits (a requeued job waits for its BeginTime otherwise). After a node failure slurmctld first has slurmd end the old run's step, which may
 /// take until the next scheduling pass.
 fn wait_run(job: &str, run: usize) {
     let squeue =
@@ -346,16 +345,14 @@ impl Drop for NodeResumed {
 }
 
 /// A requeued job's runs are each charged once: one ended by `scontrol requeue`, one by its node
-/// failing (NODE_FAIL, requeued by Slurm; an expedited requeue from 25.11), and the last. The ledger keys each run by its SLUID where
+/// failing (NODE_FAIL, requeued by Slurm), and the last. The ledger keys each run by its SLUID where
 /// the release gives one (25.11+), else by its start; the test names the key it found.
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn each_run_of_a_requeued_job_is_charged_once() {
     let _cluster = serial();
     let site = live_site();
-    // 25.11+: an expedited requeue after the node failure (the test cluster allows them).
-    let requeue = if crate::slurm_release::expedited_requeues() { "--requeue=expedite" } else { "--requeue" };
-    let job = sbatch("alice", &[requeue, "--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
+    let job = sbatch("alice", &["--requeue", "--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
     wait_running(&job);
     std::thread::sleep(Duration::from_secs(3));
     site.accountd(None, &["tick"]).ok(); // charged while running

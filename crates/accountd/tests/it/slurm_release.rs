@@ -36,9 +36,3 @@ pub fn gres_request(spec: &str) -> String {
 pub fn qos_lists() -> bool {
     release() >= (24, 11)
 }
-
-/// Slurm 25.11 added expedited requeues (`sbatch --requeue=expedite`, allowed by
-/// `SlurmctldParameters=enable_expedited_requeue`, which tests/cluster/up.sh sets from 25.11).
-pub fn expedited_requeues() -> bool {
-    release() >= (25, 11)
-}
