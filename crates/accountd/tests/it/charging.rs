@@ -309,8 +309,7 @@ fn an_untyped_request_pays_for_the_type_it_was_given() {
 }
 
 /// Waits until `job` runs a run after its first `before` ones, as sacct shows its runs, letting it
-/// start at once while it waits: a requeued job waits for its BeginTime otherwise, and one whose new
-/// run met the old run's step still on the node (after a node failure) is requeued again and held.
+/// start at once while it waits (a requeued job waits for its BeginTime otherwise).
 fn wait_run(job: &str, before: usize) {
     let squeue =
         || crate::common::run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", job, "-o", "%T"]).ok().stdout;
@@ -323,7 +322,6 @@ fn wait_run(job: &str, before: usize) {
         }
         assert!(Instant::now() < deadline, "job {job} never ran again: {runs}");
         if squeue().trim() == "PENDING" && poked.elapsed() > Duration::from_secs(5) {
-            scontrol(&["release", job]);
             scontrol(&["update", &format!("JobId={job}"), "StartTime=now"]);
             poked = Instant::now();
         }
@@ -336,18 +334,11 @@ fn scontrol(args: &[&str]) {
     assert!(out.code == 0, "scontrol {args:?}: {}{}", out.stdout, out.stderr);
 }
 
-/// The node back in service, whatever the test did to it.
-struct NodeResumed;
-
-impl Drop for NodeResumed {
-    fn drop(&mut self) {
-        let _ = crate::common::run_as(None, Path::new("/usr/bin/scontrol"), &["update", "NodeName=vm", "State=RESUME"]);
-    }
-}
-
-/// A requeued job's runs are each charged once: one ended by `scontrol requeue`, one by its node
-/// failing (NODE_FAIL, requeued by Slurm), and the last. The ledger keys each run by its SLUID where
-/// the release gives one (25.11+), else by its start; the test names the key it found.
+/// A requeued job's runs are each charged once: two ended by `scontrol requeue`, and the last. The
+/// ledger keys each run by its SLUID where the release gives one (25.11+), else by its start; the test
+/// names the key it found. (A run ended by its node failing belongs to the multi-node cluster: on the
+/// one-node cluster, a node set DOWN and resumed at once sometimes has its next run requeued again and
+/// left pending by Slurm.)
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn each_run_of_a_requeued_job_is_charged_once() {
@@ -357,31 +348,19 @@ fn each_run_of_a_requeued_job_is_charged_once() {
     wait_running(&job);
     std::thread::sleep(Duration::from_secs(3));
     site.accountd(None, &["tick"]).ok(); // charged while running
-    scontrol(&["requeue", &job]);
-    wait_run(&job, 1);
-    std::thread::sleep(Duration::from_secs(3));
-    {
-        let _resumed = NodeResumed;
-        scontrol(&["update", "NodeName=vm", "State=DOWN", "Reason=gputokens test: node failure"]);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !sacct(&["-j", &job, "-X", "-D", "-n", "-P", "-o", "State"]).contains("NODE_FAIL") {
-            assert!(Instant::now() < deadline, "job {job} never failed with its node");
-            std::thread::sleep(Duration::from_millis(200));
-        }
+    for before in [1, 2] {
+        scontrol(&["requeue", &job]);
+        wait_run(&job, before);
+        std::thread::sleep(Duration::from_secs(2));
     }
-    wait_run(&job, 2);
-    std::thread::sleep(Duration::from_secs(2));
+    site.accountd(None, &["tick"]).ok(); // the running third run, and the two ended ones
     crate::common::run_as(None, Path::new("/usr/bin/scancel"), &[&job]).ok();
     assert_eq!(wait_finished(&job), "CANCELLED by 0");
     site.accountd(None, &["tick"]).ok();
 
-    // Each run that started: ended by the requeue, by the node failure (NODE_FAIL), possibly one that
-    // met the old run's step still on the node when it came back (requeued again), and the last.
     let runs = sacct(&["-j", &job, "-X", "-D", "-n", "-P", "-o", "ElapsedRaw,State"]);
     let states: Vec<&str> = runs.lines().filter_map(|l| l.split('|').nth(1)).collect();
-    assert!(states.len() >= 3, "{runs}");
-    assert!(states[0] == "REQUEUED" && states[1] == "NODE_FAIL", "{runs}");
-    assert!(states.last().unwrap().starts_with("CANCELLED"), "{runs}");
+    assert_eq!(states, ["REQUEUED", "REQUEUED", "CANCELLED by 0"], "{runs}");
     let seconds: Vec<u64> = runs.lines().map(|l| l.split('|').next().unwrap().parse().unwrap()).collect();
     let expected = seconds.iter().map(|s| cost(Tokens::whole(3600), *s)).fold(Tokens::ZERO, |a, b| a + b);
     assert_eq!(balance(&site, "alice"), Tokens::whole(100) - expected, "runs of {seconds:?} s");
