@@ -43,13 +43,17 @@ if [[ ${1:-} != --inside ]]; then
     done
     cgroup=$hierarchy/gputokens-$release-$$
     mkdir "$cgroup"
-    status=0
+    # Also when this script is stopped (the next run removes a cgroup whose processes were still ending).
+    cleanup() {
+      remove_cgroups "$cgroup"; rmdir "$cgroup" 2>/dev/null || say "cgroup $cgroup still has processes; left in place"
+      umount "$hierarchy"; rmdir "$hierarchy"
+    }
+    trap cleanup EXIT
+    trap 'exit 143' TERM INT HUP
     # shellcheck disable=SC2016
     bash -c 'echo $$ > "$1/cgroup.procs" && exec "${@:2}"' _ "$cgroup" \
-      unshare --cgroup -- env GPUTOKENS_CGROUP=v2 GPUTOKENS_CGROUP_SHIM="$shim" "${enter[@]}" "$@" || status=$?
-    remove_cgroups "$cgroup"; rmdir "$cgroup" 2>/dev/null || say "cgroup $cgroup still has processes; left in place"
-    umount "$hierarchy"; rmdir "$hierarchy"
-    exit "$status"
+      unshare --cgroup -- env GPUTOKENS_CGROUP=v2 GPUTOKENS_CGROUP_SHIM="$shim" "${enter[@]}" "$@"
+    exit
   fi
   umount "$hierarchy" 2>/dev/null || true; rmdir "$hierarchy"
   say "no cgroup2 hierarchy could be made here: the cluster runs without cgroups (proctrack/linuxproc)"
