@@ -183,6 +183,28 @@ fn a_requeued_run_segment_is_charged_once() {
     site.accountd(None, &["tick"]).ok();
     crate::common::run_as(None, Path::new("/usr/bin/scancel"), &[&job]).ok();
     assert_eq!(balance(&site, "alice"), Tokens::whole(100) - cost(Tokens::whole(3600), first));
+
+    // The run's key in the ledger: its SLUID where sacct gives one (25.11+), else its start.
+    let ledger = ledger::Ledger::open(&site.path("lib/ledger.sqlite"), Default::default()).unwrap();
+    let keys = ledger.charged_runs(&job).unwrap();
+    let release = std::env::var("GPUTOKENS_SLURM_RELEASE").unwrap_or("22.05".into());
+    eprintln!("Slurm {release}: the requeued run of job {job} is charged as {keys:?}");
+    // (an sacct before 25.11 refuses the column)
+    let sacct_run = ["-j", &job, "-X", "-D", "-n", "-P", "-o", "State,Start,SLUID"];
+    let run = crate::common::run_as(None, Path::new("/usr/bin/sacct"), &sacct_run).stdout;
+    let sluid = run.lines().find_map(|l| l.strip_prefix("REQUEUED|")).and_then(|l| l.split('|').nth(1));
+    match sluid.filter(|s| gputokens::slurm::sluid::is_sluid(s)) {
+        Some(sluid) => assert_eq!(keys, [sluid], "{run}"),
+        None => {
+            assert!(!slurm_release_has_sluids(), "sacct gives no SLUID: {run}");
+            assert!(keys.len() == 1 && keys[0].starts_with("start:"), "{keys:?}");
+        }
+    }
+}
+
+/// Slurm 25.11 gave every run its SLUID.
+fn slurm_release_has_sluids() -> bool {
+    crate::slurm_release::release() >= (25, 11)
 }
 
 /// Waits until every allocation of `job` (array tasks `N_i`) has ended and
@@ -306,85 +328,4 @@ fn an_untyped_request_pays_for_the_type_it_was_given() {
     assert_eq!(balance(&site, "alice"), Tokens::whole(100) - cost(Tokens::whole(price), elapsed(&job)));
     let history = site.accountd(None, &["admin", "history", "alice"]).ok().stdout;
     assert!(history.contains(&format!("1 × {given} for ")), "{history}");
-}
-
-/// Waits until `job` runs a run after its first `before` ones, as sacct shows its runs, letting it
-/// start at once while it waits (a requeued job waits for its BeginTime otherwise).
-fn wait_run(job: &str, before: usize) {
-    let squeue =
-        || crate::common::run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", job, "-o", "%T"]).ok().stdout;
-    let deadline = Instant::now() + Duration::from_secs(180);
-    let mut poked = Instant::now() - Duration::from_secs(60);
-    loop {
-        let runs = sacct(&["-j", job, "-X", "-D", "-n", "-P", "-o", "State"]);
-        if runs.lines().count() > before && runs.lines().last() == Some("RUNNING") {
-            return;
-        }
-        assert!(Instant::now() < deadline, "job {job} never ran again: {runs}");
-        if squeue().trim() == "PENDING" && poked.elapsed() > Duration::from_secs(5) {
-            scontrol(&["update", &format!("JobId={job}"), "StartTime=now"]);
-            poked = Instant::now();
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn scontrol(args: &[&str]) {
-    let out = crate::common::run_as(None, Path::new("/usr/bin/scontrol"), args);
-    assert!(out.code == 0, "scontrol {args:?}: {}{}", out.stdout, out.stderr);
-}
-
-/// A requeued job's runs are each charged once: two ended by `scontrol requeue`, and the last. The
-/// ledger keys each run by its SLUID where the release gives one (25.11+), else by its start; the test
-/// names the key it found. (A run ended by its node failing belongs to the multi-node cluster: on the
-/// one-node cluster, a node set DOWN and resumed at once sometimes has its next run requeued again and
-/// left pending by Slurm.)
-#[test]
-#[ignore = "needs the test cluster: tests/cluster/up.sh"]
-fn each_run_of_a_requeued_job_is_charged_once() {
-    let _cluster = serial();
-    let site = live_site();
-    let job = sbatch("alice", &["--requeue", "--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
-    wait_running(&job);
-    std::thread::sleep(Duration::from_secs(3));
-    site.accountd(None, &["tick"]).ok(); // charged while running
-    for before in [1, 2] {
-        scontrol(&["requeue", &job]);
-        wait_run(&job, before);
-        std::thread::sleep(Duration::from_secs(2));
-    }
-    site.accountd(None, &["tick"]).ok(); // the running third run, and the two ended ones
-    crate::common::run_as(None, Path::new("/usr/bin/scancel"), &[&job]).ok();
-    assert_eq!(wait_finished(&job), "CANCELLED by 0");
-    site.accountd(None, &["tick"]).ok();
-
-    let runs = sacct(&["-j", &job, "-X", "-D", "-n", "-P", "-o", "ElapsedRaw,State"]);
-    let states: Vec<&str> = runs.lines().filter_map(|l| l.split('|').nth(1)).collect();
-    assert_eq!(states, ["REQUEUED", "REQUEUED", "CANCELLED by 0"], "{runs}");
-    let seconds: Vec<u64> = runs.lines().map(|l| l.split('|').next().unwrap().parse().unwrap()).collect();
-    let expected = seconds.iter().map(|s| cost(Tokens::whole(3600), *s)).fold(Tokens::ZERO, |a, b| a + b);
-    assert_eq!(balance(&site, "alice"), Tokens::whole(100) - expected, "runs of {seconds:?} s");
-    let again = site.accountd(None, &["tick"]).ok();
-    assert!(again.stdout.contains(": 0 charge entries"), "{}", again.stdout);
-
-    let ledger = ledger::Ledger::open(&site.path("lib/ledger.sqlite"), Default::default()).unwrap();
-    let keys = ledger.charged_runs(&job).unwrap();
-    eprintln!(
-        "Slurm {}: the runs of job {job} are charged as {keys:?}",
-        std::env::var("GPUTOKENS_SLURM_RELEASE").unwrap_or("22.05".into())
-    );
-    assert_eq!(keys.len(), states.len(), "one key per run: {keys:?}\n{runs}");
-    // (an sacct before 25.11 refuses the column)
-    let sacct_sluid = ["-j", &job, "-X", "-D", "-n", "-P", "-o", "SLUID"];
-    let sluids = crate::common::run_as(None, Path::new("/usr/bin/sacct"), &sacct_sluid).stdout;
-    if sluids.lines().count() == states.len() && sluids.lines().all(gputokens::slurm::sluid::is_sluid) {
-        // sacct knows SLUIDs (25.11+): each run is keyed by its own.
-        let mut expected: Vec<&str> = sluids.lines().collect();
-        let mut keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        expected.sort();
-        keys.sort();
-        assert_eq!(keys, expected);
-    } else {
-        assert!(keys.iter().all(|k| k.starts_with("start:")), "{keys:?} ({sluids})");
-    }
 }
