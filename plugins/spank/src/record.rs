@@ -29,7 +29,7 @@ pub fn gpus(values: &[Option<String>]) -> Option<Vec<String>> {
 
 /// The job's SLUID in the prolog's environment value `SLURM_JOB_SLUID`, when it is one.
 pub fn sluid(value: Option<String>) -> Option<String> {
-    value.filter(|v| gputokens::slurm::sluid::is_sluid(v))
+    gputokens::slurm::sluid::parse(&value?)
 }
 
 /// The file's text: the GPUs, their UUIDs when known, the job owner's uid (the agent takes a

@@ -28,9 +28,9 @@ pub struct JobRecord {
 
 /// A record's text; None when it names no GPU (or is not a record at all).
 pub fn parse(job: &str, text: &str) -> Option<JobRecord> {
+    let value = |key: &str| text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix('=')).map(str::trim);
     let list = |key: &str| -> Vec<&str> {
-        let line = text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix('='));
-        line.map(|l| l.split(',').map(str::trim).filter(|s| !s.is_empty()).collect()).unwrap_or_default()
+        value(key).map(|l| l.split(',').map(str::trim).filter(|s| !s.is_empty()).collect()).unwrap_or_default()
     };
     let gpus = list("gpus").into_iter().map(|g| g.parse().ok()).collect::<Option<Vec<u32>>>()?;
     if gpus.is_empty() {
@@ -39,9 +39,8 @@ pub fn parse(job: &str, text: &str) -> Option<JobRecord> {
     let uuids: Vec<String> = list("uuids").into_iter().map(str::to_owned).collect();
     // UUIDs that do not pair up with the indices say nothing reliable.
     let uuids = if uuids.len() == gpus.len() { uuids } else { Vec::new() };
-    let value = |key: &str| text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix('=')).map(str::trim);
     let uid = value("uid").and_then(|u| u.parse().ok());
-    let sluid = value("sluid").filter(|s| gputokens::slurm::sluid::is_sluid(s)).map(str::to_owned);
+    let sluid = value("sluid").and_then(gputokens::slurm::sluid::parse);
     Some(JobRecord { job: job.to_owned(), gpus, uuids, uid, sluid })
 }
 

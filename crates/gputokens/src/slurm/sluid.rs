@@ -9,6 +9,12 @@ pub fn is_sluid(text: &str) -> bool {
         && text.bytes().skip(1).all(|b| b.is_ascii_digit() || (b.is_ascii_uppercase() && !b"ILOU".contains(&b)))
 }
 
+/// `text` as a SLUID, when it is one: what sacct, squeue and the prolog's environment give is read
+/// through here, and anything else is no SLUID at all.
+pub fn parse(text: &str) -> Option<String> {
+    is_sluid(text).then(|| text.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

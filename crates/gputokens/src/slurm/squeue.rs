@@ -134,11 +134,7 @@ fn queue_job(job: &Value) -> Option<QueueJob> {
         state_reason: text("state_reason"),
         start_time: job.get("start_time").and_then(number).unwrap_or(0),
         // 26.05: `"step_id": {"job_id": …, "sluid": "s…", "step_id": "entire"}`.
-        sluid: job
-            .pointer("/step_id/sluid")
-            .and_then(Value::as_str)
-            .filter(|s| super::sluid::is_sluid(s))
-            .map(str::to_owned),
+        sluid: job.pointer("/step_id/sluid").and_then(Value::as_str).and_then(super::sluid::parse),
         run_before_suspend: job.get("pre_sus_time").and_then(number).map_or(0, |n| n.max(0) as u64),
         suspend_time: job.get("suspend_time").and_then(number).unwrap_or(0),
         nodes: text("nodes"),
