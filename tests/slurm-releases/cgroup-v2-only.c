@@ -16,7 +16,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-typedef int (*open_fn)(const char *, int, ...);
 typedef int (*openat_fn)(int, const char *, int, ...);
 typedef FILE *(*fopen_fn)(const char *, const char *);
 
@@ -30,10 +29,10 @@ static int is_proc_cgroup(const char *path) {
 
 /* A memfd holding only the unified-hierarchy line(s) of `path`; -1 (errno set) if it cannot be read. */
 static int unified_only(const char *path) {
-    static open_fn real_open;
-    if (!real_open)
-        real_open = (open_fn)dlsym(RTLD_NEXT, "open");
-    int in = real_open(path, O_RDONLY | O_CLOEXEC);
+    static openat_fn real_openat;
+    if (!real_openat)
+        real_openat = (openat_fn)dlsym(RTLD_NEXT, "openat");
+    int in = real_openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
     if (in < 0)
         return -1;
     char text[65536];
@@ -61,22 +60,6 @@ static int mode_of(int flags, va_list args) {
     return (flags & (O_CREAT | O_TMPFILE)) ? va_arg(args, int) : 0;
 }
 
-#define OPEN(name)                                                           \
-    int name(const char *path, int flags, ...) {                             \
-        static open_fn real;                                                 \
-        if (!real)                                                           \
-            real = (open_fn)dlsym(RTLD_NEXT, #name);                         \
-        if (is_proc_cgroup(path))                                            \
-            return unified_only(path);                                       \
-        va_list args;                                                        \
-        va_start(args, flags);                                               \
-        int mode = mode_of(flags, args);                                     \
-        va_end(args);                                                        \
-        return real(path, flags, mode);                                      \
-    }
-OPEN(open)
-OPEN(open64)
-
 #define OPENAT(name)                                                         \
     int name(int dir, const char *path, int flags, ...) {                    \
         static openat_fn real;                                               \
@@ -92,6 +75,18 @@ OPEN(open64)
     }
 OPENAT(openat)
 OPENAT(openat64)
+
+/* open(path) is openat(AT_FDCWD, path): one interposer each. */
+#define OPEN(name, at)                                                       \
+    int name(const char *path, int flags, ...) {                             \
+        va_list args;                                                        \
+        va_start(args, flags);                                               \
+        int mode = mode_of(flags, args);                                     \
+        va_end(args);                                                        \
+        return at(AT_FDCWD, path, flags, mode);                              \
+    }
+OPEN(open, openat)
+OPEN(open64, openat64)
 
 #define FOPEN(name)                                                          \
     FILE *name(const char *path, const char *how) {                          \
