@@ -8,12 +8,19 @@ use std::time::{Duration, Instant};
 use crate::cluster::{sbatch, serial};
 use crate::common::{bin, http_get, run_as, Site};
 
-/// A process of `job` (its batch script), from `scontrol listpids`.
+/// A process of `job` (its batch script), from `scontrol listpids`. With proctrack/cgroup the list
+/// also holds the step's slurmstepd, which has no task ID ("-").
 pub fn pid_of(job: &str) -> u32 {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let out = run_as(None, Path::new("/usr/bin/scontrol"), &["listpids", job]);
-        let pid = out.stdout.lines().skip(1).find_map(|l| l.split_whitespace().next()?.parse().ok());
+        let pid = out.stdout.lines().skip(1).find_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            match fields.as_slice() {
+                [pid, _job, _step, local_id, ..] if *local_id != "-" => pid.parse().ok(),
+                _ => None,
+            }
+        });
         if let Some(pid) = pid {
             return pid;
         }
@@ -304,18 +311,22 @@ fn the_agent_maps_a_process_by_its_slurm_cgroup_sluid_or_job_id() {
         return;
     }
     crate::spank::remove_stale_records();
-    let site = Site::start(
-        "",
-        "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n[http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n",
-    );
+    // A fresh accountd for each round: one that asked Slurm for the node's jobs within the last
+    // seconds refuses reports naming jobs it has not seen yet (report_gate's JOBS_REFRESH).
+    let site = || {
+        Site::start(
+            "",
+            "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n[http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n",
+        )
+    };
     let release = std::env::var("GPUTOKENS_SLURM_RELEASE").unwrap_or_default();
-    let seen = cgroup_names_the_job_whatever_the_environment_says(&site);
+    let seen = cgroup_names_the_job_whatever_the_environment_says(&site());
     eprintln!("Slurm {release}, default cgroup.conf: {seen}");
     match release.as_str() {
         "26.05" => {
             assert!(seen.contains("(SLUID "), "26.05 names the job's cgroup by its SLUID: {seen}");
             let _restored_after = CgroupConf::set("CgroupJobIdPaths=yes");
-            let seen = cgroup_names_the_job_whatever_the_environment_says(&site);
+            let seen = cgroup_names_the_job_whatever_the_environment_says(&site());
             eprintln!("Slurm 26.05, CgroupJobIdPaths=yes: {seen}");
             assert!(!seen.contains("(SLUID "), "{seen}");
         }
