@@ -1,16 +1,17 @@
 //! Measured GPU utilization per job (not the allocated GPU time that is charged), from the node
 //! agents' reports or a Prometheus server, as `[usage] source` says.
 
-pub mod agents;
 pub mod prometheus;
+pub mod tracker;
 
 use gputokens::config::UsageSource;
 use gputokens::Config;
 use serde::Deserialize;
 
 use crate::error::{AccountdError, AccountdResult};
-use crate::service::Service;
+use crate::resources::Resources;
 use prometheus::PrometheusSource;
+pub use tracker::{JobUtilization, Tracker};
 
 /// The `[prometheus]` table when `[usage] source = "prometheus"`, checked.
 pub fn prometheus_source(config: &Config) -> AccountdResult<Option<PrometheusSource>> {
@@ -26,11 +27,15 @@ pub fn prometheus_source(config: &Config) -> AccountdResult<Option<PrometheusSou
 }
 
 /// Reads job utilization over the last `window` from Prometheus, when that is the source.
-pub fn poll_prometheus(service: &mut Service, window: std::time::Duration, now: i64) -> AccountdResult<Option<String>> {
-    let Some(source) = prometheus_source(&service.config)? else { return Ok(None) };
+pub fn poll_prometheus(
+    res: &mut Resources,
+    tracker: &mut Tracker,
+    window: std::time::Duration,
+    now: i64,
+) -> AccountdResult<Option<String>> {
+    let Some(source) = prometheus_source(&res.config)? else { return Ok(None) };
     let by_job = source.job_utilization(window, now).map_err(|e| AccountdError::Failed(format!("prometheus: {e}")))?;
-    let jobs =
-        by_job.into_iter().map(|(job, percent)| agents::JobUtilization { job, percent, memory_bytes: 0 }).collect();
-    let (count, idle) = agents::apply(service, "", jobs, now)?;
+    let jobs = by_job.into_iter().map(|(job, percent)| JobUtilization { job, percent, memory_bytes: 0 }).collect();
+    let (count, idle) = tracker::apply(res, tracker, "", jobs, now)?;
     Ok(Some(format!("{count} jobs' utilization read from Prometheus, {idle} newly idle")))
 }

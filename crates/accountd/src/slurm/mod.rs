@@ -1,5 +1,8 @@
 //! Running Slurm's commands: always argv, never a shell; a failure says which command and why.
 
+pub mod check;
+pub mod plugstack;
+
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus};
@@ -131,8 +134,8 @@ impl Slurm {
     }
 
     /// What `accountd config check --slurm` compares with gputokens.toml; QOS names only when asked.
-    pub fn facts(&self, with_qos: bool) -> Result<crate::slurm_check::SlurmFacts, SlurmError> {
-        let config = crate::slurm_check::parse_show_config(&self.run("scontrol", &["show", "config"])?);
+    pub fn facts(&self, with_qos: bool) -> Result<crate::slurm::check::SlurmFacts, SlurmError> {
+        let config = crate::slurm::check::parse_show_config(&self.run("scontrol", &["show", "config"])?);
         let node_gpu_types = self.node_gpu_types()?.into_iter().collect();
         let qos = if with_qos {
             let names = self.run("sacctmgr", &["-n", "-P", "show", "qos", "format=Name"])?;
@@ -140,9 +143,9 @@ impl Slurm {
         } else {
             None
         };
-        let plugstack = crate::slurm_check::SlurmFacts::plugstack_path(&config);
-        let spank = crate::plugstack::find_gputokens(&plugstack);
-        Ok(crate::slurm_check::SlurmFacts { config, node_gpu_types, qos, plugstack, spank })
+        let plugstack = crate::slurm::check::SlurmFacts::plugstack_path(&config);
+        let spank = crate::slurm::plugstack::find_gputokens(&plugstack);
+        Ok(crate::slurm::check::SlurmFacts { config, node_gpu_types, qos, plugstack, spank })
     }
 
     /// Expands a hostlist such as `n[1-3],m1` through `scontrol show hostnames`.

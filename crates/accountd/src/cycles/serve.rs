@@ -1,17 +1,17 @@
-//! `accountd serve`'s periodic cycles. Each runs on a blocking thread, on a service of its own (its
-//! own ledger connection): Slurm's commands, however long they take before their timeout, never hold
-//! the service that answers sbalance, admins and agents. The snapshot is written through that
-//! answering service, which gets the cycle's view of Slurm with it, so the two never write it over
-//! each other. Each cycle holds the cycle lock (`cycle_lock`) as `accountd tick` does.
+//! `accountd serve`'s periodic cycles. Each runs on a blocking thread, on the cycles' own state and
+//! ledger connection: Slurm's commands, however long they take before their timeout, never hold
+//! what answers sbalance, admins and agents. The snapshot is written through the answering state,
+//! which gets the cycle's view of Slurm with it, so the two never write it over each other. Each cycle holds the cycle lock (`cycles::lock`) as `accountd tick` does.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tokio::task::JoinHandle;
 
-use crate::cycle_lock::CycleLock;
+use super::CycleState;
+use crate::answering::{self, Shared};
+use crate::cycles::lock::CycleLock;
 use crate::error::AccountdResult;
-use crate::service::{Service, Shared};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -29,23 +29,18 @@ impl Kind {
 }
 
 pub struct Cycles {
-    /// The cycles' own service; a cycle holds it for its whole length.
-    own: Arc<Mutex<Service>>,
+    /// The cycles' own state; a cycle holds it for its whole length.
+    own: Arc<Mutex<CycleState>>,
     shared: Shared,
     charge: Option<JoinHandle<()>>,
     check: Option<JoinHandle<()>>,
 }
 
 impl Cycles {
-    /// Opens the cycles' own service (a second connection to the same ledger) beside `shared`,
+    /// Opens the cycles' own state (a second connection to the same ledger) beside `shared`,
     /// reporting to the same metrics.
     pub fn open(shared: &Shared) -> AccountdResult<Cycles> {
-        let (config, metrics) = {
-            let s = shared.lock().unwrap_or_else(|p| p.into_inner());
-            (s.config.clone(), s.metrics.clone())
-        };
-        let mut own = Service::open_as_admin(config)?;
-        own.metrics = metrics;
+        let own = CycleState::new(answering::lock(shared).res.reopen()?);
         Ok(Cycles { own: Arc::new(Mutex::new(own)), shared: shared.clone(), charge: None, check: None })
     }
 
@@ -70,21 +65,22 @@ impl Cycles {
                 tracing::error!("a cycle panicked: {e}");
             }
         }
-        self.own.lock().unwrap_or_else(|p| p.into_inner()).finish_pending();
+        self.own.lock().unwrap_or_else(|p| p.into_inner()).finish_preemptions();
     }
 }
 
 /// One cycle: the lock (waiting at most until the cycle's next turn), the work, its log line and
 /// metrics.
-fn run(kind: Kind, own: &Mutex<Service>, shared: &Shared) {
+fn run(kind: Kind, own: &Mutex<CycleState>, shared: &Shared) {
     let name = kind.name();
-    let mut service = own.lock().unwrap_or_else(|p| p.into_inner());
-    let intervals = &service.config.intervals;
+    let mut cycle = own.lock().unwrap_or_else(|p| p.into_inner());
+    let intervals = &cycle.res.config.intervals;
     let wait = match kind {
         Kind::Charge => intervals.charge,
         Kind::Check => intervals.check,
     };
-    let lock = match CycleLock::acquire(&service.config.paths.ledger, &format!("accountd serve: {name} cycle"), wait) {
+    let lock = match CycleLock::acquire(&cycle.res.config.paths.ledger, &format!("accountd serve: {name} cycle"), wait)
+    {
         Ok(lock) => lock,
         // Not a failure of the cycle: the other one does the same work.
         Err(e) => return tracing::warn!("{name} cycle skipped: {e}"),
@@ -95,29 +91,29 @@ fn run(kind: Kind, own: &Mutex<Service>, shared: &Shared) {
     let started = Instant::now();
     let now = gputokens::time::now();
     let result = match kind {
-        Kind::Charge => charge(&mut service, shared, now),
-        Kind::Check => crate::cycle::check(&mut service, now, |s, now| publish(s, shared, now)).map(|c| c.to_string()),
+        Kind::Charge => charge(&mut cycle, shared, now),
+        Kind::Check => super::check::check(&mut cycle, now, |c, now| publish(c, shared, now)).map(|c| c.to_string()),
     };
     drop(lock);
-    service.metrics.record_cycle(name, started.elapsed().as_secs_f64(), result.is_ok());
+    cycle.res.metrics.record_cycle(name, started.elapsed().as_secs_f64(), result.is_ok());
     match result {
         Ok(summary) => tracing::info!("{name} cycle ({:?}): {summary}", started.elapsed()),
         Err(e) => tracing::error!("{name} cycle failed: {e} (the last snapshot stays)"),
     }
 }
 
-fn charge(service: &mut Service, shared: &Shared, now: i64) -> AccountdResult<String> {
-    let slurm = crate::slurm::Slurm::new(&service.config.slurm);
-    let summary = crate::charging::charge(service, &slurm, now)?;
-    publish(service, shared, now)?;
-    crate::notify::run(service, now);
+fn charge(cycle: &mut CycleState, shared: &Shared, now: i64) -> AccountdResult<String> {
+    let slurm = crate::slurm::Slurm::new(&cycle.res.config.slurm);
+    let summary = super::charge::charge(cycle, &slurm, now)?;
+    publish(cycle, shared, now)?;
+    super::notify::run(&mut cycle.res, now);
     Ok(summary.to_string())
 }
 
-/// Hands the cycle's view of Slurm to the answering service and writes the snapshot through it,
+/// Hands the cycle's view of Slurm to the answering state and writes the snapshot through it,
 /// under its lock: a request that changes a balance writes it there too.
-fn publish(cycle: &Service, shared: &Shared, now: i64) -> AccountdResult<usize> {
-    let mut answering = shared.lock().unwrap_or_else(|p| p.into_inner());
+fn publish(cycle: &CycleState, shared: &Shared, now: i64) -> AccountdResult<usize> {
+    let mut answering = answering::lock(shared);
     answering.slurm_view = cycle.slurm_view.clone();
-    crate::cycle::publish_snapshot(&answering, now)
+    answering.publish_snapshot(now)
 }

@@ -11,7 +11,8 @@ use gputokens::time::local_date;
 use gputokens::Tokens;
 use ledger::{Applied, Entry, EntryKind, Issue, LedgerError, NewEntry};
 
-use crate::service::Service;
+use crate::answering::Answering;
+use crate::resources::Resources;
 
 /// Usage shown by `sbalance` covers this many days.
 /// Used30d: today and the 29 local days before it.
@@ -40,7 +41,7 @@ fn from_ledger(e: LedgerError) -> Reply {
 }
 
 /// Answers `request` from `caller` at time `now`. Returns the reply and whether the ledger changed.
-pub fn handle(service: &mut Service, caller: &Caller, request: Request, now: i64) -> (Reply, bool) {
+pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now: i64) -> (Reply, bool) {
     // Anyone may read balances (as `balances` allows), and their own history and statements.
     let is_caller = |user: &Option<String>| user.as_deref().is_none_or(|u| u == caller.name);
     let own_ledger = match &request {
@@ -56,20 +57,20 @@ pub fn handle(service: &mut Service, caller: &Caller, request: Request, now: i64
         return (
             refused(format!(
                 "only root, the SlurmUser ({}) and gputokens admins may {what}; you are {}",
-                service.config.slurm_user, caller.name
+                answering.res.config.slurm_user, caller.name
             )),
             false,
         );
     }
     let result = match request {
-        Request::Balances { users, all } => balances(service, caller, users, all, now).map(|r| (r, false)),
+        Request::Balances { users, all } => balances(&answering.res, caller, users, all, now).map(|r| (r, false)),
         Request::Grant { user, amount, reason, key } => {
             if amount <= Tokens::ZERO {
                 Err(invalid(format!("a grant must be positive (got {amount}); use `adjust` to lower a balance")))
             } else if let Some(beyond) = amount.beyond_limit("a grant") {
                 Err(invalid(beyond))
             } else {
-                record(service, caller, &user, EntryKind::Grant, amount, reason, key, now)
+                record(&mut answering.res, caller, &user, EntryKind::Grant, amount, reason, key, now)
             }
         }
         Request::Adjust { user, amount, reason, key } => {
@@ -78,10 +79,11 @@ pub fn handle(service: &mut Service, caller: &Caller, request: Request, now: i64
             } else if let Some(beyond) = amount.beyond_limit("an adjustment") {
                 Err(invalid(beyond))
             } else {
-                record(service, caller, &user, EntryKind::Adjust, amount, reason, key, now)
+                record(&mut answering.res, caller, &user, EntryKind::Adjust, amount, reason, key, now)
             }
         }
-        Request::Refund { job_id, reason } => service
+        Request::Refund { job_id, reason } => answering
+            .res
             .ledger
             .refund_job(&job_id, &caller.name, &reason, now)
             .map(|entries| (Reply::Recorded { entries: rows(entries), replayed: false }, true))
@@ -89,18 +91,18 @@ pub fn handle(service: &mut Service, caller: &Caller, request: Request, now: i64
         Request::History { user, limit } => {
             let user = user.unwrap_or_else(|| caller.name.clone());
             let entries = match limit {
-                Some(n) => service.ledger.recent(&user, n),
-                None => service.ledger.history(&user),
+                Some(n) => answering.res.ledger.recent(&user, n),
+                None => answering.res.ledger.history(&user),
             };
             entries.map(|entries| (Reply::History { user, entries: rows(entries) }, false)).map_err(from_ledger)
         }
         Request::Statement { month, user, all } => {
-            statements(service, caller, month, user, all, now).map(|r| (r, false))
+            statements(&answering.res, caller, month, user, all, now).map(|r| (r, false))
         }
         Request::Actions { limit } => {
-            service.ledger.actions(limit).map(|actions| (Reply::Actions { actions }, false)).map_err(from_ledger)
+            answering.res.ledger.actions(limit).map(|actions| (Reply::Actions { actions }, false)).map_err(from_ledger)
         }
-        Request::WebLogin => crate::web::login_link(service, caller, now)
+        Request::WebLogin => crate::http::web::login_link(answering, caller, now)
             .map(|(url, expires)| (Reply::WebLink { url, expires }, false))
             .map_err(|message| Reply::Error { kind: ErrorKind::Invalid, message }),
         Request::Import { balances } => {
@@ -109,7 +111,8 @@ pub fn handle(service: &mut Service, caller: &Caller, request: Request, now: i64
             if let Some(beyond) = beyond {
                 return (invalid(beyond), false);
             }
-            service
+            answering
+                .res
                 .ledger
                 .import(&balances, &caller.name, now)
                 .map(|imported| (Reply::Imported { imported, already: total - imported }, imported > 0))
@@ -119,9 +122,9 @@ pub fn handle(service: &mut Service, caller: &Caller, request: Request, now: i64
     result.unwrap_or_else(|error| (error, false))
 }
 
-fn balances(service: &Service, caller: &Caller, users: Vec<String>, all: bool, now: i64) -> Result<Reply, Reply> {
-    let names: Vec<String> = if all && (caller.admin || service.config.balances_public) {
-        service.ledger.accounts().map_err(from_ledger)?.into_iter().map(|a| a.user).collect()
+fn balances(res: &Resources, caller: &Caller, users: Vec<String>, all: bool, now: i64) -> Result<Reply, Reply> {
+    let names: Vec<String> = if all && (caller.admin || res.config.balances_public) {
+        res.ledger.accounts().map_err(from_ledger)?.into_iter().map(|a| a.user).collect()
     } else if users.is_empty() {
         vec![caller.name.clone()]
     } else {
@@ -138,20 +141,20 @@ fn balances(service: &Service, caller: &Caller, users: Vec<String>, all: bool, n
     };
     let mut rows = Vec::with_capacity(names.len());
     for name in names {
-        if !caller.may_view(&name, &service.config) {
+        if !caller.may_view(&name, &res.config) {
             return Err(refused(format!(
                 "you may only see your own balance ({}); balances on this cluster are private",
                 caller.name
             )));
         }
-        rows.push(balance_row(service, &name, now)?);
+        rows.push(balance_row(res, &name, now)?);
     }
     Ok(Reply::Balances { rows })
 }
 
 /// Statements of `month`: the current month's so far (partial); a month not begun has none.
 fn statements(
-    service: &Service,
+    res: &Resources,
     caller: &Caller,
     month: Month,
     user: Option<String>,
@@ -167,17 +170,15 @@ fn statements(
     let issue = Issue { at: now, partial: month == current };
     let statements = match (all, user) {
         (true, Some(_)) => return Err(invalid("a statement is of one user (-u) or of all (-a), not both".into())),
-        (true, None) => service.ledger.statements(month, issue),
-        (false, user) => {
-            service.ledger.statement(user.as_deref().unwrap_or(&caller.name), month, issue).map(|s| vec![s])
-        }
+        (true, None) => res.ledger.statements(month, issue),
+        (false, user) => res.ledger.statement(user.as_deref().unwrap_or(&caller.name), month, issue).map(|s| vec![s]),
     };
     statements.map(|statements| Reply::Statements { statements }).map_err(from_ledger)
 }
 
-pub fn balance_row(service: &Service, user: &str, now: i64) -> Result<BalanceRow, Reply> {
-    let rules = service.ledger.rules();
-    let account = service.ledger.account(user).map_err(from_ledger)?;
+pub fn balance_row(res: &Resources, user: &str, now: i64) -> Result<BalanceRow, Reply> {
+    let rules = res.ledger.rules();
+    let account = res.ledger.account(user).map_err(from_ledger)?;
     if account.is_none() && !system_user_exists(user) {
         return Err(invalid(format!("unknown user '{user}': not in the ledger and not a user of this system")));
     }
@@ -186,7 +187,7 @@ pub fn balance_row(service: &Service, user: &str, now: i64) -> Result<BalanceRow
     let used_30d = match account {
         Some(_) => {
             let first_day = today - chrono::Days::new(USAGE_WINDOW_DAYS - 1);
-            service.ledger.used_since_day(user, first_day).map_err(from_ledger)?
+            res.ledger.used_since_day(user, first_day).map_err(from_ledger)?
         }
         None => BTreeMap::new(),
     };
@@ -204,7 +205,7 @@ pub fn balance_row(service: &Service, user: &str, now: i64) -> Result<BalanceRow
 
 #[allow(clippy::too_many_arguments)]
 fn record(
-    service: &mut Service,
+    res: &mut Resources,
     caller: &Caller,
     user: &str,
     kind: EntryKind,
@@ -216,7 +217,7 @@ fn record(
     if reason.trim().is_empty() {
         return Err(invalid("--reason must say why".into()));
     }
-    if service.ledger.account(user).map_err(from_ledger)?.is_none() && !system_user_exists(user) {
+    if res.ledger.account(user).map_err(from_ledger)?.is_none() && !system_user_exists(user) {
         return Err(invalid(format!("unknown user '{user}': not in the ledger and not a user of this system")));
     }
     let key = match key {
@@ -224,8 +225,8 @@ fn record(
         None => format!("{}:{user}:{}", kind.as_str(), unique_suffix(now)),
     };
     let entry = NewEntry::new(user, kind, amount, now, &caller.name, &reason, key.clone());
-    let applied = service.ledger.append(&entry).map_err(from_ledger)?;
-    let history = service.ledger.history(user).map_err(from_ledger)?;
+    let applied = res.ledger.append(&entry).map_err(from_ledger)?;
+    let history = res.ledger.history(user).map_err(from_ledger)?;
     let written = history.into_iter().filter(|e| e.key.as_deref() == Some(key.as_str())).collect();
     Ok((
         Reply::Recorded { entries: rows(written), replayed: applied == Applied::AlreadyRecorded },

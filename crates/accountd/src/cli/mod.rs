@@ -1,5 +1,12 @@
 //! `accountd`'s command line.
 
+pub mod admin;
+pub mod now_arg;
+pub mod sacct_file;
+pub mod sbalance;
+pub mod statement_output;
+pub mod stdout;
+
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};

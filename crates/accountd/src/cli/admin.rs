@@ -8,8 +8,8 @@ use gputokens::time::format_local;
 use gputokens::{Config, Tokens};
 
 use crate::cli::AdminCommand;
-use crate::client::{call, ClientError};
 use crate::error::{AccountdError, AccountdResult};
+use crate::socket::client::{call, ClientError};
 
 /// Derives a node's token from the site secret (only those who can read the secret can).
 fn node_token(config: &Config, node: &str) -> AccountdResult {
@@ -20,8 +20,8 @@ fn node_token(config: &Config, node: &str) -> AccountdResult {
         .as_deref()
         .ok_or_else(|| AccountdError::Refused("[agent] token_file (the site secret) is not set".into()))?;
     let secret =
-        crate::auth::read_secret(path).map_err(|e| AccountdError::Refused(format!("agent.token_file: {e}")))?;
-    crate::outln!("{}", crate::auth::node_token(&secret, node));
+        crate::http::auth::read_secret(path).map_err(|e| AccountdError::Refused(format!("agent.token_file: {e}")))?;
+    crate::outln!("{}", crate::http::auth::node_token(&secret, node));
     Ok(())
 }
 
@@ -81,8 +81,8 @@ pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
 
 /// `admin verify`: the ledger's invariants, read from the file (WAL lets it beside accountd serve).
 fn verify(config: &Config) -> AccountdResult {
-    let service = crate::service::Service::open_as_admin(config.clone())?;
-    let found = service.ledger.verify()?;
+    let res = crate::resources::Resources::open_as_admin(config.clone())?;
+    let found = res.ledger.verify()?;
     for problem in &found.problems {
         crate::outln!("problem: {problem}");
     }

@@ -25,12 +25,12 @@ pub fn write(args: std::fmt::Arguments<'_>) {
 /// `print!` for commands: text to stdout, a closed pipe ends the command quietly.
 #[macro_export]
 macro_rules! out {
-    ($($arg:tt)*) => { $crate::stdout::write(format_args!($($arg)*)) };
+    ($($arg:tt)*) => { $crate::cli::stdout::write(format_args!($($arg)*)) };
 }
 
 /// `println!` for commands: a line to stdout, a closed pipe ends the command quietly.
 #[macro_export]
 macro_rules! outln {
-    () => { $crate::stdout::write(format_args!("\n")) };
-    ($($arg:tt)*) => { $crate::stdout::write(format_args!("{}\n", format_args!($($arg)*))) };
+    () => { $crate::cli::stdout::write(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::cli::stdout::write(format_args!("{}\n", format_args!($($arg)*))) };
 }

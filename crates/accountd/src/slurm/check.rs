@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use gputokens::admission_settings::Deprioritize;
 use gputokens::Config;
 
-use crate::plugstack::SpankLine;
+use crate::slurm::plugstack::SpankLine;
 
 /// What Slurm says about itself.
 #[derive(Debug, Default)]
@@ -75,7 +75,7 @@ pub fn findings(config: &Config, facts: &SlurmFacts, plugin_exists: impl Fn(&Pat
 /// The snapshot, and every directory above it, readable by slurmctld's SlurmUser: else the plugin
 /// cannot read it and on_error decides every GPU job.
 fn snapshot_readable(config: &Config, facts: &SlurmFacts) -> Finding {
-    use crate::snapshot_access::{blocked, entries, Reader};
+    use crate::snapshot::access::{blocked, entries, Reader};
     let path = &config.paths.snapshot;
     let setting = setting(facts, "SlurmUser");
     let Some(reader) = Reader::from_setting(setting) else {

@@ -1,6 +1,9 @@
 //! `accountd serve`: answers sbalance and admin requests on a Unix socket and runs the periodic
 //! cycles. `launch` takes a bound listener and a shutdown future so tests can run it in-process.
 
+pub mod client;
+pub mod handler;
+
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -10,10 +13,9 @@ use gputokens::protocol::{ErrorKind, Reply, Request};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
-use crate::conn_caps::{ConnectionCaps, Full, Slot};
-use crate::cycle;
-use crate::serve_cycles::{Cycles, Kind};
-use crate::service::Shared;
+use crate::answering::{self, Shared};
+use crate::cycles::serve::{Cycles, Kind};
+use crate::daemon::conn_caps::{ConnectionCaps, Full, Slot};
 
 /// Largest request accepted from an admin (an import of a big site's state file fits easily).
 const MAX_REQUEST: u64 = 16 << 20;
@@ -53,11 +55,11 @@ pub fn make_socket_dir(socket: &Path) -> std::io::Result<()> {
 /// Serves until `shutdown` completes; charges every `intervals.charge` and checks every
 /// `intervals.check` (`cycles`: beside the answering, never in its way). Shutdown waits for the
 /// cycles under way.
-pub async fn launch(listener: UnixListener, service: Shared, mut cycles: Cycles, shutdown: impl Future<Output = ()>) {
+pub async fn launch(listener: UnixListener, answering: Shared, mut cycles: Cycles, shutdown: impl Future<Output = ()>) {
     let Ok((charge_every, check_every, metrics)) =
-        service.lock().map(|s| (s.config.intervals.charge, s.config.intervals.check, s.metrics.clone()))
+        answering.lock().map(|s| (s.res.config.intervals.charge, s.res.config.intervals.check, s.res.metrics.clone()))
     else {
-        return tracing::error!("service lock poisoned at start");
+        return tracing::error!("answering lock poisoned at start");
     };
     let caps = ConnectionCaps::<u32>::new(MAX_CONNECTIONS, MAX_CONNECTIONS_PER_USER);
     let mut charge_ticker = tokio::time::interval(charge_every);
@@ -70,7 +72,7 @@ pub async fn launch(listener: UnixListener, service: Shared, mut cycles: Cycles,
             _ = check_ticker.tick() => cycles.start(Kind::Check),
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    admit(stream, &caps, &metrics, &service);
+                    admit(stream, &caps, &metrics, &answering);
                     // Let the connections just accepted read their requests before more are
                     // accepted: a user's flood must not shed a prompt client's before it has spoken.
                     tokio::task::yield_now().await;
@@ -85,7 +87,7 @@ pub async fn launch(listener: UnixListener, service: Shared, mut cycles: Cycles,
 
 /// Serves a connection; at the caps an idle connection (no whole request yet) is shed for it, and
 /// only when every held one is busy is it told so and closed.
-fn admit(stream: UnixStream, caps: &ConnectionCaps<u32>, metrics: &crate::metrics::Metrics, service: &Shared) {
+fn admit(stream: UnixStream, caps: &ConnectionCaps<u32>, metrics: &crate::metrics::Metrics, answering: &Shared) {
     let uid = match stream.peer_cred() {
         Ok(cred) => cred.uid(),
         Err(e) => return tracing::warn!("cannot identify a client: {e}"),
@@ -99,8 +101,8 @@ fn admit(stream: UnixStream, caps: &ConnectionCaps<u32>, metrics: &crate::metric
             if let Some(full) = admitted.shed {
                 metrics.connection_shed("socket", reason(full));
             }
-            let service = service.clone();
-            tokio::spawn(serve_connection(stream, uid, admitted.slot, service));
+            let answering = answering.clone();
+            tokio::spawn(serve_connection(stream, uid, admitted.slot, answering));
         }
         Err(full) => {
             let message = match full {
@@ -114,12 +116,12 @@ fn admit(stream: UnixStream, caps: &ConnectionCaps<u32>, metrics: &crate::metric
     }
 }
 
-async fn serve_connection(stream: UnixStream, uid: u32, slot: Slot<u32>, service: Shared) {
+async fn serve_connection(stream: UnixStream, uid: u32, slot: Slot<u32>, answering: Shared) {
     let (read, write) = stream.into_split();
     let mut line = String::new();
     let mut reader = BufReader::new(read.take(MAX_USER_REQUEST));
     let read = tokio::select! {
-        read = tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut reader, &mut line, uid, &service)) => read,
+        read = tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut reader, &mut line, uid, &answering)) => read,
         // Shed for a newer connection of the same user before it said anything whole: closed.
         () = slot.shed() => return,
     };
@@ -134,7 +136,7 @@ async fn serve_connection(stream: UnixStream, uid: u32, slot: Slot<u32>, service
     }
     let reply = match read {
         Ok(Ok(_)) => match serde_json::from_str::<Request>(&line) {
-            Ok(request) => answer(service, uid, request).await,
+            Ok(request) => answer(answering, uid, request).await,
             Err(e) => Reply::Error { kind: ErrorKind::Invalid, message: format!("malformed request: {e}") },
         },
         Ok(Err(e)) => Reply::Error { kind: ErrorKind::Invalid, message: format!("cannot read request: {e}") },
@@ -152,16 +154,16 @@ async fn read_request(
     reader: &mut BufReader<tokio::io::Take<tokio::net::unix::OwnedReadHalf>>,
     line: &mut String,
     uid: u32,
-    service: &Shared,
+    answering: &Shared,
 ) -> std::io::Result<usize> {
     let first = reader.read_line(line).await?;
     if line.ends_with('\n') || reader.get_ref().limit() > 0 {
         return Ok(first);
     }
-    let service = service.clone();
+    let answering = answering.clone();
     let admin = tokio::task::spawn_blocking(move || {
-        let s = service.lock().unwrap_or_else(|p| p.into_inner());
-        Caller::identify(uid, &s.config).admin
+        let s = answering::lock(&answering);
+        Caller::identify(uid, &s.res.config).admin
     })
     .await
     .unwrap_or(false);
@@ -183,16 +185,16 @@ async fn send_reply(mut write: tokio::net::unix::OwnedWriteHalf, reply: Reply) {
     }
 }
 
-async fn answer(service: Shared, uid: u32, request: Request) -> Reply {
+async fn answer(answering: Shared, uid: u32, request: Request) -> Reply {
     let work = tokio::task::spawn_blocking(move || {
-        let mut s = service.lock().unwrap_or_else(|p| p.into_inner());
-        let caller = Caller::identify(uid, &s.config);
+        let mut s = answering::lock(&answering);
+        let caller = Caller::identify(uid, &s.res.config);
         let summary = format!("{request:?}");
         let now = gputokens::time::now();
-        let (reply, changed) = crate::handler::handle(&mut s, &caller, request, now);
+        let (reply, changed) = crate::socket::handler::handle(&mut s, &caller, request, now);
         if changed {
             tracing::info!(caller = %caller.name, "{}", summary.chars().take(200).collect::<String>());
-            if let Err(e) = cycle::publish_snapshot(&s, now) {
+            if let Err(e) = s.publish_snapshot(now) {
                 tracing::error!("cannot write the balance snapshot: {e}");
             }
         } else if let Reply::Error { kind: ErrorKind::Refused, message } = &reply {

@@ -3,6 +3,13 @@
 //! a secret from a root-only file: agent reports pass the [`ReportGate`]; balances follow
 //! `sbalance`'s rules (a user sees their own row unless `balances_public`; admins see all).
 
+pub mod auth;
+pub mod listener;
+pub mod rate_limit;
+pub mod report_gate;
+pub mod reports;
+pub mod web;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -15,12 +22,13 @@ use gputokens::access::Caller;
 use gputokens::protocol::{BalanceRow, Reply};
 
 use crate::agent::report::{AgentReport, REPORT_PATH};
-use crate::auth::{self, Presented};
+use crate::answering::{self, Shared};
 use crate::error::{AccountdError, AccountdResult};
+use crate::http::report_gate::{Refusal, ReportGate};
 use crate::metrics::ReasonLabels;
-use crate::report_gate::{Refusal, ReportGate};
-use crate::service::Shared;
 use crate::slurm::Slurm;
+use auth::Presented;
+use reports::ReportState;
 
 /// The largest agent report accepted: a node of 16 GPUs and a thousand GPU processes sends far less.
 pub const REPORT_MAX_BYTES: usize = 256 << 10;
@@ -29,12 +37,15 @@ const REPORTS_AT_ONCE: usize = 16;
 
 #[derive(Clone)]
 pub struct AppState {
-    pub service: Shared,
+    /// What answers requests, shared with the socket.
+    pub answering: Shared,
+    /// What the agents' reports leave for the next (taken before `answering`, never after).
+    reports: Arc<std::sync::Mutex<ReportState>>,
     gate: Arc<ReportGate>,
     report_slots: Arc<tokio::sync::Semaphore>,
     /// The JSON API's requests under way (each decodes a MUNGE credential), as many as reports.
     api_slots: Arc<tokio::sync::Semaphore>,
-    /// The service's metrics, counted into without taking the service's lock.
+    /// The shared metrics, counted into without taking the answering lock.
     metrics: Arc<crate::metrics::Metrics>,
     slurm: Slurm,
     /// `[http] admin_token_file`'s token: reads the JSON API as an admin.
@@ -49,10 +60,10 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(service: Shared) -> AccountdResult<AppState> {
+    pub fn new(answering: Shared) -> AccountdResult<AppState> {
         let (config, metrics) = {
-            let s = service.lock().map_err(|_| AccountdError::Failed("service lock poisoned".into()))?;
-            (s.config.clone(), s.metrics.clone())
+            let s = answering::lock(&answering);
+            (s.res.config.clone(), s.res.metrics.clone())
         };
         let gate = ReportGate::new(&config).map_err(AccountdError::Refused)?;
         let admin_token = config
@@ -68,7 +79,8 @@ impl AppState {
             .map(|path| read_private_secret(path, "web.proxy_secret_file"))
             .transpose()?;
         Ok(AppState {
-            service,
+            answering,
+            reports: Default::default(),
             gate: Arc::new(gate),
             report_slots: Arc::new(tokio::sync::Semaphore::new(REPORTS_AT_ONCE)),
             api_slots: Arc::new(tokio::sync::Semaphore::new(REPORTS_AT_ONCE)),
@@ -112,19 +124,19 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/health", get(|| async { Json(serde_json::json!({ "ok": true })) }))
         .route("/v1/balances", get(balances))
         .route("/v1/balances/{user}", get(balance))
-        .merge(crate::web::routes(state.clone()))
+        .merge(crate::http::web::routes(state.clone()))
         .with_state(state)
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let service = state.service.clone();
+    let answering = state.answering.clone();
     // Balances are read at scrape time: `accountd tick` or an admin may have changed the ledger.
     let work = tokio::task::spawn_blocking(move || {
-        let s = service.lock().unwrap_or_else(|p| p.into_inner());
-        if s.config.http.per_user_metrics {
-            s.ledger.accounts().map(|accounts| s.metrics.set_balances(&accounts)).map_err(|e| e.to_string())?;
+        let s = answering::lock(&answering);
+        if s.res.config.http.per_user_metrics {
+            s.res.ledger.accounts().map(|accounts| s.res.metrics.set_balances(&accounts)).map_err(|e| e.to_string())?;
         }
-        Ok::<_, String>(s.metrics.encode())
+        Ok::<_, String>(s.res.metrics.encode())
     });
     match work.await {
         Ok(Ok(text)) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response(),
@@ -167,8 +179,9 @@ async fn agent_report(
             .map_err(|r| (peer.ip().to_string(), r))?;
         state.gate.authorize(&sender, &report, &state.slurm).map_err(|r| (report.node.clone(), r))?;
         state.gate.accepted(&report.node);
-        let mut s = state.service.lock().unwrap_or_else(|p| p.into_inner());
-        crate::utilization::agents::ingest(&mut s, &report)
+        let mut reports = state.reports.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = answering::lock(&state.answering);
+        reports::ingest(&mut s.res, &mut reports, &report)
             .map_err(|e| (report.node.clone(), Refusal::internal(e.to_string())))
     });
     let outcome = match work.await {
@@ -216,7 +229,7 @@ impl ApiIdentity {
     }
 }
 
-/// Checks the credential (munged is asked outside the service's lock).
+/// Checks the credential (munged is asked outside the answering lock).
 fn api_identity(state: &AppState, peer: SocketAddr, presented: Presented) -> Result<ApiIdentity, (StatusCode, String)> {
     match presented {
         Presented::Munge(cred) => {
@@ -275,7 +288,7 @@ fn token_may_come_from(peer: SocketAddr, trusted_proxies: &[std::net::IpAddr]) -
 /// Balance rows the caller may see: `user`'s (when allowed), else all (admins, `balances_public`)
 /// or the caller's own.
 async fn rows(state: Arc<AppState>, peer: SocketAddr, presented: Option<Vec<u8>>, user: Option<String>) -> Response {
-    // Each asks munged (and may wait on the service): a bounded number at once.
+    // Each asks munged (and may wait on the answering lock): a bounded number at once.
     let Ok(slot) = state.api_slots.clone().try_acquire_owned() else {
         let busy = format!("{REPORTS_AT_ONCE} API requests are being answered; try again");
         return (StatusCode::SERVICE_UNAVAILABLE, Json(serde_json::json!({ "error": busy }))).into_response();
@@ -283,14 +296,15 @@ async fn rows(state: Arc<AppState>, peer: SocketAddr, presented: Option<Vec<u8>>
     let work = tokio::task::spawn_blocking(move || {
         let _slot = slot;
         let identity = api_identity(&state, peer, Presented::parse(presented.as_deref()))?;
-        let s = state.service.lock().unwrap_or_else(|p| p.into_inner());
-        let caller = identity.caller(&s.config);
+        let s = answering::lock(&state.answering);
+        let caller = identity.caller(&s.res.config);
         let names: Vec<String> = match user {
-            Some(u) if caller.may_view(&u, &s.config) => vec![u],
+            Some(u) if caller.may_view(&u, &s.res.config) => vec![u],
             Some(u) => {
                 return Err((StatusCode::FORBIDDEN, format!("{} may not see the balance of '{u}'", caller.name)));
             }
-            None if caller.admin || s.config.balances_public => s
+            None if caller.admin || s.res.config.balances_public => s
+                .res
                 .ledger
                 .accounts()
                 .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
@@ -300,7 +314,7 @@ async fn rows(state: Arc<AppState>, peer: SocketAddr, presented: Option<Vec<u8>>
             None => vec![caller.name.clone()],
         };
         let row = |name: &String| {
-            crate::handler::balance_row(&s, name, gputokens::time::now()).map_err(|reply| match reply {
+            crate::socket::handler::balance_row(&s.res, name, gputokens::time::now()).map_err(|reply| match reply {
                 Reply::Error { message, .. } => (StatusCode::NOT_FOUND, message),
                 other => (StatusCode::INTERNAL_SERVER_ERROR, format!("{other:?}")),
             })

@@ -19,7 +19,7 @@ use gputokens::time::local_date;
 use ledger::{NewNotice, Notice};
 
 use crate::error::AccountdResult;
-use crate::service::Service;
+use crate::resources::Resources;
 
 /// The most owed notifications one cycle looks at.
 const PER_CYCLE: usize = 1000;
@@ -34,11 +34,11 @@ pub struct Delivered {
 
 /// Records the crossings of every user's balance and runs the command for what is owed. Off (and
 /// nothing recorded) without a `[notify] command`. Never fails the cycle: errors are logged.
-pub fn run(service: &mut Service, now: i64) {
-    if !service.config.notify.enabled() {
+pub fn run(res: &mut Resources, now: i64) {
+    if !res.config.notify.enabled() {
         return;
     }
-    let result = record_crossings(service, now).and_then(|_| deliver(service, now));
+    let result = record_crossings(res, now).and_then(|_| deliver(res, now));
     match result {
         Ok(Delivered { owed: 0, .. }) => {}
         Ok(d) => {
@@ -50,13 +50,13 @@ pub fn run(service: &mut Service, now: i64) {
 
 /// Compares each user's balance with the level they were last notified at, and records each
 /// crossing (with the notification it owes) in the ledger.
-pub fn record_crossings(service: &mut Service, now: i64) -> AccountdResult<usize> {
-    let notify = service.config.notify.clone();
-    let rules = *service.ledger.rules();
+pub fn record_crossings(res: &mut Resources, now: i64) -> AccountdResult<usize> {
+    let notify = res.config.notify.clone();
+    let rules = *res.ledger.rules();
     let today = local_date(now);
-    let levels = service.ledger.notify_levels()?;
+    let levels = res.ledger.notify_levels()?;
     let mut recorded = 0;
-    for account in service.ledger.accounts()? {
+    for account in res.ledger.accounts()? {
         let last = levels.get(&account.user).copied().unwrap_or(Level::Ok);
         let Some(c) = crossing(last, account.balance, notify.warn_below, rules.floor) else { continue };
         let notice = c.event.map(|event| NewNotice {
@@ -66,7 +66,7 @@ pub fn record_crossings(service: &mut Service, now: i64) -> AccountdResult<usize
             job_id: None,
             message: balance_message(event, account.balance, notify.warn_below, &rules, today),
         });
-        if service.ledger.record_crossing(&account.user, c.level, notice.as_ref(), now)? && notice.is_some() {
+        if res.ledger.record_crossing(&account.user, c.level, notice.as_ref(), now)? && notice.is_some() {
             recorded += 1;
         }
     }
@@ -75,14 +75,14 @@ pub fn record_crossings(service: &mut Service, now: i64) -> AccountdResult<usize
 
 /// The notification a preemption owes the job's owner, or None when notifications are off.
 pub fn preempted_notice(
-    service: &Service,
+    res: &Resources,
     user: &str,
     job: &str,
     action: &str,
     reason: &str,
     balance: gputokens::Tokens,
 ) -> Option<NewNotice> {
-    service.config.notify.enabled().then(|| NewNotice {
+    res.config.notify.enabled().then(|| NewNotice {
         user: user.to_string(),
         event: Event::Preempted,
         balance,
@@ -92,10 +92,10 @@ pub fn preempted_notice(
 }
 
 /// Runs the command for each owed notification, oldest first, within the cycle's time budget.
-pub fn deliver(service: &mut Service, now: i64) -> AccountdResult<Delivered> {
-    let owed = service.ledger.owed_notifications(PER_CYCLE)?;
+pub fn deliver(res: &mut Resources, now: i64) -> AccountdResult<Delivered> {
+    let owed = res.ledger.owed_notifications(PER_CYCLE)?;
     let mut done = Delivered { owed: owed.len(), ..Delivered::default() };
-    let timeout = service.config.notify.timeout;
+    let timeout = res.config.notify.timeout;
     let started = Instant::now();
     for notice in &owed {
         if started.elapsed() >= timeout {
@@ -106,10 +106,10 @@ pub fn deliver(service: &mut Service, now: i64) -> AccountdResult<Delivered> {
             break;
         }
         let event = notice.event.as_str();
-        match send(service, notice, timeout) {
+        match send(res, notice, timeout) {
             Ok(()) => {
-                service.ledger.mark_sent(notice.id, now)?;
-                service.metrics.record_notification(event, true);
+                res.ledger.mark_sent(notice.id, now)?;
+                res.metrics.record_notification(event, true);
                 done.sent += 1;
             }
             Err(e) => {
@@ -118,8 +118,8 @@ pub fn deliver(service: &mut Service, now: i64) -> AccountdResult<Delivered> {
                     notice.user,
                     notice.attempts + 1
                 );
-                service.ledger.mark_failed(notice.id, &e)?;
-                service.metrics.record_notification(event, false);
+                res.ledger.mark_failed(notice.id, &e)?;
+                res.metrics.record_notification(event, false);
                 done.failed += 1;
             }
         }
@@ -129,15 +129,15 @@ pub fn deliver(service: &mut Service, now: i64) -> AccountdResult<Delivered> {
 
 /// One run of the command: `command... -- EVENT USER`, the message on stdin, the facts in the
 /// environment. (`--`: the program's options end there, whatever a user is named.)
-fn send(service: &Service, notice: &Notice, timeout: Duration) -> Result<(), String> {
-    let argv = &service.config.notify.command;
+fn send(res: &Resources, notice: &Notice, timeout: Duration) -> Result<(), String> {
+    let argv = &res.config.notify.command;
     let mut command = Command::new(&argv[0]);
     command.args(&argv[1..]).arg("--").arg(notice.event.as_str()).arg(&notice.user);
     command
         .env("GPUTOKENS_EVENT", notice.event.as_str())
         .env("GPUTOKENS_USER", &notice.user)
         .env("GPUTOKENS_BALANCE", notice.balance.to_string())
-        .env("GPUTOKENS_FLOOR", service.ledger.rules().floor.to_string())
+        .env("GPUTOKENS_FLOOR", res.ledger.rules().floor.to_string())
         .env_remove("GPUTOKENS_JOB");
     if let Some(job) = &notice.job_id {
         command.env("GPUTOKENS_JOB", job);

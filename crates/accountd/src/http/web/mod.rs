@@ -20,8 +20,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use gputokens::access::Caller;
 
+use crate::answering::Answering;
 use crate::http::AppState;
-use crate::service::Service;
 use logins::{Refused, Visitor};
 
 pub use logins::Logins;
@@ -38,9 +38,9 @@ fn cookie_kind(web: &gputokens::config::Web) -> (&'static str, &'static str) {
         false => (COOKIE, "Path=/web; HttpOnly; SameSite=Lax"),
     }
 }
-const INDEX: &str = include_str!("../../assets/web/index.html");
-const SCRIPT: &str = include_str!("../../assets/web/app.js");
-const STYLE: &str = include_str!("../../assets/web/app.css");
+const INDEX: &str = include_str!("../../../assets/web/index.html");
+const SCRIPT: &str = include_str!("../../../assets/web/app.js");
+const STYLE: &str = include_str!("../../../assets/web/app.css");
 /// No script but ours, nothing loaded from elsewhere, never framed.
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
                       base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
@@ -96,17 +96,17 @@ fn ours(host: &str, web_url: Option<&str>) -> bool {
 }
 
 /// The link `sbalance --web` prints: made for `caller`, who asked over the Unix socket.
-pub fn login_link(service: &mut Service, caller: &Caller, now: i64) -> Result<(String, i64), String> {
-    let base = base_url(service)?;
+pub fn login_link(answering: &mut Answering, caller: &Caller, now: i64) -> Result<(String, i64), String> {
+    let base = base_url(answering)?;
     let visitor = Visitor { uid: caller.uid, name: caller.name.clone() };
-    let ttl = service.config.web.link_ttl;
-    let (token, expires) = service.logins.issue_link(visitor, now, ttl).map_err(|e| e.to_string())?;
+    let ttl = answering.res.config.web.link_ttl;
+    let (token, expires) = answering.logins.issue_link(visitor, now, ttl).map_err(|e| e.to_string())?;
     Ok((format!("{base}/web/login?token={token}"), expires))
 }
 
 /// `[web] url`, else this host on the HTTP listener's port; a plain-http one only with `allow_http`.
-fn base_url(service: &Service) -> Result<String, String> {
-    let web = &service.config.web;
+fn base_url(answering: &Answering) -> Result<String, String> {
+    let web = &answering.res.config.web;
     if let Some(url) = web.url.as_ref().filter(|u| u.starts_with("https://") || web.allow_http) {
         return Ok(url.clone());
     }
@@ -118,7 +118,7 @@ fn base_url(service: &Service) -> Result<String, String> {
         ));
     }
     let addr =
-        service.http_address.ok_or("the status page needs accountd serve's HTTP listener ([http] listen is off)")?;
+        answering.http_address.ok_or("the status page needs accountd serve's HTTP listener ([http] listen is off)")?;
     let host = if addr.ip().is_unspecified() {
         nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "localhost".into())
     } else {
@@ -181,9 +181,9 @@ async fn login(State(state): State<Arc<AppState>>, Query(query): Query<LoginQuer
     // The service's lock may be held by a cycle for a while: never wait for it on the runtime.
     let work = tokio::task::spawn_blocking(move || {
         let now = gputokens::time::now();
-        let mut s = state.service.lock().unwrap_or_else(|p| p.into_inner());
-        let ttl = s.config.web.session_ttl;
-        let kind = cookie_kind(&s.config.web);
+        let mut s = state.answering.lock().unwrap_or_else(|p| p.into_inner());
+        let ttl = s.res.config.web.session_ttl;
+        let kind = cookie_kind(&s.res.config.web);
         let token = query.token.filter(|t| t.len() == 64 && t.bytes().all(|b| b.is_ascii_hexdigit()));
         let redeemed = token.ok_or(Refused::Unknown).and_then(|t| s.logins.redeem(&t, now, ttl));
         (redeemed, ttl, kind)
@@ -210,11 +210,11 @@ async fn login(State(state): State<Arc<AppState>>, Query(query): Query<LoginQuer
 /// user's session behind their back.
 async fn logout(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let ended = tokio::task::spawn_blocking(move || {
-        let mut s = state.service.lock().unwrap_or_else(|p| p.into_inner());
-        if !from_this_site(&headers, &s.config.web) {
+        let mut s = state.answering.lock().unwrap_or_else(|p| p.into_inner());
+        if !from_this_site(&headers, &s.res.config.web) {
             return None;
         }
-        let kind = cookie_kind(&s.config.web);
+        let kind = cookie_kind(&s.res.config.web);
         if let Some(token) = session_cookie(&headers, kind.0) {
             s.logins.end(&token);
         }
@@ -262,22 +262,22 @@ pub const PROXY_SECRET_HEADER: &str = "X-Gputokens-Proxy-Secret";
 
 /// Who is asking, as `s`'s rules know them: the trusted proxy's user header, else the session.
 fn caller(
-    s: &mut Service,
+    s: &mut Answering,
     peer: SocketAddr,
     headers: &HeaderMap,
     proxy_secret: Option<&str>,
     now: i64,
 ) -> Result<Caller, (StatusCode, String)> {
-    if let Some(name) = proxied_user(&s.config.web, peer, headers, proxy_secret)? {
-        return Ok(Caller::named(&name, &s.config));
+    if let Some(name) = proxied_user(&s.res.config.web, peer, headers, proxy_secret)? {
+        return Ok(Caller::named(&name, &s.res.config));
     }
-    let token = session_cookie(headers, cookie_kind(&s.config.web).0)
+    let token = session_cookie(headers, cookie_kind(&s.res.config.web).0)
         .ok_or((StatusCode::UNAUTHORIZED, "not logged in: run `sbalance --web` and open the link it prints".into()))?;
     let visitor = s
         .logins
         .session(&token, now)
         .map_err(|r| (StatusCode::UNAUTHORIZED, format!("{}: run `sbalance --web` again", session_refusal(r))))?;
-    Ok(Caller::identify(visitor.uid, &s.config))
+    Ok(Caller::identify(visitor.uid, &s.res.config))
 }
 
 /// The user a trusted proxy names: only from a `trusted_proxies` address (an IPv4 peer seen as
@@ -296,7 +296,7 @@ fn proxied_user(
         return Err((StatusCode::BAD_REQUEST, format!("more than one {} header", web.user_header)));
     }
     let presented = headers.get(PROXY_SECRET_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    if headers.get_all(PROXY_SECRET_HEADER).iter().count() != 1 || !crate::auth::same_secret(presented, secret) {
+    if headers.get_all(PROXY_SECRET_HEADER).iter().count() != 1 || !crate::http::auth::same_secret(presented, secret) {
         return Err((StatusCode::UNAUTHORIZED, format!("a {} header without the proxy's secret", web.user_header)));
     }
     let name = name.to_str().map_err(|_| (StatusCode::BAD_REQUEST, format!("{} is not text", web.user_header)))?;
@@ -328,10 +328,10 @@ async fn me(
     json_view(state, move |s, now| {
         let caller = caller(s, peer, &headers, proxy_secret.as_deref(), now)?;
         let user = query.user.unwrap_or_else(|| caller.name.clone());
-        if !caller.may_view(&user, &s.config) {
+        if !caller.may_view(&user, &s.res.config) {
             return Err((StatusCode::FORBIDDEN, format!("{} may not see the data of '{user}'", caller.name)));
         }
-        let mut view = pages::user_view(s, &user, now).map_err(|e| (StatusCode::NOT_FOUND, e))?;
+        let mut view = pages::user_view(&s.res, &user, now).map_err(|e| (StatusCode::NOT_FOUND, e))?;
         view["viewer"] = serde_json::json!({ "name": caller.name, "admin": caller.admin });
         Ok(view)
     })
@@ -359,10 +359,10 @@ async fn admin(
 /// Runs `view` on the service off the async runtime (it reads the ledger) and answers its JSON.
 async fn json_view<F>(state: Arc<AppState>, view: F) -> Response
 where
-    F: FnOnce(&mut Service, i64) -> Result<serde_json::Value, (StatusCode, String)> + Send + 'static,
+    F: FnOnce(&mut Answering, i64) -> Result<serde_json::Value, (StatusCode, String)> + Send + 'static,
 {
     let work = tokio::task::spawn_blocking(move || {
-        let mut s = state.service.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = state.answering.lock().unwrap_or_else(|p| p.into_inner());
         view(&mut s, gputokens::time::now())
     });
     let response = match work.await {

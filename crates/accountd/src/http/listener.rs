@@ -18,7 +18,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
-use crate::conn_caps::{Busy, ConnectionCaps, Full, Slot};
+use crate::daemon::conn_caps::{Busy, ConnectionCaps, Full, Slot};
 use crate::metrics::Metrics;
 
 /// The most a client may take to send a request's headers, on a new connection or an idle
@@ -41,7 +41,7 @@ pub async fn serve(
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
     let caps = ConnectionCaps::<IpAddr>::new(limits.max_connections, limits.max_connections_per_address);
-    let rate = Arc::new(crate::rate_limit::RateLimit::default());
+    let rate = Arc::new(crate::http::rate_limit::RateLimit::default());
     let timeout = limits.request_timeout;
     let mut warned = std::collections::HashSet::new();
     loop {
@@ -141,7 +141,7 @@ async fn serve_connection(
 /// The per-address request rate, and where to count what it refuses.
 #[derive(Clone)]
 struct Limited {
-    rate: Arc<crate::rate_limit::RateLimit>,
+    rate: Arc<crate::http::rate_limit::RateLimit>,
     metrics: Arc<Metrics>,
 }
 

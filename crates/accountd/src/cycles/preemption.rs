@@ -14,15 +14,16 @@ use gputokens::tres::{Sharing, MILLI};
 use gputokens::Tokens;
 use ledger::Action;
 
+use crate::cycles::CycleState;
 use crate::error::AccountdResult;
-use crate::service::Service;
+use crate::resources::Resources;
 use crate::slurm::{QueueOnce, Slurm};
 
 /// Pending reasons that mean "waiting for resources", not for a dependency or a hold.
 const WAITING_FOR_RESOURCES: [&str; 2] = ["Resources", "Priority"];
 
-pub fn check(service: &mut Service, slurm: &Slurm, queue: &mut QueueOnce, now: i64) -> AccountdResult<String> {
-    let config = service.config.preemption.clone();
+pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: i64) -> AccountdResult<String> {
+    let config = cycle.res.config.preemption.clone();
     if !config.enabled && config.at_floor == AtFloor::None {
         return Ok("preemption off".into());
     }
@@ -30,10 +31,10 @@ pub fn check(service: &mut Service, slurm: &Slurm, queue: &mut QueueOnce, now: i
     // GPUs earlier preemptions freed for jobs that still wait, and have not had their time to start.
     let pending: std::collections::HashSet<&str> =
         jobs.iter().filter(|j| j.state == "PENDING").map(|j| j.job_id.as_str()).collect();
-    service.ledger.forget_freed(now, |job| pending.contains(job))?;
-    let freed_earlier = service.ledger.freed_for_waiters(now)?;
-    let balance = balances(service, jobs)?;
-    let exempt = &service.config.exempt;
+    cycle.res.ledger.forget_freed(now, |job| pending.contains(job))?;
+    let freed_earlier = cycle.res.ledger.freed_for_waiters(now)?;
+    let balance = balances(&cycle.res, jobs)?;
+    let exempt = &cycle.res.config.exempt;
     let holders: Vec<Holder> = jobs
         .iter()
         .filter(|j| j.state == "RUNNING" && !j.alloc.is_empty())
@@ -59,7 +60,7 @@ pub fn check(service: &mut Service, slurm: &Slurm, queue: &mut QueueOnce, now: i
         .collect();
     let mut not_busy = String::new();
     if let Some(threshold) = config.busy_percent {
-        let idle = idle_types(service, &holders, threshold)?;
+        let idle = idle_types(&cycle.res, &holders, threshold)?;
         for waiter in &mut waiters {
             waiter.wants.retain(|gpu_type, _| !idle.contains_key(gpu_type));
         }
@@ -74,7 +75,7 @@ pub fn check(service: &mut Service, slurm: &Slurm, queue: &mut QueueOnce, now: i
     let mut victims = if config.enabled { contention_victims(&holders, &waiters, now, limits) } else { Vec::new() };
     if config.at_floor != AtFloor::None {
         let left = config.max_per_cycle.saturating_sub(victims.len());
-        let floor = service.ledger.rules().floor;
+        let floor = cycle.res.ledger.rules().floor;
         let more: Vec<Victim> = at_floor_victims(&holders, floor, left)
             .into_iter()
             .filter(|v| !victims.iter().any(|c| c.job_id == v.job_id))
@@ -85,11 +86,11 @@ pub fn check(service: &mut Service, slurm: &Slurm, queue: &mut QueueOnce, now: i
         // Remembered before acting: a cycle that runs next (here or in another process) must see it.
         let secs = |d: std::time::Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
         let expires = now.saturating_add(secs(config.grace)).saturating_add(secs(config.start_wait));
-        service.ledger.remember_freed(&freed_for(&victims, &holders, &waiters, expires), now)?;
+        cycle.res.ledger.remember_freed(&freed_for(&victims, &holders, &waiters, expires), now)?;
     }
     let requeueable: HashMap<&str, bool> = jobs.iter().map(|j| (j.job_id.as_str(), j.requeueable)).collect();
     for victim in &victims {
-        act(service, slurm, victim, requeueable.get(victim.job_id.as_str()).copied().unwrap_or(false), now)?;
+        act(cycle, slurm, victim, requeueable.get(victim.job_id.as_str()).copied().unwrap_or(false), now)?;
     }
     let done = if config.dry_run { "would preempt (dry run)" } else { "preempted" };
     let served = match served {
@@ -101,10 +102,10 @@ pub fn check(service: &mut Service, slurm: &Slurm, queue: &mut QueueOnce, now: i
 
 /// GPU types that fail the busy test, with why: their holders' mean utilization is below
 /// `threshold`, or unknown (no samples from agents or Prometheus).
-fn idle_types(service: &Service, holders: &[Holder], threshold: f64) -> AccountdResult<BTreeMap<String, String>> {
+fn idle_types(res: &Resources, holders: &[Holder], threshold: f64) -> AccountdResult<BTreeMap<String, String>> {
     let mut sampled = HashMap::new();
     for holder in holders {
-        if let Some(percent) = service.ledger.mean_utilization(&holder.job_id)? {
+        if let Some(percent) = res.ledger.mean_utilization(&holder.job_id)? {
             sampled.insert(holder.job_id.clone(), percent);
         }
     }
@@ -121,11 +122,11 @@ fn idle_types(service: &Service, holders: &[Holder], threshold: f64) -> Accountd
 }
 
 /// Every job's user's balance (a user not in the ledger stands at `initial`).
-fn balances(service: &Service, jobs: &[QueueJob]) -> AccountdResult<HashMap<String, Tokens>> {
+fn balances(res: &Resources, jobs: &[QueueJob]) -> AccountdResult<HashMap<String, Tokens>> {
     let mut balance = HashMap::new();
     for job in jobs {
         if !balance.contains_key(&job.user) {
-            let b = service.ledger.account(&job.user)?.map(|a| a.balance).unwrap_or(service.ledger.rules().initial);
+            let b = res.ledger.account(&job.user)?.map(|a| a.balance).unwrap_or(res.ledger.rules().initial);
             balance.insert(job.user.clone(), b);
         }
     }
@@ -150,9 +151,9 @@ fn wanted(job: &QueueJob) -> BTreeMap<String, u64> {
     wants
 }
 
-fn act(service: &mut Service, slurm: &Slurm, victim: &Victim, requeueable: bool, now: i64) -> AccountdResult {
-    let config = service.config.preemption.clone();
-    let action = match (victim.cause == Cause::AtFloor, service.config.preemption.at_floor, config.action) {
+fn act(cycle: &mut CycleState, slurm: &Slurm, victim: &Victim, requeueable: bool, now: i64) -> AccountdResult {
+    let config = cycle.res.config.preemption.clone();
+    let action = match (victim.cause == Cause::AtFloor, cycle.res.config.preemption.at_floor, config.action) {
         (true, AtFloor::Cancel, _) | (false, _, PreemptAction::Cancel) => "cancel",
         _ if requeueable => "requeue",
         _ => "cancel",
@@ -167,7 +168,14 @@ fn act(service: &mut Service, slurm: &Slurm, victim: &Victim, requeueable: bool,
     let acted = !config.dry_run && crate::slurm::job_id_arg(&victim.job_id).is_ok();
     let notice = acted
         .then(|| {
-            crate::notify::preempted_notice(service, &victim.user, &victim.job_id, action, &reason, victim.balance)
+            crate::cycles::notify::preempted_notice(
+                &cycle.res,
+                &victim.user,
+                &victim.job_id,
+                action,
+                &reason,
+                victim.balance,
+            )
         })
         .flatten();
     let audit = Action {
@@ -178,8 +186,8 @@ fn act(service: &mut Service, slurm: &Slurm, victim: &Victim, requeueable: bool,
         reason: reason.clone(),
         dry_run: config.dry_run,
     };
-    service.ledger.record_action_noticed(&audit, notice.as_ref())?;
-    service.metrics.record_preemption(&gpu_type, action, config.dry_run);
+    cycle.res.ledger.record_action_noticed(&audit, notice.as_ref())?;
+    cycle.res.metrics.record_preemption(&gpu_type, action, config.dry_run);
     if config.dry_run {
         tracing::warn!("dry run: would {action} job {} of {} ({reason})", victim.job_id, victim.user);
         return Ok(());
@@ -209,10 +217,10 @@ fn act(service: &mut Service, slurm: &Slurm, victim: &Victim, requeueable: bool,
         None => step(slurm),
         Some(signal) => {
             slurm.run("scancel", &["--full", &format!("--signal={signal}"), "--", &signalled])?;
-            // The grace runs on a thread of its own: the cycle (and the service lock) must not wait.
+            // The grace runs on a thread of its own: the cycle must not wait.
             let (slurm, grace) = (slurm.clone(), config.grace);
-            service.pending.retain(|h| !h.is_finished());
-            service.pending.push(std::thread::spawn(move || {
+            cycle.preemptions.retain(|h| !h.is_finished());
+            cycle.preemptions.push(std::thread::spawn(move || {
                 std::thread::sleep(grace);
                 step(&slurm);
             }));

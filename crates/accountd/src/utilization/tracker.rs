@@ -1,17 +1,33 @@
-//! What accountd does with the node agents' reports: per-GPU and per-job metrics, a utilization
-//! sample per job in the ledger (for `charge_basis = "measured"`), and idle-job detection.
+//! What accountd does with each job's measured utilization, from an agent's report or Prometheus:
+//! per-job metrics, a utilization sample per job in the ledger (for `charge_basis = "measured"`), and
+//! idle-job detection, whose state between samples is the [`Tracker`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use gputokens::config::UsageConfig;
 
-use crate::agent::export::job_use;
-use crate::agent::report::AgentReport;
-use crate::agent::GpuHealth;
 use crate::error::AccountdResult;
-use crate::metrics::{GpuLabels, JobLabels, Metrics};
-use crate::service::{JobWatch, Service, UtilizationTracker};
+use crate::metrics::JobLabels;
+use crate::resources::Resources;
 use crate::slurm::Slurm;
+
+/// Per-job utilization state between samples.
+#[derive(Debug, Default)]
+pub struct Tracker {
+    /// Each job seen running on a GPU, by job ID.
+    jobs: HashMap<String, JobWatch>,
+    /// Each job's user, asked of squeue once.
+    users: HashMap<String, String>,
+}
+
+/// One job's way toward being flagged idle.
+#[derive(Debug, Clone)]
+struct JobWatch {
+    labels: JobLabels,
+    /// Since when its utilization has stayed below `idle_threshold_percent`.
+    below_since: Option<i64>,
+    flagged: bool,
+}
 
 /// Utilization of one job on one node in one sample.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,17 +38,8 @@ pub struct JobUtilization {
     pub memory_bytes: u64,
 }
 
-/// Per job, as the agent computes it for its own metrics (`agent::export::job_use`): the mean GPU
-/// utilization of the GPUs the job's processes run on.
-pub fn job_utilization(report: &AgentReport) -> Vec<JobUtilization> {
-    job_use(&report.sample)
-        .into_iter()
-        .map(|(job, used)| JobUtilization { job, percent: used.percent, memory_bytes: used.memory_bytes })
-        .collect()
-}
-
 /// The job's user, asked of squeue once and remembered.
-fn user_of(tracker: &mut UtilizationTracker, job: &str, slurm: &Slurm) -> String {
+fn user_of(tracker: &mut Tracker, job: &str, slurm: &Slurm) -> String {
     if let Some(user) = tracker.users.get(job) {
         return user.clone();
     }
@@ -50,36 +57,28 @@ fn user_of(tracker: &mut UtilizationTracker, job: &str, slurm: &Slurm) -> String
     }
 }
 
-/// Applies one agent report.
-pub fn ingest(service: &mut Service, report: &AgentReport) -> AccountdResult<String> {
-    record_gpus(&service.metrics, report);
-    let drained = crate::health::check(service, report)?;
-    let jobs = job_utilization(report);
-    let (count, idle) = apply(service, &report.node, jobs, report.sample.time.timestamp())?;
-    Ok(format!(
-        "{}: {} GPUs, {count} jobs, {idle} newly idle, {} drains",
-        report.node,
-        report.sample.gpus.len(),
-        drained.len()
-    ))
-}
-
 /// Records the utilization of the jobs seen on `node` (agents) or cluster-wide (`node` empty,
 /// Prometheus); returns how many jobs and how many became idle.
-pub fn apply(service: &mut Service, node: &str, jobs: Vec<JobUtilization>, now: i64) -> AccountdResult<(usize, usize)> {
+pub fn apply(
+    res: &mut Resources,
+    tracker: &mut Tracker,
+    node: &str,
+    jobs: Vec<JobUtilization>,
+    now: i64,
+) -> AccountdResult<(usize, usize)> {
     let node = node.to_string();
-    let slurm = Slurm::new(&service.config.slurm);
-    let usage = service.config.usage.clone();
+    let slurm = Slurm::new(&res.config.slurm);
+    let usage = res.config.usage.clone();
     let mut seen = BTreeSet::new();
     let mut flagged = Vec::new();
     for job in jobs {
-        let user = user_of(&mut service.utilization, &job.job, &slurm);
-        service.ledger.record_utilization(&job.job, job.percent, now)?;
+        let user = user_of(tracker, &job.job, &slurm);
+        res.ledger.record_utilization(&job.job, job.percent, now)?;
         let labels = JobLabels { job: job.job.clone(), user, node: node.clone() };
-        let series = service.metrics.job_labels(&labels);
-        service.metrics.job_gpu_utilization.get_or_create(&series).set(job.percent);
-        service.metrics.job_gpu_memory.get_or_create(&series).set(job.memory_bytes as f64);
-        let watch = service.utilization.jobs.entry(job.job.clone()).or_insert_with(|| JobWatch {
+        let series = res.metrics.job_labels(&labels);
+        res.metrics.job_gpu_utilization.get_or_create(&series).set(job.percent);
+        res.metrics.job_gpu_memory.get_or_create(&series).set(job.memory_bytes as f64);
+        let watch = tracker.jobs.entry(job.job.clone()).or_insert_with(|| JobWatch {
             labels: labels.clone(),
             below_since: None,
             flagged: false,
@@ -87,10 +86,10 @@ pub fn apply(service: &mut Service, node: &str, jobs: Vec<JobUtilization>, now: 
         if watch_idle(watch, job.percent, now, &usage) {
             flagged.push(watch.labels.clone());
         }
-        service.metrics.job_idle.get_or_create(&series).set(watch.flagged as i64);
+        res.metrics.job_idle.get_or_create(&series).set(watch.flagged as i64);
         seen.insert(job.job);
     }
-    forget_ended_jobs(service, &node, &seen);
+    forget_ended_jobs(res, tracker, &node, &seen);
     for labels in &flagged {
         flag_idle(labels, &usage);
     }
@@ -144,44 +143,20 @@ fn flag_idle(labels: &JobLabels, usage: &UsageConfig) {
 const IDLE_COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Jobs of this node missing from its report have ended there: drop their series.
-fn forget_ended_jobs(service: &mut Service, node: &str, seen: &BTreeSet<String>) {
-    let ended: Vec<String> = service
-        .utilization
+fn forget_ended_jobs(res: &mut Resources, tracker: &mut Tracker, node: &str, seen: &BTreeSet<String>) {
+    let ended: Vec<String> = tracker
         .jobs
         .iter()
         .filter(|(job, w)| w.labels.node == node && !seen.contains(*job))
         .map(|(job, _)| job.clone())
         .collect();
     for job in ended {
-        if let Some(w) = service.utilization.jobs.remove(&job) {
-            let series = service.metrics.job_labels(&w.labels);
-            service.metrics.job_gpu_utilization.remove(&series);
-            service.metrics.job_gpu_memory.remove(&series);
-            service.metrics.job_idle.remove(&series);
+        if let Some(w) = tracker.jobs.remove(&job) {
+            let series = res.metrics.job_labels(&w.labels);
+            res.metrics.job_gpu_utilization.remove(&series);
+            res.metrics.job_gpu_memory.remove(&series);
+            res.metrics.job_idle.remove(&series);
         }
-        service.utilization.users.remove(&job);
-    }
-}
-
-fn record_gpus(metrics: &Metrics, report: &AgentReport) {
-    for gpu in &report.sample.gpus {
-        let labels = GpuLabels {
-            node: report.node.clone(),
-            gpu: gpu.index.to_string(),
-            uuid: gpu.uuid.clone().unwrap_or_default(),
-        };
-        let set = |family: &prometheus_client::metrics::family::Family<GpuLabels, _>, value: Option<f64>| {
-            if let Some(v) = value {
-                let gauge: &prometheus_client::metrics::gauge::Gauge<f64, std::sync::atomic::AtomicU64> =
-                    &family.get_or_create(&labels);
-                gauge.set(v);
-            }
-        };
-        set(&metrics.gpu_utilization, gpu.utilization_percent.map(f64::from));
-        set(&metrics.gpu_memory_used, gpu.memory_used_bytes.map(|b| b as f64));
-        set(&metrics.gpu_temperature, gpu.temperature_c.map(f64::from));
-        set(&metrics.gpu_power, gpu.power_w);
-        let healthy = matches!(gpu.health, GpuHealth::Ok) && gpu.ecc_uncorrected.unwrap_or(0) == 0;
-        metrics.gpu_healthy.get_or_create(&labels).set(healthy as i64);
+        tracker.users.remove(&job);
     }
 }

@@ -8,9 +8,9 @@ use gputokens::protocol::{BalanceRow, Reply, Request};
 use gputokens::statement::Month;
 use gputokens::Config;
 
-use crate::client::{call, ClientError};
+use crate::cli::statement_output;
 use crate::error::{AccountdError, AccountdResult};
-use crate::statement_output;
+use crate::socket::client::{call, ClientError};
 
 #[derive(Debug, Parser)]
 #[command(name = "sbalance", version = crate::version(), about = "Show GPU token balances (like sshare)")]
@@ -163,7 +163,7 @@ fn history(config: &Config, args: &Args, limit: usize) -> AccountdResult {
             vec![
                 gputokens::time::format_local(e.at),
                 e.kind.as_str().to_string(),
-                crate::admin::signed(e.amount),
+                crate::cli::admin::signed(e.amount),
                 e.balance_after.to_string(),
                 e.job_id.clone().unwrap_or_default(),
                 e.reason.clone(),

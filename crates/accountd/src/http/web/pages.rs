@@ -10,8 +10,9 @@ use gputokens::time::{format_local, local_date};
 use gputokens::Tokens;
 use serde_json::{json, Value};
 
-use crate::handler::balance_row;
-use crate::service::Service;
+use crate::answering::Answering;
+use crate::resources::Resources;
+use crate::socket::handler::balance_row;
 
 /// Entries a user's view reads at most (the newest): the chart's 90 days of a busy user.
 const ENTRIES_READ: usize = 5_000;
@@ -31,14 +32,14 @@ fn tokens(t: Tokens) -> Value {
 
 /// `user`'s page: balance and status, when they recover, the balance over 90 days, charges per
 /// job and per GPU type, crossings and preemptions, and the burn-rate forecast.
-pub fn user_view(service: &Service, user: &str, now: i64) -> Result<Value, String> {
-    let row = balance_row(service, user, now).map_err(|reply| match reply {
+pub fn user_view(res: &Resources, user: &str, now: i64) -> Result<Value, String> {
+    let row = balance_row(res, user, now).map_err(|reply| match reply {
         gputokens::protocol::Reply::Error { message, .. } => message,
         other => format!("{other:?}"),
     })?;
-    let rules = *service.ledger.rules();
+    let rules = *res.ledger.rules();
     let entries =
-        if row.in_ledger { service.ledger.recent(user, ENTRIES_READ).map_err(|e| e.to_string())? } else { Vec::new() };
+        if row.in_ledger { res.ledger.recent(user, ENTRIES_READ).map_err(|e| e.to_string())? } else { Vec::new() };
     let since = now - CHART_DAYS * 86_400;
     let chart: Vec<Value> = entries
         .iter()
@@ -68,7 +69,7 @@ pub fn user_view(service: &Service, user: &str, now: i64) -> Result<Value, Strin
 
     let mut events: Vec<(i64, Value)> = Vec::new();
     let mut level = Level::Ok;
-    let warn_below = service.config.notify.warn_below;
+    let warn_below = res.config.notify.warn_below;
     for e in &entries {
         let Some(c) = crossing(level, e.balance_after, warn_below, rules.floor) else { continue };
         level = c.level;
@@ -83,7 +84,7 @@ pub fn user_view(service: &Service, user: &str, now: i64) -> Result<Value, Strin
         let why = format!("{} {} → balance {}", e.kind.as_str(), e.amount, e.balance_after);
         events.push((e.at, json!({ "at": format_local(e.at), "event": event.as_str(), "what": what, "why": why })));
     }
-    for a in service.ledger.actions(ACTIONS_READ).map_err(|e| e.to_string())?.iter().filter(|a| a.user == user) {
+    for a in res.ledger.actions(ACTIONS_READ).map_err(|e| e.to_string())?.iter().filter(|a| a.user == user) {
         let what = format!("job {}: {} ({})", a.target, a.action, a.reason);
         events.push((a.at, json!({ "at": format_local(a.at), "event": "preempted", "what": what, "why": "" })));
     }
@@ -110,9 +111,10 @@ pub fn user_view(service: &Service, user: &str, now: i64) -> Result<Value, Strin
 }
 
 /// The admins' page: every user, usage per GPU type, preemptions, drained GPUs, cycle health.
-pub fn admin_view(service: &Service, now: i64) -> Result<Value, String> {
-    let rules = *service.ledger.rules();
-    let users: Vec<Value> = service
+pub fn admin_view(answering: &Answering, now: i64) -> Result<Value, String> {
+    let rules = *answering.res.ledger.rules();
+    let users: Vec<Value> = answering
+        .res
         .ledger
         .accounts()
         .map_err(|e| e.to_string())?
@@ -123,8 +125,8 @@ pub fn admin_view(service: &Service, now: i64) -> Result<Value, String> {
         })
         .collect();
     let first_day = local_date(now) - chrono::Days::new(29);
-    let usage = service.ledger.used_by_type_since(first_day).map_err(|e| e.to_string())?;
-    let actions = service.ledger.actions(ACTIONS_READ).map_err(|e| e.to_string())?;
+    let usage = answering.res.ledger.used_by_type_since(first_day).map_err(|e| e.to_string())?;
+    let actions = answering.res.ledger.actions(ACTIONS_READ).map_err(|e| e.to_string())?;
     let preemptions: Vec<Value> = actions
         .iter()
         .filter(|a| a.action != "drain")
@@ -134,8 +136,8 @@ pub fn admin_view(service: &Service, now: i64) -> Result<Value, String> {
                          "reason": a.reason, "dry_run": a.dry_run })
         })
         .collect();
-    let faults = service.ledger.all_gpu_faults().map_err(|e| e.to_string())?;
-    let waiting = service.slurm_view.queue.as_ref().map(
+    let faults = answering.res.ledger.all_gpu_faults().map_err(|e| e.to_string())?;
+    let waiting = answering.slurm_view.queue.as_ref().map(
         |q| json!({ "jobs": q.pending.values().filter(|p| p.gpus.is_some()).count(), "as_of": format_local(q.as_of) }),
     );
     Ok(json!({
@@ -145,7 +147,7 @@ pub fn admin_view(service: &Service, now: i64) -> Result<Value, String> {
         "preemptions": preemptions,
         "drained": faults.iter().map(|f| json!({ "node": f.node, "gpu": f.gpu, "cause": f.cause,
                                                  "at": format_local(f.acted_at) })).collect::<Vec<_>>(),
-        "cycles": service.metrics.cycle_health(now),
+        "cycles": answering.res.metrics.cycle_health(now),
         "now": now,
     }))
 }

@@ -8,9 +8,10 @@ use gputokens::config::ChargeBasis;
 use gputokens::slurm::{sacct, squeue};
 use ledger::{ChargeOutcome, UsageRecord};
 
+use crate::cycles::rejected_records;
+use crate::cycles::CycleState;
 use crate::error::AccountdResult;
-use crate::rejected_records;
-use crate::service::Service;
+use crate::resources::Resources;
 use crate::slurm::{Slurm, SlurmError};
 
 /// Ledger meta key: sacct has been read up to this unix time.
@@ -50,16 +51,16 @@ impl fmt::Display for ChargeSummary {
     }
 }
 
-pub fn charge(service: &mut Service, slurm: &Slurm, now: i64) -> AccountdResult<ChargeSummary> {
+pub fn charge(cycle: &mut CycleState, slurm: &Slurm, now: i64) -> AccountdResult<ChargeSummary> {
     // What Slurm can have seen: `now` may be ahead of the clock (`tick --now`), never Slurm.
     let read_at = gputokens::time::now();
-    let tools = &service.config.slurm;
-    let meta = |key| -> AccountdResult<Option<i64>> { Ok(service.ledger.meta(key)?.and_then(|v| v.parse().ok())) };
+    let tools = &cycle.res.config.slurm;
+    let meta = |key| -> AccountdResult<Option<i64>> { Ok(cycle.res.ledger.meta(key)?.and_then(|v| v.parse().ok())) };
     let (read_until, read_from) = (meta(READ_UNTIL)?, meta(READ_FROM)?);
     let since =
         window_start(read_until, read_from, tools.reread.as_secs() as i64, tools.first_lookback.as_secs() as i64, now);
 
-    let sharing = service.config.sharing;
+    let sharing = cycle.res.config.sharing;
     let finished = sacct::parse(&slurm.sacct(since, now)?, sharing).map_err(SlurmError::Sacct)?;
     let squeue_at = gputokens::time::now();
     let running = squeue::running_gpu_jobs(&slurm.squeue_json()?).map_err(SlurmError::Squeue)?;
@@ -75,21 +76,21 @@ pub fn charge(service: &mut Service, slurm: &Slurm, now: i64) -> AccountdResult<
         finished.rejected.iter().cloned().chain(rejected_finished).chain(rejected_running).collect();
     let mut records: Vec<UsageRecord> = finished_records.into_iter().chain(running_records).collect();
     resolve_untyped(&mut records, &nodes_of, slurm);
-    if service.config.usage.charge_basis == ChargeBasis::Measured {
-        weigh_by_utilization(service, &mut records)?;
+    if cycle.res.config.usage.charge_basis == ChargeBasis::Measured {
+        weigh_by_utilization(&cycle.res, &mut records)?;
     }
 
-    let outcome = service.ledger.charge(&records, &service.config.prices, now)?;
+    let outcome = cycle.res.ledger.charge(&records, &cycle.res.config.prices, now)?;
     // Read up to what Slurm had seen: a job that ends after the clock but before `now` is read again.
-    service.ledger.set_meta(READ_UNTIL, &now.min(read_at).to_string())?;
+    cycle.res.ledger.set_meta(READ_UNTIL, &now.min(read_at).to_string())?;
     if read_from.is_none() {
         // Ledgers from before this key: their first read is long past, nothing to protect.
         let from = if read_until.is_none() { since } else { i64::MIN };
-        service.ledger.set_meta(READ_FROM, &from.to_string())?;
+        cycle.res.ledger.set_meta(READ_FROM, &from.to_string())?;
     }
     rejected.extend(rejected_records::uncountable(&outcome));
-    service.metrics.record_charge(&outcome, finished.skipped);
-    service.rejected_records.note(&rejected, &service.metrics);
+    cycle.res.metrics.record_charge(&outcome, finished.skipped);
+    cycle.rejected_records.note(&rejected, &cycle.res.metrics);
     for (gpu_type, secs) in &outcome.unlisted_types {
         tracing::warn!(
             "GPU type '{gpu_type}' is not in [prices]: {secs} GPU-seconds charged at the unlisted-type price"
@@ -118,11 +119,11 @@ fn window_start(read_until: Option<i64>, read_from: Option<i64>, reread: i64, fi
 
 /// `charge_basis = "measured"`: a job pays for its GPUs in proportion to their measured
 /// utilization, never less than `measured_min_fraction`; a job never measured pays the allocation.
-fn weigh_by_utilization(service: &Service, records: &mut [UsageRecord]) -> AccountdResult {
-    let floor = service.config.usage.measured_min_fraction;
-    let interval = sample_interval(&service.config);
+fn weigh_by_utilization(res: &Resources, records: &mut [UsageRecord]) -> AccountdResult {
+    let floor = res.config.usage.measured_min_fraction;
+    let interval = sample_interval(&res.config);
     for record in records {
-        if let Some((samples, util_sum)) = service.ledger.utilization_samples(&record.job_id)? {
+        if let Some((samples, util_sum)) = res.ledger.utilization_samples(&record.job_id)? {
             let fraction = measured_fraction(samples, util_sum, record.elapsed, interval, floor);
             record.weight_permille = (fraction * 1000.0).round() as u32;
         }

@@ -6,7 +6,7 @@ use gputokens::statement::{gpu_hours, Item, Line, Month, Statement};
 use gputokens::time::{format_local, local_date};
 use gputokens::Tokens;
 
-use crate::admin::signed;
+use crate::cli::admin::signed;
 
 /// The columns of `-P` and `--csv`.
 pub const ROW_HEADER: [&str; 12] = [

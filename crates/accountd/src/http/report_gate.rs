@@ -17,7 +17,7 @@ use gputokens::config::AgentAuth;
 use gputokens::Config;
 
 use crate::agent::report::AgentReport;
-use crate::auth::{self, Presented};
+use crate::http::auth::{self, Presented};
 use crate::munge::{self, MungeErrorKind};
 use crate::slurm::{job_id_arg, node_name_arg, Slurm};
 
