@@ -8,6 +8,7 @@ pub mod listener;
 pub mod rate_limit;
 pub mod report_gate;
 pub mod reports;
+pub mod state;
 pub mod web;
 
 use std::net::SocketAddr;
@@ -22,100 +23,16 @@ use gputokens::access::Caller;
 use gputokens::protocol::{BalanceRow, Reply};
 
 use crate::agent::report::{AgentReport, REPORT_PATH};
-use crate::answering::{self, Shared};
-use crate::error::{AccountdError, AccountdResult};
-use crate::http::report_gate::{Refusal, ReportGate};
+use crate::answering;
+
 use crate::metrics::ReasonLabels;
-use crate::slurm::Slurm;
 use auth::Presented;
-use reports::ReportState;
+use report_gate::Refusal;
+pub use state::AppState;
+use state::REPORTS_AT_ONCE;
 
 /// The largest agent report accepted: a node of 16 GPUs and a thousand GPU processes sends far less.
 pub const REPORT_MAX_BYTES: usize = 256 << 10;
-/// Agent reports (and their MUNGE decodes) checked at once; more are told to come back.
-const REPORTS_AT_ONCE: usize = 16;
-
-#[derive(Clone)]
-pub struct AppState {
-    /// What answers requests, shared with the socket.
-    pub answering: Shared,
-    /// What the agents' reports leave for the next (taken before `answering`, never after).
-    reports: Arc<std::sync::Mutex<ReportState>>,
-    gate: Arc<ReportGate>,
-    report_slots: Arc<tokio::sync::Semaphore>,
-    /// The JSON API's requests under way (each decodes a MUNGE credential), as many as reports.
-    api_slots: Arc<tokio::sync::Semaphore>,
-    /// The shared metrics, counted into without taking the answering lock.
-    metrics: Arc<crate::metrics::Metrics>,
-    slurm: Slurm,
-    /// `[http] admin_token_file`'s token: reads the JSON API as an admin.
-    admin_token: Option<String>,
-    /// `[web] proxy_secret_file`'s secret: what a trusted proxy's requests carry.
-    pub proxy_secret: Option<String>,
-    /// `[web] trusted_proxies`: besides this host, where the admin token may come from.
-    trusted_proxies: Vec<std::net::IpAddr>,
-    /// `[web] url`: a name the status page answers to.
-    pub web_url: Option<String>,
-    munge_socket: Option<std::path::PathBuf>,
-}
-
-impl AppState {
-    pub fn new(answering: Shared) -> AccountdResult<AppState> {
-        let (config, metrics) = {
-            let s = answering::lock(&answering);
-            (s.res.config.clone(), s.res.metrics.clone())
-        };
-        let gate = ReportGate::new(&config).map_err(AccountdError::Refused)?;
-        let admin_token = config
-            .http
-            .admin_token_file
-            .as_deref()
-            .map(|path| read_private_secret(path, "http.admin_token_file"))
-            .transpose()?;
-        let proxy_secret = config
-            .web
-            .proxy_secret_file
-            .as_deref()
-            .map(|path| read_private_secret(path, "web.proxy_secret_file"))
-            .transpose()?;
-        Ok(AppState {
-            answering,
-            reports: Default::default(),
-            gate: Arc::new(gate),
-            report_slots: Arc::new(tokio::sync::Semaphore::new(REPORTS_AT_ONCE)),
-            api_slots: Arc::new(tokio::sync::Semaphore::new(REPORTS_AT_ONCE)),
-            metrics,
-            slurm: Slurm::new(&config.slurm),
-            admin_token,
-            proxy_secret,
-            trusted_proxies: config.web.trusted_proxies.clone(),
-            web_url: config.web.url.clone(),
-            munge_socket: config.agent.munge_socket.clone(),
-        })
-    }
-}
-
-/// A secret's file must be readable by its owner alone: anyone who can read it is an admin (the
-/// admin token) or any user (a proxy's secret).
-fn read_private_secret(path: &std::path::Path, key: &str) -> AccountdResult<String> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).map_err(|e| AccountdError::Refused(format!("{key} {}: {e}", path.display())))?;
-    if meta.mode() & 0o077 != 0 || meta.uid() != nix::unistd::geteuid().as_raw() {
-        return Err(AccountdError::Refused(format!(
-            "{key} {} must be owned by accountd's user and readable by it alone (mode 0600)",
-            path.display()
-        )));
-    }
-    auth::read_secret(path).map_err(|e| AccountdError::Refused(format!("{key}: {e}")))
-}
-
-impl AppState {
-    /// The metrics, for the listener to count refused connections into.
-    pub fn metrics(&self) -> Arc<crate::metrics::Metrics> {
-        self.metrics.clone()
-    }
-}
-
 pub fn router(state: AppState) -> Router {
     let state = Arc::new(state);
     Router::new()

@@ -21,7 +21,7 @@ use axum::{Json, Router};
 use gputokens::access::Caller;
 
 use crate::answering::Answering;
-use crate::http::AppState;
+use crate::http::state::AppState;
 use logins::{Refused, Visitor};
 
 pub use logins::Logins;
