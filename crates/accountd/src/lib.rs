@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod answering;
+pub mod balance_row;
 pub mod cli;
 pub mod command;
 pub mod cycles;
@@ -12,6 +13,7 @@ pub mod error;
 pub mod health;
 pub mod http;
 pub mod metrics;
+pub mod reply;
 pub mod resources;
 pub mod slurm;
 pub mod snapshot;

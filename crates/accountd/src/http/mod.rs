@@ -231,7 +231,7 @@ async fn rows(state: Arc<AppState>, peer: SocketAddr, presented: Option<Vec<u8>>
             None => vec![caller.name.clone()],
         };
         let row = |name: &String| {
-            crate::socket::handler::balance_row(&s.res, name, gputokens::time::now()).map_err(|reply| match reply {
+            crate::balance_row::balance_row(&s.res, name, gputokens::time::now()).map_err(|reply| match reply {
                 Reply::Error { message, .. } => (StatusCode::NOT_FOUND, message),
                 other => (StatusCode::INTERNAL_SERVER_ERROR, format!("{other:?}")),
             })

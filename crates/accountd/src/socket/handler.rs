@@ -1,44 +1,22 @@
 //! What accountd answers on its socket: [`handle`]. Pure request → reply over the ledger, so
 //! unit tests call it directly; the caller comes from the kernel, never from the request.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use gputokens::access::{system_user_exists, Caller};
-use gputokens::protocol::{BalanceRow, ErrorKind, HistoryRow, Reply, Request};
+use gputokens::protocol::{ErrorKind, HistoryRow, Reply, Request};
 use gputokens::statement::Month;
 use gputokens::time::local_date;
 use gputokens::Tokens;
-use ledger::{Applied, Entry, EntryKind, Issue, LedgerError, NewEntry};
+use ledger::{Applied, Entry, EntryKind, Issue, NewEntry};
 
 use crate::answering::Answering;
+use crate::balance_row::balance_row;
+use crate::reply::{from_ledger, invalid, refused};
 use crate::resources::Resources;
 
-/// Usage shown by `sbalance` covers this many days.
-/// Used30d: today and the 29 local days before it.
-pub const USAGE_WINDOW_DAYS: u64 = 30;
 /// Users one balance request may name (`sbalance -u a,b,...`).
 pub const MAX_USERS_PER_REQUEST: usize = 1000;
-
-fn refused(message: String) -> Reply {
-    Reply::Error { kind: ErrorKind::Refused, message }
-}
-
-fn invalid(message: String) -> Reply {
-    Reply::Error { kind: ErrorKind::Invalid, message }
-}
-
-fn from_ledger(e: LedgerError) -> Reply {
-    match e {
-        LedgerError::UnknownUser(_)
-        | LedgerError::NothingToRefund(_)
-        | LedgerError::ImportConflict(_)
-        | LedgerError::BadUserName { .. }
-        | LedgerError::NotYetSeen { .. }
-        | LedgerError::OutOfRange(_) => invalid(e.to_string()),
-        _ => Reply::Error { kind: ErrorKind::Internal, message: e.to_string() },
-    }
-}
 
 /// Answers `request` from `caller` at time `now`. Returns the reply and whether the ledger changed.
 pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now: i64) -> (Reply, bool) {
@@ -102,7 +80,7 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
         Request::Actions { limit } => {
             answering.res.ledger.actions(limit).map(|actions| (Reply::Actions { actions }, false)).map_err(from_ledger)
         }
-        Request::WebLogin => crate::http::web::login_link(answering, caller, now)
+        Request::WebLogin => crate::http::web::link::login_link(answering, caller, now)
             .map(|(url, expires)| (Reply::WebLink { url, expires }, false))
             .map_err(|message| Reply::Error { kind: ErrorKind::Invalid, message }),
         Request::Import { balances } => {
@@ -174,33 +152,6 @@ fn statements(
         (false, user) => res.ledger.statement(user.as_deref().unwrap_or(&caller.name), month, issue).map(|s| vec![s]),
     };
     statements.map(|statements| Reply::Statements { statements }).map_err(from_ledger)
-}
-
-pub fn balance_row(res: &Resources, user: &str, now: i64) -> Result<BalanceRow, Reply> {
-    let rules = res.ledger.rules();
-    let account = res.ledger.account(user).map_err(from_ledger)?;
-    if account.is_none() && !system_user_exists(user) {
-        return Err(invalid(format!("unknown user '{user}': not in the ledger and not a user of this system")));
-    }
-    let balance = account.as_ref().map(|a| a.balance).unwrap_or(rules.initial);
-    let today = local_date(now);
-    let used_30d = match account {
-        Some(_) => {
-            let first_day = today - chrono::Days::new(USAGE_WINDOW_DAYS - 1);
-            res.ledger.used_since_day(user, first_day).map_err(from_ledger)?
-        }
-        None => BTreeMap::new(),
-    };
-    Ok(BalanceRow {
-        user: user.to_string(),
-        balance,
-        floor: rules.floor,
-        status: rules.status(balance),
-        used_30d,
-        next_grant: rules.next_grant(today, balance).map(|g| (g.date.to_string(), g.amount)),
-        recovers: rules.recovers_on(today, balance).map(|d| d.to_string()),
-        in_ledger: account.is_some(),
-    })
 }
 
 #[allow(clippy::too_many_arguments)]

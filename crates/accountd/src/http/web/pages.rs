@@ -11,8 +11,8 @@ use gputokens::Tokens;
 use serde_json::{json, Value};
 
 use crate::answering::Answering;
+use crate::balance_row::balance_row;
 use crate::resources::Resources;
-use crate::socket::handler::balance_row;
 
 /// Entries a user's view reads at most (the newest): the chart's 90 days of a busy user.
 const ENTRIES_READ: usize = 5_000;
