@@ -9,7 +9,9 @@ use std::fmt::Write;
 
 use rusqlite::{params, Statement, Transaction};
 
-use super::{ensure_user, move_balance, Ledger, LedgerError, UsageRecord};
+use super::accounts::{ensure_user, move_balance};
+use super::error::out_of_range;
+use super::{Ledger, LedgerError, UsageRecord};
 use gputokens::policy::BucketRules;
 use gputokens::pricing::{cost_of, AppliedPrice, PriceTable};
 use gputokens::time::local_date;
@@ -217,7 +219,7 @@ fn charge_record(
             user.last_entry,
         ])?;
         user.last_entry = Some(tx.last_insert_rowid());
-        user.delta = user.delta.checked_sub(due).ok_or_else(|| super::out_of_range(&record.user, user.delta, -due))?;
+        user.delta = user.delta.checked_sub(due).ok_or_else(|| out_of_range(&record.user, user.delta, -due))?;
         match user.by_type.iter_mut().find(|(t, _)| t == gpu_type) {
             Some((_, tokens)) => *tokens = *tokens + due,
             None => user.by_type.push((gpu_type.clone(), due)),

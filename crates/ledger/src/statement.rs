@@ -11,7 +11,8 @@ use gputokens::statement::{Month, MonthEntry, Statement, StatementBuilder};
 use gputokens::time::local_date;
 use gputokens::tokens::Tokens;
 
-use super::{EntryKind, Ledger, LedgerError, USER_CHAIN};
+use super::history::USER_CHAIN;
+use super::{EntryKind, Ledger, LedgerError};
 
 /// The columns [`month_entry`] reads, after any leading ones.
 const ENTRY_COLUMNS: &str = "e.kind, e.amount, e.at, e.actor, e.reason, e.key, e.job_id, e.gpu_type, e.gpu_seconds";

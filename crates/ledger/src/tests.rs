@@ -5,6 +5,7 @@ use super::*;
 use gputokens::preemption::FreedFor;
 use gputokens::pricing::PriceTable;
 use gputokens::time::parse_timestamp;
+use gputokens::tokens::Tokens;
 
 fn rules() -> BucketRules {
     BucketRules::default()
