@@ -118,7 +118,7 @@ fn month_entry(row: &rusqlite::Row<'_>, first: usize) -> Result<MonthEntry, Ledg
         gpu_type: row.get(first + 7)?,
         // Written from a u64 that fit an i64: a negative count is a damaged ledger.
         gpu_seconds: gpu_seconds
-            .map(|s| u64::try_from(s).map_err(|_| LedgerError::OutOfRange(format!("negative GPU-seconds {s}"))))
+            .map(|s| u64::try_from(s).map_err(|_| LedgerError::Damaged(format!("negative GPU-seconds {s}"))))
             .transpose()?,
     })
 }
