@@ -5,12 +5,11 @@ use std::collections::BTreeMap;
 
 use rusqlite::{params, OptionalExtension};
 
-use gputokens::entry::EntryKind;
+use gputokens::entry::{Entry, EntryKind};
 use gputokens::time::local_date;
 use gputokens::tokens::Tokens;
 
 use super::accounts::{check_user_name, insert_entry, Applied, NewEntry};
-use super::history::Entry;
 use super::{Ledger, LedgerError};
 
 impl Ledger {

@@ -5,49 +5,28 @@ use std::collections::BTreeMap;
 
 use chrono::NaiveDate;
 use rusqlite::params;
-use serde::Serialize;
 
-use gputokens::entry::EntryKind;
+use gputokens::entry::{Entry, EntryKind};
 use gputokens::tokens::Tokens;
 
 use super::{Ledger, LedgerError};
-
-/// A stored entry, with the user's balance right after it.
-#[derive(Debug, Clone, Serialize)]
-pub struct Entry {
-    pub id: i64,
-    pub user: String,
-    pub kind: EntryKind,
-    pub amount: Tokens,
-    pub balance_after: Tokens,
-    pub at: i64,
-    pub actor: String,
-    pub reason: String,
-    /// Charges have none: their job_charges row keeps them from being recorded twice.
-    pub key: Option<String>,
-    pub job_id: Option<String>,
-    pub gpu_type: Option<String>,
-}
 
 impl Ledger {
     /// Every entry of `user`, oldest first, with the running balance.
     pub fn history(&self, user: &str) -> Result<Vec<Entry>, LedgerError> {
         let mut stmt = self.conn.prepare_cached(&format!(
             "{USER_CHAIN})
-             SELECT e.id, e.user, e.kind, e.amount, e.at, e.actor, e.reason, e.key, e.job_id, e.gpu_type
-             FROM chain CROSS JOIN entries e ON e.id = chain.id ORDER BY e.id"
+             SELECT {ENTRY_COLUMNS} FROM chain CROSS JOIN entries e ON e.id = chain.id ORDER BY e.id"
         ))?;
         let mut balance = Tokens::ZERO;
-        let entries: Vec<Entry> = stmt
-            .query_map(params![user], entry_row)?
-            .map(|e| {
-                e.map(|mut e| {
-                    balance = balance + e.amount;
-                    e.balance_after = balance;
-                    e
-                })
-            })
-            .collect::<Result<_, _>>()?;
+        let mut entries = Vec::new();
+        let mut rows = stmt.query(params![user])?;
+        while let Some(row) = rows.next()? {
+            let mut entry = entry_row(row)?;
+            balance = balance + entry.amount;
+            entry.balance_after = balance;
+            entries.push(entry);
+        }
         if entries.is_empty() {
             return Err(LedgerError::UnknownUser(user.to_string()));
         }
@@ -60,21 +39,18 @@ impl Ledger {
         let Some(account) = self.account(user)? else { return Err(LedgerError::UnknownUser(user.to_string())) };
         let mut stmt = self.conn.prepare_cached(&format!(
             "{USER_CHAIN} LIMIT ?2)
-             SELECT e.id, e.user, e.kind, e.amount, e.at, e.actor, e.reason, e.key, e.job_id, e.gpu_type
-             FROM chain CROSS JOIN entries e ON e.id = chain.id ORDER BY e.id DESC"
+             SELECT {ENTRY_COLUMNS} FROM chain CROSS JOIN entries e ON e.id = chain.id ORDER BY e.id DESC"
         ))?;
         let mut balance = account.balance;
-        let mut entries: Vec<Entry> = stmt
-            .query_map(params![user, limit as i64], entry_row)?
-            .map(|e| {
-                e.map(|mut e| {
-                    // Newest first: the balance after an entry is the one after the next, less it.
-                    e.balance_after = balance;
-                    balance = balance - e.amount;
-                    e
-                })
-            })
-            .collect::<Result<_, _>>()?;
+        let mut entries = Vec::new();
+        let mut rows = stmt.query(params![user, limit as i64])?;
+        while let Some(row) = rows.next()? {
+            let mut entry = entry_row(row)?;
+            // Newest first: the balance after an entry is the one after the next, less it.
+            entry.balance_after = balance;
+            balance = balance - entry.amount;
+            entries.push(entry);
+        }
         entries.reverse();
         Ok(entries)
     }
@@ -115,21 +91,29 @@ impl Ledger {
     }
 }
 
-/// An entry as `SELECT id, user, kind, amount, at, actor, reason, key, job_id, gpu_type` reads it;
-/// `balance_after` is left for the caller.
-fn entry_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Entry> {
+/// The columns of `entries e` that [`entry_row`] reads.
+pub(crate) const ENTRY_COLUMNS: &str =
+    "e.id, e.user, e.kind, e.amount, e.at, e.actor, e.reason, e.key, e.job_id, e.gpu_type, e.gpu_seconds";
+
+/// An entry as [`ENTRY_COLUMNS`] read it; `balance_after` is left for the caller.
+pub(crate) fn entry_row(row: &rusqlite::Row<'_>) -> Result<Entry, LedgerError> {
+    let gpu_seconds: Option<i64> = row.get(10)?;
     Ok(Entry {
-        id: r.get(0)?,
-        user: r.get(1)?,
-        kind: EntryKind::parse(&r.get::<_, String>(2)?),
-        amount: Tokens::from_micro(r.get(3)?),
+        id: row.get(0)?,
+        user: row.get(1)?,
+        kind: EntryKind::parse(&row.get::<_, String>(2)?),
+        amount: Tokens::from_micro(row.get(3)?),
         balance_after: Tokens::ZERO,
-        at: r.get(4)?,
-        actor: r.get(5)?,
-        reason: r.get(6)?,
-        key: r.get(7)?,
-        job_id: r.get(8)?,
-        gpu_type: r.get(9)?,
+        at: row.get(4)?,
+        actor: row.get(5)?,
+        reason: row.get(6)?,
+        key: row.get(7)?,
+        job_id: row.get(8)?,
+        gpu_type: row.get(9)?,
+        // Written from a u64 that fit an i64: a negative count is a damaged ledger.
+        gpu_seconds: gpu_seconds
+            .map(|s| u64::try_from(s).map_err(|_| LedgerError::Damaged(format!("negative GPU-seconds {s}"))))
+            .transpose()?,
     })
 }
 
