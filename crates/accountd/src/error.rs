@@ -65,15 +65,12 @@ impl From<Fault> for std::process::ExitCode {
 
 impl AccountdError {
     pub fn fault(&self) -> Fault {
-        use LedgerError::*;
         match self {
+            AccountdError::Ledger(e) if e.is_callers_fault() => Fault::Caller,
             AccountdError::Config(_)
             | AccountdError::SlurmName(_)
             | AccountdError::BadInput { .. }
             | AccountdError::Refused(_)
-            | AccountdError::Ledger(
-                UnknownUser(_) | NothingToRefund(_) | ImportConflict(_) | BadUserName { .. } | NotYetSeen { .. },
-            )
             | AccountdError::Client(ClientError::Refused(_)) => Fault::Caller,
             AccountdError::Ledger(_)
             | AccountdError::Slurm(_)
@@ -100,7 +97,8 @@ mod tests {
     #[test]
     fn refusals_are_the_callers_and_failures_the_systems() {
         assert_eq!(AccountdError::Ledger(LedgerError::UnknownUser("x".into())).fault(), Fault::Caller);
-        assert_eq!(AccountdError::Ledger(LedgerError::OutOfRange("x".into())).fault(), Fault::System);
+        assert_eq!(AccountdError::Ledger(LedgerError::OutOfRange("x".into())).fault(), Fault::Caller);
+        assert_eq!(AccountdError::Ledger(LedgerError::Damaged("x".into())).fault(), Fault::System);
         assert_eq!(AccountdError::Client(ClientError::Refused("no".into())).fault(), Fault::Caller);
         assert_eq!(AccountdError::Client(ClientError::Internal("down".into())).fault(), Fault::System);
         let io = AccountdError::io("cannot listen on x")(std::io::Error::other("busy"));

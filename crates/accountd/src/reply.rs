@@ -13,13 +13,6 @@ pub fn invalid(message: String) -> Reply {
 }
 
 pub fn from_ledger(e: LedgerError) -> Reply {
-    match e {
-        LedgerError::UnknownUser(_)
-        | LedgerError::NothingToRefund(_)
-        | LedgerError::ImportConflict(_)
-        | LedgerError::BadUserName { .. }
-        | LedgerError::NotYetSeen { .. }
-        | LedgerError::OutOfRange(_) => invalid(e.to_string()),
-        _ => Reply::Error { kind: ErrorKind::Internal, message: e.to_string() },
-    }
+    let kind = if e.is_callers_fault() { ErrorKind::Invalid } else { ErrorKind::Internal };
+    Reply::Error { kind, message: e.to_string() }
 }

@@ -17,6 +17,6 @@ pub struct UsageRecord {
     /// Seconds held so far.
     pub elapsed: u64,
     /// Share of the price charged, in permille: 1000 charges the allocation; less with
-    /// `charge_basis = "measured"`.
+    /// `charge_basis = "measured"` (see [`crate::pricing::weighted_price`]).
     pub weight_permille: u32,
 }

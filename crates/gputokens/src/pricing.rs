@@ -1,4 +1,6 @@
-//! Prices per GPU type and the cost of GPU time, rounded up to the next micro-token.
+//! Prices per GPU type and the cost of GPU time, rounded up to the next micro-token; with
+//! `charge_basis = "measured"`, the share of its price a job pays for the utilization measured.
+//! Everything that prices a GPU-hour is here: the ledger and accountd only call it.
 
 use std::collections::BTreeMap;
 
@@ -99,6 +101,40 @@ fn micro_tokens(exact: i128) -> Option<Tokens> {
     i64::try_from(micro).ok().map(Tokens::from_micro)
 }
 
+/// The weight of a record that pays its whole price (`UsageRecord::weight_permille`).
+pub const FULL_WEIGHT_PERMILLE: u32 = 1000;
+
+/// `per_gpu_hour` weighted by `weight_permille` (a measured job's share of its price), rounded
+/// toward zero to the micro-token. A weight above [`FULL_WEIGHT_PERMILLE`] counts as full: a weight
+/// never raises a price.
+pub fn weighted_price(per_gpu_hour: Tokens, weight_permille: u32) -> Tokens {
+    let weight = i128::from(weight_permille.min(FULL_WEIGHT_PERMILLE));
+    // At most the price itself: fits.
+    Tokens::from_micro((per_gpu_hour.micro() as i128 * weight / i128::from(FULL_WEIGHT_PERMILLE)) as i64)
+}
+
+/// The fraction of its price a measured job pays: its sampled utilization, where every sample
+/// that should have come in `elapsed` seconds (one per `interval`, with a quarter's slack for late
+/// reports) and did not counts as fully used, since a silenced agent or a job hidden from NVML must
+/// not make GPU time cheap; never below `floor` (`measured_min_fraction`). `interval` 0 (unknown):
+/// the samples alone count; no samples and none expected: the whole price.
+pub fn measured_fraction(samples: u64, util_sum: f64, elapsed: u64, interval: u64, floor: f64) -> f64 {
+    let expected = elapsed.saturating_mul(4).checked_div(interval.saturating_mul(5)).unwrap_or(0);
+    let missing = expected.saturating_sub(samples);
+    let counted = samples + missing;
+    if counted == 0 {
+        return 1.0;
+    }
+    let percent = (util_sum + 100.0 * missing as f64) / counted as f64;
+    (percent / 100.0).clamp(floor, 1.0)
+}
+
+/// The weight (`UsageRecord::weight_permille`) of a record that pays `fraction` of its price, to
+/// the nearest permille.
+pub fn weight_permille(fraction: f64) -> u32 {
+    (fraction * f64::from(FULL_WEIGHT_PERMILLE)).round() as u32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +190,44 @@ mod tests {
         assert_eq!(cost_milli(Tokens::MAX, 3_600_000), Tokens::MAX);
         assert_eq!(cost_of(Tokens::MAX, 1000, 3600), Some(Tokens::MAX));
         assert_eq!(cost_of(Tokens::MAX, 1000, 3601), None);
+    }
+
+    #[test]
+    fn a_weight_scales_the_price_down_and_never_up() {
+        assert_eq!(weighted_price(Tokens::whole(4), FULL_WEIGHT_PERMILLE), Tokens::whole(4));
+        assert_eq!(weighted_price(Tokens::whole(4), 500), Tokens::whole(2));
+        assert_eq!(weighted_price(Tokens::whole(4), 0), Tokens::ZERO);
+        assert_eq!(weighted_price(Tokens::whole(4), 5000), Tokens::whole(4), "capped at the price");
+        // 0.000001 × 0.999 is less than a micro-token: rounded toward zero.
+        assert_eq!(weighted_price(Tokens::from_micro(1), 999), Tokens::ZERO);
+        assert_eq!(weighted_price(Tokens::MAX, FULL_WEIGHT_PERMILLE), Tokens::MAX, "no overflow");
+        assert_eq!(weighted_price(Tokens::MAX, u32::MAX), Tokens::MAX);
+    }
+
+    #[test]
+    fn missing_samples_count_as_fully_used() {
+        // An hour at one report a minute, all 60 in at 20 %: pays 20 %.
+        assert!((measured_fraction(60, 60.0 * 20.0, 3600, 60, 0.25) - 0.25).abs() < 1e-9, "the floor");
+        assert!((measured_fraction(60, 60.0 * 40.0, 3600, 60, 0.25) - 0.40).abs() < 1e-9);
+        // Reports a little late (50 of 60): none missing yet.
+        assert!((measured_fraction(50, 50.0 * 40.0, 3600, 60, 0.25) - 0.40).abs() < 1e-9);
+        // One report at 0 % and then silence for the hour: 47 missing at 100 %.
+        let silenced = measured_fraction(1, 0.0, 3600, 60, 0.25);
+        assert!((silenced - 47.0 / 48.0).abs() < 1e-9, "{silenced}");
+        // Never an interval: the samples alone; no samples and none expected: the allocation.
+        assert!((measured_fraction(3, 150.0, 3600, 0, 0.25) - 0.5).abs() < 1e-9);
+        assert_eq!(measured_fraction(0, 0.0, 10, 60, 0.25), 1.0);
+    }
+
+    #[test]
+    fn a_measured_job_pays_its_share_of_the_price() {
+        assert_eq!(weight_permille(1.0), FULL_WEIGHT_PERMILLE);
+        assert_eq!(weight_permille(0.25), 250);
+        assert_eq!(weight_permille(47.0 / 48.0), 979, "to the nearest permille");
+        assert_eq!(weight_permille(0.0), 0);
+        // An a6000 (4 tokens/h) held an hour at 40 % measured: 1.6 tokens.
+        let weight = weight_permille(measured_fraction(60, 60.0 * 40.0, 3600, 60, 0.25));
+        assert_eq!(cost_of(weighted_price(Tokens::whole(4), weight), 1000, 3600), Some(Tokens::from_micro(1_600_000)));
     }
 
     mod properties {

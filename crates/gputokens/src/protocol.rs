@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 
 use serde::{Deserialize, Serialize};
 
-use crate::entry::EntryKind;
+use crate::entry::Entry;
 use crate::policy::Status;
 use crate::statement::{Month, Statement};
 use crate::tokens::Tokens;
@@ -70,12 +70,12 @@ pub enum Reply {
     },
     /// Entries written (or already there, for a replayed key).
     Recorded {
-        entries: Vec<HistoryRow>,
+        entries: Vec<Entry>,
         replayed: bool,
     },
     History {
         user: String,
-        entries: Vec<HistoryRow>,
+        entries: Vec<Entry>,
     },
     Imported {
         imported: usize,
@@ -124,19 +124,6 @@ pub struct BalanceRow {
     pub recovers: Option<String>,
     /// false: not in the ledger yet; the row shows what the user would start with.
     pub in_ledger: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct HistoryRow {
-    pub id: i64,
-    pub user: String,
-    pub at: i64,
-    pub kind: EntryKind,
-    pub amount: Tokens,
-    pub balance_after: Tokens,
-    pub actor: String,
-    pub reason: String,
-    pub job_id: Option<String>,
 }
 
 /// One exchange on a connected stream: `request` as a line out, the reply line back (empty when

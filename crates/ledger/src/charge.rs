@@ -9,9 +9,11 @@ use std::fmt::Write;
 
 use rusqlite::{params, Statement, Transaction};
 
-use super::{ensure_user, move_balance, Ledger, LedgerError, UsageRecord};
+use super::accounts::{ensure_user, move_balance};
+use super::error::out_of_range;
+use super::{Ledger, LedgerError, UsageRecord};
 use gputokens::policy::BucketRules;
-use gputokens::pricing::{cost_of, AppliedPrice, PriceTable};
+use gputokens::pricing::{cost_of, weighted_price, AppliedPrice, PriceTable};
 use gputokens::time::local_date;
 use gputokens::tokens::Tokens;
 use gputokens::tres::{gpu_count, MILLI};
@@ -153,12 +155,10 @@ struct Priced<'r> {
 /// the ledger's 64-bit columns.
 fn price_record<'r>(record: &'r UsageRecord, prices: &PriceTable) -> Option<Vec<Priced<'r>>> {
     i64::try_from(record.elapsed).ok()?;
-    let weight = i128::from(record.weight_permille.min(1000));
     let priced = |(gpu_type, &milli): (&'r String, &u64)| {
         i64::try_from(milli as u128 * record.elapsed as u128 / MILLI as u128).ok()?;
         let price = prices.applied(gpu_type);
-        // At most the price itself: fits.
-        let weighted = Tokens::from_micro((price.per_gpu_hour.micro() as i128 * weight / 1000) as i64);
+        let weighted = weighted_price(price.per_gpu_hour, record.weight_permille);
         let total = cost_of(weighted, milli, record.elapsed)?;
         Some(Priced { gpu_type, milli, price, weighted, total })
     };
@@ -217,7 +217,7 @@ fn charge_record(
             user.last_entry,
         ])?;
         user.last_entry = Some(tx.last_insert_rowid());
-        user.delta = user.delta.checked_sub(due).ok_or_else(|| super::out_of_range(&record.user, user.delta, -due))?;
+        user.delta = user.delta.checked_sub(due).ok_or_else(|| out_of_range(&record.user, user.delta, -due))?;
         match user.by_type.iter_mut().find(|(t, _)| t == gpu_type) {
             Some((_, tokens)) => *tokens = *tokens + due,
             None => user.by_type.push((gpu_type.clone(), due)),

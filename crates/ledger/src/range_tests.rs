@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::*;
 use gputokens::pricing::{cost, PriceTable};
+use gputokens::tokens::Tokens;
 
 fn prices(per_gpu_hour: Tokens) -> PriceTable {
     PriceTable::new(BTreeMap::from([("a6000".to_string(), per_gpu_hour)]), None)

@@ -2,7 +2,8 @@
 
 use rusqlite::params;
 
-use super::{insert_entry, EntryKind, Ledger, LedgerError, NewEntry};
+use super::accounts::{insert_entry, Applied, NewEntry};
+use super::{EntryKind, Ledger, LedgerError};
 use gputokens::time::{local_date, local_midnight};
 use gputokens::tokens::Tokens;
 
@@ -51,7 +52,7 @@ impl Ledger {
                     let capped = rules.capped(balance, amount);
                     let reason = if capped < amount { format!("{reason} (capped)") } else { reason.to_string() };
                     let entry = NewEntry::new(&user, kind, capped, at, "gputokens", &reason, key);
-                    if insert_entry(&tx, &entry)? == super::Applied::Added {
+                    if insert_entry(&tx, &entry)? == Applied::Added {
                         balance = balance + capped;
                         done.entries += 1;
                         done.tokens = done.tokens + capped;

@@ -7,14 +7,12 @@ use std::collections::BTreeMap;
 
 use rusqlite::{params, Transaction, TransactionBehavior};
 
-use gputokens::statement::{Month, MonthEntry, Statement, StatementBuilder};
+use gputokens::statement::{Month, Statement, StatementBuilder};
 use gputokens::time::local_date;
 use gputokens::tokens::Tokens;
 
-use super::{EntryKind, Ledger, LedgerError, USER_CHAIN};
-
-/// The columns [`month_entry`] reads, after any leading ones.
-const ENTRY_COLUMNS: &str = "e.kind, e.amount, e.at, e.actor, e.reason, e.key, e.job_id, e.gpu_type, e.gpu_seconds";
+use super::history::{entry_row, ENTRY_COLUMNS, USER_CHAIN};
+use super::{Ledger, LedgerError};
 
 /// When the statement is drawn up, and whether its month is still running.
 #[derive(Debug, Clone, Copy)]
@@ -49,7 +47,8 @@ impl Ledger {
                 first_seen: local_date(first_seen).to_string(),
             });
         }
-        let mut builder = StatementBuilder::new(user, month, Tokens::from_micro(opening));
+        let mut balance = Tokens::from_micro(opening);
+        let mut builder = StatementBuilder::new(user, month, balance);
         let mut stmt = tx.prepare_cached(&format!(
             "{USER_CHAIN})
              SELECT {ENTRY_COLUMNS} FROM chain CROSS JOIN entries e ON e.id = chain.id
@@ -57,7 +56,10 @@ impl Ledger {
         ))?;
         let mut rows = stmt.query(params![user, start, end])?;
         while let Some(row) = rows.next()? {
-            builder.add(&month_entry(row, 0)?)?;
+            let mut entry = entry_row(row)?;
+            balance = balance + entry.amount;
+            entry.balance_after = balance;
+            builder.add(&entry)?;
         }
         Ok(builder.finish(Tokens::from_micro(closing), issue.at, issue.partial)?)
     }
@@ -67,7 +69,7 @@ impl Ledger {
     pub fn statements(&self, month: Month, issue: Issue) -> Result<Vec<Statement>, LedgerError> {
         let (start, end) = month.bounds();
         let tx = self.read_snapshot()?;
-        let mut users: BTreeMap<String, (StatementBuilder, Tokens)> = BTreeMap::new();
+        let mut users: BTreeMap<String, Draft> = BTreeMap::new();
         {
             let mut stmt = tx.prepare_cached(
                 "SELECT user, COALESCE(SUM(CASE WHEN at < ?1 THEN amount END), 0), SUM(amount)
@@ -76,25 +78,26 @@ impl Ledger {
             let mut rows = stmt.query(params![start, end])?;
             while let Some(row) = rows.next()? {
                 let user: String = row.get(0)?;
-                let opening = Tokens::from_micro(row.get(1)?);
-                let builder = StatementBuilder::new(&user, month, opening);
-                users.insert(user, (builder, Tokens::from_micro(row.get(2)?)));
+                let draft = Draft::new(&user, month, Tokens::from_micro(row.get(1)?), Tokens::from_micro(row.get(2)?));
+                users.insert(user, draft);
             }
         }
         let mut stmt = tx.prepare_cached(&format!(
-            "SELECT e.user, {ENTRY_COLUMNS} FROM entries e WHERE e.at >= ?1 AND e.at < ?2 ORDER BY e.id"
+            "SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.at >= ?1 AND e.at < ?2 ORDER BY e.id"
         ))?;
         let mut rows = stmt.query(params![start, end])?;
         while let Some(row) = rows.next()? {
-            let user: String = row.get(0)?;
+            let mut entry = entry_row(row)?;
             // The same snapshot summed this entry's user above; were it missing, the balances of 0
             // would not add up and the statement would be refused.
-            let (builder, _) = users
-                .entry(user)
-                .or_insert_with_key(|user| (StatementBuilder::new(user, month, Tokens::ZERO), Tokens::ZERO));
-            builder.add(&month_entry(row, 1)?)?;
+            let draft = users
+                .entry(entry.user.clone())
+                .or_insert_with_key(|user| Draft::new(user, month, Tokens::ZERO, Tokens::ZERO));
+            draft.balance = draft.balance + entry.amount;
+            entry.balance_after = draft.balance;
+            draft.builder.add(&entry)?;
         }
-        users.into_values().map(|(builder, closing)| Ok(builder.finish(closing, issue.at, issue.partial)?)).collect()
+        users.into_values().map(|draft| Ok(draft.builder.finish(draft.closing, issue.at, issue.partial)?)).collect()
     }
 
     /// A read transaction: every query in it sees the ledger as it was at the first one.
@@ -103,23 +106,19 @@ impl Ledger {
     }
 }
 
-/// The [`ENTRY_COLUMNS`] of `row`, starting at column `first`.
-fn month_entry(row: &rusqlite::Row<'_>, first: usize) -> Result<MonthEntry, LedgerError> {
-    let gpu_seconds: Option<i64> = row.get(first + 8)?;
-    Ok(MonthEntry {
-        kind: EntryKind::parse(&row.get::<_, String>(first)?),
-        amount: Tokens::from_micro(row.get(first + 1)?),
-        at: row.get(first + 2)?,
-        actor: row.get(first + 3)?,
-        reason: row.get(first + 4)?,
-        key: row.get(first + 5)?,
-        job_id: row.get(first + 6)?,
-        gpu_type: row.get(first + 7)?,
-        // Written from a u64 that fit an i64: a negative count is a damaged ledger.
-        gpu_seconds: gpu_seconds
-            .map(|s| u64::try_from(s).map_err(|_| LedgerError::OutOfRange(format!("negative GPU-seconds {s}"))))
-            .transpose()?,
-    })
+/// One user's statement while [`Ledger::statements`] reads the month's entries.
+struct Draft {
+    builder: StatementBuilder,
+    /// The month's running balance: the opening one plus the entries read so far.
+    balance: Tokens,
+    /// The balance the ledger holds for the month's end.
+    closing: Tokens,
+}
+
+impl Draft {
+    fn new(user: &str, month: Month, opening: Tokens, closing: Tokens) -> Draft {
+        Draft { builder: StatementBuilder::new(user, month, opening), balance: opening, closing }
+    }
 }
 
 #[cfg(test)]

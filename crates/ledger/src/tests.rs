@@ -5,6 +5,7 @@ use super::*;
 use gputokens::preemption::FreedFor;
 use gputokens::pricing::PriceTable;
 use gputokens::time::parse_timestamp;
+use gputokens::tokens::Tokens;
 
 fn rules() -> BucketRules {
     BucketRules::default()
@@ -242,6 +243,43 @@ fn bad_user_names_are_refused() {
     let mut l = open(&dir, rules());
     assert!(matches!(l.ensure_user("a b", 1), Err(LedgerError::BadUserName { .. })));
     assert!(matches!(l.ensure_user("", 1), Err(LedgerError::BadUserName { .. })));
+}
+
+/// An entry reads back with everything the ledger stored: the statement and the web page read
+/// the key, GPU type and GPU-seconds, the protocol the rest.
+#[test]
+fn an_entry_reads_back_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    l.charge(&[record("80", "nia", "a6000", 2, 3600)], &seed_prices(), 10).unwrap();
+    let history = l.history("nia").unwrap();
+    assert_eq!(history[0].key, Some(gputokens::entry::initial_key("nia")));
+    let charge = &history[1];
+    assert_eq!(
+        (charge.kind, charge.gpu_type.as_deref(), charge.gpu_seconds, charge.key.as_deref()),
+        (EntryKind::Charge, Some("a6000"), Some(7200), None)
+    );
+    assert_eq!((charge.amount, charge.balance_after), (-Tokens::whole(8), Tokens::whole(92)));
+    assert_eq!(l.recent("nia", 1).unwrap(), history[1..].to_vec());
+}
+
+#[test]
+fn negative_gpu_seconds_are_a_damaged_ledger_not_the_callers_fault() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    l.ensure_user("oz", 10).unwrap();
+    // Entries cannot be changed, only added: a damaged one is added by hand.
+    l.conn
+        .execute(
+            "INSERT INTO entries (user, kind, amount, at, actor, reason, gpu_seconds, prev_id)
+             VALUES ('oz', 'charge', 0, 11, 'gputokens', 'damaged', -5, (SELECT last_entry FROM users WHERE name = 'oz'))",
+            [],
+        )
+        .unwrap();
+    l.conn.execute("UPDATE users SET last_entry = last_insert_rowid() WHERE name = 'oz'", []).unwrap();
+    let err = l.history("oz").unwrap_err();
+    assert!(matches!(err, LedgerError::Damaged(_)) && !err.is_callers_fault(), "{err:?}");
+    assert_eq!(err.to_string(), "negative GPU-seconds -5");
 }
 
 #[test]

@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use gputokens::protocol::{HistoryRow, Reply, Request};
+use gputokens::entry::Entry;
+use gputokens::protocol::{Reply, Request};
 use gputokens::time::format_local;
 use gputokens::{Config, Tokens};
 
@@ -105,7 +106,7 @@ pub(crate) fn signed(t: Tokens) -> String {
     }
 }
 
-fn print_history(entries: &[HistoryRow]) {
+fn print_history(entries: &[Entry]) {
     crate::outln!(
         "{:>6} {:<19} {:<9} {:>12} {:>12} {:<10} {:<8} Reason",
         "Id",

@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
 use gputokens::config::ChargeBasis;
+use gputokens::pricing::{measured_fraction, weight_permille};
 use gputokens::slurm::{sacct, squeue};
 use ledger::{ChargeOutcome, UsageRecord};
 
@@ -125,7 +126,7 @@ fn weigh_by_utilization(res: &Resources, records: &mut [UsageRecord]) -> Account
     for record in records {
         if let Some((samples, util_sum)) = res.ledger.utilization_samples(&record.job_id)? {
             let fraction = measured_fraction(samples, util_sum, record.elapsed, interval, floor);
-            record.weight_permille = (fraction * 1000.0).round() as u32;
+            record.weight_permille = weight_permille(fraction);
         }
     }
     Ok(())
@@ -139,41 +140,6 @@ fn sample_interval(config: &gputokens::Config) -> u64 {
             humantime::parse_duration(&config.agent.interval).map_or(0, |d| d.as_secs())
         }
         gputokens::config::UsageSource::Prometheus => config.intervals.check.as_secs(),
-    }
-}
-
-/// The fraction of its price a measured job pays: its sampled utilization, where every sample
-/// that should have come in `elapsed` seconds (one per `interval`, with a quarter's slack for late
-/// reports) and did not counts as fully used, since a silenced agent or a job hidden from NVML must
-/// not make GPU time cheap; never below `floor`.
-pub fn measured_fraction(samples: u64, util_sum: f64, elapsed: u64, interval: u64, floor: f64) -> f64 {
-    let expected = elapsed.saturating_mul(4).checked_div(interval.saturating_mul(5)).unwrap_or(0);
-    let missing = expected.saturating_sub(samples);
-    let counted = samples + missing;
-    if counted == 0 {
-        return 1.0;
-    }
-    let percent = (util_sum + 100.0 * missing as f64) / counted as f64;
-    (percent / 100.0).clamp(floor, 1.0)
-}
-
-#[cfg(test)]
-mod measured_tests {
-    use super::measured_fraction;
-
-    #[test]
-    fn missing_samples_count_as_fully_used() {
-        // An hour at one report a minute, all 60 in at 20 %: pays 20 %.
-        assert!((measured_fraction(60, 60.0 * 20.0, 3600, 60, 0.25) - 0.25).abs() < 1e-9, "the floor");
-        assert!((measured_fraction(60, 60.0 * 40.0, 3600, 60, 0.25) - 0.40).abs() < 1e-9);
-        // Reports a little late (50 of 60): none missing yet.
-        assert!((measured_fraction(50, 50.0 * 40.0, 3600, 60, 0.25) - 0.40).abs() < 1e-9);
-        // One report at 0 % and then silence for the hour: 47 missing at 100 %.
-        let silenced = measured_fraction(1, 0.0, 3600, 60, 0.25);
-        assert!((silenced - 47.0 / 48.0).abs() < 1e-9, "{silenced}");
-        // Never an interval: the samples alone; no samples and none expected: the allocation.
-        assert!((measured_fraction(3, 150.0, 3600, 0, 0.25) - 0.5).abs() < 1e-9);
-        assert_eq!(measured_fraction(0, 0.0, 10, 60, 0.25), 1.0);
     }
 }
 

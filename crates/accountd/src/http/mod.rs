@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use gputokens::access::Caller;
-use gputokens::protocol::{BalanceRow, Reply};
+use gputokens::protocol::{BalanceRow, ErrorKind, Reply};
 
 use crate::agent::report::{AgentReport, REPORT_PATH};
 use crate::answering;
@@ -232,6 +232,8 @@ async fn rows(state: Arc<AppState>, peer: SocketAddr, presented: Option<Vec<u8>>
         };
         let row = |name: &String| {
             crate::balance_row::balance_row(&s.res, name, gputokens::time::now()).map_err(|reply| match reply {
+                // The ledger failed (LedgerError::is_callers_fault): ours, not a user that is missing.
+                Reply::Error { kind: ErrorKind::Internal, message } => (StatusCode::INTERNAL_SERVER_ERROR, message),
                 Reply::Error { message, .. } => (StatusCode::NOT_FOUND, message),
                 other => (StatusCode::INTERNAL_SERVER_ERROR, format!("{other:?}")),
             })

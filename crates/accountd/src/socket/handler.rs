@@ -4,11 +4,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use gputokens::access::{system_user_exists, Caller};
-use gputokens::protocol::{ErrorKind, HistoryRow, Reply, Request};
+use gputokens::protocol::{ErrorKind, Reply, Request};
 use gputokens::statement::Month;
 use gputokens::time::local_date;
 use gputokens::Tokens;
-use ledger::{Applied, Entry, EntryKind, Issue, NewEntry};
+use ledger::{Applied, EntryKind, Issue, NewEntry};
 
 use crate::answering::Answering;
 use crate::balance_row::balance_row;
@@ -64,7 +64,7 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
             .res
             .ledger
             .refund_job(&job_id, &caller.name, &reason, now)
-            .map(|entries| (Reply::Recorded { entries: rows(entries), replayed: false }, true))
+            .map(|entries| (Reply::Recorded { entries, replayed: false }, true))
             .map_err(from_ledger),
         Request::History { user, limit } => {
             let user = user.unwrap_or_else(|| caller.name.clone());
@@ -72,7 +72,7 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
                 Some(n) => answering.res.ledger.recent(&user, n),
                 None => answering.res.ledger.history(&user),
             };
-            entries.map(|entries| (Reply::History { user, entries: rows(entries) }, false)).map_err(from_ledger)
+            entries.map(|entries| (Reply::History { user, entries }, false)).map_err(from_ledger)
         }
         Request::Statement { month, user, all } => {
             statements(&answering.res, caller, month, user, all, now).map(|r| (r, false))
@@ -179,10 +179,7 @@ fn record(
     let applied = res.ledger.append(&entry).map_err(from_ledger)?;
     let history = res.ledger.history(user).map_err(from_ledger)?;
     let written = history.into_iter().filter(|e| e.key.as_deref() == Some(key.as_str())).collect();
-    Ok((
-        Reply::Recorded { entries: rows(written), replayed: applied == Applied::AlreadyRecorded },
-        applied == Applied::Added,
-    ))
+    Ok((Reply::Recorded { entries: written, replayed: applied == Applied::AlreadyRecorded }, applied == Applied::Added))
 }
 
 /// A key suffix no other unkeyed entry shares: time, process and a counter.
@@ -190,21 +187,4 @@ fn unique_suffix(now: i64) -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     format!("{now}.{nanos}.{}.{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
-}
-
-fn rows(entries: Vec<Entry>) -> Vec<HistoryRow> {
-    entries
-        .into_iter()
-        .map(|e| HistoryRow {
-            id: e.id,
-            user: e.user,
-            at: e.at,
-            kind: e.kind,
-            amount: e.amount,
-            balance_after: e.balance_after,
-            actor: e.actor,
-            reason: e.reason,
-            job_id: e.job_id,
-        })
-        .collect()
 }

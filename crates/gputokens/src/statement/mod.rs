@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 pub use month::{Month, MonthError};
 
-use crate::entry::{initial_key, EntryKind};
+use crate::entry::{initial_key, Entry, EntryKind};
 use crate::time::local_date;
 use crate::tokens::Tokens;
 
@@ -105,7 +105,7 @@ impl Line {
         }
     }
 
-    fn of_entry(item: Item, entry: &MonthEntry) -> Line {
+    fn of_entry(item: Item, entry: &Entry) -> Line {
         Line {
             amount: entry.amount,
             date: Some(local_date(entry.at)),
@@ -115,20 +115,6 @@ impl Line {
             ..Line::summed(item)
         }
     }
-}
-
-/// A ledger entry of the month, as the statement needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MonthEntry {
-    pub kind: EntryKind,
-    pub amount: Tokens,
-    pub at: i64,
-    pub actor: String,
-    pub reason: String,
-    pub key: Option<String>,
-    pub job_id: Option<String>,
-    pub gpu_type: Option<String>,
-    pub gpu_seconds: Option<u64>,
 }
 
 /// A statement that cannot be drawn up. Each is a bug or a damaged ledger, never the caller's doing:
@@ -176,7 +162,7 @@ impl StatementBuilder {
         }
     }
 
-    pub fn add(&mut self, entry: &MonthEntry) -> Result<(), StatementError> {
+    pub fn add(&mut self, entry: &Entry) -> Result<(), StatementError> {
         let date = local_date(entry.at);
         if Month::of(date) != self.month {
             return Err(StatementError::OutsideMonth { user: self.user.clone(), month: self.month, date });

@@ -9,10 +9,14 @@ fn month(text: &str) -> Month {
     text.parse().unwrap()
 }
 
-fn entry(kind: EntryKind, amount: Tokens, when: &str) -> MonthEntry {
-    MonthEntry {
+fn entry(kind: EntryKind, amount: Tokens, when: &str) -> Entry {
+    Entry {
+        id: 1,
+        // The builder is of one user and reads neither the entry's user nor its balance after.
+        user: String::new(),
         kind,
         amount,
+        balance_after: Tokens::ZERO,
         at: at(when),
         actor: "gputokens".into(),
         reason: String::new(),
@@ -23,14 +27,14 @@ fn entry(kind: EntryKind, amount: Tokens, when: &str) -> MonthEntry {
     }
 }
 
-fn by(actor: &str, reason: &str, mut e: MonthEntry) -> MonthEntry {
+fn by(actor: &str, reason: &str, mut e: Entry) -> Entry {
     e.actor = actor.into();
     e.reason = reason.into();
     e
 }
 
-fn charge(gpu_type: &str, tokens: &str, gpu_seconds: u64, when: &str) -> MonthEntry {
-    MonthEntry {
+fn charge(gpu_type: &str, tokens: &str, gpu_seconds: u64, when: &str) -> Entry {
+    Entry {
         gpu_type: Some(gpu_type.into()),
         gpu_seconds: Some(gpu_seconds),
         job_id: Some("7".into()),
@@ -38,15 +42,15 @@ fn charge(gpu_type: &str, tokens: &str, gpu_seconds: u64, when: &str) -> MonthEn
     }
 }
 
-fn initial(user: &str, when: &str) -> MonthEntry {
-    MonthEntry { key: Some(initial_key(user)), ..entry(EntryKind::Grant, Tokens::whole(100), when) }
+fn initial(user: &str, when: &str) -> Entry {
+    Entry { key: Some(initial_key(user)), ..entry(EntryKind::Grant, Tokens::whole(100), when) }
 }
 
 fn build(
     user: &str,
     m: &str,
     opening: Tokens,
-    entries: &[MonthEntry],
+    entries: &[Entry],
     closing: Tokens,
 ) -> Result<Statement, StatementError> {
     let mut builder = StatementBuilder::new(user, month(m), opening);
@@ -141,7 +145,7 @@ fn charges_of_nothing_are_left_out() {
 
 #[test]
 fn daily_replenishment_is_one_line_with_its_days() {
-    let mut entries: Vec<MonthEntry> = (1..=30)
+    let mut entries: Vec<Entry> = (1..=30)
         .map(|day| entry(EntryKind::Replenish, Tokens::whole(1), &format!("2026-11-{day:02}T00:00:00")))
         .collect();
     // A day the cap held back is recorded at 0 and still counts as replenished.
@@ -156,7 +160,7 @@ fn daily_replenishment_is_one_line_with_its_days() {
 /// told from an admin's grant by its key.
 #[test]
 fn grants_adjustments_and_refunds_are_lines_of_their_own() {
-    let refund = MonthEntry {
+    let refund = Entry {
         job_id: Some("12".into()),
         ..by("root", "node failure", entry(EntryKind::Refund, Tokens::whole(3), "2026-11-07T09:30:00"))
     };
@@ -171,7 +175,7 @@ fn grants_adjustments_and_refunds_are_lines_of_their_own() {
             refund,
             by("carol", "manual fix", entry(EntryKind::Adjust, "-1.5".parse().unwrap(), "2026-11-08T10:00:00")),
             // Someone else's initial key is no initial balance of alice's.
-            MonthEntry {
+            Entry {
                 key: Some(initial_key("bob")),
                 ..by("root", "x", entry(EntryKind::Grant, Tokens::whole(1), "2026-11-09T10:00:00"))
             },

@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::{NewEntry, UsageRecord};
+use crate::{EntryKind, NewEntry, UsageRecord};
 use gputokens::policy::BucketRules;
 use gputokens::pricing::PriceTable;
 use gputokens::statement::Item;

@@ -1,13 +1,17 @@
 use super::*;
-use gputokens::entry::EntryKind;
-use gputokens::statement::{MonthEntry, StatementBuilder};
+use gputokens::entry::{Entry, EntryKind};
+use gputokens::statement::StatementBuilder;
 use gputokens::time::parse_timestamp;
 use gputokens::Tokens;
 
-fn entry(kind: EntryKind, amount: &str, when: &str) -> MonthEntry {
-    MonthEntry {
+fn entry(kind: EntryKind, amount: &str, when: &str) -> Entry {
+    Entry {
+        id: 1,
+        // The builder is of one user and reads neither the entry's user nor its balance after.
+        user: String::new(),
         kind,
         amount: amount.parse().unwrap(),
+        balance_after: Tokens::ZERO,
         at: parse_timestamp(when).unwrap(),
         actor: "gputokens".into(),
         reason: String::new(),
@@ -18,8 +22,8 @@ fn entry(kind: EntryKind, amount: &str, when: &str) -> MonthEntry {
     }
 }
 
-fn charge(gpu_type: &str, amount: &str, gpu_seconds: u64) -> MonthEntry {
-    MonthEntry {
+fn charge(gpu_type: &str, amount: &str, gpu_seconds: u64) -> Entry {
+    Entry {
         gpu_type: Some(gpu_type.into()),
         gpu_seconds: Some(gpu_seconds),
         ..entry(EntryKind::Charge, amount, "2026-12-01T20:00:00")
@@ -27,7 +31,7 @@ fn charge(gpu_type: &str, amount: &str, gpu_seconds: u64) -> MonthEntry {
 }
 
 /// The seed's worked example for December, and `extra` entries after it.
-fn worked_example(user: &str, extra: &[MonthEntry], closing: &str, partial: bool) -> Statement {
+fn worked_example(user: &str, extra: &[Entry], closing: &str, partial: bool) -> Statement {
     let mut builder = StatementBuilder::new(user, "2026-12".parse().unwrap(), Tokens::whole(100));
     let entries = [
         entry(EntryKind::Monthly, "30", "2026-12-01T00:00:00"),
@@ -60,7 +64,7 @@ Date        Item                   Amount  Note
 
 #[test]
 fn text_says_so_far_and_who_did_what() {
-    let refund = MonthEntry {
+    let refund = Entry {
         actor: "carol".into(),
         reason: "node\\nfailure".replace("\\n", "\n"),
         job_id: Some("103".into()),
@@ -70,7 +74,7 @@ fn text_says_so_far_and_who_did_what() {
         entry(EntryKind::Replenish, "1", "2026-12-02T00:00:00"),
         entry(EntryKind::Replenish, "1", "2026-12-03T00:00:00"),
     ];
-    let extra: Vec<MonthEntry> = days.into_iter().chain([refund]).collect();
+    let extra: Vec<Entry> = days.into_iter().chain([refund]).collect();
     let s = worked_example("alice", &extra, "72", true);
     let out = text(&s, false);
     assert!(
@@ -110,7 +114,7 @@ fn rows_sum_to_the_closing_row() {
 
 #[test]
 fn parsable_rows_keep_one_line_each() {
-    let adjust = MonthEntry {
+    let adjust = Entry {
         actor: "root".into(),
         reason: "two\nlines | and a bar".into(),
         ..entry(EntryKind::Adjust, "-1", "2026-12-07T10:00:00")

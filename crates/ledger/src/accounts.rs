@@ -1,0 +1,176 @@
+//! Users' accounts: a user is added on first sight with the initial balance, and every entry is
+//! appended to their account with the balance and their newest entry moved in the same transaction.
+
+use rusqlite::{params, OptionalExtension, Transaction};
+
+use gputokens::entry::EntryKind;
+use gputokens::policy::BucketRules;
+use gputokens::time::local_date;
+use gputokens::tokens::Tokens;
+
+use super::error::out_of_range;
+use super::{Ledger, LedgerError};
+
+/// An entry to append.
+#[derive(Debug, Clone)]
+pub struct NewEntry {
+    pub user: String,
+    pub kind: EntryKind,
+    pub amount: Tokens,
+    pub at: i64,
+    pub actor: String,
+    pub reason: String,
+    pub key: String,
+    pub job_id: Option<String>,
+    pub gpu_type: Option<String>,
+    pub gpu_seconds: Option<u64>,
+}
+
+impl NewEntry {
+    pub fn new(user: &str, kind: EntryKind, amount: Tokens, at: i64, actor: &str, reason: &str, key: String) -> Self {
+        NewEntry {
+            user: user.to_string(),
+            kind,
+            amount,
+            at,
+            actor: actor.to_string(),
+            reason: reason.to_string(),
+            key,
+            job_id: None,
+            gpu_type: None,
+            gpu_seconds: None,
+        }
+    }
+}
+
+/// Whether an append changed anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    Added,
+    /// An entry with the same idempotency key exists: nothing changed.
+    AlreadyRecorded,
+}
+
+/// One user's standing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    pub user: String,
+    pub balance: Tokens,
+    pub first_seen: i64,
+}
+
+impl Ledger {
+    /// Appends one entry (adding the user with the initial balance on first sight).
+    pub fn append(&mut self, entry: &NewEntry) -> Result<Applied, LedgerError> {
+        let tx = self.conn.transaction()?;
+        ensure_user(&tx, &self.rules, &entry.user, entry.at)?;
+        let applied = insert_entry(&tx, entry)?;
+        tx.commit()?;
+        Ok(applied)
+    }
+
+    /// Adds `user` with the initial balance if the ledger has not seen them yet.
+    pub fn ensure_user(&mut self, user: &str, now: i64) -> Result<(), LedgerError> {
+        let tx = self.conn.transaction()?;
+        ensure_user(&tx, &self.rules, user, now)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn account(&self, user: &str) -> Result<Option<Account>, LedgerError> {
+        Ok(self
+            .conn
+            .query_row("SELECT name, balance, first_seen FROM users WHERE name = ?1", [user], account_row)
+            .optional()?)
+    }
+
+    pub fn accounts(&self) -> Result<Vec<Account>, LedgerError> {
+        let mut stmt = self.conn.prepare_cached("SELECT name, balance, first_seen FROM users ORDER BY name")?;
+        let rows = stmt.query_map([], account_row)?.collect::<Result<_, _>>()?;
+        Ok(rows)
+    }
+}
+
+fn account_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Account> {
+    Ok(Account { user: r.get(0)?, balance: Tokens::from_micro(r.get(1)?), first_seen: r.get(2)? })
+}
+
+/// A user name the ledger can key and the snapshot can list (see [`gputokens::user_name`]).
+pub fn check_user_name(user: &str) -> Result<(), LedgerError> {
+    match gputokens::user_name::problem(user) {
+        None => Ok(()),
+        Some(why) => Err(LedgerError::BadUserName { name: user.escape_debug().to_string(), why }),
+    }
+}
+
+pub(crate) fn ensure_user(tx: &Transaction<'_>, rules: &BucketRules, user: &str, now: i64) -> Result<(), LedgerError> {
+    check_user_name(user)?;
+    let added = tx
+        .prepare_cached(
+            "INSERT INTO users (name, first_seen, balance, replenished_through) VALUES (?1, ?2, 0, ?3)
+             ON CONFLICT (name) DO NOTHING",
+        )?
+        .execute(params![user, now, local_date(now).to_string()])?;
+    if added == 1 {
+        let entry = NewEntry::new(
+            user,
+            EntryKind::Grant,
+            rules.initial,
+            now,
+            "gputokens",
+            "initial balance",
+            gputokens::entry::initial_key(user),
+        );
+        insert_entry(tx, &entry)?;
+    }
+    Ok(())
+}
+
+/// Inserts unless the key exists; keeps `users.balance` equal to the sum of the user's entries and
+/// `users.last_entry` at the newest of them.
+pub(crate) fn insert_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied, LedgerError> {
+    let added = tx
+        .prepare_cached(
+            "INSERT INTO entries (user, kind, amount, at, actor, reason, key, job_id, gpu_type, gpu_seconds, prev_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, (SELECT last_entry FROM users WHERE name = ?1))
+             ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING",
+        )?
+        .execute(params![
+            e.user,
+            e.kind.as_str(),
+            e.amount.micro(),
+            e.at,
+            e.actor,
+            e.reason,
+            e.key,
+            e.job_id,
+            e.gpu_type,
+            e.gpu_seconds.map(|s| s as i64)
+        ])?;
+    if added == 0 {
+        return Ok(Applied::AlreadyRecorded);
+    }
+    move_balance(tx, &e.user, e.amount, tx.last_insert_rowid())?;
+    Ok(Applied::Added)
+}
+
+/// Adds `amount` to the user's balance and makes `last_entry` their newest entry. Checked here: SQLite
+/// would turn an integer sum that overflows into an inexact REAL.
+pub(crate) fn move_balance(
+    tx: &Transaction<'_>,
+    user: &str,
+    amount: Tokens,
+    last_entry: i64,
+) -> Result<(), LedgerError> {
+    let balance = tx
+        .prepare_cached("SELECT balance FROM users WHERE name = ?1")?
+        .query_row([user], |r| r.get(0))
+        .map(Tokens::from_micro)?;
+    let moved = balance.checked_add(amount).ok_or_else(|| out_of_range(user, balance, amount))?;
+    tx.prepare_cached("UPDATE users SET balance = ?2, last_entry = ?3 WHERE name = ?1")?.execute(params![
+        user,
+        moved.micro(),
+        last_entry
+    ])?;
+    Ok(())
+}

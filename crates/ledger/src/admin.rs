@@ -1,0 +1,102 @@
+//! What admins do to balances beyond appending a grant or an adjustment: refunding a job's charges,
+//! and importing the balances of the system gputokens replaced.
+
+use std::collections::BTreeMap;
+
+use rusqlite::{params, OptionalExtension};
+
+use gputokens::entry::{Entry, EntryKind};
+use gputokens::time::local_date;
+use gputokens::tokens::Tokens;
+
+use super::accounts::{check_user_name, insert_entry, Applied, NewEntry};
+use super::{Ledger, LedgerError};
+
+impl Ledger {
+    /// Refunds what job `job_id` was charged and not yet refunded.
+    pub fn refund_job(&mut self, job_id: &str, actor: &str, reason: &str, now: i64) -> Result<Vec<Entry>, LedgerError> {
+        let tx = self.conn.transaction()?;
+        // job_charges holds what each run segment and GPU type was charged in all; refunds are keyed
+        // `refund:JOB:...`, found by that prefix in the key index.
+        let charged: Vec<(String, i64)> = {
+            let mut stmt = tx.prepare("SELECT user, SUM(charged) FROM job_charges WHERE job_id = ?1 GROUP BY user")?;
+            let rows = stmt.query_map([job_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        let mut ids = Vec::new();
+        for (user, charged) in charged {
+            let refunded: i64 = tx.query_row(
+                "SELECT COALESCE(SUM(amount), 0) FROM entries
+                 WHERE key >= ?1 AND key < ?2 AND kind = 'refund' AND user = ?3",
+                params![format!("refund:{job_id}:"), format!("refund:{job_id};"), user],
+                |r| r.get(0),
+            )?;
+            let owed = charged - refunded;
+            if owed <= 0 {
+                continue;
+            }
+            let mut entry = NewEntry::new(
+                &user,
+                EntryKind::Refund,
+                Tokens::from_micro(owed),
+                now,
+                actor,
+                reason,
+                format!("refund:{job_id}:{user}:{charged}"),
+            );
+            entry.job_id = Some(job_id.to_string());
+            if insert_entry(&tx, &entry)? == Applied::Added {
+                ids.push(tx.last_insert_rowid());
+            }
+        }
+        tx.commit()?;
+        if ids.is_empty() {
+            return Err(LedgerError::NothingToRefund(job_id.to_string()));
+        }
+        self.entries_by_id(&ids)
+    }
+
+    /// Imports the original system's state (user → balance) for users new to the ledger. All or
+    /// nothing: a user the ledger already knows (other than through the same import) is a conflict.
+    /// Returns how many users were imported now; users imported before are left as they are.
+    pub fn import(&mut self, balances: &BTreeMap<String, Tokens>, actor: &str, now: i64) -> Result<usize, LedgerError> {
+        let tx = self.conn.transaction()?;
+        let mut conflicts = Vec::new();
+        let mut fresh = Vec::new();
+        for (user, balance) in balances {
+            check_user_name(user)?;
+            let key = format!("import:{user}");
+            let imported: Option<i64> =
+                tx.query_row("SELECT amount FROM entries WHERE key = ?1", [&key], |r| r.get(0)).optional()?;
+            let known: Option<i64> =
+                tx.query_row("SELECT balance FROM users WHERE name = ?1", [user], |r| r.get(0)).optional()?;
+            match (imported, known) {
+                (Some(_), _) => {}
+                (None, Some(current)) => conflicts
+                    .push(format!("{user} is already in the ledger with balance {}", Tokens::from_micro(current))),
+                (None, None) => fresh.push((user, *balance, key)),
+            }
+        }
+        if !conflicts.is_empty() {
+            return Err(LedgerError::ImportConflict(conflicts));
+        }
+        for (user, balance, key) in &fresh {
+            tx.execute(
+                "INSERT INTO users (name, first_seen, balance, replenished_through) VALUES (?1, ?2, 0, ?3)",
+                params![user, now, local_date(now).to_string()],
+            )?;
+            let entry = NewEntry::new(
+                user,
+                EntryKind::Import,
+                *balance,
+                now,
+                actor,
+                "imported from the original state file",
+                key.clone(),
+            );
+            insert_entry(&tx, &entry)?;
+        }
+        tx.commit()?;
+        Ok(fresh.len())
+    }
+}

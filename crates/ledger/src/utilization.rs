@@ -1,0 +1,37 @@
+//! Measured GPU utilization per job (table `job_utilization`): a count of samples and their sum,
+//! what `charge_basis = "measured"` weighs a job's price by.
+
+use rusqlite::{params, OptionalExtension};
+
+use super::{Ledger, LedgerError};
+
+impl Ledger {
+    /// Adds one utilization sample (percent) of a job.
+    pub fn record_utilization(&mut self, job_id: &str, percent: f64, at: i64) -> Result<(), LedgerError> {
+        self.conn.execute(
+            "INSERT INTO job_utilization (job_id, samples, util_sum, last_at) VALUES (?1, 1, ?2, ?3)
+             ON CONFLICT (job_id) DO UPDATE SET samples = samples + 1, util_sum = util_sum + excluded.util_sum,
+                                                last_at = excluded.last_at",
+            params![job_id, percent, at],
+        )?;
+        Ok(())
+    }
+
+    /// How often a job was sampled and the sum of its sampled utilization (percent), if ever.
+    pub fn utilization_samples(&self, job_id: &str) -> Result<Option<(u64, f64)>, LedgerError> {
+        Ok(self
+            .conn
+            .query_row("SELECT samples, util_sum FROM job_utilization WHERE job_id = ?1", [job_id], |r| {
+                Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get(1)?))
+            })
+            .optional()?)
+    }
+
+    /// Mean sampled utilization of a job (percent), if it was ever sampled.
+    pub fn mean_utilization(&self, job_id: &str) -> Result<Option<f64>, LedgerError> {
+        Ok(self
+            .conn
+            .query_row("SELECT util_sum / samples FROM job_utilization WHERE job_id = ?1", [job_id], |r| r.get(0))
+            .optional()?)
+    }
+}
