@@ -44,6 +44,10 @@ mod tests {
     fn codes_have_nvml_wording() {
         assert_eq!(error_string(SUCCESS), c"Success");
         assert_eq!(error_string(GPU_IS_LOST), c"GPU is lost");
-        assert_eq!(error_string(sys::nvmlReturn_enum_NVML_ERROR_NO_PERMISSION), c"Unknown Error", "one this fake never gives");
+        assert_eq!(
+            error_string(sys::nvmlReturn_enum_NVML_ERROR_NO_PERMISSION),
+            c"Unknown Error",
+            "one this fake never gives"
+        );
     }
 }

@@ -226,7 +226,11 @@ mod tests {
             r.recovery(Tokens::whole(-12), today).as_deref(),
             Some("+1 token per day and +30 tokens on the 1st of each month: about 3 days")
         );
-        assert_eq!(r.recovery(Tokens::whole(-3), today).as_deref(), Some("+1 token per day and +30 tokens on the 1st of each month: about 3 days"), "overdraft: back to 0");
+        assert_eq!(
+            r.recovery(Tokens::whole(-3), today).as_deref(),
+            Some("+1 token per day and +30 tokens on the 1st of each month: about 3 days"),
+            "overdraft: back to 0"
+        );
         let half = BucketRules { daily: Tokens::from_micro(500_000), monthly: Tokens::ZERO, ..rules() };
         assert_eq!(half.recovery(Tokens::whole(-11), today).as_deref(), Some("+0.5 tokens per day: about 3 days"));
         let monthly_only = BucketRules { daily: Tokens::ZERO, ..rules() };
@@ -235,7 +239,10 @@ mod tests {
             Some("+30 tokens on the 1st of each month: about 21 days")
         );
         let tiny = BucketRules { daily: Tokens::from_micro(1), monthly: Tokens::ZERO, ..rules() };
-        assert_eq!(tiny.recovery(Tokens::whole(-1000), today).as_deref(), Some("+0.000001 tokens per day: more than 10 years"));
+        assert_eq!(
+            tiny.recovery(Tokens::whole(-1000), today).as_deref(),
+            Some("+0.000001 tokens per day: more than 10 years")
+        );
         let nothing = BucketRules { daily: Tokens::ZERO, monthly: Tokens::ZERO, ..rules() };
         assert_eq!(nothing.recovery(Tokens::whole(-12), today), None);
     }
