@@ -102,7 +102,7 @@ fn cycle_lock(service: &Service, what: &str, wait: &WaitArg) -> AccountdResult<C
 /// Prints what `slurm_check` finds; exit 2 when it finds a problem.
 fn check_slurm(config: &Config) -> AccountdResult {
     let facts = Slurm::new(&config.slurm)
-        .facts(matches!(config.admission.deprioritize, gputokens::admission_settings::Deprioritize::Qos(_)))?;
+        .facts(matches!(config.admission.deprioritize, gputokens::config::admission::Deprioritize::Qos(_)))?;
     let findings = accountd::slurm_check::findings(config, &facts, |p| p.is_file());
     for finding in &findings {
         outln!("slurm: {finding}");

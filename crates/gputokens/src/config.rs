@@ -5,6 +5,7 @@
 //! reported as a [`Problem`], the rest of the file still applies. Both run the same per-key code
 //! (`sections`), so they agree on what is valid.
 
+pub mod admission;
 mod problem;
 mod reader;
 mod sections;
@@ -16,12 +17,10 @@ mod values;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::admission_settings::{
-    Deprioritize, Mode, OnError, DEFAULT_MAX_SNAPSHOT_AGE, DEFAULT_NICE_INCREMENT, DEFAULT_TIME_LIMIT,
-};
 use crate::policy::BucketRules;
 use crate::pricing::PriceTable;
 use crate::tokens::Tokens;
+use admission::{Deprioritize, Mode, OnError, DEFAULT_MAX_SNAPSHOT_AGE, DEFAULT_NICE_INCREMENT, DEFAULT_TIME_LIMIT};
 
 pub use problem::Problem;
 pub use summary::{config_path, describe};

@@ -14,8 +14,8 @@ use super::{
     Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Config, Exempt, Health, HttpAccess, Intervals,
     Notify, Paths, PreemptAction, Preemption, Problem, SlurmTools, UsageConfig, UsageSource, Web,
 };
-use crate::admission_settings::OnError;
-use crate::admission_settings::{Deprioritize, Mode, DEFAULT_NICE_INCREMENT, DEFAULT_SITE_FACTOR, MAX_NICE};
+use crate::config::admission::OnError;
+use crate::config::admission::{Deprioritize, Mode, DEFAULT_NICE_INCREMENT, DEFAULT_SITE_FACTOR, MAX_NICE};
 use crate::pricing::PriceTable;
 use crate::tokens::Tokens;
 

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{Config, DEFAULT_PATH};
-use crate::admission_settings::{Deprioritize, Mode};
+use crate::config::admission::{Deprioritize, Mode};
 
 /// `$GPUTOKENS_CONF` when set and not empty, else /etc/slurm/gputokens.toml.
 pub fn config_path(env_value: Option<&str>) -> PathBuf {

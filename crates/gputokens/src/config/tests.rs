@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::*;
-use crate::admission_settings::{DEFAULT_MAX_SNAPSHOT_AGE, DEFAULT_SITE_FACTOR};
+use crate::config::admission::{DEFAULT_MAX_SNAPSHOT_AGE, DEFAULT_SITE_FACTOR};
 
 fn parse(text: &str) -> Result<Config, ConfigError> {
     Config::parse(text, Path::new("test.toml"))
@@ -162,7 +162,7 @@ fn one_bad_key_is_an_error_in_strict_and_a_problem_with_its_default_in_lenient()
     let (config, _) = lenient("daily = 2\n[intervals]\ncheck = \"often\"\n");
     assert_eq!(config.daily, Tokens::whole(2), "the rest of the file still applies");
     let (config, _) = lenient("[admission]\non_error = \"maybe\"\nmode = \"estimate\"\n");
-    assert_eq!(config.admission.mode, crate::admission_settings::Mode::Estimate);
+    assert_eq!(config.admission.mode, crate::config::admission::Mode::Estimate);
     let (config, _) = lenient("[paths]\nsnapshot = \"relative\"\nsocket = \"/s.sock\"\n");
     assert_eq!(config.paths.socket, PathBuf::from("/s.sock"));
 }

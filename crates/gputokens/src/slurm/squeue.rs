@@ -7,8 +7,8 @@ use serde_json::Value;
 
 use crate::gpu_time::UsageRecord;
 mod slim;
+use crate::gpu_request::{GpuRequest, TresPer};
 use crate::job_shape::{array_task_count, JobShape};
-use crate::request::{GpuRequest, TresPer};
 use crate::tres::{parse_alloc_tres, GpuAllocation, Sharing};
 
 /// A job as squeue reports it.

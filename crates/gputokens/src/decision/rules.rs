@@ -1,18 +1,20 @@
-//! The admission decision for a GPU job, from the submitting user's balance and the bucket rules:
-//! what the job_submit plugin does inside slurmctld, kept here as plain safe code with its messages.
+//! The rules a GPU job is checked against, at submission and at update, each with the message that
+//! tells the user why; the decision (the parent module) picks which apply and in which order. What the
+//! job_submit plugin does inside slurmctld, kept here as plain safe code.
 //!
+//! The balance rule, from the submitting user's balance and the bucket rules:
 //! - balance ≤ floor → the job is refused, with the balance, the floor and when it recovers;
 //! - floor < balance < 0 → accepted with lower priority (a raised `nice`, a site factor or a QOS),
 //!   and the user is told;
 //! - otherwise accepted untouched.
 //!
-//! Beside the balance rule: the limits `max_job_duration` and `max_gpus_per_user`, and the estimate
-//! (`mode = "estimate"`, `--gpu-tokens-estimate`), each with the message that tells the user why.
+//! Beside it: the limits `max_job_duration` and `max_gpus_per_user`, and the estimate
+//! (`mode = "estimate"`, `--gpu-tokens-estimate`).
 //! CPU-only jobs never get here (the caller checks the request first).
 
 use chrono::NaiveDate;
 
-use crate::admission_settings::{Deprioritize, OnError};
+use crate::config::admission::{Deprioritize, OnError};
 use crate::estimate::{checked_max_cost, total_milli, GpusText, MilliByType};
 use crate::policy::{BucketRules, Status};
 use crate::pricing::PriceTable;
