@@ -38,7 +38,6 @@ fn run(cli: Cli) -> AccountdResult {
         Command::Config(ConfigCommand::Check { file, slurm }) => {
             let file = file.unwrap_or(path);
             let config = Config::load(&file)?;
-            accountd::utilization::prometheus_source(&config)?;
             outln!("{}: valid", file.display());
             if slurm {
                 check_slurm(&config)?;

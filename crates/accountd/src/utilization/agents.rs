@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use gputokens::config::UsageConfig;
+use gputokens::config::UtilizationConfig;
 
 use crate::agent::export::job_use;
 use crate::agent::report::AgentReport;
@@ -69,7 +69,7 @@ pub fn ingest(service: &mut Service, report: &AgentReport) -> AccountdResult<Str
 pub fn apply(service: &mut Service, node: &str, jobs: Vec<JobUtilization>, now: i64) -> AccountdResult<(usize, usize)> {
     let node = node.to_string();
     let slurm = Slurm::new(&service.config.slurm);
-    let usage = service.config.usage.clone();
+    let usage = service.config.utilization.clone();
     let mut seen = BTreeSet::new();
     let mut flagged = Vec::new();
     for job in jobs {
@@ -98,7 +98,7 @@ pub fn apply(service: &mut Service, node: &str, jobs: Vec<JobUtilization>, now: 
 }
 
 /// Advances a job's idle state; true when it has just become idle.
-fn watch_idle(watch: &mut JobWatch, percent: f64, now: i64, usage: &UsageConfig) -> bool {
+fn watch_idle(watch: &mut JobWatch, percent: f64, now: i64, usage: &UtilizationConfig) -> bool {
     if percent >= usage.idle_threshold_percent {
         watch.below_since = None;
         watch.flagged = false;
@@ -111,7 +111,7 @@ fn watch_idle(watch: &mut JobWatch, percent: f64, now: i64, usage: &UsageConfig)
     newly
 }
 
-fn flag_idle(labels: &JobLabels, usage: &UsageConfig) {
+fn flag_idle(labels: &JobLabels, usage: &UtilizationConfig) {
     tracing::warn!(
         job = %labels.job, user = %labels.user, node = %labels.node,
         "job holds GPUs below {}% utilization for longer than {:?}: flagged idle",

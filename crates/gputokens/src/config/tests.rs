@@ -183,8 +183,62 @@ fn lenient_problems_say_what_is_used_instead() {
     let (config, problems) = lenient("cap = 50\n");
     assert_eq!((config.initial, keys(&problems)), (Tokens::whole(50), vec!["initial"]));
     let (config, problems) = lenient("[usage]\nsource = \"prometheus\"\n[agent]\nauth = \"token\"\n");
-    assert_eq!((config.usage.source, config.agent.auth), (UsageSource::Agents, AgentAuth::Munge));
+    assert_eq!((config.utilization.source, config.agent.auth), (UtilizationSource::Agents, AgentAuth::Munge));
     assert_eq!(keys(&problems), ["agent.auth", "usage.source"]);
+}
+
+#[test]
+fn prometheus_is_typed_and_checked_when_the_file_loads() {
+    let c = parse("[usage]\nsource = \"prometheus\"\n[prometheus]\nurl = \"http://127.0.0.1:9090\"\n").unwrap();
+    let source = c.utilization.prometheus_source().expect("the source");
+    assert_eq!(source, &Prometheus::at("http://127.0.0.1:9090"));
+    assert_eq!((source.job_label.as_str(), source.timeout), ("hpc_job", Duration::from_secs(10)));
+    assert_eq!(
+        source.query_for(Duration::from_secs(3600)),
+        r#"avg by (hpc_job) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{hpc_job!=""}[3600s]))"#
+    );
+    assert!(source.query_for(Duration::from_millis(1500)).contains("[1500ms]"));
+    let text = "[prometheus]\nurl = \"http://prom:9090/prometheus\"\nquery = \"up[$window]\"\njob_label = \"job\"\n\
+                timeout = \"2s\"\n";
+    let c = parse(text).unwrap();
+    assert_eq!(c.utilization.prometheus_source(), None, "[usage] source is still the agents");
+    let kept = c.utilization.prometheus.expect("the table is read whatever the source");
+    assert_eq!((kept.url.as_str(), kept.query.as_str()), ("http://prom:9090/prometheus", "up[$window]"));
+    assert_eq!((kept.job_label.as_str(), kept.timeout), ("job", Duration::from_secs(2)));
+    for url in ["http://[::1]:9090", "HTTP://prom", "http://user@prom:9090/"] {
+        assert!(parse(&format!("[prometheus]\nurl = \"{url}\"\n")).is_ok(), "{url}");
+    }
+
+    for (text, key, reason) in [
+        ("url = \"ftp://x\"", "prometheus.url", "'ftp://x' is not a usable http:// URL (the scheme must be http)"),
+        ("url = \"127.0.0.1:9090\"", "prometheus.url", "(no scheme: it starts with http://)"),
+        ("url = \"http://\"", "prometheus.url", "(no host)"),
+        ("url = \"not a url\"", "prometheus.url", "(no scheme"),
+        ("url = \"https://prom:9090\"", "prometheus.url", "(https is not supported by this build; use http://)"),
+        ("url = \"http://prom:port\"", "prometheus.url", "(the port is not a number"),
+        ("url = \"http://pr om\"", "prometheus.url", "(it holds a space"),
+        ("query = \"up\"", "prometheus.url", "missing"),
+        ("url = \"http://h\"\ntimeout = \"soon\"", "prometheus.timeout", "'soon' is not a duration like \"10s\""),
+        ("url = \"http://h\"\ntimeout = \"0s\"", "prometheus.timeout", "must be longer than 0"),
+        ("url = \"http://h\"\njob_label = \" \"", "prometheus.job_label", "must not be empty"),
+        ("url = \"http://h\"\nqurey = \"up\"", "prometheus.qurey", "unknown field `qurey`"),
+    ] {
+        let text = format!("[usage]\nsource = \"prometheus\"\n[prometheus]\n{text}\n");
+        let Err(ConfigError::Invalid { key: named, reason: why, .. }) = parse(&text) else { panic!("{text}: valid") };
+        assert_eq!(named, key, "{text}");
+        assert!(why.contains(reason), "{text}: {why}");
+    }
+    let err = parse("prometheus = 3\n").unwrap_err().to_string();
+    assert!(err.contains("prometheus: expected a table ([prometheus]), got 3"), "{err}");
+
+    // Leniently, a [prometheus] without a usable url is left out, and the source falls back to the agents.
+    let (c, problems) = lenient("[usage]\nsource = \"prometheus\"\n[prometheus]\nurl = \"ftp://x\"\n");
+    assert_eq!((c.utilization.source, c.utilization.prometheus), (UtilizationSource::Agents, None));
+    assert_eq!(keys(&problems), ["prometheus.url", "usage.source"]);
+    assert!(problems[0].to_string().ends_with("; ignoring [prometheus]"), "{problems:?}");
+    let (c, problems) = lenient("[prometheus]\nurl = \"http://h\"\ntimeout = \"soon\"\n");
+    assert_eq!(c.utilization.prometheus.unwrap().timeout, Duration::from_secs(10));
+    assert!(problems[0].to_string().ends_with("; using the default 10s"), "{problems:?}");
 }
 
 #[test]
