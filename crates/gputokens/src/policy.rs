@@ -46,6 +46,19 @@ impl Status {
             Status::Blocked => "blocked",
         }
     }
+
+    /// What the status means for the user's GPU jobs, the one wording of every surface (the SPANK line
+    /// at sbatch and srun, `sbalance --json`, the status page): a clause without its full stop, to fit
+    /// `blocked: GPU jobs …` as well as a sentence of its own. `floor` is the configured floor.
+    pub fn explanation(self, floor: Tokens) -> String {
+        match self {
+            Status::Ok => "GPU jobs run normally".to_string(),
+            Status::Overdraft => "GPU jobs are accepted at lower priority and may be preempted when others wait for \
+                                  their GPUs, until the balance is 0 or more again"
+                .to_string(),
+            Status::Blocked => format!("GPU jobs are refused until the balance is above the floor {floor} again"),
+        }
+    }
 }
 
 /// A replenishment to come: `amount` tokens on `date`.
@@ -173,6 +186,21 @@ mod tests {
         assert_eq!(r.status(Tokens::from_micro(-9_999_999)), Status::Overdraft);
         assert_eq!(r.status(Tokens::whole(-10)), Status::Blocked);
         assert_eq!(r.status(Tokens::from_micro(-10_400_000)), Status::Blocked);
+    }
+
+    #[test]
+    fn each_status_has_one_explanation() {
+        let floor = Tokens::whole(-10);
+        assert_eq!(Status::Ok.explanation(floor), "GPU jobs run normally");
+        assert_eq!(
+            Status::Overdraft.explanation(floor),
+            "GPU jobs are accepted at lower priority and may be preempted when others wait for their GPUs, until the \
+             balance is 0 or more again"
+        );
+        assert_eq!(
+            Status::Blocked.explanation(Tokens::from_micro(-2_500_000)),
+            "GPU jobs are refused until the balance is above the floor -2.5 again"
+        );
     }
 
     #[test]

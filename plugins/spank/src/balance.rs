@@ -43,16 +43,12 @@ pub fn own_balance(socket: &Path) -> Result<BalanceRow, String> {
     }
 }
 
-/// The line for the user, e.g. `balance 46 tokens (ok); run 'sbalance' for details.`
+/// The line for the user, e.g. `balance 46 tokens (ok); run 'sbalance' for details.`; in debt the
+/// status is explained (gputokens' one wording of it), a healthy balance needs no words.
 pub fn message(row: &BalanceRow) -> String {
     let state = match row.status {
         Status::Ok => "ok".to_string(),
-        Status::Overdraft => {
-            "overdraft: your GPU jobs run at lower priority until the balance is positive again".into()
-        }
-        Status::Blocked => {
-            format!("blocked: new GPU jobs are refused until the balance is above the floor {}", row.floor)
-        }
+        debt => format!("{}: {}", debt.as_str(), debt.explanation(row.floor)),
     };
     format!("balance {} tokens ({state}); run 'sbalance' for details.", row.balance)
 }
@@ -79,7 +75,11 @@ mod tests {
     fn messages() {
         assert_eq!(message(&row(46, Status::Ok)), "balance 46 tokens (ok); run 'sbalance' for details.");
         assert!(message(&row(-3, Status::Overdraft)).starts_with("balance -3 tokens (overdraft: "));
-        assert!(message(&row(-11, Status::Blocked)).contains("above the floor -10"));
+        assert_eq!(
+            message(&row(-11, Status::Blocked)),
+            "balance -11 tokens (blocked: GPU jobs are refused until the balance is above the floor -10 again); run \
+             'sbalance' for details."
+        );
     }
 
     #[test]
