@@ -14,6 +14,7 @@ mod summary;
 mod tests;
 mod values;
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -23,9 +24,11 @@ use crate::tokens::Tokens;
 use admission::{Deprioritize, Mode, OnError, DEFAULT_MAX_SNAPSHOT_AGE, DEFAULT_NICE_INCREMENT, DEFAULT_TIME_LIMIT};
 
 pub use problem::Problem;
-pub use summary::{config_path, describe};
+pub use summary::describe;
 
 pub const DEFAULT_PATH: &str = "/etc/slurm/gputokens.toml";
+/// The environment variable that names the file when no option or argument does.
+pub const PATH_ENV: &str = "GPUTOKENS_CONF";
 pub const DEFAULT_SNAPSHOT: &str = "/var/lib/gputokens/balances.snapshot";
 
 /// The commented example shipped in `slurm-conf/`; `accountd config default` prints it.
@@ -558,7 +561,7 @@ impl Config {
     pub fn load_lenient(path: &Path) -> (Config, Vec<Problem>) {
         match std::fs::read_to_string(path) {
             Ok(text) => Config::parse_lenient(&text, path),
-            Err(e) => (Config::defaults(path), vec![Problem::whole_file(path, format!("cannot read: {e}"))]),
+            Err(e) => (Config::defaults(path), vec![Problem::unreadable(path, &e)]),
         }
     }
 
@@ -578,10 +581,19 @@ impl Config {
         sections::read(&toml::Table::new(), path).0
     }
 
-    /// The path named by `--config`/`GPUTOKENS_CONF`, else the default.
+    /// Which file to read, the one resolver of accountd, sbalance and both plugins: `explicit` (a
+    /// `--config` option, the SPANK plugin's `conf=`), else `$GPUTOKENS_CONF`, else
+    /// /etc/slurm/gputokens.toml. An empty path counts as none given.
     pub fn resolve_path(explicit: Option<&Path>) -> PathBuf {
-        explicit.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(DEFAULT_PATH))
+        resolve_path(explicit, std::env::var_os(PATH_ENV).as_deref())
     }
+}
+
+/// [`Config::resolve_path`] with the environment's value given.
+fn resolve_path(explicit: Option<&Path>, env: Option<&OsStr>) -> PathBuf {
+    let given = |path: &&Path| !path.as_os_str().is_empty();
+    let named = explicit.filter(given).or_else(|| env.map(Path::new).filter(given));
+    named.map_or_else(|| PathBuf::from(DEFAULT_PATH), Path::to_path_buf)
 }
 
 impl From<&Config> for BucketRules {

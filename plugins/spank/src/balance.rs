@@ -6,23 +6,18 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gputokens::config::{Config, Paths};
+use gputokens::config::Config;
 use gputokens::policy::Status;
 use gputokens::protocol::{self, BalanceRow, Reply, Request};
 
 const TIMEOUT: Duration = Duration::from_secs(1);
 
-/// `[paths] socket` of the gputokens config (read leniently, as every plugin reads it); the default
-/// when the file or the key is missing. A file that cannot be read or parsed, or a bad socket
-/// path, is an error rather than the default: asking some other socket would only mislead.
+/// `[paths] socket` of the gputokens config, read by gputokens' lenient loader as every plugin reads
+/// it; the default when the file or the key is missing. A file that cannot be read or parsed, or a
+/// bad socket path, is an error rather than the default: asking some other socket would only mislead.
 pub fn socket_path(config: &Path) -> Result<PathBuf, String> {
-    let text = match std::fs::read_to_string(config) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Paths::default().socket),
-        Err(e) => return Err(format!("{}: {e}", config.display())),
-    };
-    let (settings, problems) = Config::parse_lenient(&text, config);
-    match problems.into_iter().find(|p| p.concerns("paths.socket")) {
+    let (settings, problems) = Config::load_lenient(config);
+    match problems.into_iter().find(|p| p.concerns("paths.socket") && !p.is_missing_file()) {
         Some(problem) => Err(problem.to_string()),
         None => Ok(settings.paths.socket),
     }
@@ -96,6 +91,7 @@ mod tests {
         assert!(socket_path(&conf).unwrap_err().contains("not valid TOML"));
         std::fs::write(&conf, "[paths]\nsocket = 5\n").unwrap();
         assert!(socket_path(&conf).unwrap_err().contains("paths.socket"));
+        assert!(socket_path(dir.path()).unwrap_err().contains("cannot read"), "there, but unreadable");
     }
 
     #[test]

@@ -132,6 +132,7 @@ impl<'t> Section<'t> {
             key: format!("{}{key}", self.prefix),
             reason,
             instead: instead.to_string(),
+            missing_file: false,
         });
     }
 

@@ -242,6 +242,17 @@ fn prometheus_is_typed_and_checked_when_the_file_loads() {
 }
 
 #[test]
+fn one_resolver_of_the_file_an_option_then_the_environment_then_the_default() {
+    let (option, env) = (Some(Path::new("/opt/g.toml")), Some(std::ffi::OsStr::new("/env/g.toml")));
+    assert_eq!(resolve_path(option, env), PathBuf::from("/opt/g.toml"));
+    assert_eq!(resolve_path(None, env), PathBuf::from("/env/g.toml"));
+    assert_eq!(resolve_path(None, None), PathBuf::from(DEFAULT_PATH));
+    let empty = Some(std::ffi::OsStr::new(""));
+    assert_eq!(resolve_path(Some(Path::new("")), env), PathBuf::from("/env/g.toml"), "an empty option is none");
+    assert_eq!(resolve_path(None, empty), PathBuf::from(DEFAULT_PATH), "an empty variable is none");
+}
+
+#[test]
 fn reads_paths_and_admission() {
     let text = "floor = -10\n[paths]\nledger = \"/x/l.sqlite\"\nsnapshot = \"/tmp/s/balances.snapshot\"\n\
                 [admission]\nnice_increment = 500\non_error = \"reject\"\nmax_snapshot_age = \"90m\"\n";
@@ -349,6 +360,13 @@ fn broken_or_missing_file_gives_defaults() {
     assert_eq!(c.admission, Admission::default());
     assert!(problems[0].to_string().starts_with("/nonexistent/gputokens.toml: cannot read: "), "{problems:?}");
     assert!(problems[0].to_string().ends_with("; using the defaults"), "{problems:?}");
+    assert!(problems[0].is_missing_file() && problems[0].concerns("paths.socket"));
+    let dir = tempfile::tempdir().unwrap();
+    let (_, problems) = Config::load_lenient(dir.path());
+    assert!(problems[0].to_string().contains(": cannot read: "), "{problems:?}");
+    assert!(!problems[0].is_missing_file(), "a directory is there, but unreadable as a file");
+    let (_, problems) = lenient("this is [not toml");
+    assert!(!problems[0].is_missing_file());
     let (_, problems) = lenient("admission = 3\n");
     assert!(problems[0].to_string().starts_with("test.toml: admission: expected a table"), "{problems:?}");
     assert!(problems[0].concerns("admission.mode") && !problems[0].concerns("paths.socket"));
