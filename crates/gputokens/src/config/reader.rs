@@ -5,8 +5,8 @@ use std::path::Path;
 
 use toml::Value;
 
+use super::problem::Problem;
 use super::values::Shown;
-use super::Problem;
 
 pub(super) struct Section<'t> {
     path: &'t Path,

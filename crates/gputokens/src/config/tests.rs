@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::load::resolve_path;
 use super::*;
 use crate::config::admission::{DEFAULT_MAX_SNAPSHOT_AGE, DEFAULT_SITE_FACTOR};
 
