@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use gputokens::config::ConfigError;
 use ledger::LedgerError;
 
-use crate::client::ClientError;
 use crate::slurm::{NotASlurmName, SlurmError};
+use crate::socket::client::ClientError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AccountdError {

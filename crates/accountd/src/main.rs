@@ -2,14 +2,18 @@
 
 use std::process::ExitCode;
 
+use accountd::answering::Answering;
+use accountd::cli::admin;
 use accountd::cli::{Cli, Command, ConfigCommand, TimeArg, WaitArg};
-use accountd::cycle_lock::CycleLock;
+use accountd::cycles::lock::CycleLock;
+use accountd::cycles::CycleState;
+use accountd::cycles::{charge, check};
+use accountd::daemon::file_trust::refuse_if_others_can_write;
+use accountd::daemon::instance_lock::{self, InstanceLock};
 use accountd::error::{AccountdError, AccountdResult};
-use accountd::file_trust::refuse_if_others_can_write;
-use accountd::instance_lock::{self, InstanceLock};
-use accountd::service::Service;
+use accountd::resources::Resources;
 use accountd::slurm::Slurm;
-use accountd::{admin, charging, cycle, http, server};
+use accountd::{http, socket};
 use accountd::{out, outln};
 use clap::Parser;
 use gputokens::Config;
@@ -56,22 +60,23 @@ fn run(cli: Cli) -> AccountdResult {
         }
         Command::Serve => serve(trusted_config(&path)?),
         Command::Tick { time, skip_charge, wait } => {
-            let mut service = Service::open_as_admin(trusted_config(&path)?)?;
+            let mut cycle = CycleState::new(Resources::open_as_admin(trusted_config(&path)?)?);
             let now = now(&time)?;
             // Held until the preemptions' grace is over: their requeues are part of this cycle.
-            let _lock = cycle_lock(&service, "accountd tick", &wait)?;
+            let _lock = cycle_lock(&cycle.res, "accountd tick", &wait)?;
             if !skip_charge {
-                let slurm = Slurm::new(&service.config.slurm);
-                outln!("charge: {}", charging::charge(&mut service, &slurm, now)?);
+                let slurm = Slurm::new(&cycle.res.config.slurm);
+                outln!("charge: {}", charge::charge(&mut cycle, &slurm, now)?);
             }
-            outln!("check: {}", cycle::check(&mut service, now, cycle::publish_snapshot)?);
-            service.finish_pending();
+            let publish = |c: &CycleState, now| accountd::snapshot::publish(&c.res, &c.slurm_view, now);
+            outln!("check: {}", check::check(&mut cycle, now, publish)?);
+            cycle.finish_preemptions();
             Ok(())
         }
         Command::Charge { sacct_file, time, wait } => {
-            let mut service = Service::open_as_admin(trusted_config(&path)?)?;
-            let _lock = cycle_lock(&service, "accountd charge", &wait)?;
-            outln!("{}", accountd::sacct_file::charge(&mut service, &sacct_file, now(&time)?)?);
+            let mut cycle = CycleState::new(Resources::open_as_admin(trusted_config(&path)?)?);
+            let _lock = cycle_lock(&cycle.res, "accountd charge", &wait)?;
+            outln!("{}", accountd::cli::sacct_file::charge(&mut cycle, &sacct_file, now(&time)?)?);
             Ok(())
         }
     }
@@ -90,8 +95,8 @@ fn trusted_config(path: &std::path::Path) -> AccountdResult<Config> {
 
 /// The cycle lock for an admin's command, waiting for a running cycle as long as `--wait` says;
 /// says on stderr whom it waited for.
-fn cycle_lock(service: &Service, what: &str, wait: &WaitArg) -> AccountdResult<CycleLock> {
-    let lock = CycleLock::acquire(&service.config.paths.ledger, what, wait.wait)?;
+fn cycle_lock(res: &Resources, what: &str, wait: &WaitArg) -> AccountdResult<CycleLock> {
+    let lock = CycleLock::acquire(&res.config.paths.ledger, what, wait.wait)?;
     if let Some(note) = lock.waited_note() {
         tracing::info!("{note}");
     }
@@ -102,11 +107,11 @@ fn cycle_lock(service: &Service, what: &str, wait: &WaitArg) -> AccountdResult<C
 fn check_slurm(config: &Config) -> AccountdResult {
     let facts = Slurm::new(&config.slurm)
         .facts(matches!(config.admission.deprioritize, gputokens::config::admission::Deprioritize::Qos(_)))?;
-    let findings = accountd::slurm_check::findings(config, &facts, |p| p.is_file());
+    let findings = accountd::slurm::check::findings(config, &facts, |p| p.is_file());
     for finding in &findings {
         outln!("slurm: {finding}");
     }
-    let problems = findings.iter().filter(|f| matches!(f, accountd::slurm_check::Finding::Problem(_))).count();
+    let problems = findings.iter().filter(|f| matches!(f, accountd::slurm::check::Finding::Problem(_))).count();
     match problems {
         0 => Ok(()),
         n => Err(AccountdError::Refused(format!("{n} problem(s) in Slurm's configuration for gputokens"))),
@@ -114,7 +119,7 @@ fn check_slurm(config: &Config) -> AccountdResult {
 }
 
 fn now(time: &TimeArg) -> AccountdResult<i64> {
-    accountd::now_arg::resolve(time.now.as_deref(), gputokens::time::now())
+    accountd::cli::now_arg::resolve(time.now.as_deref(), gputokens::time::now())
 }
 
 /// Descriptors besides the listeners' connections: the ledger, logs, munged, Slurm commands' pipes.
@@ -125,7 +130,7 @@ fn serve(config: Config) -> AccountdResult {
     let http_listen = config.http_listen;
     let limits = config.http.clone();
     // Before anything is opened or bound: a second serve must leave the running one's socket alone.
-    server::make_socket_dir(&socket)
+    socket::make_socket_dir(&socket)
         .map_err(AccountdError::io(format!("cannot create the directory of {}", socket.display())))?;
     let _socket_lock = InstanceLock::acquire(
         &instance_lock::beside(&socket),
@@ -133,13 +138,13 @@ fn serve(config: Config) -> AccountdResult {
     )?;
     // The HTTP address before the socket, for the same reason: one taken fails this serve alone.
     let tcp = http_listen.map(bind_http).transpose()?;
-    accountd::conn_caps::raise_open_file_limit(
-        (limits.max_connections + server::MAX_CONNECTIONS) as u64 + OTHER_OPEN_FILES,
+    accountd::daemon::conn_caps::raise_open_file_limit(
+        (limits.max_connections + socket::MAX_CONNECTIONS) as u64 + OTHER_OPEN_FILES,
     );
     let ledger = config.paths.ledger.clone();
     // Opening the ledger (which makes its directory as it should be) changes nothing another serve
     // would notice; two serves must not run cycles on one ledger, though.
-    let service = Service::open_as_admin(config)?;
+    let answering = Answering::new(Resources::open_as_admin(config)?);
     let _ledger_lock = InstanceLock::acquire(
         &instance_lock::beside(&ledger),
         &format!("accountd serve with ledger {}", ledger.display()),
@@ -150,27 +155,23 @@ fn serve(config: Config) -> AccountdResult {
         .map_err(AccountdError::io("cannot start the runtime"))?;
     runtime.block_on(async {
         let listener =
-            server::bind(&socket).map_err(AccountdError::io(format!("cannot listen on {}", socket.display())))?;
+            socket::bind(&socket).map_err(AccountdError::io(format!("cannot listen on {}", socket.display())))?;
         tracing::info!("accountd {} listening on {}", accountd::version(), socket.display());
-        let shared = std::sync::Arc::new(std::sync::Mutex::new(service));
+        let shared = std::sync::Arc::new(std::sync::Mutex::new(answering));
         let (stop, stopped) = tokio::sync::watch::channel(false);
         if let Some(tcp) = tcp {
             let tcp = tokio::net::TcpListener::from_std(tcp).map_err(AccountdError::io("http listener"))?;
             let bound = tcp.local_addr().map_err(AccountdError::io("http listener"))?;
             tracing::info!("metrics and JSON API on http://{bound}");
-            shared.lock().map_err(|_| AccountdError::Failed("service lock poisoned".into()))?.http_address =
-                Some(bound);
+            accountd::answering::lock(&shared).http_address = Some(bound);
             let state = http::AppState::new(shared.clone())?;
             let metrics = state.metrics();
             let app = http::router(state);
             let stopped = stopped.clone();
-            tokio::spawn(async move { accountd::http_listener::serve(tcp, app, &limits, metrics, stopped).await });
+            tokio::spawn(async move { accountd::http::listener::serve(tcp, app, &limits, metrics, stopped).await });
         }
-        let cycles = accountd::serve_cycles::Cycles::open(&shared)?;
-        server::launch(listener, shared.clone(), cycles, accountd::signals::shutdown_signal()).await;
-        if let Ok(mut service) = shared.lock() {
-            service.finish_pending();
-        }
+        let cycles = accountd::cycles::serve::Cycles::open(&shared)?;
+        socket::launch(listener, shared.clone(), cycles, accountd::daemon::signals::shutdown_signal()).await;
         let _ = stop.send(true);
         let _ = std::fs::remove_file(&socket);
         Ok(())
@@ -179,5 +180,5 @@ fn serve(config: Config) -> AccountdResult {
 
 /// Binds accountd's HTTP address; one in use is refused naming the process that holds it.
 fn bind_http(addr: std::net::SocketAddr) -> AccountdResult<std::net::TcpListener> {
-    accountd::port_owner::bind_tcp(addr, "http")
+    accountd::daemon::port_owner::bind_tcp(addr, "http")
 }

@@ -383,7 +383,7 @@ fn once_posts_one_report_signed_with_munge_named_after_the_host() {
     let header = requests[0].headers.get("authorization").expect("an Authorization header");
     let cred = accountd::munge::decode(header.strip_prefix("MUNGE ").expect("MUNGE scheme"), None).unwrap();
     assert_eq!(cred.uid, nix::unistd::getuid().as_raw());
-    assert_eq!(cred.payload, accountd::auth::report_payload(&requests[0].body));
+    assert_eq!(cred.payload, accountd::http::auth::report_payload(&requests[0].body));
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     let r = report(&requests[0]);
     assert_eq!(r.node, host.trim().split('.').next().unwrap());

@@ -36,7 +36,7 @@ enum DistCommand {
 /// The commands exactly as the binaries build them: src/main.rs parses `Cli`, src/bin/sbalance.rs
 /// parses `sbalance::Args` (their names and versions come from the same attributes).
 fn shipped_commands() -> [clap::Command; 2] {
-    [accountd::cli::Cli::command(), accountd::sbalance::Args::command()]
+    [accountd::cli::Cli::command(), accountd::cli::sbalance::Args::command()]
 }
 
 fn main() -> ExitCode {

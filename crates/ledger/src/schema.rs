@@ -152,7 +152,7 @@ const MIGRATIONS: &[&str] = &[
     // 9: charging progress keyed per run. From Slurm 25.11 every run of a job has its own SLUID (a
     // requeued job keeps its JobId): `run` is the SLUID where sacct/squeue give one, else
     // 'start:<segment_start>', the key before. Rows from before keep that key; the first record of
-    // their run that carries a SLUID takes the row over (charging.rs), so an upgrade of Slurm under
+    // their run that carries a SLUID takes the row over (crates/accountd/src/cycles/charge.rs), so an upgrade of Slurm under
     // running jobs charges nothing twice.
     "CREATE TABLE job_charges_v9 (
         job_id        TEXT    NOT NULL,

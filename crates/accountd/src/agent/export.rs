@@ -60,7 +60,7 @@ pub struct JobUse {
 }
 
 /// Per job, from the GPUs recorded as its own (`GpuSample::jobs`) and those its processes run on. GPU
-/// utilization rather than per-process SM utilization, as accountd computes it (`utilization::agents`):
+/// utilization rather than per-process SM utilization, as accountd computes it (`http::reports`):
 /// every GPU reports it, Slurm gives each GPU to one job, and processes of a job sharing a GPU do not
 /// add up past 100. Memory is, per GPU, the sum over the job's processes there; on a GPU the job holds
 /// alone where the agent sees none of its processes (another PID namespace), the GPU's memory in use.

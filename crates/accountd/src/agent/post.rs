@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::report::{AgentReport, REPORT_PATH};
-use crate::auth::report_payload;
+use crate::http::auth::report_payload;
 
 /// How a report proves where it comes from (`[agent] auth`).
 pub enum Signer {

@@ -1,6 +1,6 @@
 //! What an agent posts to accountd: `POST /v1/agent/report` with this JSON body and
 //! `Authorization: MUNGE <credential of the body's SHA-256>` (`[agent] auth = "munge"`) or
-//! `Authorization: Bearer <the node's token>` (`auth = "token"`); see `crate::auth`.
+//! `Authorization: Bearer <the node's token>` (`auth = "token"`); see `crate::http::auth`.
 
 use serde::{Deserialize, Serialize};
 

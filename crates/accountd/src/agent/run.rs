@@ -17,8 +17,8 @@ use super::export::{self, Exporter};
 use super::post::{Reporter, Signer};
 use super::report::AgentReport;
 use super::{GpuSource, NvmlOptions, NvmlSource, OpenError};
+use crate::daemon::instance_lock::InstanceLock;
 use crate::error::{AccountdError, AccountdResult};
-use crate::instance_lock::InstanceLock;
 
 /// How long a stop waits for the loop to finish a sample or post under way.
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -44,7 +44,8 @@ pub fn run(config: &Config, node: Option<String>, once: bool) -> AccountdResult 
                 .as_deref()
                 .ok_or_else(|| AccountdError::Refused("agent.auth = \"token\" needs agent.token_file".into()))?;
             Signer::Token(
-                crate::auth::read_secret(path).map_err(|e| AccountdError::Refused(format!("agent.token_file: {e}")))?,
+                crate::http::auth::read_secret(path)
+                    .map_err(|e| AccountdError::Refused(format!("agent.token_file: {e}")))?,
             )
         }
     };
@@ -167,7 +168,7 @@ fn serve(agent: Agent, interval: Duration, listen: Option<SocketAddr>, registry:
             tokio::spawn(serve_metrics(tcp, registry, quitting));
         }
         let crashed = tokio::select! {
-            _ = crate::signals::shutdown_signal() => false,
+            _ = crate::daemon::signals::shutdown_signal() => false,
             _ = ended => true,
         };
         let _ = quit.send(true);
@@ -189,7 +190,7 @@ fn serve(agent: Agent, interval: Duration, listen: Option<SocketAddr>, registry:
 }
 
 fn bind(addr: SocketAddr) -> AccountdResult<std::net::TcpListener> {
-    let tcp = crate::port_owner::bind_tcp(addr, "agent.listen")?;
+    let tcp = crate::daemon::port_owner::bind_tcp(addr, "agent.listen")?;
     // Tests and operators with port 0 learn the port from this line.
     tracing::info!("agent metrics on http://{}", tcp.local_addr().unwrap_or(addr));
     Ok(tcp)

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    match accountd::sbalance::run(accountd::sbalance::Args::parse()) {
+    match accountd::cli::sbalance::run(accountd::cli::sbalance::Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sbalance: {e}");

@@ -78,7 +78,7 @@ pub fn overheated(gpu: &GpuSample, max_temperature: u32) -> Option<bool> {
 }
 
 /// Classifies one GPU's sample; `hot_for`: how long it has been overheated (see
-/// [`crate::service::HotSince`]), None when it is not.
+/// [`crate::resources::HotSince`]), None when it is not.
 pub fn classify(gpu: &GpuSample, health: &Health, hot_for: Option<Duration>) -> Findings {
     let mut found = Findings::default();
     if gpu.health == GpuHealth::Lost {
@@ -137,7 +137,7 @@ pub fn gpu_key(gpu: &GpuSample) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::service::HotSince;
+    use crate::health::HotSince;
 
     fn health() -> Health {
         gputokens::Config::parse("", std::path::Path::new("t.toml")).unwrap().health

@@ -8,7 +8,8 @@
 
 pub mod faults;
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::time::Duration;
 
 use gputokens::slurm::squeue;
 use ledger::{Action, GpuFault};
@@ -18,8 +19,40 @@ use crate::agent::report::AgentReport;
 use crate::agent::GpuSample;
 use crate::error::AccountdResult;
 use crate::metrics::{NodeLabels, XidLabels};
-use crate::service::Service;
+use crate::resources::Resources;
 use crate::slurm::{job_id_arg, node_name_arg, Slurm};
+
+/// What health keeps between reports: since when GPUs run hot, and which ignored XIDs were logged.
+#[derive(Debug, Default)]
+pub struct HealthState {
+    pub hot: HotSince,
+    /// (node, GPU, XID) of XIDs outside `drain_xids` already logged, so each is logged once.
+    pub logged: std::collections::HashSet<(String, String, u64)>,
+}
+
+/// Since when each GPU (node, `gpu_key`) has been above `max_temperature`, by the agents' sample times.
+#[derive(Debug, Default)]
+pub struct HotSince(HashMap<(String, String), i64>);
+
+impl HotSince {
+    /// Notes one sample at `at` (unix seconds) that found the GPU `overheated` (see
+    /// `health::faults::overheated`); returns how long it has been so, None when it is not. A sample
+    /// that is not resets; a sample without a reading changes nothing.
+    pub fn observe(&mut self, node: &str, gpu: &str, overheated: Option<bool>, at: i64) -> Option<Duration> {
+        let key = (node.to_string(), gpu.to_string());
+        match overheated {
+            None => None,
+            Some(false) => {
+                self.0.remove(&key);
+                None
+            }
+            Some(true) => {
+                let since = *self.0.entry(key).or_insert(at);
+                Some(Duration::from_secs(u64::try_from(at - since).unwrap_or(0)))
+            }
+        }
+    }
+}
 
 /// One GPU's faults in a report.
 struct Failing<'r> {
@@ -30,18 +63,18 @@ struct Failing<'r> {
 
 /// Drains the node of every GPU in `report` with a fault not acted on yet, and requeues the jobs on
 /// that GPU; returns the drain reasons.
-pub fn check(service: &mut Service, report: &AgentReport) -> AccountdResult<Vec<String>> {
-    let health = service.config.health.clone();
+pub fn check(res: &mut Resources, state: &mut HealthState, report: &AgentReport) -> AccountdResult<Vec<String>> {
+    let health = res.config.health.clone();
     let node = report.node.as_str();
     let mut failing = Vec::new();
     for gpu in &report.sample.gpus {
         let key = gpu_key(gpu);
         let at = report.sample.time.timestamp();
         let hot = faults::overheated(gpu, health.max_temperature);
-        let hot_for = service.health.hot.observe(node, &key, hot, at);
+        let hot_for = state.hot.observe(node, &key, hot, at);
         let found = classify(gpu, &health, hot_for);
         for xid in found.ignored_xids {
-            ignored_xid(service, node, gpu, &key, xid);
+            ignored_xid(res, state, node, gpu, &key, xid);
         }
         if !found.faults.is_empty() {
             failing.push(Failing { gpu, key, faults: found.faults });
@@ -51,7 +84,7 @@ pub fn check(service: &mut Service, report: &AgentReport) -> AccountdResult<Vec<
         return Ok(Vec::new());
     }
     let now = gputokens::time::now();
-    let known = forget_cleared(service, report, now)?;
+    let known = forget_cleared(res, report, now)?;
     let mut done = Vec::new();
     for f in failing {
         let new: Vec<&Fault> =
@@ -60,24 +93,24 @@ pub fn check(service: &mut Service, report: &AgentReport) -> AccountdResult<Vec<
             tracing::debug!("{node}: GPU {} ({}): already acted on: {:?}", f.gpu.index, f.key, f.faults);
             continue;
         }
-        done.push(drain(service, report, &f, &new, now)?);
+        done.push(drain(res, report, &f, &new, now)?);
     }
     Ok(done)
 }
 
 /// The node's recorded faults that still hold, as (GPU, cause); drops those this report shows cleared
 /// and XIDs whose `repeat_after` has passed.
-fn forget_cleared(service: &mut Service, report: &AgentReport, now: i64) -> AccountdResult<HashSet<(String, String)>> {
-    let health = &service.config.health;
+fn forget_cleared(res: &mut Resources, report: &AgentReport, now: i64) -> AccountdResult<HashSet<(String, String)>> {
+    let health = &res.config.health;
     let mut known = HashSet::new();
-    for row in service.ledger.gpu_faults(&report.node)? {
+    for row in res.ledger.gpu_faults(&report.node)? {
         let expired = row.cause.starts_with(XID_PREFIX)
             && now.saturating_sub(row.acted_at) >= i64::try_from(health.repeat_after.as_secs()).unwrap_or(i64::MAX);
         let gone =
             report.sample.gpus.iter().any(|g| gpu_key(g) == row.gpu && cleared(g, &row.cause, health.max_temperature));
         if expired || gone {
             tracing::info!("{}: GPU {}: {} is over; it drains again if it comes back", row.node, row.gpu, row.cause);
-            service.ledger.clear_gpu_fault(&row.node, &row.gpu, &row.cause)?;
+            res.ledger.clear_gpu_fault(&row.node, &row.gpu, &row.cause)?;
         } else {
             known.insert((row.gpu, row.cause));
         }
@@ -87,7 +120,7 @@ fn forget_cleared(service: &mut Service, report: &AgentReport, now: i64) -> Acco
 
 /// Drains the node for `new` faults of one GPU, records them, requeues the GPU's jobs.
 fn drain(
-    service: &mut Service,
+    res: &mut Resources,
     report: &AgentReport,
     f: &Failing<'_>,
     new: &[&Fault],
@@ -99,19 +132,19 @@ fn drain(
     let what: Vec<String> = new.iter().map(|fault| fault.describe()).collect();
     let reason = format!("gputokens: GPU {index} {}", what.join("; "));
     tracing::error!("draining {node}: {reason} ({})", f.key);
-    let slurm = Slurm::new(&service.config.slurm);
+    let slurm = Slurm::new(&res.config.slurm);
     slurm
         .run("scontrol", &["--", "update", &format!("nodename={node}"), "state=drain", &format!("reason={reason}")])?;
     for fault in new {
         let row = GpuFault { node: node.to_string(), gpu: f.key.clone(), cause: fault.cause(), acted_at: now };
-        service.ledger.record_gpu_fault(&row)?;
+        res.ledger.record_gpu_fault(&row)?;
     }
-    audit(service, "drain", node, "", &reason)?;
-    service.metrics.drains.get_or_create(&NodeLabels { node: node.to_string() }).inc();
+    audit(res, "drain", node, "", &reason)?;
+    res.metrics.drains.get_or_create(&NodeLabels { node: node.to_string() }).inc();
     for (job, user) in jobs_on_gpu(report, &slurm, index) {
         let result = slurm.run("scontrol", &["--", "requeue", &job]).or_else(|_| slurm.run("scancel", &["--", &job]));
         match result {
-            Ok(_) => audit(service, "requeue", &job, &user, &reason)?,
+            Ok(_) => audit(res, "requeue", &job, &user, &reason)?,
             Err(e) => tracing::error!("cannot requeue job {job} from failing GPU {index} of {node}: {e}"),
         }
     }
@@ -119,10 +152,10 @@ fn drain(
 }
 
 /// An XID outside `drain_xids`: counted every time, logged once per node, GPU and XID.
-fn ignored_xid(service: &mut Service, node: &str, gpu: &GpuSample, key: &str, xid: u64) {
+fn ignored_xid(res: &mut Resources, state: &mut HealthState, node: &str, gpu: &GpuSample, key: &str, xid: u64) {
     let labels = XidLabels { node: node.to_string(), xid: xid.to_string() };
-    service.metrics.xids_ignored.get_or_create(&labels).inc();
-    if service.health.logged.insert((node.to_string(), key.to_string(), xid)) {
+    res.metrics.xids_ignored.get_or_create(&labels).inc();
+    if state.logged.insert((node.to_string(), key.to_string(), xid)) {
         tracing::warn!(
             "{node}: GPU {} ({key}) reported XID {xid}, an application error (not in [health] drain_xids): not draining",
             gpu.index
@@ -151,8 +184,8 @@ fn jobs_on_gpu(report: &AgentReport, slurm: &Slurm, index: u32) -> BTreeSet<(Str
     jobs
 }
 
-fn audit(service: &mut Service, action: &str, target: &str, user: &str, reason: &str) -> AccountdResult {
-    service.ledger.record_action(&Action {
+fn audit(res: &mut Resources, action: &str, target: &str, user: &str, reason: &str) -> AccountdResult {
+    res.ledger.record_action(&Action {
         at: gputokens::time::now(),
         action: action.into(),
         target: target.into(),

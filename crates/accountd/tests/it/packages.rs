@@ -106,7 +106,7 @@ fn man_finds_a_page_for_each_command_and_subcommand() {
     let out = man(&["-P", "cat", "sbalance"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && text.contains("Show GPU token balances"), "{text}");
-    for option in long_options(accountd::sbalance::Args::command()) {
+    for option in long_options(accountd::cli::sbalance::Args::command()) {
         assert!(text.contains(&option), "sbalance(1) does not document {option}:\n{text}");
     }
 }
@@ -134,7 +134,7 @@ printf '%s\n' "${COMPREPLY[@]}"
 #[ignore = "needs tests/run.sh, which installs the gputokens packages"]
 fn bash_completes_the_real_options_and_subcommands() {
     let offered = bash_completions("sbalance", "sbalance --");
-    for option in long_options(accountd::sbalance::Args::command()) {
+    for option in long_options(accountd::cli::sbalance::Args::command()) {
         assert!(offered.contains(&option), "sbalance -- does not offer {option}: {offered:?}");
     }
     assert!(offered.iter().all(|o| o.starts_with("--")), "{offered:?}");

@@ -9,7 +9,7 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::QueueJob;
+use super::job::{queue_job, QueueJob};
 
 /// The keys `queue_job` reads.
 const READ_KEYS: [&str; 25] = [
@@ -73,7 +73,7 @@ impl<'de> Visitor<'de> for KeptKeys {
                 map.next_value::<IgnoredAny>()?;
             }
         }
-        Ok(Job(super::queue_job(&Value::Object(kept))))
+        Ok(Job(queue_job(&Value::Object(kept))))
     }
 }
 

@@ -1,0 +1,42 @@
+//! One user's balance as every surface shows it (sbalance, the JSON API, the status page): the
+//! balance, its status, the usage of the last 30 days, the next grant and the recovery date.
+
+use std::collections::BTreeMap;
+
+use gputokens::access::system_user_exists;
+use gputokens::protocol::{BalanceRow, Reply};
+use gputokens::time::local_date;
+
+use crate::reply::{from_ledger, invalid};
+use crate::resources::Resources;
+
+/// Usage shown by `sbalance` covers this many days.
+/// Used30d: today and the 29 local days before it.
+pub const USAGE_WINDOW_DAYS: u64 = 30;
+
+pub fn balance_row(res: &Resources, user: &str, now: i64) -> Result<BalanceRow, Reply> {
+    let rules = res.ledger.rules();
+    let account = res.ledger.account(user).map_err(from_ledger)?;
+    if account.is_none() && !system_user_exists(user) {
+        return Err(invalid(format!("unknown user '{user}': not in the ledger and not a user of this system")));
+    }
+    let balance = account.as_ref().map(|a| a.balance).unwrap_or(rules.initial);
+    let today = local_date(now);
+    let used_30d = match account {
+        Some(_) => {
+            let first_day = today - chrono::Days::new(USAGE_WINDOW_DAYS - 1);
+            res.ledger.used_since_day(user, first_day).map_err(from_ledger)?
+        }
+        None => BTreeMap::new(),
+    };
+    Ok(BalanceRow {
+        user: user.to_string(),
+        balance,
+        floor: rules.floor,
+        status: rules.status(balance),
+        used_30d,
+        next_grant: rules.next_grant(today, balance).map(|g| (g.date.to_string(), g.amount)),
+        recovers: rules.recovers_on(today, balance).map(|d| d.to_string()),
+        in_ledger: account.is_some(),
+    })
+}

@@ -1,0 +1,152 @@
+//! `accountd admin ...`: requests to the daemon, printed for a person.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use gputokens::protocol::{HistoryRow, Reply, Request};
+use gputokens::time::format_local;
+use gputokens::{Config, Tokens};
+
+use crate::cli::AdminCommand;
+use crate::error::{AccountdError, AccountdResult};
+use crate::socket::client::{call, ClientError};
+
+/// Derives a node's token from the site secret (only those who can read the secret can).
+fn node_token(config: &Config, node: &str) -> AccountdResult {
+    let node = crate::slurm::node_name_arg(node)?;
+    let path = config
+        .agent
+        .token_file
+        .as_deref()
+        .ok_or_else(|| AccountdError::Refused("[agent] token_file (the site secret) is not set".into()))?;
+    let secret =
+        crate::http::auth::read_secret(path).map_err(|e| AccountdError::Refused(format!("agent.token_file: {e}")))?;
+    crate::outln!("{}", crate::http::auth::node_token(&secret, node));
+    Ok(())
+}
+
+pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
+    let socket = &config.paths.socket;
+    // Checked here for a clear message before anything is sent; accountd checks again.
+    let amount = |text: &str, what: &str| -> AccountdResult<Tokens> {
+        let amount: Tokens = text.parse().map_err(|e| AccountdError::Refused(format!("AMOUNT: {e}")))?;
+        match amount.beyond_limit(what) {
+            Some(beyond) => Err(AccountdError::Refused(format!("AMOUNT: {beyond}"))),
+            None => Ok(amount),
+        }
+    };
+    let (request, json) = match command {
+        AdminCommand::Grant { user, amount: a, reason, key } => {
+            (Request::Grant { user, amount: amount(&a, "a grant")?, reason, key }, false)
+        }
+        AdminCommand::Adjust { user, amount: a, reason, key } => {
+            (Request::Adjust { user, amount: amount(&a, "an adjustment")?, reason, key }, false)
+        }
+        AdminCommand::Refund { job_id, reason } => (Request::Refund { job_id, reason }, false),
+        AdminCommand::History { user, last, json } => (Request::History { user: Some(user), limit: last }, json),
+        AdminCommand::Actions { limit, json } => (Request::Actions { limit }, json),
+        AdminCommand::Import { file } => (Request::Import { balances: read_state_file(&file)? }, false),
+        AdminCommand::Verify => return verify(config),
+        AdminCommand::NodeToken { node } => return node_token(config, &node),
+    };
+    match call(socket, &request)? {
+        Reply::Recorded { entries, replayed } => {
+            if replayed {
+                crate::outln!("already recorded under this key; nothing changed");
+            }
+            for e in &entries {
+                crate::outln!("{} {} {}: balance now {}", e.kind.as_str(), signed(e.amount), e.user, e.balance_after);
+            }
+        }
+        Reply::History { user, entries } if json => {
+            let out = serde_json::json!({ "user": user, "entries": entries });
+            crate::outln!("{out:#}");
+        }
+        Reply::History { entries, .. } => print_history(&entries),
+        Reply::Actions { actions } if json => crate::outln!("{:#}", serde_json::json!({ "actions": actions })),
+        Reply::Actions { actions } => {
+            crate::outln!("{:<19} {:<8} {:<10} {:<10} Reason", "Time", "Action", "Target", "User");
+            for a in actions {
+                let action = if a.dry_run { format!("({})", a.action) } else { a.action };
+                crate::outln!("{:<19} {:<8} {:<10} {:<10} {}", format_local(a.at), action, a.target, a.user, a.reason);
+            }
+        }
+        Reply::Imported { imported, already } => {
+            crate::outln!("imported {imported} users ({already} were imported before)")
+        }
+        other => return Err(ClientError::Unexpected(Box::new(other)).into()),
+    }
+    Ok(())
+}
+
+/// `admin verify`: the ledger's invariants, read from the file (WAL lets it beside accountd serve).
+fn verify(config: &Config) -> AccountdResult {
+    let res = crate::resources::Resources::open_as_admin(config.clone())?;
+    let found = res.ledger.verify()?;
+    for problem in &found.problems {
+        crate::outln!("problem: {problem}");
+    }
+    let summary = format!("{}: {} users, {} entries", config.paths.ledger.display(), found.users, found.entries);
+    match found.problems.len() {
+        0 => {
+            crate::outln!("{summary}: consistent");
+            Ok(())
+        }
+        n => Err(AccountdError::Refused(format!("{summary}: {n} problem(s)"))),
+    }
+}
+
+/// `+30` granted, `-24` charged: how histories show amounts.
+pub(crate) fn signed(t: Tokens) -> String {
+    if t.is_negative() {
+        t.to_string()
+    } else {
+        format!("+{t}")
+    }
+}
+
+fn print_history(entries: &[HistoryRow]) {
+    crate::outln!(
+        "{:>6} {:<19} {:<9} {:>12} {:>12} {:<10} {:<8} Reason",
+        "Id",
+        "Time",
+        "Kind",
+        "Amount",
+        "Balance",
+        "Actor",
+        "Job"
+    );
+    for e in entries {
+        crate::outln!(
+            "{:>6} {:<19} {:<9} {:>12} {:>12} {:<10} {:<8} {}",
+            e.id,
+            format_local(e.at),
+            e.kind.as_str(),
+            signed(e.amount),
+            e.balance_after.to_string(),
+            e.actor,
+            e.job_id.as_deref().unwrap_or("-"),
+            e.reason
+        );
+    }
+}
+
+/// The original system's state file: a JSON object of user → tokens (numbers or decimal strings).
+fn read_state_file(path: &Path) -> AccountdResult<BTreeMap<String, Tokens>> {
+    let bad = |problem: String| AccountdError::BadInput { path: path.to_path_buf(), problem };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+    let object =
+        value.as_object().ok_or_else(|| bad("expected an object of user → tokens, e.g. {\"alice\": 87.5}".into()))?;
+    let mut balances = BTreeMap::new();
+    for (user, tokens) in object {
+        let text = match tokens {
+            serde_json::Value::Number(n) => n.to_string(),
+            serde_json::Value::String(s) => s.clone(),
+            other => return Err(bad(format!("{user}: {other} is not a number of tokens"))),
+        };
+        let amount = text.parse().map_err(|e| bad(format!("{user}: {e}")))?;
+        balances.insert(user.clone(), amount);
+    }
+    Ok(balances)
+}

@@ -1,0 +1,151 @@
+//! `accountd`'s command line.
+
+pub mod admin;
+pub mod now_arg;
+pub mod sacct_file;
+pub mod sbalance;
+pub mod statement_output;
+pub mod stdout;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "accountd", version = crate::version(), about = "gputokens: GPU token accounting for Slurm")]
+pub struct Cli {
+    /// Configuration file.
+    #[arg(long, global = true, env = "GPUTOKENS_CONF", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon: the socket for sbalance and admin commands, and the periodic cycles.
+    Serve,
+    /// Run one full cycle (charge from sacct and squeue, replenish, snapshot) and exit; for cron and tests.
+    Tick {
+        #[command(flatten)]
+        time: TimeArg,
+        /// Replenish and write the snapshot only (e.g. while slurmdbd is down).
+        #[arg(long)]
+        skip_charge: bool,
+        #[command(flatten)]
+        wait: WaitArg,
+    },
+    /// Charge job records from a file of `sacct -X -D -P -o JobIDRaw,User,AllocTRES,ElapsedRaw,Start,State`.
+    Charge {
+        /// The sacct output ('-' reads standard input).
+        #[arg(long, value_name = "FILE")]
+        sacct_file: PathBuf,
+        #[command(flatten)]
+        time: TimeArg,
+        #[command(flatten)]
+        wait: WaitArg,
+    },
+    /// Check or print the configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Change balances and read histories (root, the SlurmUser and configured admins only).
+    #[command(subcommand)]
+    Admin(AdminCommand),
+    /// Run the NVML node agent: sample this node's GPUs every [agent] interval and post them to accountd.
+    Agent {
+        /// The node's Slurm name (default: `hostname -s`).
+        #[arg(long, value_name = "NAME")]
+        node: Option<String>,
+        /// Sample and post once, then exit (1 when the post failed).
+        #[arg(long)]
+        once: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct TimeArg {
+    /// Act as if it were this time (RFC 3339 or local YYYY-MM-DDTHH:MM:SS); for replays and tests.
+    #[arg(long, value_name = "TIME")]
+    pub now: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct WaitArg {
+    /// How long to wait for a cycle already running (of `accountd serve` or another tick) to end
+    /// before giving up, naming it; cycles never run two at a time.
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = humantime::parse_duration)]
+    pub wait: std::time::Duration,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate a configuration file: exit 0 when valid, 2 with the offending key otherwise.
+    Check {
+        /// File to check (default: --config, $GPUTOKENS_CONF or /etc/slurm/gputokens.toml).
+        file: Option<PathBuf>,
+        /// Also check the running Slurm's configuration against it (scontrol, sinfo, sacctmgr):
+        /// the job_submit plugin, GPU accounting per type, prices, deprioritizing, SlurmUser, and this
+        /// host's plugstack.conf (spank_gputokens.so and its jobs_dir).
+        #[arg(long)]
+        slurm: bool,
+    },
+    /// Print the commented example configuration.
+    Default,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Add tokens to a user's balance.
+    Grant {
+        user: String,
+        /// Tokens to add (positive, up to 6 decimals).
+        #[arg(allow_hyphen_values = true)]
+        amount: String,
+        #[arg(long)]
+        reason: String,
+        /// Idempotency key: repeating the command with the same key changes nothing.
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// Add or remove tokens (e.g. -5 or +2.5).
+    Adjust {
+        user: String,
+        #[arg(allow_hyphen_values = true)]
+        amount: String,
+        #[arg(long)]
+        reason: String,
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// Give back what a job was charged.
+    Refund {
+        job_id: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Every ledger entry of a user.
+    History {
+        user: String,
+        /// Only the newest N entries.
+        #[arg(long, value_name = "N")]
+        last: Option<usize>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// What gputokens did to jobs and nodes: preemptions, requeues, drains (newest first).
+    Actions {
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Import the original system's JSON state file ({"user": tokens, ...}) for users new to the ledger.
+    Import { file: PathBuf },
+    /// Check the ledger's invariants (each balance is the sum of its entries, every entry is on its
+    /// user's history chain, charges agree with job_charges and usage_days, SQLite's integrity):
+    /// exit 2 naming each problem. Reads the ledger file itself, beside a running accountd.
+    Verify,
+    /// Print NODE's agent token for `[agent] auth = "token"`: the HMAC of the node's name under the
+    /// site secret in `[agent] token_file`. Put it in that node's token_file (mode 0600, root).
+    NodeToken { node: String },
+}

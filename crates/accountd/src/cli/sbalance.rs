@@ -1,0 +1,296 @@
+//! `sbalance`: GPU token balances, shaped like `sshare` (-u, -a, -P, -n, -o, plus --json); a user's
+//! newest entries (`--history`) and monthly statements (`--statement`).
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use gputokens::protocol::{BalanceRow, Reply, Request};
+use gputokens::statement::Month;
+use gputokens::Config;
+
+use crate::cli::statement_output;
+use crate::error::{AccountdError, AccountdResult};
+use crate::socket::client::{call, ClientError};
+
+#[derive(Debug, Parser)]
+#[command(name = "sbalance", version = crate::version(), about = "Show GPU token balances (like sshare)")]
+pub struct Args {
+    /// Users to show, comma separated (default: yourself).
+    #[arg(short = 'u', long = "users", value_delimiter = ',', value_name = "USER[,USER]")]
+    pub users: Vec<String>,
+    /// Every user you may see.
+    #[arg(short = 'a', long = "all")]
+    pub all: bool,
+    /// Output '|'-separated without padding or trailing '|'.
+    #[arg(short = 'P', long = "parsable2")]
+    pub parsable2: bool,
+    /// Output '|'-separated, with a trailing '|'.
+    #[arg(short = 'p', long = "parsable")]
+    pub parsable: bool,
+    /// No header line.
+    #[arg(short = 'n', long = "noheader")]
+    pub noheader: bool,
+    /// JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Columns to show, comma separated: User,Balance,Floor,Status,Used30d,NextGrant,Recovers.
+    #[arg(short = 'o', long = "format", value_delimiter = ',', value_name = "FIELDS")]
+    pub format: Vec<String>,
+    /// Your newest ledger entries instead of balances: charges with their job, grants,
+    /// replenishments (N, default 20; with -u, one user, yours unless you are an admin).
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "20")]
+    pub history: Option<usize>,
+    /// Your monthly statement instead of balances: opening balance, grants, replenishment, refunds,
+    /// charges per GPU type, closing balance (the current month: so far). Admins may add -u USER or -a.
+    #[arg(long, value_name = "YYYY-MM", conflicts_with_all = ["history", "format"])]
+    pub statement: Option<Month>,
+    /// A login link to your status page in a browser (balance, history, forecast): it works once,
+    /// within minutes; accountd makes it for you, as the kernel names you on its socket.
+    #[arg(long, conflicts_with_all = ["history", "statement", "format", "users", "all", "json", "parsable2", "parsable"])]
+    pub web: bool,
+    /// With --statement: CSV (one row per user and line item) instead of a text statement.
+    #[arg(long, requires = "statement", conflicts_with_all = ["json", "parsable2", "parsable"])]
+    pub csv: bool,
+    /// Configuration file (only the socket path is used).
+    #[arg(long, env = "GPUTOKENS_CONF", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    User,
+    Balance,
+    Floor,
+    Status,
+    Used30d,
+    NextGrant,
+    Recovers,
+}
+
+/// The default columns, in order.
+const DEFAULT_FIELDS: [Field; 6] =
+    [Field::User, Field::Balance, Field::Floor, Field::Status, Field::Used30d, Field::NextGrant];
+/// Every column `-o` accepts.
+const ALL_FIELDS: [Field; 7] =
+    [Field::User, Field::Balance, Field::Floor, Field::Status, Field::Used30d, Field::NextGrant, Field::Recovers];
+
+impl Field {
+    fn name(self) -> &'static str {
+        match self {
+            Field::User => "User",
+            Field::Balance => "Balance",
+            Field::Floor => "Floor",
+            Field::Status => "Status",
+            Field::Used30d => "Used30d",
+            Field::NextGrant => "NextGrant",
+            Field::Recovers => "Recovers",
+        }
+    }
+
+    fn parse(text: &str) -> AccountdResult<Field> {
+        ALL_FIELDS.into_iter().find(|f| f.name().eq_ignore_ascii_case(text.trim())).ok_or_else(|| {
+            let valid: Vec<&str> = ALL_FIELDS.iter().map(|f| f.name()).collect();
+            AccountdError::Refused(format!("unknown field '{text}' in --format; valid fields: {}", valid.join(",")))
+        })
+    }
+
+    fn value(self, row: &BalanceRow) -> String {
+        match self {
+            Field::User => row.user.clone(),
+            Field::Balance => row.balance.to_string(),
+            Field::Floor => row.floor.to_string(),
+            Field::Status => row.status.as_str().to_string(),
+            Field::Used30d => row.used_30d.iter().map(|(t, v)| format!("{t}={v}")).collect::<Vec<_>>().join(","),
+            Field::NextGrant => row.next_grant.as_ref().map(|(d, a)| format!("{d} +{a}")).unwrap_or_default(),
+            Field::Recovers => row.recovers.clone().unwrap_or_default(),
+        }
+    }
+}
+
+pub fn run(args: Args) -> AccountdResult {
+    let fields = if args.format.is_empty() {
+        DEFAULT_FIELDS.to_vec()
+    } else {
+        args.format.iter().map(|f| Field::parse(f)).collect::<AccountdResult<Vec<_>>>()?
+    };
+    let config = Config::load(&Config::resolve_path(args.config.as_deref()))?;
+    if let Some(limit) = args.history {
+        return history(&config, &args, limit);
+    }
+    if let Some(month) = args.statement {
+        return statement(&config, &args, month);
+    }
+    if args.web {
+        return web_link(&config);
+    }
+    let request = Request::Balances { users: args.users.clone(), all: args.all };
+    let rows = match call(&config.paths.socket, &request)? {
+        Reply::Balances { rows } => rows,
+        other => return Err(ClientError::Unexpected(Box::new(other)).into()),
+    };
+    let out = if args.json {
+        json(&rows)
+    } else if args.parsable2 || args.parsable {
+        let header: Vec<&str> = fields.iter().map(|f| f.name()).collect();
+        let cells: Vec<Vec<String>> = rows.iter().map(|r| fields.iter().map(|f| f.value(r)).collect()).collect();
+        delimited(&header, &cells, !args.noheader, args.parsable)
+    } else {
+        table(&rows, &fields, !args.noheader)
+    };
+    crate::out!("{out}");
+    Ok(())
+}
+
+/// `--history`: one user's newest entries, oldest first, in the same table or `-P` shapes.
+fn history(config: &Config, args: &Args, limit: usize) -> AccountdResult {
+    let user = match args.users.as_slice() {
+        [] => None,
+        [user] => Some(user.clone()),
+        _ => return Err(AccountdError::Refused("--history shows one user: give at most one -u".into())),
+    };
+    let entries = match call(&config.paths.socket, &Request::History { user, limit: Some(limit) })? {
+        Reply::History { entries, .. } => entries,
+        other => return Err(ClientError::Unexpected(Box::new(other)).into()),
+    };
+    if args.json {
+        crate::outln!("{:#}", serde_json::json!({ "entries": entries }));
+        return Ok(());
+    }
+    const HEADER: [&str; 6] = ["Time", "Kind", "Amount", "Balance", "JobID", "Reason"];
+    let cells: Vec<Vec<String>> = entries
+        .iter()
+        .map(|e| {
+            vec![
+                gputokens::time::format_local(e.at),
+                e.kind.as_str().to_string(),
+                crate::cli::admin::signed(e.amount),
+                e.balance_after.to_string(),
+                e.job_id.clone().unwrap_or_default(),
+                e.reason.clone(),
+            ]
+        })
+        .collect();
+    let out = if args.parsable2 || args.parsable {
+        delimited(&HEADER, &cells, !args.noheader, args.parsable)
+    } else {
+        // Left-aligned text, right-aligned numbers, as wide as the widest value.
+        let width = |i: usize| cells.iter().map(|c| c[i].chars().count()).chain([HEADER[i].len()]).max().unwrap_or(0);
+        let widths: Vec<usize> = (0..HEADER.len()).map(width).collect();
+        let line = |values: [&str; 6]| -> String {
+            let [time, kind, amount, balance, job, reason] = values;
+            let (w0, w1, w2, w3, w4) = (widths[0], widths[1], widths[2], widths[3], widths[4]);
+            format!("{time:<w0$} {kind:<w1$} {amount:>w2$} {balance:>w3$} {job:<w4$} {reason}").trim_end().to_string()
+                + "\n"
+        };
+        let mut out = String::new();
+        if !args.noheader {
+            out += &line(HEADER);
+        }
+        for c in &cells {
+            out += &line([&c[0], &c[1], &c[2], &c[3], &c[4], &c[5]]);
+        }
+        out
+    };
+    crate::out!("{out}");
+    Ok(())
+}
+
+/// `--web`: asks accountd for a login link and prints it.
+fn web_link(config: &Config) -> AccountdResult {
+    let (url, expires) = match call(&config.paths.socket, &Request::WebLogin)? {
+        Reply::WebLink { url, expires } => (url, expires),
+        other => return Err(ClientError::Unexpected(Box::new(other)).into()),
+    };
+    let minutes = ((expires - gputokens::time::now()).max(0) + 59) / 60;
+    crate::outln!("Open this link in your browser within {minutes} min (it works once, and only for you):\n  {url}");
+    Ok(())
+}
+
+/// `--statement`: one user's (yours by default) or, with -a, every user's statement of `month`.
+fn statement(config: &Config, args: &Args, month: Month) -> AccountdResult {
+    let user = match args.users.as_slice() {
+        [] => None,
+        [user] => Some(user.clone()),
+        _ => return Err(AccountdError::Refused("--statement shows one user (-u USER) or all (-a)".into())),
+    };
+    let request = Request::Statement { month, user, all: args.all };
+    let statements = match call(&config.paths.socket, &request)? {
+        Reply::Statements { statements } => statements,
+        other => return Err(ClientError::Unexpected(Box::new(other)).into()),
+    };
+    let out = if args.json {
+        statement_output::json(&statements)
+    } else if args.csv {
+        let mut out =
+            if args.noheader { String::new() } else { statement_output::csv_record(&statement_output::ROW_HEADER) };
+        for row in statements.iter().flat_map(statement_output::rows) {
+            out += &statement_output::csv_record(&row);
+        }
+        out
+    } else if args.parsable2 || args.parsable {
+        let cells: Vec<Vec<String>> = statements.iter().flat_map(statement_output::parsable_cells).collect();
+        delimited(&statement_output::ROW_HEADER, &cells, !args.noheader, args.parsable)
+    } else {
+        let texts: Vec<String> = statements.iter().map(|s| statement_output::text(s, !args.noheader)).collect();
+        texts.join("\n")
+    };
+    crate::out!("{out}");
+    Ok(())
+}
+
+/// `-P` (and `-p`, with a trailing `|`): '|'-separated lines, the header first unless `-n`.
+fn delimited(header: &[&str], cells: &[Vec<String>], show_header: bool, trailing: bool) -> String {
+    let end = if trailing { "|\n" } else { "\n" };
+    let mut out = String::new();
+    if show_header {
+        out += &header.join("|");
+        out += end;
+    }
+    for row in cells {
+        out += &row.join("|");
+        out += end;
+    }
+    out
+}
+
+/// sshare's look: right-aligned columns under a dashed rule, as wide as their widest value.
+fn table(rows: &[BalanceRow], fields: &[Field], header: bool) -> String {
+    let cells: Vec<Vec<String>> = rows.iter().map(|r| fields.iter().map(|f| f.value(r)).collect()).collect();
+    let widths: Vec<usize> = fields
+        .iter()
+        .enumerate()
+        .map(|(i, f)| cells.iter().map(|c| c[i].len()).chain([f.name().len(), 10]).max().unwrap_or(10))
+        .collect();
+    let line = |values: Vec<String>| -> String {
+        let padded: Vec<String> = values.iter().zip(&widths).map(|(v, w)| format!("{v:>w$}")).collect();
+        padded.join(" ") + "\n"
+    };
+    let mut out = String::new();
+    if header {
+        out += &line(fields.iter().map(|f| f.name().to_string()).collect());
+        out += &line(widths.iter().map(|w| "-".repeat(*w)).collect());
+    }
+    for c in cells {
+        out += &line(c);
+    }
+    out
+}
+
+fn json(rows: &[BalanceRow]) -> String {
+    let users: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "user": r.user,
+                "balance": r.balance.as_f64(),
+                "floor": r.floor.as_f64(),
+                "status": r.status,
+                "explanation": format!("{}.", r.status.explanation(r.floor)),
+                "used_30d": r.used_30d.iter().map(|(t, v)| (t.clone(), v.as_f64().into())).collect::<serde_json::Map<_, _>>(),
+                "next_grant": r.next_grant.as_ref().map(|(d, a)| serde_json::json!({"date": d, "amount": a.as_f64()})),
+                "recovers": r.recovers,
+            })
+        })
+        .collect();
+    format!("{:#}\n", serde_json::json!({ "users": users }))
+}

@@ -1,0 +1,190 @@
+//! How `sbalance --statement` prints statements: a text statement to read, and rows to parse (`-P`,
+//! `--csv`: one row per user and line item, between an opening and a closing row, so that the
+//! Amount column of a user's rows, opening included, sums to the closing balance) or `--json`.
+
+use gputokens::statement::{gpu_hours, Item, Line, Month, Statement};
+use gputokens::time::{format_local, local_date};
+use gputokens::Tokens;
+
+use crate::cli::admin::signed;
+
+/// The columns of `-P` and `--csv`.
+pub const ROW_HEADER: [&str; 12] = [
+    "User",
+    "Month",
+    "Item",
+    "Date",
+    "Amount",
+    "GPUType",
+    "GPUHours",
+    "GPUSeconds",
+    "Days",
+    "JobID",
+    "Actor",
+    "Reason",
+];
+
+/// One row per line item, between the `opening` and `closing` rows; amounts of items are signed.
+pub fn rows(s: &Statement) -> Vec<[String; 12]> {
+    let month = s.month.to_string();
+    let row = |item: &str, date: String, amount: String, reason: &str| {
+        let mut row: [String; 12] = Default::default();
+        row[..5].clone_from_slice(&[s.user.clone(), month.clone(), item.to_string(), date, amount]);
+        row[11] = reason.to_string();
+        row
+    };
+    let mut out = vec![row("opening", s.month.first_day().to_string(), s.opening.to_string(), "")];
+    for line in &s.lines {
+        let mut r = row(
+            line.item.as_str(),
+            line.date.map(|d| d.to_string()).unwrap_or_default(),
+            signed(line.amount),
+            line.reason.as_deref().unwrap_or(""),
+        );
+        r[5] = line.gpu_type.clone().unwrap_or_default();
+        r[6] = line.gpu_seconds.map(gpu_hours).unwrap_or_default();
+        r[7] = line.gpu_seconds.map(|s| s.to_string()).unwrap_or_default();
+        r[8] = line.days.map(|d| d.to_string()).unwrap_or_default();
+        r[9] = line.job_id.clone().unwrap_or_default();
+        r[10] = line.actor.clone().unwrap_or_default();
+        out.push(r);
+    }
+    let so_far = if s.partial { "so far: the month is not over" } else { "" };
+    out.push(row("closing", closing_date(s), s.closing.to_string(), so_far));
+    out
+}
+
+/// The day the closing balance stands at: the month's last, or today's for a month not over.
+fn closing_date(s: &Statement) -> String {
+    if s.partial { local_date(s.issued) } else { s.month.last_day() }.to_string()
+}
+
+/// `-P` cells: a reason is free text, so line breaks in it become spaces to keep one row a line
+/// (it is the last column: a `|` in it is read back by splitting at the first eleven).
+pub fn parsable_cells(s: &Statement) -> Vec<Vec<String>> {
+    rows(s).into_iter().map(|r| r.into_iter().map(|c| c.replace(['\n', '\r'], " ")).collect()).collect()
+}
+
+/// One CSV record (RFC 4180): a field with a comma, a quote or a line break is quoted, its quotes
+/// doubled; user names may hold commas and quotes, reasons anything.
+pub fn csv_record<S: AsRef<str>>(fields: &[S]) -> String {
+    let quoted: Vec<String> = fields
+        .iter()
+        .map(|f| {
+            let f = f.as_ref();
+            if f.contains([',', '"', '\n', '\r']) {
+                format!("\"{}\"", f.replace('"', "\"\""))
+            } else {
+                f.to_string()
+            }
+        })
+        .collect();
+    quoted.join(",") + "\r\n"
+}
+
+/// `--json`: the statements as accountd sent them (amounts as exact decimal strings), with each
+/// charge's GPU-hours beside its exact GPU-seconds.
+pub fn json(statements: &[Statement]) -> String {
+    #[derive(serde::Serialize)]
+    struct Out<'a> {
+        statements: Vec<StatementJson<'a>>,
+    }
+    #[derive(serde::Serialize)]
+    struct StatementJson<'a> {
+        user: &'a str,
+        month: Month,
+        partial: bool,
+        issued: i64,
+        opening: Tokens,
+        lines: Vec<LineJson<'a>>,
+        closing: Tokens,
+    }
+    #[derive(serde::Serialize)]
+    struct LineJson<'a> {
+        #[serde(flatten)]
+        line: &'a Line,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        gpu_hours: Option<f64>,
+    }
+    let statements = statements
+        .iter()
+        .map(|s| StatementJson {
+            user: &s.user,
+            month: s.month,
+            partial: s.partial,
+            issued: s.issued,
+            opening: s.opening,
+            lines: s
+                .lines
+                .iter()
+                .map(|line| LineJson { line, gpu_hours: line.gpu_seconds.map(|s| s as f64 / 3600.0) })
+                .collect(),
+            closing: s.closing,
+        })
+        .collect();
+    serde_json::to_string_pretty(&Out { statements }).unwrap_or_default() + "\n"
+}
+
+/// The statement to read: one line per item, amounts right-aligned, who and why last.
+pub fn text(s: &Statement, header: bool) -> String {
+    let as_of = if s.partial { format!(" (so far, as of {})", format_local(s.issued)) } else { String::new() };
+    let closing = if s.partial { "closing balance (so far)" } else { "closing balance" };
+    let mut rows: Vec<[String; 4]> =
+        vec![[s.month.first_day().to_string(), "opening balance".into(), s.opening.to_string(), String::new()]];
+    rows.extend(s.lines.iter().map(|l| {
+        let date = l.date.map(|d| d.to_string()).unwrap_or_default();
+        [date, label(l), signed(l.amount), note(l)]
+    }));
+    rows.push([closing_date(s), closing.into(), s.closing.to_string(), String::new()]);
+    let columns = ["Date", "Item", "Amount", "Note"];
+    let width = |i: usize| rows.iter().map(|r| r[i].chars().count()).chain([columns[i].len()]).max().unwrap_or(0);
+    let (w0, w1, w2) = (width(0), width(1), width(2));
+    let line = |[date, item, amount, note]: [&str; 4]| {
+        format!("{date:<w0$}  {item:<w1$}  {amount:>w2$}  {note}").trim_end().to_string() + "\n"
+    };
+    let mut out = format!("Statement of {} for {}{as_of}\n", s.user, s.month);
+    if header {
+        out += &line(columns);
+    }
+    for r in &rows {
+        out += &line([&r[0], &r[1], &r[2], &r[3]]);
+    }
+    out
+}
+
+fn label(l: &Line) -> String {
+    match l.item {
+        Item::Initial => "initial balance".into(),
+        Item::Import => "imported balance".into(),
+        Item::Monthly => "monthly grant".into(),
+        Item::Daily => match l.days {
+            Some(1) => "daily replenishment, 1 day".into(),
+            Some(n) => format!("daily replenishment, {n} days"),
+            None => "daily replenishment".into(),
+        },
+        Item::Grant => "grant".into(),
+        Item::Adjust => "adjustment".into(),
+        Item::Refund => match &l.job_id {
+            Some(job) => format!("refund of job {job}"),
+            None => "refund".into(),
+        },
+        Item::Charge => format!(
+            "{}, {} GPU-hours",
+            l.gpu_type.as_deref().unwrap_or_default(),
+            gpu_hours(l.gpu_seconds.unwrap_or_default())
+        ),
+    }
+}
+
+/// Who made a change by hand, and why; gputokens' own entries say nothing more than their label.
+fn note(l: &Line) -> String {
+    let reason = l.reason.as_deref().unwrap_or_default().replace(['\n', '\r'], " ");
+    match l.actor.as_deref() {
+        None | Some("gputokens") => String::new(),
+        Some(actor) if reason.is_empty() => actor.to_string(),
+        Some(actor) => format!("{actor}: {reason}"),
+    }
+}
+
+#[cfg(test)]
+mod tests;

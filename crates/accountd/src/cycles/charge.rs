@@ -1,0 +1,219 @@
+//! The charge cycle: finished jobs from slurmdbd (sacct) and running jobs from slurmctld (squeue),
+//! charged for the GPU time not yet charged. Idempotent: re-reading the same records charges nothing.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+
+use gputokens::config::ChargeBasis;
+use gputokens::slurm::{sacct, squeue};
+use ledger::{ChargeOutcome, UsageRecord};
+
+use crate::cycles::rejected_records;
+use crate::cycles::CycleState;
+use crate::error::AccountdResult;
+use crate::resources::Resources;
+use crate::slurm::{Slurm, SlurmError};
+
+/// Ledger meta key: sacct has been read up to this unix time.
+const READ_UNTIL: &str = "sacct_read_until";
+/// Where the very first read began (`first_lookback` before it): re-reads never reach before it, so
+/// jobs that ended earlier (charged by the system gputokens replaced, or imported) are never charged.
+const READ_FROM: &str = "sacct_read_from";
+
+#[derive(Debug, Default)]
+pub struct ChargeSummary {
+    /// The sacct window read: from, to (unix).
+    pub window: (i64, i64),
+    pub finished: usize,
+    pub running: usize,
+    pub outcome: ChargeOutcome,
+    pub skipped: usize,
+    /// Records left out because they cannot be charged (logged and counted in the metrics).
+    pub rejected: usize,
+}
+
+impl fmt::Display for ChargeSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "sacct {} to {}: {} finished and {} running GPU jobs: {} charge entries, {} tokens; {} rows without GPU time skipped",
+            gputokens::time::format_local(self.window.0),
+            gputokens::time::format_local(self.window.1),
+            self.finished, self.running, self.outcome.entries, self.outcome.charged, self.skipped
+        )?;
+        if self.rejected > 0 {
+            write!(f, "; {} records that cannot be charged left out (see the log)", self.rejected)?;
+        }
+        for (gpu_type, secs) in &self.outcome.unlisted_types {
+            write!(f, "; {secs} GPU-seconds of unpriced type '{gpu_type}'")?;
+        }
+        Ok(())
+    }
+}
+
+pub fn charge(cycle: &mut CycleState, slurm: &Slurm, now: i64) -> AccountdResult<ChargeSummary> {
+    // What Slurm can have seen: `now` may be ahead of the clock (`tick --now`), never Slurm.
+    let read_at = gputokens::time::now();
+    let tools = &cycle.res.config.slurm;
+    let meta = |key| -> AccountdResult<Option<i64>> { Ok(cycle.res.ledger.meta(key)?.and_then(|v| v.parse().ok())) };
+    let (read_until, read_from) = (meta(READ_UNTIL)?, meta(READ_FROM)?);
+    let since =
+        window_start(read_until, read_from, tools.reread.as_secs() as i64, tools.first_lookback.as_secs() as i64, now);
+
+    let sharing = cycle.res.config.sharing;
+    let finished = sacct::parse(&slurm.sacct(since, now)?, sharing).map_err(SlurmError::Sacct)?;
+    let squeue_at = gputokens::time::now();
+    let running = squeue::running_gpu_jobs(&slurm.squeue_json()?).map_err(SlurmError::Squeue)?;
+
+    let mut nodes_of: HashMap<String, String> = finished.nodes.clone();
+    nodes_of.extend(running.iter().map(|j| (j.job_id.clone(), j.nodes.clone())));
+    // Running jobs up to when squeue was read (their time so far as Slurm counts it, suspensions
+    // left out), not up to `now`: time that has not passed is never charged.
+    let (finished_records, rejected_finished) = rejected_records::sift(finished.records.clone(), "sacct");
+    let (running_records, rejected_running) =
+        rejected_records::sift(running.iter().map(|j| j.gpu_time(squeue_at, sharing)).collect(), "squeue");
+    let mut rejected: Vec<_> =
+        finished.rejected.iter().cloned().chain(rejected_finished).chain(rejected_running).collect();
+    let mut records: Vec<UsageRecord> = finished_records.into_iter().chain(running_records).collect();
+    resolve_untyped(&mut records, &nodes_of, slurm);
+    if cycle.res.config.utilization.charge_basis == ChargeBasis::Measured {
+        weigh_by_utilization(&cycle.res, &mut records)?;
+    }
+
+    let outcome = cycle.res.ledger.charge(&records, &cycle.res.config.prices, now)?;
+    // Read up to what Slurm had seen: a job that ends after the clock but before `now` is read again.
+    cycle.res.ledger.set_meta(READ_UNTIL, &now.min(read_at).to_string())?;
+    if read_from.is_none() {
+        // Ledgers from before this key: their first read is long past, nothing to protect.
+        let from = if read_until.is_none() { since } else { i64::MIN };
+        cycle.res.ledger.set_meta(READ_FROM, &from.to_string())?;
+    }
+    rejected.extend(rejected_records::uncountable(&outcome));
+    cycle.res.metrics.record_charge(&outcome, finished.skipped);
+    cycle.rejected_records.note(&rejected, &cycle.res.metrics);
+    for (gpu_type, secs) in &outcome.unlisted_types {
+        tracing::warn!(
+            "GPU type '{gpu_type}' is not in [prices]: {secs} GPU-seconds charged at the unlisted-type price"
+        );
+    }
+    Ok(ChargeSummary {
+        window: (since, now),
+        finished: finished.records.len(),
+        running: running.len(),
+        outcome,
+        skipped: finished.skipped,
+        rejected: rejected.len(),
+    })
+}
+
+/// Where this cycle's sacct window starts: `reread` before where the last read ended, never before
+/// the very first read, and never after `until`, however the clock moved since (set back, or a
+/// `tick --now` ahead of it), so the window is never inverted.
+fn window_start(read_until: Option<i64>, read_from: Option<i64>, reread: i64, first_lookback: i64, until: i64) -> i64 {
+    let since = match read_until {
+        Some(t) => t.saturating_sub(reread).max(read_from.unwrap_or(i64::MIN)),
+        None => until.saturating_sub(first_lookback),
+    };
+    since.min(until)
+}
+
+/// `charge_basis = "measured"`: a job pays for its GPUs in proportion to their measured
+/// utilization, never less than `measured_min_fraction`; a job never measured pays the allocation.
+fn weigh_by_utilization(res: &Resources, records: &mut [UsageRecord]) -> AccountdResult {
+    let floor = res.config.utilization.measured_min_fraction;
+    let interval = sample_interval(&res.config);
+    for record in records {
+        if let Some((samples, util_sum)) = res.ledger.utilization_samples(&record.job_id)? {
+            let fraction = measured_fraction(samples, util_sum, record.elapsed, interval, floor);
+            record.weight_permille = (fraction * 1000.0).round() as u32;
+        }
+    }
+    Ok(())
+}
+
+/// How often a running job's utilization is sampled: every agent report, or every check cycle
+/// when it comes from Prometheus.
+fn sample_interval(config: &gputokens::Config) -> u64 {
+    match config.utilization.source {
+        gputokens::config::UtilizationSource::Agents => {
+            humantime::parse_duration(&config.agent.interval).map_or(0, |d| d.as_secs())
+        }
+        gputokens::config::UtilizationSource::Prometheus => config.intervals.check.as_secs(),
+    }
+}
+
+/// The fraction of its price a measured job pays: its sampled utilization, where every sample
+/// that should have come in `elapsed` seconds (one per `interval`, with a quarter's slack for late
+/// reports) and did not counts as fully used, since a silenced agent or a job hidden from NVML must
+/// not make GPU time cheap; never below `floor`.
+pub fn measured_fraction(samples: u64, util_sum: f64, elapsed: u64, interval: u64, floor: f64) -> f64 {
+    let expected = elapsed.saturating_mul(4).checked_div(interval.saturating_mul(5)).unwrap_or(0);
+    let missing = expected.saturating_sub(samples);
+    let counted = samples + missing;
+    if counted == 0 {
+        return 1.0;
+    }
+    let percent = (util_sum + 100.0 * missing as f64) / counted as f64;
+    (percent / 100.0).clamp(floor, 1.0)
+}
+
+#[cfg(test)]
+mod measured_tests {
+    use super::measured_fraction;
+
+    #[test]
+    fn missing_samples_count_as_fully_used() {
+        // An hour at one report a minute, all 60 in at 20 %: pays 20 %.
+        assert!((measured_fraction(60, 60.0 * 20.0, 3600, 60, 0.25) - 0.25).abs() < 1e-9, "the floor");
+        assert!((measured_fraction(60, 60.0 * 40.0, 3600, 60, 0.25) - 0.40).abs() < 1e-9);
+        // Reports a little late (50 of 60): none missing yet.
+        assert!((measured_fraction(50, 50.0 * 40.0, 3600, 60, 0.25) - 0.40).abs() < 1e-9);
+        // One report at 0 % and then silence for the hour: 47 missing at 100 %.
+        let silenced = measured_fraction(1, 0.0, 3600, 60, 0.25);
+        assert!((silenced - 47.0 / 48.0).abs() < 1e-9, "{silenced}");
+        // Never an interval: the samples alone; no samples and none expected: the allocation.
+        assert!((measured_fraction(3, 150.0, 3600, 0, 0.25) - 0.5).abs() < 1e-9);
+        assert_eq!(measured_fraction(0, 0.0, 10, 60, 0.25), 1.0);
+    }
+}
+
+/// An untyped allocation on nodes that have a single GPU type is charged as that type.
+fn resolve_untyped(records: &mut [UsageRecord], nodes_of: &HashMap<String, String>, slurm: &Slurm) {
+    if !records.iter().any(|r| r.milli_gpus.contains_key(sacct::UNTYPED)) {
+        return;
+    }
+    let types_by_node = match slurm.node_gpu_types() {
+        Ok(t) => t,
+        Err(e) => return tracing::warn!("cannot learn node GPU types for untyped allocations: {e}"),
+    };
+    for record in records.iter_mut().filter(|r| r.milli_gpus.contains_key(sacct::UNTYPED)) {
+        let Some(hostlist) = nodes_of.get(&record.job_id) else { continue };
+        let Ok(hosts) = slurm.hostnames(hostlist) else { continue };
+        let types: BTreeSet<&String> = hosts.iter().filter_map(|h| types_by_node.get(h)).flatten().collect();
+        if let [only] = types.into_iter().collect::<Vec<_>>().as_slice() {
+            let count = record.milli_gpus.remove(sacct::UNTYPED).unwrap_or(0);
+            let typed = record.milli_gpus.entry((*only).clone()).or_default();
+            *typed = typed.saturating_add(count);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::window_start;
+
+    #[test]
+    fn the_window_is_never_inverted() {
+        let (reread, lookback) = (3600, 86400);
+        assert_eq!(window_start(None, None, reread, lookback, 100_000), 100_000 - 86400, "first read");
+        assert_eq!(window_start(Some(50_000), Some(0), reread, lookback, 100_000), 50_000 - 3600);
+        assert_eq!(
+            window_start(Some(50_000), Some(48_000), reread, lookback, 100_000),
+            48_000,
+            "never before the first"
+        );
+        // The clock was set back below the last read's end.
+        assert_eq!(window_start(Some(200_000), Some(0), reread, lookback, 100_000), 100_000);
+        assert_eq!(window_start(Some(i64::MIN), None, reread, lookback, 100_000), i64::MIN, "no overflow");
+    }
+}

@@ -1,0 +1,61 @@
+//! The check cycle, shared by `accountd serve` and `accountd tick`.
+
+use std::fmt;
+
+use super::CycleState;
+use crate::error::AccountdResult;
+
+#[derive(Debug, Default)]
+pub struct CheckSummary {
+    pub replenished: ledger::Replenished,
+    pub users: usize,
+    /// What was read from Prometheus, when that is the utilization source.
+    pub utilization: Option<String>,
+    pub preemption: String,
+}
+
+impl fmt::Display for CheckSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} replenishment entries (+{} tokens), snapshot of {} users written",
+            self.replenished.entries, self.replenished.tokens, self.users
+        )?;
+        if let Some(utilization) = &self.utilization {
+            write!(f, "; {utilization}")?;
+        }
+        write!(f, "; {}", self.preemption)
+    }
+}
+
+/// Replenishes, republishes the snapshot, reads job utilization from Prometheus (when that is the
+/// source), preempts where GPUs are contended and sends notifications (`[notify]`). A failure of
+/// the last three is logged and does not stop the rest of the cycle. `publish` writes the snapshot
+/// from what the cycle now knows ([`crate::snapshot::publish`], or `accountd serve`'s way of handing
+/// the view to its answering side).
+pub fn check(
+    cycle: &mut CycleState,
+    now: i64,
+    publish: impl FnOnce(&CycleState, i64) -> AccountdResult<usize>,
+) -> AccountdResult<CheckSummary> {
+    // Never for a day that has not come on the clock, whatever `tick --now` says.
+    let replenished = cycle.res.ledger.replenish(now.min(gputokens::time::now()))?;
+    cycle.res.metrics.replenished.inc_by(replenished.tokens.as_f64());
+    let slurm = crate::slurm::Slurm::new(&cycle.res.config.slurm);
+    let mut queue = crate::slurm::QueueOnce::new(&slurm);
+    crate::cycles::slurm_view::refresh(&cycle.res, &mut cycle.slurm_view, &slurm, &mut queue, now);
+    let users = publish(cycle, now)?;
+    let window = cycle.res.config.intervals.check;
+    let utilization = crate::utilization::poll_prometheus(&mut cycle.res, &mut cycle.utilization, window, now)
+        .unwrap_or_else(|e| {
+            tracing::error!("{e}");
+            Some(format!("usage not read: {e}"))
+        });
+    let preemption = crate::cycles::preemption::check(cycle, &slurm, &mut queue, now).unwrap_or_else(|e| {
+        tracing::error!("preemption check failed: {e}");
+        format!("preemption check failed: {e}")
+    });
+    // After replenishment, grants since the last cycle and preemptions: their crossings and notices.
+    crate::cycles::notify::run(&mut cycle.res, now);
+    Ok(CheckSummary { replenished, users, utilization, preemption })
+}

@@ -1,0 +1,52 @@
+//! The periodic work: the charge cycle (finished and running jobs from Slurm into the ledger) and the
+//! check cycle (replenishment, the snapshot, utilization from Prometheus, preemption), each followed
+//! by notifications. `accountd serve` runs them on a schedule (`serve`), `accountd tick` once.
+//! What a cycle keeps from one run to the next is its own ([`CycleState`]).
+
+pub mod charge;
+pub mod check;
+pub mod lock;
+pub mod notify;
+pub mod preemption;
+pub mod rejected_records;
+pub mod serve;
+pub mod slurm_view;
+
+use std::thread::JoinHandle;
+
+use crate::resources::Resources;
+use crate::utilization::Tracker;
+use rejected_records::RejectedRecords;
+use slurm_view::SlurmView;
+
+/// The cycles' state beside the shared resources (their own ledger connection under `serve`).
+pub struct CycleState {
+    pub res: Resources,
+    /// Partitions, default accounts and queue commitments for the snapshot.
+    pub slurm_view: SlurmView,
+    /// Preemptions waiting out their grace on threads of their own; joined before the process exits.
+    pub preemptions: Vec<JoinHandle<()>>,
+    /// Job records that could not be charged, logged once each.
+    pub rejected_records: RejectedRecords,
+    /// Idle-job detection when utilization comes from Prometheus.
+    pub utilization: Tracker,
+}
+
+impl CycleState {
+    pub fn new(res: Resources) -> CycleState {
+        CycleState {
+            res,
+            slurm_view: SlurmView::default(),
+            preemptions: Vec::new(),
+            rejected_records: RejectedRecords::default(),
+            utilization: Tracker::default(),
+        }
+    }
+
+    /// Waits for preemptions still in their grace period.
+    pub fn finish_preemptions(&mut self) {
+        for handle in self.preemptions.drain(..) {
+            let _ = handle.join();
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! Carries out preemption: finds contention per GPU type in squeue, lets `gputokens::preemption`
+//! (the pure choice) pick the victims, and acts on them through Slurm with argv — comment, optional
+//! signal and grace, then `scontrol requeue` or `scancel`. Every action is an audit row and a metric.
+
+use std::collections::{BTreeMap, HashMap};
+
+use gputokens::config::{AtFloor, JobIdentity, PreemptAction};
+use gputokens::preemption::{
+    at_floor_victims, contention_victims, freed_for, still_wanted, utilization_by_type, Cause, Holder, Limits, Victim,
+    Waiter,
+};
+use gputokens::slurm::squeue::QueueJob;
+use gputokens::tres::{Sharing, MILLI};
+use gputokens::Tokens;
+use ledger::Action;
+
+use crate::cycles::CycleState;
+use crate::error::AccountdResult;
+use crate::resources::Resources;
+use crate::slurm::{QueueOnce, Slurm};
+
+/// Pending reasons that mean "waiting for resources", not for a dependency or a hold.
+const WAITING_FOR_RESOURCES: [&str; 2] = ["Resources", "Priority"];
+
+pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: i64) -> AccountdResult<String> {
+    let config = cycle.res.config.preemption.clone();
+    if !config.enabled && config.at_floor == AtFloor::None {
+        return Ok("preemption off".into());
+    }
+    let jobs = queue.jobs()?;
+    // GPUs earlier preemptions freed for jobs that still wait, and have not had their time to start.
+    let pending: std::collections::HashSet<&str> =
+        jobs.iter().filter(|j| j.state == "PENDING").map(|j| j.job_id.as_str()).collect();
+    cycle.res.ledger.forget_freed(now, |job| pending.contains(job))?;
+    let freed_earlier = cycle.res.ledger.freed_for_waiters(now)?;
+    let balance = balances(&cycle.res, jobs)?;
+    let exempt = &cycle.res.config.exempt;
+    let holders: Vec<Holder> = jobs
+        .iter()
+        .filter(|j| j.state == "RUNNING" && !j.alloc.is_empty())
+        .map(|j| Holder {
+            job_id: j.job_id.clone(),
+            user: j.user.clone(),
+            balance: balance[&j.user],
+            start_time: j.start_time,
+            gpus: whole_gpus(j),
+            exempt: exempt.covers(&JobIdentity {
+                user: Some(&j.user),
+                account: Some(&j.account),
+                default_account: None,
+                qos: Some(&j.qos),
+            }),
+        })
+        .collect();
+    let mut waiters: Vec<Waiter> = jobs
+        .iter()
+        .filter(|j| j.state == "PENDING" && WAITING_FOR_RESOURCES.contains(&j.state_reason.as_str()))
+        .map(|j| Waiter { job_id: j.job_id.clone(), user: j.user.clone(), balance: balance[&j.user], wants: wanted(j) })
+        .filter(|w| !w.wants.is_empty())
+        .collect();
+    let mut not_busy = String::new();
+    if let Some(threshold) = config.busy_percent {
+        let idle = idle_types(&cycle.res, &holders, threshold)?;
+        for waiter in &mut waiters {
+            waiter.wants.retain(|gpu_type, _| !idle.contains_key(gpu_type));
+        }
+        waiters.retain(|w| !w.wants.is_empty());
+        not_busy = idle.iter().map(|(t, why)| format!(", {t} not busy ({why})")).collect();
+    }
+
+    let waiting = waiters.len();
+    let waiters = still_wanted(&waiters, &freed_earlier);
+    let served = waiting - waiters.len();
+    let limits = Limits { min_runtime_secs: config.min_runtime.as_secs() as i64, max_per_cycle: config.max_per_cycle };
+    let mut victims = if config.enabled { contention_victims(&holders, &waiters, now, limits) } else { Vec::new() };
+    if config.at_floor != AtFloor::None {
+        let left = config.max_per_cycle.saturating_sub(victims.len());
+        let floor = cycle.res.ledger.rules().floor;
+        let more: Vec<Victim> = at_floor_victims(&holders, floor, left)
+            .into_iter()
+            .filter(|v| !victims.iter().any(|c| c.job_id == v.job_id))
+            .collect();
+        victims.extend(more);
+    }
+    if !config.dry_run && !victims.is_empty() {
+        // Remembered before acting: a cycle that runs next (here or in another process) must see it.
+        let secs = |d: std::time::Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+        let expires = now.saturating_add(secs(config.grace)).saturating_add(secs(config.start_wait));
+        cycle.res.ledger.remember_freed(&freed_for(&victims, &holders, &waiters, expires), now)?;
+    }
+    let requeueable: HashMap<&str, bool> = jobs.iter().map(|j| (j.job_id.as_str(), j.requeueable)).collect();
+    for victim in &victims {
+        act(cycle, slurm, victim, requeueable.get(victim.job_id.as_str()).copied().unwrap_or(false), now)?;
+    }
+    let done = if config.dry_run { "would preempt (dry run)" } else { "preempted" };
+    let served = match served {
+        0 => String::new(),
+        n => format!(" ({n} of them already had GPUs freed by an earlier preemption)"),
+    };
+    Ok(format!("{} GPU jobs running, {waiting} waiting{served}, {} {done}{not_busy}", holders.len(), victims.len()))
+}
+
+/// GPU types that fail the busy test, with why: their holders' mean utilization is below
+/// `threshold`, or unknown (no samples from agents or Prometheus).
+fn idle_types(res: &Resources, holders: &[Holder], threshold: f64) -> AccountdResult<BTreeMap<String, String>> {
+    let mut sampled = HashMap::new();
+    for holder in holders {
+        if let Some(percent) = res.ledger.mean_utilization(&holder.job_id)? {
+            sampled.insert(holder.job_id.clone(), percent);
+        }
+    }
+    let by_type = utilization_by_type(holders, &sampled);
+    let held: std::collections::BTreeSet<&String> = holders.iter().flat_map(|h| h.gpus.keys()).collect();
+    Ok(held
+        .into_iter()
+        .filter_map(|gpu_type| match by_type.get(gpu_type) {
+            Some(p) if *p >= threshold => None,
+            Some(p) => Some((gpu_type.clone(), format!("{p:.0}% < busy_percent {threshold}"))),
+            None => Some((gpu_type.clone(), "no utilization samples".to_string())),
+        })
+        .collect())
+}
+
+/// Every job's user's balance (a user not in the ledger stands at `initial`).
+fn balances(res: &Resources, jobs: &[QueueJob]) -> AccountdResult<HashMap<String, Tokens>> {
+    let mut balance = HashMap::new();
+    for job in jobs {
+        if !balance.contains_key(&job.user) {
+            let b = res.ledger.account(&job.user)?.map(|a| a.balance).unwrap_or(res.ledger.rules().initial);
+            balance.insert(job.user.clone(), b);
+        }
+    }
+    Ok(balance)
+}
+
+/// GPUs held per type, shards rounded up to whole GPUs (a shard keeps the GPU from a whole-GPU job).
+fn whole_gpus(job: &QueueJob) -> BTreeMap<String, u64> {
+    let milli = job.alloc.milli_by_type(gputokens::slurm::sacct::UNTYPED, Sharing::default());
+    milli.into_iter().map(|(t, m)| (t, m.div_ceil(MILLI))).collect()
+}
+
+/// Typed GPUs a pending job asks for (untyped requests name no type to contend for).
+fn wanted(job: &QueueJob) -> BTreeMap<String, u64> {
+    let mut wants = BTreeMap::new();
+    for count in &job.request.counts {
+        if let Some(t) = &count.gpu_type {
+            let wanted = wants.entry(t.clone()).or_default();
+            *wanted = count.count.saturating_add(*wanted);
+        }
+    }
+    wants
+}
+
+fn act(cycle: &mut CycleState, slurm: &Slurm, victim: &Victim, requeueable: bool, now: i64) -> AccountdResult {
+    let config = cycle.res.config.preemption.clone();
+    let action = match (victim.cause == Cause::AtFloor, cycle.res.config.preemption.at_floor, config.action) {
+        (true, AtFloor::Cancel, _) | (false, _, PreemptAction::Cancel) => "cancel",
+        _ if requeueable => "requeue",
+        _ => "cancel",
+    };
+    let reason = victim.reason();
+    let gpu_type = match &victim.cause {
+        Cause::Contended { gpu_type, .. } => gpu_type.clone(),
+        Cause::AtFloor => "at_floor".into(),
+    };
+    // The owner is notified once per action (`[notify]`), recorded with it: never for a dry run or
+    // a job ID that is not acted on.
+    let acted = !config.dry_run && crate::slurm::job_id_arg(&victim.job_id).is_ok();
+    let notice = acted
+        .then(|| {
+            crate::cycles::notify::preempted_notice(
+                &cycle.res,
+                &victim.user,
+                &victim.job_id,
+                action,
+                &reason,
+                victim.balance,
+            )
+        })
+        .flatten();
+    let audit = Action {
+        at: now,
+        action: action.into(),
+        target: victim.job_id.clone(),
+        user: victim.user.clone(),
+        reason: reason.clone(),
+        dry_run: config.dry_run,
+    };
+    cycle.res.ledger.record_action_noticed(&audit, notice.as_ref())?;
+    cycle.res.metrics.record_preemption(&gpu_type, action, config.dry_run);
+    if config.dry_run {
+        tracing::warn!("dry run: would {action} job {} of {} ({reason})", victim.job_id, victim.user);
+        return Ok(());
+    }
+    let job = match crate::slurm::job_id_arg(&victim.job_id) {
+        Ok(job) => job.to_string(),
+        Err(e) => {
+            tracing::error!("not preempting: {e}");
+            return Ok(());
+        }
+    };
+    tracing::warn!("{action} job {job} of {}: {reason}", victim.user);
+    if let Err(e) = append_comment(slurm, &job, &reason) {
+        tracing::warn!("cannot set the comment of job {job}: {e}");
+    }
+    let signalled = job.clone();
+    let step = move |slurm: &Slurm| {
+        let result = match action {
+            "requeue" => slurm.run("scontrol", &["--", "requeue", &job]),
+            _ => slurm.run("scancel", &["--", &job]),
+        };
+        if let Err(e) = result {
+            tracing::error!("{action} of job {job} failed: {e}");
+        }
+    };
+    match &config.signal {
+        None => step(slurm),
+        Some(signal) => {
+            slurm.run("scancel", &["--full", &format!("--signal={signal}"), "--", &signalled])?;
+            // The grace runs on a thread of its own: the cycle must not wait.
+            let (slurm, grace) = (slurm.clone(), config.grace);
+            cycle.preemptions.retain(|h| !h.is_finished());
+            cycle.preemptions.push(std::thread::spawn(move || {
+                std::thread::sleep(grace);
+                step(&slurm);
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// Adds `note` to the job's comment, keeping what the user or another tool wrote there.
+fn append_comment(slurm: &Slurm, job: &str, note: &str) -> crate::error::AccountdResult {
+    let current = slurm.run("squeue", &["-h", "-j", job, "-o", "%k"])?;
+    let comment = with_note(current.trim(), note);
+    slurm.run("scontrol", &["--", "update", &format!("jobid={job}"), &format!("comment={comment}")])?;
+    Ok(())
+}
+
+/// `old; note`, or `note` alone when there was none (squeue shows a missing comment as "(null)").
+fn with_note(old: &str, note: &str) -> String {
+    match old {
+        "" | "(null)" => note.to_string(),
+        old if old.ends_with(note) => old.to_string(),
+        old => format!("{old}; {note}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_note;
+
+    #[test]
+    fn the_note_is_appended_to_the_comment() {
+        assert_eq!(with_note("(null)", "gputokens: preempted"), "gputokens: preempted");
+        assert_eq!(with_note("", "gputokens: preempted"), "gputokens: preempted");
+        assert_eq!(with_note("run 7 of sweep", "gputokens: preempted"), "run 7 of sweep; gputokens: preempted");
+        assert_eq!(with_note("x; gputokens: preempted", "gputokens: preempted"), "x; gputokens: preempted");
+    }
+}

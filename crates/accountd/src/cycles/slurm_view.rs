@@ -1,0 +1,98 @@
+//! What the job_submit plugin needs from Slurm beside the balances, read every check cycle and
+//! published in the snapshot: partitions' time limits (for jobs without `--time`), users' default
+//! accounts (for exempt accounts), what each user's running and pending GPU jobs hold and can
+//! still cost (for `mode = "estimate"` and `max_gpus_per_user`), and every pending job (always: the
+//! plugin's `job_modify` tells GPU jobs from CPU-only ones by it).
+//!
+//! A command that fails keeps the last partitions and accounts (they rarely change) but drops the
+//! queue: commitments from an old squeue would be wrong. Failures are logged when they change. What
+//! it read is kept in a [`SlurmView`], the cycles' own, handed to what answers requests.
+
+use std::collections::HashMap;
+
+use gputokens::estimate::{commitments, pending_jobs};
+use gputokens::slurm::{partitions, squeue};
+use gputokens::snapshot::QueueSummary;
+
+use crate::error::AccountdResult;
+use crate::resources::Resources;
+use crate::slurm::{QueueOnce, Slurm, SlurmError};
+
+/// What the job_submit plugin needs from Slurm beside the balances, as [`refresh`] last read it.
+#[derive(Debug, Default, Clone)]
+pub struct SlurmView {
+    pub partitions: Vec<partitions::Partition>,
+    pub default_accounts: HashMap<String, String>,
+    pub queue: Option<QueueSummary>,
+    /// What failed at the last read, so a failure is logged when it changes, not every cycle.
+    pub last_problems: Vec<String>,
+}
+
+/// Reads what the plugin's settings need into `view`; `now` stamps the queue.
+pub fn refresh(res: &Resources, view: &mut SlurmView, slurm: &Slurm, queue: &mut QueueOnce, now: i64) {
+    let wants_accounts = !res.config.exempt.accounts.is_empty();
+    let mut problems = Vec::new();
+
+    match slurm
+        .run("scontrol", &["-o", "show", "partition"])
+        .and_then(|text| partitions::parse(&text).map_err(SlurmError::from))
+    {
+        Ok(found) => view.partitions = found,
+        Err(e) => problems.push(format!("partitions not read: {e}")),
+    }
+    if wants_accounts {
+        match slurm.run("sacctmgr", &["-n", "-P", "show", "user", "format=User,DefaultAccount"]) {
+            Ok(text) => view.default_accounts = default_accounts(&text),
+            Err(e) => problems.push(format!("default accounts not read: {e}")),
+        }
+    }
+    view.queue = None;
+    match commitments_of(res, queue, now) {
+        Ok(summary) => view.queue = Some(summary),
+        Err(e) => problems.push(format!(
+            "queue not read, the plugin counts no running or pending jobs and treats every updated job as a GPU job: {e}"
+        )),
+    }
+    if problems != view.last_problems {
+        for problem in &problems {
+            tracing::warn!("{problem}");
+        }
+        if problems.is_empty() {
+            tracing::info!("partitions, accounts and queue read again for the job_submit plugin");
+        }
+        view.last_problems = problems;
+    }
+}
+
+fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdResult<QueueSummary> {
+    // Taken before squeue runs: a job the plugin admits from here on is counted by the plugin itself.
+    let as_of = now;
+    let jobs = queue.jobs()?;
+    let default_limit = res.config.admission.default_time_limit.as_secs();
+    let ledger = &res.ledger;
+    let charged =
+        |job: &squeue::QueueJob| ledger.charged_seconds(&job.job_id, job.start_time).ok().flatten().unwrap_or(0);
+    let (prices, sharing) = (&res.config.prices, res.config.sharing);
+    let committed = commitments(jobs, default_limit, prices, sharing, charged);
+    let pending = pending_jobs(jobs, default_limit, prices, sharing);
+    Ok(QueueSummary { as_of, committed: committed.into_iter().collect(), pending })
+}
+
+/// `alice|physics` lines.
+fn default_accounts(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once('|'))
+        .filter(|(u, a)| !u.is_empty() && !a.is_empty())
+        .map(|(u, a)| (u.trim().to_string(), a.trim().to_string()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn default_accounts_from_sacctmgr() {
+        let found = super::default_accounts("alice|physics\nbob|gputokens\nroot|root\nnoacct|\n");
+        assert_eq!(found.len(), 3);
+        assert_eq!(found["alice"], "physics");
+    }
+}

@@ -1,0 +1,177 @@
+//! Serves the HTTP router under `[http]`'s caps: connections per address and in all (at a cap the
+//! address's oldest idle connection is shed for the new one, and counted; only when all are busy is
+//! the new one closed), a short deadline for each request's headers (also on an idle keep-alive
+//! connection, so connections that never speak are dropped) and `request_timeout` for reading its
+//! body and answering.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use axum::http::{Request, StatusCode};
+use axum::response::IntoResponse;
+use axum::Router;
+use gputokens::config::HttpAccess;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tower::ServiceExt;
+
+use crate::daemon::conn_caps::{Busy, ConnectionCaps, Full, Slot};
+use crate::metrics::Metrics;
+
+/// The most a client may take to send a request's headers, on a new connection or an idle
+/// keep-alive one (`request_timeout` when that is shorter): a real client sends them at once.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn reason(full: Full) -> &'static str {
+    match full {
+        Full::Total => "total",
+        Full::Client => "per_address",
+    }
+}
+
+/// Serves `app` on `tcp` until `stopped` turns true; connections in flight then finish their request.
+pub async fn serve(
+    tcp: TcpListener,
+    app: Router,
+    limits: &HttpAccess,
+    metrics: Arc<Metrics>,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    let caps = ConnectionCaps::<IpAddr>::new(limits.max_connections, limits.max_connections_per_address);
+    let rate = Arc::new(crate::http::rate_limit::RateLimit::default());
+    let timeout = limits.request_timeout;
+    let mut warned = std::collections::HashSet::new();
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = stop_requested(&mut stopped) => break,
+            accepted = tcp.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of descriptors, most likely: wait for connections to close rather than spin.
+                    tracing::warn!("http accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let slot = match caps.admit(peer.ip()) {
+            Ok(admitted) => {
+                if let Some(full) = admitted.shed {
+                    metrics.connection_shed("http", reason(full));
+                }
+                admitted.slot
+            }
+            Err(full) => {
+                metrics.connection_refused("http", reason(full));
+                // Once per address (bounded), so a flood does not flood the log too.
+                if warned.len() < 1024 && warned.insert(peer.ip()) {
+                    tracing::warn!("http: closing connections from {} ({} cap reached)", peer.ip(), reason(full));
+                }
+                drop(stream);
+                continue;
+            }
+        };
+        let app = app.clone();
+        let stopped = stopped.clone();
+        let limited = Limited { rate: rate.clone(), metrics: metrics.clone() };
+        tokio::spawn(serve_connection(stream, peer, slot, app, limited, timeout, stopped));
+        // Let the connections just accepted read their requests before more are accepted: a flood
+        // of new connections from one address must not shed a prompt client's before it has spoken.
+        tokio::task::yield_now().await;
+    }
+}
+
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    slot: Slot<IpAddr>,
+    app: Router,
+    limited: Limited,
+    timeout: Duration,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    let slot = Arc::new(slot);
+    let requests = slot.clone();
+    let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
+        // Busy from its headers until its response's body is written: not shed meanwhile.
+        let busy = requests.busy();
+        request.extensions_mut().insert(ConnectInfo(peer));
+        let app = app.clone();
+        let allowed = limited.rate.allow(peer.ip().to_canonical(), std::time::Instant::now());
+        if !allowed {
+            limited.metrics.connection_refused("http", "rate");
+        }
+        async move {
+            if !allowed {
+                let slow_down = [(axum::http::header::RETRY_AFTER, "1")];
+                let response = (StatusCode::TOO_MANY_REQUESTS, slow_down, "too many requests from this address\n");
+                return Ok::<_, std::convert::Infallible>(response.into_response());
+            }
+            let response = match tokio::time::timeout(timeout, app.oneshot(request)).await {
+                Ok(response) => response?,
+                Err(_) => (StatusCode::REQUEST_TIMEOUT, "request not read and answered in time\n").into_response(),
+            };
+            Ok::<_, std::convert::Infallible>(
+                response.map(|body| axum::body::Body::new(BusyBody { body, _busy: busy })),
+            )
+        }
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(timeout.min(HEADER_TIMEOUT))
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let result = tokio::select! {
+        result = connection.as_mut() => result,
+        // Shed for a newer connection of its address while idle: closed at once.
+        () = slot.shed() => return,
+        () = stop_requested(&mut stopped) => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!("http connection from {peer}: {e}");
+    }
+}
+
+/// The per-address request rate, and where to count what it refuses.
+#[derive(Clone)]
+struct Limited {
+    rate: Arc<crate::http::rate_limit::RateLimit>,
+    metrics: Arc<Metrics>,
+}
+
+/// A response body that keeps its connection marked busy until hyper has written it and drops it.
+struct BusyBody {
+    body: axum::body::Body,
+    _busy: Option<Busy<IpAddr>>,
+}
+
+impl http_body::Body for BusyBody {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Completes once `stopped` is true (or its sender is gone).
+async fn stop_requested(stopped: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|s| *s).await;
+}

@@ -1,0 +1,558 @@
+//! The gate every agent report passes before it changes anything: who sent it (a MUNGE credential of
+//! root or the SlurmUser whose payload names this very body, or the node's own token), whether that
+//! sender may speak for the node it names (one node Slurm knows; the credential's origin is one of
+//! the node's addresses), and whether every job it names is a plain job ID that Slurm shows on that
+//! node. A refusal is an HTTP 4xx, a metric and one log line per sender and reason.
+//!
+//! The credential is checked before the body is read as JSON, and nothing a refused sender claims is
+//! kept: its log key is its address. The gate's caches have locks of their own, never held across a
+//! MUNGE decode or a Slurm command, so a slow slurmctld stalls no other request.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::net::{IpAddr, ToSocketAddrs};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use gputokens::config::AgentAuth;
+use gputokens::Config;
+
+use crate::agent::report::AgentReport;
+use crate::http::auth::{self, Presented};
+use crate::munge::{self, MungeErrorKind};
+use crate::slurm::{job_id_arg, node_name_arg, Slurm};
+
+/// How long what Slurm said about a node is believed.
+const NODE_TTL: Duration = Duration::from_secs(300);
+/// A name Slurm did not know is asked again after this long (a node added to slurm.conf).
+const UNKNOWN_NODE_TTL: Duration = Duration::from_secs(30);
+/// The node's jobs are read again when a report names one not seen there, at most this often.
+const JOBS_REFRESH: Duration = Duration::from_secs(2);
+/// A job Slurm showed on the node still counts this long after it left squeue (its processes and
+/// records end a moment after it does).
+const JOB_GRACE: Duration = Duration::from_secs(120);
+/// Distinct (sender, reason) refusals remembered for logging once; past this the memory starts anew
+/// (a flood of distinct senders costs a log line each, never memory).
+const LOGGED_REFUSALS: usize = 1024;
+/// How much of a name a sender claims goes into a log line or message, escaped.
+const CLAIM_SHOWN: usize = 48;
+
+/// Why a report was turned away: the HTTP status, a metric label and a message for the sender.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub status: u16,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn malformed(message: String) -> Refusal {
+        Refusal::new(400, "malformed", message)
+    }
+
+    /// Not the sender's fault: not counted as a refusal.
+    pub fn internal(message: String) -> Refusal {
+        Refusal::new(500, "internal", message)
+    }
+
+    /// Too many reports under way: the sender tries again next interval.
+    pub fn busy(message: String) -> Refusal {
+        Refusal::new(503, "busy", message)
+    }
+
+    fn new(status: u16, reason: &'static str, message: impl Into<String>) -> Refusal {
+        Refusal { status, reason, message: message.into() }
+    }
+}
+
+/// Who a report comes from, once its authentication has been checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sender {
+    /// A MUNGE credential of an allowed uid; its origin address when munged knew it.
+    Munge { uid: u32, origin: Option<IpAddr> },
+    /// The per-node token of this node.
+    Token { node: String },
+}
+
+/// What the gate asks of Slurm (a trait so the rules are tested without a cluster).
+pub trait NodeDirectory {
+    /// The node's addresses (NodeAddr and NodeHostName, resolved; `sinfo` knows both), or None when Slurm has no such node.
+    fn addresses(&self, node: &str) -> Result<Option<Vec<IpAddr>>, String>;
+    /// Jobs Slurm shows running, suspended or completing on the node.
+    fn jobs_on(&self, node: &str) -> Result<BTreeSet<String>, String>;
+}
+
+impl NodeDirectory for Slurm {
+    fn addresses(&self, node: &str) -> Result<Option<Vec<IpAddr>>, String> {
+        let node = node_name_arg(node).map_err(|e| e.to_string())?;
+        // One line per partition the node is in; none when Slurm has no such node. The name was
+        // validated above, so it cannot be read as an option.
+        let text = self.run("sinfo", &["-h", "-N", "-n", node, "-o", "%N|%o|%n"]).map_err(|e| e.to_string())?;
+        let mut lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        lines.dedup();
+        let [line] = lines.as_slice() else { return Ok(None) };
+        let fields: Vec<&str> = line.split('|').collect();
+        let [name, addr, hostname] = fields.as_slice() else { return Ok(None) };
+        if *name != node {
+            return Ok(None);
+        }
+        let mut addresses = Vec::new();
+        for host in [addr, hostname] {
+            if let Ok(resolved) = (*host, 0).to_socket_addrs() {
+                addresses.extend(resolved.map(|a| a.ip()));
+            }
+        }
+        addresses.sort();
+        addresses.dedup();
+        Ok(Some(addresses))
+    }
+
+    fn jobs_on(&self, node: &str) -> Result<BTreeSet<String>, String> {
+        let node = node_name_arg(node).map_err(|e| e.to_string())?;
+        let text = self.run("squeue", &["-h", "-w", node, "-t", "R,S,CG,ST", "-o", "%A"]).map_err(|e| e.to_string())?;
+        Ok(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
+    }
+}
+
+struct NodeEntry {
+    addresses: Option<Vec<IpAddr>>,
+    read: Instant,
+}
+
+#[derive(Default)]
+struct NodeJobs {
+    /// Job → when Slurm last showed it on the node.
+    seen: HashMap<String, Instant>,
+    read: Option<Instant>,
+}
+
+pub struct ReportGate {
+    auth: AgentAuth,
+    munge_socket: Option<std::path::PathBuf>,
+    /// The site secret (auth = "token").
+    secret: Option<String>,
+    /// uid 0 and the SlurmUser's.
+    allowed_uids: BTreeSet<u32>,
+    /// `[agent] accept_unchecked_origin`.
+    accept_unchecked_origin: bool,
+    nodes: Mutex<HashMap<String, NodeEntry>>,
+    jobs: Mutex<HashMap<String, NodeJobs>>,
+    /// (sender, reason) already logged; cleared for a node when it reports properly again.
+    logged: Mutex<HashSet<(String, &'static str)>>,
+}
+
+/// A short lock: a panic while holding one left plain data behind.
+fn held<T>(lock: &Mutex<T>) -> MutexGuard<'_, T> {
+    lock.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// At most CLAIM_SHOWN characters of a name a sender claims, escaped, to name it in a log line.
+pub fn shown(claim: &str) -> String {
+    let mut out: String = claim.chars().take(CLAIM_SHOWN).flat_map(char::escape_debug).collect();
+    if claim.chars().nth(CLAIM_SHOWN).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+impl ReportGate {
+    pub fn new(config: &Config) -> Result<ReportGate, String> {
+        let secret = match config.agent.auth {
+            AgentAuth::Token => {
+                let path = config.agent.token_file.as_ref().ok_or("agent.auth = \"token\" needs agent.token_file")?;
+                Some(auth::read_secret(path).map_err(|e| format!("agent.token_file: {e}"))?)
+            }
+            AgentAuth::Munge => None,
+        };
+        let mut allowed_uids = BTreeSet::from([0]);
+        match nix::unistd::User::from_name(&config.slurm_user) {
+            Ok(Some(user)) => {
+                allowed_uids.insert(user.uid.as_raw());
+            }
+            _ => tracing::warn!(
+                "slurm_user '{}' is not a user on this host: only root's agent reports are accepted",
+                config.slurm_user
+            ),
+        }
+        Ok(ReportGate {
+            auth: config.agent.auth,
+            munge_socket: config.agent.munge_socket.clone(),
+            secret,
+            allowed_uids,
+            accept_unchecked_origin: config.agent.accept_unchecked_origin,
+            nodes: Mutex::default(),
+            jobs: Mutex::default(),
+            logged: Mutex::default(),
+        })
+    }
+
+    /// Refuses a request that presents no credential of the site's kind, before anything else is
+    /// done with it (its body is not even parsed).
+    pub fn expects(&self, presented: Presented) -> Result<(), Refusal> {
+        match (self.auth, presented) {
+            (AgentAuth::Munge, Presented::Munge(_)) | (AgentAuth::Token, Presented::Bearer(_)) => Ok(()),
+            (AgentAuth::Munge, _) => Err(Refusal::new(
+                401,
+                "unauthenticated",
+                "agent reports need 'Authorization: MUNGE <credential>' ([agent] auth = \"munge\")",
+            )),
+            (AgentAuth::Token, _) => Err(Refusal::new(
+                401,
+                "unauthenticated",
+                "agent reports need 'Authorization: Bearer <node token>' ([agent] auth = \"token\")",
+            )),
+        }
+    }
+
+    /// Who sent `body`, and the report in it: a MUNGE credential is checked against the body before
+    /// `parse` reads it; a node token is checked against the node the parsed report names.
+    pub fn authenticate(
+        &self,
+        presented: Presented,
+        body: &[u8],
+        parse: impl FnOnce(&[u8]) -> Result<AgentReport, Refusal>,
+    ) -> Result<(Sender, AgentReport), Refusal> {
+        self.expects(presented)?;
+        match presented {
+            Presented::Munge(cred) => {
+                let cred = munge::decode(cred, self.munge_socket.as_deref()).map_err(|e| match e.kind {
+                    MungeErrorKind::Unavailable => Refusal::new(503, "munge_unavailable", e.to_string()),
+                    MungeErrorKind::Replayed => Refusal::new(401, "replayed", e.to_string()),
+                    MungeErrorKind::Expired => Refusal::new(401, "expired", e.to_string()),
+                    MungeErrorKind::Invalid => Refusal::new(401, "bad_credential", e.to_string()),
+                })?;
+                let sender = self.check_munge(cred, body)?;
+                Ok((sender, parse(body)?))
+            }
+            Presented::Bearer(token) => {
+                let report = parse(body)?;
+                let secret = self.secret.as_deref().unwrap_or_default();
+                if auth::node_token_matches(secret, &report.node, token) {
+                    Ok((Sender::Token { node: report.node.clone() }, report))
+                } else {
+                    Err(Refusal::new(401, "bad_token", format!("not the token of node '{}'", shown(&report.node))))
+                }
+            }
+            Presented::None | Presented::Unknown => unreachable!("refused by expects"),
+        }
+    }
+
+    /// A decoded credential must come from root or the SlurmUser and name this body.
+    pub fn check_munge(&self, cred: munge::Credential, body: &[u8]) -> Result<Sender, Refusal> {
+        if !self.allowed_uids.contains(&cred.uid) {
+            return Err(Refusal::new(
+                403,
+                "uid",
+                format!("a MUNGE credential of uid {} may not report: only root and the SlurmUser", cred.uid),
+            ));
+        }
+        if cred.payload != auth::report_payload(body) {
+            return Err(Refusal::new(401, "bad_credential", "the MUNGE credential was made for another report"));
+        }
+        Ok(Sender::Munge { uid: cred.uid, origin: cred.origin.map(IpAddr::V4) })
+    }
+
+    /// Whether `sender` may speak for `report.node` and every job the report names.
+    pub fn authorize(&self, sender: &Sender, report: &AgentReport, slurm: &dyn NodeDirectory) -> Result<(), Refusal> {
+        let node = node_name_arg(&report.node)
+            .map_err(|_| Refusal::new(400, "node", format!("'{}' is not a Slurm node name", shown(&report.node))))?;
+        if let Sender::Token { node: bound } = sender {
+            if bound != node {
+                return Err(Refusal::new(403, "node", format!("a token of node '{bound}' cannot report for '{node}'")));
+            }
+        }
+        let Some(addresses) = self.addresses(node, slurm)? else {
+            return Err(Refusal::new(403, "node", format!("Slurm has no node '{node}'")));
+        };
+        if let Sender::Munge { origin, .. } = sender {
+            match origin {
+                Some(origin) if addresses.contains(origin) => {}
+                Some(origin) if !addresses.is_empty() => {
+                    return Err(Refusal::new(
+                        403,
+                        "address",
+                        format!("the credential comes from {origin}, not from node '{node}' ({})", list(&addresses)),
+                    ));
+                }
+                // Nothing to compare: munged named no origin, or the node's addresses do not resolve.
+                _ if self.accept_unchecked_origin => {}
+                _ => {
+                    return Err(Refusal::new(
+                        403,
+                        "address",
+                        format!(
+                            "cannot check that the credential comes from node '{node}' (origin {}, node addresses {}): \
+                             refused unless [agent] accept_unchecked_origin = true",
+                            origin.map_or("unknown".to_string(), |o| o.to_string()),
+                            if addresses.is_empty() { "unresolved".to_string() } else { list(&addresses) }
+                        ),
+                    ));
+                }
+            }
+        }
+        let named = named_jobs(report);
+        for job in &named {
+            job_id_arg(job).map_err(|e| Refusal::new(400, "job", e.to_string()))?;
+        }
+        let missing = self.jobs_not_on(node, &named, slurm)?;
+        if !missing.is_empty() {
+            let list: Vec<&str> = missing.iter().map(String::as_str).collect();
+            return Err(Refusal::new(403, "job", format!("Slurm shows no job {} on node '{node}'", list.join(","))));
+        }
+        Ok(())
+    }
+
+    fn addresses(&self, node: &str, slurm: &dyn NodeDirectory) -> Result<Option<Vec<IpAddr>>, Refusal> {
+        if let Some(entry) = held(&self.nodes).get(node) {
+            let ttl = if entry.addresses.is_some() { NODE_TTL } else { UNKNOWN_NODE_TTL };
+            if entry.read.elapsed() < ttl {
+                return Ok(entry.addresses.clone());
+            }
+        }
+        // Asked without the lock: other reports go on meanwhile.
+        let addresses = slurm.addresses(node).map_err(|e| Refusal::new(503, "slurm", e))?;
+        held(&self.nodes).insert(node.to_string(), NodeEntry { addresses: addresses.clone(), read: Instant::now() });
+        Ok(addresses)
+    }
+
+    /// The jobs of `named` that Slurm does not show (nor showed lately) on `node`.
+    fn jobs_not_on(
+        &self,
+        node: &str,
+        named: &BTreeSet<String>,
+        slurm: &dyn NodeDirectory,
+    ) -> Result<BTreeSet<String>, Refusal> {
+        let missing =
+            |e: &NodeJobs| -> BTreeSet<String> { named.iter().filter(|j| !e.seen.contains_key(*j)).cloned().collect() };
+        {
+            let mut jobs = held(&self.jobs);
+            let entry = jobs.entry(node.to_string()).or_default();
+            entry.seen.retain(|_, at| at.elapsed() < JOB_GRACE);
+            let unseen = missing(entry);
+            if unseen.is_empty() || entry.read.is_some_and(|r| r.elapsed() < JOBS_REFRESH) {
+                return Ok(unseen);
+            }
+            // Claimed before asking, so that reports arriving meanwhile do not ask too.
+            entry.read = Some(Instant::now());
+        }
+        let shown_now = slurm.jobs_on(node).map_err(|e| Refusal::new(503, "slurm", e))?;
+        let mut jobs = held(&self.jobs);
+        let entry = jobs.entry(node.to_string()).or_default();
+        let now = Instant::now();
+        for job in shown_now {
+            entry.seen.insert(job, now);
+        }
+        Ok(missing(entry))
+    }
+
+    /// Logs a refusal once per sender (an address, or a node name as shown) and reason; true when
+    /// it was logged now.
+    pub fn log_refusal(&self, from: &str, refusal: &Refusal) -> bool {
+        let mut logged = held(&self.logged);
+        if logged.len() >= LOGGED_REFUSALS {
+            logged.clear();
+        }
+        let first = logged.insert((shown(from), refusal.reason));
+        if first {
+            tracing::warn!("agent report from {} refused ({}): {}", shown(from), refusal.reason, refusal.message);
+        }
+        first
+    }
+
+    /// A node that reports properly again has its refusals logged anew next time.
+    pub fn accepted(&self, node: &str) {
+        let node = shown(node);
+        held(&self.logged).retain(|(from, _)| *from != node);
+    }
+}
+
+/// Every job ID a report names: its processes' jobs and the jobs recorded as holding its GPUs.
+fn named_jobs(report: &AgentReport) -> BTreeSet<String> {
+    let processes = report.sample.processes.iter().filter_map(|p| p.job_id.clone());
+    let holders = report.sample.gpus.iter().flat_map(|g| g.jobs.iter().cloned());
+    processes.chain(holders).collect()
+}
+
+fn list(addresses: &[IpAddr]) -> String {
+    addresses.iter().map(IpAddr::to_string).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::{GpuSample, NodeSample, ProcessSample};
+    use std::cell::Cell;
+
+    struct FakeSlurm {
+        jobs: BTreeSet<String>,
+        job_reads: Cell<usize>,
+    }
+
+    impl NodeDirectory for FakeSlurm {
+        fn addresses(&self, node: &str) -> Result<Option<Vec<IpAddr>>, String> {
+            Ok((node == "gpu01").then(|| vec!["10.0.0.1".parse().unwrap()]))
+        }
+        fn jobs_on(&self, node: &str) -> Result<BTreeSet<String>, String> {
+            self.job_reads.set(self.job_reads.get() + 1);
+            Ok(if node == "gpu01" { self.jobs.clone() } else { BTreeSet::new() })
+        }
+    }
+
+    fn gate() -> ReportGate {
+        let mut config = Config::parse("", std::path::Path::new("/test.toml")).unwrap();
+        config.slurm_user = "root".into();
+        ReportGate::new(&config).unwrap()
+    }
+
+    fn report(node: &str, process_jobs: &[&str], holders: &[&str]) -> AgentReport {
+        let mut gpu = GpuSample::empty(0);
+        gpu.jobs = holders.iter().map(|j| j.to_string()).collect();
+        let processes = process_jobs
+            .iter()
+            .enumerate()
+            .map(|(i, j)| ProcessSample {
+                pid: i as u32 + 100,
+                gpu_index: 0,
+                used_memory_bytes: None,
+                sm_utilization_percent: None,
+                job_id: Some(j.to_string()),
+            })
+            .collect();
+        AgentReport { node: node.into(), sample: NodeSample { time: chrono::Utc::now(), gpus: vec![gpu], processes } }
+    }
+
+    fn slurm() -> FakeSlurm {
+        FakeSlurm { jobs: ["7".to_string(), "8".to_string()].into(), job_reads: Cell::new(0) }
+    }
+
+    const FROM_NODE: Sender =
+        Sender::Munge { uid: 0, origin: Some(std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1))) };
+
+    fn root_from(addr: &str) -> Sender {
+        Sender::Munge { uid: 0, origin: Some(addr.parse().unwrap()) }
+    }
+
+    #[test]
+    fn a_node_reports_its_own_jobs() {
+        let (gate, slurm) = (gate(), slurm());
+        gate.authorize(&root_from("10.0.0.1"), &report("gpu01", &["7"], &["8"]), &slurm).unwrap();
+        gate.authorize(&FROM_NODE, &report("gpu01", &[], &[]), &slurm).unwrap();
+    }
+
+    #[test]
+    fn names_that_are_not_one_known_node_are_refused() {
+        let (gate, slurm) = (gate(), slurm());
+        for node in ["gpu[01-02]", "gpu01,gpu02", "--all", "", "gpu01 gpu02"] {
+            let r = gate.authorize(&FROM_NODE, &report(node, &[], &[]), &slurm).unwrap_err();
+            assert_eq!((r.status, r.reason), (400, "node"), "{node:?}: {r:?}");
+        }
+        let r = gate.authorize(&FROM_NODE, &report("gpu99", &[], &[]), &slurm).unwrap_err();
+        assert_eq!((r.status, r.reason), (403, "node"));
+        assert!(r.message.contains("no node 'gpu99'"), "{r:?}");
+    }
+
+    #[test]
+    fn a_credential_whose_origin_cannot_be_checked_is_refused_unless_allowed() {
+        let (strict, slurm) = (gate(), slurm());
+        let unknown = Sender::Munge { uid: 0, origin: None };
+        let r = strict.authorize(&unknown, &report("gpu01", &[], &[]), &slurm).unwrap_err();
+        assert_eq!((r.status, r.reason), (403, "address"), "{r:?}");
+        assert!(r.message.contains("accept_unchecked_origin"), "{r:?}");
+        let mut lenient = gate();
+        lenient.accept_unchecked_origin = true;
+        lenient.authorize(&unknown, &report("gpu01", &[], &[]), &slurm).unwrap();
+    }
+
+    #[test]
+    fn a_credential_from_another_address_is_refused() {
+        let (gate, slurm) = (gate(), slurm());
+        let r = gate.authorize(&root_from("10.0.0.2"), &report("gpu01", &[], &[]), &slurm).unwrap_err();
+        assert_eq!((r.status, r.reason), (403, "address"), "{r:?}");
+        assert!(r.message.contains("10.0.0.2") && r.message.contains("10.0.0.1"), "{r:?}");
+    }
+
+    #[test]
+    fn jobs_must_be_plain_ids_of_jobs_on_the_node() {
+        let (gate, slurm) = (gate(), slurm());
+        let r = gate.authorize(&FROM_NODE, &report("gpu01", &["--user=bob"], &[]), &slurm).unwrap_err();
+        assert_eq!((r.status, r.reason), (400, "job"), "{r:?}");
+        let r = gate.authorize(&FROM_NODE, &report("gpu01", &[], &["7_1"]), &slurm).unwrap_err();
+        assert_eq!((r.status, r.reason), (400, "job"), "{r:?}");
+        let r = gate.authorize(&FROM_NODE, &report("gpu01", &["7", "9"], &[]), &slurm).unwrap_err();
+        assert_eq!((r.status, r.reason), (403, "job"), "{r:?}");
+        assert!(r.message.contains("no job 9 on node 'gpu01'"), "{r:?}");
+    }
+
+    #[test]
+    fn the_queue_is_read_again_only_for_a_job_not_seen() {
+        let (gate, slurm) = (gate(), slurm());
+        for _ in 0..5 {
+            gate.authorize(&FROM_NODE, &report("gpu01", &["7"], &["8"]), &slurm).unwrap();
+        }
+        assert_eq!(slurm.job_reads.get(), 1);
+        // An unknown job within the refresh interval does not read squeue again (a flood of bad
+        // reports costs Slurm nothing).
+        for _ in 0..5 {
+            gate.authorize(&FROM_NODE, &report("gpu01", &["9"], &[]), &slurm).unwrap_err();
+        }
+        assert_eq!(slurm.job_reads.get(), 1);
+    }
+
+    #[test]
+    fn a_token_speaks_for_its_node_only() {
+        let (gate, slurm) = (gate(), slurm());
+        let sender = Sender::Token { node: "gpu02".into() };
+        let r = gate.authorize(&sender, &report("gpu01", &[], &[]), &slurm).unwrap_err();
+        assert_eq!((r.status, r.reason), (403, "node"));
+    }
+
+    #[test]
+    fn only_root_and_the_slurm_user_may_report() {
+        let gate = gate();
+        let body = br#"{"node":"gpu01"}"#;
+        let cred =
+            |uid: u32, payload: Vec<u8>| munge::Credential { uid, gid: uid, origin: None, encoded_at: 0, payload };
+        assert_eq!(
+            gate.check_munge(cred(0, auth::report_payload(body)), body),
+            Ok(Sender::Munge { uid: 0, origin: None })
+        );
+        let r = gate.check_munge(cred(1001, auth::report_payload(body)), body).unwrap_err();
+        assert_eq!((r.status, r.reason), (403, "uid"));
+        let r = gate.check_munge(cred(0, auth::report_payload(b"another")), body).unwrap_err();
+        assert_eq!((r.status, r.reason), (401, "bad_credential"));
+        let r = gate.check_munge(cred(0, Vec::new()), body).unwrap_err();
+        assert_eq!(r.reason, "bad_credential");
+    }
+
+    #[test]
+    fn refusals_are_logged_once_per_node_and_reason() {
+        let gate = gate();
+        let r = Refusal::new(403, "job", "x");
+        assert!(gate.log_refusal("gpu01", &r));
+        assert!(!gate.log_refusal("gpu01", &r));
+        assert!(gate.log_refusal("gpu02", &r));
+        gate.accepted("gpu01");
+        assert!(gate.log_refusal("gpu01", &r));
+    }
+
+    #[test]
+    fn what_refused_senders_claim_takes_bounded_memory_and_log() {
+        let gate = gate();
+        let r = Refusal::new(400, "node", "x");
+        for i in 0..5 * LOGGED_REFUSALS {
+            gate.log_refusal(&format!("{i}{}", "n".repeat(100_000)), &r);
+        }
+        let logged = held(&gate.logged);
+        assert!(logged.len() <= LOGGED_REFUSALS);
+        assert!(logged.iter().all(|(from, _)| from.len() <= 4 * CLAIM_SHOWN + 3), "names are cut");
+        assert_eq!(shown("gpu\n01\u{1b}[31m"), "gpu\\n01\\u{1b}[31m");
+    }
+
+    #[test]
+    fn no_credential_is_refused_before_the_body_is_read() {
+        let gate = gate();
+        for presented in [Presented::None, Presented::Unknown, Presented::Bearer("x")] {
+            let r = gate.authenticate(presented, b"{not json", |_| panic!("the body was parsed")).unwrap_err();
+            assert_eq!((r.status, r.reason), (401, "unauthenticated"), "{presented:?}");
+        }
+    }
+}

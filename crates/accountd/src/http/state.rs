@@ -1,0 +1,96 @@
+//! What the HTTP listener's handlers share: the answering state (with the socket), the report gate
+//! and the reports' own state, the caps on work under way, and the secrets read at start.
+
+use std::sync::Arc;
+
+use crate::answering::{self, Shared};
+use crate::error::{AccountdError, AccountdResult};
+use crate::slurm::Slurm;
+
+use super::auth;
+use super::report_gate::ReportGate;
+use super::reports::ReportState;
+
+/// Agent reports (and their MUNGE decodes) checked at once; more are told to come back.
+pub(super) const REPORTS_AT_ONCE: usize = 16;
+
+#[derive(Clone)]
+pub struct AppState {
+    /// What answers requests, shared with the socket.
+    pub answering: Shared,
+    /// What the agents' reports leave for the next (taken before `answering`, never after).
+    pub(super) reports: Arc<std::sync::Mutex<ReportState>>,
+    pub(super) gate: Arc<ReportGate>,
+    pub(super) report_slots: Arc<tokio::sync::Semaphore>,
+    /// The JSON API's requests under way (each decodes a MUNGE credential), as many as reports.
+    pub(super) api_slots: Arc<tokio::sync::Semaphore>,
+    /// The shared metrics, counted into without taking the answering lock.
+    pub(super) metrics: Arc<crate::metrics::Metrics>,
+    pub(super) slurm: Slurm,
+    /// `[http] admin_token_file`'s token: reads the JSON API as an admin.
+    pub(super) admin_token: Option<String>,
+    /// `[web] proxy_secret_file`'s secret: what a trusted proxy's requests carry.
+    pub proxy_secret: Option<String>,
+    /// `[web] trusted_proxies`: besides this host, where the admin token may come from.
+    pub(super) trusted_proxies: Vec<std::net::IpAddr>,
+    /// `[web] url`: a name the status page answers to.
+    pub web_url: Option<String>,
+    pub(super) munge_socket: Option<std::path::PathBuf>,
+}
+
+impl AppState {
+    pub fn new(answering: Shared) -> AccountdResult<AppState> {
+        let (config, metrics) = {
+            let s = answering::lock(&answering);
+            (s.res.config.clone(), s.res.metrics.clone())
+        };
+        let gate = ReportGate::new(&config).map_err(AccountdError::Refused)?;
+        let admin_token = config
+            .http
+            .admin_token_file
+            .as_deref()
+            .map(|path| read_private_secret(path, "http.admin_token_file"))
+            .transpose()?;
+        let proxy_secret = config
+            .web
+            .proxy_secret_file
+            .as_deref()
+            .map(|path| read_private_secret(path, "web.proxy_secret_file"))
+            .transpose()?;
+        Ok(AppState {
+            answering,
+            reports: Default::default(),
+            gate: Arc::new(gate),
+            report_slots: Arc::new(tokio::sync::Semaphore::new(REPORTS_AT_ONCE)),
+            api_slots: Arc::new(tokio::sync::Semaphore::new(REPORTS_AT_ONCE)),
+            metrics,
+            slurm: Slurm::new(&config.slurm),
+            admin_token,
+            proxy_secret,
+            trusted_proxies: config.web.trusted_proxies.clone(),
+            web_url: config.web.url.clone(),
+            munge_socket: config.agent.munge_socket.clone(),
+        })
+    }
+}
+
+/// A secret's file must be readable by its owner alone: anyone who can read it is an admin (the
+/// admin token) or any user (a proxy's secret).
+fn read_private_secret(path: &std::path::Path, key: &str) -> AccountdResult<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).map_err(|e| AccountdError::Refused(format!("{key} {}: {e}", path.display())))?;
+    if meta.mode() & 0o077 != 0 || meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(AccountdError::Refused(format!(
+            "{key} {} must be owned by accountd's user and readable by it alone (mode 0600)",
+            path.display()
+        )));
+    }
+    auth::read_secret(path).map_err(|e| AccountdError::Refused(format!("{key}: {e}")))
+}
+
+impl AppState {
+    /// The metrics, for the listener to count refused connections into.
+    pub fn metrics(&self) -> Arc<crate::metrics::Metrics> {
+        self.metrics.clone()
+    }
+}

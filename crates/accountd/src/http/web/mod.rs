@@ -1,0 +1,414 @@
+//! The status page on accountd's HTTP listener (`/web/`): a user's balance, history and forecast,
+//! and for admins every user, usage, preemptions, drained GPUs and cycle health. The page and its
+//! script are embedded in the binary; its data comes from `/web/api/*` as JSON and follows
+//! sbalance's rules (a user sees only their own data unless `balances_public`; admins see all).
+//!
+//! Who is asking: a session cookie, started by a one-time login link that `sbalance --web` got
+//! over the Unix socket (the kernel named its user), or, from a `[web] trusted_proxies` address
+//! only, the proxy's `user_header`.
+
+pub mod link;
+pub mod logins;
+mod pages;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use gputokens::access::Caller;
+
+use crate::answering::Answering;
+use crate::http::state::AppState;
+use logins::Refused;
+
+pub use logins::Logins;
+
+/// The session cookie: over https a `__Host-` cookie (Secure, the whole host, settable by no
+/// subdomain or plain-http page), over plain http (`allow_http`) one limited to /web.
+const COOKIE: &str = "gputokens_session";
+const HOST_COOKIE: &str = "__Host-gputokens_session";
+
+/// (cookie name, its attributes) for the page's address.
+fn cookie_kind(web: &gputokens::config::Web) -> (&'static str, &'static str) {
+    match web.url.as_deref().is_some_and(|u| u.starts_with("https://")) {
+        true => (HOST_COOKIE, "Path=/; Secure; HttpOnly; SameSite=Lax"),
+        false => (COOKIE, "Path=/web; HttpOnly; SameSite=Lax"),
+    }
+}
+const INDEX: &str = include_str!("../../../assets/web/index.html");
+const SCRIPT: &str = include_str!("../../../assets/web/app.js");
+const STYLE: &str = include_str!("../../../assets/web/app.css");
+/// No script but ours, nothing loaded from elsewhere, never framed.
+const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
+                      base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+pub fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/web", get(|| async { redirect("/web/") }))
+        .route("/web/", get(|| async { asset("text/html; charset=utf-8", INDEX) }))
+        .route("/web/app.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
+        .route("/web/app.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
+        .route("/web/login", get(login))
+        .route("/web/logout", axum::routing::post(logout))
+        .route("/web/api/me", get(me))
+        .route("/web/api/admin", get(admin))
+        .layer(axum::middleware::from_fn_with_state(state, only_our_names))
+}
+
+/// Answers only requests sent to a name of this page: an address, localhost, this host's name or
+/// `[web] url`'s host. A page elsewhere that rebinds its own name to accountd's address (DNS
+/// rebinding) is refused before anything is read for it.
+async fn only_our_names(
+    State(state): State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok()).map(str::to_string);
+    if let Some(host) = host {
+        if !ours(&host, state.web_url.as_deref()) {
+            let message = format!("this status page does not answer to '{}'; open [web] url", escape(&host));
+            return refused_page(StatusCode::MISDIRECTED_REQUEST, &message);
+        }
+    }
+    next.run(request).await
+}
+
+/// Whether `host` (a Host header: name or address, maybe a port) names this page.
+fn ours(host: &str, web_url: Option<&str>) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => return v6.split(']').next().is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok()),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    if name.parse::<std::net::Ipv4Addr>().is_ok() || name.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    let this_host = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default();
+    let short = |n: &str| n.split('.').next().unwrap_or(n).to_ascii_lowercase();
+    let configured = web_url
+        .and_then(|u| u.split_once("://"))
+        .map(|(_, rest)| rest.split(['/', ':']).next().unwrap_or("").to_ascii_lowercase());
+    name.eq_ignore_ascii_case(&this_host)
+        || (!this_host.is_empty() && short(name) == short(&this_host) && !name.contains('.'))
+        || configured.as_deref() == Some(name.to_ascii_lowercase().as_str())
+}
+
+fn secured(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(POLICY));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    response
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    secured(([(header::CONTENT_TYPE, content_type)], body).into_response())
+}
+
+fn redirect(to: &'static str) -> Response {
+    secured((StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response())
+}
+
+/// A page of plain text for a refused login: nothing of the request is echoed.
+fn refused_page(status: StatusCode, message: &str) -> Response {
+    let body = format!(
+        "<!doctype html><meta charset=\"utf-8\"><title>gputokens</title><link rel=\"stylesheet\" href=\"/web/app.css\">\
+         <main><h1>gputokens</h1><p class=\"refused\">{}.</p><p>Run <code>sbalance --web</code> on a login node for a new link.</p></main>",
+        escape(message)
+    );
+    secured((status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response())
+}
+
+/// HTML-escapes `text` (for the few server-made pages; the script sets text, never HTML).
+pub fn escape(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '&' => "&amp;".into(),
+            '<' => "&lt;".into(),
+            '>' => "&gt;".into(),
+            '"' => "&quot;".into(),
+            '\'' => "&#39;".into(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
+#[derive(serde::Deserialize)]
+struct LoginQuery {
+    token: Option<String>,
+}
+
+async fn login(State(state): State<Arc<AppState>>, Query(query): Query<LoginQuery>) -> Response {
+    // The service's lock may be held by a cycle for a while: never wait for it on the runtime.
+    let work = tokio::task::spawn_blocking(move || {
+        let now = gputokens::time::now();
+        let mut s = state.answering.lock().unwrap_or_else(|p| p.into_inner());
+        let ttl = s.res.config.web.session_ttl;
+        let kind = cookie_kind(&s.res.config.web);
+        let token = query.token.filter(|t| t.len() == 64 && t.bytes().all(|b| b.is_ascii_hexdigit()));
+        let redeemed = token.ok_or(Refused::Unknown).and_then(|t| s.logins.redeem(&t, now, ttl));
+        (redeemed, ttl, kind)
+    });
+    let (redeemed, ttl, (name, attributes)) = match work.await {
+        Ok(outcome) => outcome,
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    };
+    match redeemed {
+        Ok((session, visitor, _)) => {
+            tracing::info!("status page: {} logged in with a link", visitor.name);
+            let cookie = format!("{name}={session}; {attributes}; Max-Age={}", ttl.as_secs());
+            let mut response = redirect("/web/");
+            if let Ok(value) = HeaderValue::from_str(&cookie) {
+                response.headers_mut().insert(header::SET_COOKIE, value);
+            }
+            response
+        }
+        Err(refused) => refused_page(StatusCode::UNAUTHORIZED, refused.message()),
+    }
+}
+
+/// Logs out: a POST from the page itself (its Origin is this site), so another site cannot end a
+/// user's session behind their back.
+async fn logout(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let ended = tokio::task::spawn_blocking(move || {
+        let mut s = state.answering.lock().unwrap_or_else(|p| p.into_inner());
+        if !from_this_site(&headers, &s.res.config.web) {
+            return None;
+        }
+        let kind = cookie_kind(&s.res.config.web);
+        if let Some(token) = session_cookie(&headers, kind.0) {
+            s.logins.end(&token);
+        }
+        Some(kind)
+    });
+    let (name, attributes) = match ended.await {
+        Ok(Some(kind)) => kind,
+        Ok(None) => return refused_page(StatusCode::FORBIDDEN, "Log out from the status page itself"),
+        Err(_) => return (StatusCode::INTERNAL_SERVER_ERROR, "logout failed").into_response(),
+    };
+    let mut response = refused_page(StatusCode::OK, "You are logged out");
+    let gone = format!("{name}=; {attributes}; Max-Age=0");
+    if let Ok(value) = HeaderValue::from_str(&gone) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+/// Whether the request comes from this site's own page: a browser says so in Sec-Fetch-Site (its
+/// Origin is "null" under the page's no-referrer policy); otherwise its Origin must be the host
+/// it was sent to, or `[web] url`'s.
+fn from_this_site(headers: &HeaderMap, web: &gputokens::config::Web) -> bool {
+    if let Some(site) = headers.get("sec-fetch-site") {
+        return site.as_bytes() == b"same-origin";
+    }
+    let authority = |url: &str| url.split_once("://").map(|(_, rest)| rest.split('/').next().unwrap_or("").to_string());
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()).and_then(authority) else {
+        return false;
+    };
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    host == Some(origin.as_str()) || web.url.as_deref().and_then(authority).as_deref() == Some(origin.as_str())
+}
+
+fn session_cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| pair.trim().strip_prefix(name)?.strip_prefix('=').map(str::to_string))
+}
+
+/// The header in which a trusted proxy proves it is the proxy (`[web] proxy_secret_file`).
+pub const PROXY_SECRET_HEADER: &str = "X-Gputokens-Proxy-Secret";
+
+/// Who is asking, as `s`'s rules know them: the trusted proxy's user header, else the session.
+fn caller(
+    s: &mut Answering,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    proxy_secret: Option<&str>,
+    now: i64,
+) -> Result<Caller, (StatusCode, String)> {
+    if let Some(name) = proxied_user(&s.res.config.web, peer, headers, proxy_secret)? {
+        return Ok(Caller::named(&name, &s.res.config));
+    }
+    let token = session_cookie(headers, cookie_kind(&s.res.config.web).0)
+        .ok_or((StatusCode::UNAUTHORIZED, "not logged in: run `sbalance --web` and open the link it prints".into()))?;
+    let visitor = s
+        .logins
+        .session(&token, now)
+        .map_err(|r| (StatusCode::UNAUTHORIZED, format!("{}: run `sbalance --web` again", session_refusal(r))))?;
+    Ok(Caller::identify(visitor.uid, &s.res.config))
+}
+
+/// The user a trusted proxy names: only from a `trusted_proxies` address (an IPv4 peer seen as
+/// IPv6-mapped counts as itself) that also sends the proxy secret; one user header, not two.
+fn proxied_user(
+    web: &gputokens::config::Web,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    proxy_secret: Option<&str>,
+) -> Result<Option<String>, (StatusCode, String)> {
+    let address = peer.ip().to_canonical();
+    let Some(secret) = proxy_secret.filter(|_| web.trusted_proxies.contains(&address)) else { return Ok(None) };
+    let mut names = headers.get_all(web.user_header.as_str()).iter();
+    let Some(name) = names.next() else { return Ok(None) };
+    if names.next().is_some() {
+        return Err((StatusCode::BAD_REQUEST, format!("more than one {} header", web.user_header)));
+    }
+    let presented = headers.get(PROXY_SECRET_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if headers.get_all(PROXY_SECRET_HEADER).iter().count() != 1 || !crate::http::auth::same_secret(presented, secret) {
+        return Err((StatusCode::UNAUTHORIZED, format!("a {} header without the proxy's secret", web.user_header)));
+    }
+    let name = name.to_str().map_err(|_| (StatusCode::BAD_REQUEST, format!("{} is not text", web.user_header)))?;
+    match name.trim() {
+        "" => Ok(None),
+        name => Ok(Some(name.to_string())),
+    }
+}
+
+fn session_refusal(refused: Refused) -> &'static str {
+    match refused {
+        Refused::Unknown => "your session is not known (accountd may have restarted)",
+        Refused::Expired => "your session has expired",
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct UserQuery {
+    user: Option<String>,
+}
+
+async fn me(
+    State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(query): Query<UserQuery>,
+) -> Response {
+    let proxy_secret = state.proxy_secret.clone();
+    json_view(state, move |s, now| {
+        let caller = caller(s, peer, &headers, proxy_secret.as_deref(), now)?;
+        let user = query.user.unwrap_or_else(|| caller.name.clone());
+        if !caller.may_view(&user, &s.res.config) {
+            return Err((StatusCode::FORBIDDEN, format!("{} may not see the data of '{user}'", caller.name)));
+        }
+        let mut view = pages::user_view(&s.res, &user, now).map_err(|e| (StatusCode::NOT_FOUND, e))?;
+        view["viewer"] = serde_json::json!({ "name": caller.name, "admin": caller.admin });
+        Ok(view)
+    })
+    .await
+}
+
+async fn admin(
+    State(state): State<Arc<AppState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    let proxy_secret = state.proxy_secret.clone();
+    json_view(state, move |s, now| {
+        let caller = caller(s, peer, &headers, proxy_secret.as_deref(), now)?;
+        if !caller.admin {
+            return Err((StatusCode::FORBIDDEN, format!("{} is not a gputokens admin", caller.name)));
+        }
+        let mut view = pages::admin_view(s, now).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
+        view["viewer"] = serde_json::json!({ "name": caller.name, "admin": true });
+        Ok(view)
+    })
+    .await
+}
+
+/// Runs `view` on the service off the async runtime (it reads the ledger) and answers its JSON.
+async fn json_view<F>(state: Arc<AppState>, view: F) -> Response
+where
+    F: FnOnce(&mut Answering, i64) -> Result<serde_json::Value, (StatusCode, String)> + Send + 'static,
+{
+    let work = tokio::task::spawn_blocking(move || {
+        let mut s = state.answering.lock().unwrap_or_else(|p| p.into_inner());
+        view(&mut s, gputokens::time::now())
+    });
+    let response = match work.await {
+        Ok(Ok(value)) => Json(value).into_response(),
+        Ok(Err((status, message))) => (status, Json(serde_json::json!({ "error": message }))).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    };
+    secured(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_what_html_would_read() {
+        assert_eq!(
+            escape("<script>\"o'neil\" & co</script>"),
+            "&lt;script&gt;&quot;o&#39;neil&quot; &amp; co&lt;/script&gt;"
+        );
+        assert_eq!(escape("ann@example.org ünï"), "ann@example.org ünï");
+    }
+
+    #[test]
+    fn the_page_answers_to_its_own_names_only() {
+        let url = Some("https://gputokens.example.org");
+        for host in ["127.0.0.1:9817", "[::1]:9817", "localhost:9817", "gputokens.example.org", "GPUTOKENS.example.org"]
+        {
+            assert!(ours(host, url), "{host}");
+        }
+        let this = nix::unistd::gethostname().unwrap().into_string().unwrap();
+        assert!(ours(&format!("{this}:9817"), None), "this host's own name");
+        for host in ["evil.example.org", "evil.example.org:9817", "gputokens.example.org.evil.com", "[evil]"] {
+            assert!(!ours(host, url), "{host}");
+        }
+    }
+
+    #[test]
+    fn the_session_cookie_is_found_among_others() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::COOKIE, HeaderValue::from_static("a=1; gputokens_session=abc; b=2"));
+        assert_eq!(session_cookie(&headers, COOKIE).as_deref(), Some("abc"));
+        assert_eq!(session_cookie(&headers, HOST_COOKIE), None, "over https only the __Host- cookie counts");
+        headers.insert(header::COOKIE, HeaderValue::from_static("gputokens_sessionx=abc"));
+        assert_eq!(session_cookie(&headers, COOKIE), None);
+        headers.insert(header::COOKIE, HeaderValue::from_static("__Host-gputokens_session=xyz"));
+        assert_eq!(session_cookie(&headers, COOKIE), None);
+        assert_eq!(session_cookie(&headers, HOST_COOKIE).as_deref(), Some("xyz"));
+    }
+}
+
+#[cfg(test)]
+mod proxy_tests {
+    use super::*;
+
+    fn web() -> gputokens::config::Web {
+        gputokens::config::Web { trusted_proxies: vec!["10.0.0.5".parse().unwrap()], ..Default::default() }
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn the_proxy_is_its_address_in_either_form_and_its_secret() {
+        let proxied = [("X-Remote-User", "alice"), (PROXY_SECRET_HEADER, "s3cret")];
+        for peer in ["10.0.0.5:40000", "[::ffff:10.0.0.5]:40000"] {
+            let found = proxied_user(&web(), peer.parse().unwrap(), &headers(&proxied), Some("s3cret"));
+            assert_eq!(found, Ok(Some("alice".to_string())), "{peer}");
+        }
+        let elsewhere = proxied_user(&web(), "10.0.0.6:1".parse().unwrap(), &headers(&proxied), Some("s3cret"));
+        assert_eq!(elsewhere, Ok(None), "another address: its header is ignored");
+        let unset = proxied_user(&web(), "10.0.0.5:1".parse().unwrap(), &headers(&proxied), None);
+        assert_eq!(unset, Ok(None), "no secret configured: no proxy trusted");
+        let two_secrets = [("X-Remote-User", "alice"), (PROXY_SECRET_HEADER, "s3cret"), (PROXY_SECRET_HEADER, "x")];
+        let refused = proxied_user(&web(), "10.0.0.5:1".parse().unwrap(), &headers(&two_secrets), Some("s3cret"));
+        assert_eq!(refused.map_err(|e| e.0), Err(StatusCode::UNAUTHORIZED));
+    }
+}

@@ -1,0 +1,155 @@
+//! What the status page shows, as JSON for its script: one user's view and the admins' view. Read
+//! from the ledger and what the service knows, with the same reads `sbalance` uses.
+
+use std::collections::BTreeMap;
+
+use gputokens::entry::EntryKind;
+use gputokens::forecast;
+use gputokens::notify::{crossing, Event, Level};
+use gputokens::policy::Status;
+use gputokens::time::{format_local, local_date};
+use gputokens::Tokens;
+use serde_json::{json, Value};
+
+use crate::answering::Answering;
+use crate::balance_row::balance_row;
+use crate::resources::Resources;
+
+/// Entries a user's view reads at most (the newest): the chart's 90 days of a busy user.
+const ENTRIES_READ: usize = 5_000;
+const CHART_DAYS: i64 = 90;
+/// Jobs listed in a user's view, newest first.
+const JOBS_LISTED: usize = 200;
+/// Actions (preemptions, drains) read for the views.
+const ACTIONS_READ: usize = 500;
+
+/// A job's newest charge (time, entry id: the charges of one cycle share a time) and its tokens
+/// per GPU type.
+type JobCharges<'a> = ((i64, i64), BTreeMap<&'a str, Tokens>);
+
+fn tokens(t: Tokens) -> Value {
+    json!({ "text": t.to_string(), "value": t.as_f64() })
+}
+
+/// `user`'s page: balance and status, when they recover, the balance over 90 days, charges per
+/// job and per GPU type, crossings and preemptions, and the burn-rate forecast.
+pub fn user_view(res: &Resources, user: &str, now: i64) -> Result<Value, String> {
+    let row = balance_row(res, user, now).map_err(|reply| match reply {
+        gputokens::protocol::Reply::Error { message, .. } => message,
+        other => format!("{other:?}"),
+    })?;
+    let rules = *res.ledger.rules();
+    let entries =
+        if row.in_ledger { res.ledger.recent(user, ENTRIES_READ).map_err(|e| e.to_string())? } else { Vec::new() };
+    let since = now - CHART_DAYS * 86_400;
+    let chart: Vec<Value> = entries
+        .iter()
+        .filter(|e| e.at >= since)
+        .map(|e| json!({ "at": e.at, "balance": e.balance_after.as_f64() }))
+        .collect();
+
+    let mut jobs: BTreeMap<&str, JobCharges> = BTreeMap::new();
+    for e in entries.iter().filter(|e| e.kind == EntryKind::Charge) {
+        let Some(job) = e.job_id.as_deref() else { continue };
+        let (last, types) = jobs.entry(job).or_default();
+        *last = (*last).max((e.at, e.id));
+        let charged = types.entry(e.gpu_type.as_deref().unwrap_or("gpu")).or_insert(Tokens::ZERO);
+        *charged = *charged - e.amount;
+    }
+    let mut jobs: Vec<_> = jobs.into_iter().collect();
+    jobs.sort_by_key(|(_, (last, _))| std::cmp::Reverse(*last));
+    let jobs: Vec<Value> = jobs
+        .iter()
+        .take(JOBS_LISTED)
+        .map(|(job, (last, types))| {
+            let total: Tokens = types.values().copied().sum();
+            json!({ "job": job, "last_charged": format_local(last.0), "gpu_types": types.keys().collect::<Vec<_>>(),
+                    "tokens": tokens(total) })
+        })
+        .collect();
+
+    let mut events: Vec<(i64, Value)> = Vec::new();
+    let mut level = Level::Ok;
+    let warn_below = res.config.notify.warn_below;
+    for e in &entries {
+        let Some(c) = crossing(level, e.balance_after, warn_below, rules.floor) else { continue };
+        level = c.level;
+        let Some(event) = c.event else { continue };
+        let what = match event {
+            Event::Warning => format!("balance fell below {warn_below}"),
+            Event::Overdraft => format!("in overdraft: {}", Status::Overdraft.explanation(rules.floor)),
+            Event::Floor => format!("at the floor: {}", Status::Blocked.explanation(rules.floor)),
+            Event::Recovered => "recovered: GPU jobs run at full priority again".into(),
+            Event::Preempted => continue,
+        };
+        let why = format!("{} {} → balance {}", e.kind.as_str(), e.amount, e.balance_after);
+        events.push((e.at, json!({ "at": format_local(e.at), "event": event.as_str(), "what": what, "why": why })));
+    }
+    for a in res.ledger.actions(ACTIONS_READ).map_err(|e| e.to_string())?.iter().filter(|a| a.user == user) {
+        let what = format!("job {}: {} ({})", a.target, a.action, a.reason);
+        events.push((a.at, json!({ "at": format_local(a.at), "event": "preempted", "what": what, "why": "" })));
+    }
+    events.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+
+    let history: Vec<(i64, Tokens)> = entries.iter().map(|e| (e.at, e.balance_after)).collect();
+    let floor_on =
+        forecast::floor_reached(&history, row.balance, rules.floor, now).map(|at| local_date(at).to_string());
+    Ok(json!({
+        "user": row.user,
+        "balance": tokens(row.balance),
+        "floor": tokens(row.floor),
+        "status": row.status.as_str(),
+        "explanation": format!("{}.", row.status.explanation(row.floor)),
+        "recovers": row.recovers,
+        "next_grant": row.next_grant.map(|(date, amount)| json!({ "date": date, "amount": amount.to_string() })),
+        "used_30d": row.used_30d.iter().map(|(t, v)| json!({ "gpu_type": t, "tokens": tokens(*v) })).collect::<Vec<_>>(),
+        "chart": chart,
+        "chart_days": CHART_DAYS,
+        "jobs": jobs,
+        "events": events.into_iter().map(|(_, e)| e).collect::<Vec<_>>(),
+        "forecast": { "floor_on": floor_on, "window_days": forecast::WINDOW_DAYS },
+        "now": now,
+    }))
+}
+
+/// The admins' page: every user, usage per GPU type, preemptions, drained GPUs, cycle health.
+pub fn admin_view(answering: &Answering, now: i64) -> Result<Value, String> {
+    let rules = *answering.res.ledger.rules();
+    let users: Vec<Value> = answering
+        .res
+        .ledger
+        .accounts()
+        .map_err(|e| e.to_string())?
+        .iter()
+        .map(|a| {
+            json!({ "user": a.user, "balance": a.balance.as_f64(), "text": a.balance.to_string(),
+                         "status": rules.status(a.balance).as_str() })
+        })
+        .collect();
+    let first_day = local_date(now) - chrono::Days::new(29);
+    let usage = answering.res.ledger.used_by_type_since(first_day).map_err(|e| e.to_string())?;
+    let actions = answering.res.ledger.actions(ACTIONS_READ).map_err(|e| e.to_string())?;
+    let preemptions: Vec<Value> = actions
+        .iter()
+        .filter(|a| a.action != "drain")
+        .take(100)
+        .map(|a| {
+            json!({ "at": format_local(a.at), "action": a.action, "job": a.target, "user": a.user,
+                         "reason": a.reason, "dry_run": a.dry_run })
+        })
+        .collect();
+    let faults = answering.res.ledger.all_gpu_faults().map_err(|e| e.to_string())?;
+    let waiting = answering.slurm_view.queue.as_ref().map(
+        |q| json!({ "jobs": q.pending.values().filter(|p| p.gpus.is_some()).count(), "as_of": format_local(q.as_of) }),
+    );
+    Ok(json!({
+        "users": users,
+        "usage_30d": usage.iter().map(|(t, v)| json!({ "gpu_type": t, "tokens": tokens(*v) })).collect::<Vec<_>>(),
+        "waiting_gpu_jobs": waiting,
+        "preemptions": preemptions,
+        "drained": faults.iter().map(|f| json!({ "node": f.node, "gpu": f.gpu, "cause": f.cause,
+                                                 "at": format_local(f.acted_at) })).collect::<Vec<_>>(),
+        "cycles": answering.res.metrics.cycle_health(now),
+        "now": now,
+    }))
+}

@@ -1,0 +1,48 @@
+//! What every part of accountd works with: the configuration, the ledger and the metrics. Each role
+//! keeps its own state beside these (`answering::Answering` for the socket and HTTP, `cycles::CycleState`
+//! for the periodic cycles, `http::reports::ReportState` for the agents' reports); this module imports
+//! none of them.
+
+use std::sync::Arc;
+
+use gputokens::access::Caller;
+use gputokens::Config;
+use ledger::Ledger;
+
+use crate::error::{AccountdError, AccountdResult};
+use crate::metrics::Metrics;
+
+pub struct Resources {
+    pub config: Config,
+    pub ledger: Ledger,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Resources {
+    /// Opens the ledger for commands that read or write it directly (serve, tick, charge, verify);
+    /// only admins may.
+    pub fn open_as_admin(config: Config) -> AccountdResult<Resources> {
+        let caller = Caller::identify(nix::unistd::getuid().as_raw(), &config);
+        if !caller.admin {
+            return Err(AccountdError::Refused(format!(
+                "only root, the SlurmUser ({}) and gputokens admins may run this; you are {}",
+                config.slurm_user, caller.name
+            )));
+        }
+        let ledger = Ledger::open(&config.paths.ledger, (&config).into())?;
+        Ok(Resources::new(config, ledger))
+    }
+
+    pub fn new(config: Config, ledger: Ledger) -> Resources {
+        let metrics = Arc::new(Metrics::with_users(config.http.per_user_metrics));
+        Resources { config, ledger, metrics }
+    }
+
+    /// A second connection to the same ledger, reporting to the same metrics (the cycles' own, so a
+    /// slow Slurm command never holds what answers requests).
+    pub fn reopen(&self) -> AccountdResult<Resources> {
+        let mut other = Resources::open_as_admin(self.config.clone())?;
+        other.metrics = self.metrics.clone();
+        Ok(other)
+    }
+}

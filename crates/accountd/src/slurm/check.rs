@@ -1,0 +1,436 @@
+//! `accountd config check --slurm`: the running Slurm's configuration against gputokens.toml. Each
+//! problem found is one a site would otherwise learn of from its users, or not at all: GPU jobs not
+//! checked at submission, GPUs recorded untyped (and so charged at the highest price), a GPU type
+//! without a price, a deprioritizing setting that lowers nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use gputokens::config::admission::Deprioritize;
+use gputokens::Config;
+
+use crate::slurm::plugstack::SpankLine;
+
+/// What Slurm says about itself.
+#[derive(Debug, Default)]
+pub struct SlurmFacts {
+    /// `scontrol show config`, key → value.
+    pub config: BTreeMap<String, String>,
+    /// GPU types (lower-case) per node, from sinfo.
+    pub node_gpu_types: BTreeMap<String, BTreeSet<String>>,
+    /// QOS names from sacctmgr; read only when `deprioritize = "qos"`.
+    pub qos: Option<BTreeSet<String>>,
+    /// The SPANK plugstack.conf of this host, and the line loading spank_gputokens.so in it.
+    pub plugstack: PathBuf,
+    pub spank: Option<SpankLine>,
+}
+
+impl SlurmFacts {
+    /// PlugStackConfig, else plugstack.conf beside slurm.conf (SLURM_CONF).
+    pub fn plugstack_path(config: &BTreeMap<String, String>) -> PathBuf {
+        match config.get("PlugStackConfig").map(String::as_str) {
+            Some(path) if !path.is_empty() && path != "(null)" => PathBuf::from(path),
+            _ => {
+                let slurm_conf =
+                    Path::new(config.get("SLURM_CONF").map(String::as_str).unwrap_or("/etc/slurm/slurm.conf"));
+                slurm_conf.parent().unwrap_or(Path::new("/etc/slurm")).join("plugstack.conf")
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    Ok(String),
+    Problem(String),
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Finding::Ok(text) => write!(f, "ok: {text}"),
+            Finding::Problem(text) => write!(f, "problem: {text}"),
+        }
+    }
+}
+
+/// `scontrol show config` lines `Key = Value` (section titles and blank lines are skipped).
+pub fn parse_show_config(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|line| line.split_once(" = "))
+        .filter(|(key, _)| !key.trim().is_empty() && !key.trim().contains(' '))
+        .map(|(key, value)| (key.trim().to_string(), value.trim().to_string()))
+        .collect()
+}
+
+pub fn findings(config: &Config, facts: &SlurmFacts, plugin_exists: impl Fn(&Path) -> bool) -> Vec<Finding> {
+    let mut out = vec![job_submit(facts, plugin_exists), accounting(config, facts)];
+    out.extend(prices(config, facts));
+    out.extend([deprioritizing(config, facts), slurm_user(config, facts), spank(config, facts)]);
+    out.push(snapshot_readable(config, facts));
+    out
+}
+
+/// The snapshot, and every directory above it, readable by slurmctld's SlurmUser: else the plugin
+/// cannot read it and on_error decides every GPU job.
+fn snapshot_readable(config: &Config, facts: &SlurmFacts) -> Finding {
+    use crate::snapshot::access::{blocked, entries, Reader};
+    let path = &config.paths.snapshot;
+    let setting = setting(facts, "SlurmUser");
+    let Some(reader) = Reader::from_setting(setting) else {
+        return Finding::Problem(format!(
+            "SlurmUser '{setting}' is not known on this host: cannot check who reads {}",
+            path.display()
+        ));
+    };
+    let (found, exists) = entries(path);
+    if let Some(entry) = blocked(&reader, &found) {
+        let what = if entry.dir { "search" } else { "read" };
+        return Finding::Problem(format!(
+            "slurmctld's SlurmUser ({setting}) cannot {what} {} (owner {}, group {}, mode {:o}): the job_submit plugin \
+             cannot read the snapshot {} and on_error = \"{}\" decides every GPU job; give it the SlurmUser's group \
+             (accountd run as root does so when it writes it) or run accountd as the SlurmUser",
+            entry.path.display(),
+            entry.uid,
+            entry.gid,
+            entry.mode,
+            path.display(),
+            config.admission.on_error.as_str()
+        ));
+    }
+    match exists {
+        true => Finding::Ok(format!("the snapshot {} is readable by the SlurmUser ({setting})", path.display())),
+        false => Finding::Ok(format!(
+            "the snapshot {} is not written yet; the directories above it are open to the SlurmUser ({setting})",
+            path.display()
+        )),
+    }
+}
+
+fn setting<'f>(facts: &'f SlurmFacts, key: &str) -> &'f str {
+    facts.config.get(key).map(String::as_str).unwrap_or("")
+}
+
+fn list(value: &str) -> impl Iterator<Item = &str> {
+    value.split(',').map(str::trim).filter(|v| !v.is_empty() && *v != "(null)")
+}
+
+fn job_submit(facts: &SlurmFacts, plugin_exists: impl Fn(&Path) -> bool) -> Finding {
+    let plugins = setting(facts, "JobSubmitPlugins");
+    if !list(plugins).any(|p| p == "gputokens" || p == "job_submit/gputokens") {
+        return Finding::Problem(format!(
+            "JobSubmitPlugins is '{plugins}', without gputokens: GPU jobs are not checked at submission \
+             (see slurm-conf/slurm.conf.gputokens)"
+        ));
+    }
+    let dirs = setting(facts, "PluginDir");
+    let found = dirs.split(':').map(|d| Path::new(d).join("job_submit_gputokens.so")).find(|p| plugin_exists(p));
+    match found {
+        Some(path) => Finding::Ok(format!("JobSubmitPlugins includes gputokens ({})", path.display())),
+        None => Finding::Problem(format!(
+            "JobSubmitPlugins includes gputokens but no job_submit_gputokens.so is in PluginDir ({dirs}): \
+             slurmctld will not start"
+        )),
+    }
+}
+
+/// Node → type pairs as "type (node, node)" lines, for messages.
+fn with_nodes(facts: &SlurmFacts, types: &BTreeSet<&str>) -> String {
+    let named: Vec<String> = types
+        .iter()
+        .map(|t| {
+            let nodes: Vec<&str> =
+                facts.node_gpu_types.iter().filter(|(_, ts)| ts.contains(*t)).map(|(n, _)| n.as_str()).collect();
+            format!("{t} (on {})", nodes.join(","))
+        })
+        .collect();
+    named.join(", ")
+}
+
+fn node_types(facts: &SlurmFacts) -> BTreeSet<&str> {
+    facts.node_gpu_types.values().flatten().map(String::as_str).collect()
+}
+
+fn accounting(config: &Config, facts: &SlurmFacts) -> Finding {
+    let types = node_types(facts);
+    if facts.node_gpu_types.values().all(BTreeSet::is_empty) && !list(setting(facts, "GresTypes")).any(|g| g == "gpu") {
+        return Finding::Problem("no node has GPUs (sinfo %G) and GresTypes lacks gpu: nothing to charge".into());
+    }
+    let recorded: BTreeSet<String> =
+        list(setting(facts, "AccountingStorageTRES")).map(str::to_ascii_lowercase).collect();
+    if !recorded.contains("gres/gpu") {
+        return Finding::Problem(
+            "AccountingStorageTRES lacks gres/gpu: slurmdbd records no GPU time, so no job is charged".into(),
+        );
+    }
+    let missing: BTreeSet<&str> =
+        types.iter().copied().filter(|t| !recorded.contains(&format!("gres/gpu:{t}"))).collect();
+    if missing.is_empty() {
+        let all: Vec<&str> = types.into_iter().collect();
+        return Finding::Ok(format!("AccountingStorageTRES records every GPU type of the nodes ({})", all.join(", ")));
+    }
+    let want: Vec<String> = missing.iter().map(|t| format!("gres/gpu:{t}")).collect();
+    Finding::Problem(format!(
+        "AccountingStorageTRES lacks {}: sacct records those GPUs of {} untyped, so they are charged at the \
+         highest price ({}/GPU-hour)",
+        want.join(","),
+        with_nodes(facts, &missing),
+        config.prices.highest()
+    ))
+}
+
+fn prices(config: &Config, facts: &SlurmFacts) -> Vec<Finding> {
+    let types = node_types(facts);
+    let unpriced: BTreeSet<&str> = types.iter().copied().filter(|t| config.prices.price(t).is_none()).collect();
+    let mut out = Vec::new();
+    if unpriced.is_empty() {
+        out.push(Finding::Ok("[prices] lists every GPU type of the nodes".into()));
+    } else {
+        let price = config.prices.applied(unpriced.first().copied().unwrap_or_default()).per_gpu_hour;
+        let text = format!("[prices] lists no price for {}", with_nodes(facts, &unpriced));
+        out.push(match config.prices.default_price() {
+            Some(_) => Finding::Ok(format!("{text}: charged at default_price, {price}/GPU-hour")),
+            None => Finding::Problem(format!(
+                "{text}: charged at the highest listed price, {price}/GPU-hour (set a price, or default_price)"
+            )),
+        });
+    }
+    let unused: Vec<&str> = config.prices.listed_types().filter(|t| !types.contains(t)).collect();
+    if !unused.is_empty() {
+        out.push(Finding::Ok(format!("[prices] also lists types no node has: {}", unused.join(", "))));
+    }
+    out
+}
+
+fn deprioritizing(config: &Config, facts: &SlurmFacts) -> Finding {
+    let priority = setting(facts, "PriorityType");
+    let multifactor = priority == "priority/multifactor";
+    match &config.admission.deprioritize {
+        Deprioritize::Nice(n) => Finding::Ok(format!("deprioritize = nice (+{n}): every priority plugin honours it")),
+        Deprioritize::SiteFactor(_) if !multifactor => Finding::Problem(format!(
+            "deprioritize = site_factor needs PriorityType=priority/multifactor (it is {priority}): overdraft jobs \
+             are not lowered"
+        )),
+        Deprioritize::SiteFactor(f) => {
+            Finding::Ok(format!("deprioritize = site_factor ({f}) under priority/multifactor"))
+        }
+        Deprioritize::Qos(qos) => {
+            let exists = facts.qos.as_ref().is_some_and(|all| all.contains(qos));
+            let weight: u64 = setting(facts, "PriorityWeightQOS").parse().unwrap_or(0);
+            if !exists {
+                Finding::Problem(format!(
+                    "deprioritize = qos, but QOS '{qos}' does not exist (sacctmgr add qos {qos} Priority=0): \
+                     overdraft jobs are refused by Slurm"
+                ))
+            } else if !multifactor || weight == 0 {
+                Finding::Problem(format!(
+                    "deprioritize = qos ('{qos}') lowers nothing without priority/multifactor and PriorityWeightQOS \
+                     (PriorityType is {priority}, PriorityWeightQOS {weight})"
+                ))
+            } else {
+                Finding::Ok(format!("deprioritize = qos: '{qos}' exists and PriorityWeightQOS is {weight}"))
+            }
+        }
+    }
+}
+
+fn spank(config: &Config, facts: &SlurmFacts) -> Finding {
+    let plugstack = facts.plugstack.display();
+    let Some(line) = &facts.spank else {
+        return Finding::Problem(format!(
+            "{plugstack} (on this host) loads no spank_gputokens.so: sbatch shows no balance line, and the agent \
+             learns a job's GPUs only from processes it can see (see slurm-conf/plugstack.conf.d/gputokens.conf)"
+        ));
+    };
+    let records = Path::new(line.arg("jobs_dir").unwrap_or(gputokens::config::DEFAULT_JOBS_DIR));
+    let kind = if line.required { "required" } else { "optional" };
+    if records != config.agent.jobs_dir {
+        return Finding::Problem(format!(
+            "spank_gputokens.so ({}) records job GPUs in {} but [agent] jobs_dir is {}: the agent finds no records",
+            line.file.display(),
+            records.display(),
+            config.agent.jobs_dir.display()
+        ));
+    }
+    Finding::Ok(format!(
+        "spank_gputokens.so ({kind}, {}) records job GPUs in {}, where [agent] jobs_dir reads them",
+        line.file.display(),
+        records.display()
+    ))
+}
+
+fn slurm_user(config: &Config, facts: &SlurmFacts) -> Finding {
+    // `SlurmUser = slurm(64030)`
+    let running = setting(facts, "SlurmUser").split('(').next().unwrap_or("").trim();
+    if running == config.slurm_user {
+        Finding::Ok(format!("slurm_user '{running}' is slurmctld's SlurmUser"))
+    } else {
+        Finding::Problem(format!(
+            "slurm_user is '{}' but slurmctld runs as '{running}' (SlurmUser): set slurm_user = \"{running}\" \
+             so that the SlurmUser may run admin commands",
+            config.slurm_user
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines of `scontrol show config` as 22.05 prints them (the test cluster's).
+    const SHOW_CONFIG: &str = "Configuration data as of 2026-11-22T09:40:00
+AccountingStorageTRES   = cpu,mem,energy,node,billing,fs/disk,vmem,pages,gres/gpu,gres/gpu:a6000,gres/gpu:rtx2080
+GresTypes               = gpu
+JobSubmitPlugins        = gputokens
+PluginDir               = /usr/lib/x86_64-linux-gnu/slurm-wlm
+PriorityType            = priority/basic
+PriorityWeightQOS       = 0
+SlurmUser               = slurm(64030)
+
+Cgroup Support Configuration:
+AllowedRAMSpace         = 100.0%
+";
+
+    fn config(extra: &str) -> Config {
+        let text = format!("slurm_user = \"slurm\"\n[prices]\nrtx2080 = 0.5\na6000 = 4\nh100 = 8\n{extra}");
+        Config::parse(&text, Path::new("test.toml")).unwrap()
+    }
+
+    fn facts(show_config: &str) -> SlurmFacts {
+        let types = |t: &[&str]| t.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+        SlurmFacts {
+            config: parse_show_config(show_config),
+            node_gpu_types: BTreeMap::from([
+                ("n1".to_string(), types(&["rtx2080", "rtx3090"])),
+                ("n2".to_string(), types(&["a6000"])),
+                ("n3".to_string(), types(&["rtx3090"])),
+            ]),
+            qos: Some(types(&["normal", "low"])),
+            plugstack: PathBuf::from("/etc/slurm/plugstack.conf"),
+            spank: Some(SpankLine {
+                file: PathBuf::from("/etc/slurm/plugstack.conf.d/gputokens.conf"),
+                required: false,
+                args: vec![],
+            }),
+        }
+    }
+
+    fn problems(findings: &[Finding]) -> Vec<&str> {
+        findings
+            .iter()
+            .filter_map(|f| match f {
+                Finding::Problem(text) => Some(text.as_str()),
+                Finding::Ok(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn show_config_is_read_as_key_value_pairs() {
+        let parsed = parse_show_config(SHOW_CONFIG);
+        assert_eq!(parsed["SlurmUser"], "slurm(64030)");
+        assert_eq!(parsed["AllowedRAMSpace"], "100.0%");
+        assert!(!parsed.keys().any(|k| k.contains(' ')));
+    }
+
+    #[test]
+    fn every_problem_names_the_setting_and_its_cost() {
+        let found = findings(&config(""), &facts(SHOW_CONFIG), |_| true);
+        let problems = problems(&found);
+        assert_eq!(problems.len(), 2, "{found:#?}");
+        // rtx3090 is on n1 and n3, neither recorded by type nor priced.
+        assert!(problems[0].starts_with("AccountingStorageTRES lacks gres/gpu:rtx3090"), "{}", problems[0]);
+        assert!(problems[0].contains("rtx3090 (on n1,n3)") && problems[0].contains("highest price (8/GPU-hour)"));
+        assert!(problems[1].starts_with("[prices] lists no price for rtx3090 (on n1,n3)"), "{}", problems[1]);
+        assert!(found.contains(&Finding::Ok("[prices] also lists types no node has: h100".into())));
+        assert!(found.contains(&Finding::Ok("slurm_user 'slurm' is slurmctld's SlurmUser".into())));
+    }
+
+    #[test]
+    fn a_default_price_is_a_deliberate_fallback() {
+        let text = "slurm_user = \"slurm\"\ndefault_price = 2\n[prices]\nrtx2080 = 0.5\na6000 = 4\n";
+        let config = Config::parse(text, Path::new("test.toml")).unwrap();
+        let found = findings(&config, &facts(SHOW_CONFIG), |_| true);
+        assert!(found.contains(&Finding::Ok(
+            "[prices] lists no price for rtx3090 (on n1,n3): charged at default_price, 2/GPU-hour".into()
+        )));
+    }
+
+    #[test]
+    fn the_plugin_must_be_configured_and_installed() {
+        let off = SHOW_CONFIG.replace("JobSubmitPlugins        = gputokens", "JobSubmitPlugins        = lua");
+        let found = findings(&config(""), &facts(&off), |_| true);
+        assert!(problems(&found)[0].starts_with("JobSubmitPlugins is 'lua', without gputokens"), "{found:#?}");
+        let found = findings(&config(""), &facts(SHOW_CONFIG), |_| false);
+        assert!(problems(&found)[0].contains("no job_submit_gputokens.so is in PluginDir"), "{found:#?}");
+    }
+
+    #[test]
+    fn no_gpu_accounting_at_all() {
+        let off = SHOW_CONFIG.replace(",gres/gpu,gres/gpu:a6000,gres/gpu:rtx2080", "");
+        let found = findings(&config(""), &facts(&off), |_| true);
+        assert!(problems(&found)[0].contains("lacks gres/gpu: slurmdbd records no GPU time"), "{found:#?}");
+    }
+
+    #[test]
+    fn deprioritizing_must_lower_something() {
+        let site_factor = config("[admission]\ndeprioritize = \"site_factor\"\n");
+        let found = findings(&site_factor, &facts(SHOW_CONFIG), |_| true);
+        assert!(problems(&found).iter().any(|p| p.starts_with("deprioritize = site_factor needs")), "{found:#?}");
+
+        let multifactor = SHOW_CONFIG.replace("priority/basic", "priority/multifactor");
+        let qos = config("[admission]\ndeprioritize = \"qos\"\nqos = \"low\"\n");
+        let found = findings(&qos, &facts(&multifactor), |_| true);
+        assert!(problems(&found).iter().any(|p| p.contains("lowers nothing")), "{found:#?}");
+        let weighted = multifactor.replace("PriorityWeightQOS       = 0", "PriorityWeightQOS       = 1000");
+        let found = findings(&qos, &facts(&weighted), |_| true);
+        assert!(found.contains(&Finding::Ok("deprioritize = qos: 'low' exists and PriorityWeightQOS is 1000".into())));
+        let missing = config("[admission]\ndeprioritize = \"qos\"\nqos = \"debtors\"\n");
+        let found = findings(&missing, &facts(&weighted), |_| true);
+        assert!(problems(&found).iter().any(|p| p.contains("QOS 'debtors' does not exist")), "{found:#?}");
+    }
+
+    #[test]
+    fn slurm_user_must_be_slurmctlds() {
+        let root = SHOW_CONFIG.replace("slurm(64030)", "root(0)");
+        let found = findings(&config(""), &facts(&root), |_| true);
+        assert!(problems(&found).iter().any(|p| p.starts_with("slurm_user is 'slurm' but slurmctld runs as 'root'")));
+    }
+
+    #[test]
+    fn the_spank_plugin_must_record_where_the_agent_reads() {
+        let found = findings(&config(""), &facts(SHOW_CONFIG), |_| true);
+        assert!(found.contains(&Finding::Ok(
+            "spank_gputokens.so (optional, /etc/slurm/plugstack.conf.d/gputokens.conf) records job GPUs in \
+             /run/gputokens/jobs, where [agent] jobs_dir reads them"
+                .into()
+        )));
+        let mut elsewhere = facts(SHOW_CONFIG);
+        elsewhere.spank.as_mut().unwrap().args = vec!["jobs_dir=/var/spool/gpu-jobs".into()];
+        let found = findings(&config(""), &elsewhere, |_| true);
+        assert!(
+            problems(&found)
+                .iter()
+                .any(|p| p
+                    .contains("records job GPUs in /var/spool/gpu-jobs but [agent] jobs_dir is /run/gputokens/jobs")),
+            "{found:#?}"
+        );
+        let mut none = facts(SHOW_CONFIG);
+        none.spank = None;
+        let found = findings(&config(""), &none, |_| true);
+        assert!(problems(&found)
+            .iter()
+            .any(|p| p.starts_with("/etc/slurm/plugstack.conf (on this host) loads no spank_gputokens.so")));
+    }
+
+    #[test]
+    fn plugstack_is_beside_slurm_conf_unless_named() {
+        let mut config = parse_show_config(
+            "PlugStackConfig         = (null)\nSLURM_CONF              = /opt/slurm/etc/slurm.conf\n",
+        );
+        assert_eq!(SlurmFacts::plugstack_path(&config), Path::new("/opt/slurm/etc/plugstack.conf"));
+        config.insert("PlugStackConfig".into(), "/etc/spank.conf".into());
+        assert_eq!(SlurmFacts::plugstack_path(&config), Path::new("/etc/spank.conf"));
+    }
+}

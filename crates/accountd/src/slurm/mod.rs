@@ -1,0 +1,241 @@
+//! Running Slurm's commands: always argv, never a shell; a failure says which command and why.
+
+pub mod check;
+pub mod plugstack;
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gputokens::config::SlurmTools;
+use gputokens::slurm::sacct;
+use gputokens::slurm::squeue::{self, QueueJob};
+
+use crate::command::RunError;
+
+/// A Slurm command that failed, or whose output cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SlurmError {
+    /// The program cannot be started (not installed, not executable).
+    #[error("cannot run {}: {source}", program.display())]
+    Spawn { program: PathBuf, source: std::io::Error },
+    /// It ran past its timeout, or could not be waited for.
+    #[error("{command}: {source}")]
+    Run { command: String, source: RunError },
+    #[error("{command} failed ({status}): {stderr}")]
+    Exit { command: String, status: ExitStatus, stderr: String },
+    #[error("{name} printed non-UTF-8 output: {source}")]
+    NotUtf8 { name: String, source: std::string::FromUtf8Error },
+    #[error("sacct: {0}")]
+    Sacct(#[from] sacct::SacctError),
+    #[error(transparent)]
+    Squeue(#[from] squeue::SqueueError),
+    #[error(transparent)]
+    Partitions(#[from] gputokens::slurm::partitions::PartitionError),
+    /// The failure of a read shared within a cycle ([`QueueOnce`]), told to each part that asks.
+    #[error(transparent)]
+    Shared(Arc<SlurmError>),
+}
+
+/// A node name or job ID refused before it reaches a Slurm command.
+#[derive(Debug, thiserror::Error)]
+pub enum NotASlurmName {
+    #[error("'{}' is not a single Slurm node name", .0.escape_debug())]
+    Node(String),
+    #[error("'{}' is not a plain Slurm job ID", .0.escape_debug())]
+    Job(String),
+}
+
+#[derive(Clone)]
+pub struct Slurm {
+    bin_dir: Option<PathBuf>,
+    sacct_timeout: Duration,
+    command_timeout: Duration,
+    /// This sacct refused the SLUID column (before Slurm 25.11).
+    sacct_lacks_sluid: Arc<AtomicBool>,
+}
+
+impl Slurm {
+    pub fn new(tools: &SlurmTools) -> Slurm {
+        Slurm {
+            bin_dir: tools.bin_dir.clone(),
+            sacct_timeout: tools.sacct_timeout,
+            command_timeout: tools.command_timeout,
+            sacct_lacks_sluid: Arc::default(),
+        }
+    }
+
+    /// sacct waits on slurmdbd, which may take long on a big site; the others answer from slurmctld.
+    fn timeout(&self, name: &str) -> Duration {
+        if name == "sacct" {
+            self.sacct_timeout
+        } else {
+            self.command_timeout
+        }
+    }
+
+    fn program(&self, name: &str) -> PathBuf {
+        self.bin_dir.as_ref().map(|d| d.join(name)).unwrap_or_else(|| PathBuf::from(name))
+    }
+
+    /// Runs `name args...` and returns its stdout; one that runs past its timeout (`[slurm]
+    /// sacct_timeout`, `command_timeout`) is killed and is an error.
+    pub fn run(&self, name: &str, args: &[&str]) -> Result<String, SlurmError> {
+        let program = self.program(name);
+        let mut command = Command::new(&program);
+        command.args(args).envs(time_format(name));
+        let command_line = || format!("{name} {}", args.join(" "));
+        let out = crate::command::run(command, self.timeout(name)).map_err(|e| match e {
+            RunError::Spawn(source) => SlurmError::Spawn { program: program.clone(), source },
+            source => SlurmError::Run { command: command_line(), source },
+        })?;
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            return Err(SlurmError::Exit { command: command_line(), status: out.status, stderr });
+        }
+        String::from_utf8(out.stdout).map_err(|source| SlurmError::NotUtf8 { name: name.to_string(), source })
+    }
+
+    /// Allocation rows (one per run segment) of every job active between `since` and `until`, with
+    /// each run's SLUID where this sacct has the column (Slurm 25.11+). An sacct that does not know
+    /// it refuses the column before it asks slurmdbd; it is then asked without it, and not asked for
+    /// it again by this `Slurm` (a cycle: a Slurm upgraded under a running accountd is seen at once).
+    pub fn sacct(&self, since: i64, until: i64) -> Result<String, SlurmError> {
+        let (s, e) = (gputokens::time::local_text_not_after(since), gputokens::time::local_text_not_before(until));
+        let read = |fields| self.run("sacct", &["-X", "-D", "-a", "-P", "-S", &s, "-E", &e, "-o", fields]);
+        if !self.sacct_lacks_sluid.load(Ordering::Relaxed) {
+            match read(sacct::FIELDS_WITH_SLUID) {
+                Err(SlurmError::Exit { stderr, .. }) if stderr.contains("\"SLUID\"") => {
+                    self.sacct_lacks_sluid.store(true, Ordering::Relaxed)
+                }
+                done => return done,
+            }
+        }
+        read(sacct::FIELDS)
+    }
+
+    pub fn squeue_json(&self) -> Result<String, SlurmError> {
+        self.run("squeue", &["--json"])
+    }
+
+    /// GPU types per node, from `sinfo -N -o %N|%G` (e.g. `gpu:rtx2080:4,gpu:a6000:2(S:0)`).
+    pub fn node_gpu_types(&self) -> Result<HashMap<String, BTreeSet<String>>, SlurmError> {
+        let text = self.run("sinfo", &["-h", "-N", "-o", "%N|%G"])?;
+        let mut types: HashMap<String, BTreeSet<String>> = HashMap::new();
+        for line in text.lines() {
+            let Some((node, gres)) = line.split_once('|') else { continue };
+            let found = gputokens::slurm::squeue::alloc_from_gres_detail(std::iter::once(gres));
+            types.entry(node.trim().to_string()).or_default().extend(found.gpus.typed.into_keys());
+        }
+        Ok(types)
+    }
+
+    /// What `accountd config check --slurm` compares with gputokens.toml; QOS names only when asked.
+    pub fn facts(&self, with_qos: bool) -> Result<crate::slurm::check::SlurmFacts, SlurmError> {
+        let config = crate::slurm::check::parse_show_config(&self.run("scontrol", &["show", "config"])?);
+        let node_gpu_types = self.node_gpu_types()?.into_iter().collect();
+        let qos = if with_qos {
+            let names = self.run("sacctmgr", &["-n", "-P", "show", "qos", "format=Name"])?;
+            Some(names.lines().map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect())
+        } else {
+            None
+        };
+        let plugstack = crate::slurm::check::SlurmFacts::plugstack_path(&config);
+        let spank = crate::slurm::plugstack::find_gputokens(&plugstack);
+        Ok(crate::slurm::check::SlurmFacts { config, node_gpu_types, qos, plugstack, spank })
+    }
+
+    /// Expands a hostlist such as `n[1-3],m1` through `scontrol show hostnames`.
+    pub fn hostnames(&self, hostlist: &str) -> Result<Vec<String>, SlurmError> {
+        if !hostlist.contains('[') {
+            return Ok(hostlist.split(',').filter(|h| !h.is_empty()).map(str::to_string).collect());
+        }
+        Ok(self.run("scontrol", &["show", "hostnames", hostlist])?.lines().map(str::to_string).collect())
+    }
+}
+
+/// `squeue --json` read at most once per check cycle, by whichever part asks first (the snapshot's
+/// queue commitments, the preemption check): both then see the same queue.
+pub struct QueueOnce<'s> {
+    slurm: &'s Slurm,
+    read: Option<Result<Vec<QueueJob>, Arc<SlurmError>>>,
+}
+
+impl<'s> QueueOnce<'s> {
+    pub fn new(slurm: &'s Slurm) -> QueueOnce<'s> {
+        QueueOnce { slurm, read: None }
+    }
+
+    pub fn jobs(&mut self) -> Result<&[QueueJob], SlurmError> {
+        let slurm = self.slurm;
+        let read = self.read.get_or_insert_with(|| read_queue(slurm).map_err(Arc::new));
+        read.as_deref().map_err(|e| SlurmError::Shared(e.clone()))
+    }
+}
+
+fn read_queue(slurm: &Slurm) -> Result<Vec<QueueJob>, SlurmError> {
+    Ok(squeue::queue(&slurm.squeue_json()?)?)
+}
+
+/// sacct and squeue print times as unix seconds: one instant per job start however the local
+/// clock was set back (the repeated hour of a DST change), the same from both.
+fn time_format(name: &str) -> Option<(&'static str, &'static str)> {
+    matches!(name, "sacct" | "squeue").then_some(("SLURM_TIME_FORMAT", "%s"))
+}
+
+/// Longest node name taken (Slurm's own limit is larger than any real host name).
+const MAX_NODE_NAME: usize = 64;
+
+/// `node` as one argument naming one Slurm node: `[A-Za-z0-9._-]`, not starting with `-` (never an
+/// option), never a hostlist (`n[1-3]`, `a,b`) or `ALL`. Names from agent reports and squeue pass
+/// through here before they reach scontrol.
+pub fn node_name_arg(node: &str) -> Result<&str, NotASlurmName> {
+    let ok = !node.is_empty()
+        && node.len() <= MAX_NODE_NAME
+        && !node.starts_with('-')
+        && !node.eq_ignore_ascii_case("all")
+        && node.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(node)
+    } else {
+        Err(NotASlurmName::Node(node.to_string()))
+    }
+}
+
+/// `job` as one argument naming one Slurm job: a plain decimal job ID (no array or het-job suffix,
+/// no sign, no option).
+pub fn job_id_arg(job: &str) -> Result<&str, NotASlurmName> {
+    let ok = !job.is_empty() && job.bytes().all(|b| b.is_ascii_digit()) && job.parse::<u32>().is_ok();
+    if ok {
+        Ok(job)
+    } else {
+        Err(NotASlurmName::Job(job.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_node_name_only() {
+        for good in ["vm", "gpu01", "node-3.cluster", "a_b"] {
+            assert_eq!(node_name_arg(good).unwrap(), good);
+        }
+        for bad in ["", "-vm", "--help", "n[1-3]", "a,b", "a b", "ALL", "all", "vm\n", "nodename=x", "x;y", "é"] {
+            assert!(node_name_arg(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(node_name_arg(&"n".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn plain_job_ids_only() {
+        assert_eq!(job_id_arg("12345").unwrap(), "12345");
+        for bad in ["", "-1", "+1", "12_3", "12+0", "1 2", "--", "0x10", "4294967296", "123456789012345678901"] {
+            assert!(job_id_arg(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

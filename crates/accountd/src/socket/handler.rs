@@ -1,0 +1,210 @@
+//! What accountd answers on its socket: [`handle`]. Pure request → reply over the ledger, so
+//! unit tests call it directly; the caller comes from the kernel, never from the request.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use gputokens::access::{system_user_exists, Caller};
+use gputokens::protocol::{ErrorKind, HistoryRow, Reply, Request};
+use gputokens::statement::Month;
+use gputokens::time::local_date;
+use gputokens::Tokens;
+use ledger::{Applied, Entry, EntryKind, Issue, NewEntry};
+
+use crate::answering::Answering;
+use crate::balance_row::balance_row;
+use crate::reply::{from_ledger, invalid, refused};
+use crate::resources::Resources;
+
+/// Users one balance request may name (`sbalance -u a,b,...`).
+pub const MAX_USERS_PER_REQUEST: usize = 1000;
+
+/// Answers `request` from `caller` at time `now`. Returns the reply and whether the ledger changed.
+pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now: i64) -> (Reply, bool) {
+    // Anyone may read balances (as `balances` allows), and their own history and statements.
+    let is_caller = |user: &Option<String>| user.as_deref().is_none_or(|u| u == caller.name);
+    let own_ledger = match &request {
+        Request::History { user, .. } => is_caller(user),
+        Request::Statement { user, all, .. } => !all && is_caller(user),
+        _ => false,
+    };
+    if !matches!(request, Request::Balances { .. } | Request::WebLogin) && !own_ledger && !caller.admin {
+        let what = match request {
+            Request::History { .. } | Request::Actions { .. } | Request::Statement { .. } => "read ledger histories",
+            _ => "change balances",
+        };
+        return (
+            refused(format!(
+                "only root, the SlurmUser ({}) and gputokens admins may {what}; you are {}",
+                answering.res.config.slurm_user, caller.name
+            )),
+            false,
+        );
+    }
+    let result = match request {
+        Request::Balances { users, all } => balances(&answering.res, caller, users, all, now).map(|r| (r, false)),
+        Request::Grant { user, amount, reason, key } => {
+            if amount <= Tokens::ZERO {
+                Err(invalid(format!("a grant must be positive (got {amount}); use `adjust` to lower a balance")))
+            } else if let Some(beyond) = amount.beyond_limit("a grant") {
+                Err(invalid(beyond))
+            } else {
+                record(&mut answering.res, caller, &user, EntryKind::Grant, amount, reason, key, now)
+            }
+        }
+        Request::Adjust { user, amount, reason, key } => {
+            if amount == Tokens::ZERO {
+                Err(invalid("an adjustment of 0 changes nothing".into()))
+            } else if let Some(beyond) = amount.beyond_limit("an adjustment") {
+                Err(invalid(beyond))
+            } else {
+                record(&mut answering.res, caller, &user, EntryKind::Adjust, amount, reason, key, now)
+            }
+        }
+        Request::Refund { job_id, reason } => answering
+            .res
+            .ledger
+            .refund_job(&job_id, &caller.name, &reason, now)
+            .map(|entries| (Reply::Recorded { entries: rows(entries), replayed: false }, true))
+            .map_err(from_ledger),
+        Request::History { user, limit } => {
+            let user = user.unwrap_or_else(|| caller.name.clone());
+            let entries = match limit {
+                Some(n) => answering.res.ledger.recent(&user, n),
+                None => answering.res.ledger.history(&user),
+            };
+            entries.map(|entries| (Reply::History { user, entries: rows(entries) }, false)).map_err(from_ledger)
+        }
+        Request::Statement { month, user, all } => {
+            statements(&answering.res, caller, month, user, all, now).map(|r| (r, false))
+        }
+        Request::Actions { limit } => {
+            answering.res.ledger.actions(limit).map(|actions| (Reply::Actions { actions }, false)).map_err(from_ledger)
+        }
+        Request::WebLogin => crate::http::web::link::login_link(answering, caller, now)
+            .map(|(url, expires)| (Reply::WebLink { url, expires }, false))
+            .map_err(|message| Reply::Error { kind: ErrorKind::Invalid, message }),
+        Request::Import { balances } => {
+            let total = balances.len();
+            let beyond = balances.iter().find_map(|(user, b)| b.beyond_limit(&format!("{user}'s imported balance")));
+            if let Some(beyond) = beyond {
+                return (invalid(beyond), false);
+            }
+            answering
+                .res
+                .ledger
+                .import(&balances, &caller.name, now)
+                .map(|imported| (Reply::Imported { imported, already: total - imported }, imported > 0))
+                .map_err(from_ledger)
+        }
+    };
+    result.unwrap_or_else(|error| (error, false))
+}
+
+fn balances(res: &Resources, caller: &Caller, users: Vec<String>, all: bool, now: i64) -> Result<Reply, Reply> {
+    let names: Vec<String> = if all && (caller.admin || res.config.balances_public) {
+        res.ledger.accounts().map_err(from_ledger)?.into_iter().map(|a| a.user).collect()
+    } else if users.is_empty() {
+        vec![caller.name.clone()]
+    } else {
+        // Each name costs a lookup in the system's user database (SSSD, LDAP): bounded, and once.
+        let mut seen = std::collections::HashSet::new();
+        let users: Vec<String> = users.into_iter().filter(|u| seen.insert(u.clone())).collect();
+        if users.len() > MAX_USERS_PER_REQUEST {
+            return Err(invalid(format!(
+                "at most {MAX_USERS_PER_REQUEST} users per request (got {}); admins can ask for all with --all",
+                users.len()
+            )));
+        }
+        users
+    };
+    let mut rows = Vec::with_capacity(names.len());
+    for name in names {
+        if !caller.may_view(&name, &res.config) {
+            return Err(refused(format!(
+                "you may only see your own balance ({}); balances on this cluster are private",
+                caller.name
+            )));
+        }
+        rows.push(balance_row(res, &name, now)?);
+    }
+    Ok(Reply::Balances { rows })
+}
+
+/// Statements of `month`: the current month's so far (partial); a month not begun has none.
+fn statements(
+    res: &Resources,
+    caller: &Caller,
+    month: Month,
+    user: Option<String>,
+    all: bool,
+    now: i64,
+) -> Result<Reply, Reply> {
+    let current = Month::of(local_date(now));
+    if month > current {
+        return Err(invalid(format!(
+            "{month} has not begun: there are statements for {current} (so far) and the months before"
+        )));
+    }
+    let issue = Issue { at: now, partial: month == current };
+    let statements = match (all, user) {
+        (true, Some(_)) => return Err(invalid("a statement is of one user (-u) or of all (-a), not both".into())),
+        (true, None) => res.ledger.statements(month, issue),
+        (false, user) => res.ledger.statement(user.as_deref().unwrap_or(&caller.name), month, issue).map(|s| vec![s]),
+    };
+    statements.map(|statements| Reply::Statements { statements }).map_err(from_ledger)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn record(
+    res: &mut Resources,
+    caller: &Caller,
+    user: &str,
+    kind: EntryKind,
+    amount: Tokens,
+    reason: String,
+    key: Option<String>,
+    now: i64,
+) -> Result<(Reply, bool), Reply> {
+    if reason.trim().is_empty() {
+        return Err(invalid("--reason must say why".into()));
+    }
+    if res.ledger.account(user).map_err(from_ledger)?.is_none() && !system_user_exists(user) {
+        return Err(invalid(format!("unknown user '{user}': not in the ledger and not a user of this system")));
+    }
+    let key = match key {
+        Some(k) => format!("{}:{k}", kind.as_str()),
+        None => format!("{}:{user}:{}", kind.as_str(), unique_suffix(now)),
+    };
+    let entry = NewEntry::new(user, kind, amount, now, &caller.name, &reason, key.clone());
+    let applied = res.ledger.append(&entry).map_err(from_ledger)?;
+    let history = res.ledger.history(user).map_err(from_ledger)?;
+    let written = history.into_iter().filter(|e| e.key.as_deref() == Some(key.as_str())).collect();
+    Ok((
+        Reply::Recorded { entries: rows(written), replayed: applied == Applied::AlreadyRecorded },
+        applied == Applied::Added,
+    ))
+}
+
+/// A key suffix no other unkeyed entry shares: time, process and a counter.
+fn unique_suffix(now: i64) -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    format!("{now}.{nanos}.{}.{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
+}
+
+fn rows(entries: Vec<Entry>) -> Vec<HistoryRow> {
+    entries
+        .into_iter()
+        .map(|e| HistoryRow {
+            id: e.id,
+            user: e.user,
+            at: e.at,
+            kind: e.kind,
+            amount: e.amount,
+            balance_after: e.balance_after,
+            actor: e.actor,
+            reason: e.reason,
+            job_id: e.job_id,
+        })
+        .collect()
+}

@@ -1,0 +1,206 @@
+//! `accountd serve`: answers sbalance and admin requests on a Unix socket and runs the periodic
+//! cycles. `launch` takes a bound listener and a shutdown future so tests can run it in-process.
+
+pub mod client;
+pub mod handler;
+
+use std::future::Future;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use gputokens::access::Caller;
+use gputokens::protocol::{ErrorKind, Reply, Request};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+
+use crate::answering::{self, Shared};
+use crate::cycles::serve::{Cycles, Kind};
+use crate::daemon::conn_caps::{ConnectionCaps, Full, Slot};
+
+/// Largest request accepted from an admin (an import of a big site's state file fits easily).
+const MAX_REQUEST: u64 = 16 << 20;
+/// Largest request accepted from anyone else: a balance request for 1000 users fits.
+const MAX_USER_REQUEST: u64 = 64 << 10;
+/// A client that sends no whole request in this long is answered and dropped: connections that
+/// never speak would otherwise hold a descriptor each until accountd runs out of them.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Connections held at once, in all and by one user: one user's thousand idle connections get
+/// that user a few, and everyone else is still answered.
+pub const MAX_CONNECTIONS: usize = 1024;
+pub const MAX_CONNECTIONS_PER_USER: usize = 32;
+
+/// Binds `path` (replacing a stale socket) so that every local user can connect: who they are is
+/// checked per request.
+pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+    make_socket_dir(path)?;
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+    Ok(listener)
+}
+
+/// Creates the socket's directory when missing, open to every user (the daemon's umask would hide
+/// the socket).
+pub fn make_socket_dir(socket: &Path) -> std::io::Result<()> {
+    if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        std::fs::create_dir_all(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    }
+    Ok(())
+}
+
+/// Serves until `shutdown` completes; charges every `intervals.charge` and checks every
+/// `intervals.check` (`cycles`: beside the answering, never in its way). Shutdown waits for the
+/// cycles under way.
+pub async fn launch(listener: UnixListener, answering: Shared, mut cycles: Cycles, shutdown: impl Future<Output = ()>) {
+    let Ok((charge_every, check_every, metrics)) =
+        answering.lock().map(|s| (s.res.config.intervals.charge, s.res.config.intervals.check, s.res.metrics.clone()))
+    else {
+        return tracing::error!("answering lock poisoned at start");
+    };
+    let caps = ConnectionCaps::<u32>::new(MAX_CONNECTIONS, MAX_CONNECTIONS_PER_USER);
+    let mut charge_ticker = tokio::time::interval(charge_every);
+    let mut check_ticker = tokio::time::interval(check_every);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = charge_ticker.tick() => cycles.start(Kind::Charge),
+            _ = check_ticker.tick() => cycles.start(Kind::Check),
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    admit(stream, &caps, &metrics, &answering);
+                    // Let the connections just accepted read their requests before more are
+                    // accepted: a user's flood must not shed a prompt client's before it has spoken.
+                    tokio::task::yield_now().await;
+                }
+                Err(e) => tracing::warn!("accept failed: {e}"),
+            },
+        }
+    }
+    tracing::info!("accountd stopping");
+    cycles.finish().await;
+}
+
+/// Serves a connection; at the caps an idle connection (no whole request yet) is shed for it, and
+/// only when every held one is busy is it told so and closed.
+fn admit(stream: UnixStream, caps: &ConnectionCaps<u32>, metrics: &crate::metrics::Metrics, answering: &Shared) {
+    let uid = match stream.peer_cred() {
+        Ok(cred) => cred.uid(),
+        Err(e) => return tracing::warn!("cannot identify a client: {e}"),
+    };
+    let reason = |full| match full {
+        Full::Total => "total",
+        Full::Client => "per_user",
+    };
+    match caps.admit(uid) {
+        Ok(admitted) => {
+            if let Some(full) = admitted.shed {
+                metrics.connection_shed("socket", reason(full));
+            }
+            let answering = answering.clone();
+            tokio::spawn(serve_connection(stream, uid, admitted.slot, answering));
+        }
+        Err(full) => {
+            let message = match full {
+                Full::Total => format!("accountd is busy: {MAX_CONNECTIONS} connections are open"),
+                Full::Client => format!("you hold {MAX_CONNECTIONS_PER_USER} connections to accountd already"),
+            };
+            metrics.connection_refused("socket", reason(full));
+            let (_, write) = stream.into_split();
+            tokio::spawn(send_reply(write, Reply::Error { kind: ErrorKind::Internal, message }));
+        }
+    }
+}
+
+async fn serve_connection(stream: UnixStream, uid: u32, slot: Slot<u32>, answering: Shared) {
+    let (read, write) = stream.into_split();
+    let mut line = String::new();
+    let mut reader = BufReader::new(read.take(MAX_USER_REQUEST));
+    let read = tokio::select! {
+        read = tokio::time::timeout(REQUEST_TIMEOUT, read_request(&mut reader, &mut line, uid, &answering)) => read,
+        // Shed for a newer connection of the same user before it said anything whole: closed.
+        () = slot.shed() => return,
+    };
+    let _busy = slot.busy();
+    if let Ok(Ok(0)) = read {
+        return; // closed without a word
+    }
+    // Cut at the limit, not ended by the client: too long to be taken.
+    if !line.ends_with('\n') && reader.get_ref().limit() == 0 {
+        let message = format!("request too large: {} KiB at most (more for admins only)", MAX_USER_REQUEST >> 10);
+        return send_reply(write, Reply::Error { kind: ErrorKind::Invalid, message }).await;
+    }
+    let reply = match read {
+        Ok(Ok(_)) => match serde_json::from_str::<Request>(&line) {
+            Ok(request) => answer(answering, uid, request).await,
+            Err(e) => Reply::Error { kind: ErrorKind::Invalid, message: format!("malformed request: {e}") },
+        },
+        Ok(Err(e)) => Reply::Error { kind: ErrorKind::Invalid, message: format!("cannot read request: {e}") },
+        Err(_) => Reply::Error {
+            kind: ErrorKind::Invalid,
+            message: format!("no request within {} s", REQUEST_TIMEOUT.as_secs()),
+        },
+    };
+    send_reply(write, reply).await;
+}
+
+/// Reads one request line: at most MAX_USER_REQUEST bytes, MAX_REQUEST for an admin (asked only
+/// when a request is that long, off the runtime: it looks up the caller's groups).
+async fn read_request(
+    reader: &mut BufReader<tokio::io::Take<tokio::net::unix::OwnedReadHalf>>,
+    line: &mut String,
+    uid: u32,
+    answering: &Shared,
+) -> std::io::Result<usize> {
+    let first = reader.read_line(line).await?;
+    if line.ends_with('\n') || reader.get_ref().limit() > 0 {
+        return Ok(first);
+    }
+    let answering = answering.clone();
+    let admin = tokio::task::spawn_blocking(move || {
+        let s = answering::lock(&answering);
+        Caller::identify(uid, &s.res.config).admin
+    })
+    .await
+    .unwrap_or(false);
+    if !admin {
+        return Ok(first);
+    }
+    reader.get_mut().set_limit(MAX_REQUEST - MAX_USER_REQUEST);
+    Ok(first + reader.read_line(line).await?)
+}
+
+/// Writes the reply line; a client that does not read it in time is dropped.
+async fn send_reply(mut write: tokio::net::unix::OwnedWriteHalf, reply: Reply) {
+    let mut out = serde_json::to_string(&reply).unwrap_or_default();
+    out.push('\n');
+    match tokio::time::timeout(REQUEST_TIMEOUT, write.write_all(out.as_bytes())).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!("client went away: {e}"),
+        Err(_) => tracing::debug!("client did not read its reply within {} s", REQUEST_TIMEOUT.as_secs()),
+    }
+}
+
+async fn answer(answering: Shared, uid: u32, request: Request) -> Reply {
+    let work = tokio::task::spawn_blocking(move || {
+        let mut s = answering::lock(&answering);
+        let caller = Caller::identify(uid, &s.res.config);
+        let summary = format!("{request:?}");
+        let now = gputokens::time::now();
+        let (reply, changed) = crate::socket::handler::handle(&mut s, &caller, request, now);
+        if changed {
+            tracing::info!(caller = %caller.name, "{}", summary.chars().take(200).collect::<String>());
+            if let Err(e) = s.publish_snapshot(now) {
+                tracing::error!("cannot write the balance snapshot: {e}");
+            }
+        } else if let Reply::Error { kind: ErrorKind::Refused, message } = &reply {
+            tracing::warn!(caller = %caller.name, "refused: {message}");
+        }
+        reply
+    });
+    work.await.unwrap_or_else(|e| Reply::Error { kind: ErrorKind::Internal, message: format!("accountd failed: {e}") })
+}

@@ -1,0 +1,162 @@
+//! What accountd does with each job's measured utilization, from an agent's report or Prometheus:
+//! per-job metrics, a utilization sample per job in the ledger (for `charge_basis = "measured"`), and
+//! idle-job detection, whose state between samples is the [`Tracker`].
+
+use std::collections::{BTreeSet, HashMap};
+
+use gputokens::config::UtilizationConfig;
+
+use crate::error::AccountdResult;
+use crate::metrics::JobLabels;
+use crate::resources::Resources;
+use crate::slurm::Slurm;
+
+/// Per-job utilization state between samples.
+#[derive(Debug, Default)]
+pub struct Tracker {
+    /// Each job seen running on a GPU, by job ID.
+    jobs: HashMap<String, JobWatch>,
+    /// Each job's user, asked of squeue once.
+    users: HashMap<String, String>,
+}
+
+/// One job's way toward being flagged idle.
+#[derive(Debug, Clone)]
+struct JobWatch {
+    labels: JobLabels,
+    /// Since when its utilization has stayed below `idle_threshold_percent`.
+    below_since: Option<i64>,
+    flagged: bool,
+}
+
+/// Utilization of one job on one node in one sample.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobUtilization {
+    pub job: String,
+    /// Mean utilization of the GPUs the job's processes run on.
+    pub percent: f64,
+    pub memory_bytes: u64,
+}
+
+/// The job's user, asked of squeue once and remembered.
+fn user_of(tracker: &mut Tracker, job: &str, slurm: &Slurm) -> String {
+    if let Some(user) = tracker.users.get(job) {
+        return user.clone();
+    }
+    let user = slurm
+        .run("squeue", &["-h", "-j", job, "-o", "%u"])
+        .ok()
+        .and_then(|out| out.lines().next().map(|l| l.trim().to_string()))
+        .filter(|u| !u.is_empty());
+    match user {
+        Some(u) => {
+            tracker.users.insert(job.to_string(), u.clone());
+            u
+        }
+        None => "unknown".into(),
+    }
+}
+
+/// Records the utilization of the jobs seen on `node` (agents) or cluster-wide (`node` empty,
+/// Prometheus); returns how many jobs and how many became idle.
+pub fn apply(
+    res: &mut Resources,
+    tracker: &mut Tracker,
+    node: &str,
+    jobs: Vec<JobUtilization>,
+    now: i64,
+) -> AccountdResult<(usize, usize)> {
+    let node = node.to_string();
+    let slurm = Slurm::new(&res.config.slurm);
+    let usage = res.config.utilization.clone();
+    let mut seen = BTreeSet::new();
+    let mut flagged = Vec::new();
+    for job in jobs {
+        let user = user_of(tracker, &job.job, &slurm);
+        res.ledger.record_utilization(&job.job, job.percent, now)?;
+        let labels = JobLabels { job: job.job.clone(), user, node: node.clone() };
+        let series = res.metrics.job_labels(&labels);
+        res.metrics.job_gpu_utilization.get_or_create(&series).set(job.percent);
+        res.metrics.job_gpu_memory.get_or_create(&series).set(job.memory_bytes as f64);
+        let watch = tracker.jobs.entry(job.job.clone()).or_insert_with(|| JobWatch {
+            labels: labels.clone(),
+            below_since: None,
+            flagged: false,
+        });
+        if watch_idle(watch, job.percent, now, &usage) {
+            flagged.push(watch.labels.clone());
+        }
+        res.metrics.job_idle.get_or_create(&series).set(watch.flagged as i64);
+        seen.insert(job.job);
+    }
+    forget_ended_jobs(res, tracker, &node, &seen);
+    for labels in &flagged {
+        flag_idle(labels, &usage);
+    }
+    Ok((seen.len(), flagged.len()))
+}
+
+/// Advances a job's idle state; true when it has just become idle.
+fn watch_idle(watch: &mut JobWatch, percent: f64, now: i64, usage: &UtilizationConfig) -> bool {
+    if percent >= usage.idle_threshold_percent {
+        watch.below_since = None;
+        watch.flagged = false;
+        return false;
+    }
+    let since = *watch.below_since.get_or_insert(now);
+    let idle = now - since >= usage.idle_window.as_secs() as i64;
+    let newly = idle && !watch.flagged;
+    watch.flagged |= idle;
+    newly
+}
+
+fn flag_idle(labels: &JobLabels, usage: &UtilizationConfig) {
+    tracing::warn!(
+        job = %labels.job, user = %labels.user, node = %labels.node,
+        "job holds GPUs below {}% utilization for longer than {:?}: flagged idle",
+        usage.idle_threshold_percent, usage.idle_window
+    );
+    let Some((program, args)) = usage.idle_command.split_first() else { return };
+    // What fills the placeholders must not read as an option of the program.
+    if [&labels.job, &labels.user, &labels.node].iter().any(|v| v.starts_with('-')) {
+        return tracing::error!(job = %labels.job, "idle_command not run: a value to fill in starts with '-'");
+    }
+    let fill =
+        |a: &String| a.replace("{job}", &labels.job).replace("{user}", &labels.user).replace("{node}", &labels.node);
+    let mut command = std::process::Command::new(fill(program));
+    command.args(args.iter().map(fill));
+    let program = program.clone();
+    // On a thread of its own (a slow command must not hold up reports), in a process group of its
+    // own, killed with its children after IDLE_COMMAND_TIMEOUT.
+    std::thread::spawn(move || match crate::command::run(command, IDLE_COMMAND_TIMEOUT) {
+        Ok(done) if done.status.success() => {}
+        Ok(done) => tracing::error!(
+            "idle_command {program} failed ({}): {}",
+            done.status,
+            String::from_utf8_lossy(&done.stderr).trim()
+        ),
+        Err(e) => tracing::error!("idle_command {program}: {e}"),
+    });
+}
+
+/// How long an idle_command may run.
+const IDLE_COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Jobs of this node missing from its report have ended there: drop their series.
+fn forget_ended_jobs(res: &mut Resources, tracker: &mut Tracker, node: &str, seen: &BTreeSet<String>) {
+    let ended: Vec<String> = tracker
+        .jobs
+        .iter()
+        .filter(|(job, w)| w.labels.node == node && !seen.contains(*job))
+        .map(|(job, _)| job.clone())
+        .collect();
+    for job in ended {
+        if let Some(w) = tracker.jobs.remove(&job) {
+            let series = res.metrics.job_labels(&w.labels);
+            res.metrics.job_gpu_utilization.remove(&series);
+            res.metrics.job_gpu_memory.remove(&series);
+            res.metrics.job_idle.remove(&series);
+        }
+        tracker.users.remove(&job);
+    }
+}
