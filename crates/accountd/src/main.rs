@@ -42,7 +42,6 @@ fn run(cli: Cli) -> AccountdResult {
         Command::Config(ConfigCommand::Check { file, slurm }) => {
             let file = file.unwrap_or(path);
             let config = Config::load(&file)?;
-            accountd::utilization::prometheus_source(&config)?;
             outln!("{}: valid", file.display());
             if slurm {
                 check_slurm(&config)?;
@@ -107,7 +106,7 @@ fn cycle_lock(res: &Resources, what: &str, wait: &WaitArg) -> AccountdResult<Cyc
 /// Prints what `slurm_check` finds; exit 2 when it finds a problem.
 fn check_slurm(config: &Config) -> AccountdResult {
     let facts = Slurm::new(&config.slurm)
-        .facts(matches!(config.admission.deprioritize, gputokens::admission_settings::Deprioritize::Qos(_)))?;
+        .facts(matches!(config.admission.deprioritize, gputokens::config::admission::Deprioritize::Qos(_)))?;
     let findings = accountd::slurm::check::findings(config, &facts, |p| p.is_file());
     for finding in &findings {
         outln!("slurm: {finding}");

@@ -402,7 +402,7 @@ mod tests {
 
         let example = gputokens::Config::parse(gputokens::config::EXAMPLE, std::path::Path::new("example")).unwrap();
         let max_age = example.admission.max_snapshot_age.unwrap().as_secs();
-        assert_eq!(max_age, gputokens::admission_settings::DEFAULT_MAX_SNAPSHOT_AGE.as_secs());
+        assert_eq!(max_age, gputokens::config::admission::DEFAULT_MAX_SNAPSHOT_AGE.as_secs());
         assert!(threshold + pending < max_age, "alert at {threshold}s + {pending}s, max_snapshot_age {max_age}s");
         let check = example.intervals.check.as_secs();
         assert_eq!(

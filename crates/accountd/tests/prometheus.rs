@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use accountd::utilization::prometheus::{PrometheusError, PrometheusSource};
+use accountd::utilization::prometheus::{job_utilization, PrometheusError};
+// The test's own `Prometheus` is the server it runs: the settings keep the name they had here.
+use gputokens::config::Prometheus as PrometheusSource;
 
 const PROMETHEUS: &str = "/usr/bin/prometheus";
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -124,7 +126,7 @@ fn now() -> i64 {
 }
 
 fn source(url: &str) -> PrometheusSource {
-    serde_json::from_value(serde_json::json!({ "url": url })).unwrap()
+    PrometheusSource::at(url)
 }
 
 #[test]
@@ -136,12 +138,11 @@ fn job_utilization_from_a_real_prometheus() {
     prometheus.wait_ready();
 
     let src = source(&prometheus.url);
-    src.validate().unwrap();
     let window = Duration::from_secs(60);
     // Poll until a scrape has landed for both jobs (the first comes within about a scrape interval).
     let jobs = loop {
         prometheus.check_alive();
-        let jobs = src.job_utilization(window, now()).unwrap();
+        let jobs = job_utilization(&src, window, now()).unwrap();
         if jobs.len() >= 2 {
             break jobs;
         }
@@ -153,21 +154,21 @@ fn job_utilization_from_a_real_prometheus() {
     assert!((jobs["102"] - 5.0).abs() < 1e-9, "{jobs:?}");
 
     // Before any scrape there is no data: an empty answer, not an error.
-    assert!(src.job_utilization(window, now() - 3600).unwrap().is_empty());
+    assert!(job_utilization(&src, window, now() - 3600).unwrap().is_empty());
 
     // A query not aggregated by job gives one series per GPU: refused rather than guessed at.
     let per_gpu = PrometheusSource { query: "DCGM_FI_DEV_GPU_UTIL{hpc_job=\"101\"}".into(), ..src.clone() };
-    let e = per_gpu.job_utilization(window, now()).unwrap_err();
+    let e = job_utilization(&per_gpu, window, now()).unwrap_err();
     assert!(matches!(e, PrometheusError::DuplicateJob { ref job } if job == "101"), "{e:?}");
 
     let bad = PrometheusSource { query: "avg by (hpc_job) (".into(), ..src.clone() };
-    let e = bad.job_utilization(window, now()).unwrap_err();
+    let e = job_utilization(&bad, window, now()).unwrap_err();
     assert!(matches!(e, PrometheusError::Query { status: 400, .. }), "{e:?}");
     let text = e.to_string();
     assert!(text.contains("bad_data") && text.contains("parse error"), "{text}");
 
     let range = PrometheusSource { query: "DCGM_FI_DEV_GPU_UTIL[$window]".into(), ..src };
-    let e = range.job_utilization(window, now()).unwrap_err();
+    let e = job_utilization(&range, window, now()).unwrap_err();
     assert!(matches!(e, PrometheusError::NotVector(ref t) if t == "matrix"), "{e:?}");
     eprintln!("prometheus test took {:?}", started.elapsed());
 }
@@ -175,8 +176,8 @@ fn job_utilization_from_a_real_prometheus() {
 #[test]
 fn unreachable_prometheus_is_named() {
     let url = format!("http://127.0.0.1:{}", free_port());
-    let src = PrometheusSource { timeout: "2s".into(), ..source(&url) };
-    let e = src.job_utilization(Duration::from_secs(60), now()).unwrap_err();
+    let src = PrometheusSource { timeout: Duration::from_secs(2), ..source(&url) };
+    let e = job_utilization(&src, Duration::from_secs(60), now()).unwrap_err();
     assert!(matches!(e, PrometheusError::Unreachable { .. }), "{e:?}");
     let text = e.to_string();
     assert!(text.contains(&url) && text.contains("refused"), "{text}");

@@ -4,6 +4,7 @@
 
 use crate::events;
 use crate::ffi::{self, boundary};
+use crate::ret::*;
 use crate::state::*;
 use nvml_wrapper_sys::bindings as sys;
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlEventSet_t, nvmlReturn_t};
@@ -56,7 +57,7 @@ pub extern "C" fn nvmlShutdown() -> nvmlReturn_t {
 
 #[no_mangle]
 pub extern "C" fn nvmlErrorString(result: nvmlReturn_t) -> *const c_char {
-    crate::error_string(result).as_ptr()
+    error_string(result).as_ptr()
 }
 
 #[no_mangle]
@@ -393,6 +394,6 @@ mod tests {
             assert_eq!(nvmlShutdown(), SUCCESS);
             assert_eq!(nvmlDeviceGetCount_v2(&mut count), UNINITIALIZED);
         }
-        assert_eq!(crate::error_string(GPU_IS_LOST), c"GPU is lost");
+        assert_eq!(error_string(GPU_IS_LOST), c"GPU is lost");
     }
 }

@@ -1,6 +1,7 @@
 //! Event sets. Handles are ids into a registry, so a bad handle is an error, never a bad dereference.
 
-use crate::state::{Ret, State, INVALID_ARGUMENT};
+use crate::ret::{Ret, INVALID_ARGUMENT};
+use crate::state::State;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 

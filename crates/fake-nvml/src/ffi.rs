@@ -1,7 +1,7 @@
 //! The only place that touches raw pointers: NULL checks, writes through out-pointers, handle encoding,
 //! the panic boundary every exported function runs inside, and where this library was loaded from.
 
-use crate::state::{Ret, INSUFFICIENT_SIZE, INVALID_ARGUMENT, SUCCESS, UNKNOWN};
+use crate::ret::{Ret, INSUFFICIENT_SIZE, INVALID_ARGUMENT, SUCCESS, UNKNOWN};
 use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlEventSet_t};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::path::PathBuf;

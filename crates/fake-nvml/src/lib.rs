@@ -57,24 +57,5 @@
 pub mod api;
 mod events;
 mod ffi;
+pub mod ret;
 pub mod state;
-
-use std::ffi::CStr;
-
-/// `nvmlErrorString`: NVML's wording for the codes this fake returns.
-pub fn error_string(code: state::Ret) -> &'static CStr {
-    use state::*;
-    match code {
-        SUCCESS => c"Success",
-        UNINITIALIZED => c"Uninitialized",
-        INVALID_ARGUMENT => c"Invalid Argument",
-        NOT_SUPPORTED => c"Not Supported",
-        NOT_FOUND => c"Not Found",
-        INSUFFICIENT_SIZE => c"Insufficient Size",
-        DRIVER_NOT_LOADED => c"Driver Not Loaded",
-        TIMEOUT => c"Timeout",
-        GPU_IS_LOST => c"GPU is lost",
-        VERSION_MISMATCH => c"Argument version mismatch",
-        _ => c"Unknown Error",
-    }
-}

@@ -4,7 +4,13 @@
 //! plugins, which must never stop slurmctld or a job): each bad setting keeps its default and is
 //! reported as a [`Problem`], the rest of the file still applies. Both run the same per-key code
 //! (`sections`), so they agree on what is valid.
+//!
+//! This file is the model; the files below it read the file into it (`load`, `sections`, `reader`,
+//! `values`, `problem`) and describe it (`summary`), and it imports none of them but the
+//! `[admission]` value types (`admission`), which import nothing of the config.
 
+pub mod admission;
+mod load;
 mod problem;
 mod reader;
 mod sections;
@@ -13,20 +19,20 @@ mod summary;
 mod tests;
 mod values;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::admission_settings::{
-    Deprioritize, Mode, OnError, DEFAULT_MAX_SNAPSHOT_AGE, DEFAULT_NICE_INCREMENT, DEFAULT_TIME_LIMIT,
-};
 use crate::policy::BucketRules;
 use crate::pricing::PriceTable;
 use crate::tokens::Tokens;
+use admission::{Deprioritize, Mode, OnError, DEFAULT_MAX_SNAPSHOT_AGE, DEFAULT_NICE_INCREMENT, DEFAULT_TIME_LIMIT};
 
 pub use problem::Problem;
-pub use summary::{config_path, describe};
+pub use summary::describe;
 
 pub const DEFAULT_PATH: &str = "/etc/slurm/gputokens.toml";
+/// The environment variable that names the file when no option or argument does.
+pub const PATH_ENV: &str = "GPUTOKENS_CONF";
 pub const DEFAULT_SNAPSHOT: &str = "/var/lib/gputokens/balances.snapshot";
 
 /// The commented example shipped in `slurm-conf/`; `accountd config default` prints it.
@@ -62,7 +68,8 @@ pub struct Config {
     pub http_listen: Option<std::net::SocketAddr>,
     pub http: HttpAccess,
     pub agent: AgentConfig,
-    pub usage: UsageConfig,
+    /// `[usage]` (and `[prometheus]`): measured GPU utilization, not the allocated GPU time charged.
+    pub utilization: UtilizationConfig,
     /// How shards and MPS units are charged as fractions of a GPU.
     pub sharing: crate::tres::Sharing,
     pub preemption: Preemption,
@@ -369,10 +376,10 @@ impl Default for AgentConfig {
     }
 }
 
-/// Where GPU utilization comes from and what it is used for.
+/// `[usage]`: where measured GPU utilization comes from and what it is used for.
 #[derive(Debug, Clone)]
-pub struct UsageConfig {
-    pub source: UsageSource,
+pub struct UtilizationConfig {
+    pub source: UtilizationSource,
     pub charge_basis: ChargeBasis,
     /// With `measured`, a held GPU is charged at least this fraction of its price.
     pub measured_min_fraction: f64,
@@ -381,14 +388,22 @@ pub struct UsageConfig {
     pub idle_window: Duration,
     /// Run (argv, no shell) when a job is flagged idle; `{job}`, `{user}`, `{node}` are substituted.
     pub idle_command: Vec<String>,
-    /// The `[prometheus]` table, read by accountd when `source = "prometheus"`.
-    pub prometheus: Option<toml::Table>,
+    /// `[prometheus]`, when the file has it (whatever the source).
+    pub prometheus: Option<Prometheus>,
 }
 
-impl Default for UsageConfig {
+impl UtilizationConfig {
+    /// The Prometheus server to read utilization from: Some only with `source = "prometheus"` (the
+    /// reader makes sure `[prometheus]` is then given).
+    pub fn prometheus_source(&self) -> Option<&Prometheus> {
+        self.prometheus.as_ref().filter(|_| self.source == UtilizationSource::Prometheus)
+    }
+}
+
+impl Default for UtilizationConfig {
     fn default() -> Self {
-        UsageConfig {
-            source: UsageSource::Agents,
+        UtilizationConfig {
+            source: UtilizationSource::Agents,
             charge_basis: ChargeBasis::Allocation,
             measured_min_fraction: 0.25,
             idle_threshold_percent: 5.0,
@@ -400,9 +415,58 @@ impl Default for UsageConfig {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UsageSource {
+pub enum UtilizationSource {
+    /// `accountd agent` on the nodes reports it.
     Agents,
+    /// A Prometheus server (dcgm-exporter's metrics), `[prometheus]`.
     Prometheus,
+}
+
+/// Replaced in [`Prometheus::query`] by the window as a PromQL duration (`3600s`, or `1500ms` when not
+/// whole seconds).
+pub const PROMETHEUS_WINDOW: &str = "$window";
+/// Average utilization (percent) of each job's GPUs over the window, from dcgm-exporter's metric with
+/// the Slurm job in its `hpc_job` label (its HPC job mapping).
+pub const DEFAULT_PROMETHEUS_QUERY: &str =
+    r#"avg by (hpc_job) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{hpc_job!=""}[$window]))"#;
+pub const DEFAULT_PROMETHEUS_JOB_LABEL: &str = "hpc_job";
+pub const DEFAULT_PROMETHEUS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `[prometheus]`: the server `[usage] source = "prometheus"` reads per-job GPU utilization from. The
+/// query is configurable so that sites with other exporters or label names can use it too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prometheus {
+    /// Base URL, e.g. `http://127.0.0.1:9090`; http only (a path prefix such as `/prometheus` is kept).
+    pub url: String,
+    /// PromQL giving one sample per job, in percent 0..100; [`PROMETHEUS_WINDOW`] is substituted.
+    pub query: String,
+    /// The label that holds the Slurm job id in the query's result; never empty.
+    pub job_label: String,
+    /// How long one query may take; longer than 0.
+    pub timeout: Duration,
+}
+
+impl Prometheus {
+    /// The server at `url` with the default query, job label and timeout.
+    pub fn at(url: &str) -> Prometheus {
+        Prometheus {
+            url: url.to_string(),
+            query: DEFAULT_PROMETHEUS_QUERY.to_string(),
+            job_label: DEFAULT_PROMETHEUS_JOB_LABEL.to_string(),
+            timeout: DEFAULT_PROMETHEUS_TIMEOUT,
+        }
+    }
+
+    /// The query with the window substituted.
+    pub fn query_for(&self, window: Duration) -> String {
+        // PromQL durations: whole seconds when possible, otherwise milliseconds.
+        let window = if window.subsec_nanos() == 0 {
+            format!("{}s", window.as_secs())
+        } else {
+            format!("{}ms", window.as_millis())
+        };
+        self.query.replace(PROMETHEUS_WINDOW, &window)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -472,58 +536,6 @@ impl Default for Paths {
             snapshot: DEFAULT_SNAPSHOT.into(),
             socket: "/run/gputokens/accountd.sock".into(),
         }
-    }
-}
-
-impl Config {
-    /// Reads and validates `path`; the first problem is the error.
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
-        Config::parse(&text, path)
-    }
-
-    /// Parses `text` strictly; `path` names the source in errors.
-    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let table: toml::Table = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.to_path_buf(),
-            message: e.to_string().trim_end().to_string(),
-        })?;
-        let (config, problems) = sections::read(&table, path);
-        match problems.into_iter().next() {
-            Some(problem) => Err(problem.into_error()),
-            None => Ok(config),
-        }
-    }
-
-    /// Reads `path` and never fails: a missing, unreadable or broken file gives the defaults, a bad
-    /// setting keeps its default, and each is one [`Problem`] (already phrased for a log).
-    pub fn load_lenient(path: &Path) -> (Config, Vec<Problem>) {
-        match std::fs::read_to_string(path) {
-            Ok(text) => Config::parse_lenient(&text, path),
-            Err(e) => (Config::defaults(path), vec![Problem::whole_file(path, format!("cannot read: {e}"))]),
-        }
-    }
-
-    /// Parses `text` leniently (see [`Config::load_lenient`]).
-    pub fn parse_lenient(text: &str, path: &Path) -> (Config, Vec<Problem>) {
-        match toml::from_str::<toml::Table>(text) {
-            Ok(table) => sections::read(&table, path),
-            Err(e) => {
-                let reason = format!("not valid TOML ({})", e.to_string().trim_end());
-                (Config::defaults(path), vec![Problem::whole_file(path, reason)])
-            }
-        }
-    }
-
-    /// What an empty file means.
-    pub fn defaults(path: &Path) -> Config {
-        sections::read(&toml::Table::new(), path).0
-    }
-
-    /// The path named by `--config`/`GPUTOKENS_CONF`, else the default.
-    pub fn resolve_path(explicit: Option<&Path>) -> PathBuf {
-        explicit.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(DEFAULT_PATH))
     }
 }
 

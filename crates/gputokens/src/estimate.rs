@@ -8,9 +8,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::gpu_request::{GpuRequest, Kind, Per};
 use crate::job_shape::JobShape;
 use crate::pricing::{cost_of, PriceTable};
-use crate::request::{GpuRequest, Kind, Per};
 use crate::slurm::squeue::QueueJob;
 use crate::tokens::Tokens;
 use crate::tres::{gpu_count, Sharing, MILLI};
@@ -174,7 +174,7 @@ const UNTYPED: &str = " any";
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::TresPer;
+    use crate::gpu_request::TresPer;
 
     fn prices() -> PriceTable {
         let t = |s: &str, p: i64| (s.to_string(), Tokens::from_micro(p));
@@ -278,7 +278,7 @@ mod tests {
 
     mod properties {
         use super::*;
-        use crate::request::{Per, TresPer};
+        use crate::gpu_request::{Per, TresPer};
         use proptest::prelude::*;
 
         fn count() -> impl Strategy<Value = u64> {
@@ -308,7 +308,7 @@ mod tests {
         }
 
         fn one(per: Per, gpu_type: Option<String>, count: u64) -> GpuRequest {
-            GpuRequest { counts: vec![crate::request::GpuCount { per, kind: Kind::Gpu, gpu_type, count }] }
+            GpuRequest { counts: vec![crate::gpu_request::GpuCount { per, kind: Kind::Gpu, gpu_type, count }] }
         }
 
         proptest! {

@@ -4,8 +4,8 @@
 //! is the signed value `--nice` takes (Slurm stores NICE_OFFSET + nice). The job_submit plugin
 //! converts in one place (`ffi::read_job`), so no Slurm sentinel reaches the rules.
 
+use crate::gpu_request::{GpuRequest, RequestError, TresPer};
 use crate::job_shape::{array_task_count, JobShape};
-use crate::request::{GpuRequest, RequestError, TresPer};
 
 /// A time limit the job (or an update) gives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

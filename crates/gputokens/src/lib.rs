@@ -4,13 +4,13 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
-pub mod admission;
-pub mod admission_settings;
 pub mod config;
 pub mod decision;
 pub mod entry;
 pub mod estimate;
+pub mod file_stamp;
 pub mod forecast;
+pub mod gpu_request;
 pub mod gpu_time;
 pub mod job_request;
 pub mod job_shape;
@@ -19,10 +19,8 @@ pub mod policy;
 pub mod preemption;
 pub mod pricing;
 pub mod protocol;
-pub mod request;
 pub mod slurm;
 pub mod snapshot;
-pub mod stamp;
 pub mod statement;
 pub mod time;
 pub mod tokens;

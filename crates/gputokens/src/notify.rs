@@ -13,7 +13,6 @@
 
 use chrono::NaiveDate;
 
-use crate::admission::recovery;
 use crate::policy::BucketRules;
 use crate::tokens::Tokens;
 
@@ -118,7 +117,7 @@ pub fn balance_message(
     today: NaiveDate,
 ) -> String {
     let head = format!("gputokens: your GPU token balance is {balance}");
-    let recovers = |what: &str| match recovery(balance, rules, today) {
+    let recovers = |what: &str| match rules.recovery(balance, today) {
         Some(recovery) => format!("{what} ({recovery})"),
         None => format!("{what} when an administrator grants tokens (no replenishment is configured)"),
     };

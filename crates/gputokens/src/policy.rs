@@ -46,6 +46,19 @@ impl Status {
             Status::Blocked => "blocked",
         }
     }
+
+    /// What the status means for the user's GPU jobs, the one wording of every surface (the SPANK line
+    /// at sbatch and srun, `sbalance --json`, the status page): a clause without its full stop, to fit
+    /// `blocked: GPU jobs …` as well as a sentence of its own. `floor` is the configured floor.
+    pub fn explanation(self, floor: Tokens) -> String {
+        match self {
+            Status::Ok => "GPU jobs run normally".to_string(),
+            Status::Overdraft => "GPU jobs are accepted at lower priority and may be preempted when others wait for \
+                                  their GPUs, until the balance is 0 or more again"
+                .to_string(),
+            Status::Blocked => format!("GPU jobs are refused until the balance is above the floor {floor} again"),
+        }
+    }
 }
 
 /// A replenishment to come: `amount` tokens on `date`.
@@ -124,6 +137,33 @@ impl BucketRules {
             Status::Ok => None,
         }
     }
+
+    /// How a balance in debt recovers by replenishment alone: `+1 token per day: about 3 days` (above
+    /// the floor when at it, back to 0 in overdraft); None when nothing is ever added. The one wording
+    /// of the refusal at the floor and of the notifications.
+    pub fn recovery(&self, balance: Tokens, today: NaiveDate) -> Option<String> {
+        let replenishment = self.replenishment()?;
+        let when = match self.recovers_on(today, balance).map(|day| (day - today).num_days()) {
+            Some(1) => "about 1 day".to_string(),
+            Some(days) => format!("about {days} days"),
+            None => "more than 10 years".to_string(),
+        };
+        Some(format!("{replenishment}: {when}"))
+    }
+
+    /// `+1 token per day`, `+1 token per day and +30 tokens on the 1st of each month`; None when
+    /// nothing is ever added.
+    fn replenishment(&self) -> Option<String> {
+        let tokens = |t: Tokens| if t == Tokens::whole(1) { "token" } else { "tokens" };
+        let daily = (self.daily > Tokens::ZERO).then(|| format!("+{} {} per day", self.daily, tokens(self.daily)));
+        let monthly = (self.monthly > Tokens::ZERO)
+            .then(|| format!("+{} {} on the 1st of each month", self.monthly, tokens(self.monthly)));
+        match (daily, monthly) {
+            (Some(d), Some(m)) => Some(format!("{d} and {m}")),
+            (Some(one), None) | (None, Some(one)) => Some(one),
+            (None, None) => None,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -146,6 +186,21 @@ mod tests {
         assert_eq!(r.status(Tokens::from_micro(-9_999_999)), Status::Overdraft);
         assert_eq!(r.status(Tokens::whole(-10)), Status::Blocked);
         assert_eq!(r.status(Tokens::from_micro(-10_400_000)), Status::Blocked);
+    }
+
+    #[test]
+    fn each_status_has_one_explanation() {
+        let floor = Tokens::whole(-10);
+        assert_eq!(Status::Ok.explanation(floor), "GPU jobs run normally");
+        assert_eq!(
+            Status::Overdraft.explanation(floor),
+            "GPU jobs are accepted at lower priority and may be preempted when others wait for their GPUs, until the \
+             balance is 0 or more again"
+        );
+        assert_eq!(
+            Status::Blocked.explanation(Tokens::from_micro(-2_500_000)),
+            "GPU jobs are refused until the balance is above the floor -2.5 again"
+        );
     }
 
     #[test]
@@ -189,5 +244,34 @@ mod tests {
         assert_eq!(r.recovers_on(today, Tokens::ZERO), None);
         let nothing = BucketRules { daily: Tokens::ZERO, monthly: Tokens::ZERO, ..r };
         assert_eq!(nothing.recovers_on(today, Tokens::whole(-3)), None, "no replenishment: never");
+    }
+
+    #[test]
+    fn recovery_names_the_replenishment_and_the_days() {
+        let today = date(2026, 11, 10);
+        let r = rules();
+        assert_eq!(
+            r.recovery(Tokens::whole(-12), today).as_deref(),
+            Some("+1 token per day and +30 tokens on the 1st of each month: about 3 days")
+        );
+        assert_eq!(
+            r.recovery(Tokens::whole(-3), today).as_deref(),
+            Some("+1 token per day and +30 tokens on the 1st of each month: about 3 days"),
+            "overdraft: back to 0"
+        );
+        let half = BucketRules { daily: Tokens::from_micro(500_000), monthly: Tokens::ZERO, ..rules() };
+        assert_eq!(half.recovery(Tokens::whole(-11), today).as_deref(), Some("+0.5 tokens per day: about 3 days"));
+        let monthly_only = BucketRules { daily: Tokens::ZERO, ..rules() };
+        assert_eq!(
+            monthly_only.recovery(Tokens::whole(-10), today).as_deref(),
+            Some("+30 tokens on the 1st of each month: about 21 days")
+        );
+        let tiny = BucketRules { daily: Tokens::from_micro(1), monthly: Tokens::ZERO, ..rules() };
+        assert_eq!(
+            tiny.recovery(Tokens::whole(-1000), today).as_deref(),
+            Some("+0.000001 tokens per day: more than 10 years")
+        );
+        let nothing = BucketRules { daily: Tokens::ZERO, monthly: Tokens::ZERO, ..rules() };
+        assert_eq!(nothing.recovery(Tokens::whole(-12), today), None);
     }
 }

@@ -4,8 +4,9 @@
 //! thread's `slurm_xstrdup`s and `slurm_xfree`s are counted, so a test can tell that every
 //! allocation it saw made was freed.
 //!
-//! Compiled in every build because the plugin crate picks them with its own `cfg(test)` (see
-//! [`crate::log`]); the plugins' `.so` never calls them, so the linker drops them there.
+//! Compiled in every build because the plugin crate picks them with its own `cfg(test)` (where its
+//! log shims declare Slurm's functions); the plugins' `.so` never calls them, so the linker drops
+//! them there. Nothing here knows the callers: the log module and the plugins call these.
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_void, CStr};

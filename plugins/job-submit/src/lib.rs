@@ -23,7 +23,7 @@ mod sentinel;
 mod tally;
 mod watch;
 
-use gputokens::config;
+use gputokens::Config;
 
 use std::ffi::{c_char, c_int, c_void};
 
@@ -57,8 +57,7 @@ pub static plugin_version: u32 = SLURM_VERSION_NUMBER;
 #[no_mangle]
 pub extern "C" fn init() -> c_int {
     boundary("init", SUCCESS, log_panic, || {
-        let path = config::config_path(std::env::var("GPUTOKENS_CONF").ok().as_deref());
-        plugin::start(&path);
+        plugin::start(&Config::resolve_path(None));
         SUCCESS
     })
 }

@@ -269,7 +269,7 @@ fn decide(decision: fn(&JobRequest, &Inputs, &mut Log) -> Outcome, job: &JobRequ
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gputokens::admission_settings::Deprioritize;
+    use gputokens::config::admission::Deprioritize;
 
     #[test]
     fn a_changed_config_is_read_once_it_has_settled() {

@@ -11,10 +11,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use gputokens::admission_settings::OnError;
+use gputokens::config::admission::OnError;
 use gputokens::decision::Standing;
+pub use gputokens::file_stamp::Stamp;
 use gputokens::snapshot::{self, Snapshot};
-pub use gputokens::stamp::Stamp;
 
 use crate::ffi::Level;
 

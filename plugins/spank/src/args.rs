@@ -42,10 +42,7 @@ pub fn parse(args: &[String]) -> (Args, Vec<String>) {
 impl Args {
     /// The gputokens config: `conf=`, else `$GPUTOKENS_CONF`, else /etc/slurm/gputokens.toml.
     pub fn config_path(&self) -> PathBuf {
-        match &self.conf {
-            Some(p) => p.clone(),
-            None => gputokens::config::config_path(std::env::var("GPUTOKENS_CONF").ok().as_deref()),
-        }
+        gputokens::Config::resolve_path(self.conf.as_deref())
     }
 }
 

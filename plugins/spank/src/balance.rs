@@ -6,23 +6,18 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gputokens::config::{Config, Paths};
+use gputokens::config::Config;
 use gputokens::policy::Status;
 use gputokens::protocol::{self, BalanceRow, Reply, Request};
 
 const TIMEOUT: Duration = Duration::from_secs(1);
 
-/// `[paths] socket` of the gputokens config (read leniently, as every plugin reads it); the default
-/// when the file or the key is missing. A file that cannot be read or parsed, or a bad socket
-/// path, is an error rather than the default: asking some other socket would only mislead.
+/// `[paths] socket` of the gputokens config, read by gputokens' lenient loader as every plugin reads
+/// it; the default when the file or the key is missing. A file that cannot be read or parsed, or a
+/// bad socket path, is an error rather than the default: asking some other socket would only mislead.
 pub fn socket_path(config: &Path) -> Result<PathBuf, String> {
-    let text = match std::fs::read_to_string(config) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Paths::default().socket),
-        Err(e) => return Err(format!("{}: {e}", config.display())),
-    };
-    let (settings, problems) = Config::parse_lenient(&text, config);
-    match problems.into_iter().find(|p| p.concerns("paths.socket")) {
+    let (settings, problems) = Config::load_lenient(config);
+    match problems.into_iter().find(|p| p.concerns("paths.socket") && !p.is_missing_file()) {
         Some(problem) => Err(problem.to_string()),
         None => Ok(settings.paths.socket),
     }
@@ -43,16 +38,12 @@ pub fn own_balance(socket: &Path) -> Result<BalanceRow, String> {
     }
 }
 
-/// The line for the user, e.g. `balance 46 tokens (ok); run 'sbalance' for details.`
+/// The line for the user, e.g. `balance 46 tokens (ok); run 'sbalance' for details.`; in debt the
+/// status is explained (gputokens' one wording of it), a healthy balance needs no words.
 pub fn message(row: &BalanceRow) -> String {
     let state = match row.status {
         Status::Ok => "ok".to_string(),
-        Status::Overdraft => {
-            "overdraft: your GPU jobs run at lower priority until the balance is positive again".into()
-        }
-        Status::Blocked => {
-            format!("blocked: new GPU jobs are refused until the balance is above the floor {}", row.floor)
-        }
+        debt => format!("{}: {}", debt.as_str(), debt.explanation(row.floor)),
     };
     format!("balance {} tokens ({state}); run 'sbalance' for details.", row.balance)
 }
@@ -79,7 +70,11 @@ mod tests {
     fn messages() {
         assert_eq!(message(&row(46, Status::Ok)), "balance 46 tokens (ok); run 'sbalance' for details.");
         assert!(message(&row(-3, Status::Overdraft)).starts_with("balance -3 tokens (overdraft: "));
-        assert!(message(&row(-11, Status::Blocked)).contains("above the floor -10"));
+        assert_eq!(
+            message(&row(-11, Status::Blocked)),
+            "balance -11 tokens (blocked: GPU jobs are refused until the balance is above the floor -10 again); run \
+             'sbalance' for details."
+        );
     }
 
     #[test]
@@ -96,6 +91,7 @@ mod tests {
         assert!(socket_path(&conf).unwrap_err().contains("not valid TOML"));
         std::fs::write(&conf, "[paths]\nsocket = 5\n").unwrap();
         assert!(socket_path(&conf).unwrap_err().contains("paths.socket"));
+        assert!(socket_path(dir.path()).unwrap_err().contains("cannot read"), "there, but unreadable");
     }
 
     #[test]

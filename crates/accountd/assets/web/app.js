@@ -35,12 +35,6 @@ async function load(url) {
   return body;
 }
 
-const STATUS_TEXT = {
-  ok: "GPU jobs run normally.",
-  overdraft: "In overdraft: your GPU jobs are accepted but deprioritized, and may be preempted when others wait for the same GPUs.",
-  blocked: "At the floor: new GPU jobs are refused until replenishment brings your balance back above the floor.",
-};
-
 let me = null;
 let chartDays = 30;
 
@@ -93,7 +87,8 @@ function showUser(view) {
   $("status").className = "big status-" + view.status;
   $("floor").textContent = view.floor.text;
   $("next-grant").textContent = view.next_grant ? `+${view.next_grant.amount} on ${view.next_grant.date}` : "none";
-  let text = STATUS_TEXT[view.status] || "";
+  // What the status means, in the server's words (the same as sbatch's line and sbalance's).
+  let text = view.explanation;
   if (view.recovers) text += ` Replenishment alone ends this on ${view.recovers}.`;
   $("status-text").textContent = text;
   $("forecast").textContent = view.forecast.floor_on

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use gputokens::stamp::Stamp;
+use gputokens::file_stamp::Stamp;
 
 use super::source::GpuSample;
 

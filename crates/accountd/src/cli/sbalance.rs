@@ -285,6 +285,7 @@ fn json(rows: &[BalanceRow]) -> String {
                 "balance": r.balance.as_f64(),
                 "floor": r.floor.as_f64(),
                 "status": r.status,
+                "explanation": format!("{}.", r.status.explanation(r.floor)),
                 "used_30d": r.used_30d.iter().map(|(t, v)| (t.clone(), v.as_f64().into())).collect::<serde_json::Map<_, _>>(),
                 "next_grant": r.next_grant.as_ref().map(|(d, a)| serde_json::json!({"date": d, "amount": a.as_f64()})),
                 "recovers": r.recovers,

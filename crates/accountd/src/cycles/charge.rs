@@ -72,12 +72,12 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, now: i64) -> AccountdResult
     // left out), not up to `now`: time that has not passed is never charged.
     let (finished_records, rejected_finished) = rejected_records::sift(finished.records.clone(), "sacct");
     let (running_records, rejected_running) =
-        rejected_records::sift(running.iter().map(|j| j.usage(squeue_at, sharing)).collect(), "squeue");
+        rejected_records::sift(running.iter().map(|j| j.gpu_time(squeue_at, sharing)).collect(), "squeue");
     let mut rejected: Vec<_> =
         finished.rejected.iter().cloned().chain(rejected_finished).chain(rejected_running).collect();
     let mut records: Vec<UsageRecord> = finished_records.into_iter().chain(running_records).collect();
     resolve_untyped(&mut records, &nodes_of, slurm);
-    if cycle.res.config.usage.charge_basis == ChargeBasis::Measured {
+    if cycle.res.config.utilization.charge_basis == ChargeBasis::Measured {
         weigh_by_utilization(&cycle.res, &mut records)?;
     }
 
@@ -121,7 +121,7 @@ fn window_start(read_until: Option<i64>, read_from: Option<i64>, reread: i64, fi
 /// `charge_basis = "measured"`: a job pays for its GPUs in proportion to their measured
 /// utilization, never less than `measured_min_fraction`; a job never measured pays the allocation.
 fn weigh_by_utilization(res: &Resources, records: &mut [UsageRecord]) -> AccountdResult {
-    let floor = res.config.usage.measured_min_fraction;
+    let floor = res.config.utilization.measured_min_fraction;
     let interval = sample_interval(&res.config);
     for record in records {
         if let Some((samples, util_sum)) = res.ledger.utilization_samples(&record.job_id)? {
@@ -135,11 +135,11 @@ fn weigh_by_utilization(res: &Resources, records: &mut [UsageRecord]) -> Account
 /// How often a running job's utilization is sampled: every agent report, or every check cycle
 /// when it comes from Prometheus.
 fn sample_interval(config: &gputokens::Config) -> u64 {
-    match config.usage.source {
-        gputokens::config::UsageSource::Agents => {
+    match config.utilization.source {
+        gputokens::config::UtilizationSource::Agents => {
             humantime::parse_duration(&config.agent.interval).map_or(0, |d| d.as_secs())
         }
-        gputokens::config::UsageSource::Prometheus => config.intervals.check.as_secs(),
+        gputokens::config::UtilizationSource::Prometheus => config.intervals.check.as_secs(),
     }
 }
 

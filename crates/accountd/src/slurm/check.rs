@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use gputokens::admission_settings::Deprioritize;
+use gputokens::config::admission::Deprioritize;
 use gputokens::Config;
 
 use crate::slurm::plugstack::SpankLine;

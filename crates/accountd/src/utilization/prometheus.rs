@@ -1,59 +1,17 @@
-//! Per-job GPU utilization from a Prometheus server's HTTP API (`usage_source = "prometheus"`).
+//! Per-job GPU utilization from a Prometheus server's HTTP API (`[usage] source = "prometheus"`).
 //!
 //! The original system read dcgm-exporter's `DCGM_FI_DEV_GPU_UTIL` from Prometheus, with the Slurm
-//! job id in the `hpc_job` label (dcgm-exporter's HPC job mapping). The query is configurable so
-//! sites with other exporters or label names can use it too.
+//! job id in the `hpc_job` label (dcgm-exporter's HPC job mapping). The server, query, label and
+//! timeout are `[prometheus]` of the config (`gputokens::config::Prometheus`), checked when it loads.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use gputokens::config::Prometheus;
 use serde::Deserialize;
-
-/// Replaced in `query` by the window as a PromQL duration (`"3600s"`, or `"1500ms"` when not whole
-/// seconds).
-pub const WINDOW_PLACEHOLDER: &str = "$window";
-/// Average utilization (percent) of each job's GPUs over the window.
-pub const DEFAULT_QUERY: &str = r#"avg by (hpc_job) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{hpc_job!=""}[$window]))"#;
-pub const DEFAULT_JOB_LABEL: &str = "hpc_job";
-pub const DEFAULT_TIMEOUT: &str = "10s";
-
-/// The `[prometheus]` table of the config.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PrometheusSource {
-    /// Base URL, e.g. `http://127.0.0.1:9090`; http only (a path prefix such as `/prometheus` is kept).
-    pub url: String,
-    /// PromQL giving one sample per job, in percent 0..100; `$window` is substituted.
-    #[serde(default = "default_query")]
-    pub query: String,
-    /// The label that holds the Slurm job id in the query's result.
-    #[serde(default = "default_job_label")]
-    pub job_label: String,
-    /// How long one query may take, e.g. `"10s"`.
-    #[serde(default = "default_timeout")]
-    pub timeout: String,
-}
-
-fn default_query() -> String {
-    DEFAULT_QUERY.to_string()
-}
-
-fn default_job_label() -> String {
-    DEFAULT_JOB_LABEL.to_string()
-}
-
-fn default_timeout() -> String {
-    DEFAULT_TIMEOUT.to_string()
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum PrometheusError {
-    #[error("prometheus.url '{url}' is not a usable http:// URL ({reason})")]
-    BadUrl { url: String, reason: String },
-    #[error("prometheus.timeout '{text}' is not a duration like \"10s\" ({reason})")]
-    BadTimeout { text: String, reason: String },
-    #[error("prometheus.job_label must not be empty")]
-    EmptyJobLabel,
     #[error("cannot reach Prometheus at {url}: {reason}")]
     Unreachable { url: String, reason: String },
     #[error("Prometheus at {url} answered HTTP {status}: {body}")]
@@ -72,68 +30,27 @@ pub enum PrometheusError {
     Malformed(String),
 }
 
-impl PrometheusSource {
-    /// Checks the settings without contacting the server (for `accountd config check`).
-    pub fn validate(&self) -> Result<(), PrometheusError> {
-        let bad_url = |reason: &str| PrometheusError::BadUrl { url: self.url.clone(), reason: reason.to_string() };
-        let parsed = reqwest::Url::parse(&self.url).map_err(|e| bad_url(&e.to_string()))?;
-        match parsed.scheme() {
-            "http" => {}
-            // reqwest is built without TLS (the server is expected on loopback or a trusted network).
-            "https" => return Err(bad_url("https is not supported by this build; use http://")),
-            _ => return Err(bad_url("the scheme must be http")),
-        }
-        if parsed.host_str().unwrap_or_default().is_empty() {
-            return Err(bad_url("no host"));
-        }
-        if self.job_label.trim().is_empty() {
-            return Err(PrometheusError::EmptyJobLabel);
-        }
-        self.timeout()?;
-        Ok(())
-    }
-
-    pub fn timeout(&self) -> Result<Duration, PrometheusError> {
-        let bad = |reason: String| PrometheusError::BadTimeout { text: self.timeout.clone(), reason };
-        let d = humantime::parse_duration(&self.timeout).map_err(|e| bad(e.to_string()))?;
-        if d.is_zero() {
-            return Err(bad("must be longer than 0".into()));
-        }
-        Ok(d)
-    }
-
-    /// The query with the window substituted.
-    pub fn query_for(&self, window: Duration) -> String {
-        self.query.replace(WINDOW_PLACEHOLDER, &promql_duration(window))
-    }
-
-    /// Utilization in percent per job id over `window`, evaluated at unix time `at`.
-    ///
-    /// Blocking: from async code call it inside `tokio::task::spawn_blocking`.
-    pub fn job_utilization(&self, window: Duration, at: i64) -> Result<BTreeMap<String, f64>, PrometheusError> {
-        self.validate()?;
-        let endpoint = format!("{}/api/v1/query", self.url.trim_end_matches('/'));
-        let query = self.query_for(window);
-        let unreachable = |e: reqwest::Error| PrometheusError::Unreachable { url: self.url.clone(), reason: chain(&e) };
-        let client = reqwest::blocking::Client::builder().timeout(self.timeout()?).build().map_err(unreachable)?;
-        let response = client
-            .get(&endpoint)
-            .query(&[("query", query.as_str()), ("time", &at.to_string())])
-            .send()
-            .map_err(unreachable)?;
-        let status = response.status().as_u16();
-        let body = response.text().map_err(unreachable)?;
-        parse_response(&body, status, &self.url, &self.job_label, &query)
-    }
-}
-
-/// PromQL duration syntax: whole seconds when possible, otherwise milliseconds.
-fn promql_duration(d: Duration) -> String {
-    if d.subsec_nanos() == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{}ms", d.as_millis())
-    }
+/// Utilization in percent per job id over `window`, evaluated at unix time `at`, from the server
+/// `[prometheus]` names (checked when the config was read).
+///
+/// Blocking: from async code call it inside `tokio::task::spawn_blocking`.
+pub fn job_utilization(
+    source: &Prometheus,
+    window: Duration,
+    at: i64,
+) -> Result<BTreeMap<String, f64>, PrometheusError> {
+    let endpoint = format!("{}/api/v1/query", source.url.trim_end_matches('/'));
+    let query = source.query_for(window);
+    let unreachable = |e: reqwest::Error| PrometheusError::Unreachable { url: source.url.clone(), reason: chain(&e) };
+    let client = reqwest::blocking::Client::builder().timeout(source.timeout).build().map_err(unreachable)?;
+    let response = client
+        .get(&endpoint)
+        .query(&[("query", query.as_str()), ("time", &at.to_string())])
+        .send()
+        .map_err(unreachable)?;
+    let status = response.status().as_u16();
+    let body = response.text().map_err(unreachable)?;
+    parse_response(&body, status, &source.url, &source.job_label, &query)
 }
 
 /// reqwest's top-level message ("error sending request") hides the cause; show the whole chain.
@@ -319,32 +236,6 @@ mod tests {
             r#"{"metric":{"hpc_job":"7","gpu":"0"},"value":[1,"3"]},{"metric":{"hpc_job":"7","gpu":"1"},"value":[1,"4"]}"#,
         );
         assert!(matches!(parse(&body, 200).unwrap_err(), PrometheusError::DuplicateJob { .. }));
-    }
-
-    fn source(json: &str) -> PrometheusSource {
-        serde_json::from_str(json).unwrap()
-    }
-
-    #[test]
-    fn defaults_window_and_validation() {
-        let s = source(r#"{"url":"http://127.0.0.1:9090"}"#);
-        assert_eq!((s.job_label.as_str(), s.timeout.as_str()), ("hpc_job", "10s"));
-        s.validate().unwrap();
-        assert_eq!(
-            s.query_for(Duration::from_secs(3600)),
-            r#"avg by (hpc_job) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{hpc_job!=""}[3600s]))"#
-        );
-        assert!(s.query_for(Duration::from_millis(1500)).contains("[1500ms]"));
-
-        assert!(serde_json::from_str::<PrometheusSource>(r#"{"url":"http://x","qurey":"up"}"#).is_err());
-        for url in ["127.0.0.1:9090", "ftp://host", "http://", "not a url", "https://prom:9090"] {
-            let e = source(&format!(r#"{{"url":"{url}"}}"#)).validate().unwrap_err();
-            assert!(matches!(e, PrometheusError::BadUrl { .. }), "{url}: {e:?}");
-        }
-        let e = source(r#"{"url":"http://h","timeout":"soon"}"#).validate().unwrap_err();
-        assert!(matches!(e, PrometheusError::BadTimeout { .. }), "{e:?}");
-        let e = source(r#"{"url":"http://h","job_label":" "}"#).validate().unwrap_err();
-        assert!(matches!(e, PrometheusError::EmptyJobLabel), "{e:?}");
     }
 
     #[test]

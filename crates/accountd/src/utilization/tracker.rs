@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use gputokens::config::UsageConfig;
+use gputokens::config::UtilizationConfig;
 
 use crate::error::AccountdResult;
 use crate::metrics::JobLabels;
@@ -68,7 +68,7 @@ pub fn apply(
 ) -> AccountdResult<(usize, usize)> {
     let node = node.to_string();
     let slurm = Slurm::new(&res.config.slurm);
-    let usage = res.config.usage.clone();
+    let usage = res.config.utilization.clone();
     let mut seen = BTreeSet::new();
     let mut flagged = Vec::new();
     for job in jobs {
@@ -97,7 +97,7 @@ pub fn apply(
 }
 
 /// Advances a job's idle state; true when it has just become idle.
-fn watch_idle(watch: &mut JobWatch, percent: f64, now: i64, usage: &UsageConfig) -> bool {
+fn watch_idle(watch: &mut JobWatch, percent: f64, now: i64, usage: &UtilizationConfig) -> bool {
     if percent >= usage.idle_threshold_percent {
         watch.below_since = None;
         watch.flagged = false;
@@ -110,7 +110,7 @@ fn watch_idle(watch: &mut JobWatch, percent: f64, now: i64, usage: &UsageConfig)
     newly
 }
 
-fn flag_idle(labels: &JobLabels, usage: &UsageConfig) {
+fn flag_idle(labels: &JobLabels, usage: &UtilizationConfig) {
     tracing::warn!(
         job = %labels.job, user = %labels.user, node = %labels.node,
         "job holds GPUs below {}% utilization for longer than {:?}: flagged idle",

@@ -56,7 +56,7 @@ fn prometheus_source_needs_a_valid_table() {
     assert!(out.stderr.contains("usage.source") && out.stderr.contains("[prometheus]"), "{}", out.stderr);
     let out = check("[usage]\nsource = \"prometheus\"\n[prometheus]\nurl = \"ftp://x\"\n");
     assert_eq!(out.code, 2);
-    assert!(out.stderr.contains("[prometheus]") && out.stderr.contains("ftp://x"), "{}", out.stderr);
+    assert!(out.stderr.contains("prometheus.url: 'ftp://x' is not a usable http:// URL"), "{}", out.stderr);
     check("[usage]\nsource = \"prometheus\"\n[prometheus]\nurl = \"http://127.0.0.1:9090\"\n").ok();
 }
 

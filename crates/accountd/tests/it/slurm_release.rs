@@ -25,7 +25,7 @@ pub fn updates_explain_refusals() -> bool {
 }
 
 /// A GRES request as `scontrol show job` writes it back (TresPerNode=...): `gres:gpu:1` up to 23.02,
-/// `gres/gpu:1` from 23.11 (as crates/gputokens/src/request.rs reads both).
+/// `gres/gpu:1` from 23.11 (as crates/gputokens/src/gpu_request.rs reads both).
 pub fn gres_request(spec: &str) -> String {
     let separator = if release() >= (23, 11) { '/' } else { ':' };
     format!("gres{separator}{spec}")

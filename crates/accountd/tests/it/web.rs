@@ -160,6 +160,7 @@ fn alice_sees_her_page_and_not_bobs_and_links_work_once() {
         assert_eq!(text(&client, "#user-name").await, "alice");
         assert_eq!(text(&client, "#balance").await, "36");
         assert_eq!(text(&client, "#status").await, "ok");
+        assert_eq!(text(&client, "#status-text").await, "GPU jobs run normally.", "what the server sent");
         assert_eq!(column(&client, "#jobs tbody td:first-child").await, ["102", "101"]);
         assert_eq!(column(&client, "#per-type tbody td:first-child").await, ["a6000", "rtx3090"]);
         assert!(text(&client, "#forecast").await.starts_with("At the last 7 days' rate you reach the floor on "));
@@ -306,6 +307,7 @@ fn a_user_header_counts_only_from_the_trusted_proxy_with_its_secret() {
     assert_eq!(status, 200, "{body}");
     let view: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!((view["user"].as_str(), view["balance"]["text"].as_str()), (Some("alice"), Some("36")));
+    assert_eq!(view["explanation"], "GPU jobs run normally.", "the status in gputokens' words: {body}");
     let (status, body) = get("127.0.0.2", &format!("{url}?user=bob"), &proxy("alice"));
     assert_eq!(status, 403, "{body}");
     let (status, body) = get("127.0.0.2", &url, &proxy("nobody-here"));

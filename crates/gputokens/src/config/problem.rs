@@ -13,11 +13,31 @@ pub struct Problem {
     pub reason: String,
     /// What the lenient reader uses instead ("using the default 2h"); a strict error leaves it out.
     pub instead: String,
+    /// The file does not exist (see [`Problem::is_missing_file`]).
+    pub(super) missing_file: bool,
 }
 
 impl Problem {
     pub(super) fn whole_file(path: &Path, reason: String) -> Problem {
-        Problem { path: path.to_path_buf(), key: String::new(), reason, instead: "using the defaults".into() }
+        Problem {
+            path: path.to_path_buf(),
+            key: String::new(),
+            reason,
+            instead: "using the defaults".into(),
+            missing_file: false,
+        }
+    }
+
+    /// The file could not be read: whole, and missing when it does not exist.
+    pub(super) fn unreadable(path: &Path, error: &std::io::Error) -> Problem {
+        let missing_file = error.kind() == std::io::ErrorKind::NotFound;
+        Problem { missing_file, ..Problem::whole_file(path, format!("cannot read: {error}")) }
+    }
+
+    /// Whether the file does not exist at all (rather than being unreadable or broken): a reader that
+    /// can do with the defaults where no file was installed may take them without a word.
+    pub fn is_missing_file(&self) -> bool {
+        self.missing_file
     }
 
     /// Whether the problem may have changed `key` (its own, its table's or the whole file's).

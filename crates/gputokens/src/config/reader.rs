@@ -5,8 +5,8 @@ use std::path::Path;
 
 use toml::Value;
 
+use super::problem::Problem;
 use super::values::Shown;
-use super::Problem;
 
 pub(super) struct Section<'t> {
     path: &'t Path,
@@ -56,6 +56,20 @@ impl<'t> Section<'t> {
         value
     }
 
+    /// Reads the table `name` with `read` when the file has it (a setting that is off unless given);
+    /// None when it is absent, or not a table (a problem).
+    pub fn optional_table<T>(&mut self, name: &'static str, read: impl FnOnce(&mut Section<'t>) -> T) -> Option<T> {
+        match self.value(name) {
+            None => None,
+            Some(Value::Table(_)) => Some(self.table(name, read)),
+            Some(other) => {
+                let reason = format!("expected a table ([{name}]), got {other}");
+                self.problem(name, reason, "ignored: left unset");
+                None
+            }
+        }
+    }
+
     /// The value of `key`, if given; marks `key` as known.
     pub fn value(&mut self, key: &'static str) -> Option<&'t Value> {
         self.known.push(key);
@@ -88,6 +102,17 @@ impl<'t> Section<'t> {
         parse(value).map_err(|reason| self.problem(key, reason, "ignored: left unset")).ok()
     }
 
+    /// `key` through `parse` when the table is of no use without it: None when absent or bad (then a
+    /// problem says the table is ignored).
+    pub fn required<T>(&mut self, key: &'static str, parse: impl FnOnce(&Value) -> Result<T, String>) -> Option<T> {
+        let ignored = format!("ignoring [{}]", self.prefix.trim_end_matches('.'));
+        let Some(value) = self.value(key) else {
+            self.problem(key, "missing".into(), &ignored);
+            return None;
+        };
+        parse(value).map_err(|reason| self.problem(key, reason, &ignored)).ok()
+    }
+
     /// `key` as one of `choices` (its TOML spelling and its value).
     pub fn choice<T: Copy + PartialEq>(&mut self, key: &'static str, default: T, choices: &[(&str, T)]) -> T {
         let Some(value) = self.value(key) else { return default };
@@ -107,6 +132,7 @@ impl<'t> Section<'t> {
             key: format!("{}{key}", self.prefix),
             reason,
             instead: instead.to_string(),
+            missing_file: false,
         });
     }
 

@@ -7,15 +7,16 @@ use std::path::Path;
 use super::reader::Section;
 use super::values::{
     absolute_path, amount, any_duration, boolean, command_argv, header_name, ip_addresses, listen_address, names,
-    non_negative_amount, number, number_in, path, positive_duration, signal_name, string, strings, web_url, whole,
-    whole_from, whole_seconds, whole_seconds_or_off, xids,
+    non_negative_amount, number, number_in, path, positive_duration, prometheus_url, query_timeout, signal_name,
+    string, strings, web_url, whole, whole_from, whole_seconds, whole_seconds_or_off, xids,
 };
 use super::{
     Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Config, Exempt, Health, HttpAccess, Intervals,
-    Notify, Paths, PreemptAction, Preemption, Problem, SlurmTools, UsageConfig, UsageSource, Web,
+    Notify, Paths, PreemptAction, Preemption, Problem, Prometheus, SlurmTools, UtilizationConfig, UtilizationSource,
+    Web, DEFAULT_PROMETHEUS_JOB_LABEL, DEFAULT_PROMETHEUS_QUERY, DEFAULT_PROMETHEUS_TIMEOUT,
 };
-use crate::admission_settings::OnError;
-use crate::admission_settings::{Deprioritize, Mode, DEFAULT_NICE_INCREMENT, DEFAULT_SITE_FACTOR, MAX_NICE};
+use crate::config::admission::OnError;
+use crate::config::admission::{Deprioritize, Mode, DEFAULT_NICE_INCREMENT, DEFAULT_SITE_FACTOR, MAX_NICE};
 use crate::pricing::PriceTable;
 use crate::tokens::Tokens;
 
@@ -74,16 +75,14 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
     let slurm = top.table("slurm", slurm_tools);
     let (http_listen, http) = top.table("http", http);
     let agent = top.table("agent", agent);
-    let prometheus = top.optional("prometheus", |v| {
-        v.as_table().cloned().ok_or_else(|| format!("expected a table ([prometheus]), got {v}"))
-    });
-    let mut usage = top.table("usage", usage);
-    if usage.source == UsageSource::Prometheus && prometheus.is_none() {
+    let prometheus = top.optional_table("prometheus", prometheus).flatten();
+    let mut utilization = top.table("usage", utilization);
+    if utilization.source == UtilizationSource::Prometheus && prometheus.is_none() {
         let reason = "\"prometheus\" needs a [prometheus] table with its url".to_string();
         top.problem("usage.source", reason, "using \"agents\"");
-        usage.source = UsageSource::Agents;
+        utilization.source = UtilizationSource::Agents;
     }
-    usage.prometheus = prometheus;
+    utilization.prometheus = prometheus;
     let sharing = top.table("sharing", |s| {
         let d = crate::tres::Sharing::default();
         crate::tres::Sharing {
@@ -119,7 +118,7 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
         http_listen,
         http,
         agent,
-        usage,
+        utilization,
         sharing,
         preemption,
         exempt,
@@ -208,12 +207,12 @@ fn agent(s: &mut Section) -> AgentConfig {
     agent
 }
 
-/// `[usage]`, without `[prometheus]` (a table of its own, checked by accountd).
-fn usage(s: &mut Section) -> UsageConfig {
-    let d = UsageConfig::default();
-    let sources = [("agents", UsageSource::Agents), ("prometheus", UsageSource::Prometheus)];
+/// `[usage]`, without `[prometheus]` (a table of its own, read before it).
+fn utilization(s: &mut Section) -> UtilizationConfig {
+    let d = UtilizationConfig::default();
+    let sources = [("agents", UtilizationSource::Agents), ("prometheus", UtilizationSource::Prometheus)];
     let bases = [("allocation", ChargeBasis::Allocation), ("measured", ChargeBasis::Measured)];
-    UsageConfig {
+    UtilizationConfig {
         source: s.choice("source", d.source, &sources),
         charge_basis: s.choice("charge_basis", d.charge_basis, &bases),
         measured_min_fraction: s
@@ -224,6 +223,17 @@ fn usage(s: &mut Section) -> UsageConfig {
         idle_command: s.get("idle_command", d.idle_command, strings),
         prometheus: None,
     }
+}
+
+/// `[prometheus]`: of no use without its `url` (None then).
+fn prometheus(s: &mut Section) -> Option<Prometheus> {
+    let url = s.required("url", prometheus_url);
+    let query = s.get("query", DEFAULT_PROMETHEUS_QUERY.to_string(), string);
+    let job_label = s.get("job_label", DEFAULT_PROMETHEUS_JOB_LABEL.to_string(), |v| {
+        string(v).and_then(|label| if label.trim().is_empty() { Err("must not be empty".into()) } else { Ok(label) })
+    });
+    let timeout = s.get("timeout", DEFAULT_PROMETHEUS_TIMEOUT, query_timeout);
+    Some(Prometheus { url: url?, query, job_label, timeout })
 }
 
 fn preemption(s: &mut Section) -> Preemption {

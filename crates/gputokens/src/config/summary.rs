@@ -1,18 +1,9 @@
-//! What the plugins say about the config they run with, and where they look for it.
+//! What the plugins say about the config they run with.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{Config, DEFAULT_PATH};
-use crate::admission_settings::{Deprioritize, Mode};
-
-/// `$GPUTOKENS_CONF` when set and not empty, else /etc/slurm/gputokens.toml.
-pub fn config_path(env_value: Option<&str>) -> PathBuf {
-    match env_value {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => PathBuf::from(DEFAULT_PATH),
-    }
-}
+use super::Config;
+use crate::config::admission::{Deprioritize, Mode};
 
 /// One line for slurmctld's log: the settings the job_submit plugin works with.
 pub fn describe(config: &Config) -> String {
@@ -81,12 +72,5 @@ mod tests {
              accept, max_snapshot_age 2h, default_time_limit 4h, max_gpus_per_user 8, max_job_duration 2days, \
              exempt 2 users 1 accounts 1 qos"
         );
-    }
-
-    #[test]
-    fn config_path_from_the_environment() {
-        assert_eq!(config_path(Some("/x/g.toml")), PathBuf::from("/x/g.toml"));
-        assert_eq!(config_path(Some("")), PathBuf::from(DEFAULT_PATH));
-        assert_eq!(config_path(None), PathBuf::from(DEFAULT_PATH));
     }
 }

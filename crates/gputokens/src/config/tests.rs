@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::load::resolve_path;
 use super::*;
-use crate::admission_settings::{DEFAULT_MAX_SNAPSHOT_AGE, DEFAULT_SITE_FACTOR};
+use crate::config::admission::{DEFAULT_MAX_SNAPSHOT_AGE, DEFAULT_SITE_FACTOR};
 
 fn parse(text: &str) -> Result<Config, ConfigError> {
     Config::parse(text, Path::new("test.toml"))
@@ -162,7 +163,7 @@ fn one_bad_key_is_an_error_in_strict_and_a_problem_with_its_default_in_lenient()
     let (config, _) = lenient("daily = 2\n[intervals]\ncheck = \"often\"\n");
     assert_eq!(config.daily, Tokens::whole(2), "the rest of the file still applies");
     let (config, _) = lenient("[admission]\non_error = \"maybe\"\nmode = \"estimate\"\n");
-    assert_eq!(config.admission.mode, crate::admission_settings::Mode::Estimate);
+    assert_eq!(config.admission.mode, crate::config::admission::Mode::Estimate);
     let (config, _) = lenient("[paths]\nsnapshot = \"relative\"\nsocket = \"/s.sock\"\n");
     assert_eq!(config.paths.socket, PathBuf::from("/s.sock"));
 }
@@ -183,8 +184,73 @@ fn lenient_problems_say_what_is_used_instead() {
     let (config, problems) = lenient("cap = 50\n");
     assert_eq!((config.initial, keys(&problems)), (Tokens::whole(50), vec!["initial"]));
     let (config, problems) = lenient("[usage]\nsource = \"prometheus\"\n[agent]\nauth = \"token\"\n");
-    assert_eq!((config.usage.source, config.agent.auth), (UsageSource::Agents, AgentAuth::Munge));
+    assert_eq!((config.utilization.source, config.agent.auth), (UtilizationSource::Agents, AgentAuth::Munge));
     assert_eq!(keys(&problems), ["agent.auth", "usage.source"]);
+}
+
+#[test]
+fn prometheus_is_typed_and_checked_when_the_file_loads() {
+    let c = parse("[usage]\nsource = \"prometheus\"\n[prometheus]\nurl = \"http://127.0.0.1:9090\"\n").unwrap();
+    let source = c.utilization.prometheus_source().expect("the source");
+    assert_eq!(source, &Prometheus::at("http://127.0.0.1:9090"));
+    assert_eq!((source.job_label.as_str(), source.timeout), ("hpc_job", Duration::from_secs(10)));
+    assert_eq!(
+        source.query_for(Duration::from_secs(3600)),
+        r#"avg by (hpc_job) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{hpc_job!=""}[3600s]))"#
+    );
+    assert!(source.query_for(Duration::from_millis(1500)).contains("[1500ms]"));
+    let text = "[prometheus]\nurl = \"http://prom:9090/prometheus\"\nquery = \"up[$window]\"\njob_label = \"job\"\n\
+                timeout = \"2s\"\n";
+    let c = parse(text).unwrap();
+    assert_eq!(c.utilization.prometheus_source(), None, "[usage] source is still the agents");
+    let kept = c.utilization.prometheus.expect("the table is read whatever the source");
+    assert_eq!((kept.url.as_str(), kept.query.as_str()), ("http://prom:9090/prometheus", "up[$window]"));
+    assert_eq!((kept.job_label.as_str(), kept.timeout), ("job", Duration::from_secs(2)));
+    for url in ["http://[::1]:9090", "HTTP://prom", "http://user@prom:9090/"] {
+        assert!(parse(&format!("[prometheus]\nurl = \"{url}\"\n")).is_ok(), "{url}");
+    }
+
+    for (text, key, reason) in [
+        ("url = \"ftp://x\"", "prometheus.url", "'ftp://x' is not a usable http:// URL (the scheme must be http)"),
+        ("url = \"127.0.0.1:9090\"", "prometheus.url", "(no scheme: it starts with http://)"),
+        ("url = \"http://\"", "prometheus.url", "(no host)"),
+        ("url = \"not a url\"", "prometheus.url", "(no scheme"),
+        ("url = \"https://prom:9090\"", "prometheus.url", "(https is not supported by this build; use http://)"),
+        ("url = \"http://prom:port\"", "prometheus.url", "(the port is not a number"),
+        ("url = \"http://pr om\"", "prometheus.url", "(it holds a space"),
+        ("query = \"up\"", "prometheus.url", "missing"),
+        ("url = \"http://h\"\ntimeout = \"soon\"", "prometheus.timeout", "'soon' is not a duration like \"10s\""),
+        ("url = \"http://h\"\ntimeout = \"0s\"", "prometheus.timeout", "must be longer than 0"),
+        ("url = \"http://h\"\njob_label = \" \"", "prometheus.job_label", "must not be empty"),
+        ("url = \"http://h\"\nqurey = \"up\"", "prometheus.qurey", "unknown field `qurey`"),
+    ] {
+        let text = format!("[usage]\nsource = \"prometheus\"\n[prometheus]\n{text}\n");
+        let Err(ConfigError::Invalid { key: named, reason: why, .. }) = parse(&text) else { panic!("{text}: valid") };
+        assert_eq!(named, key, "{text}");
+        assert!(why.contains(reason), "{text}: {why}");
+    }
+    let err = parse("prometheus = 3\n").unwrap_err().to_string();
+    assert!(err.contains("prometheus: expected a table ([prometheus]), got 3"), "{err}");
+
+    // Leniently, a [prometheus] without a usable url is left out, and the source falls back to the agents.
+    let (c, problems) = lenient("[usage]\nsource = \"prometheus\"\n[prometheus]\nurl = \"ftp://x\"\n");
+    assert_eq!((c.utilization.source, c.utilization.prometheus), (UtilizationSource::Agents, None));
+    assert_eq!(keys(&problems), ["prometheus.url", "usage.source"]);
+    assert!(problems[0].to_string().ends_with("; ignoring [prometheus]"), "{problems:?}");
+    let (c, problems) = lenient("[prometheus]\nurl = \"http://h\"\ntimeout = \"soon\"\n");
+    assert_eq!(c.utilization.prometheus.unwrap().timeout, Duration::from_secs(10));
+    assert!(problems[0].to_string().ends_with("; using the default 10s"), "{problems:?}");
+}
+
+#[test]
+fn one_resolver_of_the_file_an_option_then_the_environment_then_the_default() {
+    let (option, env) = (Some(Path::new("/opt/g.toml")), Some(std::ffi::OsStr::new("/env/g.toml")));
+    assert_eq!(resolve_path(option, env), PathBuf::from("/opt/g.toml"));
+    assert_eq!(resolve_path(None, env), PathBuf::from("/env/g.toml"));
+    assert_eq!(resolve_path(None, None), PathBuf::from(DEFAULT_PATH));
+    let empty = Some(std::ffi::OsStr::new(""));
+    assert_eq!(resolve_path(Some(Path::new("")), env), PathBuf::from("/env/g.toml"), "an empty option is none");
+    assert_eq!(resolve_path(None, empty), PathBuf::from(DEFAULT_PATH), "an empty variable is none");
 }
 
 #[test]
@@ -295,6 +361,13 @@ fn broken_or_missing_file_gives_defaults() {
     assert_eq!(c.admission, Admission::default());
     assert!(problems[0].to_string().starts_with("/nonexistent/gputokens.toml: cannot read: "), "{problems:?}");
     assert!(problems[0].to_string().ends_with("; using the defaults"), "{problems:?}");
+    assert!(problems[0].is_missing_file() && problems[0].concerns("paths.socket"));
+    let dir = tempfile::tempdir().unwrap();
+    let (_, problems) = Config::load_lenient(dir.path());
+    assert!(problems[0].to_string().contains(": cannot read: "), "{problems:?}");
+    assert!(!problems[0].is_missing_file(), "a directory is there, but unreadable as a file");
+    let (_, problems) = lenient("this is [not toml");
+    assert!(!problems[0].is_missing_file());
     let (_, problems) = lenient("admission = 3\n");
     assert!(problems[0].to_string().starts_with("test.toml: admission: expected a table"), "{problems:?}");
     assert!(problems[0].concerns("admission.mode") && !problems[0].concerns("paths.socket"));

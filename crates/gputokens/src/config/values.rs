@@ -242,6 +242,52 @@ pub(super) fn web_url(value: &Value) -> Result<String, String> {
     }
 }
 
+/// The base URL of a server accountd queries: `http://host[:port][/path]` (its HTTP client has no
+/// TLS).
+pub(super) fn prometheus_url(value: &Value) -> Result<String, String> {
+    let url = string(value)?;
+    let bad = |reason: &str| Err(format!("'{url}' is not a usable http:// URL ({reason})"));
+    let Some((scheme, rest)) = url.split_once("://") else { return bad("no scheme: it starts with http://") };
+    match scheme.to_ascii_lowercase().as_str() {
+        "http" => {}
+        "https" => return bad("https is not supported by this build; use http://"),
+        _ => return bad("the scheme must be http"),
+    }
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return bad("it holds a space or a control character");
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    let (host, port) = match host_port.strip_prefix('[') {
+        // An IPv6 address: `[::1]:9090`.
+        Some(v6) => match v6.split_once(']') {
+            Some((host, rest)) => (host, rest.strip_prefix(':')),
+            None => return bad("an unclosed [ in the host"),
+        },
+        None => match host_port.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (host_port, None),
+        },
+    };
+    if host.is_empty() {
+        return bad("no host");
+    }
+    if port.is_some_and(|p| !p.is_empty() && p.parse::<u16>().is_err()) {
+        return bad("the port is not a number from 0 to 65535");
+    }
+    Ok(url)
+}
+
+/// How long one query may take, such as "10s": longer than 0.
+pub(super) fn query_timeout(value: &Value) -> Result<Duration, String> {
+    let text = value.as_str().ok_or_else(|| format!("expected a duration like \"10s\", got {value}"))?;
+    let d = humantime::parse_duration(text).map_err(|e| format!("'{text}' is not a duration like \"10s\" ({e})"))?;
+    if d.is_zero() {
+        return Err("must be longer than 0".into());
+    }
+    Ok(d)
+}
+
 /// A list of IP addresses (no names: a proxy is trusted by the address it connects from).
 pub(super) fn ip_addresses(value: &Value) -> Result<Vec<std::net::IpAddr>, String> {
     strings(value)?.iter().map(|a| a.parse().map_err(|_| format!("{a:?} is not an IP address"))).collect()

@@ -1,8 +1,8 @@
 //! The submit decision, for `job_submit` and for `job_modify`, on a typed [`JobRequest`]: which rules
 //! apply, in which order, and what slurmctld is told ([`Verdict`]). The job_submit plugin converts
 //! Slurm's job description into the request, hands over what it knows ([`Inputs`]: its settings,
-//! the published balances, what it admitted since the last queue read) and applies the verdict; the
-//! rules' messages are `admission`'s. No I/O here.
+//! the published balances, what it admitted since the last queue read) and applies the verdict. The
+//! rules themselves, each with the message that tells the user why, are in `rules`. No I/O here.
 //!
 //! A submission and an update run one skeleton (`decide`), each step done the way `Steps` says
 //! for that kind: which jobs are checked at all (CPU-only jobs, exempt users, accounts and QOS,
@@ -11,6 +11,7 @@
 //! penalty, and what `--gpu-tokens-estimate` asked to be told. See `submit.rs` and `modify.rs`.
 
 mod modify;
+pub mod rules;
 mod submit;
 
 #[cfg(test)]
@@ -21,16 +22,16 @@ use std::time::Duration;
 
 use chrono::NaiveDate;
 
-use crate::admission::{self, Decision, JobEstimate};
-use crate::admission_settings::{Deprioritize, OnError, MAX_NICE};
+use crate::config::admission::{Deprioritize, OnError, MAX_NICE};
 use crate::config::{Admission, Exempt, JobIdentity};
 use crate::estimate::{Commitment, PendingJob};
+use crate::gpu_request::GpuRequest;
 use crate::job_request::JobRequest;
 use crate::policy::BucketRules;
-use crate::request::GpuRequest;
 use crate::snapshot::Snapshot;
 use crate::tokens::Tokens;
 use crate::tres::MILLI;
+use rules::{Decision, JobEstimate};
 
 pub use modify::decide_modify;
 pub use submit::decide_submit;
@@ -212,7 +213,7 @@ impl<'a> Account<'a> {
     fn of(standing: Standing<'a>, case: &Case) -> Account<'a> {
         let balance = standing.balance(case.owner.uid);
         let rules = &standing.snapshot.rules;
-        let decision = admission::decide(balance, rules, case.inputs.today, &case.inputs.config.deprioritize);
+        let decision = rules::decide(balance, rules, case.inputs.today, &case.inputs.config.deprioritize);
         Account { standing, balance, rules, decision }
     }
 
@@ -325,7 +326,7 @@ fn within_gpu_limit(max: u32, held: u64, asked: u64) -> Result<(), Refusal> {
     if held.saturating_add(asked) > max as u64 * MILLI {
         return Err(Refusal::logged(
             format!("above max_gpus_per_user ({max})"),
-            admission::gpu_limit_message(max, held, asked),
+            rules::gpu_limit_message(max, held, asked),
         ));
     }
     Ok(())
@@ -334,7 +335,7 @@ fn within_gpu_limit(max: u32, held: u64, asked: u64) -> Result<(), Refusal> {
 /// The estimate: the job's maximum cost with what the owner's jobs can still cost (`held`) must not
 /// take the balance below the floor.
 fn within_estimate(account: &Account, held: Tokens, estimate: &JobEstimate) -> Result<(), Refusal> {
-    match admission::check_estimate(account.balance, held, estimate, account.rules) {
+    match rules::check_estimate(account.balance, held, estimate, account.rules) {
         Some(message) => Err(Refusal::logged(
             format!("its maximum cost {} would take {} below the floor", estimate.cost, account.balance),
             message,

@@ -13,15 +13,15 @@
 //! `max_gpus_per_user` and the estimate allow are refused. Updates by root and the SlurmUser
 //! (slurmctld's own uid) are not checked.
 
-use crate::admission::{self, Decision, JobEstimate};
-use crate::admission_settings::{Deprioritize, Mode, OnError};
+use crate::config::admission::{Deprioritize, Mode, OnError};
 use crate::estimate::{requested_milli, total_milli, Commitment, MilliByType, PendingJob};
+use crate::gpu_request::GpuRequest;
 use crate::job_request::{JobRequest, TimeLimit};
 use crate::job_shape::JobShape;
-use crate::request::GpuRequest;
 use crate::slurm::partitions::max_time;
 use crate::tokens::Tokens;
 
+use super::rules::{self, Decision, JobEstimate};
 use super::{
     decide, gpu_request, raised_nice, site_factor, uncountable, within_estimate, within_gpu_limit, Account, Case,
     Draft, Inputs, Log, Outcome, Owner, Refusal, Steps,
@@ -73,7 +73,7 @@ impl Steps for Update<'_> {
 
     fn check_time(&mut self, case: &Case, _: &mut Draft) -> Result<(), Refusal> {
         if let (Some(max), Some(limit)) = (case.inputs.config.max_job_duration, case.job.time_limit) {
-            if let Some(message) = admission::check_update_duration(limit.seconds(), max.as_secs()) {
+            if let Some(message) = rules::check_update_duration(limit.seconds(), max.as_secs()) {
                 return Err(Refusal::logged("time limit above max_job_duration", message));
             }
         }
@@ -82,7 +82,7 @@ impl Steps for Update<'_> {
 
     fn check_unavailable(&self, on_error: OnError) -> Result<(), Refusal> {
         // Missing, unreadable, corrupt or stale: on_error decides what adds GPUs.
-        match (self.asked.is_some(), admission::when_unavailable(on_error)) {
+        match (self.asked.is_some(), rules::when_unavailable(on_error)) {
             (true, Decision::Reject { message }) => Err(Refusal::logged("balances unavailable", message)),
             _ => Ok(()),
         }
@@ -98,7 +98,7 @@ impl Steps for Update<'_> {
             if let Some((reason, kept)) = undoes_penalty(case.job, &case.inputs.config.deprioritize) {
                 return Err(Refusal::logged(
                     format!("{reason} in overdraft (balance {balance})"),
-                    admission::penalty_kept_message(balance, &kept),
+                    rules::penalty_kept_message(balance, &kept),
                 ));
             }
         }
@@ -112,7 +112,7 @@ impl Steps for Update<'_> {
             return Ok(None);
         }
         let Some(known) = self.known else {
-            return Err(Refusal::logged("not in the last queue read", admission::unknown_job_message(&what(case.job))));
+            return Err(Refusal::logged("not in the last queue read", rules::unknown_job_message(&what(case.job))));
         };
         let (old, new) = before_and_after(case, account, self.asked.as_ref(), known).map_err(uncountable)?;
         let held = {

@@ -5,13 +5,13 @@
 //! pending GPU jobs hold and can cost; in overdraft the job is deprioritized; `--gpu-tokens-estimate`
 //! adds the job's maximum cost to the message. CPU-only jobs are never touched.
 
-use crate::admission::{self, Decision, JobEstimate, TimeCheck};
-use crate::admission_settings::{Deprioritize, Mode, OnError};
+use crate::config::admission::{Deprioritize, Mode, OnError};
 use crate::estimate::{requested_milli, total_milli, Commitment};
+use crate::gpu_request::GpuRequest;
 use crate::job_request::{JobRequest, TimeLimit};
-use crate::request::GpuRequest;
 use crate::slurm::partitions::{limit_for_untimed, max_time};
 
+use super::rules::{self, Decision, JobEstimate, TimeCheck};
 use super::{
     decide, gpu_request, limit_minutes, raised_nice, site_factor, uncountable, within_estimate, within_gpu_limit,
     Account, Case, Draft, Inputs, Level, Log, Outcome, Owner, Refusal, Steps,
@@ -63,7 +63,7 @@ impl Steps for Submission {
         };
         self.seconds = job.time_limit_secs().or(untimed);
         let Some(max) = case.inputs.config.max_job_duration else { return Ok(()) };
-        match admission::check_duration(job.time_limit_secs(), untimed, max.as_secs()) {
+        match rules::check_duration(job.time_limit_secs(), untimed, max.as_secs()) {
             TimeCheck::Fine => Ok(()),
             TimeCheck::Limit { seconds: max, message } => {
                 draft.changes.time_limit = Some(limit_minutes(max));
@@ -77,7 +77,7 @@ impl Steps for Submission {
 
     fn check_unavailable(&self, on_error: OnError) -> Result<(), Refusal> {
         // Missing, unreadable, corrupt or stale: logged by the watcher when it began.
-        match admission::when_unavailable(on_error) {
+        match rules::when_unavailable(on_error) {
             Decision::Reject { message } => Err(Refusal::silent(message)),
             _ => Ok(()),
         }
@@ -137,7 +137,7 @@ impl Steps for Submission {
 
     fn note(&self, account: &Account) -> Option<String> {
         let (estimate, held) = self.counted.as_ref().filter(|_| self.wants_estimate)?;
-        Some(admission::estimate_message(account.balance, held.max_cost, estimate))
+        Some(rules::estimate_message(account.balance, held.max_cost, estimate))
     }
 }
 

@@ -62,12 +62,12 @@ mod tests {
         let jobs = running_gpu_jobs(old).unwrap();
         assert_eq!(jobs.len(), 1);
         assert_eq!(jobs[0].job_id, "7");
-        assert_eq!(jobs[0].usage(1030, SHARDS_8).elapsed, 30);
+        assert_eq!(jobs[0].gpu_time(1030, SHARDS_8).elapsed, 30);
         let new = r#"{"jobs":[{"job_id":7,"user_name":"alice","job_state":["RUNNING"],
             "start_time":{"set":true,"infinite":false,"number":1000},
             "gres_detail":[],"tres_alloc_str":"cpu=1,gres/gpu:rtx3090=2,gres/gpu=2,node=1"}]}"#;
         let jobs = running_gpu_jobs(new).unwrap();
-        assert_eq!(jobs[0].usage(1030, SHARDS_8).milli_gpus, BTreeMap::from([("rtx3090".into(), 2000)]));
+        assert_eq!(jobs[0].gpu_time(1030, SHARDS_8).milli_gpus, BTreeMap::from([("rtx3090".into(), 2000)]));
         assert_eq!(jobs[0].start_time, 1000);
     }
 
@@ -83,7 +83,7 @@ mod tests {
             running_gpu_jobs(&json).unwrap().remove(0)
         };
         let suspended = job("SUSPENDED", 1_795_444_371, 3);
-        assert_eq!(suspended.usage(1_795_444_377, SHARDS_8).elapsed, 3, "suspended: what ran before");
+        assert_eq!(suspended.gpu_time(1_795_444_377, SHARDS_8).elapsed, 3, "suspended: what ran before");
         let resumed = job("RUNNING", 1_795_444_377, 3);
         assert_eq!(resumed.run_seconds(1_795_444_381), 7, "3 s before, 4 s since the resume");
         let never = job("RUNNING", 0, 0);
@@ -132,7 +132,7 @@ mod tests {
             let held: Vec<_> = running_gpu_jobs(sample)
                 .unwrap_or_else(|e| panic!("{release}: {e}"))
                 .iter()
-                .map(|j| (j.user.clone(), j.usage(0, SHARDS_8).milli_gpus, j.gpu_indices.clone(), j.time_limit))
+                .map(|j| (j.user.clone(), j.gpu_time(0, SHARDS_8).milli_gpus, j.gpu_indices.clone(), j.time_limit))
                 .collect();
             let gpus = |t: &str, n| BTreeMap::from([(t.to_string(), n)]);
             assert_eq!(
@@ -172,6 +172,6 @@ mod tests {
             }
         }
         let running = running_gpu_jobs(SAMPLES[2].1).unwrap();
-        assert_eq!(running[0].usage(0, SHARDS_8).sluid, running[0].sluid);
+        assert_eq!(running[0].gpu_time(0, SHARDS_8).sluid, running[0].sluid);
     }
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use gputokens::entry::EntryKind;
 use gputokens::forecast;
 use gputokens::notify::{crossing, Event, Level};
+use gputokens::policy::Status;
 use gputokens::time::{format_local, local_date};
 use gputokens::Tokens;
 use serde_json::{json, Value};
@@ -76,8 +77,8 @@ pub fn user_view(res: &Resources, user: &str, now: i64) -> Result<Value, String>
         let Some(event) = c.event else { continue };
         let what = match event {
             Event::Warning => format!("balance fell below {warn_below}"),
-            Event::Overdraft => "in overdraft: GPU jobs are deprioritized and may be preempted".into(),
-            Event::Floor => format!("at the floor ({}): new GPU jobs are refused", rules.floor),
+            Event::Overdraft => format!("in overdraft: {}", Status::Overdraft.explanation(rules.floor)),
+            Event::Floor => format!("at the floor: {}", Status::Blocked.explanation(rules.floor)),
             Event::Recovered => "recovered: GPU jobs run at full priority again".into(),
             Event::Preempted => continue,
         };
@@ -98,6 +99,7 @@ pub fn user_view(res: &Resources, user: &str, now: i64) -> Result<Value, String>
         "balance": tokens(row.balance),
         "floor": tokens(row.floor),
         "status": row.status.as_str(),
+        "explanation": format!("{}.", row.status.explanation(row.floor)),
         "recovers": row.recovers,
         "next_grant": row.next_grant.map(|(date, amount)| json!({ "date": date, "amount": amount.to_string() })),
         "used_30d": row.used_30d.iter().map(|(t, v)| json!({ "gpu_type": t, "tokens": tokens(*v) })).collect::<Vec<_>>(),

@@ -2,9 +2,9 @@
 
 use serde_json::Value;
 
+use crate::gpu_request::{GpuRequest, TresPer};
 use crate::gpu_time::UsageRecord;
 use crate::job_shape::{array_task_count, JobShape};
-use crate::request::{GpuRequest, TresPer};
 use crate::tres::{parse_alloc_tres, GpuAllocation, Sharing};
 
 /// A job as squeue reports it.
@@ -45,8 +45,9 @@ pub struct QueueJob {
 pub type RunningJob = QueueJob;
 
 impl QueueJob {
-    /// The usage record of this run segment up to `now`, the time squeue was read.
-    pub fn usage(&self, now: i64, sharing: Sharing) -> UsageRecord {
+    /// The GPU time this run segment has held up to `now`, the time squeue was read (what a charge
+    /// cycle charges a running job for).
+    pub fn gpu_time(&self, now: i64, sharing: Sharing) -> UsageRecord {
         UsageRecord {
             job_id: self.job_id.clone(),
             user: self.user.clone(),

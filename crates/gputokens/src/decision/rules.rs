@@ -1,18 +1,20 @@
-//! The admission decision for a GPU job, from the submitting user's balance and the bucket rules:
-//! what the job_submit plugin does inside slurmctld, kept here as plain safe code with its messages.
+//! The rules a GPU job is checked against, at submission and at update, each with the message that
+//! tells the user why; the decision (the parent module) picks which apply and in which order. What the
+//! job_submit plugin does inside slurmctld, kept here as plain safe code.
 //!
+//! The balance rule, from the submitting user's balance and the bucket rules:
 //! - balance ≤ floor → the job is refused, with the balance, the floor and when it recovers;
 //! - floor < balance < 0 → accepted with lower priority (a raised `nice`, a site factor or a QOS),
 //!   and the user is told;
 //! - otherwise accepted untouched.
 //!
-//! Beside the balance rule: the limits `max_job_duration` and `max_gpus_per_user`, and the estimate
-//! (`mode = "estimate"`, `--gpu-tokens-estimate`), each with the message that tells the user why.
+//! Beside it: the limits `max_job_duration` and `max_gpus_per_user`, and the estimate
+//! (`mode = "estimate"`, `--gpu-tokens-estimate`).
 //! CPU-only jobs never get here (the caller checks the request first).
 
 use chrono::NaiveDate;
 
-use crate::admission_settings::{Deprioritize, OnError};
+use crate::config::admission::{Deprioritize, OnError};
 use crate::estimate::{checked_max_cost, total_milli, GpusText, MilliByType};
 use crate::policy::{BucketRules, Status};
 use crate::pricing::PriceTable;
@@ -61,7 +63,7 @@ pub const UNAVAILABLE_MESSAGE: &str = "gputokens: GPU jobs cannot be admitted ri
 /// the floor again (+1 token per day: about 1 day). Run 'sbalance' for details.`
 pub fn blocked_message(balance: Tokens, rules: &BucketRules, today: NaiveDate) -> String {
     let head = format!("gputokens: your GPU token balance is {balance} (floor {})", rules.floor);
-    let Some(recovery) = recovery(balance, rules, today) else {
+    let Some(recovery) = rules.recovery(balance, today) else {
         return format!(
             "{head}; GPU jobs are refused until an administrator grants tokens (no replenishment is configured). \
              Run 'sbalance' for details."
@@ -71,19 +73,6 @@ pub fn blocked_message(balance: Tokens, rules: &BucketRules, today: NaiveDate) -
         "{head}; GPU jobs are refused until it is above the floor again ({recovery}). \
          Run 'sbalance' for details."
     )
-}
-
-/// How a balance in debt recovers by replenishment alone: `+1 token per day: about 3 days` (above
-/// the floor when at it, back to 0 in overdraft); None when nothing is ever added. The wording of
-/// the refusal above, shared with the notifications (`crate::notify`).
-pub fn recovery(balance: Tokens, rules: &BucketRules, today: NaiveDate) -> Option<String> {
-    let replenishment = replenishment(rules)?;
-    let when = match rules.recovers_on(today, balance).map(|day| (day - today).num_days()) {
-        Some(1) => "about 1 day".to_string(),
-        Some(days) => format!("about {days} days"),
-        None => "more than 10 years".to_string(),
-    };
-    Some(format!("{replenishment}: {when}"))
 }
 
 /// `gputokens: your GPU token balance is -3.5 (below 0): this job was accepted with lower priority
@@ -256,20 +245,6 @@ pub fn estimate_message(balance: Tokens, committed: Tokens, job: &JobEstimate) -
         String::new()
     };
     format!("gputokens: this job can cost {}; your GPU token balance is {balance}{queued}.", job.describe())
-}
-
-/// `+1 token per day`, `+1 token per day and +30 tokens on the 1st of each month`; None when
-/// nothing is ever added.
-fn replenishment(rules: &BucketRules) -> Option<String> {
-    let tokens = |t: Tokens| if t == Tokens::whole(1) { "token" } else { "tokens" };
-    let daily = (rules.daily > Tokens::ZERO).then(|| format!("+{} {} per day", rules.daily, tokens(rules.daily)));
-    let monthly = (rules.monthly > Tokens::ZERO)
-        .then(|| format!("+{} {} on the 1st of each month", rules.monthly, tokens(rules.monthly)));
-    match (daily, monthly) {
-        (Some(d), Some(m)) => Some(format!("{d} and {m}")),
-        (Some(one), None) | (None, Some(one)) => Some(one),
-        (None, None) => None,
-    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
-//! The value types of the `[admission]` section ([`crate::config::Admission`]) and their defaults:
+//! The value types of the `[admission]` section (the config model's `Admission`) and their defaults:
 //! how an overdraft job is deprioritized, which jobs the balance refuses, what happens while the
-//! balances cannot be read. The file is read by [`crate::Config::load_lenient`] (the plugins) and
-//! [`crate::Config::load`] (accountd, `accountd config check`), one reader in two modes.
+//! balances cannot be read. Plain values with no reader of their own: the config's one reader (lenient
+//! in the plugins, strict in accountd) checks the keys.
 
 use std::time::Duration;
 
