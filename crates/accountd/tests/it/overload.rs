@@ -109,12 +109,15 @@ fn a_reopened_idle_flood_from_the_agents_own_address_silences_nothing() {
     let _tcp = Holder::start("alice", &["--reopen", "tcp", &format!("127.0.0.1:{port}"), "127.0.0.1", "1000"]);
     let _unix = Holder::start("alice", &["--reopen", "unix", socket.to_str().unwrap(), "200"]);
 
+    // "At once" against starved: a starved request waits for request_timeout (60 s) or forever;
+    // the bound leaves room for the flood's own reconnect storm on a 2-CPU CI machine (1.03 s seen).
+    let at_once = Duration::from_secs(3);
     for _ in 0..5 {
         let asked = Instant::now();
         let (status, metrics) = http_get(&format!("{base}/metrics"));
         let took = asked.elapsed();
         assert_eq!(status, 200, "{metrics}");
-        assert!(took < Duration::from_secs(1), "/metrics from the flooded address took {took:?}");
+        assert!(took < at_once, "/metrics from the flooded address took {took:?}");
         std::thread::sleep(Duration::from_millis(200));
     }
     // A root agent's report from the same address is accepted.
@@ -135,7 +138,7 @@ fn a_reopened_idle_flood_from_the_agents_own_address_silences_nothing() {
         let out = site.sbalance(Some(user), &["-P", "-n", "-o", "Balance"]);
         let took = asked.elapsed();
         assert_eq!((out.code, out.stdout.trim()), (0, "100"), "{user}: {}", out.stderr);
-        assert!(took < Duration::from_secs(1), "{user}'s sbalance took {took:?}");
+        assert!(took < at_once, "{user}'s sbalance took {took:?}");
     }
     let shed = "gputokens_connections_shed_total{listener=\"http\",reason=\"per_address\"}";
     assert!(metric(&metrics, shed) >= 1000 - 64, "{metrics}");
