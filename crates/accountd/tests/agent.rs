@@ -277,14 +277,19 @@ fn server(status: &'static str) -> (ReportServer, String) {
     (ReportServer::start(listener, status), url)
 }
 
-#[test]
-fn posts_reports_with_the_token_and_serves_metrics() {
-    let (server, url) = server(OK);
-    let site = Site::new(&url, "127.0.0.1:0", "");
+/// `[agent] auth = "token"` with a token file: for the tests of delivery itself, which need no munged.
+fn use_token_auth(site: &Site) {
     std::fs::write(site.path("token"), "s3cret\n").unwrap();
     let text = std::fs::read_to_string(site.config()).unwrap();
     let auth = format!("auth = \"token\"\ntoken_file = \"{}\"\n", site.path("token").display());
     std::fs::write(site.config(), format!("{text}{auth}")).unwrap();
+}
+
+#[test]
+fn posts_reports_with_the_token_and_serves_metrics() {
+    let (server, url) = server(OK);
+    let site = Site::new(&url, "127.0.0.1:0", "");
+    use_token_auth(&site);
     let job = Sleeper::spawn(Some("777"));
     let outside = Sleeper::spawn(None);
     // Job 777's prolog record (root's, as the test's processes are): their SLURM_JOB_ID is taken.
@@ -416,6 +421,7 @@ fn keeps_sampling_while_accountd_is_down() {
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let url = format!("http://127.0.0.1:{port}");
     let site = Site::new(&url, "off", "");
+    use_token_auth(&site);
     site.write_state(&two_gpus(&[]));
 
     let out = site.command(&["--once"]).output().unwrap();
@@ -440,6 +446,7 @@ fn keeps_sampling_while_accountd_is_down() {
 fn an_http_error_is_a_failed_report() {
     let (server, url) = server("401 Unauthorized");
     let site = Site::new(&url, "off", "");
+    use_token_auth(&site);
     site.write_state(&two_gpus(&[]));
     let out = site.command(&["--once"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
