@@ -147,7 +147,7 @@ async fn login(State(state): State<Arc<AppState>>, Query(query): Query<LoginQuer
     // The service's lock may be held by a cycle for a while: never wait for it on the runtime.
     let work = tokio::task::spawn_blocking(move || {
         let now = gputokens::time::now();
-        let mut s = state.answering.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = crate::answering::lock(&state.answering);
         let ttl = s.res.config.web.session_ttl;
         let kind = cookie_kind(&s.res.config.web);
         let token = query.token.filter(|t| t.len() == 64 && t.bytes().all(|b| b.is_ascii_hexdigit()));
@@ -176,7 +176,7 @@ async fn login(State(state): State<Arc<AppState>>, Query(query): Query<LoginQuer
 /// user's session behind their back.
 async fn logout(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let ended = tokio::task::spawn_blocking(move || {
-        let mut s = state.answering.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = crate::answering::lock(&state.answering);
         if !from_this_site(&headers, &s.res.config.web) {
             return None;
         }
@@ -328,7 +328,7 @@ where
     F: FnOnce(&mut Answering, i64) -> Result<serde_json::Value, (StatusCode, String)> + Send + 'static,
 {
     let work = tokio::task::spawn_blocking(move || {
-        let mut s = state.answering.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = crate::answering::lock(&state.answering);
         view(&mut s, gputokens::time::now())
     });
     let response = match work.await {
