@@ -76,6 +76,20 @@ export SPANK_PLUGIN_ARGS="jobs_dir=$LAB/gpu-jobs nvml_library=$LAB/fake-nvml/lib
 bash tests/cluster/up.sh
 if [[ ${1:-} == up ]]; then trap - EXIT; exit 0; fi
 started=$(cat "$LAB"/pids/*.pid 2>/dev/null | tr '\n' ' ')
-cargo test --workspace --locked --no-fail-fast -- --include-ignored
+rc=0
+cargo test --workspace --locked --no-fail-fast -- --include-ignored --skip multinode_ || rc=$?
+
+# The multi-node cluster's tests (tests/multinode/: two controllers, three nodes in namespaces, each
+# test its own cluster), on the host's Slurm only, where the namespaces are the machine's own:
+# GPUTOKENS_MULTINODE=1 runs them on another release too, 0 never.
+source tests/slurm-releases/lib.sh
+installed=$(dpkg-query -W -f '${Version}' slurmctld 2>/dev/null || true)
+multinode=${GPUTOKENS_MULTINODE:-auto}
+if [[ $multinode == 1 || ( $multinode == auto && $installed == "$HOST_RELEASE".* ) ]]; then
+  GPUTOKENS_MN_FAKE_NVML=$(realpath "$TARGET")/debug/libnvidia_ml.so \
+    cargo test -p accountd --test multinode --locked --no-fail-fast -- --include-ignored --test-threads=1 || rc=$?
+  bash tests/multinode/down.sh || true
+fi
 trap - EXIT
 stop_cluster
+exit "$rc"

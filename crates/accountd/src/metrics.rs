@@ -79,6 +79,9 @@ pub struct Metrics {
     pub drains: Family<NodeLabels, Counter>,
     pub xids_ignored: Family<XidLabels, Counter>,
     pub agent_reports_refused: Family<ReasonLabels, Counter>,
+    /// When each node's agent last had a report accepted: a node whose agent falls silent (node
+    /// lost, link cut, agent stopped) shows as an age that keeps growing (`time() - ...`).
+    pub agent_last_report: Family<NodeLabels, Gauge>,
     pub connections_refused: Family<ListenerLabels, Counter>,
     pub connections_shed: Family<ListenerLabels, Counter>,
     pub notifications: Family<NotifyLabels, Counter>,
@@ -145,6 +148,7 @@ impl Metrics {
             snapshot_written: Gauge::default(),
             records_skipped: Family::default(),
             agent_reports_refused: Family::default(),
+            agent_last_report: Family::default(),
             connections_refused: Family::default(),
             connections_shed: Family::default(),
             notifications: Family::default(),
@@ -241,6 +245,11 @@ impl Metrics {
             "notifications",
             "Runs of the [notify] command, by event and result (failed ones are retried)",
             m.notifications.clone(),
+        );
+        registry.register(
+            "agent_last_report_timestamp_seconds",
+            "When each node's agent last had a report accepted (unix time); its age is time() minus it",
+            m.agent_last_report.clone(),
         );
         registry.register("node_drains", "Nodes drained because a GPU failed", m.drains.clone());
         registry.register(
@@ -380,6 +389,7 @@ mod tests {
         m.gpu_healthy.get_or_create(&gpu).set(1);
         let job = JobLabels { job: "7".into(), user: "alice".into(), node: "n1".into() };
         m.job_idle.get_or_create(&job).set(0);
+        m.agent_last_report.get_or_create(&NodeLabels { node: "n1".into() }).set(1);
         let text = m.encode();
         for name in used {
             assert!(

@@ -7,7 +7,7 @@ use crate::agent::report::AgentReport;
 use crate::agent::GpuHealth;
 use crate::error::AccountdResult;
 use crate::health::HealthState;
-use crate::metrics::{GpuLabels, Metrics};
+use crate::metrics::{GpuLabels, Metrics, NodeLabels};
 use crate::resources::Resources;
 use crate::utilization::{tracker, JobUtilization, Tracker};
 
@@ -30,6 +30,11 @@ pub fn job_utilization(report: &AgentReport) -> Vec<JobUtilization> {
 /// Applies one agent report that passed the report gate.
 pub fn ingest(res: &mut Resources, state: &mut ReportState, report: &AgentReport) -> AccountdResult<String> {
     record_gpus(&res.metrics, report);
+    // accountd's clock, not the sample's: a node's skewed clock must not hide its silence.
+    res.metrics
+        .agent_last_report
+        .get_or_create(&NodeLabels { node: report.node.clone() })
+        .set(chrono::Utc::now().timestamp());
     let drained = crate::health::check(res, &mut state.health, report)?;
     let jobs = job_utilization(report);
     let (count, idle) =

@@ -1,0 +1,282 @@
+//! The multi-node test cluster (tests/multinode/): each test starts its own with `Cluster::up`, which
+//! runs up.sh (a fresh ledger and accounting database every time) and stops it when dropped.
+//! Every command runs inside one of the cluster's hosts through mn.sh, as root or a real test user.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use gputokens::entry::{Entry, EntryKind};
+use gputokens::Tokens;
+
+pub struct Outcome {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Outcome {
+    pub fn ok(self) -> Outcome {
+        assert_eq!(self.code, 0, "failed: stdout {}\nstderr {}", self.stdout, self.stderr);
+        self
+    }
+}
+
+fn scripts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/multinode")
+}
+
+/// Where up.sh keeps the cluster (the `GPUTOKENS_MN` of its lib.sh).
+pub fn mn_dir() -> PathBuf {
+    PathBuf::from(std::env::var("GPUTOKENS_MN").unwrap_or_else(|_| "/tmp/gputokens-mn".into()))
+}
+
+/// Settings a test gives up.sh.
+#[derive(Default)]
+pub struct Settings<'a> {
+    /// More gputokens.toml tables, after up.sh's.
+    pub config: &'a str,
+    /// slurm.conf's SlurmdTimeout (up.sh's default: 10 s, so a lost node is seen quickly).
+    pub slurmd_timeout: Option<u32>,
+    pub max_snapshot_age: Option<&'a str>,
+}
+
+/// GPU memory of each process `nvml_processes` puts on a GPU.
+pub const PROCESS_MEMORY: u64 = 7 << 20;
+
+pub struct Cluster {
+    _serial: MutexGuard<'static, ()>,
+}
+
+impl Cluster {
+    pub fn up(settings: Settings) -> Cluster {
+        static SERIAL: Mutex<()> = Mutex::new(());
+        let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let mut up = Command::new("bash");
+        // The fake NVML library tests/run.sh built (a run by hand: target/debug's).
+        let fake_nvml = std::env::var_os("GPUTOKENS_MN_FAKE_NVML")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/libnvidia_ml.so"));
+        up.arg(scripts().join("up.sh"))
+            .env("GPUTOKENS_MN_CONFIG", settings.config)
+            .env("GPUTOKENS_MN_FAKE_NVML", fake_nvml);
+        if let Some(timeout) = settings.slurmd_timeout {
+            up.env("GPUTOKENS_MN_SLURMD_TIMEOUT", timeout.to_string());
+        }
+        if let Some(age) = settings.max_snapshot_age {
+            up.env("GPUTOKENS_MN_MAX_SNAPSHOT_AGE", age);
+        }
+        let out = up.output().expect("bash tests/multinode/up.sh");
+        assert!(
+            out.status.success(),
+            "tests/multinode/up.sh failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Cluster { _serial: serial }
+    }
+
+    /// `mn.sh ARGS...`.
+    pub fn mn(&self, args: &[&str]) -> Outcome {
+        let out = Command::new("bash").arg(scripts().join("mn.sh")).args(args).output().expect("mn.sh");
+        Outcome {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Runs `argv` on `host`, as root (`user` None) or as a test user.
+    pub fn on(&self, host: &str, user: Option<&str>, argv: &[&str]) -> Outcome {
+        let mut args = vec!["in", host];
+        if let Some(user) = user {
+            args.extend(["runuser", "-u", user, "--"]);
+        }
+        args.extend_from_slice(argv);
+        self.mn(&args)
+    }
+
+    /// Submits a batch job as `user` from ctl1 (the login host); returns its ID.
+    pub fn sbatch(&self, user: &str, args: &[&str]) -> String {
+        let out_file = format!("--output={}/jobs/%j.out", mn_dir().display());
+        let mut argv = vec!["sbatch", "--parsable", out_file.as_str()];
+        argv.extend_from_slice(args);
+        let out = self.on("ctl1", Some(user), &argv).ok();
+        out.stdout.trim().split(';').next().unwrap().to_string()
+    }
+
+    /// squeue's state of `job` ("" once it left the queue).
+    pub fn job_state(&self, job: &str) -> String {
+        self.on("ctl1", None, &["squeue", "-h", "-j", job, "-o", "%T"]).stdout.trim().to_string()
+    }
+
+    /// The nodes `job` runs on (squeue's %N, expanded by scontrol).
+    pub fn job_nodes(&self, job: &str) -> Vec<String> {
+        let list = self.on("ctl1", None, &["squeue", "-h", "-j", job, "-o", "%N"]).stdout.trim().to_string();
+        if list.is_empty() {
+            return Vec::new();
+        }
+        self.on("ctl1", None, &["scontrol", "show", "hostnames", &list]).stdout.lines().map(str::to_string).collect()
+    }
+
+    pub fn wait_running(&self, job: &str) -> Vec<String> {
+        wait_until(120, &format!("job {job} running"), || {
+            (self.job_state(job) == "RUNNING").then(|| self.job_nodes(job))
+        })
+    }
+
+    /// Waits until slurmdbd shows every segment of `job` in a final state; returns sacct's rows of
+    /// them (`-D`: each requeued run is a row).
+    pub fn wait_recorded(&self, job: &str) -> Vec<Segment> {
+        wait_until(120, &format!("job {job} recorded as finished"), || {
+            let rows = self.segments(job);
+            let open = ["PENDING", "RUNNING", "COMPLETING", "REQUEUED"];
+            (!rows.is_empty() && !open.contains(&rows.last().unwrap().state.as_str())).then_some(rows)
+        })
+    }
+
+    pub fn segments(&self, job: &str) -> Vec<Segment> {
+        let out = self.on(
+            "ctl1",
+            None,
+            &["sacct", "-X", "-D", "-n", "-P", "-j", job, "-o", "JobIDRaw,State,ElapsedRaw,AllocTRES,NodeList"],
+        );
+        out.stdout
+            .lines()
+            .filter_map(|line| {
+                let f: Vec<&str> = line.split('|').collect();
+                let [_, state, elapsed, tres, nodes] = f.as_slice() else { return None };
+                Some(Segment {
+                    state: state.split_whitespace().next().unwrap_or("").to_string(),
+                    elapsed: elapsed.parse().ok()?,
+                    tres: tres.to_string(),
+                    nodes: nodes.to_string(),
+                })
+            })
+            .collect()
+    }
+
+    /// `accountd ARGS` on ctl1, where accountd serve runs.
+    pub fn accountd(&self, user: Option<&str>, args: &[&str]) -> Outcome {
+        let mut argv = vec!["accountd"];
+        argv.extend_from_slice(args);
+        self.on("ctl1", user, &argv)
+    }
+
+    /// The ledger's entries of `user`.
+    pub fn history(&self, user: &str) -> Vec<Entry> {
+        let out = self.accountd(None, &["admin", "history", user, "--json"]).ok();
+        #[derive(serde::Deserialize)]
+        struct History {
+            entries: Vec<Entry>,
+        }
+        let history: History =
+            serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("history of {user}: {e}: {}", out.stdout));
+        history.entries
+    }
+
+    /// What the ledger charged for `job`, summed, and in how many entries.
+    pub fn charged(&self, user: &str, job: &str) -> (Tokens, usize) {
+        let charges: Vec<Entry> = self
+            .history(user)
+            .into_iter()
+            .filter(|e| e.kind == EntryKind::Charge && e.job_id.as_deref() == Some(job))
+            .collect();
+        (charges.iter().map(|e| -e.amount).sum(), charges.len())
+    }
+
+    /// GET `path` of accountd's HTTP listener, from ctl1.
+    pub fn http_get(&self, path: &str) -> String {
+        let url = format!("http://10.78.0.2:9817{path}");
+        self.on("ctl1", None, &["curl", "-sS", "--max-time", "10", &url]).ok().stdout
+    }
+
+    /// Rewrites `node`'s fake NVML state: its GPUs as up.sh made them, with these processes
+    /// (PID in the node's own PID namespace, GPU index), each using [`PROCESS_MEMORY`] (a GPU's own
+    /// memory use is 1 MiB: a job's memory shows whether its processes were mapped).
+    pub fn nvml_processes(&self, node: &str, processes: &[(u32, u32)]) {
+        let path = mn_dir().join(format!("hosts/{node}/nvml/libnvidia-ml.so.1.toml"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let gpus = text.split("[[process]]").next().unwrap().to_string();
+        let mut state = gpus;
+        for (pid, gpu) in processes {
+            state += &format!("[[process]]\npid = {pid}\ngpu = {gpu}\nused_memory = {PROCESS_MEMORY}\nsm_util = 50\n");
+        }
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, state).unwrap();
+        std::fs::rename(tmp, path).unwrap();
+    }
+
+    /// The batch script's PID of `job` on `node`, in that node's PID namespace.
+    pub fn job_pid(&self, node: &str, job: &str) -> u32 {
+        wait_until(60, &format!("a process of job {job} on {node}"), || {
+            let out = self.on(node, None, &["scontrol", "listpids", job]);
+            out.stdout.lines().skip(1).find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                match f.as_slice() {
+                    [pid, _job, _step, local, ..] if *local != "-" => pid.parse().ok(),
+                    _ => None,
+                }
+            })
+        })
+    }
+
+    pub fn log(&self, host: &str, name: &str) -> String {
+        std::fs::read_to_string(mn_dir().join(format!("hosts/{host}/log/{name}"))).unwrap_or_default()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new("bash").arg(scripts().join("down.sh")).output();
+    }
+}
+
+/// One run of a job, as sacct -D shows it.
+#[derive(Debug, Clone)]
+pub struct Segment {
+    pub state: String,
+    pub elapsed: u64,
+    pub tres: String,
+    pub nodes: String,
+}
+
+impl Segment {
+    /// GPUs of each type this run held (AllocTRES `gres/gpu:TYPE=N`).
+    pub fn gpus(&self) -> Vec<(String, u64)> {
+        self.tres
+            .split(',')
+            .filter_map(|t| t.strip_prefix("gres/gpu:"))
+            .filter_map(|t| t.split_once('='))
+            .map(|(ty, n)| (ty.to_string(), n.parse().unwrap()))
+            .collect()
+    }
+
+    /// What the run costs at up.sh's prices, from what sacct says it held and for how long.
+    pub fn cost(&self) -> Tokens {
+        let price = |ty: &str| {
+            match ty {
+                "rtx2080" => "0.5",
+                "rtx3090" => "1",
+                "a6000" => "4",
+                other => panic!("no price for {other}"),
+            }
+            .parse::<Tokens>()
+            .unwrap()
+        };
+        self.gpus().iter().map(|(ty, n)| gputokens::pricing::cost(price(ty), n * self.elapsed)).sum()
+    }
+}
+
+/// Polls `check` every 0.5 s until it gives a value; panics naming `what` after `secs`.
+pub fn wait_until<T>(secs: u64, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "waited {secs} s for {what}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}

@@ -1,0 +1,98 @@
+//! Jobs across nodes and nodes that are lost: each run charged exactly once.
+
+use gputokens::Tokens;
+
+use crate::{wait_until, Cluster, Settings};
+
+/// Waits until the ledger holds `expected` for `job`, then checks two more charge cycles add nothing.
+fn charged_exactly(cluster: &Cluster, user: &str, job: &str, expected: Tokens) {
+    wait_until(60, &format!("job {job} charged {expected}"), || {
+        (cluster.charged(user, job).0 == expected).then_some(())
+    });
+    std::thread::sleep(std::time::Duration::from_secs(12));
+    assert_eq!(cluster.charged(user, job).0, expected, "job {job} charged again by later cycles");
+}
+
+#[test]
+#[ignore = "needs the multi-node cluster: tests/run.sh"]
+fn multinode_a_job_across_two_nodes_is_charged_once_for_both_nodes_gpus() {
+    let cluster = Cluster::up(Settings::default());
+    let job = cluster.sbatch("alice", &["-N2", "-w", "node1,node3", "--gres=gpu:rtx3090:1", "--wrap", "srun sleep 20"]);
+    let nodes = cluster.wait_running(&job);
+    assert_eq!(nodes, ["node1", "node3"]);
+    // Each node's agent sees the job's process on that node's rtx3090 (GPU 2 on both).
+    for node in ["node1", "node3"] {
+        let pid = cluster.job_pid(node, &job);
+        cluster.nvml_processes(node, &[(pid, 2)]);
+    }
+    // Per-user series are off: user="". The job's memory is its processes' (7 MiB), not the GPU's.
+    for node in ["node1", "node3"] {
+        let series = format!("gputokens_job_gpu_memory_bytes{{job=\"{job}\",user=\"\",node=\"{node}\"}}");
+        wait_until(30, &format!("{node}'s agent mapping job {job}'s process"), || {
+            (crate::metric(&cluster.http_get("/metrics"), &series)? == crate::cluster::PROCESS_MEMORY as f64)
+                .then_some(())
+        });
+    }
+    let segments = cluster.wait_recorded(&job);
+    assert_eq!(segments.len(), 1, "{segments:?}");
+    assert_eq!(segments[0].gpus(), [("rtx3090".to_string(), 2)], "both nodes' GPUs in one record");
+    charged_exactly(&cluster, "alice", &job, segments[0].cost());
+}
+
+#[test]
+#[ignore = "needs the multi-node cluster: tests/run.sh"]
+fn multinode_a_lost_node_requeues_its_job_each_run_is_charged_once_and_its_silent_agent_alerts() {
+    let cluster = Cluster::up(Settings::default());
+    let job = cluster.sbatch("alice", &["--requeue", "--gres=gpu:rtx3090:1", "--wrap", "sleep 30"]);
+    let first = cluster.wait_running(&job);
+    let lost = first[0].clone();
+    // Its agent has reported; then the node goes: cable out, every process in it killed.
+    let report_of = |node: &str| crate::metric(&cluster.http_get("/metrics"), &crate::last_report(node));
+    wait_until(30, &format!("{lost}'s agent reporting"), || report_of(&lost));
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    cluster.mn(&["kill-host", &lost]).ok();
+
+    wait_until(90, &format!("{lost} DOWN"), || {
+        let state = cluster.on("ctl1", None, &["sinfo", "-h", "-n", &lost, "-o", "%T"]).stdout;
+        state.trim().starts_with("down").then_some(())
+    });
+    let second = wait_until(180, &format!("job {job} running again on another node"), || {
+        let nodes = cluster.job_nodes(&job);
+        (cluster.job_state(&job) == "RUNNING" && !nodes.is_empty() && nodes != first).then_some(nodes)
+    });
+    assert_ne!(second[0], lost);
+
+    let segments = wait_until(180, &format!("both runs of {job} recorded"), || {
+        let rows = cluster.wait_recorded(&job);
+        (rows.len() == 2).then_some(rows)
+    });
+    assert_eq!(segments[0].state, "NODE_FAIL", "{segments:?}");
+    assert_eq!(segments[0].nodes, lost, "{segments:?}");
+    assert_eq!(segments[1].state, "COMPLETED", "{segments:?}");
+    let expected: Tokens = segments.iter().map(|s| s.cost()).sum();
+    charged_exactly(&cluster, "alice", &job, expected);
+
+    // No node drained for it: not the lost one (Slurm's DOWN only), not the others.
+    let states = cluster.on("ctl1", None, &["sinfo", "-h", "-N", "-o", "%N %T"]).ok().stdout;
+    assert!(!states.contains("drain"), "{states}");
+    let actions = cluster.accountd(None, &["admin", "actions"]).ok().stdout;
+    assert!(!actions.contains("drain"), "{actions}");
+
+    // The lost node's last report stays where it was while the others' move on, and the shipped
+    // alert rule fires for it alone (promtool, fed what /metrics says now).
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    let metrics = cluster.http_get("/metrics");
+    let now = chrono::Utc::now().timestamp() as f64;
+    let mut series = Vec::new();
+    for node in ["node1", "node2", "node3"] {
+        let at = crate::metric(&metrics, &crate::last_report(node)).unwrap_or_else(|| panic!("{node}:\n{metrics}"));
+        let age = now - at;
+        if node == lost {
+            assert!(age > 20.0, "{node} silent for {age} s:\n{metrics}");
+        } else {
+            assert!(age < 10.0, "{node} reported {age} s ago:\n{metrics}");
+        }
+        series.push((node.to_string(), age));
+    }
+    crate::alerts::assert_silent_alert_fires_for(&series, &lost);
+}

@@ -1,0 +1,23 @@
+//! Tests on the multi-node test cluster (tests/multinode/): two controllers, slurmdbd on MariaDB,
+//! three GPU nodes each with its own munged, fake NVML and `accountd agent`, and hosts that fail.
+//! Each test starts its own cluster, one at a time. Ignored unless asked for: tests/run.sh runs them
+//! (`cargo test -p accountd --test multinode -- --include-ignored`) after the one-node suite.
+
+mod alerts;
+mod cluster;
+mod failover;
+mod jobs;
+mod outage;
+mod partition;
+
+pub use cluster::{wait_until, Cluster, Settings};
+
+/// The series of `node`'s last accepted report.
+pub fn last_report(node: &str) -> String {
+    format!("gputokens_agent_last_report_timestamp_seconds{{node=\"{node}\"}}")
+}
+
+/// The value of `series` in a /metrics text.
+pub fn metric(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}

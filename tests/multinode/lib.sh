@@ -1,0 +1,87 @@
+# lib.sh — the multi-node test cluster's layout and helpers (sourced by up.sh, down.sh and mn.sh).
+# shellcheck shell=bash
+#
+# Every host is a set of namespaces of its own: network (its own address on a bridge that lives in a
+# namespace of its own, the "switch"), UTS (its hostname), mount (its own /etc/hosts, /etc/slurm,
+# /run/munge and $MN/here) and PID (its first process a reaper; killing it kills the whole host).
+# Hosts: ctl1 (primary slurmctld, slurmdbd, accountd), ctl2 (backup slurmctld), node1..node3 (slurmd
+# and `accountd agent`, each with its own munged and fake NVML). Nothing here touches the host's own
+# network: the addresses exist only inside these namespaces.
+
+MN=${GPUTOKENS_MN:-/tmp/gputokens-mn}
+MN_SUBNET=10.78.0
+CONTROLLERS=(ctl1 ctl2)
+NODES=(node1 node2 node3)
+HOSTS=("${CONTROLLERS[@]}" "${NODES[@]}")
+SWITCH=gtmn-switch                       # the network namespace holding the bridge
+MN_CLUSTER=gtmn
+MN_DB=gtmn_acct
+MN_ACCOUNT=lab
+SLURM_USER=slurm
+DBPASS=gputokens-test
+HTTP_PORT=9817                           # accountd's listener on ctl1
+_SCRIPT=${0##*/}
+_T0=$(date +%s.%N)
+
+elapsed() { awk -v a="$_T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
+say() { printf '[%6ss] %s\n' "$(elapsed)" "$*"; }
+die() { printf '[%6ss] %s: ERROR: %s\n' "$(elapsed)" "$_SCRIPT" "$*" >&2; exit 1; }
+
+# addr HOST: the host's address.
+addr() {
+  case $1 in
+    ctl1) echo "$MN_SUBNET.2" ;;
+    ctl2) echo "$MN_SUBNET.3" ;;
+    node[1-9]) echo "$MN_SUBNET.1${1#node}" ;;
+    *) die "no such host: $1" ;;
+  esac
+}
+
+# The GPUs of each node (gres.conf types) and their fake NVML names.
+node_gres() {
+  case $1 in
+    node1) echo "gpu:rtx2080:2,gpu:rtx3090:1" ;;
+    node2) echo "gpu:rtx3090:2" ;;
+    node3) echo "gpu:a6000:2,gpu:rtx3090:1" ;;
+  esac
+}
+# node_gpu_types NODE: one type per GPU, in device order (gres.conf File= order, NVML index order).
+node_gpu_types() { node_gres "$1" | tr ',' '\n' | awk -F: '{ for (i = 0; i < $3; i++) print $2 }'; }
+
+netns() { echo "gtmn-$1"; }
+init_pid() { cat "$MN/hosts/$1/init.pid" 2>/dev/null; }
+host_up() { local p; p=$(init_pid "$1") && [[ -n $p ]] && kill -0 "$p" 2>/dev/null; }
+
+# in_host HOST CMD...: run CMD inside every namespace of HOST (in the foreground).
+in_host() {
+  local h=$1 p; shift
+  p=$(init_pid "$h") || die "$h is not up"
+  nsenter -t "$p" -n -u -m -p -- "$@"
+}
+
+# daemon_in HOST NAME CMD...: start CMD detached inside HOST, output to HOST's log/NAME.out.
+daemon_in() {
+  local h=$1 name=$2 p; shift 2
+  p=$(init_pid "$h") || die "$h is not up"
+  setsid nsenter -t "$p" -n -u -m -p -- "$@" </dev/null >>"$MN/hosts/$h/log/$name.out" 2>&1 &
+}
+
+# pids_in HOST COMM: root-namespace PIDs of the processes named COMM running in HOST.
+pids_in() {
+  local p init ns
+  init=$(init_pid "$1") || return 0
+  ns=$(readlink "/proc/$init/ns/pid" 2>/dev/null) || return 0
+  for p in /proc/[0-9]*; do
+    [[ $(readlink "$p/ns/pid" 2>/dev/null) == "$ns" && $(cat "$p/comm" 2>/dev/null) == "$2" ]] && echo "${p#/proc/}"
+  done
+  return 0
+}
+
+# waitfor SECONDS CMD...: run CMD every 0.2 s until it succeeds; 1 once SECONDS have passed.
+waitfor() {
+  local end=$(( SECONDS + $1 )); shift
+  until "$@" >/dev/null 2>&1; do
+    (( SECONDS < end )) || return 1
+    sleep 0.2
+  done
+}

@@ -1,0 +1,101 @@
+#!/bin/bash
+# mn.sh — operate the multi-node test cluster that up.sh started (see lib.sh). Run as root.
+#
+#   mn.sh in HOST CMD...        run CMD inside HOST (e.g. `mn.sh in ctl1 runuser -u alice -- sbatch ...`)
+#   mn.sh start DAEMON HOST     DAEMON: munged slurmdbd slurmctld slurmd accountd agent
+#   mn.sh stop DAEMON HOST      SIGTERM, waiting until it is gone; `kill` sends SIGKILL instead
+#   mn.sh pids HOST COMM        root-namespace PIDs of COMM in HOST
+#   mn.sh cut HOST | heal HOST  unplug / plug HOST's network cable (its processes keep running)
+#   mn.sh kill-host HOST        the host is lost: cable out, every process in it killed at once
+#   mn.sh boot HOST             power a lost host on again (munged and its Slurm daemon start too)
+#   mn.sh restart-mariadb       stop and start the MariaDB of tests/cluster
+#   mn.sh boot-all              used by up.sh
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=lib.sh
+source "$HERE/lib.sh"
+ACCOUNTD=${GPUTOKENS_MN_ACCOUNTD:-/usr/bin/accountd}
+
+# boot HOST: its first process (PID 1 of a new PID namespace) binds the host's own files over the
+# shared ones, then reaps orphans forever. nsenter rather than `ip netns exec`, which remounts /sys.
+boot() {
+  local h=$1 p init
+  host_up "$h" && die "$h is already up"
+  rm -f "$MN/hosts/$h/run/booted"
+  setsid nsenter --net="/run/netns/$(netns "$h")" unshare --uts --pid --mount --fork --kill-child --mount-proc \
+    sh -c "hostname $h && mount --bind $MN/etc/hosts /etc/hosts && mount --bind $MN/etc/slurm /etc/slurm \
+      && mount --bind $MN/hosts/$h $MN/here && mount --bind $MN/hosts/$h/munge /run/munge \
+      && touch $MN/here/run/booted && exec sh -c 'while :; do sleep 1; done'" \
+    </dev/null >>"$MN/hosts/$h/log/boot.out" 2>&1 &
+  p=$!
+  echo "$p" > "$MN/hosts/$h/unshare.pid"
+  for _ in $(seq 100); do
+    init=$(ps -o pid= --ppid "$p" | tr -d ' ' || true)
+    if [[ -n $init && -e $MN/hosts/$h/run/booted ]]; then
+      echo "$init" > "$MN/hosts/$h/init.pid"
+      ip -n "$(netns "$h")" link set eth0 up
+      start munged "$h"
+      return 0
+    fi
+    sleep 0.05
+  done
+  die "$h did not boot: $(cat "$MN/hosts/$h/log/boot.out")"
+}
+
+munge_ok() { in_host "$1" sh -c 'munge -n | unmunge' >/dev/null 2>&1; }
+
+start() {
+  local what=$1 h=$2
+  case $what in
+    munged)
+      in_host "$h" runuser -u munge -- /usr/sbin/munged --pid-file=/run/munge/munged.pid \
+        --log-file=/run/munge/munged.log --seed-file=/run/munge/munged.seed
+      waitfor 10 munge_ok "$h" || die "munged on $h does not answer: $(tail -n 5 "$MN/hosts/$h/munge/munged.log")" ;;
+    slurmdbd|slurmctld|slurmd) daemon_in "$h" "$what" "/usr/sbin/$what" -D ;;
+    accountd) daemon_in "$h" accountd "$ACCOUNTD" serve ;;
+    agent) daemon_in "$h" agent "$ACCOUNTD" agent ;;
+    *) die "start: no such daemon: $what" ;;
+  esac
+}
+
+comm_of() { case $1 in agent) echo accountd ;; *) echo "$1" ;; esac; }
+
+# signal_daemon SIGNAL DAEMON HOST: signal it and wait (up to 15 s) until it is gone.
+signal_daemon() {
+  local sig=$1 what=$2 h=$3 pids
+  pids=$(pids_in "$h" "$(comm_of "$what")")
+  [[ -n $pids ]] || return 0
+  # shellcheck disable=SC2086
+  kill "-$sig" $pids 2>/dev/null || true
+  gone() { [[ -z $(pids_in "$h" "$(comm_of "$what")") ]]; }
+  waitfor 15 gone || die "$what on $h survived SIG$sig"
+}
+
+kill_host() {
+  local h=$1
+  ip -n "$(netns "$h")" link set eth0 down
+  kill -9 "$(cat "$MN/hosts/$h/unshare.pid")" 2>/dev/null || true
+  gone() { ! host_up "$h"; }
+  waitfor 10 gone || die "$h is still up"
+  rm -f "$MN/hosts/$h/init.pid"
+}
+
+case ${1:-} in
+  in) shift; h=${1:?host}; shift; in_host "$h" "$@" ;;
+  start) start "${2:?daemon}" "${3:?host}" ;;
+  stop) signal_daemon TERM "${2:?daemon}" "${3:?host}" ;;
+  kill) signal_daemon KILL "${2:?daemon}" "${3:?host}" ;;
+  pids) pids_in "${2:?host}" "${3:?comm}" ;;
+  cut) ip -n "$(netns "${2:?host}")" link set eth0 down ;;
+  heal) ip -n "$(netns "${2:?host}")" link set eth0 up ;;
+  kill-host) kill_host "${2:?host}" ;;
+  boot)
+    boot "${2:?host}"
+    case $2 in node*) start slurmd "$2" ;; ctl*) start slurmctld "$2" ;; esac ;;
+  restart-mariadb)   # the one MariaDB (tests/cluster's) that every slurmdbd here uses
+    bash -c "source '$HERE/../cluster/lib.sh'
+      cat /run/mysqld/mysqld.pid /run/mariadbd/mysqld.pid 2>/dev/null | head -n1 > \$LAB/pids/mariadbd.pid
+      stop_daemon mariadbd mariadbd && start_mariadb" ;;
+  boot-all) for h in "${HOSTS[@]}"; do boot "$h"; done ;;
+  *) sed -n 2,12p "$0"; exit 1 ;;
+esac

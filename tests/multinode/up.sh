@@ -1,0 +1,237 @@
+#!/bin/bash
+# up.sh — start the multi-node test cluster (see lib.sh for its shape). Run as root, after
+# tests/cluster/up.sh (it uses that cluster's MariaDB, test users and MUNGE key) and with the
+# gputokens packages installed (the plugins in PluginDir, /usr/bin/accountd), as tests/run.sh does.
+# Stops a previous multi-node cluster first: every run starts from an empty ledger and database.
+#
+#   ctl1  10.78.0.2   slurmctld (primary), slurmdbd, accountd serve (ledger, HTTP on :9817)
+#   ctl2  10.78.0.3   slurmctld (backup)
+#   nodeN 10.78.0.1N  slurmd, accountd agent (MUNGE credentials of that node), fake NVML
+# Every host has its own munged (one shared key, as on a site). The balance snapshot and
+# StateSaveLocation are in $MN/shared, a directory every host sees, as a site shares them over NFS.
+set -euo pipefail
+for fd in /proc/$$/fd/*; do   # daemons must not inherit the caller's descriptors (locks, pipes)
+  fd=${fd##*/}
+  if (( fd > 2 && fd != 255 )); then eval "exec $fd>&-" 2>/dev/null || true; fi
+done
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=lib.sh
+source "$HERE/lib.sh"
+
+[[ $(id -u) == 0 ]] || die "must run as root"
+for u in alice bob "$SLURM_USER" munge; do id -u "$u" >/dev/null 2>&1 || die "user $u missing: run tests/cluster/up.sh first"; done
+timeout 5 mariadb -e 'SELECT 1' >/dev/null 2>&1 || die "MariaDB does not answer: run tests/cluster/up.sh first"
+[[ -s /etc/munge/munge.key ]] || die "/etc/munge/munge.key missing: run tests/cluster/up.sh first"
+ACCOUNTD=${GPUTOKENS_MN_ACCOUNTD:-/usr/bin/accountd}
+[[ -x $ACCOUNTD ]] || die "$ACCOUNTD missing: install the gputokens package (tests/run.sh does)"
+FAKE_NVML=${GPUTOKENS_MN_FAKE_NVML:?set GPUTOKENS_MN_FAKE_NVML to the built fake libnvidia-ml (target/debug/libnvidia_ml.so)}
+PLUGIN_DIR=""
+for d in /usr/lib/*/slurm-wlm /usr/lib/slurm-wlm /usr/lib64/slurm; do
+  [[ -e $d/select_cons_tres.so ]] && { PLUGIN_DIR=$d; break; }
+done
+[[ -n $PLUGIN_DIR ]] || die "cannot find Slurm's PluginDir"
+for so in job_submit_gputokens.so spank_gputokens.so; do
+  [[ -e $PLUGIN_DIR/$so ]] || die "$PLUGIN_DIR/$so missing: install the gputokens-slurm-plugins package"
+done
+
+bash "$HERE/down.sh" >/dev/null
+rm -rf "$MN"
+mkdir -p "$MN"/{etc/slurm/plugstack.conf.d,here,dev,shared/state,shared/snapshot,shared/controllers}
+install -d -m 1777 "$MN/jobs"
+chown "$SLURM_USER:" "$MN/shared/state" "$MN/shared/controllers"
+for h in "${HOSTS[@]}"; do
+  mkdir -p "$MN/hosts/$h"/{log,run,spool,gpu-jobs,nvml,gputokens}
+  install -d -o munge -g munge -m 755 "$MN/hosts/$h/munge"
+  chown "$SLURM_USER:" "$MN/hosts/$h/log" "$MN/hosts/$h/run"
+done
+
+# ---- configuration (every host sees $MN/etc/slurm as /etc/slurm) ---------------------------------
+{
+  echo "127.0.0.1 localhost"
+  for h in "${HOSTS[@]}"; do echo "$(addr "$h") $h"; done
+} > "$MN/etc/hosts"
+
+node_lines=""
+gres_lines="AutoDetect=off"
+for n in "${NODES[@]}"; do
+  node_lines+="NodeName=$n NodeAddr=$(addr "$n") CPUs=4 Boards=1 SocketsPerBoard=1 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=2000 Gres=$(node_gres "$n") State=UNKNOWN"$'\n'
+  i=0
+  while read -r type; do
+    [[ -e $MN/dev/$n-gpu$i ]] || mknod "$MN/dev/$n-gpu$i" c 195 "$i"
+    gres_lines+=$'\n'"NodeName=$n Name=gpu Type=$type File=$MN/dev/$n-gpu$i"
+    i=$(( i + 1 ))
+  done < <(node_gpu_types "$n")
+done
+cat > "$MN/etc/slurm/slurm.conf" <<EOF
+# slurm.conf of the multi-node test cluster, written by tests/multinode/up.sh.
+ClusterName=$MN_CLUSTER
+SlurmctldHost=ctl1($(addr ctl1))
+SlurmctldHost=ctl2($(addr ctl2))
+SlurmUser=$SLURM_USER
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=cred_expire=10
+PluginDir=$PLUGIN_DIR
+StateSaveLocation=$MN/shared/state
+SlurmdSpoolDir=$MN/here/spool
+SlurmctldPidFile=$MN/here/run/slurmctld.pid
+SlurmdPidFile=$MN/here/run/slurmd.pid
+SlurmctldLogFile=$MN/here/log/slurmctld.log
+SlurmdLogFile=$MN/here/log/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/linux
+MpiDefault=none
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1
+PriorityType=priority/multifactor
+PriorityWeightAge=0
+PriorityWeightFairshare=0
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+# Failures are seen in seconds, not minutes: a lost node, a lost primary controller.
+SlurmdTimeout=${GPUTOKENS_MN_SLURMD_TIMEOUT:-10}
+SlurmctldTimeout=10
+MessageTimeout=5
+KillWait=5
+MinJobAge=300
+JobRequeue=1
+ReturnToService=2
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=ctl1
+AccountingStoragePort=6819
+AccountingStorageEnforce=associations
+AccountingStorageTRES=gres/gpu,gres/gpu:rtx2080,gres/gpu:rtx3090,gres/gpu:a6000
+JobSubmitPlugins=gputokens
+SlurmdParameters=config_overrides
+${node_lines}PartitionName=gpu Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP
+EOF
+printf '%s\n' "$gres_lines" > "$MN/etc/slurm/gres.conf"
+echo "include /etc/slurm/plugstack.conf.d/*.conf" > "$MN/etc/slurm/plugstack.conf"
+echo "optional $PLUGIN_DIR/spank_gputokens.so jobs_dir=$MN/here/gpu-jobs nvml_library=$MN/here/nvml/libnvidia-ml.so.1" \
+  > "$MN/etc/slurm/plugstack.conf.d/gputokens.conf"
+install -m 600 -o "$SLURM_USER" /dev/null "$MN/etc/slurm/slurmdbd.conf"
+cat > "$MN/etc/slurm/slurmdbd.conf" <<EOF
+AuthType=auth/munge
+DbdHost=ctl1
+DbdAddr=$(addr ctl1)
+DbdPort=6819
+SlurmUser=$SLURM_USER
+DebugLevel=info
+LogFile=$MN/here/log/slurmdbd.log
+PidFile=$MN/here/run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=slurm
+StoragePass=$DBPASS
+StorageLoc=$MN_DB
+EOF
+# accountd's config, read by every gputokens part on every host: the plugins, accountd, the agents.
+# GPUTOKENS_MN_CONFIG adds tables (a test's settings) after the defaults here.
+cat > "$MN/etc/slurm/gputokens.toml" <<EOF
+# gputokens.toml of the multi-node test cluster, written by tests/multinode/up.sh.
+slurm_user = "$SLURM_USER"
+
+[prices]
+rtx2080 = 0.5
+rtx3090 = 1
+a6000 = 4
+
+[paths]
+# accountd runs on ctl1: its ledger and socket are that host's own ($MN/here is per host).
+ledger = "$MN/here/gputokens/ledger.sqlite"
+socket = "$MN/here/gputokens/accountd.sock"
+# Shared by every host, as StateSaveLocation is: whichever controller is primary reads it.
+snapshot = "$MN/shared/snapshot/balances.snapshot"
+
+[intervals]
+charge = "${GPUTOKENS_MN_CHARGE:-5s}"
+check = "${GPUTOKENS_MN_CHECK:-5s}"
+
+[slurm]
+first_lookback = "1h"
+reread = "1h"
+
+[http]
+listen = "$(addr ctl1):$HTTP_PORT"
+
+[agent]
+report_to = "http://$(addr ctl1):$HTTP_PORT"
+interval = "2s"
+nvml_library = "$MN/here/nvml/libnvidia-ml.so.1"
+jobs_dir = "$MN/here/gpu-jobs"
+listen = "off"
+auth = "munge"
+
+[preemption]
+enabled = false
+
+[admission]
+on_error = "reject"
+max_snapshot_age = "${GPUTOKENS_MN_MAX_SNAPSHOT_AGE:-2m}"
+${GPUTOKENS_MN_CONFIG:-}
+EOF
+
+# ---- fake GPUs: each node's own NVML library and state (the agent and the SPANK plugin load it) ---
+for n in "${NODES[@]}"; do
+  install -m 755 "$FAKE_NVML" "$MN/hosts/$n/nvml/libnvidia-ml.so.1"
+  i=0 state=""
+  while read -r type; do
+    state+="[[gpu]]"$'\n'"uuid = \"GPU-$n-$i\""$'\n'"name = \"NVIDIA $type\""$'\n'"util_gpu = 50"$'\n'"util_mem = 10"$'\n'
+    state+="mem_used = 1048576"$'\n'"mem_total = 25769803776"$'\n'"temp = 50"$'\n'"power_mw = 100000"$'\n'
+    i=$(( i + 1 ))
+  done < <(node_gpu_types "$n")
+  printf '%s' "$state" > "$MN/hosts/$n/nvml/libnvidia-ml.so.1.toml"
+done
+
+# ---- network: a bridge in the switch namespace, a cable (veth) to each host -----------------------
+ip netns add "$SWITCH"
+ip -n "$SWITCH" link add br0 type bridge
+ip -n "$SWITCH" link set br0 up
+for h in "${HOSTS[@]}"; do
+  ip netns add "$(netns "$h")"
+  ip -n "$(netns "$h")" link set lo up
+  ip -n "$SWITCH" link add "v-$h" type veth peer name eth0 netns "$(netns "$h")"
+  ip -n "$SWITCH" link set "v-$h" master br0 up
+  ip -n "$(netns "$h")" addr add "$(addr "$h")/24" dev eth0
+  ip -n "$(netns "$h")" link set eth0 up
+done
+
+bash "$HERE/mn.sh" boot-all
+say "booted ${HOSTS[*]}"
+
+# ---- accounting: slurmdbd on ctl1, the cluster's associations --------------------------------------
+timeout 30 mariadb -e "DROP DATABASE IF EXISTS $MN_DB; CREATE DATABASE $MN_DB; GRANT ALL ON $MN_DB.* TO 'slurm'@'localhost';"
+bash "$HERE/mn.sh" start slurmdbd ctl1
+sacctmgr_() { in_host ctl1 timeout 30 sacctmgr -i "$@" >/dev/null; }
+waitfor 30 in_host ctl1 timeout 5 sacctmgr -n list cluster || die "slurmdbd does not answer: $(tail -n 20 "$MN/hosts/ctl1/log/slurmdbd.log")"
+sacctmgr_ add cluster "$MN_CLUSTER"
+sacctmgr_ add account "$MN_ACCOUNT" cluster="$MN_CLUSTER"
+sacctmgr_ add user root,alice,bob account="$MN_ACCOUNT" cluster="$MN_CLUSTER"
+say "slurmdbd up, account $MN_ACCOUNT: root alice bob"
+
+# ---- controllers, nodes, gputokens ------------------------------------------------------------------
+bash "$HERE/mn.sh" start slurmctld ctl1
+waitfor 30 in_host ctl1 timeout 5 scontrol ping || die "slurmctld on ctl1 does not answer: $(tail -n 20 "$MN/hosts/ctl1/log/slurmctld.log")"
+bash "$HERE/mn.sh" start slurmctld ctl2
+for n in "${NODES[@]}"; do bash "$HERE/mn.sh" start slurmd "$n"; done
+all_idle() { [[ $(in_host ctl1 sinfo -h -N -o %T | sort -u) == idle ]]; }
+waitfor 60 all_idle || die "nodes not idle: $(in_host ctl1 sinfo -N -o '%N %T %E')"
+standby() { in_host ctl1 timeout 5 scontrol ping | grep -q 'ctl2.* is UP'; }
+waitfor 30 standby || die "the backup slurmctld on ctl2 is not UP: $(in_host ctl1 scontrol ping; tail -n 20 "$MN/hosts/ctl2/log/slurmctld.log")"
+say "slurmctld on ctl1 (primary) and ctl2 (backup), nodes ${NODES[*]} idle"
+
+bash "$HERE/mn.sh" start accountd ctl1
+for n in "${NODES[@]}"; do bash "$HERE/mn.sh" start agent "$n"; done
+waitfor 30 test -s "$MN/shared/snapshot/balances.snapshot" || die "accountd wrote no snapshot: $(tail -n 20 "$MN/hosts/ctl1/log/accountd.out")"
+# Both controllers' plugins decide from it (the standby's too: it loads its plugins while waiting).
+for c in "${CONTROLLERS[@]}"; do
+  waitfor 30 grep -q "balance snapshot .* is usable" "$MN/hosts/$c/log/slurmctld.log" \
+    || die "the job_submit plugin on $c does not see the snapshot: $(grep gputokens "$MN/hosts/$c/log/slurmctld.log" | tail -n 5)"
+done
+say "multi-node cluster up in $(elapsed)s: ${HOSTS[*]}"
