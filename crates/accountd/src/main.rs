@@ -105,8 +105,8 @@ fn cycle_lock(res: &Resources, what: &str, wait: &WaitArg) -> AccountdResult<Cyc
 
 /// Prints what `slurm_check` finds; exit 2 when it finds a problem.
 fn check_slurm(config: &Config) -> AccountdResult {
-    let facts = Slurm::new(&config.slurm)
-        .facts(matches!(config.admission.deprioritize, gputokens::config::admission::Deprioritize::Qos(_)))?;
+    let with_qos = matches!(config.admission.deprioritize, gputokens::config::admission::Deprioritize::Qos(_));
+    let facts = Slurm::new(&config.slurm).facts(with_qos, &config.paths.controller_status)?;
     let findings = accountd::slurm::check::findings(config, &facts, |p| p.is_file());
     for finding in &findings {
         outln!("slurm: {finding}");

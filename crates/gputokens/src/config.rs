@@ -509,6 +509,8 @@ pub struct Paths {
     pub ledger: PathBuf,
     pub snapshot: PathBuf,
     pub socket: PathBuf,
+    /// Where each controller's job_submit plugin writes what it sees (`crate::controller_status`).
+    pub controller_status: PathBuf,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -535,6 +537,7 @@ impl Default for Paths {
             ledger: "/var/lib/gputokens/ledger.sqlite".into(),
             snapshot: DEFAULT_SNAPSHOT.into(),
             socket: "/run/gputokens/accountd.sock".into(),
+            controller_status: crate::controller_status::default_dir(std::path::Path::new(DEFAULT_SNAPSHOT)),
         }
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod access;
 pub mod config;
+pub mod controller_status;
 pub mod decision;
 pub mod entry;
 pub mod estimate;

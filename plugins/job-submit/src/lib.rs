@@ -9,7 +9,8 @@
 //! Layout: this file holds the symbols slurmctld looks up, each a few lines inside a panic
 //! boundary with a fallback; `ffi` holds every unsafe operation and reads the job description into
 //! a typed `gputokens::job_request::JobRequest` (Slurm's sentinel numbers converted in `sentinel`);
-//! `plugin`, `watch` and `tally` are safe code keeping the live state. The decision itself is
+//! `plugin`, `watch` and `tally` are safe code keeping the live state; `status_file` tells admins
+//! which balances this controller holds. The decision itself is
 //! `gputokens::decision`'s.
 //! The panic boundary and the log shims are slurm-ffi's, shared with the SPANK plugin.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -20,6 +21,7 @@ mod plugin;
 #[cfg(test)]
 mod properties;
 mod sentinel;
+mod status_file;
 mod tally;
 mod watch;
 

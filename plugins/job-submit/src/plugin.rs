@@ -19,6 +19,7 @@ use gputokens::decision::{self, decide_modify, decide_submit, Inputs, Log, Outco
 use gputokens::job_request::JobRequest;
 
 use crate::ffi::{self, Level};
+use crate::status_file::StatusFile;
 use crate::tally::Tally;
 use crate::watch::{self, Monitor, Stamp, View};
 use gputokens::config::describe;
@@ -62,6 +63,12 @@ pub fn start(config_path: &Path) {
     let mut settings = Settings::new(config_path.to_path_buf());
     let config = settings.load();
     let mut monitor = monitor_for(&config);
+    let status = StatusFile::new(
+        config.paths.controller_status.clone(),
+        config.paths.snapshot.clone(),
+        host_name(),
+        std::process::id(),
+    );
     let now = unix_now();
     monitor.tick(now, &mut slurm_log);
     let plugin = Arc::new(Plugin {
@@ -75,8 +82,9 @@ pub fn start(config_path: &Path) {
         watcher: Mutex::new(None),
     });
     let for_thread = plugin.clone();
-    let spawned =
-        std::thread::Builder::new().name("gputokens".into()).spawn(move || watch_loop(&for_thread, settings, monitor));
+    let spawned = std::thread::Builder::new()
+        .name("gputokens".into())
+        .spawn(move || watch_loop(&for_thread, settings, monitor, status));
     match spawned {
         Ok(handle) => *plugin.watcher.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle),
         Err(e) => ffi::log(
@@ -85,6 +93,20 @@ pub fn start(config_path: &Path) {
         ),
     }
     *PLUGIN.write().unwrap_or_else(PoisonError::into_inner) = Some(plugin);
+}
+
+/// This host's name, as SlurmctldHost names it (slurmctld matches it against gethostname).
+fn host_name() -> String {
+    match nix::unistd::gethostname() {
+        Ok(name) => name.to_string_lossy().into_owned(),
+        Err(e) => {
+            ffi::log(
+                Level::Error,
+                &format!("gethostname failed ({e}): the controller status file is named unknown.json"),
+            );
+            "unknown".into()
+        }
+    }
 }
 
 fn monitor_for(config: &Config) -> Monitor {
@@ -167,7 +189,7 @@ pub fn stop() {
     }
 }
 
-fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor) {
+fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor, mut status: StatusFile) {
     let mut panicked = false;
     // Views replaced but maybe still in a decision's hands: freed here once no decision holds them,
     // so a big snapshot's maps are never freed on slurmctld's RPC thread or under the view's lock.
@@ -192,7 +214,9 @@ fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor) {
                 };
                 if watched(&old) != watched(&config) {
                     monitor = monitor_for(&config);
+                    status.view_changed();
                 }
+                status.configure(&config.paths.controller_status, &config.paths.snapshot);
                 *plugin.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
             }
             if let Some(view) = monitor.tick(now, &mut slurm_log) {
@@ -203,7 +227,9 @@ fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor) {
                 let old = std::mem::replace(&mut *plugin.view.write().unwrap_or_else(PoisonError::into_inner), view);
                 retired.push(old);
                 plugin.tally.lock().unwrap_or_else(PoisonError::into_inner).forget_before(as_of, now);
+                status.view_changed();
             }
+            status.tick(now, &monitor.view(), &mut slurm_log);
         }));
         if tick.is_err() && !panicked {
             ffi::log(Level::Error, "the snapshot watcher panicked; it keeps trying (logged once)");

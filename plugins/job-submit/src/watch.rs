@@ -75,6 +75,18 @@ pub enum Problem {
     Corrupt(String),
 }
 
+/// What the plugin's status file says of it (`status_file`).
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Problem::NotLoaded => write!(f, "the snapshot has not been read yet"),
+            Problem::Missing => write!(f, "the snapshot is missing"),
+            Problem::Unreadable(e) => write!(f, "cannot read the snapshot: {e}"),
+            Problem::Corrupt(e) => write!(f, "the snapshot is corrupt: {e}"),
+        }
+    }
+}
+
 /// A user name looked up in the name service.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lookup {

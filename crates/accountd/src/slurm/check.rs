@@ -4,12 +4,13 @@
 //! without a price, a deprioritizing setting that lowers nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use gputokens::config::admission::Deprioritize;
 use gputokens::Config;
 
+use crate::slurm::controllers::{self, ControllerFacts};
+pub use crate::slurm::finding::Finding;
 use crate::slurm::plugstack::SpankLine;
 
 /// What Slurm says about itself.
@@ -24,6 +25,8 @@ pub struct SlurmFacts {
     /// The SPANK plugstack.conf of this host, and the line loading spank_gputokens.so in it.
     pub plugstack: PathBuf,
     pub spank: Option<SpankLine>,
+    /// Each slurmctld host and what its plugin's status file says.
+    pub controllers: ControllerFacts,
 }
 
 impl SlurmFacts {
@@ -36,21 +39,6 @@ impl SlurmFacts {
                     Path::new(config.get("SLURM_CONF").map(String::as_str).unwrap_or("/etc/slurm/slurm.conf"));
                 slurm_conf.parent().unwrap_or(Path::new("/etc/slurm")).join("plugstack.conf")
             }
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Finding {
-    Ok(String),
-    Problem(String),
-}
-
-impl fmt::Display for Finding {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Finding::Ok(text) => write!(f, "ok: {text}"),
-            Finding::Problem(text) => write!(f, "problem: {text}"),
         }
     }
 }
@@ -69,6 +57,7 @@ pub fn findings(config: &Config, facts: &SlurmFacts, plugin_exists: impl Fn(&Pat
     out.extend(prices(config, facts));
     out.extend([deprioritizing(config, facts), slurm_user(config, facts), spank(config, facts)]);
     out.push(snapshot_readable(config, facts));
+    out.extend(controllers::findings(config, &facts.controllers));
     out
 }
 
@@ -313,6 +302,7 @@ AllowedRAMSpace         = 100.0%
                 required: false,
                 args: vec![],
             }),
+            controllers: ControllerFacts::default(),
         }
     }
 

@@ -1,6 +1,8 @@
 //! Running Slurm's commands: always argv, never a shell; a failure says which command and why.
 
 pub mod check;
+pub mod controllers;
+pub mod finding;
 pub mod plugstack;
 
 use std::collections::{BTreeSet, HashMap};
@@ -133,8 +135,13 @@ impl Slurm {
         Ok(types)
     }
 
-    /// What `accountd config check --slurm` compares with gputokens.toml; QOS names only when asked.
-    pub fn facts(&self, with_qos: bool) -> Result<crate::slurm::check::SlurmFacts, SlurmError> {
+    /// What `accountd config check --slurm` compares with gputokens.toml; QOS names only when asked;
+    /// the controllers' status files from `status_dir` (`[paths] controller_status`).
+    pub fn facts(
+        &self,
+        with_qos: bool,
+        status_dir: &std::path::Path,
+    ) -> Result<crate::slurm::check::SlurmFacts, SlurmError> {
         let config = crate::slurm::check::parse_show_config(&self.run("scontrol", &["show", "config"])?);
         let node_gpu_types = self.node_gpu_types()?.into_iter().collect();
         let qos = if with_qos {
@@ -145,7 +152,15 @@ impl Slurm {
         };
         let plugstack = crate::slurm::check::SlurmFacts::plugstack_path(&config);
         let spank = crate::slurm::plugstack::find_gputokens(&plugstack);
-        Ok(crate::slurm::check::SlurmFacts { config, node_gpu_types, qos, plugstack, spank })
+        // Says which controllers answer; it fails only when none does, which the status files show.
+        let ping = self.run("scontrol", &["ping"]).ok();
+        let controllers = crate::slurm::controllers::ControllerFacts::read(
+            status_dir,
+            &config,
+            ping.as_deref(),
+            gputokens::time::now(),
+        );
+        Ok(crate::slurm::check::SlurmFacts { config, node_gpu_types, qos, plugstack, spank, controllers })
     }
 
     /// Expands a hostlist such as `n[1-3],m1` through `scontrol show hostnames`.

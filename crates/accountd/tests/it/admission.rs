@@ -868,3 +868,37 @@ fn with_the_example_config_slurmctld_as_the_slurm_user_reads_a_root_accountds_sn
         format!("slurm: problem: slurmctld's SlurmUser (slurm({})) cannot search {}", slurm.uid, lib.display());
     assert!(out.stdout.lines().any(|l| l.starts_with(&problem)), "{}", out.stdout);
 }
+
+/// slurmctld's plugin writes this controller's status file into `controllers/` beside the snapshot
+/// once that directory exists (it never creates it): this host, slurmctld's pid, the snapshot it reads.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn slurmctld_writes_its_controller_status_file() {
+    use gputokens::controller_status::{self, ControllerStatus};
+    let _cluster = serial();
+    let adm = Admission::start();
+    let dir = adm.snapshot.parent().unwrap().join("controllers");
+    let slurm = nix::unistd::User::from_name(SLURM_USER).unwrap().expect("the test cluster's SlurmUser");
+    std::fs::create_dir_all(&dir).unwrap();
+    nix::unistd::chown(&dir, Some(slurm.uid), None).unwrap();
+    let host = nix::unistd::gethostname().unwrap().to_string_lossy().into_owned();
+    let file = dir.join(controller_status::file_name(&host));
+    let deadline = Instant::now() + Duration::from_secs(controller_status::STALE_AFTER_SECS as u64);
+    let status = loop {
+        if let Ok(text) = std::fs::read_to_string(&file) {
+            break ControllerStatus::parse(&text).unwrap();
+        }
+        assert!(Instant::now() < deadline, "no {}: {}", file.display(), adm.log());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // The plugin may be writing its next file meanwhile.
+    for _ in 0..3 {
+        if std::fs::remove_dir_all(&dir).is_ok() {
+            break;
+        }
+    }
+    assert_eq!(status.pid.to_string(), slurmctld_pid());
+    assert_eq!((status.host.as_str(), status.snapshot.as_path()), (host.as_str(), adm.snapshot.as_path()));
+    assert!((gputokens::time::now() - status.written).abs() <= controller_status::STALE_AFTER_SECS, "{status:?}");
+    assert!(!adm.log().contains("panicked"), "{}", adm.log());
+}

@@ -151,10 +151,15 @@ fn prices(s: &mut Section) -> BTreeMap<String, Tokens> {
 
 fn paths(s: &mut Section) -> Paths {
     let d = Paths::default();
+    let snapshot = s.get("snapshot", d.snapshot, absolute_path);
+    // Beside the snapshot unless set: wherever a site moves the snapshot (a directory both
+    // controllers share), the status files follow.
+    let controller_status = s.get("controller_status", crate::controller_status::default_dir(&snapshot), absolute_path);
     Paths {
         ledger: s.get("ledger", d.ledger, absolute_path),
-        snapshot: s.get("snapshot", d.snapshot, absolute_path),
+        snapshot,
         socket: s.get("socket", d.socket, absolute_path),
+        controller_status,
     }
 }
 

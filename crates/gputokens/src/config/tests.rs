@@ -459,3 +459,20 @@ fn web_defaults_and_bad_values_are_named() {
         assert_eq!(config.web, super::Web::default(), "{bad}");
     }
 }
+
+#[test]
+fn controller_status_follows_the_snapshot_unless_set() {
+    assert_eq!(
+        Config::defaults(Path::new("t")).paths.controller_status,
+        PathBuf::from("/var/lib/gputokens/controllers")
+    );
+    let moved = parse("[paths]\nsnapshot = \"/shared/gputokens/balances.snapshot\"\n").unwrap();
+    assert_eq!(moved.paths.controller_status, PathBuf::from("/shared/gputokens/controllers"));
+    let set = parse("[paths]\ncontroller_status = \"/shared/status\"\n").unwrap();
+    assert_eq!(set.paths.controller_status, PathBuf::from("/shared/status"));
+    let err = parse("[paths]\ncontroller_status = \"status\"\n").unwrap_err().to_string();
+    assert!(err.starts_with("test.toml: paths.controller_status: "), "{err}");
+    let (config, problems) = lenient("[paths]\nsnapshot = \"/s/b.snapshot\"\ncontroller_status = 3\n");
+    assert_eq!(keys(&problems), ["paths.controller_status"]);
+    assert_eq!(config.paths.controller_status, PathBuf::from("/s/controllers"), "the default beside the snapshot");
+}
