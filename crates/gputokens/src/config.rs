@@ -509,6 +509,16 @@ pub struct Paths {
     pub ledger: PathBuf,
     pub snapshot: PathBuf,
     pub socket: PathBuf,
+    /// Every admin change to balances, one JSON line each, appended after it commits: what a
+    /// restored backup lacks. Default beside the ledger; a site puts it on other storage.
+    pub admin_journal: PathBuf,
+}
+
+impl Paths {
+    /// The admin journal's default place: `admin-journal.jsonl` in the ledger's directory.
+    pub fn journal_beside(ledger: &std::path::Path) -> PathBuf {
+        ledger.with_file_name("admin-journal.jsonl")
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -535,6 +545,7 @@ impl Default for Paths {
             ledger: "/var/lib/gputokens/ledger.sqlite".into(),
             snapshot: DEFAULT_SNAPSHOT.into(),
             socket: "/run/gputokens/accountd.sock".into(),
+            admin_journal: "/var/lib/gputokens/admin-journal.jsonl".into(),
         }
     }
 }

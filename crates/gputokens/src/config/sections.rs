@@ -151,10 +151,14 @@ fn prices(s: &mut Section) -> BTreeMap<String, Tokens> {
 
 fn paths(s: &mut Section) -> Paths {
     let d = Paths::default();
+    let ledger = s.get("ledger", d.ledger, absolute_path);
+    // Beside the ledger unless set: a site that moves the ledger moves the journal's default too.
+    let journal = Paths::journal_beside(&ledger);
     Paths {
-        ledger: s.get("ledger", d.ledger, absolute_path),
         snapshot: s.get("snapshot", d.snapshot, absolute_path),
         socket: s.get("socket", d.socket, absolute_path),
+        admin_journal: s.get("admin_journal", journal, absolute_path),
+        ledger,
     }
 }
 
