@@ -48,7 +48,9 @@ pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
         AdminCommand::Actions { limit, json } => (Request::Actions { limit }, json),
         AdminCommand::Import { file } => (Request::Import { balances: read_state_file(&file)? }, false),
         AdminCommand::Verify => return verify(config),
-        AdminCommand::Backup { file, force } => return crate::cli::backup::backup(config, &file, force),
+        AdminCommand::Backup { file, force, keep_days } => {
+            return crate::cli::backup::backup(config, &file, force, keep_days)
+        }
         AdminCommand::JournalCheck { journal } => {
             return journal_check(config, journal.as_deref().unwrap_or(&config.paths.admin_journal))
         }

@@ -12,18 +12,32 @@ use gputokens::time::format_local;
 use gputokens::Config;
 use ledger::BackupWritten;
 
+use crate::cli::backup_rotation;
 use crate::cycles::charge::READ_UNTIL;
 use crate::error::{AccountdError, AccountdResult};
 use crate::resources::Resources;
 
-pub fn backup(config: &Config, file: &Path, force: bool) -> AccountdResult {
+pub fn backup(config: &Config, target: &Path, force: bool, keep_days: Option<u32>) -> AccountdResult {
+    let dir = target.is_dir().then_some(target);
+    if keep_days.is_some() && dir.is_none() {
+        return Err(AccountdError::Refused(format!(
+            "--keep-days needs a directory of backups; {} is not one",
+            target.display()
+        )));
+    }
     // Opening a ledger that is not there would create an empty one, and back that up.
     if !config.paths.ledger.exists() {
         return Err(AccountdError::Refused(format!("there is no ledger at {}", config.paths.ledger.display())));
     }
     let res = Resources::open_as_admin(config.clone())?;
-    let written = res.ledger.backup_to(file, force)?;
+    let file = dir.map_or_else(|| target.to_path_buf(), |d| backup_rotation::file_in(d, gputokens::time::now()));
+    let written = res.ledger.backup_to(&file, force)?;
     crate::outln!("{}", described(&written));
+    if let (Some(dir), Some(days)) = (dir, keep_days) {
+        for old in backup_rotation::remove_older(dir, days, std::time::SystemTime::now(), &file)? {
+            crate::outln!("removed {} (older than {days} days)", old.display());
+        }
+    }
     Ok(())
 }
 

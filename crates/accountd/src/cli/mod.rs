@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod backup;
+pub mod backup_rotation;
 pub mod journal_check;
 pub mod now_arg;
 #[cfg(test)]
@@ -151,12 +152,17 @@ pub enum AdminCommand {
     /// running accountd.
     Verify,
     /// Copy the ledger, consistently, beside a running accountd (SQLite's online backup): written
-    /// to a temporary file beside FILE, then renamed to FILE (mode 0600).
+    /// to a temporary file beside FILE, then renamed to FILE (mode 0600). A directory for FILE
+    /// means `ledger-YYYY-MM-DDTHH-MM-SS.sqlite` in it (local time), as the nightly timer does.
     Backup {
+        #[arg(value_name = "FILE")]
         file: PathBuf,
         /// Replace FILE if it exists.
         #[arg(long)]
         force: bool,
+        /// With a directory: afterwards remove its `ledger-*.sqlite` backups older than N days.
+        #[arg(long, value_name = "N")]
+        keep_days: Option<u32>,
     },
     /// After a restore: list every admin change in the admin journal ([paths] admin_journal) that
     /// the ledger lacks, with the command that enters it again under its original key; exit 2
