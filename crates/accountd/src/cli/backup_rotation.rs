@@ -59,7 +59,7 @@ mod tests {
         let other = aged("notes.txt", 30);
         let newest = aged("ledger-2026-11-23T02-00-00.sqlite", 30);
         let removed = remove_older(dir.path(), 14, now, &newest).unwrap();
-        assert_eq!(removed, [old.clone()]);
+        assert_eq!(removed, std::slice::from_ref(&old));
         assert!(!old.exists() && recent.exists() && other.exists() && newest.exists());
     }
 
