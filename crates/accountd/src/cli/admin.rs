@@ -106,6 +106,9 @@ fn verify(config: &Config) -> AccountdResult {
     match (found.problems.len(), missing) {
         (0, 0) => Ok(()),
         (n, 0) => Err(AccountdError::Refused(format!("{n} problem(s) in the ledger"))),
+        (0, m) => Err(AccountdError::Refused(format!(
+            "the ledger is consistent, but {m} admin journal entries are missing from it or unreadable"
+        ))),
         (n, m) => Err(AccountdError::Refused(format!(
             "{n} problem(s) in the ledger; {m} admin journal entries missing from it or unreadable"
         ))),
