@@ -177,7 +177,7 @@ control_files() {
 tree=$WORK/gputokens
 put 755 "$accountd" "$sbalance" usr/bin
 put 644 slurm-conf/gputokens.toml etc/slurm
-put 644 slurm-conf/systemd/*.service usr/lib/systemd/system
+put 644 slurm-conf/systemd/*.service slurm-conf/systemd/*.timer usr/lib/systemd/system
 for unit in slurm-conf/systemd/*.service; do
   for exe in $(sed -n 's/^Exec[A-Za-z]*=[-@+!:]*\([^ ]*\).*/\1/p' "$unit"); do
     [[ -f $tree$exe ]] || die "$unit runs $exe, which the package does not ship"
@@ -263,7 +263,8 @@ check_deb() {
 check_deb "${debs[0]}" /usr/bin/accountd /usr/bin/sbalance /etc/slurm/gputokens.toml \
   /usr/share/man/man1/accountd.1.gz /usr/share/man/man1/accountd-serve.1.gz /usr/share/man/man1/sbalance.1.gz \
   /usr/share/bash-completion/completions/sbalance /usr/share/zsh/vendor-completions/_accountd \
-  /usr/share/fish/vendor_completions.d/sbalance.fish /usr/lib/systemd/system/gputokens-accountd.service
+  /usr/share/fish/vendor_completions.d/sbalance.fish /usr/lib/systemd/system/gputokens-accountd.service \
+  /usr/lib/systemd/system/gputokens-backup.service /usr/lib/systemd/system/gputokens-backup.timer
 check_deb "${debs[1]}" "$plugin_dir/job_submit_gputokens.so" "$plugin_dir/spank_gputokens.so" \
   /etc/slurm/plugstack.conf.d/gputokens.conf
 printf '%s\n' "${debs[@]}"

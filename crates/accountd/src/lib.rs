@@ -2,6 +2,7 @@
 //! No unsafe code: libmunge is reached through `slurm_ffi::munge`.
 #![forbid(unsafe_code)]
 
+pub mod admin_journal;
 pub mod agent;
 pub mod answering;
 pub mod balance_row;

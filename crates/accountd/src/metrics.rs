@@ -85,6 +85,8 @@ pub struct Metrics {
     pub connections_refused: Family<ListenerLabels, Counter>,
     pub connections_shed: Family<ListenerLabels, Counter>,
     pub notifications: Family<NotifyLabels, Counter>,
+    /// Admin changes committed to the ledger but not written to the admin journal.
+    pub admin_journal_failures: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -164,6 +166,7 @@ impl Metrics {
             preemptions: Family::default(),
             drains: Family::default(),
             xids_ignored: Family::default(),
+            admin_journal_failures: Counter::default(),
             registry: Registry::default(),
         };
         registry.register("balance_tokens", "Token balance per user", m.balance.clone());
@@ -256,6 +259,12 @@ impl Metrics {
             "gpu_xids_ignored",
             "XIDs reported by node agents that are not in [health] drain_xids (application errors): never drained for",
             m.xids_ignored.clone(),
+        );
+        registry.register(
+            "admin_journal_failures",
+            "Admin changes recorded in the ledger but not appended to [paths] admin_journal (see the log): a restore \
+             would not list them",
+            m.admin_journal_failures.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -511,6 +511,16 @@ pub struct Paths {
     pub socket: PathBuf,
     /// Where each controller's job_submit plugin writes what it sees (`crate::controller_status`).
     pub controller_status: PathBuf,
+    /// Every admin change to balances, one JSON line each, appended after it commits: what a
+    /// restored backup lacks. Default beside the ledger; a site puts it on other storage.
+    pub admin_journal: PathBuf,
+}
+
+impl Paths {
+    /// The admin journal's default place: `admin-journal.jsonl` in the ledger's directory.
+    pub fn journal_beside(ledger: &std::path::Path) -> PathBuf {
+        ledger.with_file_name("admin-journal.jsonl")
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -538,6 +548,7 @@ impl Default for Paths {
             snapshot: DEFAULT_SNAPSHOT.into(),
             socket: "/run/gputokens/accountd.sock".into(),
             controller_status: crate::controller_status::default_dir(std::path::Path::new(DEFAULT_SNAPSHOT)),
+            admin_journal: "/var/lib/gputokens/admin-journal.jsonl".into(),
         }
     }
 }

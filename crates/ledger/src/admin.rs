@@ -58,8 +58,13 @@ impl Ledger {
 
     /// Imports the original system's state (user → balance) for users new to the ledger. All or
     /// nothing: a user the ledger already knows (other than through the same import) is a conflict.
-    /// Returns how many users were imported now; users imported before are left as they are.
-    pub fn import(&mut self, balances: &BTreeMap<String, Tokens>, actor: &str, now: i64) -> Result<usize, LedgerError> {
+    /// Returns the entries imported now; users imported before are left as they are.
+    pub fn import(
+        &mut self,
+        balances: &BTreeMap<String, Tokens>,
+        actor: &str,
+        now: i64,
+    ) -> Result<Vec<Entry>, LedgerError> {
         let tx = self.conn.transaction()?;
         let mut conflicts = Vec::new();
         let mut fresh = Vec::new();
@@ -80,6 +85,7 @@ impl Ledger {
         if !conflicts.is_empty() {
             return Err(LedgerError::ImportConflict(conflicts));
         }
+        let mut ids = Vec::with_capacity(fresh.len());
         for (user, balance, key) in &fresh {
             tx.execute(
                 "INSERT INTO users (name, first_seen, balance, replenished_through) VALUES (?1, ?2, 0, ?3)",
@@ -95,8 +101,9 @@ impl Ledger {
                 key.clone(),
             );
             insert_entry(&tx, &entry)?;
+            ids.push(tx.last_insert_rowid());
         }
         tx.commit()?;
-        Ok(fresh.len())
+        self.entries_by_id(&ids)
     }
 }

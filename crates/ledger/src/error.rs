@@ -3,7 +3,7 @@
 
 use gputokens::tokens::Tokens;
 
-use super::SchemaError;
+use super::{BackupError, SchemaError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -29,6 +29,9 @@ pub enum LedgerError {
     /// A stored value gputokens never writes (e.g. negative GPU-seconds): a damaged ledger.
     #[error("{0}")]
     Damaged(String),
+    /// A backup that could not be written (nothing is left under its name).
+    #[error(transparent)]
+    Backup(#[from] BackupError),
     /// A statement that does not add up: a bug or a damaged ledger, never shown.
     #[error(transparent)]
     Statement(#[from] gputokens::statement::StatementError),
@@ -47,11 +50,14 @@ impl LedgerError {
             | LedgerError::NotYetSeen { .. }
             // The amount asked for (a grant, an adjustment) would take the balance out of range: a
             // smaller one goes through.
-            | LedgerError::OutOfRange(_) => true,
+            | LedgerError::OutOfRange(_)
+            // A backup file the admin named exists: --force, or another name.
+            | LedgerError::Backup(BackupError::Exists(_)) => true,
             LedgerError::Open { .. }
             | LedgerError::Schema(_)
             | LedgerError::Sqlite(_)
             | LedgerError::Damaged(_)
+            | LedgerError::Backup(_)
             | LedgerError::Statement(_) => false,
         }
     }
@@ -82,6 +88,7 @@ mod tests {
             LedgerError::BadUserName { name: "a b".into(), why: "a space" },
             LedgerError::NotYetSeen { user: "x".into(), month: "2026-11".into(), first_seen: "2026-12-01".into() },
             out_of_range("x", Tokens::MAX, Tokens::from_micro(1)),
+            LedgerError::Backup(BackupError::Exists("/b".into())),
         ];
         for e in &callers {
             assert!(e.is_callers_fault(), "{e:?}");
@@ -91,6 +98,7 @@ mod tests {
             LedgerError::Schema(SchemaError::TooNew { found: 99 }),
             LedgerError::Sqlite(rusqlite::Error::QueryReturnedNoRows),
             LedgerError::Damaged("negative GPU-seconds -1".into()),
+            LedgerError::Backup(BackupError::File { path: "/b".into(), source: std::io::Error::other("disk full") }),
             LedgerError::Statement(StatementError::OutOfRange { user: "x".into(), month }),
         ];
         for e in &ours {

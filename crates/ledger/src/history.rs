@@ -81,6 +81,13 @@ impl Ledger {
         Ok(used)
     }
 
+    /// The entry stored under idempotency key `key`, if any (balance_after left at zero).
+    pub fn entry_with_key(&self, key: &str) -> Result<Option<Entry>, LedgerError> {
+        let mut stmt = self.conn.prepare_cached(&format!("SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.key = ?1"))?;
+        let mut rows = stmt.query([key])?;
+        rows.next()?.map(entry_row).transpose()
+    }
+
     pub(crate) fn entries_by_id(&self, ids: &[i64]) -> Result<Vec<Entry>, LedgerError> {
         let mut out = Vec::new();
         for id in ids {

@@ -5,6 +5,7 @@
 mod accounts;
 mod admin;
 mod audit;
+mod backup;
 mod charge;
 mod error;
 mod faults;
@@ -27,6 +28,7 @@ use rusqlite::Connection;
 use gputokens::policy::BucketRules;
 
 pub use accounts::{check_user_name, Account, Applied, NewEntry};
+pub use backup::{BackupError, BackupWritten};
 pub use charge::ChargeOutcome;
 pub use error::LedgerError;
 pub use faults::GpuFault;

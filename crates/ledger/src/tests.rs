@@ -214,8 +214,18 @@ fn import_sets_new_users_and_refuses_known_ones() {
     let mut l = open(&dir, rules());
     let state =
         BTreeMap::from([("gina".to_string(), Tokens::from_micro(87_500_000)), ("hal".into(), Tokens::whole(-3))]);
-    assert_eq!(l.import(&state, "root", 5).unwrap(), 2);
-    assert_eq!(l.import(&state, "root", 6).unwrap(), 0);
+    let imported = l.import(&state, "root", 5).unwrap();
+    let imported: Vec<_> = imported.iter().map(|e| (e.user.as_str(), e.kind, e.key.as_deref(), e.amount)).collect();
+    assert_eq!(
+        imported,
+        [
+            ("gina", EntryKind::Import, Some("import:gina"), Tokens::from_micro(87_500_000)),
+            ("hal", EntryKind::Import, Some("import:hal"), Tokens::whole(-3))
+        ]
+    );
+    assert_eq!(l.entry_with_key("import:hal").unwrap().map(|e| e.amount), Some(Tokens::whole(-3)));
+    assert_eq!(l.entry_with_key("import:nobody").unwrap(), None);
+    assert_eq!(l.import(&state, "root", 6).unwrap().len(), 0);
     assert_eq!(balance(&l, "gina"), Tokens::from_micro(87_500_000));
     assert_eq!(balance(&l, "hal"), Tokens::whole(-3));
 

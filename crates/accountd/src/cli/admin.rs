@@ -48,6 +48,12 @@ pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
         AdminCommand::Actions { limit, json } => (Request::Actions { limit }, json),
         AdminCommand::Import { file } => (Request::Import { balances: read_state_file(&file)? }, false),
         AdminCommand::Verify => return verify(config),
+        AdminCommand::Backup { file, force, keep_days } => {
+            return crate::cli::backup::backup(config, &file, force, keep_days)
+        }
+        AdminCommand::JournalCheck { journal } => {
+            return journal_check(config, journal.as_deref().unwrap_or(&config.paths.admin_journal))
+        }
         AdminCommand::NodeToken { node } => return node_token(config, &node),
     };
     match call(socket, &request)? {
@@ -80,7 +86,8 @@ pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
     Ok(())
 }
 
-/// `admin verify`: the ledger's invariants, read from the file (WAL lets it beside accountd serve).
+/// `admin verify`: the ledger's invariants, read from the file (WAL lets it beside accountd serve),
+/// then the journal check: after a restore, both are what an admin runs.
 fn verify(config: &Config) -> AccountdResult {
     let res = crate::resources::Resources::open_as_admin(config.clone())?;
     let found = res.ledger.verify()?;
@@ -88,12 +95,36 @@ fn verify(config: &Config) -> AccountdResult {
         crate::outln!("problem: {problem}");
     }
     let summary = format!("{}: {} users, {} entries", config.paths.ledger.display(), found.users, found.entries);
+    let (journal, missing) = crate::cli::journal_check::report(&res.ledger, &config.paths.admin_journal)?;
     match found.problems.len() {
-        0 => {
-            crate::outln!("{summary}: consistent");
-            Ok(())
-        }
-        n => Err(AccountdError::Refused(format!("{summary}: {n} problem(s)"))),
+        0 => crate::outln!("{summary}: consistent"),
+        n => crate::outln!("{summary}: {n} problem(s)"),
+    }
+    for line in &journal {
+        crate::outln!("{line}");
+    }
+    match (found.problems.len(), missing) {
+        (0, 0) => Ok(()),
+        (n, 0) => Err(AccountdError::Refused(format!("{n} problem(s) in the ledger"))),
+        (0, m) => Err(AccountdError::Refused(format!(
+            "the ledger is consistent, but {m} admin journal entries are missing from it or unreadable"
+        ))),
+        (n, m) => Err(AccountdError::Refused(format!(
+            "{n} problem(s) in the ledger; {m} admin journal entries missing from it or unreadable"
+        ))),
+    }
+}
+
+/// `admin journal-check`: the journal's entries the ledger lacks; exit 2 while any is.
+fn journal_check(config: &Config, journal: &Path) -> AccountdResult {
+    let res = crate::resources::Resources::open_as_admin(config.clone())?;
+    let (lines, missing) = crate::cli::journal_check::report(&res.ledger, journal)?;
+    for line in &lines {
+        crate::outln!("{line}");
+    }
+    match missing {
+        0 => Ok(()),
+        n => Err(AccountdError::Refused(format!("{n} admin journal entries missing from the ledger or unreadable"))),
     }
 }
 

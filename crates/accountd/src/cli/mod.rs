@@ -1,7 +1,12 @@
 //! `accountd`'s command line.
 
 pub mod admin;
+pub mod backup;
+pub mod backup_rotation;
+pub mod journal_check;
 pub mod now_arg;
+#[cfg(test)]
+mod restore_tests;
 pub mod sacct_file;
 pub mod sbalance;
 pub mod statement_output;
@@ -142,9 +147,31 @@ pub enum AdminCommand {
     /// Import the original system's JSON state file ({"user": tokens, ...}) for users new to the ledger.
     Import { file: PathBuf },
     /// Check the ledger's invariants (each balance is the sum of its entries, every entry is on its
-    /// user's history chain, charges agree with job_charges and usage_days, SQLite's integrity):
-    /// exit 2 naming each problem. Reads the ledger file itself, beside a running accountd.
+    /// user's history chain, charges agree with job_charges and usage_days, SQLite's integrity) and
+    /// run the journal check: exit 2 naming each problem. Reads the ledger file itself, beside a
+    /// running accountd.
     Verify,
+    /// Copy the ledger, consistently, beside a running accountd (SQLite's online backup): written
+    /// to a temporary file beside FILE, then renamed to FILE (mode 0600). A directory for FILE
+    /// means `ledger-YYYY-MM-DDTHH-MM-SS.sqlite` in it (local time), as the nightly timer does.
+    Backup {
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// Replace FILE if it exists.
+        #[arg(long)]
+        force: bool,
+        /// With a directory: afterwards remove its `ledger-*.sqlite` backups older than N days.
+        #[arg(long, value_name = "N")]
+        keep_days: Option<u32>,
+    },
+    /// After a restore: list every admin change in the admin journal ([paths] admin_journal) that
+    /// the ledger lacks, with the command that enters it again under its original key; exit 2
+    /// while any is missing.
+    JournalCheck {
+        /// The journal to read (default: [paths] admin_journal).
+        #[arg(long, value_name = "FILE")]
+        journal: Option<PathBuf>,
+    },
     /// Print NODE's agent token for `[agent] auth = "token"`: the HMAC of the node's name under the
     /// site secret in `[agent] token_file`. Put it in that node's token_file (mode 0600, root).
     NodeToken { node: String },

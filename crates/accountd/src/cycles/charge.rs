@@ -16,10 +16,10 @@ use crate::resources::Resources;
 use crate::slurm::{Slurm, SlurmError};
 
 /// Ledger meta key: sacct has been read up to this unix time.
-const READ_UNTIL: &str = "sacct_read_until";
+pub const READ_UNTIL: &str = "sacct_read_until";
 /// Where the very first read began (`first_lookback` before it): re-reads never reach before it, so
 /// jobs that ended earlier (charged by the system gputokens replaced, or imported) are never charged.
-const READ_FROM: &str = "sacct_read_from";
+pub const READ_FROM: &str = "sacct_read_from";
 
 #[derive(Debug, Default)]
 pub struct ChargeSummary {
@@ -55,11 +55,7 @@ impl fmt::Display for ChargeSummary {
 pub fn charge(cycle: &mut CycleState, slurm: &Slurm, now: i64) -> AccountdResult<ChargeSummary> {
     // What Slurm can have seen: `now` may be ahead of the clock (`tick --now`), never Slurm.
     let read_at = gputokens::time::now();
-    let tools = &cycle.res.config.slurm;
-    let meta = |key| -> AccountdResult<Option<i64>> { Ok(cycle.res.ledger.meta(key)?.and_then(|v| v.parse().ok())) };
-    let (read_until, read_from) = (meta(READ_UNTIL)?, meta(READ_FROM)?);
-    let since =
-        window_start(read_until, read_from, tools.reread.as_secs() as i64, tools.first_lookback.as_secs() as i64, now);
+    let SacctWindowStart { since, read_until, read_from } = next_window_start(&cycle.res, now)?;
 
     let sharing = cycle.res.config.sharing;
     let finished = sacct::parse(&slurm.sacct(since, now)?, sharing).map_err(SlurmError::Sacct)?;
@@ -105,6 +101,29 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, now: i64) -> AccountdResult
         skipped: finished.skipped,
         rejected: rejected.len(),
     })
+}
+
+/// Where the next charge cycle's sacct window starts, and the ledger's values it comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SacctWindowStart {
+    pub since: i64,
+    /// How far sacct was read (`sacct_read_until`); None before the first cycle.
+    pub read_until: Option<i64>,
+    /// Where the first read began (`sacct_read_from`).
+    pub read_from: Option<i64>,
+}
+
+/// Where the next charge cycle's sacct window starts, from how far the ledger says sacct was read.
+/// A ledger restored from a backup says how far the backup had
+/// read: the next cycle reads sacct again from there, and job_charges keeps every job segment the
+/// backup holds from being charged twice.
+pub fn next_window_start(res: &Resources, now: i64) -> AccountdResult<SacctWindowStart> {
+    let tools = &res.config.slurm;
+    let meta = |key| -> AccountdResult<Option<i64>> { Ok(res.ledger.meta(key)?.and_then(|v| v.parse().ok())) };
+    let (read_until, read_from) = (meta(READ_UNTIL)?, meta(READ_FROM)?);
+    let since =
+        window_start(read_until, read_from, tools.reread.as_secs() as i64, tools.first_lookback.as_secs() as i64, now);
+    Ok(SacctWindowStart { since, read_until, read_from })
 }
 
 /// Where this cycle's sacct window starts: `reread` before where the last read ended, never before

@@ -10,6 +10,7 @@ use gputokens::time::local_date;
 use gputokens::Tokens;
 use ledger::{Applied, EntryKind, Issue, NewEntry};
 
+use crate::admin_journal;
 use crate::answering::Answering;
 use crate::balance_row::balance_row;
 use crate::reply::{from_ledger, invalid, refused};
@@ -64,7 +65,10 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
             .res
             .ledger
             .refund_job(&job_id, &caller.name, &reason, now)
-            .map(|entries| (Reply::Recorded { entries, replayed: false }, true))
+            .map(|entries| {
+                admin_journal::append_or_warn(&answering.res, &entries);
+                (Reply::Recorded { entries, replayed: false }, true)
+            })
             .map_err(from_ledger),
         Request::History { user, limit } => {
             let user = user.unwrap_or_else(|| caller.name.clone());
@@ -93,7 +97,11 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
                 .res
                 .ledger
                 .import(&balances, &caller.name, now)
-                .map(|imported| (Reply::Imported { imported, already: total - imported }, imported > 0))
+                .map(|entries| {
+                    admin_journal::append_or_warn(&answering.res, &entries);
+                    let imported = entries.len();
+                    (Reply::Imported { imported, already: total - imported }, imported > 0)
+                })
                 .map_err(from_ledger)
         }
     };
@@ -178,7 +186,10 @@ fn record(
     let entry = NewEntry::new(user, kind, amount, now, &caller.name, &reason, key.clone());
     let applied = res.ledger.append(&entry).map_err(from_ledger)?;
     let history = res.ledger.history(user).map_err(from_ledger)?;
-    let written = history.into_iter().filter(|e| e.key.as_deref() == Some(key.as_str())).collect();
+    let written: Vec<_> = history.into_iter().filter(|e| e.key.as_deref() == Some(key.as_str())).collect();
+    if applied == Applied::Added {
+        admin_journal::append_or_warn(res, &written);
+    }
     Ok((Reply::Recorded { entries: written, replayed: applied == Applied::AlreadyRecorded }, applied == Applied::Added))
 }
 

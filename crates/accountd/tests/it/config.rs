@@ -129,7 +129,7 @@ fn systemd_units_run_installed_commands() {
     );
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../slurm-conf/systemd");
     let mut commands = 0;
-    for unit in ["gputokens-accountd.service", "gputokens-agent.service"] {
+    for unit in ["gputokens-accountd.service", "gputokens-agent.service", "gputokens-backup.service"] {
         let text = std::fs::read_to_string(format!("{dir}/{unit}")).unwrap();
         for line in text.lines().filter(|l| l.starts_with("ExecStart")) {
             let command = line.split_once('=').unwrap().1;
@@ -141,5 +141,5 @@ fn systemd_units_run_installed_commands() {
             commands += 1;
         }
     }
-    assert_eq!(commands, 3, "ExecStartPre and ExecStart of accountd, ExecStart of the agent");
+    assert_eq!(commands, 4, "ExecStartPre and ExecStart of accountd, ExecStart of the agent and of the backup");
 }

@@ -151,15 +151,19 @@ fn prices(s: &mut Section) -> BTreeMap<String, Tokens> {
 
 fn paths(s: &mut Section) -> Paths {
     let d = Paths::default();
+    let ledger = s.get("ledger", d.ledger, absolute_path);
     let snapshot = s.get("snapshot", d.snapshot, absolute_path);
     // Beside the snapshot unless set: wherever a site moves the snapshot (a directory both
     // controllers share), the status files follow.
     let controller_status = s.get("controller_status", crate::controller_status::default_dir(&snapshot), absolute_path);
+    // Beside the ledger unless set: a site that moves the ledger moves the journal's default too.
+    let journal = Paths::journal_beside(&ledger);
     Paths {
-        ledger: s.get("ledger", d.ledger, absolute_path),
         snapshot,
         socket: s.get("socket", d.socket, absolute_path),
         controller_status,
+        admin_journal: s.get("admin_journal", journal, absolute_path),
+        ledger,
     }
 }
 

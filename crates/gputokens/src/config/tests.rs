@@ -259,6 +259,11 @@ fn reads_paths_and_admission() {
                 [admission]\nnice_increment = 500\non_error = \"reject\"\nmax_snapshot_age = \"90m\"\n";
     let c = parse(text).unwrap();
     assert_eq!(c.paths.snapshot, PathBuf::from("/tmp/s/balances.snapshot"));
+    assert_eq!(c.paths.admin_journal, PathBuf::from("/x/admin-journal.jsonl"), "the journal follows the ledger");
+    let moved = parse("[paths]\nledger = \"/x/l.sqlite\"\nadmin_journal = \"/backup/j.jsonl\"\n").unwrap();
+    assert_eq!(moved.paths.admin_journal, PathBuf::from("/backup/j.jsonl"));
+    let err = parse("[paths]\nadmin_journal = \"j.jsonl\"\n").unwrap_err().to_string();
+    assert!(err.contains("paths.admin_journal") && err.contains("absolute"), "{err}");
     assert_eq!(
         c.admission,
         Admission {

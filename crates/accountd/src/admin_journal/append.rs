@@ -1,0 +1,99 @@
+//! Appending to the journal: after the ledger has committed, so a line never names a change the
+//! ledger lacks; and a journal that cannot be written never undoes or loses that change.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use gputokens::entry::Entry;
+
+use super::line::JournalLine;
+use crate::resources::Resources;
+
+/// Appends one line per entry (entries without a key have none) in one write, then fsyncs. The
+/// file is created mode 0600: it names users, amounts and reasons.
+pub fn append(path: &Path, entries: &[Entry]) -> std::io::Result<()> {
+    let mut text = String::new();
+    for line in entries.iter().filter_map(JournalLine::of) {
+        text.push_str(&serde_json::to_string(&line).map_err(std::io::Error::other)?);
+        text.push('\n');
+    }
+    if text.is_empty() {
+        return Ok(());
+    }
+    let mut file = OpenOptions::new().append(true).create(true).mode(0o600).open(path)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_data()
+}
+
+/// [`append`] for a change the ledger has already committed: a failure is logged with what the
+/// journal lacks and counted in `gputokens_admin_journal_failures_total`, never returned.
+pub fn append_or_warn(res: &Resources, entries: &[Entry]) {
+    let path = &res.config.paths.admin_journal;
+    if let Err(e) = append(path, entries) {
+        res.metrics.admin_journal_failures.inc();
+        for entry in entries {
+            tracing::warn!(
+                "admin journal {}: cannot append {} {} to {} (key {}): {e}; the ledger has it, but a restore \
+                 from an older backup would not list it",
+                path.display(),
+                entry.kind.as_str(),
+                entry.amount,
+                entry.user,
+                entry.key.as_deref().unwrap_or("-"),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use gputokens::entry::EntryKind;
+    use gputokens::Tokens;
+
+    use super::*;
+
+    fn entry(id: i64, key: Option<&str>) -> Entry {
+        Entry {
+            id,
+            user: "alice".into(),
+            at: 100 + id,
+            kind: EntryKind::Grant,
+            amount: Tokens::whole(5),
+            balance_after: Tokens::whole(105),
+            actor: "root".into(),
+            reason: "course".into(),
+            job_id: None,
+            key: key.map(String::from),
+            gpu_type: None,
+            gpu_seconds: None,
+        }
+    }
+
+    #[test]
+    fn appends_one_line_per_keyed_entry_to_a_private_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin-journal.jsonl");
+        append(&path, &[entry(1, Some("grant:a")), entry(2, None)]).unwrap();
+        append(&path, &[entry(3, Some("grant:b"))]).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let keys: Vec<String> = text.lines().map(|l| serde_json::from_str::<JournalLine>(l).unwrap().key).collect();
+        assert_eq!(keys, ["grant:a", "grant:b"]);
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+
+    #[test]
+    fn a_journal_that_cannot_be_written_is_counted_not_returned() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = gputokens::Config::defaults(std::path::Path::new("test.toml"));
+        config.paths.admin_journal = dir.path().join("missing-dir/admin-journal.jsonl");
+        let ledger = ledger::Ledger::open(&dir.path().join("ledger.sqlite"), (&config).into()).unwrap();
+        let res = Resources::new(config, ledger);
+        append_or_warn(&res, &[entry(1, Some("grant:a"))]);
+        assert_eq!(res.metrics.admin_journal_failures.get(), 1);
+        assert!(res.metrics.encode().contains("gputokens_admin_journal_failures_total 1"));
+    }
+}
