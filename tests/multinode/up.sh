@@ -148,6 +148,8 @@ ledger = "$MN/here/gputokens/ledger.sqlite"
 socket = "$MN/here/gputokens/accountd.sock"
 # Shared by every host, as StateSaveLocation is: whichever controller is primary reads it.
 snapshot = "$MN/shared/snapshot/balances.snapshot"
+# Each controller's job_submit plugin says here what it sees (writable by the SlurmUser).
+controller_status = "$MN/shared/controllers"
 
 [intervals]
 charge = "${GPUTOKENS_MN_CHARGE:-5s}"
@@ -229,9 +231,10 @@ say "slurmctld on ctl1 (primary) and ctl2 (backup), nodes ${NODES[*]} idle"
 bash "$HERE/mn.sh" start accountd ctl1
 for n in "${NODES[@]}"; do bash "$HERE/mn.sh" start agent "$n"; done
 waitfor 30 test -s "$MN/shared/snapshot/balances.snapshot" || die "accountd wrote no snapshot: $(tail -n 20 "$MN/hosts/ctl1/log/accountd.out")"
-# Both controllers' plugins decide from it (the standby's too: it loads its plugins while waiting).
+# Both controllers' plugins decide from it (the standby's too: it loads its plugins while waiting),
+# and each says so in its status file.
 for c in "${CONTROLLERS[@]}"; do
-  waitfor 30 grep -q "balance snapshot .* is usable" "$MN/hosts/$c/log/slurmctld.log" \
-    || die "the job_submit plugin on $c does not see the snapshot: $(grep gputokens "$MN/hosts/$c/log/slurmctld.log" | tail -n 5)"
+  waitfor 30 grep -q '"state": "ready"' "$MN/shared/controllers/$c.json" \
+    || die "the job_submit plugin on $c does not see the snapshot: $(cat "$MN/shared/controllers/$c.json" 2>&1; grep gputokens "$MN/hosts/$c/log/slurmctld.log" | tail -n 5)"
 done
 say "multi-node cluster up in $(elapsed)s: ${HOSTS[*]}"

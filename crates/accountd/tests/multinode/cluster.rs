@@ -166,7 +166,11 @@ impl Cluster {
 
     /// The ledger's entries of `user`.
     pub fn history(&self, user: &str) -> Vec<Entry> {
-        let out = self.accountd(None, &["admin", "history", user, "--json"]).ok();
+        let out = self.accountd(None, &["admin", "history", user, "--json"]);
+        if out.code != 0 && out.stderr.contains("has no entries") {
+            return Vec::new();
+        }
+        let out = out.ok();
         #[derive(serde::Deserialize)]
         struct History {
             entries: Vec<Entry>,
@@ -174,6 +178,11 @@ impl Cluster {
         let history: History =
             serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("history of {user}: {e}: {}", out.stdout));
         history.entries
+    }
+
+    /// `user`'s balance: after the ledger's newest entry of theirs.
+    pub fn balance(&self, user: &str) -> Tokens {
+        self.history(user).iter().max_by_key(|e| e.id).map(|e| e.balance_after).expect("an entry")
     }
 
     /// What the ledger charged for `job`, summed, and in how many entries.

@@ -10,6 +10,14 @@ fn multinode_the_backup_controller_refuses_at_the_floor_and_sees_a_later_grant()
     let cluster = Cluster::up(Settings::default());
     cluster.accountd(None, &["admin", "adjust", "alice", "-110", "--reason", "at the floor"]).ok();
     std::thread::sleep(Duration::from_secs(8));
+    // From accountd's host the admin sees what each controller's plugin decides from.
+    let check = cluster.accountd(None, &["config", "check", "--slurm"]).stdout;
+    for line in [
+        "ok: slurmctld on ctl1 (primary, in control): decides from the snapshot",
+        "ok: slurmctld on ctl2 (backup, standing by",
+    ] {
+        assert!(check.contains(line), "{line}:\n{check}");
+    }
 
     cluster.mn(&["kill", "slurmctld", "ctl1"]).ok();
     wait_until(90, "ctl2 taking over", || {
@@ -38,4 +46,13 @@ fn multinode_the_backup_controller_refuses_at_the_floor_and_sees_a_later_grant()
     let granted = std::time::Instant::now();
     wait_until(30, "alice accepted by the backup", || (sbatch("alice").code == 0).then_some(()));
     assert!(granted.elapsed() < Duration::from_secs(15), "took {:?}", granted.elapsed());
+
+    // The lost controller shows in the check once its status file is stale; the backup is in control.
+    let check = wait_until(60, "ctl1's status stale", || {
+        let check = cluster.accountd(None, &["config", "check", "--slurm"]).stdout;
+        check
+            .contains("problem: slurmctld on ctl1 (primary, not answering scontrol ping): its status file")
+            .then_some(check)
+    });
+    assert!(check.contains("ok: slurmctld on ctl2 (backup, in control): decides from the snapshot"), "{check}");
 }

@@ -9,6 +9,7 @@ mod failover;
 mod jobs;
 mod outage;
 mod partition;
+mod restore;
 
 pub use cluster::{wait_until, Cluster, Settings};
 
