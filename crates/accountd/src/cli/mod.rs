@@ -40,7 +40,7 @@ pub enum Command {
         #[command(flatten)]
         wait: WaitArg,
     },
-    /// Charge job records from a file of `sacct -X -D -P -o JobIDRaw,User,AllocTRES,ElapsedRaw,Start,State`.
+    /// Charge job records from a file of `sacct -X -D -P -o JobIDRaw,User,AllocTRES,ElapsedRaw,Start,End,State` (End and State optional).
     Charge {
         /// The sacct output ('-' reads standard input).
         #[arg(long, value_name = "FILE")]

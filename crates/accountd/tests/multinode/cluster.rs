@@ -132,7 +132,9 @@ impl Cluster {
         wait_until(120, &format!("job {job} recorded as finished"), || {
             let rows = self.segments(job);
             let open = ["PENDING", "RUNNING", "COMPLETING", "REQUEUED"];
-            (!rows.is_empty() && !open.contains(&rows.last().unwrap().state.as_str())).then_some(rows)
+            // Without an End a row is not final (slurmdbd catching up after an outage).
+            let ended = rows.iter().all(|r| !["Unknown", "None", ""].contains(&r.end.as_str()));
+            (!rows.is_empty() && ended && !open.contains(&rows.last().unwrap().state.as_str())).then_some(rows)
         })
     }
 
@@ -140,18 +142,19 @@ impl Cluster {
         let out = self.on(
             "ctl1",
             None,
-            &["sacct", "-X", "-D", "-n", "-P", "-j", job, "-o", "JobIDRaw,State,ElapsedRaw,AllocTRES,NodeList"],
+            &["sacct", "-X", "-D", "-n", "-P", "-j", job, "-o", "JobIDRaw,State,ElapsedRaw,AllocTRES,NodeList,End"],
         );
         out.stdout
             .lines()
             .filter_map(|line| {
                 let f: Vec<&str> = line.split('|').collect();
-                let [_, state, elapsed, tres, nodes] = f.as_slice() else { return None };
+                let [_, state, elapsed, tres, nodes, end] = f.as_slice() else { return None };
                 Some(Segment {
                     state: state.split_whitespace().next().unwrap_or("").to_string(),
                     elapsed: elapsed.parse().ok()?,
                     tres: tres.to_string(),
                     nodes: nodes.to_string(),
+                    end: end.to_string(),
                 })
             })
             .collect()
@@ -249,6 +252,7 @@ pub struct Segment {
     pub elapsed: u64,
     pub tres: String,
     pub nodes: String,
+    pub end: String,
 }
 
 impl Segment {

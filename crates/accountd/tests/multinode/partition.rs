@@ -44,9 +44,14 @@ fn multinode_a_link_cut_for_two_minutes_charges_once_drains_nothing_and_the_gap_
     assert_eq!(segments.len(), 1, "{segments:?}");
     assert_eq!(segments[0].state, "COMPLETED", "{segments:?}");
     let allocation = segments[0].cost();
-    let charged = wait_until(60, "the job charged", || {
-        let (amount, _) = cluster.charged("alice", &job);
-        (amount > gputokens::Tokens::ZERO).then_some(amount)
+    // Charged while it ran; settled from its sacct row once that is final: the amount stops moving.
+    let mut last = cluster.charged("alice", &job).0;
+    let charged = wait_until(120, "the job's charge settled", || {
+        std::thread::sleep(Duration::from_secs(6));
+        let now = cluster.charged("alice", &job).0;
+        let settled = now == last && now > gputokens::Tokens::ZERO;
+        last = now;
+        settled.then_some(now)
     });
     std::thread::sleep(Duration::from_secs(12));
     assert_eq!(cluster.charged("alice", &job).0, charged, "charged again by later cycles");

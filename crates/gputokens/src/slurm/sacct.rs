@@ -10,9 +10,9 @@ use crate::time::parse_timestamp;
 use crate::tres::{parse_alloc_tres, Sharing};
 
 /// The columns to ask sacct for (`sacct -X -D -P -o ...`); any order works when parsing.
-pub const FIELDS: &str = "JobIDRaw,User,AllocTRES,ElapsedRaw,Start,State,NodeList";
+pub const FIELDS: &str = "JobIDRaw,User,AllocTRES,ElapsedRaw,Start,End,State,NodeList";
 /// The same and each run's SLUID, from Slurm 25.11 (whose sacct knows the column).
-pub const FIELDS_WITH_SLUID: &str = "JobIDRaw,User,AllocTRES,ElapsedRaw,Start,State,NodeList,SLUID";
+pub const FIELDS_WITH_SLUID: &str = "JobIDRaw,User,AllocTRES,ElapsedRaw,Start,End,State,NodeList,SLUID";
 
 /// States in which a job still holds its allocation: its row is not final.
 const ACTIVE_STATES: [&str; 3] = ["RUNNING", "SUSPENDED", "COMPLETING"];
@@ -52,6 +52,7 @@ struct Columns {
     tres: usize,
     elapsed: usize,
     start: usize,
+    end: Option<usize>,
     state: Option<usize>,
     node_list: Option<usize>,
     sluid: Option<usize>,
@@ -77,6 +78,7 @@ pub fn parse(text: &str, sharing: Sharing) -> Result<Parsed, SacctError> {
         tres: col("AllocTRES")?,
         elapsed: col("ElapsedRaw")?,
         start: col("Start")?,
+        end: col("End").ok(),
         state: col("State").ok(),
         node_list: col("NodeList").ok(),
         sluid: col("SLUID").ok(),
@@ -153,7 +155,12 @@ fn row(line: &str, columns: &Columns, sharing: Sharing) -> Result<Row, (Reason, 
     rejected::check(&record).map_err(|(reason, detail)| (reason, format!("job {}: {detail}", quoted(job_id))))?;
     // "CANCELLED by 0" and friends: only the first word is the state.
     let state = columns.state.map(|i| fields[i].split_whitespace().next().unwrap_or_default());
-    let active = state.is_some_and(|s| ACTIVE_STATES.contains(&s));
+    // A run without an end is not final whatever its state says: right after slurmdbd comes back,
+    // slurmctld's queued messages arrive one by one, and for a moment a job reads COMPLETED with
+    // End "Unknown" and an ElapsedRaw that keeps growing. Charged then, it would pay for time it
+    // never ran; a later cycle (`reread`) charges the finished row.
+    let unended = columns.end.is_some_and(|i| matches!(fields[i].trim(), "Unknown" | "None" | ""));
+    let active = unended || state.is_some_and(|s| ACTIVE_STATES.contains(&s));
     Ok(Row::Record { record, active, nodes: columns.node_list.map(|i| fields[i].trim().to_string()) })
 }
 
@@ -167,6 +174,21 @@ mod tests {
 9|alice||0|Unknown|PENDING
 10|alice|cpu=2,gres/gpu=2,node=1|10|2026-11-22T10:00:00|RUNNING
 ";
+
+    /// slurmdbd catching up after an outage: COMPLETED but no End yet is not final; with its End it is.
+    #[test]
+    fn a_finished_state_without_an_end_is_not_final() {
+        let sharing = Sharing { shards_per_gpu: 1, mps_per_gpu: 100 };
+        let catching_up = "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|End|State\n\
+            1|bob|gres/gpu:a6000=1|12|2026-11-26T02:39:26|Unknown|COMPLETED\n";
+        let parsed = parse(catching_up, sharing).unwrap();
+        assert!(parsed.records.is_empty(), "{parsed:?}");
+        assert_eq!(parsed.active.len(), 1, "{parsed:?}");
+        let caught_up = catching_up.replace("|12|", "|5|").replace("Unknown", "2026-11-26T02:39:31");
+        let parsed = parse(&caught_up, sharing).unwrap();
+        assert_eq!(parsed.records.len(), 1, "{parsed:?}");
+        assert_eq!(parsed.records[0].elapsed, 5);
+    }
 
     /// The records of the six jobs of squeue's samples as each release's sacct printed them
     /// (tests/slurm-releases/capture.sh): four ran a few seconds with GPUs, two never started.
