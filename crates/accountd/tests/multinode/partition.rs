@@ -73,9 +73,8 @@ fn multinode_a_job_holding_a_thousand_connections_does_not_silence_its_nodes_age
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/hold_connections.pl");
     // alice's job on node1 opens 1,000 connections to accountd from node1's address, reopening
     // every one accountd sheds, and holds them idle.
-    let hold = format!(
-        "perl {script} --reopen tcp 10.78.0.2:9817 10.78.0.11 1000 < /dev/zero > /dev/null 2>&1 & sleep 40; kill %1"
-    );
+    // (Its stdin a pipe that stays open, without data, for as long as it should hold them.)
+    let hold = format!("sleep 45 | perl {script} --reopen tcp 10.78.0.2:9817 10.78.0.11 1000");
     let job = cluster.sbatch("alice", &["-w", "node1", "--wrap", &hold]);
     cluster.wait_running(&job);
     std::thread::sleep(Duration::from_secs(5));
