@@ -399,6 +399,7 @@ mod tests {
         let job = JobLabels { job: "7".into(), user: "alice".into(), node: "n1".into() };
         m.job_idle.get_or_create(&job).set(0);
         m.agent_last_report.get_or_create(&NodeLabels { node: "n1".into() }).set(1);
+        m.agent_reports_refused.get_or_create(&ReasonLabels { reason: "replayed".into() }).inc();
         let text = m.encode();
         for name in used {
             assert!(

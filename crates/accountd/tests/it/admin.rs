@@ -113,7 +113,9 @@ fn verify_checks_the_ledger_beside_a_running_accountd() {
     site.accountd(None, &["admin", "refund", "7", "--reason", "node failure"]).ok();
     site.accountd(None, &["admin", "grant", "bob", "3", "--reason", "course"]).ok();
     let out = site.accountd(None, &["admin", "verify"]).ok();
-    assert!(out.stdout.trim_end().ends_with("ledger.sqlite: 2 users, 5 entries: consistent"), "{}", out.stdout);
+    assert!(out.stdout.contains("ledger.sqlite: 2 users, 5 entries: consistent\n"), "{}", out.stdout);
+    // The refund and the grant are in the admin journal, and in the ledger.
+    assert!(out.stdout.trim_end().ends_with("admin-journal.jsonl: 2 entries, all in the ledger"), "{}", out.stdout);
 
     let refused = site.accountd(Some("alice"), &["admin", "verify"]);
     assert_eq!(refused.code, 2);

@@ -61,8 +61,8 @@ fn ann_at_example_org_is_charged_exactly_beside_alice() {
 }
 
 /// A `[slurm] bin_dir` whose sacct is the real one with `extra` rows appended; the others are links.
-/// Rows of sacct's columns (`JobIDRaw|…|NodeList`) get an empty SLUID where accountd asks for it
-/// (25.11+).
+/// Rows of sacct's columns (`JobIDRaw|…|NodeList`, as `gputokens::slurm::sacct::FIELDS`) get an
+/// empty SLUID where accountd asks for it (25.11+).
 fn slurm_with_extra_sacct_rows(dir: &Path, extra: &str) {
     for tool in ["squeue", "sinfo", "scontrol"] {
         std::os::unix::fs::symlink(format!("/usr/bin/{tool}"), dir.join(tool)).unwrap();
@@ -89,7 +89,7 @@ fn a_garbage_sacct_row_is_counted_and_the_others_are_charged() {
     // A row of garbage, and a row whose user no format can carry: each left out alone.
     slurm_with_extra_sacct_rows(
         bin.path(),
-        "garbage that is not a sacct row\n999999|mallory x|gres/gpu:a6000=1|60|1795444368|COMPLETED|vm\n",
+        "garbage that is not a sacct row\n999999|mallory x|gres/gpu:a6000=1|60|1795444368|1795444428|COMPLETED|vm\n",
     );
     let slurm = format!("[slurm]\nbin_dir = \"{}\"\n", bin.path().display());
     let tables = format!("{}[intervals]\ncharge = \"2s\"\n", LIVE.replacen("[slurm]\n", &slurm, 1));
