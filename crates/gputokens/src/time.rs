@@ -6,6 +6,13 @@ pub fn now() -> i64 {
     Local::now().timestamp()
 }
 
+/// A span of seconds as people read it: `5s`, `2h 2m` (whole minutes from an hour on); 0 below 0.
+pub fn span(seconds: i64) -> String {
+    let seconds = seconds.max(0) as u64;
+    let rounded = if seconds >= 3600 { seconds - seconds % 60 } else { seconds };
+    humantime::format_duration(std::time::Duration::from_secs(rounded)).to_string()
+}
+
 /// The local calendar date of a unix timestamp.
 pub fn local_date(ts: i64) -> NaiveDate {
     Local.timestamp_opt(ts, 0).earliest().map(|t| t.date_naive()).unwrap_or_default()

@@ -342,8 +342,7 @@ fn ago(seconds: i64) -> String {
     if seconds < 0 {
         return format!("{}s in the future", -seconds);
     }
-    let rounded = if seconds >= 3600 { seconds - seconds % 60 } else { seconds };
-    format!("{} ago", humantime::format_duration(Duration::from_secs(rounded as u64)))
+    format!("{} ago", gputokens::time::span(seconds))
 }
 
 /// The name service (getpwnam_r through nix).

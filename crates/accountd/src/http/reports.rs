@@ -31,10 +31,7 @@ pub fn job_utilization(report: &AgentReport) -> Vec<JobUtilization> {
 pub fn ingest(res: &mut Resources, state: &mut ReportState, report: &AgentReport) -> AccountdResult<String> {
     record_gpus(&res.metrics, report);
     // accountd's clock, not the sample's: a node's skewed clock must not hide its silence.
-    res.metrics
-        .agent_last_report
-        .get_or_create(&NodeLabels { node: report.node.clone() })
-        .set(chrono::Utc::now().timestamp());
+    res.metrics.agent_last_report.get_or_create(&NodeLabels { node: report.node.clone() }).set(gputokens::time::now());
     let drained = crate::health::check(res, &mut state.health, report)?;
     let jobs = job_utilization(report);
     let (count, idle) =

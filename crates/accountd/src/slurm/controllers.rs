@@ -9,9 +9,9 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use gputokens::controller_status::{self, ControllerStatus, ViewStatus, STALE_AFTER_SECS};
+use gputokens::time::span;
 use gputokens::Config;
 
 use crate::slurm::finding::Finding;
@@ -165,7 +165,7 @@ fn one(config: &Config, facts: &ControllerFacts, controller: &Controller, label:
             "{label}: its status file {} was last written {} ago (pid {}; it is rewritten every {}s): slurmctld there \
              stopped, or its plugin can no longer write {}",
             path.display(),
-            duration(silent),
+            span(silent),
             status.pid,
             controller_status::WRITE_INTERVAL_SECS,
             facts.dir.display()
@@ -195,26 +195,19 @@ fn one(config: &Config, facts: &ControllerFacts, controller: &Controller, label:
             "{label}: decides from the snapshot {snapshot} written {} ago, older than max_snapshot_age ({}): \
              on_error = \"{on_error}\" decides every GPU job there; is accountd writing it, and does that host see \
              the shared directory's current contents?",
-            duration(age),
+            span(age),
             humantime::format_duration(max)
         )),
         Some(max) => Finding::Ok(format!(
             "{label}: decides from the snapshot {snapshot} written {} ago (max_snapshot_age {})",
-            duration(age),
+            span(age),
             humantime::format_duration(max)
         )),
         None => Finding::Ok(format!(
             "{label}: decides from the snapshot {snapshot} written {} ago (max_snapshot_age off: never stale)",
-            duration(age)
+            span(age)
         )),
     }
-}
-
-/// Whole seconds, minutes dropped below an hour's precision.
-fn duration(seconds: i64) -> String {
-    let seconds = seconds.max(0) as u64;
-    let rounded = if seconds >= 3600 { seconds - seconds % 60 } else { seconds };
-    humantime::format_duration(Duration::from_secs(rounded)).to_string()
 }
 
 #[cfg(test)]

@@ -1,17 +1,7 @@
 //! Jobs across nodes and nodes that are lost: each run charged exactly once.
 
-use gputokens::Tokens;
-
+use crate::outage::all_charged_once;
 use crate::{wait_until, Cluster, Settings};
-
-/// Waits until the ledger holds `expected` for `job`, then checks two more charge cycles add nothing.
-fn charged_exactly(cluster: &Cluster, user: &str, job: &str, expected: Tokens) {
-    wait_until(60, &format!("job {job} charged {expected}"), || {
-        (cluster.charged(user, job).0 == expected).then_some(())
-    });
-    std::thread::sleep(std::time::Duration::from_secs(12));
-    assert_eq!(cluster.charged(user, job).0, expected, "job {job} charged again by later cycles");
-}
 
 #[test]
 #[ignore = "needs the multi-node cluster: tests/run.sh"]
@@ -36,7 +26,7 @@ fn multinode_a_job_across_two_nodes_is_charged_once_for_both_nodes_gpus() {
     let segments = cluster.wait_recorded(&job);
     assert_eq!(segments.len(), 1, "{segments:?}");
     assert_eq!(segments[0].gpus(), [("rtx3090".to_string(), 2)], "both nodes' GPUs in one record");
-    charged_exactly(&cluster, "alice", &job, segments[0].cost());
+    all_charged_once(&cluster, &[("alice", job)]);
 }
 
 #[test]
@@ -69,8 +59,7 @@ fn multinode_a_lost_node_requeues_its_job_each_run_is_charged_once_and_its_silen
     assert_eq!(segments[0].state, "NODE_FAIL", "{segments:?}");
     assert_eq!(segments[0].nodes, lost, "{segments:?}");
     assert_eq!(segments[1].state, "COMPLETED", "{segments:?}");
-    let expected: Tokens = segments.iter().map(|s| s.cost()).sum();
-    charged_exactly(&cluster, "alice", &job, expected);
+    all_charged_once(&cluster, &[("alice", job)]);
 
     // No node drained for it: not the lost one (Slurm's DOWN only), not the others.
     let states = cluster.on("ctl1", None, &["sinfo", "-h", "-N", "-o", "%N %T"]).ok().stdout;
