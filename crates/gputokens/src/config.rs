@@ -82,6 +82,16 @@ pub struct Config {
     pub notify: Notify,
     /// `[web]`: the status page's login links, sessions and trusted proxies.
     pub web: Web,
+    /// `[accounts]`: whether Slurm accounts hold token pools, and a new pool's rules.
+    pub accounts: Accounts,
+}
+
+/// `[accounts]`: what holds tokens (users, the pools of Slurm accounts, or both) and the rules a pool
+/// gets when `accountd admin account add` gives none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accounts {
+    pub mode: crate::pools::PoolMode,
+    pub pool_defaults: BucketRules,
 }
 
 /// `[web]`: the status page on the HTTP listener. Users log in with a link `sbalance --web` asks for

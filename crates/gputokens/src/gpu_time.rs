@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 pub struct UsageRecord {
     pub job_id: String,
     pub user: String,
+    /// The Slurm account the job ran under (sacct's Account); None where the source does not say.
+    pub account: Option<String>,
     /// Unix start of this run segment (a requeued job has several).
     pub segment_start: i64,
     /// The run's SLUID (Slurm 25.11+: each run of a requeued job has its own); the ledger keys the

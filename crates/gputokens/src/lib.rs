@@ -17,6 +17,7 @@ pub mod job_request;
 pub mod job_shape;
 pub mod notify;
 pub mod policy;
+pub mod pools;
 pub mod preemption;
 pub mod pricing;
 pub mod protocol;

@@ -24,6 +24,8 @@ pub struct NewEntry {
     pub job_id: Option<String>,
     pub gpu_type: Option<String>,
     pub gpu_seconds: Option<u64>,
+    /// A pool's entry: the member it was for (whose job, to whom a transfer went).
+    pub member: Option<String>,
 }
 
 impl NewEntry {
@@ -39,6 +41,7 @@ impl NewEntry {
             job_id: None,
             gpu_type: None,
             gpu_seconds: None,
+            member: None,
         }
     }
 }
@@ -84,8 +87,12 @@ impl Ledger {
             .optional()?)
     }
 
+    /// Every user's standing (not the pools': [`Ledger::pools`]).
     pub fn accounts(&self) -> Result<Vec<Account>, LedgerError> {
-        let mut stmt = self.conn.prepare_cached("SELECT name, balance, first_seen FROM users ORDER BY name")?;
+        // A pool's row is named with a space, which no user name has.
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT name, balance, first_seen FROM users WHERE instr(name, ' ') = 0 ORDER BY name")?;
         let rows = stmt.query_map([], account_row)?.collect::<Result<_, _>>()?;
         Ok(rows)
     }
@@ -103,8 +110,20 @@ pub fn check_user_name(user: &str) -> Result<(), LedgerError> {
     }
 }
 
+/// A pool's holder (`account NAME`) is known only once `add_pool` made the pool; it gets `rules`'
+/// initial balance then.
 pub(crate) fn ensure_user(tx: &Transaction<'_>, rules: &BucketRules, user: &str, now: i64) -> Result<(), LedgerError> {
-    check_user_name(user)?;
+    match gputokens::pools::account_of(user) {
+        Some(account) => {
+            let exists: bool = tx
+                .prepare_cached("SELECT EXISTS (SELECT 1 FROM pools WHERE account = ?1)")?
+                .query_row([account], |r| r.get(0))?;
+            if !exists {
+                return Err(LedgerError::UnknownPool(account.to_string()));
+            }
+        }
+        None => check_user_name(user)?,
+    }
     let added = tx
         .prepare_cached(
             "INSERT INTO users (name, first_seen, balance, replenished_through) VALUES (?1, ?2, 0, ?3)
@@ -131,8 +150,8 @@ pub(crate) fn ensure_user(tx: &Transaction<'_>, rules: &BucketRules, user: &str,
 pub(crate) fn insert_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied, LedgerError> {
     let added = tx
         .prepare_cached(
-            "INSERT INTO entries (user, kind, amount, at, actor, reason, key, job_id, gpu_type, gpu_seconds, prev_id)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, (SELECT last_entry FROM users WHERE name = ?1))
+            "INSERT INTO entries (user, kind, amount, at, actor, reason, key, job_id, gpu_type, gpu_seconds, member, prev_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, (SELECT last_entry FROM users WHERE name = ?1))
              ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING",
         )?
         .execute(params![
@@ -145,7 +164,8 @@ pub(crate) fn insert_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied
             e.key,
             e.job_id,
             e.gpu_type,
-            e.gpu_seconds.map(|s| s as i64)
+            e.gpu_seconds.map(|s| s as i64),
+            e.member
         ])?;
     if added == 0 {
         return Ok(Applied::AlreadyRecorded);

@@ -10,6 +10,8 @@ use std::fmt::Write;
 use rusqlite::{params, Statement, Transaction};
 
 use super::accounts::{ensure_user, move_balance};
+use super::pools::add_member_spending;
+use gputokens::pools::{self, Payers};
 use super::error::out_of_range;
 use super::{Ledger, LedgerError, UsageRecord};
 use gputokens::policy::BucketRules;
@@ -48,6 +50,8 @@ impl Ledger {
         now: i64,
     ) -> Result<ChargeOutcome, LedgerError> {
         let rules = self.rules;
+        let pool_rules = super::pools::pool_rules(&self.conn)?;
+        let mode = self.pool_mode;
         let tx = self.conn.transaction()?;
         let mut outcome = ChargeOutcome::default();
         let mut batch = Batch::default();
@@ -57,7 +61,8 @@ impl Ledger {
                 outcome.uncountable.push(record.job_id.clone());
                 continue;
             };
-            if charge_record(&tx, &mut statements, &rules, record, &priced, now, &mut batch)? {
+            let payers = pools::payers(mode, record.account.as_deref(), |a| pool_rules.contains_key(&pools::holder(a)));
+            if charge_record(&tx, &mut statements, &rules, payers, record, &priced, now, &mut batch)? {
                 outcome.records += 1;
             } else {
                 outcome.unchanged += 1;
@@ -78,8 +83,20 @@ impl Ledger {
                      ON CONFLICT DO UPDATE SET charged = charged + excluded.charged RETURNING charged",
                 )?
                 .query_row(params![user, day, gpu_type, tokens.micro()], |r| r.get::<_, i64>(0))?;
-                outcome.by_user_type.insert((user.clone(), gpu_type), tokens);
+                if pools::account_of(&user).is_none() {
+                    outcome.by_user_type.insert((user.clone(), gpu_type), tokens);
+                }
             }
+        }
+        for ((account, member), spent) in batch.member_spending {
+            add_member_spending(&tx, &account, &member, spent, now)?;
+        }
+        for ((job_id, holder), paid) in batch.payments {
+            tx.prepare_cached(
+                "INSERT INTO job_payments (job_id, holder, charged) VALUES (?1, ?2, ?3)
+                 ON CONFLICT DO UPDATE SET charged = charged + excluded.charged RETURNING charged",
+            )?
+            .query_row(params![job_id, holder, paid.micro()], |r| r.get::<_, i64>(0))?;
         }
         tx.commit()?;
         outcome.entries = batch.entries;
@@ -131,9 +148,13 @@ struct Batch {
     entries: usize,
     charged: Tokens,
     unlisted_types: BTreeMap<String, u64>,
+    /// (account, member) → what the member's jobs took from the pool.
+    member_spending: HashMap<(String, String), Tokens>,
+    /// (job, payer) → what the payer paid for the job, for refunds.
+    payments: HashMap<(String, String), Tokens>,
 }
 
-/// A user charged in this cycle.
+/// A balance (a user's or a pool's) charged in this cycle.
 struct PendingUser {
     delta: Tokens,
     /// Their newest entry: the next charge links to it.
@@ -165,17 +186,22 @@ fn price_record<'r>(record: &'r UsageRecord, prices: &PriceTable) -> Option<Vec<
     record.milli_gpus.iter().map(priced).collect()
 }
 
-/// Charges the GPU time of `record` not charged yet; true when it added entries.
+/// Charges the GPU time of `record` not charged yet to its `payers`; true when it added entries.
+#[allow(clippy::too_many_arguments)]
 fn charge_record(
     tx: &Transaction<'_>,
     statements: &mut Statements<'_>,
     rules: &BucketRules,
+    payers: Payers<'_>,
     record: &UsageRecord,
     priced: &[Priced<'_>],
     now: i64,
     batch: &mut Batch,
 ) -> Result<bool, LedgerError> {
     let mut charged_any = false;
+    let pool_holder = payers.pool.map(pools::holder);
+    let payer_names = payers.user.then_some(&record.user).into_iter().chain(pool_holder.as_ref());
+    let payer_names: Vec<&String> = payer_names.collect();
     for &Priced { gpu_type, milli, price, weighted, total } in priced {
         let Some(until) = statements.move_progress(record, gpu_type, total)? else { continue };
         // A price lowered mid-job never turns into a refund: charges only move forward.
@@ -186,45 +212,57 @@ fn charge_record(
             let slot = batch.unlisted_types.entry(gpu_type.clone()).or_default();
             *slot = slot.saturating_add(gpu_seconds);
         }
-        let user = match batch.users.get_mut(&record.user) {
-            Some(user) => user,
-            None => {
-                ensure_user(tx, rules, &record.user, now)?;
-                let last_entry = tx
-                    .prepare_cached("SELECT last_entry FROM users WHERE name = ?1")?
-                    .query_row([&record.user], |r| r.get(0))?;
-                let pending = PendingUser { delta: Tokens::ZERO, last_entry, by_type: Vec::new() };
-                batch.users.entry(record.user.clone()).or_insert(pending)
+        for &payer in &payer_names {
+            let pending = match batch.users.get_mut(payer) {
+                Some(pending) => pending,
+                None => {
+                    ensure_user(tx, rules, payer, now)?;
+                    let last_entry = tx
+                        .prepare_cached("SELECT last_entry FROM users WHERE name = ?1")?
+                        .query_row([payer], |r| r.get(0))?;
+                    let pending = PendingUser { delta: Tokens::ZERO, last_entry, by_type: Vec::new() };
+                    batch.users.entry(payer.clone()).or_insert(pending)
+                }
+            };
+            // A run of no GPU time (cancelled as it started) is remembered as charged (its progress
+            // row above) and makes its user known (from then on replenished), but leaves no "+0"
+            // entry in the history and statement.
+            if gpu_seconds == 0 && due == Tokens::ZERO {
+                continue;
             }
-        };
-        // A run of no GPU time (cancelled as it started) is remembered as charged (its progress row
-        // above) and makes its user known (from then on replenished), but leaves no "+0" entry in
-        // the history and statement.
-        if gpu_seconds == 0 && due == Tokens::ZERO {
-            continue;
+            let member = (payer != &record.user).then_some(&record.user);
+            let reason = &mut statements.reason;
+            reason.clear();
+            let _ = write!(reason, "{} × {gpu_type} for {}s at {}/GPU-hour", gpus(milli), record.elapsed, weighted);
+            statements.insert_entry.execute(params![
+                payer,
+                (-due).micro(),
+                now,
+                reason.as_str(),
+                record.job_id,
+                gpu_type,
+                gpu_seconds as i64,
+                pending.last_entry,
+                member,
+            ])?;
+            pending.last_entry = Some(tx.last_insert_rowid());
+            pending.delta = pending.delta.checked_sub(due).ok_or_else(|| out_of_range(payer, pending.delta, -due))?;
+            match pending.by_type.iter_mut().find(|(t, _)| t == gpu_type) {
+                Some((_, tokens)) => *tokens = *tokens + due,
+                None => pending.by_type.push((gpu_type.clone(), due)),
+            }
+            if let (Some(account), Some(member)) = (payers.pool, member) {
+                let spent = batch.member_spending.entry((account.to_string(), member.clone())).or_default();
+                *spent = *spent + due;
+            }
+            let paid = batch.payments.entry((record.job_id.clone(), payer.clone())).or_default();
+            *paid = *paid + due;
+            batch.entries += 1;
+            charged_any = true;
         }
-        let reason = &mut statements.reason;
-        reason.clear();
-        let _ = write!(reason, "{} × {gpu_type} for {}s at {}/GPU-hour", gpus(milli), record.elapsed, weighted);
-        statements.insert_entry.execute(params![
-            record.user,
-            (-due).micro(),
-            now,
-            reason.as_str(),
-            record.job_id,
-            gpu_type,
-            gpu_seconds as i64,
-            user.last_entry,
-        ])?;
-        user.last_entry = Some(tx.last_insert_rowid());
-        user.delta = user.delta.checked_sub(due).ok_or_else(|| out_of_range(&record.user, user.delta, -due))?;
-        match user.by_type.iter_mut().find(|(t, _)| t == gpu_type) {
-            Some((_, tokens)) => *tokens = *tokens + due,
-            None => user.by_type.push((gpu_type.clone(), due)),
+        if !(gpu_seconds == 0 && due == Tokens::ZERO) {
+            batch.charged = batch.charged + due;
         }
-        batch.entries += 1;
-        batch.charged = batch.charged + due;
-        charged_any = true;
     }
     Ok(charged_any)
 }
@@ -281,8 +319,8 @@ impl<'tx> Statements<'tx> {
                  WHERE job_id = ?1 AND run = ?2 AND gpu_type = ?3",
             )?,
             insert_entry: tx.prepare(
-                "INSERT INTO entries (user, kind, amount, at, actor, reason, job_id, gpu_type, gpu_seconds, prev_id)
-                 VALUES (?1, 'charge', ?2, ?3, 'gputokens', ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO entries (user, kind, amount, at, actor, reason, job_id, gpu_type, gpu_seconds, prev_id, member)
+                 VALUES (?1, 'charge', ?2, ?3, 'gputokens', ?4, ?5, ?6, ?7, ?8, ?9)",
             )?,
             reason: String::new(),
         })

@@ -21,6 +21,15 @@ pub enum LedgerError {
     ImportConflict(Vec<String>),
     #[error("'{name}' is not a user name: {why}")]
     BadUserName { name: String, why: &'static str },
+    #[error("'{name}' is not an account name: {why}")]
+    BadAccountName { name: String, why: &'static str },
+    #[error("account '{0}' has no token pool (accountd admin account add {0})")]
+    UnknownPool(String),
+    #[error("account '{0}' already has a token pool (accountd admin account set {0} changes its rules)")]
+    PoolExists(String),
+    /// A request that cannot be done as asked (e.g. a transfer of nothing).
+    #[error("{0}")]
+    Refused(String),
     /// A change that would take a balance beyond what the ledger can hold.
     #[error("{0}")]
     OutOfRange(String),
@@ -47,6 +56,10 @@ impl LedgerError {
             | LedgerError::NothingToRefund(_)
             | LedgerError::ImportConflict(_)
             | LedgerError::BadUserName { .. }
+            | LedgerError::BadAccountName { .. }
+            | LedgerError::UnknownPool(_)
+            | LedgerError::PoolExists(_)
+            | LedgerError::Refused(_)
             | LedgerError::NotYetSeen { .. }
             // The amount asked for (a grant, an adjustment) would take the balance out of range: a
             // smaller one goes through.

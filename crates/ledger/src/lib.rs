@@ -13,6 +13,7 @@ mod freed;
 mod history;
 mod meta;
 mod notify;
+mod pools;
 mod replenish;
 mod schema;
 mod statement;
@@ -35,6 +36,7 @@ pub use faults::GpuFault;
 pub use gputokens::entry::{Action, Entry, EntryKind};
 pub use gputokens::gpu_time::UsageRecord;
 pub use notify::{NewNotice, Notice};
+pub use pools::{MemberSpending, Pool, PoolChange};
 pub use replenish::Replenished;
 pub use schema::SchemaError;
 pub use statement::Issue;
@@ -44,6 +46,8 @@ pub use verify::Verification;
 pub struct Ledger {
     conn: Connection,
     rules: BucketRules,
+    /// Who pays for a job charged ([`gputokens::pools::payers`]); users until set.
+    pool_mode: gputokens::pools::PoolMode,
 }
 
 impl Ledger {
@@ -76,11 +80,20 @@ impl Ledger {
         // would fail at once instead of waiting its turn.
         conn.set_transaction_behavior(rusqlite::TransactionBehavior::Immediate);
         schema::migrate(&mut conn)?;
-        Ok(Ledger { conn, rules })
+        Ok(Ledger { conn, rules, pool_mode: Default::default() })
     }
 
     pub fn rules(&self) -> &BucketRules {
         &self.rules
+    }
+
+    /// Charges from now on go to whom `mode` says ([`gputokens::pools::payers`]).
+    pub fn set_pool_mode(&mut self, mode: gputokens::pools::PoolMode) {
+        self.pool_mode = mode;
+    }
+
+    pub fn pool_mode(&self) -> gputokens::pools::PoolMode {
+        self.pool_mode
     }
 }
 
@@ -88,3 +101,5 @@ impl Ledger {
 mod range_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod pool_tests;

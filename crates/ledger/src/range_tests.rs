@@ -15,6 +15,7 @@ fn record(job: &str, user: &str, milli: u64, elapsed: u64) -> UsageRecord {
     UsageRecord {
         job_id: job.into(),
         user: user.into(),
+        account: None,
         segment_start: 1_795_430_400,
         sluid: None,
         milli_gpus: BTreeMap::from([("a6000".to_string(), milli)]),

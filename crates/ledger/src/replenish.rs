@@ -21,7 +21,8 @@ impl Ledger {
     /// a later charge does not make it due again.
     pub fn replenish(&mut self, now: i64) -> Result<Replenished, LedgerError> {
         let today = local_date(now);
-        let rules = self.rules;
+        let user_rules = self.rules;
+        let pool_rules = super::pools::pool_rules(&self.conn)?;
         let tx = self.conn.transaction()?;
         let due: Vec<(String, String, i64)> = {
             let mut stmt =
@@ -31,6 +32,7 @@ impl Ledger {
         };
         let mut done = Replenished::default();
         for (user, through, balance) in due {
+            let rules = pool_rules.get(&user).unwrap_or(&user_rules);
             let mut balance = Tokens::from_micro(balance);
             let Ok(mut date) = through.parse::<chrono::NaiveDate>() else { continue };
             while date < today {

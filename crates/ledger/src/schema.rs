@@ -169,6 +169,37 @@ const MIGRATIONS: &[&str] = &[
         FROM job_charges;
      DROP TABLE job_charges;
      ALTER TABLE job_charges_v9 RENAME TO job_charges;",
+    // 10: token pools of Slurm accounts ([accounts]). A pool's balance and entries are those of a row
+    // of `users` named 'account <name>' (gputokens::pools::holder: no user name has a space), so
+    // replenishment, history, statements and verification treat it like any balance. `pools` holds
+    // its rules; a charge to a pool names the member whose job it was; what each member spent of a
+    // pool per month is summed as it is charged (the per-user limit reads it).
+    "CREATE TABLE pools (
+        account    TEXT    PRIMARY KEY,
+        initial    INTEGER NOT NULL,             -- micro-tokens, like every amount
+        daily      INTEGER NOT NULL,
+        monthly    INTEGER NOT NULL,
+        cap        INTEGER,                      -- NULL: none
+        floor      INTEGER NOT NULL,
+        user_limit INTEGER,                      -- what one member may spend per month; NULL: no limit
+        created    INTEGER NOT NULL
+     ) WITHOUT ROWID;
+     ALTER TABLE entries ADD COLUMN member TEXT;
+     CREATE TABLE pool_member_months (
+        account TEXT    NOT NULL,
+        user    TEXT    NOT NULL,
+        month   TEXT    NOT NULL,                -- local YYYY-MM
+        charged INTEGER NOT NULL,                -- micro-tokens
+        PRIMARY KEY (account, month, user)
+     ) WITHOUT ROWID;
+     -- What each balance (user or pool) paid for each job, so a refund goes back to whoever paid.
+     CREATE TABLE job_payments (
+        job_id  TEXT    NOT NULL,
+        holder  TEXT    NOT NULL,                -- users.name: a user or 'account <name>'
+        charged INTEGER NOT NULL,                -- micro-tokens
+        PRIMARY KEY (job_id, holder)
+     ) WITHOUT ROWID;
+     INSERT INTO job_payments SELECT job_id, user, SUM(charged) FROM job_charges GROUP BY job_id, user;",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

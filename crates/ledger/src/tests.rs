@@ -31,6 +31,7 @@ fn record(job: &str, user: &str, gpu_type: &str, gpus: u64, elapsed: u64) -> Usa
     UsageRecord {
         job_id: job.into(),
         user: user.into(),
+        account: None,
         segment_start: at("2026-11-30T08:00:00"),
         sluid: None,
         milli_gpus: BTreeMap::from([(gpu_type.to_string(), gpus * 1000)]),
@@ -461,7 +462,7 @@ fn verify_names_what_was_tampered_with() {
     let problems = l.verify().unwrap().problems;
     assert_eq!(problems.len(), 5, "{problems:#?}");
     assert_eq!(problems[0], "alice: balance 16 but the entries add up to 15");
-    assert_eq!(problems[1], "alice: charge entries total 85 but job_charges 84");
+    assert_eq!(problems[1], "alice: charge entries total 85 but job_payments 84");
     assert_eq!(problems[2], "alice: charge entries total 85 but usage_days 84");
     assert_eq!(problems[3], "dan: 2 entries but 1 reachable from the newest (prev_id chain)");
     assert_eq!(problems[4], "dan: charge entries total 1 but usage_days 0");
@@ -585,7 +586,7 @@ fn a_version_6_ledger_gains_the_freed_for_waiters_table() {
     );
     let mut l = Ledger::open(&path, rules()).unwrap();
     let version: i64 = l.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-    assert_eq!((version, schema::VERSION), (9, 9));
+    assert_eq!((version, schema::VERSION), (10, 10));
     assert_eq!(l.history("sam").unwrap().len(), 1);
     assert_eq!(l.actions(10).unwrap().len(), 1);
     assert_eq!(l.gpu_faults("gpu01").unwrap().len(), 1);

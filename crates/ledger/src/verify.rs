@@ -28,7 +28,7 @@ impl Ledger {
         let entries: usize = conn.query_row("SELECT COUNT(*) FROM entries", [], |r| r.get(0))?;
 
         // One row per user known to either table: balance, sum of entries, entries, entries on the
-        // chain, charges, job_charges, usage_days.
+        // chain, charges, job_payments, usage_days.
         let mut stmt = conn.prepare(
             "WITH RECURSIVE
                walk(user, id) AS (
@@ -43,7 +43,7 @@ impl Ledger {
                  SELECT user, SUM(amount) AS total, COUNT(*) AS n,
                         -SUM(CASE WHEN kind = 'charge' THEN amount ELSE 0 END) AS charged
                  FROM entries GROUP BY user),
-               progress AS (SELECT user, SUM(charged) AS charged FROM job_charges GROUP BY user),
+               progress AS (SELECT holder AS user, SUM(charged) AS charged FROM job_payments GROUP BY holder),
                usage AS (SELECT user, SUM(charged) AS charged FROM usage_days GROUP BY user),
                names AS (SELECT name AS user FROM users UNION SELECT user FROM entries)
              SELECT names.user, u.balance, COALESCE(s.total, 0), COALESCE(s.n, 0), COALESCE(c.n, 0),
@@ -82,7 +82,7 @@ impl Ledger {
                 problems.push(format!("{user}: {n} entries but {chained} reachable from the newest (prev_id chain)"));
             }
             if progress != charged {
-                problems.push(format!("{user}: charge entries total {} but job_charges {}", t(charged), t(progress)));
+                problems.push(format!("{user}: charge entries total {} but job_payments {}", t(charged), t(progress)));
             }
             if usage != charged {
                 problems.push(format!("{user}: charge entries total {} but usage_days {}", t(charged), t(usage)));

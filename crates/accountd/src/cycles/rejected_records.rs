@@ -90,6 +90,7 @@ mod tests {
         UsageRecord {
             job_id: job.into(),
             user: user.into(),
+            account: None,
             segment_start: 1_795_444_368,
             sluid: None,
             milli_gpus: [("a6000".to_string(), 1000)].into(),

@@ -107,7 +107,7 @@ fn killing_a_tick_midway_loses_and_doubles_nothing() {
     let entries: serde_json::Value = serde_json::from_str(&history).unwrap();
     let charges = entries["entries"].as_array().unwrap().iter().filter(|e| e["kind"] == "charge").count();
     assert_eq!(charges, jobs.len(), "one charge entry per job: {history}");
-    // Balances, history chains, job_charges and usage_days all still agree.
+    // Balances, history chains, job_payments and usage_days all still agree.
     victim.accountd(None, &["admin", "verify"]).ok();
 }
 

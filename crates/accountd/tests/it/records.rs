@@ -89,7 +89,7 @@ fn a_garbage_sacct_row_is_counted_and_the_others_are_charged() {
     // A row of garbage, and a row whose user no format can carry: each left out alone.
     slurm_with_extra_sacct_rows(
         bin.path(),
-        "garbage that is not a sacct row\n999999|mallory x|gres/gpu:a6000=1|60|1795444368|1795444428|COMPLETED|vm\n",
+        "garbage that is not a sacct row\n999999|mallory x|gputokens|gres/gpu:a6000=1|60|1795444368|1795444428|COMPLETED|vm\n",
     );
     let slurm = format!("[slurm]\nbin_dir = \"{}\"\n", bin.path().display());
     let tables = format!("{}[intervals]\ncharge = \"2s\"\n", LIVE.replacen("[slurm]\n", &slurm, 1));

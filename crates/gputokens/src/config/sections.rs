@@ -11,12 +11,14 @@ use super::values::{
     string, strings, web_url, whole, whole_from, whole_seconds, whole_seconds_or_off, xids,
 };
 use super::{
-    Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Config, Exempt, Health, HttpAccess, Intervals,
+    Accounts, Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Config, Exempt, Health, HttpAccess, Intervals,
     Notify, Paths, PreemptAction, Preemption, Problem, Prometheus, SlurmTools, UtilizationConfig, UtilizationSource,
     Web, DEFAULT_PROMETHEUS_JOB_LABEL, DEFAULT_PROMETHEUS_QUERY, DEFAULT_PROMETHEUS_TIMEOUT,
 };
 use crate::config::admission::OnError;
 use crate::config::admission::{Deprioritize, Mode, DEFAULT_NICE_INCREMENT, DEFAULT_SITE_FACTOR, MAX_NICE};
+use crate::policy::BucketRules;
+use crate::pools::PoolMode;
 use crate::pricing::PriceTable;
 use crate::tokens::Tokens;
 
@@ -30,30 +32,15 @@ const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:9817";
 /// The configuration `table` states, and its problems in the order found.
 pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
     let mut top = Section::top(table, path);
-    let initial = top.get("initial", DEFAULT_INITIAL, amount);
-    let daily = top.get("daily", DEFAULT_DAILY, non_negative_amount);
-    let monthly = top.get("monthly", DEFAULT_MONTHLY, non_negative_amount);
-    let floor = top.get("floor", DEFAULT_FLOOR, |v| {
-        let floor = amount(v)?;
-        if floor > Tokens::ZERO {
-            return Err(format!("must be 0 or below (got {})", number(v)?));
-        }
-        Ok(floor)
-    });
-    let cap = top.optional("cap", |v| {
-        let cap = amount(v)?;
-        if cap < Tokens::ZERO {
-            return Err(format!("must not be negative (got {cap})"));
-        }
-        Ok(cap)
-    });
-    let initial = match cap {
-        Some(cap) if initial > cap => {
-            top.problem("initial", format!("{initial} is above cap {cap}"), &format!("using {cap}"));
-            cap
-        }
-        _ => initial,
+    let defaults = BucketRules {
+        initial: DEFAULT_INITIAL,
+        daily: DEFAULT_DAILY,
+        monthly: DEFAULT_MONTHLY,
+        cap: None,
+        floor: DEFAULT_FLOOR,
     };
+    let user_rules = bucket(&mut top, defaults);
+    let BucketRules { initial, daily, monthly, cap, floor } = user_rules;
     let default_price = top.optional("default_price", non_negative_amount);
     let prices = top.table("prices", prices);
     let balances_public = top.get("balances_public", false, boolean);
@@ -100,6 +87,13 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
     let admission = top.table("admission", admission);
     let notify = top.table("notify", notify);
     let web = top.table("web", web);
+    let accounts = top.table("accounts", |s| Accounts {
+        mode: s.get("mode", PoolMode::default(), |v| {
+            let text = string(v)?;
+            PoolMode::parse(&text).ok_or_else(|| format!("must be \"user\", \"account\" or \"both\" (got {text:?})"))
+        }),
+        pool_defaults: bucket(s, user_rules),
+    });
 
     let config = Config {
         path: path.to_path_buf(),
@@ -126,8 +120,39 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
         admission,
         notify,
         web,
+        accounts,
     };
     (config, top.finish())
+}
+
+/// A bucket's rules (`initial`, `daily`, `monthly`, `cap`, `floor`) in `s`, each key not given `d`'s.
+fn bucket(s: &mut Section, d: BucketRules) -> BucketRules {
+    let initial = s.get("initial", d.initial, amount);
+    let daily = s.get("daily", d.daily, non_negative_amount);
+    let monthly = s.get("monthly", d.monthly, non_negative_amount);
+    let floor = s.get("floor", d.floor, |v| {
+        let floor = amount(v)?;
+        if floor > Tokens::ZERO {
+            return Err(format!("must be 0 or below (got {})", number(v)?));
+        }
+        Ok(floor)
+    });
+    let cap = s.optional("cap", |v| {
+        let cap = amount(v)?;
+        if cap < Tokens::ZERO {
+            return Err(format!("must not be negative (got {cap})"));
+        }
+        Ok(cap)
+    });
+    let cap = cap.or(d.cap);
+    let initial = match cap {
+        Some(cap) if initial > cap => {
+            s.problem("initial", format!("{initial} is above cap {cap}"), &format!("using {cap}"));
+            cap
+        }
+        _ => initial,
+    };
+    BucketRules { initial, daily, monthly, cap, floor }
 }
 
 /// GPU type (lowercased) → price per GPU-hour.

@@ -302,3 +302,9 @@ pub(super) fn header_name(value: &Value) -> Result<String, String> {
     }
     Ok(name)
 }
+
+impl Shown for crate::pools::PoolMode {
+    fn shown(&self) -> String {
+        format!("{:?}", self.as_str())
+    }
+}

@@ -75,6 +75,7 @@ mod tests {
         UsageRecord {
             job_id: "7".into(),
             user: user.into(),
+            account: None,
             segment_start: 1_795_444_368,
             sluid: None,
             milli_gpus: [("a6000".to_string(), milli)].into(),

@@ -10,9 +10,9 @@ use crate::time::parse_timestamp;
 use crate::tres::{parse_alloc_tres, Sharing};
 
 /// The columns to ask sacct for (`sacct -X -D -P -o ...`); any order works when parsing.
-pub const FIELDS: &str = "JobIDRaw,User,AllocTRES,ElapsedRaw,Start,End,State,NodeList";
+pub const FIELDS: &str = "JobIDRaw,User,Account,AllocTRES,ElapsedRaw,Start,End,State,NodeList";
 /// The same and each run's SLUID, from Slurm 25.11 (whose sacct knows the column).
-pub const FIELDS_WITH_SLUID: &str = "JobIDRaw,User,AllocTRES,ElapsedRaw,Start,End,State,NodeList,SLUID";
+pub const FIELDS_WITH_SLUID: &str = "JobIDRaw,User,Account,AllocTRES,ElapsedRaw,Start,End,State,NodeList,SLUID";
 
 /// States in which a job still holds its allocation: its row is not final.
 const ACTIVE_STATES: [&str; 3] = ["RUNNING", "SUSPENDED", "COMPLETING"];
@@ -49,6 +49,7 @@ struct Columns {
     count: usize,
     job: usize,
     user: usize,
+    account: Option<usize>,
     tres: usize,
     elapsed: usize,
     start: usize,
@@ -75,6 +76,7 @@ pub fn parse(text: &str, sharing: Sharing) -> Result<Parsed, SacctError> {
         count: header.split('|').count(),
         job: col("JobIDRaw")?,
         user: col("User")?,
+        account: col("Account").ok(),
         tres: col("AllocTRES")?,
         elapsed: col("ElapsedRaw")?,
         start: col("Start")?,
@@ -146,6 +148,7 @@ fn row(line: &str, columns: &Columns, sharing: Sharing) -> Result<Row, (Reason, 
     let record = UsageRecord {
         job_id: job_id.to_string(),
         user: user.to_string(),
+        account: columns.account.map(|i| fields[i].trim().to_string()).filter(|a| !a.is_empty()),
         segment_start,
         sluid: columns.sluid.and_then(|i| super::sluid::parse(fields[i].trim())),
         milli_gpus: gpus.milli_by_type(UNTYPED, sharing),

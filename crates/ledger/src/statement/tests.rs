@@ -32,6 +32,7 @@ fn record(job: &str, user: &str, gpu_type: &str, gpus: u64, elapsed: u64) -> Usa
     UsageRecord {
         job_id: job.into(),
         user: user.into(),
+        account: None,
         segment_start: at("2026-12-01T08:00:00"),
         sluid: None,
         milli_gpus: BTreeMap::from([(gpu_type.to_string(), gpus * 1000)]),

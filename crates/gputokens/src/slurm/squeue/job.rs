@@ -51,6 +51,7 @@ impl QueueJob {
         UsageRecord {
             job_id: self.job_id.clone(),
             user: self.user.clone(),
+            account: Some(self.account.clone()).filter(|a| !a.is_empty()),
             segment_start: self.start_time,
             sluid: self.sluid.clone(),
             milli_gpus: self.alloc.milli_by_type(crate::slurm::sacct::UNTYPED, sharing),

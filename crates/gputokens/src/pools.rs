@@ -1,0 +1,120 @@
+//! Token pools of Slurm accounts (a lab, a project, a course) beside each user's own bucket: which
+//! the site uses (`[accounts] mode`), how a pool is named in the ledger, and who pays for a job.
+
+/// What holds tokens at a site.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolMode {
+    /// Every user has a bucket; accounts hold nothing (what a site had before pools).
+    #[default]
+    User,
+    /// A job under an account with a pool is paid by the pool; any other job by its user.
+    Account,
+    /// A job under an account with a pool is paid by the pool and by its user's own bucket: both must
+    /// have tokens (the user's bucket then limits each person across all the accounts they use).
+    Both,
+}
+
+impl PoolMode {
+    pub fn parse(text: &str) -> Option<PoolMode> {
+        match text {
+            "user" => Some(PoolMode::User),
+            "account" => Some(PoolMode::Account),
+            "both" => Some(PoolMode::Both),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoolMode::User => "user",
+            PoolMode::Account => "account",
+            PoolMode::Both => "both",
+        }
+    }
+}
+
+/// Who pays for a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Payers<'a> {
+    /// The user's own bucket.
+    pub user: bool,
+    /// The account whose pool pays.
+    pub pool: Option<&'a str>,
+}
+
+/// Who pays for a job of `account` (None: the job's account is not known) under `mode`, where
+/// `has_pool` says which accounts hold a pool.
+pub fn payers<'a>(mode: PoolMode, account: Option<&'a str>, has_pool: impl Fn(&str) -> bool) -> Payers<'a> {
+    let pool = match mode {
+        PoolMode::User => None,
+        PoolMode::Account | PoolMode::Both => account.filter(|a| has_pool(a)),
+    };
+    let user = pool.is_none() || mode == PoolMode::Both;
+    Payers { user, pool }
+}
+
+/// Prefix of a pool's row among the ledger's balances. User names never contain whitespace
+/// ([`crate::user_name`]), so a pool's row can never be taken for a user's, nor the other way round.
+const HOLDER_PREFIX: &str = "account ";
+
+/// The ledger's name for `account`'s pool: `account lab`.
+pub fn holder(account: &str) -> String {
+    format!("{HOLDER_PREFIX}{account}")
+}
+
+/// The account whose pool a ledger name is; None for a user.
+pub fn account_of(holder: &str) -> Option<&str> {
+    holder.strip_prefix(HOLDER_PREFIX)
+}
+
+/// Why `name` cannot be a Slurm account with a pool, or None when it can. Slurm keeps account names
+/// lower-case; the formats that carry them split at whitespace, `|` and `,`.
+pub fn account_name_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("it is empty")
+    } else if name.len() > crate::user_name::MAX_BYTES {
+        Some("it is longer than 255 bytes")
+    } else if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        Some("it contains whitespace or a control character")
+    } else if name.contains(['|', ',', ':']) {
+        Some("it contains '|', ',' or ':'")
+    } else if name.chars().any(|c| c.is_uppercase()) {
+        Some("it has upper-case letters (Slurm keeps account names lower-case)")
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn who_pays_in_each_mode() {
+        let lab = |a: &str| a == "lab";
+        assert_eq!(payers(PoolMode::User, Some("lab"), lab), Payers { user: true, pool: None });
+        assert_eq!(payers(PoolMode::Account, Some("lab"), lab), Payers { user: false, pool: Some("lab") });
+        assert_eq!(payers(PoolMode::Account, Some("ops"), lab), Payers { user: true, pool: None }, "no pool");
+        assert_eq!(payers(PoolMode::Account, None, lab), Payers { user: true, pool: None });
+        assert_eq!(payers(PoolMode::Both, Some("lab"), lab), Payers { user: true, pool: Some("lab") });
+        assert_eq!(payers(PoolMode::Both, Some("ops"), lab), Payers { user: true, pool: None });
+    }
+
+    #[test]
+    fn a_pool_is_never_a_user() {
+        assert_eq!(account_of(&holder("lab")), Some("lab"));
+        assert_eq!(account_of("alice"), None);
+        assert!(crate::user_name::problem(&holder("lab")).is_some(), "no user name has a space");
+        assert_eq!(PoolMode::parse("both"), Some(PoolMode::Both));
+        assert_eq!(PoolMode::parse("Users"), None);
+    }
+
+    #[test]
+    fn account_names() {
+        assert_eq!(account_name_problem("lab-2"), None);
+        for bad in ["", "a b", "a|b", "a,b", "a:b", "Lab"] {
+            assert!(account_name_problem(bad).is_some(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Token pools of Slurm accounts: who pays in each mode, the pool's own rules, what members spent,
+//! transfers, refunds to whoever paid, and mode switches that lose and double nothing.
+
+use std::collections::BTreeMap;
+
+use super::*;
+use gputokens::pools::{holder, PoolMode};
+use gputokens::pricing::PriceTable;
+use gputokens::time::parse_timestamp;
+use gputokens::tokens::Tokens;
+
+fn at(text: &str) -> i64 {
+    parse_timestamp(text).unwrap()
+}
+
+fn prices() -> PriceTable {
+    let p = [("rtx2080", 500_000), ("rtx3090", 1_000_000), ("a6000", 4_000_000)];
+    PriceTable::new(p.iter().map(|(t, m)| (t.to_string(), Tokens::from_micro(*m))).collect(), None)
+}
+
+fn job(id: &str, user: &str, account: &str, gpu_type: &str, gpus: u64, elapsed: u64) -> UsageRecord {
+    UsageRecord {
+        job_id: id.into(),
+        user: user.into(),
+        account: Some(account.into()),
+        segment_start: at("2026-11-30T08:00:00"),
+        sluid: None,
+        milli_gpus: BTreeMap::from([(gpu_type.to_string(), gpus * 1000)]),
+        elapsed,
+        weight_permille: 1000,
+    }
+}
+
+fn pool_rules() -> BucketRules {
+    BucketRules { initial: Tokens::whole(100), daily: Tokens::ZERO, monthly: Tokens::whole(30), cap: None, floor: Tokens::whole(-10) }
+}
+
+fn ledger(dir: &tempfile::TempDir, mode: PoolMode) -> Ledger {
+    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    l.set_pool_mode(mode);
+    l.add_pool("lab", pool_rules(), None, "root", at("2026-11-29T12:00:00")).unwrap();
+    l
+}
+
+fn balance(l: &Ledger, name: &str) -> Tokens {
+    l.account(name).unwrap().map_or(Tokens::whole(-999), |a| a.balance)
+}
+
+#[test]
+fn the_seed_example_per_account_leaves_the_pool_at_46() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = ledger(&dir, PoolMode::Account);
+    let records = [
+        job("1", "alice", "lab", "rtx2080", 8, 5 * 3600),
+        job("2", "bob", "lab", "rtx3090", 4, 10 * 3600),
+        job("3", "alice", "lab", "a6000", 2, 3 * 3600),
+    ];
+    l.charge(&records, &prices(), at("2026-11-30T20:00:00")).unwrap();
+    assert_eq!(balance(&l, &holder("lab")), Tokens::whole(16));
+    assert_eq!(l.account("alice").unwrap(), None, "alice's own bucket was never touched");
+    l.replenish(at("2026-12-01T00:30:00")).unwrap();
+    assert_eq!(balance(&l, &holder("lab")), Tokens::whole(46), "100 − 84 + 30 on the 1st, no daily");
+    assert_eq!(l.pools().unwrap()[0].balance, Tokens::whole(46));
+    let spent = l.member_spending("2026-11").unwrap();
+    let by_member: Vec<_> = spent.iter().map(|s| (s.user.as_str(), s.spent)).collect();
+    assert_eq!(by_member, vec![("alice", Tokens::whole(44)), ("bob", Tokens::whole(40))]);
+    let history = l.history(&holder("lab")).unwrap();
+    assert!(history.iter().any(|e| e.kind == EntryKind::Charge && e.job_id.as_deref() == Some("2")));
+    assert_eq!(l.verify().unwrap().problems, Vec::<String>::new());
+    // A second cycle of the same records adds nothing.
+    let again = l.charge(&records, &prices(), at("2026-12-01T01:00:00")).unwrap();
+    assert_eq!(again.entries, 0);
+}
+
+#[test]
+fn who_pays_follows_the_mode_and_the_account() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = ledger(&dir, PoolMode::User);
+    let now = at("2026-11-30T20:00:00");
+    l.charge(&[job("1", "alice", "lab", "rtx3090", 1, 3600)], &prices(), now).unwrap();
+    assert_eq!((balance(&l, "alice"), balance(&l, &holder("lab"))), (Tokens::whole(99), Tokens::whole(100)));
+    l.set_pool_mode(PoolMode::Account);
+    l.charge(&[job("2", "alice", "lab", "rtx3090", 1, 3600)], &prices(), now).unwrap();
+    l.charge(&[job("3", "alice", "ops", "rtx3090", 1, 3600)], &prices(), now).unwrap();
+    assert_eq!(balance(&l, &holder("lab")), Tokens::whole(99), "lab paid job 2");
+    assert_eq!(balance(&l, "alice"), Tokens::whole(98), "ops has no pool: alice paid job 3");
+    l.set_pool_mode(PoolMode::Both);
+    let out = l.charge(&[job("4", "alice", "lab", "rtx3090", 1, 3600)], &prices(), now).unwrap();
+    assert_eq!((balance(&l, "alice"), balance(&l, &holder("lab"))), (Tokens::whole(97), Tokens::whole(98)));
+    assert_eq!((out.entries, out.charged), (2, Tokens::whole(1)), "two entries, one GPU-hour's cost");
+    assert_eq!(out.by_user_type.keys().map(|(u, _)| u.as_str()).collect::<Vec<_>>(), ["alice"], "no pool as a user");
+    assert!(l.accounts().unwrap().iter().all(|a| a.user == "alice"), "pools are not users");
+}
+
+#[test]
+fn a_mode_switch_under_a_running_job_charges_it_once_in_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = ledger(&dir, PoolMode::User);
+    let now = at("2026-11-30T20:00:00");
+    l.charge(&[job("7", "alice", "lab", "a6000", 1, 1800)], &prices(), now).unwrap();
+    l.set_pool_mode(PoolMode::Account);
+    l.charge(&[job("7", "alice", "lab", "a6000", 1, 3600)], &prices(), now + 1800).unwrap();
+    l.set_pool_mode(PoolMode::User);
+    l.charge(&[job("7", "alice", "lab", "a6000", 1, 5400)], &prices(), now + 3600).unwrap();
+    let alice = Tokens::whole(100) - balance(&l, "alice");
+    let lab = Tokens::whole(100) - balance(&l, &holder("lab"));
+    assert_eq!((alice, lab), (Tokens::whole(4), Tokens::whole(2)), "1.5 h × 4 = 6: 2 + 2 by alice, 2 by lab");
+    // The refund goes back to whoever paid, each once.
+    l.refund_job("7", "root", "node failure", now + 4000).unwrap();
+    assert_eq!((balance(&l, "alice"), balance(&l, &holder("lab"))), (Tokens::whole(100), Tokens::whole(100)));
+    assert!(l.refund_job("7", "root", "again", now + 4001).is_err());
+    assert_eq!(l.verify().unwrap().problems, Vec::<String>::new());
+}
+
+#[test]
+fn pool_rules_change_audited_and_replenish_by_the_pools_own_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = ledger(&dir, PoolMode::Account);
+    let change = PoolChange { daily: Some(Tokens::whole(5)), user_limit: Some(Some(Tokens::whole(10))), ..Default::default() };
+    let pool = l.set_pool("lab", &change, "root", at("2026-11-29T13:00:00")).unwrap();
+    assert_eq!((pool.rules.daily, pool.user_limit), (Tokens::whole(5), Some(Tokens::whole(10))));
+    let audit = l.history(&holder("lab")).unwrap();
+    assert!(audit.last().unwrap().reason.contains("+0/day") && audit.last().unwrap().reason.contains("+5/day"));
+    assert_eq!(audit.last().unwrap().actor, "root");
+    l.ensure_user("alice", at("2026-11-29T13:00:00")).unwrap();
+    l.replenish(at("2026-11-30T00:30:00")).unwrap();
+    assert_eq!(balance(&l, &holder("lab")), Tokens::whole(105), "the pool's +5");
+    assert_eq!(balance(&l, "alice"), Tokens::whole(101), "the user's +1");
+    assert!(matches!(l.add_pool("lab", pool_rules(), None, "root", 0), Err(LedgerError::PoolExists(_))));
+    assert!(matches!(l.set_pool("nope", &change, "root", 0), Err(LedgerError::UnknownPool(_))));
+    assert!(matches!(l.add_pool("a b", pool_rules(), None, "root", 0), Err(LedgerError::BadAccountName { .. })));
+}
+
+#[test]
+fn a_transfer_moves_both_sides_or_neither_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = ledger(&dir, PoolMode::Account);
+    let now = at("2026-11-30T10:00:00");
+    l.add_pool("course", pool_rules(), None, "root", now).unwrap();
+    let (lab, course) = (holder("lab"), holder("course"));
+    assert_eq!(l.transfer(&lab, &course, Tokens::whole(30), "carol", "lab helps", "t1", now).unwrap(), Applied::Added);
+    assert_eq!(l.transfer(&lab, &course, Tokens::whole(30), "carol", "lab helps", "t1", now).unwrap(), Applied::AlreadyRecorded);
+    assert_eq!((balance(&l, &lab), balance(&l, &course)), (Tokens::whole(70), Tokens::whole(130)));
+    assert!(l.transfer(&lab, &holder("nowhere"), Tokens::whole(1), "carol", "x", "t2", now).is_err());
+    assert_eq!(balance(&l, &lab), Tokens::whole(70), "the failed transfer took nothing");
+    assert!(l.transfer(&lab, &course, Tokens::ZERO, "carol", "x", "t3", now).is_err());
+    assert_eq!(l.verify().unwrap().problems, Vec::<String>::new());
+}

@@ -1,0 +1,256 @@
+//! Token pools of Slurm accounts: their rules, what their members spent per month, and transfers
+//! between balances. A pool's balance and entries are a `users` row named by
+//! [`gputokens::pools::holder`], so everything that reads balances reads pools too.
+
+use std::collections::HashMap;
+
+use rusqlite::{params, OptionalExtension, Transaction};
+
+use gputokens::entry::EntryKind;
+use gputokens::policy::BucketRules;
+use gputokens::pools::{account_name_problem, holder};
+use gputokens::time::local_date;
+use gputokens::tokens::Tokens;
+
+use super::accounts::{ensure_user, insert_entry, Applied, NewEntry};
+use super::{Ledger, LedgerError};
+
+/// An account's pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pool {
+    pub account: String,
+    pub rules: BucketRules,
+    /// What one member may spend of it per calendar month; None: no limit.
+    pub user_limit: Option<Tokens>,
+    pub balance: Tokens,
+    pub created: i64,
+}
+
+/// A change of a pool's rules: each field given replaces the pool's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolChange {
+    pub daily: Option<Tokens>,
+    pub monthly: Option<Tokens>,
+    /// Some(None) removes the cap.
+    pub cap: Option<Option<Tokens>>,
+    pub floor: Option<Tokens>,
+    /// Some(None) removes the limit.
+    pub user_limit: Option<Option<Tokens>>,
+}
+
+/// What a member spent of a pool in a month.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberSpending {
+    pub account: String,
+    pub user: String,
+    pub spent: Tokens,
+}
+
+const POOL_COLUMNS: &str = "p.account, p.initial, p.daily, p.monthly, p.cap, p.floor, p.user_limit, p.created, u.balance";
+
+fn pool_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Pool> {
+    let tokens = |i: usize| r.get::<_, i64>(i).map(Tokens::from_micro);
+    let optional = |i: usize| r.get::<_, Option<i64>>(i).map(|v| v.map(Tokens::from_micro));
+    Ok(Pool {
+        account: r.get(0)?,
+        rules: BucketRules { initial: tokens(1)?, daily: tokens(2)?, monthly: tokens(3)?, cap: optional(4)?, floor: tokens(5)? },
+        user_limit: optional(6)?,
+        created: r.get(7)?,
+        balance: tokens(8)?,
+    })
+}
+
+impl Ledger {
+    /// Creates `account`'s pool with `rules` (its initial balance granted now) and, audited as an
+    /// entry of the pool, who made it. An existing pool is an error: its rules change with
+    /// [`Ledger::set_pool`].
+    pub fn add_pool(
+        &mut self,
+        account: &str,
+        rules: BucketRules,
+        user_limit: Option<Tokens>,
+        actor: &str,
+        now: i64,
+    ) -> Result<Pool, LedgerError> {
+        if let Some(why) = account_name_problem(account) {
+            return Err(LedgerError::BadAccountName { name: account.escape_debug().to_string(), why });
+        }
+        let tx = self.conn.transaction()?;
+        let added = tx.execute(
+            "INSERT INTO pools (account, initial, daily, monthly, cap, floor, user_limit, created)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (account) DO NOTHING",
+            params![
+                account,
+                rules.initial.micro(),
+                rules.daily.micro(),
+                rules.monthly.micro(),
+                rules.cap.map(Tokens::micro),
+                rules.floor.micro(),
+                user_limit.map(Tokens::micro),
+                now
+            ],
+        )?;
+        if added == 0 {
+            return Err(LedgerError::PoolExists(account.to_string()));
+        }
+        ensure_user(&tx, &rules, &holder(account), now)?;
+        let audit = NewEntry::new(
+            &holder(account),
+            EntryKind::Adjust,
+            Tokens::ZERO,
+            now,
+            actor,
+            &format!("pool created: {}", describe_rules(&rules, user_limit)),
+            format!("pool:{account}:created"),
+        );
+        insert_entry(&tx, &audit)?;
+        tx.commit()?;
+        self.pool(account)?.ok_or_else(|| LedgerError::UnknownPool(account.to_string()))
+    }
+
+    /// Changes a pool's rules; the change is an entry of the pool (amount 0) naming what changed.
+    pub fn set_pool(&mut self, account: &str, change: &PoolChange, actor: &str, now: i64) -> Result<Pool, LedgerError> {
+        let before = self.pool(account)?.ok_or_else(|| LedgerError::UnknownPool(account.to_string()))?;
+        let mut rules = before.rules;
+        let mut user_limit = before.user_limit;
+        rules.daily = change.daily.unwrap_or(rules.daily);
+        rules.monthly = change.monthly.unwrap_or(rules.monthly);
+        rules.cap = change.cap.unwrap_or(rules.cap);
+        rules.floor = change.floor.unwrap_or(rules.floor);
+        user_limit = change.user_limit.unwrap_or(user_limit);
+        let (was, now_is) = (describe_rules(&before.rules, before.user_limit), describe_rules(&rules, user_limit));
+        if was == now_is {
+            return Ok(before);
+        }
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "UPDATE pools SET daily = ?2, monthly = ?3, cap = ?4, floor = ?5, user_limit = ?6 WHERE account = ?1",
+            params![
+                account,
+                rules.daily.micro(),
+                rules.monthly.micro(),
+                rules.cap.map(Tokens::micro),
+                rules.floor.micro(),
+                user_limit.map(Tokens::micro)
+            ],
+        )?;
+        // Unkeyed: the same change made twice is recorded twice, as it was made twice.
+        tx.execute(
+            "INSERT INTO entries (user, kind, amount, at, actor, reason, prev_id)
+             VALUES (?1, 'adjust', 0, ?2, ?3, ?4, (SELECT last_entry FROM users WHERE name = ?1))",
+            params![holder(account), now, actor, format!("pool rules changed: {was} → {now_is}")],
+        )?;
+        let id = tx.last_insert_rowid();
+        tx.execute("UPDATE users SET last_entry = ?2 WHERE name = ?1", params![holder(account), id])?;
+        tx.commit()?;
+        self.pool(account)?.ok_or_else(|| LedgerError::UnknownPool(account.to_string()))
+    }
+
+    pub fn pool(&self, account: &str) -> Result<Option<Pool>, LedgerError> {
+        let sql = format!("SELECT {POOL_COLUMNS} FROM pools p JOIN users u ON u.name = 'account ' || p.account WHERE p.account = ?1");
+        Ok(self.conn.prepare_cached(&sql)?.query_row([account], pool_row).optional()?)
+    }
+
+    /// Every pool, by account name.
+    pub fn pools(&self) -> Result<Vec<Pool>, LedgerError> {
+        let sql = format!(
+            "SELECT {POOL_COLUMNS} FROM pools p JOIN users u ON u.name = 'account ' || p.account ORDER BY p.account"
+        );
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map([], pool_row)?.collect::<Result<_, _>>()?;
+        Ok(rows)
+    }
+
+    /// What each member spent of each pool in `month` (YYYY-MM).
+    pub fn member_spending(&self, month: &str) -> Result<Vec<MemberSpending>, LedgerError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT account, user, charged FROM pool_member_months WHERE month = ?1 ORDER BY account, user",
+        )?;
+        let rows = stmt
+            .query_map([month], |r| {
+                Ok(MemberSpending { account: r.get(0)?, user: r.get(1)?, spent: Tokens::from_micro(r.get(2)?) })
+            })?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
+    }
+
+    /// Moves `amount` from one balance to another (users' names or pools' holders) in one
+    /// transaction: two entries under `key` (`KEY:from`, `KEY:to`), both or neither. A key used
+    /// before moves nothing again.
+    #[allow(clippy::too_many_arguments)]
+    pub fn transfer(
+        &mut self,
+        from: &str,
+        to: &str,
+        amount: Tokens,
+        actor: &str,
+        reason: &str,
+        key: &str,
+        now: i64,
+    ) -> Result<Applied, LedgerError> {
+        if amount <= Tokens::ZERO {
+            return Err(LedgerError::Refused(format!("a transfer moves a positive amount (got {amount})")));
+        }
+        if from == to {
+            return Err(LedgerError::Refused("a transfer needs two different balances".into()));
+        }
+        let rules = self.rules;
+        let pool_rules = pool_rules(&self.conn)?;
+        let tx = self.conn.transaction()?;
+        for name in [from, to] {
+            ensure_user(&tx, pool_rules.get(name).unwrap_or(&rules), name, now)?;
+        }
+        let out = NewEntry::new(from, EntryKind::Adjust, -amount, now, actor, &format!("transfer to {to}: {reason}"), format!("{key}:from"));
+        let into = NewEntry::new(to, EntryKind::Adjust, amount, now, actor, &format!("transfer from {from}: {reason}"), format!("{key}:to"));
+        let applied = insert_entry(&tx, &out)?;
+        if applied == Applied::Added {
+            insert_entry(&tx, &into)?;
+        }
+        tx.commit()?;
+        Ok(applied)
+    }
+}
+
+/// Each pool's rules by its holder name.
+pub(crate) fn pool_rules(conn: &rusqlite::Connection) -> Result<HashMap<String, BucketRules>, LedgerError> {
+    let mut stmt = conn.prepare_cached("SELECT account, initial, daily, monthly, cap, floor FROM pools")?;
+    let rows = stmt.query_map([], |r| {
+        let tokens = |i: usize| r.get::<_, i64>(i).map(Tokens::from_micro);
+        let rules = BucketRules {
+            initial: tokens(1)?,
+            daily: tokens(2)?,
+            monthly: tokens(3)?,
+            cap: r.get::<_, Option<i64>>(4)?.map(Tokens::from_micro),
+            floor: tokens(5)?,
+        };
+        Ok((holder(&r.get::<_, String>(0)?), rules))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Adds what `user` spent of `account`'s pool to the month of `now`.
+pub(crate) fn add_member_spending(
+    tx: &Transaction<'_>,
+    account: &str,
+    user: &str,
+    spent: Tokens,
+    now: i64,
+) -> Result<(), LedgerError> {
+    let month = local_date(now).format("%Y-%m").to_string();
+    tx.prepare_cached(
+        "INSERT INTO pool_member_months (account, user, month, charged) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT DO UPDATE SET charged = charged + excluded.charged RETURNING charged",
+    )?
+    .query_row(params![account, user, month, spent.micro()], |r| r.get::<_, i64>(0))?;
+    Ok(())
+}
+
+/// `initial 100, +1/day, +30/month, floor -10, no cap, no per-user limit`.
+fn describe_rules(rules: &BucketRules, user_limit: Option<Tokens>) -> String {
+    let cap = rules.cap.map_or("no cap".to_string(), |c| format!("cap {c}"));
+    let limit = user_limit.map_or("no per-user limit".to_string(), |l| format!("per-user limit {l}/month"));
+    format!(
+        "initial {}, +{}/day, +{}/month, floor {}, {cap}, {limit}",
+        rules.initial, rules.daily, rules.monthly, rules.floor
+    )
+}
