@@ -29,7 +29,8 @@ impl Resources {
                 config.slurm_user, caller.name
             )));
         }
-        let ledger = Ledger::open(&config.paths.ledger, (&config).into())?;
+        let mut ledger = Ledger::open(&config.paths.ledger, (&config).into())?;
+        ledger.set_pool_mode(config.accounts.mode);
         Ok(Resources::new(config, ledger))
     }
 

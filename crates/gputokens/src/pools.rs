@@ -54,6 +54,19 @@ pub fn payers<'a>(mode: PoolMode, account: Option<&'a str>, has_pool: impl Fn(&s
     Payers { user, pool }
 }
 
+/// A pool as the job_submit plugin decides from it (the snapshot's `pool`, `coordinators` and
+/// `spent` lines).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolStanding {
+    pub balance: crate::tokens::Tokens,
+    /// The pool's rules; no cap (the plugin never replenishes).
+    pub rules: crate::policy::BucketRules,
+    /// What one member may spend of it per month.
+    pub user_limit: Option<crate::tokens::Tokens>,
+    /// Its Slurm coordinators (and those of the accounts above it): whom its members ask for tokens.
+    pub coordinators: Vec<String>,
+}
+
 /// Prefix of a pool's row among the ledger's balances. User names never contain whitespace
 /// ([`crate::user_name`]), so a pool's row can never be taken for a user's, nor the other way round.
 const HOLDER_PREFIX: &str = "account ";

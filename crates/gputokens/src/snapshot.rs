@@ -18,6 +18,13 @@
 //! committed alice 2000 16000000
 //! pending 41 1 1 1 3600 1000 4000000
 //! pending 42 2 8 1 86400
+//! pool_mode account
+//! pool lab 46000000 -10000000 0 30000000 10000000
+//! coordinators lab carol
+//! pending_account 41 lab
+//! spent_month 2026-11
+//! spent lab alice 4000000
+//! member alice lab,course
 //! ```
 //! Amounts are micro-tokens, times seconds. A user not listed has not been seen yet and stands at
 //! `initial`. The lines after the users serve the admission limits: GPU sharing (shards and MPS units
@@ -26,7 +33,9 @@
 //! (milli-GPUs, micro-tokens) when squeue was read at `queue`; then every pending job that squeue
 //! showed (job ID, nodes, tasks, array tasks, the seconds counted for it, and for a GPU job its
 //! milli-GPUs and maximum cost), so the plugin can judge an update of it: a job not listed is
-//! unknown (e.g. submitted since the read) and treated as a possible GPU job.
+//! unknown (e.g. submitted since the read) and treated as a possible GPU job. With pools
+//! (`[accounts] mode` not "user"): each pool (balance, floor, daily, monthly, per-user limit or `-`),
+//! its coordinators, what each member spent of it in `spent_month`, and each user's accounts.
 //! [`parse`] reads it back: the magic line first, every header key once, users once each; lines
 //! with other keywords are skipped, so a later writer may add keys without breaking older readers.
 
@@ -37,6 +46,7 @@ use std::path::Path;
 
 use crate::estimate::{Commitment, PendingJob};
 use crate::policy::BucketRules;
+use crate::pools::{PoolMode, PoolStanding};
 use crate::pricing::PriceTable;
 use crate::slurm::partitions::Partition;
 use crate::tokens::Tokens;
@@ -52,6 +62,8 @@ pub struct QueueSummary {
     pub committed: HashMap<String, Commitment>,
     /// The pending jobs squeue showed, by job ID.
     pub pending: BTreeMap<u32, PendingJob>,
+    /// With pools: the account of each pending GPU job (an update without `account=` stays in it).
+    pub pending_accounts: BTreeMap<u32, String>,
 }
 
 pub fn render(snap: &Snapshot) -> String {
@@ -99,7 +111,41 @@ pub fn render(snap: &Snapshot) -> String {
             out.push('\n');
         }
     }
+    render_pools(snap, &mut out);
     out
+}
+
+fn render_pools(snap: &Snapshot, out: &mut String) {
+    if snap.pool_mode == PoolMode::User {
+        return;
+    }
+    out.push_str(&format!("pool_mode {}\n", snap.pool_mode.as_str()));
+    for (account, p) in snap.pools.iter().collect::<BTreeMap<_, _>>() {
+        let limit = p.user_limit.map_or("-".to_string(), |l| l.micro().to_string());
+        let r = &p.rules;
+        out.push_str(&format!(
+            "pool {account} {} {} {} {} {limit}\n",
+            p.balance.micro(),
+            r.floor.micro(),
+            r.daily.micro(),
+            r.monthly.micro()
+        ));
+        if !p.coordinators.is_empty() {
+            out.push_str(&format!("coordinators {account} {}\n", p.coordinators.join(",")));
+        }
+    }
+    for (id, account) in snap.queue.iter().flat_map(|q| &q.pending_accounts) {
+        out.push_str(&format!("pending_account {id} {account}\n"));
+    }
+    if let Some(month) = &snap.spent_month {
+        out.push_str(&format!("spent_month {month}\n"));
+        for ((account, user), spent) in snap.spent.iter().collect::<BTreeMap<_, _>>() {
+            out.push_str(&format!("spent {account} {user} {}\n", spent.micro()));
+        }
+    }
+    for (user, accounts) in snap.user_accounts.iter().collect::<BTreeMap<_, _>>() {
+        out.push_str(&format!("member {user} {}\n", accounts.join(",")));
+    }
 }
 
 /// Writes next to `path`, fsyncs, then renames over it: a reader sees the old or the new file, never
@@ -165,6 +211,15 @@ pub struct Snapshot {
     pub default_accounts: HashMap<String, String>,
     /// None until accountd has read squeue (or when it could not).
     pub queue: Option<QueueSummary>,
+    /// What holds tokens; pools, what members spent and users' accounts only when not `User`.
+    pub pool_mode: PoolMode,
+    pub pools: HashMap<String, PoolStanding>,
+    /// The local month (YYYY-MM) `spent` is of.
+    pub spent_month: Option<String>,
+    /// (account, user) → what the user's jobs took from the account's pool in `spent_month`.
+    pub spent: HashMap<(String, String), Tokens>,
+    /// Each user's Slurm accounts (their associations), for "submit under another account".
+    pub user_accounts: HashMap<String, Vec<String>>,
 }
 
 impl Snapshot {
@@ -179,6 +234,11 @@ impl Snapshot {
             partitions: Vec::new(),
             default_accounts: HashMap::new(),
             queue: None,
+            pool_mode: PoolMode::User,
+            pools: HashMap::new(),
+            spent_month: None,
+            spent: HashMap::new(),
+            user_accounts: HashMap::new(),
         }
     }
 
@@ -211,6 +271,7 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
     let (mut prices, mut default_price) = (BTreeMap::new(), None);
     let mut committed = HashMap::new();
     let mut pending = BTreeMap::new();
+    let mut pending_accounts = BTreeMap::new();
     for (i, line) in lines {
         let line = line.trim_end();
         if line.is_empty() {
@@ -256,6 +317,60 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
                 let account = words.next("account")?.to_string();
                 words.end()?;
                 snap.default_accounts.insert(user, account);
+            }
+            "pool_mode" => {
+                let mode = words.next("mode")?;
+                snap.pool_mode = PoolMode::parse(mode).ok_or_else(|| words.bad(format!("unknown pool mode '{mode}'")))?;
+                words.end()?;
+            }
+            "pool" => {
+                let account = words.next("account")?.to_string();
+                let t = |n| Tokens::from_micro(n);
+                let (balance, floor) = (t(words.number("balance")?), t(words.number("floor")?));
+                let (daily, monthly) = (t(words.number("daily")?), t(words.number("monthly")?));
+                let user_limit = match words.next("per-user limit")? {
+                    "-" => None,
+                    n => Some(t(n.parse().map_err(|_| words.bad(format!("per-user limit '{n}' is not a number")))?)),
+                };
+                words.end()?;
+                let rules = BucketRules { initial: Tokens::ZERO, daily, monthly, cap: None, floor };
+                let standing = PoolStanding { balance, rules, user_limit, coordinators: Vec::new() };
+                if snap.pools.insert(account.clone(), standing).is_some() {
+                    return Err(words.bad(format!("pool '{account}' is listed twice")));
+                }
+            }
+            "coordinators" => {
+                let account = words.next("account")?;
+                let names = words.next("coordinators")?.split(',').map(str::to_string).collect();
+                words.end()?;
+                match snap.pools.get_mut(account) {
+                    Some(pool) => pool.coordinators = names,
+                    None => return Err(words.bad(format!("coordinators of '{account}', which has no pool line before"))),
+                }
+            }
+            "spent_month" => {
+                snap.spent_month = Some(words.next("month")?.to_string());
+                words.end()?;
+            }
+            "spent" => {
+                let account = words.next("account")?.to_string();
+                let user = words.next("user name")?.to_string();
+                let spent = Tokens::from_micro(words.number("spent")?);
+                words.end()?;
+                snap.spent.insert((account, user), spent);
+            }
+            "pending_account" => {
+                let id = words.number("job ID")?;
+                let id = u32::try_from(id).map_err(|_| words.bad(format!("job ID {id} is out of range")))?;
+                let account = words.next("account")?.to_string();
+                words.end()?;
+                pending_accounts.insert(id, account);
+            }
+            "member" => {
+                let user = words.next("user name")?.to_string();
+                let accounts = words.next("accounts")?.split(',').map(str::to_string).collect();
+                words.end()?;
+                snap.user_accounts.insert(user, accounts);
             }
             "queue" => {
                 let as_of = words.number("queue time")?;
@@ -311,6 +426,7 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
     if let Some(queue) = &mut snap.queue {
         queue.committed = committed;
         queue.pending = pending;
+        queue.pending_accounts = pending_accounts;
     }
     Ok(snap)
 }
@@ -379,7 +495,20 @@ mod tests {
             (41, PendingJob { nodes: 1, tasks: 1, array_tasks: 1, seconds: 3600, gpus }),
             (42, PendingJob { nodes: 2, tasks: 8, array_tasks: 1, seconds: 86400, gpus: None }),
         ]);
-        snap.queue = Some(QueueSummary { as_of: 1_795_430_395, committed, pending });
+        let pending_accounts = BTreeMap::from([(41, "lab".to_string())]);
+        snap.queue = Some(QueueSummary { as_of: 1_795_430_395, committed, pending, pending_accounts });
+        snap.pool_mode = PoolMode::Both;
+        let lab = PoolStanding {
+            balance: Tokens::whole(46),
+            rules: BucketRules { initial: Tokens::ZERO, daily: Tokens::ZERO, monthly: Tokens::whole(30), cap: None, floor: Tokens::whole(-10) },
+            user_limit: Some(Tokens::whole(10)),
+            coordinators: vec!["carol".into(), "dave".into()],
+        };
+        snap.pools.insert("lab".into(), lab.clone());
+        snap.pools.insert("course".into(), PoolStanding { user_limit: None, coordinators: vec![], ..lab });
+        snap.spent_month = Some("2026-11".into());
+        snap.spent.insert(("lab".into(), "alice".into()), Tokens::from_micro(10_500_000));
+        snap.user_accounts.insert("bob".into(), vec!["lab".into(), "course".into()]);
         snap
     }
 
@@ -399,6 +528,8 @@ mod tests {
         assert_eq!(snap.partitions, full().partitions);
         assert_eq!(snap.default_accounts, full().default_accounts);
         assert_eq!(snap.queue, full().queue);
+        assert_eq!((snap.pool_mode, &snap.pools, &snap.spent), (PoolMode::Both, &full().pools, &full().spent));
+        assert_eq!(snap.user_accounts, full().user_accounts);
         assert_eq!(render(&snap), text, "nothing lost");
     }
 

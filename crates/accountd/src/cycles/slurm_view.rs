@@ -11,6 +11,8 @@
 use std::collections::HashMap;
 
 use gputokens::estimate::{commitments, pending_jobs};
+use gputokens::pools::PoolMode;
+use gputokens::slurm::associations::{AccountTree, ASSOC_FORMAT, COORD_FORMAT};
 use gputokens::slurm::{partitions, squeue};
 use gputokens::snapshot::QueueSummary;
 
@@ -23,6 +25,8 @@ use crate::slurm::{QueueOnce, Slurm, SlurmError};
 pub struct SlurmView {
     pub partitions: Vec<partitions::Partition>,
     pub default_accounts: HashMap<String, String>,
+    /// Slurm's accounts, their members and coordinators (read only when pools are on).
+    pub accounts: AccountTree,
     pub queue: Option<QueueSummary>,
     /// What failed at the last read, so a failure is logged when it changes, not every cycle.
     pub last_problems: Vec<String>,
@@ -30,7 +34,8 @@ pub struct SlurmView {
 
 /// Reads what the plugin's settings need into `view`; `now` stamps the queue.
 pub fn refresh(res: &Resources, view: &mut SlurmView, slurm: &Slurm, queue: &mut QueueOnce, now: i64) {
-    let wants_accounts = !res.config.exempt.accounts.is_empty();
+    let pools_on = res.config.accounts.mode != PoolMode::User;
+    let wants_accounts = !res.config.exempt.accounts.is_empty() || pools_on;
     let mut problems = Vec::new();
 
     match slurm
@@ -44,6 +49,14 @@ pub fn refresh(res: &Resources, view: &mut SlurmView, slurm: &Slurm, queue: &mut
         match slurm.run("sacctmgr", &["-n", "-P", "show", "user", "format=User,DefaultAccount"]) {
             Ok(text) => view.default_accounts = default_accounts(&text),
             Err(e) => problems.push(format!("default accounts not read: {e}")),
+        }
+    }
+    if pools_on {
+        let assoc = slurm.run("sacctmgr", &["-n", "-P", "show", "assoc", ASSOC_FORMAT]);
+        let coords = slurm.run("sacctmgr", &["-n", "-P", "show", "account", "withcoord", COORD_FORMAT]);
+        match (assoc, coords) {
+            (Ok(assoc), Ok(coords)) => view.accounts = AccountTree::parse(&assoc, &coords),
+            (Err(e), _) | (_, Err(e)) => problems.push(format!("accounts and coordinators not read: {e}")),
         }
     }
     view.queue = None;
@@ -75,7 +88,17 @@ fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdR
     let (prices, sharing) = (&res.config.prices, res.config.sharing);
     let committed = commitments(jobs, default_limit, prices, sharing, charged);
     let pending = pending_jobs(jobs, default_limit, prices, sharing);
-    Ok(QueueSummary { as_of, committed: committed.into_iter().collect(), pending })
+    // With pools, an update of a pending job is judged by the pool of the account it is in.
+    let pending_accounts = if res.config.accounts.mode == PoolMode::User {
+        Default::default()
+    } else {
+        jobs.iter()
+            .filter_map(|j| Some((j.job_id.parse::<u32>().ok()?, j)))
+            .filter(|(id, j)| pending.get(id).is_some_and(|p| p.gpus.is_some()) && !j.account.is_empty())
+            .map(|(id, j)| (id, j.account.clone()))
+            .collect()
+    };
+    Ok(QueueSummary { as_of, committed: committed.into_iter().collect(), pending, pending_accounts })
 }
 
 /// `alice|physics` lines.

@@ -3,7 +3,10 @@
 
 pub mod access;
 
+use gputokens::policy::BucketRules;
+use gputokens::pools::{PoolMode, PoolStanding};
 use gputokens::snapshot;
+use gputokens::time::local_date;
 
 use crate::cycles::slurm_view::SlurmView;
 use crate::error::{AccountdError, AccountdResult};
@@ -22,9 +25,35 @@ pub fn publish(res: &Resources, view: &SlurmView, now: i64) -> AccountdResult<us
     snap.partitions = view.partitions.clone();
     snap.default_accounts = view.default_accounts.clone();
     snap.queue = view.queue.clone();
+    add_pools(res, view, now, &mut snap)?;
     let text = snapshot::render(&snap);
     // As root: readable by slurmctld's group, or the plugin could not read it.
     access::write(&res.config.paths.snapshot, &text, &res.config.slurm_user).map_err(AccountdError::Failed)?;
     res.metrics.snapshot_written.set(now);
     Ok(accounts.len())
+}
+
+/// With pools on: each pool with its coordinators, what members spent of it this month, and each
+/// user's accounts.
+fn add_pools(res: &Resources, view: &SlurmView, now: i64, snap: &mut snapshot::Snapshot) -> AccountdResult<()> {
+    snap.pool_mode = res.config.accounts.mode;
+    if snap.pool_mode == PoolMode::User {
+        return Ok(());
+    }
+    for pool in res.ledger.pools()? {
+        let standing = PoolStanding {
+            balance: pool.balance,
+            rules: BucketRules { cap: None, ..pool.rules },
+            user_limit: pool.user_limit,
+            coordinators: view.accounts.coordinators_of(&pool.account),
+        };
+        snap.pools.insert(pool.account, standing);
+    }
+    let month = local_date(now).format("%Y-%m").to_string();
+    for spent in res.ledger.member_spending(&month)? {
+        snap.spent.insert((spent.account, spent.user), spent.spent);
+    }
+    snap.spent_month = Some(month);
+    snap.user_accounts = view.accounts.accounts_by_user().into_iter().collect();
+    Ok(())
 }

@@ -11,6 +11,7 @@
 //! penalty, and what `--gpu-tokens-estimate` asked to be told. See `submit.rs` and `modify.rs`.
 
 mod modify;
+pub mod pool_rules;
 pub mod rules;
 mod submit;
 
@@ -28,6 +29,7 @@ use crate::estimate::{Commitment, PendingJob};
 use crate::gpu_request::GpuRequest;
 use crate::job_request::JobRequest;
 use crate::policy::BucketRules;
+use crate::pools::payers;
 use crate::snapshot::Snapshot;
 use crate::tokens::Tokens;
 use crate::tres::MILLI;
@@ -201,20 +203,55 @@ struct Case<'j, 'a> {
     owner: Owner,
 }
 
-/// The owner's balance and what the bucket rules make of it, once the balances are known usable.
+/// The balance that pays for the job (the owner's own, or with pools the pool of the job's account)
+/// and what its rules make of it, once the balances are known usable.
 struct Account<'a> {
     standing: Standing<'a>,
     balance: Tokens,
-    rules: &'a BucketRules,
+    rules: BucketRules,
     decision: Decision,
+    /// The account whose pool pays, if one does.
+    pool: Option<&'a str>,
 }
 
 impl<'a> Account<'a> {
     fn of(standing: Standing<'a>, case: &Case) -> Account<'a> {
-        let balance = standing.balance(case.owner.uid);
-        let rules = &standing.snapshot.rules;
-        let decision = rules::decide(balance, rules, case.inputs.today, &case.inputs.config.deprioritize);
-        Account { standing, balance, rules, decision }
+        let uid = case.owner.uid;
+        let snapshot = standing.snapshot;
+        let (today, how) = (case.inputs.today, &case.inputs.config.deprioritize);
+        let balance = standing.balance(uid);
+        let own = Account {
+            standing,
+            balance,
+            rules: snapshot.rules,
+            decision: rules::decide(balance, &snapshot.rules, today, how),
+            pool: None,
+        };
+        // The job's -A (an update's account=), else the account of the pending job being updated,
+        // else the account Slurm gives it: the user's default.
+        let queued = case.job.job_id.and_then(|id| snapshot.queue.as_ref()?.pending_accounts.get(&id));
+        let account = case.job.account.as_deref().or(queued.map(String::as_str)).or(standing.default_account(uid));
+        let payers = payers(snapshot.pool_mode, account, |a| snapshot.pools.contains_key(a));
+        let Some((name, pool)) = payers.pool.and_then(|a| snapshot.pools.get_key_value(a)) else { return own };
+        let user = standing.user_name(uid);
+        let case = pool_rules::PoolCase { account: name, pool, user, snapshot, today };
+        let of_pool = Account {
+            standing,
+            balance: pool.balance,
+            rules: pool.rules,
+            decision: case.decide(how),
+            pool: Some(name.as_str()),
+        };
+        if !payers.user {
+            return of_pool;
+        }
+        // Mode "both": the user's own bucket must have tokens too; the worse decides.
+        let decision = pool_rules::worse(of_pool.decision.clone(), own.decision.clone());
+        if decision == of_pool.decision {
+            of_pool
+        } else {
+            own
+        }
     }
 
     /// What the owner's GPU jobs hold and can cost: the last queue read and what was admitted since.
@@ -335,7 +372,7 @@ fn within_gpu_limit(max: u32, held: u64, asked: u64) -> Result<(), Refusal> {
 /// The estimate: the job's maximum cost with what the owner's jobs can still cost (`held`) must not
 /// take the balance below the floor.
 fn within_estimate(account: &Account, held: Tokens, estimate: &JobEstimate) -> Result<(), Refusal> {
-    match rules::check_estimate(account.balance, held, estimate, account.rules) {
+    match rules::check_estimate(account.balance, held, estimate, &account.rules) {
         Some(message) => Err(Refusal::logged(
             format!("its maximum cost {} would take {} below the floor", estimate.cost, account.balance),
             message,

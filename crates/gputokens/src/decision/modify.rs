@@ -94,6 +94,11 @@ impl Steps for Update<'_> {
             let reason = format!("it adds GPUs and balance {balance} is at or below the floor {}", account.rules.floor);
             return Err(Refusal::logged(reason, message.clone()));
         }
+        // Moving a GPU job into an account whose pool (or the user's limit there) refuses new jobs.
+        if let (Some(moved_to), Decision::Reject { message }) = (&case.job.account, &account.decision) {
+            let reason = format!("it moves the job to account {moved_to}, whose jobs are refused (balance {balance})");
+            return Err(Refusal::logged(reason, message.clone()));
+        }
         if !matches!(account.decision, Decision::Accept) {
             if let Some((reason, kept)) = undoes_penalty(case.job, &case.inputs.config.deprioritize) {
                 return Err(Refusal::logged(

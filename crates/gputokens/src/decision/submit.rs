@@ -85,10 +85,19 @@ impl Steps for Submission {
 
     fn check_balance(&self, _: &Case, account: &Account) -> Result<(), Refusal> {
         match &account.decision {
-            Decision::Reject { message } => Err(Refusal::logged(
-                format!("balance {} is at or below the floor {}", account.balance, account.rules.floor),
-                message.clone(),
-            )),
+            Decision::Reject { message } => {
+                let reason = match account.pool {
+                    Some(pool) if account.balance > account.rules.floor => {
+                        format!("its owner spent their per-user limit in account {pool}")
+                    }
+                    Some(pool) => format!(
+                        "account {pool}'s balance {} is at or below the floor {}",
+                        account.balance, account.rules.floor
+                    ),
+                    None => format!("balance {} is at or below the floor {}", account.balance, account.rules.floor),
+                };
+                Err(Refusal::logged(reason, message.clone()))
+            }
             _ => Ok(()),
         }
     }

@@ -1,5 +1,6 @@
 //! Reading what Slurm's commands print.
 
+pub mod associations;
 pub mod partitions;
 pub mod rejected;
 pub mod sacct;

@@ -1,0 +1,221 @@
+//! The decision for a GPU job paid by an account's pool (`[accounts] mode`): the pool's floor and
+//! overdraft, the per-user limit inside it, and in mode "both" the user's own bucket as well. Each
+//! refusal names the account, its balance, when it recovers, whom to ask (its coordinators) and the
+//! user's other accounts that still have tokens.
+
+use chrono::{Datelike, NaiveDate};
+
+use crate::config::admission::Deprioritize;
+use crate::policy::Status;
+#[cfg(test)]
+use crate::policy::BucketRules;
+use crate::pools::PoolStanding;
+use crate::snapshot::Snapshot;
+use crate::tokens::Tokens;
+
+use super::rules::{decide, Decision};
+
+/// The pool of `account` as the decision sees it for `user`.
+pub struct PoolCase<'a> {
+    pub account: &'a str,
+    pub pool: &'a PoolStanding,
+    pub user: Option<&'a str>,
+    pub snapshot: &'a Snapshot,
+    pub today: NaiveDate,
+}
+
+impl PoolCase<'_> {
+    /// What `user` spent of the pool this month (a snapshot of an earlier month counts nothing).
+    pub fn spent(&self) -> Tokens {
+        let month = self.today.format("%Y-%m").to_string();
+        let Some(user) = self.user else { return Tokens::ZERO };
+        if self.snapshot.spent_month.as_deref() != Some(month.as_str()) {
+            return Tokens::ZERO;
+        }
+        self.snapshot.spent.get(&(self.account.to_string(), user.to_string())).copied().unwrap_or(Tokens::ZERO)
+    }
+
+    /// The pool's decision: its floor and overdraft, then the per-user limit.
+    pub fn decide(&self, how: &Deprioritize) -> Decision {
+        let (balance, rules) = (self.pool.balance, &self.pool.rules);
+        match rules.status(balance) {
+            Status::Blocked => return Decision::Reject { message: self.blocked_message() },
+            Status::Overdraft => {
+                let Decision::AcceptDeprioritized { how, message } = decide(balance, rules, self.today, how) else {
+                    unreachable!("a balance in overdraft is deprioritized")
+                };
+                return Decision::AcceptDeprioritized { how, message: self.worded(&message) };
+            }
+            Status::Ok => {}
+        }
+        match self.pool.user_limit {
+            Some(limit) if self.spent() >= limit => Decision::Reject { message: self.limit_message(limit) },
+            _ => Decision::Accept,
+        }
+    }
+
+    /// Whether the user's job would be paid from the pool: not at its floor nor beyond the limit.
+    fn has_tokens(&self) -> bool {
+        self.pool.rules.status(self.pool.balance) != Status::Blocked
+            && self.pool.user_limit.is_none_or(|limit| self.spent() < limit)
+    }
+
+    /// A message of the user's own bucket reworded for the pool.
+    fn worded(&self, message: &str) -> String {
+        message
+            .replacen("your GPU token balance", &format!("account {}'s GPU token balance", self.account), 1)
+            .replace("Run 'sbalance'", &format!("Run 'sbalance -A {}'", self.account))
+    }
+
+    fn blocked_message(&self) -> String {
+        let (balance, rules) = (self.pool.balance, &self.pool.rules);
+        let head = format!(
+            "gputokens: account {}'s GPU token balance is {balance} (floor {}); its GPU jobs are refused",
+            self.account, rules.floor
+        );
+        let when = match rules.recovery(balance, self.today) {
+            Some(recovery) => format!("until it is above the floor again ({recovery})"),
+            None => "until tokens are granted to it (it has no replenishment)".to_string(),
+        };
+        format!("{head} {when}. {} Run 'sbalance -A {}' for details.", self.elsewhere(), self.account)
+    }
+
+    fn limit_message(&self, limit: Tokens) -> String {
+        let next_month = first_of_next_month(self.today);
+        format!(
+            "gputokens: you have spent {} of the {limit} tokens a member may spend per month in account {}; your \
+             GPU jobs under {} are refused until {next_month}. {} Run 'sbalance -A {}' for details.",
+            self.spent(),
+            self.account,
+            self.account,
+            self.elsewhere(),
+            self.account
+        )
+    }
+
+    /// `Ask its coordinators (carol) for tokens, or submit under another of your accounts that has
+    /// tokens: sbatch -A course.`
+    fn elsewhere(&self) -> String {
+        let ask = match self.pool.coordinators.as_slice() {
+            [] => "Ask the cluster administrators for tokens".to_string(),
+            names => format!("Ask its coordinators ({}) for tokens", names.join(", ")),
+        };
+        let others = self.other_accounts_with_tokens();
+        match others.first() {
+            None => format!("{ask}."),
+            Some(first) => format!(
+                "{ask}, or submit under another of your accounts that has tokens ({}): sbatch -A {first}.",
+                others.join(", ")
+            ),
+        }
+    }
+
+    /// The user's other accounts whose jobs would be accepted: a pool above its floor (and within
+    /// the user's limit there), or an account without a pool (paid by the user's own bucket).
+    fn other_accounts_with_tokens(&self) -> Vec<&str> {
+        let Some(user) = self.user else { return Vec::new() };
+        let Some(accounts) = self.snapshot.user_accounts.get(user) else { return Vec::new() };
+        let own = self.snapshot.balance(user);
+        accounts
+            .iter()
+            .map(String::as_str)
+            .filter(|a| *a != self.account)
+            .filter(|a| match self.snapshot.pools.get(*a) {
+                Some(pool) => PoolCase { account: a, pool, ..*self }.has_tokens(),
+                None => own > self.snapshot.rules.floor,
+            })
+            .collect()
+    }
+}
+
+/// The worse of two decisions (a refusal, then lower priority), the first on a tie.
+pub fn worse(first: Decision, second: Decision) -> Decision {
+    let rank = |d: &Decision| match d {
+        Decision::Accept => 0,
+        Decision::AcceptDeprioritized { .. } => 1,
+        Decision::Reject { .. } => 2,
+    };
+    if rank(&second) > rank(&first) {
+        second
+    } else {
+        first
+    }
+}
+
+fn first_of_next_month(today: NaiveDate) -> NaiveDate {
+    let (year, month) = if today.month() == 12 { (today.year() + 1, 1) } else { (today.year(), today.month() + 1) };
+    NaiveDate::from_ymd_opt(year, month, 1).unwrap_or(today)
+}
+
+/// The rules of a pool with no replenishment at all.
+#[cfg(test)]
+fn dry(floor: i64) -> BucketRules {
+    BucketRules { initial: Tokens::ZERO, daily: Tokens::ZERO, monthly: Tokens::ZERO, cap: None, floor: Tokens::whole(floor) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pools::PoolMode;
+
+    fn snapshot() -> Snapshot {
+        let mut snap = Snapshot::new(0, BucketRules::default());
+        snap.pool_mode = PoolMode::Account;
+        let pool = |balance: i64, monthly: i64| PoolStanding {
+            balance: Tokens::whole(balance),
+            rules: BucketRules { monthly: Tokens::whole(monthly), ..dry(-10) },
+            user_limit: None,
+            coordinators: vec![],
+        };
+        snap.pools.insert("lab".into(), PoolStanding { coordinators: vec!["carol".into()], ..pool(-10, 30) });
+        snap.pools.insert("course".into(), pool(50, 0));
+        snap.pools.insert("empty".into(), pool(-12, 0));
+        snap.user_accounts.insert("bob".into(), vec!["lab".into(), "course".into(), "empty".into(), "ops".into()]);
+        snap.spent_month = Some("2026-11".into());
+        snap.spent.insert(("course".into(), "bob".into()), Tokens::whole(12));
+        snap
+    }
+
+    fn case<'a>(snap: &'a Snapshot, account: &'a str) -> PoolCase<'a> {
+        let today = NaiveDate::from_ymd_opt(2026, 11, 26).unwrap();
+        PoolCase { account, pool: &snap.pools[account], user: Some("bob"), snapshot: snap, today }
+    }
+
+    #[test]
+    fn at_the_floor_the_message_names_account_recovery_coordinators_and_other_accounts() {
+        let snap = snapshot();
+        let Decision::Reject { message } = case(&snap, "lab").decide(&Deprioritize::Nice(100)) else { panic!() };
+        assert_eq!(
+            message,
+            "gputokens: account lab's GPU token balance is -10 (floor -10); its GPU jobs are refused until it is \
+             above the floor again (+30 tokens on the 1st of each month: about 5 days). Ask its coordinators \
+             (carol) for tokens, or submit under another of your accounts that has tokens (course, ops): sbatch -A \
+             course. Run 'sbalance -A lab' for details."
+        );
+        let Decision::Reject { message } = case(&snap, "empty").decide(&Deprioritize::Nice(100)) else { panic!() };
+        assert!(message.contains("until tokens are granted to it") && message.contains("administrators"), "{message}");
+    }
+
+    #[test]
+    fn the_per_user_limit_refuses_while_the_pool_has_tokens() {
+        let mut snap = snapshot();
+        snap.pools.get_mut("course").unwrap().user_limit = Some(Tokens::whole(10));
+        let Decision::Reject { message } = case(&snap, "course").decide(&Deprioritize::Nice(100)) else { panic!() };
+        assert!(message.starts_with("gputokens: you have spent 12 of the 10 tokens a member may spend per month in account course; your GPU jobs under course are refused until 2026-12-01."), "{message}");
+        snap.spent_month = Some("2026-10".into());
+        assert_eq!(case(&snap, "course").decide(&Deprioritize::Nice(100)), Decision::Accept, "last month's spending");
+    }
+
+    #[test]
+    fn overdraft_is_worded_for_the_pool_and_the_worse_decision_wins() {
+        let mut snap = snapshot();
+        snap.pools.get_mut("course").unwrap().balance = Tokens::whole(-3);
+        let d = case(&snap, "course").decide(&Deprioritize::Nice(100));
+        let Decision::AcceptDeprioritized { message, .. } = &d else { panic!("{d:?}") };
+        assert!(message.starts_with("gputokens: account course's GPU token balance is -3 (below 0)"), "{message}");
+        assert!(message.ends_with("Run 'sbalance -A course' for details."), "{message}");
+        let refuse = Decision::Reject { message: "no".into() };
+        assert_eq!(worse(d.clone(), refuse.clone()), refuse);
+        assert_eq!(worse(d.clone(), Decision::Accept), d);
+    }
+}
