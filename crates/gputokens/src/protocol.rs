@@ -60,6 +60,74 @@ pub enum Request {
     },
     /// A one-time login link to the status page for the caller (whom the kernel named).
     WebLogin,
+    /// Create an account's pool (`create`) or change its rules: admins only.
+    PoolSet {
+        account: String,
+        create: bool,
+        #[serde(default)]
+        rules: PoolRules,
+    },
+    /// Add tokens to an account's pool: admins, and the account's coordinators (or those above it).
+    PoolGrant {
+        account: String,
+        amount: Tokens,
+        reason: String,
+        key: Option<String>,
+    },
+    /// Move tokens from one account's pool to another's, atomically: admins, and coordinators of both.
+    Transfer {
+        from: String,
+        to: String,
+        amount: Tokens,
+        reason: String,
+        key: Option<String>,
+    },
+    /// The pools the caller may see (members see their accounts', coordinators the accounts they
+    /// coordinate and those under them, admins all), or only `account`'s.
+    Pools {
+        #[serde(default)]
+        account: Option<String>,
+    },
+}
+
+/// A pool's rules as an admin gives them; None keeps the current value (or the config's default).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolRules {
+    pub initial: Option<Tokens>,
+    pub daily: Option<Tokens>,
+    pub monthly: Option<Tokens>,
+    pub cap: Option<Tokens>,
+    pub floor: Option<Tokens>,
+    pub user_limit: Option<Tokens>,
+    #[serde(default)]
+    pub no_cap: bool,
+    #[serde(default)]
+    pub no_user_limit: bool,
+}
+
+/// An account's pool as `sbalance -A` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolRow {
+    pub account: String,
+    /// The account above it in Slurm's tree.
+    pub parent: Option<String>,
+    pub balance: Tokens,
+    pub floor: Tokens,
+    pub status: Status,
+    pub daily: Tokens,
+    pub monthly: Tokens,
+    pub cap: Option<Tokens>,
+    /// What one member may spend per month.
+    pub user_limit: Option<Tokens>,
+    pub coordinators: Vec<String>,
+    /// Its members and what each spent of it this month.
+    pub members: Vec<PoolMember>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolMember {
+    pub user: String,
+    pub spent_month: Tokens,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -86,6 +154,11 @@ pub enum Reply {
     },
     Statements {
         statements: Vec<Statement>,
+    },
+    /// Pools under `mode` ([accounts] mode).
+    Pools {
+        mode: crate::pools::PoolMode,
+        rows: Vec<PoolRow>,
     },
     /// A one-time login link to the status page, for the caller; unix time it expires.
     WebLink {

@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use gputokens::entry::Entry;
-use gputokens::protocol::{Reply, Request};
+use gputokens::protocol::{PoolRules, Reply, Request};
 use gputokens::time::format_local;
 use gputokens::{Config, Tokens};
 
-use crate::cli::AdminCommand;
+use crate::cli::{AccountCommand, AdminCommand, PoolRuleArgs};
 use crate::error::{AccountdError, AccountdResult};
 use crate::socket::client::{call, ClientError};
 
@@ -55,6 +55,10 @@ pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
             return journal_check(config, journal.as_deref().unwrap_or(&config.paths.admin_journal))
         }
         AdminCommand::NodeToken { node } => return node_token(config, &node),
+        AdminCommand::Account { command } => {
+            let (request, json) = account_request(command, &amount)?;
+            return print_account_reply(call(socket, &request)?, json);
+        }
     };
     match call(socket, &request)? {
         Reply::Recorded { entries, replayed } => {
@@ -80,6 +84,58 @@ pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
         }
         Reply::Imported { imported, already } => {
             crate::outln!("imported {imported} users ({already} were imported before)")
+        }
+        other => return Err(ClientError::Unexpected(Box::new(other)).into()),
+    }
+    Ok(())
+}
+
+type AmountParser<'a> = dyn Fn(&str, &str) -> AccountdResult<Tokens> + 'a;
+
+fn account_request(command: AccountCommand, amount: &AmountParser) -> AccountdResult<(Request, bool)> {
+    let rules = |initial: Option<String>, r: PoolRuleArgs| -> AccountdResult<PoolRules> {
+        let opt = |v: Option<String>, what: &str| v.map(|v| amount(&v, what)).transpose();
+        Ok(PoolRules {
+            initial: opt(initial, "an initial balance")?,
+            daily: opt(r.daily, "a daily grant")?,
+            monthly: opt(r.monthly, "a monthly grant")?,
+            cap: opt(r.cap, "a cap")?,
+            floor: opt(r.floor, "a floor")?,
+            user_limit: opt(r.user_limit, "a per-user limit")?,
+            no_cap: r.no_cap,
+            no_user_limit: r.no_user_limit,
+        })
+    };
+    Ok(match command {
+        AccountCommand::Add { account, initial, rules: r } => {
+            (Request::PoolSet { account, create: true, rules: rules(initial, r)? }, false)
+        }
+        AccountCommand::Set { account, rules: r } => (Request::PoolSet { account, create: false, rules: rules(None, r)? }, false),
+        AccountCommand::Grant { account, amount: a, reason, key } => {
+            (Request::PoolGrant { account, amount: amount(&a, "a grant")?, reason, key }, false)
+        }
+        AccountCommand::Transfer { from, to, amount: a, reason, key } => {
+            (Request::Transfer { from, to, amount: amount(&a, "a transfer")?, reason, key }, false)
+        }
+        AccountCommand::Show { account, json } => (Request::Pools { account }, json),
+    })
+}
+
+fn print_account_reply(reply: Reply, json: bool) -> AccountdResult {
+    match reply {
+        Reply::Pools { mode, rows } if json => crate::outln!("{}", crate::cli::pools_output::json(mode, &rows)),
+        Reply::Pools { rows, .. } => {
+            for line in crate::cli::pools_output::lines(&rows, true, false, true) {
+                crate::outln!("{line}");
+            }
+        }
+        Reply::Recorded { entries, replayed } => {
+            if replayed {
+                crate::outln!("already recorded under this key; nothing changed");
+            }
+            for e in &entries {
+                crate::outln!("{} {} {}: balance now {}", e.kind.as_str(), signed(e.amount), e.user, e.balance_after);
+            }
         }
         other => return Err(ClientError::Unexpected(Box::new(other)).into()),
     }

@@ -5,6 +5,7 @@ pub mod backup;
 pub mod backup_rotation;
 pub mod journal_check;
 pub mod now_arg;
+pub mod pools_output;
 #[cfg(test)]
 mod restore_tests;
 pub mod sacct_file;
@@ -80,6 +81,69 @@ pub struct WaitArg {
     /// before giving up, naming it; cycles never run two at a time.
     #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = humantime::parse_duration)]
     pub wait: std::time::Duration,
+}
+
+/// A pool's rules on the command line; unset ones keep theirs (a new pool: [accounts]' defaults).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct PoolRuleArgs {
+    #[arg(long, allow_hyphen_values = true)]
+    pub daily: Option<String>,
+    #[arg(long, allow_hyphen_values = true)]
+    pub monthly: Option<String>,
+    #[arg(long, allow_hyphen_values = true, conflicts_with = "no_cap")]
+    pub cap: Option<String>,
+    #[arg(long)]
+    pub no_cap: bool,
+    #[arg(long, allow_hyphen_values = true)]
+    pub floor: Option<String>,
+    /// What one member may spend of the pool per calendar month.
+    #[arg(long, allow_hyphen_values = true, conflicts_with = "no_user_limit")]
+    pub user_limit: Option<String>,
+    #[arg(long)]
+    pub no_user_limit: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AccountCommand {
+    /// Give a Slurm account a token pool (admins).
+    Add {
+        account: String,
+        #[arg(long, allow_hyphen_values = true)]
+        initial: Option<String>,
+        #[command(flatten)]
+        rules: PoolRuleArgs,
+    },
+    /// Change a pool's rules (admins); the change is an entry of the pool.
+    Set {
+        account: String,
+        #[command(flatten)]
+        rules: PoolRuleArgs,
+    },
+    /// Add tokens to a pool (admins, and the account's coordinators).
+    Grant {
+        account: String,
+        amount: String,
+        #[arg(long)]
+        reason: String,
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// Move tokens from one pool to another in one step (admins, and coordinators of both).
+    Transfer {
+        from: String,
+        to: String,
+        amount: String,
+        #[arg(long)]
+        reason: String,
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// The pools you may see, or one account's, with its members.
+    Show {
+        account: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -171,6 +235,11 @@ pub enum AdminCommand {
         /// The journal to read (default: [paths] admin_journal).
         #[arg(long, value_name = "FILE")]
         journal: Option<PathBuf>,
+    },
+    /// Token pools of Slurm accounts ([accounts] mode): create, change, grant, transfer, show.
+    Account {
+        #[command(subcommand)]
+        command: AccountCommand,
     },
     /// Print NODE's agent token for `[agent] auth = "token"`: the HMAC of the node's name under the
     /// site secret in `[agent] token_file`. Put it in that node's token_file (mode 0600, root).

@@ -51,6 +51,12 @@ pub struct Args {
     /// With --statement: CSV (one row per user and line item) instead of a text statement.
     #[arg(long, requires = "statement", conflicts_with_all = ["json", "parsable2", "parsable"])]
     pub csv: bool,
+    /// An account's token pool ([accounts] mode), with its members and what each spent this month.
+    #[arg(short = 'A', long = "account", value_name = "ACCOUNT", conflicts_with_all = ["history", "statement", "web", "users", "all"])]
+    pub account: Option<String>,
+    /// Every pool you may see (your accounts', those you coordinate), members indented, like `sshare -l`.
+    #[arg(short = 'l', long = "long", conflicts_with_all = ["history", "statement", "web", "users", "all"])]
+    pub long: bool,
     /// Configuration file (only the socket path is used).
     #[arg(long, env = "GPUTOKENS_CONF", value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -123,6 +129,9 @@ pub fn run(args: Args) -> AccountdResult {
     if args.web {
         return web_link(&config);
     }
+    if args.account.is_some() || args.long {
+        return pools(&config, &args);
+    }
     let request = Request::Balances { users: args.users.clone(), all: args.all };
     let rows = match call(&config.paths.socket, &request)? {
         Reply::Balances { rows } => rows,
@@ -138,6 +147,25 @@ pub fn run(args: Args) -> AccountdResult {
         table(&rows, &fields, !args.noheader)
     };
     crate::out!("{out}");
+    Ok(())
+}
+
+/// `-A ACCOUNT` / `-l`: pools as a tree of account rows with their members (`-A` alone: the row).
+fn pools(config: &Config, args: &Args) -> AccountdResult {
+    let request = Request::Pools { account: args.account.clone() };
+    let (mode, rows) = match call(&config.paths.socket, &request)? {
+        Reply::Pools { mode, rows } => (mode, rows),
+        other => return Err(ClientError::Unexpected(Box::new(other)).into()),
+    };
+    if args.json {
+        crate::outln!("{}", crate::cli::pools_output::json(mode, &rows));
+        return Ok(());
+    }
+    let parsable = args.parsable2 || args.parsable;
+    for line in crate::cli::pools_output::lines(&rows, true, parsable, !args.noheader) {
+        let end = if args.parsable { "|" } else { "" };
+        crate::outln!("{line}{end}");
+    }
     Ok(())
 }
 

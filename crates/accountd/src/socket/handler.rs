@@ -28,7 +28,17 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
         Request::Statement { user, all, .. } => !all && is_caller(user),
         _ => false,
     };
-    if !matches!(request, Request::Balances { .. } | Request::WebLogin) && !own_ledger && !caller.admin {
+    // Pool requests check who may do what themselves (coordinators, members).
+    let checks_itself = matches!(
+        request,
+        Request::Balances { .. }
+            | Request::WebLogin
+            | Request::PoolSet { .. }
+            | Request::PoolGrant { .. }
+            | Request::Transfer { .. }
+            | Request::Pools { .. }
+    );
+    if !checks_itself && !own_ledger && !caller.admin {
         let what = match request {
             Request::History { .. } | Request::Actions { .. } | Request::Statement { .. } => "read ledger histories",
             _ => "change balances",
@@ -87,6 +97,14 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
         Request::WebLogin => crate::http::web::link::login_link(answering, caller, now)
             .map(|(url, expires)| (Reply::WebLink { url, expires }, false))
             .map_err(|message| Reply::Error { kind: ErrorKind::Invalid, message }),
+        Request::PoolSet { account, create, rules } => super::pools::set(answering, caller, &account, create, rules, now),
+        Request::PoolGrant { account, amount, reason, key } => {
+            super::pools::grant(answering, caller, &account, amount, reason, key, now)
+        }
+        Request::Transfer { from, to, amount, reason, key } => {
+            super::pools::transfer(answering, caller, &from, &to, amount, reason, key, now)
+        }
+        Request::Pools { account } => super::pools::list(answering, caller, account, now),
         Request::Import { balances } => {
             let total = balances.len();
             let beyond = balances.iter().find_map(|(user, b)| b.beyond_limit(&format!("{user}'s imported balance")));
@@ -194,7 +212,7 @@ fn record(
 }
 
 /// A key suffix no other unkeyed entry shares: time, process and a counter.
-fn unique_suffix(now: i64) -> String {
+pub(super) fn unique_suffix(now: i64) -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     format!("{now}.{nanos}.{}.{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))

@@ -1,0 +1,197 @@
+//! The pool requests on the socket: admins create pools and change their rules; admins and an
+//! account's coordinators (Slurm's, of it or an account above it) grant to it and transfer between
+//! the accounts they coordinate; members see their accounts' pools, coordinators the accounts
+//! under them, admins all.
+
+use gputokens::access::Caller;
+use gputokens::policy::BucketRules;
+use gputokens::pools::holder;
+use gputokens::protocol::{PoolMember, PoolRow, PoolRules, Reply};
+use gputokens::time::local_date;
+use gputokens::Tokens;
+use ledger::{Applied, EntryKind, NewEntry, Pool, PoolChange};
+
+use crate::answering::Answering;
+use crate::reply::{from_ledger, invalid, refused};
+
+/// Creates a pool (`create`) or changes its rules.
+pub fn set(a: &mut Answering, caller: &Caller, account: &str, create: bool, rules: PoolRules, now: i64) -> Result<(Reply, bool), Reply> {
+    if !caller.admin {
+        return Err(refused(format!("only gputokens admins may create pools or change their rules; you are {}", caller.name)));
+    }
+    let ledger = &mut a.res.ledger;
+    if create {
+        let d = a.res.config.accounts.pool_defaults;
+        let chosen = BucketRules {
+            initial: rules.initial.unwrap_or(d.initial),
+            daily: rules.daily.unwrap_or(d.daily),
+            monthly: rules.monthly.unwrap_or(d.monthly),
+            cap: if rules.no_cap { None } else { rules.cap.or(d.cap) },
+            floor: rules.floor.unwrap_or(d.floor),
+        };
+        check_rules(&chosen)?;
+        let limit = if rules.no_user_limit { None } else { rules.user_limit };
+        ledger.add_pool(account, chosen, limit, &caller.name, now).map_err(from_ledger)?;
+    } else {
+        if rules.initial.is_some() {
+            return Err(invalid("a pool's initial balance is given when it is created; grant or adjust it instead".into()));
+        }
+        let change = PoolChange {
+            daily: rules.daily,
+            monthly: rules.monthly,
+            cap: if rules.no_cap { Some(None) } else { rules.cap.map(Some) },
+            floor: rules.floor,
+            user_limit: if rules.no_user_limit { Some(None) } else { rules.user_limit.map(Some) },
+        };
+        let pool = ledger.set_pool(account, &change, &caller.name, now).map_err(from_ledger)?;
+        check_rules(&pool.rules)?;
+    }
+    let rows = rows(a, &[account.to_string()], now)?;
+    Ok((Reply::Pools { mode: a.res.config.accounts.mode, rows }, true))
+}
+
+fn check_rules(rules: &BucketRules) -> Result<(), Reply> {
+    if rules.floor > Tokens::ZERO {
+        return Err(invalid(format!("a floor must be 0 or below (got {})", rules.floor)));
+    }
+    if rules.daily < Tokens::ZERO || rules.monthly < Tokens::ZERO {
+        return Err(invalid("daily and monthly grants must not be negative".into()));
+    }
+    Ok(())
+}
+
+/// Whether `caller` may manage `account`'s pool: an admin, or a coordinator of it or above it.
+fn manages(a: &Answering, caller: &Caller, account: &str) -> bool {
+    caller.admin || a.slurm_view.accounts.coordinates(&caller.name, account)
+}
+
+pub fn grant(
+    a: &mut Answering,
+    caller: &Caller,
+    account: &str,
+    amount: Tokens,
+    reason: String,
+    key: Option<String>,
+    now: i64,
+) -> Result<(Reply, bool), Reply> {
+    if !manages(a, caller, account) {
+        return Err(refused(format!(
+            "only gputokens admins and the coordinators of account {account} (or of an account above it) may grant to its pool; you are {}",
+            caller.name
+        )));
+    }
+    if amount <= Tokens::ZERO {
+        return Err(invalid(format!("a grant must be positive (got {amount})")));
+    }
+    if let Some(beyond) = amount.beyond_limit("a grant") {
+        return Err(invalid(beyond));
+    }
+    if reason.trim().is_empty() {
+        return Err(invalid("--reason must say why".into()));
+    }
+    let name = holder(account);
+    let key = match key {
+        Some(k) => format!("grant:{k}"),
+        None => format!("grant:{name}:{}", super::handler::unique_suffix(now)),
+    };
+    let entry = NewEntry::new(&name, EntryKind::Grant, amount, now, &caller.name, &reason, key.clone());
+    let applied = a.res.ledger.append(&entry).map_err(from_ledger)?;
+    let entries = a.res.ledger.history(&name).map_err(from_ledger)?;
+    let entries = entries.into_iter().filter(|e| e.key.as_deref() == Some(key.as_str())).collect();
+    Ok((Reply::Recorded { entries, replayed: applied == Applied::AlreadyRecorded }, applied == Applied::Added))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn transfer(
+    a: &mut Answering,
+    caller: &Caller,
+    from: &str,
+    to: &str,
+    amount: Tokens,
+    reason: String,
+    key: Option<String>,
+    now: i64,
+) -> Result<(Reply, bool), Reply> {
+    if !(manages(a, caller, from) && manages(a, caller, to)) {
+        return Err(refused(format!(
+            "only gputokens admins and coordinators of both {from} and {to} may transfer between them; you are {}",
+            caller.name
+        )));
+    }
+    if let Some(beyond) = amount.beyond_limit("a transfer") {
+        return Err(invalid(beyond));
+    }
+    if reason.trim().is_empty() {
+        return Err(invalid("--reason must say why".into()));
+    }
+    let (src, dst) = (holder(from), holder(to));
+    let key = match key {
+        Some(k) => format!("transfer:{k}"),
+        None => format!("transfer:{src}:{}", super::handler::unique_suffix(now)),
+    };
+    let applied = a.res.ledger.transfer(&src, &dst, amount, &caller.name, &reason, &key, now).map_err(from_ledger)?;
+    let mut entries = Vec::new();
+    for (name, side) in [(&src, "from"), (&dst, "to")] {
+        let history = a.res.ledger.history(name).map_err(from_ledger)?;
+        let wanted = format!("{key}:{side}");
+        entries.extend(history.into_iter().filter(|e| e.key.as_deref() == Some(wanted.as_str())));
+    }
+    Ok((Reply::Recorded { entries, replayed: applied == Applied::AlreadyRecorded }, applied == Applied::Added))
+}
+
+/// The pools `caller` may see, or only `account`'s (refused when they may not see it).
+pub fn list(a: &Answering, caller: &Caller, account: Option<String>, now: i64) -> Result<(Reply, bool), Reply> {
+    let tree = &a.slurm_view.accounts;
+    let sees = |account: &str| caller.admin || tree.is_member(&caller.name, account) || tree.coordinates(&caller.name, account);
+    let names: Vec<String> = match account {
+        Some(account) if !sees(&account) => {
+            return Err(refused(format!(
+                "you may see the pools of your own accounts and of those you coordinate; {account} is neither"
+            )))
+        }
+        Some(account) => vec![account],
+        None => a.res.ledger.pools().map_err(from_ledger)?.into_iter().map(|p| p.account).filter(|p| sees(p)).collect(),
+    };
+    let rows = rows(a, &names, now)?;
+    Ok((Reply::Pools { mode: a.res.config.accounts.mode, rows }, false))
+}
+
+fn rows(a: &Answering, accounts: &[String], now: i64) -> Result<Vec<PoolRow>, Reply> {
+    let month = local_date(now).format("%Y-%m").to_string();
+    let spending = a.res.ledger.member_spending(&month).map_err(from_ledger)?;
+    let tree = &a.slurm_view.accounts;
+    let mut out = Vec::new();
+    for account in accounts {
+        let pool: Pool = a.res.ledger.pool(account).map_err(from_ledger)?.ok_or_else(|| {
+            invalid(format!("account '{account}' has no token pool"))
+        })?;
+        let mut members: Vec<PoolMember> = tree
+            .members
+            .get(account)
+            .into_iter()
+            .flatten()
+            .map(|user| PoolMember { user: user.clone(), spent_month: Tokens::ZERO })
+            .collect();
+        for s in spending.iter().filter(|s| &s.account == account) {
+            match members.iter_mut().find(|m| m.user == s.user) {
+                Some(m) => m.spent_month = s.spent,
+                None => members.push(PoolMember { user: s.user.clone(), spent_month: s.spent }),
+            }
+        }
+        members.sort_by(|x, y| x.user.cmp(&y.user));
+        out.push(PoolRow {
+            parent: tree.parents.get(account).cloned(),
+            balance: pool.balance,
+            floor: pool.rules.floor,
+            status: pool.rules.status(pool.balance),
+            daily: pool.rules.daily,
+            monthly: pool.rules.monthly,
+            cap: pool.rules.cap,
+            user_limit: pool.user_limit,
+            coordinators: tree.coordinators_of(account),
+            members,
+            account: pool.account,
+        });
+    }
+    Ok(out)
+}
