@@ -57,6 +57,9 @@ pub enum Request {
         user: Option<String>,
         #[serde(default)]
         all: bool,
+        /// An account pool's statement, with a line per member (admins and its coordinators).
+        #[serde(default)]
+        account: Option<String>,
     },
     /// A one-time login link to the status page for the caller (whom the kernel named).
     WebLogin,
@@ -68,11 +71,14 @@ pub enum Request {
         rules: PoolRules,
     },
     /// Add tokens to an account's pool: admins, and the account's coordinators (or those above it).
+    /// With `adjust`: add or remove any amount, admins only.
     PoolGrant {
         account: String,
         amount: Tokens,
         reason: String,
         key: Option<String>,
+        #[serde(default)]
+        adjust: bool,
     },
     /// Move tokens from one account's pool to another's, atomically: admins, and coordinators of both.
     Transfer {

@@ -320,7 +320,8 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
             }
             "pool_mode" => {
                 let mode = words.next("mode")?;
-                snap.pool_mode = PoolMode::parse(mode).ok_or_else(|| words.bad(format!("unknown pool mode '{mode}'")))?;
+                snap.pool_mode =
+                    PoolMode::parse(mode).ok_or_else(|| words.bad(format!("unknown pool mode '{mode}'")))?;
                 words.end()?;
             }
             "pool" => {
@@ -345,7 +346,9 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
                 words.end()?;
                 match snap.pools.get_mut(account) {
                     Some(pool) => pool.coordinators = names,
-                    None => return Err(words.bad(format!("coordinators of '{account}', which has no pool line before"))),
+                    None => {
+                        return Err(words.bad(format!("coordinators of '{account}', which has no pool line before")))
+                    }
                 }
             }
             "spent_month" => {
@@ -500,7 +503,13 @@ mod tests {
         snap.pool_mode = PoolMode::Both;
         let lab = PoolStanding {
             balance: Tokens::whole(46),
-            rules: BucketRules { initial: Tokens::ZERO, daily: Tokens::ZERO, monthly: Tokens::whole(30), cap: None, floor: Tokens::whole(-10) },
+            rules: BucketRules {
+                initial: Tokens::ZERO,
+                daily: Tokens::ZERO,
+                monthly: Tokens::whole(30),
+                cap: None,
+                floor: Tokens::whole(-10),
+            },
             user_limit: Some(Tokens::whole(10)),
             coordinators: vec!["carol".into(), "dave".into()],
         };

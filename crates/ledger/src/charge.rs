@@ -10,11 +10,11 @@ use std::fmt::Write;
 use rusqlite::{params, Statement, Transaction};
 
 use super::accounts::{ensure_user, move_balance};
-use super::pools::add_member_spending;
-use gputokens::pools::{self, Payers};
 use super::error::out_of_range;
+use super::pools::add_member_spending;
 use super::{Ledger, LedgerError, UsageRecord};
 use gputokens::policy::BucketRules;
+use gputokens::pools::{self, Payers};
 use gputokens::pricing::{cost_of, weighted_price, AppliedPrice, PriceTable};
 use gputokens::time::local_date;
 use gputokens::tokens::Tokens;

@@ -98,8 +98,8 @@ impl Ledger {
 }
 
 #[cfg(test)]
+mod pool_tests;
+#[cfg(test)]
 mod range_tests;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod pool_tests;

@@ -32,7 +32,13 @@ fn job(id: &str, user: &str, account: &str, gpu_type: &str, gpus: u64, elapsed: 
 }
 
 fn pool_rules() -> BucketRules {
-    BucketRules { initial: Tokens::whole(100), daily: Tokens::ZERO, monthly: Tokens::whole(30), cap: None, floor: Tokens::whole(-10) }
+    BucketRules {
+        initial: Tokens::whole(100),
+        daily: Tokens::ZERO,
+        monthly: Tokens::whole(30),
+        cap: None,
+        floor: Tokens::whole(-10),
+    }
 }
 
 fn ledger(dir: &tempfile::TempDir, mode: PoolMode) -> Ledger {
@@ -116,7 +122,8 @@ fn a_mode_switch_under_a_running_job_charges_it_once_in_all() {
 fn pool_rules_change_audited_and_replenish_by_the_pools_own_rules() {
     let dir = tempfile::tempdir().unwrap();
     let mut l = ledger(&dir, PoolMode::Account);
-    let change = PoolChange { daily: Some(Tokens::whole(5)), user_limit: Some(Some(Tokens::whole(10))), ..Default::default() };
+    let change =
+        PoolChange { daily: Some(Tokens::whole(5)), user_limit: Some(Some(Tokens::whole(10))), ..Default::default() };
     let pool = l.set_pool("lab", &change, "root", at("2026-11-29T13:00:00")).unwrap();
     assert_eq!((pool.rules.daily, pool.user_limit), (Tokens::whole(5), Some(Tokens::whole(10))));
     let audit = l.history(&holder("lab")).unwrap();
@@ -139,7 +146,10 @@ fn a_transfer_moves_both_sides_or_neither_once() {
     l.add_pool("course", pool_rules(), None, "root", now).unwrap();
     let (lab, course) = (holder("lab"), holder("course"));
     assert_eq!(l.transfer(&lab, &course, Tokens::whole(30), "carol", "lab helps", "t1", now).unwrap(), Applied::Added);
-    assert_eq!(l.transfer(&lab, &course, Tokens::whole(30), "carol", "lab helps", "t1", now).unwrap(), Applied::AlreadyRecorded);
+    assert_eq!(
+        l.transfer(&lab, &course, Tokens::whole(30), "carol", "lab helps", "t1", now).unwrap(),
+        Applied::AlreadyRecorded
+    );
     assert_eq!((balance(&l, &lab), balance(&l, &course)), (Tokens::whole(70), Tokens::whole(130)));
     assert!(l.transfer(&lab, &holder("nowhere"), Tokens::whole(1), "carol", "x", "t2", now).is_err());
     assert_eq!(balance(&l, &lab), Tokens::whole(70), "the failed transfer took nothing");

@@ -46,14 +46,21 @@ pub struct MemberSpending {
     pub spent: Tokens,
 }
 
-const POOL_COLUMNS: &str = "p.account, p.initial, p.daily, p.monthly, p.cap, p.floor, p.user_limit, p.created, u.balance";
+const POOL_COLUMNS: &str =
+    "p.account, p.initial, p.daily, p.monthly, p.cap, p.floor, p.user_limit, p.created, u.balance";
 
 fn pool_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Pool> {
     let tokens = |i: usize| r.get::<_, i64>(i).map(Tokens::from_micro);
     let optional = |i: usize| r.get::<_, Option<i64>>(i).map(|v| v.map(Tokens::from_micro));
     Ok(Pool {
         account: r.get(0)?,
-        rules: BucketRules { initial: tokens(1)?, daily: tokens(2)?, monthly: tokens(3)?, cap: optional(4)?, floor: tokens(5)? },
+        rules: BucketRules {
+            initial: tokens(1)?,
+            daily: tokens(2)?,
+            monthly: tokens(3)?,
+            cap: optional(4)?,
+            floor: tokens(5)?,
+        },
         user_limit: optional(6)?,
         created: r.get(7)?,
         balance: tokens(8)?,
@@ -147,7 +154,9 @@ impl Ledger {
     }
 
     pub fn pool(&self, account: &str) -> Result<Option<Pool>, LedgerError> {
-        let sql = format!("SELECT {POOL_COLUMNS} FROM pools p JOIN users u ON u.name = 'account ' || p.account WHERE p.account = ?1");
+        let sql = format!(
+            "SELECT {POOL_COLUMNS} FROM pools p JOIN users u ON u.name = 'account ' || p.account WHERE p.account = ?1"
+        );
         Ok(self.conn.prepare_cached(&sql)?.query_row([account], pool_row).optional()?)
     }
 
@@ -200,8 +209,24 @@ impl Ledger {
         for name in [from, to] {
             ensure_user(&tx, pool_rules.get(name).unwrap_or(&rules), name, now)?;
         }
-        let out = NewEntry::new(from, EntryKind::Adjust, -amount, now, actor, &format!("transfer to {to}: {reason}"), format!("{key}:from"));
-        let into = NewEntry::new(to, EntryKind::Adjust, amount, now, actor, &format!("transfer from {from}: {reason}"), format!("{key}:to"));
+        let out = NewEntry::new(
+            from,
+            EntryKind::Adjust,
+            -amount,
+            now,
+            actor,
+            &format!("transfer to {to}: {reason}"),
+            format!("{key}:from"),
+        );
+        let into = NewEntry::new(
+            to,
+            EntryKind::Adjust,
+            amount,
+            now,
+            actor,
+            &format!("transfer from {from}: {reason}"),
+            format!("{key}:to"),
+        );
         let applied = insert_entry(&tx, &out)?;
         if applied == Applied::Added {
             insert_entry(&tx, &into)?;

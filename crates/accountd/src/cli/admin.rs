@@ -110,9 +110,14 @@ fn account_request(command: AccountCommand, amount: &AmountParser) -> AccountdRe
         AccountCommand::Add { account, initial, rules: r } => {
             (Request::PoolSet { account, create: true, rules: rules(initial, r)? }, false)
         }
-        AccountCommand::Set { account, rules: r } => (Request::PoolSet { account, create: false, rules: rules(None, r)? }, false),
+        AccountCommand::Set { account, rules: r } => {
+            (Request::PoolSet { account, create: false, rules: rules(None, r)? }, false)
+        }
         AccountCommand::Grant { account, amount: a, reason, key } => {
-            (Request::PoolGrant { account, amount: amount(&a, "a grant")?, reason, key }, false)
+            (Request::PoolGrant { account, amount: amount(&a, "a grant")?, reason, key, adjust: false }, false)
+        }
+        AccountCommand::Adjust { account, amount: a, reason, key } => {
+            (Request::PoolGrant { account, amount: amount(&a, "an adjustment")?, reason, key, adjust: true }, false)
         }
         AccountCommand::Transfer { from, to, amount: a, reason, key } => {
             (Request::Transfer { from, to, amount: amount(&a, "a transfer")?, reason, key }, false)

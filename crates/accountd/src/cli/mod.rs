@@ -128,6 +128,16 @@ pub enum AccountCommand {
         #[arg(long)]
         key: Option<String>,
     },
+    /// Add or remove tokens of a pool (e.g. -5 or +2.5): admins.
+    Adjust {
+        account: String,
+        #[arg(allow_hyphen_values = true)]
+        amount: String,
+        #[arg(long)]
+        reason: String,
+        #[arg(long)]
+        key: Option<String>,
+    },
     /// Move tokens from one pool to another in one step (admins, and coordinators of both).
     Transfer {
         from: String,

@@ -52,7 +52,8 @@ pub struct Args {
     #[arg(long, requires = "statement", conflicts_with_all = ["json", "parsable2", "parsable"])]
     pub csv: bool,
     /// An account's token pool ([accounts] mode), with its members and what each spent this month.
-    #[arg(short = 'A', long = "account", value_name = "ACCOUNT", conflicts_with_all = ["history", "statement", "web", "users", "all"])]
+    /// With --statement: the pool's statement, a line per member (admins and its coordinators).
+    #[arg(short = 'A', long = "account", value_name = "ACCOUNT", conflicts_with_all = ["history", "web", "users", "all"])]
     pub account: Option<String>,
     /// Every pool you may see (your accounts', those you coordinate), members indented, like `sshare -l`.
     #[arg(short = 'l', long = "long", conflicts_with_all = ["history", "statement", "web", "users", "all"])]
@@ -241,7 +242,7 @@ fn statement(config: &Config, args: &Args, month: Month) -> AccountdResult {
         [user] => Some(user.clone()),
         _ => return Err(AccountdError::Refused("--statement shows one user (-u USER) or all (-a)".into())),
     };
-    let request = Request::Statement { month, user, all: args.all };
+    let request = Request::Statement { month, user, all: args.all, account: args.account.clone() };
     let statements = match call(&config.paths.socket, &request)? {
         Reply::Statements { statements } => statements,
         other => return Err(ClientError::Unexpected(Box::new(other)).into()),

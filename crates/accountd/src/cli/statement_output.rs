@@ -98,6 +98,13 @@ pub fn json(statements: &[Statement]) -> String {
         opening: Tokens,
         lines: Vec<LineJson<'a>>,
         closing: Tokens,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        members: Vec<MemberJson<'a>>,
+    }
+    #[derive(serde::Serialize)]
+    struct MemberJson<'a> {
+        user: &'a str,
+        charged: Tokens,
     }
     #[derive(serde::Serialize)]
     struct LineJson<'a> {
@@ -120,6 +127,7 @@ pub fn json(statements: &[Statement]) -> String {
                 .map(|line| LineJson { line, gpu_hours: line.gpu_seconds.map(|s| s as f64 / 3600.0) })
                 .collect(),
             closing: s.closing,
+            members: s.members.iter().map(|(user, charged)| MemberJson { user, charged: *charged }).collect(),
         })
         .collect();
     serde_json::to_string_pretty(&Out { statements }).unwrap_or_default() + "\n"
@@ -148,6 +156,13 @@ pub fn text(s: &Statement, header: bool) -> String {
     }
     for r in &rows {
         out += &line([&r[0], &r[1], &r[2], &r[3]]);
+    }
+    if !s.members.is_empty() {
+        out += "Charged by member:\n";
+        let width = s.members.iter().map(|(u, _)| u.chars().count()).max().unwrap_or(0);
+        for (user, spent) in &s.members {
+            out += &format!("  {user:<width$}  {}\n", signed(-*spent));
+        }
     }
     out
 }

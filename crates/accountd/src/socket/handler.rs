@@ -25,7 +25,7 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
     let is_caller = |user: &Option<String>| user.as_deref().is_none_or(|u| u == caller.name);
     let own_ledger = match &request {
         Request::History { user, .. } => is_caller(user),
-        Request::Statement { user, all, .. } => !all && is_caller(user),
+        Request::Statement { user, all, account: None, .. } => !all && is_caller(user),
         _ => false,
     };
     // Pool requests check who may do what themselves (coordinators, members).
@@ -37,6 +37,7 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
             | Request::PoolGrant { .. }
             | Request::Transfer { .. }
             | Request::Pools { .. }
+            | Request::Statement { account: Some(_), .. }
     );
     if !checks_itself && !own_ledger && !caller.admin {
         let what = match request {
@@ -88,7 +89,10 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
             };
             entries.map(|entries| (Reply::History { user, entries }, false)).map_err(from_ledger)
         }
-        Request::Statement { month, user, all } => {
+        Request::Statement { month, account: Some(account), .. } => {
+            super::pools::statement(answering, caller, &account, month, now).map(|r| (r, false))
+        }
+        Request::Statement { month, user, all, account: None } => {
             statements(&answering.res, caller, month, user, all, now).map(|r| (r, false))
         }
         Request::Actions { limit } => {
@@ -97,9 +101,12 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
         Request::WebLogin => crate::http::web::link::login_link(answering, caller, now)
             .map(|(url, expires)| (Reply::WebLink { url, expires }, false))
             .map_err(|message| Reply::Error { kind: ErrorKind::Invalid, message }),
-        Request::PoolSet { account, create, rules } => super::pools::set(answering, caller, &account, create, rules, now),
-        Request::PoolGrant { account, amount, reason, key } => {
-            super::pools::grant(answering, caller, &account, amount, reason, key, now)
+        Request::PoolSet { account, create, rules } => {
+            super::pools::set(answering, caller, &account, create, rules, now)
+        }
+        Request::PoolGrant { account, amount, reason, key, adjust } => {
+            let kind = if adjust { EntryKind::Adjust } else { EntryKind::Grant };
+            super::pools::grant(answering, caller, &account, kind, amount, reason, key, now)
         }
         Request::Transfer { from, to, amount, reason, key } => {
             super::pools::transfer(answering, caller, &from, &to, amount, reason, key, now)

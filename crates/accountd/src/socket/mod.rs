@@ -205,3 +205,5 @@ async fn answer(answering: Shared, uid: u32, request: Request) -> Reply {
     });
     work.await.unwrap_or_else(|e| Reply::Error { kind: ErrorKind::Internal, message: format!("accountd failed: {e}") })
 }
+#[cfg(test)]
+mod pool_tests;

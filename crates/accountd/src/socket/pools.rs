@@ -7,17 +7,28 @@ use gputokens::access::Caller;
 use gputokens::policy::BucketRules;
 use gputokens::pools::holder;
 use gputokens::protocol::{PoolMember, PoolRow, PoolRules, Reply};
+use gputokens::statement::Month;
 use gputokens::time::local_date;
 use gputokens::Tokens;
-use ledger::{Applied, EntryKind, NewEntry, Pool, PoolChange};
+use ledger::{Applied, EntryKind, Issue, NewEntry, Pool, PoolChange};
 
 use crate::answering::Answering;
 use crate::reply::{from_ledger, invalid, refused};
 
 /// Creates a pool (`create`) or changes its rules.
-pub fn set(a: &mut Answering, caller: &Caller, account: &str, create: bool, rules: PoolRules, now: i64) -> Result<(Reply, bool), Reply> {
+pub fn set(
+    a: &mut Answering,
+    caller: &Caller,
+    account: &str,
+    create: bool,
+    rules: PoolRules,
+    now: i64,
+) -> Result<(Reply, bool), Reply> {
     if !caller.admin {
-        return Err(refused(format!("only gputokens admins may create pools or change their rules; you are {}", caller.name)));
+        return Err(refused(format!(
+            "only gputokens admins may create pools or change their rules; you are {}",
+            caller.name
+        )));
     }
     let ledger = &mut a.res.ledger;
     if create {
@@ -34,7 +45,9 @@ pub fn set(a: &mut Answering, caller: &Caller, account: &str, create: bool, rule
         ledger.add_pool(account, chosen, limit, &caller.name, now).map_err(from_ledger)?;
     } else {
         if rules.initial.is_some() {
-            return Err(invalid("a pool's initial balance is given when it is created; grant or adjust it instead".into()));
+            return Err(invalid(
+                "a pool's initial balance is given when it is created; grant or adjust it instead".into(),
+            ));
         }
         let change = PoolChange {
             daily: rules.daily,
@@ -65,10 +78,12 @@ fn manages(a: &Answering, caller: &Caller, account: &str) -> bool {
     caller.admin || a.slurm_view.accounts.coordinates(&caller.name, account)
 }
 
+#[allow(clippy::too_many_arguments)]
 pub fn grant(
     a: &mut Answering,
     caller: &Caller,
     account: &str,
+    kind: EntryKind,
     amount: Tokens,
     reason: String,
     key: Option<String>,
@@ -80,8 +95,16 @@ pub fn grant(
             caller.name
         )));
     }
-    if amount <= Tokens::ZERO {
-        return Err(invalid(format!("a grant must be positive (got {amount})")));
+    if kind == EntryKind::Adjust && !caller.admin {
+        return Err(refused(format!("only gputokens admins may adjust a pool; you are {}", caller.name)));
+    }
+    if kind == EntryKind::Grant && amount <= Tokens::ZERO {
+        return Err(invalid(format!(
+            "a grant must be positive (got {amount}); admins lower a pool with `account adjust`"
+        )));
+    }
+    if amount == Tokens::ZERO {
+        return Err(invalid("an adjustment of 0 changes nothing".into()));
     }
     if let Some(beyond) = amount.beyond_limit("a grant") {
         return Err(invalid(beyond));
@@ -91,10 +114,10 @@ pub fn grant(
     }
     let name = holder(account);
     let key = match key {
-        Some(k) => format!("grant:{k}"),
-        None => format!("grant:{name}:{}", super::handler::unique_suffix(now)),
+        Some(k) => format!("{}:{k}", kind.as_str()),
+        None => format!("{}:{name}:{}", kind.as_str(), super::handler::unique_suffix(now)),
     };
-    let entry = NewEntry::new(&name, EntryKind::Grant, amount, now, &caller.name, &reason, key.clone());
+    let entry = NewEntry::new(&name, kind, amount, now, &caller.name, &reason, key.clone());
     let applied = a.res.ledger.append(&entry).map_err(from_ledger)?;
     let entries = a.res.ledger.history(&name).map_err(from_ledger)?;
     let entries = entries.into_iter().filter(|e| e.key.as_deref() == Some(key.as_str())).collect();
@@ -142,7 +165,9 @@ pub fn transfer(
 /// The pools `caller` may see, or only `account`'s (refused when they may not see it).
 pub fn list(a: &Answering, caller: &Caller, account: Option<String>, now: i64) -> Result<(Reply, bool), Reply> {
     let tree = &a.slurm_view.accounts;
-    let sees = |account: &str| caller.admin || tree.is_member(&caller.name, account) || tree.coordinates(&caller.name, account);
+    let sees = |account: &str| {
+        caller.admin || tree.is_member(&caller.name, account) || tree.coordinates(&caller.name, account)
+    };
     let names: Vec<String> = match account {
         Some(account) if !sees(&account) => {
             return Err(refused(format!(
@@ -152,7 +177,13 @@ pub fn list(a: &Answering, caller: &Caller, account: Option<String>, now: i64) -
         Some(account) => vec![account],
         None => a.res.ledger.pools().map_err(from_ledger)?.into_iter().map(|p| p.account).filter(|p| sees(p)).collect(),
     };
-    let rows = rows(a, &names, now)?;
+    let mut rows = rows(a, &names, now)?;
+    // A member who does not manage the account sees their own spending, not their colleagues'.
+    for row in &mut rows {
+        if !manages(a, caller, &row.account) {
+            row.members.retain(|m| m.user == caller.name);
+        }
+    }
     Ok((Reply::Pools { mode: a.res.config.accounts.mode, rows }, false))
 }
 
@@ -162,9 +193,12 @@ fn rows(a: &Answering, accounts: &[String], now: i64) -> Result<Vec<PoolRow>, Re
     let tree = &a.slurm_view.accounts;
     let mut out = Vec::new();
     for account in accounts {
-        let pool: Pool = a.res.ledger.pool(account).map_err(from_ledger)?.ok_or_else(|| {
-            invalid(format!("account '{account}' has no token pool"))
-        })?;
+        let pool: Pool = a
+            .res
+            .ledger
+            .pool(account)
+            .map_err(from_ledger)?
+            .ok_or_else(|| invalid(format!("account '{account}' has no token pool")))?;
         let mut members: Vec<PoolMember> = tree
             .members
             .get(account)
@@ -194,4 +228,37 @@ fn rows(a: &Answering, accounts: &[String], now: i64) -> Result<Vec<PoolRow>, Re
         });
     }
     Ok(out)
+}
+
+/// `account`'s statement of `month` with what each member's jobs took from it: admins and the
+/// account's coordinators (a member's own spending is in `sbalance -A`).
+pub fn statement(a: &Answering, caller: &Caller, account: &str, month: Month, now: i64) -> Result<Reply, Reply> {
+    if !manages(a, caller, account) {
+        return Err(refused(format!(
+            "only gputokens admins and the coordinators of account {account} may read its statement; you are {}",
+            caller.name
+        )));
+    }
+    let current = Month::of(local_date(now));
+    if month > current {
+        return Err(invalid(format!(
+            "{month} has not begun: there are statements for {current} (so far) and the months before"
+        )));
+    }
+    let issue = Issue { at: now, partial: month == current };
+    let ledger = &a.res.ledger;
+    ledger
+        .pool(account)
+        .map_err(from_ledger)?
+        .ok_or_else(|| invalid(format!("account '{account}' has no token pool")))?;
+    let mut statement = ledger.statement(&holder(account), month, issue).map_err(from_ledger)?;
+    statement.user = account.to_string();
+    statement.members = ledger
+        .member_spending(&month.to_string())
+        .map_err(from_ledger)?
+        .into_iter()
+        .filter(|s| s.account == account)
+        .map(|s| (s.user, s.spent))
+        .collect();
+    Ok(Reply::Statements { statements: vec![statement] })
 }

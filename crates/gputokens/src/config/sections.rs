@@ -11,9 +11,9 @@ use super::values::{
     string, strings, web_url, whole, whole_from, whole_seconds, whole_seconds_or_off, xids,
 };
 use super::{
-    Accounts, Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Config, Exempt, Health, HttpAccess, Intervals,
-    Notify, Paths, PreemptAction, Preemption, Problem, Prometheus, SlurmTools, UtilizationConfig, UtilizationSource,
-    Web, DEFAULT_PROMETHEUS_JOB_LABEL, DEFAULT_PROMETHEUS_QUERY, DEFAULT_PROMETHEUS_TIMEOUT,
+    Accounts, Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Config, Exempt, Health, HttpAccess,
+    Intervals, Notify, Paths, PreemptAction, Preemption, Problem, Prometheus, SlurmTools, UtilizationConfig,
+    UtilizationSource, Web, DEFAULT_PROMETHEUS_JOB_LABEL, DEFAULT_PROMETHEUS_QUERY, DEFAULT_PROMETHEUS_TIMEOUT,
 };
 use crate::config::admission::OnError;
 use crate::config::admission::{Deprioritize, Mode, DEFAULT_NICE_INCREMENT, DEFAULT_SITE_FACTOR, MAX_NICE};

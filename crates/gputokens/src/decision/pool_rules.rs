@@ -6,9 +6,9 @@
 use chrono::{Datelike, NaiveDate};
 
 use crate::config::admission::Deprioritize;
-use crate::policy::Status;
 #[cfg(test)]
 use crate::policy::BucketRules;
+use crate::policy::Status;
 use crate::pools::PoolStanding;
 use crate::snapshot::Snapshot;
 use crate::tokens::Tokens;
@@ -150,7 +150,13 @@ fn first_of_next_month(today: NaiveDate) -> NaiveDate {
 /// The rules of a pool with no replenishment at all.
 #[cfg(test)]
 fn dry(floor: i64) -> BucketRules {
-    BucketRules { initial: Tokens::ZERO, daily: Tokens::ZERO, monthly: Tokens::ZERO, cap: None, floor: Tokens::whole(floor) }
+    BucketRules {
+        initial: Tokens::ZERO,
+        daily: Tokens::ZERO,
+        monthly: Tokens::ZERO,
+        cap: None,
+        floor: Tokens::whole(floor),
+    }
 }
 
 #[cfg(test)]

@@ -28,6 +28,9 @@ pub struct Statement {
     pub lines: Vec<Line>,
     /// The balance at the month's end (so far, when `partial`): `opening` plus every line's amount.
     pub closing: Tokens,
+    /// An account pool's statement: what each member's jobs took from it in the month.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<(String, Tokens)>,
 }
 
 /// What a line stands for.
@@ -224,7 +227,16 @@ impl StatementBuilder {
                 closing,
             });
         }
-        Ok(Statement { user: self.user, month: self.month, partial, issued, opening: self.opening, lines, closing })
+        Ok(Statement {
+            user: self.user,
+            month: self.month,
+            partial,
+            issued,
+            opening: self.opening,
+            lines,
+            closing,
+            members: Vec::new(),
+        })
     }
 }
 
