@@ -146,16 +146,13 @@ fn members_see_their_pools_and_only_their_own_spending() {
     assert!(refused(&list(&mut a, &who("alice", false), Some("course"))));
     let Reply::Pools { rows, .. } = list(&mut a, &who("pi", false), Some("lab")) else { panic!() };
     assert_eq!(rows[0].members.len(), 2, "the coordinator above sees every member");
-    let statement = |caller: &Caller| Request::Statement {
+    let statement = || Request::Statement {
         month: Month::of(gputokens::time::local_date(NOW)),
         user: None,
         all: false,
         account: Some("lab".into()),
     };
-    assert!(refused(&handle(&mut a, &who("alice", false), statement(&who("alice", false)), NOW).0));
-    let Reply::Statements { statements } = handle(&mut a, &who("pi", false), statement(&who("pi", false)), NOW).0
-    else {
-        panic!()
-    };
+    assert!(refused(&handle(&mut a, &who("alice", false), statement(), NOW).0));
+    let Reply::Statements { statements } = handle(&mut a, &who("pi", false), statement(), NOW).0 else { panic!() };
     assert_eq!((statements[0].user.as_str(), statements[0].closing), ("lab", Tokens::whole(100)));
 }
