@@ -38,5 +38,6 @@ pub fn balance_row(res: &Resources, user: &str, now: i64) -> Result<BalanceRow, 
         next_grant: rules.next_grant(today, balance).map(|g| (g.date.to_string(), g.amount)),
         recovers: rules.recovers_on(today, balance).map(|d| d.to_string()),
         in_ledger: account.is_some(),
+        default_pool: None,
     })
 }

@@ -46,6 +46,11 @@ pub struct GpuLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    pub account: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct JobLabels {
     pub job: String,
     pub user: String,
@@ -58,6 +63,9 @@ pub struct Metrics {
     /// who reaches the port; a label with an empty value is, to Prometheus, no label).
     per_user: bool,
     pub balance: Family<UserLabels, FloatGauge>,
+    /// Each account pool's balance: accounts are few and not people, so always exported.
+    pub pool_balance: Family<PoolLabels, FloatGauge>,
+    pub pool_floor: Family<PoolLabels, FloatGauge>,
     pub charged: Family<UserGpuLabels, FloatCounter>,
     pub replenished: FloatCounter,
     pub jobs_charged: Counter,
@@ -141,6 +149,8 @@ impl Metrics {
         let m = Metrics {
             per_user,
             balance: Family::default(),
+            pool_balance: Family::default(),
+            pool_floor: Family::default(),
             charged: Family::default(),
             replenished: FloatCounter::default(),
             jobs_charged: Counter::default(),
@@ -170,6 +180,8 @@ impl Metrics {
             registry: Registry::default(),
         };
         registry.register("balance_tokens", "Token balance per user", m.balance.clone());
+        registry.register("pool_balance_tokens", "Token balance of each Slurm account's pool", m.pool_balance.clone());
+        registry.register("pool_floor_tokens", "Floor of each Slurm account's pool", m.pool_floor.clone());
         registry.register(
             "charged_tokens",
             "Tokens charged per GPU type (and user, with [http] per_user_metrics)",
@@ -312,6 +324,15 @@ impl Metrics {
         }
         for a in accounts {
             self.balance.get_or_create(&UserLabels { user: a.user.clone() }).set(a.balance.as_f64());
+        }
+    }
+
+    /// Every pool's balance and floor.
+    pub fn set_pools(&self, pools: &[ledger::Pool]) {
+        for p in pools {
+            let labels = PoolLabels { account: p.account.clone() };
+            self.pool_balance.get_or_create(&labels).set(p.balance.as_f64());
+            self.pool_floor.get_or_create(&labels).set(p.rules.floor.as_f64());
         }
     }
 

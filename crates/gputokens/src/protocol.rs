@@ -203,6 +203,18 @@ pub struct BalanceRow {
     pub recovers: Option<String>,
     /// false: not in the ledger yet; the row shows what the user would start with.
     pub in_ledger: bool,
+    /// With pools: the pool of the user's default account, which pays for their jobs without `-A`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_pool: Option<PoolBalance>,
+}
+
+/// A pool's balance as a line about the user's jobs names it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolBalance {
+    pub account: String,
+    pub balance: Tokens,
+    pub floor: Tokens,
+    pub status: Status,
 }
 
 /// One exchange on a connected stream: `request` as a line out, the reply line back (empty when

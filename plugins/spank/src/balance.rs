@@ -45,7 +45,18 @@ pub fn message(row: &BalanceRow) -> String {
         Status::Ok => "ok".to_string(),
         debt => format!("{}: {}", debt.as_str(), debt.explanation(row.floor)),
     };
-    format!("balance {} tokens ({state}); run 'sbalance' for details.", row.balance)
+    let Some(pool) = &row.default_pool else {
+        return format!("balance {} tokens ({state}); run 'sbalance' for details.", row.balance);
+    };
+    let pool_state = match pool.status {
+        Status::Ok => "ok".to_string(),
+        debt => format!("{}: {}", debt.as_str(), debt.explanation(pool.floor)),
+    };
+    format!(
+        "GPU jobs without -A are charged to account {}: {} tokens ({pool_state}); your own balance {} tokens \
+         ({state}); run 'sbalance -l' for details.",
+        pool.account, pool.balance, row.balance
+    )
 }
 
 #[cfg(test)]
@@ -63,6 +74,7 @@ mod tests {
             next_grant: None,
             recovers: None,
             in_ledger: true,
+            default_pool: None,
         }
     }
 
@@ -74,6 +86,23 @@ mod tests {
             message(&row(-11, Status::Blocked)),
             "balance -11 tokens (blocked: GPU jobs are refused until the balance is above the floor -10 again); run \
              'sbalance' for details."
+        );
+    }
+
+    #[test]
+    fn with_pools_the_line_names_the_pool_jobs_without_a_flag_are_charged_to() {
+        let mut r = row(46, Status::Ok);
+        let pool = gputokens::protocol::PoolBalance {
+            account: "lab".into(),
+            balance: Tokens::whole(-10),
+            floor: Tokens::whole(-10),
+            status: Status::Blocked,
+        };
+        r.default_pool = Some(pool);
+        assert_eq!(
+            message(&r),
+            "GPU jobs without -A are charged to account lab: -10 tokens (blocked: GPU jobs are refused until the \
+             balance is above the floor -10 again); your own balance 46 tokens (ok); run 'sbalance -l' for details."
         );
     }
 

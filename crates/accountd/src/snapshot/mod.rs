@@ -40,7 +40,9 @@ fn add_pools(res: &Resources, view: &SlurmView, now: i64, snap: &mut snapshot::S
     if snap.pool_mode == PoolMode::User {
         return Ok(());
     }
-    for pool in res.ledger.pools()? {
+    let pools = res.ledger.pools()?;
+    res.metrics.set_pools(&pools);
+    for pool in pools {
         let standing = PoolStanding {
             balance: pool.balance,
             rules: BucketRules { cap: None, ..pool.rules },

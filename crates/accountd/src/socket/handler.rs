@@ -13,6 +13,7 @@ use ledger::{Applied, EntryKind, Issue, NewEntry};
 use crate::admin_journal;
 use crate::answering::Answering;
 use crate::balance_row::balance_row;
+use crate::cycles::slurm_view::SlurmView;
 use crate::reply::{from_ledger, invalid, refused};
 use crate::resources::Resources;
 
@@ -53,7 +54,9 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
         );
     }
     let result = match request {
-        Request::Balances { users, all } => balances(&answering.res, caller, users, all, now).map(|r| (r, false)),
+        Request::Balances { users, all } => {
+            balances(&answering.res, &answering.slurm_view, caller, users, all, now).map(|r| (r, false))
+        }
         Request::Grant { user, amount, reason, key } => {
             if amount <= Tokens::ZERO {
                 Err(invalid(format!("a grant must be positive (got {amount}); use `adjust` to lower a balance")))
@@ -133,7 +136,14 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
     result.unwrap_or_else(|error| (error, false))
 }
 
-fn balances(res: &Resources, caller: &Caller, users: Vec<String>, all: bool, now: i64) -> Result<Reply, Reply> {
+fn balances(
+    res: &Resources,
+    view: &SlurmView,
+    caller: &Caller,
+    users: Vec<String>,
+    all: bool,
+    now: i64,
+) -> Result<Reply, Reply> {
     let names: Vec<String> = if all && (caller.admin || res.config.balances_public) {
         res.ledger.accounts().map_err(from_ledger)?.into_iter().map(|a| a.user).collect()
     } else if users.is_empty() {
@@ -158,7 +168,9 @@ fn balances(res: &Resources, caller: &Caller, users: Vec<String>, all: bool, now
                 caller.name
             )));
         }
-        rows.push(balance_row(res, &name, now)?);
+        let mut row = balance_row(res, &name, now)?;
+        row.default_pool = super::pools::default_pool(res, view, &name)?;
+        rows.push(row);
     }
     Ok(Reply::Balances { rows })
 }

@@ -6,14 +6,17 @@
 use gputokens::access::Caller;
 use gputokens::policy::BucketRules;
 use gputokens::pools::holder;
-use gputokens::protocol::{PoolMember, PoolRow, PoolRules, Reply};
+use gputokens::pools::PoolMode;
+use gputokens::protocol::{PoolBalance, PoolMember, PoolRow, PoolRules, Reply};
 use gputokens::statement::Month;
 use gputokens::time::local_date;
 use gputokens::Tokens;
 use ledger::{Applied, EntryKind, Issue, NewEntry, Pool, PoolChange};
 
 use crate::answering::Answering;
+use crate::cycles::slurm_view::SlurmView;
 use crate::reply::{from_ledger, invalid, refused};
+use crate::resources::Resources;
 
 /// Creates a pool (`create`) or changes its rules.
 pub fn set(
@@ -261,4 +264,19 @@ pub fn statement(a: &Answering, caller: &Caller, account: &str, month: Month, no
         .map(|s| (s.user, s.spent))
         .collect();
     Ok(Reply::Statements { statements: vec![statement] })
+}
+
+/// With pools on: the pool of `user`'s default account, if it has one.
+pub fn default_pool(res: &Resources, view: &SlurmView, user: &str) -> Result<Option<PoolBalance>, Reply> {
+    if res.config.accounts.mode == PoolMode::User {
+        return Ok(None);
+    }
+    let Some(account) = view.default_accounts.get(user) else { return Ok(None) };
+    let pool = res.ledger.pool(account).map_err(from_ledger)?;
+    Ok(pool.map(|p| PoolBalance {
+        status: p.rules.status(p.balance),
+        account: p.account,
+        balance: p.balance,
+        floor: p.rules.floor,
+    }))
 }
