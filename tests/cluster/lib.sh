@@ -4,7 +4,7 @@
 LAB=${GPUTOKENS_LAB:-/tmp/gputokens-cluster}
 CLUSTER=gputokens          # slurm.conf ClusterName
 ACCOUNT=gputokens          # Slurm account that root, alice and bob belong to
-TEST_USERS=(alice bob)     # non-root users created by up.sh
+TEST_USERS=(alice bob carol)  # non-root users created by up.sh
 SLURM_USER=slurm           # slurmctld's and slurmdbd's SlurmUser (Debian's packages create it), as on a site
 DBNAME=slurm_acct_db
 DBUSER=slurm

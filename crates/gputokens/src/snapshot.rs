@@ -21,7 +21,7 @@
 //! pool_mode account
 //! pool lab 46000000 -10000000 0 30000000 10000000
 //! coordinators lab carol
-//! pending_account 41 lab
+//! job_account 41 lab
 //! spent_month 2026-11
 //! spent lab alice 4000000
 //! member alice lab,course
@@ -62,8 +62,9 @@ pub struct QueueSummary {
     pub committed: HashMap<String, Commitment>,
     /// The pending jobs squeue showed, by job ID.
     pub pending: BTreeMap<u32, PendingJob>,
-    /// With pools: the account of each pending GPU job (an update without `account=` stays in it).
-    pub pending_accounts: BTreeMap<u32, String>,
+    /// With pools: the account of each pending or running GPU job (an update without `account=`
+    /// stays in it).
+    pub job_accounts: BTreeMap<u32, String>,
 }
 
 pub fn render(snap: &Snapshot) -> String {
@@ -134,8 +135,8 @@ fn render_pools(snap: &Snapshot, out: &mut String) {
             out.push_str(&format!("coordinators {account} {}\n", p.coordinators.join(",")));
         }
     }
-    for (id, account) in snap.queue.iter().flat_map(|q| &q.pending_accounts) {
-        out.push_str(&format!("pending_account {id} {account}\n"));
+    for (id, account) in snap.queue.iter().flat_map(|q| &q.job_accounts) {
+        out.push_str(&format!("job_account {id} {account}\n"));
     }
     if let Some(month) = &snap.spent_month {
         out.push_str(&format!("spent_month {month}\n"));
@@ -271,7 +272,7 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
     let (mut prices, mut default_price) = (BTreeMap::new(), None);
     let mut committed = HashMap::new();
     let mut pending = BTreeMap::new();
-    let mut pending_accounts = BTreeMap::new();
+    let mut job_accounts = BTreeMap::new();
     for (i, line) in lines {
         let line = line.trim_end();
         if line.is_empty() {
@@ -362,12 +363,12 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
                 words.end()?;
                 snap.spent.insert((account, user), spent);
             }
-            "pending_account" => {
+            "job_account" => {
                 let id = words.number("job ID")?;
                 let id = u32::try_from(id).map_err(|_| words.bad(format!("job ID {id} is out of range")))?;
                 let account = words.next("account")?.to_string();
                 words.end()?;
-                pending_accounts.insert(id, account);
+                job_accounts.insert(id, account);
             }
             "member" => {
                 let user = words.next("user name")?.to_string();
@@ -429,7 +430,7 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
     if let Some(queue) = &mut snap.queue {
         queue.committed = committed;
         queue.pending = pending;
-        queue.pending_accounts = pending_accounts;
+        queue.job_accounts = job_accounts;
     }
     Ok(snap)
 }
@@ -498,8 +499,8 @@ mod tests {
             (41, PendingJob { nodes: 1, tasks: 1, array_tasks: 1, seconds: 3600, gpus }),
             (42, PendingJob { nodes: 2, tasks: 8, array_tasks: 1, seconds: 86400, gpus: None }),
         ]);
-        let pending_accounts = BTreeMap::from([(41, "lab".to_string())]);
-        snap.queue = Some(QueueSummary { as_of: 1_795_430_395, committed, pending, pending_accounts });
+        let job_accounts = BTreeMap::from([(41, "lab".to_string())]);
+        snap.queue = Some(QueueSummary { as_of: 1_795_430_395, committed, pending, job_accounts });
         snap.pool_mode = PoolMode::Both;
         let lab = PoolStanding {
             balance: Tokens::whole(46),

@@ -88,17 +88,16 @@ fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdR
     let (prices, sharing) = (&res.config.prices, res.config.sharing);
     let committed = commitments(jobs, default_limit, prices, sharing, charged);
     let pending = pending_jobs(jobs, default_limit, prices, sharing);
-    // With pools, an update of a pending job is judged by the pool of the account it is in.
-    let pending_accounts = if res.config.accounts.mode == PoolMode::User {
+    // With pools, an update of a GPU job is judged by the pool of the account it is in.
+    let job_accounts = if res.config.accounts.mode == PoolMode::User {
         Default::default()
     } else {
         jobs.iter()
-            .filter_map(|j| Some((j.job_id.parse::<u32>().ok()?, j)))
-            .filter(|(id, j)| pending.get(id).is_some_and(|p| p.gpus.is_some()) && !j.account.is_empty())
-            .map(|(id, j)| (id, j.account.clone()))
+            .filter(|j| !j.account.is_empty() && (j.request.has_gpus() || !j.alloc.is_empty()))
+            .filter_map(|j| Some((j.job_id.parse::<u32>().ok()?, j.account.clone())))
             .collect()
     };
-    Ok(QueueSummary { as_of, committed: committed.into_iter().collect(), pending, pending_accounts })
+    Ok(QueueSummary { as_of, committed: committed.into_iter().collect(), pending, job_accounts })
 }
 
 /// `alice|physics` lines.

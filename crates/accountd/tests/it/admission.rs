@@ -20,7 +20,7 @@ const PLUGIN_CONF: &str = "/etc/slurm/gputokens.toml";
 /// slurmctld's SlurmUser on the test cluster (tests/cluster/lib.sh), as the example config says.
 const SLURM_USER: &str = "slurm";
 /// The plugin looks at the snapshot every 200 ms; this leaves it time to read a new one.
-const SETTLE: Duration = Duration::from_millis(600);
+pub(crate) const SETTLE: Duration = Duration::from_millis(600);
 
 fn lab() -> PathBuf {
     PathBuf::from(std::env::var("GPUTOKENS_LAB").unwrap_or_else(|_| "/tmp/gputokens-cluster".into()))
@@ -40,19 +40,19 @@ fn slurmctld_alive(pid: &str) -> bool {
 }
 
 /// sbatch as `user`, not asserting success: (exit code, job ID or "", stderr).
-fn sbatch(user: &str, args: &[&str]) -> Outcome {
+pub(crate) fn sbatch(user: &str, args: &[&str]) -> Outcome {
     let mut all = vec!["--parsable", "--output=/dev/null"];
     all.extend_from_slice(args);
     run_as(Some(user), Path::new("/usr/bin/sbatch"), &all)
 }
 
-fn job_id(out: &Outcome) -> String {
+pub(crate) fn job_id(out: &Outcome) -> String {
     out.stdout.trim().split(';').next().unwrap_or_default().to_string()
 }
 
 /// The cluster's snapshot and plugin config, for one test: restores an empty snapshot and the
 /// config, and cancels the test's jobs on drop.
-struct Admission {
+pub(crate) struct Admission {
     snapshot: PathBuf,
     jobs: Vec<String>,
     log_from: usize,
@@ -61,7 +61,7 @@ struct Admission {
 }
 
 impl Admission {
-    fn start() -> Admission {
+    pub(crate) fn start() -> Admission {
         let config = std::fs::read_to_string(PLUGIN_CONF)
             .unwrap_or_else(|e| panic!("{PLUGIN_CONF}: {e}: start the cluster with tests/run.sh"));
         let table: toml::Table = toml::from_str(&config).expect("plugin config");
@@ -82,7 +82,7 @@ impl Admission {
     }
 
     /// Points the plugin's snapshot at the one `site`'s accountd writes.
-    fn follow(&self, site: &Site) {
+    pub(crate) fn follow(&self, site: &Site) {
         let written = site.path("lib/balances.snapshot");
         let deadline = Instant::now() + Duration::from_secs(10);
         while !written.exists() {
@@ -100,7 +100,7 @@ impl Admission {
     }
 
     /// sbatch that must succeed; the job is cancelled at the end of the test.
-    fn accepted(&mut self, user: &str, args: &[&str]) -> (String, String) {
+    pub(crate) fn accepted(&mut self, user: &str, args: &[&str]) -> (String, String) {
         let out = sbatch(user, args);
         assert_eq!(out.code, 0, "{user} {args:?} refused: {}", out.stderr);
         let id = job_id(&out);
@@ -109,7 +109,7 @@ impl Admission {
     }
 
     /// What slurmctld logged since the test began.
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         slurmctld_log().get(self.log_from..).unwrap_or_default().to_string()
     }
 }
@@ -152,7 +152,7 @@ impl Drop for Admission {
 /// A site whose snapshot the plugin follows, after the balance adjustments `(user, amount)`, with
 /// `tables` in its config. Bind as `let (site, mut adm) = ...`: `adm` goes first, restoring the
 /// cluster's snapshot while the site still exists.
-fn following_site(tables: &str, adjustments: &[(&str, &str)]) -> (Site, Admission) {
+pub(crate) fn following_site(tables: &str, adjustments: &[(&str, &str)]) -> (Site, Admission) {
     if tables.contains("[slurm]") {
         // A site that charges from the cluster: keep jobs the previous test saw end out of its first
         // sacct window (as charging's live_site does).
@@ -637,12 +637,12 @@ fn a_running_job_commits_the_uncharged_rest_of_its_limit() {
 }
 
 /// `scontrol update` as the user, not asserting success.
-fn update_as(user: &str, job: &str, change: &str) -> Outcome {
+pub(crate) fn update_as(user: &str, job: &str, change: &str) -> Outcome {
     run_as(Some(user), Path::new("/usr/bin/scontrol"), &["update", &format!("jobid={job}"), change])
 }
 
 /// (nice, QOS) of a job from squeue.
-fn nice_and_qos(id: &str) -> (i64, String) {
+pub(crate) fn nice_and_qos(id: &str) -> (i64, String) {
     let out = run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", id, "-o", "%y|%q"]).ok().stdout;
     let (nice, qos) = out.trim().split_once('|').unwrap_or_else(|| panic!("squeue: {out}"));
     (nice.parse().unwrap(), qos.to_string())

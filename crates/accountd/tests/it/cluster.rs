@@ -20,12 +20,12 @@ pub fn serial() -> Serial {
     let guard = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
     let file = std::fs::File::create(LOCK_FILE).expect(LOCK_FILE);
     let file = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| e).expect("flock");
-    for user in ["alice", "bob"] {
+    for user in ["alice", "bob", "carol"] {
         run_as(None, Path::new("/usr/bin/scancel"), &["-u", user]).ok();
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let left = run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-u", "alice,bob"]).ok().stdout;
+        let left = run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-u", "alice,bob,carol"]).ok().stdout;
         if left.trim().is_empty() {
             break;
         }

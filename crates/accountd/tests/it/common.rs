@@ -62,7 +62,7 @@ pub fn sbalance_bin() -> PathBuf {
 pub fn ensure_test_users() {
     static USERS: Once = Once::new();
     USERS.call_once(|| {
-        for user in ["alice", "bob"] {
+        for user in ["alice", "bob", "carol"] {
             let known = Command::new("id").arg("-u").arg(user).output().map(|o| o.status.success()).unwrap_or(false);
             if !known {
                 let status = Command::new("useradd").args(["-m", "-s", "/bin/bash", user]).status().expect("useradd");

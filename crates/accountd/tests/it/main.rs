@@ -1,6 +1,7 @@
 //! Integration tests: the real binaries, real SQLite, real non-root users, and (for the `cluster`
 //! tests, which are ignored unless the test cluster is up) a real Slurm cluster.
 
+mod accounts;
 mod admin;
 mod admission;
 mod agent;

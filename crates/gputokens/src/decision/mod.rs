@@ -11,6 +11,8 @@
 //! penalty, and what `--gpu-tokens-estimate` asked to be told. See `submit.rs` and `modify.rs`.
 
 mod modify;
+#[cfg(test)]
+mod pool_decisions;
 pub mod pool_rules;
 pub mod rules;
 mod submit;
@@ -29,7 +31,7 @@ use crate::estimate::{Commitment, PendingJob};
 use crate::gpu_request::GpuRequest;
 use crate::job_request::JobRequest;
 use crate::policy::BucketRules;
-use crate::pools::payers;
+use crate::pools::{payers, PoolMode};
 use crate::snapshot::Snapshot;
 use crate::tokens::Tokens;
 use crate::tres::MILLI;
@@ -215,7 +217,33 @@ struct Account<'a> {
 }
 
 impl<'a> Account<'a> {
+    /// The balance that pays for the job. Its account is the job's -A (an update's account=), else
+    /// that of the job being updated as the last queue read showed it, else the user's default
+    /// (Slurm's for a job without -A). An update of a job that read did not show (submitted since)
+    /// may be in any of the user's accounts: the worst of their decisions applies.
     fn of(standing: Standing<'a>, case: &Case) -> Account<'a> {
+        let snapshot = standing.snapshot;
+        let default = standing.default_account(case.owner.uid);
+        let named = case.job.account.as_deref();
+        let queued = case.job.job_id.and_then(|id| snapshot.queue.as_ref()?.job_accounts.get(&id)).map(String::as_str);
+        let unknown_update = named.is_none() && queued.is_none() && case.job.job_id.is_some();
+        if !unknown_update || snapshot.pool_mode == PoolMode::User {
+            return Account::paying(standing, case, named.or(queued).or(default));
+        }
+        let user = standing.user_name(case.owner.uid);
+        let accounts = user.and_then(|u| snapshot.user_accounts.get(u)).into_iter().flatten().map(String::as_str);
+        let mut worst = Account::paying(standing, case, default);
+        for account in accounts {
+            let other = Account::paying(standing, case, Some(account));
+            if pool_rules::worse(worst.decision.clone(), other.decision.clone()) != worst.decision {
+                worst = other;
+            }
+        }
+        worst
+    }
+
+    /// Who pays for a job of `account`, and what their rules make of it.
+    fn paying(standing: Standing<'a>, case: &Case, account: Option<&str>) -> Account<'a> {
         let uid = case.owner.uid;
         let snapshot = standing.snapshot;
         let (today, how) = (case.inputs.today, &case.inputs.config.deprioritize);
@@ -227,10 +255,6 @@ impl<'a> Account<'a> {
             decision: rules::decide(balance, &snapshot.rules, today, how),
             pool: None,
         };
-        // The job's -A (an update's account=), else the account of the pending job being updated,
-        // else the account Slurm gives it: the user's default.
-        let queued = case.job.job_id.and_then(|id| snapshot.queue.as_ref()?.pending_accounts.get(&id));
-        let account = case.job.account.as_deref().or(queued.map(String::as_str)).or(standing.default_account(uid));
         let payers = payers(snapshot.pool_mode, account, |a| snapshot.pools.contains_key(a));
         let Some((name, pool)) = payers.pool.and_then(|a| snapshot.pools.get_key_value(a)) else { return own };
         let user = standing.user_name(uid);

@@ -1,0 +1,266 @@
+//! Token pools of Slurm accounts on the real cluster ([accounts] mode = "account"), as the non-root
+//! users alice, bob and carol: accounts `lab` (alice, bob) and `course` (bob, carol; carol its
+//! coordinator) made with sacctmgr; jobs charged to the pool of the account they ran under; the
+//! job_submit plugin refusing at a pool's floor and past the per-user limit with a message that says
+//! what to do; `scontrol update account=`; coordinators granting; transfers beside charge cycles.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use gputokens::pricing::cost;
+use gputokens::Tokens;
+
+use crate::admission::{nice_and_qos, sbatch, update_as, Admission, SETTLE};
+use crate::charging::LIVE;
+use crate::cluster::{sacct, serial, wait_finished};
+use crate::common::{run_as, Outcome, Site, PRICES};
+use crate::slurm_release;
+
+/// Makes the accounts and associations (idempotent: a second run finds them made).
+fn lab_and_course() {
+    let sacctmgr = |args: &[&str]| run_as(None, Path::new("/usr/bin/sacctmgr"), args);
+    let assoc = sacctmgr(&["-n", "-P", "show", "assoc", "format=Account,User"]).ok().stdout;
+    let has = |line: &str| assoc.lines().any(|l| l == line);
+    for account in ["lab", "course"] {
+        if !has(&format!("{account}|")) {
+            sacctmgr(&["-i", "add", "account", account, "Description=gputokens pools", "Organization=gputokens"]).ok();
+        }
+    }
+    for (account, user) in [("lab", "alice"), ("lab", "bob"), ("course", "bob"), ("course", "carol")] {
+        if !has(&format!("{account}|{user}")) {
+            sacctmgr(&["-i", "add", "user", user, &format!("account={account}")]).ok();
+        }
+    }
+    let coords = sacctmgr(&["-n", "-P", "show", "account", "course", "withcoord", "format=Account,Coordinators"]);
+    if !coords.ok().stdout.contains("carol") {
+        sacctmgr(&["-i", "add", "coordinator", "account=course", "names=carol"]).ok();
+    }
+}
+
+/// The config of an account-mode site charging from the cluster every second.
+fn tables() -> String {
+    format!("[accounts]\nmode = \"account\"\n[intervals]\ncharge = \"1s\"\ncheck = \"1s\"\n{LIVE}")
+}
+
+/// An account-mode site with pools lab and course (`rules` for both), the plugin following its
+/// snapshot once it lists both pools and alice's accounts.
+fn pool_site(prices: &str, rules: &[&str]) -> (Site, Admission) {
+    lab_and_course();
+    std::thread::sleep(Duration::from_secs(2));
+    let site = Site::with_prices("", prices, &tables());
+    let adm = Admission::start();
+    for account in ["lab", "course"] {
+        let mut args = vec!["admin", "account", "add", account];
+        args.extend_from_slice(rules);
+        site.accountd(None, &args).ok();
+    }
+    let snapshot = site.path("lib/balances.snapshot");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(&snapshot).unwrap_or_default();
+        if text.contains("pool lab ") && text.contains("pool course ") && text.contains("member alice ") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no pools or members in the snapshot:\n{text}\n{}", site.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    adm.follow(&site);
+    std::thread::sleep(SETTLE);
+    (site, adm)
+}
+
+/// A pool's balance as root's `sbalance -A` prints it.
+fn pool_balance(site: &Site, account: &str) -> String {
+    let out = site.sbalance(None, &["-A", account, "-P", "-n"]).ok().stdout;
+    out.lines().next().and_then(|l| l.split('|').nth(2)).unwrap_or_default().to_string()
+}
+
+fn elapsed(job: &str) -> u64 {
+    sacct(&["-j", job, "-X", "-n", "-P", "-o", "ElapsedRaw"]).trim().parse().unwrap()
+}
+
+/// Waits until `what` holds, naming `why` and the site's log when it does not within 30 s.
+fn wait_until(site: &Site, why: &str, what: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !what() {
+        assert!(Instant::now() < deadline, "{why}\n{}", site.log());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn accountd_as(site: &Site, user: &str, args: &[&str]) -> Outcome {
+    site.accountd(Some(user), args)
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn jobs_are_charged_to_their_accounts_pool_and_a_pool_at_its_floor_refuses_with_what_to_do() {
+    let _cluster = serial();
+    let (site, mut adm) = pool_site(PRICES, &["--initial", "100", "--daily", "0", "--monthly", "30"]);
+    let (a, _) = adm.accepted("alice", &["-A", "lab", "--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
+    let (b, _) = adm.accepted("bob", &["-A", "lab", "--gres=gpu:rtx3090:1", "--wrap", "sleep 2"]);
+    let (c, _) = adm.accepted("bob", &["-A", "course", "--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
+    for job in [&a, &b, &c] {
+        wait_finished(job);
+    }
+    let lab = Tokens::whole(100) - cost(Tokens::whole(4), elapsed(&a)) - cost(Tokens::whole(1), elapsed(&b));
+    let course = Tokens::whole(100) - cost(Tokens::whole(4), elapsed(&c));
+    wait_until(&site, "the pools were not charged their jobs", || {
+        pool_balance(&site, "lab") == lab.to_string() && pool_balance(&site, "course") == course.to_string()
+    });
+    assert_eq!(site.balance("alice"), "100", "alice's own bucket paid nothing");
+    assert_eq!(site.balance("bob"), "100");
+
+    // alice sees lab (and only her own spending in it), not course.
+    let mine = site.sbalance(Some("alice"), &["-l", "-P"]).ok().stdout;
+    let rows: Vec<&str> = mine.lines().collect();
+    assert_eq!(rows[0], "Account|User|Balance|Floor|Status|SpentMonth|UserLimit|Coordinators");
+    assert!(rows[1].starts_with(&format!("lab||{lab}|-10|ok|")), "{mine}");
+    assert!(rows[2].starts_with("lab|alice||||") && rows.len() == 3, "{mine}");
+    let theirs = site.sbalance(Some("alice"), &["-A", "course"]);
+    assert_ne!(theirs.code, 0, "alice may not see course");
+    assert!(theirs.stderr.contains("course is neither"), "{}", theirs.stderr);
+    // carol coordinates course: its members and their spending, and its statement.
+    let tree = site.sbalance(Some("carol"), &["-A", "course", "--json"]).ok().stdout;
+    let json: serde_json::Value = serde_json::from_str(&tree).unwrap();
+    assert_eq!(json["pools"][0]["coordinators"][0], "carol");
+    let members: Vec<&str> =
+        json["pools"][0]["members"].as_array().unwrap().iter().map(|m| m["user"].as_str().unwrap()).collect();
+    assert_eq!(members, ["bob", "carol"]);
+    let month = chrono::Local::now().format("%Y-%m").to_string();
+    let statement = site.sbalance(Some("carol"), &["--statement", &month, "-A", "course"]).ok().stdout;
+    assert!(statement.starts_with(&format!("Statement of course for {month}")), "{statement}");
+    assert!(statement.contains("Charged by member:") && statement.contains("bob"), "{statement}");
+
+    // lab at its floor: alice's GPU job under lab is refused, saying what to do; bob's under course runs.
+    let to_floor = (Tokens::whole(-10) - lab).to_string();
+    site.accountd(None, &["admin", "account", "adjust", "lab", &to_floor, "--reason", "test: to the floor"]).ok();
+    std::thread::sleep(SETTLE);
+    let refused = sbatch("alice", &["-A", "lab", "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    assert_ne!(refused.code, 0, "alice's job under lab at its floor was accepted");
+    let told = &refused.stderr;
+    assert!(told.contains("gputokens: account lab's GPU token balance is -10 (floor -10); its GPU jobs are refused until it is above the floor again (+30 tokens on the 1st of each month: about "), "{told}");
+    assert!(told.contains("Ask the cluster administrators for tokens, or submit under another of your accounts that has tokens (gputokens): sbatch -A gputokens."), "{told}");
+    assert!(told.contains("Run 'sbalance -A lab' for details."), "{told}");
+    assert!(adm.log().contains("account lab's balance -10 is at or below the floor -10"), "{}", adm.log());
+    adm.accepted("bob", &["-A", "course", "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    adm.accepted("alice", &["-A", "lab", "--wrap", "sleep 1"]);
+    adm.accepted("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+
+    // scontrol update account=: into lab at its floor refused; into course (with tokens) allowed.
+    let (held, _) = adm.accepted("bob", &["-H", "-A", "course", "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    let (held2, _) = adm.accepted("bob", &["-H", "-A", "gputokens", "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    let into_lab = update_as("bob", &held, "account=lab");
+    assert_ne!(into_lab.code, 0, "moved into lab at its floor: {}", into_lab.stderr);
+    if slurm_release::updates_explain_refusals() {
+        assert!(into_lab.stderr.contains("account lab's GPU token balance is -10"), "{}", into_lab.stderr);
+    }
+    assert!(
+        adm.log().contains(&format!("job {held}")) && adm.log().contains("moves the job to account lab"),
+        "{}",
+        adm.log()
+    );
+    let into_course = update_as("bob", &held2, "account=course");
+    assert_eq!(into_course.code, 0, "{}", into_course.stderr);
+    let account = run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", &held2, "-o", "%a"]).ok().stdout;
+    assert_eq!(account.trim(), "course");
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn coordinators_grant_within_their_accounts_and_transfers_stay_whole_beside_charge_cycles() {
+    let _cluster = serial();
+    let (site, mut adm) = pool_site(PRICES, &["--initial", "100", "--daily", "0", "--monthly", "0"]);
+    let grant = |user: &str, account: &str| {
+        accountd_as(&site, user, &["admin", "account", "grant", account, "5", "--reason", "term"])
+    };
+    let by_carol = grant("carol", "course");
+    assert_eq!(by_carol.code, 0, "{}", by_carol.stderr);
+    let lab_by_carol = grant("carol", "lab");
+    assert_ne!(lab_by_carol.code, 0);
+    assert!(lab_by_carol.stderr.contains("coordinators of account lab"), "{}", lab_by_carol.stderr);
+    assert_ne!(grant("alice", "lab").code, 0, "alice is no coordinator");
+    assert_ne!(grant("alice", "course").code, 0);
+    assert_eq!(pool_balance(&site, "course"), "105", "carol's grant");
+    assert_eq!(pool_balance(&site, "lab"), "100");
+
+    // bob's job under lab is charged every second while root moves 1 token at a time to course.
+    let (job, _) = adm.accepted("bob", &["-A", "lab", "--gres=gpu:a6000:2", "--wrap", "sleep 6"]);
+    for i in 0..12 {
+        let key = format!("move-{i}");
+        site.accountd(
+            None,
+            &["admin", "account", "transfer", "lab", "course", "1", "--reason", "share", "--key", &key],
+        )
+        .ok();
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    let carol_moves =
+        accountd_as(&site, "carol", &["admin", "account", "transfer", "course", "lab", "1", "--reason", "x"]);
+    assert_ne!(carol_moves.code, 0, "carol does not coordinate lab");
+    wait_finished(&job);
+    let cost = cost(Tokens::whole(4), 2 * elapsed(&job));
+    let lab = Tokens::whole(100) - Tokens::whole(12) - cost;
+    wait_until(&site, "lab was not charged bob's job", || pool_balance(&site, "lab") == lab.to_string());
+    assert_eq!(pool_balance(&site, "course"), "117");
+    let history = site.accountd(None, &["admin", "history", "account course"]).ok().stdout;
+    assert_eq!(history.matches("transfer from account lab: share").count(), 12, "{history}");
+    let verify = site.accountd(None, &["admin", "verify"]).ok().stdout;
+    assert!(verify.contains("consistent"), "{verify}");
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn the_per_user_limit_refuses_a_member_over_it_while_the_pool_has_tokens() {
+    let _cluster = serial();
+    // 10 tokens per a6000-second: a two-second job spends 20.
+    let prices = "[prices]\na6000 = 36000\nrtx3090 = 1\n";
+    let (site, mut adm) = pool_site(prices, &["--initial", "1000", "--user-limit", "10"]);
+    let (job, _) = adm.accepted("alice", &["-A", "lab", "--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
+    wait_finished(&job);
+    let spent = cost(Tokens::whole(36000), elapsed(&job));
+    let snapshot = site.path("lib/balances.snapshot");
+    wait_until(&site, "alice's spending is not in the snapshot", || {
+        std::fs::read_to_string(&snapshot).unwrap_or_default().contains(&format!("spent lab alice {}", spent.micro()))
+    });
+    std::thread::sleep(SETTLE);
+    let refused = sbatch("alice", &["-A", "lab", "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    assert_ne!(refused.code, 0, "alice over her limit was accepted");
+    assert!(
+        refused.stderr.contains(&format!(
+            "you have spent {spent} of the 10 tokens a member may spend per month in account lab; your GPU jobs under lab are refused until"
+        )),
+        "{}",
+        refused.stderr
+    );
+    assert!(refused.stderr.contains("sbatch -A gputokens"), "{}", refused.stderr);
+    let (bobs, _) = adm.accepted("bob", &["-A", "lab", "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    assert!(!bobs.is_empty());
+    assert_eq!(pool_balance(&site, "lab"), (Tokens::whole(1000) - spent).to_string(), "lab still has tokens");
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn in_a_pools_overdraft_jobs_are_deprioritized_and_updates_keep_the_penalty() {
+    let _cluster = serial();
+    let (site, mut adm) = pool_site(PRICES, &["--initial", "100", "--daily", "0", "--monthly", "0"]);
+    site.accountd(None, &["admin", "account", "adjust", "lab", "-103", "--reason", "test: overdraft"]).ok();
+    std::thread::sleep(SETTLE);
+    let (job, told) = adm.accepted("alice", &["-H", "-A", "lab", "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    assert!(told.contains("account lab's GPU token balance is -3 (below 0)"), "{told}");
+    assert_eq!(nice_and_qos(&job).0, 10_000);
+    // Also once the queue accountd reads shows the job in lab.
+    let undo = update_as("alice", &job, "nice=0");
+    assert_ne!(undo.code, 0, "the penalty was undone: {}", undo.stderr);
+    assert_eq!(nice_and_qos(&job).0, 10_000);
+    wait_until(&site, "the job is not in the snapshot", || {
+        std::fs::read_to_string(site.path("lib/balances.snapshot"))
+            .unwrap_or_default()
+            .contains(&format!("job_account {job} lab"))
+    });
+    std::thread::sleep(SETTLE);
+    assert_ne!(update_as("alice", &job, "nice=0").code, 0, "the penalty was undone once the job was known");
+    assert_eq!(nice_and_qos(&job).0, 10_000);
+    let (other, _) = adm.accepted("alice", &["-H", "-A", "gputokens", "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    assert_eq!(nice_and_qos(&other).0, 0, "alice's own bucket is fine");
+}

@@ -1,0 +1,95 @@
+//! Submissions and updates decided with pools: which balance pays (the job's account, the
+//! default, the job being updated), the worse of pool and user in mode "both", and an update of a
+//! job the last queue read did not show.
+
+use super::fixtures::{config, inputs, message, snapshot, world_of, NOW};
+use super::{decide_modify, decide_submit, Verdict};
+use crate::job_request::JobRequest;
+use crate::policy::BucketRules;
+use crate::pools::{PoolMode, PoolStanding};
+use crate::Tokens;
+
+const BOB: u32 = 1002;
+
+/// bob (50 tokens of his own, default account physics) in lab (at its floor) and course (50).
+fn world(mode: PoolMode) -> super::fixtures::World {
+    let mut snap = snapshot();
+    snap.pool_mode = mode;
+    let pool = |balance: i64| PoolStanding {
+        balance: Tokens::whole(balance),
+        rules: BucketRules { monthly: Tokens::whole(30), ..BucketRules::default() },
+        user_limit: None,
+        coordinators: vec!["carol".into()],
+    };
+    snap.pools.insert("lab".into(), pool(-10));
+    snap.pools.insert("course".into(), pool(50));
+    snap.pools.insert("physics".into(), pool(-4));
+    snap.user_accounts.insert("bob".into(), vec!["course".into(), "lab".into(), "physics".into()]);
+    snap.queue.as_mut().unwrap().job_accounts.insert(7, "lab".into());
+    snap.queue.as_mut().unwrap().job_accounts.insert(8, "course".into());
+    snap.generated = NOW - 10;
+    world_of(snap)
+}
+
+fn gpu_job(account: Option<&str>) -> JobRequest {
+    JobRequest {
+        user_id: Some(BOB),
+        account: account.map(str::to_string),
+        tres_per_node: Some("gres:gpu:a6000:1".into()),
+        ..Default::default()
+    }
+}
+
+fn submit(mode: PoolMode, job: &JobRequest) -> Verdict {
+    let w = world(mode);
+    decide_submit(job, &inputs(Some(&w), &config(), BOB), &mut |_, _| {}).verdict
+}
+
+fn update(mode: PoolMode, job: &JobRequest) -> Verdict {
+    let w = world(mode);
+    decide_modify(job, &inputs(Some(&w), &config(), BOB), &mut |_, _| {}).verdict
+}
+
+#[test]
+fn the_jobs_account_picks_the_pool_that_pays() {
+    let refused = submit(PoolMode::Account, &gpu_job(Some("lab")));
+    assert!(matches!(refused, Verdict::Reject { .. }), "{refused:?}");
+    assert!(message(&refused).contains("account lab's GPU token balance is -10"));
+    assert!(message(&refused).contains("(course, physics): sbatch -A course."), "{}", message(&refused));
+    assert!(matches!(submit(PoolMode::Account, &gpu_job(Some("course"))), Verdict::Accept { message: None, .. }));
+    let default = submit(PoolMode::Account, &gpu_job(None));
+    assert!(
+        message(&default).starts_with("gputokens: account physics's GPU token balance is -4 (below 0)"),
+        "no -A: physics"
+    );
+    assert!(
+        matches!(submit(PoolMode::Account, &gpu_job(Some("ops"))), Verdict::Accept { message: None, .. }),
+        "ops: bob's own 50"
+    );
+    assert!(
+        matches!(submit(PoolMode::User, &gpu_job(Some("lab"))), Verdict::Accept { message: None, .. }),
+        "user mode"
+    );
+}
+
+#[test]
+fn in_mode_both_the_user_and_the_pool_must_have_tokens() {
+    let mut w = world(PoolMode::Both);
+    w.snapshot.balances.insert("bob".into(), Tokens::whole(-10));
+    let verdict = decide_submit(&gpu_job(Some("course")), &inputs(Some(&w), &config(), BOB), &mut |_, _| {}).verdict;
+    assert!(message(&verdict).starts_with("gputokens: your GPU token balance is -10"), "{verdict:?}");
+    assert!(matches!(submit(PoolMode::Both, &gpu_job(Some("lab"))), Verdict::Reject { .. }));
+}
+
+#[test]
+fn updates_are_judged_by_the_pool_of_the_account_the_job_is_in_or_moves_to() {
+    let nice0 = |id: u32| JobRequest { job_id: Some(id), nice: Some(0), ..Default::default() };
+    let moved = |id: u32, to: &str| JobRequest { job_id: Some(id), account: Some(to.into()), ..Default::default() };
+    // Into lab at its floor: refused; into course: allowed.
+    assert!(matches!(update(PoolMode::Account, &moved(8, "lab")), Verdict::Reject { .. }));
+    assert!(matches!(update(PoolMode::Account, &moved(7, "course")), Verdict::Accept { .. }));
+    // Job 8 is in course: its nice is bob's to set; job 9 (not in the last read) may be in physics,
+    // which is in overdraft: the penalty stays.
+    assert!(matches!(update(PoolMode::Account, &nice0(8)), Verdict::Accept { .. }));
+    assert!(matches!(update(PoolMode::Account, &nice0(9)), Verdict::Reject { .. }));
+}
