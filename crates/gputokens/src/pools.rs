@@ -65,6 +65,8 @@ pub struct PoolStanding {
     pub user_limit: Option<crate::tokens::Tokens>,
     /// Its Slurm coordinators (and those of the accounts above it): whom its members ask for tokens.
     pub coordinators: Vec<String>,
+    /// What each member's jobs took from it in the snapshot's `spent_month`.
+    pub spent: std::collections::HashMap<String, crate::tokens::Tokens>,
 }
 
 /// Prefix of a pool's row among the ledger's balances. User names never contain whitespace

@@ -80,6 +80,10 @@ pub enum Request {
         #[serde(default)]
         adjust: bool,
     },
+    /// Create many pools at once (admins): those that have one are left as they are.
+    PoolImport {
+        pools: BTreeMap<String, PoolRules>,
+    },
     /// Move tokens from one account's pool to another's, atomically: admins, and coordinators of both.
     Transfer {
         from: String,
@@ -160,6 +164,11 @@ pub enum Reply {
     },
     Statements {
         statements: Vec<Statement>,
+    },
+    /// Pools an import created, and how many it found made already.
+    PoolsImported {
+        created: Vec<String>,
+        already: usize,
     },
     /// Pools under `mode` ([accounts] mode).
     Pools {

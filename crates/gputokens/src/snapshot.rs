@@ -140,8 +140,10 @@ fn render_pools(snap: &Snapshot, out: &mut String) {
     }
     if let Some(month) = &snap.spent_month {
         out.push_str(&format!("spent_month {month}\n"));
-        for ((account, user), spent) in snap.spent.iter().collect::<BTreeMap<_, _>>() {
-            out.push_str(&format!("spent {account} {user} {}\n", spent.micro()));
+        for (account, pool) in snap.pools.iter().collect::<BTreeMap<_, _>>() {
+            for (user, spent) in pool.spent.iter().collect::<BTreeMap<_, _>>() {
+                out.push_str(&format!("spent {account} {user} {}\n", spent.micro()));
+            }
         }
     }
     for (user, accounts) in snap.user_accounts.iter().collect::<BTreeMap<_, _>>() {
@@ -215,10 +217,8 @@ pub struct Snapshot {
     /// What holds tokens; pools, what members spent and users' accounts only when not `User`.
     pub pool_mode: PoolMode,
     pub pools: HashMap<String, PoolStanding>,
-    /// The local month (YYYY-MM) `spent` is of.
+    /// The local month (YYYY-MM) the pools' `spent` is of.
     pub spent_month: Option<String>,
-    /// (account, user) → what the user's jobs took from the account's pool in `spent_month`.
-    pub spent: HashMap<(String, String), Tokens>,
     /// Each user's Slurm accounts (their associations), for "submit under another account".
     pub user_accounts: HashMap<String, Vec<String>>,
 }
@@ -238,7 +238,6 @@ impl Snapshot {
             pool_mode: PoolMode::User,
             pools: HashMap::new(),
             spent_month: None,
-            spent: HashMap::new(),
             user_accounts: HashMap::new(),
         }
     }
@@ -336,7 +335,8 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
                 };
                 words.end()?;
                 let rules = BucketRules { initial: Tokens::ZERO, daily, monthly, cap: None, floor };
-                let standing = PoolStanding { balance, rules, user_limit, coordinators: Vec::new() };
+                let standing =
+                    PoolStanding { balance, rules, user_limit, coordinators: Vec::new(), spent: HashMap::new() };
                 if snap.pools.insert(account.clone(), standing).is_some() {
                     return Err(words.bad(format!("pool '{account}' is listed twice")));
                 }
@@ -361,7 +361,10 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
                 let user = words.next("user name")?.to_string();
                 let spent = Tokens::from_micro(words.number("spent")?);
                 words.end()?;
-                snap.spent.insert((account, user), spent);
+                match snap.pools.get_mut(&account) {
+                    Some(pool) => pool.spent.insert(user, spent),
+                    None => return Err(words.bad(format!("spent of '{account}', which has no pool line before"))),
+                };
             }
             "job_account" => {
                 let id = words.number("job ID")?;
@@ -513,11 +516,14 @@ mod tests {
             },
             user_limit: Some(Tokens::whole(10)),
             coordinators: vec!["carol".into(), "dave".into()],
+            spent: HashMap::from([("alice".to_string(), Tokens::from_micro(10_500_000))]),
         };
         snap.pools.insert("lab".into(), lab.clone());
-        snap.pools.insert("course".into(), PoolStanding { user_limit: None, coordinators: vec![], ..lab });
+        snap.pools.insert(
+            "course".into(),
+            PoolStanding { user_limit: None, coordinators: vec![], spent: HashMap::new(), ..lab },
+        );
         snap.spent_month = Some("2026-11".into());
-        snap.spent.insert(("lab".into(), "alice".into()), Tokens::from_micro(10_500_000));
         snap.user_accounts.insert("bob".into(), vec!["lab".into(), "course".into()]);
         snap
     }
@@ -538,7 +544,7 @@ mod tests {
         assert_eq!(snap.partitions, full().partitions);
         assert_eq!(snap.default_accounts, full().default_accounts);
         assert_eq!(snap.queue, full().queue);
-        assert_eq!((snap.pool_mode, &snap.pools, &snap.spent), (PoolMode::Both, &full().pools, &full().spent));
+        assert_eq!((snap.pool_mode, &snap.pools), (PoolMode::Both, &full().pools));
         assert_eq!(snap.user_accounts, full().user_accounts);
         assert_eq!(render(&snap), text, "nothing lost");
     }

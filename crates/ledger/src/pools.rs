@@ -79,40 +79,31 @@ impl Ledger {
         actor: &str,
         now: i64,
     ) -> Result<Pool, LedgerError> {
-        if let Some(why) = account_name_problem(account) {
-            return Err(LedgerError::BadAccountName { name: account.escape_debug().to_string(), why });
-        }
         let tx = self.conn.transaction()?;
-        let added = tx.execute(
-            "INSERT INTO pools (account, initial, daily, monthly, cap, floor, user_limit, created)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (account) DO NOTHING",
-            params![
-                account,
-                rules.initial.micro(),
-                rules.daily.micro(),
-                rules.monthly.micro(),
-                rules.cap.map(Tokens::micro),
-                rules.floor.micro(),
-                user_limit.map(Tokens::micro),
-                now
-            ],
-        )?;
-        if added == 0 {
+        if !add_pool_in(&tx, account, rules, user_limit, actor, now)? {
             return Err(LedgerError::PoolExists(account.to_string()));
         }
-        ensure_user(&tx, &rules, &holder(account), now)?;
-        let audit = NewEntry::new(
-            &holder(account),
-            EntryKind::Adjust,
-            Tokens::ZERO,
-            now,
-            actor,
-            &format!("pool created: {}", describe_rules(&rules, user_limit)),
-            format!("pool:{account}:created"),
-        );
-        insert_entry(&tx, &audit)?;
         tx.commit()?;
         self.pool(account)?.ok_or_else(|| LedgerError::UnknownPool(account.to_string()))
+    }
+
+    /// Creates every pool of `pools` not made yet, in one transaction (all or none: a bad name fails
+    /// them all); returns the accounts created now, leaving those that had a pool as they are.
+    pub fn add_pools(
+        &mut self,
+        pools: &[(String, BucketRules, Option<Tokens>)],
+        actor: &str,
+        now: i64,
+    ) -> Result<Vec<String>, LedgerError> {
+        let tx = self.conn.transaction()?;
+        let mut added = Vec::new();
+        for (account, rules, user_limit) in pools {
+            if add_pool_in(&tx, account, *rules, *user_limit, actor, now)? {
+                added.push(account.clone());
+            }
+        }
+        tx.commit()?;
+        Ok(added)
     }
 
     /// Changes a pool's rules; the change is an entry of the pool (amount 0) naming what changed.
@@ -234,6 +225,51 @@ impl Ledger {
         tx.commit()?;
         Ok(applied)
     }
+}
+
+/// Creates `account`'s pool (its initial grant and an audit entry naming its rules and `actor`);
+/// false when it had one.
+fn add_pool_in(
+    tx: &Transaction<'_>,
+    account: &str,
+    rules: BucketRules,
+    user_limit: Option<Tokens>,
+    actor: &str,
+    now: i64,
+) -> Result<bool, LedgerError> {
+    if let Some(why) = account_name_problem(account) {
+        return Err(LedgerError::BadAccountName { name: account.escape_debug().to_string(), why });
+    }
+    let added = tx
+        .prepare_cached(
+            "INSERT INTO pools (account, initial, daily, monthly, cap, floor, user_limit, created)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (account) DO NOTHING",
+        )?
+        .execute(params![
+            account,
+            rules.initial.micro(),
+            rules.daily.micro(),
+            rules.monthly.micro(),
+            rules.cap.map(Tokens::micro),
+            rules.floor.micro(),
+            user_limit.map(Tokens::micro),
+            now
+        ])?;
+    if added == 0 {
+        return Ok(false);
+    }
+    ensure_user(tx, &rules, &holder(account), now)?;
+    let audit = NewEntry::new(
+        &holder(account),
+        EntryKind::Adjust,
+        Tokens::ZERO,
+        now,
+        actor,
+        &format!("pool created: {}", describe_rules(&rules, user_limit)),
+        format!("pool:{account}:created"),
+    );
+    insert_entry(tx, &audit)?;
+    Ok(true)
 }
 
 /// Each pool's rules by its holder name.

@@ -325,6 +325,73 @@ mod tests {
         plugin::stop();
     }
 
+    /// The decision with pools (`[accounts] mode = "account"`): `BENCH_USERS` (100,000) users each
+    /// in two of `BENCH_ACCOUNTS` (10,000) pools, what each member spent, root in five pools (one at
+    /// its floor) with a default account. Times accepted submissions under `-A`, without `-A` (the
+    /// default account's pool) and the refusal at a pool's floor, whose message names the user's other
+    /// accounts. A benchmark: `bash bench/decision.sh` prints it (bench/README.md).
+    #[test]
+    #[ignore = "benchmark: bash bench/decision.sh"]
+    fn bench_decision_with_pools() {
+        let _g = GLOBAL.lock().unwrap_or_else(|p| p.into_inner());
+        let env = |name: &str, default: usize| std::env::var(name).ok().and_then(|n| n.parse().ok()).unwrap_or(default);
+        let (users, accounts) = (env("BENCH_USERS", 100_000), env("BENCH_ACCOUNTS", 10_000));
+        let dir = tempfile::tempdir().unwrap();
+        let snap = dir.path().join("balances.snapshot");
+        let conf = dir.path().join("gputokens.toml");
+        std::fs::write(&conf, format!("[paths]\nsnapshot = \"{}\"\n", snap.display())).unwrap();
+        let mut list: Vec<(String, i64)> = (0..users).map(|i| (format!("u{i:06}"), i as i64 * 1000)).collect();
+        list.push(("root".into(), 5_000_000));
+        let list: Vec<(&str, i64)> = list.iter().map(|(u, b)| (u.as_str(), *b)).collect();
+        let mut text = snapshot(&list);
+        text.push_str("account root a00001\npool_mode account\n");
+        for a in 0..accounts {
+            let balance = if a == 3 { -10_000_000 } else { 50_000_000 + a as i64 };
+            text.push_str(&format!(
+                "pool a{a:05} {balance} -10000000 0 30000000 20000000\ncoordinators a{a:05} pi{a}\n"
+            ));
+        }
+        let month = chrono::Local::now().format("%Y-%m");
+        text.push_str(&format!("spent_month {month}\n"));
+        for i in 0..users {
+            let (first, second) = (i % accounts, (i + 1) % accounts);
+            text.push_str(&format!("spent a{first:05} u{i:06} 1000000\nmember u{i:06} a{first:05},a{second:05}\n"));
+        }
+        text.push_str("member root a00001,a00002,a00003,a00004,a00005\nspent a00002 root 1000000\n");
+        gputokens::snapshot::write_atomically(&snap, &text).unwrap();
+        plugin::start(&conf);
+        let time = |label: &str, account: Option<&str>, expect: c_int| {
+            let account = account.map(|a| CString::new(a).unwrap());
+            let tres = CString::new("gres:gpu:a6000:1").unwrap();
+            let mut times: Vec<std::time::Duration> = (0..5000)
+                .map(|_| {
+                    let mut desc = job_desc_msg_t {
+                        user_id: 0,
+                        nice: NO_VAL,
+                        tres_per_node: tres.as_ptr().cast_mut(),
+                        account: account.as_ref().map_or(std::ptr::null_mut(), |c| c.as_ptr().cast_mut()),
+                        ..Default::default()
+                    };
+                    let mut err: *mut c_char = std::ptr::null_mut();
+                    let started = std::time::Instant::now();
+                    let code = unsafe { job_submit(&mut desc, 0, &mut err) };
+                    let took = started.elapsed();
+                    drop(unsafe { stand_ins::take(err) });
+                    assert_eq!(code, expect, "{label}");
+                    took
+                })
+                .collect();
+            times.sort();
+            let at = |q: usize| times[(times.len() - 1) * q / 100];
+            println!("job_submit with pools, {label}: median {:?} (p99 {:?})", at(50), at(99));
+        };
+        println!("pools: {users} users, {accounts} accounts in the snapshot ({} bytes)", text.len());
+        time("-A a00002", Some("a00002"), SUCCESS);
+        time("no -A (default a00001)", None, SUCCESS);
+        time("refused at a00003's floor", Some("a00003"), 2050);
+        plugin::stop();
+    }
+
     #[test]
     fn a_missing_config_still_loads() {
         let _g = GLOBAL.lock().unwrap_or_else(|p| p.into_inner());

@@ -123,6 +123,7 @@ fn account_request(command: AccountCommand, amount: &AmountParser) -> AccountdRe
             (Request::Transfer { from, to, amount: amount(&a, "a transfer")?, reason, key }, false)
         }
         AccountCommand::Show { account, json } => (Request::Pools { account }, json),
+        AccountCommand::Import { file } => (Request::PoolImport { pools: read_pools_file(&file)? }, false),
     })
 }
 
@@ -142,9 +143,49 @@ fn print_account_reply(reply: Reply, json: bool) -> AccountdResult {
                 crate::outln!("{} {} {}: balance now {}", e.kind.as_str(), signed(e.amount), e.user, e.balance_after);
             }
         }
+        Reply::PoolsImported { created, already } => {
+            crate::outln!("created {} pools ({already} had one already)", created.len())
+        }
         other => return Err(ClientError::Unexpected(Box::new(other)).into()),
     }
     Ok(())
+}
+
+/// `account import`: a table per account, each key a pool rule (a number or a decimal string).
+fn read_pools_file(path: &Path) -> AccountdResult<BTreeMap<String, PoolRules>> {
+    let bad = |problem: String| AccountdError::BadInput { path: path.to_path_buf(), problem };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let table: toml::Table = toml::from_str(&text).map_err(|e| bad(format!("not TOML: {e}")))?;
+    let mut pools = BTreeMap::new();
+    for (account, value) in table {
+        let rules = value.as_table().ok_or_else(|| bad(format!("{account}: expected a table ([{account}])")))?;
+        let mut out = PoolRules::default();
+        for (key, value) in rules {
+            let text = match value {
+                toml::Value::Integer(n) => n.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::String(s) => s.clone(),
+                other => return Err(bad(format!("{account}.{key}: {other} is not a number of tokens"))),
+            };
+            let amount: Tokens = text.parse().map_err(|e| bad(format!("{account}.{key}: {e}")))?;
+            let slot = match key.as_str() {
+                "initial" => &mut out.initial,
+                "daily" => &mut out.daily,
+                "monthly" => &mut out.monthly,
+                "cap" => &mut out.cap,
+                "floor" => &mut out.floor,
+                "user_limit" => &mut out.user_limit,
+                _ => {
+                    return Err(bad(format!(
+                        "{account}.{key}: unknown; a pool has initial, daily, monthly, cap, floor, user_limit"
+                    )))
+                }
+            };
+            *slot = Some(amount);
+        }
+        pools.insert(account, out);
+    }
+    Ok(pools)
 }
 
 /// `admin verify`: the ledger's invariants, read from the file (WAL lets it beside accountd serve),

@@ -148,6 +148,10 @@ pub enum AccountCommand {
         #[arg(long)]
         key: Option<String>,
     },
+    /// Create many pools from a TOML file, a table per account with any of initial, daily, monthly,
+    /// cap, floor, user_limit (e.g. `[lab]` `monthly = 30`); accounts that have a pool are left as
+    /// they are. One transaction: all or none.
+    Import { file: PathBuf },
     /// The pools you may see, or one account's, with its members.
     Show {
         account: Option<String>,

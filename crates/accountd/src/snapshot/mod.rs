@@ -48,12 +48,15 @@ fn add_pools(res: &Resources, view: &SlurmView, now: i64, snap: &mut snapshot::S
             rules: BucketRules { cap: None, ..pool.rules },
             user_limit: pool.user_limit,
             coordinators: view.accounts.coordinators_of(&pool.account),
+            spent: Default::default(),
         };
         snap.pools.insert(pool.account, standing);
     }
     let month = local_date(now).format("%Y-%m").to_string();
     for spent in res.ledger.member_spending(&month)? {
-        snap.spent.insert((spent.account, spent.user), spent.spent);
+        if let Some(pool) = snap.pools.get_mut(&spent.account) {
+            pool.spent.insert(spent.user, spent.spent);
+        }
     }
     snap.spent_month = Some(month);
     snap.user_accounts = view.accounts.accounts_by_user().into_iter().collect();

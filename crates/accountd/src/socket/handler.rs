@@ -35,6 +35,7 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
         Request::Balances { .. }
             | Request::WebLogin
             | Request::PoolSet { .. }
+            | Request::PoolImport { .. }
             | Request::PoolGrant { .. }
             | Request::Transfer { .. }
             | Request::Pools { .. }
@@ -107,6 +108,7 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
         Request::PoolSet { account, create, rules } => {
             super::pools::set(answering, caller, &account, create, rules, now)
         }
+        Request::PoolImport { pools } => super::pools::import(answering, caller, pools, now),
         Request::PoolGrant { account, amount, reason, key, adjust } => {
             let kind = if adjust { EntryKind::Adjust } else { EntryKind::Grant };
             super::pools::grant(answering, caller, &account, kind, amount, reason, key, now)

@@ -156,3 +156,26 @@ fn members_see_their_pools_and_only_their_own_spending() {
     let Reply::Statements { statements } = handle(&mut a, &who("pi", false), statement(), NOW).0 else { panic!() };
     assert_eq!((statements[0].user.as_str(), statements[0].closing), ("lab", Tokens::whole(100)));
 }
+
+#[test]
+fn an_import_creates_the_missing_pools_in_one_go_and_leaves_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = answering(dir.path());
+    add(&mut a, "lab");
+    let rules = |initial: i64| PoolRules { initial: Some(Tokens::whole(initial)), ..Default::default() };
+    let pools = std::collections::BTreeMap::from([
+        ("lab".into(), rules(5)),
+        ("course".into(), rules(7)),
+        ("ops".into(), rules(9)),
+    ]);
+    let by_carol = Request::PoolImport { pools: pools.clone() };
+    assert!(refused(&handle(&mut a, &who("carol", false), by_carol, NOW).0));
+    let (reply, changed) = handle(&mut a, &who("root", true), Request::PoolImport { pools }, NOW);
+    assert_eq!(reply, Reply::PoolsImported { created: vec!["course".into(), "ops".into()], already: 1 });
+    assert!(changed);
+    assert_eq!((pool_balance(&a, "lab"), pool_balance(&a, "ops")), (Tokens::whole(100), Tokens::whole(9)));
+    let bad = std::collections::BTreeMap::from([("new".into(), rules(1)), ("a b".into(), rules(1))]);
+    let reply = handle(&mut a, &who("root", true), Request::PoolImport { pools: bad }, NOW).0;
+    assert!(matches!(reply, Reply::Error { kind: ErrorKind::Invalid, .. }), "{reply:?}");
+    assert!(a.res.ledger.pool("new").unwrap().is_none(), "all or none");
+}

@@ -18,6 +18,43 @@ use crate::cycles::slurm_view::SlurmView;
 use crate::reply::{from_ledger, invalid, refused};
 use crate::resources::Resources;
 
+/// Creates every pool of `pools` that has none, in one transaction.
+pub fn import(
+    a: &mut Answering,
+    caller: &Caller,
+    pools: std::collections::BTreeMap<String, PoolRules>,
+    now: i64,
+) -> Result<(Reply, bool), Reply> {
+    if !caller.admin {
+        return Err(refused(format!("only gputokens admins may create pools; you are {}", caller.name)));
+    }
+    let defaults = a.res.config.accounts.pool_defaults;
+    let mut list = Vec::with_capacity(pools.len());
+    for (account, rules) in pools {
+        let chosen = new_pool_rules(&rules, defaults);
+        check_rules(&chosen).map_err(|e| match e {
+            Reply::Error { kind, message } => Reply::Error { kind, message: format!("{account}: {message}") },
+            other => other,
+        })?;
+        list.push((account, chosen, if rules.no_user_limit { None } else { rules.user_limit }));
+    }
+    let created = a.res.ledger.add_pools(&list, &caller.name, now).map_err(from_ledger)?;
+    let already = list.len() - created.len();
+    let changed = !created.is_empty();
+    Ok((Reply::PoolsImported { created, already }, changed))
+}
+
+/// A new pool's rules: those given, the rest `[accounts]`' defaults.
+fn new_pool_rules(rules: &PoolRules, d: BucketRules) -> BucketRules {
+    BucketRules {
+        initial: rules.initial.unwrap_or(d.initial),
+        daily: rules.daily.unwrap_or(d.daily),
+        monthly: rules.monthly.unwrap_or(d.monthly),
+        cap: if rules.no_cap { None } else { rules.cap.or(d.cap) },
+        floor: rules.floor.unwrap_or(d.floor),
+    }
+}
+
 /// Creates a pool (`create`) or changes its rules.
 pub fn set(
     a: &mut Answering,
@@ -35,14 +72,7 @@ pub fn set(
     }
     let ledger = &mut a.res.ledger;
     if create {
-        let d = a.res.config.accounts.pool_defaults;
-        let chosen = BucketRules {
-            initial: rules.initial.unwrap_or(d.initial),
-            daily: rules.daily.unwrap_or(d.daily),
-            monthly: rules.monthly.unwrap_or(d.monthly),
-            cap: if rules.no_cap { None } else { rules.cap.or(d.cap) },
-            floor: rules.floor.unwrap_or(d.floor),
-        };
+        let chosen = new_pool_rules(&rules, a.res.config.accounts.pool_defaults);
         check_rules(&chosen)?;
         let limit = if rules.no_user_limit { None } else { rules.user_limit };
         ledger.add_pool(account, chosen, limit, &caller.name, now).map_err(from_ledger)?;

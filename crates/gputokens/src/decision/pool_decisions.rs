@@ -20,6 +20,7 @@ fn world(mode: PoolMode) -> super::fixtures::World {
         rules: BucketRules { monthly: Tokens::whole(30), ..BucketRules::default() },
         user_limit: None,
         coordinators: vec!["carol".into()],
+        spent: Default::default(),
     };
     snap.pools.insert("lab".into(), pool(-10));
     snap.pools.insert("course".into(), pool(50));

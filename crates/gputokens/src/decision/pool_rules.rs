@@ -27,12 +27,11 @@ pub struct PoolCase<'a> {
 impl PoolCase<'_> {
     /// What `user` spent of the pool this month (a snapshot of an earlier month counts nothing).
     pub fn spent(&self) -> Tokens {
-        let month = self.today.format("%Y-%m").to_string();
         let Some(user) = self.user else { return Tokens::ZERO };
-        if self.snapshot.spent_month.as_deref() != Some(month.as_str()) {
+        if !self.snapshot.spent_month.as_deref().is_some_and(|m| is_month_of(m, self.today)) {
             return Tokens::ZERO;
         }
-        self.snapshot.spent.get(&(self.account.to_string(), user.to_string())).copied().unwrap_or(Tokens::ZERO)
+        self.pool.spent.get(user).copied().unwrap_or(Tokens::ZERO)
     }
 
     /// The pool's decision: its floor and overdraft, then the per-user limit.
@@ -142,6 +141,15 @@ pub fn worse(first: Decision, second: Decision) -> Decision {
     }
 }
 
+/// Whether `month` (YYYY-MM) is the month of `day` (compared without allocating: this runs in
+/// every decision under a pool with a per-user limit).
+fn is_month_of(month: &str, day: NaiveDate) -> bool {
+    match month.split_once('-') {
+        Some((y, m)) => y.parse() == Ok(day.year()) && m.parse() == Ok(day.month()),
+        None => false,
+    }
+}
+
 fn first_of_next_month(today: NaiveDate) -> NaiveDate {
     let (year, month) = if today.month() == 12 { (today.year() + 1, 1) } else { (today.year(), today.month() + 1) };
     NaiveDate::from_ymd_opt(year, month, 1).unwrap_or(today)
@@ -172,13 +180,14 @@ mod tests {
             rules: BucketRules { monthly: Tokens::whole(monthly), ..dry(-10) },
             user_limit: None,
             coordinators: vec![],
+            spent: Default::default(),
         };
         snap.pools.insert("lab".into(), PoolStanding { coordinators: vec!["carol".into()], ..pool(-10, 30) });
         snap.pools.insert("course".into(), pool(50, 0));
         snap.pools.insert("empty".into(), pool(-12, 0));
         snap.user_accounts.insert("bob".into(), vec!["lab".into(), "course".into(), "empty".into(), "ops".into()]);
         snap.spent_month = Some("2026-11".into());
-        snap.spent.insert(("course".into(), "bob".into()), Tokens::whole(12));
+        snap.pools.get_mut("course").unwrap().spent.insert("bob".into(), Tokens::whole(12));
         snap
     }
 
