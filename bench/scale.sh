@@ -7,18 +7,19 @@
 # each run's wall time and peak RSS. Then the job_submit plugin's submit latency while accountd's
 # 100,000-user snapshot is rewritten under it (bench/reload, a test of the plugin crate).
 # Slurm's commands are stand-ins in a [slurm] bin_dir that print the generated files: no cluster.
-#   bash bench/scale.sh            USERS=… PENDING=… RUNNING=… RUNS=3 to change the site
+# ACCOUNTS (0) Slurm accounts with a token pool each ([accounts] mode = "account"): each user in two.
+#   bash bench/scale.sh            USERS=… PENDING=… RUNNING=… ACCOUNTS=… RUNS=3 to change the site
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-USERS=${USERS:-100000} PENDING=${PENDING:-50000} RUNNING=${RUNNING:-10000} RUNS=${RUNS:-3}
+USERS=${USERS:-100000} PENDING=${PENDING:-50000} RUNNING=${RUNNING:-10000} RUNS=${RUNS:-3} ACCOUNTS=${ACCOUNTS:-0}
 TARGET=${CARGO_TARGET_DIR:-target}
 cargo build --release --locked -q -p accountd --bin accountd
 ACCOUNTD=$(realpath "$TARGET/release/accountd")
 work=$(mktemp -d /tmp/gputokens-scale.XXXXXX)
 trap '[[ -n ${KEEP:-} ]] || rm -rf "$work"' EXIT
 now=$(date +%s)
-python3 bench/scale_data.py "$work" "$USERS" "$PENDING" "$RUNNING" "$now"
-echo "site: $USERS users, $PENDING pending + $RUNNING running GPU jobs; squeue --json $(du -h "$work/squeue.json" | cut -f1), sacct $(wc -l < "$work/sacct.txt") rows"
+python3 bench/scale_data.py "$work" "$USERS" "$PENDING" "$RUNNING" "$now" "$ACCOUNTS"
+echo "site: $USERS users, $PENDING pending + $RUNNING running GPU jobs, $ACCOUNTS accounts with pools; squeue --json $(du -h "$work/squeue.json" | cut -f1), sacct $(wc -l < "$work/sacct.txt") rows"
 
 mkdir -p "$work/bin"
 stand_in() { printf '#!/bin/sh\n%s\n' "$2" > "$work/bin/$1"; chmod 755 "$work/bin/$1"; }
@@ -27,7 +28,7 @@ stand_in sacct "exec cat '$work/sacct.txt'"
 stand_in sinfo "i=0; while [ \$i -lt 500 ]; do printf 'gpu%04d|gpu:rtx2080:4,gpu:rtx3090:2,gpu:a6000:2\\n' \$i; i=\$((i+1)); done"
 stand_in scontrol "case \"\$*\" in *'show partition'*) echo 'PartitionName=gpu Nodes=gpu[0000-0499] TRES=cpu=8000,gres/gpu=4000';; esac; exit 0"
 stand_in scancel "exit 0"
-stand_in sacctmgr "exit 0"
+stand_in sacctmgr "case \"\$*\" in *withcoord*) exec cat '$work/coords.txt';; *assoc*) exec cat '$work/assoc.txt';; *DefaultAccount*) exec cat '$work/defaults.txt';; esac; exit 0"
 
 cat > "$work/gputokens.toml" <<EOF
 [prices]
@@ -46,6 +47,20 @@ socket = "$work/run/accountd.sock"
 EOF
 export GPUTOKENS_CONF=$work/gputokens.toml
 
+if (( ACCOUNTS > 0 )); then
+  printf '[accounts]\nmode = "account"\n' >> "$work/gputokens.toml"
+  # The pools are made through a serve whose Slurm shows nothing (so it charges nothing): the ticks
+  # below then meet the site as before, with its pools.
+  mkdir -p "$work/empty-bin"
+  for tool in squeue sacct sinfo scontrol scancel sacctmgr; do printf '#!/bin/sh\nexit 0\n' > "$work/empty-bin/$tool"; chmod 755 "$work/empty-bin/$tool"; done
+  sed "s|bin_dir = \"$work/bin\"|bin_dir = \"$work/empty-bin\"|" "$work/gputokens.toml" > "$work/setup.toml"
+  GPUTOKENS_CONF=$work/setup.toml "$ACCOUNTD" serve > "$work/setup-serve.log" 2>&1 &
+  serve=$!
+  for _ in $(seq 100); do [[ -S $work/run/accountd.sock ]] && break; sleep 0.1; done
+  GPUTOKENS_CONF=$work/setup.toml "$ACCOUNTD" admin account import "$work/pools.toml"
+  kill "$serve"; wait "$serve" || true
+fi
+
 measure() { # label, accountd args...
   local label=$1; shift
   /usr/bin/time -f '%e %M' "$ACCOUNTD" "$@" > "$work/out" 2> "$work/time" || { cat "$work/out" "$work/time" >&2; exit 1; }
@@ -58,7 +73,7 @@ for run in $(seq "$RUNS"); do
   measure "tick #$run" tick
   measure "check #$run" tick --skip-charge
 done
-echo "snapshot: $(du -h "$work/lib/balances.snapshot" | cut -f1), $(grep -c '^user ' "$work/lib/balances.snapshot") users"
+echo "snapshot: $(du -h "$work/lib/balances.snapshot" | cut -f1), $(grep -c '^user ' "$work/lib/balances.snapshot") users, $(grep -c '^pool ' "$work/lib/balances.snapshot" || true) pools"
 
 echo "job_submit decision time, $USERS users in the snapshot, quiet and while it is rewritten every 0.5 s:"
 BENCH_USERS=$USERS cargo test --release --locked -q -p job-submit-gputokens --lib \

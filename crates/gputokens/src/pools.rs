@@ -54,6 +54,20 @@ pub fn payers<'a>(mode: PoolMode, account: Option<&'a str>, has_pool: impl Fn(&s
     Payers { user, pool }
 }
 
+/// The balance that stands for a job's payers (preemption's debtor test): the pool's, or when the
+/// user pays too (mode "both") the lower of the two; the user's own when no pool pays.
+pub fn paying_balance(
+    payers: Payers,
+    own: crate::tokens::Tokens,
+    pool: impl Fn(&str) -> Option<crate::tokens::Tokens>,
+) -> crate::tokens::Tokens {
+    match payers.pool.and_then(pool) {
+        Some(pool) if payers.user => pool.min(own),
+        Some(pool) => pool,
+        None => own,
+    }
+}
+
 /// A pool as the job_submit plugin decides from it (the snapshot's `pool`, `coordinators` and
 /// `spent` lines).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,6 +128,23 @@ mod tests {
         assert_eq!(payers(PoolMode::Account, None, lab), Payers { user: true, pool: None });
         assert_eq!(payers(PoolMode::Both, Some("lab"), lab), Payers { user: true, pool: Some("lab") });
         assert_eq!(payers(PoolMode::Both, Some("ops"), lab), Payers { user: true, pool: None });
+    }
+
+    #[test]
+    fn the_paying_balance_is_the_pools_or_the_lower_of_both() {
+        use crate::tokens::Tokens;
+        let pool = |a: &str| (a == "lab").then_some(Tokens::whole(-3));
+        let lab = |a: &str| a == "lab";
+        let paying = |mode, account| paying_balance(payers(mode, Some(account), lab), Tokens::whole(20), pool);
+        assert_eq!(paying(PoolMode::Account, "lab"), Tokens::whole(-3), "the pool in overdraft: a debtor's job");
+        assert_eq!(paying(PoolMode::Both, "lab"), Tokens::whole(-3));
+        assert_eq!(paying(PoolMode::Account, "ops"), Tokens::whole(20));
+        assert_eq!(paying(PoolMode::User, "lab"), Tokens::whole(20));
+        let rich = |_: &str| Some(Tokens::whole(90));
+        assert_eq!(
+            paying_balance(payers(PoolMode::Both, Some("lab"), lab), Tokens::whole(-1), rich),
+            Tokens::whole(-1)
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use gputokens::config::{AtFloor, JobIdentity, PreemptAction};
+use gputokens::pools::{payers, paying_balance, PoolMode};
 use gputokens::preemption::{
     at_floor_victims, contention_victims, freed_for, still_wanted, utilization_by_type, Cause, Holder, Limits, Victim,
     Waiter,
@@ -41,7 +42,7 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
         .map(|j| Holder {
             job_id: j.job_id.clone(),
             user: j.user.clone(),
-            balance: balance[&j.user],
+            balance: balance[&j.job_id],
             start_time: j.start_time,
             gpus: whole_gpus(j),
             exempt: exempt.covers(&JobIdentity {
@@ -55,7 +56,12 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
     let mut waiters: Vec<Waiter> = jobs
         .iter()
         .filter(|j| j.state == "PENDING" && WAITING_FOR_RESOURCES.contains(&j.state_reason.as_str()))
-        .map(|j| Waiter { job_id: j.job_id.clone(), user: j.user.clone(), balance: balance[&j.user], wants: wanted(j) })
+        .map(|j| Waiter {
+            job_id: j.job_id.clone(),
+            user: j.user.clone(),
+            balance: balance[&j.job_id],
+            wants: wanted(j),
+        })
         .filter(|w| !w.wants.is_empty())
         .collect();
     let mut not_busy = String::new();
@@ -121,14 +127,28 @@ fn idle_types(res: &Resources, holders: &[Holder], threshold: f64) -> AccountdRe
         .collect())
 }
 
-/// Every job's user's balance (a user not in the ledger stands at `initial`).
+/// The balance that pays for each job, by job ID: its user's (a user not in the ledger stands at
+/// `initial`), or with pools its account's pool, or in mode "both" the lower of the two. A job is a
+/// debtor's when that balance is in overdraft.
 fn balances(res: &Resources, jobs: &[QueueJob]) -> AccountdResult<HashMap<String, Tokens>> {
+    let mode = res.config.accounts.mode;
+    let pools: HashMap<String, Tokens> = if mode == PoolMode::User {
+        HashMap::new()
+    } else {
+        res.ledger.pools()?.into_iter().map(|p| (p.account, p.balance)).collect()
+    };
+    let mut users: HashMap<&str, Tokens> = HashMap::new();
     let mut balance = HashMap::new();
     for job in jobs {
-        if !balance.contains_key(&job.user) {
-            let b = res.ledger.account(&job.user)?.map(|a| a.balance).unwrap_or(res.ledger.rules().initial);
-            balance.insert(job.user.clone(), b);
-        }
+        let own = match users.get(job.user.as_str()) {
+            Some(b) => *b,
+            None => {
+                let b = res.ledger.account(&job.user)?.map(|a| a.balance).unwrap_or(res.ledger.rules().initial);
+                *users.entry(&job.user).or_insert(b)
+            }
+        };
+        let payers = payers(mode, Some(job.account.as_str()), |a| pools.contains_key(a));
+        balance.insert(job.job_id.clone(), paying_balance(payers, own, |a| pools.get(a).copied()));
     }
     Ok(balance)
 }
