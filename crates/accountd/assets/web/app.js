@@ -97,6 +97,15 @@ function showUser(view) {
   fill("per-type", view.used_30d, (u) => [[u.gpu_type], [u.tokens.text, "num"]]);
   fill("events", view.events, (e) => [[e.at], [e.event], [e.what], [e.why]]);
   fill("jobs", view.jobs, (j) => [[j.job], [j.last_charged], [j.gpu_types.join(", ")], [j.tokens.text, "num"]]);
+  // The account pools the viewer may see: a row per pool, its members (theirs alone for a member) under it.
+  const pools = view.pools || [];
+  const poolRows = pools.flatMap((p) => [
+    [[p.account], [""], [p.balance, "num"], [p.status], [p.members.reduce((s, m) => s + Number(m.spent_month), 0).toString(), "num"],
+     [p.user_limit || "", "num"], [p.coordinators.join(", ")]],
+    ...p.members.map((m) => [[""], [m.user], ["", "num"], [""], [m.spent_month, "num"], [p.user_limit || "", "num"], [""]]),
+  ]);
+  fill("pools", poolRows, (r) => r);
+  $("pools-view").hidden = pools.length === 0;
   drawChart();
   $("user-view").hidden = false;
 }

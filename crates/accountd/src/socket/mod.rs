@@ -3,7 +3,7 @@
 
 pub mod client;
 pub mod handler;
-mod pools;
+pub(crate) mod pools;
 
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;

@@ -368,3 +368,35 @@ fn the_worked_example_charged_to_a_pool_shows_in_sbalance_and_the_statement() {
     assert_eq!(json["statements"][0]["closing"], "16");
     assert_eq!(json["statements"][0]["members"][1]["user"], "bob");
 }
+
+/// The status page's JSON shows each viewer the pools they may see: root (an admin) every pool,
+/// alice (in no account of this site's Slurm) none.
+#[test]
+fn the_status_page_shows_the_pools_the_viewer_may_see() {
+    use crate::web::{get_with, PROXY_SECRET};
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), format!("{PROXY_SECRET}\n")).unwrap();
+    std::fs::set_permissions(secret.path(), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let tables = format!(
+        "[accounts]\nmode = \"account\"\n[web]\nallow_http = true\ntrusted_proxies = [\"127.0.0.2\"]\n\
+         proxy_secret_file = \"{}\"\n",
+        secret.path().display()
+    );
+    let site = Site::start("", &tables);
+    site.accountd(None, &["admin", "account", "add", "lab", "--initial", "70", "--user-limit", "10"]).ok();
+    let url = format!("{}/web/api/me", site.http_url());
+    let as_user = |user: &str| {
+        let headers = [("X-Remote-User", user.to_string()), ("X-Gputokens-Proxy-Secret", PROXY_SECRET.into())];
+        let (status, body) = get_with("127.0.0.2", &url, &headers);
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()
+    };
+    let root = as_user("root");
+    assert_eq!(root["pools"][0]["account"], "lab", "{root}");
+    assert_eq!(
+        (root["pools"][0]["balance"].as_str(), root["pools"][0]["user_limit"].as_str()),
+        (Some("70"), Some("10"))
+    );
+    let alice = as_user("alice");
+    assert_eq!(alice["pools"], serde_json::json!([]), "{alice}");
+}

@@ -260,7 +260,7 @@ fn the_admin_view_lists_every_user_sorted_and_filtered() {
 }
 
 /// GET `url` from local address `from` with `headers`: (status, body).
-fn get_with(from: &str, url: &str, headers: &[(&str, String)]) -> (u16, String) {
+pub(crate) fn get_with(from: &str, url: &str, headers: &[(&str, String)]) -> (u16, String) {
     let client = reqwest::blocking::Client::builder().local_address(from.parse::<IpAddr>().ok()).build().unwrap();
     let mut request = client.get(url);
     for (name, value) in headers {
@@ -270,7 +270,7 @@ fn get_with(from: &str, url: &str, headers: &[(&str, String)]) -> (u16, String) 
     (response.status().as_u16(), response.text().unwrap())
 }
 
-const PROXY_SECRET: &str = "pr0xy-s3cret";
+pub(crate) const PROXY_SECRET: &str = "pr0xy-s3cret";
 
 /// A site whose proxy at 127.0.0.2 proves itself with PROXY_SECRET.
 fn proxied_site() -> (Site, tempfile::NamedTempFile) {

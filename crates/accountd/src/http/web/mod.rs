@@ -299,6 +299,14 @@ async fn me(
         }
         let mut view = pages::user_view(&s.res, &user, now).map_err(|e| (StatusCode::NOT_FOUND, e))?;
         view["viewer"] = serde_json::json!({ "name": caller.name, "admin": caller.admin });
+        // The pools the viewer may see (with pools on), as `sbalance -l` shows them.
+        if s.res.config.accounts.mode != gputokens::pools::PoolMode::User {
+            if let Ok((gputokens::protocol::Reply::Pools { rows, .. }, _)) =
+                crate::socket::pools::list(s, &caller, None, now)
+            {
+                view["pools"] = serde_json::to_value(rows).unwrap_or_default();
+            }
+        }
         Ok(view)
     })
     .await
