@@ -49,7 +49,12 @@ impl JournalLine {
                 let kind = self.kind.as_str();
                 // accountd admin grant --key K stores `grant:K`.
                 let key = self.key.strip_prefix(&format!("{kind}:")).unwrap_or(&self.key);
-                format!("accountd admin {kind} {user} {} --reason {reason} --key {}", self.amount, quote(key))
+                // A pool's grant or adjustment is entered again through `admin account`.
+                let whom = match gputokens::pools::account_of(&self.user) {
+                    Some(account) => format!("account {kind} {}", quote(account)),
+                    None => format!("{kind} {user}"),
+                };
+                format!("accountd admin {whom} {} --reason {reason} --key {}", self.amount, quote(key))
             }
             EntryKind::Refund => {
                 let job = self.job_id.as_deref().unwrap_or("JOBID");
@@ -96,6 +101,12 @@ mod tests {
         assert_eq!(
             line(EntryKind::Import, "import:alice", "87.5").reenter_command(),
             r#"echo '{"alice":"87.5"}' | accountd admin import /dev/stdin"#
+        );
+        let pool = JournalLine { user: "account lab".into(), ..line(EntryKind::Grant, "grant:term-1", "50") };
+        assert_eq!(
+            pool.reenter_command(),
+            r#"accountd admin account grant lab 50 --reason 'course'\''s quota' --key term-1"#,
+            "a pool's grant"
         );
     }
 

@@ -8,7 +8,7 @@ use gputokens::protocol::{PoolRules, Reply, Request};
 use gputokens::time::format_local;
 use gputokens::{Config, Tokens};
 
-use crate::cli::{AccountCommand, AdminCommand, PoolRuleArgs};
+use crate::cli::{AccountCommand, AdminCommand, ChangeArgs, PoolRuleArgs};
 use crate::error::{AccountdError, AccountdResult};
 use crate::socket::client::{call, ClientError};
 
@@ -37,10 +37,10 @@ pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
         }
     };
     let (request, json) = match command {
-        AdminCommand::Grant { user, amount: a, reason, key } => {
+        AdminCommand::Grant { user, change: ChangeArgs { amount: a, reason, key } } => {
             (Request::Grant { user, amount: amount(&a, "a grant")?, reason, key }, false)
         }
-        AdminCommand::Adjust { user, amount: a, reason, key } => {
+        AdminCommand::Adjust { user, change: ChangeArgs { amount: a, reason, key } } => {
             (Request::Adjust { user, amount: amount(&a, "an adjustment")?, reason, key }, false)
         }
         AdminCommand::Refund { job_id, reason } => (Request::Refund { job_id, reason }, false),
@@ -113,13 +113,13 @@ fn account_request(command: AccountCommand, amount: &AmountParser) -> AccountdRe
         AccountCommand::Set { account, rules: r } => {
             (Request::PoolSet { account, create: false, rules: rules(None, r)? }, false)
         }
-        AccountCommand::Grant { account, amount: a, reason, key } => {
+        AccountCommand::Grant { account, change: ChangeArgs { amount: a, reason, key } } => {
             (Request::PoolGrant { account, amount: amount(&a, "a grant")?, reason, key, adjust: false }, false)
         }
-        AccountCommand::Adjust { account, amount: a, reason, key } => {
+        AccountCommand::Adjust { account, change: ChangeArgs { amount: a, reason, key } } => {
             (Request::PoolGrant { account, amount: amount(&a, "an adjustment")?, reason, key, adjust: true }, false)
         }
-        AccountCommand::Transfer { from, to, amount: a, reason, key } => {
+        AccountCommand::Transfer { from, to, change: ChangeArgs { amount: a, reason, key } } => {
             (Request::Transfer { from, to, amount: amount(&a, "a transfer")?, reason, key }, false)
         }
         AccountCommand::Show { account, json } => (Request::Pools { account }, json),

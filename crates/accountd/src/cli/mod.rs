@@ -83,6 +83,18 @@ pub struct WaitArg {
     pub wait: std::time::Duration,
 }
 
+/// An amount of tokens, why, and an optional idempotency key.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ChangeArgs {
+    #[arg(allow_hyphen_values = true)]
+    pub amount: String,
+    #[arg(long)]
+    pub reason: String,
+    /// Idempotency key: repeating the command with the same key changes nothing.
+    #[arg(long)]
+    pub key: Option<String>,
+}
+
 /// A pool's rules on the command line; unset ones keep theirs (a new pool: [accounts]' defaults).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct PoolRuleArgs {
@@ -122,31 +134,21 @@ pub enum AccountCommand {
     /// Add tokens to a pool (admins, and the account's coordinators).
     Grant {
         account: String,
-        amount: String,
-        #[arg(long)]
-        reason: String,
-        #[arg(long)]
-        key: Option<String>,
+        #[command(flatten)]
+        change: ChangeArgs,
     },
     /// Add or remove tokens of a pool (e.g. -5 or +2.5): admins.
     Adjust {
         account: String,
-        #[arg(allow_hyphen_values = true)]
-        amount: String,
-        #[arg(long)]
-        reason: String,
-        #[arg(long)]
-        key: Option<String>,
+        #[command(flatten)]
+        change: ChangeArgs,
     },
     /// Move tokens from one pool to another in one step (admins, and coordinators of both).
     Transfer {
         from: String,
         to: String,
-        amount: String,
-        #[arg(long)]
-        reason: String,
-        #[arg(long)]
-        key: Option<String>,
+        #[command(flatten)]
+        change: ChangeArgs,
     },
     /// Create many pools from a TOML file, a table per account with any of initial, daily, monthly,
     /// cap, floor, user_limit (e.g. `[lab]` `monthly = 30`); accounts that have a pool are left as
@@ -178,27 +180,17 @@ pub enum ConfigCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
-    /// Add tokens to a user's balance.
+    /// Add tokens to a user's balance (AMOUNT positive, up to 6 decimals).
     Grant {
         user: String,
-        /// Tokens to add (positive, up to 6 decimals).
-        #[arg(allow_hyphen_values = true)]
-        amount: String,
-        #[arg(long)]
-        reason: String,
-        /// Idempotency key: repeating the command with the same key changes nothing.
-        #[arg(long)]
-        key: Option<String>,
+        #[command(flatten)]
+        change: ChangeArgs,
     },
     /// Add or remove tokens (e.g. -5 or +2.5).
     Adjust {
         user: String,
-        #[arg(allow_hyphen_values = true)]
-        amount: String,
-        #[arg(long)]
-        reason: String,
-        #[arg(long)]
-        key: Option<String>,
+        #[command(flatten)]
+        change: ChangeArgs,
     },
     /// Give back what a job was charged.
     Refund {

@@ -202,7 +202,7 @@ fn statements(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn record(
+pub(super) fn record(
     res: &mut Resources,
     caller: &Caller,
     user: &str,

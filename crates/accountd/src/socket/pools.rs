@@ -11,7 +11,7 @@ use gputokens::protocol::{PoolBalance, PoolMember, PoolRow, PoolRules, Reply};
 use gputokens::statement::Month;
 use gputokens::time::local_date;
 use gputokens::Tokens;
-use ledger::{Applied, EntryKind, Issue, NewEntry, Pool, PoolChange};
+use ledger::{Applied, EntryKind, Issue, Pool, PoolChange};
 
 use crate::answering::Answering;
 use crate::cycles::slurm_view::SlurmView;
@@ -139,22 +139,14 @@ pub fn grant(
     if amount == Tokens::ZERO {
         return Err(invalid("an adjustment of 0 changes nothing".into()));
     }
+    if a.res.ledger.pool(account).map_err(from_ledger)?.is_none() {
+        return Err(invalid(format!("account '{account}' has no token pool (accountd admin account add {account})")));
+    }
     if let Some(beyond) = amount.beyond_limit("a grant") {
         return Err(invalid(beyond));
     }
-    if reason.trim().is_empty() {
-        return Err(invalid("--reason must say why".into()));
-    }
-    let name = holder(account);
-    let key = match key {
-        Some(k) => format!("{}:{k}", kind.as_str()),
-        None => format!("{}:{name}:{}", kind.as_str(), super::handler::unique_suffix(now)),
-    };
-    let entry = NewEntry::new(&name, kind, amount, now, &caller.name, &reason, key.clone());
-    let applied = a.res.ledger.append(&entry).map_err(from_ledger)?;
-    let entries = a.res.ledger.history(&name).map_err(from_ledger)?;
-    let entries = entries.into_iter().filter(|e| e.key.as_deref() == Some(key.as_str())).collect();
-    Ok((Reply::Recorded { entries, replayed: applied == Applied::AlreadyRecorded }, applied == Applied::Added))
+    // As a user's grant or adjustment: keyed, recorded in the admin journal.
+    super::handler::record(&mut a.res, caller, &holder(account), kind, amount, reason, key, now)
 }
 
 #[allow(clippy::too_many_arguments)]
