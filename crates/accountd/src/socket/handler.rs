@@ -1,14 +1,12 @@
 //! What accountd answers on its socket: [`handle`]. Pure request → reply over the ledger, so
 //! unit tests call it directly; the caller comes from the kernel, never from the request.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
-use gputokens::access::{system_user_exists, Caller};
+use gputokens::access::Caller;
 use gputokens::protocol::{ErrorKind, Reply, Request};
 use gputokens::statement::Month;
 use gputokens::time::local_date;
 use gputokens::Tokens;
-use ledger::{Applied, EntryKind, Issue, NewEntry};
+use ledger::{EntryKind, Issue};
 
 use crate::admin_journal;
 use crate::answering::Answering;
@@ -64,7 +62,7 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
             } else if let Some(beyond) = amount.beyond_limit("a grant") {
                 Err(invalid(beyond))
             } else {
-                record(&mut answering.res, caller, &user, EntryKind::Grant, amount, reason, key, now)
+                super::record::record(&mut answering.res, caller, &user, EntryKind::Grant, amount, reason, key, now)
             }
         }
         Request::Adjust { user, amount, reason, key } => {
@@ -73,7 +71,7 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
             } else if let Some(beyond) = amount.beyond_limit("an adjustment") {
                 Err(invalid(beyond))
             } else {
-                record(&mut answering.res, caller, &user, EntryKind::Adjust, amount, reason, key, now)
+                super::record::record(&mut answering.res, caller, &user, EntryKind::Adjust, amount, reason, key, now)
             }
         }
         Request::Refund { job_id, reason } => answering
@@ -199,42 +197,4 @@ fn statements(
         (false, user) => res.ledger.statement(user.as_deref().unwrap_or(&caller.name), month, issue).map(|s| vec![s]),
     };
     statements.map(|statements| Reply::Statements { statements }).map_err(from_ledger)
-}
-
-#[allow(clippy::too_many_arguments)]
-pub(super) fn record(
-    res: &mut Resources,
-    caller: &Caller,
-    user: &str,
-    kind: EntryKind,
-    amount: Tokens,
-    reason: String,
-    key: Option<String>,
-    now: i64,
-) -> Result<(Reply, bool), Reply> {
-    if reason.trim().is_empty() {
-        return Err(invalid("--reason must say why".into()));
-    }
-    if res.ledger.account(user).map_err(from_ledger)?.is_none() && !system_user_exists(user) {
-        return Err(invalid(format!("unknown user '{user}': not in the ledger and not a user of this system")));
-    }
-    let key = match key {
-        Some(k) => format!("{}:{k}", kind.as_str()),
-        None => format!("{}:{user}:{}", kind.as_str(), unique_suffix(now)),
-    };
-    let entry = NewEntry::new(user, kind, amount, now, &caller.name, &reason, key.clone());
-    let applied = res.ledger.append(&entry).map_err(from_ledger)?;
-    let history = res.ledger.history(user).map_err(from_ledger)?;
-    let written: Vec<_> = history.into_iter().filter(|e| e.key.as_deref() == Some(key.as_str())).collect();
-    if applied == Applied::Added {
-        admin_journal::append_or_warn(res, &written);
-    }
-    Ok((Reply::Recorded { entries: written, replayed: applied == Applied::AlreadyRecorded }, applied == Applied::Added))
-}
-
-/// A key suffix no other unkeyed entry shares: time, process and a counter.
-pub(super) fn unique_suffix(now: i64) -> String {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    format!("{now}.{nanos}.{}.{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
 }

@@ -4,6 +4,7 @@
 pub mod client;
 pub mod handler;
 pub(crate) mod pools;
+mod record;
 
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;

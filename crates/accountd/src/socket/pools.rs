@@ -146,7 +146,7 @@ pub fn grant(
         return Err(invalid(beyond));
     }
     // As a user's grant or adjustment: keyed, recorded in the admin journal.
-    super::handler::record(&mut a.res, caller, &holder(account), kind, amount, reason, key, now)
+    super::record::record(&mut a.res, caller, &holder(account), kind, amount, reason, key, now)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -175,7 +175,7 @@ pub fn transfer(
     let (src, dst) = (holder(from), holder(to));
     let key = match key {
         Some(k) => format!("transfer:{k}"),
-        None => format!("transfer:{src}:{}", super::handler::unique_suffix(now)),
+        None => format!("transfer:{src}:{}", super::record::unique_suffix(now)),
     };
     let applied = a.res.ledger.transfer(&src, &dst, amount, &caller.name, &reason, &key, now).map_err(from_ledger)?;
     let mut entries = Vec::new();

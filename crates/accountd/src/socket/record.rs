@@ -1,0 +1,51 @@
+//! An admin's grant or adjustment of a balance (a user's or a pool's): keyed, appended, and
+//! written to the admin journal.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use gputokens::access::{system_user_exists, Caller};
+use gputokens::protocol::Reply;
+use gputokens::Tokens;
+use ledger::{Applied, EntryKind, NewEntry};
+
+use crate::admin_journal;
+use crate::reply::{from_ledger, invalid};
+use crate::resources::Resources;
+
+#[allow(clippy::too_many_arguments)]
+pub fn record(
+    res: &mut Resources,
+    caller: &Caller,
+    user: &str,
+    kind: EntryKind,
+    amount: Tokens,
+    reason: String,
+    key: Option<String>,
+    now: i64,
+) -> Result<(Reply, bool), Reply> {
+    if reason.trim().is_empty() {
+        return Err(invalid("--reason must say why".into()));
+    }
+    if res.ledger.account(user).map_err(from_ledger)?.is_none() && !system_user_exists(user) {
+        return Err(invalid(format!("unknown user '{user}': not in the ledger and not a user of this system")));
+    }
+    let key = match key {
+        Some(k) => format!("{}:{k}", kind.as_str()),
+        None => format!("{}:{user}:{}", kind.as_str(), unique_suffix(now)),
+    };
+    let entry = NewEntry::new(user, kind, amount, now, &caller.name, &reason, key.clone());
+    let applied = res.ledger.append(&entry).map_err(from_ledger)?;
+    let history = res.ledger.history(user).map_err(from_ledger)?;
+    let written: Vec<_> = history.into_iter().filter(|e| e.key.as_deref() == Some(key.as_str())).collect();
+    if applied == Applied::Added {
+        admin_journal::append_or_warn(res, &written);
+    }
+    Ok((Reply::Recorded { entries: written, replayed: applied == Applied::AlreadyRecorded }, applied == Applied::Added))
+}
+
+/// A key suffix no other unkeyed entry shares: time, process and a counter.
+pub fn unique_suffix(now: i64) -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    format!("{now}.{nanos}.{}.{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
+}
