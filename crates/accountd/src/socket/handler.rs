@@ -169,7 +169,11 @@ fn balances(
             )));
         }
         let mut row = balance_row(res, &name, now)?;
-        row.default_pool = super::pools::default_pool(res, view, &name)?;
+        // The caller's own row names the pool of their default account (sbatch's balance line);
+        // `-a` over many users does not look up a pool each.
+        if name == caller.name {
+            row.default_pool = super::pools::default_pool(res, view, &name)?;
+        }
         rows.push(row);
     }
     Ok(Reply::Balances { rows })

@@ -179,3 +179,19 @@ fn an_import_creates_the_missing_pools_in_one_go_and_leaves_the_others() {
     assert!(matches!(reply, Reply::Error { kind: ErrorKind::Invalid, .. }), "{reply:?}");
     assert!(a.res.ledger.pool("new").unwrap().is_none(), "all or none");
 }
+
+#[test]
+fn a_users_own_balance_names_the_pool_of_their_default_account() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = answering(dir.path());
+    add(&mut a, "lab");
+    a.slurm_view.default_accounts.insert("alice".into(), "lab".into());
+    let own = handle(&mut a, &who("alice", false), Request::Balances { users: vec![], all: false }, NOW).0;
+    let Reply::Balances { rows } = own else { panic!("{own:?}") };
+    let pool = rows[0].default_pool.as_ref().expect("lab pays for alice's jobs without -A");
+    assert_eq!((pool.account.as_str(), pool.balance), ("lab", Tokens::whole(100)));
+    let by_root =
+        handle(&mut a, &who("root", true), Request::Balances { users: vec!["alice".into()], all: false }, NOW).0;
+    let Reply::Balances { rows } = by_root else { panic!() };
+    assert_eq!(rows[0].default_pool, None, "only the caller's own row");
+}
