@@ -16,10 +16,17 @@ impl Ledger {
     /// Refunds what job `job_id` was charged and not yet refunded.
     pub fn refund_job(&mut self, job_id: &str, actor: &str, reason: &str, now: i64) -> Result<Vec<Entry>, LedgerError> {
         let tx = self.conn.transaction()?;
-        // job_payments holds what each balance (the user's, a pool's) paid for the job in all; refunds
-        // are keyed `refund:JOB:...`, found by that prefix in the key index.
+        // What each balance paid for the job in all: job_payments for a job a pool paid for, else
+        // job_charges (its user paid it all). Refunds are keyed `refund:JOB:...`, found by that
+        // prefix in the key index.
         let charged: Vec<(String, i64)> = {
-            let mut stmt = tx.prepare("SELECT holder, charged FROM job_payments WHERE job_id = ?1 ORDER BY holder")?;
+            let mut stmt = tx.prepare(
+                "SELECT holder, charged FROM job_payments WHERE job_id = ?1
+                 UNION ALL
+                 SELECT user, SUM(charged) FROM job_charges
+                 WHERE job_id = ?1 AND NOT EXISTS (SELECT 1 FROM job_payments WHERE job_id = ?1) GROUP BY user
+                 ORDER BY 1",
+            )?;
             let rows = stmt.query_map([job_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
             rows.collect::<Result<_, _>>()?
         };

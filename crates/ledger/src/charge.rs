@@ -149,9 +149,9 @@ struct Batch {
     charged: Tokens,
     unlisted_types: BTreeMap<String, u64>,
     /// (account, member) → what the member's jobs took from the pool.
-    member_spending: HashMap<(String, String), Tokens>,
+    member_spending: BTreeMap<(String, String), Tokens>,
     /// (job, payer) → what the payer paid for the job, for refunds.
-    payments: HashMap<(String, String), Tokens>,
+    payments: BTreeMap<(String, String), Tokens>,
 }
 
 /// A balance (a user's or a pool's) charged in this cycle.
@@ -202,6 +202,7 @@ fn charge_record(
     let pool_holder = payers.pool.map(pools::holder);
     let payer_names = payers.user.then_some(&record.user).into_iter().chain(pool_holder.as_ref());
     let payer_names: Vec<&String> = payer_names.collect();
+    let tracked = track_payments(statements, payers, record, batch)?;
     for &Priced { gpu_type, milli, price, weighted, total } in priced {
         let Some(until) = statements.move_progress(record, gpu_type, total)? else { continue };
         // A price lowered mid-job never turns into a refund: charges only move forward.
@@ -255,8 +256,10 @@ fn charge_record(
                 let spent = batch.member_spending.entry((account.to_string(), member.clone())).or_default();
                 *spent = *spent + due;
             }
-            let paid = batch.payments.entry((record.job_id.clone(), payer.clone())).or_default();
-            *paid = *paid + due;
+            if tracked {
+                let paid = batch.payments.entry((record.job_id.clone(), payer.clone())).or_default();
+                *paid = *paid + due;
+            }
             batch.entries += 1;
             charged_any = true;
         }
@@ -265,6 +268,29 @@ fn charge_record(
         }
     }
     Ok(charged_any)
+}
+
+/// Whether the record's payments are kept per payer in `job_payments` (for refunds to whoever
+/// paid). A job paid by its user alone, as every job is in mode "user", needs no row: its
+/// `job_charges` say what its user paid. From the first time a pool pays for a job, its payments
+/// are kept, starting with what its user paid before (all of its charges so far).
+fn track_payments(
+    statements: &mut Statements<'_>,
+    payers: Payers<'_>,
+    record: &UsageRecord,
+    batch: &mut Batch,
+) -> Result<bool, LedgerError> {
+    let job = &record.job_id;
+    let in_batch = batch.payments.range((job.clone(), String::new())..).next().is_some_and(|((j, _), _)| j == job);
+    if in_batch || statements.has_payments.query_row([job], |r| r.get::<_, bool>(0))? {
+        return Ok(true);
+    }
+    if payers.pool.is_none() {
+        return Ok(false);
+    }
+    let before: i64 = statements.charged_so_far.query_row([job], |r| r.get(0))?;
+    batch.payments.insert((job.clone(), record.user.clone()), Tokens::from_micro(before));
+    Ok(true)
 }
 
 /// How far a run segment and GPU type had been charged.
@@ -283,6 +309,8 @@ struct Statements<'tx> {
     read_progress: Statement<'tx>,
     update_progress: Statement<'tx>,
     insert_entry: Statement<'tx>,
+    has_payments: Statement<'tx>,
+    charged_so_far: Statement<'tx>,
     /// Reused for every entry's reason.
     reason: String,
 }
@@ -322,6 +350,8 @@ impl<'tx> Statements<'tx> {
                 "INSERT INTO entries (user, kind, amount, at, actor, reason, job_id, gpu_type, gpu_seconds, prev_id, member)
                  VALUES (?1, 'charge', ?2, ?3, 'gputokens', ?4, ?5, ?6, ?7, ?8, ?9)",
             )?,
+            has_payments: tx.prepare("SELECT EXISTS (SELECT 1 FROM job_payments WHERE job_id = ?1)")?,
+            charged_so_far: tx.prepare("SELECT COALESCE(SUM(charged), 0) FROM job_charges WHERE job_id = ?1")?,
             reason: String::new(),
         })
     }

@@ -192,14 +192,14 @@ const MIGRATIONS: &[&str] = &[
         charged INTEGER NOT NULL,                -- micro-tokens
         PRIMARY KEY (account, month, user)
      ) WITHOUT ROWID;
-     -- What each balance (user or pool) paid for each job, so a refund goes back to whoever paid.
+     -- What each balance (user or pool) paid for a job a pool paid for, so a refund goes back to
+     -- whoever paid; a job without rows here was paid by its user alone (job_charges).
      CREATE TABLE job_payments (
         job_id  TEXT    NOT NULL,
         holder  TEXT    NOT NULL,                -- users.name: a user or 'account <name>'
         charged INTEGER NOT NULL,                -- micro-tokens
         PRIMARY KEY (job_id, holder)
-     ) WITHOUT ROWID;
-     INSERT INTO job_payments SELECT job_id, user, SUM(charged) FROM job_charges GROUP BY job_id, user;",
+     ) WITHOUT ROWID;",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

@@ -462,7 +462,7 @@ fn verify_names_what_was_tampered_with() {
     let problems = l.verify().unwrap().problems;
     assert_eq!(problems.len(), 5, "{problems:#?}");
     assert_eq!(problems[0], "alice: balance 16 but the entries add up to 15");
-    assert_eq!(problems[1], "alice: charge entries total 85 but job_payments 84");
+    assert_eq!(problems[1], "alice: charge entries total 85 but job_charges/job_payments 84");
     assert_eq!(problems[2], "alice: charge entries total 85 but usage_days 84");
     assert_eq!(problems[3], "dan: 2 entries but 1 reachable from the newest (prev_id chain)");
     assert_eq!(problems[4], "dan: charge entries total 1 but usage_days 0");

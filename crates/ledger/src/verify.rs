@@ -43,7 +43,11 @@ impl Ledger {
                  SELECT user, SUM(amount) AS total, COUNT(*) AS n,
                         -SUM(CASE WHEN kind = 'charge' THEN amount ELSE 0 END) AS charged
                  FROM entries GROUP BY user),
-               progress AS (SELECT holder AS user, SUM(charged) AS charged FROM job_payments GROUP BY holder),
+               paid AS (SELECT holder AS user, charged FROM job_payments
+                      UNION ALL
+                      SELECT user, charged FROM job_charges c
+                      WHERE NOT EXISTS (SELECT 1 FROM job_payments p WHERE p.job_id = c.job_id)),
+               progress AS (SELECT user, SUM(charged) AS charged FROM paid GROUP BY user),
                usage AS (SELECT user, SUM(charged) AS charged FROM usage_days GROUP BY user),
                names AS (SELECT name AS user FROM users UNION SELECT user FROM entries)
              SELECT names.user, u.balance, COALESCE(s.total, 0), COALESCE(s.n, 0), COALESCE(c.n, 0),
@@ -82,7 +86,11 @@ impl Ledger {
                 problems.push(format!("{user}: {n} entries but {chained} reachable from the newest (prev_id chain)"));
             }
             if progress != charged {
-                problems.push(format!("{user}: charge entries total {} but job_payments {}", t(charged), t(progress)));
+                problems.push(format!(
+                    "{user}: charge entries total {} but job_charges/job_payments {}",
+                    t(charged),
+                    t(progress)
+                ));
             }
             if usage != charged {
                 problems.push(format!("{user}: charge entries total {} but usage_days {}", t(charged), t(usage)));
