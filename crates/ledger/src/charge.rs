@@ -263,9 +263,7 @@ fn charge_record(
             batch.entries += 1;
             charged_any = true;
         }
-        if !(gpu_seconds == 0 && due == Tokens::ZERO) {
-            batch.charged = batch.charged + due;
-        }
+        batch.charged = batch.charged + due;
     }
     Ok(charged_any)
 }

@@ -48,6 +48,8 @@ pub struct MemberSpending {
 
 const POOL_COLUMNS: &str =
     "p.account, p.initial, p.daily, p.monthly, p.cap, p.floor, p.user_limit, p.created, u.balance";
+/// Each pool joined to its balance row, named `?1` (the holder prefix) followed by the account.
+const POOLS_WITH_BALANCES: &str = "pools p JOIN users u ON u.name = ?1 || p.account";
 
 fn pool_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Pool> {
     let tokens = |i: usize| r.get::<_, i64>(i).map(Tokens::from_micro);
@@ -145,20 +147,13 @@ impl Ledger {
     }
 
     pub fn pool(&self, account: &str) -> Result<Option<Pool>, LedgerError> {
-        let sql = format!(
-            "SELECT {POOL_COLUMNS} FROM pools p JOIN users u ON u.name = 'account ' || p.account WHERE p.account = ?1"
-        );
-        Ok(self.conn.prepare_cached(&sql)?.query_row([account], pool_row).optional()?)
+        let sql = format!("SELECT {POOL_COLUMNS} FROM {POOLS_WITH_BALANCES} WHERE p.account = ?2");
+        Ok(self.conn.prepare_cached(&sql)?.query_row(params![holder(""), account], pool_row).optional()?)
     }
 
     /// Every pool, by account name.
     pub fn pools(&self) -> Result<Vec<Pool>, LedgerError> {
-        let sql = format!(
-            "SELECT {POOL_COLUMNS} FROM pools p JOIN users u ON u.name = 'account ' || p.account ORDER BY p.account"
-        );
-        let mut stmt = self.conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map([], pool_row)?.collect::<Result<_, _>>()?;
-        Ok(rows)
+        all_pools(&self.conn)
     }
 
     /// What each member spent of each pool in `month` (YYYY-MM).
@@ -274,19 +269,15 @@ fn add_pool_in(
 
 /// Each pool's rules by its holder name.
 pub(crate) fn pool_rules(conn: &rusqlite::Connection) -> Result<HashMap<String, BucketRules>, LedgerError> {
-    let mut stmt = conn.prepare_cached("SELECT account, initial, daily, monthly, cap, floor FROM pools")?;
-    let rows = stmt.query_map([], |r| {
-        let tokens = |i: usize| r.get::<_, i64>(i).map(Tokens::from_micro);
-        let rules = BucketRules {
-            initial: tokens(1)?,
-            daily: tokens(2)?,
-            monthly: tokens(3)?,
-            cap: r.get::<_, Option<i64>>(4)?.map(Tokens::from_micro),
-            floor: tokens(5)?,
-        };
-        Ok((holder(&r.get::<_, String>(0)?), rules))
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    Ok(all_pools(conn)?.into_iter().map(|p| (holder(&p.account), p.rules)).collect())
+}
+
+/// Every pool, by account name.
+fn all_pools(conn: &rusqlite::Connection) -> Result<Vec<Pool>, LedgerError> {
+    let sql = format!("SELECT {POOL_COLUMNS} FROM {POOLS_WITH_BALANCES} ORDER BY p.account");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map([holder("")], pool_row)?.collect::<Result<_, _>>()?;
+    Ok(rows)
 }
 
 /// Adds what `user` spent of `account`'s pool to the month of `now`.

@@ -235,7 +235,7 @@ impl<'a> Account<'a> {
         let mut worst = Account::paying(standing, case, default);
         for account in accounts {
             let other = Account::paying(standing, case, Some(account));
-            if pool_rules::worse(worst.decision.clone(), other.decision.clone()) != worst.decision {
+            if pool_rules::is_worse(&other.decision, &worst.decision) {
                 worst = other;
             }
         }
@@ -247,16 +247,15 @@ impl<'a> Account<'a> {
         let uid = case.owner.uid;
         let snapshot = standing.snapshot;
         let (today, how) = (case.inputs.today, &case.inputs.config.deprioritize);
-        let balance = standing.balance(uid);
-        let own = Account {
-            standing,
-            balance,
-            rules: snapshot.rules,
-            decision: rules::decide(balance, &snapshot.rules, today, how),
-            pool: None,
+        // The user's own bucket, decided only where it pays: a user in debt gets a worded
+        // message, which a job their pool alone pays for does not need.
+        let own = || {
+            let balance = standing.balance(uid);
+            let decision = rules::decide(balance, &snapshot.rules, today, how);
+            Account { standing, balance, rules: snapshot.rules, decision, pool: None }
         };
         let payers = payers(snapshot.pool_mode, account, |a| snapshot.pools.contains_key(a));
-        let Some((name, pool)) = payers.pool.and_then(|a| snapshot.pools.get_key_value(a)) else { return own };
+        let Some((name, pool)) = payers.pool.and_then(|a| snapshot.pools.get_key_value(a)) else { return own() };
         let user = standing.user_name(uid);
         let case = pool_rules::PoolCase { account: name, pool, user, snapshot, today };
         let of_pool = Account {
@@ -269,12 +268,12 @@ impl<'a> Account<'a> {
         if !payers.user {
             return of_pool;
         }
-        // Mode "both": the user's own bucket must have tokens too; the worse decides.
-        let decision = pool_rules::worse(of_pool.decision.clone(), own.decision.clone());
-        if decision == of_pool.decision {
-            of_pool
-        } else {
+        // Mode "both": the user's own bucket must have tokens too; the worse decides, the pool on a tie.
+        let own = own();
+        if pool_rules::is_worse(&own.decision, &of_pool.decision) {
             own
+        } else {
+            of_pool
         }
     }
 

@@ -13,7 +13,7 @@ use crate::pools::PoolStanding;
 use crate::snapshot::Snapshot;
 use crate::tokens::Tokens;
 
-use super::rules::{decide, Decision};
+use super::rules::{overdraft_message, Decision};
 
 /// The pool of `account` as the decision sees it for `user`.
 pub struct PoolCase<'a> {
@@ -40,10 +40,8 @@ impl PoolCase<'_> {
         match rules.status(balance) {
             Status::Blocked => return Decision::Reject { message: self.blocked_message() },
             Status::Overdraft => {
-                let Decision::AcceptDeprioritized { how, message } = decide(balance, rules, self.today, how) else {
-                    unreachable!("a balance in overdraft is deprioritized")
-                };
-                return Decision::AcceptDeprioritized { how, message: self.worded(&message) };
+                let message = self.worded(&overdraft_message(balance, rules, how));
+                return Decision::AcceptDeprioritized { how: how.clone(), message };
             }
             Status::Ok => {}
         }
@@ -127,18 +125,14 @@ impl PoolCase<'_> {
     }
 }
 
-/// The worse of two decisions (a refusal, then lower priority), the first on a tie.
-pub fn worse(first: Decision, second: Decision) -> Decision {
+/// Whether `first` is worse than `second`: a refusal, then lower priority, then acceptance.
+pub fn is_worse(first: &Decision, second: &Decision) -> bool {
     let rank = |d: &Decision| match d {
         Decision::Accept => 0,
         Decision::AcceptDeprioritized { .. } => 1,
         Decision::Reject { .. } => 2,
     };
-    if rank(&second) > rank(&first) {
-        second
-    } else {
-        first
-    }
+    rank(first) > rank(second)
 }
 
 /// Whether `month` (YYYY-MM) is the month of `day` (compared without allocating: this runs in
@@ -222,7 +216,7 @@ mod tests {
     }
 
     #[test]
-    fn overdraft_is_worded_for_the_pool_and_the_worse_decision_wins() {
+    fn overdraft_is_worded_for_the_pool_and_decisions_rank_refusal_then_lower_priority() {
         let mut snap = snapshot();
         snap.pools.get_mut("course").unwrap().balance = Tokens::whole(-3);
         let d = case(&snap, "course").decide(&Deprioritize::Nice(100));
@@ -230,7 +224,8 @@ mod tests {
         assert!(message.starts_with("gputokens: account course's GPU token balance is -3 (below 0)"), "{message}");
         assert!(message.ends_with("Run 'sbalance -A course' for details."), "{message}");
         let refuse = Decision::Reject { message: "no".into() };
-        assert_eq!(worse(d.clone(), refuse.clone()), refuse);
-        assert_eq!(worse(d.clone(), Decision::Accept), d);
+        assert!(is_worse(&refuse, &d) && !is_worse(&d, &refuse), "a refusal is worse than lower priority");
+        assert!(is_worse(&d, &Decision::Accept) && !is_worse(&Decision::Accept, &d));
+        assert!(!is_worse(&d, &d.clone()), "a tie is not worse");
     }
 }
