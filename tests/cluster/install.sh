@@ -9,7 +9,8 @@ PKGS=(slurmctld slurmd slurm-client munge libmunge-dev libslurm-dev slurm-wlm-ba
       mariadb-server slurmdbd libclang-dev sqlite3 clang prometheus curl
       libc6-dev   # libc.a: sbalance is linked statically
       man-db bash-completion   # the installed packages' man pages and completions (tests/it/packages.rs)
-      iproute2)                # ip: tests/slurm-releases/enter.sh sets up the other releases' network
+      iproute2                 # ip: tests/slurm-releases/enter.sh sets up the other releases' network
+      libfaketime)             # a pool made before the 1st (tests/it/accounts.rs): accountd serve's clock set back
 if [[ ${1:-} == --list ]]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 # The status page's browser tests (crates/accountd/tests/it/web.rs) run on the host's release only:
 # the other releases' root filesystems (built from --list) stay without a browser.

@@ -329,14 +329,19 @@ fn switching_modes_loses_and_doubles_nothing() {
     assert!(verify.contains("consistent"), "{verify}");
 }
 
-/// The seed's worked example charged to a pool by two members: 100 − 84 = 16 in `sbalance -A` and in
-/// the pool's statement, with a line per member (the +30 of the 1st that makes it 46 is the ledger's
-/// `the_seed_example_per_account_leaves_the_pool_at_46`: a pool made now has no 1st behind it).
+/// The seed's worked example charged to a pool by two members: a pool made the evening before the
+/// 1st with 100 (accountd's clock set back for that), +30 at the 1st, 84 charged since: 46 in
+/// `sbalance -A` and in the pool's statement for this month, with a line per member.
 #[test]
 fn the_worked_example_charged_to_a_pool_shows_in_sbalance_and_the_statement() {
-    let site = Site::start("", "[accounts]\nmode = \"account\"\n");
+    let mut site = Site::start("", "[accounts]\nmode = \"account\"\n");
+    let (eve, first) = crate::worked_example::around_the_first();
+    site.restart_at(Some(&eve));
     site.accountd(None, &["admin", "account", "add", "lab", "--initial", "100", "--daily", "0", "--monthly", "30"])
         .ok();
+    site.restart();
+    site.accountd(None, &["tick", "--skip-charge", "--now", &first]).ok();
+    assert_eq!(pool_balance(&site, "lab"), "130", "the +30 of the 1st");
     let sacct = site.file(
         "sacct.txt",
         "JobIDRaw|User|Account|AllocTRES|ElapsedRaw|Start|State
@@ -346,16 +351,17 @@ fn the_worked_example_charged_to_a_pool_shows_in_sbalance_and_the_statement() {
 ",
     );
     site.accountd(None, &["charge", "--sacct-file", &sacct]).ok();
-    assert_eq!(pool_balance(&site, "lab"), "16");
+    assert_eq!(pool_balance(&site, "lab"), "46");
     let month = chrono::Local::now().format("%Y-%m").to_string();
     let statement = site.sbalance(None, &["--statement", &month, "-A", "lab"]).ok().stdout;
     assert!(statement.starts_with(&format!("Statement of lab for {month}")), "{statement}");
     let items = [
-        "initial balance +100",
+        "opening balance 100",
+        "monthly grant +30",
         "rtx2080, 40 GPU-hours -20",
         "rtx3090, 40 GPU-hours -40",
         "a6000, 6 GPU-hours -24",
-        "closing balance (so far) 16",
+        "closing balance (so far) 46",
     ];
     for line in items {
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -365,7 +371,7 @@ fn the_worked_example_charged_to_a_pool_shows_in_sbalance_and_the_statement() {
     assert!(statement.contains("Charged by member:\n  alice  -44\n  bob    -40\n"), "{statement}");
     let json = site.sbalance(None, &["--statement", &month, "-A", "lab", "--json"]).ok().stdout;
     let json: serde_json::Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(json["statements"][0]["closing"], "16");
+    assert_eq!(json["statements"][0]["closing"], "46");
     assert_eq!(json["statements"][0]["members"][1]["user"], "bob");
 }
 

@@ -170,7 +170,7 @@ impl Site {
         ensure_test_users();
         let config = dir.path().join("gputokens.toml");
         std::fs::write(&config, text).unwrap();
-        let serve = spawn_serve(&config, &dir.path().join("serve.log"));
+        let serve = spawn_serve(&config, &dir.path().join("serve.log"), None);
         let site = Site { config, serve: Some(serve), dir };
         site.wait_for_socket();
         site
@@ -179,13 +179,19 @@ impl Site {
     /// Stops `accountd serve` and starts another on the same config and ledger, as after a reboot.
     /// The old log is kept as `serve.log.old` (appended to), so `log` and `http_url` read the new one.
     pub fn restart(&mut self) {
+        self.restart_at(None);
+    }
+
+    /// `restart`, with the new serve's clock set back to `at` (local `YYYY-MM-DDTHH:MM:SS`, from where
+    /// it runs on) by libfaketime: for what must have happened before a day the test cannot wait for.
+    pub fn restart_at(&mut self, at: Option<&str>) {
         self.stop();
         let old = std::fs::read_to_string(self.path("serve.log")).unwrap_or_default();
         let mut kept = std::fs::OpenOptions::new().create(true).append(true).open(self.path("serve.log.old")).unwrap();
         std::io::Write::write_all(&mut kept, old.as_bytes()).unwrap();
         // The socket of the stopped serve may still be there: wait for the new one's.
         let _ = std::fs::remove_file(self.path("run/accountd.sock"));
-        self.serve = Some(spawn_serve(&self.config, &self.path("serve.log")));
+        self.serve = Some(spawn_serve(&self.config, &self.path("serve.log"), at));
         self.wait_for_socket();
     }
 
@@ -260,17 +266,26 @@ impl Site {
 }
 
 /// `accountd --config CONFIG serve`, logging at debug level to `log` (truncated).
-fn spawn_serve(config: &Path, log: &Path) -> Child {
+fn spawn_serve(config: &Path, log: &Path, clock_at: Option<&str>) -> Child {
     let log = std::fs::File::create(log).unwrap();
-    Command::new(bin("accountd"))
-        .arg("--config")
-        .arg(config)
-        .arg("serve")
-        .env("GPUTOKENS_LOG", "debug")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("start accountd serve")
+    let mut serve = Command::new(bin("accountd"));
+    serve.arg("--config").arg(config).arg("serve").env("GPUTOKENS_LOG", "debug");
+    if let Some(at) = clock_at {
+        // The wall clock only: tokio's timers keep the real monotonic one.
+        serve
+            .env("LD_PRELOAD", faketime_library())
+            .env("FAKETIME", format!("@{}", at.replace('T', " ")))
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    }
+    serve.stdout(Stdio::null()).stderr(log).spawn().expect("start accountd serve")
+}
+
+/// libfaketime's library for threaded programs (tests/cluster/install.sh installs it).
+fn faketime_library() -> PathBuf {
+    let dirs = std::fs::read_dir("/usr/lib").unwrap().filter_map(|e| e.ok()).map(|e| e.path());
+    dirs.map(|d| d.join("faketime/libfaketimeMT.so.1"))
+        .find(|lib| lib.is_file())
+        .expect("libfaketime is not installed (bash tests/cluster/install.sh installs it)")
 }
 
 /// A plain HTTP/1.0 GET: status code and body.

@@ -16,7 +16,7 @@ const SACCT: &str = "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State
 
 /// The evening before the 1st of this month, and five past midnight on it: the monthly grant falls
 /// between them. Both are in the past (`--now` may not run more than a day ahead of the clock).
-fn around_the_first() -> (String, String) {
+pub fn around_the_first() -> (String, String) {
     let first = chrono::Local::now().date_naive().with_day(1).unwrap();
     let eve = first.pred_opt().unwrap();
     (format!("{eve}T20:00:00"), format!("{first}T00:05:00"))
