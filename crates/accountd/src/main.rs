@@ -106,7 +106,11 @@ fn cycle_lock(res: &Resources, what: &str, wait: &WaitArg) -> AccountdResult<Cyc
 /// Prints what `slurm_check` finds; exit 2 when it finds a problem.
 fn check_slurm(config: &Config) -> AccountdResult {
     let with_qos = matches!(config.admission.deprioritize, gputokens::config::admission::Deprioritize::Qos(_));
-    let facts = Slurm::new(&config.slurm).facts(with_qos, &config.paths.controller_status)?;
+    let slurm = Slurm::new(&config.slurm);
+    let mut facts = slurm.facts(with_qos, &config.paths.controller_status)?;
+    if config.accounts.mode != gputokens::pools::PoolMode::User {
+        facts.accounts = Some(accountd::slurm::check_pools::AccountFacts::read(config, &slurm));
+    }
     let findings = accountd::slurm::check::findings(config, &facts, |p| p.is_file());
     for finding in &findings {
         outln!("slurm: {finding}");

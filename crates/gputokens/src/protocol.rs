@@ -69,6 +69,9 @@ pub enum Request {
         create: bool,
         #[serde(default)]
         rules: PoolRules,
+        /// A rule change's idempotency key (a change entered again under it changes nothing).
+        #[serde(default)]
+        key: Option<String>,
     },
     /// Add tokens to an account's pool: admins, and the account's coordinators (or those above it).
     /// With `adjust`: add or remove any amount, admins only.

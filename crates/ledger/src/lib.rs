@@ -36,7 +36,7 @@ pub use faults::GpuFault;
 pub use gputokens::entry::{Action, Entry, EntryKind};
 pub use gputokens::gpu_time::UsageRecord;
 pub use notify::{NewNotice, Notice};
-pub use pools::{MemberSpending, Pool, PoolChange};
+pub use pools::{created_key as pool_created_key, MemberSpending, Pool, PoolChange};
 pub use replenish::Replenished;
 pub use schema::SchemaError;
 pub use statement::Issue;

@@ -124,7 +124,11 @@ fn pool_rules_change_audited_and_replenish_by_the_pools_own_rules() {
     let mut l = ledger(&dir, PoolMode::Account);
     let change =
         PoolChange { daily: Some(Tokens::whole(5)), user_limit: Some(Some(Tokens::whole(10))), ..Default::default() };
-    let pool = l.set_pool("lab", &change, "root", at("2026-11-29T13:00:00")).unwrap();
+    let (pool, written) = l.set_pool("lab", &change, "root", "rules:1", at("2026-11-29T13:00:00")).unwrap();
+    assert!(written);
+    let again =
+        l.set_pool("lab", &PoolChange { daily: Some(Tokens::whole(7)), ..change.clone() }, "root", "rules:1", 0);
+    assert_eq!(again.unwrap().0.rules.daily, Tokens::whole(5), "a key used before changes nothing");
     assert_eq!((pool.rules.daily, pool.user_limit), (Tokens::whole(5), Some(Tokens::whole(10))));
     let audit = l.history(&holder("lab")).unwrap();
     assert!(audit.last().unwrap().reason.contains("+0/day") && audit.last().unwrap().reason.contains("+5/day"));
@@ -134,7 +138,7 @@ fn pool_rules_change_audited_and_replenish_by_the_pools_own_rules() {
     assert_eq!(balance(&l, &holder("lab")), Tokens::whole(105), "the pool's +5");
     assert_eq!(balance(&l, "alice"), Tokens::whole(101), "the user's +1");
     assert!(matches!(l.add_pool("lab", pool_rules(), None, "root", 0), Err(LedgerError::PoolExists(_))));
-    assert!(matches!(l.set_pool("nope", &change, "root", 0), Err(LedgerError::UnknownPool(_))));
+    assert!(matches!(l.set_pool("nope", &change, "root", "rules:2", 0), Err(LedgerError::UnknownPool(_))));
     assert!(matches!(l.add_pool("a b", pool_rules(), None, "root", 0), Err(LedgerError::BadAccountName { .. })));
 }
 

@@ -38,6 +38,17 @@ pub struct PoolChange {
     pub user_limit: Option<Option<Tokens>>,
 }
 
+impl PoolChange {
+    /// The rules and per-user limit after this change.
+    pub fn applied_to(&self, mut rules: BucketRules, user_limit: Option<Tokens>) -> (BucketRules, Option<Tokens>) {
+        rules.daily = self.daily.unwrap_or(rules.daily);
+        rules.monthly = self.monthly.unwrap_or(rules.monthly);
+        rules.cap = self.cap.unwrap_or(rules.cap);
+        rules.floor = self.floor.unwrap_or(rules.floor);
+        (rules, self.user_limit.unwrap_or(user_limit))
+    }
+}
+
 /// What a member spent of a pool in a month.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberSpending {
@@ -108,19 +119,22 @@ impl Ledger {
         Ok(added)
     }
 
-    /// Changes a pool's rules; the change is an entry of the pool (amount 0) naming what changed.
-    pub fn set_pool(&mut self, account: &str, change: &PoolChange, actor: &str, now: i64) -> Result<Pool, LedgerError> {
+    /// Changes a pool's rules; the change is an entry of the pool (amount 0) under `key`, naming what
+    /// changed. Returns the pool and whether an entry was written: none when the rules are already
+    /// so, or `key` was used before (a change entered again).
+    pub fn set_pool(
+        &mut self,
+        account: &str,
+        change: &PoolChange,
+        actor: &str,
+        key: &str,
+        now: i64,
+    ) -> Result<(Pool, bool), LedgerError> {
         let before = self.pool(account)?.ok_or_else(|| LedgerError::UnknownPool(account.to_string()))?;
-        let mut rules = before.rules;
-        let mut user_limit = before.user_limit;
-        rules.daily = change.daily.unwrap_or(rules.daily);
-        rules.monthly = change.monthly.unwrap_or(rules.monthly);
-        rules.cap = change.cap.unwrap_or(rules.cap);
-        rules.floor = change.floor.unwrap_or(rules.floor);
-        user_limit = change.user_limit.unwrap_or(user_limit);
+        let (rules, user_limit) = change.applied_to(before.rules, before.user_limit);
         let (was, now_is) = (describe_rules(&before.rules, before.user_limit), describe_rules(&rules, user_limit));
-        if was == now_is {
-            return Ok(before);
+        if was == now_is || self.entry_with_key(key)?.is_some() {
+            return Ok((before, false));
         }
         let tx = self.conn.transaction()?;
         tx.execute(
@@ -134,16 +148,14 @@ impl Ledger {
                 user_limit.map(Tokens::micro)
             ],
         )?;
-        // Unkeyed: the same change made twice is recorded twice, as it was made twice.
-        tx.execute(
-            "INSERT INTO entries (user, kind, amount, at, actor, reason, prev_id)
-             VALUES (?1, 'adjust', 0, ?2, ?3, ?4, (SELECT last_entry FROM users WHERE name = ?1))",
-            params![holder(account), now, actor, format!("pool rules changed: {was} → {now_is}")],
-        )?;
-        let id = tx.last_insert_rowid();
-        tx.execute("UPDATE users SET last_entry = ?2 WHERE name = ?1", params![holder(account), id])?;
+        let reason = format!("pool rules changed: {was} → {now_is}");
+        let audit = NewEntry::new(&holder(account), EntryKind::Adjust, Tokens::ZERO, now, actor, &reason, key.into());
+        if insert_entry(&tx, &audit)? == Applied::AlreadyRecorded {
+            return Ok((before, false));
+        }
         tx.commit()?;
-        self.pool(account)?.ok_or_else(|| LedgerError::UnknownPool(account.to_string()))
+        let after = self.pool(account)?.ok_or_else(|| LedgerError::UnknownPool(account.to_string()))?;
+        Ok((after, true))
     }
 
     pub fn pool(&self, account: &str) -> Result<Option<Pool>, LedgerError> {
@@ -261,10 +273,15 @@ fn add_pool_in(
         now,
         actor,
         &format!("pool created: {}", describe_rules(&rules, user_limit)),
-        format!("pool:{account}:created"),
+        created_key(account),
     );
     insert_entry(tx, &audit)?;
     Ok(true)
+}
+
+/// The key of the entry that records `account`'s pool being made.
+pub fn created_key(account: &str) -> String {
+    format!("pool:{account}:created")
 }
 
 /// Each pool's rules by its holder name.

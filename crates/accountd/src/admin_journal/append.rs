@@ -14,9 +14,14 @@ use crate::resources::Resources;
 /// Appends one line per entry (entries without a key have none) in one write, then fsyncs. The
 /// file is created mode 0600: it names users, amounts and reasons.
 pub fn append(path: &Path, entries: &[Entry]) -> std::io::Result<()> {
+    let lines: Vec<JournalLine> = entries.iter().filter_map(JournalLine::of).collect();
+    append_lines(path, &lines)
+}
+
+fn append_lines(path: &Path, lines: &[JournalLine]) -> std::io::Result<()> {
     let mut text = String::new();
-    for line in entries.iter().filter_map(JournalLine::of) {
-        text.push_str(&serde_json::to_string(&line).map_err(std::io::Error::other)?);
+    for line in lines {
+        text.push_str(&serde_json::to_string(line).map_err(std::io::Error::other)?);
         text.push('\n');
     }
     if text.is_empty() {
@@ -30,18 +35,24 @@ pub fn append(path: &Path, entries: &[Entry]) -> std::io::Result<()> {
 /// [`append`] for a change the ledger has already committed: a failure is logged with what the
 /// journal lacks and counted in `gputokens_admin_journal_failures_total`, never returned.
 pub fn append_or_warn(res: &Resources, entries: &[Entry]) {
+    let lines: Vec<JournalLine> = entries.iter().filter_map(JournalLine::of).collect();
+    append_lines_or_warn(res, &lines);
+}
+
+/// [`append_or_warn`] for lines made by the change's own code (they carry their command).
+pub fn append_lines_or_warn(res: &Resources, lines: &[JournalLine]) {
     let path = &res.config.paths.admin_journal;
-    if let Err(e) = append(path, entries) {
+    if let Err(e) = append_lines(path, lines) {
         res.metrics.admin_journal_failures.inc();
-        for entry in entries {
+        for line in lines {
             tracing::warn!(
                 "admin journal {}: cannot append {} {} to {} (key {}): {e}; the ledger has it, but a restore \
                  from an older backup would not list it",
                 path.display(),
-                entry.kind.as_str(),
-                entry.amount,
-                entry.user,
-                entry.key.as_deref().unwrap_or("-"),
+                line.kind.as_str(),
+                line.amount,
+                line.user,
+                line.key,
             );
         }
     }

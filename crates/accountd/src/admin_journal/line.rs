@@ -21,6 +21,10 @@ pub struct JournalLine {
     pub amount: Tokens,
     pub reason: String,
     pub job_id: Option<String>,
+    /// The command that enters the change again, where its entry alone does not say (a pool made,
+    /// its rules changed, a transfer); else it follows from the kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
 }
 
 impl JournalLine {
@@ -36,6 +40,7 @@ impl JournalLine {
             amount: entry.amount,
             reason: entry.reason.clone(),
             job_id: entry.job_id.clone(),
+            command: None,
         })
     }
 
@@ -43,6 +48,9 @@ impl JournalLine {
     /// original key, so running it twice changes nothing; a refund is keyed by the job and what it
     /// was charged, an import by the user, so theirs are as safe to repeat.
     pub fn reenter_command(&self) -> String {
+        if let Some(command) = &self.command {
+            return command.clone();
+        }
         let (user, reason) = (quote(&self.user), quote(&self.reason));
         match self.kind {
             EntryKind::Grant | EntryKind::Adjust => {
@@ -83,6 +91,7 @@ mod tests {
             amount: amount.parse().unwrap(),
             reason: "course's quota".into(),
             job_id: None,
+            command: None,
         }
     }
 

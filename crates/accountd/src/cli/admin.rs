@@ -108,10 +108,10 @@ fn account_request(command: AccountCommand, amount: &AmountParser) -> AccountdRe
     };
     Ok(match command {
         AccountCommand::Add { account, initial, rules: r } => {
-            (Request::PoolSet { account, create: true, rules: rules(initial, r)? }, false)
+            (Request::PoolSet { account, create: true, rules: rules(initial, r)?, key: None }, false)
         }
-        AccountCommand::Set { account, rules: r } => {
-            (Request::PoolSet { account, create: false, rules: rules(None, r)? }, false)
+        AccountCommand::Set { account, rules: r, key } => {
+            (Request::PoolSet { account, create: false, rules: rules(None, r)?, key }, false)
         }
         AccountCommand::Grant { account, change: ChangeArgs { amount: a, reason, key } } => {
             (Request::PoolGrant { account, amount: amount(&a, "a grant")?, reason, key, adjust: false }, false)

@@ -130,6 +130,9 @@ pub enum AccountCommand {
         account: String,
         #[command(flatten)]
         rules: PoolRuleArgs,
+        /// Idempotency key: a change under a key used before changes nothing (safe to retry).
+        #[arg(long)]
+        key: Option<String>,
     },
     /// Add tokens to a pool (admins, and the account's coordinators).
     Grant {

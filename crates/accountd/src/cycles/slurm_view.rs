@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use gputokens::estimate::{commitments, pending_jobs};
 use gputokens::pools::PoolMode;
-use gputokens::slurm::associations::{AccountTree, ASSOC_FORMAT, COORD_FORMAT};
+use gputokens::slurm::associations::AccountTree;
 use gputokens::slurm::{partitions, squeue};
 use gputokens::snapshot::QueueSummary;
 
@@ -52,11 +52,9 @@ pub fn refresh(res: &Resources, view: &mut SlurmView, slurm: &Slurm, queue: &mut
         }
     }
     if pools_on {
-        let assoc = slurm.run("sacctmgr", &["-n", "-P", "show", "assoc", ASSOC_FORMAT]);
-        let coords = slurm.run("sacctmgr", &["-n", "-P", "show", "account", "withcoord", COORD_FORMAT]);
-        match (assoc, coords) {
-            (Ok(assoc), Ok(coords)) => view.accounts = AccountTree::parse(&assoc, &coords),
-            (Err(e), _) | (_, Err(e)) => problems.push(format!("accounts and coordinators not read: {e}")),
+        match slurm.account_tree() {
+            Ok(tree) => view.accounts = tree,
+            Err(e) => problems.push(format!("accounts and coordinators not read: {e}")),
         }
     }
     view.queue = None;

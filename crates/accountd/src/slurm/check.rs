@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use gputokens::config::admission::Deprioritize;
 use gputokens::Config;
 
+use crate::slurm::check_pools::{self, AccountFacts};
 use crate::slurm::controllers::{self, ControllerFacts};
 pub use crate::slurm::finding::Finding;
 use crate::slurm::plugstack::SpankLine;
@@ -27,6 +28,8 @@ pub struct SlurmFacts {
     pub spank: Option<SpankLine>,
     /// Each slurmctld host and what its plugin's status file says.
     pub controllers: ControllerFacts,
+    /// Slurm's accounts and the ledger's pools; read only when pools are on.
+    pub accounts: Option<AccountFacts>,
 }
 
 impl SlurmFacts {
@@ -58,6 +61,7 @@ pub fn findings(config: &Config, facts: &SlurmFacts, plugin_exists: impl Fn(&Pat
     out.extend([deprioritizing(config, facts), slurm_user(config, facts), spank(config, facts)]);
     out.push(snapshot_readable(config, facts));
     out.extend(controllers::findings(config, &facts.controllers));
+    out.extend(check_pools::findings(config, facts));
     out
 }
 
@@ -303,6 +307,7 @@ AllowedRAMSpace         = 100.0%
                 args: vec![],
             }),
             controllers: ControllerFacts::default(),
+            accounts: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! Running Slurm's commands: always argv, never a shell; a failure says which command and why.
 
 pub mod check;
+pub mod check_pools;
 pub mod controllers;
 pub mod finding;
 pub mod plugstack;
@@ -13,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gputokens::config::SlurmTools;
+use gputokens::slurm::associations::{AccountTree, ASSOC_FORMAT, COORD_FORMAT};
 use gputokens::slurm::sacct;
 use gputokens::slurm::squeue::{self, QueueJob};
 
@@ -160,7 +162,22 @@ impl Slurm {
             ping.as_deref(),
             gputokens::time::now(),
         );
-        Ok(crate::slurm::check::SlurmFacts { config, node_gpu_types, qos, plugstack, spank, controllers })
+        Ok(crate::slurm::check::SlurmFacts {
+            config,
+            node_gpu_types,
+            qos,
+            plugstack,
+            spank,
+            controllers,
+            accounts: None,
+        })
+    }
+
+    /// Slurm's accounts, their members and coordinators (sacctmgr).
+    pub fn account_tree(&self) -> Result<AccountTree, SlurmError> {
+        let assoc = self.run("sacctmgr", &["-n", "-P", "show", "assoc", ASSOC_FORMAT])?;
+        let coords = self.run("sacctmgr", &["-n", "-P", "show", "account", "withcoord", COORD_FORMAT])?;
+        Ok(AccountTree::parse(&assoc, &coords))
     }
 
     /// Expands a hostlist such as `n[1-3],m1` through `scontrol show hostnames`.

@@ -103,8 +103,8 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
         Request::WebLogin => crate::http::web::link::login_link(answering, caller, now)
             .map(|(url, expires)| (Reply::WebLink { url, expires }, false))
             .map_err(|message| Reply::Error { kind: ErrorKind::Invalid, message }),
-        Request::PoolSet { account, create, rules } => {
-            super::pools::set(answering, caller, &account, create, rules, now)
+        Request::PoolSet { account, create, rules, key } => {
+            super::pools::set(answering, caller, &account, create, rules, key, now)
         }
         Request::PoolImport { pools } => super::pools::import(answering, caller, pools, now),
         Request::PoolGrant { account, amount, reason, key, adjust } => {

@@ -57,7 +57,7 @@ fn pool_balance(a: &Answering, account: &str) -> Tokens {
 }
 
 fn add(a: &mut Answering, account: &str) {
-    let request = Request::PoolSet { account: account.into(), create: true, rules: PoolRules::default() };
+    let request = Request::PoolSet { account: account.into(), create: true, rules: PoolRules::default(), key: None };
     let reply = handle(a, &who("root", true), request, NOW).0;
     assert!(matches!(reply, Reply::Pools { .. }), "{reply:?}");
 }
@@ -66,7 +66,7 @@ fn add(a: &mut Answering, account: &str) {
 fn only_admins_create_pools_with_the_configs_defaults() {
     let dir = tempfile::tempdir().unwrap();
     let mut a = answering(dir.path());
-    let by_carol = Request::PoolSet { account: "course".into(), create: true, rules: PoolRules::default() };
+    let by_carol = Request::PoolSet { account: "course".into(), create: true, rules: PoolRules::default(), key: None };
     assert!(refused(&handle(&mut a, &who("carol", false), by_carol, NOW).0));
     add(&mut a, "lab");
     let pool = a.res.ledger.pool("lab").unwrap().unwrap();
@@ -75,7 +75,7 @@ fn only_admins_create_pools_with_the_configs_defaults() {
         (Tokens::whole(100), Tokens::whole(30), Tokens::ZERO)
     );
     let limit = PoolRules { user_limit: Some(Tokens::whole(10)), ..Default::default() };
-    let set = Request::PoolSet { account: "lab".into(), create: false, rules: limit };
+    let set = Request::PoolSet { account: "lab".into(), create: false, rules: limit, key: None };
     assert!(matches!(handle(&mut a, &who("root", true), set, NOW).0, Reply::Pools { .. }));
     assert_eq!(a.res.ledger.pool("lab").unwrap().unwrap().user_limit, Some(Tokens::whole(10)));
 }

@@ -13,6 +13,7 @@ use gputokens::time::local_date;
 use gputokens::Tokens;
 use ledger::{Applied, EntryKind, Issue, Pool, PoolChange};
 
+use crate::admin_journal::{self, quote, JournalLine};
 use crate::answering::Answering;
 use crate::cycles::slurm_view::SlurmView;
 use crate::reply::{from_ledger, invalid, refused};
@@ -39,6 +40,9 @@ pub fn import(
         list.push((account, chosen, if rules.no_user_limit { None } else { rules.user_limit }));
     }
     let created = a.res.ledger.add_pools(&list, &caller.name, now).map_err(from_ledger)?;
+    for (account, rules, user_limit) in list.iter().filter(|(account, ..)| created.contains(account)) {
+        journal_created(&a.res, account, rules, *user_limit)?;
+    }
     let already = list.len() - created.len();
     let changed = !created.is_empty();
     Ok((Reply::PoolsImported { created, already }, changed))
@@ -55,13 +59,15 @@ fn new_pool_rules(rules: &PoolRules, d: BucketRules) -> BucketRules {
     }
 }
 
-/// Creates a pool (`create`) or changes its rules.
+/// Creates a pool (`create`) or changes its rules (under `key`, or a key of its own).
+#[allow(clippy::too_many_arguments)]
 pub fn set(
     a: &mut Answering,
     caller: &Caller,
     account: &str,
     create: bool,
     rules: PoolRules,
+    key: Option<String>,
     now: i64,
 ) -> Result<(Reply, bool), Reply> {
     if !caller.admin {
@@ -70,12 +76,12 @@ pub fn set(
             caller.name
         )));
     }
-    let ledger = &mut a.res.ledger;
     if create {
         let chosen = new_pool_rules(&rules, a.res.config.accounts.pool_defaults);
         check_rules(&chosen)?;
         let limit = if rules.no_user_limit { None } else { rules.user_limit };
-        ledger.add_pool(account, chosen, limit, &caller.name, now).map_err(from_ledger)?;
+        a.res.ledger.add_pool(account, chosen, limit, &caller.name, now).map_err(from_ledger)?;
+        journal_created(&a.res, account, &chosen, limit)?;
     } else {
         if rules.initial.is_some() {
             return Err(invalid(
@@ -89,11 +95,53 @@ pub fn set(
             floor: rules.floor,
             user_limit: if rules.no_user_limit { Some(None) } else { rules.user_limit.map(Some) },
         };
-        let pool = ledger.set_pool(account, &change, &caller.name, now).map_err(from_ledger)?;
-        check_rules(&pool.rules)?;
+        // Checked before anything is written: a refused change leaves the rules as they were.
+        if let Some(pool) = a.res.ledger.pool(account).map_err(from_ledger)? {
+            check_rules(&change.applied_to(pool.rules, pool.user_limit).0)?;
+        }
+        let key = key.unwrap_or_else(|| format!("{account}:{}", super::record::unique_suffix(now)));
+        let full_key = format!("pool-rules:{key}");
+        let (pool, written) =
+            a.res.ledger.set_pool(account, &change, &caller.name, &full_key, now).map_err(from_ledger)?;
+        if written {
+            let flags = rule_flags(&pool.rules, pool.user_limit);
+            let command = format!("accountd admin account set {} {flags} --key {}", quote(account), quote(&key));
+            journal(&a.res, &full_key, command)?;
+        }
     }
     let rows = rows(a, &[account.to_string()], now)?;
     Ok((Reply::Pools { mode: a.res.config.accounts.mode, rows }, true))
+}
+
+/// The options of `accountd admin account add|set` that give a pool these rules.
+fn rule_flags(rules: &BucketRules, user_limit: Option<Tokens>) -> String {
+    let cap = rules.cap.map_or("--no-cap".to_string(), |c| format!("--cap {c}"));
+    let limit = user_limit.map_or("--no-user-limit".to_string(), |l| format!("--user-limit {l}"));
+    format!("--daily {} --monthly {} {cap} --floor {} {limit}", rules.daily, rules.monthly, rules.floor)
+}
+
+/// Journals a pool made (its `created` entry), with the `account add` that makes it again.
+fn journal_created(
+    res: &Resources,
+    account: &str,
+    rules: &BucketRules,
+    user_limit: Option<Tokens>,
+) -> Result<(), Reply> {
+    let flags = rule_flags(rules, user_limit);
+    let command = format!("accountd admin account add {} --initial {} {flags}", quote(account), rules.initial);
+    journal(res, &ledger::pool_created_key(account), command)
+}
+
+/// Appends the ledger's entry under `key` to the admin journal, with the command that enters it again.
+fn journal(res: &Resources, key: &str, command: String) -> Result<(), Reply> {
+    let entry = res.ledger.entry_with_key(key).map_err(from_ledger)?;
+    let lines: Vec<JournalLine> = entry
+        .iter()
+        .filter_map(JournalLine::of)
+        .map(|line| JournalLine { command: Some(command.clone()), ..line })
+        .collect();
+    admin_journal::append_lines_or_warn(res, &lines);
+    Ok(())
 }
 
 fn check_rules(rules: &BucketRules) -> Result<(), Reply> {
@@ -178,6 +226,17 @@ pub fn transfer(
         None => format!("transfer:{src}:{}", super::record::unique_suffix(now)),
     };
     let applied = a.res.ledger.transfer(&src, &dst, amount, &caller.name, &reason, &key, now).map_err(from_ledger)?;
+    if applied == Applied::Added {
+        let given = key.strip_prefix("transfer:").unwrap_or(&key);
+        let command = format!(
+            "accountd admin account transfer {} {} {amount} --reason {} --key {}",
+            quote(from),
+            quote(to),
+            quote(&reason),
+            quote(given)
+        );
+        journal(&a.res, &format!("{key}:from"), command)?;
+    }
     let mut entries = Vec::new();
     for (name, side) in [(&src, "from"), (&dst, "to")] {
         let history = a.res.ledger.history(name).map_err(from_ledger)?;

@@ -266,6 +266,32 @@ fn in_a_pools_overdraft_jobs_are_deprioritized_and_updates_keep_the_penalty() {
 }
 
 /// One a6000-hour of alice under lab (4 tokens), as sacct prints it with the Account column.
+/// `config check --slurm` on an account-mode site: Slurm keeps users out of accounts they are not
+/// in (the cluster enforces associations), a pool whose account Slurm does not have is a problem,
+/// and the accounts without a pool are named.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn config_check_compares_the_pools_with_slurms_accounts() {
+    let _cluster = serial();
+    lab_and_course();
+    let site = Site::with_prices("", PRICES, &tables());
+    for account in ["lab", "labb"] {
+        site.accountd(None, &["admin", "account", "add", account]).ok();
+    }
+    let out = site.accountd(None, &["config", "check", site.config.to_str().unwrap(), "--slurm"]);
+    assert_eq!(out.code, 2, "{}", out.stdout);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    let has = |start: &str| lines.iter().any(|l| l.starts_with(start));
+    assert!(has("slurm: ok: AccountingStorageEnforce includes associations"), "{}", out.stdout);
+    assert!(
+        has("slurm: problem: pools of accounts Slurm does not have: labb (sacctmgr show account)"),
+        "{}",
+        out.stdout
+    );
+    let without = lines.iter().find(|l| l.contains("accounts have no pool")).expect("accounts without a pool");
+    assert!(without.contains("course") && !without.contains("lab,") && !without.ends_with("lab"), "{without}");
+}
+
 fn lab_job(id: u32) -> String {
     format!(
         "JobIDRaw|User|Account|AllocTRES|ElapsedRaw|Start|State\n{id}|alice|lab|gres/gpu:a6000=1,gres/gpu=1|3600|2026-11-30T08:00:00|COMPLETED\n"
@@ -373,6 +399,66 @@ fn the_worked_example_charged_to_a_pool_shows_in_sbalance_and_the_statement() {
     let json: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(json["statements"][0]["closing"], "46");
     assert_eq!(json["statements"][0]["members"][1]["user"], "bob");
+}
+
+/// Pools made, their rules changed and transfers between them go to the admin journal beside
+/// grants: after the ledger is restored from a backup made before them, `journal-check` lists each
+/// with the command that enters it again, and those commands, run in order, bring the pools back.
+#[test]
+fn pool_changes_are_journaled_and_entered_again_after_a_restore() {
+    let mut site = Site::start("", "[accounts]\nmode = \"account\"\n");
+    let backup = site.path("backup.sqlite");
+    site.accountd(None, &["admin", "backup", backup.to_str().unwrap()]).ok();
+    let changes: [&[&str]; 5] = [
+        &["account", "add", "lab", "--initial", "100", "--monthly", "30", "--user-limit", "10"],
+        &["account", "add", "course", "--initial", "20", "--cap", "200"],
+        &["account", "set", "lab", "--daily", "2", "--no-user-limit", "--key", "spring"],
+        &["account", "transfer", "lab", "course", "15", "--reason", "the TAs' hours", "--key", "t1"],
+        &["account", "grant", "course", "5", "--reason", "lab's share"],
+    ];
+    for change in changes {
+        site.accountd(None, &[&["admin"], change].concat()).ok();
+    }
+    let pools = |site: &Site| {
+        let json = site.accountd(None, &["admin", "account", "show", "--json"]).ok().stdout;
+        let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let fields = ["account", "balance", "daily", "monthly", "cap", "floor", "user_limit"];
+        let rows = json["pools"].as_array().unwrap_or_else(|| panic!("{json}")).iter();
+        rows.map(|row| fields.map(|f| row[f].to_string()).join(" ")).collect::<Vec<_>>()
+    };
+    let before = pools(&site);
+    assert_eq!(before.len(), 2, "{before:?}");
+
+    site.stop();
+    for stale in ["lib/ledger.sqlite-wal", "lib/ledger.sqlite-shm"] {
+        let _ = std::fs::remove_file(site.path(stale));
+    }
+    std::fs::copy(&backup, site.path("lib/ledger.sqlite")).unwrap();
+    site.restart();
+    assert!(pools(&site).is_empty(), "the backup predates the pools");
+
+    let check = site.accountd(None, &["admin", "journal-check"]);
+    assert_ne!(check.code, 0, "{}", check.stdout);
+    let commands: Vec<&str> = check.stdout.lines().filter_map(|l| l.strip_prefix("  accountd admin ")).collect();
+    let starts = [
+        "account add lab ",
+        "account add course ",
+        "account set lab ",
+        "account transfer lab course 15 ",
+        "account grant course 5 ",
+    ];
+    assert_eq!(commands.len(), starts.len(), "{}", check.stdout);
+    for (command, start) in commands.iter().zip(starts) {
+        assert!(command.starts_with(start), "{command} (expected {start}...)");
+        // The journal's commands are shell words, as an admin pastes them.
+        let line =
+            format!("{} --config {} admin {command}", crate::common::bin("accountd").display(), site.config.display());
+        let out = run_as(None, Path::new("/bin/bash"), &["-c", &line]);
+        assert_eq!(out.code, 0, "{line}: {}{}", out.stdout, out.stderr);
+    }
+    assert_eq!(pools(&site), before);
+    let again = site.accountd(None, &["admin", "journal-check"]).ok().stdout;
+    assert!(again.contains("all in the ledger"), "{again}");
 }
 
 /// The status page's JSON shows each viewer the pools they may see: root (an admin) every pool,

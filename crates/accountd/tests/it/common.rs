@@ -176,7 +176,7 @@ impl Site {
         site
     }
 
-    /// Stops `accountd serve` and starts another on the same config and ledger, as after a reboot.
+    /// Stops `accountd serve` (if it runs) and starts another on the same config and ledger, as after a reboot.
     /// The old log is kept as `serve.log.old` (appended to), so `log` and `http_url` read the new one.
     pub fn restart(&mut self) {
         self.restart_at(None);
@@ -185,7 +185,9 @@ impl Site {
     /// `restart`, with the new serve's clock set back to `at` (local `YYYY-MM-DDTHH:MM:SS`, from where
     /// it runs on) by libfaketime: for what must have happened before a day the test cannot wait for.
     pub fn restart_at(&mut self, at: Option<&str>) {
-        self.stop();
+        if self.serve.is_some() {
+            self.stop();
+        }
         let old = std::fs::read_to_string(self.path("serve.log")).unwrap_or_default();
         let mut kept = std::fs::OpenOptions::new().create(true).append(true).open(self.path("serve.log.old")).unwrap();
         std::io::Write::write_all(&mut kept, old.as_bytes()).unwrap();
