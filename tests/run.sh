@@ -28,6 +28,17 @@ if [[ ${1:-} == --slurm ]]; then
 fi
 
 bash tests/cluster/install.sh
+source tests/slurm-releases/lib.sh
+installed=$(dpkg-query -W -f '${Version}' slurmctld 2>/dev/null || true)
+# The RPMs for RHEL-family sites, built from a source tarball against this host's Slurm headers
+# (--nodeps: Debian has no Slurm RPM) on the host's release only (its rpm and rpmlint; the other
+# releases' root filesystems have neither), for crates/accountd/tests/it/rpms.rs. Before the build
+# below: they share its target directory, and the build's own binaries must be the last written.
+if [[ $installed == "$HOST_RELEASE".* ]]; then
+  built_rpms=$(bash packaging/build-rpms.sh --profile debug --nodeps)
+  GPUTOKENS_RPMS=$(dirname "$(head -n 1 <<<"$built_rpms")")
+  export GPUTOKENS_RPMS
+fi
 cargo build --workspace --locked
 # sbalance as the README installs it, linked statically; the tests run it as the users do.
 HOST=$(rustc -vV | sed -n 's/^host: //p')
@@ -82,8 +93,6 @@ cargo test --workspace --locked --no-fail-fast -- --include-ignored --skip multi
 # The multi-node cluster's tests (tests/multinode/: two controllers, three nodes in namespaces, each
 # test its own cluster), on the host's Slurm only, where the namespaces are the machine's own:
 # GPUTOKENS_MULTINODE=1 runs them on another release too, 0 never.
-source tests/slurm-releases/lib.sh
-installed=$(dpkg-query -W -f '${Version}' slurmctld 2>/dev/null || true)
 multinode=${GPUTOKENS_MULTINODE:-auto}
 if [[ $multinode == 1 || ( $multinode == auto && $installed == "$HOST_RELEASE".* ) ]]; then
   GPUTOKENS_MN_FAKE_NVML=$(realpath "$TARGET")/debug/libnvidia_ml.so \

@@ -14,8 +14,9 @@ PKGS=(slurmctld slurmd slurm-client munge libmunge-dev libslurm-dev slurm-wlm-ba
 if [[ ${1:-} == --list ]]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 # The status page's browser tests (crates/accountd/tests/it/web.rs) run on the host's release only:
 # the other releases' root filesystems (built from --list) stay without a browser.
+# So do the RPM tests (crates/accountd/tests/it/rpms.rs): rpmbuild and rpmlint.
 if [[ -z ${GPUTOKENS_SLURM_RELEASE:-} || ${GPUTOKENS_SLURM_RELEASE} == 22.05 ]]; then
-  PKGS+=(chromium chromium-driver)
+  PKGS+=(chromium chromium-driver rpm rpmlint)
 fi
 
 missing=()

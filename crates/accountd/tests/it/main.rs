@@ -23,6 +23,7 @@ mod packages;
 mod plugin_linkage;
 mod preemption;
 mod records;
+mod rpms;
 mod sbalance;
 mod security;
 mod slurm_release;

@@ -23,13 +23,8 @@ const SACCT: &str = "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State
 301|<i>mallory</i>|billing=1,cpu=1,gres/gpu:rtx2080=1,gres/gpu=1,node=1|3600|2026-11-21T09:00:00|COMPLETED
 ";
 
-/// Whether the browser tests are skipped here (another release's root filesystem), saying so.
 fn off_the_host_release() -> bool {
-    let off = std::env::var("GPUTOKENS_SLURM_RELEASE").is_ok_and(|r| !r.is_empty() && r != "22.05");
-    if off {
-        eprintln!("browser tests run on the host's Slurm release only");
-    }
-    off
+    crate::slurm_release::off_the_host_release("browser tests")
 }
 
 /// The site's address in a login link (what comes before `/web/`).

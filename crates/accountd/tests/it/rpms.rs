@@ -1,0 +1,188 @@
+//! The RPMs for RHEL-family sites (packaging/build-rpms.sh, which tests/run.sh runs with `--nodeps`
+//! against the host's Slurm headers: Debian has no RPM of Slurm): where each file lands, what they
+//! require of Slurm, their scriptlets, rpmlint, and an install into an empty root. On the host's
+//! release only (the release matrix's root filesystems have no rpm); there, missing RPMs fail.
+
+use std::path::{Path, PathBuf};
+
+use crate::common::{built, run_as, Outcome};
+
+/// The directory of the RPMs tests/run.sh built (`GPUTOKENS_RPMS`).
+fn rpm_dir() -> Option<PathBuf> {
+    if crate::slurm_release::off_the_host_release("RPM tests") {
+        return None;
+    }
+    let dir = std::env::var("GPUTOKENS_RPMS")
+        .expect("GPUTOKENS_RPMS is not set: tests/run.sh builds the RPMs (packaging/build-rpms.sh) and sets it");
+    Some(PathBuf::from(dir))
+}
+
+/// The two packages: (gputokens, gputokens-slurm-plugins).
+fn rpms(dir: &Path) -> (PathBuf, PathBuf) {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "rpm"))
+        .collect();
+    found.sort();
+    let plugins = found.iter().position(|p| p.to_string_lossy().contains("gputokens-slurm-plugins-")).expect("plugins");
+    let plugins = found.remove(plugins);
+    assert_eq!(found.len(), 1, "{found:?}");
+    (found.remove(0), plugins)
+}
+
+fn rpm(args: &[&str]) -> Outcome {
+    run_as(None, Path::new("/usr/bin/rpm"), args)
+}
+
+fn query(package: &Path, args: &[&str]) -> Vec<String> {
+    let all = [args, &[package.to_str().unwrap()]].concat();
+    rpm(&all).ok().stdout.lines().map(str::to_string).collect()
+}
+
+/// The Slurm release this host runs (Debian's version without epoch and revision: 22.05.8).
+fn host_slurm() -> String {
+    let deb = run_as(None, Path::new("/usr/bin/dpkg-query"), &["-W", "-f", "${Version}", "slurm-wlm-basic-plugins"])
+        .ok()
+        .stdout;
+    let version = deb.split_once(':').map_or(deb.as_str(), |(_, v)| v);
+    version.rsplit_once('-').map_or(version, |(v, _)| v).to_string()
+}
+
+#[test]
+#[ignore = "needs tests/run.sh, which builds the RPMs"]
+fn every_file_lands_where_a_rhel_sites_slurm_expects_it() {
+    let Some(dir) = rpm_dir() else { return };
+    let (main, plugins) = rpms(&dir);
+    let files = query(&main, &["-qlp"]);
+    for path in [
+        "/usr/bin/accountd",
+        "/usr/bin/sbalance",
+        "/etc/slurm/gputokens.toml",
+        "/usr/lib/systemd/system/gputokens-accountd.service",
+        "/usr/lib/systemd/system/gputokens-agent.service",
+        "/usr/lib/systemd/system/gputokens-backup.timer",
+        "/usr/share/man/man1/accountd-admin-account-transfer.1.gz",
+        "/usr/share/man/man1/sbalance.1.gz",
+        "/usr/share/bash-completion/completions/sbalance",
+        "/usr/share/zsh/site-functions/_accountd",
+        "/usr/share/fish/vendor_completions.d/accountd.fish",
+        "/usr/share/doc/gputokens-0.1.0/examples/slurm.conf.gputokens",
+        "/usr/share/licenses/gputokens-0.1.0/LICENSE",
+    ] {
+        assert!(files.iter().any(|f| f == path), "gputokens lacks {path}: {files:#?}");
+    }
+    assert!(!files.iter().any(|f| f == "/etc/slurm"), "/etc/slurm is Slurm's own directory");
+    // Slurm's own RPMs (slurm.spec) have PluginDir %{_libdir}/slurm: /usr/lib64/slurm.
+    let plugin_files = query(&plugins, &["-qlp"]);
+    for path in [
+        "/usr/lib64/slurm/job_submit_gputokens.so",
+        "/usr/lib64/slurm/spank_gputokens.so",
+        "/etc/slurm/plugstack.conf.d/gputokens.conf",
+    ] {
+        assert!(plugin_files.iter().any(|f| f == path), "the plugins lack {path}: {plugin_files:#?}");
+    }
+
+    // Configs are %config(noreplace): an admin's edits survive upgrades.
+    for (package, config) in
+        [(&main, "/etc/slurm/gputokens.toml"), (&plugins, "/etc/slurm/plugstack.conf.d/gputokens.conf")]
+    {
+        let flags = query(package, &["-qp", "--qf", "[%{FILENAMES} %{FILEFLAGS:fflags}\n]"]);
+        let line = flags.iter().find(|l| l.starts_with(&format!("{config} "))).expect(config);
+        assert!(line.ends_with(" cn"), "{config} is not %config(noreplace): {line}");
+    }
+
+    // Exactly the Slurm whose headers built them; the daemon package needs munge and Slurm's commands.
+    let slurm = host_slurm();
+    let requires = query(&plugins, &["-qp", "--requires"]);
+    assert!(requires.iter().any(|r| r == &format!("slurm(x86-64) = {slurm}")), "{requires:#?}");
+    let release = query(&plugins, &["-qp", "--qf", "%{RELEASE}"]).join("");
+    assert!(release.starts_with(&format!("1.slurm{slurm}")), "{release}");
+    let requires = query(&main, &["-qp", "--requires"]);
+    assert!(requires.iter().any(|r| r == "munge") && requires.iter().any(|r| r == "slurm"), "{requires:#?}");
+    assert!(
+        !requires.iter().any(|r| r.starts_with("libslurm")),
+        "sbalance and accountd link no libslurm: {requires:#?}"
+    );
+
+    // systemd: re-read on install, stopped and disabled on removal, restarted on upgrade; never enabled.
+    let scripts = query(&main, &["-qp", "--scripts"]).join("\n");
+    for part in
+        ["postinstall scriptlet", "preuninstall scriptlet", "postuninstall scriptlet", "gputokens-accountd.service"]
+    {
+        assert!(scripts.contains(part), "no {part} in:\n{scripts}");
+    }
+    assert!(!scripts.contains("enable --now") && !scripts.contains("systemctl start"), "{scripts}");
+    assert!(query(&plugins, &["-qp", "--scripts"]).is_empty(), "the plugins need no scriptlet");
+}
+
+#[test]
+#[ignore = "needs tests/run.sh, which builds the RPMs"]
+fn rpmlint_reports_no_error() {
+    let Some(dir) = rpm_dir() else { return };
+    let (main, plugins) = rpms(&dir);
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/rpmlint.toml");
+    let out = run_as(
+        None,
+        Path::new("/usr/bin/rpmlint"),
+        &["-c", config.to_str().unwrap(), main.to_str().unwrap(), plugins.to_str().unwrap()],
+    );
+    let summary = out.stdout.lines().last().unwrap_or_default().to_string();
+    assert!(summary.contains("2 packages") && summary.contains(" 0 errors"), "{}{}", out.stdout, out.stderr);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+}
+
+/// The host's /bin/sh and the libraries it needs, in `root`: rpm runs the scriptlets there (chrooted),
+/// and an empty root has no shell.
+fn give_a_shell(root: &Path) {
+    let ldd = run_as(None, Path::new("/usr/bin/ldd"), &["/bin/sh"]).ok().stdout;
+    let libraries = ldd.split_whitespace().filter(|w| w.starts_with('/')).map(str::to_string);
+    for file in std::iter::once("/bin/sh".to_string()).chain(libraries) {
+        let real = std::fs::canonicalize(&file).unwrap();
+        let into = root.join(file.trim_start_matches('/'));
+        std::fs::create_dir_all(into.parent().unwrap()).unwrap();
+        std::fs::copy(&real, &into).unwrap();
+    }
+}
+
+/// The packages install into an empty root (but for a shell), their scriptlets run there without
+/// a failure, and what they installed is this build: its version, the Slurm headers it was built
+/// against, plugins Slurm can load, the plugstack line naming them, a config accountd accepts.
+#[test]
+#[ignore = "needs tests/run.sh, which builds the RPMs"]
+fn both_install_into_an_empty_root_as_the_build_under_test() {
+    let Some(dir) = rpm_dir() else { return };
+    let (main, plugins) = rpms(&dir);
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path().to_str().unwrap();
+    give_a_shell(root.path());
+    rpm(&["--root", r, "--initdb"]).ok();
+    let install = rpm(&["-i", "--nodeps", "--root", r, main.to_str().unwrap(), plugins.to_str().unwrap()]).ok();
+    assert!(!install.stderr.contains("scriptlet failed"), "{}", install.stderr);
+    let installed = rpm(&["--root", r, "-qa", "--qf", "%{NAME}\n"]).ok().stdout;
+    let mut names: Vec<&str> = installed.lines().collect();
+    names.sort();
+    assert_eq!(names, ["gputokens", "gputokens-slurm-plugins"]);
+    let verify = rpm(&["--root", r, "-V", "--nodeps", "gputokens", "gputokens-slurm-plugins"]);
+    assert_eq!(verify.code, 0, "rpm -V: the files as packaged: {}{}", verify.stdout, verify.stderr);
+
+    // The same build: the version and the Slurm headers it was built against.
+    for command in ["accountd", "sbalance"] {
+        let packaged = run_as(None, &root.path().join("usr/bin").join(command), &["--version"]).ok().stdout;
+        let build = run_as(None, &built(command), &["--version"]).ok().stdout;
+        assert_eq!(packaged, build, "/usr/bin/{command} of the RPM");
+    }
+    // The plugins are Slurm plugins of this Slurm: their plugin_version is its version number.
+    for so in ["job_submit_gputokens.so", "spank_gputokens.so"] {
+        let path = root.path().join("usr/lib64/slurm").join(so);
+        let symbols = run_as(None, Path::new("/usr/bin/nm"), &["-D", "--defined-only", path.to_str().unwrap()]).ok();
+        assert!(symbols.stdout.lines().any(|l| l.ends_with(" plugin_version")), "{so}: {}", symbols.stdout);
+    }
+    let plugstack = std::fs::read_to_string(root.path().join("etc/slurm/plugstack.conf.d/gputokens.conf")).unwrap();
+    assert!(plugstack.lines().any(|l| l.starts_with("optional /usr/lib64/slurm/spank_gputokens.so ")), "{plugstack}");
+
+    // The host's accountd accepts the installed config as shipped.
+    let config = root.path().join("etc/slurm/gputokens.toml");
+    let check = run_as(None, &built("accountd"), &["config", "check", config.to_str().unwrap()]).ok();
+    assert!(check.stdout.contains(": valid"), "{}", check.stdout);
+}
