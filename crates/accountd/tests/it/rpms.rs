@@ -186,3 +186,44 @@ fn both_install_into_an_empty_root_as_the_build_under_test() {
     let check = run_as(None, &built("accountd"), &["config", "check", config.to_str().unwrap()]).ok();
     assert!(check.stdout.contains(": valid"), "{}", check.stdout);
 }
+
+/// build-rpms.sh with `args`, with `dpkg-query` answering `dpkg_version` for Slurm (None: the real one).
+fn build_rpms(args: &[&str], dpkg_version: Option<&str>) -> Outcome {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/build-rpms.sh");
+    let shims = tempfile::tempdir().unwrap();
+    let mut path = std::env::var("PATH").unwrap_or_default();
+    if let Some(version) = dpkg_version {
+        let shim = shims.path().join("dpkg-query");
+        std::fs::write(&shim, format!("#!/bin/sh\necho -n '{version}'\n")).unwrap();
+        std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        path = format!("{}:{path}", shims.path().display());
+    }
+    let out = std::process::Command::new("bash").arg(script).args(args).env("PATH", path).output().unwrap();
+    Outcome {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+    }
+}
+
+/// The script builds nothing for a Slurm it cannot name, nor for headers of another Slurm than the
+/// installed one: the plugins would not load.
+#[test]
+#[ignore = "needs tests/run.sh, which installs rpm and the Slurm headers"]
+fn build_rpms_refuses_another_slurms_headers() {
+    if rpm_dir().is_none() {
+        return;
+    }
+    let without_nodeps = build_rpms(&[], None);
+    assert_eq!(without_nodeps.code, 1);
+    assert!(without_nodeps.stderr.contains("no slurm RPM is installed (rpm -q slurm)"), "{}", without_nodeps.stderr);
+    let other = build_rpms(&["--nodeps"], Some("23.11.4-1"));
+    assert_eq!(other.code, 1);
+    let headers = host_slurm();
+    assert!(
+        other.stderr.contains(&format!("are Slurm {headers}, but the installed Slurm is 23.11.4")),
+        "{}",
+        other.stderr
+    );
+    assert!(other.stdout.is_empty(), "no package named: {}", other.stdout);
+}
