@@ -14,6 +14,7 @@ pub mod error;
 pub mod health;
 pub mod http;
 pub mod metrics;
+pub mod ondemand;
 pub mod reply;
 pub mod resources;
 pub mod slurm;

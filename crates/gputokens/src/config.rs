@@ -84,6 +84,29 @@ pub struct Config {
     pub web: Web,
     /// `[accounts]`: whether Slurm accounts hold token pools, and a new pool's rules.
     pub accounts: Accounts,
+    /// `[ondemand]`: the balance file Open OnDemand's dashboard reads; None = not written.
+    pub ondemand: Option<OnDemand>,
+}
+
+/// `[ondemand]`: the balance file (format version 1) that Open OnDemand's dashboard reads from
+/// `OOD_BALANCE_PATH`, as each user (its per-user nginx), to warn users below `OOD_BALANCE_THRESHOLD`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OnDemand {
+    pub balance_file: PathBuf,
+    /// `config.unit`: what OnDemand calls the balance's unit.
+    pub unit: String,
+    /// `config.project_type`: what OnDemand calls the account of a pool's balance.
+    pub project_type: String,
+    /// Who may read it (every user's balance is in it).
+    pub readers: OnDemandReaders,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OnDemandReaders {
+    /// Mode 0640, this group's.
+    Group(String),
+    /// Mode 0644: every user reads every balance.
+    Everyone,
 }
 
 /// `[accounts]`: what holds tokens (users, the pools of Slurm accounts, or both) and the rules a pool

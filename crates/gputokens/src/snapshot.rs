@@ -160,6 +160,11 @@ pub fn write_atomically(path: &Path, contents: &str) -> std::io::Result<()> {
 /// [`write_atomically`], the file given group `gid` before it is renamed into place (so it is never
 /// visible with another group): root's accountd gives it slurmctld's group.
 pub fn write_atomically_for(path: &Path, contents: &str, gid: Option<u32>) -> std::io::Result<()> {
+    write_atomically_with(path, contents, gid, 0o640)
+}
+
+/// [`write_atomically_for`] with the file's `mode`.
+pub fn write_atomically_with(path: &Path, contents: &str, gid: Option<u32>, mode: u32) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile_in(dir, path)?;
@@ -168,7 +173,7 @@ pub fn write_atomically_for(path: &Path, contents: &str, gid: Option<u32>) -> st
     if gid.is_some() {
         std::os::unix::fs::fchown(&tmp.1, None, gid)?;
     }
-    tmp.1.set_permissions(std::fs::Permissions::from_mode(0o640))?;
+    tmp.1.set_permissions(std::fs::Permissions::from_mode(mode))?;
     std::fs::rename(&tmp.0, path)
 }
 

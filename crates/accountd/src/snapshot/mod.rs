@@ -25,24 +25,56 @@ pub fn publish(res: &Resources, view: &SlurmView, now: i64) -> AccountdResult<us
     snap.partitions = view.partitions.clone();
     snap.default_accounts = view.default_accounts.clone();
     snap.queue = view.queue.clone();
-    add_pools(res, view, now, &mut snap)?;
+    let pools = add_pools(res, view, now, &mut snap)?;
     let text = snapshot::render(&snap);
     // As root: readable by slurmctld's group, or the plugin could not read it.
     access::write(&res.config.paths.snapshot, &text, &res.config.slurm_user).map_err(AccountdError::Failed)?;
     res.metrics.snapshot_written.set(now);
+    if let Some(settings) = &res.config.ondemand {
+        write_ondemand(settings, &accounts, &pools, view, now);
+    }
     Ok(accounts.len())
 }
 
+/// The OnDemand balance file from what the snapshot was made of; a failure is logged (the dashboard
+/// keeps the last file), never the cycle's.
+fn write_ondemand(
+    settings: &gputokens::config::OnDemand,
+    accounts: &[ledger::Account],
+    pools: &[ledger::Pool],
+    view: &SlurmView,
+    now: i64,
+) {
+    let users: Vec<(&str, gputokens::Tokens)> = accounts.iter().map(|a| (a.user.as_str(), a.balance)).collect();
+    let pools: Vec<crate::ondemand::PoolBalance> = pools
+        .iter()
+        .map(|p| crate::ondemand::PoolBalance {
+            account: &p.account,
+            balance: p.balance,
+            members: view.accounts.members.get(&p.account).into_iter().flatten().map(String::as_str).collect(),
+        })
+        .collect();
+    let text = crate::ondemand::render(settings, now, &users, &pools);
+    if let Err(e) = crate::ondemand::write(settings, &text) {
+        tracing::warn!("{e}");
+    }
+}
+
 /// With pools on: each pool with its coordinators, what members spent of it this month, and each
-/// user's accounts.
-fn add_pools(res: &Resources, view: &SlurmView, now: i64, snap: &mut snapshot::Snapshot) -> AccountdResult<()> {
+/// user's accounts. Returns the pools (none when pools are off).
+fn add_pools(
+    res: &Resources,
+    view: &SlurmView,
+    now: i64,
+    snap: &mut snapshot::Snapshot,
+) -> AccountdResult<Vec<ledger::Pool>> {
     snap.pool_mode = res.config.accounts.mode;
     if snap.pool_mode == PoolMode::User {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let pools = res.ledger.pools()?;
     res.metrics.set_pools(&pools);
-    for pool in pools {
+    for pool in &pools {
         let standing = PoolStanding {
             balance: pool.balance,
             rules: BucketRules { cap: None, ..pool.rules },
@@ -50,7 +82,7 @@ fn add_pools(res: &Resources, view: &SlurmView, now: i64, snap: &mut snapshot::S
             coordinators: view.accounts.coordinators_of(&pool.account),
             spent: Default::default(),
         };
-        snap.pools.insert(pool.account, standing);
+        snap.pools.insert(pool.account.clone(), standing);
     }
     let month = local_date(now).format("%Y-%m").to_string();
     for spent in res.ledger.member_spending(&month)? {
@@ -60,5 +92,5 @@ fn add_pools(res: &Resources, view: &SlurmView, now: i64, snap: &mut snapshot::S
     }
     snap.spent_month = Some(month);
     snap.user_accounts = view.accounts.accounts_by_user().into_iter().collect();
-    Ok(())
+    Ok(pools)
 }

@@ -45,9 +45,14 @@ fn tables() -> String {
 /// An account-mode site with pools lab and course (`rules` for both), the plugin following its
 /// snapshot once it lists both pools and alice's accounts.
 fn pool_site(prices: &str, rules: &[&str]) -> (Site, Admission) {
+    pool_site_with(prices, rules, "")
+}
+
+/// `pool_site` with more tables in its config.
+fn pool_site_with(prices: &str, rules: &[&str], more: &str) -> (Site, Admission) {
     lab_and_course();
     std::thread::sleep(Duration::from_secs(2));
-    let site = Site::with_prices("", prices, &tables());
+    let site = Site::with_prices("", prices, &format!("{}{more}", tables()));
     let adm = Admission::start();
     for account in ["lab", "course"] {
         let mut args = vec!["admin", "account", "add", account];
@@ -266,6 +271,39 @@ fn in_a_pools_overdraft_jobs_are_deprioritized_and_updates_keep_the_penalty() {
 }
 
 /// One a6000-hour of alice under lab (4 tokens), as sacct prints it with the Account column.
+/// The Open OnDemand balance file lists, beside users' own balances, each pool's balance for each
+/// of its members, under the account (`project`).
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn the_ondemand_balance_file_shows_each_member_their_pools() {
+    let _cluster = serial();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let file = dir.path().join("balances.json");
+    let ondemand = format!("[ondemand]\nbalance_file = \"{}\"\nworld_readable = true\n", file.display());
+    let (site, _adm) = pool_site_with(PRICES, &["--initial", "30"], &ondemand);
+    let rows = || -> Vec<(String, String, f64)> {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let parsed: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        let rows = parsed["balances"].as_array().cloned().unwrap_or_default();
+        rows.iter()
+            .filter_map(|r| {
+                let project = r["project"].as_str()?;
+                Some((project.to_string(), r["user"].as_str()?.to_string(), r["value"].as_f64()?))
+            })
+            .collect()
+    };
+    wait_until(&site, "no pool rows in the OnDemand file", || rows().len() >= 4);
+    let mut found = rows();
+    found.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    let want = [("course", "bob"), ("course", "carol"), ("lab", "alice"), ("lab", "bob")];
+    for (account, user) in want {
+        assert!(found.iter().any(|(a, u, v)| a == account && u == user && *v == 30.0), "{account}/{user}: {found:?}");
+    }
+    let pools: Vec<&str> = found.iter().map(|(a, ..)| a.as_str()).collect();
+    assert!(pools.iter().all(|a| *a == "lab" || *a == "course"), "only the pools: {found:?}");
+}
+
 /// `config check --slurm` on an account-mode site: Slurm keeps users out of accounts they are not
 /// in (the cluster enforces associations), a pool whose account Slurm does not have is a problem,
 /// and the accounts without a pool are named.

@@ -18,6 +18,7 @@ mod http;
 mod limits;
 mod manners;
 mod notifications;
+mod ondemand;
 mod overload;
 mod packages;
 mod plugin_linkage;

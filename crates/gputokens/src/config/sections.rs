@@ -12,8 +12,9 @@ use super::values::{
 };
 use super::{
     Accounts, Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Config, Exempt, Health, HttpAccess,
-    Intervals, Notify, Paths, PreemptAction, Preemption, Problem, Prometheus, SlurmTools, UtilizationConfig,
-    UtilizationSource, Web, DEFAULT_PROMETHEUS_JOB_LABEL, DEFAULT_PROMETHEUS_QUERY, DEFAULT_PROMETHEUS_TIMEOUT,
+    Intervals, Notify, OnDemand, OnDemandReaders, Paths, PreemptAction, Preemption, Problem, Prometheus, SlurmTools,
+    UtilizationConfig, UtilizationSource, Web, DEFAULT_PROMETHEUS_JOB_LABEL, DEFAULT_PROMETHEUS_QUERY,
+    DEFAULT_PROMETHEUS_TIMEOUT,
 };
 use crate::config::admission::OnError;
 use crate::config::admission::{Deprioritize, Mode, DEFAULT_NICE_INCREMENT, DEFAULT_SITE_FACTOR, MAX_NICE};
@@ -94,6 +95,7 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
         }),
         pool_defaults: bucket(s, user_rules),
     });
+    let ondemand = top.optional_table("ondemand", ondemand).flatten();
 
     let config = Config {
         path: path.to_path_buf(),
@@ -121,6 +123,7 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
         notify,
         web,
         accounts,
+        ondemand,
     };
     (config, top.finish())
 }
@@ -353,6 +356,36 @@ fn notify(s: &mut Section) -> Notify {
 }
 
 /// `[web]`: the status page's address, link and session lifetimes, and trusted proxies.
+/// `[ondemand]`: off without `balance_file`, and without readers (it holds every user's balance:
+/// the site says who may read it).
+fn ondemand(s: &mut Section) -> Option<OnDemand> {
+    let balance_file = s.required("balance_file", absolute_path);
+    let unit = s.get("unit", "GPU tokens".to_string(), string);
+    let project_type = s.get("project_type", "account".to_string(), string);
+    let group = s.optional("group", string);
+    let everyone = s.get("world_readable", false, boolean);
+    let balance_file = balance_file?;
+    let readers = match (group, everyone) {
+        (Some(group), false) => OnDemandReaders::Group(group),
+        (None, true) => OnDemandReaders::Everyone,
+        (Some(_), true) => {
+            s.problem("group", "and world_readable = true both say who reads it".into(), "ignoring [ondemand]");
+            return None;
+        }
+        (None, false) => {
+            s.problem(
+                "balance_file",
+                "says nothing of who may read it: OnDemand reads it as each user, and it holds every user's \
+                 balance; set ondemand.group (a group of every OnDemand user) or world_readable = true"
+                    .into(),
+                "ignoring [ondemand]",
+            );
+            return None;
+        }
+    };
+    Some(OnDemand { balance_file, unit, project_type, readers })
+}
+
 fn web(s: &mut Section) -> Web {
     let d = Web::default();
     let mut web = Web {

@@ -481,3 +481,32 @@ fn controller_status_follows_the_snapshot_unless_set() {
     assert_eq!(keys(&problems), ["paths.controller_status"]);
     assert_eq!(config.paths.controller_status, PathBuf::from("/s/controllers"), "the default beside the snapshot");
 }
+
+#[test]
+fn ondemand_is_off_unless_the_site_says_where_and_who_reads_it() {
+    assert_eq!(parse("").unwrap().ondemand, None);
+    let group =
+        parse("[ondemand]\nbalance_file = \"/var/lib/ood/b.json\"\ngroup = \"ood\"\nunit = \"tokens\"\n").unwrap();
+    let set = group.ondemand.unwrap();
+    assert_eq!(
+        (set.balance_file, set.unit, set.project_type, set.readers),
+        (
+            PathBuf::from("/var/lib/ood/b.json"),
+            "tokens".into(),
+            "account".into(),
+            super::OnDemandReaders::Group("ood".into())
+        )
+    );
+    let everyone = parse("[ondemand]\nbalance_file = \"/b.json\"\nworld_readable = true\n").unwrap();
+    assert_eq!(everyone.ondemand.unwrap().readers, super::OnDemandReaders::Everyone);
+    for (bad, key) in [
+        ("[ondemand]\nbalance_file = \"/b.json\"\n", "ondemand.balance_file"),
+        ("[ondemand]\nbalance_file = \"/b.json\"\ngroup = \"g\"\nworld_readable = true\n", "ondemand.group"),
+        ("[ondemand]\ngroup = \"g\"\n", "ondemand.balance_file"),
+        ("[ondemand]\nbalance_file = \"b.json\"\nworld_readable = true\n", "ondemand.balance_file"),
+    ] {
+        let (config, problems) = lenient(bad);
+        assert_eq!(keys(&problems), [key], "{bad}");
+        assert_eq!(config.ondemand, None, "{bad}");
+    }
+}

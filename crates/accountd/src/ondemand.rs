@@ -1,0 +1,110 @@
+//! The Open OnDemand balance file (`[ondemand]`): OnDemand's dashboard reads the JSON files named by
+//! `OOD_BALANCE_PATH` as each user and warns one whose balance is below `OOD_BALANCE_THRESHOLD`.
+//! Format version 1 (OnDemand's documentation, "Balance Warnings on Dashboard"): a row per user of
+//! the ledger (`user`, `value`) and, with pools, a row per member of each pool (`user`, `project`:
+//! the account, `value`: the pool's balance). Rewritten with the snapshot, each check cycle.
+
+use std::os::unix::fs::PermissionsExt;
+
+use gputokens::config::{OnDemand, OnDemandReaders};
+use gputokens::Tokens;
+use serde_json::json;
+
+/// A pool as the file shows it: its balance, once for each member.
+pub struct PoolBalance<'a> {
+    pub account: &'a str,
+    pub balance: Tokens,
+    pub members: Vec<&'a str>,
+}
+
+/// The file's text: users' balances, then each pool's for its members.
+pub fn render(settings: &OnDemand, now: i64, users: &[(&str, Tokens)], pools: &[PoolBalance]) -> String {
+    let mut balances: Vec<serde_json::Value> =
+        users.iter().map(|(user, balance)| json!({ "user": user, "value": number(*balance) })).collect();
+    for pool in pools {
+        for member in &pool.members {
+            balances.push(json!({ "user": member, "project": pool.account, "value": number(pool.balance) }));
+        }
+    }
+    let file = json!({
+        "version": 1,
+        "timestamp": now,
+        "config": { "unit": settings.unit, "project_type": settings.project_type },
+        "balances": balances,
+    });
+    format!("{file:#}\n")
+}
+
+/// OnDemand compares the value with its threshold as a float.
+fn number(tokens: Tokens) -> serde_json::Value {
+    let value: f64 = tokens.to_string().parse().unwrap_or(0.0);
+    json!(value)
+}
+
+/// Writes `text` atomically, readable as `settings` say; a directory it makes is open to every user
+/// (the dashboard runs as each of them).
+pub fn write(settings: &OnDemand, text: &str) -> Result<(), String> {
+    let path = &settings.balance_file;
+    let failed = |e: std::io::Error| format!("cannot write the OnDemand balance file {}: {e}", path.display());
+    let (gid, mode) = match &settings.readers {
+        OnDemandReaders::Everyone => (None, 0o644),
+        OnDemandReaders::Group(name) => match nix::unistd::Group::from_name(name) {
+            Ok(Some(group)) => (Some(group.gid.as_raw()), 0o640),
+            Ok(None) => return Err(format!("ondemand.group '{name}' does not exist: {} not written", path.display())),
+            Err(e) => return Err(format!("cannot look up ondemand.group '{name}': {e}")),
+        },
+    };
+    let dir = path.parent().unwrap_or(std::path::Path::new("/"));
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).map_err(failed)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(failed)?;
+    }
+    gputokens::snapshot::write_atomically_with(path, text, gid, mode).map_err(failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> OnDemand {
+        OnDemand {
+            balance_file: "/tmp/x.json".into(),
+            unit: "GPU tokens".into(),
+            project_type: "account".into(),
+            readers: OnDemandReaders::Everyone,
+        }
+    }
+
+    #[test]
+    fn users_then_each_pools_members_in_format_version_1() {
+        let users = [("alice", "46".parse().unwrap()), ("bob", "-10".parse().unwrap())];
+        let pools = [PoolBalance { account: "lab", balance: "12.5".parse().unwrap(), members: vec!["alice", "bob"] }];
+        let text = render(&settings(), 1_795_000_000, &users, &pools);
+        let file: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(file["version"], 1);
+        assert_eq!(file["timestamp"], 1_795_000_000);
+        assert_eq!(file["config"], json!({ "unit": "GPU tokens", "project_type": "account" }));
+        assert_eq!(
+            file["balances"],
+            json!([
+                { "user": "alice", "value": 46.0 },
+                { "user": "bob", "value": -10.0 },
+                { "user": "alice", "project": "lab", "value": 12.5 },
+                { "user": "bob", "project": "lab", "value": 12.5 },
+            ])
+        );
+    }
+
+    #[test]
+    fn written_with_the_readers_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = settings();
+        s.balance_file = dir.path().join("ood/balances.json");
+        write(&s, "{}\n").unwrap();
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!((mode(&s.balance_file), mode(&dir.path().join("ood"))), (0o644, 0o755));
+        s.readers = OnDemandReaders::Group("no-such-group-here".into());
+        let err = write(&s, "{}\n").unwrap_err();
+        assert!(err.contains("ondemand.group 'no-such-group-here' does not exist"), "{err}");
+    }
+}
