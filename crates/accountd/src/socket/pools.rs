@@ -41,7 +41,7 @@ pub fn import(
     }
     let created = a.res.ledger.add_pools(&list, &caller.name, now).map_err(from_ledger)?;
     for (account, rules, user_limit) in list.iter().filter(|(account, ..)| created.contains(account)) {
-        journal_created(&a.res, account, rules, *user_limit)?;
+        journal_created(&a.res, account, rules, *user_limit);
     }
     let already = list.len() - created.len();
     let changed = !created.is_empty();
@@ -81,7 +81,7 @@ pub fn set(
         check_rules(&chosen)?;
         let limit = if rules.no_user_limit { None } else { rules.user_limit };
         a.res.ledger.add_pool(account, chosen, limit, &caller.name, now).map_err(from_ledger)?;
-        journal_created(&a.res, account, &chosen, limit)?;
+        journal_created(&a.res, account, &chosen, limit);
     } else {
         if rules.initial.is_some() {
             return Err(invalid(
@@ -106,7 +106,7 @@ pub fn set(
         if written {
             let flags = rule_flags(&pool.rules, pool.user_limit);
             let command = format!("accountd admin account set {} {flags} --key {}", quote(account), quote(&key));
-            journal(&a.res, &full_key, command)?;
+            journal(&a.res, &full_key, command);
         }
     }
     let rows = rows(a, &[account.to_string()], now)?;
@@ -121,27 +121,29 @@ fn rule_flags(rules: &BucketRules, user_limit: Option<Tokens>) -> String {
 }
 
 /// Journals a pool made (its `created` entry), with the `account add` that makes it again.
-fn journal_created(
-    res: &Resources,
-    account: &str,
-    rules: &BucketRules,
-    user_limit: Option<Tokens>,
-) -> Result<(), Reply> {
+fn journal_created(res: &Resources, account: &str, rules: &BucketRules, user_limit: Option<Tokens>) {
     let flags = rule_flags(rules, user_limit);
     let command = format!("accountd admin account add {} --initial {} {flags}", quote(account), rules.initial);
     journal(res, &ledger::pool_created_key(account), command)
 }
 
-/// Appends the ledger's entry under `key` to the admin journal, with the command that enters it again.
-fn journal(res: &Resources, key: &str, command: String) -> Result<(), Reply> {
-    let entry = res.ledger.entry_with_key(key).map_err(from_ledger)?;
-    let lines: Vec<JournalLine> = entry
-        .iter()
-        .filter_map(JournalLine::of)
-        .map(|line| JournalLine { command: Some(command.clone()), ..line })
-        .collect();
-    admin_journal::append_lines_or_warn(res, &lines);
-    Ok(())
+/// Appends the ledger's entry under `key` to the admin journal, with the command that enters it
+/// again. The change is committed by then: what fails here is logged and counted, never answered.
+fn journal(res: &Resources, key: &str, command: String) {
+    let line = match res.ledger.entry_with_key(key) {
+        Ok(entry) => entry.as_ref().and_then(JournalLine::of),
+        Err(e) => {
+            tracing::warn!("admin journal: cannot read back the entry {key} to journal it: {e}");
+            None
+        }
+    };
+    match line {
+        Some(line) => admin_journal::append_lines_or_warn(res, &[JournalLine { command: Some(command), ..line }]),
+        None => {
+            res.metrics.admin_journal_failures.inc();
+            tracing::warn!("admin journal: {key} not journaled; to enter it again after a restore: {command}");
+        }
+    }
 }
 
 fn check_rules(rules: &BucketRules) -> Result<(), Reply> {
@@ -235,7 +237,7 @@ pub fn transfer(
             quote(&reason),
             quote(given)
         );
-        journal(&a.res, &format!("{key}:from"), command)?;
+        journal(&a.res, &format!("{key}:from"), command);
     }
     let mut entries = Vec::new();
     for (name, side) in [(&src, "from"), (&dst, "to")] {
