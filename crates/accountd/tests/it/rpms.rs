@@ -227,3 +227,32 @@ fn build_rpms_refuses_another_slurms_headers() {
     );
     assert!(other.stdout.is_empty(), "no package named: {}", other.stdout);
 }
+
+/// The tarball carries the spec at its top, its version filled in; read on a host without Slurm's
+/// headers it says what to install instead of failing on a requirement without a version.
+#[test]
+#[ignore = "needs tests/run.sh, which builds the RPMs"]
+fn the_tarballs_spec_says_when_slurms_headers_are_missing() {
+    let Some(dir) = rpm_dir() else { return };
+    let tarball = dir.join("gputokens-0.1.0.tar.gz");
+    let spec =
+        run_as(None, Path::new("/bin/tar"), &["-xzOf", tarball.to_str().unwrap(), "gputokens-0.1.0/gputokens.spec"])
+            .ok()
+            .stdout;
+    assert!(
+        spec.contains("\nVersion:        0.1.0\n") && !spec.contains("@VERSION@") && !spec.contains("@DATE@"),
+        "{spec}"
+    );
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &spec).unwrap();
+    let path = file.path().to_str().unwrap();
+    let parsed = run_as(None, Path::new("/usr/bin/rpmspec"), &["-P", path]).ok().stdout;
+    assert!(parsed.contains(&format!("Requires:       slurm(x86-64) = {}", host_slurm())), "{parsed}");
+    let without = run_as(None, Path::new("/usr/bin/rpmspec"), &["-P", path, "--define", "_includedir /nonexistent"]);
+    assert_ne!(without.code, 0);
+    assert!(
+        without.stderr.contains("no Slurm headers (/nonexistent/slurm/slurm_version.h): install slurm-devel"),
+        "{}",
+        without.stderr
+    );
+}
