@@ -109,7 +109,7 @@ fn check_slurm(config: &Config) -> AccountdResult {
     let slurm = Slurm::new(&config.slurm);
     let mut facts = slurm.facts(with_qos, &config.paths.controller_status)?;
     if config.accounts.mode != gputokens::pools::PoolMode::User {
-        facts.accounts = Some(accountd::slurm::check_pools::AccountFacts::read(config, &slurm));
+        facts.accounts = Some(account_facts(config, &slurm));
     }
     let findings = accountd::slurm::check::findings(config, &facts, |p| p.is_file());
     for finding in &findings {
@@ -120,6 +120,18 @@ fn check_slurm(config: &Config) -> AccountdResult {
         0 => Ok(()),
         n => Err(AccountdError::Refused(format!("{n} problem(s) in Slurm's configuration for gputokens"))),
     }
+}
+
+/// Slurm's accounts (sacctmgr) and the pools accountd serve shows the caller, each or why not.
+fn account_facts(config: &Config, slurm: &Slurm) -> accountd::slurm::check_pools::AccountFacts {
+    use gputokens::protocol::{Reply, Request};
+    let slurm_accounts = slurm.account_tree().map(|t| t.members.into_keys().collect()).map_err(|e| e.to_string());
+    let pools = match accountd::socket::client::call(&config.paths.socket, &Request::Pools { account: None }) {
+        Ok(Reply::Pools { rows, .. }) => Ok(rows.into_iter().map(|r| r.account).collect()),
+        Ok(other) => Err(format!("unexpected reply {other:?}")),
+        Err(e) => Err(e.to_string()),
+    };
+    accountd::slurm::check_pools::AccountFacts { slurm_accounts, pools }
 }
 
 fn now(time: &TimeArg) -> AccountdResult<i64> {

@@ -61,7 +61,8 @@ pub fn findings(config: &Config, facts: &SlurmFacts, plugin_exists: impl Fn(&Pat
     out.extend([deprioritizing(config, facts), slurm_user(config, facts), spank(config, facts)]);
     out.push(snapshot_readable(config, facts));
     out.extend(controllers::findings(config, &facts.controllers));
-    out.extend(check_pools::findings(config, facts));
+    let enforce = facts.config.get("AccountingStorageEnforce").map(String::as_str);
+    out.extend(check_pools::findings(config, enforce, facts.accounts.as_ref()));
     out
 }
 

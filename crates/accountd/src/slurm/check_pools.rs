@@ -4,17 +4,14 @@
 
 use std::collections::BTreeSet;
 
-use gputokens::protocol::{Reply, Request};
 use gputokens::Config;
 
-use crate::slurm::check::SlurmFacts;
 use crate::slurm::finding::Finding;
-use crate::slurm::Slurm;
 
 /// How many accounts without a pool are named before "and N more".
 const NAMED: usize = 10;
 
-/// What pools are compared with, each read or why it could not be.
+/// What pools are compared with, each read (by `accountd config check --slurm`) or why it could not be.
 #[derive(Debug)]
 pub struct AccountFacts {
     /// Slurm's accounts (sacctmgr).
@@ -23,29 +20,16 @@ pub struct AccountFacts {
     pub pools: Result<Vec<String>, String>,
 }
 
-impl AccountFacts {
-    pub fn read(config: &Config, slurm: &Slurm) -> AccountFacts {
-        let slurm_accounts = slurm.account_tree().map(|t| t.members.into_keys().collect()).map_err(|e| e.to_string());
-        let pools = match crate::socket::client::call(&config.paths.socket, &Request::Pools { account: None }) {
-            Ok(Reply::Pools { rows, .. }) => Ok(rows.into_iter().map(|r| r.account).collect()),
-            Ok(other) => Err(format!("unexpected reply {other:?}")),
-            Err(e) => Err(e.to_string()),
-        };
-        AccountFacts { slurm_accounts, pools }
-    }
-}
-
-/// Nothing when pools are off (`facts.accounts` is None then).
-pub fn findings(config: &Config, facts: &SlurmFacts) -> Vec<Finding> {
-    let Some(accounts) = &facts.accounts else { return Vec::new() };
+/// Nothing when pools are off (no `accounts` read then); `enforce` is AccountingStorageEnforce.
+pub fn findings(config: &Config, enforce: Option<&str>, accounts: Option<&AccountFacts>) -> Vec<Finding> {
+    let Some(accounts) = accounts else { return Vec::new() };
     let mode = config.accounts.mode.as_str();
-    let mut out = vec![associations_enforced(mode, facts)];
+    let mut out = vec![associations_enforced(mode, enforce.unwrap_or("none"))];
     out.extend(pools_against_accounts(mode, accounts));
     out
 }
 
-fn associations_enforced(mode: &str, facts: &SlurmFacts) -> Finding {
-    let enforce = facts.config.get("AccountingStorageEnforce").map(String::as_str).unwrap_or("none");
+fn associations_enforced(mode: &str, enforce: &str) -> Finding {
     if enforce.split(',').map(str::trim).any(|v| v == "associations" || v == "all") {
         return Finding::Ok(format!(
             "AccountingStorageEnforce includes associations ({enforce}): only an account's users run jobs under it"
@@ -107,14 +91,12 @@ fn pools_against_accounts(mode: &str, facts: &AccountFacts) -> Vec<Finding> {
 mod tests {
     use super::*;
 
-    fn facts(enforce: &str, accounts: &[&str], pools: &[&str]) -> SlurmFacts {
-        let mut facts = SlurmFacts::default();
-        facts.config.insert("AccountingStorageEnforce".into(), enforce.into());
-        facts.accounts = Some(AccountFacts {
+    fn pool_findings(enforce: &str, accounts: &[&str], pools: &[&str]) -> Vec<Finding> {
+        let facts = AccountFacts {
             slurm_accounts: Ok(accounts.iter().map(|a| a.to_string()).collect()),
             pools: Ok(pools.iter().map(|p| p.to_string()).collect()),
-        });
-        facts
+        };
+        findings(&account_mode(), Some(enforce), Some(&facts))
     }
 
     fn account_mode() -> Config {
@@ -133,7 +115,7 @@ mod tests {
 
     #[test]
     fn a_site_as_it_should_be_has_no_problem() {
-        let found = findings(&account_mode(), &facts("associations,limits", &["root", "lab", "course"], &["lab"]));
+        let found = pool_findings("associations,limits", &["root", "lab", "course"], &["lab"]);
         assert!(problems(&found).is_empty(), "{found:?}");
         assert_eq!(
             found[2],
@@ -143,11 +125,11 @@ mod tests {
 
     #[test]
     fn unenforced_associations_unknown_pools_and_no_pools_are_problems() {
-        let found = findings(&account_mode(), &facts("none", &["root", "lab"], &["lab", "labb"]));
+        let found = pool_findings("none", &["root", "lab"], &["lab", "labb"]);
         let problems = problems(&found);
         assert!(problems[0].starts_with("AccountingStorageEnforce is 'none', without associations"), "{problems:?}");
         assert!(problems[1].starts_with("pools of accounts Slurm does not have: labb "), "{problems:?}");
-        let none = findings(&account_mode(), &facts("associations", &["root", "lab"], &[]));
+        let none = pool_findings("associations", &["root", "lab"], &[]);
         assert!(problems_of(&none).contains("no account has a pool"), "{none:?}");
     }
 
@@ -159,15 +141,14 @@ mod tests {
     fn many_accounts_without_a_pool_are_counted_not_all_named() {
         let names: Vec<String> = (0..25).map(|i| format!("a{i:02}")).collect();
         let accounts: Vec<&str> = names.iter().map(String::as_str).collect();
-        let found = findings(&account_mode(), &facts("associations", &accounts, &["a00"]));
+        let found = pool_findings("associations", &accounts, &["a00"]);
         let Finding::Ok(line) = &found[2] else { panic!("{found:?}") };
         assert!(line.starts_with("24 of Slurm's accounts have no pool") && line.ends_with("a10 and 14 more"), "{line}");
     }
 
     #[test]
     fn nothing_is_said_when_pools_are_off() {
-        assert!(
-            findings(&Config::parse("", std::path::Path::new("test.toml")).unwrap(), &SlurmFacts::default()).is_empty()
-        );
+        let config = Config::parse("", std::path::Path::new("test.toml")).unwrap();
+        assert!(findings(&config, Some("none"), None).is_empty());
     }
 }
