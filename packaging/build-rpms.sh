@@ -21,7 +21,7 @@
 # Writes DIR/gputokens-VERSION.tar.gz (this working tree's files as git sees them, tracked and
 # untracked but not ignored, with gputokens.spec at the top) and the two .rpm files into DIR
 # (default ${CARGO_TARGET_DIR:-target}/rpm/slurm-MAJOR.MINOR/); prints the three paths on stdout,
-# everything else on stderr. cargo builds into ${CARGO_TARGET_DIR:-target} of this tree.
+# everything else on stderr. cargo builds into ${CARGO_TARGET_DIR:-target}/rpm/target.
 set -euo pipefail
 umask 022
 
@@ -44,7 +44,10 @@ command -v rpmbuild >/dev/null || die "rpmbuild is missing: install rpm-build (D
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CARGO_TARGET_DIR=$(realpath -m "${CARGO_TARGET_DIR:-$ROOT/target}")
-export CARGO_TARGET_DIR
+# rpmbuild's cargo builds the tarball's copy of the sources in a target directory of its own: cargo
+# names a workspace's artifacts by their path inside the workspace, so in the tree's own directory
+# the copy and the tree would take each other's artifacts for their own.
+RPM_TARGET_DIR=$CARGO_TARGET_DIR/rpm/target
 [[ -z $out ]] || out=$(realpath -m "$out")
 cd "$ROOT"
 
@@ -100,8 +103,8 @@ say "$tarball ($(du -h "$tarball" | cut -f1)) for Slurm $slurm_version ($slurm_f
 # ---- rpmbuild -ta ---------------------------------------------------------------------------------
 rpmbuild_args=(-ta "$tarball" --define "_topdir $WORK/rpmbuild" --define "gputokens_profile $profile")
 (( nodeps )) && rpmbuild_args+=(--nodeps)
-say "rpmbuild ${rpmbuild_args[*]} (cargo builds in $CARGO_TARGET_DIR)"
-rpmbuild "${rpmbuild_args[@]}" >&2
+say "rpmbuild ${rpmbuild_args[*]} (cargo builds in $RPM_TARGET_DIR)"
+CARGO_TARGET_DIR=$RPM_TARGET_DIR rpmbuild "${rpmbuild_args[@]}" >&2
 rm -f "$out"/gputokens-*.rpm      # no stale versions beside the new ones
 mapfile -t rpms < <(find "$WORK/rpmbuild/RPMS" -name 'gputokens-*.rpm' | sort)
 (( ${#rpms[@]} == 2 )) || die "rpmbuild made ${#rpms[@]} packages, not 2: ${rpms[*]}"
@@ -110,12 +113,16 @@ cp "${rpms[@]}" "$out/"
 # ---- check what was built -------------------------------------------------------------------------
 main=$(ls "$out"/gputokens-"$version"-*.rpm | grep -v slurm-plugins)
 plugins=$(ls "$out"/gputokens-slurm-plugins-"$version"-*.rpm)
-rpm -qp --requires "$plugins" 2>/dev/null | grep -qx "slurm([^)]*) = $slurm_version\|slurm = $slurm_version" \
-  || die "$plugins does not require exactly slurm $slurm_version"
+# Listings read whole before they are searched: `rpm ... | grep -q` fails under pipefail when grep
+# stops reading at its match and rpm gets SIGPIPE.
+requires=$(rpm -qp --requires "$plugins" 2>/dev/null)
+grep -qxE "slurm(\([^)]*\))? = ${slurm_version//./\\.}" <<<"$requires" || die "$plugins does not require exactly slurm $slurm_version"
+listing=$(rpm -qlp "$plugins" 2>/dev/null)
 for file in /usr/lib64/slurm/job_submit_gputokens.so /usr/lib64/slurm/spank_gputokens.so; do
-  rpm -qlp "$plugins" 2>/dev/null | grep -qx "$file" || die "$plugins lacks $file"
+  grep -qx "$file" <<<"$listing" || die "$plugins lacks $file"
 done
+listing=$(rpm -qlp "$main" 2>/dev/null)
 for file in /usr/bin/accountd /usr/bin/sbalance /etc/slurm/gputokens.toml /usr/lib/systemd/system/gputokens-accountd.service; do
-  rpm -qlp "$main" 2>/dev/null | grep -qx "$file" || die "$main lacks $file"
+  grep -qx "$file" <<<"$listing" || die "$main lacks $file"
 done
 printf '%s\n' "$tarball" "$main" "$plugins"

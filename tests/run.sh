@@ -32,8 +32,8 @@ source tests/slurm-releases/lib.sh
 installed=$(dpkg-query -W -f '${Version}' slurmctld 2>/dev/null || true)
 # The RPMs for RHEL-family sites, built from a source tarball against this host's Slurm headers
 # (--nodeps: Debian has no Slurm RPM) on the host's release only (its rpm and rpmlint; the other
-# releases' root filesystems have neither), for crates/accountd/tests/it/rpms.rs. Before the build
-# below: they share its target directory, and the build's own binaries must be the last written.
+# releases' root filesystems have neither), for crates/accountd/tests/it/rpms.rs (in a target
+# directory of their own: target/rpm/target).
 if [[ $installed == "$HOST_RELEASE".* ]]; then
   built_rpms=$(bash packaging/build-rpms.sh --profile debug --nodeps)
   GPUTOKENS_RPMS=$(dirname "$(head -n 1 <<<"$built_rpms")")
