@@ -355,7 +355,6 @@ fn notify(s: &mut Section) -> Notify {
     }
 }
 
-/// `[web]`: the status page's address, link and session lifetimes, and trusted proxies.
 /// `[ondemand]`: off without `balance_file`, and without readers (it holds every user's balance:
 /// the site says who may read it).
 fn ondemand(s: &mut Section) -> Option<OnDemand> {
@@ -386,6 +385,7 @@ fn ondemand(s: &mut Section) -> Option<OnDemand> {
     Some(OnDemand { balance_file, unit, project_type, readers })
 }
 
+/// `[web]`: the status page's address, link and session lifetimes, and trusted proxies.
 fn web(s: &mut Section) -> Web {
     let d = Web::default();
     let mut web = Web {
