@@ -38,8 +38,7 @@ pub fn render(settings: &OnDemand, now: i64, users: &[(&str, Tokens)], pools: &[
 
 /// OnDemand compares the value with its threshold as a float.
 fn number(tokens: Tokens) -> serde_json::Value {
-    let value: f64 = tokens.to_string().parse().unwrap_or(0.0);
-    json!(value)
+    json!(tokens.as_f64())
 }
 
 /// Writes `text` atomically, readable as `settings` say; a directory it makes is open to every user

@@ -133,7 +133,7 @@ impl Ledger {
         let before = self.pool(account)?.ok_or_else(|| LedgerError::UnknownPool(account.to_string()))?;
         let (rules, user_limit) = change.applied_to(before.rules, before.user_limit);
         let (was, now_is) = (describe_rules(&before.rules, before.user_limit), describe_rules(&rules, user_limit));
-        if was == now_is || self.entry_with_key(key)?.is_some() {
+        if was == now_is {
             return Ok((before, false));
         }
         let tx = self.conn.transaction()?;
@@ -150,6 +150,7 @@ impl Ledger {
         )?;
         let reason = format!("pool rules changed: {was} → {now_is}");
         let audit = NewEntry::new(&holder(account), EntryKind::Adjust, Tokens::ZERO, now, actor, &reason, key.into());
+        // A key used before (the change entered again): dropping the transaction undoes the update.
         if insert_entry(&tx, &audit)? == Applied::AlreadyRecorded {
             return Ok((before, false));
         }
