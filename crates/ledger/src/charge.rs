@@ -56,6 +56,7 @@ impl Ledger {
         let mut outcome = ChargeOutcome::default();
         let mut batch = Batch::default();
         let mut statements = Statements::prepare(&tx)?;
+        let with_grants = super::expiries::balances_with_open_grants(&tx)?;
         for record in records {
             let Some(priced) = price_record(record, prices) else {
                 outcome.uncountable.push(record.job_id.clone());
@@ -74,6 +75,9 @@ impl Ledger {
         for (user, pending) in batch.users {
             if let Some(last_entry) = pending.last_entry {
                 move_balance(&tx, &user, pending.delta, last_entry)?;
+            }
+            if with_grants.contains(&user) {
+                super::expiries::draw(&tx, &user, -pending.delta, now)?;
             }
             for (gpu_type, tokens) in pending.by_type {
                 // Read back: a sum SQLite could not keep as an integer (it becomes REAL) fails the

@@ -8,6 +8,7 @@ mod audit;
 mod backup;
 mod charge;
 mod error;
+mod expiries;
 mod faults;
 mod freed;
 mod history;
@@ -32,6 +33,7 @@ pub use accounts::{check_user_name, Account, Applied, NewEntry};
 pub use backup::{BackupError, BackupWritten};
 pub use charge::ChargeOutcome;
 pub use error::LedgerError;
+pub use expiries::ExpiringGrant;
 pub use faults::GpuFault;
 pub use gputokens::entry::{Action, Entry, EntryKind};
 pub use gputokens::gpu_time::UsageRecord;
@@ -97,6 +99,8 @@ impl Ledger {
     }
 }
 
+#[cfg(test)]
+mod expiry_tests;
 #[cfg(test)]
 mod pool_tests;
 #[cfg(test)]

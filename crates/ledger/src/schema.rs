@@ -200,6 +200,20 @@ const MIGRATIONS: &[&str] = &[
         charged INTEGER NOT NULL,                -- micro-tokens
         PRIMARY KEY (job_id, holder)
      ) WITHOUT ROWID;",
+    // 11: grants with an end date (`accountd admin grant ... --expires`). `unused` is what charges
+    // have not drawn of it (they draw from a balance's open grants first, the soonest-ending first);
+    // when it ends that much expires, as an adjustment entry named by `expired_entry` (0: nothing was
+    // left). An open grant's user is warned once, some time before (`warned_at`).
+    "CREATE TABLE grant_expiries (
+        entry_id      INTEGER PRIMARY KEY,       -- the grant's entry
+        user          TEXT    NOT NULL,          -- users.name: a user or a pool's holder
+        amount        INTEGER NOT NULL,          -- micro-tokens granted
+        unused        INTEGER NOT NULL,          -- micro-tokens no charge has drawn yet
+        expires_at    INTEGER NOT NULL,          -- unix seconds
+        warned_at     INTEGER,
+        expired_entry INTEGER
+     );
+     CREATE INDEX grant_expiries_open ON grant_expiries (user, expires_at) WHERE expired_entry IS NULL;",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;
