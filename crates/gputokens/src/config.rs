@@ -161,11 +161,18 @@ pub struct Notify {
     pub warn_below: Tokens,
     /// How long one run of the command may take before it is killed (and retried on a later cycle).
     pub timeout: Duration,
+    /// How long before a grant with tokens left ends its user is told (once).
+    pub expiry_warning: Duration,
 }
 
 impl Default for Notify {
     fn default() -> Self {
-        Notify { command: Vec::new(), warn_below: Tokens::whole(10), timeout: Duration::from_secs(30) }
+        Notify {
+            command: Vec::new(),
+            warn_below: Tokens::whole(10),
+            timeout: Duration::from_secs(30),
+            expiry_warning: Duration::from_secs(7 * 86400),
+        }
     }
 }
 

@@ -66,6 +66,8 @@ pub enum Event {
     Recovered,
     /// A job of theirs was preempted (requeued or cancelled).
     Preempted,
+    /// A grant to them ends soon with tokens left, which then expire.
+    Expiring,
 }
 
 impl Event {
@@ -76,11 +78,12 @@ impl Event {
             Event::Floor => "floor",
             Event::Recovered => "recovered",
             Event::Preempted => "preempted",
+            Event::Expiring => "expiring",
         }
     }
 
     pub fn parse(text: &str) -> Option<Event> {
-        [Event::Warning, Event::Overdraft, Event::Floor, Event::Recovered, Event::Preempted]
+        [Event::Warning, Event::Overdraft, Event::Floor, Event::Recovered, Event::Preempted, Event::Expiring]
             .into_iter()
             .find(|e| e.as_str() == text)
     }
@@ -139,9 +142,17 @@ pub fn balance_message(
             recovers("They are accepted again when it is above the floor")
         ),
         Event::Recovered => format!("{head} (0 or more again): your GPU jobs run with normal priority again."),
-        Event::Preempted => format!("{head}."),
+        Event::Preempted | Event::Expiring => format!("{head}."),
     };
     format!("{body} Run 'sbalance' for details.")
+}
+
+/// The message of a grant about to end: what is left of it, when it expires, and that charges use
+/// it first.
+pub fn expiring_message(unused: Tokens, amount: Tokens, expires: &str, balance: Tokens) -> String {
+    format!(
+        "gputokens: {unused} tokens left of a grant of {amount} expire at {expires} (your GPU jobs use them first);          your balance is {balance}. Run 'sbalance' for details."
+    )
 }
 
 /// The message of a preemption: the job, what was done and why (the action's reason).

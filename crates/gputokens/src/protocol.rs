@@ -25,6 +25,9 @@ pub enum Request {
         amount: Tokens,
         reason: String,
         key: Option<String>,
+        /// Unix time the grant ends: what is left of it then expires.
+        #[serde(default)]
+        expires: Option<i64>,
     },
     Adjust {
         user: String,
@@ -82,6 +85,9 @@ pub enum Request {
         key: Option<String>,
         #[serde(default)]
         adjust: bool,
+        /// Unix time the grant ends: what is left of it then expires.
+        #[serde(default)]
+        expires: Option<i64>,
     },
     /// Create many pools at once (admins): those that have one are left as they are.
     PoolImport {

@@ -72,6 +72,11 @@ fn earliest_reading(text: &str) -> Option<i64> {
     readings(text).earliest().map(|t| t.timestamp())
 }
 
+/// `2026-11-22T14:03:00+01:00`: local time with its offset, the same instant read anywhere.
+pub fn format_rfc3339(ts: i64) -> String {
+    Local.timestamp_opt(ts, 0).earliest().map(|t| t.to_rfc3339()).unwrap_or_default()
+}
+
 /// `2026-11-22 14:03:00` in local time, for tables.
 pub fn format_local(ts: i64) -> String {
     Local.timestamp_opt(ts, 0).earliest().map(|t| t.format("%Y-%m-%dT%H:%M:%S").to_string()).unwrap_or_default()

@@ -12,6 +12,7 @@ use gputokens::time::format_local;
 use gputokens::tokens::Tokens;
 
 use super::accounts::{ensure_user, insert_entry, Applied, NewEntry};
+use super::notify::{insert_notice, NewNotice};
 use super::{Ledger, LedgerError};
 
 /// An open grant with an end date.
@@ -88,9 +89,18 @@ impl Ledger {
         Ok(rows)
     }
 
-    /// Records that `entry_id`'s user was warned of its end.
-    pub fn mark_warned(&mut self, entry_id: i64, now: i64) -> Result<(), LedgerError> {
-        self.conn.execute("UPDATE grant_expiries SET warned_at = ?2 WHERE entry_id = ?1", params![entry_id, now])?;
+    /// Records that `entry_id`'s user was warned of its end and, with `notice`, the notification it
+    /// owes (keyed by the grant, so owed once), in one transaction.
+    pub fn mark_warned(&mut self, entry_id: i64, notice: Option<&NewNotice>, now: i64) -> Result<(), LedgerError> {
+        let tx = self.conn.transaction()?;
+        let changed = tx.execute(
+            "UPDATE grant_expiries SET warned_at = ?2 WHERE entry_id = ?1 AND warned_at IS NULL",
+            params![entry_id, now],
+        )?;
+        if let (1, Some(notice)) = (changed, notice) {
+            insert_notice(&tx, notice, Some(format!("expiring:{entry_id}")), now)?;
+        }
+        tx.commit()?;
         Ok(())
     }
 

@@ -91,7 +91,7 @@ fn an_expiry_never_takes_a_balance_below_zero_and_warnings_are_listed_once() {
 
     let due = l.grants_to_warn(ends).unwrap();
     assert_eq!(due.iter().map(|g| g.entry_id).count(), 1);
-    l.mark_warned(due[0].entry_id, now).unwrap();
+    l.mark_warned(due[0].entry_id, None, now).unwrap();
     assert!(l.grants_to_warn(ends).unwrap().is_empty(), "warned once");
 
     let expired = l.expire_grants(ends).unwrap();

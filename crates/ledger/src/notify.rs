@@ -146,7 +146,7 @@ impl Ledger {
     }
 }
 
-fn insert_notice(
+pub(crate) fn insert_notice(
     tx: &rusqlite::Transaction,
     notice: &NewNotice,
     key: Option<String>,

@@ -8,7 +8,7 @@ use gputokens::protocol::{PoolRules, Reply, Request};
 use gputokens::time::format_local;
 use gputokens::{Config, Tokens};
 
-use crate::cli::{AccountCommand, AdminCommand, ChangeArgs, PoolRuleArgs};
+use crate::cli::{AccountCommand, AdminCommand, ChangeArgs, GrantArgs, PoolRuleArgs};
 use crate::error::{AccountdError, AccountdResult};
 use crate::socket::client::{call, ClientError};
 
@@ -26,6 +26,11 @@ fn node_token(config: &Config, node: &str) -> AccountdResult {
     Ok(())
 }
 
+/// `--expires WHEN` as unix time (this host's clock; accountd checks it again by its own).
+fn expires_at(when: Option<&str>) -> AccountdResult<Option<i64>> {
+    when.map(|w| crate::cli::expires_arg::resolve(w, gputokens::time::now())).transpose()
+}
+
 pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
     let socket = &config.paths.socket;
     // Checked here for a clear message before anything is sent; accountd checks again.
@@ -37,8 +42,9 @@ pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
         }
     };
     let (request, json) = match command {
-        AdminCommand::Grant { user, change: ChangeArgs { amount: a, reason, key } } => {
-            (Request::Grant { user, amount: amount(&a, "a grant")?, reason, key }, false)
+        AdminCommand::Grant { user, grant: GrantArgs { change: ChangeArgs { amount: a, reason, key }, expires } } => {
+            let expires = expires_at(expires.as_deref())?;
+            (Request::Grant { user, amount: amount(&a, "a grant")?, reason, key, expires }, false)
         }
         AdminCommand::Adjust { user, change: ChangeArgs { amount: a, reason, key } } => {
             (Request::Adjust { user, amount: amount(&a, "an adjustment")?, reason, key }, false)
@@ -113,11 +119,17 @@ fn account_request(command: AccountCommand, amount: &AmountParser) -> AccountdRe
         AccountCommand::Set { account, rules: r, key } => {
             (Request::PoolSet { account, create: false, rules: rules(None, r)?, key }, false)
         }
-        AccountCommand::Grant { account, change: ChangeArgs { amount: a, reason, key } } => {
-            (Request::PoolGrant { account, amount: amount(&a, "a grant")?, reason, key, adjust: false }, false)
+        AccountCommand::Grant {
+            account,
+            grant: GrantArgs { change: ChangeArgs { amount: a, reason, key }, expires },
+        } => {
+            let expires = expires_at(expires.as_deref())?;
+            let amount = amount(&a, "a grant")?;
+            (Request::PoolGrant { account, amount, reason, key, adjust: false, expires }, false)
         }
         AccountCommand::Adjust { account, change: ChangeArgs { amount: a, reason, key } } => {
-            (Request::PoolGrant { account, amount: amount(&a, "an adjustment")?, reason, key, adjust: true }, false)
+            let amount = amount(&a, "an adjustment")?;
+            (Request::PoolGrant { account, amount, reason, key, adjust: true, expires: None }, false)
         }
         AccountCommand::Transfer { from, to, change: ChangeArgs { amount: a, reason, key } } => {
             (Request::Transfer { from, to, amount: amount(&a, "a transfer")?, reason, key }, false)

@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod backup;
 pub mod backup_rotation;
+pub mod expires_arg;
 pub mod journal_check;
 pub mod now_arg;
 pub mod pools_output;
@@ -95,6 +96,17 @@ pub struct ChangeArgs {
     pub key: Option<String>,
 }
 
+/// A grant: an amount, why, an optional key, and optionally when what is left of it expires.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GrantArgs {
+    #[command(flatten)]
+    pub change: ChangeArgs,
+    /// When what is left of the grant expires (charges use it first): a duration (30d), a time
+    /// (2026-12-31T18:00:00) or a day (2026-12-31: at its end).
+    #[arg(long, value_name = "WHEN")]
+    pub expires: Option<String>,
+}
+
 /// A pool's rules on the command line; unset ones keep theirs (a new pool: [accounts]' defaults).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct PoolRuleArgs {
@@ -138,7 +150,7 @@ pub enum AccountCommand {
     Grant {
         account: String,
         #[command(flatten)]
-        change: ChangeArgs,
+        grant: GrantArgs,
     },
     /// Add or remove tokens of a pool (e.g. -5 or +2.5): admins.
     Adjust {
@@ -187,7 +199,7 @@ pub enum AdminCommand {
     Grant {
         user: String,
         #[command(flatten)]
-        change: ChangeArgs,
+        grant: GrantArgs,
     },
     /// Add or remove tokens (e.g. -5 or +2.5).
     Adjust {

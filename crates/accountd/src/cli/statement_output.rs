@@ -179,6 +179,7 @@ fn label(l: &Line) -> String {
         },
         Item::Grant => "grant".into(),
         Item::Adjust => "adjustment".into(),
+        Item::Expired => "grant expired".into(),
         Item::Refund => match &l.job_id {
             Some(job) => format!("refund of job {job}"),
             None => "refund".into(),
@@ -195,6 +196,8 @@ fn label(l: &Line) -> String {
 fn note(l: &Line) -> String {
     let reason = l.reason.as_deref().unwrap_or_default().replace(['\n', '\r'], " ");
     match l.actor.as_deref() {
+        // Which grant, and when it ended: the expiry's own words.
+        Some("gputokens") if l.item == Item::Expired => reason,
         None | Some("gputokens") => String::new(),
         Some(actor) if reason.is_empty() => actor.to_string(),
         Some(actor) => format!("{actor}: {reason}"),

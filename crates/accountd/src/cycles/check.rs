@@ -8,6 +8,7 @@ use crate::error::AccountdResult;
 #[derive(Debug, Default)]
 pub struct CheckSummary {
     pub replenished: ledger::Replenished,
+    pub expiries: crate::cycles::expiries::Expired,
     pub users: usize,
     /// What was read from Prometheus, when that is the utilization source.
     pub utilization: Option<String>,
@@ -21,6 +22,13 @@ impl fmt::Display for CheckSummary {
             "{} replenishment entries (+{} tokens), snapshot of {} users written",
             self.replenished.entries, self.replenished.tokens, self.users
         )?;
+        if self.expiries != Default::default() {
+            write!(
+                f,
+                "; {} grants announced before they end, {} expired",
+                self.expiries.warned, self.expiries.expired
+            )?;
+        }
         if let Some(utilization) = &self.utilization {
             write!(f, "; {utilization}")?;
         }
@@ -41,6 +49,8 @@ pub fn check(
     // Never for a day that has not come on the clock, whatever `tick --now` says.
     let replenished = cycle.res.ledger.replenish(now.min(gputokens::time::now()))?;
     cycle.res.metrics.replenished.inc_by(replenished.tokens.as_f64());
+    // Grants that end: their warnings, then what is left of them expires (before the snapshot).
+    let expiries = crate::cycles::expiries::run(&mut cycle.res, now)?;
     let slurm = crate::slurm::Slurm::new(&cycle.res.config.slurm);
     let mut queue = crate::slurm::QueueOnce::new(&slurm);
     crate::cycles::slurm_view::refresh(&cycle.res, &mut cycle.slurm_view, &slurm, &mut queue, now);
@@ -57,5 +67,5 @@ pub fn check(
     });
     // After replenishment, grants since the last cycle and preemptions: their crossings and notices.
     crate::cycles::notify::run(&mut cycle.res, now);
-    Ok(CheckSummary { replenished, users, utilization, preemption })
+    Ok(CheckSummary { replenished, expiries, users, utilization, preemption })
 }

@@ -5,6 +5,7 @@
 
 pub mod charge;
 pub mod check;
+pub mod expiries;
 pub mod lock;
 pub mod notify;
 pub mod preemption;

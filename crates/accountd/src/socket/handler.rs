@@ -8,6 +8,7 @@ use gputokens::time::local_date;
 use gputokens::Tokens;
 use ledger::{EntryKind, Issue};
 
+use super::record::Change;
 use crate::admin_journal;
 use crate::answering::Answering;
 use crate::balance_row::balance_row;
@@ -56,13 +57,14 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
         Request::Balances { users, all } => {
             balances(&answering.res, &answering.slurm_view, caller, users, all, now).map(|r| (r, false))
         }
-        Request::Grant { user, amount, reason, key } => {
+        Request::Grant { user, amount, reason, key, expires } => {
             if amount <= Tokens::ZERO {
                 Err(invalid(format!("a grant must be positive (got {amount}); use `adjust` to lower a balance")))
             } else if let Some(beyond) = amount.beyond_limit("a grant") {
                 Err(invalid(beyond))
             } else {
-                super::record::record(&mut answering.res, caller, &user, EntryKind::Grant, amount, reason, key, now)
+                let change = Change { kind: EntryKind::Grant, amount, reason, key, expires };
+                super::record::record(&mut answering.res, caller, &user, change, now)
             }
         }
         Request::Adjust { user, amount, reason, key } => {
@@ -71,7 +73,8 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
             } else if let Some(beyond) = amount.beyond_limit("an adjustment") {
                 Err(invalid(beyond))
             } else {
-                super::record::record(&mut answering.res, caller, &user, EntryKind::Adjust, amount, reason, key, now)
+                let change = Change { kind: EntryKind::Adjust, amount, reason, key, expires: None };
+                super::record::record(&mut answering.res, caller, &user, change, now)
             }
         }
         Request::Refund { job_id, reason } => answering
@@ -107,9 +110,9 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
             super::pools::set(answering, caller, &account, create, rules, key, now)
         }
         Request::PoolImport { pools } => super::pools::import(answering, caller, pools, now),
-        Request::PoolGrant { account, amount, reason, key, adjust } => {
+        Request::PoolGrant { account, amount, reason, key, adjust, expires } => {
             let kind = if adjust { EntryKind::Adjust } else { EntryKind::Grant };
-            super::pools::grant(answering, caller, &account, kind, amount, reason, key, now)
+            super::pools::grant(answering, caller, &account, Change { kind, amount, reason, key, expires }, now)
         }
         Request::Transfer { from, to, amount, reason, key } => {
             super::pools::transfer(answering, caller, &from, &to, amount, reason, key, now)

@@ -13,6 +13,7 @@ use gputokens::time::local_date;
 use gputokens::Tokens;
 use ledger::{Applied, EntryKind, Issue, Pool, PoolChange};
 
+use super::record::Change;
 use crate::admin_journal::{self, quote, JournalLine};
 use crate::answering::Answering;
 use crate::cycles::slurm_view::SlurmView;
@@ -161,17 +162,14 @@ fn manages(a: &Answering, caller: &Caller, account: &str) -> bool {
     caller.admin || a.slurm_view.accounts.coordinates(&caller.name, account)
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn grant(
     a: &mut Answering,
     caller: &Caller,
     account: &str,
-    kind: EntryKind,
-    amount: Tokens,
-    reason: String,
-    key: Option<String>,
+    change: Change,
     now: i64,
 ) -> Result<(Reply, bool), Reply> {
+    let (kind, amount) = (change.kind, change.amount);
     if !manages(a, caller, account) {
         return Err(refused(format!(
             "only gputokens admins and the coordinators of account {account} (or of an account above it) may grant to its pool; you are {}",
@@ -196,7 +194,7 @@ pub fn grant(
         return Err(invalid(beyond));
     }
     // As a user's grant or adjustment: keyed, recorded in the admin journal.
-    super::record::record(&mut a.res, caller, &holder(account), kind, amount, reason, key, now)
+    super::record::record(&mut a.res, caller, &holder(account), change, now)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -12,17 +12,24 @@ use crate::admin_journal;
 use crate::reply::{from_ledger, invalid};
 use crate::resources::Resources;
 
-#[allow(clippy::too_many_arguments)]
+/// An admin's change to a balance, as a request carries it.
+pub struct Change {
+    pub kind: EntryKind,
+    pub amount: Tokens,
+    pub reason: String,
+    pub key: Option<String>,
+    /// A grant's end (unix seconds): what is left of it then expires.
+    pub expires: Option<i64>,
+}
+
 pub fn record(
     res: &mut Resources,
     caller: &Caller,
     user: &str,
-    kind: EntryKind,
-    amount: Tokens,
-    reason: String,
-    key: Option<String>,
+    change: Change,
     now: i64,
 ) -> Result<(Reply, bool), Reply> {
+    let Change { kind, amount, reason, key, expires } = change;
     if reason.trim().is_empty() {
         return Err(invalid("--reason must say why".into()));
     }
@@ -34,11 +41,28 @@ pub fn record(
         None => format!("{}:{user}:{}", kind.as_str(), unique_suffix(now)),
     };
     let entry = NewEntry::new(user, kind, amount, now, &caller.name, &reason, key.clone());
-    let applied = res.ledger.append(&entry).map_err(from_ledger)?;
+    let applied = match expires {
+        Some(ends) => res.ledger.append_expiring(&entry, ends),
+        None => res.ledger.append(&entry),
+    }
+    .map_err(from_ledger)?;
     let history = res.ledger.history(user).map_err(from_ledger)?;
     let written: Vec<_> = history.into_iter().filter(|e| e.key.as_deref() == Some(key.as_str())).collect();
     if applied == Applied::Added {
-        admin_journal::append_or_warn(res, &written);
+        let lines: Vec<admin_journal::JournalLine> = written
+            .iter()
+            .filter_map(admin_journal::JournalLine::of)
+            .map(|line| match expires {
+                // Entered again with its end, as an RFC 3339 time any host reads the same.
+                Some(ends) => {
+                    let command =
+                        format!("{} --expires {}", line.reenter_command(), gputokens::time::format_rfc3339(ends));
+                    admin_journal::JournalLine { command: Some(command), ..line }
+                }
+                None => line,
+            })
+            .collect();
+        admin_journal::append_lines_or_warn(res, &lines);
     }
     Ok((Reply::Recorded { entries: written, replayed: applied == Applied::AlreadyRecorded }, applied == Applied::Added))
 }

@@ -13,6 +13,7 @@ mod common;
 mod config;
 mod cycles;
 mod grafana;
+mod grant_expiry;
 mod health;
 mod http;
 mod limits;

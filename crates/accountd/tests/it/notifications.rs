@@ -9,7 +9,7 @@ const PRICES: &str = "[prices]\na6000 = 3600\n";
 
 /// A capture script: each successful run appends one record; with `fail` present it exits 1 and
 /// only counts the attempt.
-fn capture_script(site: &Site) -> String {
+pub fn capture_script(site: &Site) -> String {
     let d = site.dir.path().display();
     let script = format!(
         "#!/bin/sh\necho \"$GPUTOKENS_EVENT\" >> {d}/attempts\n[ -e {d}/fail ] && {{ echo 'mail: relay down' >&2; exit 1; }}\n\
@@ -21,11 +21,11 @@ fn capture_script(site: &Site) -> String {
     path
 }
 
-fn captured(site: &Site) -> Vec<String> {
+pub fn captured(site: &Site) -> Vec<String> {
     std::fs::read_to_string(site.path("captured")).unwrap_or_default().lines().map(str::to_string).collect()
 }
 
-fn args(site: &Site) -> Vec<String> {
+pub fn args(site: &Site) -> Vec<String> {
     captured(site).into_iter().filter_map(|l| l.strip_prefix("ARGS: ").map(str::to_string)).collect()
 }
 

@@ -352,6 +352,7 @@ fn notify(s: &mut Section) -> Notify {
         command: s.get("command", d.command, command_argv),
         warn_below: s.get("warn_below", d.warn_below, non_negative_amount),
         timeout: s.get("timeout", d.timeout, positive_duration),
+        expiry_warning: s.get("expiry_warning", d.expiry_warning, positive_duration),
     }
 }
 

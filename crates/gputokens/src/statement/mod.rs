@@ -50,6 +50,8 @@ pub enum Item {
     Refund,
     /// One GPU type's charges of the month, summed.
     Charge,
+    /// What was left of a grant with an end date when it ended.
+    Expired,
 }
 
 impl Item {
@@ -63,6 +65,7 @@ impl Item {
             Item::Adjust => "adjust",
             Item::Refund => "refund",
             Item::Charge => "charge",
+            Item::Expired => "expired",
         }
     }
 }
@@ -178,6 +181,7 @@ impl StatementBuilder {
             EntryKind::Import => self.opening_items.push(Line::of_entry(Item::Import, entry)),
             EntryKind::Monthly => self.monthly.push(Line::of_entry(Item::Monthly, entry)),
             EntryKind::Grant => self.by_people.push(Line::of_entry(Item::Grant, entry)),
+            EntryKind::Adjust if is_expiry(entry) => self.by_people.push(Line::of_entry(Item::Expired, entry)),
             EntryKind::Adjust => self.by_people.push(Line::of_entry(Item::Adjust, entry)),
             EntryKind::Refund => self.by_people.push(Line::of_entry(Item::Refund, entry)),
             EntryKind::Replenish => {
@@ -251,6 +255,11 @@ pub fn gpu_hours(seconds: u64) -> String {
         f if f % 10 == 0 => format!("{whole}.{}", f / 10),
         f => format!("{whole}.{f:02}"),
     }
+}
+
+/// gputokens' own adjustment that expires what was left of a grant (ledger: keyed `expire:<grant>`).
+fn is_expiry(entry: &Entry) -> bool {
+    entry.actor == "gputokens" && entry.key.as_deref().is_some_and(|k| k.starts_with("expire:"))
 }
 
 #[cfg(test)]

@@ -1,0 +1,74 @@
+//! Grants with an end date through the real binaries: `admin grant ... --expires 2m`, announced
+//! once (the `[notify] command`), what is left expiring to the ledger when accountd's check cycle
+//! reaches the end (`tick --now`), the balance, history and statement showing it, nothing else moved.
+
+use crate::common::Site;
+use crate::notifications::{args, capture_script, captured};
+
+/// A site whose notifications go to the capture script.
+fn site() -> Site {
+    let mut site = Site::start("daily = 0", "");
+    let command = capture_script(&site);
+    let config = std::fs::read_to_string(&site.config).unwrap();
+    std::fs::write(&site.config, format!("{config}\n[notify]\ncommand = [\"{command}\"]\nexpiry_warning = \"1h\"\n"))
+        .unwrap();
+    site.restart();
+    site
+}
+
+#[test]
+fn a_grant_ending_in_two_minutes_is_announced_once_and_what_is_left_expires_once() {
+    let site = site();
+    site.accountd(None, &["admin", "grant", "bob", "5", "--reason", "unrelated"]).ok();
+    let granted = site
+        .accountd(
+            None,
+            &["admin", "grant", "alice", "50", "--reason", "course credit", "--key", "c1", "--expires", "2m"],
+        )
+        .ok();
+    assert!(granted.stdout.contains("grant +50 alice: balance now 150"), "{}", granted.stdout);
+    // Charged 8: 2 a6000-hours at the seed's price, 4 per GPU-hour.
+    let start = gputokens::time::now() - 7200;
+    let sacct = site.file(
+        "sacct.txt",
+        &format!("JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State\n1|alice|gres/gpu:a6000=1,gres/gpu=1|7200|{start}|COMPLETED\n"),
+    );
+    site.accountd(None, &["charge", "--sacct-file", &sacct]).ok();
+    assert_eq!(site.balance("alice"), "142");
+
+    // Within the hour before its end: announced, once.
+    site.accountd(None, &["tick", "--skip-charge"]).ok();
+    site.accountd(None, &["tick", "--skip-charge"]).ok();
+    assert_eq!(args(&site).iter().filter(|a| a.ends_with("expiring alice")).count(), 1, "{:?}", args(&site));
+    let all = captured(&site).join("\n");
+    assert!(all.contains("STDIN: gputokens: 42 tokens left of a grant of 50 expire at "), "{all}");
+
+    // At its end the 42 left expire (the 8 charged came out of the grant), once.
+    let after = gputokens::time::format_local(gputokens::time::now() + 180);
+    let tick = site.accountd(None, &["tick", "--skip-charge", "--now", &after]).ok();
+    assert!(tick.stdout.contains("1 expired") || tick.stderr.contains("1 expired"), "{}{}", tick.stdout, tick.stderr);
+    site.accountd(None, &["tick", "--skip-charge", "--now", &after]).ok();
+    assert_eq!(site.balance("alice"), "100", "the initial balance stays");
+    assert_eq!(site.balance("bob"), "105", "nothing else changes");
+    let history = site.sbalance(Some("alice"), &["--history", "5", "-P", "-n"]).ok().stdout;
+    let expired: Vec<&str> = history.lines().filter(|l| l.contains("expired: 42 left of the grant of 50")).collect();
+    assert_eq!(expired.len(), 1, "{history}");
+    assert!(expired[0].contains("-42"), "{history}");
+    let month = chrono::Local::now().format("%Y-%m").to_string();
+    let statement = site.sbalance(Some("alice"), &["--statement", &month]).ok().stdout;
+    let line = statement.lines().find(|l| l.contains("grant expired")).unwrap_or_else(|| panic!("{statement}"));
+    assert!(line.contains("-42") && line.contains("expired: 42 left of the grant of 50"), "{statement}");
+    let verify = site.accountd(None, &["admin", "verify"]).ok().stdout;
+    assert!(verify.contains("consistent"), "{verify}");
+}
+
+#[test]
+fn an_end_that_has_passed_or_cannot_be_read_is_refused() {
+    let site = Site::start("", "");
+    for (when, why) in [("2020-01-01", "has passed"), ("whenever", "neither a duration")] {
+        let out = site.accountd(None, &["admin", "grant", "alice", "5", "--reason", "x", "--expires", when]);
+        assert_eq!(out.code, 2, "{when}: {}", out.stdout);
+        assert!(out.stderr.contains(why), "{when}: {}", out.stderr);
+    }
+    assert_eq!(site.balance("alice"), "100");
+}
