@@ -110,12 +110,11 @@ impl Ledger {
     pub fn expire_grants(&mut self, now: i64) -> Result<Vec<Entry>, LedgerError> {
         let tx = self.conn.transaction()?;
         let due: Vec<(ExpiringGrant, i64, String)> = {
-            let sql = format!(
+            let mut stmt = tx.prepare(
                 "SELECT g.entry_id, g.user, g.amount, g.unused, g.expires_at, e.at, e.reason
                  FROM grant_expiries g JOIN entries e ON e.id = g.entry_id
-                 WHERE g.expired_entry IS NULL AND g.expires_at <= ?1 ORDER BY g.expires_at, g.entry_id"
-            );
-            let mut stmt = tx.prepare(&sql)?;
+                 WHERE g.expired_entry IS NULL AND g.expires_at <= ?1 ORDER BY g.expires_at, g.entry_id",
+            )?;
             let rows = stmt.query_map([now], |r| Ok((grant_row(r)?, r.get(5)?, r.get(6)?)))?;
             rows.collect::<Result<_, _>>()?
         };
