@@ -90,7 +90,7 @@ fn an_expiry_never_takes_a_balance_below_zero_and_warnings_are_listed_once() {
     assert_eq!(balance(&l, "bob"), Tokens::whole(30));
 
     let due = l.grants_to_warn(ends).unwrap();
-    assert_eq!(due.iter().map(|g| g.entry_id).count(), 1);
+    assert_eq!(due.len(), 1);
     l.mark_warned(due[0].entry_id, None, now).unwrap();
     assert!(l.grants_to_warn(ends).unwrap().is_empty(), "warned once");
 

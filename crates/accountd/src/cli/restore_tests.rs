@@ -55,6 +55,7 @@ fn grant(answering: &mut Answering, key: &str, now: i64) -> Reply {
         amount: "25".parse().unwrap(),
         reason: "course".into(),
         key: Some(key.into()),
+        expires: None,
     };
     handle(answering, &root, request, now).0
 }

@@ -48,6 +48,7 @@ fn grant(a: &mut Answering, caller: &Caller, account: &str, amount: &str) -> Rep
         reason: "term".into(),
         key: None,
         adjust: false,
+        expires: None,
     };
     handle(a, caller, request, NOW).0
 }
@@ -100,9 +101,16 @@ fn coordinators_grant_within_their_accounts_and_nothing_else() {
         reason: "x".into(),
         key: None,
         adjust: true,
+        expires: None,
     };
     assert!(refused(&handle(&mut a, &who("carol", false), adjust, NOW).0));
-    let own = Request::Grant { user: "carol".into(), amount: "5".parse().unwrap(), reason: "x".into(), key: None };
+    let own = Request::Grant {
+        user: "carol".into(),
+        amount: "5".parse().unwrap(),
+        reason: "x".into(),
+        key: None,
+        expires: None,
+    };
     assert!(refused(&handle(&mut a, &who("carol", false), own, NOW).0));
 }
 
