@@ -224,6 +224,17 @@ pub struct BalanceRow {
     /// With pools: the pool of the user's default account, which pays for their jobs without `-A`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_pool: Option<PoolBalance>,
+    /// A grant with tokens left that ends within `[notify] expiry_warning` (the soonest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiring: Option<Expiring>,
+}
+
+/// What is left of a grant that ends soon, and when it expires.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Expiring {
+    pub tokens: Tokens,
+    /// Local time, `YYYY-MM-DDTHH:MM:SS`.
+    pub at: String,
 }
 
 /// A pool's balance as a line about the user's jobs names it.

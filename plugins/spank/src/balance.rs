@@ -45,8 +45,13 @@ pub fn message(row: &BalanceRow) -> String {
         Status::Ok => "ok".to_string(),
         debt => format!("{}: {}", debt.as_str(), debt.explanation(row.floor)),
     };
+    // A grant about to end: its tokens are used first, and what is left then expires.
+    let expiring = match &row.expiring {
+        Some(e) => format!("; {} tokens of a grant expire at {}", e.tokens, e.at),
+        None => String::new(),
+    };
     let Some(pool) = &row.default_pool else {
-        return format!("balance {} tokens ({state}); run 'sbalance' for details.", row.balance);
+        return format!("balance {} tokens ({state}){expiring}; run 'sbalance' for details.", row.balance);
     };
     let pool_state = match pool.status {
         Status::Ok => "ok".to_string(),
@@ -54,7 +59,7 @@ pub fn message(row: &BalanceRow) -> String {
     };
     format!(
         "GPU jobs without -A are charged to account {}: {} tokens ({pool_state}); your own balance {} tokens \
-         ({state}); run 'sbalance -l' for details.",
+         ({state}){expiring}; run 'sbalance -l' for details.",
         pool.account, pool.balance, row.balance
     )
 }
@@ -75,6 +80,7 @@ mod tests {
             recovers: None,
             in_ledger: true,
             default_pool: None,
+            expiring: None,
         }
     }
 
@@ -86,6 +92,17 @@ mod tests {
             message(&row(-11, Status::Blocked)),
             "balance -11 tokens (blocked: GPU jobs are refused until the balance is above the floor -10 again); run \
              'sbalance' for details."
+        );
+    }
+
+    #[test]
+    fn a_grant_ending_soon_is_named() {
+        let mut r = row(146, Status::Ok);
+        r.expiring =
+            Some(gputokens::protocol::Expiring { tokens: Tokens::whole(42), at: "2026-11-26T10:14:00".into() });
+        assert_eq!(
+            message(&r),
+            "balance 146 tokens (ok); 42 tokens of a grant expire at 2026-11-26T10:14:00; run 'sbalance' for details."
         );
     }
 

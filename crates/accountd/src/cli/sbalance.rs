@@ -309,7 +309,7 @@ fn json(rows: &[BalanceRow]) -> String {
     let users: Vec<serde_json::Value> = rows
         .iter()
         .map(|r| {
-            serde_json::json!({
+            let mut user = serde_json::json!({
                 "user": r.user,
                 "balance": r.balance.as_f64(),
                 "floor": r.floor.as_f64(),
@@ -318,7 +318,11 @@ fn json(rows: &[BalanceRow]) -> String {
                 "used_30d": r.used_30d.iter().map(|(t, v)| (t.clone(), v.as_f64().into())).collect::<serde_json::Map<_, _>>(),
                 "next_grant": r.next_grant.as_ref().map(|(d, a)| serde_json::json!({"date": d, "amount": a.as_f64()})),
                 "recovers": r.recovers,
-            })
+            });
+            if let Some(e) = &r.expiring {
+                user["expiring"] = serde_json::json!({ "tokens": e.tokens.as_f64(), "at": e.at });
+            }
+            user
         })
         .collect();
     format!("{:#}\n", serde_json::json!({ "users": users }))

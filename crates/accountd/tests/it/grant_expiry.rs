@@ -42,6 +42,15 @@ fn a_grant_ending_in_two_minutes_is_announced_once_and_what_is_left_expires_once
     assert_eq!(args(&site).iter().filter(|a| a.ends_with("expiring alice")).count(), 1, "{:?}", args(&site));
     let all = captured(&site).join("\n");
     assert!(all.contains("STDIN: gputokens: 42 tokens left of a grant of 50 expire at "), "{all}");
+    // sbalance (and sbatch's balance line, from the same row) names it while it lasts.
+    let json = site.sbalance(Some("alice"), &["--json"]).ok().stdout;
+    let row: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let expiring = &row["users"][0]["expiring"];
+    assert_eq!(expiring["tokens"], 42.0, "{json}");
+    assert!(
+        expiring["at"].as_str().is_some_and(|at| at.starts_with(&chrono::Local::now().format("%Y-%m-%d").to_string())),
+        "{json}"
+    );
 
     // At its end the 42 left expire (the 8 charged came out of the grant), once.
     let after = gputokens::time::format_local(gputokens::time::now() + 180);
@@ -50,6 +59,8 @@ fn a_grant_ending_in_two_minutes_is_announced_once_and_what_is_left_expires_once
     site.accountd(None, &["tick", "--skip-charge", "--now", &after]).ok();
     assert_eq!(site.balance("alice"), "100", "the initial balance stays");
     assert_eq!(site.balance("bob"), "105", "nothing else changes");
+    let json = site.sbalance(Some("alice"), &["--json"]).ok().stdout;
+    assert!(!json.contains("expiring"), "ended: {json}");
     let history = site.sbalance(Some("alice"), &["--history", "5", "-P", "-n"]).ok().stdout;
     let expired: Vec<&str> = history.lines().filter(|l| l.contains("expired: 42 left of the grant of 50")).collect();
     assert_eq!(expired.len(), 1, "{history}");
