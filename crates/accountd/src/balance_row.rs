@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use gputokens::access::system_user_exists;
 use gputokens::protocol::{BalanceRow, Expiring, Reply};
 use gputokens::time::local_date;
+use gputokens::Tokens;
 
 use crate::reply::{from_ledger, invalid};
 use crate::resources::Resources;
@@ -39,14 +40,14 @@ pub fn balance_row(res: &Resources, user: &str, now: i64) -> Result<BalanceRow, 
         recovers: rules.recovers_on(today, balance).map(|d| d.to_string()),
         in_ledger: account.is_some(),
         default_pool: None,
-        expiring: expiring(res, user, now)?,
+        expiring: expiring(res, user, balance, now)?,
     })
 }
 
-/// The soonest-ending grant of `user` with tokens left that ends within `[notify] expiry_warning`.
-fn expiring(res: &Resources, user: &str, now: i64) -> Result<Option<Expiring>, Reply> {
+/// The soonest-ending grant of `user` with tokens at stake that ends within `[notify] expiry_warning`.
+fn expiring(res: &Resources, user: &str, balance: Tokens, now: i64) -> Result<Option<Expiring>, Reply> {
     let until = now.saturating_add(res.config.notify.expiry_warning.as_secs() as i64);
     let open = res.ledger.open_grants(user).map_err(from_ledger)?;
-    let soonest = open.into_iter().find(|g| g.unused > gputokens::Tokens::ZERO && g.expires_at <= until);
-    Ok(soonest.map(|g| Expiring { tokens: g.unused, at: gputokens::time::format_local(g.expires_at) }))
+    let soonest = open.into_iter().find(|g| g.at_stake(balance) > Tokens::ZERO && g.expires_at <= until);
+    Ok(soonest.map(|g| Expiring { tokens: g.at_stake(balance), at: gputokens::time::format_local(g.expires_at) }))
 }

@@ -81,6 +81,18 @@ pub fn initial_key(user: &str) -> String {
     format!("initial:{user}")
 }
 
+/// The idempotency key of what is left of grant `grant_entry` expiring at its end.
+pub fn expiry_key(grant_entry: i64) -> String {
+    format!("expire:{grant_entry}")
+}
+
+impl Entry {
+    /// Whether this entry is a grant's unused rest expiring (written by gputokens, keyed by the grant).
+    pub fn is_expiry(&self) -> bool {
+        self.actor == "gputokens" && self.key.as_deref().is_some_and(|k| k.starts_with("expire:"))
+    }
+}
+
 /// An audit row: what gputokens did to a job or a node, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Action {

@@ -151,7 +151,8 @@ pub fn balance_message(
 /// it first.
 pub fn expiring_message(unused: Tokens, amount: Tokens, expires: &str, balance: Tokens) -> String {
     format!(
-        "gputokens: {unused} tokens left of a grant of {amount} expire at {expires} (your GPU jobs use them first);          your balance is {balance}. Run 'sbalance' for details."
+        "gputokens: {unused} tokens left of a grant of {amount} expire at {expires} (your GPU jobs use them first); \
+         your balance is {balance}. Run 'sbalance' for details."
     )
 }
 

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use rusqlite::{params, Transaction};
 
-use gputokens::entry::{Entry, EntryKind};
+use gputokens::entry::{expiry_key, Entry, EntryKind};
 use gputokens::time::format_local;
 use gputokens::tokens::Tokens;
 
@@ -24,6 +24,14 @@ pub struct ExpiringGrant {
     /// What charges have not drawn of it yet: what expires at its end.
     pub unused: Tokens,
     pub expires_at: i64,
+}
+
+impl ExpiringGrant {
+    /// What would expire of it with the balance at `balance`: what is left of it, but never
+    /// taking the balance below 0 (a grant that paid a debt back has nothing left to expire).
+    pub fn at_stake(&self, balance: Tokens) -> Tokens {
+        self.unused.min(balance.max(Tokens::ZERO))
+    }
 }
 
 const GRANT_COLUMNS: &str = "entry_id, user, amount, unused, expires_at";
@@ -122,10 +130,10 @@ impl Ledger {
         for (grant, granted_at, reason) in due {
             let balance: i64 =
                 tx.query_row("SELECT balance FROM users WHERE name = ?1", [&grant.user], |r| r.get(0))?;
-            let expiring = grant.unused.min(Tokens::from_micro(balance).max(Tokens::ZERO));
+            let expiring = grant.at_stake(Tokens::from_micro(balance));
             let mut expired_entry = 0;
             if expiring > Tokens::ZERO {
-                let key = format!("expire:{}", grant.entry_id);
+                let key = expiry_key(grant.entry_id);
                 let why = format!(
                     "expired: {} left of the grant of {} on {} ({reason}), which ended {}",
                     expiring,

@@ -91,6 +91,9 @@ function showUser(view) {
   let text = view.explanation;
   if (view.recovers) text += ` Replenishment alone ends this on ${view.recovers}.`;
   $("status-text").textContent = text;
+  // A grant about to end: the same words as sbatch's line.
+  $("expiring").textContent = view.expiring ? `${view.expiring.tokens.text} tokens of a grant expire at ${view.expiring.at}.` : "";
+  $("expiring").hidden = !view.expiring;
   $("forecast").textContent = view.forecast.floor_on
     ? `At the last ${view.forecast.window_days} days' rate you reach the floor on ${view.forecast.floor_on}.`
     : `Your balance has not fallen over the last ${view.forecast.window_days} days.`;

@@ -20,15 +20,18 @@ pub fn run(res: &mut Resources, now: i64) -> AccountdResult<Expired> {
     let ahead = res.config.notify.expiry_warning.as_secs() as i64;
     let mut done = Expired::default();
     for grant in res.ledger.grants_to_warn(now.saturating_add(ahead))? {
-        // A pool's grant is announced in the ledger only: its members' notifications are theirs.
         let balance = res.ledger.account(&grant.user)?.map(|a| a.balance).unwrap_or_default();
+        if grant.at_stake(balance) == gputokens::Tokens::ZERO {
+            continue; // nothing would expire (yet): warned when there is, if before its end
+        }
+        // A pool's grant is announced in the ledger only: its members' notifications are theirs.
         let notice =
             (res.config.notify.enabled() && gputokens::pools::account_of(&grant.user).is_none()).then(|| NewNotice {
                 user: grant.user.clone(),
                 event: Event::Expiring,
                 balance,
                 job_id: None,
-                message: expiring_message(grant.unused, grant.amount, &format_local(grant.expires_at), balance),
+                message: expiring_message(grant.at_stake(balance), grant.amount, &format_local(grant.expires_at), balance),
             });
         res.ledger.mark_warned(grant.entry_id, notice.as_ref(), now)?;
         done.warned += 1;

@@ -4,21 +4,23 @@
 
 use crate::common::Site;
 use crate::notifications::{args, capture_script, captured};
+use crate::web::{page_of, proxy_settings};
 
-/// A site whose notifications go to the capture script.
-fn site() -> Site {
-    let mut site = Site::start("daily = 0", "");
+/// A site whose notifications go to the capture script, with a status page behind a proxy.
+fn site() -> (Site, tempfile::NamedTempFile) {
+    let (web, secret) = proxy_settings();
+    let mut site = Site::start("daily = 0", &format!("[web]\nallow_http = true\n{web}"));
     let command = capture_script(&site);
     let config = std::fs::read_to_string(&site.config).unwrap();
     std::fs::write(&site.config, format!("{config}\n[notify]\ncommand = [\"{command}\"]\nexpiry_warning = \"1h\"\n"))
         .unwrap();
     site.restart();
-    site
+    (site, secret)
 }
 
 #[test]
 fn a_grant_ending_in_two_minutes_is_announced_once_and_what_is_left_expires_once() {
-    let site = site();
+    let (site, _secret) = site();
     site.accountd(None, &["admin", "grant", "bob", "5", "--reason", "unrelated"]).ok();
     let granted = site
         .accountd(
@@ -51,6 +53,10 @@ fn a_grant_ending_in_two_minutes_is_announced_once_and_what_is_left_expires_once
         expiring["at"].as_str().is_some_and(|at| at.starts_with(&chrono::Local::now().format("%Y-%m-%d").to_string())),
         "{json}"
     );
+    // So does the status page.
+    let page = page_of(&site, "alice");
+    assert_eq!((page["expiring"]["tokens"]["text"].as_str(), &page["expiring"]["at"]), (Some("42"), &expiring["at"]));
+    assert!(page_of(&site, "bob")["expiring"].is_null(), "bob has no grant ending");
 
     // At its end the 42 left expire (the 8 charged came out of the grant), once.
     let after = gputokens::time::format_local(gputokens::time::now() + 180);
@@ -69,6 +75,11 @@ fn a_grant_ending_in_two_minutes_is_announced_once_and_what_is_left_expires_once
     let statement = site.sbalance(Some("alice"), &["--statement", &month]).ok().stdout;
     let line = statement.lines().find(|l| l.contains("grant expired")).unwrap_or_else(|| panic!("{statement}"));
     assert!(line.contains("-42") && line.contains("expired: 42 left of the grant of 50"), "{statement}");
+    let page = page_of(&site, "alice");
+    assert!(page["expiring"].is_null(), "ended: {page}");
+    let events: Vec<&serde_json::Value> = page["events"].as_array().unwrap().iter().filter(|e| e["event"] == "expired").collect();
+    assert_eq!(events.len(), 1, "{page}");
+    assert!(events[0]["what"].as_str().unwrap().starts_with("expired: 42 left of the grant of 50"), "{page}");
     let verify = site.accountd(None, &["admin", "verify"]).ok().stdout;
     assert!(verify.contains("consistent"), "{verify}");
 }

@@ -136,6 +136,19 @@ fn sbatch_shows_the_users_balance() {
     scancel(&job_id(&out));
     assert!(out.stderr.contains("sbatch: gputokens: balance -3 tokens (overdraft: "), "{}", out.stderr);
 
+    // A grant ending soon: what of it would expire (never more than the balance: 3 of it paid the
+    // debt back) and when, as sbalance says it.
+    site.accountd(None, &["admin", "grant", "bob", "10", "--reason", "test: course", "--expires", "2h"]).ok();
+    let json: serde_json::Value =
+        serde_json::from_str(&site.sbalance(Some("bob"), &["--json"]).ok().stdout).unwrap();
+    let at = json["users"][0]["expiring"]["at"].as_str().unwrap_or_else(|| panic!("{json}")).to_string();
+    let out = sbatch("bob", &["--hold", "--wrap", "true"]);
+    scancel(&job_id(&out));
+    assert_eq!(
+        out.stderr,
+        format!("sbatch: gputokens: balance 7 tokens (ok); 7 tokens of a grant expire at {at}; run 'sbalance' for details.\n")
+    );
+
     // -Q hides it; without accountd sbatch says nothing at all.
     let out = sbatch("bob", &["-Q", "--hold", "--wrap", "true"]);
     scancel(&job_id(&out));

@@ -267,16 +267,31 @@ pub(crate) fn get_with(from: &str, url: &str, headers: &[(&str, String)]) -> (u1
 
 pub(crate) const PROXY_SECRET: &str = "pr0xy-s3cret";
 
-/// A site whose proxy at 127.0.0.2 proves itself with PROXY_SECRET.
-fn proxied_site() -> (Site, tempfile::NamedTempFile) {
+/// The `[web]` lines of a site whose proxy at 127.0.0.2 proves itself with PROXY_SECRET, and the
+/// secret's file (removed when dropped).
+pub(crate) fn proxy_settings() -> (String, tempfile::NamedTempFile) {
     let secret = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(secret.path(), format!("{PROXY_SECRET}\n")).unwrap();
     std::fs::set_permissions(secret.path(), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let site = web_site(&format!(
+    let lines = format!(
         "trusted_proxies = [\"127.0.0.2\"]\nuser_header = \"X-Remote-User\"\nproxy_secret_file = \"{}\"\n",
         secret.path().display()
-    ));
-    (site, secret)
+    );
+    (lines, secret)
+}
+
+/// `user`'s page data, as the proxy of `proxy_settings` asks for it.
+pub(crate) fn page_of(site: &Site, user: &str) -> serde_json::Value {
+    let headers = [("X-Remote-User", user.to_string()), ("X-Gputokens-Proxy-Secret", PROXY_SECRET.into())];
+    let (status, body) = get_with("127.0.0.2", &format!("{}/web/api/me", site.http_url()), &headers);
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// A site whose proxy at 127.0.0.2 proves itself with PROXY_SECRET.
+fn proxied_site() -> (Site, tempfile::NamedTempFile) {
+    let (lines, secret) = proxy_settings();
+    (web_site(&lines), secret)
 }
 
 #[test]

@@ -181,7 +181,7 @@ impl StatementBuilder {
             EntryKind::Import => self.opening_items.push(Line::of_entry(Item::Import, entry)),
             EntryKind::Monthly => self.monthly.push(Line::of_entry(Item::Monthly, entry)),
             EntryKind::Grant => self.by_people.push(Line::of_entry(Item::Grant, entry)),
-            EntryKind::Adjust if is_expiry(entry) => self.by_people.push(Line::of_entry(Item::Expired, entry)),
+            EntryKind::Adjust if entry.is_expiry() => self.by_people.push(Line::of_entry(Item::Expired, entry)),
             EntryKind::Adjust => self.by_people.push(Line::of_entry(Item::Adjust, entry)),
             EntryKind::Refund => self.by_people.push(Line::of_entry(Item::Refund, entry)),
             EntryKind::Replenish => {
@@ -258,9 +258,5 @@ pub fn gpu_hours(seconds: u64) -> String {
 }
 
 /// gputokens' own adjustment that expires what was left of a grant (ledger: keyed `expire:<grant>`).
-fn is_expiry(entry: &Entry) -> bool {
-    entry.actor == "gputokens" && entry.key.as_deref().is_some_and(|k| k.starts_with("expire:"))
-}
-
 #[cfg(test)]
 mod tests;

@@ -85,6 +85,11 @@ pub fn user_view(res: &Resources, user: &str, now: i64) -> Result<Value, String>
         let why = format!("{} {} → balance {}", e.kind.as_str(), e.amount, e.balance_after);
         events.push((e.at, json!({ "at": format_local(e.at), "event": event.as_str(), "what": what, "why": why })));
     }
+    // A grant's unused rest expiring is not a crossing, but the user should see why tokens left.
+    for e in entries.iter().filter(|e| e.is_expiry()) {
+        let why = format!("{} {} → balance {}", e.kind.as_str(), e.amount, e.balance_after);
+        events.push((e.at, json!({ "at": format_local(e.at), "event": "expired", "what": e.reason, "why": why })));
+    }
     for a in res.ledger.actions(ACTIONS_READ).map_err(|e| e.to_string())?.iter().filter(|a| a.user == user) {
         let what = format!("job {}: {} ({})", a.target, a.action, a.reason);
         events.push((a.at, json!({ "at": format_local(a.at), "event": "preempted", "what": what, "why": "" })));
@@ -101,6 +106,7 @@ pub fn user_view(res: &Resources, user: &str, now: i64) -> Result<Value, String>
         "status": row.status.as_str(),
         "explanation": format!("{}.", row.status.explanation(row.floor)),
         "recovers": row.recovers,
+        "expiring": row.expiring.as_ref().map(|g| json!({ "tokens": tokens(g.tokens), "at": g.at })),
         "next_grant": row.next_grant.map(|(date, amount)| json!({ "date": date, "amount": amount.to_string() })),
         "used_30d": row.used_30d.iter().map(|(t, v)| json!({ "gpu_type": t, "tokens": tokens(*v) })).collect::<Vec<_>>(),
         "chart": chart,
