@@ -86,6 +86,9 @@ pub struct Metrics {
     pub preemptions: Family<PreemptLabels, Counter>,
     pub drains: Family<NodeLabels, Counter>,
     pub xids_ignored: Family<XidLabels, Counter>,
+    /// Runs lost to the system refunded automatically, and the tokens given back, by cause.
+    pub refunds: Family<CauseLabels, Counter>,
+    pub refunded_tokens: Family<CauseLabels, FloatCounter>,
     pub agent_reports_refused: Family<ReasonLabels, Counter>,
     /// When each node's agent last had a report accepted: a node whose agent falls silent (node
     /// lost, link cut, agent stopped) shows as an age that keeps growing (`time() - ...`).
@@ -123,6 +126,12 @@ pub struct PreemptLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeLabels {
     pub node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CauseLabels {
+    /// `gpu_fault` or `node_fail` (`[refunds] causes`).
+    pub cause: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -176,6 +185,8 @@ impl Metrics {
             preemptions: Family::default(),
             drains: Family::default(),
             xids_ignored: Family::default(),
+            refunds: Family::default(),
+            refunded_tokens: Family::default(),
             admin_journal_failures: Counter::default(),
             registry: Registry::default(),
         };
@@ -271,6 +282,12 @@ impl Metrics {
             "gpu_xids_ignored",
             "XIDs reported by node agents that are not in [health] drain_xids (application errors): never drained for",
             m.xids_ignored.clone(),
+        );
+        registry.register("refunds", "GPU runs lost to the system refunded automatically ([refunds])", m.refunds.clone());
+        registry.register(
+            "refunded_tokens",
+            "Tokens given back by automatic refunds of runs lost to the system",
+            m.refunded_tokens.clone(),
         );
         registry.register(
             "admin_journal_failures",

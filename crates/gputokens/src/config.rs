@@ -86,6 +86,23 @@ pub struct Config {
     pub accounts: Accounts,
     /// `[ondemand]`: the balance file Open OnDemand's dashboard reads; None = not written.
     pub ondemand: Option<OnDemand>,
+    /// `[refunds]`: runs lost to the system, refunded automatically.
+    pub refunds: Refunds,
+}
+
+/// `[refunds]`: which runs lost to the system are refunded automatically, and how much of a long one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refunds {
+    /// The causes refunded (`causes`); empty: none, admins refund by hand.
+    pub causes: Vec<crate::refunds::RefundCause>,
+    /// At most this many GPU-seconds of one run are refunded (`max_gpu_hours`); None: all of it.
+    pub max_gpu_seconds: Option<u64>,
+}
+
+impl Default for Refunds {
+    fn default() -> Refunds {
+        Refunds { causes: crate::refunds::RefundCause::ALL.to_vec(), max_gpu_seconds: None }
+    }
 }
 
 /// `[ondemand]`: the balance file (format version 1) that Open OnDemand's dashboard reads from

@@ -93,6 +93,11 @@ impl Entry {
     }
 }
 
+/// The audit actions of a job taken off a GPU drained for a hardware fault: requeued, or cancelled
+/// where it could not be requeued. The run they end is lost to the system (`crate::refunds`).
+pub const FAULT_REQUEUE: &str = "fault-requeue";
+pub const FAULT_CANCEL: &str = "fault-cancel";
+
 /// An audit row: what gputokens did to a job or a node, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Action {

@@ -20,6 +20,7 @@ pub mod policy;
 pub mod pools;
 pub mod preemption;
 pub mod pricing;
+pub mod refunds;
 pub mod protocol;
 pub mod slurm;
 pub mod snapshot;

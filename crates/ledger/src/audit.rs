@@ -1,9 +1,9 @@
 //! The audit trail (table `actions`): what gputokens did, or with `dry_run` would have done, to a
 //! job or a node.
 
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 
-use gputokens::entry::Action;
+use gputokens::entry::{Action, FAULT_CANCEL, FAULT_REQUEUE};
 
 use super::{Ledger, LedgerError};
 
@@ -15,6 +15,20 @@ impl Ledger {
             params![action.at, action.action, action.target, action.user, action.reason, action.dry_run],
         )?;
         Ok(())
+    }
+
+    /// The reason gputokens took job `job_id` off a faulty GPU (`FAULT_REQUEUE`/`FAULT_CANCEL`)
+    /// between `from` and `until` (unix seconds), if it did: the run then holding it was lost.
+    pub fn fault_action_on(&self, job_id: &str, from: i64, until: i64) -> Result<Option<String>, LedgerError> {
+        let reason = self
+            .conn
+            .prepare_cached(
+                "SELECT reason FROM actions WHERE target = ?1 AND action IN (?2, ?3) AND NOT dry_run
+                 AND at BETWEEN ?4 AND ?5 ORDER BY id LIMIT 1",
+            )?
+            .query_row(params![job_id, FAULT_REQUEUE, FAULT_CANCEL, from, until], |r| r.get(0))
+            .optional()?;
+        Ok(reason)
     }
 
     /// The most recent `limit` actions, newest first.

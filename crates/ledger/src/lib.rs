@@ -15,6 +15,7 @@ mod history;
 mod meta;
 mod notify;
 mod pools;
+mod refunds;
 mod replenish;
 mod schema;
 mod statement;
@@ -39,6 +40,7 @@ pub use gputokens::entry::{Action, Entry, EntryKind};
 pub use gputokens::gpu_time::UsageRecord;
 pub use notify::{NewNotice, Notice};
 pub use pools::{created_key as pool_created_key, MemberSpending, Pool, PoolChange};
+pub use refunds::{run_refund_key, RunRefund};
 pub use replenish::Replenished;
 pub use schema::SchemaError;
 pub use statement::Issue;
@@ -103,6 +105,8 @@ impl Ledger {
 mod expiry_tests;
 #[cfg(test)]
 mod pool_tests;
+#[cfg(test)]
+mod refund_tests;
 #[cfg(test)]
 mod range_tests;
 #[cfg(test)]

@@ -82,10 +82,10 @@ pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
         Reply::History { entries, .. } => print_history(&entries),
         Reply::Actions { actions } if json => crate::outln!("{:#}", serde_json::json!({ "actions": actions })),
         Reply::Actions { actions } => {
-            crate::outln!("{:<19} {:<8} {:<10} {:<10} Reason", "Time", "Action", "Target", "User");
+            crate::outln!("{:<19} {:<13} {:<10} {:<10} Reason", "Time", "Action", "Target", "User");
             for a in actions {
                 let action = if a.dry_run { format!("({})", a.action) } else { a.action };
-                crate::outln!("{:<19} {:<8} {:<10} {:<10} {}", format_local(a.at), action, a.target, a.user, a.reason);
+                crate::outln!("{:<19} {:<13} {:<10} {:<10} {}", format_local(a.at), action, a.target, a.user, a.reason);
             }
         }
         Reply::Imported { imported, already } => {

@@ -196,8 +196,8 @@ fn label(l: &Line) -> String {
 fn note(l: &Line) -> String {
     let reason = l.reason.as_deref().unwrap_or_default().replace(['\n', '\r'], " ");
     match l.actor.as_deref() {
-        // Which grant, and when it ended: the expiry's own words.
-        Some("gputokens") if l.item == Item::Expired => reason,
+        // Which grant, and when it ended; which run was lost, and to what: their own words.
+        Some("gputokens") if matches!(l.item, Item::Expired | Item::Refund) => reason,
         None | Some("gputokens") => String::new(),
         Some(actor) if reason.is_empty() => actor.to_string(),
         Some(actor) => format!("{actor}: {reason}"),

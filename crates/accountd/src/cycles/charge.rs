@@ -9,7 +9,7 @@ use gputokens::pricing::{measured_fraction, weight_permille};
 use gputokens::slurm::{sacct, squeue};
 use ledger::{ChargeOutcome, UsageRecord};
 
-use crate::cycles::rejected_records;
+use crate::cycles::{refunds, rejected_records};
 use crate::cycles::CycleState;
 use crate::error::AccountdResult;
 use crate::resources::Resources;
@@ -31,6 +31,8 @@ pub struct ChargeSummary {
     pub skipped: usize,
     /// Records left out because they cannot be charged (logged and counted in the metrics).
     pub rejected: usize,
+    /// Runs lost to the system refunded now (`[refunds]`).
+    pub refunded: usize,
 }
 
 impl fmt::Display for ChargeSummary {
@@ -44,6 +46,9 @@ impl fmt::Display for ChargeSummary {
         )?;
         if self.rejected > 0 {
             write!(f, "; {} records that cannot be charged left out (see the log)", self.rejected)?;
+        }
+        if self.refunded > 0 {
+            write!(f, "; {} runs lost to the system refunded", self.refunded)?;
         }
         for (gpu_type, secs) in &self.outcome.unlisted_types {
             write!(f, "; {secs} GPU-seconds of unpriced type '{gpu_type}'")?;
@@ -78,6 +83,8 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, now: i64) -> AccountdResult
     }
 
     let outcome = cycle.res.ledger.charge(&records, &cycle.res.config.prices, now)?;
+    // After the charge, so a lost run's charge is complete when it is given back.
+    let refunded = refunds::run(&mut cycle.res, &finished.records, &finished.states, &finished.nodes, now)?;
     // Read up to what Slurm had seen: a job that ends after the clock but before `now` is read again.
     cycle.res.ledger.set_meta(READ_UNTIL, &now.min(read_at).to_string())?;
     if read_from.is_none() {
@@ -100,6 +107,7 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, now: i64) -> AccountdResult
         outcome,
         skipped: finished.skipped,
         rejected: rejected.len(),
+        refunded,
     })
 }
 

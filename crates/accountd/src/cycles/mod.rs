@@ -9,6 +9,7 @@ pub mod expiries;
 pub mod lock;
 pub mod notify;
 pub mod preemption;
+pub mod refunds;
 pub mod rejected_records;
 pub mod serve;
 pub mod slurm_view;

@@ -11,6 +11,7 @@ pub mod faults;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
+use gputokens::entry::{FAULT_CANCEL, FAULT_REQUEUE};
 use gputokens::slurm::squeue;
 use ledger::{Action, GpuFault};
 
@@ -141,10 +142,14 @@ fn drain(
     }
     audit(res, "drain", node, "", &reason)?;
     res.metrics.drains.get_or_create(&NodeLabels { node: node.to_string() }).inc();
+    // Audited as fault actions, apart from preemptions: the run they end is refunded ([refunds]).
     for (job, user) in jobs_on_gpu(report, &slurm, index) {
-        let result = slurm.run("scontrol", &["--", "requeue", &job]).or_else(|_| slurm.run("scancel", &["--", &job]));
+        let result = slurm
+            .run("scontrol", &["--", "requeue", &job])
+            .map(|_| FAULT_REQUEUE)
+            .or_else(|_| slurm.run("scancel", &["--", &job]).map(|_| FAULT_CANCEL));
         match result {
-            Ok(_) => audit(res, "requeue", &job, &user, &reason)?,
+            Ok(action) => audit(res, action, &job, &user, &reason)?,
             Err(e) => tracing::error!("cannot requeue job {job} from failing GPU {index} of {node}: {e}"),
         }
     }

@@ -19,10 +19,10 @@ impl Drop for ResumeNode {
 }
 
 /// `accountd agent` sampling every second until dropped.
-struct Agent(Child);
+pub(crate) struct Agent(Child);
 
 impl Agent {
-    fn start(site: &Site, state: &Path) -> Agent {
+    pub(crate) fn start(site: &Site, state: &Path) -> Agent {
         let config = crate::agent::agent_config(site);
         let log = std::fs::File::create(site.path("agent.log")).unwrap();
         let child = Command::new(bin("accountd"))
@@ -46,18 +46,18 @@ impl Drop for Agent {
 
 /// The fake GPUs: eight like gres.conf. GPU 0's utilization is a tick that tells reports apart.
 #[derive(Clone)]
-struct Gpus {
+pub(crate) struct Gpus {
     tick: u32,
     temp: [u32; 8],
-    xids: [Vec<u64>; 8],
+    pub(crate) xids: [Vec<u64>; 8],
 }
 
 impl Gpus {
-    fn new() -> Gpus {
+    pub(crate) fn new() -> Gpus {
         Gpus { tick: 0, temp: [50; 8], xids: Default::default() }
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         (0..8)
             .map(|i| {
                 let util = if i == 0 { self.tick } else { 0 };
@@ -74,7 +74,7 @@ impl Gpus {
 /// Writes the state (by rename: the fake never reads half a file) and waits until accountd has wholly
 /// taken a report made after it: reports are posted one at a time, so once a second state's report
 /// shows on /metrics, the first one's is done.
-fn settle(site: &Site, path: &Path, gpus: &mut Gpus) {
+pub(crate) fn settle(site: &Site, path: &Path, gpus: &mut Gpus) {
     for _ in 0..2 {
         gpus.tick += 1;
         let tmp = path.with_extension("tmp");

@@ -25,6 +25,7 @@ mod packages;
 mod plugin_linkage;
 mod preemption;
 mod records;
+mod refunds;
 mod rpms;
 mod sbalance;
 mod security;

@@ -137,7 +137,7 @@ fn uncorrectable_ecc_error_drains_the_node_and_requeues_its_jobs() {
     assert_eq!(reason.trim(), "gputokens: GPU 3 has 2 uncorrectable ECC errors");
     assert_ne!(squeue(&job, "%T"), "RUNNING", "the job on the failing GPU was requeued");
     let actions = site.accountd(None, &["admin", "actions"]).ok().stdout;
-    assert!(actions.contains("drain") && actions.contains(&format!("requeue  {job}")), "{actions}");
+    assert!(actions.contains("drain") && actions.contains(&format!("fault-requeue {job}")), "{actions}");
     // A second report of the same failure does not drain again.
     crate::agent::report_once(&crate::agent::agent_config(&site), &state);
     let again = sinfo("%T");

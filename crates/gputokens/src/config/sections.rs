@@ -12,7 +12,8 @@ use super::values::{
 };
 use super::{
     Accounts, Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Config, Exempt, Health, HttpAccess,
-    Intervals, Notify, OnDemand, OnDemandReaders, Paths, PreemptAction, Preemption, Problem, Prometheus, SlurmTools,
+    Intervals, Notify, OnDemand, OnDemandReaders, Paths, PreemptAction, Preemption, Problem, Prometheus, Refunds,
+    SlurmTools,
     UtilizationConfig, UtilizationSource, Web, DEFAULT_PROMETHEUS_JOB_LABEL, DEFAULT_PROMETHEUS_QUERY,
     DEFAULT_PROMETHEUS_TIMEOUT,
 };
@@ -21,6 +22,7 @@ use crate::config::admission::{Deprioritize, Mode, DEFAULT_NICE_INCREMENT, DEFAU
 use crate::policy::BucketRules;
 use crate::pools::PoolMode;
 use crate::pricing::PriceTable;
+use crate::refunds::RefundCause;
 use crate::tokens::Tokens;
 
 const DEFAULT_INITIAL: Tokens = Tokens::whole(100);
@@ -96,6 +98,7 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
         pool_defaults: bucket(s, user_rules),
     });
     let ondemand = top.optional_table("ondemand", ondemand).flatten();
+    let refunds = top.table("refunds", refunds);
 
     let config = Config {
         path: path.to_path_buf(),
@@ -124,6 +127,7 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
         web,
         accounts,
         ondemand,
+        refunds,
     };
     (config, top.finish())
 }
@@ -384,6 +388,31 @@ fn ondemand(s: &mut Section) -> Option<OnDemand> {
         }
     };
     Some(OnDemand { balance_file, unit, project_type, readers })
+}
+
+/// `[refunds]`: the causes by name, and a cap in GPU-hours per run.
+fn refunds(s: &mut Section) -> Refunds {
+    let d = Refunds::default();
+    let all: Vec<String> = d.causes.iter().map(|c| c.as_str().to_string()).collect();
+    let causes = s.get("causes", all, |v| {
+        let list = strings(v)?;
+        for name in &list {
+            if RefundCause::parse(name).is_none() {
+                let known: Vec<&str> = RefundCause::ALL.iter().map(|c| c.as_str()).collect();
+                return Err(format!("unknown cause {name:?}: the causes are {known:?}"));
+            }
+        }
+        Ok(list)
+    });
+    let max_gpu_seconds = s.optional("max_gpu_hours", |v| {
+        let hours = number(v)?;
+        if !(hours > 0.0 && hours <= 1e9) {
+            return Err(format!("must be a number of GPU-hours above 0 (got {hours})"));
+        }
+        Ok((hours * 3600.0).round() as u64)
+    });
+    let causes = causes.iter().filter_map(|c| RefundCause::parse(c)).collect();
+    Refunds { causes, max_gpu_seconds }
 }
 
 /// `[web]`: the status page's address, link and session lifetimes, and trusted proxies.

@@ -40,6 +40,9 @@ pub struct Parsed {
     pub active: Vec<UsageRecord>,
     /// NodeList of each record's job, where the output has that column.
     pub nodes: HashMap<String, String>,
+    /// How each final record's run ended: its State's first word by (job, run start), where the
+    /// output has that column (automatic refunds read it).
+    pub states: HashMap<(String, i64), String>,
     pub skipped: usize,
     pub rejected: Vec<Rejected>,
 }
@@ -61,7 +64,7 @@ struct Columns {
 
 /// What one row is.
 enum Row {
-    Record { record: UsageRecord, active: bool, nodes: Option<String> },
+    Record { record: UsageRecord, active: bool, nodes: Option<String>, state: Option<String> },
     NoGpuTime,
 }
 
@@ -90,13 +93,16 @@ pub fn parse(text: &str, sharing: Sharing) -> Result<Parsed, SacctError> {
     for (index, line) in lines {
         match row(line, &columns, sharing) {
             Ok(Row::NoGpuTime) => parsed.skipped += 1,
-            Ok(Row::Record { record, active, nodes }) => {
+            Ok(Row::Record { record, active, nodes, state }) => {
                 if let Some(nodes) = nodes {
                     parsed.nodes.insert(record.job_id.clone(), nodes);
                 }
                 if active {
                     parsed.active.push(record);
                 } else {
+                    if let Some(state) = state {
+                        parsed.states.insert((record.job_id.clone(), record.segment_start), state);
+                    }
                     parsed.records.push(record);
                 }
             }
@@ -164,7 +170,8 @@ fn row(line: &str, columns: &Columns, sharing: Sharing) -> Result<Row, (Reason, 
     // never ran; a later cycle (`reread`) charges the finished row.
     let unended = columns.end.is_some_and(|i| matches!(fields[i].trim(), "Unknown" | "None" | ""));
     let active = unended || state.is_some_and(|s| ACTIVE_STATES.contains(&s));
-    Ok(Row::Record { record, active, nodes: columns.node_list.map(|i| fields[i].trim().to_string()) })
+    let nodes = columns.node_list.map(|i| fields[i].trim().to_string());
+    Ok(Row::Record { record, active, nodes, state: state.map(str::to_string) })
 }
 
 #[cfg(test)]
@@ -225,6 +232,7 @@ mod tests {
             assert!(parsed.active.is_empty() && parsed.rejected.is_empty(), "{release}: {parsed:?}");
             assert_eq!(parsed.skipped, 2, "{release}");
             assert!(parsed.nodes.values().all(|n| n == "vm"), "{release}");
+            assert!(parsed.states.len() == 4 && parsed.states.values().all(|s| s == "CANCELLED"), "{release}: {parsed:?}");
         }
     }
 
@@ -328,5 +336,19 @@ garbage row without fields
         let sluids: Vec<Option<&str>> = p.records.iter().chain(&p.active).map(|r| r.sluid.as_deref()).collect();
         assert_eq!(sluids, [Some("s359M8A2NFAK00"), None, Some("s45HM8A2FXAC00")]);
         assert!(parse(SAMPLE, Sharing::default()).unwrap().records.iter().all(|r| r.sluid.is_none()));
+    }
+
+    /// Each final run's state, by job and start, for refunds; "CANCELLED by 0" is CANCELLED.
+    #[test]
+    fn each_final_run_keeps_how_it_ended() {
+        let text = "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State
+40|ann|gres/gpu:a6000=1|60|1795444368|NODE_FAIL
+40|ann|gres/gpu:a6000=1|30|1795444500|RUNNING
+41|bob|gres/gpu:a6000=1|60|1795444368|CANCELLED by 1001
+";
+        let p = parse(text, Sharing::default()).unwrap();
+        assert_eq!(p.states.len(), 2, "{p:?}");
+        assert_eq!(p.states[&("40".to_string(), 1795444368)], "NODE_FAIL");
+        assert_eq!(p.states[&("41".to_string(), 1795444368)], "CANCELLED");
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use gputokens::entry::EntryKind;
+use gputokens::entry::{EntryKind, FAULT_CANCEL, FAULT_REQUEUE};
 use gputokens::forecast;
 use gputokens::notify::{crossing, Event, Level};
 use gputokens::policy::Status;
@@ -85,14 +85,17 @@ pub fn user_view(res: &Resources, user: &str, now: i64) -> Result<Value, String>
         let why = format!("{} {} → balance {}", e.kind.as_str(), e.amount, e.balance_after);
         events.push((e.at, json!({ "at": format_local(e.at), "event": event.as_str(), "what": what, "why": why })));
     }
-    // A grant's unused rest expiring is not a crossing, but the user should see why tokens left.
-    for e in entries.iter().filter(|e| e.is_expiry()) {
+    // Not crossings, but the user should see why tokens left or came back: a grant's unused rest
+    // expiring, and a run lost to the system refunded by gputokens.
+    for e in entries.iter().filter(|e| e.is_expiry() || (e.kind == EntryKind::Refund && e.actor == "gputokens")) {
+        let event = if e.is_expiry() { "expired" } else { "refunded" };
         let why = format!("{} {} → balance {}", e.kind.as_str(), e.amount, e.balance_after);
-        events.push((e.at, json!({ "at": format_local(e.at), "event": "expired", "what": e.reason, "why": why })));
+        events.push((e.at, json!({ "at": format_local(e.at), "event": event, "what": e.reason, "why": why })));
     }
     for a in res.ledger.actions(ACTIONS_READ).map_err(|e| e.to_string())?.iter().filter(|a| a.user == user) {
         let what = format!("job {}: {} ({})", a.target, a.action, a.reason);
-        events.push((a.at, json!({ "at": format_local(a.at), "event": "preempted", "what": what, "why": "" })));
+        let event = if [FAULT_REQUEUE, FAULT_CANCEL].contains(&a.action.as_str()) { "failing GPU" } else { "preempted" };
+        events.push((a.at, json!({ "at": format_local(a.at), "event": event, "what": what, "why": "" })));
     }
     events.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
 

@@ -1,0 +1,96 @@
+//! Automatic refunds, each charge cycle: the finished runs sacct says were lost to the system (see
+//! `gputokens::refunds`) get what they were charged back, once per run, with the cause in the
+//! entry's reason (and so in the history, the statement and the status page).
+
+use std::collections::HashMap;
+
+use gputokens::refunds::{cause, refunded_share, RefundCause, RunEnd};
+use gputokens::time::format_local;
+use ledger::{RunRefund, UsageRecord};
+
+use crate::error::AccountdResult;
+use crate::metrics::CauseLabels;
+use crate::resources::Resources;
+
+/// How long after a run's end gputokens' fault requeue may be recorded: scontrol returns, then the
+/// action is written, while slurmctld has already ended the run.
+const FAULT_ACTION_SLACK: i64 = 300;
+
+/// Refunds the lost runs among `records` (finished ones), whose states and nodes sacct gave;
+/// returns how many runs were refunded now.
+pub fn run(
+    res: &mut Resources,
+    records: &[UsageRecord],
+    states: &HashMap<(String, i64), String>,
+    nodes: &HashMap<String, String>,
+    now: i64,
+) -> AccountdResult<usize> {
+    let config = res.config.refunds.clone();
+    if config.causes.is_empty() {
+        return Ok(0);
+    }
+    let mut refunded = 0;
+    for record in records {
+        let Some(state) = states.get(&(record.job_id.clone(), record.segment_start)) else { continue };
+        let end = record.segment_start.saturating_add(i64::try_from(record.elapsed).unwrap_or(i64::MAX));
+        // The audit trail is read only for the states a fault action leaves.
+        let fault = match state.as_str() {
+            "REQUEUED" | "CANCELLED" => res.ledger.fault_action_on(
+                &record.job_id,
+                record.segment_start,
+                end.saturating_add(FAULT_ACTION_SLACK),
+            )?,
+            _ => None,
+        };
+        let Some(why) = cause(&RunEnd { state, fault_action: fault.is_some() }, &config.causes) else {
+            tracing::debug!("job {} run from {}: {state}, not refunded", record.job_id, record.segment_start);
+            continue;
+        };
+        if res.ledger.run_refunded(&record.job_id, record.segment_start)? {
+            continue;
+        }
+        let gpu_seconds = record.milli_gpus.values().sum::<u64>().saturating_mul(record.elapsed) / 1000;
+        let share = refunded_share(gpu_seconds, config.max_gpu_seconds);
+        let lost_to = match why {
+            RefundCause::NodeFail => {
+                let node = nodes.get(&record.job_id).map(String::as_str).unwrap_or("its node");
+                format!("a node failure (NODE_FAIL on {node})")
+            }
+            RefundCause::GpuFault => format!("a GPU fault ({})", fault.unwrap_or_default()),
+        };
+        let mut reason =
+            format!("refund: run of job {} from {} lost to {lost_to}", record.job_id, format_local(record.segment_start));
+        if share.0 != share.1 {
+            reason += &format!(
+                "; {} of its {} GPU-hours refunded ([refunds] max_gpu_hours)",
+                gpu_hours(share.0),
+                gpu_hours(gpu_seconds)
+            );
+        }
+        let refund = RunRefund {
+            job_id: &record.job_id,
+            segment_start: record.segment_start,
+            share,
+            reason: &reason,
+            at: now,
+        };
+        let entries = res.ledger.refund_run(&refund)?;
+        if entries.is_empty() {
+            continue;
+        }
+        let labels = CauseLabels { cause: why.as_str().to_string() };
+        res.metrics.refunds.get_or_create(&labels).inc();
+        let tokens: f64 = entries.iter().map(|e| e.amount.as_f64()).sum();
+        res.metrics.refunded_tokens.get_or_create(&labels).inc_by(tokens);
+        for e in &entries {
+            tracing::info!("{}: +{} {}", e.user, e.amount, e.reason);
+        }
+        refunded += 1;
+    }
+    Ok(refunded)
+}
+
+fn gpu_hours(gpu_seconds: u64) -> String {
+    let hours = gpu_seconds as f64 / 3600.0;
+    format!("{:.2}", hours).trim_end_matches('0').trim_end_matches('.').to_string()
+}

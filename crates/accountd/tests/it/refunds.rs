@@ -1,0 +1,179 @@
+//! Automatic refunds on the real cluster: alice's run on a GPU that reports a hardware XID is taken
+//! off it (gputokens drains the node and requeues the job) and refunded once, with the cause in
+//! her history, statement and status page; bob's runs that end by themselves (exit 1, time limit)
+//! or by his own `scontrol requeue` are charged in full.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::cluster::{sacct, sbatch, serial, wait_finished};
+use crate::common::{run_as, Site};
+use crate::health::{settle, Agent, Gpus};
+use crate::preemption::{cancel, squeue, wait_for};
+use crate::web::{page_of, proxy_settings};
+
+/// Resumes `vm` however the test ends: other tests share the node.
+struct ResumeNode;
+
+impl Drop for ResumeNode {
+    fn drop(&mut self) {
+        run_as(None, Path::new("/usr/bin/scontrol"), &["update", "nodename=vm", "state=resume"]);
+    }
+}
+
+/// The GPU index Slurm gave a running one-GPU job (`scontrol show job -d`: `IDX:6`).
+fn gpu_index(job: &str) -> u32 {
+    let detail = run_as(None, Path::new("/usr/bin/scontrol"), &["show", "job", "-d", job]).ok().stdout;
+    let idx = detail.split("IDX:").nth(1).unwrap_or_else(|| panic!("no IDX in:\n{detail}"));
+    idx.chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap()
+}
+
+/// sacct's run rows of `job` (`sacct -D`): State per run, oldest first.
+fn run_states(job: &str) -> Vec<String> {
+    sacct(&["-j", job, "-X", "-D", "-n", "-P", "-o", "State"]).lines().map(str::to_string).collect()
+}
+
+/// `user`'s history rows (sbalance -P): kind, amount, job, reason.
+fn history(site: &Site, user: &str) -> Vec<(String, String, String, String)> {
+    let out = site.sbalance(Some(user), &["--history", "100", "-P", "-n"]).ok().stdout;
+    out.lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split('|').collect();
+            (f[1].to_string(), f[2].to_string(), f[4].to_string(), f[5..].join("|"))
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_run_lost_to_a_gpu_fault_is_refunded_once_and_runs_that_end_by_themselves_are_not() {
+    let _cluster = serial();
+    let _resume = ResumeNode;
+    let (web, _secret) = proxy_settings();
+    let site = Site::start(
+        "",
+        &format!("[slurm]\nfirst_lookback = \"1s\"\n[intervals]\ncharge = \"2s\"\n[web]\nallow_http = true\n{web}"),
+    );
+    // bob: one run hits its time limit, one exits 1, one he requeues himself (the last two after
+    // the agent's report: a job that ends while the agent reads the node's job records is refused).
+    let timeout = sbatch("bob", &["--time=1", "--gres=gpu:rtx2080:1", "--wrap", "sleep 300"]);
+    let requeued = sbatch("bob", &["--gres=gpu:rtx3090:1", "--wrap", "sleep 300"]);
+    let alice = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
+    wait_for("alice's and bob's jobs to run", || squeue(&alice, "%T") == "RUNNING" && squeue(&requeued, "%T") == "RUNNING");
+    std::thread::sleep(Duration::from_secs(4));
+
+    // alice's GPU falls off the bus: the node is drained and her job requeued off it. The agent
+    // runs (XIDs are events it registers for on its first sample).
+    let index = gpu_index(&alice);
+    let state = site.path("nvml-state.toml");
+    let mut gpus = Gpus::new();
+    std::fs::write(&state, gpus.text()).unwrap();
+    let agent = Agent::start(&site, &state);
+    settle(&site, &state, &mut gpus);
+    gpus.xids[index as usize].push(79);
+    settle(&site, &state, &mut gpus);
+    wait_for("alice's job requeued", || squeue(&alice, "%T") != "RUNNING");
+    drop(agent);
+    let actions = site.accountd(None, &["admin", "actions"]).ok().stdout;
+    assert!(actions.contains(&format!("fault-requeue {alice}")), "{actions}");
+    run_as(None, Path::new("/usr/bin/scontrol"), &["update", "nodename=vm", "state=resume"]).ok();
+    let fails = sbatch("bob", &["--gres=gpu:rtx2080:1", "--wrap", "sleep 3; exit 1"]);
+    let own = run_as(Some("bob"), Path::new("/usr/bin/scontrol"), &["requeue", &requeued]);
+    assert_eq!(own.code, 0, "bob may requeue his own job: {}", own.stderr);
+    cancel(&[&requeued]);
+    assert_eq!(wait_finished(&fails), "FAILED");
+    assert_eq!(wait_finished(&timeout), "TIMEOUT");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !run_states(&alice).contains(&"REQUEUED".to_string()) || !run_states(&requeued).contains(&"REQUEUED".to_string()) {
+        assert!(Instant::now() < deadline, "runs not recorded: {:?} {:?}", run_states(&alice), run_states(&requeued));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // Charged and refunded by the service's own cycle; then a tick (and its cycles) add nothing.
+    let refunds = |user: &str| -> Vec<(String, String, String, String)> {
+        history(&site, user).into_iter().filter(|(kind, ..)| kind == "refund").collect()
+    };
+    wait_for("alice's lost run refunded", || !refunds("alice").is_empty());
+    std::thread::sleep(Duration::from_secs(3));
+    let first = refunds("alice");
+    assert_eq!(first.len(), 1, "{:?}", history(&site, "alice"));
+    let (_, amount, job, reason) = &first[0];
+    assert_eq!(job, &alice);
+    assert!(
+        reason.starts_with(&format!("refund: run of job {alice} from ")) &&
+            reason.contains(&format!("lost to a GPU fault (gputokens: GPU {index} ")),
+        "{reason}"
+    );
+    // What her run was charged came back: her only job's only run, the job now waiting.
+    assert_eq!(site.balance("alice"), "100", "refunded {amount}: {:?}", history(&site, "alice"));
+    site.accountd(None, &["tick"]).ok();
+    assert_eq!(refunds("alice").len(), 1, "refunded once");
+    assert_eq!(site.balance("alice"), "100");
+
+    // bob's runs are charged in full: no refund, each job charged.
+    assert!(refunds("bob").is_empty(), "{:?}", history(&site, "bob"));
+    let charged: Vec<String> =
+        history(&site, "bob").into_iter().filter(|(k, ..)| k == "charge").map(|(_, _, job, _)| job).collect();
+    for job in [&timeout, &fails, &requeued] {
+        assert!(charged.contains(job), "job {job} charged: {charged:?}");
+    }
+    assert!(site.balance("bob").parse::<f64>().unwrap() < 100.0);
+
+    // The statement and the status page name the cause.
+    let month = chrono::Local::now().format("%Y-%m").to_string();
+    let statement = site.sbalance(Some("alice"), &["--statement", &month]).ok().stdout;
+    assert!(
+        statement.lines().any(|l| l.contains(&format!("refund of job {alice}")) && l.contains("lost to a GPU fault")),
+        "{statement}"
+    );
+    let page = page_of(&site, "alice");
+    let events = page["events"].as_array().unwrap();
+    assert!(events.iter().any(|e| e["event"] == "refunded" && e["what"].as_str().unwrap().contains("GPU fault")), "{page}");
+    assert!(events.iter().any(|e| e["event"] == "failing GPU"), "{page}");
+    let metrics = crate::common::http_get(&format!("{}/metrics", site.http_url())).1;
+    assert!(metrics.contains("gputokens_refunds_total{cause=\"gpu_fault\"} 1"), "{metrics}");
+    cancel(&[&alice]);
+}
+
+/// Saved sacct records through `accountd charge --sacct-file`: the NODE_FAIL run is refunded once,
+/// with its node in the reason; the runs that failed, timed out, ran out of memory or were cancelled
+/// (by their user: no fault action of gputokens) are not; `[refunds]` decides the causes and the cap.
+#[test]
+fn a_node_fail_run_in_saved_records_is_refunded_once_and_nothing_else() {
+    let start = gputokens::time::now() - 7200;
+    let rows = |job: u32, state: &str| format!("{job}|bob|gres/gpu:a6000=1,gres/gpu=1|3600|{start}|{}|{state}|gpu7\n", start + 3600);
+    let mut text = "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|End|State|NodeList\n".to_string();
+    for (job, state) in [(1, "NODE_FAIL"), (2, "FAILED"), (3, "TIMEOUT"), (4, "OUT_OF_MEMORY"), (5, "CANCELLED by 1001"), (6, "REQUEUED")] {
+        text += &rows(job, state);
+    }
+    let site = Site::start("", "");
+    let file = site.file("sacct.txt", &text);
+    let out = site.accountd(None, &["charge", "--sacct-file", &file]).ok();
+    assert!(out.stdout.contains("1 runs lost to the system refunded"), "{}", out.stdout);
+    // Six a6000-hours at 4, one of them given back.
+    assert_eq!(site.balance("bob"), "80");
+    let again = site.accountd(None, &["charge", "--sacct-file", &file]).ok();
+    assert!(again.stdout.contains("0 runs lost to the system refunded"), "{}", again.stdout);
+    assert_eq!(site.balance("bob"), "80");
+    let refunds: Vec<_> = history(&site, "bob").into_iter().filter(|(k, ..)| k == "refund").collect();
+    assert_eq!(refunds.len(), 1, "{refunds:?}");
+    assert_eq!((refunds[0].1.as_str(), refunds[0].2.as_str()), ("+4", "1"));
+    assert!(refunds[0].3.contains("lost to a node failure (NODE_FAIL on gpu7)"), "{refunds:?}");
+
+    // A site that refunds no node failures; one that caps a run at half a GPU-hour.
+    let off = Site::start("", "[refunds]\ncauses = [\"gpu_fault\"]\n");
+    let file = off.file("sacct.txt", &text);
+    off.accountd(None, &["charge", "--sacct-file", &file]).ok();
+    assert_eq!(off.balance("bob"), "76");
+    let capped = Site::start("", "[refunds]\nmax_gpu_hours = 0.5\n");
+    let file = capped.file("sacct.txt", &text);
+    capped.accountd(None, &["charge", "--sacct-file", &file]).ok();
+    assert_eq!(capped.balance("bob"), "78");
+    let reasons: Vec<String> = history(&capped, "bob").into_iter().filter(|(k, ..)| k == "refund").map(|r| r.3).collect();
+    assert!(reasons[0].ends_with("; 0.5 of its 1 GPU-hours refunded ([refunds] max_gpu_hours)"), "{reasons:?}");
+    // A cause gputokens does not know is named.
+    let bad = Site::start("", "");
+    std::fs::write(&bad.config, std::fs::read_to_string(&bad.config).unwrap() + "[refunds]\ncauses = [\"user_cancel\"]\n").unwrap();
+    let check = bad.accountd(None, &["config", "check"]);
+    assert!(check.stderr.contains("unknown cause \"user_cancel\"") || check.stdout.contains("unknown cause \"user_cancel\""), "{}{}", check.stdout, check.stderr);
+}

@@ -1,0 +1,103 @@
+//! Which ended GPU runs are refunded automatically (`[refunds]`): runs lost to the system, never
+//! runs that ended by themselves. A run counts as lost when its node failed under it (sacct's
+//! NODE_FAIL, which only slurmctld sets) or when gputokens took it off a GPU it drained for a
+//! hardware fault. A run a user requeued or cancelled, that exited non-zero, ran out of memory or
+//! hit its time limit is charged in full: none of those is the system's doing, and any user can
+//! cause them.
+
+/// Why a run is refunded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RefundCause {
+    /// gputokens drained the GPU the run held for a hardware fault and requeued (or cancelled) it.
+    GpuFault,
+    /// The run's node failed (Slurm ended it NODE_FAIL, and requeued it where it could).
+    NodeFail,
+}
+
+impl RefundCause {
+    pub const ALL: [RefundCause; 2] = [RefundCause::GpuFault, RefundCause::NodeFail];
+
+    /// The name in `[refunds] causes` and in the metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefundCause::GpuFault => "gpu_fault",
+            RefundCause::NodeFail => "node_fail",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<RefundCause> {
+        RefundCause::ALL.into_iter().find(|c| c.as_str() == text)
+    }
+}
+
+/// How a run ended, as far as refunds care.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunEnd<'a> {
+    /// sacct's State, first word ("CANCELLED by 0" is CANCELLED).
+    pub state: &'a str,
+    /// gputokens' own fault requeue or cancel of this job while this run held its GPUs.
+    pub fault_action: bool,
+}
+
+/// Why `run` is refunded, if it is; `causes` are the site's (`[refunds] causes`).
+pub fn cause(run: &RunEnd, causes: &[RefundCause]) -> Option<RefundCause> {
+    let found = match run.state {
+        "NODE_FAIL" => RefundCause::NodeFail,
+        // gputokens' `scontrol requeue` ends the run REQUEUED, its fallback `scancel` CANCELLED;
+        // the same states from a user's own requeue or scancel have no fault action behind them.
+        "REQUEUED" | "CANCELLED" if run.fault_action => RefundCause::GpuFault,
+        _ => return None,
+    };
+    causes.contains(&found).then_some(found)
+}
+
+/// The share of a run's charge that is refunded, as (numerator, denominator): all of it, or
+/// `max_gpu_seconds` of its `gpu_seconds` when a cap is set and the run held more.
+pub fn refunded_share(gpu_seconds: u64, max_gpu_seconds: Option<u64>) -> (u64, u64) {
+    match max_gpu_seconds {
+        Some(max) if gpu_seconds > max => (max, gpu_seconds),
+        _ => (1, 1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn end(state: &str, fault_action: bool) -> RunEnd<'_> {
+        RunEnd { state, fault_action }
+    }
+
+    #[test]
+    fn only_runs_lost_to_the_system_are_refunded() {
+        let all = RefundCause::ALL;
+        assert_eq!(cause(&end("NODE_FAIL", false), &all), Some(RefundCause::NodeFail));
+        assert_eq!(cause(&end("REQUEUED", true), &all), Some(RefundCause::GpuFault));
+        assert_eq!(cause(&end("CANCELLED", true), &all), Some(RefundCause::GpuFault), "the scancel fallback");
+        for state in ["COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "PREEMPTED", "DEADLINE", "BOOT_FAIL"] {
+            assert_eq!(cause(&end(state, false), &all), None, "{state}");
+            assert_eq!(cause(&end(state, true), &all), None, "{state}: it ended by itself before the requeue");
+        }
+        // A user's own requeue or scancel: no fault action behind it.
+        assert_eq!(cause(&end("REQUEUED", false), &all), None);
+        assert_eq!(cause(&end("CANCELLED", false), &all), None);
+    }
+
+    #[test]
+    fn only_the_sites_causes_are_refunded() {
+        assert_eq!(cause(&end("NODE_FAIL", false), &[RefundCause::GpuFault]), None);
+        assert_eq!(cause(&end("REQUEUED", true), &[RefundCause::NodeFail]), None);
+        assert_eq!(cause(&end("NODE_FAIL", false), &[]), None);
+    }
+
+    #[test]
+    fn a_cap_refunds_its_share_of_a_longer_run() {
+        assert_eq!(refunded_share(3600, None), (1, 1));
+        assert_eq!(refunded_share(3600, Some(7200)), (1, 1));
+        assert_eq!(refunded_share(4 * 3600, Some(3600)), (3600, 4 * 3600));
+        for cause in RefundCause::ALL {
+            assert_eq!(RefundCause::parse(cause.as_str()), Some(cause));
+        }
+        assert_eq!(RefundCause::parse("user_cancel"), None);
+    }
+}

@@ -1,0 +1,109 @@
+//! Automatic refunds of one run: its charge (or a capped share) back to whoever paid, once, never
+//! more than was paid, whatever admins refunded by hand before or after.
+
+use std::collections::BTreeMap;
+
+use super::*;
+use gputokens::pools::{holder, PoolMode};
+use gputokens::pricing::PriceTable;
+use gputokens::time::parse_timestamp;
+use gputokens::tokens::Tokens;
+
+fn at(text: &str) -> i64 {
+    parse_timestamp(text).unwrap()
+}
+
+fn prices() -> PriceTable {
+    PriceTable::new(BTreeMap::from([("a6000".to_string(), Tokens::whole(4))]), None)
+}
+
+/// A run of `job` from `start` holding one a6000 for `hours`.
+fn run(job: &str, user: &str, account: Option<&str>, start: &str, hours: u64) -> UsageRecord {
+    UsageRecord {
+        job_id: job.into(),
+        user: user.into(),
+        account: account.map(str::to_string),
+        segment_start: at(start),
+        sluid: None,
+        milli_gpus: BTreeMap::from([("a6000".to_string(), 1000)]),
+        elapsed: hours * 3600,
+        weight_permille: 1000,
+    }
+}
+
+fn refund<'a>(job: &'a str, start: &str, share: (u64, u64), now: i64) -> RunRefund<'a> {
+    RunRefund { job_id: job, segment_start: at(start), share, reason: "lost run: node vm failed (NODE_FAIL)", at: now }
+}
+
+fn balance(l: &Ledger, name: &str) -> Tokens {
+    l.account(name).unwrap().unwrap().balance
+}
+
+#[test]
+fn a_lost_run_is_refunded_once_and_the_jobs_other_runs_stay_charged() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let now = at("2026-11-26T12:00:00");
+    // Job 7 lost its first run (2 h, 8 tokens); its second run (1 h, 4 tokens) completed.
+    let runs = [run("7", "alice", None, "2026-11-26T08:00:00", 2), run("7", "alice", None, "2026-11-26T10:30:00", 1)];
+    l.charge(&runs, &prices(), now).unwrap();
+    assert_eq!(balance(&l, "alice"), Tokens::whole(88));
+
+    let first = l.refund_run(&refund("7", "2026-11-26T08:00:00", (1, 1), now)).unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!((first[0].amount, first[0].kind, first[0].actor.as_str()), (Tokens::whole(8), EntryKind::Refund, "gputokens"));
+    assert_eq!(first[0].job_id.as_deref(), Some("7"));
+    assert!(first[0].reason.contains("NODE_FAIL"));
+    assert!(l.run_refunded("7", at("2026-11-26T08:00:00")).unwrap());
+    assert!(!l.run_refunded("7", at("2026-11-26T10:30:00")).unwrap());
+    // Again (the next cycle re-reads the run): nothing.
+    assert!(l.refund_run(&refund("7", "2026-11-26T08:00:00", (1, 1), now + 60)).unwrap().is_empty());
+    assert_eq!(balance(&l, "alice"), Tokens::whole(96));
+    // An admin's refund of the whole job afterwards gives back only what is left: the second run.
+    let by_hand = l.refund_job("7", "root", "goodwill", now + 120).unwrap();
+    assert_eq!(by_hand[0].amount, Tokens::whole(4));
+    assert_eq!(balance(&l, "alice"), Tokens::whole(100));
+    assert!(l.verify().unwrap().problems.is_empty());
+}
+
+#[test]
+fn a_cap_refunds_a_share_and_nothing_is_given_back_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let now = at("2026-11-26T12:00:00");
+    l.charge(&[run("8", "bob", None, "2026-11-26T06:00:00", 4)], &prices(), now).unwrap();
+    assert_eq!(balance(&l, "bob"), Tokens::whole(84));
+    // A cap of 1 GPU-hour of the 4 held: a quarter of the 16 charged.
+    let entries = l.refund_run(&refund("8", "2026-11-26T06:00:00", (3600, 4 * 3600), now)).unwrap();
+    assert_eq!(entries[0].amount, Tokens::whole(4));
+
+    // A job an admin refunded by hand first: its lost run adds nothing.
+    l.charge(&[run("9", "bob", None, "2026-11-26T06:00:00", 1)], &prices(), now).unwrap();
+    l.refund_job("9", "root", "by hand", now).unwrap();
+    let before = balance(&l, "bob");
+    assert!(l.refund_run(&refund("9", "2026-11-26T06:00:00", (1, 1), now)).unwrap().is_empty());
+    assert_eq!(balance(&l, "bob"), before);
+    // A run never charged, and shares outside 0..1: nothing, or refused.
+    assert!(l.refund_run(&refund("10", "2026-11-26T06:00:00", (1, 1), now)).unwrap().is_empty());
+    assert!(l.refund_run(&refund("8", "2026-11-26T06:00:00", (2, 1), now)).is_err());
+    assert!(l.refund_run(&refund("8", "2026-11-26T06:00:00", (0, 1), now)).is_err());
+    assert!(l.verify().unwrap().problems.is_empty());
+}
+
+#[test]
+fn a_pool_paid_run_goes_back_to_the_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    l.set_pool_mode(PoolMode::Account);
+    let rules = BucketRules { initial: Tokens::whole(100), daily: Tokens::ZERO, monthly: Tokens::ZERO, cap: None, floor: Tokens::whole(-10) };
+    let now = at("2026-11-26T12:00:00");
+    l.add_pool("lab", rules, None, "root", now - 86_400).unwrap();
+    l.charge(&[run("11", "alice", Some("lab"), "2026-11-26T08:00:00", 2)], &prices(), now).unwrap();
+    assert_eq!(balance(&l, &holder("lab")), Tokens::whole(92));
+    let entries = l.refund_run(&refund("11", "2026-11-26T08:00:00", (1, 1), now)).unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!((entries[0].user.as_str(), entries[0].amount), (holder("lab").as_str(), Tokens::whole(8)));
+    assert_eq!(balance(&l, &holder("lab")), Tokens::whole(100));
+    let alice = l.account("alice").unwrap().map(|a| a.balance);
+    assert!(alice.is_none() || alice == Some(Tokens::whole(100)), "alice paid nothing, gets nothing: {alice:?}");
+}

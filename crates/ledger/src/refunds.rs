@@ -1,0 +1,107 @@
+//! Automatic refunds of runs lost to the system (`[refunds]`): what one run of a job was charged,
+//! or a share of it, goes back to whoever paid for the job, once, keyed by the run.
+
+use rusqlite::params;
+
+use gputokens::entry::{Entry, EntryKind};
+use gputokens::tokens::Tokens;
+
+use super::accounts::{insert_entry, Applied, NewEntry};
+use super::{Ledger, LedgerError};
+
+/// One run to refund.
+#[derive(Debug, Clone, Copy)]
+pub struct RunRefund<'a> {
+    pub job_id: &'a str,
+    /// The run's start, as its charges were recorded.
+    pub segment_start: i64,
+    /// The share of its charge refunded: (numerator, denominator), at most 1.
+    pub share: (u64, u64),
+    pub reason: &'a str,
+    pub at: i64,
+}
+
+/// The key of the refund of run `segment_start` of `job_id` to `holder`: each run refunded once.
+pub fn run_refund_key(job_id: &str, segment_start: i64, holder: &str) -> String {
+    // Under `refund:JOB:` like an admin's refund of the job, so each counts what the other gave back.
+    format!("refund:{job_id}:run:{segment_start}:{holder}")
+}
+
+impl Ledger {
+    /// Refunds `run.share` of what run `run.segment_start` of `run.job_id` was charged, to the
+    /// balances that paid for the job in proportion to what each paid, never more than a balance
+    /// paid for the job and has not had back. Once per run: a second call adds nothing. Returns the
+    /// entries written now.
+    pub fn refund_run(&mut self, run: &RunRefund) -> Result<Vec<Entry>, LedgerError> {
+        let (numerator, denominator) = run.share;
+        if numerator == 0 || denominator == 0 || numerator > denominator {
+            return Err(LedgerError::Refused(format!("a run's refunded share {numerator}/{denominator} is not within 0 and 1")));
+        }
+        let tx = self.conn.transaction()?;
+        let run_charged: i64 = tx.query_row(
+            "SELECT COALESCE(SUM(charged), 0) FROM job_charges WHERE job_id = ?1 AND segment_start = ?2",
+            params![run.job_id, run.segment_start],
+            |r| r.get(0),
+        )?;
+        let refunded = i128::from(run_charged) * i128::from(numerator) / i128::from(denominator);
+        // Who paid for the job: job_payments where a pool paid for part of it, else its user.
+        let payers: Vec<(String, i64)> = {
+            let mut stmt = tx.prepare_cached(
+                "SELECT holder, charged FROM job_payments WHERE job_id = ?1
+                 UNION ALL
+                 SELECT user, SUM(charged) FROM job_charges
+                 WHERE job_id = ?1 AND NOT EXISTS (SELECT 1 FROM job_payments WHERE job_id = ?1) GROUP BY user
+                 ORDER BY 1",
+            )?;
+            let rows = stmt.query_map([run.job_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        let paid: i128 = payers.iter().map(|(_, p)| i128::from(*p)).sum();
+        let mut ids = Vec::new();
+        let mut left = refunded;
+        for (i, (holder, holder_paid)) in payers.iter().enumerate() {
+            if refunded <= 0 || paid <= 0 {
+                break;
+            }
+            // Each its share of the run's refund; the last what rounding left.
+            let share = if i + 1 == payers.len() { left } else { refunded * i128::from(*holder_paid) / paid };
+            left -= share;
+            let given_back: i64 = tx.query_row(
+                "SELECT COALESCE(SUM(amount), 0) FROM entries
+                 WHERE key >= ?1 AND key < ?2 AND kind = 'refund' AND user = ?3",
+                params![format!("refund:{}:", run.job_id), format!("refund:{};", run.job_id), holder],
+                |r| r.get(0),
+            )?;
+            let amount = share.min(i128::from(*holder_paid - given_back));
+            let Ok(amount) = i64::try_from(amount) else { continue };
+            if amount <= 0 {
+                continue;
+            }
+            let mut entry = NewEntry::new(
+                holder,
+                EntryKind::Refund,
+                Tokens::from_micro(amount),
+                run.at,
+                "gputokens",
+                run.reason,
+                run_refund_key(run.job_id, run.segment_start, holder),
+            );
+            entry.job_id = Some(run.job_id.to_string());
+            if insert_entry(&tx, &entry)? == Applied::Added {
+                ids.push(tx.last_insert_rowid());
+            }
+        }
+        tx.commit()?;
+        self.entries_by_id(&ids)
+    }
+
+    /// Whether run `segment_start` of `job_id` was refunded automatically.
+    pub fn run_refunded(&self, job_id: &str, segment_start: i64) -> Result<bool, LedgerError> {
+        let prefix = format!("refund:{job_id}:run:{segment_start}:");
+        let found: i64 = self.conn.prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM entries WHERE key >= ?1 AND key < ?2)",
+        )?
+        .query_row(params![prefix, format!("refund:{job_id}:run:{segment_start};")], |r| r.get(0))?;
+        Ok(found == 1)
+    }
+}
