@@ -59,7 +59,21 @@ fn multinode_a_lost_node_requeues_its_job_each_run_is_charged_once_and_its_silen
     assert_eq!(segments[0].state, "NODE_FAIL", "{segments:?}");
     assert_eq!(segments[0].nodes, lost, "{segments:?}");
     assert_eq!(segments[1].state, "COMPLETED", "{segments:?}");
-    all_charged_once(&cluster, &[("alice", job)]);
+    all_charged_once(&cluster, &[("alice", job.clone())]);
+
+    // The run lost with its node is given back ([refunds] refunds node failures unless told not
+    // to): what it was charged, once, naming the node; the run that completed stays charged.
+    let refunds = || -> Vec<gputokens::entry::Entry> {
+        let all = cluster.history("alice").into_iter();
+        all.filter(|e| e.kind == gputokens::entry::EntryKind::Refund && e.job_id.as_deref() == Some(&job)).collect()
+    };
+    wait_until(60, &format!("the lost run of {job} refunded"), || (!refunds().is_empty()).then_some(()));
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    let refunded = refunds();
+    assert_eq!(refunded.len(), 1, "{refunded:?}");
+    assert_eq!(refunded[0].amount, segments[0].cost(), "{refunded:?} {segments:?}");
+    assert!(refunded[0].reason.contains(&format!("lost to a node failure (NODE_FAIL on {lost})")), "{refunded:?}");
+    assert_eq!(refunded[0].actor, "gputokens");
 
     // No node drained for it: not the lost one (Slurm's DOWN only), not the others.
     let states = cluster.on("ctl1", None, &["sinfo", "-h", "-N", "-o", "%N %T"]).ok().stdout;
