@@ -283,7 +283,11 @@ impl Metrics {
             "XIDs reported by node agents that are not in [health] drain_xids (application errors): never drained for",
             m.xids_ignored.clone(),
         );
-        registry.register("refunds", "GPU runs lost to the system refunded automatically ([refunds])", m.refunds.clone());
+        registry.register(
+            "refunds",
+            "GPU runs lost to the system refunded automatically ([refunds])",
+            m.refunds.clone(),
+        );
         registry.register(
             "refunded_tokens",
             "Tokens given back by automatic refunds of runs lost to the system",

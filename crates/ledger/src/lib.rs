@@ -106,8 +106,8 @@ mod expiry_tests;
 #[cfg(test)]
 mod pool_tests;
 #[cfg(test)]
-mod refund_tests;
-#[cfg(test)]
 mod range_tests;
+#[cfg(test)]
+mod refund_tests;
 #[cfg(test)]
 mod tests;

@@ -51,7 +51,10 @@ fn a_lost_run_is_refunded_once_and_the_jobs_other_runs_stay_charged() {
 
     let first = l.refund_run(&refund("7", "2026-11-26T08:00:00", (1, 1), now)).unwrap();
     assert_eq!(first.len(), 1);
-    assert_eq!((first[0].amount, first[0].kind, first[0].actor.as_str()), (Tokens::whole(8), EntryKind::Refund, "gputokens"));
+    assert_eq!(
+        (first[0].amount, first[0].kind, first[0].actor.as_str()),
+        (Tokens::whole(8), EntryKind::Refund, "gputokens")
+    );
     assert_eq!(first[0].job_id.as_deref(), Some("7"));
     assert!(first[0].reason.contains("NODE_FAIL"));
     assert!(l.run_refunded("7", at("2026-11-26T08:00:00")).unwrap());
@@ -95,7 +98,13 @@ fn a_pool_paid_run_goes_back_to_the_pool() {
     let dir = tempfile::tempdir().unwrap();
     let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
     l.set_pool_mode(PoolMode::Account);
-    let rules = BucketRules { initial: Tokens::whole(100), daily: Tokens::ZERO, monthly: Tokens::ZERO, cap: None, floor: Tokens::whole(-10) };
+    let rules = BucketRules {
+        initial: Tokens::whole(100),
+        daily: Tokens::ZERO,
+        monthly: Tokens::ZERO,
+        cap: None,
+        floor: Tokens::whole(-10),
+    };
     let now = at("2026-11-26T12:00:00");
     l.add_pool("lab", rules, None, "root", now - 86_400).unwrap();
     l.charge(&[run("11", "alice", Some("lab"), "2026-11-26T08:00:00", 2)], &prices(), now).unwrap();

@@ -35,7 +35,9 @@ impl Ledger {
     pub fn refund_run(&mut self, run: &RunRefund) -> Result<Vec<Entry>, LedgerError> {
         let (numerator, denominator) = run.share;
         if numerator == 0 || denominator == 0 || numerator > denominator {
-            return Err(LedgerError::Refused(format!("a run's refunded share {numerator}/{denominator} is not within 0 and 1")));
+            return Err(LedgerError::Refused(format!(
+                "a run's refunded share {numerator}/{denominator} is not within 0 and 1"
+            )));
         }
         let tx = self.conn.transaction()?;
         let run_charged: i64 = tx.query_row(
@@ -98,10 +100,10 @@ impl Ledger {
     /// Whether run `segment_start` of `job_id` was refunded automatically.
     pub fn run_refunded(&self, job_id: &str, segment_start: i64) -> Result<bool, LedgerError> {
         let prefix = format!("refund:{job_id}:run:{segment_start}:");
-        let found: i64 = self.conn.prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM entries WHERE key >= ?1 AND key < ?2)",
-        )?
-        .query_row(params![prefix, format!("refund:{job_id}:run:{segment_start};")], |r| r.get(0))?;
+        let found: i64 = self
+            .conn
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM entries WHERE key >= ?1 AND key < ?2)")?
+            .query_row(params![prefix, format!("refund:{job_id}:run:{segment_start};")], |r| r.get(0))?;
         Ok(found == 1)
     }
 }

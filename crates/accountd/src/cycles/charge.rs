@@ -9,8 +9,8 @@ use gputokens::pricing::{measured_fraction, weight_permille};
 use gputokens::slurm::{sacct, squeue};
 use ledger::{ChargeOutcome, UsageRecord};
 
-use crate::cycles::{refunds, rejected_records};
 use crate::cycles::CycleState;
+use crate::cycles::{refunds, rejected_records};
 use crate::error::AccountdResult;
 use crate::resources::Resources;
 use crate::slurm::{Slurm, SlurmError};

@@ -31,7 +31,12 @@ pub fn run(res: &mut Resources, now: i64) -> AccountdResult<Expired> {
                 event: Event::Expiring,
                 balance,
                 job_id: None,
-                message: expiring_message(grant.at_stake(balance), grant.amount, &format_local(grant.expires_at), balance),
+                message: expiring_message(
+                    grant.at_stake(balance),
+                    grant.amount,
+                    &format_local(grant.expires_at),
+                    balance,
+                ),
             });
         res.ledger.mark_warned(grant.entry_id, notice.as_ref(), now)?;
         done.warned += 1;

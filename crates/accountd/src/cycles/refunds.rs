@@ -58,8 +58,11 @@ pub fn run(
             }
             RefundCause::GpuFault => format!("a GPU fault ({})", fault.unwrap_or_default()),
         };
-        let mut reason =
-            format!("refund: run of job {} from {} lost to {lost_to}", record.job_id, format_local(record.segment_start));
+        let mut reason = format!(
+            "refund: run of job {} from {} lost to {lost_to}",
+            record.job_id,
+            format_local(record.segment_start)
+        );
         if share.0 != share.1 {
             reason += &format!(
                 "; {} of its {} GPU-hours refunded ([refunds] max_gpu_hours)",
@@ -67,13 +70,8 @@ pub fn run(
                 gpu_hours(gpu_seconds)
             );
         }
-        let refund = RunRefund {
-            job_id: &record.job_id,
-            segment_start: record.segment_start,
-            share,
-            reason: &reason,
-            at: now,
-        };
+        let refund =
+            RunRefund { job_id: &record.job_id, segment_start: record.segment_start, share, reason: &reason, at: now };
         let entries = res.ledger.refund_run(&refund)?;
         if entries.is_empty() {
             continue;

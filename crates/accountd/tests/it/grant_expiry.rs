@@ -77,7 +77,8 @@ fn a_grant_ending_in_two_minutes_is_announced_once_and_what_is_left_expires_once
     assert!(line.contains("-42") && line.contains("expired: 42 left of the grant of 50"), "{statement}");
     let page = page_of(&site, "alice");
     assert!(page["expiring"].is_null(), "ended: {page}");
-    let events: Vec<&serde_json::Value> = page["events"].as_array().unwrap().iter().filter(|e| e["event"] == "expired").collect();
+    let events: Vec<&serde_json::Value> =
+        page["events"].as_array().unwrap().iter().filter(|e| e["event"] == "expired").collect();
     assert_eq!(events.len(), 1, "{page}");
     assert!(events[0]["what"].as_str().unwrap().starts_with("expired: 42 left of the grant of 50"), "{page}");
     let verify = site.accountd(None, &["admin", "verify"]).ok().stdout;

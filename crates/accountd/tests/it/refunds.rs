@@ -59,7 +59,9 @@ fn a_run_lost_to_a_gpu_fault_is_refunded_once_and_runs_that_end_by_themselves_ar
     let timeout = sbatch("bob", &["--time=1", "--gres=gpu:rtx2080:1", "--wrap", "sleep 300"]);
     let requeued = sbatch("bob", &["--gres=gpu:rtx3090:1", "--wrap", "sleep 300"]);
     let alice = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
-    wait_for("alice's and bob's jobs to run", || squeue(&alice, "%T") == "RUNNING" && squeue(&requeued, "%T") == "RUNNING");
+    wait_for("alice's and bob's jobs to run", || {
+        squeue(&alice, "%T") == "RUNNING" && squeue(&requeued, "%T") == "RUNNING"
+    });
     std::thread::sleep(Duration::from_secs(4));
 
     // alice's GPU falls off the bus: the node is drained and her job requeued off it. The agent
@@ -84,7 +86,9 @@ fn a_run_lost_to_a_gpu_fault_is_refunded_once_and_runs_that_end_by_themselves_ar
     assert_eq!(wait_finished(&fails), "FAILED");
     assert_eq!(wait_finished(&timeout), "TIMEOUT");
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !run_states(&alice).contains(&"REQUEUED".to_string()) || !run_states(&requeued).contains(&"REQUEUED".to_string()) {
+    while !run_states(&alice).contains(&"REQUEUED".to_string())
+        || !run_states(&requeued).contains(&"REQUEUED".to_string())
+    {
         assert!(Instant::now() < deadline, "runs not recorded: {:?} {:?}", run_states(&alice), run_states(&requeued));
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -100,8 +104,8 @@ fn a_run_lost_to_a_gpu_fault_is_refunded_once_and_runs_that_end_by_themselves_ar
     let (_, amount, job, reason) = &first[0];
     assert_eq!(job, &alice);
     assert!(
-        reason.starts_with(&format!("refund: run of job {alice} from ")) &&
-            reason.contains(&format!("lost to a GPU fault (gputokens: GPU {index} ")),
+        reason.starts_with(&format!("refund: run of job {alice} from "))
+            && reason.contains(&format!("lost to a GPU fault (gputokens: GPU {index} ")),
         "{reason}"
     );
     // What her run was charged came back: her only job's only run, the job now waiting.
@@ -128,7 +132,10 @@ fn a_run_lost_to_a_gpu_fault_is_refunded_once_and_runs_that_end_by_themselves_ar
     );
     let page = page_of(&site, "alice");
     let events = page["events"].as_array().unwrap();
-    assert!(events.iter().any(|e| e["event"] == "refunded" && e["what"].as_str().unwrap().contains("GPU fault")), "{page}");
+    assert!(
+        events.iter().any(|e| e["event"] == "refunded" && e["what"].as_str().unwrap().contains("GPU fault")),
+        "{page}"
+    );
     assert!(events.iter().any(|e| e["event"] == "failing GPU"), "{page}");
     let metrics = crate::common::http_get(&format!("{}/metrics", site.http_url())).1;
     assert!(metrics.contains("gputokens_refunds_total{cause=\"gpu_fault\"} 1"), "{metrics}");
@@ -141,9 +148,18 @@ fn a_run_lost_to_a_gpu_fault_is_refunded_once_and_runs_that_end_by_themselves_ar
 #[test]
 fn a_node_fail_run_in_saved_records_is_refunded_once_and_nothing_else() {
     let start = gputokens::time::now() - 7200;
-    let rows = |job: u32, state: &str| format!("{job}|bob|gres/gpu:a6000=1,gres/gpu=1|3600|{start}|{}|{state}|gpu7\n", start + 3600);
+    let rows = |job: u32, state: &str| {
+        format!("{job}|bob|gres/gpu:a6000=1,gres/gpu=1|3600|{start}|{}|{state}|gpu7\n", start + 3600)
+    };
     let mut text = "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|End|State|NodeList\n".to_string();
-    for (job, state) in [(1, "NODE_FAIL"), (2, "FAILED"), (3, "TIMEOUT"), (4, "OUT_OF_MEMORY"), (5, "CANCELLED by 1001"), (6, "REQUEUED")] {
+    for (job, state) in [
+        (1, "NODE_FAIL"),
+        (2, "FAILED"),
+        (3, "TIMEOUT"),
+        (4, "OUT_OF_MEMORY"),
+        (5, "CANCELLED by 1001"),
+        (6, "REQUEUED"),
+    ] {
         text += &rows(job, state);
     }
     let site = Site::start("", "");
@@ -169,11 +185,22 @@ fn a_node_fail_run_in_saved_records_is_refunded_once_and_nothing_else() {
     let file = capped.file("sacct.txt", &text);
     capped.accountd(None, &["charge", "--sacct-file", &file]).ok();
     assert_eq!(capped.balance("bob"), "78");
-    let reasons: Vec<String> = history(&capped, "bob").into_iter().filter(|(k, ..)| k == "refund").map(|r| r.3).collect();
+    let reasons: Vec<String> =
+        history(&capped, "bob").into_iter().filter(|(k, ..)| k == "refund").map(|r| r.3).collect();
     assert!(reasons[0].ends_with("; 0.5 of its 1 GPU-hours refunded ([refunds] max_gpu_hours)"), "{reasons:?}");
     // A cause gputokens does not know is named.
     let bad = Site::start("", "");
-    std::fs::write(&bad.config, std::fs::read_to_string(&bad.config).unwrap() + "[refunds]\ncauses = [\"user_cancel\"]\n").unwrap();
+    std::fs::write(
+        &bad.config,
+        std::fs::read_to_string(&bad.config).unwrap() + "[refunds]\ncauses = [\"user_cancel\"]\n",
+    )
+    .unwrap();
     let check = bad.accountd(None, &["config", "check"]);
-    assert!(check.stderr.contains("unknown cause \"user_cancel\"") || check.stdout.contains("unknown cause \"user_cancel\""), "{}{}", check.stdout, check.stderr);
+    assert!(
+        check.stderr.contains("unknown cause \"user_cancel\"")
+            || check.stdout.contains("unknown cause \"user_cancel\""),
+        "{}{}",
+        check.stdout,
+        check.stderr
+    );
 }

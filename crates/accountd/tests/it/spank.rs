@@ -139,8 +139,7 @@ fn sbatch_shows_the_users_balance() {
     // A grant ending soon: what of it would expire (never more than the balance: 3 of it paid the
     // debt back) and when, as sbalance says it.
     site.accountd(None, &["admin", "grant", "bob", "10", "--reason", "test: course", "--expires", "2h"]).ok();
-    let json: serde_json::Value =
-        serde_json::from_str(&site.sbalance(Some("bob"), &["--json"]).ok().stdout).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&site.sbalance(Some("bob"), &["--json"]).ok().stdout).unwrap();
     let at = json["users"][0]["expiring"]["at"].as_str().unwrap_or_else(|| panic!("{json}")).to_string();
     let out = sbatch("bob", &["--hold", "--wrap", "true"]);
     scancel(&job_id(&out));

@@ -13,8 +13,7 @@ use super::values::{
 use super::{
     Accounts, Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Config, Exempt, Health, HttpAccess,
     Intervals, Notify, OnDemand, OnDemandReaders, Paths, PreemptAction, Preemption, Problem, Prometheus, Refunds,
-    SlurmTools,
-    UtilizationConfig, UtilizationSource, Web, DEFAULT_PROMETHEUS_JOB_LABEL, DEFAULT_PROMETHEUS_QUERY,
+    SlurmTools, UtilizationConfig, UtilizationSource, Web, DEFAULT_PROMETHEUS_JOB_LABEL, DEFAULT_PROMETHEUS_QUERY,
     DEFAULT_PROMETHEUS_TIMEOUT,
 };
 use crate::config::admission::OnError;

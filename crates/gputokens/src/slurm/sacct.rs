@@ -232,7 +232,10 @@ mod tests {
             assert!(parsed.active.is_empty() && parsed.rejected.is_empty(), "{release}: {parsed:?}");
             assert_eq!(parsed.skipped, 2, "{release}");
             assert!(parsed.nodes.values().all(|n| n == "vm"), "{release}");
-            assert!(parsed.states.len() == 4 && parsed.states.values().all(|s| s == "CANCELLED"), "{release}: {parsed:?}");
+            assert!(
+                parsed.states.len() == 4 && parsed.states.values().all(|s| s == "CANCELLED"),
+                "{release}: {parsed:?}"
+            );
         }
     }
 

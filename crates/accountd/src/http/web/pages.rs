@@ -94,7 +94,8 @@ pub fn user_view(res: &Resources, user: &str, now: i64) -> Result<Value, String>
     }
     for a in res.ledger.actions(ACTIONS_READ).map_err(|e| e.to_string())?.iter().filter(|a| a.user == user) {
         let what = format!("job {}: {} ({})", a.target, a.action, a.reason);
-        let event = if [FAULT_REQUEUE, FAULT_CANCEL].contains(&a.action.as_str()) { "failing GPU" } else { "preempted" };
+        let event =
+            if [FAULT_REQUEUE, FAULT_CANCEL].contains(&a.action.as_str()) { "failing GPU" } else { "preempted" };
         events.push((a.at, json!({ "at": format_local(a.at), "event": event, "what": what, "why": "" })));
     }
     events.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
