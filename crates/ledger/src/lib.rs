@@ -104,6 +104,8 @@ impl Ledger {
 #[cfg(test)]
 mod expiry_tests;
 #[cfg(test)]
+mod idle_tests;
+#[cfg(test)]
 mod pool_tests;
 #[cfg(test)]
 mod range_tests;

@@ -214,6 +214,10 @@ const MIGRATIONS: &[&str] = &[
         expired_entry INTEGER
      );
      CREATE INDEX grant_expiries_open ON grant_expiries (user, expires_at) WHERE expired_entry IS NULL;",
+    // 12: idle GPUs in tokens. Of a job's utilization samples, how many fell in a stretch below
+    // `[usage] idle_threshold_percent` that lasted `idle_window`: that share of its charges was spent
+    // on idle GPUs (statements, the status page, notifications).
+    "ALTER TABLE job_utilization ADD COLUMN idle_samples INTEGER NOT NULL DEFAULT 0;",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

@@ -3,11 +3,12 @@
 //! lines do not add up to the closing balance. Both reads share one snapshot of the ledger, so a
 //! charge cycle writing on another connection in between cannot unbalance it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use rusqlite::{params, Transaction, TransactionBehavior};
 
-use gputokens::statement::{Month, Statement, StatementBuilder};
+use gputokens::entry::{Entry, EntryKind};
+use gputokens::statement::{idle_part, Month, Statement, StatementBuilder, UNTYPED_LINE};
 use gputokens::time::local_date;
 use gputokens::tokens::Tokens;
 
@@ -55,11 +56,13 @@ impl Ledger {
              WHERE e.at >= ?2 AND e.at < ?3 ORDER BY e.id"
         ))?;
         let mut rows = stmt.query(params![user, start, end])?;
+        let mut idle = IdleShares::default();
         while let Some(row) = rows.next()? {
             let mut entry = entry_row(row)?;
             balance = balance + entry.amount;
             entry.balance_after = balance;
             builder.add(&entry)?;
+            idle.note(self, &mut builder, &entry)?;
         }
         Ok(builder.finish(Tokens::from_micro(closing), issue.at, issue.partial)?)
     }
@@ -86,6 +89,7 @@ impl Ledger {
             "SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.at >= ?1 AND e.at < ?2 ORDER BY e.id"
         ))?;
         let mut rows = stmt.query(params![start, end])?;
+        let mut idle = IdleShares::default();
         while let Some(row) = rows.next()? {
             let mut entry = entry_row(row)?;
             // The same snapshot summed this entry's user above; were it missing, the balances of 0
@@ -96,6 +100,7 @@ impl Ledger {
             draft.balance = draft.balance + entry.amount;
             entry.balance_after = draft.balance;
             draft.builder.add(&entry)?;
+            idle.note(self, &mut draft.builder, &entry)?;
         }
         users.into_values().map(|draft| Ok(draft.builder.finish(draft.closing, issue.at, issue.partial)?)).collect()
     }
@@ -103,6 +108,26 @@ impl Ledger {
     /// A read transaction: every query in it sees the ledger as it was at the first one.
     fn read_snapshot(&self) -> Result<Transaction<'_>, LedgerError> {
         Ok(Transaction::new_unchecked(&self.conn, TransactionBehavior::Deferred)?)
+    }
+}
+
+/// Each job's share of idle utilization samples, read once per statement run: a charge entry's
+/// idle part goes to its GPU type's line.
+#[derive(Default)]
+struct IdleShares(HashMap<String, Option<(u64, u64)>>);
+
+impl IdleShares {
+    fn note(&mut self, ledger: &Ledger, builder: &mut StatementBuilder, entry: &Entry) -> Result<(), LedgerError> {
+        let (EntryKind::Charge, Some(job)) = (entry.kind, entry.job_id.as_deref()) else { return Ok(()) };
+        let share = match self.0.get(job) {
+            Some(share) => *share,
+            None => *self.0.entry(job.to_string()).or_insert(ledger.idle_share(job)?),
+        };
+        if let Some(share) = share {
+            let gpu_type = entry.gpu_type.as_deref().unwrap_or(UNTYPED_LINE);
+            builder.add_idle(gpu_type, idle_part(-entry.amount, share));
+        }
+        Ok(())
     }
 }
 

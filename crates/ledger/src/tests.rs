@@ -300,8 +300,8 @@ fn measured_weight_scales_the_price() {
     let half = UsageRecord { weight_permille: 500, ..record("60", "lee", "a6000", 1, 3600) };
     l.charge(&[half], &seed_prices(), 10).unwrap();
     assert_eq!(balance(&l, "lee"), Tokens::whole(98));
-    l.record_utilization("60", 30.0, 5).unwrap();
-    l.record_utilization("60", 50.0, 6).unwrap();
+    l.record_utilization("60", 30.0, 0, 5).unwrap();
+    l.record_utilization("60", 50.0, 0, 6).unwrap();
     assert_eq!(l.mean_utilization("60").unwrap(), Some(40.0));
     assert_eq!(l.mean_utilization("61").unwrap(), None);
 }
@@ -586,7 +586,7 @@ fn a_version_6_ledger_gains_the_freed_for_waiters_table() {
     );
     let mut l = Ledger::open(&path, rules()).unwrap();
     let version: i64 = l.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-    assert_eq!((version, schema::VERSION), (11, 11));
+    assert_eq!((version, schema::VERSION), (12, 12));
     assert_eq!(l.history("sam").unwrap().len(), 1);
     assert_eq!(l.actions(10).unwrap().len(), 1);
     assert_eq!(l.gpu_faults("gpu01").unwrap().len(), 1);

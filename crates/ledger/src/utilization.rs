@@ -1,20 +1,32 @@
 //! Measured GPU utilization per job (table `job_utilization`): a count of samples and their sum,
-//! what `charge_basis = "measured"` weighs a job's price by.
+//! what `charge_basis = "measured"` weighs a job's price by, and how many samples were idle (the
+//! share of its charges spent on idle GPUs).
 
 use rusqlite::{params, OptionalExtension};
 
 use super::{Ledger, LedgerError};
 
 impl Ledger {
-    /// Adds one utilization sample (percent) of a job.
-    pub fn record_utilization(&mut self, job_id: &str, percent: f64, at: i64) -> Result<(), LedgerError> {
+    /// Adds one utilization sample (percent) of a job, and `idle` samples to its idle ones (this
+    /// one, and the earlier ones of a stretch that has just lasted the idle window).
+    pub fn record_utilization(&mut self, job_id: &str, percent: f64, idle: u64, at: i64) -> Result<(), LedgerError> {
         self.conn.execute(
-            "INSERT INTO job_utilization (job_id, samples, util_sum, last_at) VALUES (?1, 1, ?2, ?3)
+            "INSERT INTO job_utilization (job_id, samples, util_sum, last_at, idle_samples) VALUES (?1, 1, ?2, ?3, ?4)
              ON CONFLICT (job_id) DO UPDATE SET samples = samples + 1, util_sum = util_sum + excluded.util_sum,
-                                                last_at = excluded.last_at",
-            params![job_id, percent, at],
+                                                last_at = excluded.last_at,
+                                                idle_samples = MIN(samples + 1, idle_samples + excluded.idle_samples)",
+            params![job_id, percent, at, idle as i64],
         )?;
         Ok(())
+    }
+
+    /// The share of a job's samples that were idle, as (idle, all); None when it was never sampled.
+    pub fn idle_share(&self, job_id: &str) -> Result<Option<(u64, u64)>, LedgerError> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT MIN(idle_samples, samples), samples FROM job_utilization WHERE job_id = ?1")?
+            .query_row([job_id], |r| Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get::<_, i64>(1)?.max(0) as u64)))
+            .optional()?)
     }
 
     /// How often a job was sampled and the sum of its sampled utilization (percent), if ever.

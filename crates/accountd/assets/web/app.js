@@ -97,6 +97,13 @@ function showUser(view) {
   $("forecast").textContent = view.forecast.floor_on
     ? `At the last ${view.forecast.window_days} days' rate you reach the floor on ${view.forecast.floor_on}.`
     : `Your balance has not fallen over the last ${view.forecast.window_days} days.`;
+  // What this month's charges spent on idle GPUs (below the site's utilization threshold for its idle window).
+  const idle = view.idle_month;
+  const spentIdle = idle && idle.tokens.value > 0;
+  $("idle").textContent = spentIdle
+    ? `You spent ${idle.tokens.text} tokens on idle GPUs this month (${idle.per_type.map((t) => `${t.gpu_type} ${t.tokens.text}`).join(", ")}).`
+    : "";
+  $("idle").hidden = !spentIdle;
   fill("per-type", view.used_30d, (u) => [[u.gpu_type], [u.tokens.text, "num"]]);
   fill("events", view.events, (e) => [[e.at], [e.event], [e.what], [e.why]]);
   fill("jobs", view.jobs, (j) => [[j.job], [j.last_charged], [j.gpu_types.join(", ")], [j.tokens.text, "num"]]);

@@ -2,7 +2,7 @@
 //! `--csv`: one row per user and line item, between an opening and a closing row, so that the
 //! Amount column of a user's rows, opening included, sums to the closing balance) or `--json`.
 
-use gputokens::statement::{gpu_hours, Item, Line, Month, Statement};
+use gputokens::statement::{gpu_hours, idle_by_type, Item, Line, Month, Statement};
 use gputokens::time::{format_local, local_date};
 use gputokens::Tokens;
 
@@ -47,6 +47,9 @@ pub fn rows(s: &Statement) -> Vec<[String; 12]> {
         r[8] = line.days.map(|d| d.to_string()).unwrap_or_default();
         r[9] = line.job_id.clone().unwrap_or_default();
         r[10] = line.actor.clone().unwrap_or_default();
+        if let (Item::Charge, Some(idle)) = (line.item, line.idle) {
+            r[11] = idle_note(idle);
+        }
         out.push(r);
     }
     let so_far = if s.partial { "so far: the month is not over" } else { "" };
@@ -157,6 +160,11 @@ pub fn text(s: &Statement, header: bool) -> String {
     for r in &rows {
         out += &line([&r[0], &r[1], &r[2], &r[3]]);
     }
+    let (idle, per_type) = idle_by_type(s);
+    if idle > Tokens::ZERO {
+        let types: Vec<String> = per_type.iter().map(|(t, v)| format!("{t} {v}")).collect();
+        out += &format!("You spent {idle} tokens on idle GPUs this month ({}).\n", types.join(", "));
+    }
     if !s.members.is_empty() {
         out += "Charged by member:\n";
         let width = s.members.iter().map(|(u, _)| u.chars().count()).max().unwrap_or(0);
@@ -165,6 +173,10 @@ pub fn text(s: &Statement, header: bool) -> String {
         }
     }
     out
+}
+
+fn idle_note(idle: Tokens) -> String {
+    format!("{idle} of it on idle GPUs")
 }
 
 fn label(l: &Line) -> String {
@@ -192,8 +204,12 @@ fn label(l: &Line) -> String {
     }
 }
 
-/// Who made a change by hand, and why; gputokens' own entries say nothing more than their label.
+/// Who made a change by hand, and why; gputokens' own entries say nothing more than their label,
+/// but for a charge line what of it was spent on idle GPUs.
 fn note(l: &Line) -> String {
+    if let (Item::Charge, Some(idle)) = (l.item, l.idle) {
+        return idle_note(idle);
+    }
     let reason = l.reason.as_deref().unwrap_or_default().replace(['\n', '\r'], " ");
     match l.actor.as_deref() {
         // Which grant, and when it ended; which run was lost, and to what: their own words.

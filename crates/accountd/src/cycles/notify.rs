@@ -15,6 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gputokens::notify::{balance_message, crossing, preempted_message, Event, Level};
+use gputokens::statement::{idle_by_type, Month};
 use gputokens::time::local_date;
 use ledger::{NewNotice, Notice};
 
@@ -59,18 +60,37 @@ pub fn record_crossings(res: &mut Resources, now: i64) -> AccountdResult<usize> 
     for account in res.ledger.accounts()? {
         let last = levels.get(&account.user).copied().unwrap_or(Level::Ok);
         let Some(c) = crossing(last, account.balance, notify.warn_below, rules.floor) else { continue };
-        let notice = c.event.map(|event| NewNotice {
-            user: account.user.clone(),
-            event,
-            balance: account.balance,
-            job_id: None,
-            message: balance_message(event, account.balance, notify.warn_below, &rules, today),
-        });
+        let notice = match c.event {
+            Some(event) => {
+                let mut message = balance_message(event, account.balance, notify.warn_below, &rules, today);
+                // Where the tokens went: a falling balance with tokens spent on idle GPUs says so.
+                if matches!(event, Event::Warning | Event::Overdraft | Event::Floor) {
+                    message += &idle_note(res, &account.user, now);
+                }
+                Some(NewNotice { user: account.user.clone(), event, balance: account.balance, job_id: None, message })
+            }
+            None => None,
+        };
         if res.ledger.record_crossing(&account.user, c.level, notice.as_ref(), now)? && notice.is_some() {
             recorded += 1;
         }
     }
     Ok(recorded)
+}
+
+/// " This month you spent N tokens on idle GPUs (a6000 N)." when `user` did, else nothing: from the
+/// month's statement so far (a statement that cannot be drawn up says nothing here).
+fn idle_note(res: &Resources, user: &str, now: i64) -> String {
+    let month = Month::of(local_date(now));
+    let Ok(statement) = res.ledger.statement(user, month, ledger::Issue { at: now, partial: true }) else {
+        return String::new();
+    };
+    let (idle, per_type) = idle_by_type(&statement);
+    if idle <= gputokens::Tokens::ZERO {
+        return String::new();
+    }
+    let types: Vec<String> = per_type.iter().map(|(t, v)| format!("{t} {v}")).collect();
+    format!(" This month you spent {idle} tokens on idle GPUs ({}).", types.join(", "))
 }
 
 /// The notification a preemption owes the job's owner, or None when notifications are off.

@@ -24,8 +24,9 @@ pub struct Tracker {
 #[derive(Debug, Clone)]
 struct JobWatch {
     labels: JobLabels,
-    /// Since when its utilization has stayed below `idle_threshold_percent`.
+    /// Since when its utilization has stayed below `idle_threshold_percent`, and in how many samples.
     below_since: Option<i64>,
+    below_samples: u64,
     flagged: bool,
 }
 
@@ -73,7 +74,6 @@ pub fn apply(
     let mut flagged = Vec::new();
     for job in jobs {
         let user = user_of(tracker, &job.job, &slurm);
-        res.ledger.record_utilization(&job.job, job.percent, now)?;
         let labels = JobLabels { job: job.job.clone(), user, node: node.clone() };
         let series = res.metrics.job_labels(&labels);
         res.metrics.job_gpu_utilization.get_or_create(&series).set(job.percent);
@@ -81,11 +81,14 @@ pub fn apply(
         let watch = tracker.jobs.entry(job.job.clone()).or_insert_with(|| JobWatch {
             labels: labels.clone(),
             below_since: None,
+            below_samples: 0,
             flagged: false,
         });
-        if watch_idle(watch, job.percent, now, &usage) {
+        let (newly, idle_samples) = watch_idle(watch, job.percent, now, &usage);
+        if newly {
             flagged.push(watch.labels.clone());
         }
+        res.ledger.record_utilization(&job.job, job.percent, idle_samples, now)?;
         res.metrics.job_idle.get_or_create(&series).set(watch.flagged as i64);
         seen.insert(job.job);
     }
@@ -96,18 +99,27 @@ pub fn apply(
     Ok((seen.len(), flagged.len()))
 }
 
-/// Advances a job's idle state; true when it has just become idle.
-fn watch_idle(watch: &mut JobWatch, percent: f64, now: i64, usage: &UtilizationConfig) -> bool {
+/// Advances a job's idle state by one sample: whether it has just become idle, and how many samples
+/// are idle by this one (the whole stretch below the threshold when it has just lasted the idle
+/// window, then each sample while it stays below).
+fn watch_idle(watch: &mut JobWatch, percent: f64, now: i64, usage: &UtilizationConfig) -> (bool, u64) {
     if percent >= usage.idle_threshold_percent {
         watch.below_since = None;
+        watch.below_samples = 0;
         watch.flagged = false;
-        return false;
+        return (false, 0);
     }
     let since = *watch.below_since.get_or_insert(now);
+    watch.below_samples += 1;
     let idle = now - since >= usage.idle_window.as_secs() as i64;
     let newly = idle && !watch.flagged;
     watch.flagged |= idle;
-    newly
+    let counted = match (newly, watch.flagged) {
+        (true, _) => watch.below_samples,
+        (false, true) => 1,
+        (false, false) => 0,
+    };
+    (newly, counted)
 }
 
 fn flag_idle(labels: &JobLabels, usage: &UtilizationConfig) {
@@ -158,5 +170,29 @@ fn forget_ended_jobs(res: &mut Resources, tracker: &mut Tracker, node: &str, see
             res.metrics.job_idle.remove(&series);
         }
         tracker.users.remove(&job);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watch() -> JobWatch {
+        let labels = JobLabels { job: "7".into(), user: "alice".into(), node: "n1".into() };
+        JobWatch { labels, below_since: None, below_samples: 0, flagged: false }
+    }
+
+    /// Samples every 10 s against a 30 s window at 5 %: a stretch is idle once it lasted the window,
+    /// all its samples then, and each later one while it lasts; a busy sample ends it.
+    #[test]
+    fn a_stretch_below_the_threshold_counts_idle_once_it_lasts_the_window() {
+        let usage = UtilizationConfig { idle_window: std::time::Duration::from_secs(30), ..Default::default() };
+        let mut w = watch();
+        let got: Vec<(bool, u64)> =
+            [(0, 1.0), (10, 2.0), (20, 0.0), (30, 1.0), (40, 3.0), (50, 80.0), (60, 0.0)]
+                .iter()
+                .map(|(at, percent)| watch_idle(&mut w, *percent, *at, &usage))
+                .collect();
+        assert_eq!(got, [(false, 0), (false, 0), (false, 0), (true, 4), (false, 1), (false, 0), (false, 0)]);
     }
 }

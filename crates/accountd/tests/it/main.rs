@@ -16,6 +16,7 @@ mod grafana;
 mod grant_expiry;
 mod health;
 mod http;
+mod idle;
 mod limits;
 mod manners;
 mod notifications;

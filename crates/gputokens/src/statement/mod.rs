@@ -94,6 +94,9 @@ pub struct Line {
     /// Charges: the GPU-seconds charged for (GPU-hours × 3600, exact).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_seconds: Option<u64>,
+    /// Charges: how many of the tokens charged were spent on idle GPUs (see [`idle_part`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<Tokens>,
 }
 
 impl Line {
@@ -108,6 +111,7 @@ impl Line {
             days: None,
             gpu_type: None,
             gpu_seconds: None,
+            idle: None,
         }
     }
 
@@ -191,7 +195,7 @@ impl StatementBuilder {
                 daily.days = daily.days.and_then(|d| d.checked_add(1));
             }
             EntryKind::Charge => {
-                let gpu_type = entry.gpu_type.clone().unwrap_or_else(|| "(untyped)".to_string());
+                let gpu_type = entry.gpu_type.clone().unwrap_or_else(|| UNTYPED_LINE.to_string());
                 let index = match self.charges.iter().position(|l| l.gpu_type.as_ref() == Some(&gpu_type)) {
                     Some(index) => index,
                     None => {
@@ -208,6 +212,17 @@ impl StatementBuilder {
             }
         }
         Ok(())
+    }
+
+    /// Notes that `tokens` of the month's charges of `gpu_type` (added before) were spent on idle GPUs.
+    pub fn add_idle(&mut self, gpu_type: &str, tokens: Tokens) {
+        if tokens <= Tokens::ZERO {
+            return;
+        }
+        if let Some(line) = self.charges.iter_mut().find(|l| l.gpu_type.as_deref() == Some(gpu_type)) {
+            // At most what the line charged: no overflow.
+            line.idle = Some(line.idle.unwrap_or(Tokens::ZERO) + tokens);
+        }
     }
 
     /// The statement, given the closing balance the ledger holds for the month's end: refused unless
@@ -242,6 +257,30 @@ impl StatementBuilder {
             members: Vec::new(),
         })
     }
+}
+
+/// The GPU type of the charge line of charges that name none.
+pub const UNTYPED_LINE: &str = "(untyped)";
+
+/// The part of `charged` tokens spent on idle GPUs, for a job `idle_share` of whose utilization
+/// samples were idle (idle, all); rounded down to the micro-token.
+pub fn idle_part(charged: Tokens, (idle, all): (u64, u64)) -> Tokens {
+    if all == 0 || idle == 0 {
+        return Tokens::ZERO;
+    }
+    let micro = i128::from(charged.micro()) * i128::from(idle.min(all)) / i128::from(all);
+    Tokens::from_micro(i64::try_from(micro).unwrap_or(0))
+}
+
+/// What `statement` says was spent on idle GPUs in all, and per GPU type, in its charge lines.
+pub fn idle_by_type(statement: &Statement) -> (Tokens, Vec<(&str, Tokens)>) {
+    let per_type: Vec<(&str, Tokens)> = statement
+        .lines
+        .iter()
+        .filter_map(|l| Some((l.gpu_type.as_deref()?, l.idle?)))
+        .filter(|(_, t)| *t > Tokens::ZERO)
+        .collect();
+    (per_type.iter().map(|(_, t)| *t).sum(), per_type)
 }
 
 /// GPU-hours of `seconds`, to two decimals at most (`40`, `0.5`, `0.03`): for reading; the exact

@@ -7,6 +7,7 @@ use gputokens::entry::{EntryKind, FAULT_CANCEL, FAULT_REQUEUE};
 use gputokens::forecast;
 use gputokens::notify::{crossing, Event, Level};
 use gputokens::policy::Status;
+use gputokens::statement::{idle_by_type, Month};
 use gputokens::time::{format_local, local_date};
 use gputokens::Tokens;
 use serde_json::{json, Value};
@@ -100,6 +101,18 @@ pub fn user_view(res: &Resources, user: &str, now: i64) -> Result<Value, String>
     }
     events.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
 
+    // This month's charges spent on idle GPUs, from the month's statement so far.
+    let month = Month::of(local_date(now));
+    let idle = match res.ledger.statement(user, month, ledger::Issue { at: now, partial: true }) {
+        Ok(statement) => {
+            let (total, per_type) = idle_by_type(&statement);
+            let per_type: Vec<Value> =
+                per_type.iter().map(|(t, v)| json!({ "gpu_type": t, "tokens": tokens(*v) })).collect();
+            json!({ "month": month.to_string(), "tokens": tokens(total), "per_type": per_type })
+        }
+        Err(_) => json!({ "month": month.to_string(), "tokens": tokens(Tokens::ZERO), "per_type": [] }),
+    };
+
     let history: Vec<(i64, Tokens)> = entries.iter().map(|e| (e.at, e.balance_after)).collect();
     let floor_on =
         forecast::floor_reached(&history, row.balance, rules.floor, now).map(|at| local_date(at).to_string());
@@ -113,6 +126,7 @@ pub fn user_view(res: &Resources, user: &str, now: i64) -> Result<Value, String>
         "expiring": row.expiring.as_ref().map(|g| json!({ "tokens": tokens(g.tokens), "at": g.at })),
         "next_grant": row.next_grant.map(|(date, amount)| json!({ "date": date, "amount": amount.to_string() })),
         "used_30d": row.used_30d.iter().map(|(t, v)| json!({ "gpu_type": t, "tokens": tokens(*v) })).collect::<Vec<_>>(),
+        "idle_month": idle,
         "chart": chart,
         "chart_days": CHART_DAYS,
         "jobs": jobs,
