@@ -445,6 +445,8 @@ pub struct UtilizationConfig {
     pub idle_window: Duration,
     /// Run (argv, no shell) when a job is flagged idle; `{job}`, `{user}`, `{node}` are substituted.
     pub idle_command: Vec<String>,
+    /// Notify the job's owner (through `[notify] command`) when a job is flagged idle, once per job.
+    pub idle_notify: bool,
     /// `[prometheus]`, when the file has it (whatever the source).
     pub prometheus: Option<Prometheus>,
 }
@@ -466,6 +468,7 @@ impl Default for UtilizationConfig {
             idle_threshold_percent: 5.0,
             idle_window: Duration::from_secs(3600),
             idle_command: Vec::new(),
+            idle_notify: false,
             prometheus: None,
         }
     }

@@ -68,6 +68,8 @@ pub enum Event {
     Preempted,
     /// A grant to them ends soon with tokens left, which then expire.
     Expiring,
+    /// A job of theirs has held GPUs below the idle threshold for the idle window (`[usage] idle_notify`).
+    Idle,
 }
 
 impl Event {
@@ -79,13 +81,21 @@ impl Event {
             Event::Recovered => "recovered",
             Event::Preempted => "preempted",
             Event::Expiring => "expiring",
+            Event::Idle => "idle",
         }
     }
 
     pub fn parse(text: &str) -> Option<Event> {
-        [Event::Warning, Event::Overdraft, Event::Floor, Event::Recovered, Event::Preempted, Event::Expiring]
-            .into_iter()
-            .find(|e| e.as_str() == text)
+        let all = [
+            Event::Warning,
+            Event::Overdraft,
+            Event::Floor,
+            Event::Recovered,
+            Event::Preempted,
+            Event::Expiring,
+            Event::Idle,
+        ];
+        all.into_iter().find(|e| e.as_str() == text)
     }
 }
 
@@ -142,7 +152,7 @@ pub fn balance_message(
             recovers("They are accepted again when it is above the floor")
         ),
         Event::Recovered => format!("{head} (0 or more again): your GPU jobs run with normal priority again."),
-        Event::Preempted | Event::Expiring => format!("{head}."),
+        Event::Preempted | Event::Expiring | Event::Idle => format!("{head}."),
     };
     format!("{body} Run 'sbalance' for details.")
 }
@@ -153,6 +163,16 @@ pub fn expiring_message(unused: Tokens, amount: Tokens, expires: &str, balance: 
     format!(
         "gputokens: {unused} tokens left of a grant of {amount} expire at {expires} (your GPU jobs use them first); \
          your balance is {balance}. Run 'sbalance' for details."
+    )
+}
+
+/// The message of a job flagged idle: which, on which node, for how long, and what to do.
+pub fn idle_message(job: &str, node: &str, threshold_percent: f64, window: &str) -> String {
+    let on = if node.is_empty() { String::new() } else { format!(" on {node}") };
+    format!(
+        "gputokens: your GPU job {job}{on} has used its GPUs below {threshold_percent}% for {window}: the tokens \
+         it is charged meanwhile are spent on idle GPUs. If it has nothing to do, end it (scancel {job}). Run \
+         'sbalance --statement' for what idle GPUs cost you this month."
     )
 }
 

@@ -90,6 +90,14 @@ impl Ledger {
         Ok(())
     }
 
+    /// Owes `notice`, once per `key`: a key owed before adds nothing.
+    pub fn record_notice(&mut self, notice: &NewNotice, key: &str, at: i64) -> Result<(), LedgerError> {
+        let tx = self.conn.transaction()?;
+        insert_notice(&tx, notice, Some(key.to_string()), at)?;
+        tx.commit()?;
+        Ok(())
+    }
+
     /// Owed notifications, oldest first, at most `limit`.
     pub fn owed_notifications(&self, limit: usize) -> Result<Vec<Notice>, LedgerError> {
         let mut stmt = self.conn.prepare_cached(

@@ -5,6 +5,8 @@
 use std::collections::{BTreeSet, HashMap};
 
 use gputokens::config::UtilizationConfig;
+use gputokens::notify::{idle_message, Event};
+use ledger::NewNotice;
 
 use crate::error::AccountdResult;
 use crate::metrics::JobLabels;
@@ -95,6 +97,9 @@ pub fn apply(
     forget_ended_jobs(res, tracker, &node, &seen);
     for labels in &flagged {
         flag_idle(labels, &usage);
+        if usage.idle_notify && res.config.notify.enabled() {
+            owe_idle_notice(res, labels, &usage, now)?;
+        }
     }
     Ok((seen.len(), flagged.len()))
 }
@@ -151,6 +156,25 @@ fn flag_idle(labels: &JobLabels, usage: &UtilizationConfig) {
     });
 }
 
+/// The notice owed to the owner of a job just flagged idle (`[usage] idle_notify`), once per job:
+/// delivered by the next check cycle with the other notifications.
+fn owe_idle_notice(res: &mut Resources, labels: &JobLabels, usage: &UtilizationConfig, now: i64) -> AccountdResult {
+    if labels.user == "unknown" {
+        return Ok(()); // squeue no longer knows the job: nobody to tell
+    }
+    let balance = res.ledger.account(&labels.user)?.map(|a| a.balance).unwrap_or(res.ledger.rules().initial);
+    let window = humantime::format_duration(usage.idle_window).to_string();
+    let notice = NewNotice {
+        user: labels.user.clone(),
+        event: Event::Idle,
+        balance,
+        job_id: Some(labels.job.clone()),
+        message: idle_message(&labels.job, &labels.node, usage.idle_threshold_percent, &window),
+    };
+    res.ledger.record_notice(&notice, &format!("idle:{}", labels.job), now)?;
+    Ok(())
+}
+
 /// How long an idle_command may run.
 const IDLE_COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -188,11 +212,10 @@ mod tests {
     fn a_stretch_below_the_threshold_counts_idle_once_it_lasts_the_window() {
         let usage = UtilizationConfig { idle_window: std::time::Duration::from_secs(30), ..Default::default() };
         let mut w = watch();
-        let got: Vec<(bool, u64)> =
-            [(0, 1.0), (10, 2.0), (20, 0.0), (30, 1.0), (40, 3.0), (50, 80.0), (60, 0.0)]
-                .iter()
-                .map(|(at, percent)| watch_idle(&mut w, *percent, *at, &usage))
-                .collect();
+        let got: Vec<(bool, u64)> = [(0, 1.0), (10, 2.0), (20, 0.0), (30, 1.0), (40, 3.0), (50, 80.0), (60, 0.0)]
+            .iter()
+            .map(|(at, percent)| watch_idle(&mut w, *percent, *at, &usage))
+            .collect();
         assert_eq!(got, [(false, 0), (false, 0), (false, 0), (true, 4), (false, 1), (false, 0), (false, 0)]);
     }
 }

@@ -1,6 +1,7 @@
 //! Idle GPUs in tokens on the real cluster: alice's a6000 job sits at 0 % for its whole run (the
 //! agent, fake NVML), bob's rtx3090 job works; her statement, status page and the next threshold
-//! notification say what she spent on idle GPUs this month, his say nothing of it.
+//! notification say what she spent on idle GPUs this month, his say nothing of it; with
+//! `[usage] idle_notify` she is told once, when her job has idled for the window.
 
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use crate::agent::pid_of;
 use crate::cluster::{sbatch, serial, wait_finished};
 use crate::common::Site;
 use crate::health::Agent;
-use crate::notifications::{capture_script, captured};
+use crate::notifications::{args, capture_script, captured};
 use crate::web::{page_of, proxy_settings};
 
 /// Eight fake GPUs like gres.conf: alice's process on GPU 6 (an a6000) at 0 %, bob's on GPU 4 (an
@@ -46,7 +47,7 @@ fn a_job_idle_for_its_whole_run_shows_its_tokens_as_idle() {
         "",
         &format!(
             "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n\
-             [usage]\nidle_threshold_percent = 5\nidle_window = \"2s\"\n[web]\nallow_http = true\n{web}"
+             [usage]\nidle_threshold_percent = 5\nidle_window = \"2s\"\nidle_notify = true\n[web]\nallow_http = true\n{web}"
         ),
     );
     let command = capture_script(&site);
@@ -97,4 +98,9 @@ fn a_job_idle_for_its_whole_run_shows_its_tokens_as_idle() {
     std::thread::sleep(Duration::from_millis(500));
     let all = captured(&site).join("\n");
     assert!(all.contains(&format!("This month you spent {spent} tokens on idle GPUs (a6000 {spent}).")), "{all}");
+    // And alice was told once, when her job had idled for the window; bob never.
+    let told = format!("STDIN: gputokens: your GPU job {alice} on vm has used its GPUs below 5% for 2s");
+    assert_eq!(all.matches(&told).count(), 1, "{all}");
+    assert_eq!(args(&site).iter().filter(|a| a.ends_with(" idle alice")).count(), 1, "{:?}", args(&site));
+    assert!(!args(&site).iter().any(|a| a.ends_with(" idle bob")), "{:?}", args(&site));
 }

@@ -261,6 +261,7 @@ fn utilization(s: &mut Section) -> UtilizationConfig {
             .get("idle_threshold_percent", d.idle_threshold_percent, |v| number_in(v, 0.0, 100.0, "between 0 and 100")),
         idle_window: s.get("idle_window", d.idle_window, positive_duration),
         idle_command: s.get("idle_command", d.idle_command, strings),
+        idle_notify: s.get("idle_notify", d.idle_notify, boolean),
         prometheus: None,
     }
 }

@@ -81,7 +81,7 @@ pub fn user_view(res: &Resources, user: &str, now: i64) -> Result<Value, String>
             Event::Overdraft => format!("in overdraft: {}", Status::Overdraft.explanation(rules.floor)),
             Event::Floor => format!("at the floor: {}", Status::Blocked.explanation(rules.floor)),
             Event::Recovered => "recovered: GPU jobs run at full priority again".into(),
-            Event::Preempted | Event::Expiring => continue,
+            Event::Preempted | Event::Expiring | Event::Idle => continue,
         };
         let why = format!("{} {} → balance {}", e.kind.as_str(), e.amount, e.balance_after);
         events.push((e.at, json!({ "at": format_local(e.at), "event": event.as_str(), "what": what, "why": why })));
