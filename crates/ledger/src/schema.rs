@@ -217,7 +217,10 @@ const MIGRATIONS: &[&str] = &[
     // 12: idle GPUs in tokens. Of a job's utilization samples, how many fell in a stretch below
     // `[usage] idle_threshold_percent` that lasted `idle_window`: that share of its charges was spent
     // on idle GPUs (statements, the status page, notifications).
-    "ALTER TABLE job_utilization ADD COLUMN idle_samples INTEGER NOT NULL DEFAULT 0;",
+    // Refunds look up gputokens' fault actions on a job (`fault-requeue`, `fault-cancel`) for each
+    // requeued or cancelled run a charge cycle reads: by job, not by scanning the audit trail.
+    "ALTER TABLE job_utilization ADD COLUMN idle_samples INTEGER NOT NULL DEFAULT 0;
+     CREATE INDEX actions_by_target ON actions (target, at);",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

@@ -84,7 +84,7 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, now: i64) -> AccountdResult
 
     let outcome = cycle.res.ledger.charge(&records, &cycle.res.config.prices, now)?;
     // After the charge, so a lost run's charge is complete when it is given back.
-    let refunded = refunds::run(&mut cycle.res, &finished.records, &finished.states, &finished.nodes, now)?;
+    let refunded = refunds::run(&mut cycle.res, &finished.records, &finished.ends, now)?;
     // Read up to what Slurm had seen: a job that ends after the clock but before `now` is read again.
     cycle.res.ledger.set_meta(READ_UNTIL, &now.min(read_at).to_string())?;
     if read_from.is_none() {

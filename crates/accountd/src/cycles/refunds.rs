@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use gputokens::refunds::{cause, refunded_share, RefundCause, RunEnd};
+use gputokens::slurm::sacct::RunEnded;
 use gputokens::time::format_local;
 use ledger::{RunRefund, UsageRecord};
 
@@ -16,13 +17,12 @@ use crate::resources::Resources;
 /// action is written, while slurmctld has already ended the run.
 const FAULT_ACTION_SLACK: i64 = 300;
 
-/// Refunds the lost runs among `records` (finished ones), whose states and nodes sacct gave;
-/// returns how many runs were refunded now.
+/// Refunds the lost runs among `records` (finished ones), by how each ended (sacct); returns how
+/// many runs were refunded now.
 pub fn run(
     res: &mut Resources,
     records: &[UsageRecord],
-    states: &HashMap<(String, i64), String>,
-    nodes: &HashMap<String, String>,
+    ends: &HashMap<(String, i64), RunEnded>,
     now: i64,
 ) -> AccountdResult<usize> {
     let config = res.config.refunds.clone();
@@ -31,10 +31,11 @@ pub fn run(
     }
     let mut refunded = 0;
     for record in records {
-        let Some(state) = states.get(&(record.job_id.clone(), record.segment_start)) else { continue };
+        let Some(ended) = ends.get(&(record.job_id.clone(), record.segment_start)) else { continue };
+        let state = ended.state.as_str();
         let end = record.segment_start.saturating_add(i64::try_from(record.elapsed).unwrap_or(i64::MAX));
         // The audit trail is read only for the states a fault action leaves.
-        let fault = match state.as_str() {
+        let fault = match state {
             "REQUEUED" | "CANCELLED" => res.ledger.fault_action_on(
                 &record.job_id,
                 record.segment_start,
@@ -53,7 +54,7 @@ pub fn run(
         let share = refunded_share(gpu_seconds, config.max_gpu_seconds);
         let lost_to = match why {
             RefundCause::NodeFail => {
-                let node = nodes.get(&record.job_id).map(String::as_str).unwrap_or("its node");
+                let node = ended.nodes.as_deref().unwrap_or("its node");
                 format!("a node failure (NODE_FAIL on {node})")
             }
             RefundCause::GpuFault => format!("a GPU fault ({})", fault.unwrap_or_default()),

@@ -40,9 +40,9 @@ pub struct Parsed {
     pub active: Vec<UsageRecord>,
     /// NodeList of each record's job, where the output has that column.
     pub nodes: HashMap<String, String>,
-    /// How each final record's run ended: its State's first word by (job, run start), where the
-    /// output has that column (automatic refunds read it).
-    pub states: HashMap<(String, i64), String>,
+    /// How each final record's run ended, by (job, run start), where the output has a State column
+    /// (automatic refunds read it).
+    pub ends: HashMap<(String, i64), RunEnded>,
     pub skipped: usize,
     pub rejected: Vec<Rejected>,
 }
@@ -60,6 +60,14 @@ struct Columns {
     state: Option<usize>,
     node_list: Option<usize>,
     sluid: Option<usize>,
+}
+
+/// How one run ended: its State's first word ("CANCELLED by 0" is CANCELLED) and that run's own
+/// NodeList (a requeued job's later runs may be elsewhere).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunEnded {
+    pub state: String,
+    pub nodes: Option<String>,
 }
 
 /// What one row is.
@@ -94,14 +102,15 @@ pub fn parse(text: &str, sharing: Sharing) -> Result<Parsed, SacctError> {
         match row(line, &columns, sharing) {
             Ok(Row::NoGpuTime) => parsed.skipped += 1,
             Ok(Row::Record { record, active, nodes, state }) => {
-                if let Some(nodes) = nodes {
-                    parsed.nodes.insert(record.job_id.clone(), nodes);
+                if let Some(nodes) = &nodes {
+                    parsed.nodes.insert(record.job_id.clone(), nodes.clone());
                 }
                 if active {
                     parsed.active.push(record);
                 } else {
                     if let Some(state) = state {
-                        parsed.states.insert((record.job_id.clone(), record.segment_start), state);
+                        let ended = RunEnded { state, nodes: nodes.clone() };
+                        parsed.ends.insert((record.job_id.clone(), record.segment_start), ended);
                     }
                     parsed.records.push(record);
                 }
@@ -341,17 +350,19 @@ garbage row without fields
         assert!(parse(SAMPLE, Sharing::default()).unwrap().records.iter().all(|r| r.sluid.is_none()));
     }
 
-    /// Each final run's state, by job and start, for refunds; "CANCELLED by 0" is CANCELLED.
+    /// Each final run's state and nodes, by job and start; "CANCELLED by 0" is CANCELLED.
     #[test]
-    fn each_final_run_keeps_how_it_ended() {
-        let text = "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State
-40|ann|gres/gpu:a6000=1|60|1795444368|NODE_FAIL
-40|ann|gres/gpu:a6000=1|30|1795444500|RUNNING
-41|bob|gres/gpu:a6000=1|60|1795444368|CANCELLED by 1001
+    fn each_final_run_keeps_how_and_where_it_ended() {
+        let text = "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State|NodeList
+40|ann|gres/gpu:a6000=1|60|1795444368|NODE_FAIL|node3
+40|ann|gres/gpu:a6000=1|30|1795444500|RUNNING|node1
+41|bob|gres/gpu:a6000=1|60|1795444368|CANCELLED by 1001|node2
 ";
         let p = parse(text, Sharing::default()).unwrap();
-        assert_eq!(p.states.len(), 2, "{p:?}");
-        assert_eq!(p.states[&("40".to_string(), 1795444368)], "NODE_FAIL");
-        assert_eq!(p.states[&("41".to_string(), 1795444368)], "CANCELLED");
+        assert_eq!(p.ends.len(), 2, "{p:?}");
+        let ended = |job: &str| p.ends[&(job.to_string(), 1795444368)].clone();
+        assert_eq!(ended("40"), RunEnded { state: "NODE_FAIL".into(), nodes: Some("node3".into()) });
+        assert_eq!(ended("41"), RunEnded { state: "CANCELLED".into(), nodes: Some("node2".into()) });
+        assert_eq!(p.nodes["40"], "node1", "the job's newest run's nodes");
     }
 }
