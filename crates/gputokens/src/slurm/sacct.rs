@@ -242,7 +242,7 @@ mod tests {
             assert_eq!(parsed.skipped, 2, "{release}");
             assert!(parsed.nodes.values().all(|n| n == "vm"), "{release}");
             assert!(
-                parsed.states.len() == 4 && parsed.states.values().all(|s| s == "CANCELLED"),
+                parsed.ends.len() == 4 && parsed.ends.values().all(|e| e.state == "CANCELLED"),
                 "{release}: {parsed:?}"
             );
         }
