@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::{params, OptionalExtension};
+use rusqlite::{params, OptionalExtension, Transaction};
 
 use gputokens::entry::{Entry, EntryKind};
 use gputokens::time::local_date;
@@ -12,33 +12,37 @@ use gputokens::tokens::Tokens;
 use super::accounts::{check_user_name, insert_entry, Applied, NewEntry};
 use super::{Ledger, LedgerError};
 
+/// What each balance paid for job `job_id` in all, by holder: job_payments for a job a pool paid
+/// for, else job_charges (its user paid it all).
+pub(crate) fn job_payers(tx: &Transaction<'_>, job_id: &str) -> Result<Vec<(String, i64)>, LedgerError> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT holder, charged FROM job_payments WHERE job_id = ?1
+         UNION ALL
+         SELECT user, SUM(charged) FROM job_charges
+         WHERE job_id = ?1 AND NOT EXISTS (SELECT 1 FROM job_payments WHERE job_id = ?1) GROUP BY user
+         ORDER BY 1",
+    )?;
+    let rows = stmt.query_map([job_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// What `holder` has had back of job `job_id` so far, by an admin or automatically: refunds are
+/// keyed `refund:JOB:...`, found by that prefix in the key index.
+pub(crate) fn refunded_to(tx: &Transaction<'_>, job_id: &str, holder: &str) -> Result<i64, LedgerError> {
+    Ok(tx.query_row(
+        "SELECT COALESCE(SUM(amount), 0) FROM entries WHERE key >= ?1 AND key < ?2 AND kind = 'refund' AND user = ?3",
+        params![format!("refund:{job_id}:"), format!("refund:{job_id};"), holder],
+        |r| r.get(0),
+    )?)
+}
+
 impl Ledger {
     /// Refunds what job `job_id` was charged and not yet refunded.
     pub fn refund_job(&mut self, job_id: &str, actor: &str, reason: &str, now: i64) -> Result<Vec<Entry>, LedgerError> {
         let tx = self.conn.transaction()?;
-        // What each balance paid for the job in all: job_payments for a job a pool paid for, else
-        // job_charges (its user paid it all). Refunds are keyed `refund:JOB:...`, found by that
-        // prefix in the key index.
-        let charged: Vec<(String, i64)> = {
-            let mut stmt = tx.prepare(
-                "SELECT holder, charged FROM job_payments WHERE job_id = ?1
-                 UNION ALL
-                 SELECT user, SUM(charged) FROM job_charges
-                 WHERE job_id = ?1 AND NOT EXISTS (SELECT 1 FROM job_payments WHERE job_id = ?1) GROUP BY user
-                 ORDER BY 1",
-            )?;
-            let rows = stmt.query_map([job_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
-            rows.collect::<Result<_, _>>()?
-        };
         let mut ids = Vec::new();
-        for (user, charged) in charged {
-            let refunded: i64 = tx.query_row(
-                "SELECT COALESCE(SUM(amount), 0) FROM entries
-                 WHERE key >= ?1 AND key < ?2 AND kind = 'refund' AND user = ?3",
-                params![format!("refund:{job_id}:"), format!("refund:{job_id};"), user],
-                |r| r.get(0),
-            )?;
-            let owed = charged - refunded;
+        for (user, charged) in job_payers(&tx, job_id)? {
+            let owed = charged - refunded_to(&tx, job_id, &user)?;
             if owed <= 0 {
                 continue;
             }

@@ -7,6 +7,7 @@ use gputokens::entry::{Entry, EntryKind};
 use gputokens::tokens::Tokens;
 
 use super::accounts::{insert_entry, Applied, NewEntry};
+use super::admin::{job_payers, refunded_to};
 use super::{Ledger, LedgerError};
 
 /// One run to refund.
@@ -46,18 +47,7 @@ impl Ledger {
             |r| r.get(0),
         )?;
         let refunded = i128::from(run_charged) * i128::from(numerator) / i128::from(denominator);
-        // Who paid for the job: job_payments where a pool paid for part of it, else its user.
-        let payers: Vec<(String, i64)> = {
-            let mut stmt = tx.prepare_cached(
-                "SELECT holder, charged FROM job_payments WHERE job_id = ?1
-                 UNION ALL
-                 SELECT user, SUM(charged) FROM job_charges
-                 WHERE job_id = ?1 AND NOT EXISTS (SELECT 1 FROM job_payments WHERE job_id = ?1) GROUP BY user
-                 ORDER BY 1",
-            )?;
-            let rows = stmt.query_map([run.job_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
-            rows.collect::<Result<_, _>>()?
-        };
+        let payers = job_payers(&tx, run.job_id)?;
         let paid: i128 = payers.iter().map(|(_, p)| i128::from(*p)).sum();
         let mut ids = Vec::new();
         let mut left = refunded;
@@ -68,12 +58,7 @@ impl Ledger {
             // Each its share of the run's refund; the last what rounding left.
             let share = if i + 1 == payers.len() { left } else { refunded * i128::from(*holder_paid) / paid };
             left -= share;
-            let given_back: i64 = tx.query_row(
-                "SELECT COALESCE(SUM(amount), 0) FROM entries
-                 WHERE key >= ?1 AND key < ?2 AND kind = 'refund' AND user = ?3",
-                params![format!("refund:{}:", run.job_id), format!("refund:{};", run.job_id), holder],
-                |r| r.get(0),
-            )?;
+            let given_back = refunded_to(&tx, run.job_id, holder)?;
             let amount = share.min(i128::from(*holder_paid - given_back));
             let Ok(amount) = i64::try_from(amount) else { continue };
             if amount <= 0 {
