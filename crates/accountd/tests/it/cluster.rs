@@ -32,20 +32,6 @@ pub fn serial() -> Serial {
         assert!(Instant::now() < deadline, "jobs of earlier tests do not go away:\n{left}");
         std::thread::sleep(Duration::from_millis(250));
     }
-    // slurmdbd learns of a job's end after slurmctld: until it has, a window read shows the job as
-    // still running, and the next test's site would charge it. Wait until every recent job of the
-    // test users has its end recorded.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let unended =
-            sacct(&["-X", "-D", "-n", "-P", "-u", "alice,bob,carol", "-S", "now-15minutes", "-o", "JobIDRaw,End"]);
-        let unended: Vec<&str> = unended.lines().filter(|l| l.ends_with("|Unknown")).collect();
-        if unended.is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "slurmdbd has no end for jobs of earlier tests: {unended:?}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
     let state = run_as(None, Path::new("/usr/bin/sinfo"), &["-h", "-o", "%T"]).ok().stdout;
     if state.starts_with("drain") {
         run_as(None, Path::new("/usr/bin/scontrol"), &["update", "nodename=ALL", "state=resume"]).ok();
@@ -78,10 +64,7 @@ pub fn sacct(args: &[&str]) -> String {
 pub fn wait_finished(job: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let row = sacct(&["-j", job, "-X", "-n", "-P", "-o", "State,End"]).trim().to_string();
-        // Final only with its end recorded (slurmdbd may show the state before the end).
-        let (state, end) = row.split_once('|').unwrap_or((row.as_str(), "Unknown"));
-        let state = if end == "Unknown" { "RUNNING".to_string() } else { state.to_string() };
+        let state = sacct(&["-j", job, "-X", "-n", "-P", "-o", "State"]).trim().to_string();
         // slurmdbd shows a job by ID seconds before a time window (sacct -S, as accountd reads) finds
         // it; accountd's `reread` covers that in later cycles, but a test that ticks once right after
         // needs the job in the window now, so wait for both.
