@@ -48,6 +48,8 @@ pub fn balance_row(res: &Resources, user: &str, now: i64) -> Result<BalanceRow, 
 fn expiring(res: &Resources, user: &str, balance: Tokens, now: i64) -> Result<Option<Expiring>, Reply> {
     let until = now.saturating_add(res.config.notify.expiry_warning.as_secs() as i64);
     let open = res.ledger.open_grants(user).map_err(from_ledger)?;
-    let soonest = open.into_iter().find(|g| g.at_stake(balance) > Tokens::ZERO && g.expires_at <= until);
-    Ok(soonest.map(|g| Expiring { tokens: g.at_stake(balance), at: gputokens::time::format_local(g.expires_at) }))
+    Ok(open.into_iter().filter(|g| g.expires_at <= until).find_map(|g| {
+        let tokens = g.at_stake(balance);
+        (tokens > Tokens::ZERO).then(|| Expiring { tokens, at: gputokens::time::format_local(g.expires_at) })
+    }))
 }

@@ -2,7 +2,7 @@
 //! `--csv`: one row per user and line item, between an opening and a closing row, so that the
 //! Amount column of a user's rows, opening included, sums to the closing balance) or `--json`.
 
-use gputokens::statement::{gpu_hours, idle_by_type, Item, Line, Month, Statement};
+use gputokens::statement::{gpu_hours, idle_summary, Item, Line, Month, Statement};
 use gputokens::time::{format_local, local_date};
 use gputokens::Tokens;
 
@@ -160,10 +160,8 @@ pub fn text(s: &Statement, header: bool) -> String {
     for r in &rows {
         out += &line([&r[0], &r[1], &r[2], &r[3]]);
     }
-    let (idle, per_type) = idle_by_type(s);
-    if idle > Tokens::ZERO {
-        let types: Vec<String> = per_type.iter().map(|(t, v)| format!("{t} {v}")).collect();
-        out += &format!("You spent {idle} tokens on idle GPUs this month ({}).\n", types.join(", "));
+    if let Some((idle, types)) = idle_summary(s) {
+        out += &format!("You spent {idle} tokens on idle GPUs this month ({types}).\n");
     }
     if !s.members.is_empty() {
         out += "Charged by member:\n";

@@ -21,7 +21,8 @@ pub fn run(res: &mut Resources, now: i64) -> AccountdResult<Expired> {
     let mut done = Expired::default();
     for grant in res.ledger.grants_to_warn(now.saturating_add(ahead))? {
         let balance = res.ledger.account(&grant.user)?.map(|a| a.balance).unwrap_or_default();
-        if grant.at_stake(balance) == gputokens::Tokens::ZERO {
+        let at_stake = grant.at_stake(balance);
+        if at_stake == gputokens::Tokens::ZERO {
             continue; // nothing would expire (yet): warned when there is, if before its end
         }
         // A pool's grant is announced in the ledger only: its members' notifications are theirs.
@@ -31,12 +32,7 @@ pub fn run(res: &mut Resources, now: i64) -> AccountdResult<Expired> {
                 event: Event::Expiring,
                 balance,
                 job_id: None,
-                message: expiring_message(
-                    grant.at_stake(balance),
-                    grant.amount,
-                    &format_local(grant.expires_at),
-                    balance,
-                ),
+                message: expiring_message(at_stake, grant.amount, &format_local(grant.expires_at), balance),
             });
         res.ledger.mark_warned(grant.entry_id, notice.as_ref(), now)?;
         done.warned += 1;

@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gputokens::notify::{balance_message, crossing, preempted_message, Event, Level};
-use gputokens::statement::{idle_by_type, Month};
+use gputokens::statement::{idle_summary, Month};
 use gputokens::time::local_date;
 use ledger::{NewNotice, Notice};
 
@@ -85,12 +85,10 @@ fn idle_note(res: &Resources, user: &str, now: i64) -> String {
     let Ok(statement) = res.ledger.statement(user, month, ledger::Issue { at: now, partial: true }) else {
         return String::new();
     };
-    let (idle, per_type) = idle_by_type(&statement);
-    if idle <= gputokens::Tokens::ZERO {
-        return String::new();
+    match idle_summary(&statement) {
+        Some((idle, types)) => format!(" This month you spent {idle} tokens on idle GPUs ({types})."),
+        None => String::new(),
     }
-    let types: Vec<String> = per_type.iter().map(|(t, v)| format!("{t} {v}")).collect();
-    format!(" This month you spent {idle} tokens on idle GPUs ({}).", types.join(", "))
 }
 
 /// The notification a preemption owes the job's owner, or None when notifications are off.

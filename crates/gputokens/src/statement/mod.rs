@@ -283,6 +283,14 @@ pub fn idle_by_type(statement: &Statement) -> (Tokens, Vec<(&str, Tokens)>) {
     (per_type.iter().map(|(_, t)| *t).sum(), per_type)
 }
 
+/// What `statement` spent on idle GPUs, for people to read: the total and its GPU types
+/// (`a6000 6, rtx3090 3`); None when nothing was.
+pub fn idle_summary(statement: &Statement) -> Option<(Tokens, String)> {
+    let (total, per_type) = idle_by_type(statement);
+    let types: Vec<String> = per_type.iter().map(|(t, v)| format!("{t} {v}")).collect();
+    (total > Tokens::ZERO).then(|| (total, types.join(", ")))
+}
+
 /// GPU-hours of `seconds`, to two decimals at most (`40`, `0.5`, `0.03`): for reading; the exact
 /// GPU-seconds travel beside it.
 pub fn gpu_hours(seconds: u64) -> String {
