@@ -8,7 +8,11 @@
 #                            PluginDir and the conffile /etc/slurm/plugstack.conf.d/gputokens.conf;
 #                            built for, and depending on exactly, the Slurm installed here
 #
-#   bash packaging/build-debs.sh [--profile debug|release] [--out DIR]
+#   bash packaging/build-debs.sh [--profile debug|release] [--out DIR] [--binaries TARGET]
+#
+# --binaries TARGET takes accountd, sbalance and the man/completion generator from a cargo target
+# directory where they are built already (its PROFILE/ and PROFILE/static/sbalance) and builds only the
+# plugins here: the test suite builds those once on the host and packages them for each Slurm release.
 #
 # Run it on a machine with the Slurm the plugins are for and its headers (libslurm-dev, plus
 # libmunge-dev and libclang-dev); root is not needed (dpkg-deb --root-owner-group). Builds with
@@ -21,13 +25,14 @@ umask 022
 
 say() { printf 'build-debs: %s\n' "$*" >&2; }
 die() { printf 'build-debs: ERROR: %s\n' "$*" >&2; exit 1; }
-USAGE="usage: build-debs.sh [--profile debug|release] [--out DIR]"
+USAGE="usage: build-debs.sh [--profile debug|release] [--out DIR] [--binaries TARGET]"
 
-profile=release out=""
+profile=release out="" binaries=""
 while (( $# )); do
   case $1 in
     --profile) (( $# >= 2 )) || die "$USAGE"; profile=$2; shift 2 ;;
     --out) (( $# >= 2 )) || die "$USAGE"; out=$2; shift 2 ;;
+    --binaries) (( $# >= 2 )) || die "$USAGE"; binaries=$(realpath -m "$2"); shift 2 ;;
     -h|--help) echo "$USAGE"; exit 0 ;;
     *) die "unknown argument '$1'; $USAGE" ;;
   esac
@@ -91,16 +96,22 @@ maintainer="${DEBFULLNAME:-gputokens packager} <${DEBEMAIL:-root@localhost}>"
 out=${out:-$CARGO_TARGET_DIR/debian/slurm-$slurm_series}
 
 # ---- build ----------------------------------------------------------------------------------------
-host=$(rustc -vV | sed -n 's/^host: //p')
 say "building ($profile) in $CARGO_TARGET_DIR for Slurm $slurm_version, PluginDir $plugin_dir"
-# The whole workspace, as tests/run.sh builds it: the same features, so neither rebuilds the other's.
-cargo build --locked "${cargo_profile[@]}" --workspace
-# sbalance linked statically, as the README installs it (users run it beside sshare; it starts faster).
-RUSTFLAGS="-C target-feature=+crt-static" \
-  cargo build --locked "${cargo_profile[@]}" -p accountd --bin sbalance --target "$host"
 built=$CARGO_TARGET_DIR/$profile
-accountd=$built/accountd
-sbalance=$CARGO_TARGET_DIR/$host/$profile/sbalance
+if [[ -z $binaries ]]; then
+  # The whole workspace, as tests/run.sh builds it: the same features, so neither rebuilds the other's.
+  cargo build --locked "${cargo_profile[@]}" --workspace
+  # sbalance linked statically, as the README installs it (users run it beside sshare; it starts faster).
+  bash packaging/static-sbalance.sh "${cargo_profile[@]}" >/dev/null
+  binaries=$CARGO_TARGET_DIR
+else
+  # Only what depends on this machine's Slurm.
+  cargo build --locked "${cargo_profile[@]}" -p job-submit-gputokens -p spank-gputokens
+fi
+accountd=$binaries/$profile/accountd
+sbalance=$binaries/$profile/static/sbalance
+dist=$binaries/$profile/gputokens-dist
+for file in "$accountd" "$sbalance" "$dist"; do [[ -x $file ]] || die "$file is not built"; done
 if readelf -d "$sbalance" | grep -q '(NEEDED)'; then die "$sbalance needs shared libraries: not linked statically"; fi
 # The Depends of gputokens covers these libraries: one more must be added there.
 for lib in $(readelf -d "$accountd" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
@@ -115,8 +126,8 @@ trap 'rm -rf "$WORK"' EXIT
 # Man pages and completions from the clap definitions the binaries parse with (crates/dist).
 # The pages' date: SOURCE_DATE_EPOCH (reproducible builds) or the last commit's, not the build's.
 man_date=$(date -u -d "@${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}" +%F)
-cargo run --locked -q "${cargo_profile[@]}" -p gputokens-dist -- man --date "$man_date" "$WORK/man"
-cargo run --locked -q "${cargo_profile[@]}" -p gputokens-dist -- completions "$WORK/completions"
+"$dist" man --date "$man_date" "$WORK/man"
+"$dist" completions "$WORK/completions"
 
 # ---- package trees --------------------------------------------------------------------------------
 # put MODE SRC... DIR: install files into DIR of the package tree $tree (directories 0755).

@@ -1,104 +1,234 @@
 #!/bin/bash
-# Runs every test: unit tests, integration tests of the real binaries as root and as the non-root
-# users alice and bob, and the tests against a real one-node Slurm cluster (started and stopped here).
-# Run as root on Debian 12: `bash tests/run.sh`. `bash tests/run.sh up` only builds and starts the
-# cluster configured as the tests expect (then run single tests with cargo test; stop it with
-# tests/cluster/down.sh).
+# Runs the tests, as root on Debian 12. The suites, by what they need:
+#   unit       nothing but this machine: every crate's unit tests and the integration tests of the real
+#              binaries, as root and as the non-root users alice, bob and carol (`cargo test --workspace`)
+#   cluster    a real one-node Slurm cluster (tests/cluster/, started and stopped here): the `#[ignore]`d
+#              tests of every test binary but the three suites below
+#   multinode  the multi-node cluster (tests/multinode/: two controllers, three nodes, each test its own)
+#   packages   the .deb packages as an admin installs them, and on the host's release the RPMs
+#   browser    the status page in headless Chromium (the host's release: the others have no browser)
 #
-# `bash tests/run.sh --slurm RELEASE [up]` does the same against another Slurm release (24.11, 26.05):
-# inside that release's Debian root filesystem (built once, cached outside the repo), in namespaces of
-# its own (tests/slurm-releases/). `--slurm 22.05` is the host's own Slurm, the default.
+#   bash tests/run.sh                              every suite on every Slurm release (what CI runs):
+#                                                  one build, then the releases side by side
+#   bash tests/run.sh --slurm RELEASE [SUITE...]   one release (22.05 is the host's own; 24.11 and 26.05
+#                                                  run in their Debian root filesystems, tests/slurm-releases/);
+#                                                  every suite that applies there unless SUITEs are named
+#   bash tests/run.sh up                           build and start the host's cluster configured as the
+#                                                  tests expect, and leave it up (tests/cluster/down.sh stops it);
+#                                                  another release's: `bash tests/run.sh --inside RELEASE up` in a
+#                                                  shell of `tests/slurm-releases/enter.sh RELEASE`, after a build
+#
+# Everything is built once, on the host (target/): the other releases' suites run the host's binaries
+# and test binaries and build only the two plugins against their own Slurm headers (target/slurm-RELEASE).
+# Each release's output goes to target/test-logs/RELEASE.log when they run side by side.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-LAB=${GPUTOKENS_LAB:-/tmp/gputokens-cluster}
-TARGET=${CARGO_TARGET_DIR:-target}
-
-if [[ ${1:-} == --slurm ]]; then
-  source tests/slurm-releases/lib.sh
-  release=${2:?--slurm needs a release: $RELEASES}
-  shift 2
-  if [[ $release != "$HOST_RELEASE" ]]; then
-    bash tests/cluster/install.sh                     # the host's toolchain builds there: its headers too
-    bash tests/slurm-releases/rootfs.sh "$release"
-    cargo fetch --locked                              # the root filesystem has no network: the host's crate cache
-    exec bash tests/slurm-releases/enter.sh "$release" bash tests/run.sh "$@"
-  fi
-  installed=$(dpkg-query -W -f '${Version}' slurmctld 2>/dev/null || true)
-  [[ -z $installed || $installed == "$release".* ]] || { echo "tests/run.sh: this host has Slurm $installed, not $release" >&2; exit 1; }
-fi
-
-bash tests/cluster/install.sh
 source tests/slurm-releases/lib.sh
-installed=$(dpkg-query -W -f '${Version}' slurmctld 2>/dev/null || true)
-# The RPMs for RHEL-family sites, built from a source tarball against this host's Slurm headers
-# (--nodeps: Debian has no Slurm RPM) on the host's release only (its rpm and rpmlint; the other
-# releases' root filesystems have neither), for crates/accountd/tests/it/rpms.rs (in a target
-# directory of their own: target/rpm/target).
-if [[ $installed == "$HOST_RELEASE".* ]]; then
-  built_rpms=$(bash packaging/build-rpms.sh --profile debug --nodeps)
-  GPUTOKENS_RPMS=$(dirname "$(head -n 1 <<<"$built_rpms")")
-  export GPUTOKENS_RPMS
-fi
-cargo build --workspace --locked
-# sbalance as the README installs it, linked statically; the tests run it as the users do.
-HOST=$(rustc -vV | sed -n 's/^host: //p')
-RUSTFLAGS="-C target-feature=+crt-static" cargo build --locked -p accountd --bin sbalance --target "$HOST"
-export GPUTOKENS_SBALANCE=$(realpath "$TARGET")/$HOST/debug/sbalance
+REPO=$(pwd)
+LAB=${GPUTOKENS_LAB:-/tmp/gputokens-cluster}
+TARGET=$REPO/target                    # the host's build, also inside the root filesystems (same path)
+MANIFEST=$TARGET/debug/test-binaries.tsv
+ALL_SUITES="unit cluster multinode packages browser"
+
+# suites_for RELEASE: the suites that mean something there.
+suites_for() {
+  if [[ $1 == "$HOST_RELEASE" ]]; then echo "$ALL_SUITES"; else echo "cluster multinode packages"; fi
+}
+
+# ---- the host's build: every binary, test binary and package input, once ---------------------------
+build_host() {
+  bash tests/cluster/install.sh
+  # Libraries, plugins, binaries and test binaries in one go: one feature resolution, so `cargo test`
+  # builds nothing more.
+  cargo build --workspace --lib --bins --tests --locked
+  # sbalance as the README installs it, linked statically from the same build; the tests run it as
+  # the users do.
+  bash packaging/static-sbalance.sh >/dev/null
+  # The test binaries, and where they are (the other releases run them from here: no cargo there).
+  cargo test --workspace --locked --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        name = m["target"]["name"] + ("" if m["target"]["kind"] != ["lib"] else "-lib")
+        print(m["package_id"].split("#")[0].rsplit("/", 1)[-1].split("@")[0], name, m["executable"], sep="\t")
+' | sort -u > "$MANIFEST.new"
+  [[ -s $MANIFEST.new ]] || { echo "tests/run.sh: cargo test --no-run listed no test binaries" >&2; exit 1; }
+  mv "$MANIFEST.new" "$MANIFEST"
+}
+
+# ---- one release, inside its root filesystem (or on the host for the host's release) ---------------
+# test_binary NAME: the path of the test binary NAME (the test target's name; a library's is CRATE-lib).
+test_binary() { awk -F'\t' -v n="$1" '$2 == n { print $3 }' "$MANIFEST"; }
+
+# The plugins for this Slurm, the packages installed as an admin would, the cluster up.
+prepare_release() {
+  local release=$1 debs built_debs
+  bash tests/cluster/install.sh
+  # The plugins depend on this machine's Slurm headers: built here (target/ on the host's release,
+  # target/slurm-RELEASE in a root filesystem); the rest of the packages comes from the host's build.
+  built_debs=$(bash packaging/build-debs.sh --profile debug --binaries "$TARGET")
+  mapfile -t debs <<<"$built_debs"
+  # --force-confold keeps the test config written below, --force-confmiss restores a plugstack file
+  # up.sh removed in its other mode. up.sh loads the packaged plugins and writes SPANK_PLUGIN_ARGS into
+  # their plugstack file; the tests run /usr/bin/accountd and sbalance.
+  dpkg -i --force-confold --force-confmiss "${debs[@]}" >/dev/null
+  export GPUTOKENS_PLUGINS=installed GPUTOKENS_INSTALLED_BIN_DIR=/usr/bin
+  # The plugins' own builds, for the tests that load them directly (crates/accountd/tests/it/common.rs).
+  GPUTOKENS_PLUGIN_BUILD_DIR=${CARGO_TARGET_DIR:-$TARGET}/debug
+  export GPUTOKENS_PLUGIN_BUILD_DIR
+  export GPUTOKENS_SBALANCE=$TARGET/debug/static/sbalance
+
+  # The job_submit plugin runs inside the test cluster's slurmctld and reads /etc/slurm/gputokens.toml
+  # once at start: point it at the snapshot the admission tests write (crates/accountd/tests/it/admission.rs).
+  # While there is none, on_error = "accept" lets every job through, so the other cluster tests are unaffected.
+  install -d -m 755 "$LAB/snapshot"
+  # spank_gputokens.so (sbatch/srun) reads the same file for accountd's socket: the SPANK tests
+  # (crates/accountd/tests/it/spank.rs) link that path to the socket of an accountd they start; while there is
+  # none, sbatch shows one "balance unknown" line. Each job's prolog records its GPUs under gpu-jobs/, named
+  # by UUID through fake-nvml's library in crates/fake-nvml/ (without its state file beside it, which the
+  # tests write, it answers "driver not loaded" and records carry no UUIDs).
+  printf '# Written by tests/run.sh for the test cluster: read by job_submit_gputokens.so in slurmctld\n# and spank_gputokens.so in sbatch/srun.\n[paths]\nsnapshot = "%s"\nsocket = "%s"\n' \
+    "$LAB/snapshot/balances.snapshot" "$LAB/snapshot/accountd.sock" > /etc/slurm/gputokens.toml
+  install -D -m 755 "$TARGET/debug/libnvidia_ml.so" "$LAB/fake-nvml/libnvidia-ml.so.1"
+  export SPANK_PLUGIN_ARGS="jobs_dir=$LAB/gpu-jobs nvml_library=$LAB/fake-nvml/libnvidia-ml.so.1"
+  bash tests/cluster/up.sh
+}
 
 started=""
 stop_cluster() {
   bash tests/cluster/down.sh
   # Every daemon up.sh started must be gone (a zombie waiting for its reaper counts as gone).
-  local left=""
+  local left="" pid state
   for pid in $started; do
-    local state
     state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)
     [[ -n $state && $state != Z ]] && left+=" $pid($(tr '\0' ' ' < "/proc/$pid/cmdline"))"
   done
   if [[ -n $left ]]; then echo "down.sh left processes running:$left" >&2; return 1; fi
   echo "down.sh stopped every daemon up.sh started"
 }
-trap 'stop_cluster || true' EXIT
 
-# The job_submit plugin runs inside the test cluster's slurmctld and reads /etc/slurm/gputokens.toml
-# once at start: point it at the snapshot the admission tests write (crates/accountd/tests/it/admission.rs). While
-# there is none, on_error = "accept" lets every job through, so the other cluster tests are unaffected.
-install -d -m 755 "$LAB/snapshot"
-# spank_gputokens.so (sbatch/srun) reads the same file for accountd's socket: the SPANK tests
-# (crates/accountd/tests/it/spank.rs) link that path to the socket of an accountd they start; while there is none,
-# sbatch shows one "balance unknown" line. Each job's prolog records its GPUs under gpu-jobs/, named
-# by UUID through fake-nvml's library in crates/fake-nvml/ (without its state file beside it, which the tests
-# write, it answers "driver not loaded" and records carry no UUIDs).
-printf '# Written by tests/run.sh for the test cluster: read by job_submit_gputokens.so in slurmctld\n# and spank_gputokens.so in sbatch/srun.\n[paths]\nsnapshot = "%s"\nsocket = "%s"\n' \
-  "$LAB/snapshot/balances.snapshot" "$LAB/snapshot/accountd.sock" > /etc/slurm/gputokens.toml
-# ===== gputokens packages: the tests run the installed files, not the build tree ==================
-# The .debs of the debug build above (no release build: CI time), installed as an admin would;
-# --force-confold keeps the test config written above (/etc/slurm/gputokens.toml), --force-confmiss
-# restores a plugstack file up.sh removed in its other mode. up.sh loads the packaged plugins and
-# writes SPANK_PLUGIN_ARGS into their plugstack file; the tests run /usr/bin/accountd and sbalance.
-built_debs=$(bash packaging/build-debs.sh --profile debug)
-mapfile -t debs <<<"$built_debs"
-dpkg -i --force-confold --force-confmiss "${debs[@]}"
-export GPUTOKENS_PLUGINS=installed GPUTOKENS_INSTALLED_BIN_DIR=/usr/bin
-# ===== end gputokens packages =======================================================================
-install -D -m 755 "$TARGET/debug/libnvidia_ml.so" "$LAB/fake-nvml/libnvidia-ml.so.1"
-export SPANK_PLUGIN_ARGS="jobs_dir=$LAB/gpu-jobs nvml_library=$LAB/fake-nvml/libnvidia-ml.so.1"
+# run_binaries ARGS...: every test binary but the multi-node one with ARGS; 1 when one failed.
+run_binaries() {
+  local rc=0 name path
+  while IFS=$'\t' read -r _ name path; do
+    [[ $name == multinode ]] && continue
+    "$path" "$@" || rc=1
+  done < "$MANIFEST"
+  return "$rc"
+}
 
-bash tests/cluster/up.sh
-if [[ ${1:-} == up ]]; then trap - EXIT; exit 0; fi
-started=$(cat "$LAB"/pids/*.pid 2>/dev/null | tr '\n' ' ')
-rc=0
-cargo test --workspace --locked --no-fail-fast -- --include-ignored --skip multinode_ || rc=$?
+# suite NAME: run one suite against the cluster that is up; prints its time.
+suite() {
+  local name=$1 start=$SECONDS rc=0
+  echo "=== suite $name (Slurm $RELEASE) ==="
+  case $name in
+    unit) cargo test --workspace --locked --no-fail-fast || rc=$? ;;
+    cluster)
+      # Every ignored test is a test that needs something: those of the other suites are theirs.
+      run_binaries --ignored --skip packages:: --skip rpms:: --skip web:: || rc=$? ;;
+    multinode)
+      GPUTOKENS_MN_FAKE_NVML=$TARGET/debug/libnvidia_ml.so "$(test_binary multinode)" --ignored --test-threads=1 || rc=$?
+      bash tests/multinode/down.sh || true ;;
+    packages)
+      if [[ $RELEASE == "$HOST_RELEASE" ]]; then
+        # The RPMs for RHEL-family sites, built from a source tarball against this host's Slurm headers
+        # (--nodeps: Debian has no Slurm RPM), in a target directory of their own (target/rpm/target):
+        # rpmbuild builds the tarball's tree, whose paths are not this one's.
+        local built_rpms
+        built_rpms=$(bash packaging/build-rpms.sh --profile debug --nodeps) || rc=$?
+        GPUTOKENS_RPMS=$(dirname "$(head -n 1 <<<"$built_rpms")") "$(test_binary it)" --ignored packages:: rpms:: || rc=$?
+      else
+        echo "skipped: the RPM tests (rpms::) run on the host's Slurm $HOST_RELEASE only (rpmbuild and rpmlint)"
+        "$(test_binary it)" --ignored packages:: || rc=$?
+      fi ;;
+    browser) "$(test_binary it)" --ignored web:: || rc=$? ;;
+    *) echo "tests/run.sh: no suite '$name' (suites: $ALL_SUITES)" >&2; return 2 ;;
+  esac
+  printf '=== suite %s (Slurm %s): %s in %d s\n' "$name" "$RELEASE" "$( (( rc )) && echo FAILED || echo passed)" $(( SECONDS - start ))
+  echo "suite $name $RELEASE $(( SECONDS - start )) $rc" >> "$TIMES"
+  return "$rc"
+}
 
-# The multi-node cluster's tests (tests/multinode/: two controllers, three nodes in namespaces, each
-# test its own cluster), on the host's Slurm only, where the namespaces are the machine's own:
-# GPUTOKENS_MULTINODE=1 runs them on another release too, 0 never.
-multinode=${GPUTOKENS_MULTINODE:-auto}
-if [[ $multinode == 1 || ( $multinode == auto && $installed == "$HOST_RELEASE".* ) ]]; then
-  GPUTOKENS_MN_FAKE_NVML=$(realpath "$TARGET")/debug/libnvidia_ml.so \
-    cargo test -p accountd --test multinode --locked --no-fail-fast -- --include-ignored --test-threads=1 || rc=$?
-  bash tests/multinode/down.sh || true
-fi
-trap - EXIT
-stop_cluster
+# in_release RELEASE up|SUITE...: the release's part, where its Slurm is installed.
+in_release() {
+  RELEASE=$1; shift
+  local installed
+  installed=$(dpkg-query -W -f '${Version}' slurmctld 2>/dev/null || true)
+  [[ -z $installed || $installed == "$RELEASE".* ]] || { echo "tests/run.sh: this host has Slurm $installed, not $RELEASE" >&2; exit 1; }
+  TIMES=${GPUTOKENS_TIMES:-/dev/null}
+  local start=$SECONDS
+  prepare_release "$RELEASE"
+  echo "prepare $RELEASE $(( SECONDS - start )) 0" >> "$TIMES"
+  if [[ $1 == up ]]; then exit 0; fi
+  started=$(cat "$LAB"/pids/*.pid 2>/dev/null | tr '\n' ' ')
+  trap 'stop_cluster || true' EXIT
+  local rc=0 s
+  for s in "$@"; do suite "$s" || rc=1; done
+  trap - EXIT
+  stop_cluster || rc=1
+  return "$rc"
+}
+
+# release RELEASE up|SUITE...: enter the release's root filesystem (unless it is the host's) and run there.
+release() {
+  local release=$1; shift
+  if [[ $release == "$HOST_RELEASE" ]]; then
+    in_release "$release" "$@"
+  else
+    bash tests/slurm-releases/rootfs.sh "$release"
+    cargo fetch --locked                              # the root filesystem has no network: the host's crate cache
+    bash tests/slurm-releases/enter.sh "$release" bash tests/run.sh --inside "$release" "$@"
+  fi
+}
+
+case ${1:-} in
+  --inside) shift; in_release "$@"; exit ;;
+  --slurm)
+    release=${2:?--slurm needs a release: $RELEASES}; shift 2
+    [[ " $RELEASES " == *" $release "* ]] || { echo "tests/run.sh: no Slurm release '$release' (known: $RELEASES)" >&2; exit 2; }
+    (( $# )) || set -- $(suites_for "$release")
+    for s in "$@"; do
+      [[ $s == up || " $(suites_for "$release") " == *" $s "* ]] \
+        || { echo "tests/run.sh: suite '$s' does not run on Slurm $release (there: $(suites_for "$release"))" >&2; exit 2; }
+    done
+    build_host
+    release "$release" "$@"
+    exit ;;
+  up) build_host; release "$HOST_RELEASE" up; exit ;;    # the host's cluster, as `--slurm 22.05 up`
+  "") ;;
+  *) echo "usage: tests/run.sh [--slurm RELEASE] [up | SUITE...]   (suites: $ALL_SUITES)" >&2; exit 2 ;;
+esac
+
+# ---- every release side by side ----------------------------------------------------------------------
+# The host builds first (both cores); then each release prepares and runs its suites in its own
+# namespaces (ports, users, MariaDB of its own), mostly waiting on Slurm, so they share the cores well.
+# The root filesystems may still be downloading: each release waits for its own.
+LOGS=$TARGET/test-logs
+mkdir -p "$LOGS"
+export GPUTOKENS_TIMES=$LOGS/times
+: > "$GPUTOKENS_TIMES"
+start=$SECONDS
+build_host
+echo "build host $(( SECONDS - start )) 0" >> "$GPUTOKENS_TIMES"
+pids=()
+for r in $RELEASES; do
+  # shellcheck disable=SC2046
+  release "$r" $(suites_for "$r") > "$LOGS/$r.log" 2>&1 &
+  pids+=("$!")
+  echo "tests/run.sh: Slurm $r started (log: $LOGS/$r.log)"
+done
+rc=0 i=0
+for r in $RELEASES; do
+  status=0
+  wait "${pids[$i]}" || status=$?
+  i=$(( i + 1 ))
+  echo "===================== Slurm $r: $( (( status )) && echo "FAILED (exit $status)" || echo passed) ====================="
+  cat "$LOGS/$r.log"
+  (( status == 0 )) || rc=1
+done
+echo "=== times (s) ==="
+column -t "$GPUTOKENS_TIMES" 2>/dev/null || cat "$GPUTOKENS_TIMES"
+# The failures, together at the end, where a reader of the CI log looks first.
+grep -h -E '^(test .* FAILED|---- .* stdout ----|tests/run.sh: )' "$LOGS"/*.log || true
 exit "$rc"

@@ -45,6 +45,11 @@ complete_hosts() {
   say "$hosts: wrote localhost (IPv4 and IPv6) and $name"
 }
 
+# One build at a time per root filesystem: CI starts them early, a release's suite may ask meanwhile.
+mkdir -p "$ROOTFS_CACHE"
+exec 9>"$ROOTFS_CACHE/.$suite.lock"
+flock 9
+
 if [[ -f $stamp ]]; then complete_hosts "$root"; fi
 [[ -f $stamp && $(<"$stamp") == "$want" ]] && exit 0
 
@@ -78,7 +83,6 @@ else
       || { timeout -k 10 600 apt-get update -q && DEBIAN_FRONTEND=noninteractive timeout -k 10 600 apt-get install -y -q debootstrap; } \
       || die "could not install debootstrap within 10 minutes"
   }
-  mkdir -p "$ROOTFS_CACHE"
   partial="$root.partial"
   rm -rf "$partial"
   say "building $root (Debian $suite, Slurm $release) from $(mirror); about 3 minutes"

@@ -20,6 +20,12 @@ pub const READ_UNTIL: &str = "sacct_read_until";
 /// Where the very first read began (`first_lookback` before it): re-reads never reach before it, so
 /// jobs that ended earlier (charged by the system gputokens replaced, or imported) are never charged.
 pub const READ_FROM: &str = "sacct_read_from";
+/// When this ledger's first charge cycle began (unix): runs sacct shows ending then or earlier are
+/// never charged, whatever window sacct was read with. They ended before gputokens charged anything
+/// and belong to whatever accounted for jobs until then (the README's promise), and a window's start
+/// is not a reliable boundary: sacct selects by time in whole seconds, and `first_lookback` reaches
+/// back on purpose.
+pub const CHARGING_SINCE: &str = "charging_since";
 
 #[derive(Debug, Default)]
 pub struct ChargeSummary {
@@ -33,6 +39,8 @@ pub struct ChargeSummary {
     pub rejected: usize,
     /// Runs lost to the system refunded now (`[refunds]`).
     pub refunded: usize,
+    /// Runs that ended before this ledger began charging, left out (`charging_since`).
+    pub before_charging: usize,
 }
 
 impl fmt::Display for ChargeSummary {
@@ -50,6 +58,9 @@ impl fmt::Display for ChargeSummary {
         if self.refunded > 0 {
             write!(f, "; {} runs lost to the system refunded", self.refunded)?;
         }
+        if self.before_charging > 0 {
+            write!(f, "; {} runs that ended before gputokens began charging left out", self.before_charging)?;
+        }
         for (gpu_type, secs) in &self.outcome.unlisted_types {
             write!(f, "; {secs} GPU-seconds of unpriced type '{gpu_type}'")?;
         }
@@ -62,8 +73,11 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, now: i64) -> AccountdResult
     let read_at = gputokens::time::now();
     let SacctWindowStart { since, read_until, read_from } = next_window_start(&cycle.res, now)?;
 
+    let charging_since = charging_since(&mut cycle.res, read_until, read_at)?;
+
     let sharing = cycle.res.config.sharing;
-    let finished = sacct::parse(&slurm.sacct(since, now)?, sharing).map_err(SlurmError::Sacct)?;
+    let mut finished = sacct::parse(&slurm.sacct(since, now)?, sharing).map_err(SlurmError::Sacct)?;
+    let before_charging = leave_out_runs_ended_by(&mut finished, charging_since);
     let squeue_at = gputokens::time::now();
     let running = squeue::running_gpu_jobs(&slurm.squeue_json()?).map_err(SlurmError::Squeue)?;
 
@@ -108,7 +122,36 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, now: i64) -> AccountdResult
         skipped: finished.skipped,
         rejected: rejected.len(),
         refunded,
+        before_charging,
     })
+}
+
+/// When this ledger began charging (`charging_since`), set by its first charge cycle before it reads
+/// anything, so a cycle that fails leaves the same boundary for the next. None for a ledger that
+/// charged before the key existed: its first read is long past (`sacct_read_from` protects it).
+fn charging_since(res: &mut Resources, read_until: Option<i64>, clock: i64) -> AccountdResult<Option<i64>> {
+    if let Some(since) = res.ledger.meta(CHARGING_SINCE)?.and_then(|v| v.parse().ok()) {
+        return Ok(Some(since));
+    }
+    if read_until.is_some() {
+        return Ok(None);
+    }
+    res.ledger.set_meta(CHARGING_SINCE, &clock.to_string())?;
+    Ok(Some(clock))
+}
+
+/// Drops the final runs that ended at or before `since` (their End, else start + elapsed); returns
+/// how many. A run ending within the second charging began counts as before it: its time is all but
+/// wholly earlier, and one that started in that second too has no GPU time to charge.
+fn leave_out_runs_ended_by(finished: &mut sacct::Parsed, since: Option<i64>) -> usize {
+    let Some(since) = since else { return 0 };
+    let before = finished.records.len();
+    let ends = &finished.ends;
+    finished.records.retain(|r| {
+        let end = ends.get(&(r.job_id.clone(), r.segment_start)).and_then(|e| e.end);
+        end.unwrap_or(r.segment_start.saturating_add_unsigned(r.elapsed)) > since
+    });
+    before - finished.records.len()
 }
 
 /// Where the next charge cycle's sacct window starts, and the ledger's values it comes from.
@@ -193,7 +236,36 @@ fn resolve_untyped(records: &mut [UsageRecord], nodes_of: &HashMap<String, Strin
 
 #[cfg(test)]
 mod tests {
-    use super::window_start;
+    use super::{leave_out_runs_ended_by, window_start};
+    use gputokens::slurm::sacct;
+
+    /// Runs that ended at or before charging began are left out, by their End where sacct gives it
+    /// (a suspended run's start + elapsed falls short of it), else by start + elapsed.
+    #[test]
+    fn runs_that_ended_before_charging_began_are_left_out() {
+        let text = "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|End|State\n\
+            1|ann|gres/gpu:a6000=1|60|1000|1060|COMPLETED\n\
+            2|ann|gres/gpu:a6000=1|60|1000|1100|COMPLETED\n\
+            3|ann|gres/gpu:a6000=1|60|1041|1101|COMPLETED\n\
+            4|ann|gres/gpu:a6000=1|30|1090|Unknown|RUNNING\n";
+        let parse = || sacct::parse(text, Default::default()).unwrap();
+        let jobs = |p: &sacct::Parsed| p.records.iter().map(|r| r.job_id.clone()).collect::<Vec<_>>();
+
+        let mut parsed = parse();
+        assert_eq!(leave_out_runs_ended_by(&mut parsed, Some(1100)), 2);
+        assert_eq!(jobs(&parsed), ["3"], "job 2 ran until its End at 1100 (suspended 40 s), job 1 until 1060");
+        assert_eq!(parsed.active.len(), 1, "a running job is not a final run: charged as running");
+
+        let mut parsed = parse();
+        assert_eq!(leave_out_runs_ended_by(&mut parsed, Some(1059)), 0);
+        let mut parsed = parse();
+        assert_eq!(leave_out_runs_ended_by(&mut parsed, None), 0, "a ledger from before the boundary");
+        assert_eq!(jobs(&parsed), ["1", "2", "3"]);
+
+        let without_end = "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State\n1|ann|gres/gpu:a6000=1|60|1000|COMPLETED\n";
+        let mut parsed = sacct::parse(without_end, Default::default()).unwrap();
+        assert_eq!(leave_out_runs_ended_by(&mut parsed, Some(1060)), 1, "start + elapsed without an End column");
+    }
 
     #[test]
     fn the_window_is_never_inverted() {

@@ -29,11 +29,23 @@ pub fn built(name: &str) -> PathBuf {
     path
 }
 
+/// Where tests/run.sh built the Slurm plugins for the release under test (their own build in that
+/// release's root filesystem); unset, they are the workspace's.
+pub const PLUGIN_BUILD_DIR: &str = "GPUTOKENS_PLUGIN_BUILD_DIR";
+
+/// The plugins, built against one Slurm release's headers.
+const PLUGIN_FILES: [&str; 2] = ["libjob_submit_gputokens.so", "libspank_gputokens.so"];
+
 /// A binary under test: accountd and sbalance from `$GPUTOKENS_INSTALLED_BIN_DIR` when it is set;
-/// anything else (the plugins' builds, the fake NVML library), and all of them when it is not, from
-/// the build.
+/// the plugins from `$GPUTOKENS_PLUGIN_BUILD_DIR` when that is set; anything else (the fake NVML
+/// library), and all of them when neither is, from the build.
 pub fn bin(name: &str) -> PathBuf {
     match std::env::var_os(INSTALLED_BIN_DIR) {
+        _ if PLUGIN_FILES.contains(&name) && std::env::var_os(PLUGIN_BUILD_DIR).is_some() => {
+            let path = PathBuf::from(std::env::var_os(PLUGIN_BUILD_DIR).unwrap()).join(name);
+            assert!(path.is_file(), "{} is not built (${PLUGIN_BUILD_DIR}): run tests/run.sh", path.display());
+            path
+        }
         Some(dir) if PACKAGED_COMMANDS.contains(&name) => {
             let path = PathBuf::from(dir).join(name);
             assert!(

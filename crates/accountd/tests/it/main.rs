@@ -12,6 +12,7 @@ mod cluster_scripts;
 mod common;
 mod config;
 mod cycles;
+mod first_day;
 mod grafana;
 mod grant_expiry;
 mod health;

@@ -9,7 +9,7 @@ use std::process::Command;
 
 use clap::CommandFactory;
 
-use crate::common::{built, run_as};
+use crate::common::{bin, built, run_as};
 
 const TOOLS: &str = "gputokens";
 const PLUGINS: &str = "gputokens-slurm-plugins";
@@ -160,7 +160,7 @@ fn the_installed_files_are_the_build_under_test() {
     {
         let installed = std::fs::read(plugin_dir.join(so)).unwrap();
         assert!(
-            installed == std::fs::read(built(file)).unwrap(),
+            installed == std::fs::read(bin(file)).unwrap(),
             "{} is not the build's {file}",
             plugin_dir.join(so).display()
         );

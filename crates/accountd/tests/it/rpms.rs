@@ -1,20 +1,18 @@
 //! The RPMs for RHEL-family sites (packaging/build-rpms.sh, which tests/run.sh runs with `--nodeps`
 //! against the host's Slurm headers: Debian has no RPM of Slurm): where each file lands, what they
-//! require of Slurm, their scriptlets, rpmlint, and an install into an empty root. On the host's
-//! release only (the release matrix's root filesystems have no rpm); there, missing RPMs fail.
+//! require of Slurm, their scriptlets, rpmlint, and an install into an empty root. tests/run.sh's
+//! `packages` suite runs them on the host's release only (the other releases' root filesystems have
+//! no rpm), and says so there; wherever they run, missing RPMs fail.
 
 use std::path::{Path, PathBuf};
 
 use crate::common::{built, run_as, Outcome};
 
 /// The directory of the RPMs tests/run.sh built (`GPUTOKENS_RPMS`).
-fn rpm_dir() -> Option<PathBuf> {
-    if crate::slurm_release::off_the_host_release("RPM tests") {
-        return None;
-    }
+fn rpm_dir() -> PathBuf {
     let dir = std::env::var("GPUTOKENS_RPMS")
         .expect("GPUTOKENS_RPMS is not set: tests/run.sh builds the RPMs (packaging/build-rpms.sh) and sets it");
-    Some(PathBuf::from(dir))
+    PathBuf::from(dir)
 }
 
 /// The two packages: (gputokens, gputokens-slurm-plugins).
@@ -52,7 +50,7 @@ fn host_slurm() -> String {
 #[test]
 #[ignore = "needs tests/run.sh, which builds the RPMs"]
 fn every_file_lands_where_a_rhel_sites_slurm_expects_it() {
-    let Some(dir) = rpm_dir() else { return };
+    let dir = rpm_dir();
     let (main, plugins) = rpms(&dir);
     let files = query(&main, &["-qlp"]);
     for path in [
@@ -119,7 +117,7 @@ fn every_file_lands_where_a_rhel_sites_slurm_expects_it() {
 #[test]
 #[ignore = "needs tests/run.sh, which builds the RPMs"]
 fn rpmlint_reports_no_error() {
-    let Some(dir) = rpm_dir() else { return };
+    let dir = rpm_dir();
     let (main, plugins) = rpms(&dir);
     let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/rpmlint.toml");
     let out = run_as(
@@ -151,7 +149,7 @@ fn give_a_shell(root: &Path) {
 #[test]
 #[ignore = "needs tests/run.sh, which builds the RPMs"]
 fn both_install_into_an_empty_root_as_the_build_under_test() {
-    let Some(dir) = rpm_dir() else { return };
+    let dir = rpm_dir();
     let (main, plugins) = rpms(&dir);
     let root = tempfile::tempdir().unwrap();
     let r = root.path().to_str().unwrap();
@@ -211,9 +209,6 @@ fn build_rpms(args: &[&str], dpkg_version: Option<&str>) -> Outcome {
 #[test]
 #[ignore = "needs tests/run.sh, which installs rpm and the Slurm headers"]
 fn build_rpms_refuses_another_slurms_headers() {
-    if rpm_dir().is_none() {
-        return;
-    }
     let without_nodeps = build_rpms(&[], None);
     assert_eq!(without_nodeps.code, 1);
     assert!(without_nodeps.stderr.contains("no slurm RPM is installed (rpm -q slurm)"), "{}", without_nodeps.stderr);
@@ -233,7 +228,7 @@ fn build_rpms_refuses_another_slurms_headers() {
 #[test]
 #[ignore = "needs tests/run.sh, which builds the RPMs"]
 fn the_tarballs_spec_says_when_slurms_headers_are_missing() {
-    let Some(dir) = rpm_dir() else { return };
+    let dir = rpm_dir();
     let tarball = dir.join("gputokens-0.1.0.tar.gz");
     let spec =
         run_as(None, Path::new("/bin/tar"), &["-xzOf", tarball.to_str().unwrap(), "gputokens-0.1.0/gputokens.spec"])

@@ -6,16 +6,6 @@ use std::sync::OnceLock;
 
 use crate::common::run_as;
 
-/// Whether tests of `what` are skipped here (another release's root filesystem, which lacks their
-/// tools), saying so. On the host's release a missing tool is a failure, not a skip.
-pub fn off_the_host_release(what: &str) -> bool {
-    let off = std::env::var("GPUTOKENS_SLURM_RELEASE").is_ok_and(|r| !r.is_empty() && r != "22.05");
-    if off {
-        eprintln!("{what} run on the host's Slurm release only");
-    }
-    off
-}
-
 /// The release of the test cluster's Slurm commands, (major, minor): `scontrol --version` prints
 /// `slurm-wlm 24.11.5` (Debian) or `slurm 24.11.5`.
 pub fn release() -> (u32, u32) {

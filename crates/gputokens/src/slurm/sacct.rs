@@ -62,17 +62,19 @@ struct Columns {
     sluid: Option<usize>,
 }
 
-/// How one run ended: its State's first word ("CANCELLED by 0" is CANCELLED) and that run's own
-/// NodeList (a requeued job's later runs may be elsewhere).
+/// How one run ended: its State's first word ("CANCELLED by 0" is CANCELLED), that run's own
+/// NodeList (a requeued job's later runs may be elsewhere) and its End (unix), where the output
+/// has those columns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunEnded {
     pub state: String,
     pub nodes: Option<String>,
+    pub end: Option<i64>,
 }
 
 /// What one row is.
 enum Row {
-    Record { record: UsageRecord, active: bool, nodes: Option<String>, state: Option<String> },
+    Record { record: UsageRecord, active: bool, nodes: Option<String>, state: Option<String>, end: Option<i64> },
     NoGpuTime,
 }
 
@@ -101,7 +103,7 @@ pub fn parse(text: &str, sharing: Sharing) -> Result<Parsed, SacctError> {
     for (index, line) in lines {
         match row(line, &columns, sharing) {
             Ok(Row::NoGpuTime) => parsed.skipped += 1,
-            Ok(Row::Record { record, active, nodes, state }) => {
+            Ok(Row::Record { record, active, nodes, state, end }) => {
                 if let Some(nodes) = &nodes {
                     parsed.nodes.insert(record.job_id.clone(), nodes.clone());
                 }
@@ -109,7 +111,7 @@ pub fn parse(text: &str, sharing: Sharing) -> Result<Parsed, SacctError> {
                     parsed.active.push(record);
                 } else {
                     if let Some(state) = state {
-                        let ended = RunEnded { state, nodes: nodes.clone() };
+                        let ended = RunEnded { state, nodes: nodes.clone(), end };
                         parsed.ends.insert((record.job_id.clone(), record.segment_start), ended);
                     }
                     parsed.records.push(record);
@@ -180,7 +182,8 @@ fn row(line: &str, columns: &Columns, sharing: Sharing) -> Result<Row, (Reason, 
     let unended = columns.end.is_some_and(|i| matches!(fields[i].trim(), "Unknown" | "None" | ""));
     let active = unended || state.is_some_and(|s| ACTIVE_STATES.contains(&s));
     let nodes = columns.node_list.map(|i| fields[i].trim().to_string());
-    Ok(Row::Record { record, active, nodes, state: state.map(str::to_string) })
+    let end = columns.end.and_then(|i| parse_timestamp(fields[i].trim()));
+    Ok(Row::Record { record, active, nodes, state: state.map(str::to_string), end })
 }
 
 #[cfg(test)]
@@ -350,19 +353,21 @@ garbage row without fields
         assert!(parse(SAMPLE, Sharing::default()).unwrap().records.iter().all(|r| r.sluid.is_none()));
     }
 
-    /// Each final run's state and nodes, by job and start; "CANCELLED by 0" is CANCELLED.
+    /// Each final run's state, nodes and end, by job and start; "CANCELLED by 0" is CANCELLED.
     #[test]
-    fn each_final_run_keeps_how_and_where_it_ended() {
-        let text = "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State|NodeList
-40|ann|gres/gpu:a6000=1|60|1795444368|NODE_FAIL|node3
-40|ann|gres/gpu:a6000=1|30|1795444500|RUNNING|node1
-41|bob|gres/gpu:a6000=1|60|1795444368|CANCELLED by 1001|node2
+    fn each_final_run_keeps_how_when_and_where_it_ended() {
+        let text = "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|End|State|NodeList
+40|ann|gres/gpu:a6000=1|60|1795444368|1795444428|NODE_FAIL|node3
+40|ann|gres/gpu:a6000=1|30|1795444500|Unknown|RUNNING|node1
+41|bob|gres/gpu:a6000=1|60|1795444368|1795444429|CANCELLED by 1001|node2
 ";
         let p = parse(text, Sharing::default()).unwrap();
         assert_eq!(p.ends.len(), 2, "{p:?}");
         let ended = |job: &str| p.ends[&(job.to_string(), 1795444368)].clone();
-        assert_eq!(ended("40"), RunEnded { state: "NODE_FAIL".into(), nodes: Some("node3".into()) });
-        assert_eq!(ended("41"), RunEnded { state: "CANCELLED".into(), nodes: Some("node2".into()) });
+        let node_fail = RunEnded { state: "NODE_FAIL".into(), nodes: Some("node3".into()), end: Some(1795444428) };
+        assert_eq!(ended("40"), node_fail);
+        let cancelled = RunEnded { state: "CANCELLED".into(), nodes: Some("node2".into()), end: Some(1795444429) };
+        assert_eq!(ended("41"), cancelled);
         assert_eq!(p.nodes["40"], "node1", "the job's newest run's nodes");
     }
 }
