@@ -156,7 +156,7 @@ pub(crate) fn following_site(tables: &str, adjustments: &[(&str, &str)]) -> (Sit
     if tables.contains("[slurm]") {
         // A site that charges from the cluster: keep jobs the previous test saw end out of its first
         // sacct window (as charging's live_site does).
-        std::thread::sleep(Duration::from_secs(2));
+        crate::cluster::wait_earlier_jobs_out_of_a_first_window();
     }
     let site = Site::start("", tables);
     let adm = Admission::start();
@@ -619,14 +619,13 @@ fn gpu_tokens_estimate_shows_the_most_a_job_can_cost() {
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn a_running_job_commits_the_uncharged_rest_of_its_limit() {
     let _cluster = serial();
-    // 1 token per a6000-second, so charged seconds read straight off the balance; the pause keeps
-    // jobs the previous test saw end out of the site's first sacct window.
-    std::thread::sleep(Duration::from_secs(2));
+    // 1 token per a6000-second, so charged seconds read straight off the balance; jobs the previous
+    // test saw end are kept out of the site's first sacct window.
+    crate::cluster::wait_earlier_jobs_out_of_a_first_window();
     let site =
         Site::with_prices("", "[prices]\na6000 = 3600\n", &reading_the_queue("[admission]\nmode = \"estimate\"\n"));
     let job = crate::cluster::sbatch("alice", &["--gres=gpu:a6000:1", "--time=10", "--wrap", "sleep 120"]);
-    crate::charging::wait_running(&job);
-    std::thread::sleep(Duration::from_secs(3));
+    crate::cluster::wait_ran(&job, 3);
     site.accountd(None, &["tick"]).ok();
     let balance: Tokens = site.balance("alice").parse().unwrap();
     let charged = (Tokens::whole(100) - balance).micro() / 1_000_000;
@@ -838,7 +837,8 @@ fn with_the_example_config_slurmctld_as_the_slurm_user_reads_a_root_accountds_sn
     let example =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../slurm-conf/gputokens.toml")).unwrap();
     assert!(example.contains("\nslurm_user = \"slurm\"\n"), "the example config names another SlurmUser");
-    std::thread::sleep(Duration::from_secs(2)); // the previous test's jobs end outside the first sacct window
+    // The previous test's jobs end outside the first sacct window.
+    crate::cluster::wait_earlier_jobs_out_of_a_first_window();
     let site = Site::from_config(&example);
     let mut adm = Admission::start();
     site.accountd(None, &["admin", "adjust", "alice", "-200", "--reason", "test"]).ok();

@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 use gputokens::pricing::cost;
 use gputokens::Tokens;
 
-use crate::cluster::{sacct, sbatch, serial, wait_finished};
+use crate::cluster::{
+    charge_cycles, sacct, sbatch, serial, state_and_time_used, wait_charge_cycles,
+    wait_earlier_jobs_out_of_a_first_window, wait_finished, wait_ran,
+};
 use crate::common::Site;
 
 /// 1 token per a6000-second, 0.5 per rtx2080-second, 0.25 per rtx3090-second.
@@ -16,10 +19,10 @@ pub const PRICES: &str = "[prices]\nrtx2080 = 1800\nrtx3090 = 900\na6000 = 3600\
 /// Preemption is off: these tests are about charging, and their users may run into debt.
 pub const LIVE: &str = "[slurm]\nfirst_lookback = \"1s\"\nreread = \"1m\"\n[preemption]\nenabled = false\n";
 
-/// A site that charges from the live cluster, starting now. Call with the `serial` guard held: the
-/// pause keeps jobs that the previous test saw end out of this site's first sacct window.
+/// A site that charges from the live cluster, starting now. Call with the `serial` guard held: it
+/// starts once the jobs that the previous test saw end are out of this site's first sacct window.
 pub fn live_site() -> Site {
-    std::thread::sleep(Duration::from_secs(2));
+    wait_earlier_jobs_out_of_a_first_window();
     let site = Site::with_prices("", PRICES, LIVE);
     site.accountd(None, &["tick"]).ok();
     site
@@ -63,12 +66,14 @@ fn running_job_is_charged_every_cycle_and_settled_at_its_end() {
     let _cluster = serial();
     let site = live_site();
     let job = sbatch("bob", &["--gres=gpu:rtx3090:1", "--wrap", "sleep 14"]);
-    wait_running(&job);
     let mut seen = vec![Tokens::whole(100)];
+    let mut ran = 0;
     for _ in 0..2 {
-        std::thread::sleep(Duration::from_secs(4));
+        // Two seconds more than the last tick can have seen, as slurmctld counts them.
+        wait_ran(&job, ran + 2);
         site.accountd(None, &["tick"]).ok();
         seen.push(balance(&site, "bob"));
+        ran = state_and_time_used(&job).1.unwrap_or_else(|| panic!("job {job} ended before the second tick"));
     }
     assert!(seen.windows(2).all(|w| w[1] < w[0]), "charged while running: {seen:?}");
     wait_finished(&job);
@@ -111,23 +116,11 @@ fn killing_a_tick_midway_loses_and_doubles_nothing() {
     victim.accountd(None, &["admin", "verify"]).ok();
 }
 
-pub fn wait_running(job: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = crate::common::run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", job, "-o", "%T"]).ok();
-        if out.stdout.trim() == "RUNNING" {
-            return;
-        }
-        assert!(Instant::now() < deadline, "job {job} never started: {}", out.stdout);
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn serve_charges_on_its_own_and_metrics_show_it() {
     let _cluster = serial();
-    std::thread::sleep(Duration::from_secs(2));
+    wait_earlier_jobs_out_of_a_first_window();
     let site = Site::with_prices("", PRICES, &format!("{LIVE}[intervals]\ncharge = \"2s\"\n"));
     let job = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 3"]);
     wait_finished(&job);
@@ -145,7 +138,7 @@ fn serve_charges_on_its_own_and_metrics_show_it() {
             // that was depends on scheduling, but an ended job is never charged again.
             let times = jobs_charged(&metrics);
             assert!(times >= 1, "{metrics}");
-            std::thread::sleep(Duration::from_secs(5)); // two more charge cycles
+            wait_charge_cycles(&site, charge_cycles(&site), 2);
             let (_, later) = crate::common::http_get(&url);
             assert_eq!(jobs_charged(&later), times, "the ended job was charged again:\n{later}");
             assert_eq!(balance(&site, "alice"), expected);
@@ -166,8 +159,7 @@ fn a_requeued_run_segment_is_charged_once() {
     let _cluster = serial();
     let site = live_site();
     let job = sbatch("alice", &["--gres=gpu:a6000:1", "--requeue", "--wrap", "sleep 60"]);
-    wait_running(&job);
-    std::thread::sleep(Duration::from_secs(3));
+    wait_ran(&job, 3);
     crate::common::run_as(None, Path::new("/usr/bin/scontrol"), &["requeue", &job]).ok();
     // The first run ends as a REQUEUED row of `sacct -D`; the job then waits to be eligible again.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -249,7 +241,7 @@ fn rereads_never_reach_before_the_first_read() {
     let _cluster = serial();
     let before = sbatch("bob", &["--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
     assert_eq!(wait_finished(&before), "COMPLETED");
-    std::thread::sleep(Duration::from_secs(2));
+    wait_earlier_jobs_out_of_a_first_window();
     let site = Site::with_prices(
         "",
         PRICES,

@@ -81,6 +81,118 @@ pub fn wait_finished(job: &str) -> String {
     }
 }
 
+/// Polls `check` every 0.25 s until it gives `Ok`; after `secs`, panics naming `what` and what the
+/// check saw the last time (its `Err`).
+pub fn wait_until<T>(secs: u64, what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        match check() {
+            Ok(value) => return value,
+            Err(seen) => assert!(Instant::now() < deadline, "waited {secs} s for {what}; last saw: {seen}"),
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// A Slurm command run as root with its times as unix seconds (`SLURM_TIME_FORMAT=%s`): its stdout.
+pub fn slurm_in_unix_time(program: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(Path::new("/usr/bin").join(program))
+        .args(args)
+        .env("SLURM_TIME_FORMAT", "%s")
+        .env_remove("GPUTOKENS_CONF")
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The newest end of any job, as slurmctld (the ended jobs it still holds) or slurmdbd (the last
+/// 15 minutes) records it: unix seconds, or None while neither knows of an ended job.
+pub fn newest_job_end() -> Option<i64> {
+    const OPEN: [&str; 6] = ["PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "REQUEUED", "RESIZING"];
+    let held = slurm_in_unix_time("squeue", &["-h", "-a", "-t", "all", "-o", "%T|%e"]);
+    let ctld = held.lines().filter_map(|l| l.split_once('|')).filter(|(state, _)| !OPEN.contains(state));
+    let recorded = slurm_in_unix_time("sacct", &["-X", "-D", "-a", "-n", "-P", "-S", "now-15minutes", "-o", "End"]);
+    ctld.map(|(_, end)| end).chain(recorded.lines()).filter_map(|end| end.trim().parse().ok()).max()
+}
+
+/// Waits until the newest end of any job (`newest_job_end`) is at least 2 s past: a site started
+/// now with `first_lookback = "1s"` reads a first sacct window (from 1 s before its first read, in
+/// whole seconds) that holds no job an earlier test ran. Returns at once when they ended long ago.
+pub fn wait_earlier_jobs_out_of_a_first_window() {
+    wait_until(30, "the newest job end to be 2 s past (out of a first sacct window of 1 s)", || {
+        let (newest, now) = (newest_job_end(), gputokens::time::now());
+        match newest {
+            Some(end) if end > now - 2 => Err(format!("the newest job ended at {end}, now is {now}")),
+            _ => Ok(()),
+        }
+    });
+}
+
+/// squeue's state of `job` and the time it has run (`%M`, suspensions left out) in seconds:
+/// `("", None)` once it left the queue.
+pub fn state_and_time_used(job: &str) -> (String, Option<u64>) {
+    let out = run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", job, "-o", "%T|%M"]).ok().stdout;
+    let (state, used) = out.trim().split_once('|').unwrap_or(("", ""));
+    (state.to_string(), time_used_secs(used))
+}
+
+/// `[D-][H:]M:SS`, as squeue prints a time used, in seconds.
+fn time_used_secs(text: &str) -> Option<u64> {
+    let (days, clock) = match text.split_once('-') {
+        Some((d, rest)) => (d.parse::<u64>().ok()?, rest),
+        None => (0, text),
+    };
+    let mut secs = 0;
+    for part in clock.split(':') {
+        secs = secs * 60 + part.parse::<u64>().ok()?;
+    }
+    Some(days * 86_400 + secs)
+}
+
+/// Waits until `job` runs and slurmctld counts at least `secs` seconds of it (squeue's time used,
+/// from which a charge cycle charges a running job): a cycle after this charges at least that much.
+pub fn wait_ran(job: &str, secs: u64) {
+    wait_until(60 + secs, &format!("job {job} to have run {secs} s"), || match state_and_time_used(job) {
+        (state, Some(used)) if state == "RUNNING" && used >= secs => Ok(()),
+        (state, used) => Err(format!("state {state:?}, time used {used:?} s")),
+    });
+}
+
+/// How many charge cycles `site`'s serve has ended (its log's "charge cycle (" lines).
+pub fn charge_cycles(site: &Site) -> usize {
+    site.log().matches("charge cycle (").count()
+}
+
+/// Waits until `site`'s serve has run `cycles` whole charge cycles after `ended` had ended (one
+/// more: the cycle under way when `ended` was counted may have begun before).
+pub fn wait_charge_cycles(site: &Site, ended: usize, cycles: usize) {
+    let want = ended + cycles + 1;
+    wait_until(60, &format!("{cycles} more whole charge cycles of accountd serve"), || {
+        let now = charge_cycles(site);
+        if now >= want {
+            return Ok(());
+        }
+        Err(format!("{now} cycles ended of the {want} wanted; the log's end:\n{}", log_tail(&site.log(), 5)))
+    });
+}
+
+/// The last `n` lines of `log`.
+pub fn log_tail(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[test]
+fn squeues_times_used_read_as_seconds() {
+    assert_eq!(time_used_secs("0:05"), Some(5));
+    assert_eq!(time_used_secs("12:34"), Some(754));
+    assert_eq!(time_used_secs("1:02:03"), Some(3723));
+    assert_eq!(time_used_secs("2-01:00:00"), Some(2 * 86_400 + 3600));
+    assert_eq!(time_used_secs("INVALID"), None);
+    assert_eq!(time_used_secs(""), None);
+}
+
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn alice_runs_a_typed_gpu_job_and_sacct_records_it() {

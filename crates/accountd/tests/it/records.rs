@@ -8,8 +8,11 @@ use std::time::{Duration, Instant};
 use gputokens::pricing::cost;
 use gputokens::Tokens;
 
-use crate::charging::{balance, elapsed, live_site, wait_running, LIVE, PRICES};
-use crate::cluster::{sacct, sbatch, serial, wait_finished};
+use crate::charging::{balance, elapsed, live_site, LIVE, PRICES};
+use crate::cluster::{
+    charge_cycles, sacct, sbatch, serial, slurm_in_unix_time, wait_charge_cycles,
+    wait_earlier_jobs_out_of_a_first_window, wait_finished, wait_ran, wait_until,
+};
 use crate::common::{http_get, run_as, Site};
 
 /// A user as SSSD names them: not a portable POSIX name (`useradd --badname`), a Slurm user all the same.
@@ -84,7 +87,7 @@ fn skipped(metrics: &str, reason: &str) -> u64 {
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn a_garbage_sacct_row_is_counted_and_the_others_are_charged() {
     let _cluster = serial();
-    std::thread::sleep(Duration::from_secs(2));
+    wait_earlier_jobs_out_of_a_first_window();
     let bin = tempfile::tempdir().unwrap();
     // A row of garbage, and a row whose user no format can carry: each left out alone.
     slurm_with_extra_sacct_rows(
@@ -112,7 +115,7 @@ fn a_garbage_sacct_row_is_counted_and_the_others_are_charged() {
     assert_eq!(skipped(&metrics, "bad_user_name"), 1, "{metrics}");
     assert!(!metrics.contains("mallory"), "a user name is never a label:\n{metrics}");
     // Two more cycles read the same rows: counted and logged once, and alice charged once.
-    std::thread::sleep(Duration::from_secs(5));
+    wait_charge_cycles(&site, charge_cycles(&site), 2);
     let (_, later) = http_get(&url);
     assert_eq!(skipped(&later, "unparseable"), 1, "{later}");
     assert_eq!(skipped(&later, "bad_user_name"), 1, "{later}");
@@ -136,8 +139,7 @@ fn tick_an_hour_ahead_then_normal_cycles_charge_once_and_grant_nothing_early() {
     let first_day = chrono::Local::now().date_naive();
     let site = live_site();
     let job = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 6"]);
-    wait_running(&job);
-    std::thread::sleep(Duration::from_secs(2));
+    wait_ran(&job, 2);
     let ahead = (chrono::Utc::now().timestamp() + 3600).to_string();
     let out = tick(&site, &["--now", &ahead]);
     let charged_ahead = balance(&site, "alice");
@@ -163,6 +165,21 @@ fn tick_an_hour_ahead_then_normal_cycles_charge_once_and_grant_nothing_early() {
     assert_eq!(replenishments(&site, "alice"), days);
 }
 
+/// Waits until slurmctld has held `job` suspended for `secs` seconds (`scontrol show job`: its
+/// state, and the SuspendTime it records, from the clock slurmctld reads too).
+fn wait_suspended_for(job: &str, secs: i64) {
+    wait_until(30 + secs as u64, &format!("job {job} suspended for {secs} s"), || {
+        let shown = slurm_in_unix_time("scontrol", &["show", "job", "-o", job]);
+        let field = |name: &str| shown.split_whitespace().find_map(|f| f.strip_prefix(name)).unwrap_or_default();
+        let (state, since) = (field("JobState="), field("SuspendTime="));
+        let now = gputokens::time::now();
+        match since.parse::<i64>() {
+            Ok(at) if state == "SUSPENDED" && now - at >= secs => Ok(()),
+            _ => Err(format!("JobState={state} SuspendTime={since}, now {now}")),
+        }
+    });
+}
+
 fn scontrol(args: &[&str]) {
     run_as(None, Path::new("/usr/bin/scontrol"), args).ok();
 }
@@ -173,14 +190,13 @@ fn a_suspended_job_pays_for_its_running_time_only() {
     let _cluster = serial();
     let site = live_site();
     let job = sbatch("bob", &["--gres=gpu:a6000:1", "--wrap", "sleep 8"]);
-    wait_running(&job);
-    std::thread::sleep(Duration::from_secs(2));
+    wait_ran(&job, 2);
     scontrol(&["suspend", &job]);
     // Suspended: charged what it ran, and nothing more however long it stays so.
     tick(&site, &[]);
     let at_suspension = balance(&site, "bob");
     assert!(at_suspension < Tokens::whole(100));
-    std::thread::sleep(Duration::from_secs(6));
+    wait_suspended_for(&job, 6);
     tick(&site, &[]);
     assert_eq!(balance(&site, "bob"), at_suspension, "charged while suspended");
     scontrol(&["resume", &job]);
