@@ -52,18 +52,20 @@ netns() { echo "gtmn-$1"; }
 init_pid() { cat "$MN/hosts/$1/init.pid" 2>/dev/null; }
 host_up() { local p; p=$(init_pid "$1") && [[ -n $p ]] && kill -0 "$p" 2>/dev/null; }
 
-# in_host HOST CMD...: run CMD inside every namespace of HOST (in the foreground).
+# in_host HOST CMD...: run CMD inside every namespace of HOST (in the foreground). -r and -w: in the
+# host's root directory too, else entering its mount namespace leaves a release's root filesystem
+# (tests/slurm-releases/) for the machine's own, and its binaries.
 in_host() {
   local h=$1 p; shift
   p=$(init_pid "$h") || die "$h is not up"
-  nsenter -t "$p" -n -u -m -p -- "$@"
+  nsenter -t "$p" -n -u -m -p -r -w -- "$@"
 }
 
 # daemon_in HOST NAME CMD...: start CMD detached inside HOST, output to HOST's log/NAME.out.
 daemon_in() {
   local h=$1 name=$2 p; shift 2
   p=$(init_pid "$h") || die "$h is not up"
-  setsid nsenter -t "$p" -n -u -m -p -- "$@" </dev/null >>"$MN/hosts/$h/log/$name.out" 2>&1 &
+  setsid nsenter -t "$p" -n -u -m -p -r -w -- "$@" </dev/null >>"$MN/hosts/$h/log/$name.out" 2>&1 &
 }
 
 # pids_in HOST COMM: root-namespace PIDs of the processes named COMM running in HOST.

@@ -112,6 +112,13 @@ SlurmdParameters=config_overrides
 ${node_lines}PartitionName=gpu Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP
 EOF
 printf '%s\n' "$gres_lines" > "$MN/etc/slurm/gres.conf"
+# The nodes track jobs without cgroups (proctrack/linuxproc), but slurmd >= 23.02 still looks at the
+# machine's cgroups when it starts and stops at this kernel's mix of v1 and v2 ("Hybrid mode is not
+# supported"): it is told to leave cgroups alone (22.05 knows no "disabled", and does not look).
+slurm_version=$(slurmd -V | awk '{ print $2 }')
+if [[ $(printf '%s\n' "$slurm_version" 23.02 | sort -V | head -n 1) == 23.02 ]]; then
+  echo "CgroupPlugin=disabled" > "$MN/etc/slurm/cgroup.conf"
+fi
 echo "include /etc/slurm/plugstack.conf.d/*.conf" > "$MN/etc/slurm/plugstack.conf"
 echo "optional $PLUGIN_DIR/spank_gputokens.so jobs_dir=$MN/here/gpu-jobs nvml_library=$MN/here/nvml/libnvidia-ml.so.1" \
   > "$MN/etc/slurm/plugstack.conf.d/gputokens.conf"

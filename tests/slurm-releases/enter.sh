@@ -62,6 +62,9 @@ fi
 
 # ---- inside the new namespaces, still on the host's filesystem ----
 release=$2 root=$3; shift 3
+# The root filesystem a mount of its own, so that / is a mount point after the chroot (the multi-node
+# cluster's hosts make their mounts slaves of it: `mount --make-rslave /`).
+mount --bind "$root" "$root"
 ip link set lo up
 ip link add gputokens0 type veth peer name gputokens1
 ip addr add 10.254.254.1/24 dev gputokens0
