@@ -35,6 +35,25 @@ fn lab_and_course() {
     if !coords.ok().stdout.contains("carol") {
         sacctmgr(&["-i", "add", "coordinator", "account=course", "names=carol"]).ok();
     }
+    wait_associations_known_to_slurmctld();
+}
+
+/// Waits until slurmctld's own cache (which AccountingStorageEnforce=associations checks `sbatch -A`
+/// against) holds the associations `lab_and_course` made in slurmdbd: slurmdbd sends them over.
+fn wait_associations_known_to_slurmctld() {
+    let pairs = [("lab", "alice"), ("lab", "bob"), ("course", "bob"), ("course", "carol")];
+    crate::cluster::wait_until(30, "slurmctld to know the associations of lab and course", || {
+        let args = ["show", "assoc_mgr", "users=alice,bob,carol", "accounts=lab,course", "flags=assoc"];
+        let shown = run_as(None, Path::new("/usr/bin/scontrol"), &args).ok().stdout;
+        let known = |(account, user): &(&str, &str)| {
+            let (account, user) = (format!("Account={account} "), format!("UserName={user}("));
+            shown.lines().any(|l| l.contains(&account) && l.contains(&user))
+        };
+        match pairs.iter().filter(|p| !known(p)).collect::<Vec<_>>() {
+            missing if missing.is_empty() => Ok(()),
+            missing => Err(format!("missing {missing:?} in:\n{shown}")),
+        }
+    });
 }
 
 /// The config of an account-mode site charging from the cluster every second.
@@ -51,7 +70,6 @@ fn pool_site(prices: &str, rules: &[&str]) -> (Site, Admission) {
 /// `pool_site` with more tables in its config.
 fn pool_site_with(prices: &str, rules: &[&str], more: &str) -> (Site, Admission) {
     lab_and_course();
-    std::thread::sleep(Duration::from_secs(2));
     let site = Site::with_prices("", prices, &format!("{}{more}", tables()));
     let adm = Admission::start();
     for account in ["lab", "course"] {
