@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::cluster::{sbatch, serial};
+use crate::cluster::{sbatch, serial, wait_until};
 use crate::common::{bin, http_get, run_as, Site};
 
 /// A process of `job` (its batch script), from `scontrol listpids`. With proctrack/cgroup the list
@@ -104,10 +104,22 @@ fn agent_reports_job_utilization_and_accountd_flags_the_idle_job() {
     let state = site.file("nvml-state.toml", &fake_state(pid_of(&busy), pid_of(&idle)));
     let config = agent_config(&site);
     report_once(&config, &state);
-    std::thread::sleep(Duration::from_millis(1500));
-    report_once(&config, &state);
-
-    let (_, metrics) = http_get(&format!("{}/metrics", site.http_url()));
+    // One report below the threshold is not yet idle_window (1 s) of it.
+    let idle_flag = format!("gputokens_job_idle{{job=\"{idle}\",user=\"bob\",node=\"vm\"}} ");
+    let (_, first) = http_get(&format!("{}/metrics", site.http_url()));
+    assert!(first.contains(&format!("{idle_flag}0")), "flagged idle at its first report:\n{first}");
+    // The agent reports again and again: the job is flagged once accountd has seen it below the
+    // threshold for the idle window, by its own clock.
+    let metrics = wait_until(30, &format!("job {idle} flagged idle"), || {
+        report_once(&config, &state);
+        let (_, metrics) = http_get(&format!("{}/metrics", site.http_url()));
+        match metrics.contains(&format!("{idle_flag}1")) {
+            true => Ok(metrics),
+            false => {
+                Err(metrics.lines().filter(|l| l.starts_with("gputokens_job_idle")).collect::<Vec<_>>().join("; "))
+            }
+        }
+    });
     run_as(None, Path::new("/usr/bin/scancel"), &[&busy, &idle]).ok();
     let busy_util = format!("gputokens_job_gpu_utilization_percent{{job=\"{busy}\",user=\"alice\",node=\"vm\"}} 90.0");
     assert!(metrics.contains(&busy_util), "{metrics}");
@@ -127,7 +139,7 @@ fn agent_reports_job_utilization_and_accountd_flags_the_idle_job() {
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn measured_basis_charges_by_reported_utilization() {
     let _cluster = serial();
-    std::thread::sleep(Duration::from_secs(2));
+    crate::cluster::wait_earlier_jobs_out_of_a_first_window();
     let site = Site::with_prices(
         "",
         "[prices]\na6000 = 3600\nrtx3090 = 900\n",

@@ -123,7 +123,7 @@ fn a_hung_sacct_times_out_while_sbalance_answers_and_the_next_cycle_charges() {
     let _cluster = serial();
     let slurm = Wrappers::new();
     // Keeps jobs the previous test saw end out of the first sacct window (as charging's live_site).
-    std::thread::sleep(Duration::from_secs(2));
+    crate::cluster::wait_earlier_jobs_out_of_a_first_window();
     let site = Site::with_prices(
         "",
         PRICES,
