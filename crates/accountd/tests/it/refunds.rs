@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::cluster::{sacct, sbatch, serial, wait_finished};
+use crate::cluster::{charge_cycles, sacct, sbatch, serial, wait_charge_cycles, wait_finished, wait_until};
 use crate::common::{run_as, Site};
 use crate::health::{settle, Agent, Gpus};
 use crate::preemption::{cancel, squeue, wait_for};
@@ -62,7 +62,22 @@ fn a_run_lost_to_a_gpu_fault_is_refunded_once_and_runs_that_end_by_themselves_ar
     wait_for("alice's and bob's jobs to run", || {
         squeue(&alice, "%T") == "RUNNING" && squeue(&requeued, "%T") == "RUNNING"
     });
-    std::thread::sleep(Duration::from_secs(4));
+    // The service's cycles charge what alice's run and bob's own requeued one have run so far.
+    wait_until(60, "alice's and bob's running jobs charged", || {
+        // (A user's history is refused while the ledger has no entry of theirs.)
+        let charged = |user: &str, job: &str| {
+            let out = site.sbalance(Some(user), &["--history", "100", "-P", "-n"]);
+            let rows = out.stdout.lines().map(|l| l.split('|').collect::<Vec<_>>());
+            rows.into_iter().any(|f| f.len() > 4 && f[1] == "charge" && f[4] == job)
+        };
+        match (charged("alice", &alice), charged("bob", &requeued)) {
+            (true, true) => Ok(()),
+            seen => Err(format!(
+                "charged (alice {alice}, bob {requeued}): {seen:?}; {}",
+                site.log().lines().last().unwrap_or_default()
+            )),
+        }
+    });
 
     // alice's GPU falls off the bus: the node is drained and her job requeued off it. The agent
     // runs (XIDs are events it registers for on its first sample).
@@ -98,7 +113,8 @@ fn a_run_lost_to_a_gpu_fault_is_refunded_once_and_runs_that_end_by_themselves_ar
         history(&site, user).into_iter().filter(|(kind, ..)| kind == "refund").collect()
     };
     wait_for("alice's lost run refunded", || !refunds("alice").is_empty());
-    std::thread::sleep(Duration::from_secs(3));
+    // Later charge cycles read the same runs again: none refunds them again.
+    wait_charge_cycles(&site, charge_cycles(&site), 2);
     let first = refunds("alice");
     assert_eq!(first.len(), 1, "{:?}", history(&site, "alice"));
     let (_, amount, job, reason) = &first[0];
