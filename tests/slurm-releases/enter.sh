@@ -83,6 +83,9 @@ fi
 mount -t tmpfs -o mode=755 tmpfs "$root/run"
 bind() { mkdir -p "$root$2"; mount --bind "$1" "$root$2"; }
 bind "$REPO" "$REPO"
+# A build tree kept outside the checkout (.ci/run links target/ to its cache): at its own path too.
+target=$(realpath -m "$REPO/target")
+if [[ -d $target && $target != "$REPO"/* ]]; then bind "$target" "$target"; fi
 bind "$HOME/.cargo" /root/.cargo
 bind "$HOME/.rustup" /root/.rustup
 
