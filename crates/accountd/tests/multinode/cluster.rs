@@ -7,6 +7,7 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use gputokens::controller_status::{ControllerStatus, ViewStatus};
 use gputokens::entry::{Entry, EntryKind};
 use gputokens::Tokens;
 
@@ -237,6 +238,81 @@ impl Cluster {
     pub fn log(&self, host: &str, name: &str) -> String {
         std::fs::read_to_string(mn_dir().join(format!("hosts/{host}/log/{name}"))).unwrap_or_default()
     }
+
+    /// The time `job` has run as slurmctld counts it (squeue's `%M`), in seconds; None once it left
+    /// the queue or while it has not started.
+    pub fn time_used(&self, job: &str) -> Option<u64> {
+        let out = self.on("ctl1", None, &["squeue", "-h", "-j", job, "-t", "RUNNING", "-o", "%M"]).stdout;
+        time_used_secs(out.trim())
+    }
+
+    /// Waits until `job` runs and slurmctld counts at least `secs` seconds of it.
+    pub fn wait_ran(&self, job: &str, secs: u64) -> u64 {
+        wait_seen(60 + secs, &format!("job {job} to have run {secs} s"), || match self.time_used(job) {
+            Some(used) if used >= secs => Ok(used),
+            used => Err(format!("state {:?}, time used {used:?} s", self.job_state(job))),
+        })
+    }
+
+    /// How many charge cycles accountd serve on ctl1 has ended (its log's "charge cycle (" lines,
+    /// kept across its restarts).
+    pub fn charge_cycles(&self) -> usize {
+        self.log("ctl1", "accountd.out").matches("charge cycle (").count()
+    }
+
+    /// Waits until accountd serve has run `cycles` whole charge cycles after `ended` had ended (one
+    /// more: the cycle under way when `ended` was counted may have begun before).
+    pub fn wait_charge_cycles(&self, ended: usize, cycles: usize) {
+        let want = ended + cycles + 1;
+        wait_seen(120, &format!("{cycles} more whole charge cycles of accountd serve"), || {
+            let now = self.charge_cycles();
+            if now >= want {
+                return Ok(());
+            }
+            let log = self.log("ctl1", "accountd.out");
+            let tail: Vec<&str> = log.lines().rev().take(3).collect();
+            Err(format!("{now} ended of the {want} wanted; the log's end: {tail:?}"))
+        });
+    }
+
+    /// The shared balance snapshot the controllers' plugins read.
+    pub fn snapshot(&self) -> String {
+        std::fs::read_to_string(mn_dir().join("shared/snapshot/balances.snapshot")).unwrap_or_default()
+    }
+
+    /// What `host`'s job_submit plugin says in its controller status file: the `generated` time of
+    /// the snapshot it decides from, or what it says instead.
+    pub fn controller_view(&self, host: &str) -> Result<i64, String> {
+        let path = mn_dir().join(format!("shared/controllers/{host}.json"));
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let status = ControllerStatus::parse(&text)?;
+        match status.view {
+            ViewStatus::Ready { generated, .. } => Ok(generated),
+            ViewStatus::Unavailable { problem } => Err(format!("{host}: {problem}")),
+        }
+    }
+
+    /// Waits until every controller's plugin decides from a snapshot written after the one whose
+    /// text `written` accepts (accountd rewrites it on every change and check cycle): a snapshot
+    /// generated in a later second was written after that one, with everything it holds.
+    pub fn wait_controllers_past(&self, what: &str, written: impl Fn(&str) -> bool) {
+        let text = wait_seen(30, &format!("the snapshot with {what}"), || {
+            let text = self.snapshot();
+            if written(&text) {
+                return Ok(text);
+            }
+            Err(text)
+        });
+        let snapshot = gputokens::snapshot::parse(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        let after = snapshot.generated;
+        wait_seen(60, &format!("ctl1's and ctl2's plugins deciding from a snapshot after {what} ({after})"), || {
+            let views: Vec<Result<i64, String>> = ["ctl1", "ctl2"].iter().map(|h| self.controller_view(h)).collect();
+            match views.iter().all(|v| matches!(v, Ok(generated) if *generated > after)) {
+                true => Ok(()),
+                false => Err(format!("{views:?}")),
+            }
+        });
+    }
 }
 
 impl Drop for Cluster {
@@ -284,12 +360,31 @@ impl Segment {
 
 /// Polls `check` every 0.5 s until it gives a value; panics naming `what` after `secs`.
 pub fn wait_until<T>(secs: u64, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    wait_seen(secs, what, || check().ok_or_else(|| "not yet".to_string()))
+}
+
+/// Polls `check` every 0.5 s until it gives `Ok`; after `secs`, panics naming `what` and what the
+/// check saw the last time (its `Err`).
+pub fn wait_seen<T>(secs: u64, what: &str, mut check: impl FnMut() -> Result<T, String>) -> T {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
-        if let Some(value) = check() {
-            return value;
+        match check() {
+            Ok(value) => return value,
+            Err(seen) => assert!(Instant::now() < deadline, "waited {secs} s for {what}; last saw: {seen}"),
         }
-        assert!(Instant::now() < deadline, "waited {secs} s for {what}");
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// `[D-][H:]M:SS`, as squeue prints a time used, in seconds.
+pub fn time_used_secs(text: &str) -> Option<u64> {
+    let (days, clock) = match text.split_once('-') {
+        Some((d, rest)) => (d.parse::<u64>().ok()?, rest),
+        None => (0, text),
+    };
+    let mut secs = 0;
+    for part in clock.split(':') {
+        secs = secs * 60 + part.parse::<u64>().ok()?;
+    }
+    Some(days * 86_400 + secs)
 }

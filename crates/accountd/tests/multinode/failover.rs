@@ -8,8 +8,9 @@ use crate::{wait_until, Cluster, Settings};
 #[ignore = "needs the multi-node cluster: tests/run.sh"]
 fn multinode_the_backup_controller_refuses_at_the_floor_and_sees_a_later_grant() {
     let cluster = Cluster::up(Settings::default());
-    cluster.accountd(None, &["admin", "adjust", "alice", "-110", "--reason", "at the floor"]).ok();
-    std::thread::sleep(Duration::from_secs(8));
+    // -10.4: below the floor (-10), and a balance no refusal shows unless it read alice's own.
+    cluster.accountd(None, &["admin", "adjust", "alice", "-110.4", "--reason", "at the floor"]).ok();
+    cluster.wait_controllers_past("alice at -10.4", |text| text.lines().any(|l| l == "user alice -10400000"));
     // From accountd's host the admin sees what each controller's plugin decides from.
     let check = cluster.accountd(None, &["config", "check", "--slurm"]).stdout;
     for line in [
@@ -37,7 +38,11 @@ fn multinode_the_backup_controller_refuses_at_the_floor_and_sees_a_later_grant()
         let out = sbatch("alice");
         (out.code != 0 && !out.stderr.contains("Unable to contact")).then_some(out.stderr)
     });
-    assert!(refused.contains("-10"), "alice told her balance: {refused}");
+    assert!(
+        refused
+            .contains("gputokens: your GPU token balance is -10.4 (floor -10); GPU jobs are refused until it is above"),
+        "alice told her balance: {refused}"
+    );
     assert!(sbatch("bob").code == 0, "bob has tokens");
 
     // A grant after the failover reaches the backup's plugin within one check interval (5 s) and

@@ -11,7 +11,7 @@ mod outage;
 mod partition;
 mod restore;
 
-pub use cluster::{wait_until, Cluster, Settings};
+pub use cluster::{wait_seen, wait_until, Cluster, Settings};
 
 /// The series of `node`'s last accepted report.
 pub fn last_report(node: &str) -> String {
