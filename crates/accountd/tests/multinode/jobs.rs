@@ -1,7 +1,7 @@
 //! Jobs across nodes and nodes that are lost: each run charged exactly once.
 
 use crate::outage::all_charged_once;
-use crate::{wait_until, Cluster, Settings};
+use crate::{wait_seen, wait_until, Cluster, Settings};
 
 #[test]
 #[ignore = "needs the multi-node cluster: tests/run.sh"]
@@ -39,7 +39,8 @@ fn multinode_a_lost_node_requeues_its_job_each_run_is_charged_once_and_its_silen
     // Its agent has reported; then the node goes: cable out, every process in it killed.
     let report_of = |node: &str| crate::metric(&cluster.http_get("/metrics"), &crate::last_report(node));
     wait_until(30, &format!("{lost}'s agent reporting"), || report_of(&lost));
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    // The run lasts a while before its node is lost: three seconds as slurmctld counts them.
+    cluster.wait_ran(&job, 3);
     cluster.mn(&["kill-host", &lost]).ok();
 
     wait_until(90, &format!("{lost} DOWN"), || {
@@ -68,7 +69,8 @@ fn multinode_a_lost_node_requeues_its_job_each_run_is_charged_once_and_its_silen
         all.filter(|e| e.kind == gputokens::entry::EntryKind::Refund && e.job_id.as_deref() == Some(&job)).collect()
     };
     wait_until(60, &format!("the lost run of {job} refunded"), || (!refunds().is_empty()).then_some(()));
-    std::thread::sleep(std::time::Duration::from_secs(6));
+    // Later charge cycles read the same runs again: none refunds them again.
+    cluster.wait_charge_cycles(cluster.charge_cycles(), 2);
     let refunded = refunds();
     assert_eq!(refunded.len(), 1, "{refunded:?}");
     assert_eq!(refunded[0].amount, segments[0].cost(), "{refunded:?} {segments:?}");
@@ -83,8 +85,25 @@ fn multinode_a_lost_node_requeues_its_job_each_run_is_charged_once_and_its_silen
 
     // The lost node's last report stays where it was while the others' move on, and the shipped
     // alert rule fires for it alone (promtool, fed what /metrics says now).
-    std::thread::sleep(std::time::Duration::from_secs(5));
-    let metrics = cluster.http_get("/metrics");
+    let reports = |metrics: &str| -> Vec<Option<f64>> {
+        ["node1", "node2", "node3"].iter().map(|n| crate::metric(metrics, &crate::last_report(n))).collect()
+    };
+    let before = reports(&cluster.http_get("/metrics"));
+    let metrics = wait_seen(60, &format!("the other nodes' reports moving on, {lost}'s 20 s silent"), || {
+        let metrics = cluster.http_get("/metrics");
+        let now_reports = reports(&metrics);
+        let now = chrono::Utc::now().timestamp() as f64;
+        let moved_on = ["node1", "node2", "node3"].iter().zip(before.iter().zip(&now_reports)).all(
+            |(node, (was, is))| match *node == lost {
+                true => is == was && is.is_some_and(|at| now - at > 20.0),
+                false => matches!((was, is), (Some(was), Some(is)) if is > was),
+            },
+        );
+        match moved_on {
+            true => Ok(metrics),
+            false => Err(format!("last reports {now_reports:?} (were {before:?}) at {now}")),
+        }
+    });
     let now = chrono::Utc::now().timestamp() as f64;
     let mut series = Vec::new();
     for node in ["node1", "node2", "node3"] {
