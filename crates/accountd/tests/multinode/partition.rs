@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::{last_report, metric, wait_until, Cluster, Settings};
+use crate::{last_report, metric, wait_seen, wait_until, Cluster, Settings};
 
 fn now() -> f64 {
     chrono::Utc::now().timestamp() as f64
@@ -26,11 +26,21 @@ fn multinode_a_link_cut_for_two_minutes_charges_once_drains_nothing_and_the_gap_
     wait_until(30, "node2's agent mapping the job", || {
         metric(&cluster.http_get("/metrics"), &series).filter(|m| *m > 2e6)
     });
-    std::thread::sleep(Duration::from_secs(10));
+    // Ten seconds of its reports measure the job (at 50 %) before the cut.
+    let mapped_at = metric(&cluster.http_get("/metrics"), &last_report("node2")).expect("node2 reported");
+    wait_seen(60, "node2's agent reporting the job for 10 s", || {
+        let at = metric(&cluster.http_get("/metrics"), &last_report("node2"));
+        at.filter(|at| *at >= mapped_at + 10.0).ok_or(format!("last report at {at:?}, the first at {mapped_at}"))
+    });
 
     cluster.mn(&["cut", "node2"]).ok();
     let cut_at = now();
-    std::thread::sleep(Duration::from_secs(120));
+    // Two minutes of the job's run, as slurmctld counts it, without node2.
+    let ran_at_cut = cluster.time_used(&job).expect("the job runs");
+    wait_seen(240, "the job to run two minutes while node2 is cut off", || {
+        let used = cluster.time_used(&job);
+        used.filter(|used| *used >= ran_at_cut + 120).ok_or(format!("time used {used:?} s, {ran_at_cut} s at the cut"))
+    });
     let silent = metric(&cluster.http_get("/metrics"), &last_report("node2")).unwrap();
     assert!(silent <= cut_at + 2.0, "a report from a cut node was accepted at {silent} (cut at {cut_at})");
     cluster.mn(&["heal", "node2"]).ok();
@@ -44,16 +54,18 @@ fn multinode_a_link_cut_for_two_minutes_charges_once_drains_nothing_and_the_gap_
     assert_eq!(segments.len(), 1, "{segments:?}");
     assert_eq!(segments[0].state, "COMPLETED", "{segments:?}");
     let allocation = segments[0].cost();
-    // Charged while it ran; settled from its sacct row once that is final: the amount stops moving.
+    // Charged while it ran; settled from its sacct row once that is final: the amount stops moving
+    // over a whole charge cycle.
     let mut last = cluster.charged("alice", &job).0;
-    let charged = wait_until(120, "the job's charge settled", || {
-        std::thread::sleep(Duration::from_secs(6));
+    let charged = wait_seen(180, "the job's charge settled", || {
+        cluster.wait_charge_cycles(cluster.charge_cycles(), 1);
         let now = cluster.charged("alice", &job).0;
+        let seen = format!("charged {now}, {last} a cycle before");
         let settled = now == last && now > gputokens::Tokens::ZERO;
         last = now;
-        settled.then_some(now)
+        settled.then_some(now).ok_or(seen)
     });
-    std::thread::sleep(Duration::from_secs(12));
+    cluster.wait_charge_cycles(cluster.charge_cycles(), 2);
     assert_eq!(cluster.charged("alice", &job).0, charged, "charged again by later cycles");
     // Measured at 50 % while reports came in; the two minutes without reports count as fully used,
     // so the charge is well above half the allocation's price, and never above it.
@@ -77,9 +89,11 @@ fn multinode_a_job_holding_a_thousand_connections_does_not_silence_its_nodes_age
     let hold = format!("sleep 45 | perl {script} --reopen tcp 10.78.0.2:9817 10.78.0.11 1000");
     let job = cluster.sbatch("alice", &["-w", "node1", "--wrap", &hold]);
     cluster.wait_running(&job);
-    std::thread::sleep(Duration::from_secs(5));
-    let held = cluster.on("node1", None, &["sh", "-c", "ss -Htn state established dst 10.78.0.2:9817 | wc -l"]).ok();
-    let held: usize = held.stdout.trim().parse().unwrap();
+    let held = wait_seen(60, "alice's job holding at least 64 connections to accountd", || {
+        let held = cluster.on("node1", None, &["sh", "-c", "ss -Htn state established dst 10.78.0.2:9817 | wc -l"]);
+        let held: usize = held.ok().stdout.trim().parse().unwrap();
+        (held >= 64).then_some(held).ok_or(format!("{held} connections"))
+    });
     assert!(held >= 64, "alice's job holds {held} connections");
 
     // For 20 s: node1's agent keeps reporting within its interval (2 s), and /metrics and sbalance
