@@ -233,6 +233,14 @@ all_idle() { [[ $(in_host ctl1 sinfo -h -N -o %T | sort -u) == idle ]]; }
 waitfor 60 all_idle || die "nodes not idle: $(in_host ctl1 sinfo -N -o '%N %T %E')"
 standby() { in_host ctl1 timeout 5 scontrol ping | grep -q 'ctl2.* is UP'; }
 waitfor 30 standby || die "the backup slurmctld on ctl2 is not UP: $(in_host ctl1 scontrol ping; tail -n 20 "$MN/hosts/ctl2/log/slurmctld.log")"
+# A primary that has run a while has saved its state (every few minutes, and at a reconfigure); on
+# 23.11+ a backup taking over from one that never did stops ("fatal: No Assoc usage file"). This one
+# saves it now, as a site's would have by the time it is lost.
+if [[ $(printf '%s\n' "$slurm_version" 23.11 | sort -V | head -n 1) == 23.11 ]]; then
+  in_host ctl1 timeout 30 scontrol reconfigure >/dev/null || die "scontrol reconfigure on ctl1 failed"
+  waitfor 30 test -e "$MN/shared/state/assoc_usage" || die "ctl1 saved no state at scontrol reconfigure"
+  waitfor 30 standby || die "ctl1 and ctl2 not both UP after scontrol reconfigure: $(in_host ctl1 scontrol ping)"
+fi
 say "slurmctld on ctl1 (primary) and ctl2 (backup), nodes ${NODES[*]} idle"
 
 bash "$HERE/mn.sh" start accountd ctl1
