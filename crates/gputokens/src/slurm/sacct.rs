@@ -72,7 +72,8 @@ pub struct RunEnded {
     pub end: Option<i64>,
 }
 
-/// What one row is.
+/// What one row is. Made and taken apart one row at a time, never stored: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Row {
     Record { record: UsageRecord, active: bool, nodes: Option<String>, state: Option<String>, end: Option<i64> },
     NoGpuTime,
