@@ -153,11 +153,6 @@ impl Drop for Admission {
 /// `tables` in its config. Bind as `let (site, mut adm) = ...`: `adm` goes first, restoring the
 /// cluster's snapshot while the site still exists.
 pub(crate) fn following_site(tables: &str, adjustments: &[(&str, &str)]) -> (Site, Admission) {
-    if tables.contains("[slurm]") {
-        // A site that charges from the cluster: keep jobs the previous test saw end out of its first
-        // sacct window (as charging's live_site does).
-        crate::cluster::wait_earlier_jobs_out_of_a_first_window();
-    }
     let site = Site::start("", tables);
     let adm = Admission::start();
     for (user, amount) in adjustments {
@@ -619,9 +614,7 @@ fn gpu_tokens_estimate_shows_the_most_a_job_can_cost() {
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn a_running_job_commits_the_uncharged_rest_of_its_limit() {
     let _cluster = serial();
-    // 1 token per a6000-second, so charged seconds read straight off the balance; jobs the previous
-    // test saw end are kept out of the site's first sacct window.
-    crate::cluster::wait_earlier_jobs_out_of_a_first_window();
+    // 1 token per a6000-second, so charged seconds read straight off the balance.
     let site =
         Site::with_prices("", "[prices]\na6000 = 3600\n", &reading_the_queue("[admission]\nmode = \"estimate\"\n"));
     let job = crate::cluster::sbatch("alice", &["--gres=gpu:a6000:1", "--time=10", "--wrap", "sleep 120"]);
@@ -837,8 +830,6 @@ fn with_the_example_config_slurmctld_as_the_slurm_user_reads_a_root_accountds_sn
     let example =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../slurm-conf/gputokens.toml")).unwrap();
     assert!(example.contains("\nslurm_user = \"slurm\"\n"), "the example config names another SlurmUser");
-    // The previous test's jobs end outside the first sacct window.
-    crate::cluster::wait_earlier_jobs_out_of_a_first_window();
     let site = Site::from_config(&example);
     let mut adm = Admission::start();
     site.accountd(None, &["admin", "adjust", "alice", "-200", "--reason", "test"]).ok();

@@ -139,7 +139,6 @@ fn agent_reports_job_utilization_and_accountd_flags_the_idle_job() {
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn measured_basis_charges_by_reported_utilization() {
     let _cluster = serial();
-    crate::cluster::wait_earlier_jobs_out_of_a_first_window();
     let site = Site::with_prices(
         "",
         "[prices]\na6000 = 3600\nrtx3090 = 900\n",

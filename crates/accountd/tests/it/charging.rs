@@ -8,8 +8,7 @@ use gputokens::pricing::cost;
 use gputokens::Tokens;
 
 use crate::cluster::{
-    charge_cycles, sacct, sbatch, serial, state_and_time_used, wait_charge_cycles,
-    wait_earlier_jobs_out_of_a_first_window, wait_finished, wait_ran,
+    charge_cycles, sacct, sbatch, serial, state_and_time_used, wait_charge_cycles, wait_finished, wait_ran,
 };
 use crate::common::Site;
 
@@ -19,10 +18,9 @@ pub const PRICES: &str = "[prices]\nrtx2080 = 1800\nrtx3090 = 900\na6000 = 3600\
 /// Preemption is off: these tests are about charging, and their users may run into debt.
 pub const LIVE: &str = "[slurm]\nfirst_lookback = \"1s\"\nreread = \"1m\"\n[preemption]\nenabled = false\n";
 
-/// A site that charges from the live cluster, starting now. Call with the `serial` guard held: it
-/// starts once the jobs that the previous test saw end are out of this site's first sacct window.
+/// A site that charges from the live cluster, starting now (call with the `serial` guard held): jobs
+/// the previous test saw end are in its first sacct window, but ended before it began charging.
 pub fn live_site() -> Site {
-    wait_earlier_jobs_out_of_a_first_window();
     let site = Site::with_prices("", PRICES, LIVE);
     site.accountd(None, &["tick"]).ok();
     site
@@ -120,7 +118,6 @@ fn killing_a_tick_midway_loses_and_doubles_nothing() {
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn serve_charges_on_its_own_and_metrics_show_it() {
     let _cluster = serial();
-    wait_earlier_jobs_out_of_a_first_window();
     let site = Site::with_prices("", PRICES, &format!("{LIVE}[intervals]\ncharge = \"2s\"\n"));
     let job = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 3"]);
     wait_finished(&job);
@@ -241,7 +238,6 @@ fn rereads_never_reach_before_the_first_read() {
     let _cluster = serial();
     let before = sbatch("bob", &["--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
     assert_eq!(wait_finished(&before), "COMPLETED");
-    wait_earlier_jobs_out_of_a_first_window();
     let site = Site::with_prices(
         "",
         PRICES,

@@ -106,29 +106,6 @@ pub fn slurm_in_unix_time(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The newest end of any job, as slurmctld (the ended jobs it still holds) or slurmdbd (the last
-/// 15 minutes) records it: unix seconds, or None while neither knows of an ended job.
-pub fn newest_job_end() -> Option<i64> {
-    const OPEN: [&str; 6] = ["PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "REQUEUED", "RESIZING"];
-    let held = slurm_in_unix_time("squeue", &["-h", "-a", "-t", "all", "-o", "%T|%e"]);
-    let ctld = held.lines().filter_map(|l| l.split_once('|')).filter(|(state, _)| !OPEN.contains(state));
-    let recorded = slurm_in_unix_time("sacct", &["-X", "-D", "-a", "-n", "-P", "-S", "now-15minutes", "-o", "End"]);
-    ctld.map(|(_, end)| end).chain(recorded.lines()).filter_map(|end| end.trim().parse().ok()).max()
-}
-
-/// Waits until the newest end of any job (`newest_job_end`) is at least 2 s past: a site started
-/// now with `first_lookback = "1s"` reads a first sacct window (from 1 s before its first read, in
-/// whole seconds) that holds no job an earlier test ran. Returns at once when they ended long ago.
-pub fn wait_earlier_jobs_out_of_a_first_window() {
-    wait_until(30, "the newest job end to be 2 s past (out of a first sacct window of 1 s)", || {
-        let (newest, now) = (newest_job_end(), gputokens::time::now());
-        match newest {
-            Some(end) if end > now - 2 => Err(format!("the newest job ended at {end}, now is {now}")),
-            _ => Ok(()),
-        }
-    });
-}
-
 /// squeue's state of `job` and the time it has run (`%M`, suspensions left out) in seconds:
 /// `("", None)` once it left the queue.
 pub fn state_and_time_used(job: &str) -> (String, Option<u64>) {

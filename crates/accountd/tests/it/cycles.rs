@@ -122,8 +122,6 @@ fn tick_beside_a_running_serve_cycle_requeues_one_debtor_job_for_one_waiting_job
 fn a_hung_sacct_times_out_while_sbalance_answers_and_the_next_cycle_charges() {
     let _cluster = serial();
     let slurm = Wrappers::new();
-    // Keeps jobs the previous test saw end out of the first sacct window (as charging's live_site).
-    crate::cluster::wait_earlier_jobs_out_of_a_first_window();
     let site = Site::with_prices(
         "",
         PRICES,

@@ -10,8 +10,7 @@ use gputokens::Tokens;
 
 use crate::charging::{balance, elapsed, live_site, LIVE, PRICES};
 use crate::cluster::{
-    charge_cycles, sacct, sbatch, serial, slurm_in_unix_time, wait_charge_cycles,
-    wait_earlier_jobs_out_of_a_first_window, wait_finished, wait_ran, wait_until,
+    charge_cycles, sacct, sbatch, serial, slurm_in_unix_time, wait_charge_cycles, wait_finished, wait_ran, wait_until,
 };
 use crate::common::{http_get, run_as, Site};
 
@@ -87,7 +86,6 @@ fn skipped(metrics: &str, reason: &str) -> u64 {
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn a_garbage_sacct_row_is_counted_and_the_others_are_charged() {
     let _cluster = serial();
-    wait_earlier_jobs_out_of_a_first_window();
     let bin = tempfile::tempdir().unwrap();
     // A row of garbage, and a row whose user no format can carry: each left out alone.
     slurm_with_extra_sacct_rows(
