@@ -185,7 +185,23 @@ fn at_floor_cancel_ends_the_running_jobs_of_a_user_at_the_floor() {
     wait_for("both to run", || squeue(&job, "%T") == "RUNNING" && squeue(&other, "%T") == "RUNNING");
     site.accountd(None, &["admin", "adjust", "alice", "-112", "--reason", "test"]).ok();
     let tick = site.accountd(None, &["tick", "--skip-charge"]).ok();
-    assert!(tick.stdout.contains("1 preempted"), "{}", tick.stdout);
+    // Once (on 26.05, after other tests) this tick saw "1 GPU jobs running" with both jobs RUNNING in
+    // squeue's text: should it recur, the JSON the check cycle read says which job it did not count.
+    assert!(
+        tick.stdout.contains("2 GPU jobs running") && tick.stdout.contains("1 preempted"),
+        "{}
+{}",
+        tick.stdout,
+        {
+            let json = run_as(None, Path::new("/usr/bin/squeue"), &["--json"]).stdout;
+            let jobs: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+            let ours = |j: &&serde_json::Value| {
+                [&job, &other].iter().any(|id| j["job_id"].as_u64().is_some_and(|n| n.to_string() == **id))
+            };
+            let shown: Vec<_> = jobs["jobs"].as_array().into_iter().flatten().filter(ours).collect();
+            serde_json::to_string_pretty(&shown).unwrap_or_default()
+        }
+    );
     wait_for("alice's job to end", || squeue(&job, "%T").is_empty());
     assert_eq!(squeue(&other, "%T"), "RUNNING");
     let actions = site.accountd(None, &["admin", "actions"]).ok().stdout;
