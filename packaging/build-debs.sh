@@ -12,7 +12,8 @@
 #
 # --binaries TARGET takes accountd, sbalance and the man/completion generator from a cargo target
 # directory where they are built already (its PROFILE/ and PROFILE/static/sbalance) and builds only the
-# plugins here: the test suite builds those once on the host and packages them for each Slurm release.
+# plugins here, or nothing when TARGET is the build tree itself: the test suite builds everything once
+# on the host and packages it, with plugins built for each Slurm release, for each release.
 #
 # Run it on a machine with the Slurm the plugins are for and its headers (libslurm-dev, plus
 # libmunge-dev and libclang-dev); root is not needed (dpkg-deb --root-owner-group). Builds with
@@ -104,10 +105,12 @@ if [[ -z $binaries ]]; then
   # sbalance linked statically, as the README installs it (users run it beside sshare; it starts faster).
   bash packaging/static-sbalance.sh "${cargo_profile[@]}" >/dev/null
   binaries=$CARGO_TARGET_DIR
-else
-  # Only what depends on this machine's Slurm.
+elif [[ $binaries != "$CARGO_TARGET_DIR" ]]; then
+  # Only what depends on this machine's Slurm (in the tree of the binaries, the plugins are built for
+  # it already: built again alone, with other features, they would be compiled twice).
   cargo build --locked "${cargo_profile[@]}" -p job-submit-gputokens -p spank-gputokens
 fi
+for so in libjob_submit_gputokens.so libspank_gputokens.so; do [[ -f $built/$so ]] || die "$built/$so is not built"; done
 accountd=$binaries/$profile/accountd
 sbalance=$binaries/$profile/static/sbalance
 dist=$binaries/$profile/gputokens-dist
