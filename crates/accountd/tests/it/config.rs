@@ -124,7 +124,7 @@ fn the_running_slurm_is_checked_against_the_config() {
 fn systemd_units_run_installed_commands() {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
     assert!(
-        readme.contains("install -m 755 target/release/accountd \"target/$host/release/sbalance\" /usr/bin/"),
+        readme.contains("install -m 755 target/release/accountd target/release/static/sbalance /usr/bin/"),
         "README no longer installs accountd into /usr/bin"
     );
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../slurm-conf/systemd");
