@@ -59,6 +59,10 @@ pub const MAGIC: &str = "gputokens-snapshot 1";
 pub struct QueueSummary {
     /// Unix time squeue was read: jobs submitted later are not in `committed`.
     pub as_of: i64,
+    /// When that read began, in unix milliseconds (`queue_read_ms`; None from an accountd before it):
+    /// the plugin tells the jobs it admitted before the read (in `committed`) from those admitted
+    /// after it, also within the same second.
+    pub read_ms: Option<i64>,
     pub committed: HashMap<String, Commitment>,
     /// The pending jobs squeue showed, by job ID.
     pub pending: BTreeMap<u32, PendingJob>,
@@ -101,6 +105,9 @@ pub fn render(snap: &Snapshot) -> String {
     }
     if let Some(queue) = &snap.queue {
         out.push_str(&format!("queue {}\n", queue.as_of));
+        if let Some(ms) = queue.read_ms {
+            out.push_str(&format!("queue_read_ms {ms}\n"));
+        }
         for (user, c) in queue.committed.iter().collect::<BTreeMap<_, _>>() {
             out.push_str(&format!("committed {user} {} {}\n", c.milli_gpus, c.max_cost.micro()));
         }
@@ -389,6 +396,14 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
                 words.end()?;
                 snap.queue = Some(QueueSummary { as_of, ..Default::default() });
             }
+            // After `queue`, as written; a plugin from before it skips the line.
+            "queue_read_ms" => {
+                let ms = words.number("queue read time")?;
+                words.end()?;
+                if let Some(queue) = &mut snap.queue {
+                    queue.read_ms = Some(ms);
+                }
+            }
             "committed" => {
                 let user = words.next("user name")?.to_string();
                 let milli_gpus = words.number("milli-GPUs")? as u64;
@@ -508,7 +523,13 @@ mod tests {
             (42, PendingJob { nodes: 2, tasks: 8, array_tasks: 1, seconds: 86400, gpus: None }),
         ]);
         let job_accounts = BTreeMap::from([(41, "lab".to_string())]);
-        snap.queue = Some(QueueSummary { as_of: 1_795_430_395, committed, pending, job_accounts });
+        snap.queue = Some(QueueSummary {
+            as_of: 1_795_430_395,
+            read_ms: Some(1_795_430_395_250),
+            committed,
+            pending,
+            job_accounts,
+        });
         snap.pool_mode = PoolMode::Both;
         let lab = PoolStanding {
             balance: Tokens::whole(46),

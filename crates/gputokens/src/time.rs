@@ -6,6 +6,11 @@ pub fn now() -> i64 {
     Local::now().timestamp()
 }
 
+/// The wall clock in unix milliseconds.
+pub fn now_ms() -> i64 {
+    Local::now().timestamp_millis()
+}
+
 /// A span of seconds as people read it: `5s`, `2h 2m` (whole minutes from an hour on); 0 below 0.
 pub fn span(seconds: i64) -> String {
     let seconds = seconds.max(0) as u64;

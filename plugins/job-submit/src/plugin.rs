@@ -44,6 +44,10 @@ fn unix_now() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or_default()
 }
 
+fn unix_now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or_default()
+}
+
 fn local_days(now: i64) -> i32 {
     gputokens::time::local_date(now).num_days_from_ce()
 }
@@ -220,13 +224,14 @@ fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor, mut
                 *plugin.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
             }
             if let Some(view) = monitor.tick(now, &mut slurm_log) {
-                let as_of = match &*view {
-                    View::Ready(b) => b.snapshot.queue.as_ref().map(|q| q.as_of),
+                // When its queue read began (an older accountd's snapshot: the second, as it wrote it).
+                let queue_read_ms = match &*view {
+                    View::Ready(b) => b.snapshot.queue.as_ref().map(|q| q.read_ms.unwrap_or(q.as_of * 1000)),
                     View::Unavailable(_) => None,
                 };
                 let old = std::mem::replace(&mut *plugin.view.write().unwrap_or_else(PoisonError::into_inner), view);
                 retired.push(old);
-                plugin.tally.lock().unwrap_or_else(PoisonError::into_inner).forget_before(as_of, now);
+                plugin.tally.lock().unwrap_or_else(PoisonError::into_inner).forget_before(queue_read_ms, unix_now_ms());
                 status.view_changed();
             }
             status.tick(now, &monitor.view(), &mut slurm_log);
@@ -287,7 +292,7 @@ fn decide(decision: fn(&JobRequest, &Inputs, &mut Log) -> Outcome, job: &JobRequ
     };
     let outcome = decision(job, &inputs, &mut decision_log);
     if let Some((uid, commitment)) = outcome.admitted {
-        tally.add(uid, now, commitment);
+        tally.add(uid, unix_now_ms(), commitment);
     }
     outcome.verdict
 }

@@ -76,8 +76,11 @@ pub fn refresh(res: &Resources, view: &mut SlurmView, slurm: &Slurm, queue: &mut
 }
 
 fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdResult<QueueSummary> {
-    // Taken before squeue runs: a job the plugin admits from here on is counted by the plugin itself.
-    let as_of = now;
+    queue.jobs()?;
+    // When squeue began to run (the wall clock's, not the cycle's `now`, which `tick --now` may set
+    // ahead): a job the plugin admits from then on is counted by the plugin itself.
+    let read_ms = queue.read_ms().unwrap_or(now.saturating_mul(1000));
+    let as_of = read_ms.div_euclid(1000);
     let jobs = queue.jobs()?;
     let default_limit = res.config.admission.default_time_limit.as_secs();
     let ledger = &res.ledger;
@@ -95,7 +98,13 @@ fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdR
             .filter_map(|j| Some((j.job_id.parse::<u32>().ok()?, j.account.clone())))
             .collect()
     };
-    Ok(QueueSummary { as_of, committed: committed.into_iter().collect(), pending, job_accounts })
+    Ok(QueueSummary {
+        as_of,
+        read_ms: Some(read_ms),
+        committed: committed.into_iter().collect(),
+        pending,
+        job_accounts,
+    })
 }
 
 /// `alice|physics` lines.

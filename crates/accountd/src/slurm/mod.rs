@@ -194,17 +194,27 @@ impl Slurm {
 pub struct QueueOnce<'s> {
     slurm: &'s Slurm,
     read: Option<Result<Vec<QueueJob>, Arc<SlurmError>>>,
+    /// When the read began (unix milliseconds, the wall clock, whatever `--now` says).
+    read_ms: Option<i64>,
 }
 
 impl<'s> QueueOnce<'s> {
     pub fn new(slurm: &'s Slurm) -> QueueOnce<'s> {
-        QueueOnce { slurm, read: None }
+        QueueOnce { slurm, read: None, read_ms: None }
     }
 
     pub fn jobs(&mut self) -> Result<&[QueueJob], SlurmError> {
-        let slurm = self.slurm;
-        let read = self.read.get_or_insert_with(|| read_queue(slurm).map_err(Arc::new));
+        let (slurm, read_ms) = (self.slurm, &mut self.read_ms);
+        let read = self.read.get_or_insert_with(|| {
+            *read_ms = Some(gputokens::time::now_ms());
+            read_queue(slurm).map_err(Arc::new)
+        });
         read.as_deref().map_err(|e| SlurmError::Shared(e.clone()))
+    }
+
+    /// When squeue was read (unix milliseconds, taken before it ran); None before `jobs`.
+    pub fn read_ms(&self) -> Option<i64> {
+        self.read_ms
     }
 }
 
