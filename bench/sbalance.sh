@@ -7,13 +7,13 @@
 #
 # Run as root from the repository root after building sbalance as the README installs it, linked
 # statically (SBALANCE= names another build, e.g. target/release/sbalance):
-#   RUSTFLAGS="-C target-feature=+crt-static" cargo build --release -p accountd --bin sbalance --target "$(rustc -vV | sed -n 's/^host: //p')"
+#   cargo build --release --workspace && bash packaging/static-sbalance.sh --release
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 N=${N:-200}
 BENCH_USER=${BENCH_USER:-alice}
 BIN=$PWD/target/release
-SBALANCE=${SBALANCE:-$PWD/target/$(rustc -vV | sed -n 's/^host: //p')/release/sbalance}
+SBALANCE=${SBALANCE:-$PWD/target/release/static/sbalance}
 [[ -x $BIN/accountd ]] || { echo "build first: cargo build --release -p accountd" >&2; exit 1; }
 [[ -x $SBALANCE ]] || { echo "no $SBALANCE: build the static sbalance first (see the top of this script)" >&2; exit 1; }
 sshare -V >/dev/null || { echo "sshare not found: is Slurm installed?" >&2; exit 1; }
