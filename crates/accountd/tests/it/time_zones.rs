@@ -7,8 +7,21 @@ use std::path::Path;
 use crate::common::{bin, run_as, Site};
 
 /// A site whose `accountd serve` runs no cycle during the test: only the commands below touch alice.
+/// serve runs each cycle once as it starts: those are over before the test goes on (one that ran after
+/// alice was first seen, on the real clock, would grant her every day since the test's dates).
 fn quiet_site() -> Site {
-    Site::start("daily = 1", "[intervals]\ncharge = \"1h\"\ncheck = \"1h\"\n")
+    let site = Site::start("daily = 1", "[intervals]\ncharge = \"1h\"\ncheck = \"1h\"\n");
+    crate::cluster::wait_until(30, "serve's start-up charge and check cycles", || {
+        let log = site.log();
+        let ended =
+            |name: &str| log.contains(&format!("{name} cycle (")) || log.contains(&format!("{name} cycle failed"));
+        if ended("charge") && ended("check") {
+            Ok(())
+        } else {
+            Err(log.lines().last().unwrap_or_default().to_string())
+        }
+    });
+    site
 }
 
 /// `accountd --config <site> args...` as root, in time zone `zone`.
