@@ -1,0 +1,426 @@
+//! How far each run of the jobs being charged was charged (`job_charges`), kept in memory for a
+//! chunk of records and written back at the end of the chunk, in the same transaction as the
+//! entries: a record of a job charged before costs no statement of its own, a new run one row of a
+//! many-row insert.
+//!
+//! A chunk is read one of two ways. Carefully: every row of the chunk's jobs, with one query, so
+//! what a record finds is what the ledger's rows would say at that point. Or, where a chunk can
+//! only hold runs charged by their start (no SLUID in the cycle nor in the ledger) and the chunk
+//! before held no charged job, expecting its runs to be new: the rows it makes are then inserted
+//! under a savepoint, and if any of them was charged before (its key is taken) the savepoint is
+//! rolled back and the chunk read carefully (see `Cycle::charge_chunk`).
+
+use std::borrow::Cow;
+use std::fmt::Write;
+
+use rusqlite::types::Null;
+use rusqlite::{params, ErrorCode, Statement, Transaction};
+
+use super::super::{LedgerError, UsageRecord};
+use super::fast_hash::FastMap;
+use gputokens::tokens::Tokens;
+
+/// Records per chunk: the jobs of one chunk are read with one query of this many parameters.
+pub(super) const CHUNK: usize = 256;
+/// New rows per insert statement (the rest of a chunk's one by one).
+const INSERT_ROWS: usize = 16;
+/// No next row.
+const END: usize = usize::MAX;
+
+/// How far a run and GPU type had been charged.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Progress {
+    pub seconds: u64,
+    pub charged: Tokens,
+}
+
+/// One row of `job_charges`.
+struct Row<'r> {
+    job: &'r str,
+    /// The job's next row in `Runs::rows`, or END.
+    next: usize,
+    /// The run's key; None for `start:<segment_start>`, the key of a run without a SLUID.
+    run: Option<Cow<'r, str>>,
+    segment_start: i64,
+    gpu_type: Cow<'r, str>,
+    /// Seconds and micro-tokens charged.
+    until: i64,
+    charged: i64,
+    state: State<'r>,
+}
+
+enum State<'r> {
+    /// As the ledger has it.
+    Stored,
+    /// Not in the ledger yet: made in this chunk for `user`.
+    New { user: &'r str },
+    /// Charged further in this chunk (or taken over by a SLUID); stored under `stored_run`.
+    Changed { stored_run: Option<String> },
+}
+
+impl Row<'_> {
+    fn run(&self) -> Cow<'_, str> {
+        match &self.run {
+            Some(run) => Cow::Borrowed(run),
+            None => Cow::Owned(format!("start:{}", self.segment_start)),
+        }
+    }
+
+    /// Whether the run is keyed `start:<start>` (`start_key`).
+    fn keyed_by_start(&self, start: i64, start_key: &str) -> bool {
+        match &self.run {
+            None => self.segment_start == start,
+            Some(run) => run == start_key,
+        }
+    }
+
+    fn keyed(&self, key: &str) -> bool {
+        match &self.run {
+            Some(run) => run == key,
+            None => key.starts_with("start:") && self.run() == key,
+        }
+    }
+}
+
+/// The statements that read and write `job_charges` for a charge cycle, prepared once.
+pub(super) struct RunStatements<'tx> {
+    tx: &'tx Transaction<'tx>,
+    load: Option<Statement<'tx>>,
+    insert_one: Statement<'tx>,
+    insert_many: Statement<'tx>,
+    update: Option<Statement<'tx>>,
+    rename: Option<Statement<'tx>>,
+    savepoint: Statement<'tx>,
+    release: Statement<'tx>,
+    roll_back: Option<Statement<'tx>>,
+}
+
+/// `slot`'s statement, prepared from `sql` the first time (statements a cycle may not need are
+/// prepared only when it does: each one held takes memory SQLite would bind values in).
+fn prepared<'a, 'tx>(
+    tx: &'tx Transaction<'tx>,
+    slot: &'a mut Option<Statement<'tx>>,
+    sql: impl FnOnce() -> String,
+) -> Result<&'a mut Statement<'tx>, LedgerError> {
+    if slot.is_none() {
+        *slot = Some(tx.prepare(&sql())?);
+    }
+    Ok(slot.as_mut().expect("prepared above"))
+}
+
+impl<'tx> RunStatements<'tx> {
+    pub fn prepare(tx: &'tx Transaction<'tx>) -> Result<Self, LedgerError> {
+        // Seven parameters a row; a run without a SLUID is keyed by its start here.
+        let insert = |rows: usize| {
+            let mut sql = String::from(
+                "INSERT INTO job_charges (job_id, run, segment_start, gpu_type, user, charged_until, charged) VALUES ",
+            );
+            for row in 0..rows {
+                let p = |k: usize| row * 7 + k;
+                let sep = if row == 0 { "" } else { ", " };
+                let _ = write!(
+                    sql,
+                    "{sep}(?{}, coalesce(?{}, 'start:' || ?{}), ?{}, ?{}, ?{}, ?{}, ?{})",
+                    p(1),
+                    p(2),
+                    p(3),
+                    p(3),
+                    p(4),
+                    p(5),
+                    p(6),
+                    p(7)
+                );
+            }
+            sql
+        };
+        Ok(RunStatements {
+            tx,
+            load: None,
+            insert_one: tx.prepare(&insert(1))?,
+            insert_many: tx.prepare(&insert(INSERT_ROWS))?,
+            update: None,
+            rename: None,
+            savepoint: tx.prepare("SAVEPOINT new_runs")?,
+            release: tx.prepare("RELEASE new_runs")?,
+            roll_back: None,
+        })
+    }
+
+    fn load(&mut self) -> Result<&mut Statement<'tx>, LedgerError> {
+        prepared(self.tx, &mut self.load, || {
+            let jobs: Vec<String> = (1..=CHUNK).map(|i| format!("?{i}")).collect();
+            format!(
+                "SELECT job_id, run, segment_start, gpu_type, charged_until, charged FROM job_charges WHERE job_id IN ({})",
+                jobs.join(", ")
+            )
+        })
+    }
+
+    fn update(&mut self) -> Result<&mut Statement<'tx>, LedgerError> {
+        prepared(self.tx, &mut self.update, || {
+            "UPDATE job_charges SET charged_until = ?4, charged = ?5 WHERE job_id = ?1 AND run = ?2 AND gpu_type = ?3"
+                .into()
+        })
+    }
+
+    /// A row of a run keyed by its start (charged before Slurm gave the SLUID: an older ledger, or
+    /// a Slurm upgraded under the job) that its SLUID took over.
+    fn rename(&mut self) -> Result<&mut Statement<'tx>, LedgerError> {
+        prepared(self.tx, &mut self.rename, || {
+            "UPDATE job_charges SET run = ?4, charged_until = ?5, charged = ?6 WHERE job_id = ?1 AND run = ?2 AND gpu_type = ?3"
+                .into()
+        })
+    }
+
+    fn roll_back(&mut self) -> Result<&mut Statement<'tx>, LedgerError> {
+        prepared(self.tx, &mut self.roll_back, || "ROLLBACK TO new_runs".into())
+    }
+}
+
+/// Whether the ledger has runs keyed by a SLUID (their own index says: schema 13).
+pub(super) fn any_sluid_runs(tx: &Transaction<'_>) -> Result<bool, LedgerError> {
+    Ok(tx.query_row(
+        "SELECT EXISTS (SELECT 1 FROM job_charges INDEXED BY job_charges_by_sluid WHERE run < 'start:' OR run >= 'start;')",
+        [],
+        |r| r.get(0),
+    )?)
+}
+
+/// The rows of one chunk's jobs.
+#[derive(Default)]
+pub(super) struct Runs<'r> {
+    rows: Vec<Row<'r>>,
+    /// Each job's first row (END: none).
+    first: FastMap<&'r str, usize>,
+    /// Rows not in the ledger yet, in the order they were made.
+    new: Vec<usize>,
+    /// Stored rows charged further.
+    changed: Vec<usize>,
+    /// Whether the ledger's rows of the chunk's jobs were read (else they are expected to be new).
+    read: bool,
+    /// `start:<segment start>`, written here to compare with stored keys.
+    start_key: String,
+}
+
+impl<'r> Runs<'r> {
+    /// Starts a chunk of records: with every row of their jobs (`read`), or expecting none.
+    pub fn begin(
+        &mut self,
+        statements: &mut RunStatements<'_>,
+        chunk: &'r [UsageRecord],
+        read: bool,
+    ) -> Result<(), LedgerError> {
+        debug_assert!(chunk.len() <= CHUNK);
+        self.rows.clear();
+        self.first.clear();
+        self.new.clear();
+        self.changed.clear();
+        self.read = read;
+        for record in chunk {
+            self.first.entry(record.job_id.as_str()).or_insert(END);
+        }
+        if !read {
+            return Ok(());
+        }
+        let load = statements.load()?;
+        for (i, job) in self.first.keys().enumerate() {
+            load.raw_bind_parameter(i + 1, job)?;
+        }
+        for i in self.first.len()..CHUNK {
+            load.raw_bind_parameter(i + 1, Null)?;
+        }
+        let mut rows = load.raw_query();
+        while let Some(row) = rows.next()? {
+            let job = row.get_ref(0)?.as_str().map_err(rusqlite::Error::from)?;
+            let Some((&job, first)) = self.first.get_key_value(job) else { continue };
+            let next = *first;
+            self.rows.push(Row {
+                job,
+                next,
+                run: Some(Cow::Owned(row.get(1)?)),
+                segment_start: row.get(2)?,
+                gpu_type: Cow::Owned(row.get(3)?),
+                until: row.get(4)?,
+                charged: row.get(5)?,
+                state: State::Stored,
+            });
+            self.first.insert(job, self.rows.len() - 1);
+        }
+        Ok(())
+    }
+
+    /// Whether the ledger had rows of the chunk's jobs (false where it was not read).
+    pub fn had_stored(&self) -> bool {
+        self.rows.iter().any(|r| matches!(r.state, State::Stored | State::Changed { .. }))
+    }
+
+    /// The indexes of a job's rows.
+    fn of(&self, job: &str) -> impl Iterator<Item = usize> + '_ {
+        let mut at = self.first.get(job).copied().unwrap_or(END);
+        std::iter::from_fn(move || {
+            let this = at;
+            (this != END).then(|| {
+                at = self.rows[this].next;
+                this
+            })
+        })
+    }
+
+    /// What a job's runs were charged so far, all GPU types (the chunk must have been read).
+    pub fn charged_so_far(&self, job_id: &str) -> Result<Tokens, LedgerError> {
+        debug_assert!(self.read, "a job's charges are known only where its rows were read");
+        let sum: i128 = self.of(job_id).map(|i| i128::from(self.rows[i].charged)).sum();
+        let sum = i64::try_from(sum)
+            .map_err(|_| LedgerError::Damaged(format!("job {job_id}'s charges add up to {sum} micro-tokens")))?;
+        Ok(Tokens::from_micro(sum))
+    }
+
+    /// Moves the row of (record, GPU type) to the record's elapsed time and `total` cost; returns
+    /// where it was, or None when the record adds nothing (already charged that far).
+    ///
+    /// A record with a SLUID finds its run by it, taking over a row its run was charged under by
+    /// start time; one without finds its run by start time, whatever key the row has (a Slurm that
+    /// stopped giving SLUIDs, a downgrade; the least key where there are several): a run is never
+    /// charged twice under two names.
+    pub fn advance(&mut self, record: &'r UsageRecord, gpu_type: &'r str, total: Tokens) -> Option<Progress> {
+        let job = record.job_id.as_str();
+        let start = record.segment_start;
+        let found = match &record.sluid {
+            Some(sluid) => {
+                let by_sluid = self.of(job).find(|&i| self.rows[i].gpu_type == gpu_type && self.rows[i].keyed(sluid));
+                by_sluid.or_else(|| {
+                    self.start_key.clear();
+                    let _ = write!(self.start_key, "start:{start}");
+                    let by_start = self.of(job).find(|&i| {
+                        self.rows[i].gpu_type == gpu_type && self.rows[i].keyed_by_start(start, &self.start_key)
+                    });
+                    if let Some(i) = by_start {
+                        self.take_over(i, sluid);
+                    }
+                    by_start
+                })
+            }
+            // Several runs of one start (SLUIDs of an expedited requeue): the least key.
+            None => self
+                .of(job)
+                .filter(|&i| self.rows[i].segment_start == start && self.rows[i].gpu_type == gpu_type)
+                .reduce(|a, b| if self.rows[b].run() < self.rows[a].run() { b } else { a }),
+        };
+        let Some(i) = found else {
+            let next = self.first.get(job).copied().unwrap_or(END);
+            self.rows.push(Row {
+                job,
+                next,
+                run: record.sluid.as_deref().map(Cow::Borrowed),
+                segment_start: start,
+                gpu_type: Cow::Borrowed(gpu_type),
+                until: record.elapsed as i64,
+                charged: total.micro(),
+                state: State::New { user: &record.user },
+            });
+            self.first.insert(job, self.rows.len() - 1);
+            self.new.push(self.rows.len() - 1);
+            return Some(Progress::default());
+        };
+        let row = &mut self.rows[i];
+        let before = Progress { seconds: row.until as u64, charged: Tokens::from_micro(row.charged) };
+        if record.elapsed <= before.seconds {
+            return None;
+        }
+        row.until = record.elapsed as i64;
+        row.charged = total.max(before.charged).micro();
+        if let State::Stored = row.state {
+            row.state = State::Changed { stored_run: None };
+            self.changed.push(i);
+        }
+        Some(before)
+    }
+
+    /// Row `i`, keyed by its start, becomes its run's SLUID's.
+    fn take_over(&mut self, i: usize, sluid: &'r str) {
+        let row = &mut self.rows[i];
+        let stored_run = row.run().into_owned();
+        row.run = Some(Cow::Borrowed(sluid));
+        match &mut row.state {
+            State::Stored => {
+                row.state = State::Changed { stored_run: Some(stored_run) };
+                self.changed.push(i);
+            }
+            State::Changed { stored_run: stored @ None } => *stored = Some(stored_run),
+            State::Changed { stored_run: Some(_) } | State::New { .. } => {}
+        }
+    }
+
+    /// Writes what changed in this chunk: rows charged further, then new rows. Where the chunk was
+    /// not read, Ok(false) when a new row's key was taken (charged before): nothing of the chunk is
+    /// written then, and it must be read and charged again.
+    pub fn store(&self, statements: &mut RunStatements<'_>) -> Result<bool, LedgerError> {
+        for &i in &self.changed {
+            let row = &self.rows[i];
+            let (job, run, gpu_type) = (row.job, row.run(), row.gpu_type.as_ref());
+            match &row.state {
+                State::Changed { stored_run: None } => {
+                    statements.update()?.execute(params![job, run, gpu_type, row.until, row.charged])?;
+                }
+                State::Changed { stored_run: Some(stored) } => {
+                    statements.rename()?.execute(params![job, stored, gpu_type, run, row.until, row.charged])?;
+                }
+                State::Stored | State::New { .. } => unreachable!("only stored rows are listed as changed"),
+            }
+        }
+        if self.read {
+            self.insert_new(statements)?;
+            return Ok(true);
+        }
+        statements.savepoint.raw_execute()?;
+        match self.insert_new(statements) {
+            Ok(()) => {
+                statements.release.raw_execute()?;
+                Ok(true)
+            }
+            Err(LedgerError::Sqlite(rusqlite::Error::SqliteFailure(e, _)))
+                if e.code == ErrorCode::ConstraintViolation =>
+            {
+                statements.roll_back()?.raw_execute()?;
+                statements.release.raw_execute()?;
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn insert_new(&self, statements: &mut RunStatements<'_>) -> Result<(), LedgerError> {
+        let mut many = self.new.chunks_exact(INSERT_ROWS);
+        for rows in &mut many {
+            self.bind_new(&mut statements.insert_many, rows)?;
+            statements.insert_many.raw_execute()?;
+            statements.insert_many.clear_bindings();
+        }
+        for row in many.remainder() {
+            self.bind_new(&mut statements.insert_one, std::slice::from_ref(row))?;
+            statements.insert_one.raw_execute()?;
+            statements.insert_one.clear_bindings();
+        }
+        Ok(())
+    }
+
+    /// Binds new rows to an insert of as many rows.
+    fn bind_new(&self, insert: &mut Statement<'_>, new: &[usize]) -> Result<(), LedgerError> {
+        for (n, &i) in new.iter().enumerate() {
+            let row = &self.rows[i];
+            let State::New { user } = row.state else { unreachable!("only new rows are listed as new") };
+            let p = n * 7;
+            insert.raw_bind_parameter(p + 1, row.job)?;
+            match &row.run {
+                Some(run) => insert.raw_bind_parameter(p + 2, run.as_ref())?,
+                None => insert.raw_bind_parameter(p + 2, Null)?,
+            }
+            insert.raw_bind_parameter(p + 3, row.segment_start)?;
+            insert.raw_bind_parameter(p + 4, row.gpu_type.as_ref())?;
+            insert.raw_bind_parameter(p + 5, user)?;
+            insert.raw_bind_parameter(p + 6, row.until)?;
+            insert.raw_bind_parameter(p + 7, row.charged)?;
+        }
+        Ok(())
+    }
+}
