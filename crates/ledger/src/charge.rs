@@ -4,9 +4,11 @@
 //! where Slurm gives one (25.11+), else by its start time (`start:<unix start>`).
 //!
 //! A cycle charges its records a chunk at a time: first how far each run was charged and moves on
-//! to ([`runs`]: read with one query for the chunk, or expected new, and written back at the
-//! chunk's end), then the entries (written many to a statement: [`entries`]); each balance's total,
-//! newest entry and usage once at the end of the cycle.
+//! to ([`runs`]: read with one query for the chunk, or expected new), then the chunk's entries
+//! (written many to a statement: [`entries`]) and its runs' rows; each balance's total, newest entry
+//! and usage once, at the end of the cycle. A chunk expected new that holds a run charged before
+//! fails to insert that run's row: the cycle's transaction is then dropped, and the cycle charged
+//! again with every chunk read.
 
 mod entries;
 mod fast_hash;
@@ -20,6 +22,7 @@ use rusqlite::{params, Statement, Transaction};
 use entries::{Charge, Entries};
 use fast_hash::FastMap;
 use runs::{Progress, RunStatements, Runs, CHUNK};
+use rusqlite::ErrorCode;
 
 use super::accounts::{ensure_user, move_balance};
 use super::error::out_of_range;
@@ -61,14 +64,40 @@ impl Ledger {
         prices: &PriceTable,
         now: i64,
     ) -> Result<ChargeOutcome, LedgerError> {
+        match self.charge_once(records, prices, now, false) {
+            // A run expected new had been charged (its row's key was taken): nothing of the cycle
+            // was kept; charged again, every chunk's runs read first.
+            Err(LedgerError::Sqlite(rusqlite::Error::SqliteFailure(e, _)))
+                if e.code == ErrorCode::ConstraintViolation =>
+            {
+                self.charge_once(records, prices, now, true)
+            }
+            done => done,
+        }
+    }
+
+    /// [`Ledger::charge`], with every chunk's runs read first where `read_all`.
+    fn charge_once(
+        &mut self,
+        records: &[UsageRecord],
+        prices: &PriceTable,
+        now: i64,
+        read_all: bool,
+    ) -> Result<ChargeOutcome, LedgerError> {
         let pool_rules = super::pools::pool_rules(&self.conn)?;
         let pool_accounts: HashSet<&str> = pool_rules.keys().filter_map(|h| pools::account_of(h)).collect();
         let mode = self.pool_mode;
         let tx = self.conn.transaction()?;
         let mut outcome = ChargeOutcome::default();
         let with_grants = super::expiries::balances_with_open_grants(&tx)?;
-        // Runs charged by a SLUID, in this cycle or before: every chunk is read before it is charged.
-        let read_all = records.iter().any(|r| r.sluid.is_some()) || runs::any_sluid_runs(&tx)?;
+        let payments_kept: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM job_payments)", [], |r| r.get(0))?;
+        // Runs charged by a SLUID, in this cycle or before, or pools (a pool's payments start from
+        // all of its job's charges): every chunk is read before it is charged.
+        let read_all = read_all
+            || records.iter().any(|r| r.sluid.is_some())
+            || runs::any_sluid_runs(&tx)?
+            || payments_kept
+            || (mode != PoolMode::User && !pool_accounts.is_empty());
         let mut cycle = Cycle {
             tx: &tx,
             rules: self.rules,
@@ -78,18 +107,17 @@ impl Ledger {
             entries: Entries::prepare(&tx, now)?,
             reasons: Reasons::default(),
             has_payments: tx.prepare("SELECT EXISTS (SELECT 1 FROM job_payments WHERE job_id = ?1)")?,
-            payments_kept: tx.query_row("SELECT EXISTS (SELECT 1 FROM job_payments)", [], |r| r.get(0))?,
+            payments_kept,
             batch: Batch::default(),
             steps: Vec::new(),
             items: Vec::new(),
         };
         let mut read = read_all;
         for chunk in records.chunks(CHUNK) {
-            let had_charged_runs = cycle.charge_chunk(chunk, prices, (mode, &pool_accounts), read, &mut outcome)?;
+            let had_charged_runs = cycle.charge_chunk(chunk, prices, (mode, &pool_accounts), read)?;
             // Expect the next chunk's runs to be new where this one's were.
             read = read_all || had_charged_runs;
         }
-        cycle.entries.write_pending()?;
         let batch = std::mem::take(&mut cycle.batch);
         drop(cycle);
         // Per balance, once: the balance, the newest entry, and the day's usage per GPU type.
@@ -98,6 +126,7 @@ impl Ledger {
             if let Some(last_entry) = pending.last_entry {
                 move_balance(&tx, &user, pending.delta, last_entry)?;
             }
+            let user = user.into_owned();
             if with_grants.contains(&user) {
                 super::expiries::draw(&tx, &user, -pending.delta, now)?;
             }
@@ -111,7 +140,7 @@ impl Ledger {
                 )?
                 .execute(params![user, day, gpu_type, tokens.micro()])?;
                 if pools::account_of(&user).is_none() {
-                    outcome.by_user_type.insert((user.clone(), gpu_type), tokens);
+                    outcome.by_user_type.insert((user.clone(), gpu_type.to_string()), tokens);
                 }
             }
         }
@@ -132,7 +161,10 @@ impl Ledger {
         tx.commit()?;
         outcome.entries = batch.entries;
         outcome.charged = batch.charged;
-        outcome.unlisted_types = batch.unlisted_types;
+        outcome.unlisted_types = batch.unlisted_types.into_iter().map(|(t, s)| (t.to_string(), s)).collect();
+        outcome.records = batch.records;
+        outcome.unchanged = batch.unchanged;
+        outcome.uncountable = batch.uncountable.into_iter().map(str::to_string).collect();
         Ok(outcome)
     }
 
@@ -179,11 +211,11 @@ struct Cycle<'tx, 'r> {
     runs: Runs<'r>,
     run_statements: RunStatements<'tx>,
     entries: Entries<'tx, 'r>,
-    reasons: Reasons,
+    reasons: Reasons<'r>,
     has_payments: Statement<'tx>,
     /// Whether `job_payments` had any row when the cycle began (it is written at its end).
     payments_kept: bool,
-    batch: Batch,
+    batch: Batch<'r>,
     /// The records of the chunk being charged, and each of their GPU types.
     steps: Vec<Step<'r>>,
     items: Vec<Item<'r>>,
@@ -199,32 +231,38 @@ struct Step<'r> {
     charged_before: Tokens,
 }
 
-/// A GPU type of a record: priced, and how far its run had been charged (None: nothing new).
+/// A GPU type of a record: priced, how far its run had been charged (None: nothing new), and the
+/// run's row where the record made it.
 struct Item<'r> {
     priced: Priced<'r>,
     until: Option<Progress>,
+    new_row: Option<usize>,
 }
 
-/// What one charge cycle keeps between records: users are added once, and their balance and
+/// What one charge cycle keeps between records: balances are added once, and their total and
 /// newest entry are written once, at the end of the transaction.
 #[derive(Default)]
-struct Batch {
-    users: FastMap<String, PendingUser>,
+struct Batch<'r> {
+    users: FastMap<Cow<'r, str>, PendingUser<'r>>,
     entries: usize,
     charged: Tokens,
-    unlisted_types: BTreeMap<String, u64>,
+    unlisted_types: BTreeMap<&'r str, u64>,
     /// (account, member) → what the member's jobs took from the pool.
     member_spending: BTreeMap<(String, String), Tokens>,
     /// job → payer → what the payer paid for the job, for refunds.
     payments: BTreeMap<String, BTreeMap<String, Tokens>>,
+    records: usize,
+    unchanged: usize,
+    uncountable: Vec<&'r str>,
 }
 
 /// A balance (a user's or a pool's) charged in this cycle.
-struct PendingUser {
+struct PendingUser<'r> {
     delta: Tokens,
     /// Their newest entry: the next charge links to it.
     last_entry: Option<i64>,
-    by_type: Vec<(String, Tokens)>,
+    /// What was charged per GPU type.
+    by_type: Vec<(&'r str, Tokens)>,
 }
 
 /// One GPU type of a record, priced: its milli-GPUs, the price applied, that price weighted, and the
@@ -258,21 +296,21 @@ fn price_record<'r>(record: &'r UsageRecord, prices: &PriceTable, mut add: impl 
 
 impl<'tx, 'r> Cycle<'tx, 'r> {
     /// Charges a chunk of records (at most [`CHUNK`]) to whom `mode` says (`pool_accounts` have a
-    /// pool), its jobs' runs read first where `read` (else expected new); returns whether it held
-    /// runs charged before.
+    /// pool), its jobs' runs read first where `read` (else expected new: a run charged before then
+    /// fails the cycle with a constraint violation); returns whether it held runs charged before.
     fn charge_chunk(
         &mut self,
         chunk: &'r [UsageRecord],
         prices: &PriceTable,
         (mode, pool_accounts): (PoolMode, &HashSet<&str>),
         read: bool,
-        outcome: &mut ChargeOutcome,
     ) -> Result<bool, LedgerError> {
         self.steps.clear();
         self.items.clear();
         for record in chunk {
             let from = self.items.len();
-            let priced = price_record(record, prices, |priced| self.items.push(Item { priced, until: None }));
+            let priced =
+                price_record(record, prices, |priced| self.items.push(Item { priced, until: None, new_row: None }));
             if !priced {
                 self.items.truncate(from);
             }
@@ -280,29 +318,23 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
             let payers = pools::payers(mode, record.account.as_deref(), |a| pool_accounts.contains(a));
             self.steps.push(Step { record, payers, items, charged_before: Tokens::ZERO });
         }
-        // What a pool starts to pay for is known from all of its job's runs.
-        let read = read || self.steps.iter().any(|s| s.payers.pool.is_some());
         self.advance_runs(chunk, read)?;
-        let mut had_charged_runs = read && self.runs.had_stored();
-        if !self.runs.store(&mut self.run_statements)? {
-            // A run expected new was charged before: read the chunk's runs and go again.
-            self.advance_runs(chunk, true)?;
-            self.runs.store(&mut self.run_statements)?;
-            had_charged_runs = true;
-        }
+        self.runs.store_changed(&mut self.run_statements)?;
         for s in 0..self.steps.len() {
             let Step { record, payers, ref items, charged_before } = self.steps[s];
             let Some(items) = items.clone() else {
-                outcome.uncountable.push(record.job_id.clone());
+                self.batch.uncountable.push(&record.job_id);
                 continue;
             };
             if self.charge_record(payers, record, items, charged_before)? {
-                outcome.records += 1;
+                self.batch.records += 1;
             } else {
-                outcome.unchanged += 1;
+                self.batch.unchanged += 1;
             }
         }
-        Ok(had_charged_runs)
+        self.entries.write_pending()?;
+        self.runs.insert_new(&mut self.run_statements)?;
+        Ok(read && self.runs.had_stored())
     }
 
     /// Moves each run of the chunk on to its record (in memory): with its jobs' runs read where
@@ -315,7 +347,8 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
                 step.charged_before = self.runs.charged_so_far(&step.record.job_id)?;
             }
             for item in &mut self.items[items] {
-                item.until = self.runs.advance(step.record, item.priced.gpu_type, item.priced.total);
+                let advanced = self.runs.advance(step.record, item.priced.gpu_type, item.priced.total);
+                (item.until, item.new_row) = (advanced.until, advanced.new_row);
             }
         }
         Ok(())
@@ -335,19 +368,19 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
         let payer_names = [payers.user.then_some(&record.user), pool_holder.as_ref()];
         let tracked = self.track_payments(payers, record, charged_before)?;
         for i in items {
-            let Item { priced: Priced { gpu_type, milli, price, weighted, total }, until } = self.items[i];
+            let Item { priced: Priced { gpu_type, milli, price, weighted, total }, until, new_row } = self.items[i];
             let Some(until) = until else { continue };
             // A price lowered mid-job never turns into a refund: charges only move forward.
             let due = (total - until.charged).max(Tokens::ZERO);
             // Fits: at most the record's GPU-seconds, which price_record checked.
             let gpu_seconds = (milli as u128 * (record.elapsed - until.seconds) as u128 / MILLI as u128) as u64;
-            let batch = &mut self.batch;
             if !price.listed {
-                let slot = batch.unlisted_types.entry(gpu_type.clone()).or_default();
+                let slot = self.batch.unlisted_types.entry(gpu_type).or_default();
                 *slot = slot.saturating_add(gpu_seconds);
             }
             for payer in payer_names.into_iter().flatten() {
-                let pending = match batch.users.get_mut(payer) {
+                let own = payer == &record.user;
+                let pending = match self.batch.users.get_mut(payer.as_str()) {
                     Some(pending) => pending,
                     None => {
                         let (tx, rules, now) = (self.tx, &self.rules, self.now);
@@ -356,7 +389,8 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
                             .prepare_cached("SELECT last_entry FROM users WHERE name = ?1")?
                             .query_row([payer], |r| r.get(0))?;
                         let pending = PendingUser { delta: Tokens::ZERO, last_entry, by_type: Vec::new() };
-                        batch.users.entry(payer.clone()).or_insert(pending)
+                        let key = if own { Cow::Borrowed(record.user.as_str()) } else { Cow::Owned(payer.clone()) };
+                        self.batch.users.entry(key).or_insert(pending)
                     }
                 };
                 // A run of no GPU time (cancelled as it started) is remembered as charged (its
@@ -365,9 +399,9 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
                 if gpu_seconds == 0 && due == Tokens::ZERO {
                     continue;
                 }
-                let member = (payer != &record.user).then_some(&record.user);
+                let member = (!own).then_some(&record.user);
                 let charge = Charge {
-                    payer: if payer == &record.user { Cow::Borrowed(&record.user) } else { Cow::Owned(payer.clone()) },
+                    payer: if own { Cow::Borrowed(&record.user) } else { Cow::Owned(payer.clone()) },
                     amount: (-due).micro(),
                     job_id: &record.job_id,
                     gpu_type,
@@ -381,23 +415,27 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
                 pending.last_entry = Some(id);
                 pending.delta =
                     pending.delta.checked_sub(due).ok_or_else(|| out_of_range(payer, pending.delta, -due))?;
-                match pending.by_type.iter_mut().find(|(t, _)| t == gpu_type) {
+                match pending.by_type.iter_mut().find(|(t, _)| *t == gpu_type.as_str()) {
                     Some((_, tokens)) => *tokens = *tokens + due,
-                    None => pending.by_type.push((gpu_type.clone(), due)),
+                    None => pending.by_type.push((gpu_type, due)),
+                }
+                if let (true, Some(row)) = (own, new_row) {
+                    // All of the new run's charge: its row is written from this entry.
+                    self.runs.charged_by(row, id);
                 }
                 if let (Some(account), Some(member)) = (payers.pool, member) {
-                    let spent = batch.member_spending.entry((account.to_string(), member.clone())).or_default();
+                    let spent = self.batch.member_spending.entry((account.to_string(), member.clone())).or_default();
                     *spent = *spent + due;
                 }
                 if tracked {
-                    let paid =
-                        batch.payments.entry(record.job_id.clone()).or_default().entry(payer.clone()).or_default();
+                    let holders = self.batch.payments.entry(record.job_id.clone()).or_default();
+                    let paid = holders.entry(payer.clone()).or_default();
                     *paid = *paid + due;
                 }
-                batch.entries += 1;
+                self.batch.entries += 1;
                 charged_any = true;
             }
-            batch.charged = batch.charged + due;
+            self.batch.charged = self.batch.charged + due;
         }
         Ok(charged_any)
     }
@@ -430,31 +468,24 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
     }
 }
 
-/// Writes charge reasons (`2 × a6000 for 3600s at 4/GPU-hour`), keeping the amounts it wrote: a
-/// cycle's records share a few GPU counts and prices.
+/// Writes charge reasons (`2 × a6000 for 3600s at 4/GPU-hour`), keeping what it wrote around the
+/// seconds for each GPU count, type and price: a cycle's records share a few.
 #[derive(Default)]
-struct Reasons {
-    amounts: FastMap<i64, String>,
+struct Reasons<'r> {
+    around: FastMap<(u64, &'r str, i64), (String, String)>,
 }
 
-impl Reasons {
-    fn write(&mut self, out: &mut String, milli: u64, gpu_type: &str, elapsed: u64, weighted: Tokens) {
-        self.amount(out, gpu_count(milli));
-        out.push_str(" × ");
-        out.push_str(gpu_type);
-        out.push_str(" for ");
-        push_number(out, elapsed);
-        out.push_str("s at ");
-        self.amount(out, weighted);
-        out.push_str("/GPU-hour");
-    }
-
-    /// `tokens` as `{}` writes it.
-    fn amount(&mut self, out: &mut String, tokens: Tokens) {
-        if self.amounts.len() >= 1024 {
-            self.amounts.clear();
+impl<'r> Reasons<'r> {
+    fn write(&mut self, out: &mut String, milli: u64, gpu_type: &'r str, elapsed: u64, weighted: Tokens) {
+        if self.around.len() >= 4096 {
+            self.around.clear();
         }
-        out.push_str(self.amounts.entry(tokens.micro()).or_insert_with(|| tokens.to_string()));
+        let (head, tail) = self.around.entry((milli, gpu_type, weighted.micro())).or_insert_with(|| {
+            (format!("{} × {gpu_type} for ", gpu_count(milli)), format!("s at {weighted}/GPU-hour"))
+        });
+        out.push_str(head);
+        push_number(out, elapsed);
+        out.push_str(tail);
     }
 }
 

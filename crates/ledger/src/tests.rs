@@ -204,6 +204,27 @@ fn long_cycles_of_new_and_known_runs_charge_each_run_once() {
     assert!(l.verify().unwrap().problems.is_empty());
 }
 
+/// A cycle that meets a run charged before among runs it expected new is charged again, whole, with
+/// its runs read: nothing of the first try stays (a user first seen in it is added once).
+#[test]
+fn a_run_charged_before_among_new_ones_leaves_one_charge_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, BucketRules { daily: Tokens::ZERO, ..rules() });
+    let now = at("2026-11-30T20:00:00");
+    l.charge(&[record("1", "alice", "rtx3090", 1, 1800)], &seed_prices(), now).unwrap();
+    let mut cycle: Vec<UsageRecord> = (100..400).map(|n| record(&n.to_string(), "carol", "rtx3090", 1, 36)).collect();
+    cycle.push(record("1", "alice", "rtx3090", 1, 3600));
+    let out = l.charge(&cycle, &seed_prices(), now).unwrap();
+    assert_eq!((out.records, out.entries), (301, 301));
+    assert_eq!(out.charged, Tokens::from_micro(300 * 10_000 + 500_000));
+    assert_eq!(balance(&l, "alice"), Tokens::whole(99));
+    assert_eq!(balance(&l, "carol"), Tokens::whole(97));
+    let carol = l.history("carol").unwrap();
+    assert_eq!(carol.len(), 301, "one initial balance, 300 charges");
+    assert_eq!(carol.iter().filter(|e| e.reason == "initial balance").count(), 1);
+    assert!(l.verify().unwrap().problems.is_empty());
+}
+
 #[test]
 fn replenishment_is_daily_monthly_capped_and_idempotent() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,20 +1,21 @@
 //! How far each run of the jobs being charged was charged (`job_charges`), kept in memory for a
 //! chunk of records and written back at the end of the chunk, in the same transaction as the
 //! entries: a record of a job charged before costs no statement of its own, a new run one row of a
-//! many-row insert.
+//! many-row insert. A new run's row that its first entry charged whole (the run's user paid it) is
+//! written from that entry: its job, GPU type, user and amount (`-amount`) are read from it rather
+//! than bound again.
 //!
 //! A chunk is read one of two ways. Carefully: every row of the chunk's jobs, with one query, so
 //! what a record finds is what the ledger's rows would say at that point. Or, where a chunk can
-//! only hold runs charged by their start (no SLUID in the cycle nor in the ledger) and the chunk
-//! before held no charged job, expecting its runs to be new: the rows it makes are then inserted
-//! under a savepoint, and if any of them was charged before (its key is taken) the savepoint is
-//! rolled back and the chunk read carefully (see `Cycle::charge_chunk`).
+//! only hold runs charged by their start (no SLUID in the cycle nor in the ledger), expecting its
+//! runs to be new: a new row whose key is taken then fails its insert, and the cycle charges the
+//! chunk again, read (see `Cycle::charge_chunk`).
 
 use std::borrow::Cow;
 use std::fmt::Write;
 
 use rusqlite::types::Null;
-use rusqlite::{params, ErrorCode, Statement, Transaction};
+use rusqlite::{params, Statement, Transaction};
 
 use super::super::{LedgerError, UsageRecord};
 use super::fast_hash::FastMap;
@@ -26,6 +27,13 @@ pub(super) const CHUNK: usize = 256;
 const INSERT_ROWS: usize = 16;
 /// No next row.
 const END: usize = usize::MAX;
+
+/// What a record found for a run and GPU type: how far it had been charged (None: the record adds
+/// nothing), and the run's row where the record made it.
+pub(super) struct Advanced {
+    pub until: Option<Progress>,
+    pub new_row: Option<usize>,
+}
 
 /// How far a run and GPU type had been charged.
 #[derive(Debug, Default, Clone, Copy)]
@@ -47,6 +55,10 @@ struct Row<'r> {
     until: i64,
     charged: i64,
     state: State<'r>,
+    /// A new row charged whole by one entry (its user's): the entry it is written from.
+    entry: Option<i64>,
+    /// Whether the row is as it was made (an entry for all of it can stand for it).
+    as_made: bool,
 }
 
 enum State<'r> {
@@ -88,11 +100,10 @@ pub(super) struct RunStatements<'tx> {
     load: Option<Statement<'tx>>,
     insert_one: Statement<'tx>,
     insert_many: Statement<'tx>,
+    from_entry_one: Statement<'tx>,
+    from_entry_many: Statement<'tx>,
     update: Option<Statement<'tx>>,
     rename: Option<Statement<'tx>>,
-    savepoint: Statement<'tx>,
-    release: Statement<'tx>,
-    roll_back: Option<Statement<'tx>>,
 }
 
 /// `slot`'s statement, prepared from `sql` the first time (statements a cycle may not need are
@@ -133,16 +144,26 @@ impl<'tx> RunStatements<'tx> {
             }
             sql
         };
+        // Three a row: the entry, the run's start, its seconds.
+        let from_entry = |rows: usize| {
+            let values: Vec<String> =
+                (0..rows).map(|r| format!("(?{}, ?{}, ?{})", r * 3 + 1, r * 3 + 2, r * 3 + 3)).collect();
+            format!(
+                "INSERT INTO job_charges (job_id, run, segment_start, gpu_type, user, charged_until, charged)
+                 SELECT e.job_id, 'start:' || v.column2, v.column2, e.gpu_type, e.user, v.column3, -e.amount
+                 FROM (VALUES {}) AS v JOIN entries AS e ON e.id = v.column1",
+                values.join(", ")
+            )
+        };
         Ok(RunStatements {
             tx,
             load: None,
             insert_one: tx.prepare(&insert(1))?,
             insert_many: tx.prepare(&insert(INSERT_ROWS))?,
+            from_entry_one: tx.prepare(&from_entry(1))?,
+            from_entry_many: tx.prepare(&from_entry(INSERT_ROWS))?,
             update: None,
             rename: None,
-            savepoint: tx.prepare("SAVEPOINT new_runs")?,
-            release: tx.prepare("RELEASE new_runs")?,
-            roll_back: None,
         })
     }
 
@@ -170,10 +191,6 @@ impl<'tx> RunStatements<'tx> {
             "UPDATE job_charges SET run = ?4, charged_until = ?5, charged = ?6 WHERE job_id = ?1 AND run = ?2 AND gpu_type = ?3"
                 .into()
         })
-    }
-
-    fn roll_back(&mut self) -> Result<&mut Statement<'tx>, LedgerError> {
-        prepared(self.tx, &mut self.roll_back, || "ROLLBACK TO new_runs".into())
     }
 }
 
@@ -243,6 +260,8 @@ impl<'r> Runs<'r> {
                 until: row.get(4)?,
                 charged: row.get(5)?,
                 state: State::Stored,
+                entry: None,
+                as_made: false,
             });
             self.first.insert(job, self.rows.len() - 1);
         }
@@ -282,7 +301,7 @@ impl<'r> Runs<'r> {
     /// start time; one without finds its run by start time, whatever key the row has (a Slurm that
     /// stopped giving SLUIDs, a downgrade; the least key where there are several): a run is never
     /// charged twice under two names.
-    pub fn advance(&mut self, record: &'r UsageRecord, gpu_type: &'r str, total: Tokens) -> Option<Progress> {
+    pub fn advance(&mut self, record: &'r UsageRecord, gpu_type: &'r str, total: Tokens) -> Advanced {
         let job = record.job_id.as_str();
         let start = record.segment_start;
         let found = match &record.sluid {
@@ -317,23 +336,36 @@ impl<'r> Runs<'r> {
                 until: record.elapsed as i64,
                 charged: total.micro(),
                 state: State::New { user: &record.user },
+                entry: None,
+                as_made: true,
             });
-            self.first.insert(job, self.rows.len() - 1);
-            self.new.push(self.rows.len() - 1);
-            return Some(Progress::default());
+            let new = self.rows.len() - 1;
+            self.first.insert(job, new);
+            self.new.push(new);
+            return Advanced { until: Some(Progress::default()), new_row: Some(new) };
         };
         let row = &mut self.rows[i];
         let before = Progress { seconds: row.until as u64, charged: Tokens::from_micro(row.charged) };
         if record.elapsed <= before.seconds {
-            return None;
+            return Advanced { until: None, new_row: None };
         }
         row.until = record.elapsed as i64;
         row.charged = total.max(before.charged).micro();
+        row.as_made = false;
         if let State::Stored = row.state {
             row.state = State::Changed { stored_run: None };
             self.changed.push(i);
         }
-        Some(before)
+        Advanced { until: Some(before), new_row: None }
+    }
+
+    /// New row `row` was charged whole by entry `entry` (of the row's user, for all of its charge):
+    /// the row is written from it, where it is still as made and keyed by its start.
+    pub fn charged_by(&mut self, row: usize, entry: i64) {
+        let row = &mut self.rows[row];
+        if row.as_made && row.run.is_none() {
+            row.entry = Some(entry);
+        }
     }
 
     /// Row `i`, keyed by its start, becomes its run's SLUID's.
@@ -341,6 +373,7 @@ impl<'r> Runs<'r> {
         let row = &mut self.rows[i];
         let stored_run = row.run().into_owned();
         row.run = Some(Cow::Borrowed(sluid));
+        row.as_made = false;
         match &mut row.state {
             State::Stored => {
                 row.state = State::Changed { stored_run: Some(stored_run) };
@@ -351,10 +384,8 @@ impl<'r> Runs<'r> {
         }
     }
 
-    /// Writes what changed in this chunk: rows charged further, then new rows. Where the chunk was
-    /// not read, Ok(false) when a new row's key was taken (charged before): nothing of the chunk is
-    /// written then, and it must be read and charged again.
-    pub fn store(&self, statements: &mut RunStatements<'_>) -> Result<bool, LedgerError> {
+    /// Writes the stored rows charged further in this chunk (before its entries).
+    pub fn store_changed(&self, statements: &mut RunStatements<'_>) -> Result<(), LedgerError> {
         for &i in &self.changed {
             let row = &self.rows[i];
             let (job, run, gpu_type) = (row.job, row.run(), row.gpu_type.as_ref());
@@ -368,29 +399,22 @@ impl<'r> Runs<'r> {
                 State::Stored | State::New { .. } => unreachable!("only stored rows are listed as changed"),
             }
         }
-        if self.read {
-            self.insert_new(statements)?;
-            return Ok(true);
-        }
-        statements.savepoint.raw_execute()?;
-        match self.insert_new(statements) {
-            Ok(()) => {
-                statements.release.raw_execute()?;
-                Ok(true)
-            }
-            Err(LedgerError::Sqlite(rusqlite::Error::SqliteFailure(e, _)))
-                if e.code == ErrorCode::ConstraintViolation =>
-            {
-                statements.roll_back()?.raw_execute()?;
-                statements.release.raw_execute()?;
-                Ok(false)
-            }
-            Err(e) => Err(e),
-        }
+        Ok(())
     }
 
-    fn insert_new(&self, statements: &mut RunStatements<'_>) -> Result<(), LedgerError> {
-        let mut many = self.new.chunks_exact(INSERT_ROWS);
+    /// Inserts the rows made in this chunk (after its entries: some are written from them). Where
+    /// the chunk was not read, a run charged before makes this fail with a constraint violation.
+    pub fn insert_new(&self, statements: &mut RunStatements<'_>) -> Result<(), LedgerError> {
+        let (from_entries, bound): (Vec<usize>, Vec<usize>) =
+            self.new.iter().partition(|&&i| self.rows[i].entry.is_some());
+        let mut many = from_entries.chunks_exact(INSERT_ROWS);
+        for rows in &mut many {
+            self.insert_from_entries(&mut statements.from_entry_many, rows)?;
+        }
+        for row in many.remainder() {
+            self.insert_from_entries(&mut statements.from_entry_one, std::slice::from_ref(row))?;
+        }
+        let mut many = bound.chunks_exact(INSERT_ROWS);
         for rows in &mut many {
             self.bind_new(&mut statements.insert_many, rows)?;
             statements.insert_many.raw_execute()?;
@@ -402,6 +426,22 @@ impl<'r> Runs<'r> {
             statements.insert_one.clear_bindings();
         }
         Ok(())
+    }
+
+    /// Inserts new rows written from their entries (a row each, or the insert fails).
+    fn insert_from_entries(&self, insert: &mut Statement<'_>, new: &[usize]) -> Result<(), LedgerError> {
+        for (n, &i) in new.iter().enumerate() {
+            let row = &self.rows[i];
+            insert.raw_bind_parameter(n * 3 + 1, row.entry)?;
+            insert.raw_bind_parameter(n * 3 + 2, row.segment_start)?;
+            insert.raw_bind_parameter(n * 3 + 3, row.until)?;
+        }
+        match insert.raw_execute()? {
+            written if written == new.len() => Ok(()),
+            written => {
+                Err(LedgerError::Damaged(format!("{written} of {} runs written from their charge entries", new.len())))
+            }
+        }
     }
 
     /// Binds new rows to an insert of as many rows.
