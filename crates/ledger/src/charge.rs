@@ -106,8 +106,11 @@ impl Ledger {
             run_statements: RunStatements::prepare(&tx)?,
             entries: Entries::prepare(&tx, now)?,
             reasons: Reasons::default(),
-            has_payments: tx.prepare("SELECT EXISTS (SELECT 1 FROM job_payments WHERE job_id = ?1)")?,
-            payments_kept,
+            // Only a ledger that ever kept payments can have some for a job.
+            has_payments: match payments_kept {
+                true => Some(tx.prepare("SELECT EXISTS (SELECT 1 FROM job_payments WHERE job_id = ?1)")?),
+                false => None,
+            },
             batch: Batch::default(),
             steps: Vec::new(),
             items: Vec::new(),
@@ -212,9 +215,9 @@ struct Cycle<'tx, 'r> {
     run_statements: RunStatements<'tx>,
     entries: Entries<'tx, 'r>,
     reasons: Reasons<'r>,
-    has_payments: Statement<'tx>,
-    /// Whether `job_payments` had any row when the cycle began (it is written at its end).
-    payments_kept: bool,
+    /// Whether a job has payments kept: None where `job_payments` had no row when the cycle began
+    /// (it is written at its end).
+    has_payments: Option<Statement<'tx>>,
     batch: Batch<'r>,
     /// The records of the chunk being charged, and each of their GPU types.
     steps: Vec<Step<'r>>,
@@ -457,8 +460,10 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
         }
         // Only a ledger that ever kept payments can have some for this job: in one that never did
         // (every one in mode "user") a record costs no query here.
-        if self.payments_kept && self.has_payments.query_row([job], |r| r.get::<_, bool>(0))? {
-            return Ok(true);
+        if let Some(has_payments) = &mut self.has_payments {
+            if has_payments.query_row([job], |r| r.get::<_, bool>(0))? {
+                return Ok(true);
+            }
         }
         if payers.pool.is_none() {
             return Ok(false);

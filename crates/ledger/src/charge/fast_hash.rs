@@ -1,7 +1,9 @@
 //! A quick hasher for a charge cycle's maps, whose keys are names and numbers from Slurm's own
 //! output (users, jobs, amounts): the standard library's SipHash, made to withstand keys chosen
-//! to collide, costs a large share of a record's charge. The multiply-and-rotate step is the one
-//! the Rust compiler uses for its own tables.
+//! to collide, costs a large share of a record's charge. Words are folded in with a multiply, and
+//! the sum is mixed with SplitMix64's finalizer so that every bit of the hash depends on every
+//! byte: the table picks buckets by the low bits, which a multiply alone leaves alike for names
+//! that differ only in their last bytes (`user17`, `user18`).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -14,6 +16,13 @@ pub(super) struct FastHasher(u64);
 impl FastHasher {
     fn add(&mut self, word: u64) {
         self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn mixed(self) -> u64 {
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
     }
 }
 
@@ -48,7 +57,7 @@ impl Hasher for FastHasher {
     }
 
     fn finish(&self) -> u64 {
-        self.0
+        self.mixed()
     }
 }
 
@@ -64,6 +73,9 @@ mod tests {
             h.finish()
         };
         assert_eq!(hash("user12"), hash("user12"));
+        // Names apart only in their last bytes spread over the low bits, which pick the bucket.
+        let low: std::collections::HashSet<u64> = (0..2000).map(|i| hash(&format!("user{i}")) & 0xfff).collect();
+        assert!(low.len() > 1000, "{} of 2000", low.len());
         let names = ["", "a", "user1", "user12", "user123456789", "user123456788", "start:1796025600"];
         for (i, a) in names.iter().enumerate() {
             for b in &names[i + 1..] {

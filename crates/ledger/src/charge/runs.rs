@@ -23,8 +23,12 @@ use gputokens::tokens::Tokens;
 
 /// Records per chunk: the jobs of one chunk are read with one query of this many parameters.
 pub(super) const CHUNK: usize = 256;
-/// New rows per insert statement (the rest of a chunk's one by one).
-const INSERT_ROWS: usize = 16;
+/// New rows per insert statement (the rest of a chunk's a few or one at a time): many where the
+/// rows are written from their entries (three numbers each), few where their strings are bound
+/// (SQLite copies each bound string, into its own small allocations while they last).
+const INSERT_ROWS: usize = 4;
+const FROM_ENTRY_ROWS: usize = 64;
+const FROM_ENTRY_FEW: usize = 8;
 /// No next row.
 const END: usize = usize::MAX;
 
@@ -101,6 +105,7 @@ pub(super) struct RunStatements<'tx> {
     insert_one: Statement<'tx>,
     insert_many: Statement<'tx>,
     from_entry_one: Statement<'tx>,
+    from_entry_few: Statement<'tx>,
     from_entry_many: Statement<'tx>,
     update: Option<Statement<'tx>>,
     rename: Option<Statement<'tx>>,
@@ -124,7 +129,7 @@ impl<'tx> RunStatements<'tx> {
         // Seven parameters a row; a run without a SLUID is keyed by its start here.
         let insert = |rows: usize| {
             let mut sql = String::from(
-                "INSERT INTO job_charges (job_id, run, segment_start, gpu_type, user, charged_until, charged) VALUES ",
+                "INSERT OR FAIL INTO job_charges (job_id, run, segment_start, gpu_type, user, charged_until, charged) VALUES ",
             );
             for row in 0..rows {
                 let p = |k: usize| row * 7 + k;
@@ -149,7 +154,7 @@ impl<'tx> RunStatements<'tx> {
             let values: Vec<String> =
                 (0..rows).map(|r| format!("(?{}, ?{}, ?{})", r * 3 + 1, r * 3 + 2, r * 3 + 3)).collect();
             format!(
-                "INSERT INTO job_charges (job_id, run, segment_start, gpu_type, user, charged_until, charged)
+                "INSERT OR FAIL INTO job_charges (job_id, run, segment_start, gpu_type, user, charged_until, charged)
                  SELECT e.job_id, 'start:' || v.column2, v.column2, e.gpu_type, e.user, v.column3, -e.amount
                  FROM (VALUES {}) AS v JOIN entries AS e ON e.id = v.column1",
                 values.join(", ")
@@ -161,7 +166,8 @@ impl<'tx> RunStatements<'tx> {
             insert_one: tx.prepare(&insert(1))?,
             insert_many: tx.prepare(&insert(INSERT_ROWS))?,
             from_entry_one: tx.prepare(&from_entry(1))?,
-            from_entry_many: tx.prepare(&from_entry(INSERT_ROWS))?,
+            from_entry_few: tx.prepare(&from_entry(FROM_ENTRY_FEW))?,
+            from_entry_many: tx.prepare(&from_entry(FROM_ENTRY_ROWS))?,
             update: None,
             rename: None,
         })
@@ -407,11 +413,15 @@ impl<'r> Runs<'r> {
     pub fn insert_new(&self, statements: &mut RunStatements<'_>) -> Result<(), LedgerError> {
         let (from_entries, bound): (Vec<usize>, Vec<usize>) =
             self.new.iter().partition(|&&i| self.rows[i].entry.is_some());
-        let mut many = from_entries.chunks_exact(INSERT_ROWS);
+        let mut many = from_entries.chunks_exact(FROM_ENTRY_ROWS);
         for rows in &mut many {
             self.insert_from_entries(&mut statements.from_entry_many, rows)?;
         }
-        for row in many.remainder() {
+        let mut few = many.remainder().chunks_exact(FROM_ENTRY_FEW);
+        for rows in &mut few {
+            self.insert_from_entries(&mut statements.from_entry_few, rows)?;
+        }
+        for row in few.remainder() {
             self.insert_from_entries(&mut statements.from_entry_one, std::slice::from_ref(row))?;
         }
         let mut many = bound.chunks_exact(INSERT_ROWS);
