@@ -103,7 +103,7 @@ impl Ledger {
             rules: self.rules,
             now,
             runs: Runs::default(),
-            run_statements: RunStatements::prepare(&tx)?,
+            run_statements: RunStatements::new(&tx),
             entries: Entries::prepare(&tx, now)?,
             reasons: Reasons::default(),
             // Only a ledger that ever kept payments can have some for a job.
@@ -387,10 +387,13 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
                     Some(pending) => pending,
                     None => {
                         let (tx, rules, now) = (self.tx, &self.rules, self.now);
-                        self.entries.around(|| ensure_user(tx, rules, payer, now))?;
-                        let last_entry = tx
-                            .prepare_cached("SELECT last_entry FROM users WHERE name = ?1")?
-                            .query_row([payer], |r| r.get(0))?;
+                        // A user added now: their newest entry is the initial balance's.
+                        let last_entry = match self.entries.around(|| ensure_user(tx, rules, payer, now))? {
+                            Some(initial) => Some(initial),
+                            None => tx
+                                .prepare_cached("SELECT last_entry FROM users WHERE name = ?1")?
+                                .query_row([payer], |r| r.get(0))?,
+                        };
                         let pending = PendingUser { delta: Tokens::ZERO, last_entry, by_type: Vec::new() };
                         let key = if own { Cow::Borrowed(record.user.as_str()) } else { Cow::Owned(payer.clone()) };
                         self.batch.users.entry(key).or_insert(pending)

@@ -98,21 +98,21 @@ impl Row<'_> {
     }
 }
 
-/// The statements that read and write `job_charges` for a charge cycle, prepared once.
+/// The statements that read and write `job_charges` for a charge cycle, each prepared the first
+/// time the cycle needs it: a statement held takes memory SQLite would otherwise bind values in.
 pub(super) struct RunStatements<'tx> {
     tx: &'tx Transaction<'tx>,
     load: Option<Statement<'tx>>,
-    insert_one: Statement<'tx>,
-    insert_many: Statement<'tx>,
-    from_entry_one: Statement<'tx>,
-    from_entry_few: Statement<'tx>,
-    from_entry_many: Statement<'tx>,
+    insert_one: Option<Statement<'tx>>,
+    insert_many: Option<Statement<'tx>>,
+    from_entry_one: Option<Statement<'tx>>,
+    from_entry_few: Option<Statement<'tx>>,
+    from_entry_many: Option<Statement<'tx>>,
     update: Option<Statement<'tx>>,
     rename: Option<Statement<'tx>>,
 }
 
-/// `slot`'s statement, prepared from `sql` the first time (statements a cycle may not need are
-/// prepared only when it does: each one held takes memory SQLite would bind values in).
+/// `slot`'s statement, prepared from `sql` the first time.
 fn prepared<'a, 'tx>(
     tx: &'tx Transaction<'tx>,
     slot: &'a mut Option<Statement<'tx>>,
@@ -124,55 +124,73 @@ fn prepared<'a, 'tx>(
     Ok(slot.as_mut().expect("prepared above"))
 }
 
+/// An insert of `rows` new rows, seven parameters each; a run without a SLUID (NULL) is keyed by
+/// its start here.
+fn insert_sql(rows: usize) -> String {
+    let mut sql = String::from(
+        "INSERT OR FAIL INTO job_charges (job_id, run, segment_start, gpu_type, user, charged_until, charged) VALUES ",
+    );
+    for row in 0..rows {
+        let p = |k: usize| row * 7 + k;
+        let sep = if row == 0 { "" } else { ", " };
+        let _ = write!(
+            sql,
+            "{sep}(?{}, coalesce(?{}, 'start:' || ?{}), ?{}, ?{}, ?{}, ?{}, ?{})",
+            p(1),
+            p(2),
+            p(3),
+            p(3),
+            p(4),
+            p(5),
+            p(6),
+            p(7)
+        );
+    }
+    sql
+}
+
+/// An insert of `rows` new rows written from their entries, three parameters each: the entry, the
+/// run's start, its seconds.
+fn from_entry_sql(rows: usize) -> String {
+    let values: Vec<String> = (0..rows).map(|r| format!("(?{}, ?{}, ?{})", r * 3 + 1, r * 3 + 2, r * 3 + 3)).collect();
+    format!(
+        "INSERT OR FAIL INTO job_charges (job_id, run, segment_start, gpu_type, user, charged_until, charged)
+         SELECT e.job_id, 'start:' || v.column2, v.column2, e.gpu_type, e.user, v.column3, -e.amount
+         FROM (VALUES {}) AS v JOIN entries AS e ON e.id = v.column1",
+        values.join(", ")
+    )
+}
+
 impl<'tx> RunStatements<'tx> {
-    pub fn prepare(tx: &'tx Transaction<'tx>) -> Result<Self, LedgerError> {
-        // Seven parameters a row; a run without a SLUID is keyed by its start here.
-        let insert = |rows: usize| {
-            let mut sql = String::from(
-                "INSERT OR FAIL INTO job_charges (job_id, run, segment_start, gpu_type, user, charged_until, charged) VALUES ",
-            );
-            for row in 0..rows {
-                let p = |k: usize| row * 7 + k;
-                let sep = if row == 0 { "" } else { ", " };
-                let _ = write!(
-                    sql,
-                    "{sep}(?{}, coalesce(?{}, 'start:' || ?{}), ?{}, ?{}, ?{}, ?{}, ?{})",
-                    p(1),
-                    p(2),
-                    p(3),
-                    p(3),
-                    p(4),
-                    p(5),
-                    p(6),
-                    p(7)
-                );
-            }
-            sql
-        };
-        // Three a row: the entry, the run's start, its seconds.
-        let from_entry = |rows: usize| {
-            let values: Vec<String> =
-                (0..rows).map(|r| format!("(?{}, ?{}, ?{})", r * 3 + 1, r * 3 + 2, r * 3 + 3)).collect();
-            format!(
-                "INSERT OR FAIL INTO job_charges (job_id, run, segment_start, gpu_type, user, charged_until, charged)
-                 SELECT e.job_id, 'start:' || v.column2, v.column2, e.gpu_type, e.user, v.column3, -e.amount
-                 FROM (VALUES {}) AS v JOIN entries AS e ON e.id = v.column1",
-                values.join(", ")
-            )
-        };
-        Ok(RunStatements {
+    pub fn new(tx: &'tx Transaction<'tx>) -> Self {
+        RunStatements {
             tx,
             load: None,
-            insert_one: tx.prepare(&insert(1))?,
-            insert_many: tx.prepare(&insert(INSERT_ROWS))?,
-            from_entry_one: tx.prepare(&from_entry(1))?,
-            from_entry_few: tx.prepare(&from_entry(FROM_ENTRY_FEW))?,
-            from_entry_many: tx.prepare(&from_entry(FROM_ENTRY_ROWS))?,
+            insert_one: None,
+            insert_many: None,
+            from_entry_one: None,
+            from_entry_few: None,
+            from_entry_many: None,
             update: None,
             rename: None,
-        })
+        }
     }
 
+    /// The insert of `rows` new rows (1, or INSERT_ROWS).
+    fn insert(&mut self, rows: usize) -> Result<&mut Statement<'tx>, LedgerError> {
+        let slot = if rows == 1 { &mut self.insert_one } else { &mut self.insert_many };
+        prepared(self.tx, slot, || insert_sql(rows))
+    }
+
+    /// The insert of `rows` new rows written from their entries (1, FROM_ENTRY_FEW or FROM_ENTRY_ROWS).
+    fn insert_from_entry(&mut self, rows: usize) -> Result<&mut Statement<'tx>, LedgerError> {
+        let slot = match rows {
+            1 => &mut self.from_entry_one,
+            FROM_ENTRY_FEW => &mut self.from_entry_few,
+            _ => &mut self.from_entry_many,
+        };
+        prepared(self.tx, slot, || from_entry_sql(rows))
+    }
     fn load(&mut self) -> Result<&mut Statement<'tx>, LedgerError> {
         prepared(self.tx, &mut self.load, || {
             let jobs: Vec<String> = (1..=CHUNK).map(|i| format!("?{i}")).collect();
@@ -415,25 +433,22 @@ impl<'r> Runs<'r> {
             self.new.iter().partition(|&&i| self.rows[i].entry.is_some());
         let mut many = from_entries.chunks_exact(FROM_ENTRY_ROWS);
         for rows in &mut many {
-            self.insert_from_entries(&mut statements.from_entry_many, rows)?;
+            self.insert_from_entries(statements.insert_from_entry(rows.len())?, rows)?;
         }
         let mut few = many.remainder().chunks_exact(FROM_ENTRY_FEW);
         for rows in &mut few {
-            self.insert_from_entries(&mut statements.from_entry_few, rows)?;
+            self.insert_from_entries(statements.insert_from_entry(rows.len())?, rows)?;
         }
         for row in few.remainder() {
-            self.insert_from_entries(&mut statements.from_entry_one, std::slice::from_ref(row))?;
+            self.insert_from_entries(statements.insert_from_entry(1)?, std::slice::from_ref(row))?;
         }
-        let mut many = bound.chunks_exact(INSERT_ROWS);
-        for rows in &mut many {
-            self.bind_new(&mut statements.insert_many, rows)?;
-            statements.insert_many.raw_execute()?;
-            statements.insert_many.clear_bindings();
-        }
-        for row in many.remainder() {
-            self.bind_new(&mut statements.insert_one, std::slice::from_ref(row))?;
-            statements.insert_one.raw_execute()?;
-            statements.insert_one.clear_bindings();
+        let many = bound.chunks_exact(INSERT_ROWS);
+        let rest = many.remainder().chunks(1);
+        for rows in many.chain(rest) {
+            let insert = statements.insert(rows.len())?;
+            self.bind_new(insert, rows)?;
+            insert.raw_execute()?;
+            insert.clear_bindings();
         }
         Ok(())
     }
