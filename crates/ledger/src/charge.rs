@@ -125,6 +125,13 @@ impl Ledger {
         drop(cycle);
         // Per balance, once: the balance, the newest entry, and the day's usage per GPU type.
         let day = local_date(now).to_string();
+        // A sum beyond 64 bits (SQLite would keep it as an inexact REAL) is NULL here, which the
+        // NOT NULL column refuses: the cycle fails instead. Amounts are never negative.
+        let mut add_usage = tx.prepare(
+            "INSERT INTO usage_days (user, day, gpu_type, charged) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT DO UPDATE SET charged = CASE WHEN charged <= 9223372036854775807 - excluded.charged
+                                                      THEN charged + excluded.charged END",
+        )?;
         for (user, pending) in batch.users {
             if let Some(last_entry) = pending.last_entry {
                 move_balance(&tx, &user, pending.delta, last_entry)?;
@@ -134,19 +141,13 @@ impl Ledger {
                 super::expiries::draw(&tx, &user, -pending.delta, now)?;
             }
             for (gpu_type, tokens) in pending.by_type {
-                // A sum beyond 64 bits (SQLite would keep it as an inexact REAL) is NULL here, which
-                // the NOT NULL column refuses: the cycle fails instead. Amounts are never negative.
-                tx.prepare_cached(
-                    "INSERT INTO usage_days (user, day, gpu_type, charged) VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT DO UPDATE SET charged = CASE WHEN charged <= 9223372036854775807 - excluded.charged
-                                                              THEN charged + excluded.charged END",
-                )?
-                .execute(params![user, day, gpu_type, tokens.micro()])?;
+                add_usage.execute(params![user, day, gpu_type, tokens.micro()])?;
                 if pools::account_of(&user).is_none() {
                     outcome.by_user_type.insert((user.clone(), gpu_type.to_string()), tokens);
                 }
             }
         }
+        drop(add_usage);
         for ((account, member), spent) in batch.member_spending {
             add_member_spending(&tx, &account, &member, spent, now)?;
         }
