@@ -111,8 +111,13 @@ pub fn check_user_name(user: &str) -> Result<(), LedgerError> {
 }
 
 /// A pool's holder (`account NAME`) is known only once `add_pool` made the pool; it gets `rules`'
-/// initial balance then.
-pub(crate) fn ensure_user(tx: &Transaction<'_>, rules: &BucketRules, user: &str, now: i64) -> Result<(), LedgerError> {
+/// initial balance then. Returns the id of the initial balance's entry where it added the user.
+pub(crate) fn ensure_user(
+    tx: &Transaction<'_>,
+    rules: &BucketRules,
+    user: &str,
+    now: i64,
+) -> Result<Option<i64>, LedgerError> {
     match gputokens::pools::account_of(user) {
         Some(account) => {
             let exists: bool = tx
@@ -140,9 +145,11 @@ pub(crate) fn ensure_user(tx: &Transaction<'_>, rules: &BucketRules, user: &str,
             "initial balance",
             gputokens::entry::initial_key(user),
         );
-        insert_entry(tx, &entry)?;
+        if insert_entry(tx, &entry)? == Applied::Added {
+            return Ok(Some(tx.last_insert_rowid()));
+        }
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Inserts unless the key exists; keeps `users.balance` equal to the sum of the user's entries and

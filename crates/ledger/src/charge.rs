@@ -2,19 +2,34 @@
 //! how much, in the same transaction as the charge entry, so a record is never charged twice and a
 //! running job charged every cycle adds up to exactly its final cost. A run is named by its SLUID
 //! where Slurm gives one (25.11+), else by its start time (`start:<unix start>`).
+//!
+//! A cycle charges its records a chunk at a time: first how far each run was charged and moves on
+//! to ([`runs`]: read with one query for the chunk, or expected new), then the chunk's entries
+//! (written many to a statement: [`entries`]) and its runs' rows; each balance's total, newest entry
+//! and usage once, at the end of the cycle. A chunk expected new that holds a run charged before
+//! fails to insert that run's row: the cycle's transaction is then dropped, and the cycle charged
+//! again with every chunk read.
 
-use std::collections::{BTreeMap, HashMap};
+mod entries;
+mod fast_hash;
+mod runs;
 
-use std::fmt::Write;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashSet};
 
 use rusqlite::{params, Statement, Transaction};
+
+use entries::{Charge, Entries};
+use fast_hash::FastMap;
+use runs::{Progress, RunStatements, Runs, CHUNK};
+use rusqlite::ErrorCode;
 
 use super::accounts::{ensure_user, move_balance};
 use super::error::out_of_range;
 use super::pools::add_member_spending;
 use super::{Ledger, LedgerError, UsageRecord};
 use gputokens::policy::BucketRules;
-use gputokens::pools::{self, Payers};
+use gputokens::pools::{self, Payers, PoolMode};
 use gputokens::pricing::{cost_of, weighted_price, AppliedPrice, PriceTable};
 use gputokens::time::local_date;
 use gputokens::tokens::Tokens;
@@ -49,63 +64,111 @@ impl Ledger {
         prices: &PriceTable,
         now: i64,
     ) -> Result<ChargeOutcome, LedgerError> {
-        let rules = self.rules;
+        match self.charge_once(records, prices, now, false) {
+            // A run expected new had been charged (its row's key was taken): nothing of the cycle
+            // was kept; charged again, every chunk's runs read first.
+            Err(LedgerError::Sqlite(rusqlite::Error::SqliteFailure(e, _)))
+                if e.code == ErrorCode::ConstraintViolation =>
+            {
+                self.charge_once(records, prices, now, true)
+            }
+            done => done,
+        }
+    }
+
+    /// [`Ledger::charge`], with every chunk's runs read first where `read_all`.
+    fn charge_once(
+        &mut self,
+        records: &[UsageRecord],
+        prices: &PriceTable,
+        now: i64,
+        read_all: bool,
+    ) -> Result<ChargeOutcome, LedgerError> {
         let pool_rules = super::pools::pool_rules(&self.conn)?;
+        let pool_accounts: HashSet<&str> = pool_rules.keys().filter_map(|h| pools::account_of(h)).collect();
         let mode = self.pool_mode;
         let tx = self.conn.transaction()?;
         let mut outcome = ChargeOutcome::default();
-        let mut batch = Batch::default();
-        let mut statements = Statements::prepare(&tx)?;
         let with_grants = super::expiries::balances_with_open_grants(&tx)?;
-        for record in records {
-            let Some(priced) = price_record(record, prices) else {
-                outcome.uncountable.push(record.job_id.clone());
-                continue;
-            };
-            let payers = pools::payers(mode, record.account.as_deref(), |a| pool_rules.contains_key(&pools::holder(a)));
-            if charge_record(&tx, &mut statements, &rules, payers, record, &priced, now, &mut batch)? {
-                outcome.records += 1;
-            } else {
-                outcome.unchanged += 1;
-            }
+        let payments_kept: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM job_payments)", [], |r| r.get(0))?;
+        // Runs charged by a SLUID, in this cycle or before, or pools (a pool's payments start from
+        // all of its job's charges): every chunk is read before it is charged.
+        let read_all = read_all
+            || records.iter().any(|r| r.sluid.is_some())
+            || runs::any_sluid_runs(&tx)?
+            || payments_kept
+            || (mode != PoolMode::User && !pool_accounts.is_empty());
+        let mut cycle = Cycle {
+            tx: &tx,
+            rules: self.rules,
+            now,
+            runs: Runs::default(),
+            run_statements: RunStatements::new(&tx),
+            entries: Entries::prepare(&tx, now)?,
+            reasons: Reasons::default(),
+            // Only a ledger that ever kept payments can have some for a job.
+            has_payments: match payments_kept {
+                true => Some(tx.prepare("SELECT EXISTS (SELECT 1 FROM job_payments WHERE job_id = ?1)")?),
+                false => None,
+            },
+            batch: Batch::default(),
+            steps: Vec::new(),
+            items: Vec::new(),
+        };
+        let mut read = read_all;
+        for chunk in records.chunks(CHUNK) {
+            let had_charged_runs = cycle.charge_chunk(chunk, prices, (mode, &pool_accounts), read)?;
+            // Expect the next chunk's runs to be new where this one's were.
+            read = read_all || had_charged_runs;
         }
-        drop(statements);
-        // Per user, once: the balance, the newest entry, and the day's usage per GPU type.
+        let batch = std::mem::take(&mut cycle.batch);
+        drop(cycle);
+        // Per balance, once: the balance, the newest entry, and the day's usage per GPU type.
         let day = local_date(now).to_string();
+        // A sum beyond 64 bits (SQLite would keep it as an inexact REAL) is NULL here, which the
+        // NOT NULL column refuses: the cycle fails instead. Amounts are never negative.
+        let mut add_usage = tx.prepare(
+            "INSERT INTO usage_days (user, day, gpu_type, charged) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT DO UPDATE SET charged = CASE WHEN charged <= 9223372036854775807 - excluded.charged
+                                                      THEN charged + excluded.charged END",
+        )?;
         for (user, pending) in batch.users {
             if let Some(last_entry) = pending.last_entry {
                 move_balance(&tx, &user, pending.delta, last_entry)?;
             }
+            let user = user.into_owned();
             if with_grants.contains(&user) {
                 super::expiries::draw(&tx, &user, -pending.delta, now)?;
             }
             for (gpu_type, tokens) in pending.by_type {
-                // Read back: a sum SQLite could not keep as an integer (it becomes REAL) fails the
-                // cycle instead of being stored inexactly.
-                tx.prepare_cached(
-                    "INSERT INTO usage_days (user, day, gpu_type, charged) VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT DO UPDATE SET charged = charged + excluded.charged RETURNING charged",
-                )?
-                .query_row(params![user, day, gpu_type, tokens.micro()], |r| r.get::<_, i64>(0))?;
+                add_usage.execute(params![user, day, gpu_type, tokens.micro()])?;
                 if pools::account_of(&user).is_none() {
-                    outcome.by_user_type.insert((user.clone(), gpu_type), tokens);
+                    outcome.by_user_type.insert((user.clone(), gpu_type.to_string()), tokens);
                 }
             }
         }
+        drop(add_usage);
         for ((account, member), spent) in batch.member_spending {
             add_member_spending(&tx, &account, &member, spent, now)?;
         }
-        for ((job_id, holder), paid) in batch.payments {
-            tx.prepare_cached(
-                "INSERT INTO job_payments (job_id, holder, charged) VALUES (?1, ?2, ?3)
-                 ON CONFLICT DO UPDATE SET charged = charged + excluded.charged RETURNING charged",
-            )?
-            .query_row(params![job_id, holder, paid.micro()], |r| r.get::<_, i64>(0))?;
+        for (job_id, holders) in batch.payments {
+            for (holder, paid) in holders {
+                // As usage_days above.
+                tx.prepare_cached(
+                    "INSERT INTO job_payments (job_id, holder, charged) VALUES (?1, ?2, ?3)
+                     ON CONFLICT DO UPDATE SET charged = CASE WHEN charged <= 9223372036854775807 - excluded.charged
+                                                              THEN charged + excluded.charged END",
+                )?
+                .execute(params![job_id, holder, paid.micro()])?;
+            }
         }
         tx.commit()?;
         outcome.entries = batch.entries;
         outcome.charged = batch.charged;
-        outcome.unlisted_types = batch.unlisted_types;
+        outcome.unlisted_types = batch.unlisted_types.into_iter().map(|(t, s)| (t.to_string(), s)).collect();
+        outcome.records = batch.records;
+        outcome.unchanged = batch.unchanged;
+        outcome.uncountable = batch.uncountable.into_iter().map(str::to_string).collect();
         Ok(outcome)
     }
 
@@ -144,30 +207,71 @@ impl Ledger {
     }
 }
 
-/// What one charge cycle keeps between records: users are added once, and their balance and
+/// One charge cycle's state while it goes through the records.
+struct Cycle<'tx, 'r> {
+    tx: &'tx Transaction<'tx>,
+    rules: BucketRules,
+    now: i64,
+    runs: Runs<'r>,
+    run_statements: RunStatements<'tx>,
+    entries: Entries<'tx, 'r>,
+    reasons: Reasons<'r>,
+    /// Whether a job has payments kept: None where `job_payments` had no row when the cycle began
+    /// (it is written at its end).
+    has_payments: Option<Statement<'tx>>,
+    batch: Batch<'r>,
+    /// The records of the chunk being charged, and each of their GPU types.
+    steps: Vec<Step<'r>>,
+    items: Vec<Item<'r>>,
+}
+
+/// A record of the chunk being charged.
+struct Step<'r> {
+    record: &'r UsageRecord,
+    payers: Payers<'r>,
+    /// Its GPU types: `items[items.start..items.end]`; None where the record cannot be charged.
+    items: Option<std::ops::Range<usize>>,
+    /// Where a pool pays: what its job was charged before it (the start of its payments).
+    charged_before: Tokens,
+}
+
+/// A GPU type of a record: priced, how far its run had been charged (None: nothing new), and the
+/// run's row where the record made it.
+struct Item<'r> {
+    priced: Priced<'r>,
+    until: Option<Progress>,
+    new_row: Option<usize>,
+}
+
+/// What one charge cycle keeps between records: balances are added once, and their total and
 /// newest entry are written once, at the end of the transaction.
 #[derive(Default)]
-struct Batch {
-    users: HashMap<String, PendingUser>,
+struct Batch<'r> {
+    users: FastMap<Cow<'r, str>, PendingUser<'r>>,
     entries: usize,
     charged: Tokens,
-    unlisted_types: BTreeMap<String, u64>,
+    unlisted_types: BTreeMap<&'r str, u64>,
     /// (account, member) → what the member's jobs took from the pool.
     member_spending: BTreeMap<(String, String), Tokens>,
-    /// (job, payer) → what the payer paid for the job, for refunds.
-    payments: BTreeMap<(String, String), Tokens>,
+    /// job → payer → what the payer paid for the job, for refunds.
+    payments: BTreeMap<String, BTreeMap<String, Tokens>>,
+    records: usize,
+    unchanged: usize,
+    uncountable: Vec<&'r str>,
 }
 
 /// A balance (a user's or a pool's) charged in this cycle.
-struct PendingUser {
+struct PendingUser<'r> {
     delta: Tokens,
     /// Their newest entry: the next charge links to it.
     last_entry: Option<i64>,
-    by_type: Vec<(String, Tokens)>,
+    /// What was charged per GPU type.
+    by_type: Vec<(&'r str, Tokens)>,
 }
 
 /// One GPU type of a record, priced: its milli-GPUs, the price applied, that price weighted, and the
 /// record's whole cost for it so far.
+#[derive(Clone, Copy)]
 struct Priced<'r> {
     gpu_type: &'r String,
     milli: u64,
@@ -176,241 +280,235 @@ struct Priced<'r> {
     total: Tokens,
 }
 
-/// Every GPU type of `record` priced; None when its elapsed time, GPU-seconds or cost do not fit
-/// the ledger's 64-bit columns.
-fn price_record<'r>(record: &'r UsageRecord, prices: &PriceTable) -> Option<Vec<Priced<'r>>> {
-    i64::try_from(record.elapsed).ok()?;
-    let priced = |(gpu_type, &milli): (&'r String, &u64)| {
-        i64::try_from(milli as u128 * record.elapsed as u128 / MILLI as u128).ok()?;
+/// Every GPU type of `record` priced, each given to `add`; false when its elapsed time, GPU-seconds
+/// or cost do not fit the ledger's 64-bit columns.
+fn price_record<'r>(record: &'r UsageRecord, prices: &PriceTable, mut add: impl FnMut(Priced<'r>)) -> bool {
+    if i64::try_from(record.elapsed).is_err() {
+        return false;
+    }
+    for (gpu_type, &milli) in &record.milli_gpus {
+        if i64::try_from(milli as u128 * record.elapsed as u128 / MILLI as u128).is_err() {
+            return false;
+        }
         let price = prices.applied(gpu_type);
         let weighted = weighted_price(price.per_gpu_hour, record.weight_permille);
-        let total = cost_of(weighted, milli, record.elapsed)?;
-        Some(Priced { gpu_type, milli, price, weighted, total })
-    };
-    record.milli_gpus.iter().map(priced).collect()
-}
-
-/// Charges the GPU time of `record` not charged yet to its `payers`; true when it added entries.
-#[allow(clippy::too_many_arguments)]
-fn charge_record(
-    tx: &Transaction<'_>,
-    statements: &mut Statements<'_>,
-    rules: &BucketRules,
-    payers: Payers<'_>,
-    record: &UsageRecord,
-    priced: &[Priced<'_>],
-    now: i64,
-    batch: &mut Batch,
-) -> Result<bool, LedgerError> {
-    let mut charged_any = false;
-    let pool_holder = payers.pool.map(pools::holder);
-    let payer_names = payers.user.then_some(&record.user).into_iter().chain(pool_holder.as_ref());
-    let payer_names: Vec<&String> = payer_names.collect();
-    let tracked = track_payments(statements, payers, record, batch)?;
-    for &Priced { gpu_type, milli, price, weighted, total } in priced {
-        let Some(until) = statements.move_progress(record, gpu_type, total)? else { continue };
-        // A price lowered mid-job never turns into a refund: charges only move forward.
-        let due = (total - until.charged).max(Tokens::ZERO);
-        // Fits: at most the record's GPU-seconds, which price_record checked.
-        let gpu_seconds = (milli as u128 * (record.elapsed - until.seconds) as u128 / MILLI as u128) as u64;
-        if !price.listed {
-            let slot = batch.unlisted_types.entry(gpu_type.clone()).or_default();
-            *slot = slot.saturating_add(gpu_seconds);
-        }
-        for &payer in &payer_names {
-            let pending = match batch.users.get_mut(payer) {
-                Some(pending) => pending,
-                None => {
-                    ensure_user(tx, rules, payer, now)?;
-                    let last_entry = tx
-                        .prepare_cached("SELECT last_entry FROM users WHERE name = ?1")?
-                        .query_row([payer], |r| r.get(0))?;
-                    let pending = PendingUser { delta: Tokens::ZERO, last_entry, by_type: Vec::new() };
-                    batch.users.entry(payer.clone()).or_insert(pending)
-                }
-            };
-            // A run of no GPU time (cancelled as it started) is remembered as charged (its progress
-            // row above) and makes its user known (from then on replenished), but leaves no "+0"
-            // entry in the history and statement.
-            if gpu_seconds == 0 && due == Tokens::ZERO {
-                continue;
-            }
-            let member = (payer != &record.user).then_some(&record.user);
-            let reason = &mut statements.reason;
-            reason.clear();
-            let _ = write!(reason, "{} × {gpu_type} for {}s at {}/GPU-hour", gpus(milli), record.elapsed, weighted);
-            statements.insert_entry.execute(params![
-                payer,
-                (-due).micro(),
-                now,
-                reason.as_str(),
-                record.job_id,
-                gpu_type,
-                gpu_seconds as i64,
-                pending.last_entry,
-                member,
-            ])?;
-            pending.last_entry = Some(tx.last_insert_rowid());
-            pending.delta = pending.delta.checked_sub(due).ok_or_else(|| out_of_range(payer, pending.delta, -due))?;
-            match pending.by_type.iter_mut().find(|(t, _)| t == gpu_type) {
-                Some((_, tokens)) => *tokens = *tokens + due,
-                None => pending.by_type.push((gpu_type.clone(), due)),
-            }
-            if let (Some(account), Some(member)) = (payers.pool, member) {
-                let spent = batch.member_spending.entry((account.to_string(), member.clone())).or_default();
-                *spent = *spent + due;
-            }
-            if tracked {
-                let paid = batch.payments.entry((record.job_id.clone(), payer.clone())).or_default();
-                *paid = *paid + due;
-            }
-            batch.entries += 1;
-            charged_any = true;
-        }
-        batch.charged = batch.charged + due;
+        let Some(total) = cost_of(weighted, milli, record.elapsed) else { return false };
+        add(Priced { gpu_type, milli, price, weighted, total });
     }
-    Ok(charged_any)
+    true
 }
 
-/// Whether the record's payments are kept per payer in `job_payments` (for refunds to whoever
-/// paid). A job paid by its user alone, as every job is in mode "user", needs no row: its
-/// `job_charges` say what its user paid. From the first time a pool pays for a job, its payments
-/// are kept, starting with what its user paid before (all of its charges so far).
-fn track_payments(
-    statements: &mut Statements<'_>,
-    payers: Payers<'_>,
-    record: &UsageRecord,
-    batch: &mut Batch,
-) -> Result<bool, LedgerError> {
-    let job = &record.job_id;
-    let in_batch = batch.payments.range((job.clone(), String::new())..).next().is_some_and(|((j, _), _)| j == job);
-    if in_batch || statements.has_payments.query_row([job], |r| r.get::<_, bool>(0))? {
-        return Ok(true);
-    }
-    if payers.pool.is_none() {
-        return Ok(false);
-    }
-    let before: i64 = statements.charged_so_far.query_row([job], |r| r.get(0))?;
-    batch.payments.insert((job.clone(), record.user.clone()), Tokens::from_micro(before));
-    Ok(true)
-}
-
-/// How far a run segment and GPU type had been charged.
-#[derive(Default)]
-struct Progress {
-    seconds: u64,
-    charged: Tokens,
-}
-
-/// The statements a charge cycle runs per record, prepared once per cycle.
-struct Statements<'tx> {
-    insert_progress: Statement<'tx>,
-    insert_progress_by_start: Statement<'tx>,
-    run_by_start: Statement<'tx>,
-    adopt_progress: Statement<'tx>,
-    read_progress: Statement<'tx>,
-    update_progress: Statement<'tx>,
-    insert_entry: Statement<'tx>,
-    has_payments: Statement<'tx>,
-    charged_so_far: Statement<'tx>,
-    /// Reused for every entry's reason.
-    reason: String,
-}
-
-impl<'tx> Statements<'tx> {
-    fn prepare(tx: &'tx Transaction<'_>) -> Result<Self, LedgerError> {
-        Ok(Statements {
-            insert_progress: tx.prepare(
-                "INSERT INTO job_charges (job_id, run, segment_start, gpu_type, user, charged_until, charged)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
-            )?,
-            insert_progress_by_start: tx.prepare(
-                "INSERT INTO job_charges (job_id, run, segment_start, gpu_type, user, charged_until, charged)
-                 SELECT ?1, 'start:' || ?2, ?2, ?3, ?4, ?5, ?6
-                 WHERE NOT EXISTS (SELECT 1 FROM job_charges WHERE job_id = ?1 AND segment_start = ?2 AND gpu_type = ?3)",
-            )?,
-            run_by_start: tx.prepare(
-                "SELECT run FROM job_charges WHERE job_id = ?1 AND segment_start = ?2 AND gpu_type = ?3
-                 ORDER BY run LIMIT 1",
-            )?,
-            // A row of the same run keyed by its start (charged before Slurm gave the SLUID: an
-            // older ledger, or a Slurm upgraded under the job) becomes the SLUID's.
-            adopt_progress: tx.prepare(
-                "UPDATE job_charges SET run = ?2
-                 WHERE job_id = ?1 AND run = 'start:' || ?3 AND gpu_type = ?4
-                   AND NOT EXISTS (SELECT 1 FROM job_charges WHERE job_id = ?1 AND run = ?2 AND gpu_type = ?4)",
-            )?,
-            read_progress: tx.prepare(
-                "SELECT charged_until, charged FROM job_charges
-                 WHERE job_id = ?1 AND run = ?2 AND gpu_type = ?3",
-            )?,
-            update_progress: tx.prepare(
-                "UPDATE job_charges SET charged_until = ?4, charged = ?5
-                 WHERE job_id = ?1 AND run = ?2 AND gpu_type = ?3",
-            )?,
-            insert_entry: tx.prepare(
-                "INSERT INTO entries (user, kind, amount, at, actor, reason, job_id, gpu_type, gpu_seconds, prev_id, member)
-                 VALUES (?1, 'charge', ?2, ?3, 'gputokens', ?4, ?5, ?6, ?7, ?8, ?9)",
-            )?,
-            has_payments: tx.prepare("SELECT EXISTS (SELECT 1 FROM job_payments WHERE job_id = ?1)")?,
-            charged_so_far: tx.prepare("SELECT COALESCE(SUM(charged), 0) FROM job_charges WHERE job_id = ?1")?,
-            reason: String::new(),
-        })
-    }
-
-    /// Moves the job_charges row of (record, GPU type) to the record's elapsed time and `total`
-    /// cost; returns where it was, or None when the record adds nothing (already charged that far).
-    /// A new job (the common case) costs one insert; a known one a read and an update.
-    ///
-    /// A record with a SLUID finds its run by it, taking over a row its run was charged under by
-    /// start time; one without finds its run by start time, whatever key the row has (a Slurm that
-    /// stopped giving SLUIDs, a downgrade): a run is never charged twice under two names.
-    fn move_progress(
+impl<'tx, 'r> Cycle<'tx, 'r> {
+    /// Charges a chunk of records (at most [`CHUNK`]) to whom `mode` says (`pool_accounts` have a
+    /// pool), its jobs' runs read first where `read` (else expected new: a run charged before then
+    /// fails the cycle with a constraint violation); returns whether it held runs charged before.
+    fn charge_chunk(
         &mut self,
-        record: &UsageRecord,
-        gpu_type: &str,
-        total: Tokens,
-    ) -> Result<Option<Progress>, LedgerError> {
-        let job = &record.job_id;
-        let (start, elapsed, user) = (record.segment_start, record.elapsed as i64, &record.user);
-        let run = match &record.sluid {
-            Some(sluid) => {
-                self.adopt_progress.execute(params![job, sluid, start, gpu_type])?;
-                let inserted =
-                    self.insert_progress.execute(params![job, sluid, start, gpu_type, user, elapsed, total.micro()])?;
-                if inserted == 1 {
-                    return Ok(Some(Progress::default()));
-                }
-                sluid.clone()
+        chunk: &'r [UsageRecord],
+        prices: &PriceTable,
+        (mode, pool_accounts): (PoolMode, &HashSet<&str>),
+        read: bool,
+    ) -> Result<bool, LedgerError> {
+        self.steps.clear();
+        self.items.clear();
+        for record in chunk {
+            let from = self.items.len();
+            let priced =
+                price_record(record, prices, |priced| self.items.push(Item { priced, until: None, new_row: None }));
+            if !priced {
+                self.items.truncate(from);
             }
-            None => {
-                let inserted = self.insert_progress_by_start.execute(params![
-                    job,
-                    start,
-                    gpu_type,
-                    user,
-                    elapsed,
-                    total.micro()
-                ])?;
-                if inserted == 1 {
-                    return Ok(Some(Progress::default()));
-                }
-                self.run_by_start.query_row(params![job, start, gpu_type], |r| r.get(0))?
-            }
-        };
-        let (seconds, charged): (i64, i64) =
-            self.read_progress.query_row(params![job, run, gpu_type], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        let before = Progress { seconds: seconds as u64, charged: Tokens::from_micro(charged) };
-        if record.elapsed <= before.seconds {
-            return Ok(None);
+            let items = priced.then_some(from..self.items.len());
+            let payers = pools::payers(mode, record.account.as_deref(), |a| pool_accounts.contains(a));
+            self.steps.push(Step { record, payers, items, charged_before: Tokens::ZERO });
         }
-        let charged = total.max(before.charged);
-        self.update_progress.execute(params![job, run, gpu_type, elapsed, charged.micro()])?;
-        Ok(Some(before))
+        self.advance_runs(chunk, read)?;
+        self.runs.store_changed(&mut self.run_statements)?;
+        for s in 0..self.steps.len() {
+            let Step { record, payers, ref items, charged_before } = self.steps[s];
+            let Some(items) = items.clone() else {
+                self.batch.uncountable.push(&record.job_id);
+                continue;
+            };
+            if self.charge_record(payers, record, items, charged_before)? {
+                self.batch.records += 1;
+            } else {
+                self.batch.unchanged += 1;
+            }
+        }
+        self.entries.write_pending()?;
+        self.runs.insert_new(&mut self.run_statements)?;
+        Ok(read && self.runs.had_stored())
+    }
+
+    /// Moves each run of the chunk on to its record (in memory): with its jobs' runs read where
+    /// `read`, else expecting them new.
+    fn advance_runs(&mut self, chunk: &'r [UsageRecord], read: bool) -> Result<(), LedgerError> {
+        self.runs.begin(&mut self.run_statements, chunk, read)?;
+        for step in &mut self.steps {
+            let Some(items) = step.items.clone() else { continue };
+            if step.payers.pool.is_some() {
+                step.charged_before = self.runs.charged_so_far(&step.record.job_id)?;
+            }
+            for item in &mut self.items[items] {
+                let advanced = self.runs.advance(step.record, item.priced.gpu_type, item.priced.total);
+                (item.until, item.new_row) = (advanced.until, advanced.new_row);
+            }
+        }
+        Ok(())
+    }
+
+    /// Charges the GPU time of `record` not charged yet (its `items`, advanced) to its `payers`;
+    /// true when it added entries.
+    fn charge_record(
+        &mut self,
+        payers: Payers<'_>,
+        record: &'r UsageRecord,
+        items: std::ops::Range<usize>,
+        charged_before: Tokens,
+    ) -> Result<bool, LedgerError> {
+        let mut charged_any = false;
+        let pool_holder = payers.pool.map(pools::holder);
+        let payer_names = [payers.user.then_some(&record.user), pool_holder.as_ref()];
+        let tracked = self.track_payments(payers, record, charged_before)?;
+        for i in items {
+            let Item { priced: Priced { gpu_type, milli, price, weighted, total }, until, new_row } = self.items[i];
+            let Some(until) = until else { continue };
+            // A price lowered mid-job never turns into a refund: charges only move forward.
+            let due = (total - until.charged).max(Tokens::ZERO);
+            // Fits: at most the record's GPU-seconds, which price_record checked.
+            let gpu_seconds = (milli as u128 * (record.elapsed - until.seconds) as u128 / MILLI as u128) as u64;
+            if !price.listed {
+                let slot = self.batch.unlisted_types.entry(gpu_type).or_default();
+                *slot = slot.saturating_add(gpu_seconds);
+            }
+            for payer in payer_names.into_iter().flatten() {
+                let own = payer == &record.user;
+                let pending = match self.batch.users.get_mut(payer.as_str()) {
+                    Some(pending) => pending,
+                    None => {
+                        let (tx, rules, now) = (self.tx, &self.rules, self.now);
+                        // A user added now: their newest entry is the initial balance's.
+                        let last_entry = match self.entries.around(|| ensure_user(tx, rules, payer, now))? {
+                            Some(initial) => Some(initial),
+                            None => tx
+                                .prepare_cached("SELECT last_entry FROM users WHERE name = ?1")?
+                                .query_row([payer], |r| r.get(0))?,
+                        };
+                        let pending = PendingUser { delta: Tokens::ZERO, last_entry, by_type: Vec::new() };
+                        let key = if own { Cow::Borrowed(record.user.as_str()) } else { Cow::Owned(payer.clone()) };
+                        self.batch.users.entry(key).or_insert(pending)
+                    }
+                };
+                // A run of no GPU time (cancelled as it started) is remembered as charged (its
+                // progress row) and makes its user known (from then on replenished), but leaves no
+                // "+0" entry in the history and statement.
+                if gpu_seconds == 0 && due == Tokens::ZERO {
+                    continue;
+                }
+                let member = (!own).then_some(&record.user);
+                let charge = Charge {
+                    payer: if own { Cow::Borrowed(&record.user) } else { Cow::Owned(payer.clone()) },
+                    amount: (-due).micro(),
+                    job_id: &record.job_id,
+                    gpu_type,
+                    gpu_seconds: gpu_seconds as i64,
+                    prev_id: pending.last_entry,
+                    member: member.map(String::as_str),
+                };
+                let reasons = &mut self.reasons;
+                let id =
+                    self.entries.add(charge, |out| reasons.write(out, milli, gpu_type, record.elapsed, weighted))?;
+                pending.last_entry = Some(id);
+                pending.delta =
+                    pending.delta.checked_sub(due).ok_or_else(|| out_of_range(payer, pending.delta, -due))?;
+                match pending.by_type.iter_mut().find(|(t, _)| *t == gpu_type.as_str()) {
+                    Some((_, tokens)) => *tokens = *tokens + due,
+                    None => pending.by_type.push((gpu_type, due)),
+                }
+                if let (true, Some(row)) = (own, new_row) {
+                    // All of the new run's charge: its row is written from this entry.
+                    self.runs.charged_by(row, id);
+                }
+                if let (Some(account), Some(member)) = (payers.pool, member) {
+                    let spent = self.batch.member_spending.entry((account.to_string(), member.clone())).or_default();
+                    *spent = *spent + due;
+                }
+                if tracked {
+                    let holders = self.batch.payments.entry(record.job_id.clone()).or_default();
+                    let paid = holders.entry(payer.clone()).or_default();
+                    *paid = *paid + due;
+                }
+                self.batch.entries += 1;
+                charged_any = true;
+            }
+            self.batch.charged = self.batch.charged + due;
+        }
+        Ok(charged_any)
+    }
+
+    /// Whether the record's payments are kept per payer in `job_payments` (for refunds to whoever
+    /// paid). A job paid by its user alone, as every job is in mode "user", needs no row: its
+    /// `job_charges` say what its user paid. From the first time a pool pays for a job, its payments
+    /// are kept, starting with what its user paid before (`charged_before`: all of its charges so
+    /// far).
+    fn track_payments(
+        &mut self,
+        payers: Payers<'_>,
+        record: &UsageRecord,
+        charged_before: Tokens,
+    ) -> Result<bool, LedgerError> {
+        let job = &record.job_id;
+        if self.batch.payments.contains_key(job) {
+            return Ok(true);
+        }
+        // Only a ledger that ever kept payments can have some for this job: in one that never did
+        // (every one in mode "user") a record costs no query here.
+        if let Some(has_payments) = &mut self.has_payments {
+            if has_payments.query_row([job], |r| r.get::<_, bool>(0))? {
+                return Ok(true);
+            }
+        }
+        if payers.pool.is_none() {
+            return Ok(false);
+        }
+        self.batch.payments.entry(job.clone()).or_default().insert(record.user.clone(), charged_before);
+        Ok(true)
     }
 }
 
-/// `8`, or `0.25` for a quarter of a GPU.
-fn gpus(milli: u64) -> Tokens {
-    gpu_count(milli)
+/// Writes charge reasons (`2 × a6000 for 3600s at 4/GPU-hour`), keeping what it wrote around the
+/// seconds for each GPU count, type and price: a cycle's records share a few.
+#[derive(Default)]
+struct Reasons<'r> {
+    around: FastMap<(u64, &'r str, i64), (String, String)>,
+}
+
+impl<'r> Reasons<'r> {
+    fn write(&mut self, out: &mut String, milli: u64, gpu_type: &'r str, elapsed: u64, weighted: Tokens) {
+        if self.around.len() >= 4096 {
+            self.around.clear();
+        }
+        let (head, tail) = self.around.entry((milli, gpu_type, weighted.micro())).or_insert_with(|| {
+            (format!("{} × {gpu_type} for ", gpu_count(milli)), format!("s at {weighted}/GPU-hour"))
+        });
+        out.push_str(head);
+        push_number(out, elapsed);
+        out.push_str(tail);
+    }
+}
+
+/// `n` in decimal, as `{}` writes it.
+fn push_number(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend(digits[at..].iter().map(|&d| d as char));
 }

@@ -221,6 +221,11 @@ const MIGRATIONS: &[&str] = &[
     // requeued or cancelled run a charge cycle reads: by job, not by scanning the audit trail.
     "ALTER TABLE job_utilization ADD COLUMN idle_samples INTEGER NOT NULL DEFAULT 0;
      CREATE INDEX actions_by_target ON actions (target, at);",
+    // 13: runs charged under a SLUID, indexed apart (an index that stays empty on a site before Slurm
+    // 25.11): a charge cycle asks once whether there are any, and where there are none and its
+    // records carry no SLUID either, it expects each run without a charge row to be new instead of
+    // looking its job up first (a run found charged already makes it read the job's rows after all).
+    "CREATE INDEX job_charges_by_sluid ON job_charges (job_id) WHERE run < 'start:' OR run >= 'start;';",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

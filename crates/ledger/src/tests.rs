@@ -157,6 +157,74 @@ fn a_run_charged_by_its_start_is_taken_over_by_its_sluid() {
     assert_eq!(l.charged_runs("9").unwrap(), ["s359M8A2NFAK00"]);
 }
 
+/// A run charged under its SLUID and read again without one (a Slurm that stopped giving SLUIDs)
+/// is the same run, also in a cycle whose records carry no SLUID at all.
+#[test]
+fn a_run_charged_by_its_sluid_is_not_charged_again_by_its_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    let now = at("2026-11-30T20:00:00");
+    let with_sluid = UsageRecord { sluid: Some("s359M8A2NFAK00".into()), ..record("9", "bob", "a6000", 1, 1800) };
+    l.charge(&[with_sluid], &seed_prices(), now).unwrap();
+    let out =
+        l.charge(&[record("9", "bob", "a6000", 1, 3600), record("10", "bob", "a6000", 1, 900)], &seed_prices(), now);
+    assert_eq!(out.unwrap().charged, Tokens::whole(3), "the half hour more of job 9, job 10's quarter");
+    assert_eq!(balance(&l, "bob"), Tokens::whole(100 - 4 - 1));
+    assert_eq!(l.charged_runs("9").unwrap(), ["s359M8A2NFAK00"]);
+    assert!(l.verify().unwrap().problems.is_empty());
+}
+
+/// Cycles read hundreds of records, charged in chunks: new runs expected new (inserted at once),
+/// runs charged before found, and the same run twice in one cycle charged once, up to its longest.
+#[test]
+fn long_cycles_of_new_and_known_runs_charge_each_run_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, BucketRules { daily: Tokens::ZERO, ..rules() });
+    let now = at("2026-11-30T20:00:00");
+    let job = |n: usize, elapsed: u64| record(&n.to_string(), &format!("user{}", n % 7), "rtx3090", 1, elapsed);
+    // 0.5 token per half hour of one rtx3090.
+    let first: Vec<UsageRecord> = (0..600).map(|n| job(n, 1800)).collect();
+    let out = l.charge(&first, &seed_prices(), now).unwrap();
+    assert_eq!((out.records, out.entries, out.charged), (600, 600, Tokens::whole(300)));
+    // New jobs, then every earlier one an hour on (twice: the second read adds nothing), then new
+    // ones again, read twice within the cycle.
+    let mut second: Vec<UsageRecord> = (600..900).map(|n| job(n, 1800)).collect();
+    second.extend((0..600).map(|n| job(n, 3600)));
+    second.extend((0..600).map(|n| job(n, 3600)));
+    second.extend((900..1000).flat_map(|n| [job(n, 1800), job(n, 3600)]));
+    let out = l.charge(&second, &seed_prices(), now).unwrap();
+    assert_eq!(out.charged, Tokens::from_micro(300 * 500_000 + 600 * 500_000 + 100 * 1_000_000));
+    assert_eq!((out.records, out.unchanged), (300 + 600 + 200, 600));
+    let total: Tokens = (0..7).map(|u| Tokens::whole(100) - balance(&l, &format!("user{u}"))).sum();
+    assert_eq!(total, Tokens::whole(300 + 150 + 300 + 100));
+    assert_eq!(l.charged_until("599", at("2026-11-30T08:00:00"), "rtx3090").unwrap(), Some(3600));
+    assert_eq!(l.charged_until("950", at("2026-11-30T08:00:00"), "rtx3090").unwrap(), Some(3600));
+    let replay = l.charge(&second, &seed_prices(), now).unwrap();
+    assert_eq!((replay.entries, replay.charged), (0, Tokens::ZERO));
+    assert!(l.verify().unwrap().problems.is_empty());
+}
+
+/// A cycle that meets a run charged before among runs it expected new is charged again, whole, with
+/// its runs read: nothing of the first try stays (a user first seen in it is added once).
+#[test]
+fn a_run_charged_before_among_new_ones_leaves_one_charge_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, BucketRules { daily: Tokens::ZERO, ..rules() });
+    let now = at("2026-11-30T20:00:00");
+    l.charge(&[record("1", "alice", "rtx3090", 1, 1800)], &seed_prices(), now).unwrap();
+    let mut cycle: Vec<UsageRecord> = (100..400).map(|n| record(&n.to_string(), "carol", "rtx3090", 1, 36)).collect();
+    cycle.push(record("1", "alice", "rtx3090", 1, 3600));
+    let out = l.charge(&cycle, &seed_prices(), now).unwrap();
+    assert_eq!((out.records, out.entries), (301, 301));
+    assert_eq!(out.charged, Tokens::from_micro(300 * 10_000 + 500_000));
+    assert_eq!(balance(&l, "alice"), Tokens::whole(99));
+    assert_eq!(balance(&l, "carol"), Tokens::whole(97));
+    let carol = l.history("carol").unwrap();
+    assert_eq!(carol.len(), 301, "one initial balance, 300 charges");
+    assert_eq!(carol.iter().filter(|e| e.reason == "initial balance").count(), 1);
+    assert!(l.verify().unwrap().problems.is_empty());
+}
+
 #[test]
 fn replenishment_is_daily_monthly_capped_and_idempotent() {
     let dir = tempfile::tempdir().unwrap();
@@ -586,7 +654,7 @@ fn a_version_6_ledger_gains_the_freed_for_waiters_table() {
     );
     let mut l = Ledger::open(&path, rules()).unwrap();
     let version: i64 = l.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-    assert_eq!((version, schema::VERSION), (12, 12));
+    assert_eq!((version, schema::VERSION), (13, 13));
     assert_eq!(l.history("sam").unwrap().len(), 1);
     assert_eq!(l.actions(10).unwrap().len(), 1);
     assert_eq!(l.gpu_faults("gpu01").unwrap().len(), 1);
