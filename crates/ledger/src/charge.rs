@@ -11,7 +11,6 @@
 //! again with every chunk read.
 
 mod entries;
-mod fast_hash;
 mod runs;
 
 use std::borrow::Cow;
@@ -20,9 +19,9 @@ use std::collections::{BTreeMap, HashSet};
 use rusqlite::{params, Statement, Transaction};
 
 use entries::{Charge, Entries};
-use fast_hash::FastMap;
 use runs::{Progress, RunStatements, Runs, CHUNK};
 use rusqlite::ErrorCode;
+use rustc_hash::FxHashMap as FastMap;
 
 use super::accounts::{ensure_user, move_balance};
 use super::error::out_of_range;

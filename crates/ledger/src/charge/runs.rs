@@ -18,8 +18,8 @@ use rusqlite::types::Null;
 use rusqlite::{params, Statement, Transaction};
 
 use super::super::{LedgerError, UsageRecord};
-use super::fast_hash::FastMap;
 use gputokens::tokens::Tokens;
+use rustc_hash::FxHashMap as FastMap;
 
 /// Records per chunk: the jobs of one chunk are read with one query of this many parameters.
 pub(super) const CHUNK: usize = 256;
