@@ -5,7 +5,7 @@
 #   `accountd tick`               a whole cycle: charge (sacct + squeue) and check
 #   `accountd tick --skip-charge` the check cycle alone: replenish, squeue, snapshot, preemption
 # each run's wall time and peak RSS. Then the job_submit plugin's submit latency while accountd's
-# 100,000-user snapshot is rewritten under it (bench/reload, a test of the plugin crate).
+# 100,000-user snapshot is rewritten under it (plugins/job-submit/benches/reload.rs).
 # Slurm's commands are stand-ins in a [slurm] bin_dir that print the generated files: no cluster.
 # ACCOUNTS (0) Slurm accounts with a token pool each ([accounts] mode = "account"): each user in two.
 #   bash bench/scale.sh            USERS=… PENDING=… RUNNING=… ACCOUNTS=… RUNS=3 to change the site
@@ -76,5 +76,4 @@ done
 echo "snapshot: $(du -h "$work/lib/balances.snapshot" | cut -f1), $(grep -c '^user ' "$work/lib/balances.snapshot") users, $(grep -c '^pool ' "$work/lib/balances.snapshot" || true) pools"
 
 echo "job_submit decision time, $USERS users in the snapshot, quiet and while it is rewritten every 0.5 s:"
-BENCH_USERS=$USERS cargo test --release --locked -q -p job-submit-gputokens --lib \
-  bench_submit_during_reload -- --ignored --nocapture 2>&1 | grep '^job_submit'
+BENCH_USERS=$USERS cargo bench --locked -q -p job-submit-gputokens --bench reload | grep '^job_submit'

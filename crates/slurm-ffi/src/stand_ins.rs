@@ -6,7 +6,9 @@
 //!
 //! Compiled in every build because the plugin crate picks them with its own `cfg(test)` (where its
 //! log shims declare Slurm's functions); the plugins' `.so` never calls them, so the linker drops
-//! them there. Nothing here knows the callers: the log module and the plugins call these.
+//! them there. Nothing here knows the callers: the log module and the plugins call these. A
+//! benchmark binary, which links a plugin's library built as it ships, gets them as the C symbols
+//! that library calls from [`stand_in_symbols!`](crate::stand_in_symbols).
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_void, CStr};
@@ -99,6 +101,73 @@ pub unsafe fn take(p: *mut c_char) -> Option<String> {
         libc::free(p.cast());
         Some(s)
     }
+}
+
+/// Defines, in the invoking crate, the libslurmfull functions the plugins call (`slurm_error`,
+/// `slurm_info`, `slurm_verbose`, `slurm_xstrdup`, `slurm_xfree`) as C symbols that call the
+/// stand-ins above. For a benchmark binary that links a plugin's library: nothing resolves those
+/// symbols there, as slurmctld does for the plugin's `.so` (which is not built with them: only the
+/// binary that invokes this has them).
+///
+/// Slurm's log functions are variadic (`slurm_info(const char *fmt, ...)`); the plugins call them
+/// with `"%s"` and one string, which the x86-64 and AArch64 Linux calling conventions pass as they
+/// pass the two arguments of the functions defined here.
+#[macro_export]
+macro_rules! stand_in_symbols {
+    () => {
+        #[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+        compile_error!("slurm_ffi::stand_in_symbols! relies on the x86-64 or AArch64 Linux calling convention");
+
+        /// `slurm_error("%s", arg)`: recorded in `slurm_ffi::stand_ins::LOG`.
+        ///
+        /// # Safety
+        /// `arg` is a valid NUL-terminated string.
+        #[no_mangle]
+        pub unsafe extern "C" fn slurm_error(fmt: *const ::std::ffi::c_char, arg: *const ::std::ffi::c_char) {
+            // SAFETY: the caller's promise.
+            unsafe { $crate::stand_ins::slurm_error(fmt, arg) }
+        }
+
+        /// `slurm_info("%s", arg)`: recorded in `slurm_ffi::stand_ins::LOG`.
+        ///
+        /// # Safety
+        /// `arg` is a valid NUL-terminated string.
+        #[no_mangle]
+        pub unsafe extern "C" fn slurm_info(fmt: *const ::std::ffi::c_char, arg: *const ::std::ffi::c_char) {
+            // SAFETY: the caller's promise.
+            unsafe { $crate::stand_ins::slurm_info(fmt, arg) }
+        }
+
+        /// `slurm_verbose("%s", arg)`: recorded in `slurm_ffi::stand_ins::LOG`.
+        ///
+        /// # Safety
+        /// `arg` is a valid NUL-terminated string.
+        #[no_mangle]
+        pub unsafe extern "C" fn slurm_verbose(fmt: *const ::std::ffi::c_char, arg: *const ::std::ffi::c_char) {
+            // SAFETY: the caller's promise.
+            unsafe { $crate::stand_ins::slurm_verbose(fmt, arg) }
+        }
+
+        /// `slurm_xstrdup`: `strdup`.
+        ///
+        /// # Safety
+        /// `s` is a valid NUL-terminated string.
+        #[no_mangle]
+        pub unsafe extern "C" fn slurm_xstrdup(s: *const ::std::ffi::c_char) -> *mut ::std::ffi::c_char {
+            // SAFETY: the caller's promise.
+            unsafe { $crate::stand_ins::slurm_xstrdup(s) }
+        }
+
+        /// `slurm_xfree(&p)`: frees `p` and sets it to NULL.
+        ///
+        /// # Safety
+        /// `p` points to a pointer that is NULL or came from `slurm_xstrdup`.
+        #[no_mangle]
+        pub unsafe extern "C" fn slurm_xfree(p: *mut *mut ::std::ffi::c_void) {
+            // SAFETY: the caller's promise.
+            unsafe { $crate::stand_ins::slurm_xfree(p) }
+        }
+    };
 }
 
 #[cfg(test)]

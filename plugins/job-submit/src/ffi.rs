@@ -1,8 +1,9 @@
 //! Every unsafe operation of the plugin lives here: reading slurmctld's job description into the
 //! typed `JobRequest` (the numbers through `sentinel`), writing the fields the plugin changes
 //! (`nice`, `site_factor`, `qos`, `time_limit` and the message in `*err_msg`), allocating strings for
-//! slurmctld with `slurm_xstrdup` (and freeing the one it replaces with `slurm_xfree`), and logging
-//! through slurmctld's log (`slurm_ffi::log_shims!`).
+//! slurmctld with `slurm_xstrdup` (and freeing the one it replaces with `slurm_xfree`), logging
+//! through slurmctld's log (`slurm_ffi::log_shims!`), and, for the benchmarks, calling the exported
+//! `job_submit` as slurmctld does ([`BenchJob`]).
 //!
 //! The functions come from libslurmfull, which slurmctld links; rustc links cdylibs with BIND_NOW,
 //! so each one must exist there (`nm -D --defined-only .../libslurmfull.so`): `slurm_xstrdup`,
@@ -11,12 +12,13 @@
 //! `.so` that `cargo build` makes.
 
 use slurm_ffi::log::c_string;
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::time::{Duration, Instant};
 
 use gputokens::decision::{self, Verdict};
 use gputokens::job_request::JobRequest;
 
-use crate::bindings::{job_desc_msg_t, ESLURM_ACCOUNTING_POLICY, SLURM_SUCCESS};
+use crate::bindings::{job_desc_msg_t, ESLURM_ACCOUNTING_POLICY, NO_VAL, SLURM_SUCCESS};
 use crate::sentinel;
 
 pub use slurm_ffi::log::Level;
@@ -195,6 +197,58 @@ unsafe fn give_message(err_msg: *mut *mut c_char, message: &str, replace: bool) 
     let text = c_string(message);
     // SAFETY: as above; `text` is a valid NUL-terminated string, the copy is slurmctld's to xfree.
     unsafe { *err_msg = slurm::slurm_xstrdup(text.as_ptr()) };
+}
+
+/// A GPU job as slurmctld hands it to `job_submit`, for the benchmarks (`crate::bench`).
+pub struct BenchJob {
+    uid: u32,
+    tres_per_node: CString,
+    account: Option<CString>,
+}
+
+/// What one call of the exported `job_submit` did.
+pub struct BenchSubmitted {
+    pub code: c_int,
+    /// The call alone, without making the job description or freeing the message.
+    pub took: Duration,
+    /// The message it left for the user, if any.
+    pub message: Option<String>,
+}
+
+impl BenchJob {
+    pub fn new(uid: u32, tres_per_node: &str, account: Option<&str>) -> BenchJob {
+        BenchJob { uid, tres_per_node: c_string(tres_per_node), account: account.map(c_string) }
+    }
+
+    /// Makes a fresh job description of this job (nice unset) and calls the exported `job_submit`
+    /// with it, as slurmctld does; frees what the plugin allocated (the message, a replaced QOS) as
+    /// slurmctld would.
+    pub fn submit(&self) -> BenchSubmitted {
+        let mut desc = job_desc_msg_t {
+            user_id: self.uid,
+            nice: NO_VAL,
+            tres_per_node: self.tres_per_node.as_ptr().cast_mut(),
+            account: self.account.as_ref().map_or(std::ptr::null_mut(), |a| a.as_ptr().cast_mut()),
+            ..Default::default()
+        };
+        let mut err: *mut c_char = std::ptr::null_mut();
+        let started = Instant::now();
+        // SAFETY: a valid job description whose strings (ours, NUL-terminated) outlive the call, and
+        // a NULL message, as slurmctld passes them.
+        let code = unsafe { crate::job_submit(&mut desc, self.uid, &mut err) };
+        let took = started.elapsed();
+        // SAFETY: the plugin leaves `err` NULL or an xstrdup'ed string, and `desc.qos` (NULL before
+        // the call) NULL or an xstrdup'ed one: each is read, then freed once.
+        let message = unsafe {
+            let message = (!err.is_null()).then(|| CStr::from_ptr(err).to_string_lossy().into_owned());
+            slurm::slurm_xfree((&mut err as *mut *mut c_char).cast());
+            if !desc.qos.is_null() {
+                slurm::slurm_xfree((&mut desc.qos as *mut *mut c_char).cast());
+            }
+            message
+        };
+        BenchSubmitted { code, took, message }
+    }
 }
 
 #[cfg(test)]

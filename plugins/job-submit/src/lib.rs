@@ -11,7 +11,7 @@
 //! a typed `gputokens::job_request::JobRequest` (Slurm's sentinel numbers converted in `sentinel`);
 //! `plugin`, `watch` and `tally` are safe code keeping the live state; `status_file` tells admins
 //! which balances this controller holds. The decision itself is
-//! `gputokens::decision`'s.
+//! `gputokens::decision`'s. `bench` is what the benchmarks under benches/ drive.
 //! The panic boundary and the log shims are slurm-ffi's, shared with the SPANK plugin.
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -128,6 +128,26 @@ unsafe fn modify(job_desc: *mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *
     }
 }
 
+/// What the benchmarks (`cargo bench -p job-submit-gputokens`, benches/) drive: the plugin started
+/// and stopped as `init` and `fini` do, and jobs submitted through the exported `job_submit` as
+/// slurmctld submits them. Not the plugin's interface to Slurm, which is the C symbols above; the
+/// benchmark binaries link this library as it ships and define Slurm's functions with
+/// `slurm_ffi::stand_in_symbols!`.
+#[doc(hidden)]
+pub mod bench {
+    pub use crate::ffi::{BenchJob as Job, BenchSubmitted as Submitted};
+
+    /// `init` with the config at `config_path`.
+    pub fn start(config_path: &std::path::Path) {
+        crate::plugin::start(config_path)
+    }
+
+    /// `fini`.
+    pub fn stop() {
+        crate::plugin::stop()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! The exported entry points, called the way slurmctld calls them (with the libslurmfull
@@ -232,164 +252,6 @@ mod tests {
         let log = stand_ins::LOG.lock().unwrap().join("\n");
         assert!(log.contains("info: gputokens: job_submit/gputokens 0.1.0 (built for Slurm"), "{log}");
         assert!(log.contains("info: gputokens: refused a GPU job of root (uid 0)"), "{log}");
-    }
-
-    /// The in-process decision time through the exported `job_submit` (2,000 users in the snapshot):
-    /// a benchmark, not a test — `bash bench/decision.sh` runs it in a release build and prints the
-    /// median and p99 (the design's budget is 10 µs; results in bench/README.md).
-    #[test]
-    #[ignore = "benchmark: bash bench/decision.sh"]
-    fn bench_decision_time() {
-        let _g = GLOBAL.lock().unwrap_or_else(|p| p.into_inner());
-        let dir = tempfile::tempdir().unwrap();
-        let snap = dir.path().join("balances.snapshot");
-        let conf = dir.path().join("gputokens.toml");
-        std::fs::write(&conf, format!("[paths]\nsnapshot = \"{}\"\n", snap.display())).unwrap();
-        let mut users: Vec<(String, i64)> = (0..2000).map(|i| (format!("user{i}"), i * 1000)).collect();
-        users.push(("root".into(), 5_000_000));
-        let users: Vec<(&str, i64)> = users.iter().map(|(u, b)| (u.as_str(), *b)).collect();
-        gputokens::snapshot::write_atomically(&snap, &snapshot(&users)).unwrap();
-        plugin::start(&conf);
-        let mut times: Vec<std::time::Duration> = (0..2000)
-            .map(|_| {
-                let started = std::time::Instant::now();
-                assert_eq!(submit(0, Some("gres:gpu:a6000:1")).0, SUCCESS);
-                started.elapsed()
-            })
-            .collect();
-        plugin::stop();
-        times.sort();
-        let median = times[times.len() / 2];
-        println!("job_submit median {median:?} (p99 {:?})", times[times.len() * 99 / 100]);
-    }
-
-    /// Submission latency while accountd rewrites a big snapshot under the plugin (`BENCH_USERS`,
-    /// 100,000 users): the watcher thread parses each version and swaps it in, so a submission
-    /// should never wait for a parse. A benchmark, not a test: `bash bench/scale.sh` runs it in a
-    /// release build and prints p50/p99/max without and with reloads (bench/README.md).
-    #[test]
-    #[ignore = "benchmark: bash bench/scale.sh"]
-    fn bench_submit_during_reload() {
-        use std::time::{Duration, Instant};
-        let _g = GLOBAL.lock().unwrap_or_else(|p| p.into_inner());
-        let count: usize = std::env::var("BENCH_USERS").ok().and_then(|n| n.parse().ok()).unwrap_or(100_000);
-        let dir = tempfile::tempdir().unwrap();
-        let snap = dir.path().join("balances.snapshot");
-        let conf = dir.path().join("gputokens.toml");
-        std::fs::write(&conf, format!("[paths]\nsnapshot = \"{}\"\n", snap.display())).unwrap();
-        let version = |shift: i64| {
-            let mut users: Vec<(String, i64)> =
-                (0..count).map(|i| (format!("user{i}"), i as i64 * 1000 + shift)).collect();
-            users.push(("root".into(), 5_000_000 + shift));
-            let users: Vec<(&str, i64)> = users.iter().map(|(u, b)| (u.as_str(), *b)).collect();
-            snapshot(&users)
-        };
-        let versions = [version(0), version(1)];
-        gputokens::snapshot::write_atomically(&snap, &versions[0]).unwrap();
-        plugin::start(&conf);
-        let loads = || stand_ins::LOG.lock().unwrap().iter().filter(|l| l.contains("gputokens: loaded ")).count();
-        let phase = |label: &str, until: Instant| {
-            let loaded_before = loads();
-            let mut times = Vec::new();
-            while Instant::now() < until {
-                let started = Instant::now();
-                assert_eq!(submit(0, Some("gres:gpu:a6000:1")).0, SUCCESS);
-                times.push(started.elapsed());
-            }
-            times.sort();
-            let at = |q: usize| times[(times.len() - 1) * q / 100];
-            println!(
-                "job_submit {label}: {} submissions, p50 {:?}, p99 {:?}, max {:?}, {} snapshot loads",
-                times.len(),
-                at(50),
-                at(99),
-                times[times.len() - 1],
-                loads() - loaded_before
-            );
-        };
-        phase("quiet", Instant::now() + Duration::from_secs(3));
-        let rewriting = std::sync::atomic::AtomicBool::new(true);
-        std::thread::scope(|scope| {
-            scope.spawn(|| {
-                for n in 0.. {
-                    if !rewriting.load(std::sync::atomic::Ordering::Relaxed) {
-                        break;
-                    }
-                    gputokens::snapshot::write_atomically(&snap, &versions[n % 2]).unwrap();
-                    std::thread::sleep(Duration::from_millis(500));
-                }
-            });
-            phase("during reloads", Instant::now() + Duration::from_secs(10));
-            rewriting.store(false, std::sync::atomic::Ordering::Relaxed);
-        });
-        plugin::stop();
-    }
-
-    /// The decision with pools (`[accounts] mode = "account"`): `BENCH_USERS` (100,000) users each
-    /// in two of `BENCH_ACCOUNTS` (10,000) pools, what each member spent, root in five pools (one at
-    /// its floor) with a default account. Times accepted submissions under `-A`, without `-A` (the
-    /// default account's pool) and the refusal at a pool's floor, whose message names the user's other
-    /// accounts. A benchmark: `bash bench/decision.sh` prints it (bench/README.md).
-    #[test]
-    #[ignore = "benchmark: bash bench/decision.sh"]
-    fn bench_decision_with_pools() {
-        let _g = GLOBAL.lock().unwrap_or_else(|p| p.into_inner());
-        let env = |name: &str, default: usize| std::env::var(name).ok().and_then(|n| n.parse().ok()).unwrap_or(default);
-        let (users, accounts) = (env("BENCH_USERS", 100_000), env("BENCH_ACCOUNTS", 10_000));
-        let dir = tempfile::tempdir().unwrap();
-        let snap = dir.path().join("balances.snapshot");
-        let conf = dir.path().join("gputokens.toml");
-        std::fs::write(&conf, format!("[paths]\nsnapshot = \"{}\"\n", snap.display())).unwrap();
-        let mut list: Vec<(String, i64)> = (0..users).map(|i| (format!("u{i:06}"), i as i64 * 1000)).collect();
-        list.push(("root".into(), 5_000_000));
-        let list: Vec<(&str, i64)> = list.iter().map(|(u, b)| (u.as_str(), *b)).collect();
-        let mut text = snapshot(&list);
-        text.push_str("account root a00001\npool_mode account\n");
-        for a in 0..accounts {
-            let balance = if a == 3 { -10_000_000 } else { 50_000_000 + a as i64 };
-            text.push_str(&format!(
-                "pool a{a:05} {balance} -10000000 0 30000000 20000000\ncoordinators a{a:05} pi{a}\n"
-            ));
-        }
-        let month = chrono::Local::now().format("%Y-%m");
-        text.push_str(&format!("spent_month {month}\n"));
-        for i in 0..users {
-            let (first, second) = (i % accounts, (i + 1) % accounts);
-            text.push_str(&format!("spent a{first:05} u{i:06} 1000000\nmember u{i:06} a{first:05},a{second:05}\n"));
-        }
-        text.push_str("member root a00001,a00002,a00003,a00004,a00005\nspent a00002 root 1000000\n");
-        gputokens::snapshot::write_atomically(&snap, &text).unwrap();
-        plugin::start(&conf);
-        let time = |label: &str, account: Option<&str>, expect: c_int| {
-            let account = account.map(|a| CString::new(a).unwrap());
-            let tres = CString::new("gres:gpu:a6000:1").unwrap();
-            let mut times: Vec<std::time::Duration> = (0..5000)
-                .map(|_| {
-                    let mut desc = job_desc_msg_t {
-                        user_id: 0,
-                        nice: NO_VAL,
-                        tres_per_node: tres.as_ptr().cast_mut(),
-                        account: account.as_ref().map_or(std::ptr::null_mut(), |c| c.as_ptr().cast_mut()),
-                        ..Default::default()
-                    };
-                    let mut err: *mut c_char = std::ptr::null_mut();
-                    let started = std::time::Instant::now();
-                    let code = unsafe { job_submit(&mut desc, 0, &mut err) };
-                    let took = started.elapsed();
-                    drop(unsafe { stand_ins::take(err) });
-                    assert_eq!(code, expect, "{label}");
-                    took
-                })
-                .collect();
-            times.sort();
-            let at = |q: usize| times[(times.len() - 1) * q / 100];
-            println!("job_submit with pools, {label}: median {:?} (p99 {:?})", at(50), at(99));
-        };
-        println!("pools: {users} users, {accounts} accounts in the snapshot ({} bytes)", text.len());
-        time("-A a00002", Some("a00002"), SUCCESS);
-        time("no -A (default a00001)", None, SUCCESS);
-        time("refused at a00003's floor", Some("a00003"), 2050);
-        plugin::stop();
     }
 
     #[test]
