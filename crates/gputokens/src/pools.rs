@@ -97,6 +97,14 @@ pub fn account_of(holder: &str) -> Option<&str> {
     holder.strip_prefix(HOLDER_PREFIX)
 }
 
+/// `name` as Slurm keeps an account name: lower-case (ASCII, as slurmctld's `xstrtolower`). slurmctld
+/// lower-cases a job's `-A` only after the job_submit plugins ran, and sacctmgr every name it is
+/// given, so `LAB`, `Lab` and `lab` are all the account `lab`: every account name from a user, an
+/// admin or a job goes through this before it is compared with a pool.
+pub fn slurm_account_name(name: &str) -> String {
+    name.to_ascii_lowercase()
+}
+
 /// Why `name` cannot be a Slurm account with a pool, or None when it can. Slurm keeps account names
 /// lower-case; the formats that carry them split at whitespace, `|` and `,`.
 pub fn account_name_problem(name: &str) -> Option<&'static str> {

@@ -109,6 +109,46 @@ pub enum Request {
     },
 }
 
+impl Request {
+    /// The request with every account name in it as Slurm keeps it (lower-case: `LAB` is the account
+    /// `lab`, [`crate::pools::slurm_account_name`]), the history of `account LAB` included: accountd
+    /// compares names only after this, whoever sent them.
+    pub fn with_slurm_account_names(self) -> Request {
+        use crate::pools::{account_of, holder, slurm_account_name as slurm};
+        let opt = |a: Option<String>| a.map(|a| slurm(&a));
+        match self {
+            Request::History { user, limit } => {
+                let user = user.map(|u| account_of(&u).map_or(u.clone(), |a| holder(&slurm(a))));
+                Request::History { user, limit }
+            }
+            Request::Statement { month, user, all, account } => {
+                Request::Statement { month, user, all, account: opt(account) }
+            }
+            Request::PoolSet { account, create, rules, key } => {
+                Request::PoolSet { account: slurm(&account), create, rules, key }
+            }
+            Request::PoolGrant { account, amount, reason, key, adjust, expires } => {
+                Request::PoolGrant { account: slurm(&account), amount, reason, key, adjust, expires }
+            }
+            Request::PoolImport { pools } => {
+                Request::PoolImport { pools: pools.into_iter().map(|(a, rules)| (slurm(&a), rules)).collect() }
+            }
+            Request::Transfer { from, to, amount, reason, key } => {
+                Request::Transfer { from: slurm(&from), to: slurm(&to), amount, reason, key }
+            }
+            Request::Pools { account } => Request::Pools { account: opt(account) },
+            // No account names in these.
+            request @ (Request::Balances { .. }
+            | Request::Grant { .. }
+            | Request::Adjust { .. }
+            | Request::Refund { .. }
+            | Request::Import { .. }
+            | Request::Actions { .. }
+            | Request::WebLogin) => request,
+        }
+    }
+}
+
 /// A pool's rules as an admin gives them; None keeps the current value (or the config's default).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolRules {
@@ -263,5 +303,29 @@ where
         (_, Ok(n)) if n > 0 => Ok(reply),
         (Err(e), _) | (Ok(()), Err(e)) => Err(e),
         (Ok(()), Ok(_)) => Ok(reply),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn account_names_are_slurms_whoever_typed_them() {
+        let transfer = Request::Transfer {
+            from: "LAB".into(),
+            to: "Course".into(),
+            amount: Tokens::whole(1),
+            reason: "Why".into(),
+            key: Some("K".into()),
+        };
+        let Request::Transfer { from, to, reason, key, .. } = transfer.with_slurm_account_names() else { panic!() };
+        assert_eq!((from.as_str(), to.as_str(), reason.as_str(), key.as_deref()), ("lab", "course", "Why", Some("K")));
+        let history = Request::History { user: Some("account LAB".into()), limit: None }.with_slurm_account_names();
+        assert_eq!(history, Request::History { user: Some("account lab".into()), limit: None });
+        let user = Request::History { user: Some("Alice".into()), limit: None };
+        assert_eq!(user.clone().with_slurm_account_names(), user, "user names are case-sensitive");
+        let pools = Request::Pools { account: Some("PHYSICS".into()) }.with_slurm_account_names();
+        assert_eq!(pools, Request::Pools { account: Some("physics".into()) });
     }
 }

@@ -68,7 +68,8 @@ pub unsafe fn read_job(desc: *const job_desc_msg_t) -> Option<JobRequest> {
             tres_per_socket: string(d.tres_per_socket),
             time_limit: sentinel::time_limit(d.time_limit),
             partition: string(d.partition),
-            account: string(d.account),
+            // As slurmctld will store it: it lower-cases -A only after the plugins ran (H1).
+            account: string(d.account).map(|a| gputokens::pools::slurm_account_name(&a)),
             qos: string(d.qos),
             min_nodes: sentinel::given(d.min_nodes),
             num_tasks: sentinel::given(d.num_tasks),
@@ -266,6 +267,7 @@ mod tests {
         let job = CString::new("gres:gpu:2").unwrap();
         let part = CString::new("gpu").unwrap();
         let array = CString::new("0-9").unwrap();
+        let account = CString::new("LAB").unwrap();
         let env = [CString::new("SPANK_OTHER=x").unwrap(), CString::new(ESTIMATE_VARIABLE).unwrap()];
         let mut env_ptrs: Vec<*mut c_char> = env.iter().map(|c| c.as_ptr().cast_mut()).collect();
         let desc = job_desc_msg_t {
@@ -280,6 +282,7 @@ mod tests {
             ntasks_per_node: 4,
             sockets_per_node: NO_VAL16 as u16,
             array_inx: array.as_ptr().cast_mut(),
+            account: account.as_ptr().cast_mut(),
             spank_job_env: env_ptrs.as_mut_ptr(),
             spank_job_env_size: 2,
             ..Default::default()
@@ -299,6 +302,7 @@ mod tests {
                 ntasks_per_node: Some(4),
                 sockets_per_node: None,
                 array_inx: Some("0-9".into()),
+                account: Some("lab".into()),
                 wants_estimate: true,
                 ..Default::default()
             }

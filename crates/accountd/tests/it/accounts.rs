@@ -157,10 +157,18 @@ fn jobs_are_charged_to_their_accounts_pool_and_a_pool_at_its_floor_refuses_with_
 
     // lab at its floor: alice's GPU job under lab is refused, saying what to do; bob's under course runs.
     let to_floor = (Tokens::whole(-10) - lab).to_string();
-    site.accountd(None, &["admin", "account", "adjust", "lab", &to_floor, "--reason", "test: to the floor"]).ok();
+    // (Named as an admin may type it: Slurm's account names are case-blind, and so are gputokens'.)
+    site.accountd(None, &["admin", "account", "adjust", "Lab", &to_floor, "--reason", "test: to the floor"]).ok();
     std::thread::sleep(SETTLE);
     let refused = sbatch("alice", &["-A", "lab", "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
     assert_ne!(refused.code, 0, "alice's job under lab at its floor was accepted");
+    // `-A LAB` runs as lab (slurmctld lower-cases it after the plugin ran): refused alike (audit H1).
+    for typed in ["LAB", "Lab"] {
+        let refused = sbatch("alice", &["-A", typed, "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+        assert_ne!(refused.code, 0, "alice's job under -A {typed} (lab at its floor) was accepted");
+        assert!(refused.stderr.contains("account lab's GPU token balance is -10"), "{}", refused.stderr);
+    }
+    assert_eq!(pool_balance(&site, "LAB"), "-10", "sbalance -A LAB is lab's pool");
     let told = &refused.stderr;
     assert!(told.contains("gputokens: account lab's GPU token balance is -10 (floor -10); its GPU jobs are refused until it is above the floor again (+30 tokens on the 1st of each month: about "), "{told}");
     assert!(told.contains("Ask the cluster administrators for tokens, or submit under another of your accounts that has tokens (gputokens): sbatch -A gputokens."), "{told}");

@@ -82,7 +82,8 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
     let preemption = top.table("preemption", preemption);
     let exempt = top.table("exempt", |s| Exempt {
         users: s.get("users", Vec::new(), names),
-        accounts: s.get("accounts", Vec::new(), names),
+        // Slurm's account names are case-blind (kept lower-case): `OPS` is the account ops.
+        accounts: s.get("accounts", Vec::new(), names).iter().map(|a| crate::pools::slurm_account_name(a)).collect(),
         qos: s.get("qos", Vec::new(), names),
     });
     let health = top.table("health", health);

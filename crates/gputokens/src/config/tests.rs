@@ -280,7 +280,7 @@ fn reads_paths_and_admission() {
 fn limits_estimate_deprioritization_and_exemptions() {
     let text = "[admission]\nmode = \"estimate\"\ndeprioritize = \"site_factor\"\nsite_factor = -500\n\
                 default_time_limit = \"4h\"\nmax_gpus_per_user = 8\nmax_job_duration = \"2d\"\n\
-                [exempt]\nusers = [\"root\", \"ops\"]\naccounts = [\"admin\"]\nqos = [\"urgent\"]\n";
+                [exempt]\nusers = [\"root\", \"ops\"]\naccounts = [\"Admin\"]\nqos = [\"urgent\"]\n";
     let c = parse(text).unwrap();
     let a = &c.admission;
     assert_eq!(a.mode, Mode::Estimate);
@@ -290,6 +290,7 @@ fn limits_estimate_deprioritization_and_exemptions() {
     assert_eq!(a.max_job_duration, Some(Duration::from_secs(2 * 86400)));
     assert_eq!(c.exempt.users, ["root", "ops"]);
     assert_eq!((c.exempt.accounts.len(), c.exempt.qos.len()), (1, 1));
+    assert_eq!(c.exempt.accounts, ["admin"], "Slurm's name for the account Admin");
     let c = parse("[admission]\ndeprioritize = \"qos\"\nqos = \"overdraft\"\n").unwrap();
     assert_eq!(c.admission.deprioritize, Deprioritize::Qos("overdraft".into()));
     let (c, problems) = lenient("[admission]\ndeprioritize = \"qos\"\nnice_increment = 7\n");

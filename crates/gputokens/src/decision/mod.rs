@@ -132,6 +132,21 @@ impl<'a> Standing<'a> {
         self.user_name(uid).and_then(|n| self.snapshot.default_accounts.get(n)).map(String::as_str)
     }
 
+    /// The account a job of `uid` that names `account` (-A) runs under: that one where the user has
+    /// an association with it (or the snapshot lists none of the user's), else their default
+    /// account (None: unknown), which slurmctld without `AccountingStorageEnforce=associations`
+    /// quietly runs it under (and with it refuses the job anyway).
+    pub fn account_run_under<'j>(&self, uid: u32, account: &'j str) -> Option<&'j str>
+    where
+        'a: 'j,
+    {
+        let listed = self.user_name(uid).and_then(|n| self.snapshot.user_accounts.get(n));
+        match listed {
+            Some(accounts) if !accounts.iter().any(|a| a == account) => self.default_account(uid),
+            _ => Some(account),
+        }
+    }
+
     /// Seconds since accountd wrote the snapshot.
     pub fn age(&self, now: i64) -> i64 {
         now - self.snapshot.generated
@@ -177,7 +192,11 @@ impl Owner {
         let who = name.map_or(format!("uid {uid}"), |n| format!("{n} (uid {uid})"));
         let exempt = inputs.exempt.covers(&JobIdentity {
             user: name,
-            account: job.account.as_deref(),
+            // `-A ops` of a user not in ops runs under (and is exempt as) their default account.
+            account: job.account.as_deref().and_then(|a| match inputs.standing {
+                Some(s) => s.account_run_under(uid, a),
+                None => Some(a),
+            }),
             default_account: inputs.standing.and_then(|s| s.default_account(uid)),
             qos: job.qos.as_deref(),
         });
@@ -224,7 +243,7 @@ impl<'a> Account<'a> {
     fn of(standing: Standing<'a>, case: &Case) -> Account<'a> {
         let snapshot = standing.snapshot;
         let default = standing.default_account(case.owner.uid);
-        let named = case.job.account.as_deref();
+        let named = case.job.account.as_deref().and_then(|a| standing.account_run_under(case.owner.uid, a));
         let queued = case.job.job_id.and_then(|id| snapshot.queue.as_ref()?.job_accounts.get(&id)).map(String::as_str);
         let unknown_update = named.is_none() && queued.is_none() && case.job.job_id.is_some();
         if !unknown_update || snapshot.pool_mode == PoolMode::User {

@@ -11,7 +11,8 @@ use crate::Tokens;
 
 const BOB: u32 = 1002;
 
-/// bob (50 tokens of his own, default account physics) in lab (at its floor) and course (50).
+/// bob (50 tokens of his own, default account physics) in lab (at its floor), course (50) and ops
+/// (no pool); rich (a pool of 1000) is not his.
 fn world(mode: PoolMode) -> super::fixtures::World {
     let mut snap = snapshot();
     snap.pool_mode = mode;
@@ -25,7 +26,8 @@ fn world(mode: PoolMode) -> super::fixtures::World {
     snap.pools.insert("lab".into(), pool(-10));
     snap.pools.insert("course".into(), pool(50));
     snap.pools.insert("physics".into(), pool(-4));
-    snap.user_accounts.insert("bob".into(), vec!["course".into(), "lab".into(), "physics".into()]);
+    snap.pools.insert("rich".into(), pool(1000));
+    snap.user_accounts.insert("bob".into(), vec!["course".into(), "lab".into(), "ops".into(), "physics".into()]);
     snap.queue.as_mut().unwrap().job_accounts.insert(7, "lab".into());
     snap.queue.as_mut().unwrap().job_accounts.insert(8, "course".into());
     snap.generated = NOW - 10;
@@ -56,7 +58,7 @@ fn the_jobs_account_picks_the_pool_that_pays() {
     let refused = submit(PoolMode::Account, &gpu_job(Some("lab")));
     assert!(matches!(refused, Verdict::Reject { .. }), "{refused:?}");
     assert!(message(&refused).contains("account lab's GPU token balance is -10"));
-    assert!(message(&refused).contains("(course, physics): sbatch -A course."), "{}", message(&refused));
+    assert!(message(&refused).contains("(course, ops, physics): sbatch -A course."), "{}", message(&refused));
     assert!(matches!(submit(PoolMode::Account, &gpu_job(Some("course"))), Verdict::Accept { message: None, .. }));
     let default = submit(PoolMode::Account, &gpu_job(None));
     assert!(
@@ -71,6 +73,17 @@ fn the_jobs_account_picks_the_pool_that_pays() {
         matches!(submit(PoolMode::User, &gpu_job(Some("lab"))), Verdict::Accept { message: None, .. }),
         "user mode"
     );
+}
+
+#[test]
+fn an_account_named_in_another_case_or_not_the_users_is_judged_as_slurm_runs_it() {
+    // The plugin reads -A lower-cased (slurmctld lower-cases it only after job_submit): LAB is lab.
+    let lab = JobRequest { account: Some(crate::pools::slurm_account_name("LAB")), ..gpu_job(None) };
+    assert!(message(&submit(PoolMode::Account, &lab)).contains("account lab's GPU token balance is -10"));
+    // rich is not bob's: slurmctld refuses it, or without AccountingStorageEnforce=associations runs
+    // it under his default account physics, which pays; never judged by rich's 1000.
+    let rich = submit(PoolMode::Account, &gpu_job(Some("rich")));
+    assert!(message(&rich).starts_with("gputokens: account physics's GPU token balance is -4 (below 0)"), "{rich:?}");
 }
 
 #[test]
