@@ -95,13 +95,20 @@ pub struct Config {
 pub struct Refunds {
     /// The causes refunded (`causes`); empty: none, admins refund by hand.
     pub causes: Vec<crate::refunds::RefundCause>,
-    /// At most this many GPU-seconds of one run are refunded (`max_gpu_hours`); None: all of it.
+    /// At most this many GPU-seconds of one run are refunded (`max_gpu_hours`, 24 by default).
     pub max_gpu_seconds: Option<u64>,
+    /// At most this many tokens are refunded automatically to one balance (a user's or a pool's)
+    /// per month (`max_tokens_per_month`, 100 by default): beyond it an admin refunds by hand.
+    pub max_tokens_per_month: crate::tokens::Tokens,
 }
 
 impl Default for Refunds {
     fn default() -> Refunds {
-        Refunds { causes: crate::refunds::RefundCause::ALL.to_vec(), max_gpu_seconds: None }
+        Refunds {
+            causes: crate::refunds::RefundCause::ALL.to_vec(),
+            max_gpu_seconds: Some(24 * 3600),
+            max_tokens_per_month: crate::tokens::Tokens::whole(100),
+        }
     }
 }
 

@@ -1,9 +1,12 @@
-//! Which ended GPU runs are refunded automatically (`[refunds]`): runs lost to the system, never
-//! runs that ended by themselves. A run counts as lost when its node failed under it (sacct's
-//! NODE_FAIL, which only slurmctld sets) or when gputokens took it off a GPU it drained for a
-//! hardware fault. A run a user requeued or cancelled, that exited non-zero, ran out of memory or
-//! hit its time limit is charged in full: none of those is the system's doing, and any user can
-//! cause them.
+//! Which ended GPU runs are refunded automatically (`[refunds]`): runs lost to causes their user
+//! cannot produce, never runs that ended by themselves. A run counts as lost when gputokens took it
+//! off a GPU it drained for a hardware fault (fell off the bus, uncorrectable ECC, a hardware XID:
+//! heat never requeues, a user's own code makes it), or when its node failed under it (sacct's
+//! NODE_FAIL) and the failure hit another user's run on that node too: a job can make its own node
+//! miss slurmd's heartbeat (exhausted PIDs, memory outside its cgroup, a hung driver), so a failure
+//! that took only one user's runs is left to an admin's `accountd admin refund`. A run a user
+//! requeued or cancelled, that exited non-zero, ran out of memory or hit its time limit is charged
+//! in full.
 
 /// Why a run is refunded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -37,12 +40,37 @@ pub struct RunEnd<'a> {
     pub state: &'a str,
     /// gputokens' own fault requeue or cancel of this job while this run held its GPUs.
     pub fault_action: bool,
+    /// For NODE_FAIL: another user's run on one of its nodes ended NODE_FAIL with it
+    /// ([`node_failure_shared`]).
+    pub node_failure_shared: bool,
+}
+
+/// How near two NODE_FAIL ends must be to be one node failure: slurmctld ends every job of a node
+/// that stopped answering in the same pass.
+pub const NODE_FAILURE_WINDOW: i64 = 120;
+
+/// A run that ended NODE_FAIL: whose, on which nodes (expanded), when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedRun {
+    pub user: String,
+    pub nodes: Vec<String>,
+    pub end: i64,
+}
+
+/// Whether `run`'s node failure took another user's run too: one on a node of `run`'s, ended
+/// NODE_FAIL within [`NODE_FAILURE_WINDOW`].
+pub fn node_failure_shared(run: &FailedRun, failed: &[FailedRun]) -> bool {
+    failed.iter().any(|other| {
+        other.user != run.user
+            && (other.end - run.end).abs() <= NODE_FAILURE_WINDOW
+            && other.nodes.iter().any(|n| run.nodes.contains(n))
+    })
 }
 
 /// Why `run` is refunded, if it is; `causes` are the site's (`[refunds] causes`).
 pub fn cause(run: &RunEnd, causes: &[RefundCause]) -> Option<RefundCause> {
     let found = match run.state {
-        "NODE_FAIL" => RefundCause::NodeFail,
+        "NODE_FAIL" if run.node_failure_shared => RefundCause::NodeFail,
         // gputokens' `scontrol requeue` ends the run REQUEUED, its fallback `scancel` CANCELLED;
         // the same states from a user's own requeue or scancel have no fault action behind them.
         "REQUEUED" | "CANCELLED" if run.fault_action => RefundCause::GpuFault,
@@ -65,7 +93,23 @@ mod tests {
     use super::*;
 
     fn end(state: &str, fault_action: bool) -> RunEnd<'_> {
-        RunEnd { state, fault_action }
+        RunEnd { state, fault_action, node_failure_shared: state == "NODE_FAIL" }
+    }
+
+    #[test]
+    fn a_node_failure_is_refunded_only_when_it_took_another_users_run_too() {
+        let alone = RunEnd { state: "NODE_FAIL", fault_action: false, node_failure_shared: false };
+        assert_eq!(cause(&alone, &RefundCause::ALL), None);
+        let run = |user: &str, nodes: &[&str], end| FailedRun {
+            user: user.into(),
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+            end,
+        };
+        let alices = run("alice", &["gpu1", "gpu2"], 1000);
+        assert!(node_failure_shared(&alices, &[run("bob", &["gpu2"], 1030)]));
+        assert!(!node_failure_shared(&alices, &[run("alice", &["gpu2"], 1000)]), "her own other job");
+        assert!(!node_failure_shared(&alices, &[run("bob", &["gpu3"], 1000)]), "another node");
+        assert!(!node_failure_shared(&alices, &[run("bob", &["gpu1"], 1000 + NODE_FAILURE_WINDOW + 1)]), "later");
     }
 
     #[test]

@@ -32,7 +32,15 @@ fn run(job: &str, user: &str, account: Option<&str>, start: &str, hours: u64) ->
 }
 
 fn refund<'a>(job: &'a str, start: &str, share: (u64, u64), now: i64) -> RunRefund<'a> {
-    RunRefund { job_id: job, segment_start: at(start), share, reason: "lost run: node vm failed (NODE_FAIL)", at: now }
+    RunRefund {
+        job_id: job,
+        segment_start: at(start),
+        share,
+        reason: "lost run: node vm failed (NODE_FAIL)",
+        at: now,
+        month_cap: Tokens::whole(1_000_000),
+        month_start: 0,
+    }
 }
 
 fn balance(l: &Ledger, name: &str) -> Tokens {
@@ -115,4 +123,30 @@ fn a_pool_paid_run_goes_back_to_the_pool() {
     assert_eq!(balance(&l, &holder("lab")), Tokens::whole(100));
     let alice = l.account("alice").unwrap().map(|a| a.balance);
     assert!(alice.is_none() || alice == Some(Tokens::whole(100)), "alice paid nothing, gets nothing: {alice:?}");
+}
+
+#[test]
+fn automatic_refunds_stop_at_the_monthly_cap_of_each_balance() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let now = at("2026-11-26T12:00:00");
+    // Three lost runs of 2 h each (8 tokens each); at most 10 tokens back this month.
+    let runs: Vec<_> = ["1", "2", "3"].iter().map(|job| run(job, "carol", None, "2026-11-26T08:00:00", 2)).collect();
+    l.charge(&runs, &prices(), now).unwrap();
+    let capped = |job| RunRefund {
+        month_cap: Tokens::whole(10),
+        month_start: at("2026-11-01T00:00:00"),
+        ..refund(job, "2026-11-26T08:00:00", (1, 1), now)
+    };
+    assert_eq!(l.refund_run(&capped("1")).unwrap()[0].amount, Tokens::whole(8));
+    let second = l.refund_run(&capped("2")).unwrap();
+    assert_eq!(second[0].amount, Tokens::whole(2), "what is left of the month's 10");
+    assert!(second[0].reason.ends_with("; capped by [refunds] max_tokens_per_month (10)"), "{}", second[0].reason);
+    assert!(l.refund_run(&capped("3")).unwrap().is_empty(), "the cap is reached: an admin refunds by hand");
+    // An admin's refund is not counted against it, nor limited by it.
+    assert_eq!(l.refund_job("3", "root", "checked by hand", now).unwrap()[0].amount, Tokens::whole(8));
+    // Next month the cap starts again.
+    let next = RunRefund { month_start: at("2026-12-01T00:00:00"), ..capped("2") };
+    let next = RunRefund { at: at("2026-12-01T01:00:00"), ..next };
+    assert!(l.refund_run(&next).unwrap().is_empty(), "run 2 was refunded (in part) once already");
 }

@@ -20,6 +20,24 @@ pub struct RunRefund<'a> {
     pub share: (u64, u64),
     pub reason: &'a str,
     pub at: i64,
+    /// At most this much is refunded automatically to one balance in the month from
+    /// `month_start` (unix seconds) on: what it already had back since then counts.
+    pub month_cap: Tokens,
+    pub month_start: i64,
+}
+
+/// The actor of automatic refunds.
+const AUTOMATIC: &str = "gputokens";
+
+/// What `holder` had back in automatic refunds since `since` (micro-tokens).
+fn automatic_refunds_since(tx: &rusqlite::Transaction<'_>, holder: &str, since: i64) -> Result<i128, LedgerError> {
+    let sum: i64 = tx
+        .prepare_cached(
+            "SELECT COALESCE(SUM(amount), 0) FROM entries
+             WHERE user = ?1 AND kind = 'refund' AND actor = ?2 AND at >= ?3",
+        )?
+        .query_row(params![holder, AUTOMATIC, since], |r| r.get(0))?;
+    Ok(i128::from(sum))
 }
 
 /// The key of the refund of run `segment_start` of `job_id` to `holder`: each run refunded once.
@@ -60,17 +78,23 @@ impl Ledger {
             left -= share;
             let given_back = refunded_to(&tx, run.job_id, holder)?;
             let amount = share.min(i128::from(*holder_paid - given_back));
-            let Ok(amount) = i64::try_from(amount) else { continue };
+            let month_left = i128::from(run.month_cap.micro()) - automatic_refunds_since(&tx, holder, run.month_start)?;
+            let capped = amount > month_left;
+            let Ok(amount) = i64::try_from(amount.min(month_left)) else { continue };
             if amount <= 0 {
                 continue;
             }
+            let reason = match capped {
+                true => format!("{}; capped by [refunds] max_tokens_per_month ({})", run.reason, run.month_cap),
+                false => run.reason.to_string(),
+            };
             let mut entry = NewEntry::new(
                 holder,
                 EntryKind::Refund,
                 Tokens::from_micro(amount),
                 run.at,
-                "gputokens",
-                run.reason,
+                AUTOMATIC,
+                &reason,
                 run_refund_key(run.job_id, run.segment_start, holder),
             );
             entry.job_id = Some(run.job_id.to_string());

@@ -200,6 +200,10 @@ unsafe fn give_message(err_msg: *mut *mut c_char, message: &str, replace: bool) 
     unsafe { *err_msg = slurm::slurm_xstrdup(text.as_ptr()) };
 }
 
+/// The exported `job_submit`'s signature: what [`BenchJob::submit`] calls (given by `crate::bench`,
+/// so this module does not name the crate's entry points).
+pub type JobSubmit = unsafe extern "C" fn(*mut job_desc_msg_t, u32, *mut *mut c_char) -> c_int;
+
 /// A GPU job as slurmctld hands it to `job_submit`, for the benchmarks (`crate::bench`).
 pub struct BenchJob {
     uid: u32,
@@ -224,7 +228,7 @@ impl BenchJob {
     /// Makes a fresh job description of this job (nice unset) and calls the exported `job_submit`
     /// with it, as slurmctld does; frees what the plugin allocated (the message, a replaced QOS) as
     /// slurmctld would.
-    pub fn submit(&self) -> BenchSubmitted {
+    pub fn submit(&self, job_submit: JobSubmit) -> BenchSubmitted {
         let mut desc = job_desc_msg_t {
             user_id: self.uid,
             nice: NO_VAL,
@@ -236,7 +240,7 @@ impl BenchJob {
         let started = Instant::now();
         // SAFETY: a valid job description whose strings (ours, NUL-terminated) outlive the call, and
         // a NULL message, as slurmctld passes them.
-        let code = unsafe { crate::job_submit(&mut desc, self.uid, &mut err) };
+        let code = unsafe { job_submit(&mut desc, self.uid, &mut err) };
         let took = started.elapsed();
         // SAFETY: the plugin leaves `err` NULL or an xstrdup'ed string, and `desc.qos` (NULL before
         // the call) NULL or an xstrdup'ed one: each is read, then freed once.

@@ -135,7 +135,21 @@ unsafe fn modify(job_desc: *mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *
 /// `slurm_ffi::stand_in_symbols!`.
 #[doc(hidden)]
 pub mod bench {
-    pub use crate::ffi::{BenchJob as Job, BenchSubmitted as Submitted};
+    pub use crate::ffi::BenchSubmitted as Submitted;
+
+    /// A GPU job of `uid` submitted through the exported `job_submit`.
+    pub struct Job(crate::ffi::BenchJob);
+
+    impl Job {
+        pub fn new(uid: u32, tres_per_node: &str, account: Option<&str>) -> Job {
+            Job(crate::ffi::BenchJob::new(uid, tres_per_node, account))
+        }
+
+        /// One submission, as slurmctld makes it (see `ffi::BenchJob::submit`).
+        pub fn submit(&self) -> Submitted {
+            self.0.submit(crate::job_submit)
+        }
+    }
 
     /// `init` with the config at `config_path`.
     pub fn start(config_path: &std::path::Path) {

@@ -1,7 +1,7 @@
 //! GPU health from the agents' reports: a GPU that fell off the bus, has an uncorrectable ECC error,
 //! reports a hardware XID (`[health] drain_xids`) or stays hotter than `max_temperature` for
-//! `temperature_for` gets its node drained (`scontrol update ... state=drain`) and the jobs on it
-//! requeued. Other XIDs are a program's own errors, which any user can cause: logged and counted only.
+//! `temperature_for` gets its node drained (`scontrol update ... state=drain`), and, for the
+//! hardware faults (not heat), the jobs on it requeued. Other XIDs are a program's own errors, which any user can cause: logged and counted only.
 //! Only an admin resumes the node. Each fault is acted on once, kept in the ledger (`gpu_faults`) so a
 //! restart does not drain again a node resumed for it: a state fault (lost, ECC, heat) until a report
 //! shows the GPU without it, an XID until `repeat_after` after its drain.
@@ -142,15 +142,24 @@ fn drain(
     }
     audit(res, "drain", node, "", &reason)?;
     res.metrics.drains.get_or_create(&NodeLabels { node: node.to_string() }).inc();
+    // Heat alone drains and requeues nothing: a throttled GPU still computes (slower), the jobs on
+    // it end by themselves, and its occupant's own code can make it hot, so a requeue for heat
+    // would be a refund any user could have (audit H2).
+    if new.iter().all(|fault| matches!(fault, Fault::Hot { .. })) {
+        tracing::warn!("{node}: GPU {index} is drained for heat; the jobs on it run on (heat requeues nothing)");
+        return Ok(reason);
+    }
     // Audited as fault actions, apart from preemptions: the run they end is refunded ([refunds]).
+    // Each is recorded before scontrol runs, so a crash or a slow scontrol cannot lose the refund of
+    // a run that was taken off a failing GPU.
     for (job, user) in jobs_on_gpu(report, &slurm, index) {
-        let result = slurm
-            .run("scontrol", &["--", "requeue", &job])
-            .map(|_| FAULT_REQUEUE)
-            .or_else(|_| slurm.run("scancel", &["--", &job]).map(|_| FAULT_CANCEL));
-        match result {
-            Ok(action) => audit(res, action, &job, &user, &reason)?,
-            Err(e) => tracing::error!("cannot requeue job {job} from failing GPU {index} of {node}: {e}"),
+        audit(res, FAULT_REQUEUE, &job, &user, &reason)?;
+        if let Err(e) = slurm.run("scontrol", &["--", "requeue", &job]) {
+            tracing::warn!("cannot requeue job {job} from failing GPU {index} of {node} ({e}): cancelling it");
+            match slurm.run("scancel", &["--", &job]) {
+                Ok(_) => audit(res, FAULT_CANCEL, &job, &user, &reason)?,
+                Err(e) => tracing::error!("cannot requeue or cancel job {job} on failing GPU {index} of {node}: {e}"),
+            }
         }
     }
     Ok(reason)

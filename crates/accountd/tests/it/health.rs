@@ -50,20 +50,23 @@ pub(crate) struct Gpus {
     tick: u32,
     temp: [u32; 8],
     pub(crate) xids: [Vec<u64>; 8],
+    /// NVML says the GPU slows its clocks down for heat (written only when true).
+    pub(crate) slowed_for_heat: [bool; 8],
 }
 
 impl Gpus {
     pub(crate) fn new() -> Gpus {
-        Gpus { tick: 0, temp: [50; 8], xids: Default::default() }
+        Gpus { tick: 0, temp: [50; 8], xids: Default::default(), slowed_for_heat: [false; 8] }
     }
 
     pub(crate) fn text(&self) -> String {
         (0..8)
             .map(|i| {
                 let util = if i == 0 { self.tick } else { 0 };
+                let slowed = if self.slowed_for_heat[i] { "thermal_slowdown = true\n" } else { "" };
                 format!(
                     "[[gpu]]\nuuid = \"GPU-{i:08}\"\nname = \"NVIDIA GPU\"\nutil_gpu = {util}\nmem_used = 0\n\
-                     mem_total = 25769803776\ntemp = {}\necc_uncorrected = 0\nxids = {:?}\n",
+                     mem_total = 25769803776\ntemp = {}\necc_uncorrected = 0\nxids = {:?}\n{slowed}",
                     self.temp[i], self.xids[i]
                 )
             })
@@ -100,12 +103,12 @@ fn wait_for(site: &Site, what: &str, mut done: impl FnMut() -> bool) {
 }
 
 /// `vm`'s state and drain reason (`none` without one).
-fn node() -> (String, String) {
+pub(crate) fn node() -> (String, String) {
     let sinfo = |f: &str| run_as(None, Path::new("/usr/bin/sinfo"), &["-h", "-n", "vm", "-o", f]).ok().stdout;
     (sinfo("%t").trim().to_string(), sinfo("%E").trim().to_string())
 }
 
-fn drained() -> bool {
+pub(crate) fn drained() -> bool {
     let (state, _) = node();
     state.starts_with("drain") || state.starts_with("drng")
 }

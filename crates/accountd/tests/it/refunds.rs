@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::cluster::{charge_cycles, sacct, sbatch, serial, wait_charge_cycles, wait_finished, wait_until};
 use crate::common::{run_as, Site};
-use crate::health::{settle, Agent, Gpus};
+use crate::health::{drained, node, settle, Agent, Gpus};
 use crate::preemption::{cancel, squeue, wait_for};
 use crate::web::{page_of, proxy_settings};
 
@@ -164,14 +164,67 @@ fn a_run_lost_to_a_gpu_fault_is_refunded_once_and_runs_that_end_by_themselves_ar
     cancel(&[&alice]);
 }
 
+/// The audit's H2: alice's own code keeps her GPU throttling for heat past `temperature_for`. The
+/// node is drained (no new jobs on a GPU that hot), but her job runs on (a throttled GPU still
+/// computes) and, cancelled by her afterwards, is charged in full: heat is no refund any user can
+/// make for themselves.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_gpu_its_job_keeps_hot_drains_the_node_but_requeues_and_refunds_nothing() {
+    let _cluster = serial();
+    let _resume = ResumeNode;
+    let site = Site::start(
+        "",
+        "[slurm]\nfirst_lookback = \"1s\"\n[intervals]\ncharge = \"2s\"\n[health]\ntemperature_for = \"3s\"\n",
+    );
+    let alice = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
+    wait_for("alice's job to run", || squeue(&alice, "%T") == "RUNNING");
+    let index = gpu_index(&alice) as usize;
+    let state = site.path("nvml-state.toml");
+    let mut gpus = Gpus::new();
+    std::fs::write(&state, gpus.text()).unwrap();
+    let agent = Agent::start(&site, &state);
+    settle(&site, &state, &mut gpus);
+    gpus.slowed_for_heat[index] = true;
+    wait_until(60, "vm drained for heat", || {
+        settle(&site, &state, &mut gpus);
+        if drained() {
+            Ok(())
+        } else {
+            Err(format!("{:?}", node()))
+        }
+    });
+    drop(agent);
+    assert!(node().1.starts_with(&format!("gputokens: GPU {index} has slowed down for heat")), "{:?}", node());
+    assert_eq!(squeue(&alice, "%T"), "RUNNING", "her job runs on: heat requeues nothing");
+    let actions = site.accountd(None, &["admin", "actions"]).ok().stdout;
+    assert!(!actions.contains("fault-requeue") && !actions.contains("fault-cancel"), "{actions}");
+    assert!(site.log().contains("the jobs on it run on (heat requeues nothing)"), "{}", site.log());
+
+    // She cancels it herself: charged in full, never refunded, however many cycles read it.
+    cancel(&[&alice]);
+    assert!(wait_finished(&alice).starts_with("CANCELLED"));
+    wait_until(60, "alice's cancelled job charged", || {
+        let charged = history(&site, "alice").iter().any(|(kind, _, job, _)| kind == "charge" && job == &alice);
+        if charged {
+            Ok(())
+        } else {
+            Err(format!("{:?}", history(&site, "alice")))
+        }
+    });
+    wait_charge_cycles(&site, charge_cycles(&site), 2);
+    let refunds: Vec<_> = history(&site, "alice").into_iter().filter(|(kind, ..)| kind == "refund").collect();
+    assert!(refunds.is_empty(), "{refunds:?}");
+}
+
 /// Saved sacct records through `accountd charge --sacct-file`: the NODE_FAIL run is refunded once,
 /// with its node in the reason; the runs that failed, timed out, ran out of memory or were cancelled
 /// (by their user: no fault action of gputokens) are not; `[refunds]` decides the causes and the cap.
 #[test]
 fn a_node_fail_run_in_saved_records_is_refunded_once_and_nothing_else() {
     let start = gputokens::time::now() - 7200;
-    let rows = |job: u32, state: &str| {
-        format!("{job}|bob|gres/gpu:a6000=1,gres/gpu=1|3600|{start}|{}|{state}|gpu7\n", start + 3600)
+    let rows = |job: u32, user: &str, state: &str, node: &str| {
+        format!("{job}|{user}|gres/gpu:a6000=1,gres/gpu=1|3600|{start}|{}|{state}|{node}\n", start + 3600)
     };
     let mut text = "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|End|State|NodeList\n".to_string();
     for (job, state) in [
@@ -182,31 +235,46 @@ fn a_node_fail_run_in_saved_records_is_refunded_once_and_nothing_else() {
         (5, "CANCELLED by 1001"),
         (6, "REQUEUED"),
     ] {
-        text += &rows(job, state);
+        text += &rows(job, "bob", state, "gpu7");
     }
+    // gpu7's failure took carol's run too: the system's doing. gpu8's took only bob's run: his job
+    // may have brought the node down itself, so an admin decides.
+    text += &rows(7, "carol", "NODE_FAIL", "gpu7");
+    text += &rows(8, "bob", "NODE_FAIL", "gpu8");
     let site = Site::start("", "");
     let file = site.file("sacct.txt", &text);
     let out = site.accountd(None, &["charge", "--sacct-file", &file]).ok();
-    assert!(out.stdout.contains("1 runs lost to the system refunded"), "{}", out.stdout);
-    // Six a6000-hours at 4, one of them given back.
-    assert_eq!(site.balance("bob"), "80");
+    assert!(out.stdout.contains("2 runs lost to the system refunded"), "{}", out.stdout);
+    // Seven a6000-hours at 4, one of them given back; carol's one given back.
+    assert_eq!((site.balance("bob").as_str(), site.balance("carol").as_str()), ("76", "100"));
     let again = site.accountd(None, &["charge", "--sacct-file", &file]).ok();
     assert!(again.stdout.contains("0 runs lost to the system refunded"), "{}", again.stdout);
-    assert_eq!(site.balance("bob"), "80");
+    assert_eq!(site.balance("bob"), "76");
     let refunds: Vec<_> = history(&site, "bob").into_iter().filter(|(k, ..)| k == "refund").collect();
     assert_eq!(refunds.len(), 1, "{refunds:?}");
     assert_eq!((refunds[0].1.as_str(), refunds[0].2.as_str()), ("+4", "1"));
     assert!(refunds[0].3.contains("lost to a node failure (NODE_FAIL on gpu7)"), "{refunds:?}");
+    assert!(out.stderr.contains("job 8 of bob: run from "), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("ended NODE_FAIL on gpu8, but no other user's job failed with that node"),
+        "{}",
+        out.stderr
+    );
 
     // A site that refunds no node failures; one that caps a run at half a GPU-hour.
     let off = Site::start("", "[refunds]\ncauses = [\"gpu_fault\"]\n");
     let file = off.file("sacct.txt", &text);
     off.accountd(None, &["charge", "--sacct-file", &file]).ok();
-    assert_eq!(off.balance("bob"), "76");
+    assert_eq!(off.balance("bob"), "72");
     let capped = Site::start("", "[refunds]\nmax_gpu_hours = 0.5\n");
     let file = capped.file("sacct.txt", &text);
     capped.accountd(None, &["charge", "--sacct-file", &file]).ok();
-    assert_eq!(capped.balance("bob"), "78");
+    assert_eq!(capped.balance("bob"), "74");
+    // At most 3 tokens back per balance a month: bob's 4 is cut to 3.
+    let month = Site::start("", "[refunds]\nmax_tokens_per_month = 3\n");
+    let file = month.file("sacct.txt", &text);
+    month.accountd(None, &["charge", "--sacct-file", &file]).ok();
+    assert_eq!((month.balance("bob").as_str(), month.balance("carol").as_str()), ("75", "99"));
     let reasons: Vec<String> =
         history(&capped, "bob").into_iter().filter(|(k, ..)| k == "refund").map(|r| r.3).collect();
     assert!(reasons[0].ends_with("; 0.5 of its 1 GPU-hours refunded ([refunds] max_gpu_hours)"), "{reasons:?}");

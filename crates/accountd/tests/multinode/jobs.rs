@@ -36,6 +36,10 @@ fn multinode_a_lost_node_requeues_its_job_each_run_is_charged_once_and_its_silen
     let job = cluster.sbatch("alice", &["--requeue", "--gres=gpu:rtx3090:1", "--wrap", "sleep 30"]);
     let first = cluster.wait_running(&job);
     let lost = first[0].clone();
+    // bob's job on the same node: a node failure refunds only where it took another user's run
+    // too (a job alone could have brought its own node down).
+    let bobs = cluster.sbatch("bob", &["--no-requeue", "-w", &lost, "--gres=gpu:1", "--wrap", "sleep 300"]);
+    cluster.wait_running(&bobs);
     // Its agent has reported; then the node goes: cable out, every process in it killed.
     let report_of = |node: &str| crate::metric(&cluster.http_get("/metrics"), &crate::last_report(node));
     wait_until(30, &format!("{lost}'s agent reporting"), || report_of(&lost));
@@ -76,6 +80,9 @@ fn multinode_a_lost_node_requeues_its_job_each_run_is_charged_once_and_its_silen
     assert_eq!(refunded[0].amount, segments[0].cost(), "{refunded:?} {segments:?}");
     assert!(refunded[0].reason.contains(&format!("lost to a node failure (NODE_FAIL on {lost})")), "{refunded:?}");
     assert_eq!(refunded[0].actor, "gputokens");
+    let bobs_refund = cluster.history("bob").into_iter().filter(|e| e.kind == gputokens::entry::EntryKind::Refund);
+    let bobs_refund: Vec<_> = bobs_refund.filter(|e| e.job_id.as_deref() == Some(&bobs)).collect();
+    assert_eq!(bobs_refund.len(), 1, "bob's run lost with the same node: {bobs_refund:?}");
 
     // No node drained for it: not the lost one (Slurm's DOWN only), not the others.
     let states = cluster.on("ctl1", None, &["sinfo", "-h", "-N", "-o", "%N %T"]).ok().stdout;

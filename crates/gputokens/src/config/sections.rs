@@ -405,15 +405,16 @@ fn refunds(s: &mut Section) -> Refunds {
         }
         Ok(list)
     });
-    let max_gpu_seconds = s.optional("max_gpu_hours", |v| {
+    let max_gpu_seconds = s.get("max_gpu_hours", d.max_gpu_seconds, |v| {
         let hours = number(v)?;
         if !(hours > 0.0 && hours <= 1e9) {
             return Err(format!("must be a number of GPU-hours above 0 (got {hours})"));
         }
-        Ok((hours * 3600.0).round() as u64)
+        Ok(Some((hours * 3600.0).round() as u64))
     });
+    let max_tokens_per_month = s.get("max_tokens_per_month", d.max_tokens_per_month, non_negative_amount);
     let causes = causes.iter().filter_map(|c| RefundCause::parse(c)).collect();
-    Refunds { causes, max_gpu_seconds }
+    Refunds { causes, max_gpu_seconds, max_tokens_per_month }
 }
 
 /// `[web]`: the status page's address, link and session lifetimes, and trusted proxies.
