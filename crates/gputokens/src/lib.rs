@@ -11,6 +11,7 @@ pub mod entry;
 pub mod estimate;
 pub mod file_stamp;
 pub mod forecast;
+pub mod free_text;
 pub mod gpu_request;
 pub mod gpu_time;
 pub mod job_request;

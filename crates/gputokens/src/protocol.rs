@@ -110,6 +110,29 @@ pub enum Request {
 }
 
 impl Request {
+    /// Why the request's free text (`--reason`, `--key`) cannot be recorded, or None: see
+    /// [`crate::free_text`]. Checked for every caller before anything is done.
+    pub fn free_text_problem(&self) -> Option<String> {
+        use crate::free_text::{key_problem, reason_problem};
+        let (reason, key) = match self {
+            Request::Grant { reason, key, .. }
+            | Request::Adjust { reason, key, .. }
+            | Request::PoolGrant { reason, key, .. }
+            | Request::Transfer { reason, key, .. } => (Some(reason), key.as_ref()),
+            Request::Refund { reason, .. } => (Some(reason), None),
+            Request::PoolSet { key, .. } => (None, key.as_ref()),
+            Request::Balances { .. }
+            | Request::History { .. }
+            | Request::Import { .. }
+            | Request::Actions { .. }
+            | Request::Statement { .. }
+            | Request::WebLogin
+            | Request::PoolImport { .. }
+            | Request::Pools { .. } => (None, None),
+        };
+        reason.and_then(|r| reason_problem(r)).or_else(|| key.and_then(|k| key_problem(k)))
+    }
+
     /// The request with every account name in it as Slurm keeps it (lower-case: `LAB` is the account
     /// `lab`, [`crate::pools::slurm_account_name`]), the history of `account LAB` included: accountd
     /// compares names only after this, whoever sent them.

@@ -1,5 +1,6 @@
 //! `accountd admin ...`: requests to the daemon, printed for a person.
 
+use gputokens::free_text::printable;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -85,7 +86,14 @@ pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
             crate::outln!("{:<19} {:<13} {:<10} {:<10} Reason", "Time", "Action", "Target", "User");
             for a in actions {
                 let action = if a.dry_run { format!("({})", a.action) } else { a.action };
-                crate::outln!("{:<19} {:<13} {:<10} {:<10} {}", format_local(a.at), action, a.target, a.user, a.reason);
+                crate::outln!(
+                    "{:<19} {:<13} {:<10} {:<10} {}",
+                    format_local(a.at),
+                    action,
+                    printable(&a.target),
+                    printable(&a.user),
+                    printable(&a.reason)
+                );
             }
         }
         Reply::Imported { imported, already } => {
@@ -270,9 +278,9 @@ fn print_history(entries: &[Entry]) {
             e.kind.as_str(),
             signed(e.amount),
             e.balance_after.to_string(),
-            e.actor,
+            printable(&e.actor),
             e.job_id.as_deref().unwrap_or("-"),
-            e.reason
+            printable(&e.reason)
         );
     }
 }

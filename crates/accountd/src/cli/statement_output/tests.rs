@@ -82,7 +82,10 @@ fn text_says_so_far_and_who_did_what() {
         "{out}"
     );
     assert!(out.contains("\n            daily replenishment, 2 days      +2\n"), "{out}");
-    assert!(out.contains("\n2026-12-06  refund of job 103               +24  carol: node failure\n"), "{out}");
+    assert!(
+        out.contains("\n2026-12-06  refund of job 103               +24  carol: node\\nfailure\n"),
+        "the reason's newline shown escaped, on one line: {out}"
+    );
     assert!(out.ends_with("\n2026-12-14  closing balance (so far)         72\n"), "{out}");
 }
 

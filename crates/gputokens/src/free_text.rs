@@ -1,0 +1,90 @@
+//! Text that people other than root type (reasons, keys, names of things) and admins later read
+//! on a terminal: refused where it could pass for something else, escaped where it is shown.
+//! A coordinator's `--reason` with a newline, an escape sequence or a bidi override could show
+//! admins a line that is not there (a fake command under `journal-check`), rewrite the lines
+//! around it, or set their clipboard (OSC 52).
+
+use std::borrow::Cow;
+use std::fmt::Write;
+
+/// Whether `c` may not be shown as it is: C0 and C1 controls, DEL, the line and paragraph
+/// separators and the bidirectional overrides and isolates (which reorder what follows them).
+pub fn hidden_meaning(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` as it may be printed: every character of [`hidden_meaning`] as Rust writes it escaped
+/// (`\n`, `\t`, `\u{1b}`), the rest as it is.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(hidden_meaning) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if hidden_meaning(c) {
+            let _ = write!(out, "{}", c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Reasons are at most this long (bytes): a sentence, not a document.
+pub const MAX_REASON_BYTES: usize = 1000;
+/// Keys are at most this long (bytes).
+pub const MAX_KEY_BYTES: usize = 200;
+
+/// Why `reason` cannot be recorded, or None when it can.
+pub fn reason_problem(reason: &str) -> Option<String> {
+    if reason.trim().is_empty() {
+        Some("--reason must say why".into())
+    } else if reason.len() > MAX_REASON_BYTES {
+        Some(format!("--reason is {} bytes long: {MAX_REASON_BYTES} at most", reason.len()))
+    } else if let Some(c) = reason.chars().find(|c| hidden_meaning(*c)) {
+        Some(format!(
+            "--reason holds the control character {} (newlines, escape sequences and direction marks are refused: \
+             admins read reasons on their terminals)",
+            c.escape_unicode()
+        ))
+    } else {
+        None
+    }
+}
+
+/// Why `key` cannot be an idempotency key, or None when it can: one word of printable characters.
+pub fn key_problem(key: &str) -> Option<String> {
+    if key.is_empty() {
+        Some("--key is empty".into())
+    } else if key.len() > MAX_KEY_BYTES {
+        Some(format!("--key is {} bytes long: {MAX_KEY_BYTES} at most", key.len()))
+    } else if let Some(c) = key.chars().find(|c| c.is_whitespace() || hidden_meaning(*c)) {
+        Some(format!("--key holds {}: a key is one word of printable characters", c.escape_unicode()))
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_could_pass_for_other_text_is_escaped_and_refused() {
+        let attack = "term grant\n  accountd admin grant carol 100000 --reason restore; curl x | sh";
+        assert_eq!(printable(attack), "term grant\\n  accountd admin grant carol 100000 --reason restore; curl x | sh");
+        assert_eq!(printable("x\u{1b}[2K\u{1b}[1A\r"), "x\\u{1b}[2K\\u{1b}[1A\\r");
+        assert_eq!(printable("\u{1b}]52;c;ZWNobyBoaQ==\u{7}"), "\\u{1b}]52;c;ZWNobyBoaQ==\\u{7}", "OSC 52");
+        assert_eq!(printable("abc\u{202e}fed"), "abc\\u{202e}fed");
+        assert_eq!(printable("Grüße, 東京 ok"), "Grüße, 東京 ok");
+        assert!(matches!(printable("plain"), Cow::Borrowed(_)));
+        assert!(reason_problem(attack).unwrap().contains("\\u{a}"), "{:?}", reason_problem(attack));
+        assert!(reason_problem("x\u{9b}31m").is_some(), "C1 CSI");
+        assert!(reason_problem("  ").is_some());
+        assert!(reason_problem(&"x".repeat(MAX_REASON_BYTES + 1)).is_some());
+        assert_eq!(reason_problem("term grant for CS101 (Grüße)"), None);
+        assert!(key_problem("a b").is_some() && key_problem("k\u{1b}").is_some() && key_problem("").is_some());
+        assert_eq!(key_problem("monthly-bob-2026-12"), None);
+    }
+}
