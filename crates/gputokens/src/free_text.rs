@@ -39,31 +39,31 @@ pub const MAX_KEY_BYTES: usize = 200;
 /// Why `reason` cannot be recorded, or None when it can.
 pub fn reason_problem(reason: &str) -> Option<String> {
     if reason.trim().is_empty() {
-        Some("--reason must say why".into())
-    } else if reason.len() > MAX_REASON_BYTES {
-        Some(format!("--reason is {} bytes long: {MAX_REASON_BYTES} at most", reason.len()))
-    } else if let Some(c) = reason.chars().find(|c| hidden_meaning(*c)) {
-        Some(format!(
+        return Some("--reason must say why".into());
+    }
+    if reason.len() > MAX_REASON_BYTES {
+        return Some(format!("--reason is {} bytes long: {MAX_REASON_BYTES} at most", reason.len()));
+    }
+    reason.chars().find(|c| hidden_meaning(*c)).map(|c| {
+        format!(
             "--reason holds the control character {} (newlines, escape sequences and direction marks are refused: \
              admins read reasons on their terminals)",
             c.escape_unicode()
-        ))
-    } else {
-        None
-    }
+        )
+    })
 }
 
 /// Why `key` cannot be an idempotency key, or None when it can: one word of printable characters.
 pub fn key_problem(key: &str) -> Option<String> {
     if key.is_empty() {
-        Some("--key is empty".into())
-    } else if key.len() > MAX_KEY_BYTES {
-        Some(format!("--key is {} bytes long: {MAX_KEY_BYTES} at most", key.len()))
-    } else if let Some(c) = key.chars().find(|c| c.is_whitespace() || hidden_meaning(*c)) {
-        Some(format!("--key holds {}: a key is one word of printable characters", c.escape_unicode()))
-    } else {
-        None
+        return Some("--key is empty".into());
     }
+    if key.len() > MAX_KEY_BYTES {
+        return Some(format!("--key is {} bytes long: {MAX_KEY_BYTES} at most", key.len()));
+    }
+    key.chars()
+        .find(|c| c.is_whitespace() || hidden_meaning(*c))
+        .map(|c| format!("--key holds {}: a key is one word of printable characters", c.escape_unicode()))
 }
 
 #[cfg(test)]
