@@ -4,6 +4,9 @@
 #
 #   bash bench/run.sh           # figure | this checkout | previous release | ratio (this / previous)
 #   bash bench/run.sh --save    # the same, then these figures become the baseline (rewrites baseline.tsv)
+#   BENCH_KEEP=DIR bash bench/run.sh   # also keeps each benchmark's output in DIR
+#   BENCH_FROM=DIR bash bench/run.sh   # runs nothing: the table of the outputs kept in DIR
+#                                        (e.g. a checkout of an older release, whose outputs agree)
 #
 # Runs charging (cargo bench -p ledger), decision.sh, scale.sh, agent.sh and web.sh with their own
 # defaults; the environment changes them as it does for each (BENCH_RECORDS and BENCH_ROUNDS for
@@ -21,10 +24,16 @@ out=$(mktemp -d /tmp/gputokens-bench-run.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 declare -A command
 
-run() { # NAME COMMAND: runs the command line, its output shown and kept in $out/NAME
-  echo "== $2" >&2
-  bash -c "$2" 2>&1 | tee "$out/$1" >&2
+run() { # NAME COMMAND: runs the command line, its output shown and kept in $out/NAME (and BENCH_KEEP)
   command[$1]=$2
+  if [[ -n ${BENCH_FROM:-} ]]; then
+    cp "$BENCH_FROM/$1" "$out/$1" 2> /dev/null || : > "$out/$1"
+    return
+  fi
+  echo "== $2" >&2
+  # A benchmark that fails leaves its figures out (named below); the others still run.
+  bash -c "$2" 2>&1 | tee "$out/$1" >&2 || echo "bench/run.sh: failed: $2" >&2
+  if [[ -n ${BENCH_KEEP:-} ]]; then mkdir -p "$BENCH_KEEP" && cp "$out/$1" "$BENCH_KEEP/$1"; fi
 }
 figure() { # NAME FIGURE UNIT VALUE: one headline figure of benchmark NAME (none: not in its output)
   [[ -n $4 ]] || { echo "bench/run.sh: no '$2' in the output of: ${command[$1]}" >&2; return; }
