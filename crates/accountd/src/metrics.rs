@@ -71,6 +71,8 @@ pub struct Metrics {
     pub jobs_charged: Counter,
     pub cycle_seconds: Family<CycleLabels, FloatGauge>,
     pub cycle_failures: Family<CycleLabels, Counter>,
+    /// Balances a cycle could not change and left for the next one, the others going on.
+    pub balances_skipped: Family<CycleLabels, Counter>,
     pub cycle_last_success: Family<CycleLabels, Gauge>,
     pub snapshot_written: Gauge,
     pub records_skipped: Family<ReasonLabels, Counter>,
@@ -165,6 +167,7 @@ impl Metrics {
             jobs_charged: Counter::default(),
             cycle_seconds: Family::default(),
             cycle_failures: Family::default(),
+            balances_skipped: Family::default(),
             cycle_last_success: Family::default(),
             snapshot_written: Gauge::default(),
             records_skipped: Family::default(),
@@ -210,6 +213,11 @@ impl Metrics {
         );
         registry.register("cycle_duration_seconds", "Duration of the last cycle", m.cycle_seconds.clone());
         registry.register("cycle_failures", "Cycles that failed", m.cycle_failures.clone());
+        registry.register(
+            "balances_skipped",
+            "Balances a cycle could not change (left for the next cycle; the others went on)",
+            m.balances_skipped.clone(),
+        );
         registry.register(
             "cycle_last_success_timestamp_seconds",
             "When the last cycle that succeeded ended (unix seconds); a failed cycle leaves it, and the snapshot, as they were",

@@ -28,6 +28,10 @@ impl Tokens {
     /// The most one grant, adjustment, imported balance or configured amount may be, either way:
     /// far above any real budget, far below where sums of them could leave the representable range.
     pub const LIMIT: Tokens = Tokens::whole(1_000_000_000);
+    /// The furthest a person's grants, adjustments and transfers may take a balance, either way:
+    /// 1,000 times [`Tokens::LIMIT`], and an eighth of the representable range, so charges, refunds
+    /// and replenishment (which are not bounded by it) always have room left to be applied.
+    pub const BALANCE_LIMIT: Tokens = Tokens::whole(1_000_000_000_000);
 
     pub const fn from_micro(micro: i64) -> Self {
         Tokens(micro)

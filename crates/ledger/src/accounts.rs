@@ -177,8 +177,31 @@ pub(crate) fn insert_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied
     if added == 0 {
         return Ok(Applied::AlreadyRecorded);
     }
+    // What a person moves by hand stays within the balance bound; the cycles' own entries (charges,
+    // replenishment, expiries, refunds of what was paid) only within the representable range.
+    if matches!(e.kind, EntryKind::Grant | EntryKind::Adjust | EntryKind::Import) {
+        refuse_beyond_balance_limit(tx, &e.user, e.amount)?;
+    }
     move_balance(tx, &e.user, e.amount, tx.last_insert_rowid())?;
     Ok(Applied::Added)
+}
+
+/// Refuses a change by hand that would take `user`'s balance beyond ±[`Tokens::BALANCE_LIMIT`]
+/// (one that brings a balance back towards it is always allowed).
+fn refuse_beyond_balance_limit(tx: &Transaction<'_>, user: &str, amount: Tokens) -> Result<(), LedgerError> {
+    let balance: Tokens = tx
+        .prepare_cached("SELECT balance FROM users WHERE name = ?1")?
+        .query_row([user], |r| r.get(0))
+        .map(Tokens::from_micro)?;
+    let moved = balance.checked_add(amount).ok_or_else(|| out_of_range(user, balance, amount))?;
+    let limit = Tokens::BALANCE_LIMIT.micro().unsigned_abs();
+    if moved.micro().unsigned_abs() > limit && moved.micro().unsigned_abs() > balance.micro().unsigned_abs() {
+        return Err(LedgerError::OutOfRange(format!(
+            "{user}'s balance {balance} changed by {amount} would pass ±{} tokens, the most a balance may be moved to",
+            Tokens::BALANCE_LIMIT
+        )));
+    }
+    Ok(())
 }
 
 /// Adds `amount` to the user's balance and makes `last_entry` their newest entry. Checked here: SQLite

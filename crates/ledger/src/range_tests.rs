@@ -74,8 +74,13 @@ fn the_largest_countable_charge_is_exact() {
 fn a_balance_is_never_moved_past_what_the_ledger_holds() {
     let dir = tempfile::tempdir().unwrap();
     let mut l = open(&dir);
+    // By hand a balance stops at BALANCE_LIMIT (below); the cycles' own entries (here a
+    // replenishment) only at the edge of the range, which is checked here.
+    let by_hand =
+        NewEntry::new("dave", EntryKind::Grant, Tokens::whole(2_000_000_000_000), 10, "root", "test", "h".into());
+    assert!(l.append(&by_hand).unwrap_err().to_string().contains("the most a balance may be moved to"));
     let grant =
-        |amount: Tokens, key: &str| NewEntry::new("dave", EntryKind::Grant, amount, 10, "root", "test", key.into());
+        |amount: Tokens, key: &str| NewEntry::new("dave", EntryKind::Replenish, amount, 10, "root", "test", key.into());
     l.append(&grant(Tokens::MAX - Tokens::whole(100), "a")).unwrap();
     assert_eq!(balance(&l, "dave"), Tokens::MAX);
     let err = l.append(&grant(Tokens::from_micro(1), "b")).unwrap_err();
@@ -90,4 +95,43 @@ fn a_balance_is_never_moved_past_what_the_ledger_holds() {
     let charge = l.charge(&[record("8", "dave", 1000, 3600)], &prices(Tokens::whole(4)), 20).unwrap();
     assert_eq!(charge.charged, Tokens::whole(4));
     assert_eq!(balance(&l, "dave"), Tokens::MAX - Tokens::whole(4));
+}
+
+/// The audit's M2: a coordinator's transfers between two pools could push both to the ends of the
+/// 64-bit range, and then every charge and replenishment of everyone failed. Moves by hand stop at
+/// ±`BALANCE_LIMIT`, and a balance that cannot be replenished is skipped while the others are.
+#[test]
+fn moves_by_hand_stop_at_the_balance_limit_and_one_balance_never_stops_replenishment() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir);
+    let now = 1_795_500_000;
+    let rules = BucketRules { initial: Tokens::ZERO, ..BucketRules::default() };
+    for pool in ["lab", "course"] {
+        l.add_pool(pool, rules, None, "root", now).unwrap();
+    }
+    let (lab, course) = (gputokens::pools::holder("lab"), gputokens::pools::holder("course"));
+    // A thousand transfers of the most one may move take lab to -BALANCE_LIMIT, course to +.
+    for i in 0..1000 {
+        let key = format!("t{i}");
+        l.transfer(&lab, &course, Tokens::LIMIT, "carol", "x", &key, now).unwrap();
+    }
+    assert_eq!(balance(&l, &course), Tokens::BALANCE_LIMIT);
+    let beyond = l.transfer(&lab, &course, Tokens::from_micro(1), "carol", "x", "t-more", now).unwrap_err();
+    assert!(beyond.to_string().contains("the most a balance may be moved to"), "{beyond}");
+    assert_eq!(balance(&l, &course), Tokens::BALANCE_LIMIT, "nothing moved");
+    // Back towards zero is always allowed.
+    l.transfer(&course, &lab, Tokens::whole(5), "carol", "x", "t-back", now).unwrap();
+    let grant = NewEntry::new(&course, EntryKind::Grant, Tokens::whole(6), now, "carol", "x", "grant:g".into());
+    assert!(l.append(&grant).is_err(), "a grant past the bound");
+
+    // A balance no replenishment can be added to (put at the very edge, as no path of gputokens
+    // can): skipped and named; everyone else replenished.
+    l.conn.execute("UPDATE users SET balance = ?2 WHERE name = ?1", rusqlite::params![course, i64::MAX]).unwrap();
+    l.append(&NewEntry::new("alice", EntryKind::Grant, Tokens::whole(1), now, "root", "x", "grant:a".into())).unwrap();
+    let days_later = now + 3 * 86_400;
+    let done = l.replenish(days_later).unwrap();
+    assert_eq!(done.failed, 1, "{done:?}");
+    assert_eq!(done.failures[0].0, course);
+    assert!(done.entries >= 3, "alice and lab replenished: {done:?}");
+    assert_eq!(balance(&l, "alice"), Tokens::whole(101 + 3));
 }

@@ -8,10 +8,14 @@ use gputokens::time::{local_date, local_midnight};
 use gputokens::tokens::Tokens;
 
 /// What one replenishment pass added.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Replenished {
     pub entries: usize,
     pub tokens: Tokens,
+    /// Balances whose replenishment failed and was left for the next pass (the others' went on).
+    pub failed: usize,
+    /// Why each failed: the holder and the error.
+    pub failures: Vec<(String, String)>,
 }
 
 impl Ledger {
@@ -33,37 +37,65 @@ impl Ledger {
         let mut done = Replenished::default();
         for (user, through, balance) in due {
             let rules = pool_rules.get(&user).unwrap_or(&user_rules);
-            let mut balance = Tokens::from_micro(balance);
-            let Ok(mut date) = through.parse::<chrono::NaiveDate>() else { continue };
-            while date < today {
-                date = date.succ_opt().unwrap_or(today);
-                let at = local_midnight(date);
-                let grants = [
-                    (EntryKind::Replenish, rules.daily, format!("daily:{user}:{date}"), "daily replenishment"),
-                    (
-                        EntryKind::Monthly,
-                        if chrono::Datelike::day(&date) == 1 { rules.monthly } else { Tokens::ZERO },
-                        format!("monthly:{user}:{}", date.format("%Y-%m")),
-                        "monthly grant",
-                    ),
-                ];
-                for (kind, amount, key, reason) in grants {
-                    if amount == Tokens::ZERO {
-                        continue;
-                    }
-                    let capped = rules.capped(balance, amount);
-                    let reason = if capped < amount { format!("{reason} (capped)") } else { reason.to_string() };
-                    let entry = NewEntry::new(&user, kind, capped, at, "gputokens", &reason, key);
-                    if insert_entry(&tx, &entry)? == Applied::Added {
-                        balance = balance + capped;
-                        done.entries += 1;
-                        done.tokens = done.tokens + capped;
-                    }
+            let Ok(date) = through.parse::<chrono::NaiveDate>() else { continue };
+            // Each balance in a savepoint of its own: one that cannot be replenished (a balance at
+            // the edge of the range) is rolled back and named, and the others are still replenished.
+            tx.execute_batch("SAVEPOINT holder")?;
+            let mut added = Replenished::default();
+            match replenish_one(&tx, &user, rules, Tokens::from_micro(balance), date, today, &mut added) {
+                Ok(()) => {
+                    tx.execute_batch("RELEASE holder")?;
+                    done.entries += added.entries;
+                    done.tokens = done.tokens + added.tokens;
+                }
+                Err(e) => {
+                    tx.execute_batch("ROLLBACK TO holder; RELEASE holder")?;
+                    done.failed += 1;
+                    done.failures.push((user, e.to_string()));
                 }
             }
-            tx.execute("UPDATE users SET replenished_through = ?2 WHERE name = ?1", params![user, today.to_string()])?;
         }
         tx.commit()?;
         Ok(done)
     }
+}
+
+/// Replenishes `user` from the day after `date` through `today`, counting into `done`.
+fn replenish_one(
+    tx: &rusqlite::Transaction<'_>,
+    user: &str,
+    rules: &gputokens::policy::BucketRules,
+    mut balance: Tokens,
+    mut date: chrono::NaiveDate,
+    today: chrono::NaiveDate,
+    done: &mut Replenished,
+) -> Result<(), LedgerError> {
+    while date < today {
+        date = date.succ_opt().unwrap_or(today);
+        let at = local_midnight(date);
+        let grants = [
+            (EntryKind::Replenish, rules.daily, format!("daily:{user}:{date}"), "daily replenishment"),
+            (
+                EntryKind::Monthly,
+                if chrono::Datelike::day(&date) == 1 { rules.monthly } else { Tokens::ZERO },
+                format!("monthly:{user}:{}", date.format("%Y-%m")),
+                "monthly grant",
+            ),
+        ];
+        for (kind, amount, key, reason) in grants {
+            if amount == Tokens::ZERO {
+                continue;
+            }
+            let capped = rules.capped(balance, amount);
+            let reason = if capped < amount { format!("{reason} (capped)") } else { reason.to_string() };
+            let entry = NewEntry::new(user, kind, capped, at, "gputokens", &reason, key);
+            if insert_entry(tx, &entry)? == Applied::Added {
+                balance = balance + capped;
+                done.entries += 1;
+                done.tokens = done.tokens + capped;
+            }
+        }
+    }
+    tx.execute("UPDATE users SET replenished_through = ?2 WHERE name = ?1", params![user, today.to_string()])?;
+    Ok(())
 }

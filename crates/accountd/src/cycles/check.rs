@@ -49,6 +49,11 @@ pub fn check(
     // Never for a day that has not come on the clock, whatever `tick --now` says.
     let replenished = cycle.res.ledger.replenish(now.min(gputokens::time::now()))?;
     cycle.res.metrics.replenished.inc_by(replenished.tokens.as_f64());
+    for (holder, why) in &replenished.failures {
+        tracing::error!("replenishment of {holder} skipped (the others' went on): {why}");
+        let labels = crate::metrics::CycleLabels { cycle: "replenish".into() };
+        cycle.res.metrics.balances_skipped.get_or_create(&labels).inc();
+    }
     // Grants that end: their warnings, then what is left of them expires (before the snapshot).
     let expiries = crate::cycles::expiries::run(&mut cycle.res, now)?;
     let slurm = crate::slurm::Slurm::new(&cycle.res.config.slurm);
