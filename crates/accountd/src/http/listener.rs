@@ -1,8 +1,10 @@
 //! Serves the HTTP router under `[http]`'s caps: connections per address and in all (at a cap the
 //! address's oldest idle connection is shed for the new one, and counted; only when all are busy is
 //! the new one closed), a short deadline for each request's headers (also on an idle keep-alive
-//! connection, so connections that never speak are dropped) and `request_timeout` for reading its
-//! body and answering.
+//! connection, so connections that never speak are dropped), the same for its body, and
+//! `request_timeout` for answering. A connection is busy (never shed) only once its whole request
+//! has arrived: one sending its body slowly is as sheddable as an idle one, so a job's trickling
+//! POSTs can never keep its node's agent out (the audit's M3).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -13,6 +15,7 @@ use axum::http::{Request, StatusCode};
 use axum::response::IntoResponse;
 use axum::Router;
 use gputokens::config::HttpAccess;
+use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
@@ -24,6 +27,9 @@ use crate::metrics::Metrics;
 /// The most a client may take to send a request's headers, on a new connection or an idle
 /// keep-alive one (`request_timeout` when that is shorter): a real client sends them at once.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most a client may take to send a request's body after its headers (256 KiB at most, from
+/// the same site): a real agent sends it at once.
+const BODY_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn reason(full: Full) -> &'static str {
     match full {
@@ -95,9 +101,27 @@ async fn serve_connection(
 ) {
     let slot = Arc::new(slot);
     let requests = slot.clone();
-    let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
-        // Busy from its headers until its response's body is written: not shed meanwhile.
-        let busy = requests.busy();
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        // Busy once the whole request has arrived (at once without a body, else when its body
+        // ends) until its response's body is written: not shed meanwhile.
+        let busy: Arc<std::sync::Mutex<Option<Busy<IpAddr>>>> = Arc::default();
+        let request = if request.body().is_end_stream() {
+            *busy.lock().unwrap_or_else(|p| p.into_inner()) = requests.busy();
+            request.map(axum::body::Body::new)
+        } else {
+            let (slot, arrived) = (requests.clone(), busy.clone());
+            request.map(|body| {
+                let deadline = Box::pin(tokio::time::sleep(BODY_TIMEOUT));
+                axum::body::Body::new(ArrivingBody {
+                    body,
+                    deadline,
+                    on_end: Some(Box::new(move || {
+                        *arrived.lock().unwrap_or_else(|p| p.into_inner()) = slot.busy();
+                    })),
+                })
+            })
+        };
+        let mut request = request;
         request.extensions_mut().insert(ConnectInfo(peer));
         let app = app.clone();
         let allowed = limited.rate.allow(peer.ip().to_canonical(), std::time::Instant::now());
@@ -114,6 +138,7 @@ async fn serve_connection(
                 Ok(response) => response?,
                 Err(_) => (StatusCode::REQUEST_TIMEOUT, "request not read and answered in time\n").into_response(),
             };
+            let busy = busy.lock().unwrap_or_else(|p| p.into_inner()).take();
             Ok::<_, std::convert::Infallible>(
                 response.map(|body| axum::body::Body::new(BusyBody { body, _busy: busy })),
             )
@@ -160,6 +185,47 @@ impl http_body::Body for BusyBody {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A request body as it arrives: an error once it has taken longer than its deadline, and `on_end`
+/// called when its last frame is in (the request is then whole: its connection turns busy).
+struct ArrivingBody {
+    body: Incoming,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    on_end: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl http_body::Body for ArrivingBody {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        use std::task::Poll;
+        let polled = std::pin::Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None)) || self.body.is_end_stream() {
+            if let Some(on_end) = self.on_end.take() {
+                on_end();
+            }
+        }
+        match polled {
+            Poll::Pending if std::future::Future::poll(self.deadline.as_mut(), cx).is_ready() => Poll::Ready(Some(
+                Err(axum::Error::new(format!("the request's body did not arrive within {} s", BODY_TIMEOUT.as_secs()))),
+            )),
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(frame) => Poll::Ready(frame.map(|f| f.map_err(axum::Error::new))),
+        }
     }
 
     fn is_end_stream(&self) -> bool {

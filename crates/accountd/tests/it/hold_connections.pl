@@ -2,8 +2,10 @@
 # hold_connections.pl — a user who floods accountd: opens COUNT connections and holds them, idle,
 # until its stdin closes (tests/it/overload.rs runs it as alice). Prints "held N" once connected.
 # With --reopen, a connection that accountd closes is opened again at once, as a determined
-# flooder would, so that COUNT stay open (or keep trying) for as long as it runs.
-#   perl hold_connections.pl [--reopen] tcp HOST:PORT FROM_ADDRESS COUNT
+# flooder would, so that COUNT stay open (or keep trying) for as long as it runs. With --slow-body
+# (tcp), each connection sends the headers of an agent report of 200,000 bytes and then one byte of
+# its body, and nothing more: busy with a request that never arrives.
+#   perl hold_connections.pl [--reopen] [--slow-body] tcp HOST:PORT FROM_ADDRESS COUNT
 #   perl hold_connections.pl [--reopen] unix SOCKET_PATH COUNT
 use strict;
 use warnings;
@@ -12,6 +14,7 @@ use IO::Socket::INET;
 use IO::Socket::UNIX;
 
 my $reopen = @ARGV && $ARGV[0] eq '--reopen' ? shift : '';
+my $slow_body = @ARGV && $ARGV[0] eq '--slow-body' ? shift : '';
 my $kind = shift // '';
 my $open;
 my $count;
@@ -19,8 +22,14 @@ if ($kind eq 'tcp' && @ARGV == 3) {
     my ($to, $from);
     ($to, $from, $count) = @ARGV;
     $open = sub {
-        IO::Socket::INET->new(PeerAddr => $to, LocalAddr => $from, Proto => 'tcp')
+        my $sock = IO::Socket::INET->new(PeerAddr => $to, LocalAddr => $from, Proto => 'tcp')
             or die "connect to $to from $from: $!\n";
+        if ($slow_body) {
+            $sock->autoflush(1);
+            print $sock "POST /v1/agent/report HTTP/1.1\r\nHost: $to\r\nContent-Type: application/json\r\n"
+                . "Content-Length: 200000\r\n\r\n{";
+        }
+        $sock;
     };
 } elsif ($kind eq 'unix' && @ARGV == 2) {
     my $path;

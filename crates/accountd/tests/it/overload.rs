@@ -151,6 +151,40 @@ fn a_reopened_idle_flood_from_the_agents_own_address_silences_nothing() {
     assert!(metric(&metrics, shed) >= 1000 - 64, "{metrics}");
 }
 
+/// The audit's M3: alice's job trickles agent-report POSTs from the node's own address, each
+/// sending its headers and a byte of a 200,000-byte body, reopened as soon as accountd closes one.
+/// A connection is busy only once its whole request is in, so hers are shed for the agent's (and
+/// closed after 5 s anyway): the node's own report still gets through at once.
+#[test]
+#[ignore = "needs the test cluster (munged, node vm): tests/cluster/up.sh"]
+fn slow_bodies_from_the_agents_own_address_never_keep_its_report_out() {
+    let _cluster = crate::cluster::serial();
+    let site = Site::start(
+        "",
+        "[http]\nlisten = \"127.0.0.1:0\"\nrequest_timeout = \"60s\"\n[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n",
+    );
+    let base = site.http_url();
+    let port = base.rsplit(':').next().unwrap().to_string();
+    let _slow =
+        Holder::start("alice", &["--reopen", "--slow-body", "tcp", &format!("127.0.0.1:{port}"), "127.0.0.1", "200"]);
+    let state = site.file(
+        "nvml.toml",
+        "[[gpu]]\nuuid = \"GPU-00000006\"\nname = \"NVIDIA a6000\"\nutil_gpu = 43\nutil_mem = 1\nmem_used = 1\nmem_total = 2\ntemp = 40\npower_mw = 1000\n",
+    );
+    for _ in 0..3 {
+        let asked = Instant::now();
+        crate::agent::report_once(&crate::agent::agent_config(&site), &state);
+        assert!(asked.elapsed() < Duration::from_secs(5), "the agent's report took {:?}", asked.elapsed());
+    }
+    let (_, metrics) = http_get(&format!("{base}/metrics"));
+    assert!(
+        metrics.contains("gputokens_gpu_utilization_percent{node=\"vm\",gpu=\"0\",uuid=\"GPU-00000006\"} 43.0"),
+        "{metrics}"
+    );
+    let shed = "gputokens_connections_shed_total{listener=\"http\",reason=\"per_address\"}";
+    assert!(metric(&metrics, shed) >= 200 - 64, "slow bodies shed: {metrics}");
+}
+
 /// `user`'s balance as the site's ledger holds it: after their newest entry, or, for a user the
 /// ledger has no entry of, what the site's snapshot says (the initial balance, for a user it lists not).
 fn held_by_the_ledger(site: &Site, user: &str) -> String {
