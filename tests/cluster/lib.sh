@@ -3,8 +3,20 @@
 
 LAB=${GPUTOKENS_LAB:-/tmp/gputokens-cluster}
 CLUSTER=gputokens          # slurm.conf ClusterName
-ACCOUNT=gputokens          # Slurm account that root, alice and bob belong to
-TEST_USERS=(alice bob carol)  # non-root users created by up.sh
+ACCOUNT=gputokens          # Slurm account that root and every test user belong to
+TEST_USERS=(alice bob carol)  # non-root users created by up.sh (the demo, check.sh, the multinode tests)
+# The cluster tests' users: each test takes a set of its own, in turn (crates/accountd/tests/it/cluster.rs
+# `serial()`), so no test sees another's jobs or charges. Set N is TEST_USERS with N in two digits:
+# alice01 bob01 carol01 … alice40 bob40 carol40; up.sh makes them like TEST_USERS.
+TEST_USER_SETS=40
+SET_USERS=()
+for (( _set = 1; _set <= TEST_USER_SETS; _set++ )); do
+  for _user in "${TEST_USERS[@]}"; do
+    printf -v _user '%s%02d' "$_user" "$_set"
+    SET_USERS+=("$_user")
+  done
+done
+unset _set _user
 SLURM_USER=slurm           # slurmctld's and slurmdbd's SlurmUser (Debian's packages create it), as on a site
 DBNAME=slurm_acct_db
 DBUSER=slurm
@@ -13,6 +25,11 @@ SLURM_ETC=/etc/slurm
 HOST=$(hostname -s)
 _SCRIPT=${0##*/}
 _T0=$(date +%s.%N)
+
+# some_of NAME...: the names, or for more than 6 the first 3, … and the count (for say).
+some_of() {
+  if (( $# <= 6 )); then echo "$*"; else echo "$1 $2 $3 … ${!#} ($# in all)"; fi
+}
 
 elapsed() { awk -v a="$_T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
 say() { printf '[%6ss] %s\n' "$(elapsed)" "$*"; }

@@ -3,8 +3,9 @@
 # and 26.05 inside tests/slurm-releases/' root filesystems). Run as root.
 #
 #   munged (as user munge) -> MariaDB -> slurmdbd, slurmctld (as SlurmUser slurm) -> slurmd, with fake typed GPUs
-#   (4 x rtx2080, 2 x rtx3090, 2 x a6000 as mknod'ed char devices), partition `gpu`, users alice and bob
-#   (created if missing) plus root in Slurm account `gputokens`.
+#   (4 x rtx2080, 2 x rtx3090, 2 x a6000 as mknod'ed char devices), partition `gpu`, users alice, bob and
+#   carol and the cluster tests' sets alice01 bob01 carol01 … alice40 bob40 carol40 (lib.sh; created if
+#   missing) plus root in Slurm account `gputokens`.
 #
 # Idempotent: daemons that are already running (PID in $LAB/pids/NAME.pid, still that executable) are
 # kept; stale pidfiles are replaced by a fresh start; a daemon whose config or plugin changed since it
@@ -106,12 +107,16 @@ wait on them)"
 say "names resolve: localhost ($addrs), $HOST"
 
 # ---- test users ----------------------------------------------------------------------------------
-for u in "${TEST_USERS[@]}"; do
-  if ! id -u "$u" >/dev/null 2>&1; then
-    useradd -m -s /bin/bash "$u"
-    say "created user $u"
-  fi
+# TEST_USERS and every cluster test's set (SET_USERS): /etc/passwd read once, only the missing made.
+declare -A have_user=()
+while IFS=: read -r u _; do have_user[$u]=1; done < /etc/passwd
+made=()
+for u in "${TEST_USERS[@]}" "${SET_USERS[@]}"; do
+  [[ -n ${have_user[$u]:-} ]] && continue
+  useradd -m -s /bin/bash "$u" || die "useradd $u failed"
+  made+=("$u")
 done
+if (( ${#made[@]} )); then say "created users $(some_of "${made[@]}")"; fi
 
 # ---- the SlurmUser: slurmctld and slurmdbd run as it; their state, logs and pidfiles are its own --
 if ! id -u "$SLURM_USER" >/dev/null 2>&1; then
@@ -379,13 +384,18 @@ if ! grep -qx "$CLUSTER|$ACCOUNT|" <<<"$assoc"; then
   bounded "$T_CALL" sacctmgr -i add account "$ACCOUNT" cluster="$CLUSTER" Description="gputokens tests" Organization=gputokens >/dev/null
   say "sacctmgr: added account $ACCOUNT"
 fi
+declare -A in_account=()
+while IFS='|' read -r c a u; do
+  if [[ $c == "$CLUSTER" && $a == "$ACCOUNT" && -n $u ]]; then in_account[$u]=1; fi
+done <<<"$assoc"
 missing=()
-for u in root "${TEST_USERS[@]}"; do
-  grep -qx "$CLUSTER|$ACCOUNT|$u" <<<"$assoc" || missing+=("$u")
+for u in root "${TEST_USERS[@]}" "${SET_USERS[@]}"; do
+  [[ -n ${in_account[$u]:-} ]] || missing+=("$u")
 done
 if (( ${#missing[@]} )); then
-  bounded "$T_CALL" sacctmgr -i add user "$(IFS=,; echo "${missing[*]}")" account="$ACCOUNT" cluster="$CLUSTER" >/dev/null
-  say "sacctmgr: added users ${missing[*]} to account $ACCOUNT"
+  bounded "$T_CALL" sacctmgr -i add user "$(IFS=,; echo "${missing[*]}")" account="$ACCOUNT" cluster="$CLUSTER" >/dev/null \
+    || die "sacctmgr did not add users ${missing[*]} to account $ACCOUNT"
+  say "sacctmgr: added users $(some_of "${missing[@]}") to account $ACCOUNT"
 fi
 
 # QOS: normal weighs 10 (the test cluster's PriorityWeightQOS makes that +10000); gputokens-overdraft,
@@ -436,4 +446,4 @@ IFS='|' read -r state gres _ <<<"$(node_line)"
 gres=$(sed 's/([^)]*)//g' <<<"$gres")
 [[ $gres == "$want_gres" ]] || die "node $HOST has gres '$gres', expected '$want_gres'"
 say "node $HOST $state, gres $gres"
-say "cluster up (LAB=$LAB, partition gpu, account $ACCOUNT: root ${TEST_USERS[*]}) in $(elapsed)s"
+say "cluster up (LAB=$LAB, partition gpu, account $ACCOUNT: root ${TEST_USERS[*]} and $TEST_USER_SETS sets of them) in $(elapsed)s"

@@ -1,6 +1,7 @@
 //! Token pools of Slurm accounts on the real cluster ([accounts] mode = "account"), as the non-root
-//! users alice, bob and carol: accounts `lab` (alice, bob) and `course` (bob, carol; carol its
-//! coordinator) made with sacctmgr; jobs charged to the pool of the account they ran under; the
+//! users alice, bob and carol (each test's own, from `serial()`): accounts `lab` (alice, bob) and
+//! `course` (bob, carol; carol its coordinator) made with sacctmgr, also the test's own (`lab07`,
+//! `course07`: named after its users); jobs charged to the pool of the account they ran under; the
 //! job_submit plugin refusing at a pool's floor and past the per-user limit with a message that says
 //! what to do; `scontrol update account=`; coordinators granting; transfers beside charge cycles.
 
@@ -12,40 +13,65 @@ use gputokens::Tokens;
 
 use crate::admission::{nice_and_qos, sbatch, update_as, Admission, SETTLE};
 use crate::charging::LIVE;
-use crate::cluster::{sacct, serial, wait_finished};
+use crate::cluster::{sacct, serial, wait_finished, Cluster};
 use crate::common::{run_as, Outcome, Site, PRICES};
 use crate::slurm_release;
 
-/// Makes the accounts and associations (idempotent: a second run finds them made).
-fn lab_and_course() {
+/// The test's accounts `lab` and `course`, named after its set of users (`lab07`, `course07`), so
+/// that no other test sees their members.
+fn account_names(cluster: &Cluster) -> (String, String) {
+    (format!("lab{}", cluster.set), format!("course{}", cluster.set))
+}
+
+/// An account the tests here make: `labNN` or `courseNN` (or, made before tests had users of their
+/// own, `lab` or `course`).
+fn made_here(account: &str) -> bool {
+    let number = account.strip_prefix("lab").or_else(|| account.strip_prefix("course"));
+    number.is_some_and(|n| n.is_empty() || (n.len() == 2 && n.bytes().all(|b| b.is_ascii_digit())))
+}
+
+/// Makes the test's accounts and associations (idempotent: a second run finds them made), after
+/// removing those earlier tests made: Slurm's accounts are every site's to see (`config check
+/// --slurm` names them). The queue is empty (`serial()`), so no job holds them.
+fn lab_and_course(cluster: &Cluster) {
+    let (lab, course) = &account_names(cluster);
+    let (alice, bob, carol) = (cluster.alice, cluster.bob, cluster.carol);
     let sacctmgr = |args: &[&str]| run_as(None, Path::new("/usr/bin/sacctmgr"), args);
+    let accounts = sacctmgr(&["-n", "-P", "show", "account", "format=Account"]).ok().stdout;
+    let others: Vec<&str> = accounts.lines().filter(|a| made_here(a) && a != lab && a != course).collect();
+    if !others.is_empty() {
+        sacctmgr(&["-i", "delete", "account", &others.join(",")]).ok();
+    }
     let assoc = sacctmgr(&["-n", "-P", "show", "assoc", "format=Account,User"]).ok().stdout;
     let has = |line: &str| assoc.lines().any(|l| l == line);
-    for account in ["lab", "course"] {
+    for account in [lab, course] {
         if !has(&format!("{account}|")) {
             sacctmgr(&["-i", "add", "account", account, "Description=gputokens pools", "Organization=gputokens"]).ok();
         }
     }
-    for (account, user) in [("lab", "alice"), ("lab", "bob"), ("course", "bob"), ("course", "carol")] {
+    for (account, user) in [(lab, alice), (lab, bob), (course, bob), (course, carol)] {
         if !has(&format!("{account}|{user}")) {
             sacctmgr(&["-i", "add", "user", user, &format!("account={account}")]).ok();
         }
     }
-    let coords = sacctmgr(&["-n", "-P", "show", "account", "course", "withcoord", "format=Account,Coordinators"]);
-    if !coords.ok().stdout.contains("carol") {
-        sacctmgr(&["-i", "add", "coordinator", "account=course", "names=carol"]).ok();
+    let coords = sacctmgr(&["-n", "-P", "show", "account", course, "withcoord", "format=Account,Coordinators"]);
+    if !coords.ok().stdout.contains(carol) {
+        sacctmgr(&["-i", "add", "coordinator", &format!("account={course}"), &format!("names={carol}")]).ok();
     }
-    wait_associations_known_to_slurmctld();
+    wait_associations_known_to_slurmctld(cluster);
 }
 
 /// Waits until slurmctld's own cache (which AccountingStorageEnforce=associations checks `sbatch -A`
 /// against) holds the associations `lab_and_course` made in slurmdbd: slurmdbd sends them over.
-fn wait_associations_known_to_slurmctld() {
-    let pairs = [("lab", "alice"), ("lab", "bob"), ("course", "bob"), ("course", "carol")];
-    crate::cluster::wait_until(30, "slurmctld to know the associations of lab and course", || {
-        let args = ["show", "assoc_mgr", "users=alice,bob,carol", "accounts=lab,course", "flags=assoc"];
+fn wait_associations_known_to_slurmctld(cluster: &Cluster) {
+    let (lab, course) = &account_names(cluster);
+    let (alice, bob, carol) = (cluster.alice, cluster.bob, cluster.carol);
+    let pairs = [(lab, alice), (lab, bob), (course, bob), (course, carol)];
+    crate::cluster::wait_until(30, &format!("slurmctld to know the associations of {lab} and {course}"), || {
+        let (users, accounts) = (format!("users={alice},{bob},{carol}"), format!("accounts={lab},{course}"));
+        let args = ["show", "assoc_mgr", &users, &accounts, "flags=assoc"];
         let shown = run_as(None, Path::new("/usr/bin/scontrol"), &args).ok().stdout;
-        let known = |(account, user): &(&str, &str)| {
+        let known = |(account, user): &(&String, &str)| {
             let (account, user) = (format!("Account={account} "), format!("UserName={user}("));
             shown.lines().any(|l| l.contains(&account) && l.contains(&user))
         };
@@ -63,25 +89,27 @@ fn tables() -> String {
 
 /// An account-mode site with pools lab and course (`rules` for both), the plugin following its
 /// snapshot once it lists both pools and alice's accounts.
-fn pool_site(prices: &str, rules: &[&str]) -> (Site, Admission) {
-    pool_site_with(prices, rules, "")
+fn pool_site(cluster: &Cluster, prices: &str, rules: &[&str]) -> (Site, Admission) {
+    pool_site_with(cluster, prices, rules, "")
 }
 
 /// `pool_site` with more tables in its config.
-fn pool_site_with(prices: &str, rules: &[&str], more: &str) -> (Site, Admission) {
-    lab_and_course();
+fn pool_site_with(cluster: &Cluster, prices: &str, rules: &[&str], more: &str) -> (Site, Admission) {
+    lab_and_course(cluster);
+    let (lab, course) = &account_names(cluster);
     let site = Site::with_prices("", prices, &format!("{}{more}", tables()));
     let adm = Admission::start();
-    for account in ["lab", "course"] {
+    for account in [lab, course] {
         let mut args = vec!["admin", "account", "add", account];
         args.extend_from_slice(rules);
         site.accountd(None, &args).ok();
     }
     let snapshot = site.path("lib/balances.snapshot");
     let deadline = Instant::now() + Duration::from_secs(20);
+    let listed = [format!("pool {lab} "), format!("pool {course} "), format!("member {} ", cluster.alice)];
     loop {
         let text = std::fs::read_to_string(&snapshot).unwrap_or_default();
-        if text.contains("pool lab ") && text.contains("pool course ") && text.contains("member alice ") {
+        if listed.iter().all(|line| text.contains(line)) {
             break;
         }
         assert!(Instant::now() < deadline, "no pools or members in the snapshot:\n{text}\n{}", site.log());
@@ -118,94 +146,101 @@ fn accountd_as(site: &Site, user: &str, args: &[&str]) -> Outcome {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn jobs_are_charged_to_their_accounts_pool_and_a_pool_at_its_floor_refuses_with_what_to_do() {
-    let _cluster = serial();
-    let (site, mut adm) = pool_site(PRICES, &["--initial", "100", "--daily", "0", "--monthly", "30"]);
-    let (a, _) = adm.accepted("alice", &["-A", "lab", "--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
-    let (b, _) = adm.accepted("bob", &["-A", "lab", "--gres=gpu:rtx3090:1", "--wrap", "sleep 2"]);
-    let (c, _) = adm.accepted("bob", &["-A", "course", "--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
+    let cluster = serial();
+    let (alice, bob, carol) = (cluster.alice, cluster.bob, cluster.carol);
+    let (lab, course) = &account_names(&cluster);
+    let (site, mut adm) = pool_site(&cluster, PRICES, &["--initial", "100", "--daily", "0", "--monthly", "30"]);
+    let (a, _) = adm.accepted(alice, &["-A", lab, "--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
+    let (b, _) = adm.accepted(bob, &["-A", lab, "--gres=gpu:rtx3090:1", "--wrap", "sleep 2"]);
+    let (c, _) = adm.accepted(bob, &["-A", course, "--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
     for job in [&a, &b, &c] {
         wait_finished(job);
     }
-    let lab = Tokens::whole(100) - cost(Tokens::whole(4), elapsed(&a)) - cost(Tokens::whole(1), elapsed(&b));
-    let course = Tokens::whole(100) - cost(Tokens::whole(4), elapsed(&c));
+    let lab_balance = Tokens::whole(100) - cost(Tokens::whole(4), elapsed(&a)) - cost(Tokens::whole(1), elapsed(&b));
+    let course_balance = Tokens::whole(100) - cost(Tokens::whole(4), elapsed(&c));
     wait_until(&site, "the pools were not charged their jobs", || {
-        pool_balance(&site, "lab") == lab.to_string() && pool_balance(&site, "course") == course.to_string()
+        pool_balance(&site, lab) == lab_balance.to_string() && pool_balance(&site, course) == course_balance.to_string()
     });
-    assert_eq!(site.balance("alice"), "100", "alice's own bucket paid nothing");
-    assert_eq!(site.balance("bob"), "100");
+    assert_eq!(site.balance(alice), "100", "alice's own bucket paid nothing");
+    assert_eq!(site.balance(bob), "100");
 
     // alice sees lab (and only her own spending in it), not course.
-    let mine = site.sbalance(Some("alice"), &["-l", "-P"]).ok().stdout;
+    let mine = site.sbalance(Some(alice), &["-l", "-P"]).ok().stdout;
     let rows: Vec<&str> = mine.lines().collect();
     assert_eq!(rows[0], "Account|User|Balance|Floor|Status|SpentMonth|UserLimit|Coordinators");
-    assert!(rows[1].starts_with(&format!("lab||{lab}|-10|ok|")), "{mine}");
-    assert!(rows[2].starts_with("lab|alice||||") && rows.len() == 3, "{mine}");
-    let theirs = site.sbalance(Some("alice"), &["-A", "course"]);
+    assert!(rows[1].starts_with(&format!("{lab}||{lab_balance}|-10|ok|")), "{mine}");
+    assert!(rows[2].starts_with(&format!("{lab}|{alice}||||")) && rows.len() == 3, "{mine}");
+    let theirs = site.sbalance(Some(alice), &["-A", course]);
     assert_ne!(theirs.code, 0, "alice may not see course");
-    assert!(theirs.stderr.contains("course is neither"), "{}", theirs.stderr);
+    assert!(theirs.stderr.contains(&format!("{course} is neither")), "{}", theirs.stderr);
     // carol coordinates course: its members and their spending, and its statement.
-    let tree = site.sbalance(Some("carol"), &["-A", "course", "--json"]).ok().stdout;
+    let tree = site.sbalance(Some(carol), &["-A", course, "--json"]).ok().stdout;
     let json: serde_json::Value = serde_json::from_str(&tree).unwrap();
-    assert_eq!(json["pools"][0]["coordinators"][0], "carol");
+    assert_eq!(json["pools"][0]["coordinators"][0], carol);
     let members: Vec<&str> =
         json["pools"][0]["members"].as_array().unwrap().iter().map(|m| m["user"].as_str().unwrap()).collect();
-    assert_eq!(members, ["bob", "carol"]);
+    assert_eq!(members, [bob, carol]);
     let month = chrono::Local::now().format("%Y-%m").to_string();
-    let statement = site.sbalance(Some("carol"), &["--statement", &month, "-A", "course"]).ok().stdout;
-    assert!(statement.starts_with(&format!("Statement of course for {month}")), "{statement}");
-    assert!(statement.contains("Charged by member:") && statement.contains("bob"), "{statement}");
+    let statement = site.sbalance(Some(carol), &["--statement", &month, "-A", course]).ok().stdout;
+    assert!(statement.starts_with(&format!("Statement of {course} for {month}")), "{statement}");
+    assert!(statement.contains("Charged by member:") && statement.contains(bob), "{statement}");
 
     // lab at its floor: alice's GPU job under lab is refused, saying what to do; bob's under course runs.
-    let to_floor = (Tokens::whole(-10) - lab).to_string();
+    let to_floor = (Tokens::whole(-10) - lab_balance).to_string();
     // (Named as an admin may type it: Slurm's account names are case-blind, and so are gputokens'.)
-    site.accountd(None, &["admin", "account", "adjust", "Lab", &to_floor, "--reason", "test: to the floor"]).ok();
+    let shouted = lab.to_uppercase();
+    site.accountd(None, &["admin", "account", "adjust", &shouted, &to_floor, "--reason", "test: to the floor"]).ok();
     std::thread::sleep(SETTLE);
-    let refused = sbatch("alice", &["-A", "lab", "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    let refused = sbatch(alice, &["-A", lab, "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
     assert_ne!(refused.code, 0, "alice's job under lab at its floor was accepted");
     // `-A LAB` runs as lab (slurmctld lower-cases it after the plugin ran): refused alike (audit H1).
-    for typed in ["LAB", "Lab"] {
-        let refused = sbatch("alice", &["-A", typed, "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
-        assert_ne!(refused.code, 0, "alice's job under -A {typed} (lab at its floor) was accepted");
-        assert!(refused.stderr.contains("account lab's GPU token balance is -10"), "{}", refused.stderr);
+    let capitalized = format!("L{}", &lab[1..]);
+    for typed in [shouted.as_str(), capitalized.as_str()] {
+        let refused = sbatch(alice, &["-A", typed, "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+        assert_ne!(refused.code, 0, "alice's job under -A {typed} ({lab} at its floor) was accepted");
+        let expected = format!("account {lab}'s GPU token balance is -10");
+        assert!(refused.stderr.contains(&expected), "{}", refused.stderr);
     }
-    assert_eq!(pool_balance(&site, "LAB"), "-10", "sbalance -A LAB is lab's pool");
+    assert_eq!(pool_balance(&site, &shouted), "-10", "sbalance -A {shouted} is {lab}'s pool");
     let told = &refused.stderr;
-    assert!(told.contains("gputokens: account lab's GPU token balance is -10 (floor -10); its GPU jobs are refused until it is above the floor again (+30 tokens on the 1st of each month: about "), "{told}");
+    assert!(told.contains(&format!("gputokens: account {lab}'s GPU token balance is -10 (floor -10); its GPU jobs are refused until it is above the floor again (+30 tokens on the 1st of each month: about ")), "{told}");
     assert!(told.contains("Ask the cluster administrators for tokens, or submit under another of your accounts that has tokens (gputokens): sbatch -A gputokens."), "{told}");
-    assert!(told.contains("Run 'sbalance -A lab' for details."), "{told}");
-    assert!(adm.log().contains("account lab's balance -10 is at or below the floor -10"), "{}", adm.log());
-    adm.accepted("bob", &["-A", "course", "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
-    adm.accepted("alice", &["-A", "lab", "--wrap", "sleep 1"]);
-    adm.accepted("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    assert!(told.contains(&format!("Run 'sbalance -A {lab}' for details.")), "{told}");
+    assert!(adm.log().contains(&format!("account {lab}'s balance -10 is at or below the floor -10")), "{}", adm.log());
+    adm.accepted(bob, &["-A", course, "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    adm.accepted(alice, &["-A", lab, "--wrap", "sleep 1"]);
+    adm.accepted(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
 
     // scontrol update account=: into lab at its floor refused; into course (with tokens) allowed.
-    let (held, _) = adm.accepted("bob", &["-H", "-A", "course", "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
-    let (held2, _) = adm.accepted("bob", &["-H", "-A", "gputokens", "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
-    let into_lab = update_as("bob", &held, "account=lab");
+    let (held, _) = adm.accepted(bob, &["-H", "-A", course, "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    let (held2, _) = adm.accepted(bob, &["-H", "-A", "gputokens", "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    let into_lab = update_as(bob, &held, &format!("account={lab}"));
     assert_ne!(into_lab.code, 0, "moved into lab at its floor: {}", into_lab.stderr);
     if slurm_release::updates_explain_refusals() {
-        assert!(into_lab.stderr.contains("account lab's GPU token balance is -10"), "{}", into_lab.stderr);
+        assert!(into_lab.stderr.contains(&format!("account {lab}'s GPU token balance is -10")), "{}", into_lab.stderr);
     }
     assert!(
-        adm.log().contains(&format!("job {held}")) && adm.log().contains("moves the job to account lab"),
+        adm.log().contains(&format!("job {held}")) && adm.log().contains(&format!("moves the job to account {lab}")),
         "{}",
         adm.log()
     );
-    let into_course = update_as("bob", &held2, "account=course");
+    let into_course = update_as(bob, &held2, &format!("account={course}"));
     assert_eq!(into_course.code, 0, "{}", into_course.stderr);
     let account = run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-j", &held2, "-o", "%a"]).ok().stdout;
-    assert_eq!(account.trim(), "course");
+    assert_eq!(account.trim(), course);
 }
 
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn coordinators_grant_within_their_accounts_and_transfers_stay_whole_beside_charge_cycles() {
-    let _cluster = serial();
-    let (site, mut adm) = pool_site(PRICES, &["--initial", "100", "--daily", "0", "--monthly", "0"]);
+    let cluster = serial();
+    let (alice, bob, carol) = (cluster.alice, cluster.bob, cluster.carol);
+    let (lab, course) = &account_names(&cluster);
+    let (site, mut adm) = pool_site(&cluster, PRICES, &["--initial", "100", "--daily", "0", "--monthly", "0"]);
     let grant = |user: &str, account: &str| {
         accountd_as(&site, user, &["admin", "account", "grant", account, "5", "--reason", "term"])
     };
-    let by_carol = grant("carol", "course");
+    let by_carol = grant(carol, course);
     assert_eq!(by_carol.code, 0, "{}", by_carol.stderr);
     // The audit's M1: her reasons and keys reach admins' terminals, so what could write there (a
     // fake command line under `journal-check`, escape sequences that erase lines or set the
@@ -216,40 +251,36 @@ fn coordinators_grant_within_their_accounts_and_transfers_stay_whole_beside_char
         ("clipboard \u{1b}]52;c;Y3VybCB4fHNo\u{7}", "k3"),
         ("term", "k4\u{1b}[2K"),
     ] {
-        let args = ["admin", "account", "grant", "course", "1", "--reason", reason, "--key", key];
-        let refused = accountd_as(&site, "carol", &args);
+        let args = ["admin", "account", "grant", course, "1", "--reason", reason, "--key", key];
+        let refused = accountd_as(&site, carol, &args);
         assert_ne!(refused.code, 0, "carol's {reason:?} / {key:?} was recorded");
         assert!(refused.stderr.contains("holds"), "{}", refused.stderr);
     }
-    let lab_by_carol = grant("carol", "lab");
+    let lab_by_carol = grant(carol, lab);
     assert_ne!(lab_by_carol.code, 0);
-    assert!(lab_by_carol.stderr.contains("coordinators of account lab"), "{}", lab_by_carol.stderr);
-    assert_ne!(grant("alice", "lab").code, 0, "alice is no coordinator");
-    assert_ne!(grant("alice", "course").code, 0);
-    assert_eq!(pool_balance(&site, "course"), "105", "carol's grant");
-    assert_eq!(pool_balance(&site, "lab"), "100");
+    assert!(lab_by_carol.stderr.contains(&format!("coordinators of account {lab}")), "{}", lab_by_carol.stderr);
+    assert_ne!(grant(alice, lab).code, 0, "alice is no coordinator");
+    assert_ne!(grant(alice, course).code, 0);
+    assert_eq!(pool_balance(&site, course), "105", "carol's grant");
+    assert_eq!(pool_balance(&site, lab), "100");
 
     // bob's job under lab is charged every second while root moves 1 token at a time to course.
-    let (job, _) = adm.accepted("bob", &["-A", "lab", "--gres=gpu:a6000:2", "--wrap", "sleep 6"]);
+    let (job, _) = adm.accepted(bob, &["-A", lab, "--gres=gpu:a6000:2", "--wrap", "sleep 6"]);
     for i in 0..12 {
         let key = format!("move-{i}");
-        site.accountd(
-            None,
-            &["admin", "account", "transfer", "lab", "course", "1", "--reason", "share", "--key", &key],
-        )
-        .ok();
+        site.accountd(None, &["admin", "account", "transfer", lab, course, "1", "--reason", "share", "--key", &key])
+            .ok();
         std::thread::sleep(Duration::from_millis(400));
     }
-    let carol_moves =
-        accountd_as(&site, "carol", &["admin", "account", "transfer", "course", "lab", "1", "--reason", "x"]);
+    let carol_moves = accountd_as(&site, carol, &["admin", "account", "transfer", course, lab, "1", "--reason", "x"]);
     assert_ne!(carol_moves.code, 0, "carol does not coordinate lab");
     wait_finished(&job);
     let cost = cost(Tokens::whole(4), 2 * elapsed(&job));
-    let lab = Tokens::whole(100) - Tokens::whole(12) - cost;
-    wait_until(&site, "lab was not charged bob's job", || pool_balance(&site, "lab") == lab.to_string());
-    assert_eq!(pool_balance(&site, "course"), "117");
-    let history = site.accountd(None, &["admin", "history", "account course"]).ok().stdout;
-    assert_eq!(history.matches("transfer from account lab: share").count(), 12, "{history}");
+    let lab_balance = Tokens::whole(100) - Tokens::whole(12) - cost;
+    wait_until(&site, "lab was not charged bob's job", || pool_balance(&site, lab) == lab_balance.to_string());
+    assert_eq!(pool_balance(&site, course), "117");
+    let history = site.accountd(None, &["admin", "history", &format!("account {course}")]).ok().stdout;
+    assert_eq!(history.matches(&format!("transfer from account {lab}: share")).count(), 12, "{history}");
     let verify = site.accountd(None, &["admin", "verify"]).ok().stdout;
     assert!(verify.contains("consistent"), "{verify}");
 }
@@ -257,56 +288,62 @@ fn coordinators_grant_within_their_accounts_and_transfers_stay_whole_beside_char
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn the_per_user_limit_refuses_a_member_over_it_while_the_pool_has_tokens() {
-    let _cluster = serial();
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
+    let (lab, _) = &account_names(&cluster);
     // 10 tokens per a6000-second: a two-second job spends 20.
     let prices = "[prices]\na6000 = 36000\nrtx3090 = 1\n";
-    let (site, mut adm) = pool_site(prices, &["--initial", "1000", "--user-limit", "10"]);
-    let (job, _) = adm.accepted("alice", &["-A", "lab", "--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
+    let (site, mut adm) = pool_site(&cluster, prices, &["--initial", "1000", "--user-limit", "10"]);
+    let (job, _) = adm.accepted(alice, &["-A", lab, "--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
     wait_finished(&job);
     let spent = cost(Tokens::whole(36000), elapsed(&job));
     let snapshot = site.path("lib/balances.snapshot");
     wait_until(&site, "alice's spending is not in the snapshot", || {
-        std::fs::read_to_string(&snapshot).unwrap_or_default().contains(&format!("spent lab alice {}", spent.micro()))
+        std::fs::read_to_string(&snapshot)
+            .unwrap_or_default()
+            .contains(&format!("spent {lab} {alice} {}", spent.micro()))
     });
     std::thread::sleep(SETTLE);
-    let refused = sbatch("alice", &["-A", "lab", "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    let refused = sbatch(alice, &["-A", lab, "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
     assert_ne!(refused.code, 0, "alice over her limit was accepted");
     assert!(
         refused.stderr.contains(&format!(
-            "you have spent {spent} of the 10 tokens a member may spend per month in account lab; your GPU jobs under lab are refused until"
+            "you have spent {spent} of the 10 tokens a member may spend per month in account {lab}; your GPU jobs under {lab} are refused until"
         )),
         "{}",
         refused.stderr
     );
     assert!(refused.stderr.contains("sbatch -A gputokens"), "{}", refused.stderr);
-    let (bobs, _) = adm.accepted("bob", &["-A", "lab", "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    let (bobs, _) = adm.accepted(bob, &["-A", lab, "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
     assert!(!bobs.is_empty());
-    assert_eq!(pool_balance(&site, "lab"), (Tokens::whole(1000) - spent).to_string(), "lab still has tokens");
+    assert_eq!(pool_balance(&site, lab), (Tokens::whole(1000) - spent).to_string(), "lab still has tokens");
 }
 
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn in_a_pools_overdraft_jobs_are_deprioritized_and_updates_keep_the_penalty() {
-    let _cluster = serial();
-    let (site, mut adm) = pool_site(PRICES, &["--initial", "100", "--daily", "0", "--monthly", "0"]);
-    site.accountd(None, &["admin", "account", "adjust", "lab", "-103", "--reason", "test: overdraft"]).ok();
+    let cluster = serial();
+    let alice = cluster.alice;
+    let (lab, _) = &account_names(&cluster);
+    let (site, mut adm) = pool_site(&cluster, PRICES, &["--initial", "100", "--daily", "0", "--monthly", "0"]);
+    site.accountd(None, &["admin", "account", "adjust", lab, "-103", "--reason", "test: overdraft"]).ok();
     std::thread::sleep(SETTLE);
-    let (job, told) = adm.accepted("alice", &["-H", "-A", "lab", "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
-    assert!(told.contains("account lab's GPU token balance is -3 (below 0)"), "{told}");
+    let (job, told) = adm.accepted(alice, &["-H", "-A", lab, "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    assert!(told.contains(&format!("account {lab}'s GPU token balance is -3 (below 0)")), "{told}");
     assert_eq!(nice_and_qos(&job).0, 10_000);
     // Also once the queue accountd reads shows the job in lab.
-    let undo = update_as("alice", &job, "nice=0");
+    let undo = update_as(alice, &job, "nice=0");
     assert_ne!(undo.code, 0, "the penalty was undone: {}", undo.stderr);
     assert_eq!(nice_and_qos(&job).0, 10_000);
     wait_until(&site, "the job is not in the snapshot", || {
         std::fs::read_to_string(site.path("lib/balances.snapshot"))
             .unwrap_or_default()
-            .contains(&format!("job_account {job} lab"))
+            .contains(&format!("job_account {job} {lab}"))
     });
     std::thread::sleep(SETTLE);
-    assert_ne!(update_as("alice", &job, "nice=0").code, 0, "the penalty was undone once the job was known");
+    assert_ne!(update_as(alice, &job, "nice=0").code, 0, "the penalty was undone once the job was known");
     assert_eq!(nice_and_qos(&job).0, 10_000);
-    let (other, _) = adm.accepted("alice", &["-H", "-A", "gputokens", "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    let (other, _) = adm.accepted(alice, &["-H", "-A", "gputokens", "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
     assert_eq!(nice_and_qos(&other).0, 0, "alice's own bucket is fine");
 }
 
@@ -316,12 +353,14 @@ fn in_a_pools_overdraft_jobs_are_deprioritized_and_updates_keep_the_penalty() {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn the_ondemand_balance_file_shows_each_member_their_pools() {
-    let _cluster = serial();
+    let cluster = serial();
+    let (alice, bob, carol) = (cluster.alice, cluster.bob, cluster.carol);
+    let (lab, course) = &account_names(&cluster);
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let file = dir.path().join("balances.json");
     let ondemand = format!("[ondemand]\nbalance_file = \"{}\"\nworld_readable = true\n", file.display());
-    let (site, _adm) = pool_site_with(PRICES, &["--initial", "30"], &ondemand);
+    let (site, _adm) = pool_site_with(&cluster, PRICES, &["--initial", "30"], &ondemand);
     let rows = || -> Vec<(String, String, f64)> {
         let text = std::fs::read_to_string(&file).unwrap_or_default();
         let parsed: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
@@ -336,12 +375,12 @@ fn the_ondemand_balance_file_shows_each_member_their_pools() {
     wait_until(&site, "no pool rows in the OnDemand file", || rows().len() >= 4);
     let mut found = rows();
     found.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
-    let want = [("course", "bob"), ("course", "carol"), ("lab", "alice"), ("lab", "bob")];
+    let want = [(course, bob), (course, carol), (lab, alice), (lab, bob)];
     for (account, user) in want {
         assert!(found.iter().any(|(a, u, v)| a == account && u == user && *v == 30.0), "{account}/{user}: {found:?}");
     }
     let pools: Vec<&str> = found.iter().map(|(a, ..)| a.as_str()).collect();
-    assert!(pools.iter().all(|a| *a == "lab" || *a == "course"), "only the pools: {found:?}");
+    assert!(pools.iter().all(|a| a == lab || a == course), "only the pools: {found:?}");
 }
 
 /// `config check --slurm` on an account-mode site: Slurm keeps users out of accounts they are not
@@ -350,10 +389,11 @@ fn the_ondemand_balance_file_shows_each_member_their_pools() {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn config_check_compares_the_pools_with_slurms_accounts() {
-    let _cluster = serial();
-    lab_and_course();
+    let cluster = serial();
+    let (lab, course) = &account_names(&cluster);
+    lab_and_course(&cluster);
     let site = Site::with_prices("", PRICES, &tables());
-    for account in ["lab", "labb"] {
+    for account in [lab.as_str(), "labb"] {
         site.accountd(None, &["admin", "account", "add", account]).ok();
     }
     let out = site.accountd(None, &["config", "check", site.config.to_str().unwrap(), "--slurm"]);
@@ -367,7 +407,9 @@ fn config_check_compares_the_pools_with_slurms_accounts() {
         out.stdout
     );
     let without = lines.iter().find(|l| l.contains("accounts have no pool")).expect("accounts without a pool");
-    assert!(without.contains("course") && !without.contains("lab,") && !without.ends_with("lab"), "{without}");
+    let listed = without.rsplit_once(": ").map_or("", |(_, names)| names);
+    let named: Vec<&str> = listed.split(" and ").next().unwrap_or_default().split(", ").collect();
+    assert!(named.contains(&course.as_str()) && !named.contains(&lab.as_str()), "{without}");
 }
 
 fn lab_job(id: u32) -> String {

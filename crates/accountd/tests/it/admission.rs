@@ -1,5 +1,6 @@
 //! The job_submit plugin inside the real slurmctld of the test cluster: jobs submitted with sbatch by
-//! the non-root users alice and bob, balances from a snapshot written by a real `accountd serve`.
+//! the non-root users alice and bob (each test's own, from `serial()`), balances from a snapshot
+//! written by a real `accountd serve`.
 //!
 //! tests/run.sh starts the cluster with the packaged plugin (GPUTOKENS_PLUGINS=installed) and writes
 //! /etc/slurm/gputokens.toml, whose `[paths] snapshot` these tests control. Each test holds
@@ -204,8 +205,9 @@ const REFUSED: &str = "sbatch: error: gputokens: your GPU token balance is -10.4
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn at_the_floor_gpu_jobs_are_refused_and_cpu_jobs_pass() {
-    let _cluster = serial();
-    let (_site, mut adm) = following_site("", &[("alice", "-110.4")]);
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
+    let (_site, mut adm) = following_site("", &[(alice, "-110.4")]);
 
     for gpus in [
         vec!["--gres=gpu:a6000:1"],
@@ -217,7 +219,7 @@ fn at_the_floor_gpu_jobs_are_refused_and_cpu_jobs_pass() {
         let mut args = gpus.clone();
         args.extend(["--wrap", "true"]);
         let started = Instant::now();
-        let out = sbatch("alice", &args);
+        let out = sbatch(alice, &args);
         assert_ne!(out.code, 0, "{gpus:?} accepted: {}", out.stdout);
         assert!(out.stderr.contains(REFUSED), "{gpus:?}: {}", out.stderr);
         assert!(out.stderr.contains("Run 'sbalance' for details."), "{}", out.stderr);
@@ -228,22 +230,22 @@ fn at_the_floor_gpu_jobs_are_refused_and_cpu_jobs_pass() {
         );
         println!("refused {gpus:?} in {:?}", started.elapsed());
     }
-    let (_, stderr) = adm.accepted("alice", &["--wrap", "true"]);
+    let (_, stderr) = adm.accepted(alice, &["--wrap", "true"]);
     assert!(stderr.is_empty(), "a CPU-only job is not told anything: {stderr}");
-    adm.accepted("bob", &["--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
+    adm.accepted(bob, &["--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
 
     // job_modify: alice cannot add GPUs to her queued CPU job; other changes pass; root may.
-    let (queued, _) = adm.accepted("alice", &["--hold", "--wrap", "true"]);
+    let (queued, _) = adm.accepted(alice, &["--hold", "--wrap", "true"]);
     let scontrol = Path::new("/usr/bin/scontrol");
     let job = format!("jobid={queued}");
-    let out = run_as(Some("alice"), scontrol, &["update", &job, "gres=gpu:1"]);
+    let out = run_as(Some(alice), scontrol, &["update", &job, "gres=gpu:1"]);
     assert_ne!(out.code, 0, "alice added a GPU to job {queued}");
     assert!(out.stderr.contains("Job violates accounting/QOS policy"), "{}", out.stderr);
     if slurm_release::updates_explain_refusals() {
         let told = REFUSED.replace("sbatch: error: ", "");
         assert!(out.stderr.contains(&told), "{}", out.stderr);
     }
-    run_as(Some("alice"), scontrol, &["update", &job, "timelimit=10"]).ok();
+    run_as(Some(alice), scontrol, &["update", &job, "timelimit=10"]).ok();
     let shown = run_as(None, scontrol, &["show", "job", &queued]).ok().stdout;
     assert!(!shown.contains("TresPerNode"), "{shown}");
     run_as(None, scontrol, &["update", &job, "gres=gpu:1"]).ok();
@@ -251,20 +253,21 @@ fn at_the_floor_gpu_jobs_are_refused_and_cpu_jobs_pass() {
     assert!(shown.contains(&format!("TresPerNode={}", slurm_release::gres_request("gpu:1"))), "{shown}");
 
     let log = adm.log();
-    assert_eq!(log.matches("gputokens: refused a GPU job of alice (uid ").count(), 5, "{log}");
-    let update = format!("gputokens: refused an update of job {queued} of alice (uid ");
+    assert_eq!(log.matches(&format!("gputokens: refused a GPU job of {alice} (uid ")).count(), 5, "{log}");
+    let update = format!("gputokens: refused an update of job {queued} of {alice} (uid ");
     assert_eq!(log.matches(&update).count(), 1, "{log}");
 }
 
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn in_overdraft_gpu_jobs_are_accepted_at_lower_priority() {
-    let _cluster = serial();
-    let (_site, mut adm) = following_site("", &[("alice", "-103.5"), ("bob", "-50")]);
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
+    let (_site, mut adm) = following_site("", &[(alice, "-103.5"), (bob, "-50")]);
 
     // Identical jobs, kept pending (BeginTime) so both have a priority to compare.
     let job = ["--gres=gpu:a6000:1", "--begin=now+1hour", "--wrap", "true"];
-    let (alice_job, told) = adm.accepted("alice", &job);
+    let (alice_job, told) = adm.accepted(alice, &job);
     assert!(
         told.contains(
             "sbatch: gputokens: your GPU token balance is -3.5 (below 0): this job was accepted with lower priority \
@@ -272,7 +275,7 @@ fn in_overdraft_gpu_jobs_are_accepted_at_lower_priority() {
         ),
         "{told}"
     );
-    let (bob_job, told) = adm.accepted("bob", &job);
+    let (bob_job, told) = adm.accepted(bob, &job);
     assert!(told.is_empty(), "bob at +50 is told nothing: {told}");
 
     let jobs = format!("{alice_job},{bob_job}");
@@ -292,20 +295,21 @@ fn in_overdraft_gpu_jobs_are_accepted_at_lower_priority() {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn a_grant_lets_the_next_gpu_job_through_within_a_second() {
-    let _cluster = serial();
-    let (site, mut adm) = following_site("", &[("alice", "-110.4")]);
+    let cluster = serial();
+    let alice = cluster.alice;
+    let (site, mut adm) = following_site("", &[(alice, "-110.4")]);
     let pid = slurmctld_pid();
     let gpu_job = ["--gres=gpu:a6000:1", "--hold", "--wrap", "true"];
-    let refused = sbatch("alice", &gpu_job);
+    let refused = sbatch(alice, &gpu_job);
     assert_ne!(refused.code, 0, "{}", refused.stdout);
     assert!(refused.stderr.contains(REFUSED), "{}", refused.stderr);
 
-    site.accountd(None, &["admin", "grant", "alice", "1", "--reason", "test: lift above the floor"]).ok();
+    site.accountd(None, &["admin", "grant", alice, "1", "--reason", "test: lift above the floor"]).ok();
     let granted = Instant::now();
     let mut tries = 0;
     let out = loop {
         tries += 1;
-        let out = sbatch("alice", &gpu_job);
+        let out = sbatch(alice, &gpu_job);
         if out.code == 0 || granted.elapsed() > Duration::from_secs(1) {
             break out;
         }
@@ -313,7 +317,7 @@ fn a_grant_lets_the_next_gpu_job_through_within_a_second() {
     };
     let took = granted.elapsed();
     assert_eq!(out.code, 0, "still refused {took:?} after the grant: {}", out.stderr);
-    assert_eq!(site.balance("alice"), "-9.4");
+    assert_eq!(site.balance(alice), "-9.4");
     adm.jobs.push(job_id(&out));
     println!("after the grant, alice's GPU job was accepted {took:?} later (attempt {tries})");
     assert!(out.stderr.contains("your GPU token balance is -9.4 (below 0)"), "{}", out.stderr);
@@ -324,43 +328,44 @@ fn a_grant_lets_the_next_gpu_job_through_within_a_second() {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn a_missing_garbage_or_stale_snapshot_follows_on_error_and_is_logged_once() {
-    let _cluster = serial();
+    let cluster = serial();
+    let alice = cluster.alice;
     let mut adm = Admission::start();
     let pid = slurmctld_pid();
     let blocked_at = |generated: i64| {
         format!(
             "gputokens-snapshot 1\ngenerated {generated}\nfloor -10000000\ndaily 1000000\nmonthly 0\n\
-             initial 100000000\nuser alice -10400000\n"
+             initial 100000000\nuser {alice} -10400000\n"
         )
     };
     let blocked = blocked_at(gputokens::time::now());
     adm.write(&blocked);
     std::thread::sleep(SETTLE);
     let gpu_job = ["--gres=gpu:rtx2080:1", "--hold", "--wrap", "true"];
-    assert_ne!(sbatch("alice", &gpu_job).code, 0, "alice is at the floor");
+    assert_ne!(sbatch(alice, &gpu_job).code, 0, "alice is at the floor");
 
     // Deleted: on_error = "accept" (the test cluster's setting, the default) lets her through.
     std::fs::remove_file(&adm.snapshot).unwrap();
     std::thread::sleep(SETTLE);
     for _ in 0..3 {
-        adm.accepted("alice", &gpu_job);
+        adm.accepted(alice, &gpu_job);
     }
     // Garbage in its place: the same.
     std::fs::write(&adm.snapshot, b"\x00\x01 this is not a snapshot\n").unwrap();
     std::thread::sleep(SETTLE);
     for _ in 0..3 {
-        adm.accepted("alice", &gpu_job);
+        adm.accepted(alice, &gpu_job);
     }
     // Stale (written 3 hours ago, max_snapshot_age is 2h): the same.
     adm.write(&blocked_at(gputokens::time::now() - 3 * 3600));
     std::thread::sleep(SETTLE);
     for _ in 0..3 {
-        adm.accepted("alice", &gpu_job);
+        adm.accepted(alice, &gpu_job);
     }
     // Fixed again: checked again.
     adm.write(&blocked);
     std::thread::sleep(SETTLE);
-    assert_ne!(sbatch("alice", &gpu_job).code, 0, "alice is at the floor again");
+    assert_ne!(sbatch(alice, &gpu_job).code, 0, "alice is at the floor again");
 
     assert_eq!(slurmctld_pid(), pid, "slurmctld was restarted");
     assert!(slurmctld_alive(&pid), "slurmctld died");
@@ -399,15 +404,16 @@ fn priority_and_qos(id: &str) -> (u64, String) {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn overdraft_deprioritizes_by_site_factor_or_qos_as_configured_without_a_restart() {
-    let _cluster = serial();
-    let (_site, mut adm) = following_site("", &[("alice", "-103.5")]);
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
+    let (_site, mut adm) = following_site("", &[(alice, "-103.5")]);
     let pid = slurmctld_pid();
     let job = ["--gres=gpu:a6000:1", "--begin=now+1hour", "--wrap", "true"];
-    let (bob_job, _) = adm.accepted("bob", &job);
+    let (bob_job, _) = adm.accepted(bob, &job);
     let (bob_priority, bob_qos) = priority_and_qos(&bob_job);
 
     adm.configure("[admission]\ndeprioritize = \"site_factor\"\nsite_factor = -5000\n");
-    let (alice_job, told) = adm.accepted("alice", &job);
+    let (alice_job, told) = adm.accepted(alice, &job);
     assert!(told.contains("this job was accepted with lower priority (site factor -5000);"), "{told}");
     let (alice_priority, _) = priority_and_qos(&alice_job);
     println!("site factor: alice {alice_priority}, bob {bob_priority}");
@@ -415,13 +421,13 @@ fn overdraft_deprioritizes_by_site_factor_or_qos_as_configured_without_a_restart
     assert!(show_job(&alice_job).contains("Nice=0"), "nice is left alone");
 
     adm.configure("[admission]\ndeprioritize = \"qos\"\nqos = \"gputokens-overdraft\"\n");
-    let (alice_job, told) = adm.accepted("alice", &job);
+    let (alice_job, told) = adm.accepted(alice, &job);
     assert!(told.contains("this job was accepted with lower priority (QOS gputokens-overdraft);"), "{told}");
     let (alice_priority, alice_qos) = priority_and_qos(&alice_job);
     println!("qos: alice {alice_priority} in {alice_qos}, bob {bob_priority} in {bob_qos}");
     assert_eq!((alice_qos.as_str(), bob_qos.as_str()), ("gputokens-overdraft", "normal"));
     assert!(alice_priority < bob_priority);
-    let (bob_again, told) = adm.accepted("bob", &job);
+    let (bob_again, told) = adm.accepted(bob, &job);
     assert!(told.is_empty(), "{told}");
     assert_eq!(priority_and_qos(&bob_again).1, "normal", "bob is not in overdraft");
 
@@ -434,9 +440,10 @@ fn overdraft_deprioritizes_by_site_factor_or_qos_as_configured_without_a_restart
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn max_job_duration_limits_gpu_jobs_and_exempt_users_pass() {
-    let _cluster = serial();
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
     let mut adm = Admission::start();
-    adm.configure("[admission]\nmax_job_duration = \"2h\"\n[exempt]\nusers = [\"bob\"]\n");
+    adm.configure(&format!("[admission]\nmax_job_duration = \"2h\"\n[exempt]\nusers = [\"{bob}\"]\n"));
     let gpu = |time: Option<&'static str>| {
         let mut args = vec!["--gres=gpu:rtx2080:1", "--hold", "--wrap", "true"];
         if let Some(t) = time {
@@ -444,7 +451,7 @@ fn max_job_duration_limits_gpu_jobs_and_exempt_users_pass() {
         }
         args
     };
-    let out = sbatch("alice", &gpu(Some("--time=3:00:00")));
+    let out = sbatch(alice, &gpu(Some("--time=3:00:00")));
     assert_ne!(out.code, 0, "{}", out.stdout);
     assert!(
         out.stderr.contains(
@@ -454,17 +461,17 @@ fn max_job_duration_limits_gpu_jobs_and_exempt_users_pass() {
         "{}",
         out.stderr
     );
-    let (fits, told) = adm.accepted("alice", &gpu(Some("--time=1:30:00")));
+    let (fits, told) = adm.accepted(alice, &gpu(Some("--time=1:30:00")));
     assert!(told.is_empty(), "{told}");
     assert!(show_job(&fits).contains("TimeLimit=01:30:00"), "{}", show_job(&fits));
     // No --time, and the partition has no limit: the job gets the maximum, and is told.
-    let (untimed, told) = adm.accepted("alice", &gpu(None));
+    let (untimed, told) = adm.accepted(alice, &gpu(None));
     assert!(told.contains("it was given the longest allowed, 2:00:00 (--time=2:00:00)"), "{told}");
     assert!(show_job(&untimed).contains("TimeLimit=02:00:00"), "{}", show_job(&untimed));
     // CPU jobs and exempt users are not limited.
-    let (cpu, _) = adm.accepted("alice", &["--time=3:00:00", "--hold", "--wrap", "true"]);
+    let (cpu, _) = adm.accepted(alice, &["--time=3:00:00", "--hold", "--wrap", "true"]);
     assert!(show_job(&cpu).contains("TimeLimit=03:00:00"));
-    let (exempt, told) = adm.accepted("bob", &gpu(Some("--time=3:00:00")));
+    let (exempt, told) = adm.accepted(bob, &gpu(Some("--time=3:00:00")));
     assert!(told.is_empty(), "{told}");
     assert!(show_job(&exempt).contains("TimeLimit=03:00:00"));
 }
@@ -505,65 +512,67 @@ fn wait_for_queue_line(snapshot: &Path, line: &str, present: bool) {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn max_gpus_per_user_counts_running_and_pending_jobs() {
-    let _cluster = serial();
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
     let admission = "[admission]\nmax_gpus_per_user = 2\n";
     let (site, mut adm) = following_site(&reading_the_queue(admission), &[]);
     adm.configure(admission);
     let one = ["--gres=gpu:a6000:1", "--hold", "--wrap", "true"];
-    let (first, _) = adm.accepted("alice", &one);
-    adm.accepted("alice", &one);
+    let (first, _) = adm.accepted(alice, &one);
+    adm.accepted(alice, &one);
     // Within one snapshot: the plugin counts what it admitted itself.
-    let refused = sbatch("alice", &one);
+    let refused = sbatch(alice, &one);
     assert_ne!(refused.code, 0, "a third GPU accepted: {}", refused.stdout);
     let want = "sbatch: error: gputokens: you may hold at most 2 GPUs in running and pending jobs together; you \
                 hold 2 and this job asks for 1.";
     assert!(refused.stderr.contains(want), "{}", refused.stderr);
-    adm.accepted("bob", &one);
+    adm.accepted(bob, &one);
 
     // Once accountd has read the queue, the queue counts them: still refused.
     // No --time on a partition without limits: default_time_limit (24 h) × 4 tokens each.
-    wait_for_queue_line(&site.path("lib/balances.snapshot"), "committed alice 2000 192000000", true);
+    wait_for_queue_line(&site.path("lib/balances.snapshot"), &format!("committed {alice} 2000 192000000"), true);
     std::thread::sleep(SETTLE);
-    let refused = sbatch("alice", &["--gpus=1", "--hold", "--wrap", "true"]);
+    let refused = sbatch(alice, &["--gpus=1", "--hold", "--wrap", "true"]);
     assert!(refused.stderr.contains(want), "{}", refused.stderr);
 
     // One of them cancelled: after the next read, one more fits.
     run_as(None, Path::new("/usr/bin/scancel"), &[&first]).ok();
-    wait_for_queue_line(&site.path("lib/balances.snapshot"), "committed alice 1000 96000000", true);
+    wait_for_queue_line(&site.path("lib/balances.snapshot"), &format!("committed {alice} 1000 96000000"), true);
     std::thread::sleep(SETTLE);
-    adm.accepted("alice", &one);
+    adm.accepted(alice, &one);
     let log = adm.log();
-    let uid = nix::unistd::User::from_name("alice").unwrap().unwrap().uid;
-    let alice = format!("uid {uid}");
-    let refusals = log.lines().filter(|l| l.contains(&alice) && l.contains("above max_gpus_per_user (2)"));
+    let uid = nix::unistd::User::from_name(alice).unwrap().unwrap().uid;
+    let alice_uid = format!("uid {uid}");
+    let refusals = log.lines().filter(|l| l.contains(&alice_uid) && l.contains("above max_gpus_per_user (2)"));
     assert_eq!(refusals.count(), 2, "{log}");
 }
 
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn the_estimate_refuses_jobs_that_could_take_the_balance_below_the_floor() {
-    let _cluster = serial();
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
     let admission = "[admission]\nmode = \"estimate\"\n";
-    let (site, mut adm) = following_site(&reading_the_queue(admission), &[("alice", "-80")]);
+    let (site, mut adm) = following_site(&reading_the_queue(admission), &[(alice, "-80")]);
     adm.configure(admission);
     // 2 a6000 × 2 h × 4 tokens = 16: 20 - 16 = 4 is above the floor.
     let job = ["--gres=gpu:a6000:2", "--time=2:00:00", "--hold", "--wrap", "true"];
-    let (first, told) = adm.accepted("alice", &job);
+    let (first, told) = adm.accepted(alice, &job);
     assert!(told.is_empty(), "{told}");
-    let refused = sbatch("alice", &job);
+    let refused = sbatch(alice, &job);
     assert_ne!(refused.code, 0, "{}", refused.stdout);
     let want = "sbatch: error: gputokens: this job can cost up to 16 tokens (2 a6000 GPUs for 2:00:00); your GPU \
                 token balance is 20 and your running and pending GPU jobs can cost up to 16 more, which could take it \
                 to -12, below the floor (-10).";
     assert!(refused.stderr.contains(want), "{}", refused.stderr);
     // Shorter fits: 20 - 16 - 12 (2 × 1.5 h × 4) = -8.
-    adm.accepted("alice", &["--gres=gpu:a6000:2", "--time=1:30:00", "--hold", "--wrap", "true"]);
+    adm.accepted(alice, &["--gres=gpu:a6000:2", "--time=1:30:00", "--hold", "--wrap", "true"]);
 
     // From the queue accountd read, the same.
-    wait_for_queue_line(&site.path("lib/balances.snapshot"), "committed alice 4000 28000000", true);
+    wait_for_queue_line(&site.path("lib/balances.snapshot"), &format!("committed {alice} 4000 28000000"), true);
     std::thread::sleep(SETTLE);
     let small = ["--gres=gpu:rtx2080:1", "--time=5:00:00", "--hold", "--wrap", "true"];
-    let refused = sbatch("alice", &small);
+    let refused = sbatch(alice, &small);
     assert!(
         refused.stderr.contains(
             "up to 2.5 tokens (1 rtx2080 GPU for 5:00:00); your GPU token balance is 20 and your \
@@ -572,25 +581,24 @@ fn the_estimate_refuses_jobs_that_could_take_the_balance_below_the_floor() {
         "{}",
         refused.stderr
     );
-    let (_, told) = adm.accepted("bob", &job);
+    let (_, told) = adm.accepted(bob, &job);
     assert!(told.is_empty(), "bob has 100: {told}");
 
     run_as(None, Path::new("/usr/bin/scancel"), &[&first]).ok();
-    wait_for_queue_line(&site.path("lib/balances.snapshot"), "committed alice 2000 12000000", true);
+    wait_for_queue_line(&site.path("lib/balances.snapshot"), &format!("committed {alice} 2000 12000000"), true);
     std::thread::sleep(SETTLE);
-    adm.accepted("alice", &small);
+    adm.accepted(alice, &small);
 }
 
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn gpu_tokens_estimate_shows_the_most_a_job_can_cost() {
-    let _cluster = serial();
-    let (_site, mut adm) = following_site("", &[("bob", "-50")]);
+    let cluster = serial();
+    let bob = cluster.bob;
+    let (_site, mut adm) = following_site("", &[(bob, "-50")]);
     // The SPANK option (sbatch) asks, the job_submit plugin (slurmctld, which knows the prices) answers.
-    let (_, told) = adm.accepted(
-        "bob",
-        &["--gpu-tokens-estimate", "--gres=gpu:a6000:2", "--time=1:30:00", "--hold", "--wrap", "true"],
-    );
+    let (_, told) = adm
+        .accepted(bob, &["--gpu-tokens-estimate", "--gres=gpu:a6000:2", "--time=1:30:00", "--hold", "--wrap", "true"]);
     assert!(
         told.contains(
             "sbatch: gputokens: this job can cost up to 12 tokens (2 a6000 GPUs for 1:30:00); your GPU token balance \
@@ -599,12 +607,10 @@ fn gpu_tokens_estimate_shows_the_most_a_job_can_cost() {
         "{told}"
     );
     // An array of 4 tasks with one untyped GPU each, at the highest price (a6000: 4), for 1 h.
-    let (_, told) = adm.accepted(
-        "bob",
-        &["--gpu-tokens-estimate", "--array=0-3", "--gpus=1", "--time=60", "--hold", "--wrap", "true"],
-    );
+    let (_, told) = adm
+        .accepted(bob, &["--gpu-tokens-estimate", "--array=0-3", "--gpus=1", "--time=60", "--hold", "--wrap", "true"]);
     assert!(told.contains("this job can cost up to 16 tokens (4 GPUs of any type for 1:00:00)"), "{told}");
-    let (_, told) = adm.accepted("bob", &["--gres=gpu:a6000:2", "--time=1:30:00", "--hold", "--wrap", "true"]);
+    let (_, told) = adm.accepted(bob, &["--gres=gpu:a6000:2", "--time=1:30:00", "--hold", "--wrap", "true"]);
     assert!(!told.contains("can cost"), "only when asked: {told}");
 }
 
@@ -613,18 +619,19 @@ fn gpu_tokens_estimate_shows_the_most_a_job_can_cost() {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn a_running_job_commits_the_uncharged_rest_of_its_limit() {
-    let _cluster = serial();
+    let cluster = serial();
+    let alice = cluster.alice;
     // 1 token per a6000-second, so charged seconds read straight off the balance.
     let site =
         Site::with_prices("", "[prices]\na6000 = 3600\n", &reading_the_queue("[admission]\nmode = \"estimate\"\n"));
-    let job = crate::cluster::sbatch("alice", &["--gres=gpu:a6000:1", "--time=10", "--wrap", "sleep 120"]);
+    let job = crate::cluster::sbatch(alice, &["--gres=gpu:a6000:1", "--time=10", "--wrap", "sleep 120"]);
     crate::cluster::wait_ran(&job, 3);
     site.accountd(None, &["tick"]).ok();
-    let balance: Tokens = site.balance("alice").parse().unwrap();
+    let balance: Tokens = site.balance(alice).parse().unwrap();
     let charged = (Tokens::whole(100) - balance).micro() / 1_000_000;
     assert!(charged >= 3, "charged {charged} s");
     let rest = (600 - charged) * 1_000_000;
-    wait_for_queue_line(&site.path("lib/balances.snapshot"), &format!("committed alice 1000 {rest}"), true);
+    wait_for_queue_line(&site.path("lib/balances.snapshot"), &format!("committed {alice} 1000 {rest}"), true);
     run_as(None, Path::new("/usr/bin/scancel"), &[&job]).ok();
 }
 
@@ -658,14 +665,15 @@ fn wait_until_listed(snapshot: &Path, id: &str) {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn updates_cannot_undo_the_overdraft_penalty_and_cpu_jobs_are_untouched() {
-    let _cluster = serial();
-    let (site, mut adm) = following_site(&reading_the_queue(""), &[("alice", "-103.5")]);
+    let cluster = serial();
+    let alice = cluster.alice;
+    let (site, mut adm) = following_site(&reading_the_queue(""), &[(alice, "-103.5")]);
     let snapshot = site.path("lib/balances.snapshot");
 
-    let (gpu, told) = adm.accepted("alice", &["--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
+    let (gpu, told) = adm.accepted(alice, &["--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
     assert!(told.contains("(nice +10000)"), "{told}");
     assert_eq!(nice_and_qos(&gpu).0, 10_000);
-    let out = update_as("alice", &gpu, "nice=0");
+    let out = update_as(alice, &gpu, "nice=0");
     assert_ne!(out.code, 0, "alice lowered the nice of GPU job {gpu}");
     assert!(out.stderr.contains("Job violates accounting/QOS policy"), "{}", out.stderr);
     if slurm_release::updates_explain_refusals() {
@@ -674,18 +682,18 @@ fn updates_cannot_undo_the_overdraft_penalty_and_cpu_jobs_are_untouched() {
         assert!(out.stderr.contains(told), "{}", out.stderr);
     }
     assert_eq!(nice_and_qos(&gpu).0, 10_000, "the plugin's nice is kept");
-    update_as("alice", &gpu, "nice=12000").ok();
+    update_as(alice, &gpu, "nice=12000").ok();
     assert_eq!(nice_and_qos(&gpu).0, 12_000, "a higher nice is hers to set");
 
-    let (cpu, _) = adm.accepted("alice", &["--nice=500", "--hold", "--wrap", "true"]);
+    let (cpu, _) = adm.accepted(alice, &["--nice=500", "--hold", "--wrap", "true"]);
     wait_until_listed(&snapshot, &cpu);
-    update_as("alice", &cpu, "nice=0").ok();
+    update_as(alice, &cpu, "nice=0").ok();
     assert_eq!(nice_and_qos(&cpu).0, 0, "a CPU-only job is not touched");
 
     adm.configure("[admission]\ndeprioritize = \"qos\"\nqos = \"gputokens-overdraft\"\n");
-    let (in_qos, _) = adm.accepted("alice", &["--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
+    let (in_qos, _) = adm.accepted(alice, &["--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
     assert_eq!(nice_and_qos(&in_qos).1, "gputokens-overdraft");
-    let out = update_as("alice", &in_qos, "qos=normal");
+    let out = update_as(alice, &in_qos, "qos=normal");
     assert_ne!(out.code, 0, "alice moved GPU job {in_qos} out of the overdraft QOS");
     if slurm_release::updates_explain_refusals() {
         assert!(out.stderr.contains("your GPU jobs keep QOS gputokens-overdraft"), "{}", out.stderr);
@@ -693,27 +701,27 @@ fn updates_cannot_undo_the_overdraft_penalty_and_cpu_jobs_are_untouched() {
     assert_eq!(nice_and_qos(&in_qos).1, "gputokens-overdraft");
 
     // At the floor: no GPUs added to her CPU job, in any form.
-    site.accountd(None, &["admin", "adjust", "alice", "-10", "--reason", "test"]).ok();
+    site.accountd(None, &["admin", "adjust", alice, "-10", "--reason", "test"]).ok();
     std::thread::sleep(SETTLE);
     for change in ["gres=gpu:2", "TresPerNode=gres:gpu:1", "gres=gpu:a6000:1"] {
-        let out = update_as("alice", &cpu, change);
+        let out = update_as(alice, &cpu, change);
         assert_ne!(out.code, 0, "{change} accepted on CPU job {cpu}");
     }
     assert!(!show_job(&cpu).contains("TresPer"), "{}", show_job(&cpu));
 
     let log = adm.log();
-    let uid = nix::unistd::User::from_name("alice").unwrap().unwrap().uid;
+    let uid = nix::unistd::User::from_name(alice).unwrap().unwrap().uid;
     let nice = format!(
-        "gputokens: refused an update of job {gpu} of alice (uid {uid}): nice 0 is below nice_increment 10000 in \
+        "gputokens: refused an update of job {gpu} of {alice} (uid {uid}): nice 0 is below nice_increment 10000 in \
          overdraft (balance -3.5)"
     );
     assert!(log.contains(&nice), "{log}");
     let qos = format!(
-        "gputokens: refused an update of job {in_qos} of alice (uid {uid}): QOS normal is not the overdraft QOS \
+        "gputokens: refused an update of job {in_qos} of {alice} (uid {uid}): QOS normal is not the overdraft QOS \
          gputokens-overdraft"
     );
     assert!(log.contains(&qos), "{log}");
-    let floor = format!("gputokens: refused an update of job {cpu} of alice (uid {uid}): it adds GPUs");
+    let floor = format!("gputokens: refused an update of job {cpu} of {alice} (uid {uid}): it adds GPUs");
     assert_eq!(log.matches(&floor).count(), 3, "{log}");
 }
 
@@ -727,26 +735,27 @@ fn a_list_of_qos_does_not_undo_the_overdraft_penalty() {
         eprintln!("Slurm {:?} takes one QOS per job", slurm_release::release());
         return;
     }
-    let _cluster = serial();
-    let (_site, mut adm) = following_site(&reading_the_queue(""), &[("alice", "-103.5")]);
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
+    let (_site, mut adm) = following_site(&reading_the_queue(""), &[(alice, "-103.5")]);
     adm.configure("[admission]\ndeprioritize = \"qos\"\nqos = \"gputokens-overdraft\"\n");
-    let (bob_job, _) = adm.accepted("bob", &["--gres=gpu:a6000:1", "--begin=now+1hour", "--wrap", "true"]);
+    let (bob_job, _) = adm.accepted(bob, &["--gres=gpu:a6000:1", "--begin=now+1hour", "--wrap", "true"]);
     let (bob_priority, _) = priority_and_qos(&bob_job);
     for list in ["normal,gputokens-overdraft", "gputokens-overdraft,normal", "normal"] {
         let qos = format!("--qos={list}");
-        let (job, told) = adm.accepted("alice", &[&qos, "--gres=gpu:a6000:1", "--begin=now+1hour", "--wrap", "true"]);
+        let (job, told) = adm.accepted(alice, &[&qos, "--gres=gpu:a6000:1", "--begin=now+1hour", "--wrap", "true"]);
         assert!(told.contains("(QOS gputokens-overdraft)"), "{qos}: {told}");
         let (priority, in_qos) = priority_and_qos(&job);
         assert_eq!(in_qos, "gputokens-overdraft", "{qos}");
         assert!(priority < bob_priority, "{qos}: {priority} vs bob's {bob_priority}");
         for change in ["qos=normal,gputokens-overdraft", "qos=gputokens-overdraft,normal"] {
-            let out = update_as("alice", &job, change);
+            let out = update_as(alice, &job, change);
             assert_ne!(out.code, 0, "{change} accepted for job {job}");
             assert_eq!(priority_and_qos(&job), (priority, "gputokens-overdraft".to_string()), "{change}");
         }
     }
     let (bob_list, told) = adm.accepted(
-        "bob",
+        bob,
         &["--qos=gputokens-overdraft,normal", "--gres=gpu:a6000:1", "--begin=now+1hour", "--wrap", "true"],
     );
     assert!(told.is_empty(), "bob is not in overdraft: {told}");
@@ -821,7 +830,8 @@ fn a_root_accountd_writes_the_snapshot_for_the_slurm_user_only() {
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn with_the_example_config_slurmctld_as_the_slurm_user_reads_a_root_accountds_snapshot() {
     use std::os::unix::fs::PermissionsExt;
-    let _cluster = serial();
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
     let slurm = nix::unistd::User::from_name(SLURM_USER).unwrap().expect("the test cluster's SlurmUser");
     let status = std::fs::read_to_string(format!("/proc/{}/status", slurmctld_pid())).unwrap();
     let uids = status.lines().find(|l| l.starts_with("Uid:")).unwrap().to_string();
@@ -832,15 +842,15 @@ fn with_the_example_config_slurmctld_as_the_slurm_user_reads_a_root_accountds_sn
     assert!(example.contains("\nslurm_user = \"slurm\"\n"), "the example config names another SlurmUser");
     let site = Site::from_config(&example);
     let mut adm = Admission::start();
-    site.accountd(None, &["admin", "adjust", "alice", "-200", "--reason", "test"]).ok();
+    site.accountd(None, &["admin", "adjust", alice, "-200", "--reason", "test"]).ok();
     adm.follow(&site);
     std::thread::sleep(SETTLE);
 
-    let out = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "true"]);
+    let out = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "true"]);
     assert_ne!(out.code, 0, "alice at the floor got a GPU job through: {}", out.stdout);
     assert!(out.stderr.contains("sbatch: error: gputokens: your GPU token balance is -"), "{}", out.stderr);
     assert!(out.stderr.contains("GPU jobs are refused until it is above the floor again"), "{}", out.stderr);
-    adm.accepted("bob", &["--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
+    adm.accepted(bob, &["--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
 
     let check = || site.accountd(None, &["config", "check", site.config.to_str().unwrap(), "--slurm"]);
     let snapshot = site.path("lib/balances.snapshot");

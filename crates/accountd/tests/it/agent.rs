@@ -93,19 +93,20 @@ pub fn report_once(agent_config: &str, state: &str) {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn agent_reports_job_utilization_and_accountd_flags_the_idle_job() {
-    let _cluster = serial();
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
     let site = Site::start(
         "",
         "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n[usage]\nidle_threshold_percent = 5\nidle_window = \"1s\"\n\
          [http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n",
     );
-    let busy = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 60"]);
-    let idle = sbatch("bob", &["--gres=gpu:rtx3090:1", "--wrap", "sleep 60"]);
+    let busy = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 60"]);
+    let idle = sbatch(bob, &["--gres=gpu:rtx3090:1", "--wrap", "sleep 60"]);
     let state = site.file("nvml-state.toml", &fake_state(pid_of(&busy), pid_of(&idle)));
     let config = agent_config(&site);
     report_once(&config, &state);
     // One report below the threshold is not yet idle_window (1 s) of it.
-    let idle_flag = format!("gputokens_job_idle{{job=\"{idle}\",user=\"bob\",node=\"vm\"}} ");
+    let idle_flag = format!("gputokens_job_idle{{job=\"{idle}\",user=\"{bob}\",node=\"vm\"}} ");
     let (_, first) = http_get(&format!("{}/metrics", site.http_url()));
     assert!(first.contains(&format!("{idle_flag}0")), "flagged idle at its first report:\n{first}");
     // The agent reports again and again: the job is flagged once accountd has seen it below the
@@ -121,13 +122,17 @@ fn agent_reports_job_utilization_and_accountd_flags_the_idle_job() {
         }
     });
     run_as(None, Path::new("/usr/bin/scancel"), &[&busy, &idle]).ok();
-    let busy_util = format!("gputokens_job_gpu_utilization_percent{{job=\"{busy}\",user=\"alice\",node=\"vm\"}} 90.0");
+    let busy_util =
+        format!("gputokens_job_gpu_utilization_percent{{job=\"{busy}\",user=\"{alice}\",node=\"vm\"}} 90.0");
     assert!(metrics.contains(&busy_util), "{metrics}");
     assert!(
-        metrics.contains(&format!("gputokens_job_idle{{job=\"{busy}\",user=\"alice\",node=\"vm\"}} 0")),
+        metrics.contains(&format!("gputokens_job_idle{{job=\"{busy}\",user=\"{alice}\",node=\"vm\"}} 0")),
         "{metrics}"
     );
-    assert!(metrics.contains(&format!("gputokens_job_idle{{job=\"{idle}\",user=\"bob\",node=\"vm\"}} 1")), "{metrics}");
+    assert!(
+        metrics.contains(&format!("gputokens_job_idle{{job=\"{idle}\",user=\"{bob}\",node=\"vm\"}} 1")),
+        "{metrics}"
+    );
     assert!(
         metrics.contains("gputokens_gpu_utilization_percent{node=\"vm\",gpu=\"6\",uuid=\"GPU-00000006\"} 90.0"),
         "{metrics}"
@@ -138,15 +143,16 @@ fn agent_reports_job_utilization_and_accountd_flags_the_idle_job() {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn measured_basis_charges_by_reported_utilization() {
-    let _cluster = serial();
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
     let site = Site::with_prices(
         "",
         "[prices]\na6000 = 3600\nrtx3090 = 900\n",
         "[slurm]\nfirst_lookback = \"1s\"\nreread = \"1m\"\n[preemption]\nenabled = false\n[usage]\ncharge_basis = \"measured\"\nmeasured_min_fraction = 0.25\n",
     );
     site.accountd(None, &["tick"]).ok();
-    let busy = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 6"]);
-    let idle = sbatch("bob", &["--gres=gpu:rtx3090:1", "--wrap", "sleep 6"]);
+    let busy = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 6"]);
+    let idle = sbatch(bob, &["--gres=gpu:rtx3090:1", "--wrap", "sleep 6"]);
     // alice's GPU at 90 % (fake GPU 6), bob's at 1 % (GPU 4): he pays the 25 % minimum.
     let state = site.file("nvml-state.toml", &fake_state(pid_of(&busy), pid_of(&idle)));
     report_once(&agent_config(&site), &state);
@@ -159,18 +165,19 @@ fn measured_basis_charges_by_reported_utilization() {
     };
     use gputokens::pricing::cost;
     use gputokens::Tokens;
-    assert_eq!(site.balance("alice"), (Tokens::whole(100) - cost(Tokens::whole(3240), elapsed(&busy))).to_string());
-    assert_eq!(site.balance("bob"), (Tokens::whole(100) - cost(Tokens::whole(225), elapsed(&idle))).to_string());
+    assert_eq!(site.balance(alice), (Tokens::whole(100) - cost(Tokens::whole(3240), elapsed(&busy))).to_string());
+    assert_eq!(site.balance(bob), (Tokens::whole(100) - cost(Tokens::whole(225), elapsed(&idle))).to_string());
 }
 
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn a_job_whose_processes_the_agent_cannot_see_is_measured_on_its_recorded_gpus() {
-    let _cluster = serial();
+    let cluster = serial();
+    let alice = cluster.alice;
     crate::spank::remove_stale_records();
     let site = Site::start("", "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n");
     let jobs_dir = crate::spank::jobs_dir();
-    let job = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 60"]);
+    let job = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 60"]);
     let record = jobs_dir.join(&job);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !record.exists() {
@@ -262,9 +269,10 @@ fn recorded_sluid(job: &str) -> Option<String> {
 /// alice's job 1 runs its GPU process with `SLURM_JOB_ID` of her job 2 in its environment. Her process
 /// is in job 1's cgroup, which Slurm named (job_<id>, or on 26.05 by default the job's SLUID): the agent
 /// counts it for job 1, so job 2's utilization is its own GPU's alone. Returns the process's cgroup.
-fn cgroup_names_the_job_whatever_the_environment_says(site: &Site) -> String {
-    let claimed = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 60"]);
-    let liar = sbatch("alice", &["--gres=gpu:rtx3090:1", "--wrap", &format!("SLURM_JOB_ID={claimed} exec sleep 60")]);
+/// `alice`: the test's own (`serial()`).
+fn cgroup_names_the_job_whatever_the_environment_says(site: &Site, alice: &str) -> String {
+    let claimed = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 60"]);
+    let liar = sbatch(alice, &["--gres=gpu:rtx3090:1", "--wrap", &format!("SLURM_JOB_ID={claimed} exec sleep 60")]);
     let (liar_pid, claimed_pid) = (pid_of(&liar), pid_of(&claimed));
     // pid_of may find the batch shell before its exec: wait for the exec'd sleep's environment.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -295,7 +303,8 @@ fn cgroup_names_the_job_whatever_the_environment_says(site: &Site) -> String {
     report_once(&agent_config(site), &state);
     let (_, metrics) = http_get(&format!("{}/metrics", site.http_url()));
     run_as(None, Path::new("/usr/bin/scancel"), &[&liar, &claimed]).ok();
-    let util = |job: &str| format!("gputokens_job_gpu_utilization_percent{{job=\"{job}\",user=\"alice\",node=\"vm\"}}");
+    let util =
+        |job: &str| format!("gputokens_job_gpu_utilization_percent{{job=\"{job}\",user=\"{alice}\",node=\"vm\"}}");
     assert!(metrics.contains(&format!("{} 80.0", util(&liar))), "{cgroup}{metrics}");
     // Counted for job 2, the liar's GPU would have raised its mean to 45.
     assert!(metrics.contains(&format!("{} 10.0", util(&claimed))), "{cgroup}{metrics}");
@@ -316,7 +325,8 @@ fn cgroup_names_the_job_whatever_the_environment_says(site: &Site) -> String {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn the_agent_maps_a_process_by_its_slurm_cgroup_sluid_or_job_id() {
-    let _cluster = serial();
+    let cluster = serial();
+    let alice = cluster.alice;
     if !cgroup_v2() {
         eprintln!("the test cluster runs without cgroups here (GPUTOKENS_CGROUP unset): nothing to map by");
         return;
@@ -331,13 +341,13 @@ fn the_agent_maps_a_process_by_its_slurm_cgroup_sluid_or_job_id() {
         )
     };
     let release = std::env::var("GPUTOKENS_SLURM_RELEASE").unwrap_or_default();
-    let seen = cgroup_names_the_job_whatever_the_environment_says(&site());
+    let seen = cgroup_names_the_job_whatever_the_environment_says(&site(), alice);
     eprintln!("Slurm {release}, default cgroup.conf: {seen}");
     match release.as_str() {
         "26.05" => {
             assert!(seen.contains("(SLUID "), "26.05 names the job's cgroup by its SLUID: {seen}");
             let _restored_after = CgroupConf::set("CgroupJobIdPaths=yes");
-            let seen = cgroup_names_the_job_whatever_the_environment_says(&site());
+            let seen = cgroup_names_the_job_whatever_the_environment_says(&site(), alice);
             eprintln!("Slurm 26.05, CgroupJobIdPaths=yes: {seen}");
             assert!(!seen.contains("(SLUID "), "{seen}");
         }

@@ -37,11 +37,12 @@ pub fn balance(site: &Site, user: &str) -> Tokens {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn finished_jobs_are_charged_exactly_once() {
-    let _cluster = serial();
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
     let site = live_site();
-    let big = sbatch("alice", &["--gres=gpu:a6000:2", "--wrap", "sleep 20"]);
-    let small = sbatch("alice", &["--gpus=rtx2080:4", "--wrap", "sleep 10"]);
-    let cpu = sbatch("bob", &["--wrap", "sleep 5"]);
+    let big = sbatch(alice, &["--gres=gpu:a6000:2", "--wrap", "sleep 20"]);
+    let small = sbatch(alice, &["--gpus=rtx2080:4", "--wrap", "sleep 10"]);
+    let cpu = sbatch(bob, &["--wrap", "sleep 5"]);
     for job in [&big, &small, &cpu] {
         assert_eq!(wait_finished(job), "COMPLETED");
     }
@@ -50,43 +51,45 @@ fn finished_jobs_are_charged_exactly_once() {
 
     // Rounding: each job's cost is rounded up to the next micro-token.
     let expected = cost(Tokens::whole(3600), 2 * elapsed(&big)) + cost(Tokens::whole(1800), 4 * elapsed(&small));
-    assert_eq!(balance(&site, "alice"), Tokens::whole(100) - expected);
-    assert_eq!(balance(&site, "bob"), Tokens::whole(100));
+    assert_eq!(balance(&site, alice), Tokens::whole(100) - expected);
+    assert_eq!(balance(&site, bob), Tokens::whole(100));
 
     let again = site.accountd(None, &["tick"]).ok();
     assert!(again.stdout.contains(": 0 charge entries"), "{}", again.stdout);
-    assert_eq!(balance(&site, "alice"), Tokens::whole(100) - expected);
+    assert_eq!(balance(&site, alice), Tokens::whole(100) - expected);
 }
 
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn running_job_is_charged_every_cycle_and_settled_at_its_end() {
-    let _cluster = serial();
+    let cluster = serial();
+    let bob = cluster.bob;
     let site = live_site();
-    let job = sbatch("bob", &["--gres=gpu:rtx3090:1", "--wrap", "sleep 14"]);
+    let job = sbatch(bob, &["--gres=gpu:rtx3090:1", "--wrap", "sleep 14"]);
     let mut seen = vec![Tokens::whole(100)];
     let mut ran = 0;
     for _ in 0..2 {
         // Two seconds more than the last tick can have seen, as slurmctld counts them.
         wait_ran(&job, ran + 2);
         site.accountd(None, &["tick"]).ok();
-        seen.push(balance(&site, "bob"));
+        seen.push(balance(&site, bob));
         ran = state_and_time_used(&job).1.unwrap_or_else(|| panic!("job {job} ended before the second tick"));
     }
     assert!(seen.windows(2).all(|w| w[1] < w[0]), "charged while running: {seen:?}");
     wait_finished(&job);
     site.accountd(None, &["tick"]).ok();
-    assert_eq!(balance(&site, "bob"), Tokens::whole(100) - cost(Tokens::whole(900), elapsed(&job)));
+    assert_eq!(balance(&site, bob), Tokens::whole(100) - cost(Tokens::whole(900), elapsed(&job)));
 }
 
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn killing_a_tick_midway_loses_and_doubles_nothing() {
-    let _cluster = serial();
+    let cluster = serial();
+    let alice = cluster.alice;
     let (control, victim) = (live_site(), live_site());
     let jobs: Vec<String> = ["gpu:a6000:1", "gpu:rtx2080:2", "gpu:rtx3090:1", "gpu:a6000:1", "gpu:rtx2080:1"]
         .iter()
-        .map(|gres| sbatch("alice", &[&format!("--gres={gres}"), "--wrap", "sleep 1"]))
+        .map(|gres| sbatch(alice, &[&format!("--gres={gres}"), "--wrap", "sleep 1"]))
         .collect();
     for job in &jobs {
         wait_finished(job);
@@ -104,9 +107,9 @@ fn killing_a_tick_midway_loses_and_doubles_nothing() {
     }
     victim.accountd(None, &["tick"]).ok();
     control.accountd(None, &["tick"]).ok();
-    assert_eq!(balance(&victim, "alice"), balance(&control, "alice"));
-    assert!(balance(&control, "alice") < Tokens::whole(100));
-    let history = victim.accountd(None, &["admin", "history", "alice", "--json"]).ok().stdout;
+    assert_eq!(balance(&victim, alice), balance(&control, alice));
+    assert!(balance(&control, alice) < Tokens::whole(100));
+    let history = victim.accountd(None, &["admin", "history", alice, "--json"]).ok().stdout;
     let entries: serde_json::Value = serde_json::from_str(&history).unwrap();
     let charges = entries["entries"].as_array().unwrap().iter().filter(|e| e["kind"] == "charge").count();
     assert_eq!(charges, jobs.len(), "one charge entry per job: {history}");
@@ -117,9 +120,10 @@ fn killing_a_tick_midway_loses_and_doubles_nothing() {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn serve_charges_on_its_own_and_metrics_show_it() {
-    let _cluster = serial();
+    let cluster = serial();
+    let alice = cluster.alice;
     let site = Site::with_prices("", PRICES, &format!("{LIVE}[intervals]\ncharge = \"2s\"\n"));
-    let job = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 3"]);
+    let job = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 3"]);
     wait_finished(&job);
     let expected = Tokens::whole(100) - cost(Tokens::whole(3600), elapsed(&job));
     let url = format!("{}/metrics", site.http_url());
@@ -127,10 +131,10 @@ fn serve_charges_on_its_own_and_metrics_show_it() {
     loop {
         let (_, metrics) = crate::common::http_get(&url);
         // The open /metrics names no user unless the site turns per_user_metrics on.
-        assert!(!metrics.contains("alice"), "{metrics}");
+        assert!(!metrics.contains(alice), "{metrics}");
         let charged =
             metrics.lines().any(|l| l.starts_with("gputokens_charged_tokens_total{user=\"\",gpu_type=\"a6000\"}"));
-        if charged && balance(&site, "alice") == expected {
+        if charged && balance(&site, alice) == expected {
             // Charged in every cycle that saw it running and once when it ended: how many cycles
             // that was depends on scheduling, but an ended job is never charged again. Counted
             // once the cycle that made the balance final has surely also counted it in /metrics.
@@ -140,7 +144,7 @@ fn serve_charges_on_its_own_and_metrics_show_it() {
             wait_charge_cycles(&site, charge_cycles(&site), 2);
             let (_, later) = crate::common::http_get(&url);
             assert_eq!(jobs_charged(&later), times, "the ended job was charged again:\n{later}");
-            assert_eq!(balance(&site, "alice"), expected);
+            assert_eq!(balance(&site, alice), expected);
             break;
         }
         assert!(Instant::now() < deadline, "accountd serve did not charge job {job}:\n{metrics}\n{}", site.log());
@@ -155,9 +159,10 @@ fn jobs_charged(metrics: &str) -> u64 {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn a_requeued_run_segment_is_charged_once() {
-    let _cluster = serial();
+    let cluster = serial();
+    let alice = cluster.alice;
     let site = live_site();
-    let job = sbatch("alice", &["--gres=gpu:a6000:1", "--requeue", "--wrap", "sleep 60"]);
+    let job = sbatch(alice, &["--gres=gpu:a6000:1", "--requeue", "--wrap", "sleep 60"]);
     wait_ran(&job, 3);
     crate::common::run_as(None, Path::new("/usr/bin/scontrol"), &["requeue", &job]).ok();
     // The first run ends as a REQUEUED row of `sacct -D`; the job then waits to be eligible again.
@@ -173,7 +178,7 @@ fn a_requeued_run_segment_is_charged_once() {
     site.accountd(None, &["tick"]).ok();
     site.accountd(None, &["tick"]).ok();
     crate::common::run_as(None, Path::new("/usr/bin/scancel"), &[&job]).ok();
-    assert_eq!(balance(&site, "alice"), Tokens::whole(100) - cost(Tokens::whole(3600), first));
+    assert_eq!(balance(&site, alice), Tokens::whole(100) - cost(Tokens::whole(3600), first));
 
     // The run's key in the ledger: its SLUID where sacct gives one (25.11+), else its start.
     let ledger = ledger::Ledger::open(&site.path("lib/ledger.sqlite"), Default::default()).unwrap();
@@ -220,13 +225,14 @@ fn wait_all_finished(job: &str, allocations: usize) -> Vec<(String, u64)> {
 fn array_tasks_are_each_charged() {
     // (Heterogeneous jobs cannot run here: their components need nodes of their own, and the test
     // cluster has one. sacct lists them as `N+i` rows like array tasks; see the sacct unit tests.)
-    let _cluster = serial();
+    let cluster = serial();
+    let alice = cluster.alice;
     let site = live_site();
-    let array = sbatch("alice", &["--array=0-2", "--gres=gpu:rtx2080:1", "--wrap", "sleep 3"]);
+    let array = sbatch(alice, &["--array=0-2", "--gres=gpu:rtx2080:1", "--wrap", "sleep 3"]);
     let tasks = wait_all_finished(&array, 3);
     site.accountd(None, &["tick"]).ok();
-    let alice: Tokens = tasks.iter().map(|(_, s)| cost(Tokens::whole(1800), *s)).fold(Tokens::ZERO, |a, b| a + b);
-    assert_eq!(balance(&site, "alice"), Tokens::whole(100) - alice, "three tasks: {tasks:?}");
+    let charged: Tokens = tasks.iter().map(|(_, s)| cost(Tokens::whole(1800), *s)).fold(Tokens::ZERO, |a, b| a + b);
+    assert_eq!(balance(&site, alice), Tokens::whole(100) - charged, "three tasks: {tasks:?}");
     let again = site.accountd(None, &["tick"]).ok();
     assert!(again.stdout.contains(": 0 charge entries"), "{}", again.stdout);
 }
@@ -237,8 +243,9 @@ fn array_tasks_are_each_charged() {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn rereads_never_reach_before_the_first_read() {
-    let _cluster = serial();
-    let before = sbatch("bob", &["--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
+    let cluster = serial();
+    let bob = cluster.bob;
+    let before = sbatch(bob, &["--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
     assert_eq!(wait_finished(&before), "COMPLETED");
     let site = Site::with_prices(
         "",
@@ -249,12 +256,12 @@ fn rereads_never_reach_before_the_first_read() {
         let out = site.accountd(None, &["tick"]).ok();
         assert!(out.stdout.contains(": 0 charge entries"), "{}", out.stdout);
     }
-    assert_eq!(balance(&site, "bob"), Tokens::whole(100), "job {before} ended before the first read");
+    assert_eq!(balance(&site, bob), Tokens::whole(100), "job {before} ended before the first read");
     // A job that ends now is still charged, by a later read that looks back over it.
-    let after = sbatch("bob", &["--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    let after = sbatch(bob, &["--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
     assert_eq!(wait_finished(&after), "COMPLETED");
     site.accountd(None, &["tick"]).ok();
-    assert_eq!(balance(&site, "bob"), Tokens::whole(100) - cost(Tokens::whole(3600), elapsed(&after)));
+    assert_eq!(balance(&site, bob), Tokens::whole(100) - cost(Tokens::whole(3600), elapsed(&after)));
 }
 
 /// An online backup (`sqlite3 ... .backup`, as the README says) restored later loses nothing that
@@ -263,9 +270,10 @@ fn rereads_never_reach_before_the_first_read() {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn a_restored_backup_charges_again_what_ended_after_it() {
-    let _cluster = serial();
+    let cluster = serial();
+    let alice = cluster.alice;
     let mut site = live_site();
-    let first = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
+    let first = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
     wait_finished(&first);
     site.accountd(None, &["tick"]).ok();
     let ledger = site.path("lib/ledger.sqlite");
@@ -273,13 +281,13 @@ fn a_restored_backup_charges_again_what_ended_after_it() {
     let dot_backup = format!(".backup '{}'", backup.display());
     crate::common::run_as(None, Path::new("/usr/bin/sqlite3"), &[ledger.to_str().unwrap(), &dot_backup]).ok();
 
-    let second = sbatch("alice", &["--gres=gpu:rtx3090:2", "--wrap", "sleep 2"]);
+    let second = sbatch(alice, &["--gres=gpu:rtx3090:2", "--wrap", "sleep 2"]);
     wait_finished(&second);
     site.accountd(None, &["tick"]).ok();
     let expected = Tokens::whole(100)
         - cost(Tokens::whole(3600), elapsed(&first))
         - cost(Tokens::whole(900), 2 * elapsed(&second));
-    assert_eq!(balance(&site, "alice"), expected);
+    assert_eq!(balance(&site, alice), expected);
 
     // Restore: accountd stopped, the backup in place of the ledger and its WAL.
     assert!(site.stop().success());
@@ -291,7 +299,7 @@ fn a_restored_backup_charges_again_what_ended_after_it() {
     assert!(tick.stdout.contains("1 charge entries"), "only the second job is charged again: {}", tick.stdout);
     let snapshot = std::fs::read_to_string(site.path("lib/balances.snapshot")).unwrap();
     let balances = gputokens::snapshot::parse(&snapshot).unwrap().balances;
-    assert_eq!(balances["alice"], expected);
+    assert_eq!(balances[alice], expected);
     site.accountd(None, &["admin", "verify"]).ok();
 }
 
@@ -300,9 +308,10 @@ fn a_restored_backup_charges_again_what_ended_after_it() {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn an_untyped_request_pays_for_the_type_it_was_given() {
-    let _cluster = serial();
+    let cluster = serial();
+    let alice = cluster.alice;
     let site = live_site();
-    let job = sbatch("alice", &["--gpus=1", "--wrap", "sleep 2"]);
+    let job = sbatch(alice, &["--gpus=1", "--wrap", "sleep 2"]);
     wait_finished(&job);
     let tres = sacct(&["-j", &job, "-X", "-n", "-P", "-o", "AllocTRES"]);
     let given = ["rtx2080", "rtx3090", "a6000"]
@@ -315,7 +324,7 @@ fn an_untyped_request_pays_for_the_type_it_was_given() {
         _ => 3600,
     };
     site.accountd(None, &["tick"]).ok();
-    assert_eq!(balance(&site, "alice"), Tokens::whole(100) - cost(Tokens::whole(price), elapsed(&job)));
-    let history = site.accountd(None, &["admin", "history", "alice"]).ok().stdout;
+    assert_eq!(balance(&site, alice), Tokens::whole(100) - cost(Tokens::whole(price), elapsed(&job)));
+    let history = site.accountd(None, &["admin", "history", alice]).ok().stdout;
     assert!(history.contains(&format!("1 × {given} for ")), "{history}");
 }

@@ -13,19 +13,33 @@ use crate::common::{run_as, Site};
 
 /// Cluster tests run one at a time: a test's site charges every job sacct shows in its window.
 /// Each starts on an empty queue and an undrained node, whatever the test before it left behind
-/// (a failed test may leave jobs running, and a site charges every running job it sees).
+/// (a failed test may leave jobs running, and a site charges every running job it sees), and with
+/// users of its own: the next of the sets tests/cluster/up.sh makes (`alice07`, `bob07`, `carol07`),
+/// handed out in turn across processes, so consecutive tests never share a user, and no test sees
+/// another's jobs, charges or balances.
 /// Other test processes on the same cluster (a second checkout, a helper's run) wait on a lock file.
-pub fn serial() -> Serial {
+pub fn serial() -> Cluster {
     static CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let guard = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
     let file = std::fs::File::create(LOCK_FILE).expect(LOCK_FILE);
     let file = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| e).expect("flock");
-    for user in ["alice", "bob", "carol"] {
-        run_as(None, Path::new("/usr/bin/scancel"), &["-u", user]).ok();
+    let set = next_user_set();
+    let [alice, bob, carol] = set.users;
+    for user in set.users {
+        assert!(
+            nix::unistd::User::from_name(user).ok().flatten().is_some(),
+            "no user {user}: tests/cluster/up.sh makes the cluster tests' users (bash tests/run.sh up)"
+        );
+    }
+    // Every job on the cluster, whoever's: the node is every test's.
+    let queued = run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-o", "%i"]).ok().stdout;
+    let jobs: Vec<&str> = queued.split_whitespace().collect();
+    if !jobs.is_empty() {
+        run_as(None, Path::new("/usr/bin/scancel"), &jobs).ok();
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let left = run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-u", "alice,bob,carol"]).ok().stdout;
+        let left = run_as(None, Path::new("/usr/bin/squeue"), &["-h"]).ok().stdout;
         if left.trim().is_empty() {
             break;
         }
@@ -36,13 +50,50 @@ pub fn serial() -> Serial {
     if state.starts_with("drain") {
         run_as(None, Path::new("/usr/bin/scontrol"), &["update", "nodename=ALL", "state=resume"]).ok();
     }
-    Serial { _file: file, _guard: guard }
+    Cluster { alice, bob, carol, set: set.number, _file: file, _guard: guard }
 }
 
 const LOCK_FILE: &str = "/tmp/gputokens-cluster-tests.lock";
+/// The number of the set of users the next cluster test takes (1 to `USER_SETS`), beside the lock
+/// and read and advanced only while it is held.
+const NEXT_SET_FILE: &str = "/tmp/gputokens-cluster-tests.next";
+/// How many sets of users tests/cluster/up.sh makes (`TEST_USER_SETS` in tests/cluster/lib.sh).
+const USER_SETS: usize = 40;
 
-/// Held for the length of a cluster test.
-pub struct Serial {
+/// One set of the cluster tests' users: `alice07`, `bob07`, `carol07` and its number, `07`.
+struct UserSet {
+    users: [&'static str; 3],
+    number: &'static str,
+}
+
+/// The set the file names (the first when there is none, or none readable), the file advanced to
+/// the one after it. Call with the lock held.
+fn next_user_set() -> UserSet {
+    static NAMES: std::sync::OnceLock<Vec<[String; 4]>> = std::sync::OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        (1..=USER_SETS)
+            .map(|n| {
+                let n = format!("{n:02}");
+                [format!("alice{n}"), format!("bob{n}"), format!("carol{n}"), n]
+            })
+            .collect()
+    });
+    let text = std::fs::read_to_string(NEXT_SET_FILE).unwrap_or_default();
+    let next = text.trim().parse::<usize>().ok().filter(|n| (1..=USER_SETS).contains(n)).unwrap_or(1);
+    std::fs::write(NEXT_SET_FILE, format!("{}\n", next % USER_SETS + 1)).expect(NEXT_SET_FILE);
+    let [alice, bob, carol, number] = &names[next - 1];
+    UserSet { users: [alice, bob, carol], number }
+}
+
+/// Held for the length of a cluster test: the cluster to itself, and the test's own users.
+pub struct Cluster {
+    /// The test's users, named for the ones they stand in for (`alice07`, `bob07`, `carol07`): Unix
+    /// users in Slurm account `gputokens`, with everything alice has there.
+    pub alice: &'static str,
+    pub bob: &'static str,
+    pub carol: &'static str,
+    /// The set's number (`07`), for other names of the test's own (the Slurm accounts it makes).
+    pub set: &'static str,
     _file: nix::fcntl::Flock<std::fs::File>,
     _guard: std::sync::MutexGuard<'static, ()>,
 }
@@ -173,21 +224,23 @@ fn squeues_times_used_read_as_seconds() {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn alice_runs_a_typed_gpu_job_and_sacct_records_it() {
-    let _cluster = serial();
-    let job = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    let cluster = serial();
+    let alice = cluster.alice;
+    let job = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
     assert_eq!(wait_finished(&job), "COMPLETED");
     let row = sacct(&["-j", &job, "-X", "-n", "-P", "-o", "User,AllocTRES"]);
-    assert!(row.starts_with("alice|"), "{row}");
+    assert!(row.starts_with(&format!("{alice}|")), "{row}");
     assert!(row.contains("gres/gpu:a6000=1"), "{row}");
 }
 
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn real_sacct_records_are_charged_exactly_once() {
-    let _cluster = serial();
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
     let site = Site::start("", "");
-    let gpu_job = sbatch("alice", &["--gres=gpu:a6000:2", "--wrap", "sleep 2"]);
-    let cpu_job = sbatch("bob", &["--wrap", "sleep 1"]);
+    let gpu_job = sbatch(alice, &["--gres=gpu:a6000:2", "--wrap", "sleep 2"]);
+    let cpu_job = sbatch(bob, &["--wrap", "sleep 1"]);
     wait_finished(&gpu_job);
     wait_finished(&cpu_job);
 
@@ -198,10 +251,10 @@ fn real_sacct_records_are_charged_exactly_once() {
     let elapsed: u64 = sacct(&["-j", &gpu_job, "-X", "-n", "-P", "-o", "ElapsedRaw"]).trim().parse().unwrap();
     assert!(elapsed >= 2, "job ran {elapsed}s");
     let expected = Tokens::whole(100) - cost(Tokens::whole(4), 2 * elapsed);
-    assert_eq!(site.balance("alice"), expected.to_string());
-    assert_eq!(site.balance("bob"), "100");
+    assert_eq!(site.balance(alice), expected.to_string());
+    assert_eq!(site.balance(bob), "100");
 
     let again = site.accountd(None, &["charge", "--sacct-file", &file]).ok();
     assert!(again.stdout.contains("0 charge entries"), "{}", again.stdout);
-    assert_eq!(site.balance("alice"), expected.to_string());
+    assert_eq!(site.balance(alice), expected.to_string());
 }

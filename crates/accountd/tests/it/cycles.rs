@@ -68,7 +68,8 @@ fn requeues(site: &Site) -> Vec<String> {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn tick_beside_a_running_serve_cycle_requeues_one_debtor_job_for_one_waiting_job() {
-    let _cluster = serial();
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
     let slurm = Wrappers::new();
     // Cycles only at serve's start: the test says when they run.
     let mut site = Site::start(
@@ -79,15 +80,15 @@ fn tick_beside_a_running_serve_cycle_requeues_one_debtor_job_for_one_waiting_job
             slurm.bin_dir()
         ),
     );
-    site.accountd(None, &["admin", "adjust", "alice", "-105", "--reason", "test"]).ok();
+    site.accountd(None, &["admin", "adjust", alice, "-105", "--reason", "test"]).ok();
     // alice holds both a6000s and every CPU but one; bob waits for an a6000 and two CPUs, so he
     // still waits after one of alice's jobs is requeued (and when it runs again on the freed GPU).
-    let older = sbatch("alice", &["-c", "15", "--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
+    let older = sbatch(alice, &["-c", "15", "--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
     wait_for("alice's first job to run", || squeue(&older, "%T") == "RUNNING");
     std::thread::sleep(Duration::from_secs(1));
-    let younger = sbatch("alice", &["-c", "1", "--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
+    let younger = sbatch(alice, &["-c", "1", "--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
     wait_for("alice's second job to run", || squeue(&younger, "%T") == "RUNNING");
-    let waiting = sbatch("bob", &["-c", "2", "--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
+    let waiting = sbatch(bob, &["-c", "2", "--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
     wait_for("bob's job to wait for resources", || squeue(&waiting, "%T %r") == "PENDING Resources");
 
     // serve starts its cycles; the first to take the cycle lock reads squeue slowly.
@@ -120,7 +121,8 @@ fn tick_beside_a_running_serve_cycle_requeues_one_debtor_job_for_one_waiting_job
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn a_hung_sacct_times_out_while_sbalance_answers_and_the_next_cycle_charges() {
-    let _cluster = serial();
+    let cluster = serial();
+    let alice = cluster.alice;
     let slurm = Wrappers::new();
     let site = Site::with_prices(
         "",
@@ -136,22 +138,22 @@ fn a_hung_sacct_times_out_while_sbalance_answers_and_the_next_cycle_charges() {
     slurm.set("sacct", "hang", true);
     wait_for("a charge cycle to call the hung sacct", || slurm.calls("sacct") > 0);
     // The cycle is inside sacct: accountd still answers.
-    let answered = site.sbalance(Some("alice"), &["-P", "-n", "-o", "User,Balance"]).ok();
-    assert_eq!(answered.stdout.trim(), "alice|100");
+    let answered = site.sbalance(Some(alice), &["-P", "-n", "-o", "User,Balance"]).ok();
+    assert_eq!(answered.stdout.trim(), format!("{alice}|100"));
     assert!(!site.log().contains("timed out"), "sbalance was answered only after the cycle gave up:\n{}", site.log());
 
-    let job = sbatch("alice", &["--gres=gpu:rtx2080:1", "--wrap", "sleep 2"]);
+    let job = sbatch(alice, &["--gres=gpu:rtx2080:1", "--wrap", "sleep 2"]);
     assert_eq!(wait_finished(&job), "COMPLETED");
     wait_for("the hung cycle to fail", || site.log().contains("charge cycle failed: sacct"));
     let log = site.log();
     assert!(log.contains("timed out after 10s; killed (the last snapshot stays)"), "{log}");
     let (_, metrics) = http_get(&format!("{}/metrics", site.http_url()));
     assert!(metrics.lines().any(|l| l.starts_with("gputokens_cycle_failures_total{cycle=\"charge\"} ")), "{metrics}");
-    assert_eq!(balance(&site, "alice"), Tokens::whole(100), "nothing charged while sacct hangs");
+    assert_eq!(balance(&site, alice), Tokens::whole(100), "nothing charged while sacct hangs");
 
     slurm.set("sacct", "hang", false);
     let expected = Tokens::whole(100) - cost(Tokens::whole(1800), elapsed(&job));
-    wait_for("a charge cycle with the real sacct", || balance(&site, "alice") == expected);
+    wait_for("a charge cycle with the real sacct", || balance(&site, alice) == expected);
     let (_, metrics) = http_get(&format!("{}/metrics", site.http_url()));
     assert!(
         metrics.lines().any(|l| l.starts_with("gputokens_cycle_last_success_timestamp_seconds{cycle=\"charge\"} ")),

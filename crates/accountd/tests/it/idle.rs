@@ -41,7 +41,8 @@ fn charged(site: &Site, user: &str, job: &str) -> gputokens::Tokens {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn a_job_idle_for_its_whole_run_shows_its_tokens_as_idle() {
-    let _cluster = serial();
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
     let (web, _secret) = proxy_settings();
     let mut site = Site::start(
         "",
@@ -55,52 +56,53 @@ fn a_job_idle_for_its_whole_run_shows_its_tokens_as_idle() {
     std::fs::write(&site.config, format!("{config}\n[notify]\ncommand = [\"{command}\"]\nwarn_below = 10\n")).unwrap();
     site.restart();
 
-    let alice = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 10"]);
-    let bob = sbatch("bob", &["--gres=gpu:rtx3090:1", "--wrap", "sleep 10"]);
-    let state = site.file("nvml-state.toml", &gpus(pid_of(&alice), pid_of(&bob)));
+    let alices = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 10"]);
+    let bobs = sbatch(bob, &["--gres=gpu:rtx3090:1", "--wrap", "sleep 10"]);
+    let state = site.file("nvml-state.toml", &gpus(pid_of(&alices), pid_of(&bobs)));
     // The agent samples every second until both jobs end.
     let agent = Agent::start(&site, std::path::Path::new(&state));
-    assert_eq!(wait_finished(&alice), "COMPLETED");
-    assert_eq!(wait_finished(&bob), "COMPLETED");
+    assert_eq!(wait_finished(&alices), "COMPLETED");
+    assert_eq!(wait_finished(&bobs), "COMPLETED");
     drop(agent);
     site.accountd(None, &["tick"]).ok();
 
     // Every sample of alice's job was idle: all it was charged, on idle GPUs.
-    let spent = charged(&site, "alice", &alice);
+    let spent = charged(&site, alice, &alices);
     assert!(spent > gputokens::Tokens::ZERO, "alice's job was charged");
     let month = chrono::Local::now().format("%Y-%m").to_string();
-    let statement = site.sbalance(Some("alice"), &["--statement", &month]).ok().stdout;
+    let statement = site.sbalance(Some(alice), &["--statement", &month]).ok().stdout;
     assert!(
         statement.contains(&format!("You spent {spent} tokens on idle GPUs this month (a6000 {spent}).")),
         "{statement}"
     );
     let a6000 = statement.lines().find(|l| l.contains("a6000, ")).unwrap_or_else(|| panic!("{statement}"));
     assert!(a6000.ends_with(&format!("{spent} of it on idle GPUs")), "{statement}");
-    let json = site.sbalance(Some("alice"), &["--statement", &month, "--json"]).ok().stdout;
+    let json = site.sbalance(Some(alice), &["--statement", &month, "--json"]).ok().stdout;
     let json: serde_json::Value = serde_json::from_str(&json).unwrap();
     let line = json["statements"][0]["lines"].as_array().unwrap().iter().find(|l| l["gpu_type"] == "a6000").cloned();
     assert_eq!(line.map(|l| l["idle"].clone()), Some(serde_json::json!(spent.to_string())), "{json}");
     // bob's GPU worked.
-    let statement = site.sbalance(Some("bob"), &["--statement", &month]).ok().stdout;
+    let statement = site.sbalance(Some(bob), &["--statement", &month]).ok().stdout;
     assert!(!statement.contains("idle GPUs"), "{statement}");
-    assert!(charged(&site, "bob", &bob) > gputokens::Tokens::ZERO);
+    assert!(charged(&site, bob, &bobs) > gputokens::Tokens::ZERO);
 
     // The status page says it, per GPU type.
-    let page = page_of(&site, "alice");
+    let page = page_of(&site, alice);
     let idle = &page["idle_month"];
     assert_eq!(idle["tokens"]["text"].as_str(), Some(spent.to_string().as_str()), "{page}");
     assert_eq!(idle["per_type"][0]["gpu_type"], "a6000", "{page}");
-    assert_eq!(page_of(&site, "bob")["idle_month"]["per_type"], serde_json::json!([]));
+    assert_eq!(page_of(&site, bob)["idle_month"]["per_type"], serde_json::json!([]));
 
     // Her next threshold notification says where the tokens went.
-    site.accountd(None, &["admin", "adjust", "alice", "-95", "--reason", "test: near the floor"]).ok();
+    site.accountd(None, &["admin", "adjust", alice, "-95", "--reason", "test: near the floor"]).ok();
     site.accountd(None, &["tick", "--skip-charge"]).ok();
     std::thread::sleep(Duration::from_millis(500));
     let all = captured(&site).join("\n");
     assert!(all.contains(&format!("This month you spent {spent} tokens on idle GPUs (a6000 {spent}).")), "{all}");
     // And alice was told once, when her job had idled for the window; bob never.
-    let told = format!("STDIN: gputokens: your GPU job {alice} on vm has used its GPUs below 5% for 2s");
+    let told = format!("STDIN: gputokens: your GPU job {alices} on vm has used its GPUs below 5% for 2s");
     assert_eq!(all.matches(&told).count(), 1, "{all}");
-    assert_eq!(args(&site).iter().filter(|a| a.ends_with(" idle alice")).count(), 1, "{:?}", args(&site));
-    assert!(!args(&site).iter().any(|a| a.ends_with(" idle bob")), "{:?}", args(&site));
+    let idle_notice = |user: &str| format!(" idle {user}");
+    assert_eq!(args(&site).iter().filter(|a| a.ends_with(&idle_notice(alice))).count(), 1, "{:?}", args(&site));
+    assert!(!args(&site).iter().any(|a| a.ends_with(&idle_notice(bob))), "{:?}", args(&site));
 }

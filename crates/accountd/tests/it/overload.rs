@@ -96,7 +96,8 @@ fn a_flood_of_idle_connections_leaves_sbalance_and_metrics_answered() {
 #[test]
 #[ignore = "needs the test cluster (munged, node vm): tests/cluster/up.sh"]
 fn a_reopened_idle_flood_from_the_agents_own_address_silences_nothing() {
-    let _cluster = crate::cluster::serial();
+    let cluster = crate::cluster::serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
     let site = Site::start(
         "",
         "[http]\nlisten = \"127.0.0.1:0\"\nrequest_timeout = \"60s\"\n[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n",
@@ -106,8 +107,8 @@ fn a_reopened_idle_flood_from_the_agents_own_address_silences_nothing() {
     let socket = site.path("run/accountd.sock");
     // alice's job on the node floods from the node's own address, 127.0.0.1, which the agent, curl
     // and Prometheus here use too; every connection accountd closes she opens again at once.
-    let _tcp = Holder::start("alice", &["--reopen", "tcp", &format!("127.0.0.1:{port}"), "127.0.0.1", "1000"]);
-    let _unix = Holder::start("alice", &["--reopen", "unix", socket.to_str().unwrap(), "200"]);
+    let _tcp = Holder::start(alice, &["--reopen", "tcp", &format!("127.0.0.1:{port}"), "127.0.0.1", "1000"]);
+    let _unix = Holder::start(alice, &["--reopen", "unix", socket.to_str().unwrap(), "200"]);
 
     // "At once" against starved: a starved request waits for request_timeout (60 s) or forever;
     // the bound leaves room for the flood's own reconnect storm on a 2-CPU CI machine (1.03 s seen).
@@ -133,9 +134,9 @@ fn a_reopened_idle_flood_from_the_agents_own_address_silences_nothing() {
         metrics.contains("gputokens_gpu_utilization_percent{node=\"vm\",gpu=\"0\",uuid=\"GPU-00000006\"} 42.0"),
         "{metrics}"
     );
-    // Each user's own sbalance answers at once, with what the ledger holds (a job an earlier test
-    // ran may have been charged by this site's first window: the value is not the point here).
-    for user in ["alice", "bob"] {
+    // Each user's own sbalance answers at once, with what the ledger holds (the value is not the
+    // point here).
+    for user in [alice, bob] {
         let asked = Instant::now();
         let out = site.sbalance(Some(user), &["-P", "-n", "-o", "Balance"]);
         let took = asked.elapsed();
@@ -158,15 +159,17 @@ fn a_reopened_idle_flood_from_the_agents_own_address_silences_nothing() {
 #[test]
 #[ignore = "needs the test cluster (munged, node vm): tests/cluster/up.sh"]
 fn slow_bodies_from_the_agents_own_address_never_keep_its_report_out() {
-    let _cluster = crate::cluster::serial();
+    let cluster = crate::cluster::serial();
     let site = Site::start(
         "",
         "[http]\nlisten = \"127.0.0.1:0\"\nrequest_timeout = \"60s\"\n[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n",
     );
     let base = site.http_url();
     let port = base.rsplit(':').next().unwrap().to_string();
-    let _slow =
-        Holder::start("alice", &["--reopen", "--slow-body", "tcp", &format!("127.0.0.1:{port}"), "127.0.0.1", "200"]);
+    let _slow = Holder::start(
+        cluster.alice,
+        &["--reopen", "--slow-body", "tcp", &format!("127.0.0.1:{port}"), "127.0.0.1", "200"],
+    );
     let state = site.file(
         "nvml.toml",
         "[[gpu]]\nuuid = \"GPU-00000006\"\nname = \"NVIDIA a6000\"\nutil_gpu = 43\nutil_mem = 1\nmem_used = 1\nmem_total = 2\ntemp = 40\npower_mw = 1000\n",

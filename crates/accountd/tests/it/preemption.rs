@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::cluster::{sbatch, serial};
+use crate::cluster::{sbatch, serial, Cluster};
 use crate::common::{run_as, Site};
 
 /// A site that reads the live cluster and may preempt at once (no minimum runtime).
@@ -35,16 +35,18 @@ pub(crate) fn cancel(jobs: &[&String]) {
     }
 }
 
-/// alice (balance `alice_balance`) holds both a6000s with two jobs, bob's a6000 job waits.
-fn both_a6000s_held_by_alice(site: &Site, alice_balance: &str) -> (String, String, String) {
-    site.accountd(None, &["admin", "adjust", "alice", alice_balance, "--reason", "test"]).ok();
-    let older = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
+/// alice (balance `alice_balance`) holds both a6000s with two jobs, bob's a6000 job waits: the
+/// test's own alice and bob (`serial()`).
+fn both_a6000s_held_by_alice(site: &Site, cluster: &Cluster, alice_balance: &str) -> (String, String, String) {
+    let (alice, bob) = (cluster.alice, cluster.bob);
+    site.accountd(None, &["admin", "adjust", alice, alice_balance, "--reason", "test"]).ok();
+    let older = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
     wait_for("alice's first job to run", || squeue(&older, "%T") == "RUNNING");
     std::thread::sleep(Duration::from_secs(1));
     // The user's own comment stays; the preemption's reason is appended to it.
-    let younger = sbatch("alice", &["--gres=gpu:a6000:1", "--comment=sweep 7", "--wrap", "sleep 120"]);
+    let younger = sbatch(alice, &["--gres=gpu:a6000:1", "--comment=sweep 7", "--wrap", "sleep 120"]);
     wait_for("alice's second job to run", || squeue(&younger, "%T") == "RUNNING");
-    let waiting = sbatch("bob", &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
+    let waiting = sbatch(bob, &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
     wait_for("bob's job to wait for resources", || squeue(&waiting, "%T %r") == "PENDING Resources");
     (older, younger, waiting)
 }
@@ -52,11 +54,12 @@ fn both_a6000s_held_by_alice(site: &Site, alice_balance: &str) -> (String, Strin
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn contended_a6000_requeues_the_debtors_youngest_job() {
-    let _cluster = serial();
+    let cluster = serial();
+    let alice = cluster.alice;
     let site = site("");
-    let (older, younger, waiting) = both_a6000s_held_by_alice(&site, "-105");
+    let (older, younger, waiting) = both_a6000s_held_by_alice(&site, &cluster, "-105");
     // About -5: the site's own charge cycle at start-up may already have charged a second or two.
-    let balance = site.balance("alice");
+    let balance = site.balance(alice);
     assert!(balance.starts_with("-5"), "{balance}");
     let tick = site.accountd(None, &["tick", "--skip-charge"]).ok();
     assert!(tick.stdout.contains("1 preempted"), "{}", tick.stdout);
@@ -76,17 +79,18 @@ fn contended_a6000_requeues_the_debtors_youngest_job() {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn solvent_holders_and_dry_runs_preempt_nothing() {
-    let _cluster = serial();
+    let cluster = serial();
+    let alice = cluster.alice;
     let solvent = site("");
-    let (older, younger, waiting) = both_a6000s_held_by_alice(&solvent, "-95");
+    let (older, younger, waiting) = both_a6000s_held_by_alice(&solvent, &cluster, "-95");
     let tick = solvent.accountd(None, &["tick", "--skip-charge"]).ok();
     assert!(tick.stdout.contains("0 preempted"), "alice at +5 keeps her GPUs: {}", tick.stdout);
 
     let dry = site("dry_run = true\n");
-    dry.accountd(None, &["admin", "adjust", "alice", "-105", "--reason", "test"]).ok();
+    dry.accountd(None, &["admin", "adjust", alice, "-105", "--reason", "test"]).ok();
     let tick = dry.accountd(None, &["tick", "--skip-charge"]).ok();
     assert!(tick.stdout.contains("1 would preempt (dry run)"), "{}", tick.stdout);
-    assert!(tick.stderr.contains(&format!("dry run: would requeue job {younger} of alice")), "{}", tick.stderr);
+    assert!(tick.stderr.contains(&format!("dry run: would requeue job {younger} of {alice}")), "{}", tick.stderr);
     std::thread::sleep(Duration::from_secs(1));
     for job in [&older, &younger] {
         assert_eq!(squeue(job, "%T"), "RUNNING", "job {job} untouched");
@@ -98,13 +102,14 @@ fn solvent_holders_and_dry_runs_preempt_nothing() {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn contention_on_another_type_leaves_the_debtor_alone() {
-    let _cluster = serial();
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
     let site = site("");
-    site.accountd(None, &["admin", "adjust", "alice", "-105", "--reason", "test"]).ok();
-    let debtor = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
-    let holder = sbatch("bob", &["--gres=gpu:rtx2080:4", "--wrap", "sleep 120"]);
+    site.accountd(None, &["admin", "adjust", alice, "-105", "--reason", "test"]).ok();
+    let debtor = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
+    let holder = sbatch(bob, &["--gres=gpu:rtx2080:4", "--wrap", "sleep 120"]);
     wait_for("both to run", || squeue(&debtor, "%T") == "RUNNING" && squeue(&holder, "%T") == "RUNNING");
-    let waiting = sbatch("bob", &["--gres=gpu:rtx2080:1", "--wrap", "sleep 120"]);
+    let waiting = sbatch(bob, &["--gres=gpu:rtx2080:1", "--wrap", "sleep 120"]);
     wait_for("bob's rtx2080 job to wait", || squeue(&waiting, "%T %r") == "PENDING Resources");
     let tick = site.accountd(None, &["tick", "--skip-charge"]).ok();
     assert!(tick.stdout.contains("0 preempted"), "{}", tick.stdout);
@@ -115,9 +120,10 @@ fn contention_on_another_type_leaves_the_debtor_alone() {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn uncorrectable_ecc_error_drains_the_node_and_requeues_its_jobs() {
-    let _cluster = serial();
+    let cluster = serial();
+    let bob = cluster.bob;
     let site = site("");
-    let job = sbatch("bob", &["--gres=gpu:rtx2080:4", "--wrap", "sleep 120"]);
+    let job = sbatch(bob, &["--gres=gpu:rtx2080:4", "--wrap", "sleep 120"]);
     wait_for("bob's job to run", || squeue(&job, "%T") == "RUNNING");
     let mut state = String::new();
     for i in 0..8 {
@@ -148,20 +154,21 @@ fn uncorrectable_ecc_error_drains_the_node_and_requeues_its_jobs() {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn a_signal_and_grace_come_before_the_requeue() {
-    let _cluster = serial();
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
     let site = site("signal = \"USR1\"\ngrace = \"3s\"\n");
-    site.accountd(None, &["admin", "adjust", "alice", "-105", "--reason", "test"]).ok();
+    site.accountd(None, &["admin", "adjust", alice, "-105", "--reason", "test"]).ok();
     let marks = tempfile::Builder::new().prefix("gputokens-signal-").tempdir().unwrap();
     std::fs::set_permissions(marks.path(), std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
     let mark = marks.path().join("got-usr1");
     // The job checkpoints (writes a mark) on USR1 and keeps running.
     let script = format!("trap 'touch {}' USR1; while true; do sleep 1; done", mark.display());
-    let older = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
+    let older = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
     wait_for("alice's first job to run", || squeue(&older, "%T") == "RUNNING");
     std::thread::sleep(Duration::from_secs(1));
-    let younger = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", &script]);
+    let younger = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", &script]);
     wait_for("alice's second job to run", || squeue(&younger, "%T") == "RUNNING");
-    let waiting = sbatch("bob", &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
+    let waiting = sbatch(bob, &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
     wait_for("bob's job to wait", || squeue(&waiting, "%T %r") == "PENDING Resources");
 
     let started = Instant::now();
@@ -178,12 +185,13 @@ fn a_signal_and_grace_come_before_the_requeue() {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn at_floor_cancel_ends_the_running_jobs_of_a_user_at_the_floor() {
-    let _cluster = serial();
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
     let site = site("at_floor = \"cancel\"\n");
-    let job = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
-    let other = sbatch("bob", &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
+    let job = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
+    let other = sbatch(bob, &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
     wait_for("both to run", || squeue(&job, "%T") == "RUNNING" && squeue(&other, "%T") == "RUNNING");
-    site.accountd(None, &["admin", "adjust", "alice", "-112", "--reason", "test"]).ok();
+    site.accountd(None, &["admin", "adjust", alice, "-112", "--reason", "test"]).ok();
     let tick = site.accountd(None, &["tick", "--skip-charge"]).ok();
     // Once (on 26.05, after other tests) this tick saw "1 GPU jobs running" with both jobs RUNNING in
     // squeue's text: should it recur, the JSON the check cycle read says which job it did not count.
@@ -229,9 +237,9 @@ fn a6000s_at(percent: u32, pids: [u32; 2]) -> String {
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn the_busy_test_preempts_only_where_the_gpus_are_busy() {
     use crate::agent::{agent_config, pid_of, report_once};
-    let _cluster = serial();
+    let cluster = serial();
     let site = site("busy_percent = 55\n");
-    let (older, younger, waiting) = both_a6000s_held_by_alice(&site, "-105");
+    let (older, younger, waiting) = both_a6000s_held_by_alice(&site, &cluster, "-105");
     let agent = agent_config(&site);
     let pids = [pid_of(&older), pid_of(&younger)];
 
@@ -257,7 +265,8 @@ fn the_busy_test_preempts_only_where_the_gpus_are_busy() {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn the_owner_of_a_preempted_job_is_notified_once() {
-    let _cluster = serial();
+    let cluster = serial();
+    let alice = cluster.alice;
     // A capture script as the [notify] command: argv, environment and stdin of each run.
     let capture = tempfile::Builder::new().prefix("gputokens-it-notify-").tempdir().unwrap();
     let d = capture.path().display();
@@ -271,17 +280,19 @@ fn the_owner_of_a_preempted_job_is_notified_once() {
     .unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let site = site(&format!("[notify]\ncommand = [\"{}\"]\n", script.display()));
-    let (older, younger, waiting) = both_a6000s_held_by_alice(&site, "-105");
+    let (older, younger, waiting) = both_a6000s_held_by_alice(&site, &cluster, "-105");
     site.accountd(None, &["tick", "--skip-charge"]).ok();
     wait_for("bob's job to start", || squeue(&waiting, "%T") == "RUNNING");
     site.accountd(None, &["tick", "--skip-charge"]).ok();
 
     let captured = std::fs::read_to_string(capture.path().join("captured")).unwrap_or_default();
-    let preempted: Vec<&str> = captured.lines().filter(|l| *l == "ARGS: -- preempted alice").collect();
+    let preempted = format!("ARGS: -- preempted {alice}");
+    let preempted: Vec<&str> = captured.lines().filter(|l| *l == preempted).collect();
     assert_eq!(preempted.len(), 1, "one notice per preemption, not repeated by the second tick: {captured}");
     assert!(captured.contains(&format!("JOB: {younger}")), "{captured}");
     assert!(captured.contains(&format!("STDIN: gputokens: your GPU job {younger} was requeued")), "{captured}");
     // alice's balance (about -5) is an overdraft crossing of its own, told once too.
-    assert_eq!(captured.lines().filter(|l| *l == "ARGS: -- overdraft alice").count(), 1, "{captured}");
+    let overdraft = format!("ARGS: -- overdraft {alice}");
+    assert_eq!(captured.lines().filter(|l| *l == overdraft).count(), 1, "{captured}");
     cancel(&[&older, &younger, &waiting]);
 }

@@ -15,6 +15,8 @@ use crate::cluster::{
 use crate::common::{http_get, run_as, Site};
 
 /// A user as SSSD names them: not a portable POSIX name (`useradd --badname`), a Slurm user all the same.
+/// One fixed user, not one of the sets `serial()` hands out: her name's form is the point, and only
+/// the test below runs jobs as her (in a site of its own, which charges only what ends after it began).
 const ANN: &str = "ann@example.org";
 
 fn ensure_ann() {
@@ -37,12 +39,13 @@ fn tick(site: &Site, args: &[&str]) -> String {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn ann_at_example_org_is_charged_exactly_beside_alice() {
-    let _cluster = serial();
+    let cluster = serial();
+    let alice = cluster.alice;
     ensure_ann();
     run_as(None, Path::new("/usr/bin/scancel"), &["-u", ANN]).ok();
     let site = live_site();
     let hers = sbatch(ANN, &["--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
-    let alices = sbatch("alice", &["--gres=gpu:rtx2080:1", "--wrap", "sleep 2"]);
+    let alices = sbatch(alice, &["--gres=gpu:rtx2080:1", "--wrap", "sleep 2"]);
     assert_eq!(wait_finished(&hers), "COMPLETED");
     assert_eq!(wait_finished(&alices), "COMPLETED");
     let out = tick(&site, &[]);
@@ -50,7 +53,7 @@ fn ann_at_example_org_is_charged_exactly_beside_alice() {
 
     let ann_expected = Tokens::whole(100) - cost(Tokens::whole(3600), elapsed(&hers));
     assert_eq!(balance(&site, ANN), ann_expected);
-    assert_eq!(balance(&site, "alice"), Tokens::whole(100) - cost(Tokens::whole(1800), elapsed(&alices)));
+    assert_eq!(balance(&site, alice), Tokens::whole(100) - cost(Tokens::whole(1800), elapsed(&alices)));
     // She reads her own row through the socket (her name from SO_PEERCRED), and the job_submit
     // plugin's snapshot lists her under her whole name.
     let own = site.sbalance(Some(ANN), &["-P", "-n", "-o", "User,Balance"]).ok().stdout;
@@ -85,7 +88,8 @@ fn skipped(metrics: &str, reason: &str) -> u64 {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn a_garbage_sacct_row_is_counted_and_the_others_are_charged() {
-    let _cluster = serial();
+    let cluster = serial();
+    let alice = cluster.alice;
     let bin = tempfile::tempdir().unwrap();
     // A row of garbage, and a row whose user no format can carry: each left out alone.
     slurm_with_extra_sacct_rows(
@@ -95,7 +99,7 @@ fn a_garbage_sacct_row_is_counted_and_the_others_are_charged() {
     let slurm = format!("[slurm]\nbin_dir = \"{}\"\n", bin.path().display());
     let tables = format!("{}[intervals]\ncharge = \"2s\"\n", LIVE.replacen("[slurm]\n", &slurm, 1));
     let site = Site::with_prices("", PRICES, &tables);
-    let job = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
+    let job = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
     wait_finished(&job);
     let expected = Tokens::whole(100) - cost(Tokens::whole(3600), elapsed(&job));
 
@@ -103,7 +107,7 @@ fn a_garbage_sacct_row_is_counted_and_the_others_are_charged() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let metrics = loop {
         let (_, metrics) = http_get(&url);
-        if balance(&site, "alice") == expected && skipped(&metrics, "unparseable") > 0 {
+        if balance(&site, alice) == expected && skipped(&metrics, "unparseable") > 0 {
             break metrics;
         }
         assert!(Instant::now() < deadline, "alice not charged or the row not counted:\n{metrics}\n{}", site.log());
@@ -121,7 +125,7 @@ fn a_garbage_sacct_row_is_counted_and_the_others_are_charged() {
     let log = site.log();
     assert_eq!(log.matches("garbage that is not a sacct row").count(), 1, "{log}");
     assert_eq!(log.matches("mallory x").count(), 1, "{log}");
-    assert_eq!(balance(&site, "alice"), expected);
+    assert_eq!(balance(&site, alice), expected);
 }
 
 fn replenishments(site: &Site, user: &str) -> usize {
@@ -133,14 +137,15 @@ fn replenishments(site: &Site, user: &str) -> usize {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn tick_an_hour_ahead_then_normal_cycles_charge_once_and_grant_nothing_early() {
-    let _cluster = serial();
+    let cluster = serial();
+    let alice = cluster.alice;
     let first_day = chrono::Local::now().date_naive();
     let site = live_site();
-    let job = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 6"]);
+    let job = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 6"]);
     wait_ran(&job, 2);
     let ahead = (chrono::Utc::now().timestamp() + 3600).to_string();
     let out = tick(&site, &["--now", &ahead]);
-    let charged_ahead = balance(&site, "alice");
+    let charged_ahead = balance(&site, alice);
     assert!(charged_ahead < Tokens::whole(100), "the running job charged so far: {out}");
     // Charged up to when squeue was read, not for the hour that has not come.
     assert!(charged_ahead > Tokens::whole(100) - cost(Tokens::whole(3600), 60), "{out}");
@@ -148,19 +153,19 @@ fn tick_an_hour_ahead_then_normal_cycles_charge_once_and_grant_nothing_early() {
     wait_finished(&job);
     tick(&site, &[]);
     tick(&site, &[]);
-    assert_eq!(balance(&site, "alice"), Tokens::whole(100) - cost(Tokens::whole(3600), elapsed(&job)));
+    assert_eq!(balance(&site, alice), Tokens::whole(100) - cost(Tokens::whole(3600), elapsed(&job)));
     let again = tick(&site, &[]);
     assert!(again.contains(": 0 charge entries"), "{again}");
     // Replenished only for days that came on the clock (none, unless the test ran over midnight).
     let days = (chrono::Local::now().date_naive() - first_day).num_days() as usize;
-    assert_eq!(replenishments(&site, "alice"), days);
+    assert_eq!(replenishments(&site, alice), days);
 
     let two_days = (chrono::Utc::now().timestamp() + 2 * 86400).to_string();
     let refused = site.accountd(None, &["tick", "--now", &two_days]);
     assert_eq!(refused.code, 2, "{}{}", refused.stdout, refused.stderr);
     assert!(refused.stderr.contains("more than a day ahead of this host's clock"), "{}", refused.stderr);
-    assert_eq!(balance(&site, "alice"), Tokens::whole(100) - cost(Tokens::whole(3600), elapsed(&job)));
-    assert_eq!(replenishments(&site, "alice"), days);
+    assert_eq!(balance(&site, alice), Tokens::whole(100) - cost(Tokens::whole(3600), elapsed(&job)));
+    assert_eq!(replenishments(&site, alice), days);
 }
 
 /// Waits until slurmctld has held `job` suspended for `secs` seconds (`scontrol show job`: its
@@ -185,18 +190,19 @@ fn scontrol(args: &[&str]) {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn a_suspended_job_pays_for_its_running_time_only() {
-    let _cluster = serial();
+    let cluster = serial();
+    let bob = cluster.bob;
     let site = live_site();
-    let job = sbatch("bob", &["--gres=gpu:a6000:1", "--wrap", "sleep 8"]);
+    let job = sbatch(bob, &["--gres=gpu:a6000:1", "--wrap", "sleep 8"]);
     wait_ran(&job, 2);
     scontrol(&["suspend", &job]);
     // Suspended: charged what it ran, and nothing more however long it stays so.
     tick(&site, &[]);
-    let at_suspension = balance(&site, "bob");
+    let at_suspension = balance(&site, bob);
     assert!(at_suspension < Tokens::whole(100));
     wait_suspended_for(&job, 6);
     tick(&site, &[]);
-    assert_eq!(balance(&site, "bob"), at_suspension, "charged while suspended");
+    assert_eq!(balance(&site, bob), at_suspension, "charged while suspended");
     scontrol(&["resume", &job]);
     wait_finished(&job);
     tick(&site, &[]);
@@ -206,5 +212,5 @@ fn a_suspended_job_pays_for_its_running_time_only() {
     let times: Vec<i64> =
         row.trim().split('|').map(|t| gputokens::time::parse_timestamp(t).unwrap_or_else(|| panic!("{row}"))).collect();
     assert!(ran as i64 + 6 <= times[1] - times[0], "ElapsedRaw {ran} leaves out the suspension: {row}");
-    assert_eq!(balance(&site, "bob"), Tokens::whole(100) - cost(Tokens::whole(3600), ran));
+    assert_eq!(balance(&site, bob), Tokens::whole(100) - cost(Tokens::whole(3600), ran));
 }

@@ -47,7 +47,8 @@ fn history(site: &Site, user: &str) -> Vec<(String, String, String, String)> {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn a_run_lost_to_a_gpu_fault_is_refunded_once_and_runs_that_end_by_themselves_are_not() {
-    let _cluster = serial();
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
     let _resume = ResumeNode;
     let (web, _secret) = proxy_settings();
     let site = Site::start(
@@ -56,11 +57,11 @@ fn a_run_lost_to_a_gpu_fault_is_refunded_once_and_runs_that_end_by_themselves_ar
     );
     // bob: one run hits its time limit, one exits 1, one he requeues himself (the last two after
     // the agent's report: a job that ends while the agent reads the node's job records is refused).
-    let timeout = sbatch("bob", &["--time=1", "--gres=gpu:rtx2080:1", "--wrap", "sleep 300"]);
-    let requeued = sbatch("bob", &["--gres=gpu:rtx3090:1", "--wrap", "sleep 300"]);
-    let alice = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
+    let timeout = sbatch(bob, &["--time=1", "--gres=gpu:rtx2080:1", "--wrap", "sleep 300"]);
+    let requeued = sbatch(bob, &["--gres=gpu:rtx3090:1", "--wrap", "sleep 300"]);
+    let alices = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
     wait_for("alice's and bob's jobs to run", || {
-        squeue(&alice, "%T") == "RUNNING" && squeue(&requeued, "%T") == "RUNNING"
+        squeue(&alices, "%T") == "RUNNING" && squeue(&requeued, "%T") == "RUNNING"
     });
     // The service's cycles charge what alice's run and bob's own requeued one have run so far.
     wait_until(60, "alice's and bob's running jobs charged", || {
@@ -70,10 +71,10 @@ fn a_run_lost_to_a_gpu_fault_is_refunded_once_and_runs_that_end_by_themselves_ar
             let rows = out.stdout.lines().map(|l| l.split('|').collect::<Vec<_>>());
             rows.into_iter().any(|f| f.len() > 4 && f[1] == "charge" && f[4] == job)
         };
-        match (charged("alice", &alice), charged("bob", &requeued)) {
+        match (charged(alice, &alices), charged(bob, &requeued)) {
             (true, true) => Ok(()),
             seen => Err(format!(
-                "charged (alice {alice}, bob {requeued}): {seen:?}; {}",
+                "charged (alice {alices}, bob {requeued}): {seen:?}; {}",
                 site.log().lines().last().unwrap_or_default()
             )),
         }
@@ -81,7 +82,7 @@ fn a_run_lost_to_a_gpu_fault_is_refunded_once_and_runs_that_end_by_themselves_ar
 
     // alice's GPU falls off the bus: the node is drained and her job requeued off it. The agent
     // runs (XIDs are events it registers for on its first sample).
-    let index = gpu_index(&alice);
+    let index = gpu_index(&alices);
     let state = site.path("nvml-state.toml");
     let mut gpus = Gpus::new();
     std::fs::write(&state, gpus.text()).unwrap();
@@ -89,22 +90,22 @@ fn a_run_lost_to_a_gpu_fault_is_refunded_once_and_runs_that_end_by_themselves_ar
     settle(&site, &state, &mut gpus);
     gpus.xids[index as usize].push(79);
     settle(&site, &state, &mut gpus);
-    wait_for("alice's job requeued", || squeue(&alice, "%T") != "RUNNING");
+    wait_for("alice's job requeued", || squeue(&alices, "%T") != "RUNNING");
     drop(agent);
     let actions = site.accountd(None, &["admin", "actions"]).ok().stdout;
-    assert!(actions.contains(&format!("fault-requeue {alice}")), "{actions}");
+    assert!(actions.contains(&format!("fault-requeue {alices}")), "{actions}");
     run_as(None, Path::new("/usr/bin/scontrol"), &["update", "nodename=vm", "state=resume"]).ok();
-    let fails = sbatch("bob", &["--gres=gpu:rtx2080:1", "--wrap", "sleep 3; exit 1"]);
-    let own = run_as(Some("bob"), Path::new("/usr/bin/scontrol"), &["requeue", &requeued]);
+    let fails = sbatch(bob, &["--gres=gpu:rtx2080:1", "--wrap", "sleep 3; exit 1"]);
+    let own = run_as(Some(bob), Path::new("/usr/bin/scontrol"), &["requeue", &requeued]);
     assert_eq!(own.code, 0, "bob may requeue his own job: {}", own.stderr);
     cancel(&[&requeued]);
     assert_eq!(wait_finished(&fails), "FAILED");
     assert_eq!(wait_finished(&timeout), "TIMEOUT");
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !run_states(&alice).contains(&"REQUEUED".to_string())
+    while !run_states(&alices).contains(&"REQUEUED".to_string())
         || !run_states(&requeued).contains(&"REQUEUED".to_string())
     {
-        assert!(Instant::now() < deadline, "runs not recorded: {:?} {:?}", run_states(&alice), run_states(&requeued));
+        assert!(Instant::now() < deadline, "runs not recorded: {:?} {:?}", run_states(&alices), run_states(&requeued));
         std::thread::sleep(Duration::from_millis(500));
     }
 
@@ -112,47 +113,47 @@ fn a_run_lost_to_a_gpu_fault_is_refunded_once_and_runs_that_end_by_themselves_ar
     let refunds = |user: &str| -> Vec<(String, String, String, String)> {
         history(&site, user).into_iter().filter(|(kind, ..)| kind == "refund").collect()
     };
-    wait_for("alice's lost run refunded", || !refunds("alice").is_empty());
+    wait_for("alice's lost run refunded", || !refunds(alice).is_empty());
     // Later charge cycles read the same runs again: none refunds them again.
     wait_charge_cycles(&site, charge_cycles(&site), 2);
-    let first = refunds("alice");
-    assert_eq!(first.len(), 1, "{:?}", history(&site, "alice"));
+    let first = refunds(alice);
+    assert_eq!(first.len(), 1, "{:?}", history(&site, alice));
     let (_, amount, job, reason) = &first[0];
-    assert_eq!(job, &alice);
+    assert_eq!(job, &alices);
     assert!(
-        reason.starts_with(&format!("refund: run of job {alice} from "))
+        reason.starts_with(&format!("refund: run of job {alices} from "))
             && reason.contains(&format!("lost to a GPU fault (gputokens: GPU {index} ")),
         "{reason}"
     );
     // What her run was charged came back: her job's only run, the job now waiting.
-    let charged: gputokens::Tokens = history(&site, "alice")
+    let charged: gputokens::Tokens = history(&site, alice)
         .iter()
-        .filter(|(kind, _, job, _)| kind == "charge" && job == &alice)
+        .filter(|(kind, _, job, _)| kind == "charge" && job == &alices)
         .map(|(_, amount, ..)| -amount.parse::<gputokens::Tokens>().unwrap())
         .sum();
-    assert_eq!(amount.parse::<gputokens::Tokens>().unwrap(), charged, "{:?}", history(&site, "alice"));
-    let before = site.balance("alice");
+    assert_eq!(amount.parse::<gputokens::Tokens>().unwrap(), charged, "{:?}", history(&site, alice));
+    let before = site.balance(alice);
     site.accountd(None, &["tick"]).ok();
-    assert_eq!(refunds("alice").len(), 1, "refunded once");
-    assert_eq!(site.balance("alice"), before, "nothing more");
+    assert_eq!(refunds(alice).len(), 1, "refunded once");
+    assert_eq!(site.balance(alice), before, "nothing more");
 
     // bob's runs are charged in full: no refund, each job charged.
-    assert!(refunds("bob").is_empty(), "{:?}", history(&site, "bob"));
+    assert!(refunds(bob).is_empty(), "{:?}", history(&site, bob));
     let charged: Vec<String> =
-        history(&site, "bob").into_iter().filter(|(k, ..)| k == "charge").map(|(_, _, job, _)| job).collect();
+        history(&site, bob).into_iter().filter(|(k, ..)| k == "charge").map(|(_, _, job, _)| job).collect();
     for job in [&timeout, &fails, &requeued] {
         assert!(charged.contains(job), "job {job} charged: {charged:?}");
     }
-    assert!(site.balance("bob").parse::<f64>().unwrap() < 100.0);
+    assert!(site.balance(bob).parse::<f64>().unwrap() < 100.0);
 
     // The statement and the status page name the cause.
     let month = chrono::Local::now().format("%Y-%m").to_string();
-    let statement = site.sbalance(Some("alice"), &["--statement", &month]).ok().stdout;
+    let statement = site.sbalance(Some(alice), &["--statement", &month]).ok().stdout;
     assert!(
-        statement.lines().any(|l| l.contains(&format!("refund of job {alice}")) && l.contains("lost to a GPU fault")),
+        statement.lines().any(|l| l.contains(&format!("refund of job {alices}")) && l.contains("lost to a GPU fault")),
         "{statement}"
     );
-    let page = page_of(&site, "alice");
+    let page = page_of(&site, alice);
     let events = page["events"].as_array().unwrap();
     assert!(
         events.iter().any(|e| e["event"] == "refunded" && e["what"].as_str().unwrap().contains("GPU fault")),
@@ -161,7 +162,7 @@ fn a_run_lost_to_a_gpu_fault_is_refunded_once_and_runs_that_end_by_themselves_ar
     assert!(events.iter().any(|e| e["event"] == "failing GPU"), "{page}");
     let metrics = crate::common::http_get(&format!("{}/metrics", site.http_url())).1;
     assert!(metrics.contains("gputokens_refunds_total{cause=\"gpu_fault\"} 1"), "{metrics}");
-    cancel(&[&alice]);
+    cancel(&[&alices]);
 }
 
 /// The audit's H2: alice's own code keeps her GPU throttling for heat past `temperature_for`. The
@@ -171,13 +172,14 @@ fn a_run_lost_to_a_gpu_fault_is_refunded_once_and_runs_that_end_by_themselves_ar
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn a_gpu_its_job_keeps_hot_drains_the_node_but_requeues_and_refunds_nothing() {
-    let _cluster = serial();
+    let cluster = serial();
+    let alice_user = cluster.alice;
     let _resume = ResumeNode;
     let site = Site::start(
         "",
         "[slurm]\nfirst_lookback = \"1s\"\n[intervals]\ncharge = \"2s\"\n[health]\ntemperature_for = \"3s\"\n",
     );
-    let alice = sbatch("alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
+    let alice = sbatch(alice_user, &["--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
     wait_for("alice's job to run", || squeue(&alice, "%T") == "RUNNING");
     let index = gpu_index(&alice) as usize;
     let state = site.path("nvml-state.toml");
@@ -205,15 +207,15 @@ fn a_gpu_its_job_keeps_hot_drains_the_node_but_requeues_and_refunds_nothing() {
     cancel(&[&alice]);
     assert!(wait_finished(&alice).starts_with("CANCELLED"));
     wait_until(60, "alice's cancelled job charged", || {
-        let charged = history(&site, "alice").iter().any(|(kind, _, job, _)| kind == "charge" && job == &alice);
+        let charged = history(&site, alice_user).iter().any(|(kind, _, job, _)| kind == "charge" && job == &alice);
         if charged {
             Ok(())
         } else {
-            Err(format!("{:?}", history(&site, "alice")))
+            Err(format!("{:?}", history(&site, alice_user)))
         }
     });
     wait_charge_cycles(&site, charge_cycles(&site), 2);
-    let refunds: Vec<_> = history(&site, "alice").into_iter().filter(|(kind, ..)| kind == "refund").collect();
+    let refunds: Vec<_> = history(&site, alice_user).into_iter().filter(|(kind, ..)| kind == "refund").collect();
     assert!(refunds.is_empty(), "{refunds:?}");
 }
 

@@ -121,24 +121,26 @@ fn job_state(job: &str) -> String {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn forged_agent_reports_drain_nothing_and_touch_no_job() {
-    let _cluster = serial();
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
     let site = Site::start("", "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n");
     let report_url = format!("{}/v1/agent/report", site.http_url());
-    let bob = sbatch("bob", &["--gres=gpu:rtx2080:1", "--wrap", "sleep 120"]);
+    let bobs = sbatch(bob, &["--gres=gpu:rtx2080:1", "--wrap", "sleep 120"]);
     let deadline = Instant::now() + Duration::from_secs(60);
-    while job_state(&bob) != "RUNNING" {
+    while job_state(&bobs) != "RUNNING" {
         assert!(Instant::now() < deadline, "bob's job does not start");
         std::thread::sleep(Duration::from_millis(200));
     }
-    let forged = forged_report("vm", &["--user=bob"]);
-    let against_bob = forged_report("vm", &[&bob]);
+    let option = format!("--user={bob}");
+    let forged = forged_report("vm", &[&option]);
+    let against_bob = forged_report("vm", &[&bobs]);
 
     // No credential at all.
-    let (status, body) = curl(Some("alice"), &report_url, None, Some(&against_bob));
+    let (status, body) = curl(Some(alice), &report_url, None, Some(&against_bob));
     assert_eq!(status, 401, "{body}");
     // A MUNGE credential of her own uid, naming the forged body.
-    let own = munge_as(Some("alice"), &payload(&against_bob), None);
-    let (status, body) = curl(Some("alice"), &report_url, Some(&format!("MUNGE {own}")), Some(&against_bob));
+    let own = munge_as(Some(alice), &payload(&against_bob), None);
+    let (status, body) = curl(Some(alice), &report_url, Some(&format!("MUNGE {own}")), Some(&against_bob));
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("only root and the SlurmUser"), "{body}");
     // A root credential she captured from a real report, replayed (first with its own body, which
@@ -149,38 +151,38 @@ fn forged_agent_reports_drain_nothing_and_touch_no_job() {
     let captured = munge_as(None, &payload(&real), None);
     let (status, body) = curl(None, &report_url, Some(&format!("MUNGE {captured}")), Some(&real));
     assert_eq!(status, 200, "the agent's own delivery: {body}");
-    let (status, body) = curl(Some("alice"), &report_url, Some(&format!("MUNGE {captured}")), Some(&real));
+    let (status, body) = curl(Some(alice), &report_url, Some(&format!("MUNGE {captured}")), Some(&real));
     assert_eq!(status, 401, "{body}");
     assert!(body.to_lowercase().contains("replayed"), "{body}");
     let unused = munge_as(None, &payload(&real), None);
-    let (status, body) = curl(Some("alice"), &report_url, Some(&format!("MUNGE {unused}")), Some(&against_bob));
+    let (status, body) = curl(Some(alice), &report_url, Some(&format!("MUNGE {unused}")), Some(&against_bob));
     assert_eq!(status, 401, "a credential for another body: {body}");
     // A valid root credential made on another node (its munged says 127.0.0.2; vm is 127.0.0.1).
     let other = OtherNodeMunged::start();
     let elsewhere = munge_as(None, &payload(&against_bob), Some(&other.socket()));
-    let (status, body) = curl(Some("alice"), &report_url, Some(&format!("MUNGE {elsewhere}")), Some(&against_bob));
+    let (status, body) = curl(Some(alice), &report_url, Some(&format!("MUNGE {elsewhere}")), Some(&against_bob));
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("127.0.0.2") && body.contains("not from node 'vm'"), "{body}");
     // Even a root credential from the node itself may not name an option as a job, a job that is not
     // on the node, or a node Slurm does not know (nor a hostlist).
     let cred = munge_as(None, &payload(&forged), None);
-    let (status, body) = curl(Some("alice"), &report_url, Some(&format!("MUNGE {cred}")), Some(&forged));
+    let (status, body) = curl(Some(alice), &report_url, Some(&format!("MUNGE {cred}")), Some(&forged));
     assert_eq!(status, 400, "{body}");
-    assert!(body.contains("'--user=bob' is not a plain Slurm job ID"), "{body}");
+    assert!(body.contains(&format!("'{option}' is not a plain Slurm job ID")), "{body}");
     let elsewhere_job = forged_report("vm", &["999999"]);
     let cred = munge_as(None, &payload(&elsewhere_job), None);
-    let (status, body) = curl(Some("alice"), &report_url, Some(&format!("MUNGE {cred}")), Some(&elsewhere_job));
+    let (status, body) = curl(Some(alice), &report_url, Some(&format!("MUNGE {cred}")), Some(&elsewhere_job));
     assert_eq!(status, 403, "{body}");
     for node in ["gpu99", "vm,vm", "--all"] {
         let report = forged_report(node, &[]);
         let cred = munge_as(None, &payload(&report), None);
-        let (status, body) = curl(Some("alice"), &report_url, Some(&format!("MUNGE {cred}")), Some(&report));
+        let (status, body) = curl(Some(alice), &report_url, Some(&format!("MUNGE {cred}")), Some(&report));
         assert!(status == 400 || status == 403, "{node}: {status} {body}");
     }
 
     // Nothing happened: the node is up, bob's job runs, nothing was audited, and it was all counted.
     assert!(!node_state().starts_with("drain"), "{}", node_state());
-    assert_eq!(job_state(&bob), "RUNNING");
+    assert_eq!(job_state(&bobs), "RUNNING");
     let actions = site.accountd(None, &["admin", "actions"]).ok().stdout;
     assert!(!actions.contains("drain") && !actions.contains("requeue"), "{actions}");
     let (_, metrics) = crate::common::http_get(&format!("{}/metrics", site.http_url()));
@@ -205,7 +207,7 @@ fn forged_agent_reports_drain_nothing_and_touch_no_job() {
         metrics.contains(r#"gputokens_gpu_utilization_percent{node="vm",gpu="0",uuid="GPU-00000000"} 55.0"#),
         "{metrics}"
     );
-    run_as(None, Path::new("/usr/bin/scancel"), &[&bob]).ok();
+    run_as(None, Path::new("/usr/bin/scancel"), &[&bobs]).ok();
 }
 
 #[test]

@@ -119,29 +119,30 @@ fn scancel(job: &str) {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn sbatch_shows_the_users_balance() {
-    let _cluster = serial();
+    let cluster = serial();
+    let bob = cluster.bob;
     let site = Site::start("", "");
-    site.accountd(None, &["admin", "adjust", "bob", "-54", "--reason", "test: spank"]).ok();
+    site.accountd(None, &["admin", "adjust", bob, "-54", "--reason", "test: spank"]).ok();
     let link = SocketLink::to(&site);
 
     let started = Instant::now();
-    let out = sbatch("bob", &["--hold", "--wrap", "true"]);
+    let out = sbatch(bob, &["--hold", "--wrap", "true"]);
     let took = started.elapsed();
     scancel(&job_id(&out));
     assert_eq!(out.stderr, "sbatch: gputokens: balance 46 tokens (ok); run 'sbalance' for details.\n");
     println!("sbatch with the balance line took {took:?}");
 
-    site.accountd(None, &["admin", "adjust", "bob", "-49", "--reason", "test: spank overdraft"]).ok();
-    let out = sbatch("bob", &["--hold", "--wrap", "true"]);
+    site.accountd(None, &["admin", "adjust", bob, "-49", "--reason", "test: spank overdraft"]).ok();
+    let out = sbatch(bob, &["--hold", "--wrap", "true"]);
     scancel(&job_id(&out));
     assert!(out.stderr.contains("sbatch: gputokens: balance -3 tokens (overdraft: "), "{}", out.stderr);
 
     // A grant ending soon: what of it would expire (never more than the balance: 3 of it paid the
     // debt back) and when, as sbalance says it.
-    site.accountd(None, &["admin", "grant", "bob", "10", "--reason", "test: course", "--expires", "2h"]).ok();
-    let json: serde_json::Value = serde_json::from_str(&site.sbalance(Some("bob"), &["--json"]).ok().stdout).unwrap();
+    site.accountd(None, &["admin", "grant", bob, "10", "--reason", "test: course", "--expires", "2h"]).ok();
+    let json: serde_json::Value = serde_json::from_str(&site.sbalance(Some(bob), &["--json"]).ok().stdout).unwrap();
     let at = json["users"][0]["expiring"]["at"].as_str().unwrap_or_else(|| panic!("{json}")).to_string();
-    let out = sbatch("bob", &["--hold", "--wrap", "true"]);
+    let out = sbatch(bob, &["--hold", "--wrap", "true"]);
     scancel(&job_id(&out));
     assert_eq!(
         out.stderr,
@@ -149,11 +150,11 @@ fn sbatch_shows_the_users_balance() {
     );
 
     // -Q hides it; without accountd sbatch says nothing at all.
-    let out = sbatch("bob", &["-Q", "--hold", "--wrap", "true"]);
+    let out = sbatch(bob, &["-Q", "--hold", "--wrap", "true"]);
     scancel(&job_id(&out));
     assert_eq!(out.stderr, "");
     drop(link);
-    let out = sbatch("bob", &["--hold", "--wrap", "true"]);
+    let out = sbatch(bob, &["--hold", "--wrap", "true"]);
     scancel(&job_id(&out));
     assert_eq!(out.stderr, "", "no accountd: no line");
 }
@@ -196,10 +197,11 @@ fn record_list(text: &str, key: &str) -> Option<Vec<String>> {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn the_prolog_records_a_jobs_gpus_and_the_epilog_removes_them() {
-    let _cluster = serial();
+    let cluster = serial();
+    let bob = cluster.bob;
     let jobs_dir = jobs_dir();
 
-    let job = job_id(&sbatch("bob", &["--gres=gpu:a6000:2", "--wrap", "sleep 3"]));
+    let job = job_id(&sbatch(bob, &["--gres=gpu:a6000:2", "--wrap", "sleep 3"]));
     let record = jobs_dir.join(&job);
     let took = wait_for(&format!("record {}", record.display()), Duration::from_secs(30), || record.exists());
     println!("record written {took:?} after sbatch");
@@ -226,7 +228,7 @@ fn the_prolog_records_a_jobs_gpus_and_the_epilog_removes_them() {
     println!("record removed {took:?} after sacct showed the job COMPLETED");
 
     // A CPU-only job holds no GPU: no record.
-    let cpu = job_id(&sbatch("bob", &["--wrap", "sleep 2"]));
+    let cpu = job_id(&sbatch(bob, &["--wrap", "sleep 2"]));
     std::thread::sleep(Duration::from_secs(1));
     assert!(!jobs_dir.join(&cpu).exists(), "a CPU job got a record");
     assert_eq!(wait_finished(&cpu), "COMPLETED");
@@ -258,7 +260,8 @@ impl Drop for FakeNvmlState {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn the_record_names_the_gpus_by_uuid_when_nvml_can() {
-    let _cluster = serial();
+    let cluster = serial();
+    let alice = cluster.alice;
     let jobs_dir = jobs_dir();
     let record_of = |job: &str| {
         let record = jobs_dir.join(job);
@@ -267,14 +270,14 @@ fn the_record_names_the_gpus_by_uuid_when_nvml_can() {
     };
 
     // Without NVML (the fake answers "driver not loaded" without its state): GPUs only.
-    let job = job_id(&sbatch("alice", &["--gres=gpu:rtx3090:2", "--wrap", "sleep 2"]));
+    let job = job_id(&sbatch(alice, &["--gres=gpu:rtx3090:2", "--wrap", "sleep 2"]));
     let text = record_of(&job);
     assert!(record_list(&text, "gpus").is_some() && !text.contains("uuids="), "{text:?}");
     wait_finished(&job);
 
     let state: String = (0..8).map(|i| format!("[[gpu]]\nuuid = \"GPU-{i:08}-fake\"\nname = \"fake {i}\"\n")).collect();
     let _nvml = FakeNvmlState::write(&state);
-    let job = job_id(&sbatch("alice", &["--gres=gpu:rtx3090:2", "--wrap", "sleep 2"]));
+    let job = job_id(&sbatch(alice, &["--gres=gpu:rtx3090:2", "--wrap", "sleep 2"]));
     let text = record_of(&job);
     let gpus = record_list(&text, "gpus").unwrap_or_else(|| panic!("{text:?}"));
     let uuids = record_list(&text, "uuids").unwrap_or_else(|| panic!("no uuids: {text:?}"));
@@ -287,7 +290,8 @@ fn the_record_names_the_gpus_by_uuid_when_nvml_can() {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn gpu_tokens_estimate_goes_with_the_job() {
-    let _cluster = serial();
+    let cluster = serial();
+    let alice = cluster.alice;
     let lab_jobs = lab_jobs();
     let run = |extra: &[&str]| -> String {
         let out_file = lab_jobs.join(format!("estimate-{}-{}.out", std::process::id(), extra.len()));
@@ -295,7 +299,7 @@ fn gpu_tokens_estimate_goes_with_the_job() {
         let mut args = vec![out_arg.as_str()];
         args.extend_from_slice(extra);
         args.extend_from_slice(&["--gres=gpu:rtx2080:1", "--wrap", "env"]);
-        let out = run_as(Some("alice"), Path::new("/usr/bin/sbatch"), &[&["--parsable"], &args[..]].concat());
+        let out = run_as(Some(alice), Path::new("/usr/bin/sbatch"), &[&["--parsable"], &args[..]].concat());
         assert_eq!(out.code, 0, "sbatch {args:?}: {}", out.stderr);
         assert_eq!(wait_finished(&job_id(&out)), "COMPLETED");
         let env = std::fs::read_to_string(&out_file).unwrap_or_else(|e| panic!("{}: {e}", out_file.display()));
@@ -309,7 +313,7 @@ fn gpu_tokens_estimate_goes_with_the_job() {
     let env = run(&[]);
     assert!(!env.contains("GPUTOKENS_ESTIMATE"), "{env}");
 
-    let help = run_as(Some("alice"), Path::new("/usr/bin/sbatch"), &["--help"]).stdout;
+    let help = run_as(Some(alice), Path::new("/usr/bin/sbatch"), &["--help"]).stdout;
     assert!(
         help.lines()
             .any(|l| l.contains("--gpu-tokens-estimate") && l.contains("Show the most GPU tokens this job can cost")),
@@ -330,7 +334,8 @@ fn slurmd_log() -> String {
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn no_job_or_step_fails_because_of_the_plugin_in_any_context() {
-    let _cluster = serial();
+    let cluster = serial();
+    let alice = cluster.alice;
     let site = Site::start("", "");
     let log_before = slurmd_log().len();
     let mut jobs = Vec::new();
@@ -339,7 +344,7 @@ fn no_job_or_step_fails_because_of_the_plugin_in_any_context() {
         for option in [&[][..], &["--gpu-tokens-estimate"][..]] {
             let args = |more: &[&'static str]| -> Vec<&'static str> { [option, more].concat() };
             let out = sbatch(
-                "alice",
+                alice,
                 &args(&["--gres=gpu:rtx2080:1", "--wrap", "srun true && srun --gres=gpu:rtx2080:1 true"]),
             );
             jobs.push(job_id(&out));
@@ -348,7 +353,7 @@ fn no_job_or_step_fails_because_of_the_plugin_in_any_context() {
                 ("/usr/bin/srun", &["true"][..]),
                 ("/usr/bin/salloc", &["--gres=gpu:rtx2080:1", "srun", "true"][..]),
             ] {
-                let out = run_as(Some("alice"), Path::new(program), &args(more));
+                let out = run_as(Some(alice), Path::new(program), &args(more));
                 assert_eq!(out.code, 0, "{program} {:?} failed: {}{}", args(more), out.stdout, out.stderr);
                 assert!(!out.stderr.contains("error"), "{program} {:?}: {}", args(more), out.stderr);
             }
@@ -363,7 +368,7 @@ fn no_job_or_step_fails_because_of_the_plugin_in_any_context() {
     let steps = crate::cluster::sacct(&["-a", "-n", "-P", "-S", "now-10minutes", "-o", "JobID,User,State,ExitCode"]);
     let ours: Vec<&str> = steps
         .lines()
-        .filter(|l| l.split('|').nth(1).is_none_or(|u| u.is_empty() || u == "alice"))
+        .filter(|l| l.split('|').nth(1).is_none_or(|u| u.is_empty() || u == alice))
         .filter(|l| l.split(['|', '.', '_']).next().and_then(|id| id.parse::<u64>().ok()).is_some_and(|id| id >= first))
         .collect();
     assert!(ours.len() >= 20, "{steps}");
