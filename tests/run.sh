@@ -135,7 +135,15 @@ suite() {
     unit) cargo test --workspace --locked --no-fail-fast || rc=$? ;;
     cluster)
       # Every ignored test is a test that needs something: those of the other suites are theirs.
-      run_binaries --ignored --skip packages:: --skip rpms:: --skip web:: || rc=$? ;;
+      # In a new order each run (any cluster test must pass after any other): libtest's shuffle,
+      # which stable test binaries take under RUSTC_BOOTSTRAP (set for them alone, never for cargo,
+      # whose builds it would change). GPUTOKENS_SHUFFLE_SEED=N repeats an order; =off keeps theirs.
+      local seed=${GPUTOKENS_SHUFFLE_SEED:-$(( (RANDOM << 15) | RANDOM ))} order=()
+      if [[ $seed != off ]]; then
+        order=(-Z unstable-options --shuffle-seed "$seed")
+        echo "cluster tests in shuffled order, seed $seed (GPUTOKENS_SHUFFLE_SEED=$seed bash tests/run.sh ... repeats it)"
+      fi
+      (export RUSTC_BOOTSTRAP=1; run_binaries "${order[@]}" --ignored --skip packages:: --skip rpms:: --skip web::) || rc=$? ;;
     multinode)
       GPUTOKENS_MN_FAKE_NVML=$TARGET/debug/libnvidia_ml.so "$(test_binary multinode)" --ignored --test-threads=1 || rc=$?
       bash tests/multinode/down.sh || true ;;
