@@ -97,8 +97,8 @@ async fn agent_report(
         state.gate.authorize(&sender, &report, &state.slurm).map_err(|r| (report.node.clone(), r))?;
         state.gate.accepted(&report.node);
         let mut reports = state.reports.lock().unwrap_or_else(|p| p.into_inner());
-        let mut s = answering::lock(&state.answering);
-        reports::ingest(&mut s.res, &mut reports, &report)
+        let reports = &mut *reports;
+        reports::ingest(&mut reports.res, &mut reports.state, &report)
             .map_err(|e| (report.node.clone(), Refusal::internal(e.to_string())))
     });
     let outcome = match work.await {

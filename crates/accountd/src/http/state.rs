@@ -18,8 +18,10 @@ pub(super) const REPORTS_AT_ONCE: usize = 16;
 pub struct AppState {
     /// What answers requests, shared with the socket.
     pub answering: Shared,
-    /// What the agents' reports leave for the next (taken before `answering`, never after).
-    pub(super) reports: Arc<std::sync::Mutex<ReportState>>,
+    /// What the agents' reports leave for the next, and their own ledger connection: a report's
+    /// Slurm commands (squeue for a job not seen, a drain's scontrol) never hold what answers
+    /// sbalance, the page and the API (the audit's L1). Never taken with `answering`.
+    pub(super) reports: Arc<std::sync::Mutex<Reports>>,
     pub(super) gate: Arc<ReportGate>,
     pub(super) report_slots: Arc<tokio::sync::Semaphore>,
     /// The JSON API's requests under way (each decodes a MUNGE credential), as many as reports.
@@ -40,9 +42,9 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(answering: Shared) -> AccountdResult<AppState> {
-        let (config, metrics) = {
+        let (config, metrics, reports_res) = {
             let s = answering::lock(&answering);
-            (s.res.config.clone(), s.res.metrics.clone())
+            (s.res.config.clone(), s.res.metrics.clone(), s.res.reopen()?)
         };
         let gate = ReportGate::new(&config).map_err(AccountdError::Refused)?;
         let admin_token = config
@@ -59,7 +61,7 @@ impl AppState {
             .transpose()?;
         Ok(AppState {
             answering,
-            reports: Default::default(),
+            reports: Arc::new(std::sync::Mutex::new(Reports { state: ReportState::default(), res: reports_res })),
             gate: Arc::new(gate),
             report_slots: Arc::new(tokio::sync::Semaphore::new(REPORTS_AT_ONCE)),
             api_slots: Arc::new(tokio::sync::Semaphore::new(REPORTS_AT_ONCE)),
@@ -72,6 +74,12 @@ impl AppState {
             munge_socket: config.agent.munge_socket.clone(),
         })
     }
+}
+
+/// The agents' reports' side: what they leave for the next, and the connection they write with.
+pub(super) struct Reports {
+    pub state: ReportState,
+    pub res: crate::resources::Resources,
 }
 
 /// A secret's file must be readable by its owner alone: anyone who can read it is an admin (the

@@ -192,8 +192,12 @@ async fn send_reply(mut write: tokio::net::unix::OwnedWriteHalf, reply: Reply) {
 
 async fn answer(answering: Shared, uid: u32, request: Request) -> Reply {
     let work = tokio::task::spawn_blocking(move || {
+        // Who asks is looked up (getpwuid, getgrouplist: a directory server) before the lock is
+        // taken: a slow lookup holds this request alone (the audit's L1).
+        let config = answering::lock(&answering).res.config.clone();
+        let caller = Caller::identify(uid, &config);
+        drop(config);
         let mut s = answering::lock(&answering);
-        let caller = Caller::identify(uid, &s.res.config);
         let summary = format!("{request:?}");
         let now = gputokens::time::now();
         let (reply, changed) = crate::socket::handler::handle(&mut s, &caller, request, now);

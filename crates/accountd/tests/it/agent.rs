@@ -30,7 +30,7 @@ pub fn pid_of(job: &str) -> u32 {
 }
 
 /// Eight GPUs like the cluster's gres.conf; the busy job's process on GPU 6, the idle one's on GPU 4.
-fn fake_state(busy_pid: u32, idle_pid: u32) -> String {
+pub(crate) fn fake_state(busy_pid: u32, idle_pid: u32) -> String {
     let mut state = String::new();
     for (i, (name, util)) in [
         ("rtx2080", 0),

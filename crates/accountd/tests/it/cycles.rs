@@ -15,8 +15,9 @@ use crate::common::{http_get, Site};
 use crate::preemption::{cancel, squeue, wait_for};
 
 /// Wrappers for Slurm's commands in a directory of their own. Each execs the real command, unless
-/// `<name>.slow` exists there (it sleeps 4 s first) or `<name>.hang` (it sleeps for ever, in a child
-/// of the wrapper's shell); either way it first notes the call in `<name>.calls`.
+/// `<name>.slow` exists there (it sleeps first: as many seconds as the file says, 4 when it is empty)
+/// or `<name>.hang` (it sleeps for ever, in a child of the wrapper's shell); either way it first
+/// notes the call in `<name>.calls`.
 struct Wrappers {
     dir: tempfile::TempDir,
 }
@@ -29,7 +30,8 @@ impl Wrappers {
             let script = format!(
                 "#!/bin/sh\nd=$(dirname \"$0\")\n\
                  if [ -e \"$d/{name}.hang\" ]; then echo \"$$\" >> \"$d/{name}.calls\"; sleep infinity; exit 1; fi\n\
-                 if [ -e \"$d/{name}.slow\" ]; then echo \"$$\" >> \"$d/{name}.calls\"; sleep 4; fi\n\
+                 if [ -e \"$d/{name}.slow\" ]; then echo \"$$\" >> \"$d/{name}.calls\"; \
+                 s=$(cat \"$d/{name}.slow\"); sleep \"${{s:-4}}\"; fi\n\
                  exec /usr/bin/{name} \"$@\"\n"
             );
             let path = dir.path().join(name);
@@ -51,6 +53,11 @@ impl Wrappers {
         } else {
             std::fs::remove_file(flag).unwrap();
         }
+    }
+
+    /// Makes `name` sleep `seconds` before it runs.
+    fn slow_by(&self, name: &str, seconds: u32) {
+        std::fs::write(self.dir.path().join(format!("{name}.slow")), seconds.to_string()).unwrap();
     }
 
     /// How many calls of `name` were slowed or hung so far.
@@ -159,4 +166,71 @@ fn a_hung_sacct_times_out_while_sbalance_answers_and_the_next_cycle_charges() {
         metrics.lines().any(|l| l.starts_with("gputokens_cycle_last_success_timestamp_seconds{cycle=\"charge\"} ")),
         "{metrics}"
     );
+}
+
+/// The audit's L1: an agent's report of jobs accountd has not seen asks squeue who owns them, and
+/// with slurmctld answering only after 15 s that once held every `sbalance` for as long. Reports
+/// have their own ledger connection: every `sbalance` meanwhile answers within a second.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_report_waiting_on_a_slow_squeue_holds_no_sbalance() {
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
+    let slurm = Wrappers::new();
+    let site = Site::start(
+        "",
+        &format!(
+            "[intervals]\ncharge = \"1h\"\ncheck = \"1h\"\n[slurm]\nbin_dir = \"{}\"\nfirst_lookback = \"1s\"\n\
+             [preemption]\nenabled = false\n[http]\nlisten = \"127.0.0.1:0\"\nrequest_timeout = \"120s\"\n",
+            slurm.bin_dir()
+        ),
+    );
+    let busy = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
+    let idle = sbatch(bob, &["--gres=gpu:rtx3090:1", "--wrap", "sleep 120"]);
+    let pids = (crate::agent::pid_of(&busy), crate::agent::pid_of(&idle));
+    let state = site.file("nvml-state.toml", &crate::agent::fake_state(pids.0, pids.1));
+    let config = crate::agent::agent_config(&site);
+    slurm.slow_by("squeue", 15);
+    let before = slurm.calls("squeue");
+    let report = std::process::Command::new(crate::common::bin("accountd"))
+        .args(["--config", &config, "agent", "--node", "vm", "--once"])
+        .env("FAKE_NVML_STATE", &state)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut report = ChildGuard(report);
+    crate::cluster::wait_until(20, "the report's squeue under way", || match slurm.calls("squeue") > before {
+        true => Ok(()),
+        false => Err(format!("{} squeue calls", slurm.calls("squeue"))),
+    });
+    // For the next 25 s (the report's squeue calls: who is on the node, then who owns each job).
+    let until = std::time::Instant::now() + Duration::from_secs(25);
+    let mut asked = 0;
+    while std::time::Instant::now() < until {
+        for user in [alice, bob] {
+            let started = std::time::Instant::now();
+            let out = site.sbalance(Some(user), &["-P", "-n", "-o", "User"]);
+            let took = started.elapsed();
+            assert_eq!((out.code, out.stdout.trim()), (0, user), "{}", out.stderr);
+            assert!(took < Duration::from_secs(1), "{user}'s sbalance took {took:?} while a report waited on squeue");
+            asked += 1;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(slurm.calls("squeue") > before, "the report asked squeue");
+    assert!(asked >= 20, "{asked} sbalance calls");
+    let _ = report.0.kill();
+    let _ = report.0.wait();
+    cancel(&[&busy, &idle]);
+}
+
+/// Kills the child however the test ends.
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
