@@ -175,6 +175,10 @@ pub(crate) fn insert_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied
             e.member
         ])?;
     if added == 0 {
+        // (Replays of the cycles' and refunds' keys may differ in amount: what is left to give back.)
+        if matches!(e.kind, EntryKind::Grant | EntryKind::Adjust | EntryKind::Import) {
+            refuse_key_of_another_change(tx, e)?;
+        }
         return Ok(Applied::AlreadyRecorded);
     }
     // What a person moves by hand stays within the balance bound; the cycles' own entries (charges,
@@ -184,6 +188,27 @@ pub(crate) fn insert_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied
     }
     move_balance(tx, &e.user, e.amount, tx.last_insert_rowid())?;
     Ok(Applied::Added)
+}
+
+/// A key already in the ledger replays its change only when it is that change (the same balance,
+/// kind and amount): one namespace holds admins' and coordinators' keys, so a coordinator's grant
+/// under the key of an admin's scripted grant (`monthly-bob-2026-12`) must make the admin's a loud
+/// refusal, never a silent "already recorded" (the audit's L3).
+fn refuse_key_of_another_change(tx: &Transaction<'_>, e: &NewEntry) -> Result<(), LedgerError> {
+    let recorded: Option<(String, String, i64)> = tx
+        .prepare_cached("SELECT user, kind, amount FROM entries WHERE key = ?1")?
+        .query_row([&e.key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    match recorded {
+        Some((user, kind, amount)) if user != e.user || kind != e.kind.as_str() || amount != e.amount.micro() => {
+            Err(LedgerError::Refused(format!(
+                "key {} already names another change ({kind} {} to {user}): choose another key",
+                e.key,
+                Tokens::from_micro(amount)
+            )))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Refuses a change by hand that would take `user`'s balance beyond ±[`Tokens::BALANCE_LIMIT`]

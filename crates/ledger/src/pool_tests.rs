@@ -160,3 +160,24 @@ fn a_transfer_moves_both_sides_or_neither_once() {
     assert!(l.transfer(&lab, &course, Tokens::ZERO, "carol", "x", "t3", now).is_err());
     assert_eq!(l.verify().unwrap().problems, Vec::<String>::new());
 }
+
+/// The audit's L3: admins' and coordinators' keys share one namespace. carol (coordinator of
+/// course) grants a micro-token under the key of the admin's scripted monthly grant to bob; the
+/// admin's grant is then refused loudly, naming what holds the key, never skipped as "already
+/// recorded"; a true replay of either still changes nothing.
+#[test]
+fn a_key_taken_by_another_change_refuses_instead_of_replaying() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let now = 1_795_500_000;
+    l.add_pool("course", BucketRules::default(), None, "root", now).unwrap();
+    let course = gputokens::pools::holder("course");
+    let key = "grant:monthly-bob-2026-12".to_string();
+    let by_carol = NewEntry::new(&course, EntryKind::Grant, Tokens::from_micro(1), now, "carol", "x", key.clone());
+    assert_eq!(l.append(&by_carol).unwrap(), Applied::Added);
+    assert_eq!(l.append(&by_carol).unwrap(), Applied::AlreadyRecorded, "her own replay");
+    let by_admin = NewEntry::new("bob", EntryKind::Grant, Tokens::whole(20), now, "root", "monthly", key);
+    let refused = l.append(&by_admin).unwrap_err().to_string();
+    assert!(refused.contains("already names another change (grant 0.000001 to account course)"), "{refused}");
+    assert!(l.account("bob").unwrap().is_none(), "nothing written for bob");
+}

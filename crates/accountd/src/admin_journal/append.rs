@@ -27,7 +27,14 @@ fn append_lines(path: &Path, lines: &[JournalLine]) -> std::io::Result<()> {
     if text.is_empty() {
         return Ok(());
     }
-    let mut file = OpenOptions::new().append(true).create(true).mode(0o600).open(path)?;
+    // Never through a symlink: one planted where the journal should be (other storage the README
+    // suggests) would have a root accountd append to any file (the audit's L8).
+    let mut file = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+        .open(path)?;
     file.write_all(text.as_bytes())?;
     file.sync_data()
 }
@@ -94,6 +101,17 @@ mod tests {
         let keys: Vec<String> = text.lines().map(|l| serde_json::from_str::<JournalLine>(l).unwrap().key).collect();
         assert_eq!(keys, ["grant:a", "grant:b"]);
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+
+    #[test]
+    fn a_symlink_where_the_journal_goes_is_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join(".bashrc");
+        std::fs::write(&victim, "# theirs\n").unwrap();
+        let journal = dir.path().join("admin-journal.jsonl");
+        std::os::unix::fs::symlink(&victim, &journal).unwrap();
+        assert!(append(&journal, &[entry(1, Some("grant:k"))]).is_err(), "appended through a symlink");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "# theirs\n");
     }
 
     #[test]
