@@ -181,3 +181,34 @@ fn a_key_taken_by_another_change_refuses_instead_of_replaying() {
     assert!(refused.contains("already names another change (grant 0.000001 to account course)"), "{refused}");
     assert!(l.account("bob").unwrap().is_none(), "nothing written for bob");
 }
+
+/// The audit's L4: a transfer moves only what its source holds above its floor, and never what is
+/// left of its grants that expire (moved, those tokens would escape their end); a replay of a
+/// transfer already made still changes nothing.
+#[test]
+fn transfers_stop_at_the_floor_and_leave_expiring_tokens_where_they_expire() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let now = 1_795_500_000;
+    let rules = BucketRules { initial: Tokens::whole(40), floor: Tokens::whole(-10), ..BucketRules::default() };
+    for pool in ["lab", "course"] {
+        l.add_pool(pool, rules, None, "root", now).unwrap();
+    }
+    let (lab, course) = (holder("lab"), holder("course"));
+    let refused = l.transfer(&lab, &course, Tokens::whole(51), "carol", "x", "t1", now).unwrap_err().to_string();
+    assert!(refused.contains("may move at most 50 tokens (balance 40, floor -10)"), "{refused}");
+    assert_eq!(l.transfer(&lab, &course, Tokens::whole(50), "carol", "x", "t2", now).unwrap(), Applied::Added);
+    assert_eq!(
+        l.transfer(&lab, &course, Tokens::whole(50), "carol", "x", "t2", now).unwrap(),
+        Applied::AlreadyRecorded
+    );
+    // course now holds 90, 30 more from a term grant that ends in a week: 90 may move, not 120.
+    let term = NewEntry::new(&course, EntryKind::Grant, Tokens::whole(30), now, "root", "term", "grant:term".into());
+    l.append_expiring(&term, now + 7 * 86_400).unwrap();
+    let refused = l.transfer(&course, &lab, Tokens::whole(91), "carol", "x", "t3", now).unwrap_err().to_string();
+    assert!(
+        refused.contains("may move at most 90 tokens (balance 120, floor -10, 30 of it from grants that expire"),
+        "{refused}"
+    );
+    l.transfer(&course, &lab, Tokens::whole(90), "carol", "x", "t4", now).unwrap();
+}

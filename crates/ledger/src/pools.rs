@@ -208,6 +208,12 @@ impl Ledger {
         for name in [from, to] {
             ensure_user(&tx, pool_rules.get(name).unwrap_or(&rules), name, now)?;
         }
+        let replay = tx
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM entries WHERE key = ?1)")?
+            .query_row([format!("{key}:from")], |r| r.get::<_, bool>(0))?;
+        if !replay {
+            refuse_beyond_movable(&tx, from, pool_rules.get(from).unwrap_or(&rules).floor, amount, now)?;
+        }
         let out = NewEntry::new(
             from,
             EntryKind::Adjust,
@@ -233,6 +239,42 @@ impl Ledger {
         tx.commit()?;
         Ok(applied)
     }
+}
+
+/// Refuses a transfer of more than `from` may move: what it holds above its floor, and never what
+/// is left of its grants that expire (those tokens expire where they are: moved, they would escape
+/// their end; the audit's L4).
+fn refuse_beyond_movable(
+    tx: &Transaction<'_>,
+    from: &str,
+    floor: Tokens,
+    amount: Tokens,
+    now: i64,
+) -> Result<(), LedgerError> {
+    let balance = Tokens::from_micro(
+        tx.prepare_cached("SELECT balance FROM users WHERE name = ?1")?.query_row([from], |r| r.get(0))?,
+    );
+    let expiring = Tokens::from_micro(
+        tx.prepare_cached(
+            "SELECT COALESCE(SUM(unused), 0) FROM grant_expiries
+             WHERE user = ?1 AND expired_entry IS NULL AND unused > 0 AND expires_at > ?2",
+        )?
+        .query_row(params![from, now], |r| r.get(0))?,
+    );
+    // Down to the floor, but never into what is left of expiring grants.
+    let keep = if expiring > Tokens::ZERO { floor.max(expiring) } else { floor };
+    let movable = (balance - keep).max(Tokens::ZERO);
+    if amount > movable {
+        let expiring_note = match expiring > Tokens::ZERO {
+            true => format!(", {expiring} of it from grants that expire, which expire where they are"),
+            false => String::new(),
+        };
+        return Err(LedgerError::Refused(format!(
+            "{from} may move at most {movable} tokens (balance {balance}, floor {floor}{expiring_note}); \
+             {amount} asked"
+        )));
+    }
+    Ok(())
 }
 
 /// Creates `account`'s pool (its initial grant and an audit entry naming its rules and `actor`);

@@ -105,7 +105,9 @@ fn moves_by_hand_stop_at_the_balance_limit_and_one_balance_never_stops_replenish
     let dir = tempfile::tempdir().unwrap();
     let mut l = open(&dir);
     let now = 1_795_500_000;
-    let rules = BucketRules { initial: Tokens::ZERO, ..BucketRules::default() };
+    // (A floor no site has, so that only the bound stops the transfers.)
+    let rules =
+        BucketRules { initial: Tokens::ZERO, floor: Tokens::whole(-2_000_000_000_000), ..BucketRules::default() };
     for pool in ["lab", "course"] {
         l.add_pool(pool, rules, None, "root", now).unwrap();
     }
