@@ -150,3 +150,34 @@ fn automatic_refunds_stop_at_the_monthly_cap_of_each_balance() {
     let next = RunRefund { at: at("2026-12-01T01:00:00"), ..next };
     assert!(l.refund_run(&next).unwrap().is_empty(), "run 2 was refunded (in part) once already");
 }
+
+/// The audit's L2: in mode "both" the user's bucket and the pool each paid the whole charge of a
+/// run; a lost run gives each the whole of it back (not half), and lowers what the member spent
+/// of the pool that month (their per-user limit).
+#[test]
+fn in_mode_both_a_lost_run_goes_back_whole_to_each_payer_and_off_the_members_spending() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    l.set_pool_mode(PoolMode::Both);
+    let rules = BucketRules {
+        initial: Tokens::whole(100),
+        daily: Tokens::ZERO,
+        monthly: Tokens::ZERO,
+        cap: None,
+        floor: Tokens::whole(-10),
+    };
+    let now = at("2026-11-26T12:00:00");
+    l.add_pool("lab", rules, None, "root", now - 86_400).unwrap();
+    l.charge(&[run("12", "alice", Some("lab"), "2026-11-26T08:00:00", 2)], &prices(), now).unwrap();
+    assert_eq!((balance(&l, "alice"), balance(&l, &holder("lab"))), (Tokens::whole(92), Tokens::whole(92)));
+    let spent = |l: &Ledger| {
+        let rows = l.member_spending("2026-11").unwrap();
+        rows.iter().find(|m| m.user == "alice").map(|m| m.spent).unwrap_or_default()
+    };
+    assert_eq!(spent(&l), Tokens::whole(8));
+    let entries = l.refund_run(&refund("12", "2026-11-26T08:00:00", (1, 1), now)).unwrap();
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert_eq!((balance(&l, "alice"), balance(&l, &holder("lab"))), (Tokens::whole(100), Tokens::whole(100)));
+    assert_eq!(spent(&l), Tokens::ZERO, "the refunded run no longer counts against alice's limit");
+    assert!(l.verify().unwrap().problems.is_empty());
+}

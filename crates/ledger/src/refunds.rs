@@ -1,7 +1,7 @@
 //! Automatic refunds of runs lost to the system (`[refunds]`): what one run of a job was charged,
 //! or a share of it, goes back to whoever paid for the job, once, keyed by the run.
 
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 
 use gputokens::entry::{Entry, EntryKind};
 use gputokens::tokens::Tokens;
@@ -24,6 +24,23 @@ pub struct RunRefund<'a> {
     /// `month_start` (unix seconds) on: what it already had back since then counts.
     pub month_cap: Tokens,
     pub month_start: i64,
+}
+
+/// Lowers what `member` spent of `account`'s pool in the month of `at` by `amount` micro-tokens,
+/// never below 0.
+fn lower_member_spending(
+    tx: &rusqlite::Transaction<'_>,
+    account: &str,
+    member: &str,
+    amount: i64,
+    at: i64,
+) -> Result<(), LedgerError> {
+    let month = gputokens::time::local_date(at).format("%Y-%m").to_string();
+    tx.prepare_cached(
+        "UPDATE pool_member_months SET charged = MAX(0, charged - ?4) WHERE account = ?1 AND user = ?2 AND month = ?3",
+    )?
+    .execute(params![account, member, month, amount])?;
+    Ok(())
 }
 
 /// The actor of automatic refunds.
@@ -66,16 +83,27 @@ impl Ledger {
         )?;
         let refunded = i128::from(run_charged) * i128::from(numerator) / i128::from(denominator);
         let payers = job_payers(&tx, run.job_id)?;
-        let paid: i128 = payers.iter().map(|(_, p)| i128::from(*p)).sum();
+        // Each payer paid this share of each token the job cost: all of it alone, both of them all
+        // of it in mode "both" (the user's bucket and the pool each pay the whole charge), a part
+        // after a mode switch. Each gets that share of the run's refund back (the audit's L2).
+        let job_charged: i64 = tx.query_row(
+            "SELECT COALESCE(SUM(charged), 0) FROM job_charges WHERE job_id = ?1",
+            params![run.job_id],
+            |r| r.get(0),
+        )?;
+        let member: Option<String> = tx
+            .query_row(
+                "SELECT user FROM job_charges WHERE job_id = ?1 AND segment_start = ?2 LIMIT 1",
+                params![run.job_id, run.segment_start],
+                |r| r.get(0),
+            )
+            .optional()?;
         let mut ids = Vec::new();
-        let mut left = refunded;
-        for (i, (holder, holder_paid)) in payers.iter().enumerate() {
-            if refunded <= 0 || paid <= 0 {
+        for (holder, holder_paid) in &payers {
+            if refunded <= 0 || job_charged <= 0 {
                 break;
             }
-            // Each its share of the run's refund; the last what rounding left.
-            let share = if i + 1 == payers.len() { left } else { refunded * i128::from(*holder_paid) / paid };
-            left -= share;
+            let share = refunded * i128::from(*holder_paid) / i128::from(job_charged);
             let given_back = refunded_to(&tx, run.job_id, holder)?;
             let amount = share.min(i128::from(*holder_paid - given_back));
             let month_left = i128::from(run.month_cap.micro()) - automatic_refunds_since(&tx, holder, run.month_start)?;
@@ -100,6 +128,10 @@ impl Ledger {
             entry.job_id = Some(run.job_id.to_string());
             if insert_entry(&tx, &entry)? == Applied::Added {
                 ids.push(tx.last_insert_rowid());
+                // A pool's refund lowers what its member spent in the run's month (their limit).
+                if let (Some(account), Some(member)) = (gputokens::pools::account_of(holder), member.as_deref()) {
+                    lower_member_spending(&tx, account, member, amount, run.segment_start)?;
+                }
             }
         }
         tx.commit()?;
