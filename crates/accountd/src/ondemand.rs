@@ -55,6 +55,10 @@ pub fn write(settings: &OnDemand, text: &str) -> Result<(), String> {
         },
     };
     let dir = path.parent().unwrap_or(std::path::Path::new("/"));
+    // A directory others can write lets them plant the file (or its temp name) first: their own
+    // balances shown to everyone, or ours never written (the audit's L6).
+    crate::daemon::file_trust::refuse_if_others_can_write(dir, "the OnDemand balance file's directory")
+        .map_err(|e| format!("{e}: {} not written", path.display()))?;
     if !dir.exists() {
         std::fs::create_dir_all(dir).map_err(failed)?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(failed)?;
@@ -65,6 +69,17 @@ pub fn write(settings: &OnDemand, text: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_others_can_write_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let mut planted = settings();
+        planted.balance_file = dir.path().join("balances.json");
+        let refused = write(&planted, "{}").unwrap_err();
+        assert!(refused.contains("is writable by every user") && refused.contains("not written"), "{refused}");
+        assert!(!planted.balance_file.exists());
+    }
 
     fn settings() -> OnDemand {
         OnDemand {
