@@ -22,6 +22,7 @@ mod plugin;
 mod properties;
 mod sentinel;
 mod status_file;
+mod status_thread;
 mod tally;
 mod watch;
 

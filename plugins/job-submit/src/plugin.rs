@@ -20,6 +20,7 @@ use gputokens::job_request::JobRequest;
 
 use crate::ffi::{self, Level};
 use crate::status_file::StatusFile;
+use crate::status_thread::{StatusFeed, StatusUpdate};
 use crate::tally::Tally;
 use crate::watch::{self, Monitor, Stamp, View};
 use gputokens::config::describe;
@@ -85,10 +86,15 @@ pub fn start(config_path: &Path) {
         wake: Condvar::new(),
         watcher: Mutex::new(None),
     });
+    let feed = crate::status_thread::spawn(status, |level, message| ffi::log(level, &message))
+        .inspect_err(|e| {
+            ffi::log(Level::Error, &format!("cannot start the controller status writer ({e}): no status file"))
+        })
+        .ok();
     let for_thread = plugin.clone();
     let spawned = std::thread::Builder::new()
         .name("gputokens".into())
-        .spawn(move || watch_loop(&for_thread, settings, monitor, status));
+        .spawn(move || watch_loop(&for_thread, settings, monitor, feed));
     match spawned {
         Ok(handle) => *plugin.watcher.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle),
         Err(e) => ffi::log(
@@ -193,8 +199,12 @@ pub fn stop() {
     }
 }
 
-fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor, mut status: StatusFile) {
+fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor, status: Option<StatusFeed>) {
     let mut panicked = false;
+    // What the status file's thread is handed each poll (it writes when due).
+    let paths = |c: &Config| (c.paths.controller_status.clone(), c.paths.snapshot.clone());
+    let mut status_paths = paths(&plugin.config.read().unwrap_or_else(PoisonError::into_inner));
+    let mut view_changed = true;
     // Views replaced but maybe still in a decision's hands: freed here once no decision holds them,
     // so a big snapshot's maps are never freed on slurmctld's RPC thread or under the view's lock.
     let mut retired: Vec<Arc<View>> = Vec::new();
@@ -218,9 +228,9 @@ fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor, mut
                 };
                 if watched(&old) != watched(&config) {
                     monitor = monitor_for(&config);
-                    status.view_changed();
+                    view_changed = true;
                 }
-                status.configure(&config.paths.controller_status, &config.paths.snapshot);
+                status_paths = paths(&config);
                 *plugin.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
             }
             if let Some(view) = monitor.tick(now, &mut slurm_log) {
@@ -232,9 +242,15 @@ fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor, mut
                 let old = std::mem::replace(&mut *plugin.view.write().unwrap_or_else(PoisonError::into_inner), view);
                 retired.push(old);
                 plugin.tally.lock().unwrap_or_else(PoisonError::into_inner).forget_before(queue_read_ms, unix_now_ms());
-                status.view_changed();
+                view_changed = true;
             }
-            status.tick(now, &monitor.view(), &mut slurm_log);
+            if let Some(status) = &status {
+                let (dir, snapshot) = status_paths.clone();
+                let update = StatusUpdate { now, view: monitor.view(), dir, snapshot, changed: view_changed };
+                if status.send(update) {
+                    view_changed = false;
+                }
+            }
         }));
         if tick.is_err() && !panicked {
             ffi::log(Level::Error, "the snapshot watcher panicked; it keeps trying (logged once)");

@@ -1,8 +1,8 @@
 //! This controller's status file (`gputokens::controller_status`): which balances the plugin holds,
-//! written by the watcher thread into `[paths] controller_status` (a directory on the storage the
-//! controllers share), so that `accountd config check --slurm` on any host sees what each
-//! slurmctld sees. Only the watcher writes it, never `job_submit`: a slow or hung shared file
-//! system stalls the watcher, not admission.
+//! written into `[paths] controller_status` (a directory on the storage the controllers share), so
+//! that `accountd config check --slurm` on any host sees what each slurmctld sees. Written by a
+//! thread of its own (`status_thread`), never by `job_submit` nor the snapshot watcher: a slow or
+//! hung shared file system stalls that thread alone.
 //!
 //! A backup slurmctld in standby writes one too: slurmctld loads the job_submit plugins (and calls
 //! their `init`, which starts the watcher) in `main` before it decides between primary and standby
