@@ -23,7 +23,7 @@ echo "site: $USERS users, $PENDING pending + $RUNNING running GPU jobs, $ACCOUNT
 
 mkdir -p "$work/bin"
 stand_in() { printf '#!/bin/sh\n%s\n' "$2" > "$work/bin/$1"; chmod 755 "$work/bin/$1"; }
-stand_in squeue "case \"\$*\" in --json) exec cat '$work/squeue.json';; esac"
+stand_in squeue "case \"\$*\" in *--json*) exec cat '$work/squeue.json';; esac"
 stand_in sacct "exec cat '$work/sacct.txt'"
 stand_in sinfo "i=0; while [ \$i -lt 500 ]; do printf 'gpu%04d|gpu:rtx2080:4,gpu:rtx3090:2,gpu:a6000:2\\n' \$i; i=\$((i+1)); done"
 stand_in scontrol "case \"\$*\" in *'show partition'*) echo 'PartitionName=gpu Nodes=gpu[0000-0499] TRES=cpu=8000,gres/gpu=4000';; esac; exit 0"

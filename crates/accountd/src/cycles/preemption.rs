@@ -251,7 +251,7 @@ fn act(cycle: &mut CycleState, slurm: &Slurm, victim: &Victim, requeueable: bool
 
 /// Adds `note` to the job's comment, keeping what the user or another tool wrote there.
 fn append_comment(slurm: &Slurm, job: &str, note: &str) -> crate::error::AccountdResult {
-    let current = slurm.run("squeue", &["-h", "-j", job, "-o", "%k"])?;
+    let current = slurm.run("squeue", &["--all", "-h", "-j", job, "-o", "%k"])?;
     let comment = with_note(current.trim(), note);
     slurm.run("scontrol", &["--", "update", &format!("jobid={job}"), &format!("comment={comment}")])?;
     Ok(())

@@ -121,8 +121,9 @@ impl Slurm {
         read(sacct::FIELDS)
     }
 
+    /// Every job, those of hidden partitions too (`--all`): a job there holds GPUs and tokens alike.
     pub fn squeue_json(&self) -> Result<String, SlurmError> {
-        self.run("squeue", &["--json"])
+        self.run("squeue", &["--all", "--json"])
     }
 
     /// GPU types per node, from `sinfo -N -o %N|%G` (e.g. `gpu:rtx2080:4,gpu:a6000:2(S:0)`).

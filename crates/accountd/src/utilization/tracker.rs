@@ -47,7 +47,7 @@ fn user_of(tracker: &mut Tracker, job: &str, slurm: &Slurm) -> String {
         return user.clone();
     }
     let user = slurm
-        .run("squeue", &["-h", "-j", job, "-o", "%u"])
+        .run("squeue", &["--all", "-h", "-j", job, "-o", "%u"])
         .ok()
         .and_then(|out| out.lines().next().map(|l| l.trim().to_string()))
         .filter(|u| !u.is_empty());
