@@ -22,13 +22,7 @@ impl Resources {
     /// Opens the ledger for commands that read or write it directly (serve, tick, charge, verify);
     /// only admins may.
     pub fn open_as_admin(config: Config) -> AccountdResult<Resources> {
-        let caller = Caller::identify(nix::unistd::getuid().as_raw(), &config);
-        if !caller.admin {
-            return Err(AccountdError::Refused(format!(
-                "only root, the SlurmUser ({}) and gputokens admins may run this; you are {}",
-                config.slurm_user, caller.name
-            )));
-        }
+        require_admin(&config)?;
         let mut ledger = Ledger::open(&config.paths.ledger, (&config).into())?;
         ledger.set_pool_mode(config.accounts.mode);
         Ok(Resources::new(config, ledger))
@@ -46,4 +40,25 @@ impl Resources {
         other.metrics = self.metrics.clone();
         Ok(other)
     }
+}
+
+/// Refuses anyone but root, the SlurmUser and gputokens admins.
+fn require_admin(config: &Config) -> AccountdResult<()> {
+    let caller = Caller::identify(nix::unistd::getuid().as_raw(), config);
+    if !caller.admin {
+        return Err(AccountdError::Refused(format!(
+            "only root, the SlurmUser ({}) and gputokens admins may run this; you are {}",
+            config.slurm_user, caller.name
+        )));
+    }
+    Ok(())
+}
+
+/// The ledger at `path` (the live one or a copy), to read only: never created, never changed
+/// (`admin verify`, `journal-check`); admins only. `scratch` holds a migrated copy of an older one.
+pub fn read_only_ledger(config: &Config, path: &std::path::Path, scratch: &std::path::Path) -> AccountdResult<Ledger> {
+    require_admin(config)?;
+    let mut ledger = Ledger::open_read_only(path, config.into(), scratch)?;
+    ledger.set_pool_mode(config.accounts.mode);
+    Ok(ledger)
 }

@@ -87,6 +87,32 @@ impl Ledger {
         Ok(Ledger { conn, rules, pool_mode: Default::default() })
     }
 
+    /// Opens an existing ledger (the live one, or a backup copy) to read it and nothing else: a
+    /// missing file is refused, never created; nothing is written to it, not even a migration. A
+    /// ledger of an older schema is read through a migrated copy in `scratch` (a directory the
+    /// caller keeps while it reads).
+    pub fn open_read_only(path: &Path, rules: BucketRules, scratch: &Path) -> Result<Ledger, LedgerError> {
+        let open_err = |source| LedgerError::Open { path: path.display().to_string(), source };
+        if !path.is_file() {
+            return Err(open_err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no ledger there (nothing was created)",
+            )));
+        }
+        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if version >= schema::VERSION {
+            return Ok(Ledger { conn, rules, pool_mode: Default::default() });
+        }
+        // Older: read a migrated copy, leaving the file as it is.
+        let copy = scratch.join("ledger-read-copy.sqlite");
+        conn.backup(rusqlite::MAIN_DB, &copy, None)?;
+        drop(conn);
+        Ledger::open(&copy, rules)
+    }
+
     pub fn rules(&self) -> &BucketRules {
         &self.rules
     }

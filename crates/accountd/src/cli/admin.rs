@@ -54,7 +54,7 @@ pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
         AdminCommand::History { user, last, json } => (Request::History { user: Some(user), limit: last }, json),
         AdminCommand::Actions { limit, json } => (Request::Actions { limit }, json),
         AdminCommand::Import { file } => (Request::Import { balances: read_state_file(&file)? }, false),
-        AdminCommand::Verify => return verify(config),
+        AdminCommand::Verify { file } => return verify(config, file.as_deref().unwrap_or(&config.paths.ledger)),
         AdminCommand::Backup { file, force, keep_days } => {
             return crate::cli::backup::backup(config, &file, force, keep_days)
         }
@@ -210,14 +210,15 @@ fn read_pools_file(path: &Path) -> AccountdResult<BTreeMap<String, PoolRules>> {
 
 /// `admin verify`: the ledger's invariants, read from the file (WAL lets it beside accountd serve),
 /// then the journal check: after a restore, both are what an admin runs.
-fn verify(config: &Config) -> AccountdResult {
-    let res = crate::resources::Resources::open_as_admin(config.clone())?;
-    let found = res.ledger.verify()?;
+fn verify(config: &Config, path: &Path) -> AccountdResult {
+    let scratch = tempfile::tempdir().map_err(AccountdError::io("cannot make a scratch directory"))?;
+    let ledger = crate::resources::read_only_ledger(config, path, scratch.path())?;
+    let found = ledger.verify()?;
     for problem in &found.problems {
         crate::outln!("problem: {problem}");
     }
-    let summary = format!("{}: {} users, {} entries", config.paths.ledger.display(), found.users, found.entries);
-    let (journal, missing) = crate::cli::journal_check::report(&res.ledger, &config.paths.admin_journal)?;
+    let summary = format!("{}: {} users, {} entries", path.display(), found.users, found.entries);
+    let (journal, missing) = crate::cli::journal_check::report(&ledger, &config.paths.admin_journal)?;
     match found.problems.len() {
         0 => crate::outln!("{summary}: consistent"),
         n => crate::outln!("{summary}: {n} problem(s)"),
@@ -239,8 +240,9 @@ fn verify(config: &Config) -> AccountdResult {
 
 /// `admin journal-check`: the journal's entries the ledger lacks; exit 2 while any is.
 fn journal_check(config: &Config, journal: &Path) -> AccountdResult {
-    let res = crate::resources::Resources::open_as_admin(config.clone())?;
-    let (lines, missing) = crate::cli::journal_check::report(&res.ledger, journal)?;
+    let scratch = tempfile::tempdir().map_err(AccountdError::io("cannot make a scratch directory"))?;
+    let ledger = crate::resources::read_only_ledger(config, &config.paths.ledger, scratch.path())?;
+    let (lines, missing) = crate::cli::journal_check::report(&ledger, journal)?;
     for line in &lines {
         crate::outln!("{line}");
     }

@@ -234,8 +234,12 @@ pub enum AdminCommand {
     /// Check the ledger's invariants (each balance is the sum of its entries, every entry is on its
     /// user's history chain, charges agree with job_charges and usage_days, SQLite's integrity) and
     /// run the journal check: exit 2 naming each problem. Reads the ledger file itself, beside a
-    /// running accountd.
-    Verify,
+    /// running accountd, read-only: a missing ledger is refused, never created. With FILE, checks
+    /// that copy (a backup) instead.
+    Verify {
+        #[arg(value_name = "FILE")]
+        file: Option<PathBuf>,
+    },
     /// Copy the ledger, consistently, beside a running accountd (SQLite's online backup): written
     /// to a temporary file beside FILE, then renamed to FILE (mode 0600). A directory for FILE
     /// means `ledger-YYYY-MM-DDTHH-MM-SS.sqlite` in it (local time), as the nightly timer does.

@@ -108,7 +108,9 @@ impl NodeDirectory for Slurm {
 
     fn jobs_on(&self, node: &str) -> Result<BTreeSet<String>, String> {
         let node = node_name_arg(node).map_err(|e| e.to_string())?;
-        let text = self.run("squeue", &["--all", "-h", "-w", node, "-t", "R,S,CG,ST", "-o", "%A"]).map_err(|e| e.to_string())?;
+        let text = self
+            .run("squeue", &["--all", "-h", "-w", node, "-t", "R,S,CG,ST", "-o", "%A"])
+            .map_err(|e| e.to_string())?;
         Ok(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
     }
 }

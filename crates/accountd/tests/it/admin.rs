@@ -122,6 +122,40 @@ fn verify_checks_the_ledger_beside_a_running_accountd() {
     assert!(refused.stderr.contains("only root, the SlurmUser"), "{}", refused.stderr);
 }
 
+/// The old audit's finding (and a new site's first-day trap): `admin verify` and `journal-check`
+/// opened the ledger read-write, so on a missing ledger they made an empty one and called it
+/// consistent. They read only: a missing ledger is refused and nothing is created; a backup copy is
+/// checked with `verify FILE`, and neither file is changed.
+#[test]
+fn verify_and_journal_check_only_read_and_refuse_a_missing_ledger() {
+    let site = Site::start("", "");
+    site.accountd(None, &["admin", "grant", "bob", "3", "--reason", "course"]).ok();
+    let backup = site.path("backup.sqlite");
+    site.accountd(None, &["admin", "backup", backup.to_str().unwrap()]).ok();
+    let stamp = |p: &std::path::Path| std::fs::metadata(p).map(|m| (m.len(), m.modified().unwrap())).ok();
+    let before = stamp(&backup);
+    let out = site.accountd(None, &["admin", "verify", backup.to_str().unwrap()]).ok();
+    assert!(out.stdout.contains("backup.sqlite: 1 users, 2 entries: consistent"), "{}", out.stdout);
+    assert_eq!(stamp(&backup), before, "the copy was changed");
+    let wal = backup.with_extension("sqlite-wal");
+    assert!(!wal.exists() || std::fs::metadata(&wal).unwrap().len() == 0, "something was written to the copy");
+
+    let missing = site.path("nowhere/ledger.sqlite");
+    for args in [vec!["admin", "verify", missing.to_str().unwrap()]] {
+        let out = site.accountd(None, &args);
+        assert_ne!(out.code, 0, "{}{}", out.stdout, out.stderr);
+        assert!(out.stderr.contains("no ledger there (nothing was created)"), "{}", out.stderr);
+    }
+    assert!(!missing.exists() && !missing.parent().unwrap().exists(), "made a ledger or its directory");
+    // With the site's own ledger gone (a mistyped [paths] ledger): journal-check refuses too.
+    let ledger = site.path("lib/ledger.sqlite");
+    std::fs::rename(&ledger, site.path("moved.sqlite")).unwrap();
+    let out = site.accountd(None, &["admin", "journal-check"]);
+    assert_ne!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("no ledger there"), "{}", out.stderr);
+    assert!(!ledger.exists(), "journal-check made an empty ledger");
+}
+
 #[test]
 fn amounts_past_the_limit_are_refused_by_name() {
     let site = Site::start("", "");
