@@ -8,6 +8,9 @@ use crate::error::{AccountdError, AccountdResult};
 
 const PREFIX: &str = "ledger-";
 const SUFFIX: &str = ".sqlite";
+/// The newest backups (by the time in their names) are never removed, however old: a clock stepped
+/// forward (a bad RTC at boot) must not take every backup with it (the audit's L7).
+const MIN_KEPT: usize = 7;
 
 /// `DIR/ledger-YYYY-MM-DDTHH-MM-SS.sqlite` for a backup taken at `now` (local time; no `:`, which
 /// some tools read as a host name).
@@ -17,16 +20,26 @@ pub fn file_in(dir: &Path, now: i64) -> PathBuf {
 }
 
 /// Removes the backups (`ledger-*.sqlite`) in `dir` last modified more than `days` days before
-/// `now`, never `keep`; returns the ones removed. Other files are left alone.
+/// `now`, never `keep` nor the newest [`MIN_KEPT`] by name; returns the ones removed. Other files
+/// are left alone.
 pub fn remove_older(dir: &Path, days: u32, now: SystemTime, keep: &Path) -> AccountdResult<Vec<PathBuf>> {
     let listing = AccountdError::io(format!("cannot list the backups in {}", dir.display()));
     let cutoff = now.checked_sub(Duration::from_secs(u64::from(days) * 86_400)).unwrap_or(SystemTime::UNIX_EPOCH);
-    let mut removed = Vec::new();
+    let mut backups = Vec::new();
     for item in std::fs::read_dir(dir).map_err(listing)? {
         let item = item.map_err(AccountdError::io(format!("cannot list the backups in {}", dir.display())))?;
-        let path = item.path();
         let name = item.file_name().to_string_lossy().into_owned();
-        if !(name.starts_with(PREFIX) && name.ends_with(SUFFIX)) || path == keep {
+        if name.starts_with(PREFIX) && name.ends_with(SUFFIX) {
+            backups.push((name, item));
+        }
+    }
+    // Names hold the local time, year first: newest last.
+    backups.sort_by(|a, b| a.0.cmp(&b.0));
+    let older = backups.len().saturating_sub(MIN_KEPT);
+    let mut removed = Vec::new();
+    for (_, item) in backups.into_iter().take(older) {
+        let path = item.path();
+        if path == keep {
             continue;
         }
         let modified = item.metadata().and_then(|m| m.modified());
@@ -54,13 +67,20 @@ mod tests {
             file.set_modified(now - Duration::from_secs(days * 86_400 + 60)).unwrap();
             path
         };
-        let old = aged("ledger-2026-11-01T02-00-00.sqlite", 15);
-        let recent = aged("ledger-2026-11-10T02-00-00.sqlite", 13);
+        // Nightly backups of the 1st to the 10th, the 1st 15 days old, the 10th 6 days old.
+        let nightly: Vec<PathBuf> =
+            (1..=10).map(|d| aged(&format!("ledger-2026-11-{d:02}T02-00-00.sqlite"), 16 - d)).collect();
         let other = aged("notes.txt", 30);
         let newest = aged("ledger-2026-11-23T02-00-00.sqlite", 30);
-        let removed = remove_older(dir.path(), 14, now, &newest).unwrap();
-        assert_eq!(removed, std::slice::from_ref(&old));
-        assert!(!old.exists() && recent.exists() && other.exists() && newest.exists());
+        // Older than 13 days: the 1st to the 3rd; the 4th is too, but among the newest 7 by name.
+        let removed = remove_older(dir.path(), 13, now, &newest).unwrap();
+        assert_eq!(removed, nightly[..3].to_vec());
+        assert!(nightly[3..].iter().all(|p| p.exists()) && other.exists() && newest.exists());
+        // A clock a year ahead makes every backup look old: the newest 7 stay.
+        let year_ahead = now + Duration::from_secs(366 * 86_400);
+        let removed = remove_older(dir.path(), 13, year_ahead, &newest).unwrap();
+        assert_eq!(removed, nightly[3..4].to_vec(), "8 left, 7 kept");
+        assert!(nightly[4..].iter().all(|p| p.exists()) && newest.exists());
     }
 
     #[test]
