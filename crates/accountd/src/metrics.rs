@@ -318,6 +318,16 @@ impl Metrics {
         out
     }
 
+    /// A listener's refusal and shedding counters, at 0 until something is refused or shed: served
+    /// from the start, so a dashboard and `rate()` see 0 rather than nothing.
+    pub fn listener_started(&self, listener: &str, reasons: &[&str]) {
+        for reason in reasons {
+            let labels = ListenerLabels { listener: listener.into(), reason: (*reason).into() };
+            drop(self.connections_refused.get_or_create(&labels));
+            drop(self.connections_shed.get_or_create(&labels));
+        }
+    }
+
     pub fn connection_refused(&self, listener: &str, reason: &str) {
         self.connections_refused
             .get_or_create(&ListenerLabels { listener: listener.into(), reason: reason.into() })

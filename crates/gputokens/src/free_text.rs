@@ -53,7 +53,8 @@ pub fn reason_problem(reason: &str) -> Option<String> {
     })
 }
 
-/// Why `key` cannot be an idempotency key, or None when it can: one word of printable characters.
+/// Why `key` cannot be an idempotency key, or None when it can: printable characters (spaces too:
+/// accountd's own keys for pools, `account lab:…`, are entered again as they were).
 pub fn key_problem(key: &str) -> Option<String> {
     if key.is_empty() {
         return Some("--key is empty".into());
@@ -62,8 +63,8 @@ pub fn key_problem(key: &str) -> Option<String> {
         return Some(format!("--key is {} bytes long: {MAX_KEY_BYTES} at most", key.len()));
     }
     key.chars()
-        .find(|c| c.is_whitespace() || hidden_meaning(*c))
-        .map(|c| format!("--key holds {}: a key is one word of printable characters", c.escape_unicode()))
+        .find(|c| hidden_meaning(*c))
+        .map(|c| format!("--key holds the control character {}: a key is printable text", c.escape_unicode()))
 }
 
 #[cfg(test)]
@@ -84,7 +85,8 @@ mod tests {
         assert!(reason_problem("  ").is_some());
         assert!(reason_problem(&"x".repeat(MAX_REASON_BYTES + 1)).is_some());
         assert_eq!(reason_problem("term grant for CS101 (Grüße)"), None);
-        assert!(key_problem("a b").is_some() && key_problem("k\u{1b}").is_some() && key_problem("").is_some());
+        assert!(key_problem("k\u{1b}").is_some() && key_problem("k\n").is_some() && key_problem("").is_some());
         assert_eq!(key_problem("monthly-bob-2026-12"), None);
+        assert_eq!(key_problem("account course:1795774246.1795774246923136139.15735.0"), None, "accountd's own");
     }
 }

@@ -47,6 +47,7 @@ pub async fn serve(
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
     let caps = ConnectionCaps::<IpAddr>::new(limits.max_connections, limits.max_connections_per_address);
+    metrics.listener_started("http", &[reason(Full::Total), reason(Full::Client)]);
     let rate = Arc::new(crate::http::rate_limit::RateLimit::default());
     let timeout = limits.request_timeout;
     let mut warned = std::collections::HashSet::new();

@@ -64,6 +64,7 @@ pub async fn launch(listener: UnixListener, answering: Shared, mut cycles: Cycle
         return tracing::error!("answering lock poisoned at start");
     };
     let caps = ConnectionCaps::<u32>::new(MAX_CONNECTIONS, MAX_CONNECTIONS_PER_USER);
+    metrics.listener_started("socket", &["total", "per_user"]);
     let mut charge_ticker = tokio::time::interval(charge_every);
     let mut check_ticker = tokio::time::interval(check_every);
     tokio::pin!(shutdown);

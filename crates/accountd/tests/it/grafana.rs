@@ -329,7 +329,7 @@ fn every_metric_the_dashboard_queries_is_served() {
     );
     assert!(refused.stdout.starts_with('4'), "{}{}", refused.stdout, refused.stderr);
     // More connections from one address than max_connections_per_address (2): an idle one is shed
-    // for a newer one; once both held are busy (a request whose body never comes), the rest refused.
+    // for a newer one, and so is one whose request's body never comes (never busy: it is not whole).
     let host = base.trim_start_matches("http://");
     let connect = || std::net::TcpStream::connect(host).unwrap();
     let busy = |mut stream: std::net::TcpStream| {
@@ -341,7 +341,7 @@ fn every_metric_the_dashboard_queries_is_served() {
     let idle = connect();
     std::thread::sleep(Duration::from_millis(300));
     let first_busy = busy(connect());
-    let second_busy = busy(connect()); // sheds `idle`
+    let second_busy = busy(connect()); // sheds `idle`; the next ones shed these
     let refused: Vec<std::net::TcpStream> = (0..3).map(|_| connect()).collect();
     std::thread::sleep(Duration::from_millis(500));
     drop((idle, first_busy, second_busy, refused));

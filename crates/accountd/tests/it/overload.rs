@@ -71,7 +71,12 @@ fn a_flood_of_idle_connections_leaves_sbalance_and_metrics_answered() {
         assert!(Instant::now() < deadline, "the caps did not shed what alice holds beyond them:\n{metrics}");
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert!(!metrics.contains("gputokens_connections_refused_total{"), "nothing busy, nothing refused:\n{metrics}");
+    let refused: Vec<&str> =
+        metrics.lines().filter(|l| l.starts_with("gputokens_connections_refused_total{")).collect();
+    assert!(
+        !refused.is_empty() && refused.iter().all(|l| l.ends_with(" 0")),
+        "nothing busy, nothing refused:\n{metrics}"
+    );
     // accountd holds what the caps allow, not alice's 1,200 connections.
     // A shed connection is counted before it is closed: on a busy machine the last closes may lag.
     let bound = before + 64 + 32 + 4;
