@@ -46,12 +46,14 @@ pub struct Balances {
     pub names: HashMap<u32, String>,
     /// Users with a balance in the snapshot and an account on this machine.
     pub mapped: usize,
+    /// Some names could not be looked up (retried later): see `Standing::lookups_failed`.
+    pub lookups_failed: bool,
 }
 
 impl Balances {
     /// What the decision reads of these balances.
     pub fn standing(&self) -> Standing<'_> {
-        Standing { snapshot: &self.snapshot, names: &self.names }
+        Standing { snapshot: &self.snapshot, names: &self.names, lookups_failed: self.lookups_failed }
     }
 }
 
@@ -256,7 +258,7 @@ impl Monitor {
         }
         self.retry_lookups_at = failed.then_some(now + RETRY_LOOKUPS_SECS);
         let mapped = names.values().filter(|n| snap.balances.contains_key(*n)).count();
-        Balances { snapshot: Arc::clone(snap), names, mapped }
+        Balances { snapshot: Arc::clone(snap), names, mapped, lookups_failed: failed }
     }
 
     fn retry_lookups(&mut self, now: i64, log: &mut dyn FnMut(Level, String)) -> Option<View> {

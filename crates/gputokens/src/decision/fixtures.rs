@@ -47,17 +47,18 @@ pub fn snapshot() -> Snapshot {
 pub struct World {
     pub snapshot: Snapshot,
     pub names: HashMap<u32, String>,
+    pub lookups_failed: bool,
 }
 
 impl World {
     pub fn standing(&self) -> Standing<'_> {
-        Standing { snapshot: &self.snapshot, names: &self.names }
+        Standing { snapshot: &self.snapshot, names: &self.names, lookups_failed: self.lookups_failed }
     }
 }
 
 pub fn world_of(snapshot: Snapshot) -> World {
     let names = HashMap::from([(1001, "alice".to_string()), (1002, "bob".to_string()), (1003, "carol".to_string())]);
-    World { snapshot, names }
+    World { snapshot, names, lookups_failed: false }
 }
 
 pub fn world() -> World {

@@ -101,11 +101,20 @@ pub struct Standing<'a> {
     pub snapshot: &'a Snapshot,
     /// uid → user name.
     pub names: &'a HashMap<u32, String>,
+    /// Some of the snapshot's names could not be looked up (a directory server failing): a uid
+    /// not among `names` may be one of theirs, so its balance is not known to be `initial`.
+    pub lookups_failed: bool,
 }
 
 impl<'a> Standing<'a> {
     pub fn user_name(&self, uid: u32) -> Option<&'a str> {
         self.names.get(&uid).map(String::as_str)
+    }
+
+    /// Whether this uid's balance is known: it has a name, or every name was looked up (a uid none
+    /// of them has is a user the snapshot does not list, at `initial`).
+    pub fn knows(&self, uid: u32) -> bool {
+        !self.lookups_failed || self.names.contains_key(&uid)
     }
 
     /// The user's balance: a uid not in the snapshot stands at `initial`.
@@ -386,7 +395,9 @@ fn decide<S: Steps>(screened: Option<(Owner, S)>, job: &JobRequest, inputs: &Inp
 fn judge<S: Steps>(steps: &mut S, case: &Case, log: &mut Log) -> Result<Outcome, Refusal> {
     let mut draft = Draft::default();
     steps.check_time(case, &mut draft)?;
-    let Some(standing) = case.inputs.standing else {
+    // A uid whose name lookup may have failed is judged as if the balances were unavailable
+    // (`on_error`), never as a new user at `initial` (the old audit's finding).
+    let Some(standing) = case.inputs.standing.filter(|s| s.knows(case.owner.uid)) else {
         steps.check_unavailable(case.inputs.config.on_error)?;
         return Ok(Outcome { verdict: draft.verdict(), admitted: None });
     };

@@ -279,6 +279,20 @@ mod tests {
     }
 
     #[test]
+    fn a_uid_whose_name_lookup_may_have_failed_is_judged_by_on_error_not_as_new() {
+        // alice (1001) is at the floor in the snapshot; uid 1009's name could not be looked up.
+        let w = World { lookups_failed: true, ..world() };
+        let strict = Admission { on_error: OnError::Reject, ..config() };
+        let (verdict, _) = submit(Some(&w), &strict, &gpu_job(1009));
+        assert!(message(&verdict).contains("balances are unavailable"), "{verdict:?}");
+        assert_eq!(submit(Some(&w), &config(), &gpu_job(1009)).0, Verdict::accept(), "on_error accept");
+        assert!(matches!(submit(Some(&w), &strict, &gpu_job(1001)).0, Verdict::Reject { .. }), "alice's known");
+        // With every name looked up, an unlisted uid is a new user at `initial`.
+        let all_known = world();
+        assert_eq!(submit(Some(&all_known), &strict, &gpu_job(1009)).0, Verdict::accept());
+    }
+
+    #[test]
     fn an_unreadable_gpu_entry_counts_as_a_gpu_request() {
         let (w, c) = (world(), config());
         let job = JobRequest { tres_per_node: Some("gres:gpu:a6000:lots".into()), ..gpu_job(1001) };
