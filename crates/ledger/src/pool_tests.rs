@@ -202,6 +202,10 @@ fn transfers_stop_at_the_floor_and_leave_expiring_tokens_where_they_expire() {
         l.transfer(&lab, &course, Tokens::whole(50), "carol", "x", "t2", now).unwrap(),
         Applied::AlreadyRecorded
     );
+    // The same key from lab to another pool is another change: refused, not "already recorded".
+    l.add_pool("physics", rules, None, "root", now).unwrap();
+    let other = l.transfer(&lab, &holder("physics"), Tokens::whole(50), "root", "x", "t2", now).unwrap_err();
+    assert!(other.to_string().contains("already names another change"), "{other}");
     // course now holds 90, 30 more from a term grant that ends in a week: 90 may move, not 120.
     let term = NewEntry::new(&course, EntryKind::Grant, Tokens::whole(30), now, "root", "term", "grant:term".into());
     l.append_expiring(&term, now + 7 * 86_400).unwrap();

@@ -212,7 +212,7 @@ impl Ledger {
             .prepare_cached("SELECT EXISTS (SELECT 1 FROM entries WHERE key = ?1)")?
             .query_row([format!("{key}:from")], |r| r.get::<_, bool>(0))?;
         if !replay {
-            refuse_beyond_movable(&tx, from, pool_rules.get(from).unwrap_or(&rules).floor, amount, now)?;
+            refuse_beyond_movable(&tx, from, pool_rules.get(from).unwrap_or(&rules).floor, amount)?;
         }
         let out = NewEntry::new(
             from,
@@ -232,9 +232,10 @@ impl Ledger {
             &format!("transfer from {from}: {reason}"),
             format!("{key}:to"),
         );
+        // A replay must name the same destination too: each half's key refuses another change.
         let applied = insert_entry(&tx, &out)?;
-        if applied == Applied::Added {
-            insert_entry(&tx, &into)?;
+        if insert_entry(&tx, &into)? != applied {
+            return Err(LedgerError::Refused(format!("transfer key {key}: one half is recorded, the other not")));
         }
         tx.commit()?;
         Ok(applied)
@@ -244,22 +245,17 @@ impl Ledger {
 /// Refuses a transfer of more than `from` may move: what it holds above its floor, and never what
 /// is left of its grants that expire (those tokens expire where they are: moved, they would escape
 /// their end; the audit's L4).
-fn refuse_beyond_movable(
-    tx: &Transaction<'_>,
-    from: &str,
-    floor: Tokens,
-    amount: Tokens,
-    now: i64,
-) -> Result<(), LedgerError> {
+fn refuse_beyond_movable(tx: &Transaction<'_>, from: &str, floor: Tokens, amount: Tokens) -> Result<(), LedgerError> {
     let balance = Tokens::from_micro(
         tx.prepare_cached("SELECT balance FROM users WHERE name = ?1")?.query_row([from], |r| r.get(0))?,
     );
     let expiring = Tokens::from_micro(
         tx.prepare_cached(
+            // Ended grants too, until the check cycle has expired them.
             "SELECT COALESCE(SUM(unused), 0) FROM grant_expiries
-             WHERE user = ?1 AND expired_entry IS NULL AND unused > 0 AND expires_at > ?2",
+             WHERE user = ?1 AND expired_entry IS NULL AND unused > 0",
         )?
-        .query_row(params![from, now], |r| r.get(0))?,
+        .query_row(params![from], |r| r.get(0))?,
     );
     // Down to the floor, but never into what is left of expiring grants.
     let keep = if expiring > Tokens::ZERO { floor.max(expiring) } else { floor };

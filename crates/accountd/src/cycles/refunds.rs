@@ -15,9 +15,11 @@ use crate::metrics::CauseLabels;
 use crate::resources::Resources;
 use crate::slurm::Slurm;
 
-/// How long after a run's end gputokens' fault requeue may be recorded: scontrol returns, then the
-/// action is written, while slurmctld has already ended the run.
-const FAULT_ACTION_SLACK: i64 = 300;
+/// How long after a run's end (by Slurm's clock) gputokens' fault requeue may be stamped (by
+/// accountd's): the action is recorded before scontrol runs, so only the two clocks' skew. (It was
+/// 300 s while actions were recorded after scontrol returned: a run its user ended in those minutes
+/// matched a later fault action.)
+const FAULT_ACTION_SLACK: i64 = 10;
 
 /// Refunds the lost runs among `records` (finished ones), by how each ended (sacct); returns how
 /// many runs were refunded now.

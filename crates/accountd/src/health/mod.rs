@@ -152,12 +152,18 @@ fn drain(
     // Audited as fault actions, apart from preemptions: the run they end is refunded ([refunds]).
     // Each is recorded before scontrol runs, so a crash or a slow scontrol cannot lose the refund of
     // a run that was taken off a failing GPU.
+    // A failed audit is logged and the job still taken off the GPU (the others too).
+    let audited = |res: &mut Resources, action: &str, job: &str, user: &str| {
+        if let Err(e) = audit(res, action, job, user, &reason) {
+            tracing::error!("{action} of job {job} not recorded ({e}): its run will not be refunded automatically");
+        }
+    };
     for (job, user) in jobs_on_gpu(report, &slurm, index) {
-        audit(res, FAULT_REQUEUE, &job, &user, &reason)?;
+        audited(res, FAULT_REQUEUE, &job, &user);
         if let Err(e) = slurm.run("scontrol", &["--", "requeue", &job]) {
             tracing::warn!("cannot requeue job {job} from failing GPU {index} of {node} ({e}): cancelling it");
             match slurm.run("scancel", &["--", &job]) {
-                Ok(_) => audit(res, FAULT_CANCEL, &job, &user, &reason)?,
+                Ok(_) => audited(res, FAULT_CANCEL, &job, &user),
                 Err(e) => tracing::error!("cannot requeue or cancel job {job} on failing GPU {index} of {node}: {e}"),
             }
         }

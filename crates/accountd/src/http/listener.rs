@@ -103,11 +103,14 @@ async fn serve_connection(
     let slot = Arc::new(slot);
     let requests = slot.clone();
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-        // Busy once the whole request has arrived (at once without a body, else when its body
-        // ends) until its response's body is written: not shed meanwhile.
+        // Busy once the whole request has arrived and is being answered (without a body: when hyper
+        // first polls its answer, which it does only once the replies before it are written; with
+        // one: when its body ends) until its response's body is written: not shed meanwhile. A
+        // pipelined request behind replies its client never reads stays sheddable.
         let busy: Arc<std::sync::Mutex<Option<Busy<IpAddr>>>> = Arc::default();
-        let request = if request.body().is_end_stream() {
-            *busy.lock().unwrap_or_else(|p| p.into_inner()) = requests.busy();
+        let whole = request.body().is_end_stream();
+        let answering = (whole, requests.clone(), busy.clone());
+        let request = if whole {
             request.map(axum::body::Body::new)
         } else {
             let (slot, arrived) = (requests.clone(), busy.clone());
@@ -130,6 +133,10 @@ async fn serve_connection(
             limited.metrics.connection_refused("http", "rate");
         }
         async move {
+            let (whole, slot, arrived) = answering;
+            if whole {
+                *arrived.lock().unwrap_or_else(|p| p.into_inner()) = slot.busy();
+            }
             if !allowed {
                 let slow_down = [(axum::http::header::RETRY_AFTER, "1")];
                 let response = (StatusCode::TOO_MANY_REQUESTS, slow_down, "too many requests from this address\n");
