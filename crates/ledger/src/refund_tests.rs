@@ -101,11 +101,11 @@ fn a_cap_refunds_a_share_and_nothing_is_given_back_twice() {
     assert!(l.verify().unwrap().problems.is_empty());
 }
 
-#[test]
-fn a_pool_paid_run_goes_back_to_the_pool() {
+/// A ledger in `mode` with pool lab (100 tokens, no replenishment, floor -10), and the time to charge at.
+fn ledger_with_lab(mode: PoolMode) -> (tempfile::TempDir, Ledger, i64) {
     let dir = tempfile::tempdir().unwrap();
     let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
-    l.set_pool_mode(PoolMode::Account);
+    l.set_pool_mode(mode);
     let rules = BucketRules {
         initial: Tokens::whole(100),
         daily: Tokens::ZERO,
@@ -115,6 +115,12 @@ fn a_pool_paid_run_goes_back_to_the_pool() {
     };
     let now = at("2026-11-26T12:00:00");
     l.add_pool("lab", rules, None, "root", now - 86_400).unwrap();
+    (dir, l, now)
+}
+
+#[test]
+fn a_pool_paid_run_goes_back_to_the_pool() {
+    let (_dir, mut l, now) = ledger_with_lab(PoolMode::Account);
     l.charge(&[run("11", "alice", Some("lab"), "2026-11-26T08:00:00", 2)], &prices(), now).unwrap();
     assert_eq!(balance(&l, &holder("lab")), Tokens::whole(92));
     let entries = l.refund_run(&refund("11", "2026-11-26T08:00:00", (1, 1), now)).unwrap();
@@ -156,18 +162,7 @@ fn automatic_refunds_stop_at_the_monthly_cap_of_each_balance() {
 /// of the pool that month (their per-user limit).
 #[test]
 fn in_mode_both_a_lost_run_goes_back_whole_to_each_payer_and_off_the_members_spending() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
-    l.set_pool_mode(PoolMode::Both);
-    let rules = BucketRules {
-        initial: Tokens::whole(100),
-        daily: Tokens::ZERO,
-        monthly: Tokens::ZERO,
-        cap: None,
-        floor: Tokens::whole(-10),
-    };
-    let now = at("2026-11-26T12:00:00");
-    l.add_pool("lab", rules, None, "root", now - 86_400).unwrap();
+    let (_dir, mut l, now) = ledger_with_lab(PoolMode::Both);
     l.charge(&[run("12", "alice", Some("lab"), "2026-11-26T08:00:00", 2)], &prices(), now).unwrap();
     assert_eq!((balance(&l, "alice"), balance(&l, &holder("lab"))), (Tokens::whole(92), Tokens::whole(92)));
     let spent = |l: &Ledger| {
