@@ -113,22 +113,57 @@ pub fn commitments(
 ) -> BTreeMap<String, Commitment> {
     let mut out: BTreeMap<String, Commitment> = BTreeMap::new();
     for job in jobs {
-        let limit = job.time_limit.unwrap_or(default_limit);
-        let (milli, seconds) = match job.state.as_str() {
-            "RUNNING" | "SUSPENDED" | "CONFIGURING" | "COMPLETING" if !job.alloc.is_empty() => {
-                let milli = job.alloc.milli_by_type(UNTYPED, sharing);
-                let milli: MilliByType = milli.into_iter().map(|(t, m)| ((t != UNTYPED).then_some(t), m)).collect();
-                (milli, limit.saturating_sub(charged(job)))
-            }
-            "PENDING" | "REQUEUED" => (requested_milli(&job.request, &job.shape, sharing), limit),
-            _ => continue,
-        };
-        if milli.is_empty() {
-            continue;
-        }
+        let Some((milli, seconds)) = held_or_asked(job, default_limit, sharing, &charged) else { continue };
         *out.entry(job.user.clone()).or_default() +=
             Commitment { milli_gpus: total_milli(&milli), max_cost: max_cost(&milli, seconds, prices) };
     }
+    out
+}
+
+/// The GPUs a running job holds (and the seconds left of its limit) or a pending one asks for (and
+/// its whole limit); None for a job with no GPUs or in another state.
+fn held_or_asked(
+    job: &QueueJob,
+    default_limit: u64,
+    sharing: Sharing,
+    charged: impl Fn(&QueueJob) -> u64,
+) -> Option<(MilliByType, u64)> {
+    let limit = job.time_limit.unwrap_or(default_limit);
+    let (milli, seconds) = match job.state.as_str() {
+        "RUNNING" | "SUSPENDED" | "CONFIGURING" | "COMPLETING" if !job.alloc.is_empty() => {
+            let milli = job.alloc.milli_by_type(UNTYPED, sharing);
+            let milli: MilliByType = milli.into_iter().map(|(t, m)| ((t != UNTYPED).then_some(t), m)).collect();
+            (milli, limit.saturating_sub(charged(job)))
+        }
+        "PENDING" | "REQUEUED" => (requested_milli(&job.request, &job.shape, sharing), limit),
+        _ => return None,
+    };
+    (!milli.is_empty()).then_some((milli, seconds))
+}
+
+/// A GPU job in the queue that slurmctld created near the time squeue was read: the job_submit
+/// plugin matches the jobs it admitted while squeue ran against these, so a job is counted once,
+/// by the queue or by the plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecentJob {
+    pub uid: u32,
+    /// Its `submit_time`, unix seconds.
+    pub submitted: i64,
+    /// The milli-GPUs it holds or asks for (as the plugin counted it when it admitted the job).
+    pub milli_gpus: u64,
+}
+
+/// The GPU jobs of `jobs` submitted at or after `since` (unix seconds), oldest first.
+pub fn recent_jobs(jobs: &[QueueJob], since: i64, sharing: Sharing) -> Vec<RecentJob> {
+    let mut out: Vec<RecentJob> = jobs
+        .iter()
+        .filter(|j| j.submit_time >= since)
+        .filter_map(|job| {
+            let (milli, _) = held_or_asked(job, 0, sharing, |_| 0)?;
+            Some(RecentJob { uid: job.user_id?, submitted: job.submit_time, milli_gpus: total_milli(&milli) })
+        })
+        .collect();
+    out.sort_by_key(|r| (r.submitted, r.uid, r.milli_gpus));
     out
 }
 
@@ -225,6 +260,28 @@ mod tests {
         let mut j = crate::slurm::squeue::queue(&json).unwrap().remove(0);
         j.time_limit = limit;
         j
+    }
+
+    #[test]
+    fn recent_jobs_are_the_gpu_jobs_submitted_since_a_time_with_their_owners_uid() {
+        let submitted = |mut j: QueueJob, uid: Option<u32>, at: i64| {
+            j.user_id = uid;
+            j.submit_time = at;
+            j
+        };
+        let jobs = [
+            submitted(job("alice", "RUNNING", 1000, Some(7200)), Some(1001), 101),
+            submitted(job("alice", "PENDING", 0, Some(3600)), Some(1001), 100),
+            submitted(job("alice", "PENDING", 0, Some(3600)), Some(1001), 99),
+            submitted(job("bob", "COMPLETED", 0, Some(3600)), Some(1002), 101),
+            submitted(job("bob", "PENDING", 0, None), None, 101),
+        ];
+        let recent = recent_jobs(&jobs, 100, Sharing::default());
+        let want = [
+            RecentJob { uid: 1001, submitted: 100, milli_gpus: 2000 },
+            RecentJob { uid: 1001, submitted: 101, milli_gpus: 2000 },
+        ];
+        assert_eq!(recent, want, "oldest first; not the earlier, the ended or the one without a uid");
     }
 
     #[test]

@@ -15,6 +15,9 @@
 //! partition gpu default 14400 172800
 //! account alice physics
 //! queue 1795430395
+//! queue_read_ms 1795430395250
+//! queue_read_end_ms 1795430395730
+//! recent 1001 1795430395 2000
 //! committed alice 2000 16000000
 //! pending 41 1 1 1 3600 1000 4000000
 //! pending 42 2 8 1 86400
@@ -30,7 +33,9 @@
 //! `initial`. The lines after the users serve the admission limits: GPU sharing (shards and MPS units
 //! per GPU), prices per GPU-hour, partitions (`default` or `-`, DefaultTime and MaxTime, `-` = none),
 //! default accounts, and what each user's running and pending GPU jobs held and could still cost
-//! (milli-GPUs, micro-tokens) when squeue was read at `queue`; then every pending job that squeue
+//! (milli-GPUs, micro-tokens) when squeue was read at `queue` (from `queue_read_ms` until
+//! `queue_read_end_ms`; `recent`: the GPU jobs it showed submitted since the second before, by uid,
+//! submit time and milli-GPUs, so the plugin counts a job it admitted meanwhile once); then every pending job that squeue
 //! showed (job ID, nodes, tasks, array tasks, the seconds counted for it, and for a GPU job its
 //! milli-GPUs and maximum cost), so the plugin can judge an update of it: a job not listed is
 //! unknown (e.g. submitted since the read) and treated as a possible GPU job. With pools
@@ -44,7 +49,7 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use crate::estimate::{Commitment, PendingJob};
+use crate::estimate::{Commitment, PendingJob, RecentJob};
 use crate::policy::BucketRules;
 use crate::pools::{PoolMode, PoolStanding};
 use crate::pricing::PriceTable;
@@ -63,6 +68,11 @@ pub struct QueueSummary {
     /// the plugin tells the jobs it admitted before the read (in `committed`) from those admitted
     /// after it, also within the same second.
     pub read_ms: Option<i64>,
+    /// When squeue had answered (`queue_read_end_ms`): a job the plugin admitted between the two may
+    /// or may not be in `committed`, and `recent` tells which.
+    pub read_end_ms: Option<i64>,
+    /// The GPU jobs squeue showed that were submitted from the second before the read began.
+    pub recent: Vec<RecentJob>,
     pub committed: HashMap<String, Commitment>,
     /// The pending jobs squeue showed, by job ID.
     pub pending: BTreeMap<u32, PendingJob>,
@@ -107,6 +117,12 @@ pub fn render(snap: &Snapshot) -> String {
         out.push_str(&format!("queue {}\n", queue.as_of));
         if let Some(ms) = queue.read_ms {
             out.push_str(&format!("queue_read_ms {ms}\n"));
+        }
+        if let Some(ms) = queue.read_end_ms {
+            out.push_str(&format!("queue_read_end_ms {ms}\n"));
+        }
+        for r in &queue.recent {
+            out.push_str(&format!("recent {} {} {}\n", r.uid, r.submitted, r.milli_gpus));
         }
         for (user, c) in queue.committed.iter().collect::<BTreeMap<_, _>>() {
             out.push_str(&format!("committed {user} {} {}\n", c.milli_gpus, c.max_cost.micro()));
@@ -404,6 +420,23 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
                     queue.read_ms = Some(ms);
                 }
             }
+            "queue_read_end_ms" => {
+                let ms = words.number("queue read end time")?;
+                words.end()?;
+                if let Some(queue) = &mut snap.queue {
+                    queue.read_end_ms = Some(ms);
+                }
+            }
+            "recent" => {
+                let uid = words.number("uid")?;
+                let uid = u32::try_from(uid).map_err(|_| words.bad(format!("uid {uid} is out of range")))?;
+                let submitted = words.number("submit time")?;
+                let milli_gpus = words.number("milli-GPUs")?.max(0) as u64;
+                words.end()?;
+                if let Some(queue) = &mut snap.queue {
+                    queue.recent.push(RecentJob { uid, submitted, milli_gpus });
+                }
+            }
             "committed" => {
                 let user = words.next("user name")?.to_string();
                 let milli_gpus = words.number("milli-GPUs")? as u64;
@@ -526,6 +559,8 @@ mod tests {
         snap.queue = Some(QueueSummary {
             as_of: 1_795_430_395,
             read_ms: Some(1_795_430_395_250),
+            read_end_ms: Some(1_795_430_395_730),
+            recent: vec![RecentJob { uid: 1001, submitted: 1_795_430_395, milli_gpus: 2000 }],
             committed,
             pending,
             job_accounts,

@@ -21,7 +21,7 @@ use gputokens::job_request::JobRequest;
 use crate::ffi::{self, Level};
 use crate::status_file::StatusFile;
 use crate::status_thread::{StatusFeed, StatusUpdate};
-use crate::tally::Tally;
+use crate::tally::{QueueRead, Tally};
 use crate::watch::{self, Monitor, Stamp, View};
 use gputokens::config::describe;
 use gputokens::Config;
@@ -234,14 +234,20 @@ fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor, sta
                 *plugin.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
             }
             if let Some(view) = monitor.tick(now, &mut slurm_log) {
-                // When its queue read began (an older accountd's snapshot: the second, as it wrote it).
-                let queue_read_ms = match &*view {
-                    View::Ready(b) => b.snapshot.queue.as_ref().map(|q| q.read_ms.unwrap_or(q.as_of * 1000)),
+                // When its queue read began and ended and what it showed (an older accountd's
+                // snapshot: the second, as it wrote it).
+                let shown = view.clone();
+                let read = match &*shown {
+                    View::Ready(b) => b.snapshot.queue.as_ref().map(|q| QueueRead {
+                        began_ms: q.read_ms.unwrap_or(q.as_of * 1000),
+                        ended_ms: q.read_end_ms,
+                        recent: &q.recent,
+                    }),
                     View::Unavailable(_) => None,
                 };
                 let old = std::mem::replace(&mut *plugin.view.write().unwrap_or_else(PoisonError::into_inner), view);
                 retired.push(old);
-                plugin.tally.lock().unwrap_or_else(PoisonError::into_inner).forget_before(queue_read_ms, unix_now_ms());
+                plugin.tally.lock().unwrap_or_else(PoisonError::into_inner).forget_counted(read, unix_now_ms());
                 view_changed = true;
             }
             if let Some(status) = &status {

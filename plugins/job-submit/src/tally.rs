@@ -1,13 +1,27 @@
 //! GPU jobs the plugin admitted since accountd last read the queue: the snapshot's commitments do
 //! not include them yet, so without this a user could submit many jobs between two snapshots and
 //! pass `max_gpus_per_user` or the estimate with each. An entry is dropped once a snapshot's queue
-//! was read after it was admitted (or, when the snapshot has no queue, after an hour). Times are
-//! milliseconds: a job admitted in the second squeue ran, before it, is in the queue's commitments
-//! already, and counted twice it would be refused a job that fits.
+//! shows it (or, when the snapshot has no queue, after an hour): a job counted twice would be
+//! refused a job that fits, one counted by neither would let a user past the limits.
+//!
+//! A job admitted before squeue began to run is in the queue; one admitted after squeue answered
+//! is not. squeue takes a while to start, so a job admitted in between may be either: it is
+//! dropped only if the queue shows a GPU job of its user, of its size, submitted in the second it
+//! was admitted or the next (slurmctld stamps the submit time just after the plugin admits a job),
+//! that no job admitted before it has claimed.
 
-use gputokens::estimate::Commitment;
+use gputokens::estimate::{Commitment, RecentJob};
 
 const KEEP_WITHOUT_QUEUE_MS: i64 = 3_600_000;
+
+/// What a snapshot says of its queue read: when it began and ended (unix ms) and the GPU jobs
+/// submitted near it.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueRead<'a> {
+    pub began_ms: i64,
+    pub ended_ms: Option<i64>,
+    pub recent: &'a [RecentJob],
+}
 
 #[derive(Debug, Default)]
 pub struct Tally {
@@ -16,10 +30,34 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// Drops what a queue read that began at `queue_read_ms` already counts.
-    pub fn forget_before(&mut self, queue_read_ms: Option<i64>, now_ms: i64) {
-        let cutoff = queue_read_ms.unwrap_or(now_ms - KEEP_WITHOUT_QUEUE_MS);
-        self.entries.retain(|(_, at, _)| *at >= cutoff);
+    /// Drops what a snapshot's queue read already counts (None: the snapshot has no queue).
+    pub fn forget_counted(&mut self, read: Option<QueueRead<'_>>, now_ms: i64) {
+        let Some(read) = read else {
+            let cutoff = now_ms - KEEP_WITHOUT_QUEUE_MS;
+            self.entries.retain(|(_, at, _)| *at >= cutoff);
+            return;
+        };
+        // An accountd before `queue_read_end_ms` wrote only when the read began.
+        let ended_ms = read.ended_ms.unwrap_or(read.began_ms).max(read.began_ms);
+        let mut claimed = vec![false; read.recent.len()];
+        self.entries.sort_by_key(|(_, at, _)| *at);
+        self.entries.retain(|(uid, at, commitment)| {
+            if *at > ended_ms {
+                return true;
+            }
+            let second = at.div_euclid(1000);
+            let shown = read.recent.iter().enumerate().position(|(i, r)| {
+                !claimed[i]
+                    && r.uid == *uid
+                    && r.milli_gpus == commitment.milli_gpus
+                    && (second..=second + 1).contains(&r.submitted)
+            });
+            if let Some(i) = shown {
+                claimed[i] = true;
+            }
+            // Admitted before the read began: in the queue, claimed or not.
+            *at >= read.began_ms && shown.is_none()
+        });
     }
 
     pub fn of(&self, uid: u32) -> Commitment {
@@ -40,33 +78,97 @@ mod tests {
     use super::*;
     use gputokens::Tokens;
 
+    fn c(g: u64, t: i64) -> Commitment {
+        Commitment { milli_gpus: g, max_cost: Tokens::whole(t) }
+    }
+
+    fn read(began_ms: i64, ended_ms: Option<i64>, recent: &[RecentJob]) -> Option<QueueRead<'_>> {
+        Some(QueueRead { began_ms, ended_ms, recent })
+    }
+
+    fn recent(uid: u32, submitted: i64, milli_gpus: u64) -> RecentJob {
+        RecentJob { uid, submitted, milli_gpus }
+    }
+
     #[test]
     fn sums_per_user_until_the_queue_catches_up() {
-        let c = |g: u64, t: i64| Commitment { milli_gpus: g, max_cost: Tokens::whole(t) };
         let mut tally = Tally::default();
         tally.add(1001, 100_000, c(1000, 4));
         tally.add(1001, 105_000, c(2000, 8));
         tally.add(1002, 105_000, c(1000, 1));
         assert_eq!(tally.of(1001), c(3000, 12));
-        tally.forget_before(Some(101_000), 110_000);
+        tally.forget_counted(read(101_000, Some(101_400), &[]), 110_000);
         assert_eq!(tally.of(1001), c(2000, 8), "the queue read at 101 s shows the job admitted at 100 s");
         assert_eq!(tally.of(1003), Commitment::default());
-        tally.forget_before(None, 105_000 + 3_600_000);
+        tally.forget_counted(None, 105_000 + 3_600_000);
         assert_eq!(tally.of(1002), c(1000, 1), "no queue: kept for an hour");
-        tally.forget_before(None, 106_000 + 3_600_000);
+        tally.forget_counted(None, 106_000 + 3_600_000);
         assert_eq!(tally.of(1002), Commitment::default());
     }
 
     /// The race a 26.05 cluster test lost under load: admitted at 200.3 s, squeue read from 200.7 s
     /// (the job in its commitments), both in second 200. Counted once, not twice; a job admitted
-    /// after the read began, in the same second, is still counted by the plugin.
+    /// after the read ended, in the same second, is still counted by the plugin.
     #[test]
     fn a_job_admitted_in_the_second_of_the_queue_read_counts_once() {
-        let c = |g: u64, t: i64| Commitment { milli_gpus: g, max_cost: Tokens::whole(t) };
         let mut tally = Tally::default();
         tally.add(1001, 200_300, c(2000, 16));
         tally.add(1001, 200_900, c(1000, 4));
-        tally.forget_before(Some(200_700), 201_000);
+        let shown = [recent(1001, 200, 2000)];
+        tally.forget_counted(read(200_700, Some(200_800), &shown), 201_000);
         assert_eq!(tally.of(1001), c(1000, 4));
+    }
+
+    /// The race a 24.11 cluster test lost under load: squeue began at 300.1 s, the plugin admitted
+    /// a job at 300.4 s and squeue, answering at 300.9 s, showed it. Counted by the queue only.
+    #[test]
+    fn a_job_admitted_while_squeue_ran_and_shown_by_it_counts_once() {
+        let mut tally = Tally::default();
+        tally.add(1001, 300_400, c(2000, 16));
+        let shown = [recent(1001, 300, 2000)];
+        tally.forget_counted(read(300_100, Some(300_900), &shown), 301_000);
+        assert_eq!(tally.of(1001), Commitment::default());
+    }
+
+    /// One admitted while squeue ran that it did not show (slurmctld answered first) stays counted,
+    /// and so does one a job of another user, another size or another second would have matched.
+    #[test]
+    fn a_job_admitted_while_squeue_ran_and_not_shown_stays_counted() {
+        let mut tally = Tally::default();
+        tally.add(1001, 300_400, c(2000, 16));
+        tally.add(1002, 300_500, c(1000, 4));
+        let others = [recent(1002, 300, 2000), recent(1001, 302, 2000), recent(1003, 300, 2000)];
+        tally.forget_counted(read(300_100, Some(300_900), &others), 301_000);
+        assert_eq!(tally.of(1001), c(2000, 16));
+        assert_eq!(tally.of(1002), c(1000, 4));
+    }
+
+    /// Two jobs of one size and second: one admitted before the read began claims the queue's first
+    /// line, so the one admitted while squeue ran is dropped only if a second line shows it.
+    #[test]
+    fn each_shown_job_is_claimed_once() {
+        let mut tally = Tally::default();
+        tally.add(1001, 300_050, c(1000, 4));
+        tally.add(1001, 300_400, c(1000, 4));
+        let one = [recent(1001, 300, 1000)];
+        tally.forget_counted(read(300_100, Some(300_900), &one), 301_000);
+        assert_eq!(tally.of(1001), c(1000, 4), "the queue shows only the first");
+
+        let mut tally = Tally::default();
+        tally.add(1001, 300_050, c(1000, 4));
+        tally.add(1001, 300_400, c(1000, 4));
+        let both = [recent(1001, 300, 1000), recent(1001, 300, 1000)];
+        tally.forget_counted(read(300_100, Some(300_900), &both), 301_000);
+        assert_eq!(tally.of(1001), Commitment::default());
+    }
+
+    /// A snapshot of an accountd that wrote no end of the read: as before, the read's start decides.
+    #[test]
+    fn without_an_end_the_start_of_the_read_decides() {
+        let mut tally = Tally::default();
+        tally.add(1001, 300_050, c(1000, 4));
+        tally.add(1001, 300_400, c(2000, 8));
+        tally.forget_counted(read(300_100, None, &[]), 301_000);
+        assert_eq!(tally.of(1001), c(2000, 8));
     }
 }

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use gputokens::estimate::{commitments, pending_jobs};
+use gputokens::estimate::{commitments, pending_jobs, recent_jobs};
 use gputokens::pools::PoolMode;
 use gputokens::slurm::associations::AccountTree;
 use gputokens::slurm::{partitions, squeue};
@@ -81,6 +81,7 @@ fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdR
     // ahead): a job the plugin admits from then on is counted by the plugin itself.
     let read_ms = queue.read_ms().unwrap_or(now.saturating_mul(1000));
     let as_of = read_ms.div_euclid(1000);
+    let read_end_ms = queue.read_end_ms();
     let jobs = queue.jobs()?;
     let default_limit = res.config.admission.default_time_limit.as_secs();
     let ledger = &res.ledger;
@@ -89,6 +90,8 @@ fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdR
     let (prices, sharing) = (&res.config.prices, res.config.sharing);
     let committed = commitments(jobs, default_limit, prices, sharing, charged);
     let pending = pending_jobs(jobs, default_limit, prices, sharing);
+    // slurmctld stamps a job's submit time after the plugin admitted it, in the same second or the next.
+    let recent = recent_jobs(jobs, as_of - 1, sharing);
     // With pools, an update of a GPU job is judged by the pool of the account it is in.
     let job_accounts = if res.config.accounts.mode == PoolMode::User {
         Default::default()
@@ -101,6 +104,8 @@ fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdR
     Ok(QueueSummary {
         as_of,
         read_ms: Some(read_ms),
+        read_end_ms,
+        recent,
         committed: committed.into_iter().collect(),
         pending,
         job_accounts,

@@ -195,20 +195,24 @@ impl Slurm {
 pub struct QueueOnce<'s> {
     slurm: &'s Slurm,
     read: Option<Result<Vec<QueueJob>, Arc<SlurmError>>>,
-    /// When the read began (unix milliseconds, the wall clock, whatever `--now` says).
+    /// When the read began and when squeue had answered (unix milliseconds, the wall clock,
+    /// whatever `--now` says).
     read_ms: Option<i64>,
+    read_end_ms: Option<i64>,
 }
 
 impl<'s> QueueOnce<'s> {
     pub fn new(slurm: &'s Slurm) -> QueueOnce<'s> {
-        QueueOnce { slurm, read: None, read_ms: None }
+        QueueOnce { slurm, read: None, read_ms: None, read_end_ms: None }
     }
 
     pub fn jobs(&mut self) -> Result<&[QueueJob], SlurmError> {
-        let (slurm, read_ms) = (self.slurm, &mut self.read_ms);
+        let (slurm, read_ms, read_end_ms) = (self.slurm, &mut self.read_ms, &mut self.read_end_ms);
         let read = self.read.get_or_insert_with(|| {
             *read_ms = Some(gputokens::time::now_ms());
-            read_queue(slurm).map_err(Arc::new)
+            let jobs = read_queue(slurm).map_err(Arc::new);
+            *read_end_ms = Some(gputokens::time::now_ms());
+            jobs
         });
         read.as_deref().map_err(|e| SlurmError::Shared(e.clone()))
     }
@@ -216,6 +220,11 @@ impl<'s> QueueOnce<'s> {
     /// When squeue was read (unix milliseconds, taken before it ran); None before `jobs`.
     pub fn read_ms(&self) -> Option<i64> {
         self.read_ms
+    }
+
+    /// When squeue had answered (unix milliseconds); None before `jobs`.
+    pub fn read_end_ms(&self) -> Option<i64> {
+        self.read_end_ms
     }
 }
 

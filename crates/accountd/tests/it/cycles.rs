@@ -3,7 +3,6 @@
 //! cycle without wedging accountd. Slurm's commands go through wrappers (`[slurm] bin_dir`) that
 //! exec the real ones, slowed down or hung on request.
 
-use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use gputokens::pricing::cost;
@@ -13,58 +12,7 @@ use crate::charging::{balance, elapsed, PRICES};
 use crate::cluster::{sbatch, serial, wait_finished};
 use crate::common::{http_get, Site};
 use crate::preemption::{cancel, squeue, wait_for};
-
-/// Wrappers for Slurm's commands in a directory of their own. Each execs the real command, unless
-/// `<name>.slow` exists there (it sleeps first: as many seconds as the file says, 4 when it is empty)
-/// or `<name>.hang` (it sleeps for ever, in a child of the wrapper's shell); either way it first
-/// notes the call in `<name>.calls`.
-struct Wrappers {
-    dir: tempfile::TempDir,
-}
-
-impl Wrappers {
-    fn new() -> Wrappers {
-        let dir = tempfile::Builder::new().prefix("gputokens-wrappers-").tempdir().unwrap();
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        for name in ["sacct", "squeue", "scontrol", "sinfo", "sacctmgr", "scancel"] {
-            let script = format!(
-                "#!/bin/sh\nd=$(dirname \"$0\")\n\
-                 if [ -e \"$d/{name}.hang\" ]; then echo \"$$\" >> \"$d/{name}.calls\"; sleep infinity; exit 1; fi\n\
-                 if [ -e \"$d/{name}.slow\" ]; then echo \"$$\" >> \"$d/{name}.calls\"; \
-                 s=$(cat \"$d/{name}.slow\"); sleep \"${{s:-4}}\"; fi\n\
-                 exec /usr/bin/{name} \"$@\"\n"
-            );
-            let path = dir.path().join(name);
-            std::fs::write(&path, script).unwrap();
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
-        Wrappers { dir }
-    }
-
-    fn bin_dir(&self) -> String {
-        self.dir.path().display().to_string()
-    }
-
-    /// Turns `mode` ("slow" or "hang") of `name` on or off.
-    fn set(&self, name: &str, mode: &str, on: bool) {
-        let flag = self.dir.path().join(format!("{name}.{mode}"));
-        if on {
-            std::fs::write(flag, "").unwrap();
-        } else {
-            std::fs::remove_file(flag).unwrap();
-        }
-    }
-
-    /// Makes `name` sleep `seconds` before it runs.
-    fn slow_by(&self, name: &str, seconds: u32) {
-        std::fs::write(self.dir.path().join(format!("{name}.slow")), seconds.to_string()).unwrap();
-    }
-
-    /// How many calls of `name` were slowed or hung so far.
-    fn calls(&self, name: &str) -> usize {
-        std::fs::read_to_string(self.dir.path().join(format!("{name}.calls"))).unwrap_or_default().lines().count()
-    }
-}
+use crate::wrappers::Wrappers;
 
 /// The `requeue` rows of the site's audit log.
 fn requeues(site: &Site) -> Vec<String> {

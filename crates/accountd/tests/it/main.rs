@@ -36,3 +36,4 @@ mod spank;
 mod time_zones;
 mod web;
 mod worked_example;
+mod wrappers;

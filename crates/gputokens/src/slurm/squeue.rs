@@ -155,6 +155,22 @@ mod tests {
         }
     }
 
+    /// Each release gives every job's owner uid and submit time (a plain number on 22.05, a
+    /// `{"set", "number"}` object later): the job_submit plugin matches its admissions by them.
+    #[test]
+    fn every_release_gives_each_jobs_uid_and_submit_time() {
+        for (release, sample) in SAMPLES {
+            let jobs = queue(sample).unwrap();
+            let tree: Value = serde_json::from_str(sample).unwrap();
+            for (job, raw) in jobs.iter().zip(tree["jobs"].as_array().unwrap()) {
+                assert_eq!(job.user_id.map(i64::from), raw["user_id"].as_i64(), "{release}");
+                let submitted = raw["submit_time"].as_i64().or_else(|| raw["submit_time"]["number"].as_i64());
+                assert_eq!(Some(job.submit_time), submitted, "{release}");
+                assert!(job.submit_time > 1_700_000_000, "{release}: {}", job.submit_time);
+            }
+        }
+    }
+
     /// 26.05's squeue names each job's current run by its SLUID; the earlier releases do not.
     #[test]
     fn a_run_carries_its_sluid_where_squeue_gives_one() {

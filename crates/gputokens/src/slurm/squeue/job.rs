@@ -12,6 +12,10 @@ use crate::tres::{parse_alloc_tres, GpuAllocation, Sharing};
 pub struct QueueJob {
     pub job_id: String,
     pub user: String,
+    /// The owner's uid (`user_id`), as the job_submit plugin knows it.
+    pub user_id: Option<u32>,
+    /// When slurmctld created the job (`submit_time`; 0 when not shown).
+    pub submit_time: i64,
     pub account: String,
     pub qos: String,
     /// RUNNING, PENDING, ...
@@ -105,6 +109,8 @@ pub(super) fn queue_job(job: &Value) -> Option<QueueJob> {
     Some(QueueJob {
         job_id: number(job.get("job_id")?)?.to_string(),
         user: job.get("user_name").and_then(Value::as_str)?.to_string(),
+        user_id: job.get("user_id").and_then(number).and_then(|n| u32::try_from(n).ok()),
+        submit_time: job.get("submit_time").and_then(number).unwrap_or(0),
         account: text("account"),
         qos: text("qos"),
         state_reason: text("state_reason"),

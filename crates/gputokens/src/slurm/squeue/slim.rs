@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use super::job::{queue_job, QueueJob};
 
 /// The keys `queue_job` reads.
-const READ_KEYS: [&str; 25] = [
+const READ_KEYS: [&str; 27] = [
     "account",
     "array_task_string",
     "batch_flag",
@@ -29,6 +29,7 @@ const READ_KEYS: [&str; 25] = [
     "start_time",
     "state_reason",
     "step_id",
+    "submit_time",
     "suspend_time",
     "tasks",
     "time_limit",
@@ -37,6 +38,7 @@ const READ_KEYS: [&str; 25] = [
     "tres_per_node",
     "tres_per_socket",
     "tres_per_task",
+    "user_id",
     "user_name",
 ];
 
