@@ -624,7 +624,7 @@ fn a_job_admitted_while_squeue_starts_counts_once() {
     adm.accepted(alice, &["--gres=gpu:a6000:2", "--time=2:00:00", "--hold", "--wrap", "true"]);
 
     // The snapshot of that read shows the job, and the read began before it was admitted.
-    let shows = format!("committed {alice} 4000 16000000");
+    let shows = format!("committed {alice} 2000 16000000");
     let deadline = Instant::now() + Duration::from_secs(15);
     let text = loop {
         let text = std::fs::read_to_string(&snapshot).unwrap_or_default();
@@ -638,7 +638,10 @@ fn a_job_admitted_while_squeue_starts_counts_once() {
         text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.parse::<i64>().ok()).unwrap_or(0)
     };
     let (began, ended) = (field(&text, "queue_read_ms"), field(&text, "queue_read_end_ms"));
-    assert!(began < submitted_ms && submitted_ms < ended, "not the race: read {began}..{ended}, sbatch at {submitted_ms}");
+    assert!(
+        began < submitted_ms && submitted_ms < ended,
+        "not the race: read {began}..{ended}, sbatch at {submitted_ms}"
+    );
     std::thread::sleep(SETTLE);
 
     // 20 - 16 - 12 (2 × 1.5 h × 4) = -8 fits; the first counted twice (-24) would not.
