@@ -47,19 +47,29 @@ socket = "$work/run/accountd.sock"
 EOF
 export GPUTOKENS_CONF=$work/gputokens.toml
 
+# The site is set up through Slurm stand-ins that show nothing (so nothing is charged): the ledger,
+# and with ACCOUNTS its pools, made by a serve.
+mkdir -p "$work/empty-bin"
+for tool in squeue sacct sinfo scontrol scancel sacctmgr; do printf '#!/bin/sh\nexit 0\n' > "$work/empty-bin/$tool"; chmod 755 "$work/empty-bin/$tool"; done
+sed "s|bin_dir = \"$work/bin\"|bin_dir = \"$work/empty-bin\"|" "$work/gputokens.toml" > "$work/setup.toml"
 if (( ACCOUNTS > 0 )); then
-  printf '[accounts]\nmode = "account"\n' >> "$work/gputokens.toml"
-  # The pools are made through a serve whose Slurm shows nothing (so it charges nothing): the ticks
-  # below then meet the site as before, with its pools.
-  mkdir -p "$work/empty-bin"
-  for tool in squeue sacct sinfo scontrol scancel sacctmgr; do printf '#!/bin/sh\nexit 0\n' > "$work/empty-bin/$tool"; chmod 755 "$work/empty-bin/$tool"; done
-  sed "s|bin_dir = \"$work/bin\"|bin_dir = \"$work/empty-bin\"|" "$work/gputokens.toml" > "$work/setup.toml"
+  printf '[accounts]\nmode = "account"\n' | tee -a "$work/gputokens.toml" >> "$work/setup.toml"
   GPUTOKENS_CONF=$work/setup.toml "$ACCOUNTD" serve > "$work/setup-serve.log" 2>&1 &
   serve=$!
   for _ in $(seq 100); do [[ -S $work/run/accountd.sock ]] && break; sleep 0.1; done
   GPUTOKENS_CONF=$work/setup.toml "$ACCOUNTD" admin account import "$work/pools.toml"
   kill "$serve"; wait "$serve" || true
+else
+  GPUTOKENS_CONF=$work/setup.toml "$ACCOUNTD" tick --skip-charge > /dev/null
 fi
+# A site that began charging a day ago: its first cycle charges the jobs that ended since (a
+# ledger's first cycle leaves out what ended before it began, and these ended before this script).
+python3 - "$work/lib/ledger.sqlite" $((now - 86400)) <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('charging_since', ?)", (sys.argv[2],))
+db.commit()
+PY
 
 measure() { # label, accountd args...
   local label=$1; shift

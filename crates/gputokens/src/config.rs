@@ -410,6 +410,9 @@ pub struct HttpAccess {
     /// A client has this long to send a request's headers (also on an idle keep-alive connection)
     /// and accountd this long to read its body and answer.
     pub request_timeout: std::time::Duration,
+    /// Names of this host (DNS aliases) that /metrics, the API and the page answer to, besides its
+    /// addresses, `localhost`, its host name and `[web] url`'s host.
+    pub server_names: Vec<String>,
 }
 
 impl Default for HttpAccess {
@@ -420,6 +423,7 @@ impl Default for HttpAccess {
             max_connections: HTTP_MAX_CONNECTIONS,
             max_connections_per_address: HTTP_MAX_CONNECTIONS_PER_ADDRESS,
             request_timeout: std::time::Duration::from_secs(HTTP_REQUEST_TIMEOUT_SECS),
+            server_names: Vec::new(),
         }
     }
 }

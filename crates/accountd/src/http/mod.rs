@@ -4,6 +4,7 @@
 //! `sbalance`'s rules (a user sees their own row unless `balances_public`; admins see all).
 
 pub mod auth;
+pub mod host_names;
 pub mod listener;
 pub mod rate_limit;
 pub mod report_gate;
@@ -35,14 +36,42 @@ use state::REPORTS_AT_ONCE;
 pub const REPORT_MAX_BYTES: usize = 256 << 10;
 pub fn router(state: AppState) -> Router {
     let state = Arc::new(state);
-    Router::new()
+    // Everything a browser could be made to read answers only to accountd's own names.
+    let read_by_name = Router::new()
         .route("/metrics", get(metrics))
-        .route(REPORT_PATH, post(agent_report).layer(axum::extract::DefaultBodyLimit::max(REPORT_MAX_BYTES)))
         .route("/v1/health", get(|| async { Json(serde_json::json!({ "ok": true })) }))
         .route("/v1/balances", get(balances))
         .route("/v1/balances/{user}", get(balance))
-        .merge(crate::http::web::routes(state.clone()))
+        .merge(crate::http::web::routes())
+        .layer(axum::middleware::from_fn_with_state(state.clone(), only_our_names));
+    Router::new()
+        .route(REPORT_PATH, post(agent_report).layer(axum::extract::DefaultBodyLimit::max(REPORT_MAX_BYTES)))
+        .merge(read_by_name)
         .with_state(state)
+}
+
+/// Refuses a request sent to a name that is not accountd's ([`host_names`]) before anything is read
+/// for it: the status page with a page saying so, the rest with a line of text.
+async fn only_our_names(
+    State(state): State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok()).map(str::to_string);
+    if let Some(host) = host.filter(|h| !state.host_names.answers_to(h)) {
+        let path = request.uri().path();
+        state.host_names.refused(&host, path);
+        if path == "/web" || path.starts_with("/web/") {
+            let message = format!("this status page does not answer to '{host}'; open [web] url");
+            return web::refused_page(StatusCode::MISDIRECTED_REQUEST, &message);
+        }
+        let message = format!(
+            "accountd does not answer to '{}': add the name to [http] server_names if it is one of this host's\n",
+            gputokens::free_text::printable(&host)
+        );
+        return (StatusCode::MISDIRECTED_REQUEST, message).into_response();
+    }
+    next.run(request).await
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {

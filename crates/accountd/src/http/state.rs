@@ -35,8 +35,8 @@ pub struct AppState {
     pub proxy_secret: Option<String>,
     /// `[web] trusted_proxies`: besides this host, where the admin token may come from.
     pub(super) trusted_proxies: Vec<std::net::IpAddr>,
-    /// `[web] url`: a name the status page answers to.
-    pub web_url: Option<String>,
+    /// The names the listener answers to (`[web] url`'s host, `[http] server_names`, this host's).
+    pub(super) host_names: Arc<super::host_names::HostNames>,
     pub(super) munge_socket: Option<std::path::PathBuf>,
 }
 
@@ -70,7 +70,10 @@ impl AppState {
             admin_token,
             proxy_secret,
             trusted_proxies: config.web.trusted_proxies.clone(),
-            web_url: config.web.url.clone(),
+            host_names: Arc::new(super::host_names::HostNames::new(
+                config.web.url.as_deref(),
+                &config.http.server_names,
+            )),
             munge_socket: config.agent.munge_socket.clone(),
         })
     }

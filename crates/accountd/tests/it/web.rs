@@ -365,25 +365,49 @@ fn login_links_need_https_unless_the_site_allows_http() {
     assert!(cookie.contains("; Path=/;") && cookie.contains("Secure") && cookie.contains("HttpOnly"), "{cookie}");
 }
 
-/// A page elsewhere that rebinds its own name to accountd's address gets nothing: the status page
-/// answers only to its own names.
+/// A page elsewhere that rebinds its own name to accountd's address gets nothing: the status page,
+/// /metrics and the API answer only to accountd's own names (`[http] server_names` adds aliases);
+/// an agent's report, which carries a credential no page has, is not asked its name.
 #[test]
-fn the_status_page_answers_only_to_its_own_names() {
-    let site = web_site("url = \"https://gpu.example.org\"\n");
+fn the_status_page_metrics_and_api_answer_only_to_accountds_names() {
+    let site = Site::start(
+        "",
+        "[web]\nallow_http = true\nurl = \"https://gpu.example.org\"\n[http]\nlisten = \"127.0.0.1:0\"\n\
+         server_names = [\"Metrics.Cluster.example\"]\n",
+    );
     let host = site.http_url().trim_start_matches("http://").to_string();
-    let get = |name: &str| {
+    let request = |method: &str, path: &str, name: &str| {
         use std::io::{Read, Write};
         let mut stream = std::net::TcpStream::connect(&host).unwrap();
-        write!(stream, "GET /web/api/me HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n").unwrap();
+        write!(stream, "{method} {path} HTTP/1.1\r\nHost: {name}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            .unwrap();
         let mut answer = String::new();
         stream.read_to_string(&mut answer).unwrap();
         answer
     };
-    let rebound = get("evil.example.org:9817");
+    let rebound = request("GET", "/web/api/me", "evil.example.org:9817");
     assert!(rebound.starts_with("HTTP/1.1 421"), "{rebound}");
     assert!(rebound.contains("does not answer to &#39;evil.example.org:9817&#39;"), "{rebound}");
     for ours in [host.as_str(), "gpu.example.org", "localhost"] {
-        let answer = get(ours);
+        let answer = request("GET", "/web/api/me", ours);
         assert!(answer.starts_with("HTTP/1.1 401"), "{ours}: not logged in, but answered: {answer}");
     }
+    for path in ["/metrics", "/v1/health", "/v1/balances", "/v1/balances/alice"] {
+        let rebound = request("GET", path, "evil.example.org");
+        assert!(rebound.starts_with("HTTP/1.1 421"), "{path}: {rebound}");
+        assert!(
+            rebound.contains("accountd does not answer to 'evil.example.org': add the name to [http] server_names"),
+            "{path}: {rebound}"
+        );
+        assert!(!rebound.contains("gputokens_"), "{path}: {rebound}");
+    }
+    for ours in [host.as_str(), "metrics.cluster.example:9110", "METRICS.CLUSTER.EXAMPLE", "gpu.example.org"] {
+        let answer = request("GET", "/metrics", ours);
+        assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("gputokens_"), "{ours}: {answer}");
+    }
+    // The report is judged by its credential (none here), whatever name it was sent to.
+    let report = request("POST", "/v1/agent/report", "evil.example.org");
+    assert!(!report.starts_with("HTTP/1.1 421"), "{report}");
+    assert!(report.starts_with("HTTP/1.1 401") || report.starts_with("HTTP/1.1 403"), "{report}");
+    assert!(site.log().contains("sent to the name \"evil.example.org\" refused (421)"), "{}", site.log());
 }

@@ -223,6 +223,7 @@ fn http(s: &mut Section) -> (Option<std::net::SocketAddr>, HttpAccess) {
         max_connections,
         max_connections_per_address: per_address.min(max_connections),
         request_timeout: s.get("request_timeout", d.request_timeout, positive_duration),
+        server_names: s.get("server_names", d.server_names, names),
     };
     (listen, access)
 }

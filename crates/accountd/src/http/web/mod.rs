@@ -46,7 +46,7 @@ const STYLE: &str = include_str!("../../../assets/web/app.css");
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
                       base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
-pub fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
+pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/web", get(|| async { redirect("/web/") }))
         .route("/web/", get(|| async { asset("text/html; charset=utf-8", INDEX) }))
@@ -56,44 +56,6 @@ pub fn routes(state: Arc<AppState>) -> Router<Arc<AppState>> {
         .route("/web/logout", axum::routing::post(logout))
         .route("/web/api/me", get(me))
         .route("/web/api/admin", get(admin))
-        .layer(axum::middleware::from_fn_with_state(state, only_our_names))
-}
-
-/// Answers only requests sent to a name of this page: an address, localhost, this host's name or
-/// `[web] url`'s host. A page elsewhere that rebinds its own name to accountd's address (DNS
-/// rebinding) is refused before anything is read for it.
-async fn only_our_names(
-    State(state): State<Arc<AppState>>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok()).map(str::to_string);
-    if let Some(host) = host {
-        if !ours(&host, state.web_url.as_deref()) {
-            let message = format!("this status page does not answer to '{}'; open [web] url", escape(&host));
-            return refused_page(StatusCode::MISDIRECTED_REQUEST, &message);
-        }
-    }
-    next.run(request).await
-}
-
-/// Whether `host` (a Host header: name or address, maybe a port) names this page.
-fn ours(host: &str, web_url: Option<&str>) -> bool {
-    let name = match host.strip_prefix('[') {
-        Some(v6) => return v6.split(']').next().is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok()),
-        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
-    };
-    if name.parse::<std::net::Ipv4Addr>().is_ok() || name.eq_ignore_ascii_case("localhost") {
-        return true;
-    }
-    let this_host = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default();
-    let short = |n: &str| n.split('.').next().unwrap_or(n).to_ascii_lowercase();
-    let configured = web_url
-        .and_then(|u| u.split_once("://"))
-        .map(|(_, rest)| rest.split(['/', ':']).next().unwrap_or("").to_ascii_lowercase());
-    name.eq_ignore_ascii_case(&this_host)
-        || (!this_host.is_empty() && short(name) == short(&this_host) && !name.contains('.'))
-        || configured.as_deref() == Some(name.to_ascii_lowercase().as_str())
 }
 
 fn secured(mut response: Response) -> Response {
@@ -115,7 +77,7 @@ fn redirect(to: &'static str) -> Response {
 }
 
 /// A page of plain text for a refused login: nothing of the request is echoed.
-fn refused_page(status: StatusCode, message: &str) -> Response {
+pub(super) fn refused_page(status: StatusCode, message: &str) -> Response {
     let body = format!(
         "<!doctype html><meta charset=\"utf-8\"><title>gputokens</title><link rel=\"stylesheet\" href=\"/web/app.css\">\
          <main><h1>gputokens</h1><p class=\"refused\">{}.</p><p>Run <code>sbalance --web</code> on a login node for a new link.</p></main>",
