@@ -65,12 +65,15 @@ mod tests {
     #[test]
     fn addresses_this_host_and_configured_names_only() {
         let names = HostNames::new(Some("https://Tokens.Example.org/web/"), &["metrics-alias.cluster".into()]);
-        for ok in ["127.0.0.1:9110", "[::1]:9110", "localhost", "tokens.example.org", "METRICS-ALIAS.cluster:80"] {
+        for ok in ["127.0.0.1:9110", "[::1]:9110", "localhost:9817", "TOKENS.example.org", "METRICS-ALIAS.cluster:80"] {
             assert!(names.answers_to(ok), "{ok}");
         }
         let this = nix::unistd::gethostname().unwrap().into_string().unwrap();
-        assert!(names.answers_to(&format!("{this}:9110")));
-        for refused in ["evil.example.com", "tokens.example.org.evil.com", "[evil]", "example.org", "metrics-alias"] {
+        assert!(names.answers_to(&format!("{this}:9110")), "this host's own name");
+        assert!(HostNames::new(None, &[]).answers_to(&this));
+        for refused in
+            ["evil.example.com:9817", "tokens.example.org.evil.com", "[evil]", "example.org", "metrics-alias"]
+        {
             assert!(!names.answers_to(refused), "{refused}");
         }
     }
