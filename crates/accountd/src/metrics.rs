@@ -63,7 +63,7 @@ pub struct Metrics {
     /// who reaches the port; a label with an empty value is, to Prometheus, no label).
     per_user: bool,
     pub balance: Family<UserLabels, FloatGauge>,
-    /// Each account pool's balance: accounts are few and not people, so always exported.
+    /// Each account pool's balance, only with per-user metrics (an account may be one person's).
     pub pool_balance: Family<PoolLabels, FloatGauge>,
     pub pool_floor: Family<PoolLabels, FloatGauge>,
     pub charged: Family<UserGpuLabels, FloatCounter>,
@@ -85,6 +85,8 @@ pub struct Metrics {
     pub job_gpu_utilization: Family<JobLabels, FloatGauge>,
     pub job_gpu_memory: Family<JobLabels, FloatGauge>,
     pub job_idle: Family<JobLabels, Gauge>,
+    /// Jobs flagged idle per node: served always, where the job series need per-user metrics.
+    pub idle_jobs: Family<NodeLabels, Gauge>,
     pub preemptions: Family<PreemptLabels, Counter>,
     pub drains: Family<NodeLabels, Counter>,
     pub xids_ignored: Family<XidLabels, Counter>,
@@ -185,6 +187,7 @@ impl Metrics {
             job_gpu_utilization: Family::default(),
             job_gpu_memory: Family::default(),
             job_idle: Family::default(),
+            idle_jobs: Family::default(),
             preemptions: Family::default(),
             drains: Family::default(),
             xids_ignored: Family::default(),
@@ -271,6 +274,11 @@ impl Metrics {
             m.job_idle.clone(),
         );
         registry.register(
+            "idle_jobs",
+            "GPU jobs on each node flagged idle now (gputokens_job_idle names them, with [http] per_user_metrics)",
+            m.idle_jobs.clone(),
+        );
+        registry.register(
             "preemptions",
             "Jobs preempted (or, in a dry run, that would have been)",
             m.preemptions.clone(),
@@ -343,9 +351,10 @@ impl Metrics {
         self.records_skipped.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc();
     }
 
-    /// `labels` as the job series carry them: without per-user metrics, without the user.
-    pub fn job_labels(&self, labels: &JobLabels) -> JobLabels {
-        JobLabels { user: self.user_label(&labels.user), ..labels.clone() }
+    /// The labels of a job's series; None without per-user metrics, where a job has none: its ID
+    /// is one join with squeue from its user, and with `PrivateData=jobs` itself not public.
+    pub fn job_labels(&self, labels: &JobLabels) -> Option<JobLabels> {
+        self.per_user.then(|| labels.clone())
     }
 
     fn user_label(&self, user: &str) -> String {
@@ -366,8 +375,11 @@ impl Metrics {
         }
     }
 
-    /// Every pool's balance and floor.
+    /// Every pool's balance and floor, only with per-user metrics.
     pub fn set_pools(&self, pools: &[ledger::Pool]) {
+        if !self.per_user {
+            return;
+        }
         for p in pools {
             let labels = PoolLabels { account: p.account.clone() };
             self.pool_balance.get_or_create(&labels).set(p.balance.as_f64());
@@ -459,6 +471,7 @@ mod tests {
         let job = JobLabels { job: "7".into(), user: "alice".into(), node: "n1".into() };
         m.job_idle.get_or_create(&job).set(0);
         m.agent_last_report.get_or_create(&NodeLabels { node: "n1".into() }).set(1);
+        m.idle_jobs.get_or_create(&NodeLabels { node: "n1".into() }).set(0);
         m.agent_reports_refused.get_or_create(&ReasonLabels { reason: "replayed".into() }).inc();
         let text = m.encode();
         for name in used {
@@ -499,17 +512,27 @@ mod tests {
         outcome.by_user_type.insert(("bob".into(), "a6000".into()), gputokens::Tokens::whole(2));
         let account = |user: &str| Account { user: user.into(), balance: gputokens::Tokens::whole(1), first_seen: 0 };
         let job = JobLabels { job: "7".into(), user: "alice".into(), node: "n1".into() };
+        let pool = ledger::Pool {
+            account: "alicelab".into(),
+            balance: gputokens::Tokens::whole(5),
+            rules: gputokens::policy::BucketRules::default(),
+            user_limit: None,
+            created: 0,
+        };
         for per_user in [false, true] {
             let m = Metrics::with_users(per_user);
             m.record_charge(&outcome, 0);
             m.set_balances(&[account("alice")]);
-            m.job_idle.get_or_create(&m.job_labels(&job)).set(1);
+            m.set_pools(std::slice::from_ref(&pool));
+            if let Some(series) = m.job_labels(&job) {
+                m.job_idle.get_or_create(&series).set(1);
+            }
             let text = m.encode();
             assert_eq!(text.contains("alice"), per_user, "per_user_metrics = {per_user}:\n{text}");
+            assert_eq!(text.contains(r#"job="7""#), per_user, "per_user_metrics = {per_user}:\n{text}");
             if !per_user {
                 // One series per GPU type: the users' charges added up.
                 assert!(text.contains(r#"gputokens_charged_tokens_total{user="",gpu_type="a6000"} 6.0"#), "{text}");
-                assert!(text.contains(r#"gputokens_job_idle{job="7",user="",node="n1"} 1"#), "{text}");
             }
         }
     }

@@ -9,7 +9,7 @@ use gputokens::notify::{idle_message, Event};
 use ledger::NewNotice;
 
 use crate::error::AccountdResult;
-use crate::metrics::JobLabels;
+use crate::metrics::{JobLabels, NodeLabels};
 use crate::resources::Resources;
 use crate::slurm::Slurm;
 
@@ -78,8 +78,10 @@ pub fn apply(
         let user = user_of(tracker, &job.job, &slurm);
         let labels = JobLabels { job: job.job.clone(), user, node: node.clone() };
         let series = res.metrics.job_labels(&labels);
-        res.metrics.job_gpu_utilization.get_or_create(&series).set(job.percent);
-        res.metrics.job_gpu_memory.get_or_create(&series).set(job.memory_bytes as f64);
+        if let Some(series) = &series {
+            res.metrics.job_gpu_utilization.get_or_create(series).set(job.percent);
+            res.metrics.job_gpu_memory.get_or_create(series).set(job.memory_bytes as f64);
+        }
         let watch = tracker.jobs.entry(job.job.clone()).or_insert_with(|| JobWatch {
             labels: labels.clone(),
             below_since: None,
@@ -91,10 +93,14 @@ pub fn apply(
             flagged.push(watch.labels.clone());
         }
         res.ledger.record_utilization(&job.job, job.percent, idle_samples, now)?;
-        res.metrics.job_idle.get_or_create(&series).set(watch.flagged as i64);
+        if let Some(series) = &series {
+            res.metrics.job_idle.get_or_create(series).set(watch.flagged as i64);
+        }
         seen.insert(job.job);
     }
     forget_ended_jobs(res, tracker, &node, &seen);
+    let idle_here = tracker.jobs.values().filter(|w| w.labels.node == node && w.flagged).count();
+    res.metrics.idle_jobs.get_or_create(&NodeLabels { node: node.clone() }).set(idle_here as i64);
     for labels in &flagged {
         flag_idle(labels, &usage);
         if usage.idle_notify && res.config.notify.enabled() {
@@ -187,8 +193,7 @@ fn forget_ended_jobs(res: &mut Resources, tracker: &mut Tracker, node: &str, see
         .map(|(job, _)| job.clone())
         .collect();
     for job in ended {
-        if let Some(w) = tracker.jobs.remove(&job) {
-            let series = res.metrics.job_labels(&w.labels);
+        if let Some(series) = tracker.jobs.remove(&job).and_then(|w| res.metrics.job_labels(&w.labels)) {
             res.metrics.job_gpu_utilization.remove(&series);
             res.metrics.job_gpu_memory.remove(&series);
             res.metrics.job_idle.remove(&series);

@@ -133,6 +133,7 @@ fn agent_reports_job_utilization_and_accountd_flags_the_idle_job() {
         metrics.contains(&format!("gputokens_job_idle{{job=\"{idle}\",user=\"{bob}\",node=\"vm\"}} 1")),
         "{metrics}"
     );
+    assert!(metrics.contains("gputokens_idle_jobs{node=\"vm\"} 1"), "one of the node's two jobs: {metrics}");
     assert!(
         metrics.contains("gputokens_gpu_utilization_percent{node=\"vm\",gpu=\"6\",uuid=\"GPU-00000006\"} 90.0"),
         "{metrics}"
@@ -201,12 +202,24 @@ fn a_job_whose_processes_the_agent_cannot_see_is_measured_on_its_recorded_gpus()
     report_once(&config, &state);
 
     let (_, metrics) = http_get(&format!("{}/metrics", site.http_url()));
-    // Without per_user_metrics (the default) the job's series name no user.
-    let series = format!("gputokens_job_gpu_utilization_percent{{job=\"{job}\",user=\"\",node=\"vm\"}}");
+    // Without per_user_metrics (the default) no series names the job or its user: the node's
+    // count of idle jobs stands for them.
+    assert!(!metrics.contains(&format!("job=\"{job}\"")), "{metrics}");
+    assert!(!metrics.contains(&format!("\"{alice}\"")), "{metrics}");
+    assert!(metrics.contains("gputokens_idle_jobs{node=\"vm\"} 0"), "{metrics}");
+    let per_user = Site::start(
+        "",
+        "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n[http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n",
+    );
+    let config = agent_config_with(&per_user, &format!("jobs_dir = \"{}\"\n", jobs_dir.display()));
+    report_once(&config, &state);
+    let (_, metrics) = http_get(&format!("{}/metrics", per_user.http_url()));
+    let series = format!("gputokens_job_gpu_utilization_percent{{job=\"{job}\",user=\"{alice}\",node=\"vm\"}}");
     let line = metrics.lines().find(|l| l.starts_with(&series)).unwrap_or_else(|| panic!("no {series}:\n{metrics}"));
     assert_eq!(line, format!("{series} {}.0", 10 + 10 * gpu), "GPU {gpu}");
-    let memory = format!("gputokens_job_gpu_memory_bytes{{job=\"{job}\",user=\"\",node=\"vm\"}} 4096.0");
+    let memory = format!("gputokens_job_gpu_memory_bytes{{job=\"{job}\",user=\"{alice}\",node=\"vm\"}} 4096.0");
     assert!(metrics.contains(&memory), "{metrics}");
+    let site = per_user;
 
     // The job ends, its epilog removes the record: the next report no longer has it.
     run_as(None, Path::new("/usr/bin/scancel"), &[&job]).ok();
