@@ -168,6 +168,8 @@ reread = "1h"
 
 [http]
 listen = "$(addr ctl1):$HTTP_PORT"
+# The tests follow each job by its own series (served only with per-user metrics).
+per_user_metrics = true
 
 [agent]
 report_to = "http://$(addr ctl1):$HTTP_PORT"

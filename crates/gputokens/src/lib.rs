@@ -10,6 +10,7 @@ pub mod decision;
 pub mod entry;
 pub mod estimate;
 pub mod file_stamp;
+pub mod file_trust;
 pub mod forecast;
 pub mod free_text;
 pub mod gpu_request;

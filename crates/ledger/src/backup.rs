@@ -41,28 +41,29 @@ pub enum BackupError {
 }
 
 impl Ledger {
-    /// Copies the ledger to `dest` (mode 0600): into a temporary file beside it, then renamed over
-    /// it. An existing `dest` is refused unless `replace`.
+    /// Copies the ledger to `dest` (mode 0600): into a file of a new private directory beside it,
+    /// then moved over it. An existing `dest` is refused unless `replace`.
     pub fn backup_to(&self, dest: &Path, replace: bool) -> Result<BackupWritten, LedgerError> {
         if !replace && dest.exists() {
             return Err(BackupError::Exists(dest.to_path_buf()).into());
         }
-        let temp = temp_beside(dest);
-        let written = copy_into(&self.conn, &temp).and_then(|written| {
-            place(&temp, dest, replace)?;
-            Ok(BackupWritten { path: dest.to_path_buf(), ..written })
-        });
-        if written.is_err() {
-            let _ = std::fs::remove_file(&temp);
-        }
-        Ok(written?)
+        let private = private_dir_beside(dest)?;
+        let temp = private.path().join("ledger.sqlite");
+        let written = copy_into(&self.conn, &temp)?;
+        place(&temp, dest, replace)?;
+        Ok(BackupWritten { path: dest.to_path_buf(), ..written })
     }
 }
 
-/// `.NAME.backup-PID` in `dest`'s directory: the same file system, so the rename is atomic.
-fn temp_beside(dest: &Path) -> PathBuf {
-    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    dest.with_file_name(format!(".{name}.backup-{}", std::process::id()))
+/// A new directory only this process's user can enter (mkdtemp, 0700) in `dest`'s directory: the
+/// same file system, so the move is atomic, and no one else can swap the copy for a file of theirs
+/// between its creation and SQLite opening it by name. Removed, with what is left in it, when dropped.
+fn private_dir_beside(dest: &Path) -> Result<tempfile::TempDir, BackupError> {
+    let dir = dest.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    tempfile::Builder::new()
+        .prefix(".gputokens-backup-")
+        .tempdir_in(dir)
+        .map_err(|source| BackupError::File { path: dest.to_path_buf(), source })
 }
 
 /// The whole ledger into the new file `temp`, as a self-contained database (no WAL beside it).

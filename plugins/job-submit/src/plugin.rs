@@ -66,7 +66,7 @@ fn decision_log(level: decision::Level, message: String) {
 pub fn start(config_path: &Path) {
     stop();
     let mut settings = Settings::new(config_path.to_path_buf());
-    let config = settings.load();
+    let config = settings.load().unwrap_or_else(|| Config::defaults(config_path));
     let mut monitor = monitor_for(&config);
     let status = StatusFile::new(
         config.paths.controller_status.clone(),
@@ -137,20 +137,29 @@ struct Settings {
     /// the same for a poll, so a file being written in place (an editor, `cp`) is not caught half
     /// way; an empty file would mean the defaults.
     settling: Option<Option<Stamp>>,
+    /// Whether the file was last left unread because others could change it: read once they cannot.
+    refused: bool,
 }
 
 impl Settings {
     fn new(path: std::path::PathBuf) -> Settings {
-        Settings { path, stamp: None, settling: None }
+        Settings { path, stamp: None, settling: None, refused: false }
     }
 
     fn current_stamp(&self) -> Option<Stamp> {
         Stamp::read(&self.path).ok()
     }
 
-    /// Reads the file, logging its problems and the settings in effect.
-    fn load(&mut self) -> Config {
+    /// Reads the file, logging its problems and the settings in effect; None (logged) when users
+    /// other than root and slurmctld's could change it: its exemptions and limits would be theirs.
+    fn load(&mut self) -> Option<Config> {
         self.stamp = self.current_stamp();
+        self.refused = false;
+        if let Some(why) = gputokens::file_trust::untrusted(&self.path, "the gputokens config") {
+            ffi::log(Level::Error, &format!("{why}; not read: the plugin keeps its settings (at start, the defaults)"));
+            self.refused = true;
+            return None;
+        }
         let (config, problems) = Config::load_lenient(&self.path);
         for problem in problems {
             ffi::log(Level::Error, &problem.to_string());
@@ -165,12 +174,15 @@ impl Settings {
                 describe(&config)
             ),
         );
-        config
+        Some(config)
     }
 
     /// The new settings when the file changed since it was read and has since stayed the same for
     /// one poll.
     fn reload_if_changed(&mut self) -> Option<Config> {
+        if self.refused && gputokens::file_trust::untrusted(&self.path, "").is_none() {
+            return self.load();
+        }
         let current = self.current_stamp();
         if current == self.stamp {
             self.settling = None;
@@ -181,7 +193,7 @@ impl Settings {
             return None;
         }
         self.settling = None;
-        Some(self.load())
+        self.load()
     }
 }
 
@@ -330,7 +342,7 @@ mod tests {
         let path = dir.path().join("gputokens.toml");
         std::fs::write(&path, "[admission]\nnice_increment = 1\n").unwrap();
         let mut settings = Settings::new(path.clone());
-        assert_eq!(settings.load().admission.deprioritize, Deprioritize::Nice(1));
+        assert_eq!(settings.load().unwrap().admission.deprioritize, Deprioritize::Nice(1));
         assert!(settings.reload_if_changed().is_none(), "unchanged");
 
         std::fs::write(&path, "").unwrap(); // an editor truncating the file, about to write it
@@ -340,5 +352,28 @@ mod tests {
         let read = settings.reload_if_changed().expect("settled: read");
         assert_eq!(read.admission.deprioritize, Deprioritize::Nice(2));
         assert!(settings.reload_if_changed().is_none());
+    }
+
+    /// A config others can change is not read (their exemptions and limits would rule), at start
+    /// or on a change, and is read as soon as they no longer can.
+    #[test]
+    fn a_config_others_can_write_is_not_read() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gputokens.toml");
+        let mode = |m| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(m)).unwrap();
+        std::fs::write(&path, "[admission]\nnice_increment = 1\n").unwrap();
+        mode(0o666);
+        let mut settings = Settings::new(path.clone());
+        assert!(settings.load().is_none(), "writable by every user");
+        mode(0o644);
+        let read = settings.reload_if_changed().expect("read once only root can write it");
+        assert_eq!(read.admission.deprioritize, Deprioritize::Nice(1));
+
+        mode(0o666);
+        std::fs::write(&path, "[exempt]\nusers = [\"mallory\"]\n").unwrap();
+        assert!(settings.reload_if_changed().is_none(), "settling");
+        assert!(settings.reload_if_changed().is_none(), "changed by anyone: not read");
+        assert!(settings.reload_if_changed().is_none(), "and not again while it stays so");
     }
 }

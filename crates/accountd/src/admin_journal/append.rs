@@ -27,8 +27,12 @@ fn append_lines(path: &Path, lines: &[JournalLine]) -> std::io::Result<()> {
     if text.is_empty() {
         return Ok(());
     }
-    // Never through a symlink: one planted where the journal should be (other storage the README
-    // suggests) would have a root accountd append to any file (the audit's L8).
+    // Never where others could swap or edit it (its directories included), never through a symlink:
+    // one planted where the journal should be (other storage the README suggests) would have a root
+    // accountd append to any file (the audit's L8).
+    if let Some(why) = gputokens::file_trust::untrusted(path, "the admin journal") {
+        return Err(std::io::Error::other(why));
+    }
     let mut file = OpenOptions::new()
         .append(true)
         .create(true)
@@ -112,6 +116,18 @@ mod tests {
         std::os::unix::fs::symlink(&victim, &journal).unwrap();
         assert!(append(&journal, &[entry(1, Some("grant:k"))]).is_err(), "appended through a symlink");
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "# theirs\n");
+    }
+
+    /// In a directory others can write they could swap the journal for a file of theirs.
+    #[test]
+    fn a_journal_where_others_can_write_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let refused = append(&shared.join("admin-journal.jsonl"), &[entry(1, Some("grant:k"))]).unwrap_err();
+        assert!(refused.to_string().contains("is writable by every user (mode 777)"), "{refused}");
+        assert!(!shared.join("admin-journal.jsonl").exists());
     }
 
     #[test]

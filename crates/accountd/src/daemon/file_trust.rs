@@ -3,36 +3,18 @@
 //! lets them rename their own balances into place for slurmctld, and a jobs directory anyone can
 //! write lets them tell the agent which GPUs a job holds.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use crate::error::{AccountdError, AccountdResult};
 
 /// Refuses `path` (named `what` in the message) when a user other than root and this process's
-/// owner can write it: it is writable by all, or owned by someone else. A missing path passes
-/// (the daemon creates it, with its own modes).
+/// owner can change it or replace it through a directory above it ([`gputokens::file_trust`]). A
+/// missing path passes on its directories (the daemon creates it, with its own modes).
 pub fn refuse_if_others_can_write(path: &Path, what: &str) -> AccountdResult<()> {
-    let meta = match std::fs::metadata(path) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(AccountdError::io(format!("cannot check {what} {}", path.display()))(e)),
-    };
-    let me = nix::unistd::geteuid().as_raw();
-    if meta.mode() & 0o002 != 0 {
-        return Err(AccountdError::Refused(format!(
-            "{what} {} is writable by every user (mode {:o}): chmod o-w it",
-            path.display(),
-            meta.mode() & 0o7777
-        )));
+    match gputokens::file_trust::untrusted(path, what) {
+        Some(why) => Err(AccountdError::Refused(why)),
+        None => Ok(()),
     }
-    if meta.uid() != 0 && meta.uid() != me {
-        return Err(AccountdError::Refused(format!(
-            "{what} {} belongs to uid {}, who could change it: it must belong to root or accountd's user",
-            path.display(),
-            meta.uid()
-        )));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

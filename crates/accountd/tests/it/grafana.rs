@@ -333,7 +333,7 @@ fn every_metric_the_dashboard_queries_is_served() {
     let host = base.trim_start_matches("http://");
     let connect = || std::net::TcpStream::connect(host).unwrap();
     let busy = |mut stream: std::net::TcpStream| {
-        let head = "POST /v1/agent/report HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{";
+        let head = "POST /v1/agent/report HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\n{";
         std::io::Write::write_all(&mut stream, head.as_bytes()).unwrap();
         std::thread::sleep(Duration::from_millis(300));
         stream

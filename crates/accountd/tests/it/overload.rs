@@ -225,16 +225,17 @@ fn connections_that_never_finish_a_request_are_closed() {
     assert_eq!(closed_within(silent), "");
     // Half a request line and headers, never finished.
     let mut slow = std::net::TcpStream::connect(&host).unwrap();
-    slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n").unwrap();
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n").unwrap();
     assert_eq!(closed_within(slow), "");
     // Headers, then a body that never comes.
     let mut body = std::net::TcpStream::connect(&host).unwrap();
-    body.write_all(b"POST /v1/agent/report HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"node\"").unwrap();
+    body.write_all(b"POST /v1/agent/report HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\n{\"node\"")
+        .unwrap();
     let answer = closed_within(body);
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     // A keep-alive connection left idle after its answer.
     let mut idle = std::net::TcpStream::connect(&host).unwrap();
-    idle.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    idle.write_all(b"GET /v1/health HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
     let answer = closed_within(idle);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
@@ -250,8 +251,8 @@ fn one_address_sending_too_many_requests_is_slowed_and_others_are_not() {
                 "-MIO::Socket::INET",
                 "-e",
                 r#"my $s = IO::Socket::INET->new(PeerAddr => $ARGV[0], LocalAddr => "127.0.0.2") or die;
-                   print $s "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n" for 1 .. 3000;
-                   print $s "GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+                   print $s "GET /v1/health HTTP/1.1\r\nHost: localhost\r\n\r\n" for 1 .. 3000;
+                   print $s "GET /v1/health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
                    local $/; my $all = <$s>; my $ok = () = $all =~ m{HTTP/1.1 200}g;
                    my $slow = () = $all =~ m{HTTP/1.1 429}g; print "$ok $slow\n";"#,
                 &host,

@@ -15,9 +15,9 @@ fn multinode_a_job_across_two_nodes_is_charged_once_for_both_nodes_gpus() {
         let pid = cluster.job_pid(node, &job);
         cluster.nvml_processes(node, &[(pid, 2)]);
     }
-    // Per-user series are off: user="". The job's memory is its processes' (7 MiB), not the GPU's.
+    // The job's series (per-user metrics are on). Its memory is its processes' (7 MiB), not the GPU's.
     for node in ["node1", "node3"] {
-        let series = format!("gputokens_job_gpu_memory_bytes{{job=\"{job}\",user=\"\",node=\"{node}\"}}");
+        let series = format!("gputokens_job_gpu_memory_bytes{{job=\"{job}\",user=\"alice\",node=\"{node}\"}}");
         wait_until(30, &format!("{node}'s agent mapping job {job}'s process"), || {
             (crate::metric(&cluster.http_get("/metrics"), &series)? == crate::cluster::PROCESS_MEMORY as f64)
                 .then_some(())

@@ -22,7 +22,7 @@ fn multinode_a_link_cut_for_two_minutes_charges_once_drains_nothing_and_the_gap_
     // The job's process on node2's GPUs, which the fake NVML shows 50 % busy.
     let pid = cluster.job_pid("node2", &job);
     cluster.nvml_processes("node2", &[(pid, 0), (pid, 1)]);
-    let series = format!("gputokens_job_gpu_memory_bytes{{job=\"{job}\",user=\"\",node=\"node2\"}}");
+    let series = format!("gputokens_job_gpu_memory_bytes{{job=\"{job}\",user=\"alice\",node=\"node2\"}}");
     wait_until(30, "node2's agent mapping the job", || {
         metric(&cluster.http_get("/metrics"), &series).filter(|m| *m > 2e6)
     });
