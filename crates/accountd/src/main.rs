@@ -43,6 +43,9 @@ fn run(cli: Cli) -> AccountdResult {
             let file = file.unwrap_or(path);
             let config = Config::load(&file)?;
             outln!("{}: valid", file.display());
+            for advice in gputokens::config::advice::advice(&config) {
+                outln!("warning ({}): {}", advice.keys, advice.text);
+            }
             if slurm {
                 check_slurm(&config)?;
             }

@@ -10,6 +10,7 @@
 //! `[admission]` value types (`admission`), which import nothing of the config.
 
 pub mod admission;
+pub mod advice;
 mod load;
 mod problem;
 mod reader;

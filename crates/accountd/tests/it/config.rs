@@ -143,3 +143,18 @@ fn systemd_units_run_installed_commands() {
     }
     assert_eq!(commands, 4, "ExecStartPre and ExecStart of accountd, ExecStart of the agent and of the backup");
 }
+
+/// Valid settings that together give every user every balance: exit 0, and a warning naming them.
+#[test]
+fn private_balances_with_the_ondemand_file_are_warned_of() {
+    let ondemand = "[ondemand]\nbalance_file = \"/var/lib/ood/gputokens.json\"\nworld_readable = true\n";
+    let out = check(ondemand).ok();
+    assert!(
+        out.stdout.contains("warning (balances_public, ondemand.balance_file): balances_public is false, but \
+                             /var/lib/ood/gputokens.json holds every user's and pool's balance and every user can read it"),
+        "{}",
+        out.stdout
+    );
+    let out = check(&format!("balances_public = true\n{ondemand}")).ok();
+    assert!(!out.stdout.contains("warning"), "{}", out.stdout);
+}
