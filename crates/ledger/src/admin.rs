@@ -58,6 +58,19 @@ impl Ledger {
             entry.job_id = Some(job_id.to_string());
             if insert_entry(&tx, &entry)? == Applied::Added {
                 ids.push(tx.last_insert_rowid());
+                // A pool's refund lowers what the job's user spent of it (their per-user limit),
+                // in the month the pool was last charged for the job.
+                if let Some(account) = gputokens::pools::account_of(&user) {
+                    let charged_in: Option<(String, i64)> = tx.query_row(
+                        "SELECT (SELECT user FROM job_charges WHERE job_id = ?1 LIMIT 1),
+                                    (SELECT MAX(at) FROM entries WHERE job_id = ?1 AND user = ?2 AND kind = 'charge')",
+                        params![job_id, user],
+                        |r| Ok(r.get::<_, Option<String>>(0)?.zip(r.get::<_, Option<i64>>(1)?)),
+                    )?;
+                    if let Some((member, at)) = charged_in {
+                        super::refunds::lower_member_spending(&tx, account, &member, owed, at)?;
+                    }
+                }
             }
         }
         tx.commit()?;

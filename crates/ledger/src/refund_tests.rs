@@ -176,3 +176,23 @@ fn in_mode_both_a_lost_run_goes_back_whole_to_each_payer_and_off_the_members_spe
     assert_eq!(spent(&l), Tokens::ZERO, "the refunded run no longer counts against alice's limit");
     assert!(l.verify().unwrap().problems.is_empty());
 }
+
+/// An admin's refund of a job a pool paid for lowers what its user spent of the pool that month,
+/// as an automatic one does; the user's own balance, which paid nothing, gets nothing.
+#[test]
+fn an_admins_refund_of_a_pool_paid_job_lowers_the_members_spending() {
+    let (_dir, mut l, now) = ledger_with_lab(PoolMode::Account);
+    l.charge(&[run("13", "alice", Some("lab"), "2026-11-26T08:00:00", 2)], &prices(), now).unwrap();
+    let spent = |l: &Ledger| {
+        let rows = l.member_spending("2026-11").unwrap();
+        rows.iter().find(|m| m.user == "alice").map(|m| m.spent).unwrap_or_default()
+    };
+    assert_eq!(spent(&l), Tokens::whole(8));
+    let entries = l.refund_job("13", "root", "the node's PSU", now + 60).unwrap();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!((entries[0].user.as_str(), entries[0].amount), (holder("lab").as_str(), Tokens::whole(8)));
+    assert_eq!(spent(&l), Tokens::ZERO);
+    assert!(l.refund_job("13", "root", "again", now + 120).is_err(), "nothing left to refund");
+    assert_eq!(spent(&l), Tokens::ZERO);
+    assert!(l.verify().unwrap().problems.is_empty());
+}

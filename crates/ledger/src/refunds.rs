@@ -28,7 +28,7 @@ pub struct RunRefund<'a> {
 
 /// Lowers what `member` spent of `account`'s pool in the month of `at` by `amount` micro-tokens,
 /// never below 0.
-fn lower_member_spending(
+pub(crate) fn lower_member_spending(
     tx: &rusqlite::Transaction<'_>,
     account: &str,
     member: &str,

@@ -39,7 +39,7 @@ pub fn refresh(res: &Resources, view: &mut SlurmView, slurm: &Slurm, queue: &mut
     let mut problems = Vec::new();
 
     match slurm
-        .run("scontrol", &["-o", "show", "partition"])
+        .run("scontrol", &["-o", "--all", "show", "partition"])
         .and_then(|text| partitions::parse(&text).map_err(SlurmError::from))
     {
         Ok(found) => view.partitions = found,

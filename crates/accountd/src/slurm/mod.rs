@@ -126,9 +126,10 @@ impl Slurm {
         self.run("squeue", &["--all", "--json"])
     }
 
-    /// GPU types per node, from `sinfo -N -o %N|%G` (e.g. `gpu:rtx2080:4,gpu:a6000:2(S:0)`).
+    /// GPU types per node, from `sinfo -N -o %N|%G` (e.g. `gpu:rtx2080:4,gpu:a6000:2(S:0)`), nodes
+    /// of hidden partitions too (`--all`).
     pub fn node_gpu_types(&self) -> Result<HashMap<String, BTreeSet<String>>, SlurmError> {
-        let text = self.run("sinfo", &["-h", "-N", "-o", "%N|%G"])?;
+        let text = self.run("sinfo", &["--all", "-h", "-N", "-o", "%N|%G"])?;
         let mut types: HashMap<String, BTreeSet<String>> = HashMap::new();
         for line in text.lines() {
             let Some((node, gres)) = line.split_once('|') else { continue };

@@ -548,6 +548,52 @@ fn max_gpus_per_user_counts_running_and_pending_jobs() {
     assert_eq!(refusals.count(), 2, "{log}");
 }
 
+/// A partition made for the test, deleted at its end.
+struct RuntimePartition(String);
+
+impl Drop for RuntimePartition {
+    fn drop(&mut self) {
+        run_as(None, Path::new("/usr/bin/scontrol"), &["delete", &format!("PartitionName={}", self.0)]);
+    }
+}
+
+/// A hidden partition's limits reach the plugin like any other's (accountd reads partitions with
+/// `--all`): a job there without --time is estimated at the partition's DefaultTime, not at
+/// `default_time_limit`.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_hidden_partitions_default_time_counts_in_the_estimate() {
+    let cluster = serial();
+    let alice = cluster.alice;
+    let name = format!("hidden{}", cluster.set);
+    let created = run_as(
+        None,
+        Path::new("/usr/bin/scontrol"),
+        &["create", &format!("PartitionName={name}"), "Nodes=ALL", "Hidden=YES", "DefaultTime=00:30:00"],
+    );
+    assert_eq!(created.code, 0, "{}", created.stderr);
+    let _partition = RuntimePartition(name.clone());
+    let admission = "[admission]\nmode = \"estimate\"\n";
+    let (site, mut adm) = following_site(&reading_the_queue(admission), &[(alice, "-80")]);
+    adm.configure(admission);
+    let snapshot = site.path("lib/balances.snapshot");
+    let line = format!("partition {name} - 1800 -");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !std::fs::read_to_string(&snapshot).unwrap_or_default().lines().any(|l| l == line) {
+        assert!(
+            Instant::now() < deadline,
+            "no '{line}' in the snapshot:\n{}",
+            std::fs::read_to_string(&snapshot).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(SETTLE);
+    // 2 a6000 × 30 min × 4 = 4 of alice's 20 (at default_time_limit, 24 h: 192, refused).
+    let (_, told) =
+        adm.accepted(alice, &["-p", &name, "--gres=gpu:a6000:2", "--gpu-tokens-estimate", "--hold", "--wrap", "true"]);
+    assert!(told.contains("this job can cost up to 4 tokens (2 a6000 GPUs for 0:30:00)"), "{told}");
+}
+
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn the_estimate_refuses_jobs_that_could_take_the_balance_below_the_floor() {
