@@ -75,6 +75,8 @@ pub struct Metrics {
     pub balances_skipped: Family<CycleLabels, Counter>,
     pub cycle_last_success: Family<CycleLabels, Gauge>,
     pub snapshot_written: Gauge,
+    /// How far the clock is past a day beyond the newest time Slurm has shown (0 normally).
+    pub clock_ahead: Gauge,
     pub records_skipped: Family<ReasonLabels, Counter>,
     pub unpriced_gpu_seconds: Family<GpuTypeLabels, Counter>,
     pub gpu_utilization: Family<GpuLabels, FloatGauge>,
@@ -172,6 +174,7 @@ impl Metrics {
             balances_skipped: Family::default(),
             cycle_last_success: Family::default(),
             snapshot_written: Gauge::default(),
+            clock_ahead: Gauge::default(),
             records_skipped: Family::default(),
             agent_reports_refused: Family::default(),
             agent_last_report: Family::default(),
@@ -230,6 +233,11 @@ impl Metrics {
             "snapshot_written_timestamp_seconds",
             "The time stamped in the balance snapshot last written (unix seconds): the job_submit plugin's max_snapshot_age counts from it",
             m.snapshot_written.clone(),
+        );
+        registry.register(
+            "clock_ahead_seconds",
+            "How far the clock is past a day beyond the newest time Slurm has shown: replenishment and grant expiry wait (0 normally)",
+            m.clock_ahead.clone(),
         );
         registry.register(
             "agent_reports_refused",

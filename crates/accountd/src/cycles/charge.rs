@@ -97,6 +97,10 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, now: i64) -> AccountdResult
     }
 
     let outcome = cycle.res.ledger.charge(&records, &cycle.res.config.prices, now)?;
+    // Slurm's times of the runs read: evidence of the real time for the check cycle.
+    let ends = finished.ends.values().filter_map(|e| e.end);
+    let starts = finished.records.iter().map(|r| r.segment_start).chain(running.iter().map(|j| j.start_time));
+    crate::cycles::slurm_clock::saw(&mut cycle.res, ends.chain(starts))?;
     // After the charge, so a lost run's charge is complete when it is given back.
     let refunded = refunds::run(&mut cycle.res, &finished.records, &finished.ends, now)?;
     // Read up to what Slurm had seen: a job that ends after the clock but before `now` is read again.

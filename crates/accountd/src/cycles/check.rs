@@ -46,8 +46,21 @@ pub fn check(
     now: i64,
     publish: impl FnOnce(&CycleState, i64) -> AccountdResult<usize>,
 ) -> AccountdResult<CheckSummary> {
-    // Never for a day that has not come on the clock, whatever `tick --now` says.
-    let replenished = cycle.res.ledger.replenish(now.min(gputokens::time::now()))?;
+    let slurm = crate::slurm::Slurm::new(&cycle.res.config.slurm);
+    let mut queue = crate::slurm::QueueOnce::new(&slurm);
+    // What squeue shows is evidence of the real time: submit times, and running jobs' starts (a
+    // pending job's start is a forecast).
+    if let Ok(jobs) = queue.jobs() {
+        let running = |j: &&gputokens::slurm::squeue::QueueJob| j.state != "PENDING";
+        let times: Vec<i64> =
+            jobs.iter().map(|j| j.submit_time).chain(jobs.iter().filter(running).map(|j| j.start_time)).collect();
+        crate::cycles::slurm_clock::saw(&mut cycle.res, times)?;
+    }
+    // Never for a day that has not come on the clock, whatever `tick --now` says, nor for one over a
+    // day past what Slurm has shown (a clock jumped ahead).
+    let clock = now.min(gputokens::time::now());
+    let bound = crate::cycles::slurm_clock::bound(&cycle.res, &mut cycle.clock, clock)?;
+    let replenished = cycle.res.ledger.replenish(bound)?;
     cycle.res.metrics.replenished.inc_by(replenished.tokens.as_f64());
     for (holder, why) in &replenished.failures {
         tracing::error!("replenishment of {holder} skipped (the others' went on): {why}");
@@ -55,9 +68,8 @@ pub fn check(
         cycle.res.metrics.balances_skipped.get_or_create(&labels).inc();
     }
     // Grants that end: their warnings, then what is left of them expires (before the snapshot).
-    let expiries = crate::cycles::expiries::run(&mut cycle.res, now)?;
-    let slurm = crate::slurm::Slurm::new(&cycle.res.config.slurm);
-    let mut queue = crate::slurm::QueueOnce::new(&slurm);
+    // (At `now`, which `tick --now` may set ahead, unless the clock itself is held back.)
+    let expiries = crate::cycles::expiries::run(&mut cycle.res, if bound < clock { bound } else { now })?;
     crate::cycles::slurm_view::refresh(&cycle.res, &mut cycle.slurm_view, &slurm, &mut queue, now);
     let users = publish(cycle, now)?;
     let window = cycle.res.config.intervals.check;

@@ -12,6 +12,7 @@ pub mod preemption;
 pub mod refunds;
 pub mod rejected_records;
 pub mod serve;
+pub mod slurm_clock;
 pub mod slurm_view;
 
 use std::thread::JoinHandle;
@@ -32,6 +33,8 @@ pub struct CycleState {
     pub rejected_records: RejectedRecords,
     /// Idle-job detection when utilization comes from Prometheus.
     pub utilization: Tracker,
+    /// How far replenishment and expiry may go (the last bound and when it was reached).
+    pub clock: slurm_clock::ClockWitness,
 }
 
 impl CycleState {
@@ -42,6 +45,7 @@ impl CycleState {
             preemptions: Vec::new(),
             rejected_records: RejectedRecords::default(),
             utilization: Tracker::default(),
+            clock: slurm_clock::ClockWitness::default(),
         }
     }
 

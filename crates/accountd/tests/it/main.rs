@@ -7,6 +7,7 @@ mod admission;
 mod agent;
 mod alerts;
 mod charging;
+mod clock;
 mod cluster;
 mod cluster_scripts;
 mod common;

@@ -1,0 +1,64 @@
+//! A clock that jumps ahead (a bad RTC at boot, before NTP) replenishes and expires nothing more
+//! than a day past the newest time Slurm has shown, and catches up once Slurm's jobs show the time
+//! (the audit's L7). Slurm here is a stand-in squeue whose jobs' times the test sets.
+
+use std::os::unix::fs::PermissionsExt;
+
+use crate::common::Site;
+
+/// A `[slurm] bin_dir` whose squeue shows one job submitted at the time in `submitted` (a file the
+/// test rewrites); the other commands show nothing.
+fn slurm_showing(dir: &std::path::Path) -> std::path::PathBuf {
+    let submitted = dir.join("submitted");
+    let squeue = format!(
+        "#!/bin/sh\nt=$(cat '{}')\nprintf '{{\"jobs\":[{{\"job_id\":1,\"user_name\":\"bob\",\"user_id\":1002,\
+         \"job_state\":\"RUNNING\",\"submit_time\":%s,\"start_time\":%s}}]}}\\n' \"$t\" \"$t\"\n",
+        submitted.display()
+    );
+    for (name, text) in [("squeue", squeue.as_str()), ("sacct", "#!/bin/sh\nexit 0\n")] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    submitted
+}
+
+fn daily_grants(site: &Site) -> usize {
+    let history = site.accountd(None, &["admin", "history", "alice", "--json"]).ok().stdout;
+    let entries: serde_json::Value = serde_json::from_str(&history).unwrap();
+    entries["entries"].as_array().unwrap().iter().filter(|e| e["kind"] == "replenish").count()
+}
+
+#[test]
+fn a_clock_ahead_of_slurm_replenishes_no_further_than_a_day_past_what_slurm_showed() {
+    let bin = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let submitted = slurm_showing(bin.path());
+    let now = gputokens::time::now();
+    let day = 86_400;
+    // The newest job Slurm shows was submitted four days ago: to gputokens, the clock may be wrong.
+    std::fs::write(&submitted, (now - 4 * day).to_string()).unwrap();
+    let site = Site::start(
+        "daily = 1",
+        &format!("[slurm]\nbin_dir = \"{}\"\n[intervals]\ncharge = \"1h\"\ncheck = \"1h\"\n", bin.path().display()),
+    );
+    // alice, first seen five days ago (as a charge then would have seen her).
+    let first = gputokens::time::format_local(now - 5 * day);
+    let sacct = site.file(
+        "first-seen.txt",
+        &format!("JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State\n100|alice|gres/gpu:a6000=1|0|{first}|CANCELLED\n"),
+    );
+    site.accountd(None, &["charge", "--sacct-file", &sacct, "--now", &first]).ok();
+
+    let held = site.accountd(None, &["tick", "--skip-charge"]).ok();
+    assert_eq!(daily_grants(&site), 2, "the two days up to a day past Slurm's newest job: {}", held.stderr);
+    assert!(held.stderr.contains("over a day past the newest time Slurm has shown"), "{}", held.stderr);
+    assert!(held.stderr.contains("nothing held is lost"), "{}", held.stderr);
+
+    // A job submitted now: the clock is right after all, and the held days come.
+    std::fs::write(&submitted, now.to_string()).unwrap();
+    let caught_up = site.accountd(None, &["tick", "--skip-charge"]).ok();
+    assert_eq!(daily_grants(&site), 5, "{}", caught_up.stderr);
+    assert!(!caught_up.stderr.contains("over a day past"), "{}", caught_up.stderr);
+    assert_eq!(site.balance("alice"), "105");
+}
