@@ -141,6 +141,11 @@ fn held_or_asked(
     (!milli.is_empty()).then_some((milli, seconds))
 }
 
+/// How long before a queue read began the plugin's admissions may still be missing from it
+/// (slurmctld creates a job a moment after the plugin admits it): the snapshot lists the jobs
+/// submitted from then on, and the plugin matches those admissions against them.
+pub const RECENT_SLACK_SECS: i64 = 5;
+
 /// A GPU job in the queue that slurmctld created near the time squeue was read: the job_submit
 /// plugin matches the jobs it admitted while squeue ran against these, so a job is counted once,
 /// by the queue or by the plugin.
@@ -153,11 +158,18 @@ pub struct RecentJob {
     pub milli_gpus: u64,
 }
 
-/// The GPU jobs of `jobs` submitted at or after `since` (unix seconds), oldest first.
-pub fn recent_jobs(jobs: &[QueueJob], since: i64, sharing: Sharing) -> Vec<RecentJob> {
+/// The GPU jobs of `jobs` submitted at or after `since` (unix seconds) that the plugin counted when
+/// it admitted them (`tallied`: not exempt; a requeued job was not admitted again), oldest first:
+/// a line of a job it did not count could stand for one it did.
+pub fn recent_jobs(
+    jobs: &[QueueJob],
+    since: i64,
+    sharing: Sharing,
+    tallied: impl Fn(&QueueJob) -> bool,
+) -> Vec<RecentJob> {
     let mut out: Vec<RecentJob> = jobs
         .iter()
-        .filter(|j| j.submit_time >= since)
+        .filter(|j| j.submit_time >= since && j.restarts == 0 && tallied(j))
         .filter_map(|job| {
             let (milli, _) = held_or_asked(job, 0, sharing, |_| 0)?;
             Some(RecentJob { uid: job.user_id?, submitted: job.submit_time, milli_gpus: total_milli(&milli) })
@@ -276,7 +288,11 @@ mod tests {
             submitted(job("bob", "COMPLETED", 0, Some(3600)), Some(1002), 101),
             submitted(job("bob", "PENDING", 0, None), None, 101),
         ];
-        let recent = recent_jobs(&jobs, 100, Sharing::default());
+        let recent = recent_jobs(&jobs, 100, Sharing::default(), |_| true);
+        assert_eq!(recent_jobs(&jobs, 100, Sharing::default(), |j| j.submit_time != 100).len(), 1);
+        let mut requeued = jobs[0].clone();
+        requeued.restarts = 1;
+        assert!(recent_jobs(&[requeued], 100, Sharing::default(), |_| true).is_empty(), "not admitted again");
         let want = [
             RecentJob { uid: 1001, submitted: 100, milli_gpus: 2000 },
             RecentJob { uid: 1001, submitted: 101, milli_gpus: 2000 },

@@ -4,13 +4,14 @@
 //! shows it (or, when the snapshot has no queue, after an hour): a job counted twice would be
 //! refused a job that fits, one counted by neither would let a user past the limits.
 //!
-//! A job admitted before squeue began to run is in the queue; one admitted after squeue answered
-//! is not. squeue takes a while to start, so a job admitted in between may be either: it is
-//! dropped only if the queue shows a GPU job of its user, of its size, submitted in the second it
-//! was admitted or the next (slurmctld stamps the submit time just after the plugin admits a job),
-//! that no job admitted before it has claimed.
+//! A job admitted well before squeue began to run is in the queue; one admitted after squeue
+//! answered is not. Between the two it may be either: squeue takes a while to start, and slurmctld
+//! creates a job a moment after the plugin admits it (after taking its job lock, which a flood of
+//! submissions can delay). Such an admission is dropped only if the queue shows a GPU job of its
+//! user, of its size, submitted within two seconds of its admission, that no admission before it
+//! has claimed. Each read is applied once: a snapshot rewritten with the same read changes nothing.
 
-use gputokens::estimate::{Commitment, RecentJob};
+use gputokens::estimate::{Commitment, RecentJob, RECENT_SLACK_SECS};
 
 const KEEP_WITHOUT_QUEUE_MS: i64 = 3_600_000;
 
@@ -27,6 +28,8 @@ pub struct QueueRead<'a> {
 pub struct Tally {
     /// (uid, admitted at in unix ms, what the job holds and can cost)
     entries: Vec<(u32, i64, Commitment)>,
+    /// The read applied last (began, ended): a snapshot rewritten from it is not applied again.
+    applied: Option<(i64, i64)>,
 }
 
 impl Tally {
@@ -39,6 +42,11 @@ impl Tally {
         };
         // An accountd before `queue_read_end_ms` wrote only when the read began.
         let ended_ms = read.ended_ms.unwrap_or(read.began_ms).max(read.began_ms);
+        if self.applied == Some((read.began_ms, ended_ms)) {
+            return;
+        }
+        self.applied = Some((read.began_ms, ended_ms));
+        let surely_in = read.began_ms - RECENT_SLACK_SECS * 1000;
         let mut claimed = vec![false; read.recent.len()];
         self.entries.sort_by_key(|(_, at, _)| *at);
         self.entries.retain(|(uid, at, commitment)| {
@@ -50,13 +58,13 @@ impl Tally {
                 !claimed[i]
                     && r.uid == *uid
                     && r.milli_gpus == commitment.milli_gpus
-                    && (second..=second + 1).contains(&r.submitted)
+                    && (second..=second + 2).contains(&r.submitted)
             });
             if let Some(i) = shown {
                 claimed[i] = true;
             }
-            // Admitted before the read began: in the queue, claimed or not.
-            *at >= read.began_ms && shown.is_none()
+            // Admitted well before the read began: in the queue, its line claimed or not.
+            *at >= surely_in && shown.is_none()
         });
     }
 
@@ -93,12 +101,12 @@ mod tests {
     #[test]
     fn sums_per_user_until_the_queue_catches_up() {
         let mut tally = Tally::default();
-        tally.add(1001, 100_000, c(1000, 4));
+        tally.add(1001, 90_000, c(1000, 4));
         tally.add(1001, 105_000, c(2000, 8));
         tally.add(1002, 105_000, c(1000, 1));
         assert_eq!(tally.of(1001), c(3000, 12));
         tally.forget_counted(read(101_000, Some(101_400), &[]), 110_000);
-        assert_eq!(tally.of(1001), c(2000, 8), "the queue read at 101 s shows the job admitted at 100 s");
+        assert_eq!(tally.of(1001), c(2000, 8), "the queue read at 101 s shows the job admitted at 90 s");
         assert_eq!(tally.of(1003), Commitment::default());
         tally.forget_counted(None, 105_000 + 3_600_000);
         assert_eq!(tally.of(1002), c(1000, 1), "no queue: kept for an hour");
@@ -137,7 +145,7 @@ mod tests {
         let mut tally = Tally::default();
         tally.add(1001, 300_400, c(2000, 16));
         tally.add(1002, 300_500, c(1000, 4));
-        let others = [recent(1002, 300, 2000), recent(1001, 302, 2000), recent(1003, 300, 2000)];
+        let others = [recent(1002, 300, 2000), recent(1001, 303, 2000), recent(1003, 300, 2000)];
         tally.forget_counted(read(300_100, Some(300_900), &others), 301_000);
         assert_eq!(tally.of(1001), c(2000, 16));
         assert_eq!(tally.of(1002), c(1000, 4));
@@ -162,13 +170,45 @@ mod tests {
         assert_eq!(tally.of(1001), Commitment::default());
     }
 
-    /// A snapshot of an accountd that wrote no end of the read: as before, the read's start decides.
+    /// A snapshot of an accountd that wrote no end of the read: the read's start is its end.
     #[test]
     fn without_an_end_the_start_of_the_read_decides() {
         let mut tally = Tally::default();
-        tally.add(1001, 300_050, c(1000, 4));
+        tally.add(1001, 290_050, c(1000, 4));
         tally.add(1001, 300_400, c(2000, 8));
         tally.forget_counted(read(300_100, None, &[]), 301_000);
         assert_eq!(tally.of(1001), c(2000, 8));
+    }
+
+    /// The same read applied twice (accountd rewrites the snapshot after each charge cycle and
+    /// balance change, with the queue it read last): the second changes nothing. Were it applied
+    /// again, the job kept the first time would claim the line of the job dropped then.
+    #[test]
+    fn a_read_is_applied_once() {
+        let mut tally = Tally::default();
+        tally.add(1001, 300_050, c(1000, 4));
+        tally.add(1001, 300_400, c(1000, 4));
+        let one = [recent(1001, 300, 1000)];
+        tally.forget_counted(read(300_100, Some(300_900), &one), 301_000);
+        assert_eq!(tally.of(1001), c(1000, 4));
+        tally.forget_counted(read(300_100, Some(300_900), &one), 305_000);
+        assert_eq!(tally.of(1001), c(1000, 4), "still counted: the queue did not show it");
+        tally.forget_counted(read(305_000, Some(305_500), &[]), 306_000);
+        assert_eq!(tally.of(1001), c(1000, 4), "admitted within seconds of the next read: kept unless shown");
+        tally.forget_counted(read(320_000, Some(320_500), &[]), 321_000);
+        assert_eq!(tally.of(1001), Commitment::default(), "a read well after it counts it");
+    }
+
+    /// slurmctld may create a job a moment after the plugin admitted it (behind a flood of
+    /// submissions): one admitted just before the read began that the read did not show stays
+    /// counted; one it showed, with a submit time two seconds late, is dropped.
+    #[test]
+    fn an_admission_just_before_the_read_counts_until_a_read_shows_it() {
+        let mut tally = Tally::default();
+        tally.add(1001, 297_500, c(1000, 4));
+        tally.add(1002, 297_500, c(1000, 4));
+        tally.forget_counted(read(300_100, Some(300_900), &[recent(1002, 299, 1000)]), 301_000);
+        assert_eq!(tally.of(1001), c(1000, 4), "not shown");
+        assert_eq!(tally.of(1002), Commitment::default(), "shown");
     }
 }

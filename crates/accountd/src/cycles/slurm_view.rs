@@ -10,7 +10,8 @@
 
 use std::collections::HashMap;
 
-use gputokens::estimate::{commitments, pending_jobs, recent_jobs};
+use gputokens::config::JobIdentity;
+use gputokens::estimate::{commitments, pending_jobs, recent_jobs, RECENT_SLACK_SECS};
 use gputokens::pools::PoolMode;
 use gputokens::slurm::associations::AccountTree;
 use gputokens::slurm::{partitions, squeue};
@@ -90,8 +91,19 @@ fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdR
     let (prices, sharing) = (&res.config.prices, res.config.sharing);
     let committed = commitments(jobs, default_limit, prices, sharing, charged);
     let pending = pending_jobs(jobs, default_limit, prices, sharing);
-    // slurmctld stamps a job's submit time after the plugin admitted it, in the same second or the next.
-    let recent = recent_jobs(jobs, as_of - 1, sharing);
+    // The plugin matches what it admitted near the read against these (RECENT_SLACK_SECS before it
+    // began; slurmctld stamps a job's submit time after the plugin admitted it). Exempt jobs were
+    // not counted by it: their lines could stand for jobs it did count.
+    let exempt = &res.config.exempt;
+    let tallied = |j: &squeue::QueueJob| {
+        fn known(s: &str) -> Option<&str> {
+            (!s.is_empty()).then_some(s)
+        }
+        let job =
+            JobIdentity { user: known(&j.user), account: known(&j.account), default_account: None, qos: known(&j.qos) };
+        !exempt.covers(&job)
+    };
+    let recent = recent_jobs(jobs, as_of - RECENT_SLACK_SECS - 1, sharing, tallied);
     // With pools, an update of a GPU job is judged by the pool of the account it is in.
     let job_accounts = if res.config.accounts.mode == PoolMode::User {
         Default::default()

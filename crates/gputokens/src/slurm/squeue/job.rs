@@ -14,8 +14,11 @@ pub struct QueueJob {
     pub user: String,
     /// The owner's uid (`user_id`), as the job_submit plugin knows it.
     pub user_id: Option<u32>,
-    /// When slurmctld created the job (`submit_time`; 0 when not shown).
+    /// When slurmctld created the job (`submit_time`; 0 when not shown); a requeued job's is when
+    /// it was requeued.
     pub submit_time: i64,
+    /// How often it was requeued (`restart_cnt`).
+    pub restarts: u64,
     pub account: String,
     pub qos: String,
     /// RUNNING, PENDING, ...
@@ -111,6 +114,7 @@ pub(super) fn queue_job(job: &Value) -> Option<QueueJob> {
         user: job.get("user_name").and_then(Value::as_str)?.to_string(),
         user_id: job.get("user_id").and_then(number).and_then(|n| u32::try_from(n).ok()),
         submit_time: job.get("submit_time").and_then(number).unwrap_or(0),
+        restarts: job.get("restart_cnt").and_then(number).map_or(0, |n| n.max(0) as u64),
         account: text("account"),
         qos: text("qos"),
         state_reason: text("state_reason"),

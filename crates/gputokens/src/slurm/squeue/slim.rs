@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use super::job::{queue_job, QueueJob};
 
 /// The keys `queue_job` reads.
-const READ_KEYS: [&str; 27] = [
+const READ_KEYS: [&str; 28] = [
     "account",
     "array_task_string",
     "batch_flag",
@@ -25,6 +25,7 @@ const READ_KEYS: [&str; 27] = [
     "pre_sus_time",
     "qos",
     "requeue",
+    "restart_cnt",
     "sockets_per_node",
     "start_time",
     "state_reason",
