@@ -58,7 +58,7 @@ fn run(cli: Cli) -> AccountdResult {
         Command::Admin(command) => admin::run(&Config::load(&path)?, command),
         Command::Agent { node, once } => {
             let config = trusted_config(&path)?;
-            refuse_if_others_can_write(&config.agent.jobs_dir, "agent.jobs_dir")?;
+            refuse_if_others_can_write(&config.agent.jobs_dir, "agent.jobs_dir", Some(&config.slurm_user))?;
             accountd::agent::run::run(&config, node, once)
         }
         Command::Serve => serve(trusted_config(&path)?),
@@ -88,10 +88,10 @@ fn run(cli: Cli) -> AccountdResult {
 /// The config of a command that acts on it (serve, agent, tick, charge): refused when users other
 /// than root and accountd's own could have written it, or the snapshot's directory.
 fn trusted_config(path: &std::path::Path) -> AccountdResult<Config> {
-    refuse_if_others_can_write(path, "the config file")?;
+    refuse_if_others_can_write(path, "the config file", None)?;
     let config = Config::load(path)?;
     if let Some(dir) = config.paths.snapshot.parent().filter(|d| !d.as_os_str().is_empty()) {
-        refuse_if_others_can_write(dir, "the balance snapshot's directory")?;
+        refuse_if_others_can_write(dir, "the balance snapshot's directory", Some(&config.slurm_user))?;
     }
     Ok(config)
 }

@@ -57,7 +57,7 @@ pub fn write(settings: &OnDemand, text: &str) -> Result<(), String> {
     let dir = path.parent().unwrap_or(std::path::Path::new("/"));
     // A directory others can write lets them plant the file (or its temp name) first: their own
     // balances shown to everyone, or ours never written (the audit's L6).
-    crate::daemon::file_trust::refuse_if_others_can_write(dir, "the OnDemand balance file's directory")
+    crate::daemon::file_trust::refuse_if_others_can_write(dir, "the OnDemand balance file's directory", None)
         .map_err(|e| format!("{e}: {} not written", path.display()))?;
     if !dir.exists() {
         std::fs::create_dir_all(dir).map_err(failed)?;

@@ -13,17 +13,40 @@ const STICKY: u32 = 0o1000;
 /// text), or replace it through a directory above it; None when none can. A missing path is
 /// judged by its directories (the caller creates it, with its own modes).
 pub fn untrusted(path: &Path, what: &str) -> Option<String> {
-    let path = absolute(path);
-    let (me, my_group) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
-    let mut checked = path.as_path();
-    let mut own = true;
+    untrusted_with(path, what, None)
+}
+
+/// [`untrusted`], also trusting `user` (the SlurmUser, whom slurmctld trusts already: the state
+/// directory of the packaged unit is its) as an owner, and its primary group as a writer.
+pub fn untrusted_with(path: &Path, what: &str, user: Option<&str>) -> Option<String> {
+    let (mut owners, mut groups) = (vec![0, nix::unistd::geteuid().as_raw()], vec![0, nix::unistd::getegid().as_raw()]);
+    if let Some(Ok(Some(user))) = user.map(nix::unistd::User::from_name) {
+        owners.push(user.uid.as_raw());
+        groups.push(user.gid.as_raw());
+    }
+    let trusted = Trusted { owners, groups };
+    let written = absolute(path);
+    // As written and, where a link leads elsewhere, where it leads: both chains of directories.
+    let resolved = std::fs::canonicalize(&written).ok().filter(|r| *r != written);
+    std::iter::once(written.as_path()).chain(resolved.as_deref()).find_map(|p| untrusted_chain(p, what, &trusted))
+}
+
+struct Trusted {
+    owners: Vec<u32>,
+    groups: Vec<u32>,
+}
+
+fn untrusted_chain(path: &Path, what: &str, trusted: &Trusted) -> Option<String> {
+    let mut checked = path;
+    // 0: the path itself, 1: its directory, 2 and more: the directories above.
+    let mut level = 0;
     loop {
         match std::fs::metadata(checked) {
             Ok(meta) => {
-                if let Some(why) = why_others_can_change(&meta, own, me, my_group) {
-                    let place = match own {
-                        true => format!("{what} {}", checked.display()),
-                        false => format!("{}, above {what} {},", checked.display(), path.display()),
+                if let Some(why) = why_others_can_change(&meta, level, trusted) {
+                    let place = match level {
+                        0 => format!("{what} {}", checked.display()),
+                        _ => format!("{}, above {what} {},", checked.display(), path.display()),
                     };
                     return Some(format!("{place} {why}"));
                 }
@@ -31,20 +54,18 @@ pub fn untrusted(path: &Path, what: &str) -> Option<String> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Some(format!("cannot check {what} {}: {e}", checked.display())),
         }
-        match checked.parent() {
-            Some(parent) => checked = parent,
-            None => return None,
-        }
-        own = false;
+        checked = checked.parent()?;
+        level += 1;
     }
 }
 
-/// What lets others change a file or directory (`own`), or replace what is in a directory above
-/// it (where a sticky bit keeps them to their own entries).
-fn why_others_can_change(meta: &std::fs::Metadata, own: bool, me: u32, my_group: u32) -> Option<String> {
+/// What lets others change a file or directory (`level` 0), or replace what is in a directory
+/// above it. A sticky bit keeps others to their own entries in directories above the path's own
+/// (as /tmp), not in its own: there they could take its name before it is made.
+fn why_others_can_change(meta: &std::fs::Metadata, level: u32, trusted: &Trusted) -> Option<String> {
     let mode = meta.mode() & 0o7777;
-    let kept_to_own_entries = !own && meta.is_dir() && mode & STICKY != 0;
-    if meta.uid() != 0 && meta.uid() != me {
+    let kept_to_own_entries = level >= 2 && meta.is_dir() && mode & STICKY != 0;
+    if !trusted.owners.contains(&meta.uid()) {
         return Some(format!(
             "belongs to uid {}, who could change it: it must belong to root or this program's user",
             meta.uid()
@@ -53,7 +74,7 @@ fn why_others_can_change(meta: &std::fs::Metadata, own: bool, me: u32, my_group:
     if mode & 0o002 != 0 && !kept_to_own_entries {
         return Some(format!("is writable by every user (mode {mode:o}): chmod o-w it"));
     }
-    if mode & 0o020 != 0 && meta.gid() != 0 && meta.gid() != my_group && !kept_to_own_entries {
+    if mode & 0o020 != 0 && !trusted.groups.contains(&meta.gid()) && !kept_to_own_entries {
         return Some(format!(
             "is writable by the members of group {} (mode {mode:o}): chmod g-w it, or give it to root's group",
             group_name(meta.gid())
@@ -133,10 +154,45 @@ mod tests {
         assert!(why.starts_with(&format!("{}, above the snapshot", top.path().display())), "{why}");
         assert!(why.contains("is writable by every user (mode 777)"), "{why}");
         mode(top.path(), 0o1777);
-        assert_eq!(untrusted(&file, "the snapshot"), None);
+        assert_eq!(untrusted(&file, "the snapshot"), None, "a sticky directory two levels up");
         mode(&inner, 0o1777);
+        assert!(untrusted(&file, "the snapshot").is_some(), "in its own directory, others could take its name first");
         assert!(untrusted(&inner, "the jobs directory").is_some(), "sticky or not, its own entries are open");
         mode(top.path(), 0o700);
+    }
+
+    /// A link is judged where it leads too: a config linked into a directory others can write.
+    #[test]
+    fn a_link_is_judged_where_it_leads() {
+        let dir = tempfile::tempdir().unwrap();
+        mode(dir.path(), 0o755);
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        mode(&open, 0o777);
+        let target = open.join("gputokens.toml");
+        std::fs::write(&target, "").unwrap();
+        mode(&target, 0o644);
+        let link = dir.path().join("gputokens.toml");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let why = untrusted(&link, "the config").unwrap();
+        assert!(why.contains(&format!("{}, above the config {}", open.display(), target.display())), "{why}");
+    }
+
+    /// The SlurmUser, trusted by slurmctld already, may own what the packaged unit gives it.
+    #[test]
+    fn the_slurm_user_may_own_it_when_named() {
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let nobody = nix::unistd::User::from_name("nobody").unwrap().expect("user nobody");
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        mode(&state, 0o750);
+        nix::unistd::chown(&state, Some(nobody.uid), Some(nobody.gid)).unwrap();
+        let jobs = state.join("jobs");
+        assert!(untrusted(&jobs, "the jobs directory").unwrap().contains(&format!("belongs to uid {}", nobody.uid)));
+        assert_eq!(untrusted_with(&jobs, "the jobs directory", Some("nobody")), None);
     }
 
     #[test]

@@ -7,11 +7,12 @@ use std::path::Path;
 
 use crate::error::{AccountdError, AccountdResult};
 
-/// Refuses `path` (named `what` in the message) when a user other than root and this process's
-/// owner can change it or replace it through a directory above it ([`gputokens::file_trust`]). A
-/// missing path passes on its directories (the daemon creates it, with its own modes).
-pub fn refuse_if_others_can_write(path: &Path, what: &str) -> AccountdResult<()> {
-    match gputokens::file_trust::untrusted(path, what) {
+/// Refuses `path` (named `what` in the message) when a user other than root, this process's owner
+/// and `slurm_user` (where given: the SlurmUser, whom slurmctld trusts already) can change it or
+/// replace it through a directory above it ([`gputokens::file_trust`]). A missing path passes on
+/// its directories (the daemon creates it, with its own modes).
+pub fn refuse_if_others_can_write(path: &Path, what: &str, slurm_user: Option<&str>) -> AccountdResult<()> {
+    match gputokens::file_trust::untrusted_with(path, what, slurm_user) {
         Some(why) => Err(AccountdError::Refused(why)),
         None => Ok(()),
     }
@@ -28,12 +29,14 @@ mod tests {
         let file = dir.path().join("gputokens.toml");
         std::fs::write(&file, "").unwrap();
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-        refuse_if_others_can_write(&file, "the config").unwrap();
+        refuse_if_others_can_write(&file, "the config", None).unwrap();
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let refused = refuse_if_others_can_write(&file, "the config").unwrap_err().to_string();
+        let refused = refuse_if_others_can_write(&file, "the config", None).unwrap_err().to_string();
         assert!(refused.contains("is writable by every user (mode 666)"), "{refused}");
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
-        assert!(refuse_if_others_can_write(dir.path(), "the snapshot's directory").is_err());
-        refuse_if_others_can_write(&dir.path().join("missing"), "the jobs directory").unwrap();
+        assert!(refuse_if_others_can_write(dir.path(), "the snapshot's directory", None).is_err());
+        assert!(refuse_if_others_can_write(&dir.path().join("missing"), "the jobs directory", None).is_err());
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        refuse_if_others_can_write(&dir.path().join("missing"), "the jobs directory", None).unwrap();
     }
 }
