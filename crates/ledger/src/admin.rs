@@ -36,6 +36,35 @@ pub(crate) fn refunded_to(tx: &Transaction<'_>, job_id: &str, holder: &str) -> R
     )?)
 }
 
+/// Takes `refunded` micro-tokens off what the members of `account` (its balance `holder`) spent of
+/// it for job `job_id`: each charge entry names its member and month; the newest are taken first,
+/// each at most what it charged.
+fn lower_spending_by_refund(
+    tx: &Transaction<'_>,
+    job_id: &str,
+    holder: &str,
+    account: &str,
+    refunded: i64,
+) -> Result<(), LedgerError> {
+    let mut charges = tx.prepare_cached(
+        "SELECT member, at, -amount FROM entries
+         WHERE job_id = ?1 AND user = ?2 AND kind = 'charge' AND member IS NOT NULL ORDER BY id DESC",
+    )?;
+    let rows: Vec<(String, i64, i64)> = charges
+        .query_map(params![job_id, holder], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut left = refunded;
+    for (member, at, charged) in rows {
+        if left <= 0 {
+            break;
+        }
+        let taken = charged.min(left);
+        super::refunds::lower_member_spending(tx, account, &member, taken, at)?;
+        left -= taken;
+    }
+    Ok(())
+}
+
 impl Ledger {
     /// Refunds what job `job_id` was charged and not yet refunded.
     pub fn refund_job(&mut self, job_id: &str, actor: &str, reason: &str, now: i64) -> Result<Vec<Entry>, LedgerError> {
@@ -58,18 +87,10 @@ impl Ledger {
             entry.job_id = Some(job_id.to_string());
             if insert_entry(&tx, &entry)? == Applied::Added {
                 ids.push(tx.last_insert_rowid());
-                // A pool's refund lowers what the job's user spent of it (their per-user limit),
-                // in the month the pool was last charged for the job.
+                // A pool's refund lowers what its members spent of it (their per-user limit), in
+                // the months the pool was charged, newest first.
                 if let Some(account) = gputokens::pools::account_of(&user) {
-                    let charged_in: Option<(String, i64)> = tx.query_row(
-                        "SELECT (SELECT user FROM job_charges WHERE job_id = ?1 LIMIT 1),
-                                    (SELECT MAX(at) FROM entries WHERE job_id = ?1 AND user = ?2 AND kind = 'charge')",
-                        params![job_id, user],
-                        |r| Ok(r.get::<_, Option<String>>(0)?.zip(r.get::<_, Option<i64>>(1)?)),
-                    )?;
-                    if let Some((member, at)) = charged_in {
-                        super::refunds::lower_member_spending(&tx, account, &member, owed, at)?;
-                    }
+                    lower_spending_by_refund(&tx, job_id, &user, account, owed)?;
                 }
             }
         }

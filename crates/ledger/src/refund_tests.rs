@@ -177,22 +177,37 @@ fn in_mode_both_a_lost_run_goes_back_whole_to_each_payer_and_off_the_members_spe
     assert!(l.verify().unwrap().problems.is_empty());
 }
 
-/// An admin's refund of a job a pool paid for lowers what its user spent of the pool that month,
-/// as an automatic one does; the user's own balance, which paid nothing, gets nothing.
+/// An admin's refund of a job a pool paid for lowers what its user spent of the pool in each
+/// month the pool was charged for it (as an automatic one does), and no one else's; the user's own
+/// balance, which paid nothing, gets nothing.
 #[test]
 fn an_admins_refund_of_a_pool_paid_job_lowers_the_members_spending() {
-    let (_dir, mut l, now) = ledger_with_lab(PoolMode::Account);
-    l.charge(&[run("13", "alice", Some("lab"), "2026-11-26T08:00:00", 2)], &prices(), now).unwrap();
-    let spent = |l: &Ledger| {
-        let rows = l.member_spending("2026-11").unwrap();
-        rows.iter().find(|m| m.user == "alice").map(|m| m.spent).unwrap_or_default()
+    let (_dir, mut l, _) = ledger_with_lab(PoolMode::Account);
+    // Job 13 runs across the month's end: 2 h charged in November, 2 h more in December.
+    l.charge(&[run("13", "alice", Some("lab"), "2026-11-30T20:00:00", 2)], &prices(), at("2026-11-30T22:00:00"))
+        .unwrap();
+    let december = at("2026-12-01T00:00:00");
+    let charges = [
+        run("13", "alice", Some("lab"), "2026-11-30T20:00:00", 4),
+        run("14", "bob", Some("lab"), "2026-11-30T22:00:00", 2),
+    ];
+    l.charge(&charges, &prices(), december).unwrap();
+    let spent = |l: &Ledger, month: &str, user: &str| {
+        let rows = l.member_spending(month).unwrap();
+        rows.iter().find(|m| m.user == user).map(|m| m.spent).unwrap_or_default()
     };
-    assert_eq!(spent(&l), Tokens::whole(8));
-    let entries = l.refund_job("13", "root", "the node's PSU", now + 60).unwrap();
+    assert_eq!(
+        (spent(&l, "2026-11", "alice"), spent(&l, "2026-12", "alice"), spent(&l, "2026-12", "bob")),
+        (Tokens::whole(8), Tokens::whole(8), Tokens::whole(8))
+    );
+    let entries = l.refund_job("13", "root", "the node's PSU", december + 60).unwrap();
     assert_eq!(entries.len(), 1, "{entries:?}");
-    assert_eq!((entries[0].user.as_str(), entries[0].amount), (holder("lab").as_str(), Tokens::whole(8)));
-    assert_eq!(spent(&l), Tokens::ZERO);
-    assert!(l.refund_job("13", "root", "again", now + 120).is_err(), "nothing left to refund");
-    assert_eq!(spent(&l), Tokens::ZERO);
+    assert_eq!((entries[0].user.as_str(), entries[0].amount), (holder("lab").as_str(), Tokens::whole(16)));
+    assert_eq!(
+        (spent(&l, "2026-11", "alice"), spent(&l, "2026-12", "alice"), spent(&l, "2026-12", "bob")),
+        (Tokens::ZERO, Tokens::ZERO, Tokens::whole(8)),
+        "each month by what it was charged; bob's spending stays"
+    );
+    assert!(l.refund_job("13", "root", "again", december + 120).is_err(), "nothing left to refund");
     assert!(l.verify().unwrap().problems.is_empty());
 }

@@ -34,6 +34,8 @@ impl HostNames {
             Some(v6) => return v6.split(']').next().is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok()),
             None => host.rsplit_once(':').map_or(host, |(name, _)| name),
         };
+        // `name.` is the same name, fully qualified.
+        let name = name.strip_suffix('.').unwrap_or(name);
         if name.parse::<std::net::Ipv4Addr>().is_ok() || name.eq_ignore_ascii_case("localhost") {
             return true;
         }
@@ -65,7 +67,8 @@ mod tests {
     #[test]
     fn addresses_this_host_and_configured_names_only() {
         let names = HostNames::new(Some("https://Tokens.Example.org/web/"), &["metrics-alias.cluster".into()]);
-        for ok in ["127.0.0.1:9110", "[::1]:9110", "localhost:9817", "TOKENS.example.org", "METRICS-ALIAS.cluster:80"] {
+        for ok in ["127.0.0.1:9110", "[::1]:9110", "localhost:9817", "TOKENS.example.org", "METRICS-ALIAS.cluster.:80"]
+        {
             assert!(names.answers_to(ok), "{ok}");
         }
         let this = nix::unistd::gethostname().unwrap().into_string().unwrap();

@@ -86,7 +86,8 @@ impl NodeDirectory for Slurm {
         let node = node_name_arg(node).map_err(|e| e.to_string())?;
         // One line per partition the node is in; none when Slurm has no such node. The name was
         // validated above, so it cannot be read as an option.
-        let text = self.run("sinfo", &["-h", "-N", "-n", node, "-o", "%N|%o|%n"]).map_err(|e| e.to_string())?;
+        let text =
+            self.run("sinfo", &["--all", "-h", "-N", "-n", node, "-o", "%N|%o|%n"]).map_err(|e| e.to_string())?;
         let mut lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
         lines.dedup();
         let [line] = lines.as_slice() else { return Ok(None) };

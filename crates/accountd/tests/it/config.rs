@@ -158,3 +158,16 @@ fn private_balances_with_the_ondemand_file_are_warned_of() {
     let out = check(&format!("balances_public = true\n{ondemand}")).ok();
     assert!(!out.stdout.contains("warning"), "{}", out.stdout);
 }
+
+#[test]
+fn a_server_name_with_a_port_is_named() {
+    let out = check("[http]\nserver_names = [\"gputokens.example.org:9817\"]\n");
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr.contains("http.server_names")
+            && out.stderr.contains("'gputokens.example.org:9817' is not a host name"),
+        "{}",
+        out.stderr
+    );
+    check("[http]\nserver_names = [\"GPUtokens.example.org.\"]\n").ok();
+}

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use super::reader::Section;
 use super::values::{
-    absolute_path, amount, any_duration, boolean, command_argv, header_name, ip_addresses, listen_address, names,
-    non_negative_amount, number, number_in, path, positive_duration, prometheus_url, query_timeout, signal_name,
+    absolute_path, amount, any_duration, boolean, command_argv, header_name, host_names, ip_addresses, listen_address,
+    names, non_negative_amount, number, number_in, path, positive_duration, prometheus_url, query_timeout, signal_name,
     string, strings, web_url, whole, whole_from, whole_seconds, whole_seconds_or_off, xids,
 };
 use super::{
@@ -223,7 +223,7 @@ fn http(s: &mut Section) -> (Option<std::net::SocketAddr>, HttpAccess) {
         max_connections,
         max_connections_per_address: per_address.min(max_connections),
         request_timeout: s.get("request_timeout", d.request_timeout, positive_duration),
-        server_names: s.get("server_names", d.server_names, names),
+        server_names: s.get("server_names", d.server_names, host_names),
     };
     (listen, access)
 }

@@ -103,6 +103,21 @@ pub(super) fn command_argv(value: &Value) -> Result<Vec<String>, String> {
     }
 }
 
+/// A list of host names (DNS names, no port or scheme), lower-cased; a trailing dot is dropped.
+pub(super) fn host_names(value: &Value) -> Result<Vec<String>, String> {
+    strings(value)?
+        .into_iter()
+        .map(|name| {
+            let name = name.strip_suffix('.').unwrap_or(&name).to_ascii_lowercase();
+            let label_ok = |l: &str| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+            match name.split('.').all(label_ok) {
+                true => Ok(name),
+                false => Err(format!("'{name}' is not a host name (letters, digits, '-' and dots; no port or scheme)")),
+            }
+        })
+        .collect()
+}
+
 /// A list of user, account or QOS names: no empty name.
 pub(super) fn names(value: &Value) -> Result<Vec<String>, String> {
     let bad = || format!("expected a list of names such as [\"alice\"], got {value}");
