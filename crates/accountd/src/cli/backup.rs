@@ -29,8 +29,11 @@ pub fn backup(config: &Config, target: &Path, force: bool, keep_days: Option<u32
     if !config.paths.ledger.exists() {
         return Err(AccountdError::Refused(format!("there is no ledger at {}", config.paths.ledger.display())));
     }
-    let res = Resources::open_as_admin(config.clone())?;
     let file = dir.map_or_else(|| target.to_path_buf(), |d| backup_rotation::file_in(d, gputokens::time::now()));
+    // Where others can write, a finished backup could be swapped for a ledger of theirs, which a
+    // restore would then trust.
+    crate::daemon::file_trust::refuse_if_others_can_write(&file, "the backup", Some(&config.slurm_user))?;
+    let res = Resources::open_as_admin(config.clone())?;
     let written = res.ledger.backup_to(&file, force)?;
     crate::outln!("{}", described(&written));
     if let (Some(dir), Some(days)) = (dir, keep_days) {

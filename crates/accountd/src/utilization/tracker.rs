@@ -99,8 +99,11 @@ pub fn apply(
         seen.insert(job.job);
     }
     forget_ended_jobs(res, tracker, &node, &seen);
-    let idle_here = tracker.jobs.values().filter(|w| w.labels.node == node && w.flagged).count();
-    res.metrics.idle_jobs.get_or_create(&NodeLabels { node: node.clone() }).set(idle_here as i64);
+    // Per node, from the agents (Prometheus as the source knows no node).
+    if !node.is_empty() {
+        let idle_here = tracker.jobs.values().filter(|w| w.labels.node == node && w.flagged).count();
+        res.metrics.idle_jobs.get_or_create(&NodeLabels { node: node.clone() }).set(idle_here as i64);
+    }
     for labels in &flagged {
         flag_idle(labels, &usage);
         if usage.idle_notify && res.config.notify.enabled() {

@@ -184,3 +184,22 @@ fn amounts_past_the_limit_are_refused_by_name() {
     assert_eq!(site.balance("alice"), "100");
     assert!(site.accountd(None, &["admin", "verify"]).ok().stdout.contains("consistent"));
 }
+
+/// A backup where others can write could be swapped for a ledger of theirs before a restore:
+/// refused, naming the directory; a private one is written.
+#[test]
+fn a_backup_into_a_directory_others_can_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let site = Site::start("", "");
+    site.accountd(None, &["admin", "grant", "bob", "3", "--reason", "course"]).ok();
+    let open = site.path("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = site.accountd(None, &["admin", "backup", open.join("ledger.sqlite").to_str().unwrap()]);
+    assert_ne!(out.code, 0, "{}", out.stdout);
+    assert!(out.stderr.contains("is writable by every user (mode 777)"), "{}", out.stderr);
+    assert!(!open.join("ledger.sqlite").exists());
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o700)).unwrap();
+    site.accountd(None, &["admin", "backup", open.join("ledger.sqlite").to_str().unwrap()]).ok();
+    assert!(open.join("ledger.sqlite").exists());
+}
