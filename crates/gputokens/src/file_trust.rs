@@ -38,33 +38,43 @@ struct Trusted {
 
 fn untrusted_chain(path: &Path, what: &str, trusted: &Trusted) -> Option<String> {
     let mut checked = path;
-    // 0: the path itself, 1: its directory, 2 and more: the directories above.
+    // 0: the path itself, 1 and more: the directories above it.
     let mut level = 0;
+    // Whether the entry below `checked` on the path exists (none below the path itself).
+    let mut below_exists = false;
     loop {
-        match std::fs::metadata(checked) {
+        let exists = match std::fs::metadata(checked) {
             Ok(meta) => {
-                if let Some(why) = why_others_can_change(&meta, level, trusted) {
+                if let Some(why) = why_others_can_change(&meta, level, below_exists, trusted) {
                     let place = match level {
                         0 => format!("{what} {}", checked.display()),
                         _ => format!("{}, above {what} {},", checked.display(), path.display()),
                     };
                     return Some(format!("{place} {why}"));
                 }
+                true
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
             Err(e) => return Some(format!("cannot check {what} {}: {e}", checked.display())),
-        }
+        };
         checked = checked.parent()?;
         level += 1;
+        below_exists = exists;
     }
 }
 
 /// What lets others change a file or directory (`level` 0), or replace what is in a directory
-/// above it. A sticky bit keeps others to their own entries in directories above the path's own
-/// (as /tmp), not in its own: there they could take its name before it is made.
-fn why_others_can_change(meta: &std::fs::Metadata, level: u32, trusted: &Trusted) -> Option<String> {
+/// above it. A sticky bit keeps others to their own entries (as in /tmp): it excuses a directory
+/// above the path whose entry on the path exists (`below_exists`), not one where a name on the path
+/// is still to be made (others could take it first).
+fn why_others_can_change(
+    meta: &std::fs::Metadata,
+    level: u32,
+    below_exists: bool,
+    trusted: &Trusted,
+) -> Option<String> {
     let mode = meta.mode() & 0o7777;
-    let kept_to_own_entries = level >= 2 && meta.is_dir() && mode & STICKY != 0;
+    let kept_to_own_entries = level >= 1 && below_exists && meta.is_dir() && mode & STICKY != 0;
     if !trusted.owners.contains(&meta.uid()) {
         return Some(format!(
             "belongs to uid {}, who could change it: it must belong to root or this program's user",
@@ -154,9 +164,15 @@ mod tests {
         assert!(why.starts_with(&format!("{}, above the snapshot", top.path().display())), "{why}");
         assert!(why.contains("is writable by every user (mode 777)"), "{why}");
         mode(top.path(), 0o1777);
-        assert_eq!(untrusted(&file, "the snapshot"), None, "a sticky directory two levels up");
+        assert_eq!(untrusted(&file, "the snapshot"), None, "a sticky directory above one of ours");
         mode(&inner, 0o1777);
-        assert!(untrusted(&file, "the snapshot").is_some(), "in its own directory, others could take its name first");
+        assert!(
+            untrusted(&file, "the snapshot").is_some(),
+            "missing in a sticky directory: others could take its name"
+        );
+        std::fs::write(&file, "").unwrap();
+        mode(&file, 0o644);
+        assert_eq!(untrusted(&file, "the snapshot"), None, "there, ours: others cannot move it");
         assert!(untrusted(&inner, "the jobs directory").is_some(), "sticky or not, its own entries are open");
         mode(top.path(), 0o700);
     }
