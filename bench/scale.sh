@@ -60,7 +60,7 @@ if (( ACCOUNTS > 0 )); then
   GPUTOKENS_CONF=$work/setup.toml "$ACCOUNTD" admin account import "$work/pools.toml"
   kill "$serve"; wait "$serve" || true
 else
-  GPUTOKENS_CONF=$work/setup.toml "$ACCOUNTD" tick --skip-charge > /dev/null
+  GPUTOKENS_CONF=$work/setup.toml "$ACCOUNTD" tick --skip-charge > "$work/setup-tick.log" 2>&1
 fi
 # A site that began charging a day ago: its first cycle charges the jobs that ended since (a
 # ledger's first cycle leaves out what ended before it began, and these ended before this script).
