@@ -197,7 +197,7 @@ fn serve_reads_usage_from_prometheus_and_flags_the_idle_job() {
         &config,
         format!(
             "[paths]\nledger = \"{d}/ledger.sqlite\"\nsnapshot = \"{d}/balances.snapshot\"\nsocket = \"{d}/accountd.sock\"\n\
-             [intervals]\ncheck = \"1s\"\n[slurm]\nbin_dir = \"{d}/no-slurm\"\n[http]\nlisten = \"127.0.0.1:0\"\n\
+             [intervals]\ncheck = \"1s\"\n[slurm]\nbin_dir = \"{d}/no-slurm\"\n[http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n\
              [usage]\nsource = \"prometheus\"\nidle_threshold_percent = 10\nidle_window = \"2s\"\n\
              idle_command = [\"/usr/bin/touch\", \"{d}/idle-{{job}}\"]\n[prometheus]\nurl = \"{}\"\n",
             prometheus.url
@@ -228,11 +228,11 @@ fn serve_reads_usage_from_prometheus_and_flags_the_idle_job() {
     loop {
         prometheus.check_alive();
         let metrics = client.get(&metrics_url).send().unwrap().text().unwrap();
-        // Without per_user_metrics the job series name no user.
-        let busy = "gputokens_job_gpu_utilization_percent{job=\"101\",user=\"\",node=\"\"} 85.0";
-        let idle = "gputokens_job_idle{job=\"102\",user=\"\",node=\"\"} 1";
+        // The job series (served with per_user_metrics); no Slurm here knows the jobs' users.
+        let busy = "gputokens_job_gpu_utilization_percent{job=\"101\",user=\"unknown\",node=\"\"} 85.0";
+        let idle = "gputokens_job_idle{job=\"102\",user=\"unknown\",node=\"\"} 1";
         if metrics.contains(busy) && metrics.contains(idle) && dir.path().join("idle-102").exists() {
-            assert!(metrics.contains("gputokens_job_idle{job=\"101\",user=\"\",node=\"\"} 0"), "{metrics}");
+            assert!(metrics.contains("gputokens_job_idle{job=\"101\",user=\"unknown\",node=\"\"} 0"), "{metrics}");
             assert!(!dir.path().join("idle-101").exists());
             break;
         }

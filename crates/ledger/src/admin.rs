@@ -59,7 +59,7 @@ fn lower_spending_by_refund(
             break;
         }
         let taken = charged.min(left);
-        super::refunds::lower_member_spending(tx, account, &member, taken, at)?;
+        super::pools::lower_member_spending(tx, account, &member, taken, at)?;
         left -= taken;
     }
     Ok(())

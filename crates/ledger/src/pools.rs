@@ -362,3 +362,20 @@ fn describe_rules(rules: &BucketRules, user_limit: Option<Tokens>) -> String {
         rules.initial, rules.daily, rules.monthly, rules.floor
     )
 }
+
+/// Lowers what `member` spent of `account`'s pool in the month of `at` by `amount` micro-tokens,
+/// never below 0.
+pub(crate) fn lower_member_spending(
+    tx: &rusqlite::Transaction<'_>,
+    account: &str,
+    member: &str,
+    amount: i64,
+    at: i64,
+) -> Result<(), LedgerError> {
+    let month = gputokens::time::local_date(at).format("%Y-%m").to_string();
+    tx.prepare_cached(
+        "UPDATE pool_member_months SET charged = MAX(0, charged - ?4) WHERE account = ?1 AND user = ?2 AND month = ?3",
+    )?
+    .execute(params![account, member, month, amount])?;
+    Ok(())
+}

@@ -26,23 +26,6 @@ pub struct RunRefund<'a> {
     pub month_start: i64,
 }
 
-/// Lowers what `member` spent of `account`'s pool in the month of `at` by `amount` micro-tokens,
-/// never below 0.
-pub(crate) fn lower_member_spending(
-    tx: &rusqlite::Transaction<'_>,
-    account: &str,
-    member: &str,
-    amount: i64,
-    at: i64,
-) -> Result<(), LedgerError> {
-    let month = gputokens::time::local_date(at).format("%Y-%m").to_string();
-    tx.prepare_cached(
-        "UPDATE pool_member_months SET charged = MAX(0, charged - ?4) WHERE account = ?1 AND user = ?2 AND month = ?3",
-    )?
-    .execute(params![account, member, month, amount])?;
-    Ok(())
-}
-
 /// The actor of automatic refunds.
 const AUTOMATIC: &str = "gputokens";
 
@@ -130,7 +113,7 @@ impl Ledger {
                 ids.push(tx.last_insert_rowid());
                 // A pool's refund lowers what its member spent in the run's month (their limit).
                 if let (Some(account), Some(member)) = (gputokens::pools::account_of(holder), member.as_deref()) {
-                    lower_member_spending(&tx, account, member, amount, run.segment_start)?;
+                    super::pools::lower_member_spending(&tx, account, member, amount, run.segment_start)?;
                 }
             }
         }
