@@ -657,6 +657,13 @@ fn a_job_admitted_while_squeue_starts_counts_once() {
     let (site, mut adm) = following_site(&tables, &[(alice, "-80")]);
     adm.configure(admission);
     let snapshot = site.path("lib/balances.snapshot");
+    // serve's start-up charge cycle reads squeue too (its running jobs): once it is over, with the
+    // next an hour away, every squeue is a check cycle's, whose read the snapshot publishes.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(site.log().contains("charge cycle (") || site.log().contains("charge cycle failed")) {
+        assert!(Instant::now() < deadline, "serve's start-up charge cycle did not end in 30 s: {}", site.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     // The moment a check cycle's squeue starts (its wrapper notes the call, then sleeps).
     let calls = slurm.calls("squeue");
