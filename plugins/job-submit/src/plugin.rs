@@ -7,6 +7,7 @@
 //! locks to clone two `Arc`s and never waits for the watcher, which holds the write locks only to
 //! swap a pointer. The tally's mutex is held for one decision (no I/O under it).
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
@@ -29,6 +30,8 @@ use gputokens::Config;
 struct Plugin {
     config: RwLock<Arc<Config>>,
     view: RwLock<Arc<View>>,
+    /// uid → name of the `[exempt]` users (the watcher looks them up).
+    exempt_names: RwLock<Arc<HashMap<u32, String>>>,
     tally: Mutex<Tally>,
     /// Local date as days since 0001-01-01, kept by the watcher (reading the time zone is file I/O).
     today: AtomicI32,
@@ -76,9 +79,11 @@ pub fn start(config_path: &Path) {
     );
     let now = unix_now();
     monitor.tick(now, &mut slurm_log);
+    let exempt_names = monitor.exempt_users(now).unwrap_or_default();
     let plugin = Arc::new(Plugin {
         config: RwLock::new(Arc::new(config)),
         view: RwLock::new(monitor.view()),
+        exempt_names: RwLock::new(exempt_names),
         tally: Mutex::new(Tally::default()),
         today: AtomicI32::new(local_days(now)),
         slurm_uid: nix::unistd::geteuid().as_raw(),
@@ -241,10 +246,13 @@ fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor, sta
                 if watched(&old) != watched(&config) {
                     monitor = monitor_for(&config);
                     view_changed = true;
+                    // Before the config that names them: a user it exempts is known as soon as it rules.
+                    publish_exempt_names(plugin, &mut monitor, now);
                 }
                 status_paths = paths(&config);
                 *plugin.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
             }
+            publish_exempt_names(plugin, &mut monitor, now);
             if let Some(view) = monitor.tick(now, &mut slurm_log) {
                 // When its queue read began and ended and what it showed (an older accountd's
                 // snapshot: the second, as it wrote it).
@@ -277,6 +285,12 @@ fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor, sta
     }
 }
 
+fn publish_exempt_names(plugin: &Plugin, monitor: &mut Monitor, now: i64) {
+    if let Some(names) = monitor.exempt_users(now) {
+        *plugin.exempt_names.write().unwrap_or_else(PoisonError::into_inner) = names;
+    }
+}
+
 fn current() -> Option<Arc<Plugin>> {
     PLUGIN.read().unwrap_or_else(PoisonError::into_inner).clone()
 }
@@ -286,6 +300,7 @@ struct State {
     plugin: Arc<Plugin>,
     config: Arc<Config>,
     view: Arc<View>,
+    exempt_names: Arc<HashMap<u32, String>>,
     today: NaiveDate,
 }
 
@@ -294,8 +309,9 @@ fn state() -> Option<State> {
     let plugin = current()?;
     let config = plugin.config.read().unwrap_or_else(PoisonError::into_inner).clone();
     let view = plugin.view.read().unwrap_or_else(PoisonError::into_inner).clone();
+    let exempt_names = plugin.exempt_names.read().unwrap_or_else(PoisonError::into_inner).clone();
     let today = NaiveDate::from_num_days_from_ce_opt(plugin.today.load(Ordering::Relaxed)).unwrap_or_default();
-    Some(State { plugin, config, view, today })
+    Some(State { plugin, config, view, exempt_names, today })
 }
 
 /// `job_submit`'s verdict on `job`.
@@ -311,7 +327,7 @@ pub fn modify(job: &JobRequest, submit_uid: u32) -> Verdict {
 /// Runs `decision` on the current settings and balances, and tallies what it admitted.
 fn decide(decision: fn(&JobRequest, &Inputs, &mut Log) -> Outcome, job: &JobRequest, submit_uid: u32) -> Verdict {
     // Not initialised: nothing to decide from, accept.
-    let Some(State { plugin, config, view, today }) = state() else { return Verdict::accept() };
+    let Some(State { plugin, config, view, exempt_names, today }) = state() else { return Verdict::accept() };
     let now = unix_now();
     let mut tally = plugin.tally.lock().unwrap_or_else(PoisonError::into_inner);
     let admitted_since = |uid| tally.of(uid);
@@ -319,6 +335,8 @@ fn decide(decision: fn(&JobRequest, &Inputs, &mut Log) -> Outcome, job: &JobRequ
         config: &config.admission,
         exempt: &config.exempt,
         standing: view.usable(now, config.admission.max_snapshot_age),
+        identity: view.identity(),
+        exempt_names: &exempt_names,
         today,
         submit_uid,
         slurm_uid: plugin.slurm_uid,

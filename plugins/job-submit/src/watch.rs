@@ -66,6 +66,14 @@ impl View {
             View::Unavailable(_) => None,
         }
     }
+
+    /// Who users are and their accounts, from the last snapshot read however old.
+    pub fn identity(&self) -> Option<Standing<'_>> {
+        match self {
+            View::Ready(b) => Some(b.standing()),
+            View::Unavailable(_) => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,6 +124,10 @@ pub struct Monitor {
     resolve: Resolver,
     /// Names to map beside the snapshot's (the exempt users).
     extra_names: Vec<String>,
+    /// uid → name of the exempt users, looked up whether or not the snapshot can be read.
+    exempt_names: Arc<HashMap<u32, String>>,
+    /// When to look them up (again): None before the first look.
+    exempt_due: Option<i64>,
     stamp: Option<Stamp>,
     view: Arc<View>,
     /// The parsed snapshot behind a Ready view, kept to retry failed lookups.
@@ -141,6 +153,8 @@ impl Monitor {
             on_error,
             resolve,
             extra_names,
+            exempt_names: Arc::default(),
+            exempt_due: None,
             stamp: None,
             view: Arc::new(View::Unavailable(Problem::NotLoaded)),
             snapshot: None,
@@ -229,36 +243,67 @@ impl Monitor {
     /// are retried later).
     fn balances(&mut self, snap: &Arc<Snapshot>, now: i64) -> Balances {
         let queue = snap.queue.iter().flat_map(|q| q.committed.keys());
+        let extra = self.extra_names.clone();
         let wanted: std::collections::BTreeSet<&String> =
-            snap.balances.keys().chain(snap.default_accounts.keys()).chain(queue).chain(&self.extra_names).collect();
+            snap.balances.keys().chain(snap.default_accounts.keys()).chain(queue).chain(&extra).collect();
         let mut names = HashMap::with_capacity(wanted.len());
         let mut failed = false;
         for name in wanted {
-            let uid = match self.uids.get(name) {
-                Some(&(Some(uid), at)) if now - at < UID_TTL_SECS => Some(uid),
-                Some(&(None, at)) if now - at < NO_USER_TTL_SECS => None,
-                _ => match (self.resolve)(name) {
-                    Lookup::Found(uid) => {
-                        self.uids.insert(name.clone(), (Some(uid), now));
-                        Some(uid)
-                    }
-                    Lookup::NotFound => {
-                        self.uids.insert(name.clone(), (None, now));
-                        None
-                    }
-                    Lookup::Failed(_) => {
-                        failed = true;
-                        None
-                    }
-                },
-            };
-            if let Some(uid) = uid {
-                names.insert(uid, name.clone());
+            match self.uid_of(name, now) {
+                Ok(Some(uid)) => {
+                    names.insert(uid, name.clone());
+                }
+                Ok(None) => {}
+                Err(()) => failed = true,
             }
         }
         self.retry_lookups_at = failed.then_some(now + RETRY_LOOKUPS_SECS);
         let mapped = names.values().filter(|n| snap.balances.contains_key(*n)).count();
         Balances { snapshot: Arc::clone(snap), names, mapped, lookups_failed: failed }
+    }
+
+    /// The uid of `name` (None: no such user), from the cache while it is trusted; Err when the
+    /// name service failed (not cached: tried again later).
+    fn uid_of(&mut self, name: &str, now: i64) -> Result<Option<u32>, ()> {
+        match self.uids.get(name) {
+            Some(&(Some(uid), at)) if now - at < UID_TTL_SECS => return Ok(Some(uid)),
+            Some(&(None, at)) if now - at < NO_USER_TTL_SECS => return Ok(None),
+            _ => {}
+        }
+        let uid = match (self.resolve)(name) {
+            Lookup::Found(uid) => Some(uid),
+            Lookup::NotFound => None,
+            Lookup::Failed(_) => return Err(()),
+        };
+        self.uids.insert(name.to_string(), (uid, now));
+        Ok(uid)
+    }
+
+    /// The exempt users' uids → names when they are first looked up or have changed since (looked
+    /// up again when a lookup failed, and when "no such user" may have become a user). Kept apart
+    /// from the snapshot: an exempt user's jobs pass while it is missing, stale or corrupt.
+    pub fn exempt_users(&mut self, now: i64) -> Option<Arc<HashMap<u32, String>>> {
+        let first = self.exempt_due.is_none();
+        if self.exempt_due.is_some_and(|due| now < due) {
+            return None;
+        }
+        let mut names = HashMap::new();
+        let mut failed = false;
+        for name in self.extra_names.clone() {
+            match self.uid_of(&name, now) {
+                Ok(Some(uid)) => {
+                    names.insert(uid, name);
+                }
+                Ok(None) => {}
+                Err(()) => failed = true,
+            }
+        }
+        self.exempt_due = Some(now + if failed { RETRY_LOOKUPS_SECS } else { NO_USER_TTL_SECS });
+        if !first && names == *self.exempt_names {
+            return None;
+        }
+        self.exempt_names = Arc::new(names);
+        Some(self.exempt_names.clone())
     }
 
     fn retry_lookups(&mut self, now: i64, log: &mut dyn FnMut(Level, String)) -> Option<View> {
@@ -536,6 +581,34 @@ mod tests {
         assert!(f.tick(NOW + 61).is_some());
         assert_eq!(f.balance(1001), Some(Tokens::whole(-20)));
         assert!(f.tick(NOW + 200).is_none(), "nothing left to retry");
+    }
+
+    /// Exempt users are looked up without a snapshot, published when first looked up and when
+    /// they change, and a failed lookup is tried again a minute later.
+    #[test]
+    fn exempt_users_are_known_without_a_snapshot() {
+        let up = Arc::new(AtomicBool::new(true));
+        let flag = up.clone();
+        let resolver: Resolver = Box::new(move |name| match (name, flag.load(Ordering::SeqCst)) {
+            ("alice", _) => Lookup::Found(1001),
+            ("ops", true) => Lookup::Found(1500),
+            ("ops", false) => Lookup::Failed("directory unreachable".into()),
+            _ => Lookup::NotFound,
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let names = vec!["alice".to_string(), "ops".to_string(), "ghost".to_string()];
+        let mut monitor = Monitor::new(dir.path().join("missing"), None, OnError::Reject, resolver, names);
+        up.store(false, Ordering::SeqCst);
+        let first = monitor.exempt_users(NOW).expect("published at the first look");
+        assert_eq!(*first, HashMap::from([(1001, "alice".to_string())]));
+        up.store(true, Ordering::SeqCst);
+        assert!(monitor.exempt_users(NOW + 30).is_none(), "not retried before a minute");
+        let retried = monitor.exempt_users(NOW + 61).expect("ops found on the retry");
+        assert_eq!(retried.get(&1500).map(String::as_str), Some("ops"));
+        assert!(monitor.exempt_users(NOW + 61 + NO_USER_TTL_SECS).is_none(), "looked up again, unchanged");
+        let mut none = Monitor::new(dir.path().join("missing"), None, OnError::Reject, users(), Vec::new());
+        assert!(none.exempt_users(NOW).expect("published once").is_empty());
+        assert!(none.exempt_users(NOW + NO_USER_TTL_SECS).is_none());
     }
 
     #[test]

@@ -475,6 +475,26 @@ fn max_job_duration_limits_gpu_jobs_and_exempt_users_pass() {
     let (exempt, told) = adm.accepted(bob, &gpu(Some("--time=3:00:00")));
     assert!(told.is_empty(), "{told}");
     assert!(show_job(&exempt).contains("TimeLimit=03:00:00"));
+    // accountd down, refusing without balances: the exempt user still passes, unlimited, with the
+    // snapshot a day old and with none at all (its name is looked up apart from the snapshot).
+    adm.configure(&format!(
+        "[admission]\nmax_job_duration = \"2h\"\non_error = \"reject\"\n[exempt]\nusers = [\"{bob}\"]\n"
+    ));
+    let day_old = format!(
+        "gputokens-snapshot 1\ngenerated {}\nfloor -10000000\ndaily 1000000\nmonthly 0\ninitial 100000000\n",
+        gputokens::time::now() - 86_400
+    );
+    for snapshot in [Some(day_old), None] {
+        match &snapshot {
+            Some(text) => adm.write(text),
+            None => std::fs::remove_file(&adm.snapshot).unwrap(),
+        }
+        std::thread::sleep(SETTLE);
+        let (exempt, told) = adm.accepted(bob, &gpu(Some("--time=3:00:00")));
+        assert!(told.is_empty(), "{told}");
+        assert!(show_job(&exempt).contains("TimeLimit=03:00:00"));
+        assert_ne!(sbatch(alice, &gpu(Some("--time=1:00:00"))).code, 0, "alice is refused (on_error)");
+    }
 }
 
 /// Config tables for a site that reads the real cluster's queue every second, with the plugin's

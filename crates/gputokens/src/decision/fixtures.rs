@@ -73,6 +73,7 @@ pub fn no_local(_: u32) -> Commitment {
     Commitment::default()
 }
 
+static NO_NAMES: std::sync::LazyLock<HashMap<u32, String>> = std::sync::LazyLock::new(HashMap::new);
 static NO_EXEMPTIONS: Exempt = Exempt { users: Vec::new(), accounts: Vec::new(), qos: Vec::new() };
 
 /// The inputs with `world`'s balances (None: unavailable), asked by `submit_uid`.
@@ -81,6 +82,8 @@ pub fn inputs<'a>(world: Option<&'a World>, config: &'a Admission, submit_uid: u
         config,
         exempt: &NO_EXEMPTIONS,
         standing: world.map(World::standing),
+        identity: world.map(World::standing),
+        exempt_names: &NO_NAMES,
         today: NaiveDate::from_ymd_opt(2026, 11, 10).unwrap(),
         submit_uid,
         slurm_uid: SLURM_UID,

@@ -175,6 +175,12 @@ pub struct Inputs<'a> {
     pub exempt: &'a Exempt,
     /// The balances when usable; None when missing, unreadable, corrupt or stale (`on_error` decides).
     pub standing: Option<Standing<'a>>,
+    /// The last snapshot read, however old: who users are and which accounts they belong to do not
+    /// go stale the way balances do, so exemptions hold while accountd is down.
+    pub identity: Option<Standing<'a>>,
+    /// uid → name of the `[exempt]` users, looked up by the plugin whether or not there is a
+    /// snapshot: their jobs pass when it is missing too.
+    pub exempt_names: &'a HashMap<u32, String>,
     /// The local date (for "about N days").
     pub today: NaiveDate,
     /// Who asks (slurmctld's `submit_uid`).
@@ -197,16 +203,18 @@ impl Owner {
     /// The owner is the request's `user_id`, else (as in most updates) the submitter.
     fn of(job: &JobRequest, inputs: &Inputs) -> Owner {
         let uid = job.user_id.unwrap_or(inputs.submit_uid);
-        let name = inputs.standing.and_then(|s| s.user_name(uid));
+        let identity = inputs.identity;
+        let name =
+            identity.and_then(|s| s.user_name(uid)).or_else(|| inputs.exempt_names.get(&uid).map(String::as_str));
         let who = name.map_or(format!("uid {uid}"), |n| format!("{n} (uid {uid})"));
         let exempt = inputs.exempt.covers(&JobIdentity {
             user: name,
             // `-A ops` of a user not in ops runs under (and is exempt as) their default account.
-            account: job.account.as_deref().and_then(|a| match inputs.standing {
+            account: job.account.as_deref().and_then(|a| match identity {
                 Some(s) => s.account_run_under(uid, a),
                 None => Some(a),
             }),
-            default_account: inputs.standing.and_then(|s| s.default_account(uid)),
+            default_account: identity.and_then(|s| s.default_account(uid)),
             qos: job.qos.as_deref(),
         });
         Owner { uid, who, exempt }

@@ -158,6 +158,7 @@ mod tests {
     use crate::config::Admission;
     use crate::config::Exempt;
     use crate::Tokens;
+    use std::collections::HashMap;
     use std::time::Duration;
 
     fn gpu_job(user_id: u32) -> JobRequest {
@@ -324,6 +325,35 @@ mod tests {
         let by_qos = Exempt { qos: vec!["urgent".into()], ..Default::default() };
         let urgent = JobRequest { qos: Some("urgent".into()), ..gpu_job(1001) };
         assert_eq!(exempt_submit(&config(), by_qos, &urgent).0, Verdict::accept());
+    }
+
+    /// accountd down: the snapshot stale or missing, and on_error = "reject". Exempt users and the
+    /// members of an exempt default account still pass, and the duration limit spares them.
+    #[test]
+    fn exemptions_hold_while_the_balances_are_stale_or_missing() {
+        let w = world();
+        let c = Admission { on_error: OnError::Reject, max_job_duration: Some(Duration::from_secs(3600)), ..config() };
+        let long = |uid| JobRequest { time_limit: minutes(180), ..gpu_job(uid) };
+        let alice = Exempt { users: vec!["alice".into()], ..Default::default() };
+        let names = HashMap::from([(1001, "alice".to_string())]);
+        let verdict = |exempt: &Exempt, identity: Option<&World>, names: &HashMap<u32, String>, job: &JobRequest| {
+            let standing = identity.map(World::standing);
+            let inputs = Inputs {
+                exempt,
+                standing: None,
+                identity: standing,
+                exempt_names: names,
+                ..inputs(None, &c, job.user_id.unwrap())
+            };
+            decide_submit(job, &inputs, &mut |_, _| {}).verdict
+        };
+        assert_eq!(verdict(&alice, Some(&w), &HashMap::new(), &long(1001)), Verdict::accept(), "stale");
+        assert_eq!(verdict(&alice, None, &names, &long(1001)), Verdict::accept(), "missing");
+        let refused = verdict(&alice, None, &HashMap::new(), &long(1001));
+        assert!(message(&refused).contains("at most 1:00:00"), "a name known from nowhere: {refused:?}");
+        assert!(matches!(verdict(&alice, None, &names, &long(1002)), Verdict::Reject { .. }), "bob is not exempt");
+        let physics = Exempt { accounts: vec!["physics".into()], ..Default::default() };
+        assert_eq!(verdict(&physics, Some(&w), &names, &long(1002)), Verdict::accept(), "bob's default account");
     }
 
     #[test]
