@@ -5,7 +5,7 @@ use chrono::{Datelike, Duration, NaiveDate};
 use crate::tokens::Tokens;
 
 /// How balances start, grow and bottom out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BucketRules {
     pub initial: Tokens,
     pub daily: Tokens,

@@ -10,6 +10,7 @@ use gputokens::tokens::Tokens;
 
 use super::error::out_of_range;
 use super::{Ledger, LedgerError};
+use crate::journal::Journaled;
 
 /// An entry to append.
 #[derive(Debug, Clone)]
@@ -26,6 +27,8 @@ pub struct NewEntry {
     pub gpu_seconds: Option<u64>,
     /// A pool's entry: the member it was for (whose job, to whom a transfer went).
     pub member: Option<String>,
+    /// An admin's change: marked for the admin journal in the same transaction.
+    pub journal: Option<Journaled>,
 }
 
 impl NewEntry {
@@ -42,7 +45,13 @@ impl NewEntry {
             gpu_type: None,
             gpu_seconds: None,
             member: None,
+            journal: None,
         }
+    }
+
+    /// This entry, marked for the admin journal.
+    pub fn journaled(self, journaled: Journaled) -> Self {
+        NewEntry { journal: Some(journaled), ..self }
     }
 }
 
@@ -186,7 +195,11 @@ pub(crate) fn insert_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied
     if matches!(e.kind, EntryKind::Grant | EntryKind::Adjust | EntryKind::Import) {
         refuse_beyond_balance_limit(tx, &e.user, e.amount)?;
     }
-    move_balance(tx, &e.user, e.amount, tx.last_insert_rowid())?;
+    let id = tx.last_insert_rowid();
+    if let Some(journaled) = &e.journal {
+        crate::journal::mark(tx, id, journaled)?;
+    }
+    move_balance(tx, &e.user, e.amount, id)?;
     Ok(Applied::Added)
 }
 

@@ -11,6 +11,7 @@ use gputokens::tokens::Tokens;
 
 use super::accounts::{check_user_name, insert_entry, Applied, NewEntry};
 use super::{Ledger, LedgerError};
+use crate::journal::Journaled;
 
 /// What each balance paid for job `job_id` in all, by holder: job_payments for a job a pool paid
 /// for, else job_charges (its user paid it all).
@@ -83,7 +84,8 @@ impl Ledger {
                 actor,
                 reason,
                 format!("refund:{job_id}:{user}:{charged}"),
-            );
+            )
+            .journaled(Journaled::AsItsKind);
             entry.job_id = Some(job_id.to_string());
             if insert_entry(&tx, &entry)? == Applied::Added {
                 ids.push(tx.last_insert_rowid());
@@ -144,7 +146,8 @@ impl Ledger {
                 actor,
                 "imported from the original state file",
                 key.clone(),
-            );
+            )
+            .journaled(Journaled::AsItsKind);
             insert_entry(&tx, &entry)?;
             ids.push(tx.last_insert_rowid());
         }

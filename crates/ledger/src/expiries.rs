@@ -60,6 +60,9 @@ impl Ledger {
                 format_local(entry.at)
             )));
         }
+        // A journaled grant's line says when it ends.
+        let journal = entry.journal.as_ref().map(|_| crate::Journaled::Expiring { ends: expires_at });
+        let entry = &NewEntry { journal, ..entry.clone() };
         let tx = self.conn.transaction()?;
         ensure_user(&tx, &self.rules, &entry.user, entry.at)?;
         let applied = insert_entry(&tx, entry)?;

@@ -14,6 +14,7 @@ use gputokens::tokens::Tokens;
 
 use super::accounts::{ensure_user, insert_entry, Applied, NewEntry};
 use super::{Ledger, LedgerError};
+use crate::journal::Journaled;
 
 /// An account's pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,7 +150,8 @@ impl Ledger {
             ],
         )?;
         let reason = format!("pool rules changed: {was} → {now_is}");
-        let audit = NewEntry::new(&holder(account), EntryKind::Adjust, Tokens::ZERO, now, actor, &reason, key.into());
+        let audit = NewEntry::new(&holder(account), EntryKind::Adjust, Tokens::ZERO, now, actor, &reason, key.into())
+            .journaled(Journaled::PoolRules { rules, user_limit });
         // A key used before (the change entered again): dropping the transaction undoes the update.
         if insert_entry(&tx, &audit)? == Applied::AlreadyRecorded {
             return Ok((before, false));
@@ -222,7 +224,14 @@ impl Ledger {
             actor,
             &format!("transfer to {to}: {reason}"),
             format!("{key}:from"),
-        );
+        )
+        .journaled(Journaled::Transfer {
+            from: from.into(),
+            to: to.into(),
+            amount,
+            reason: reason.into(),
+            key: key.into(),
+        });
         let into = NewEntry::new(
             to,
             EntryKind::Adjust,
@@ -313,7 +322,8 @@ fn add_pool_in(
         actor,
         &format!("pool created: {}", describe_rules(&rules, user_limit)),
         created_key(account),
-    );
+    )
+    .journaled(Journaled::PoolCreated { rules, user_limit });
     insert_entry(tx, &audit)?;
     Ok(true)
 }

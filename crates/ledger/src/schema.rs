@@ -226,6 +226,12 @@ const MIGRATIONS: &[&str] = &[
     // records carry no SLUID either, it expects each run without a charge row to be new instead of
     // looking its job up first (a run found charged already makes it read the job's rows after all).
     "CREATE INDEX job_charges_by_sluid ON job_charges (job_id) WHERE run < 'start:' OR run >= 'start;';",
+    // 14: admins' changes not in the admin journal file yet, marked in the transaction that records
+    // them (`journal.rs`): `what` is the JSON of `Journaled`, what the line says beyond the entry.
+    "CREATE TABLE journal_outbox (
+        entry_id INTEGER PRIMARY KEY,           -- entries.id
+        what     TEXT    NOT NULL
+     );",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

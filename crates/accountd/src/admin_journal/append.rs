@@ -1,12 +1,17 @@
-//! Appending to the journal: after the ledger has committed, so a line never names a change the
-//! ledger lacks; and a journal that cannot be written never undoes or loses that change.
+//! Exporting to the journal: the ledger marks each admin change for the journal in the change's own
+//! transaction; after the commit the marked entries' lines are appended here and unmarked. A crash
+//! in between leaves the marks, exported at the next change or check cycle (a line may then appear
+//! twice: the journal check lists each key once). A journal that cannot be written never undoes
+//! or loses a change.
 
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::sync::{Mutex, PoisonError};
 
 use gputokens::entry::Entry;
+use ledger::{Journaled, PendingJournal};
 
 use super::line::JournalLine;
 use crate::resources::Resources;
@@ -16,6 +21,66 @@ use crate::resources::Resources;
 pub fn append(path: &Path, entries: &[Entry]) -> std::io::Result<()> {
     let lines: Vec<JournalLine> = entries.iter().filter_map(JournalLine::of).collect();
     append_lines(path, &lines)
+}
+
+/// Appends the lines of the changes the ledger has marked for the journal and unmarks them. What
+/// fails is logged and counted in `gputokens_admin_journal_failures_total`, never returned: the
+/// changes are committed, and their marks stay to be tried again.
+pub fn export(res: &mut Resources) {
+    // One export at a time in this process (the answering side's and the cycles' connections): a
+    // mark read by both would be appended twice.
+    static EXPORTING: Mutex<()> = Mutex::new(());
+    let _one = EXPORTING.lock().unwrap_or_else(PoisonError::into_inner);
+    let pending = match res.ledger.pending_journal() {
+        Ok(pending) if pending.is_empty() => return,
+        Ok(pending) => pending,
+        Err(e) => {
+            res.metrics.admin_journal_failures.inc();
+            tracing::warn!("admin journal: cannot read the changes waiting for it from the ledger: {e}");
+            return;
+        }
+    };
+    let lines: Vec<JournalLine> = pending.iter().filter_map(line_of).collect();
+    let path = &res.config.paths.admin_journal;
+    if let Err(e) = append_lines(path, &lines) {
+        res.metrics.admin_journal_failures.inc();
+        let keys: Vec<&str> = lines.iter().map(|l| l.key.as_str()).collect();
+        tracing::warn!(
+            "admin journal {}: cannot append {} change(s) ({}): {e}; the ledger has them and keeps them \
+             marked: they are appended once the journal can be written (at the next change or check cycle)",
+            path.display(),
+            lines.len(),
+            gputokens::free_text::printable(&keys.join(", ")),
+        );
+        return;
+    }
+    let ids: Vec<i64> = pending.iter().map(|p| p.entry.id).collect();
+    if let Err(e) = res.ledger.journal_exported(&ids) {
+        // Appended again at the next export: listed once by the journal check.
+        tracing::warn!("admin journal: appended {} line(s) but cannot unmark them in the ledger: {e}", ids.len());
+    }
+}
+
+/// The journal line of a marked entry, with the command that enters it again where its kind alone
+/// does not say.
+fn line_of(pending: &PendingJournal) -> Option<JournalLine> {
+    let line = JournalLine::of(&pending.entry)?;
+    let command = match &pending.journaled {
+        Journaled::AsItsKind => None,
+        Journaled::Expiring { ends } => {
+            Some(format!("{} --expires {}", line.reenter_command(), gputokens::time::format_rfc3339(*ends)))
+        }
+        Journaled::PoolCreated { rules, user_limit } => {
+            Some(super::commands::pool_created(&line.user, rules, *user_limit))
+        }
+        Journaled::PoolRules { rules, user_limit } => {
+            Some(super::commands::pool_rules(&line.user, &line.key, rules, *user_limit))
+        }
+        Journaled::Transfer { from, to, amount, reason, key } => {
+            Some(super::commands::transfer(from, to, *amount, reason, key))
+        }
+    };
+    Some(JournalLine { command, ..line })
 }
 
 fn append_lines(path: &Path, lines: &[JournalLine]) -> std::io::Result<()> {
@@ -41,32 +106,6 @@ fn append_lines(path: &Path, lines: &[JournalLine]) -> std::io::Result<()> {
         .open(path)?;
     file.write_all(text.as_bytes())?;
     file.sync_data()
-}
-
-/// [`append`] for a change the ledger has already committed: a failure is logged with what the
-/// journal lacks and counted in `gputokens_admin_journal_failures_total`, never returned.
-pub fn append_or_warn(res: &Resources, entries: &[Entry]) {
-    let lines: Vec<JournalLine> = entries.iter().filter_map(JournalLine::of).collect();
-    append_lines_or_warn(res, &lines);
-}
-
-/// [`append_or_warn`] for lines made by the change's own code (they carry their command).
-pub fn append_lines_or_warn(res: &Resources, lines: &[JournalLine]) {
-    let path = &res.config.paths.admin_journal;
-    if let Err(e) = append_lines(path, lines) {
-        res.metrics.admin_journal_failures.inc();
-        for line in lines {
-            tracing::warn!(
-                "admin journal {}: cannot append {} {} to {} (key {}): {e}; the ledger has it, but a restore \
-                 from an older backup would not list it",
-                path.display(),
-                line.kind.as_str(),
-                line.amount,
-                line.user,
-                line.key,
-            );
-        }
-    }
 }
 
 #[cfg(test)]
@@ -130,15 +169,29 @@ mod tests {
         assert!(!shared.join("admin-journal.jsonl").exists());
     }
 
+    /// A change whose line cannot be appended (the journal's directory missing, as after a crash
+    /// between the commit and the append) stays marked in the ledger and is appended, once, as
+    /// soon as the journal can be written.
     #[test]
-    fn a_journal_that_cannot_be_written_is_counted_not_returned() {
+    fn a_line_that_cannot_be_appended_waits_in_the_ledger_until_it_can() {
         let dir = tempfile::tempdir().unwrap();
         let mut config = gputokens::Config::defaults(std::path::Path::new("test.toml"));
-        config.paths.admin_journal = dir.path().join("missing-dir/admin-journal.jsonl");
+        config.paths.admin_journal = dir.path().join("later/admin-journal.jsonl");
         let ledger = ledger::Ledger::open(&dir.path().join("ledger.sqlite"), (&config).into()).unwrap();
-        let res = Resources::new(config, ledger);
-        append_or_warn(&res, &[entry(1, Some("grant:a"))]);
+        let mut res = Resources::new(config, ledger);
+        let grant =
+            ledger::NewEntry::new("alice", EntryKind::Grant, Tokens::whole(5), 100, "root", "x", "grant:a".into());
+        res.ledger.append(&grant.journaled(Journaled::AsItsKind)).unwrap();
+        export(&mut res);
         assert_eq!(res.metrics.admin_journal_failures.get(), 1);
         assert!(res.metrics.encode().contains("gputokens_admin_journal_failures_total 1"));
+        assert_eq!(res.ledger.pending_journal().unwrap().len(), 1, "kept marked");
+        std::fs::create_dir(dir.path().join("later")).unwrap();
+        export(&mut res);
+        export(&mut res);
+        let text = std::fs::read_to_string(&res.config.paths.admin_journal).unwrap();
+        let keys: Vec<String> = text.lines().map(|l| serde_json::from_str::<JournalLine>(l).unwrap().key).collect();
+        assert_eq!(keys, ["grant:a"]);
+        assert!(res.ledger.pending_journal().unwrap().is_empty());
     }
 }

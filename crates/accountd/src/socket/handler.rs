@@ -82,7 +82,7 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
             .ledger
             .refund_job(&job_id, &caller.name, &reason, now)
             .map(|entries| {
-                admin_journal::append_or_warn(&answering.res, &entries);
+                admin_journal::export(&mut answering.res);
                 (Reply::Recorded { entries, replayed: false }, true)
             })
             .map_err(from_ledger),
@@ -129,7 +129,7 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
                 .ledger
                 .import(&balances, &caller.name, now)
                 .map(|entries| {
-                    admin_journal::append_or_warn(&answering.res, &entries);
+                    admin_journal::export(&mut answering.res);
                     let imported = entries.len();
                     (Reply::Imported { imported, already: total - imported }, imported > 0)
                 })

@@ -14,7 +14,7 @@ use gputokens::Tokens;
 use ledger::{Applied, EntryKind, Issue, Pool, PoolChange};
 
 use super::record::Change;
-use crate::admin_journal::{self, quote, JournalLine};
+use crate::admin_journal;
 use crate::answering::Answering;
 use crate::cycles::slurm_view::SlurmView;
 use crate::reply::{from_ledger, invalid, refused};
@@ -41,9 +41,7 @@ pub fn import(
         list.push((account, chosen, if rules.no_user_limit { None } else { rules.user_limit }));
     }
     let created = a.res.ledger.add_pools(&list, &caller.name, now).map_err(from_ledger)?;
-    for (account, rules, user_limit) in list.iter().filter(|(account, ..)| created.contains(account)) {
-        journal_created(&a.res, account, rules, *user_limit);
-    }
+    admin_journal::export(&mut a.res);
     let already = list.len() - created.len();
     let changed = !created.is_empty();
     Ok((Reply::PoolsImported { created, already }, changed))
@@ -82,7 +80,7 @@ pub fn set(
         check_rules(&chosen)?;
         let limit = if rules.no_user_limit { None } else { rules.user_limit };
         a.res.ledger.add_pool(account, chosen, limit, &caller.name, now).map_err(from_ledger)?;
-        journal_created(&a.res, account, &chosen, limit);
+        admin_journal::export(&mut a.res);
     } else {
         if rules.initial.is_some() {
             return Err(invalid(
@@ -102,49 +100,14 @@ pub fn set(
         }
         let key = key.unwrap_or_else(|| format!("{account}:{}", super::record::unique_suffix(now)));
         let full_key = format!("pool-rules:{key}");
-        let (pool, written) =
+        let (_, written) =
             a.res.ledger.set_pool(account, &change, &caller.name, &full_key, now).map_err(from_ledger)?;
         if written {
-            let flags = rule_flags(&pool.rules, pool.user_limit);
-            let command = format!("accountd admin account set {} {flags} --key {}", quote(account), quote(&key));
-            journal(&a.res, &full_key, command);
+            admin_journal::export(&mut a.res);
         }
     }
     let rows = rows(a, &[account.to_string()], now)?;
     Ok((Reply::Pools { mode: a.res.config.accounts.mode, rows }, true))
-}
-
-/// The options of `accountd admin account add|set` that give a pool these rules.
-fn rule_flags(rules: &BucketRules, user_limit: Option<Tokens>) -> String {
-    let cap = rules.cap.map_or("--no-cap".to_string(), |c| format!("--cap {c}"));
-    let limit = user_limit.map_or("--no-user-limit".to_string(), |l| format!("--user-limit {l}"));
-    format!("--daily {} --monthly {} {cap} --floor {} {limit}", rules.daily, rules.monthly, rules.floor)
-}
-
-/// Journals a pool made (its `created` entry), with the `account add` that makes it again.
-fn journal_created(res: &Resources, account: &str, rules: &BucketRules, user_limit: Option<Tokens>) {
-    let flags = rule_flags(rules, user_limit);
-    let command = format!("accountd admin account add {} --initial {} {flags}", quote(account), rules.initial);
-    journal(res, &ledger::pool_created_key(account), command)
-}
-
-/// Appends the ledger's entry under `key` to the admin journal, with the command that enters it
-/// again. The change is committed by then: what fails here is logged and counted, never answered.
-fn journal(res: &Resources, key: &str, command: String) {
-    let line = match res.ledger.entry_with_key(key) {
-        Ok(entry) => entry.as_ref().and_then(JournalLine::of),
-        Err(e) => {
-            tracing::warn!("admin journal: cannot read back the entry {key} to journal it: {e}");
-            None
-        }
-    };
-    match line {
-        Some(line) => admin_journal::append_lines_or_warn(res, &[JournalLine { command: Some(command), ..line }]),
-        None => {
-            res.metrics.admin_journal_failures.inc();
-            tracing::warn!("admin journal: {key} not journaled; to enter it again after a restore: {command}");
-        }
-    }
 }
 
 fn check_rules(rules: &BucketRules) -> Result<(), Reply> {
@@ -227,15 +190,7 @@ pub fn transfer(
     };
     let applied = a.res.ledger.transfer(&src, &dst, amount, &caller.name, &reason, &key, now).map_err(from_ledger)?;
     if applied == Applied::Added {
-        let given = key.strip_prefix("transfer:").unwrap_or(&key);
-        let command = format!(
-            "accountd admin account transfer {} {} {amount} --reason {} --key {}",
-            quote(from),
-            quote(to),
-            quote(&reason),
-            quote(given)
-        );
-        journal(&a.res, &format!("{key}:from"), command);
+        admin_journal::export(&mut a.res);
     }
     let mut entries = Vec::new();
     for (name, side) in [(&src, "from"), (&dst, "to")] {

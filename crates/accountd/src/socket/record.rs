@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use gputokens::access::{system_user_exists, Caller};
 use gputokens::protocol::Reply;
 use gputokens::Tokens;
-use ledger::{Applied, EntryKind, NewEntry};
+use ledger::{Applied, EntryKind, Journaled, NewEntry};
 
 use crate::admin_journal;
 use crate::reply::{from_ledger, invalid};
@@ -40,7 +40,8 @@ pub fn record(
         Some(k) => format!("{}:{k}", kind.as_str()),
         None => format!("{}:{user}:{}", kind.as_str(), unique_suffix(now)),
     };
-    let entry = NewEntry::new(user, kind, amount, now, &caller.name, &reason, key.clone());
+    let entry =
+        NewEntry::new(user, kind, amount, now, &caller.name, &reason, key.clone()).journaled(Journaled::AsItsKind);
     let applied = match expires {
         Some(ends) => res.ledger.append_expiring(&entry, ends),
         None => res.ledger.append(&entry),
@@ -49,20 +50,7 @@ pub fn record(
     let history = res.ledger.history(user).map_err(from_ledger)?;
     let written: Vec<_> = history.into_iter().filter(|e| e.key.as_deref() == Some(key.as_str())).collect();
     if applied == Applied::Added {
-        let lines: Vec<admin_journal::JournalLine> = written
-            .iter()
-            .filter_map(admin_journal::JournalLine::of)
-            .map(|line| match expires {
-                // Entered again with its end, as an RFC 3339 time any host reads the same.
-                Some(ends) => {
-                    let command =
-                        format!("{} --expires {}", line.reenter_command(), gputokens::time::format_rfc3339(ends));
-                    admin_journal::JournalLine { command: Some(command), ..line }
-                }
-                None => line,
-            })
-            .collect();
-        admin_journal::append_lines_or_warn(res, &lines);
+        admin_journal::export(res);
     }
     Ok((Reply::Recorded { entries: written, replayed: applied == Applied::AlreadyRecorded }, applied == Applied::Added))
 }

@@ -1,6 +1,7 @@
 //! Only admins change balances: tested as the real non-root users alice and bob.
 
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use crate::common::{run_as, Site};
 
@@ -120,6 +121,30 @@ fn verify_checks_the_ledger_beside_a_running_accountd() {
     let refused = site.accountd(Some("alice"), &["admin", "verify"]);
     assert_eq!(refused.code, 2);
     assert!(refused.stderr.contains("only root, the SlurmUser"), "{}", refused.stderr);
+}
+
+/// The audit's crash window: an admin's grant committed, and accountd gone before its journal line
+/// was appended (here the journal cannot be written, then serve is killed). The grant waits in
+/// the ledger, marked, and the next accountd appends it: no restore can lose it unlisted.
+#[test]
+fn a_grant_whose_journal_line_was_lost_to_a_crash_is_journaled_by_the_next_accountd() {
+    let mut site = Site::start("", "");
+    let journal = site.path("lib/admin-journal.jsonl");
+    std::fs::create_dir(&journal).unwrap(); // in the way: the append fails after the commit
+    site.accountd(None, &["admin", "grant", "bob", "3", "--reason", "course", "--key", "k1"]).ok();
+    let balance = site.accountd(None, &["admin", "history", "bob"]).ok().stdout;
+    assert!(balance.contains("course"), "the grant is in the ledger: {balance}");
+    assert!(site.log().contains("cannot append 1 change(s) (grant:k1)"), "{}", site.log());
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(site.pid() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    std::fs::remove_dir(&journal).unwrap();
+    site.restart();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&journal).unwrap_or_default().contains("\"key\":\"grant:k1\"") {
+        assert!(Instant::now() < deadline, "not journaled after the restart: {}", site.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let check = site.accountd(None, &["admin", "journal-check"]).ok().stdout;
+    assert!(check.contains("1 entries, all in the ledger") || check.contains("1 entry, all in the ledger"), "{check}");
 }
 
 /// The old audit's finding (and a new site's first-day trap): `admin verify` and `journal-check`
