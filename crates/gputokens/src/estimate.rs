@@ -111,10 +111,23 @@ pub fn commitments(
     sharing: Sharing,
     charged: impl Fn(&QueueJob) -> u64,
 ) -> BTreeMap<String, Commitment> {
+    commitments_by(jobs, default_limit, prices, sharing, charged, |job| Some(job.user.clone()))
+}
+
+/// [`commitments`] summed per `payer` of each job (None: left out), e.g. the pool that pays.
+pub fn commitments_by(
+    jobs: &[QueueJob],
+    default_limit: u64,
+    prices: &PriceTable,
+    sharing: Sharing,
+    charged: impl Fn(&QueueJob) -> u64,
+    payer: impl Fn(&QueueJob) -> Option<String>,
+) -> BTreeMap<String, Commitment> {
     let mut out: BTreeMap<String, Commitment> = BTreeMap::new();
     for job in jobs {
         let Some((milli, seconds)) = held_or_asked(job, default_limit, sharing, &charged) else { continue };
-        *out.entry(job.user.clone()).or_default() +=
+        let Some(payer) = payer(job) else { continue };
+        *out.entry(payer).or_default() +=
             Commitment { milli_gpus: total_milli(&milli), max_cost: max_cost(&milli, seconds, prices) };
     }
     out

@@ -74,6 +74,9 @@ pub struct QueueSummary {
     /// The GPU jobs squeue showed that were submitted from the second before the read began.
     pub recent: Vec<RecentJob>,
     pub committed: HashMap<String, Commitment>,
+    /// With pools: what the running and pending GPU jobs each pool pays for hold and can cost, by
+    /// account (`pool_committed`).
+    pub pool_committed: HashMap<String, Commitment>,
     /// The pending jobs squeue showed, by job ID.
     pub pending: BTreeMap<u32, PendingJob>,
     /// With pools: the account of each pending or running GPU job (an update without `account=`
@@ -126,6 +129,9 @@ pub fn render(snap: &Snapshot) -> String {
         }
         for (user, c) in queue.committed.iter().collect::<BTreeMap<_, _>>() {
             out.push_str(&format!("committed {user} {} {}\n", c.milli_gpus, c.max_cost.micro()));
+        }
+        for (account, c) in queue.pool_committed.iter().collect::<BTreeMap<_, _>>() {
+            out.push_str(&format!("pool_committed {account} {} {}\n", c.milli_gpus, c.max_cost.micro()));
         }
         for (id, p) in &queue.pending {
             out.push_str(&format!("pending {id} {} {} {} {}", p.nodes, p.tasks, p.array_tasks, p.seconds));
@@ -298,6 +304,7 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
     let mut snap = Snapshot::new(0, BucketRules::default());
     let (mut prices, mut default_price) = (BTreeMap::new(), None);
     let mut committed = HashMap::new();
+    let mut pool_committed = HashMap::new();
     let mut pending = BTreeMap::new();
     let mut job_accounts = BTreeMap::new();
     for (i, line) in lines {
@@ -444,6 +451,14 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
                 words.end()?;
                 committed.insert(user, Commitment { milli_gpus, max_cost });
             }
+            // A plugin from before it skips the line.
+            "pool_committed" => {
+                let account = words.next("account")?.to_string();
+                let milli_gpus = words.number("milli-GPUs")?.max(0) as u64;
+                let max_cost = Tokens::from_micro(words.number("maximum cost")?);
+                words.end()?;
+                pool_committed.insert(account, Commitment { milli_gpus, max_cost });
+            }
             "pending" => {
                 let id = words.number("job ID")?;
                 let id = u32::try_from(id).map_err(|_| words.bad(format!("job ID {id} is out of range")))?;
@@ -485,6 +500,7 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
     snap.prices = PriceTable::new(prices, default_price);
     if let Some(queue) = &mut snap.queue {
         queue.committed = committed;
+        queue.pool_committed = pool_committed;
         queue.pending = pending;
         queue.job_accounts = job_accounts;
     }
@@ -562,6 +578,10 @@ mod tests {
             read_end_ms: Some(1_795_430_395_730),
             recent: vec![RecentJob { uid: 1001, submitted: 1_795_430_395, milli_gpus: 2000 }],
             committed,
+            pool_committed: HashMap::from([(
+                "lab".to_string(),
+                Commitment { milli_gpus: 3000, max_cost: Tokens::whole(20) },
+            )]),
             pending,
             job_accounts,
         });

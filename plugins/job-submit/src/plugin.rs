@@ -331,6 +331,7 @@ fn decide(decision: fn(&JobRequest, &Inputs, &mut Log) -> Outcome, job: &JobRequ
     let now = unix_now();
     let mut tally = plugin.tally.lock().unwrap_or_else(PoisonError::into_inner);
     let admitted_since = |uid| tally.of(uid);
+    let admitted_to_pool = |account: &str| tally.of_pool(account);
     let inputs = Inputs {
         config: &config.admission,
         exempt: &config.exempt,
@@ -341,10 +342,11 @@ fn decide(decision: fn(&JobRequest, &Inputs, &mut Log) -> Outcome, job: &JobRequ
         submit_uid,
         slurm_uid: plugin.slurm_uid,
         admitted_since: &admitted_since,
+        admitted_to_pool: &admitted_to_pool,
     };
     let outcome = decision(job, &inputs, &mut decision_log);
     if let Some((uid, commitment)) = outcome.admitted {
-        tally.add(uid, unix_now_ms(), commitment);
+        tally.add_paid_by(uid, outcome.pool.clone(), unix_now_ms(), commitment);
     }
     outcome.verdict
 }

@@ -24,10 +24,21 @@ pub struct QueueRead<'a> {
     pub recent: &'a [RecentJob],
 }
 
+/// A GPU job the plugin admitted.
+#[derive(Debug)]
+struct Admitted {
+    uid: u32,
+    /// The account whose pool pays for it, if one does.
+    pool: Option<String>,
+    /// Unix ms.
+    at: i64,
+    /// What it holds and can cost.
+    commitment: Commitment,
+}
+
 #[derive(Debug, Default)]
 pub struct Tally {
-    /// (uid, admitted at in unix ms, what the job holds and can cost)
-    entries: Vec<(u32, i64, Commitment)>,
+    entries: Vec<Admitted>,
     /// The read applied last (began, ended): a snapshot rewritten from it is not applied again.
     applied: Option<(i64, i64)>,
 }
@@ -37,7 +48,7 @@ impl Tally {
     pub fn forget_counted(&mut self, read: Option<QueueRead<'_>>, now_ms: i64) {
         let Some(read) = read else {
             let cutoff = now_ms - KEEP_WITHOUT_QUEUE_MS;
-            self.entries.retain(|(_, at, _)| *at >= cutoff);
+            self.entries.retain(|e| e.at >= cutoff);
             return;
         };
         // An accountd before `queue_read_end_ms` wrote only when the read began.
@@ -48,8 +59,8 @@ impl Tally {
         self.applied = Some((read.began_ms, ended_ms));
         let surely_in = read.began_ms - RECENT_SLACK_SECS * 1000;
         let mut claimed = vec![false; read.recent.len()];
-        self.entries.sort_by_key(|(_, at, _)| *at);
-        self.entries.retain(|(uid, at, commitment)| {
+        self.entries.sort_by_key(|e| e.at);
+        self.entries.retain(|Admitted { uid, at, commitment, .. }| {
             if *at > ended_ms {
                 return true;
             }
@@ -68,16 +79,32 @@ impl Tally {
         });
     }
 
+    /// What the user's jobs admitted since the last read hold and can cost.
     pub fn of(&self, uid: u32) -> Commitment {
+        Self::sum(self.entries.iter().filter(|e| e.uid == uid))
+    }
+
+    /// What the jobs admitted since the last read that the pool of `account` pays for hold and can
+    /// cost, whoever submitted them.
+    pub fn of_pool(&self, account: &str) -> Commitment {
+        Self::sum(self.entries.iter().filter(|e| e.pool.as_deref() == Some(account)))
+    }
+
+    fn sum<'a>(entries: impl Iterator<Item = &'a Admitted>) -> Commitment {
         let mut sum = Commitment::default();
-        for (_, _, c) in self.entries.iter().filter(|(u, _, _)| *u == uid) {
-            sum += *c;
+        for e in entries {
+            sum += e.commitment;
         }
         sum
     }
 
     pub fn add(&mut self, uid: u32, at_ms: i64, commitment: Commitment) {
-        self.entries.push((uid, at_ms, commitment));
+        self.add_paid_by(uid, None, at_ms, commitment);
+    }
+
+    /// `add` for a job the pool of `pool` pays for.
+    pub fn add_paid_by(&mut self, uid: u32, pool: Option<String>, at_ms: i64, commitment: Commitment) {
+        self.entries.push(Admitted { uid, pool, at: at_ms, commitment });
     }
 }
 
@@ -96,6 +123,24 @@ mod tests {
 
     fn recent(uid: u32, submitted: i64, milli_gpus: u64) -> RecentJob {
         RecentJob { uid, submitted, milli_gpus }
+    }
+
+    /// Jobs two members admitted for one pool count against it together, and leave its tally as
+    /// they leave their owners' once a read shows them.
+    #[test]
+    fn a_pools_tally_sums_its_members_admissions() {
+        let mut tally = Tally::default();
+        tally.add_paid_by(1001, Some("lab".into()), 100_000, c(1000, 4));
+        tally.add_paid_by(1002, Some("lab".into()), 100_500, c(2000, 8));
+        tally.add_paid_by(1002, Some("course".into()), 100_700, c(1000, 1));
+        tally.add(1002, 100_800, c(1000, 2));
+        assert_eq!(tally.of_pool("lab"), c(3000, 12));
+        assert_eq!(tally.of_pool("course"), c(1000, 1));
+        assert_eq!(tally.of(1002), c(4000, 11), "the owner's count is every job of theirs");
+        let shown = [recent(1001, 100, 1000), recent(1002, 100, 2000)];
+        tally.forget_counted(read(100_600, Some(100_650), &shown), 101_000);
+        assert_eq!(tally.of_pool("lab"), c(0, 0), "both in the read");
+        assert_eq!(tally.of_pool("course"), c(1000, 1), "admitted after the read ended");
     }
 
     #[test]

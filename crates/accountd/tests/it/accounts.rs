@@ -319,6 +319,44 @@ fn the_per_user_limit_refuses_a_member_over_it_while_the_pool_has_tokens() {
     assert_eq!(pool_balance(&site, lab), (Tokens::whole(1000) - spent).to_string(), "lab still has tokens");
 }
 
+/// The audit's L5: the estimate counted each member's own jobs, so alice and bob each passed it
+/// against lab's one balance. Now every member's jobs lab pays for count: bob's job is refused
+/// just after alice's was admitted (the plugin's own tally of lab) and once accountd's queue read
+/// shows it (the snapshot's `pool_committed`), and his job in course, another pool, is not.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn members_of_a_pool_pass_the_estimate_together_not_each_on_their_own() {
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
+    let (lab, course) = &account_names(&cluster);
+    let estimate = "[admission]\nmode = \"estimate\"\n";
+    let rules = ["--initial", "20", "--daily", "0", "--monthly", "0"];
+    let (site, mut adm) = pool_site_with(&cluster, PRICES, &rules, estimate);
+    adm.configure(estimate);
+    // 2 a6000 × 2 h × 4 tokens = 16: lab's 20 - 16 = 4 is above the floor (-10); twice is -12.
+    fn job(account: &str) -> [&str; 7] {
+        ["-A", account, "--time=2:00:00", "--gres=gpu:a6000:2", "--hold", "--wrap", "true"]
+    }
+    adm.accepted(alice, &job(lab));
+    let refused_for_bob = |when: &str| {
+        let refused = sbatch(bob, &job(lab));
+        assert_ne!(refused.code, 0, "{when}: bob's job passed the estimate on lab's 20 beside alice's 16");
+        let expected = format!(
+            "account {lab}'s GPU token balance is 20 and the running and pending GPU jobs of its members that it \
+             pays for can cost up to 16 more, which could take it to -12"
+        );
+        assert!(refused.stderr.contains(&expected), "{when}: {}", refused.stderr);
+    };
+    refused_for_bob("right after alice's");
+    let snapshot = site.path("lib/balances.snapshot");
+    wait_until(&site, "lab's commitments are not in the snapshot", || {
+        std::fs::read_to_string(&snapshot).unwrap_or_default().contains(&format!("pool_committed {lab} 2000 16000000"))
+    });
+    std::thread::sleep(SETTLE);
+    refused_for_bob("after the queue read");
+    adm.accepted(bob, &job(course));
+}
+
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn in_a_pools_overdraft_jobs_are_deprioritized_and_updates_keep_the_penalty() {

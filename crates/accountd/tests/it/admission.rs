@@ -79,7 +79,7 @@ impl Admission {
 
     /// Adds `tables` to the plugin's config and waits until the plugin has read it (it re-reads the
     /// file on change; slurmctld is not restarted).
-    fn configure(&self, tables: &str) {
+    pub(crate) fn configure(&self, tables: &str) {
         write_admission_settings(&format!("{}\n{tables}", self.config));
     }
 

@@ -73,6 +73,10 @@ pub fn no_local(_: u32) -> Commitment {
     Commitment::default()
 }
 
+pub fn no_local_pool(_: &str) -> Commitment {
+    Commitment::default()
+}
+
 static NO_NAMES: std::sync::LazyLock<HashMap<u32, String>> = std::sync::LazyLock::new(HashMap::new);
 static NO_EXEMPTIONS: Exempt = Exempt { users: Vec::new(), accounts: Vec::new(), qos: Vec::new() };
 
@@ -88,6 +92,7 @@ pub fn inputs<'a>(world: Option<&'a World>, config: &'a Admission, submit_uid: u
         submit_uid,
         slurm_uid: SLURM_UID,
         admitted_since: &no_local,
+        admitted_to_pool: &no_local_pool,
     }
 }
 

@@ -86,11 +86,17 @@ pub struct Outcome {
     pub verdict: Verdict,
     /// (owner's uid, what the job adds)
     pub admitted: Option<(u32, Commitment)>,
+    /// The account whose pool pays for the admitted job: it adds to the pool's commitments too.
+    pub pool: Option<String>,
 }
 
 impl Outcome {
     fn pass() -> Outcome {
-        Outcome { verdict: Verdict::accept(), admitted: None }
+        Outcome::of(Verdict::accept())
+    }
+
+    fn of(verdict: Verdict) -> Outcome {
+        Outcome { verdict, admitted: None, pool: None }
     }
 }
 
@@ -129,6 +135,13 @@ impl<'a> Standing<'a> {
     pub fn committed(&self, uid: u32) -> Commitment {
         let queue = self.snapshot.queue.as_ref();
         self.user_name(uid).and_then(|n| queue?.committed.get(n)).copied().unwrap_or_default()
+    }
+
+    /// What the running and pending GPU jobs the pool of `account` pays for held and could cost
+    /// when squeue was read, whoever's they are.
+    pub fn pool_committed(&self, account: &str) -> Commitment {
+        let queue = self.snapshot.queue.as_ref();
+        queue.and_then(|q| q.pool_committed.get(account)).copied().unwrap_or_default()
     }
 
     /// A job that was pending when squeue was read; None for any other (e.g. submitted since).
@@ -189,6 +202,8 @@ pub struct Inputs<'a> {
     pub slurm_uid: u32,
     /// What the plugin admitted for a uid since the snapshot's queue was read.
     pub admitted_since: &'a dyn Fn(u32) -> Commitment,
+    /// What the plugin admitted since the queue was read for the pool of an account to pay.
+    pub admitted_to_pool: &'a dyn Fn(&str) -> Commitment,
 }
 
 /// The job's owner as the rules see them.
@@ -313,10 +328,18 @@ impl<'a> Account<'a> {
         }
     }
 
-    /// What the owner's GPU jobs hold and can cost: the last queue read and what was admitted since.
+    /// What the owner's GPU jobs hold, and what the jobs this balance pays for can cost: the last
+    /// queue read and what was admitted since. A pool's members all draw on its one balance, so
+    /// with a pool paying the cost is that of every member's jobs it pays for (the audit's L5).
     fn held(&self, case: &Case) -> Commitment {
         let mut held = self.standing.committed(case.owner.uid);
         held += (case.inputs.admitted_since)(case.owner.uid);
+        if let Some(pool) = self.pool {
+            let mut of_pool = self.standing.pool_committed(pool);
+            of_pool += (case.inputs.admitted_to_pool)(pool);
+            // An accountd from before pool commitments writes none: the owner's own then count.
+            held.max_cost = held.max_cost.max(of_pool.max_cost);
+        }
         held
     }
 }
@@ -395,7 +418,7 @@ fn decide<S: Steps>(screened: Option<(Owner, S)>, job: &JobRequest, inputs: &Inp
             if let Some(reason) = reason {
                 log(Level::Info, format!("refused {}: {reason}", steps.subject(&case)));
             }
-            Outcome { verdict: Verdict::Reject { message }, admitted: None }
+            Outcome::of(Verdict::Reject { message })
         }
     }
 }
@@ -407,7 +430,7 @@ fn judge<S: Steps>(steps: &mut S, case: &Case, log: &mut Log) -> Result<Outcome,
     // (`on_error`), never as a new user at `initial` (the old audit's finding).
     let Some(standing) = case.inputs.standing.filter(|s| s.knows(case.owner.uid)) else {
         steps.check_unavailable(case.inputs.config.on_error)?;
-        return Ok(Outcome { verdict: draft.verdict(), admitted: None });
+        return Ok(Outcome::of(draft.verdict()));
     };
     let account = Account::of(standing, case);
     steps.check_balance(case, &account)?;
@@ -416,7 +439,8 @@ fn judge<S: Steps>(steps: &mut S, case: &Case, log: &mut Log) -> Result<Outcome,
         steps.deprioritize(case, &account, how, message, &mut draft, log);
     }
     draft.messages.extend(steps.note(&account));
-    Ok(Outcome { verdict: draft.verdict(), admitted: admitted.map(|grown| (case.owner.uid, grown)) })
+    let pool = admitted.and(account.pool).map(str::to_string);
+    Ok(Outcome { verdict: draft.verdict(), admitted: admitted.map(|grown| (case.owner.uid, grown)), pool })
 }
 
 /// `max_gpus_per_user`: `held` milli-GPUs in the owner's jobs, `asked` by this one.
@@ -433,7 +457,7 @@ fn within_gpu_limit(max: u32, held: u64, asked: u64) -> Result<(), Refusal> {
 /// The estimate: the job's maximum cost with what the owner's jobs can still cost (`held`) must not
 /// take the balance below the floor.
 fn within_estimate(account: &Account, held: Tokens, estimate: &JobEstimate) -> Result<(), Refusal> {
-    match rules::check_estimate(account.balance, held, estimate, &account.rules) {
+    match rules::check_estimate(account.balance, held, estimate, &account.rules, account.pool) {
         Some(message) => Err(Refusal::logged(
             format!("its maximum cost {} would take {} below the floor", estimate.cost, account.balance),
             message,

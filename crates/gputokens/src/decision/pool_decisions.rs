@@ -107,3 +107,48 @@ fn updates_are_judged_by_the_pool_of_the_account_the_job_is_in_or_moves_to() {
     assert!(matches!(update(PoolMode::Account, &nice0(8)), Verdict::Accept { .. }));
     assert!(matches!(update(PoolMode::Account, &nice0(9)), Verdict::Reject { .. }));
 }
+
+/// The audit's L5: every member's jobs a pool pays for draw on its one balance, so the estimate
+/// counts them all (the last queue read's and what the plugin admitted since for that pool), not
+/// only the submitter's own; and an admitted job is tallied against its pool.
+#[test]
+fn the_estimate_counts_every_members_jobs_the_pool_pays_for() {
+    use crate::config::admission::Mode;
+    use crate::estimate::Commitment;
+    let estimate = crate::config::Admission { mode: Mode::Estimate, ..config() };
+    let held = |tokens: i64| Commitment { milli_gpus: 4000, max_cost: Tokens::whole(tokens) };
+    let course_job = gpu_job(Some("course"));
+    let decide = |w: &super::fixtures::World, admitted: &dyn Fn(&str) -> Commitment| {
+        let inputs = super::Inputs { admitted_to_pool: admitted, ..inputs(Some(w), &estimate, BOB) };
+        decide_submit(&course_job, &inputs, &mut |_, _| {})
+    };
+    let none = |_: &str| Commitment::default();
+    let mut w = world(PoolMode::Account);
+    let alone = decide(&w, &none);
+    assert!(matches!(alone.verdict, Verdict::Accept { .. }), "course has 50: {alone:?}");
+    assert_eq!(alone.pool.as_deref(), Some("course"), "tallied against its pool");
+    // alice's and carol's course jobs can cost 58 of the 50: bob's own 16 alone would pass.
+    w.snapshot.queue.as_mut().unwrap().pool_committed.insert("course".into(), held(58));
+    let refused = decide(&w, &none);
+    assert!(matches!(refused.verdict, Verdict::Reject { .. }), "{refused:?}");
+    assert!(
+        message(&refused.verdict).contains(
+            "account course's GPU token balance is 50 and the running and pending GPU jobs of its members that it \
+             pays for can cost up to 58 more, which could take it to -12"
+        ),
+        "{}",
+        message(&refused.verdict)
+    );
+    assert!(message(&refused.verdict).contains("wait until jobs of account course have finished"));
+    // The same from what the plugin admitted for course since the read.
+    w.snapshot.queue.as_mut().unwrap().pool_committed.insert("course".into(), held(20));
+    assert!(matches!(decide(&w, &none).verdict, Verdict::Accept { .. }));
+    let admitted = |account: &str| if account == "course" { held(38) } else { Commitment::default() };
+    assert!(matches!(decide(&w, &admitted).verdict, Verdict::Reject { .. }), "20 read + 38 admitted since");
+    // A job of bob's own bucket (ops has no pool) is not held back by course's jobs.
+    let ops = gpu_job(Some("ops"));
+    let inputs = super::Inputs { admitted_to_pool: &admitted, ..inputs(Some(&w), &estimate, BOB) };
+    let own = decide_submit(&ops, &inputs, &mut |_, _| {});
+    assert!(matches!(own.verdict, Verdict::Accept { .. }), "{own:?}");
+    assert_eq!(own.pool, None);
+}

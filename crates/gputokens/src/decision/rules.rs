@@ -200,25 +200,47 @@ impl JobEstimate {
     }
 }
 
-/// The estimate rule: refused when the balance, less what the user's running and pending GPU jobs
-/// can still cost (`committed`) and this job's maximum, would fall below the floor. Returns the
-/// refusal message, or None to let the job through.
-pub fn check_estimate(balance: Tokens, committed: Tokens, job: &JobEstimate, rules: &BucketRules) -> Option<String> {
+/// Whose balance pays, in a message: the user's own (None) or the pool of an account.
+fn whose(pool: Option<&str>) -> (String, String) {
+    match pool {
+        None => ("your GPU token balance".into(), "your running and pending GPU jobs".into()),
+        Some(account) => (
+            format!("account {account}'s GPU token balance"),
+            "the running and pending GPU jobs of its members that it pays for".into(),
+        ),
+    }
+}
+
+/// The estimate rule: refused when the balance, less what the running and pending GPU jobs it pays
+/// for can still cost (`committed`) and this job's maximum, would fall below the floor. `pool` is
+/// the account whose pool pays (None: the user's own balance). Returns the refusal message, or
+/// None to let the job through.
+pub fn check_estimate(
+    balance: Tokens,
+    committed: Tokens,
+    job: &JobEstimate,
+    rules: &BucketRules,
+    pool: Option<&str>,
+) -> Option<String> {
     // Exact in i128: saturating steps could round a worst case up to the floor.
     let exact = balance.micro() as i128 - committed.micro() as i128 - job.cost.micro() as i128;
     if exact >= rules.floor.micro() as i128 {
         return None;
     }
     let after = balance - committed - job.cost; // for the message; saturates at the least amount
-
+    let (balance_of, jobs_of) = whose(pool);
     let queued = if committed > Tokens::ZERO {
-        format!(" and your running and pending GPU jobs can cost up to {committed} more")
+        format!(" and {jobs_of} can cost up to {committed} more")
     } else {
         String::new()
     };
+    let wait = match pool {
+        None => "your jobs have".to_string(),
+        Some(account) => format!("jobs of account {account} have"),
+    };
     Some(format!(
-        "gputokens: this job can cost {}; your GPU token balance is {balance}{queued}, which could take it to {after}, \
-         below the floor ({}). Ask for less time (--time) or fewer GPUs, or wait until your jobs have finished. Run \
+        "gputokens: this job can cost {}; {balance_of} is {balance}{queued}, which could take it to {after}, \
+         below the floor ({}). Ask for less time (--time) or fewer GPUs, or wait until {wait} finished. Run \
          'sbalance' for details.",
         job.describe(),
         rules.floor
@@ -238,13 +260,11 @@ pub fn impossible_message(gpus: &MilliByType, seconds: u64) -> String {
 }
 
 /// What `--gpu-tokens-estimate` shows on submission.
-pub fn estimate_message(balance: Tokens, committed: Tokens, job: &JobEstimate) -> String {
-    let queued = if committed > Tokens::ZERO {
-        format!("; your running and pending GPU jobs can cost up to {committed} more")
-    } else {
-        String::new()
-    };
-    format!("gputokens: this job can cost {}; your GPU token balance is {balance}{queued}.", job.describe())
+pub fn estimate_message(balance: Tokens, committed: Tokens, job: &JobEstimate, pool: Option<&str>) -> String {
+    let (balance_of, jobs_of) = whose(pool);
+    let queued =
+        if committed > Tokens::ZERO { format!("; {jobs_of} can cost up to {committed} more") } else { String::new() };
+    format!("gputokens: this job can cost {}; {balance_of} is {balance}{queued}.", job.describe())
 }
 
 #[cfg(test)]
@@ -398,19 +418,23 @@ mod tests {
             seconds: 4 * 3600,
             cost: Tokens::whole(32),
         };
-        assert_eq!(check_estimate(Tokens::whole(42), Tokens::ZERO, &job, &r), None, "42 - 32 = 10");
-        assert_eq!(check_estimate(Tokens::whole(22), Tokens::ZERO, &job, &r), None, "exactly at the floor is allowed");
+        assert_eq!(check_estimate(Tokens::whole(42), Tokens::ZERO, &job, &r, None), None, "42 - 32 = 10");
         assert_eq!(
-            check_estimate(Tokens::whole(20), Tokens::whole(10), &job, &r).unwrap(),
+            check_estimate(Tokens::whole(22), Tokens::ZERO, &job, &r, None),
+            None,
+            "exactly at the floor is allowed"
+        );
+        assert_eq!(
+            check_estimate(Tokens::whole(20), Tokens::whole(10), &job, &r, None).unwrap(),
             "gputokens: this job can cost up to 32 tokens (2 a6000 GPUs for 4:00:00); your GPU token balance is 20 \
              and your running and pending GPU jobs can cost up to 10 more, which could take it to -22, below the floor \
              (-10). Ask for less time (--time) or fewer GPUs, or wait until your jobs have finished. Run 'sbalance' \
              for details."
         );
-        let alone = check_estimate(Tokens::whole(20), Tokens::ZERO, &job, &r).unwrap();
+        let alone = check_estimate(Tokens::whole(20), Tokens::ZERO, &job, &r, None).unwrap();
         assert!(alone.contains("balance is 20, which could take it to -12,"), "{alone}");
         assert_eq!(
-            estimate_message(Tokens::whole(46), Tokens::whole(8), &job),
+            estimate_message(Tokens::whole(46), Tokens::whole(8), &job, None),
             "gputokens: this job can cost up to 32 tokens (2 a6000 GPUs for 4:00:00); your GPU token balance is 46; \
              your running and pending GPU jobs can cost up to 8 more."
         );
@@ -422,10 +446,10 @@ mod tests {
     fn the_estimate_rule_never_wraps() {
         let r = rules(1, 0);
         let job = |cost| JobEstimate { gpus: MilliByType::from([(None, 1000)]), seconds: 60, cost };
-        let refused = check_estimate(Tokens::whole(-5), Tokens::MAX, &job(Tokens::MAX), &r).unwrap();
+        let refused = check_estimate(Tokens::whole(-5), Tokens::MAX, &job(Tokens::MAX), &r, None).unwrap();
         assert!(refused.contains("which could take it to -9223372036854.775808, below the floor"), "{refused}");
-        assert!(check_estimate(Tokens::MIN, Tokens::ZERO, &job(Tokens::from_micro(1)), &r).is_some());
-        assert_eq!(check_estimate(Tokens::MAX, Tokens::MIN, &job(Tokens::ZERO), &r), None);
+        assert!(check_estimate(Tokens::MIN, Tokens::ZERO, &job(Tokens::from_micro(1)), &r, None).is_some());
+        assert_eq!(check_estimate(Tokens::MAX, Tokens::MIN, &job(Tokens::ZERO), &r, None), None);
     }
 
     #[test]
@@ -477,11 +501,11 @@ mod tests {
                     }
                 }
                 let job = JobEstimate { gpus: MilliByType::from([(None, 1000)]), seconds: 60, cost };
-                let refused = check_estimate(balance, committed, &job, &r);
+                let refused = check_estimate(balance, committed, &job, &r, None);
                 // Refused exactly when the worst case, counted exactly, is below the floor.
                 let worst = balance.micro() as i128 - committed.micro() as i128 - cost.micro() as i128;
                 prop_assert_eq!(refused.is_some(), worst < r.floor.micro() as i128);
-                let _ = estimate_message(balance, committed, &job);
+                let _ = estimate_message(balance, committed, &job, Some("lab"));
             }
 
             #[test]

@@ -146,7 +146,7 @@ impl Steps for Submission {
 
     fn note(&self, account: &Account) -> Option<String> {
         let (estimate, held) = self.counted.as_ref().filter(|_| self.wants_estimate)?;
-        Some(rules::estimate_message(account.balance, held.max_cost, estimate))
+        Some(rules::estimate_message(account.balance, held.max_cost, estimate, account.pool))
     }
 }
 
