@@ -74,12 +74,18 @@ fn run(cli: Cli) -> AccountdResult {
             let publish = |c: &CycleState, now| accountd::snapshot::publish(&c.res, &c.slurm_view, now);
             outln!("check: {}", check::check(&mut cycle, now, publish)?);
             cycle.finish_preemptions();
+            if !accountd::ondemand::flush(std::time::Duration::from_secs(30)) {
+                tracing::warn!(
+                    "the OnDemand balance file was not written within 30 s: the dashboard keeps the last one"
+                );
+            }
             Ok(())
         }
         Command::Charge { sacct_file, time, wait } => {
             let mut cycle = CycleState::new(Resources::open_as_admin(trusted_config(&path)?)?);
             let _lock = cycle_lock(&cycle.res, "accountd charge", &wait)?;
             outln!("{}", accountd::cli::sacct_file::charge(&mut cycle, &sacct_file, now(&time)?)?);
+            accountd::ondemand::flush(std::time::Duration::from_secs(30));
             Ok(())
         }
     }

@@ -2,9 +2,12 @@
 //! `OOD_BALANCE_PATH` as each user and warns one whose balance is below `OOD_BALANCE_THRESHOLD`.
 //! Format version 1 (OnDemand's documentation, "Balance Warnings on Dashboard"): a row per user of
 //! the ledger (`user`, `value`) and, with pools, a row per member of each pool (`user`, `project`:
-//! the account, `value`: the pool's balance). Rewritten with the snapshot, each check cycle.
+//! the account, `value`: the pool's balance). Rewritten with the snapshot, each check cycle, by a
+//! thread of its own.
 
 use std::os::unix::fs::PermissionsExt;
+use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
 
 use gputokens::config::{OnDemand, OnDemandReaders};
 use gputokens::Tokens;
@@ -66,6 +69,79 @@ pub fn write(settings: &OnDemand, text: &str) -> Result<(), String> {
     gputokens::snapshot::write_atomically_with(path, text, gid, mode).map_err(failed)
 }
 
+/// The file's writer: a thread of its own, since the snapshot is published under the lock that
+/// answers users and the file sits on storage OnDemand's hosts mount (a hung NFS server must stall
+/// nothing but this thread; the audit's L6). Only the newest text waits: one that was not written
+/// yet when a newer came is dropped.
+struct Writer {
+    state: Mutex<WriterState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct WriterState {
+    pending: Option<(OnDemand, String)>,
+    writing: bool,
+}
+
+static WRITER: OnceLock<Option<Writer>> = OnceLock::new();
+
+fn writer() -> Option<&'static Writer> {
+    WRITER
+        .get_or_init(|| {
+            let spawned = std::thread::Builder::new().name("ondemand-file".into()).spawn(|| {
+                let Some(writer) = writer() else { return };
+                loop {
+                    let mut state = writer.state.lock().unwrap_or_else(PoisonError::into_inner);
+                    while state.pending.is_none() {
+                        state = writer.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
+                    }
+                    let (settings, text) = state.pending.take().expect("pending");
+                    state.writing = true;
+                    drop(state);
+                    if let Err(e) = write(&settings, &text) {
+                        tracing::warn!("{e}");
+                    }
+                    writer.state.lock().unwrap_or_else(PoisonError::into_inner).writing = false;
+                    writer.changed.notify_all();
+                }
+            });
+            match spawned {
+                Ok(_) => Some(Writer { state: Mutex::default(), changed: Condvar::new() }),
+                Err(e) => {
+                    tracing::warn!("cannot start the OnDemand file's writer ({e}): it is written in place");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+/// Hands `text` to the writer thread (written in place if it could not start); a failure is
+/// logged there (the dashboard keeps the last file).
+pub fn write_later(settings: &OnDemand, text: String) {
+    let Some(writer) = writer() else {
+        if let Err(e) = write(settings, &text) {
+            tracing::warn!("{e}");
+        }
+        return;
+    };
+    writer.state.lock().unwrap_or_else(PoisonError::into_inner).pending = Some((settings.clone(), text));
+    writer.changed.notify_all();
+}
+
+/// Waits up to `timeout` for the writer to finish what it was handed (a one-shot command, before
+/// it exits); false when it has not.
+pub fn flush(timeout: Duration) -> bool {
+    let Some(writer) = WRITER.get().and_then(Option::as_ref) else { return true };
+    let state = writer.state.lock().unwrap_or_else(PoisonError::into_inner);
+    let (state, _) = writer
+        .changed
+        .wait_timeout_while(state, timeout, |s| s.pending.is_some() || s.writing)
+        .unwrap_or_else(PoisonError::into_inner);
+    state.pending.is_none() && !state.writing
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +184,18 @@ mod tests {
                 { "user": "bob", "project": "lab", "value": 12.5 },
             ])
         );
+    }
+
+    /// Handed to the writer thread, the file appears without the caller waiting for it.
+    #[test]
+    fn the_writer_thread_writes_the_newest_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = settings();
+        s.balance_file = dir.path().join("balances.json");
+        write_later(&s, "{\"n\": 1}\n".into());
+        write_later(&s, "{\"n\": 2}\n".into());
+        assert!(flush(Duration::from_secs(10)));
+        assert_eq!(std::fs::read_to_string(&s.balance_file).unwrap(), "{\"n\": 2}\n");
     }
 
     #[test]

@@ -55,9 +55,7 @@ fn write_ondemand(
         })
         .collect();
     let text = crate::ondemand::render(settings, now, &users, &pools);
-    if let Err(e) = crate::ondemand::write(settings, &text) {
-        tracing::warn!("{e}");
-    }
+    crate::ondemand::write_later(settings, text);
 }
 
 /// With pools on: each pool with its coordinators, what members spent of it this month, and each
