@@ -436,7 +436,9 @@ ensure_slurm_daemon slurmd 6818 30 slurmd_ok
 # ---- node must be idle with the expected GPUs ----------------------------------------------------
 want_gres="gpu:rtx2080:4,gpu:rtx3090:2,gpu:a6000:2"
 node_line() { timeout -k 2 "$T_PROBE" sinfo -h -n "$HOST" -o '%T|%G|%E'; }
-node_usable() { [[ $(node_line | cut -d'|' -f1) =~ ^(idle|mixed|allocated|completing)$ ]]; }
+# planned: idle, with the backfill scheduler planning a pending job on it (Slurm 23.02+); not a
+# state `scontrol update state=resume` leaves.
+node_usable() { [[ $(node_line | cut -d'|' -f1) =~ ^(idle|mixed|allocated|completing|planned)$ ]]; }
 if ! node_usable; then
   say "node $HOST is '$(node_line)', resuming"
   bounded "$T_CALL" scontrol update nodename="$HOST" state=resume || true
