@@ -60,10 +60,38 @@ impl Ledger {
 /// between its creation and SQLite opening it by name. Removed, with what is left in it, when dropped.
 fn private_dir_beside(dest: &Path) -> Result<tempfile::TempDir, BackupError> {
     let dir = dest.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    tempfile::Builder::new()
-        .prefix(".gputokens-backup-")
+    let private = tempfile::Builder::new()
+        .prefix(PRIVATE_PREFIX)
         .tempdir_in(dir)
-        .map_err(|source| BackupError::File { path: dest.to_path_buf(), source })
+        .map_err(|source| BackupError::File { path: dest.to_path_buf(), source })?;
+    // Ours is new: never stale, and its owner is this process's user.
+    if let Ok(meta) = std::fs::metadata(private.path()) {
+        remove_stale_private_dirs(dir, std::os::unix::fs::MetadataExt::uid(&meta));
+    }
+    Ok(private)
+}
+
+const PRIVATE_PREFIX: &str = ".gputokens-backup-";
+/// A private directory untouched this long was left by a backup that crashed (a backup takes
+/// seconds to minutes): each holds a copy of every balance, and would fill the disk in time.
+const STALE_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// Removes the private directories of crashed backups in `dir`: only real directories (never
+/// through a symlink) of this process's user, named as ours, untouched for a day. What cannot be
+/// removed is left (logged by nothing: the next backup tries again).
+fn remove_stale_private_dirs(dir: &Path, me: u32) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(PRIVATE_PREFIX) {
+            continue;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else { continue };
+        let old = meta.modified().ok().and_then(|m| m.elapsed().ok()).is_some_and(|age| age >= STALE_AFTER);
+        if meta.is_dir() && meta.uid() == me && old {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// The whole ledger into the new file `temp`, as a self-contained database (no WAL beside it).

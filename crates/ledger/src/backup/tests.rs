@@ -102,3 +102,31 @@ fn a_backup_into_a_missing_directory_fails_and_leaves_nothing() {
     assert!(text.contains("nowhere/b.sqlite") && text.contains("No such file or directory"), "{text}");
     assert!(!err.is_callers_fault());
 }
+
+/// A backup that crashed left its private directory (a copy of every balance): the next backup
+/// removes those a day old, and leaves a recent one (a backup running beside it), a symlink and
+/// what is not named as ours.
+#[test]
+fn the_next_backup_removes_what_a_crashed_one_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let backups = dir.path().join("backups");
+    std::fs::create_dir(&backups).unwrap();
+    let made = |name: &str, age_secs: u64| {
+        let path = backups.join(name);
+        std::fs::create_dir(&path).unwrap();
+        std::fs::write(path.join("ledger.sqlite"), "half a copy").unwrap();
+        let when = std::time::SystemTime::now() - std::time::Duration::from_secs(age_secs);
+        std::fs::File::open(&path).unwrap().set_modified(when).unwrap();
+        path
+    };
+    let crashed = made(".gputokens-backup-abc123", 2 * 86_400);
+    let running = made(".gputokens-backup-def456", 60);
+    let other = made("gputokens-backup-mine", 2 * 86_400);
+    let target = made("elsewhere", 0);
+    std::os::unix::fs::symlink(&target, backups.join(".gputokens-backup-link")).unwrap();
+    ledger.backup_to(&backups.join("ledger.sqlite"), false).unwrap();
+    assert!(!crashed.exists(), "a crashed backup's directory was left");
+    assert!(running.exists() && other.exists() && target.join("ledger.sqlite").exists());
+    assert!(std::fs::symlink_metadata(backups.join(".gputokens-backup-link")).is_ok());
+}
