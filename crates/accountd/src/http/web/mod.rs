@@ -188,16 +188,35 @@ fn session_cookie(headers: &HeaderMap, name: &str) -> Option<String> {
 /// The header in which a trusted proxy proves it is the proxy (`[web] proxy_secret_file`).
 pub const PROXY_SECRET_HEADER: &str = "X-Gputokens-Proxy-Secret";
 
-/// Who is asking, as `s`'s rules know them: the trusted proxy's user header, else the session.
-fn caller(
+/// Who a request comes from, before they are looked up.
+enum Visitor {
+    /// Named by a trusted proxy.
+    Named(String),
+    /// Logged in with `sbalance --web`.
+    Uid(u32),
+}
+
+impl Visitor {
+    /// The caller, looked up in the name service (a directory server): with the answering lock
+    /// released (the audit's L1).
+    fn caller(self, config: &gputokens::Config) -> Caller {
+        match self {
+            Visitor::Named(name) => Caller::named(&name, config),
+            Visitor::Uid(uid) => Caller::identify(uid, config),
+        }
+    }
+}
+
+/// Who is asking: the trusted proxy's user header, else the session.
+fn visitor(
     s: &mut Answering,
     peer: SocketAddr,
     headers: &HeaderMap,
     proxy_secret: Option<&str>,
     now: i64,
-) -> Result<Caller, (StatusCode, String)> {
+) -> Result<Visitor, (StatusCode, String)> {
     if let Some(name) = proxied_user(&s.res.config.web, peer, headers, proxy_secret)? {
-        return Ok(Caller::named(&name, &s.res.config));
+        return Ok(Visitor::Named(name));
     }
     let token = session_cookie(headers, cookie_kind(&s.res.config.web).0)
         .ok_or((StatusCode::UNAUTHORIZED, "not logged in: run `sbalance --web` and open the link it prints".into()))?;
@@ -205,7 +224,7 @@ fn caller(
         .logins
         .session(&token, now)
         .map_err(|r| (StatusCode::UNAUTHORIZED, format!("{}: run `sbalance --web` again", session_refusal(r))))?;
-    Ok(Caller::identify(visitor.uid, &s.res.config))
+    Ok(Visitor::Uid(visitor.uid))
 }
 
 /// The user a trusted proxy names: only from a `trusted_proxies` address (an IPv4 peer seen as
@@ -252,9 +271,7 @@ async fn me(
     headers: HeaderMap,
     Query(query): Query<UserQuery>,
 ) -> Response {
-    let proxy_secret = state.proxy_secret.clone();
-    json_view(state, move |s, now| {
-        let caller = caller(s, peer, &headers, proxy_secret.as_deref(), now)?;
+    json_view(state, peer, headers, move |s, caller, now| {
         let user = query.user.unwrap_or_else(|| caller.name.clone());
         if !caller.may_view(&user, &s.res.config) {
             return Err((StatusCode::FORBIDDEN, format!("{} may not see the data of '{user}'", caller.name)));
@@ -264,7 +281,7 @@ async fn me(
         // The pools the viewer may see (with pools on), as `sbalance -l` shows them.
         if s.res.config.accounts.mode != gputokens::pools::PoolMode::User {
             if let Ok((gputokens::protocol::Reply::Pools { rows, .. }, _)) =
-                crate::socket::pools::list(s, &caller, None, now)
+                crate::socket::pools::list(s, caller, None, now)
             {
                 view["pools"] = serde_json::to_value(rows).unwrap_or_default();
             }
@@ -279,9 +296,7 @@ async fn admin(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Response {
-    let proxy_secret = state.proxy_secret.clone();
-    json_view(state, move |s, now| {
-        let caller = caller(s, peer, &headers, proxy_secret.as_deref(), now)?;
+    json_view(state, peer, headers, move |s, caller, now| {
         if !caller.admin {
             return Err((StatusCode::FORBIDDEN, format!("{} is not a gputokens admin", caller.name)));
         }
@@ -292,14 +307,21 @@ async fn admin(
     .await
 }
 
-/// Runs `view` on the service off the async runtime (it reads the ledger) and answers its JSON.
-async fn json_view<F>(state: Arc<AppState>, view: F) -> Response
+/// Runs `view` for the request's caller on the service off the async runtime (it reads the ledger)
+/// and answers its JSON.
+async fn json_view<F>(state: Arc<AppState>, peer: SocketAddr, headers: HeaderMap, view: F) -> Response
 where
-    F: FnOnce(&mut Answering, i64) -> Result<serde_json::Value, (StatusCode, String)> + Send + 'static,
+    F: FnOnce(&mut Answering, &Caller, i64) -> Result<serde_json::Value, (StatusCode, String)> + Send + 'static,
 {
     let work = tokio::task::spawn_blocking(move || {
+        let now = gputokens::time::now();
+        let (visitor, config) = {
+            let mut s = crate::answering::lock(&state.answering);
+            (visitor(&mut s, peer, &headers, state.proxy_secret.as_deref(), now), s.res.config.clone())
+        };
+        let caller = visitor?.caller(&config);
         let mut s = crate::answering::lock(&state.answering);
-        view(&mut s, gputokens::time::now())
+        view(&mut s, &caller, now)
     });
     let response = match work.await {
         Ok(Ok(value)) => Json(value).into_response(),
