@@ -98,6 +98,8 @@ impl Tally {
         sum
     }
 
+    /// `add_paid_by` for a job of the user's own balance.
+    #[cfg(test)]
     pub fn add(&mut self, uid: u32, at_ms: i64, commitment: Commitment) {
         self.add_paid_by(uid, None, at_ms, commitment);
     }

@@ -89,7 +89,7 @@ fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdR
     let charged =
         |job: &squeue::QueueJob| ledger.charged_seconds(&job.job_id, job.start_time).ok().flatten().unwrap_or(0);
     let (prices, sharing) = (&res.config.prices, res.config.sharing);
-    let committed = commitments(jobs, default_limit, prices, sharing, &charged);
+    let committed = commitments(jobs, default_limit, prices, sharing, charged);
     // Every member's jobs a pool pays for draw on its one balance (the audit's L5).
     let pools: std::collections::HashSet<String> = match res.config.accounts.mode {
         PoolMode::User => Default::default(),
@@ -99,7 +99,7 @@ fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdR
     let paying_pool = |j: &squeue::QueueJob| {
         gputokens::pools::payers(mode, Some(j.account.as_str()), |a| pools.contains(a)).pool.map(str::to_string)
     };
-    let pool_committed = commitments_by(jobs, default_limit, prices, sharing, &charged, paying_pool);
+    let pool_committed = commitments_by(jobs, default_limit, prices, sharing, charged, paying_pool);
     let pending = pending_jobs(jobs, default_limit, prices, sharing);
     // The plugin matches what it admitted near the read against these (RECENT_SLACK_SECS before it
     // began; slurmctld stamps a job's submit time after the plugin admitted it). Exempt jobs were
