@@ -66,7 +66,7 @@ fn run(cli: Cli) -> AccountdResult {
             let mut cycle = CycleState::new(Resources::open_as_admin(trusted_config(&path)?)?);
             let now = now(&time)?;
             // Held until the preemptions' grace is over: their requeues are part of this cycle.
-            let _lock = cycle_lock(&cycle.res, "accountd tick", &wait)?;
+            let lock = cycle_lock(&cycle.res, "accountd tick", &wait)?;
             if !skip_charge {
                 let slurm = Slurm::new(&cycle.res.config.slurm);
                 outln!("charge: {}", charge::charge(&mut cycle, &slurm, now)?);
@@ -74,6 +74,8 @@ fn run(cli: Cli) -> AccountdResult {
             let publish = |c: &CycleState, now| accountd::snapshot::publish(&c.res, &c.slurm_view, now);
             outln!("check: {}", check::check(&mut cycle, now, publish)?);
             cycle.finish_preemptions();
+            // With the cycle lock released: serve's cycles never wait on the OnDemand file.
+            drop(lock);
             if !accountd::ondemand::flush(std::time::Duration::from_secs(30)) {
                 tracing::warn!(
                     "the OnDemand balance file was not written within 30 s: the dashboard keeps the last one"
@@ -83,8 +85,9 @@ fn run(cli: Cli) -> AccountdResult {
         }
         Command::Charge { sacct_file, time, wait } => {
             let mut cycle = CycleState::new(Resources::open_as_admin(trusted_config(&path)?)?);
-            let _lock = cycle_lock(&cycle.res, "accountd charge", &wait)?;
+            let lock = cycle_lock(&cycle.res, "accountd charge", &wait)?;
             outln!("{}", accountd::cli::sacct_file::charge(&mut cycle, &sacct_file, now(&time)?)?);
+            drop(lock);
             accountd::ondemand::flush(std::time::Duration::from_secs(30));
             Ok(())
         }
@@ -196,6 +199,10 @@ fn serve(config: Config) -> AccountdResult {
             tokio::spawn(async move { accountd::http::listener::serve(tcp, app, &limits, metrics, stopped).await });
         }
         let cycles = accountd::cycles::serve::Cycles::open(&shared)?;
+        let journal = accountd::answering::lock(&shared).res.reopen()?;
+        let every = journal.config.intervals.check;
+        accountd::admin_journal::start_exporter(journal, every)
+            .map_err(AccountdError::io("cannot start the admin journal's exporter"))?;
         socket::launch(listener, shared.clone(), cycles, accountd::daemon::signals::shutdown_signal()).await;
         let _ = stop.send(true);
         let _ = std::fs::remove_file(&socket);

@@ -99,8 +99,11 @@ fn writer() -> Option<&'static Writer> {
                     let (settings, text) = state.pending.take().expect("pending");
                     state.writing = true;
                     drop(state);
-                    if let Err(e) = write(&settings, &text) {
-                        tracing::warn!("{e}");
+                    let written = std::panic::catch_unwind(|| write(&settings, &text));
+                    match written {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => tracing::warn!("{e}"),
+                        Err(_) => tracing::error!("writing the OnDemand balance file panicked; tried again next cycle"),
                     }
                     writer.state.lock().unwrap_or_else(PoisonError::into_inner).writing = false;
                     writer.changed.notify_all();

@@ -55,8 +55,9 @@ impl Ledger {
         while let Some(row) = rows.next()? {
             let entry = entry_row(row)?;
             let what: String = row.get(11)?;
-            let journaled = serde_json::from_str(&what)
-                .map_err(|e| LedgerError::Refused(format!("journal outbox: entry {}: {e}", entry.id)))?;
+            // A mark this version cannot read (written by a newer one) still journals its entry,
+            // as its kind says: never one mark holding back every later change.
+            let journaled = serde_json::from_str(&what).unwrap_or(Journaled::AsItsKind);
             pending.push(PendingJournal { entry, journaled });
         }
         Ok(pending)
@@ -138,5 +139,22 @@ mod tests {
         assert_eq!(pending(&l).len(), 3);
         drop(l);
         assert_eq!(pending(&ledger(&dir)).len(), 3, "marks outlive the process");
+    }
+
+    /// A mark this version cannot read (a newer one wrote it) still journals its entry, as its kind
+    /// says, and holds back none of the others.
+    #[test]
+    fn a_mark_it_cannot_read_journals_its_entry_as_its_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = ledger(&dir);
+        l.append(&grant("alice", "grant:a").journaled(Journaled::AsItsKind)).unwrap();
+        l.append(&grant("bob", "grant:b").journaled(Journaled::AsItsKind)).unwrap();
+        let first = l.pending_journal().unwrap()[0].entry.id;
+        let sql = "UPDATE journal_outbox SET what = '{\"from_the_future\":1}' WHERE entry_id = ?1";
+        assert_eq!(l.conn.execute(sql, [first]).unwrap(), 1);
+        assert_eq!(
+            pending(&l),
+            [("grant:a".to_string(), Journaled::AsItsKind), ("grant:b".to_string(), Journaled::AsItsKind)]
+        );
     }
 }

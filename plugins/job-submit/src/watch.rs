@@ -273,7 +273,12 @@ impl Monitor {
         let uid = match (self.resolve)(name) {
             Lookup::Found(uid) => Some(uid),
             Lookup::NotFound => None,
-            Lookup::Failed(_) => return Err(()),
+            // A uid does not change: the last one found stands while the directory is away (an
+            // exempt user keeps their exemption), looked up again at the next chance.
+            Lookup::Failed(_) => match self.uids.get(name) {
+                Some(&(Some(uid), _)) => return Ok(Some(uid)),
+                _ => return Err(()),
+            },
         };
         self.uids.insert(name.to_string(), (uid, now));
         Ok(uid)
@@ -606,6 +611,10 @@ mod tests {
         let retried = monitor.exempt_users(NOW + 61).expect("ops found on the retry");
         assert_eq!(retried.get(&1500).map(String::as_str), Some("ops"));
         assert!(monitor.exempt_users(NOW + 61 + NO_USER_TTL_SECS).is_none(), "looked up again, unchanged");
+        up.store(false, Ordering::SeqCst);
+        let later = NOW + 61 + UID_TTL_SECS + NO_USER_TTL_SECS;
+        assert!(monitor.exempt_users(later).is_none(), "the directory away after the TTL: ops keeps their uid");
+        assert!(monitor.exempt_names.contains_key(&1500));
         let mut none = Monitor::new(dir.path().join("missing"), None, OnError::Reject, users(), Vec::new());
         assert!(none.exempt_users(NOW).expect("published once").is_empty());
         assert!(none.exempt_users(NOW + NO_USER_TTL_SECS).is_none());

@@ -1,8 +1,8 @@
 //! Exporting to the journal: the ledger marks each admin change for the journal in the change's own
-//! transaction; after the commit the marked entries' lines are appended here and unmarked. A crash
-//! in between leaves the marks, exported at the next change or check cycle (a line may then appear
-//! twice: the journal check lists each key once). A journal that cannot be written never undoes
-//! or loses a change.
+//! transaction; after the commit the marked entries' lines are appended here and unmarked (by
+//! serve's exporter thread). A crash in between leaves the marks, exported when serve starts again
+//! (a line may then appear twice: the journal check lists each key once). A journal that cannot
+//! be written never undoes or loses a change.
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -47,7 +47,7 @@ pub fn export(res: &mut Resources) {
         let keys: Vec<&str> = lines.iter().map(|l| l.key.as_str()).collect();
         tracing::warn!(
             "admin journal {}: cannot append {} change(s) ({}): {e}; the ledger has them and keeps them \
-             marked: they are appended once the journal can be written (at the next change or check cycle)",
+             marked: they are appended once the journal can be written (at the next change, or within a check interval)",
             path.display(),
             lines.len(),
             gputokens::free_text::printable(&keys.join(", ")),

@@ -7,9 +7,11 @@
 mod append;
 mod check;
 mod commands;
+mod exporter;
 mod line;
 mod shell_words;
 
 pub use append::{append, export};
 pub use check::{check, JournalCheck, JournalProblem};
+pub use exporter::{request, start as start_exporter, wait};
 pub use line::JournalLine;

@@ -36,7 +36,7 @@ impl fmt::Display for CheckSummary {
     }
 }
 
-/// Exports admin changes still waiting for the journal, replenishes, republishes the snapshot, reads job utilization from Prometheus (when that is the
+/// Replenishes, republishes the snapshot, reads job utilization from Prometheus (when that is the
 /// source), preempts where GPUs are contended and sends notifications (`[notify]`). A failure of
 /// the last three is logged and does not stop the rest of the cycle. `publish` writes the snapshot
 /// from what the cycle now knows ([`crate::snapshot::publish`], or `accountd serve`'s way of handing
@@ -46,9 +46,6 @@ pub fn check(
     now: i64,
     publish: impl FnOnce(&CycleState, i64) -> AccountdResult<usize>,
 ) -> AccountdResult<CheckSummary> {
-    // Admin changes whose journal lines did not land (a crash after their commit, a journal that
-    // could not be written): appended now.
-    crate::admin_journal::export(&mut cycle.res);
     let slurm = crate::slurm::Slurm::new(&cycle.res.config.slurm);
     let mut queue = crate::slurm::QueueOnce::new(&slurm);
     // What squeue shows is evidence of the real time: submit times, and running jobs' starts (a

@@ -99,7 +99,11 @@ fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdR
     let paying_pool = |j: &squeue::QueueJob| {
         gputokens::pools::payers(mode, Some(j.account.as_str()), |a| pools.contains(a)).pool.map(str::to_string)
     };
-    let pool_committed = commitments_by(jobs, default_limit, prices, sharing, charged, paying_pool);
+    let mut pool_committed = commitments_by(jobs, default_limit, prices, sharing, charged, paying_pool);
+    // Every pool listed, those with nothing committed too: the plugin tells "none" from "not said".
+    for pool in &pools {
+        pool_committed.entry(pool.clone()).or_default();
+    }
     let pending = pending_jobs(jobs, default_limit, prices, sharing);
     // The plugin matches what it admitted near the read against these (RECENT_SLACK_SECS before it
     // began; slurmctld stamps a job's submit time after the plugin admitted it). Exempt jobs were

@@ -9,7 +9,6 @@ use gputokens::Tokens;
 use ledger::{EntryKind, Issue};
 
 use super::record::Change;
-use crate::admin_journal;
 use crate::answering::Answering;
 use crate::balance_row::balance_row;
 use crate::cycles::slurm_view::SlurmView;
@@ -81,10 +80,7 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
             .res
             .ledger
             .refund_job(&job_id, &caller.name, &reason, now)
-            .map(|entries| {
-                admin_journal::export(&mut answering.res);
-                (Reply::Recorded { entries, replayed: false }, true)
-            })
+            .map(|entries| (Reply::Recorded { entries, replayed: false }, true))
             .map_err(from_ledger),
         Request::History { user, limit } => {
             let user = user.unwrap_or_else(|| caller.name.clone());
@@ -129,7 +125,6 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
                 .ledger
                 .import(&balances, &caller.name, now)
                 .map(|entries| {
-                    admin_journal::export(&mut answering.res);
                     let imported = entries.len();
                     (Reply::Imported { imported, already: total - imported }, imported > 0)
                 })

@@ -192,6 +192,9 @@ async fn send_reply(mut write: tokio::net::unix::OwnedWriteHalf, reply: Reply) {
     }
 }
 
+/// How long an admin's change waits for its journal line before the reply goes out anyway.
+const JOURNAL_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 async fn answer(answering: Shared, uid: u32, request: Request) -> Reply {
     let work = tokio::task::spawn_blocking(move || {
         // Who asks is looked up (getpwuid, getgrouplist: a directory server) before the lock is
@@ -210,6 +213,13 @@ async fn answer(answering: Shared, uid: u32, request: Request) -> Reply {
             }
         } else if let Reply::Error { kind: ErrorKind::Refused, message } = &reply {
             tracing::warn!(caller = %caller.name, "refused: {message}");
+        }
+        drop(s);
+        // The change's journal line, appended by the exporter with the lock released: the admin's
+        // command returns once it is written, or after 2 s (the journal's storage hung; it is
+        // written when it can be).
+        if changed && !crate::admin_journal::wait(crate::admin_journal::request(), JOURNAL_WAIT) {
+            tracing::warn!("the admin journal was not written within {} s; its export goes on", JOURNAL_WAIT.as_secs());
         }
         reply
     });

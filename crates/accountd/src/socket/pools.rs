@@ -14,7 +14,6 @@ use gputokens::Tokens;
 use ledger::{Applied, EntryKind, Issue, Pool, PoolChange};
 
 use super::record::Change;
-use crate::admin_journal;
 use crate::answering::Answering;
 use crate::cycles::slurm_view::SlurmView;
 use crate::reply::{from_ledger, invalid, refused};
@@ -41,7 +40,6 @@ pub fn import(
         list.push((account, chosen, if rules.no_user_limit { None } else { rules.user_limit }));
     }
     let created = a.res.ledger.add_pools(&list, &caller.name, now).map_err(from_ledger)?;
-    admin_journal::export(&mut a.res);
     let already = list.len() - created.len();
     let changed = !created.is_empty();
     Ok((Reply::PoolsImported { created, already }, changed))
@@ -80,7 +78,6 @@ pub fn set(
         check_rules(&chosen)?;
         let limit = if rules.no_user_limit { None } else { rules.user_limit };
         a.res.ledger.add_pool(account, chosen, limit, &caller.name, now).map_err(from_ledger)?;
-        admin_journal::export(&mut a.res);
     } else {
         if rules.initial.is_some() {
             return Err(invalid(
@@ -100,11 +97,7 @@ pub fn set(
         }
         let key = key.unwrap_or_else(|| format!("{account}:{}", super::record::unique_suffix(now)));
         let full_key = format!("pool-rules:{key}");
-        let (_, written) =
-            a.res.ledger.set_pool(account, &change, &caller.name, &full_key, now).map_err(from_ledger)?;
-        if written {
-            admin_journal::export(&mut a.res);
-        }
+        a.res.ledger.set_pool(account, &change, &caller.name, &full_key, now).map_err(from_ledger)?;
     }
     let rows = rows(a, &[account.to_string()], now)?;
     Ok((Reply::Pools { mode: a.res.config.accounts.mode, rows }, true))
@@ -189,9 +182,6 @@ pub fn transfer(
         None => format!("transfer:{src}:{}", super::record::unique_suffix(now)),
     };
     let applied = a.res.ledger.transfer(&src, &dst, amount, &caller.name, &reason, &key, now).map_err(from_ledger)?;
-    if applied == Applied::Added {
-        admin_journal::export(&mut a.res);
-    }
     let mut entries = Vec::new();
     for (name, side) in [(&src, "from"), (&dst, "to")] {
         let history = a.res.ledger.history(name).map_err(from_ledger)?;

@@ -1,5 +1,5 @@
 //! An admin's grant or adjustment of a balance (a user's or a pool's): keyed, appended, and
-//! written to the admin journal.
+//! marked for the admin journal.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -8,7 +8,6 @@ use gputokens::protocol::Reply;
 use gputokens::Tokens;
 use ledger::{Applied, EntryKind, Journaled, NewEntry};
 
-use crate::admin_journal;
 use crate::reply::{from_ledger, invalid};
 use crate::resources::Resources;
 
@@ -49,9 +48,6 @@ pub fn record(
     .map_err(from_ledger)?;
     let history = res.ledger.history(user).map_err(from_ledger)?;
     let written: Vec<_> = history.into_iter().filter(|e| e.key.as_deref() == Some(key.as_str())).collect();
-    if applied == Applied::Added {
-        admin_journal::export(res);
-    }
     Ok((Reply::Recorded { entries: written, replayed: applied == Applied::AlreadyRecorded }, applied == Applied::Added))
 }
 

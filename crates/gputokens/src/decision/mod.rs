@@ -138,10 +138,10 @@ impl<'a> Standing<'a> {
     }
 
     /// What the running and pending GPU jobs the pool of `account` pays for held and could cost
-    /// when squeue was read, whoever's they are.
-    pub fn pool_committed(&self, account: &str) -> Commitment {
-        let queue = self.snapshot.queue.as_ref();
-        queue.and_then(|q| q.pool_committed.get(account)).copied().unwrap_or_default()
+    /// when squeue was read, whoever's they are; None when the snapshot does not say (an accountd
+    /// from before it lists every pool's).
+    pub fn pool_committed(&self, account: &str) -> Option<Commitment> {
+        self.snapshot.queue.as_ref()?.pool_committed.get(account).copied()
     }
 
     /// A job that was pending when squeue was read; None for any other (e.g. submitted since).
@@ -224,11 +224,9 @@ impl Owner {
         let who = name.map_or(format!("uid {uid}"), |n| format!("{n} (uid {uid})"));
         let exempt = inputs.exempt.covers(&JobIdentity {
             user: name,
-            // `-A ops` of a user not in ops runs under (and is exempt as) their default account.
-            account: job.account.as_deref().and_then(|a| match identity {
-                Some(s) => s.account_run_under(uid, a),
-                None => Some(a),
-            }),
+            // `-A ops` of a user not in ops runs under (and is exempt as) their default account;
+            // with no snapshot ever read, membership is unknown and `-A` exempts nothing.
+            account: job.account.as_deref().and_then(|a| identity?.account_run_under(uid, a)),
             default_account: identity.and_then(|s| s.default_account(uid)),
             qos: job.qos.as_deref(),
         });
@@ -265,6 +263,9 @@ struct Account<'a> {
     decision: Decision,
     /// The account whose pool pays, if one does.
     pool: Option<&'a str>,
+    /// Mode "both": the other balance that pays too (the user's own or the pool), whose estimate
+    /// must hold as well.
+    other: Option<Box<Account<'a>>>,
 }
 
 impl<'a> Account<'a> {
@@ -303,7 +304,7 @@ impl<'a> Account<'a> {
         let own = || {
             let balance = standing.balance(uid);
             let decision = rules::decide(balance, &snapshot.rules, today, how);
-            Account { standing, balance, rules: snapshot.rules, decision, pool: None }
+            Account { standing, balance, rules: snapshot.rules, decision, pool: None, other: None }
         };
         let payers = payers(snapshot.pool_mode, account, |a| snapshot.pools.contains_key(a));
         let Some((name, pool)) = payers.pool.and_then(|a| snapshot.pools.get_key_value(a)) else { return own() };
@@ -315,6 +316,7 @@ impl<'a> Account<'a> {
             rules: pool.rules,
             decision: case.decide(how),
             pool: Some(name.as_str()),
+            other: None,
         };
         if !payers.user {
             return of_pool;
@@ -322,9 +324,9 @@ impl<'a> Account<'a> {
         // Mode "both": the user's own bucket must have tokens too; the worse decides, the pool on a tie.
         let own = own();
         if pool_rules::is_worse(&own.decision, &of_pool.decision) {
-            own
+            Account { other: Some(Box::new(of_pool)), ..own }
         } else {
-            of_pool
+            Account { other: Some(Box::new(own)), ..of_pool }
         }
     }
 
@@ -335,10 +337,12 @@ impl<'a> Account<'a> {
         let mut held = self.standing.committed(case.owner.uid);
         held += (case.inputs.admitted_since)(case.owner.uid);
         if let Some(pool) = self.pool {
-            let mut of_pool = self.standing.pool_committed(pool);
-            of_pool += (case.inputs.admitted_to_pool)(pool);
-            // An accountd from before pool commitments writes none: the owner's own then count.
-            held.max_cost = held.max_cost.max(of_pool.max_cost);
+            let admitted = (case.inputs.admitted_to_pool)(pool).max_cost;
+            held.max_cost = match self.standing.pool_committed(pool) {
+                Some(read) => read.max_cost + admitted,
+                // An accountd from before pool commitments: the owner's own, at least.
+                None => held.max_cost.max(admitted),
+            };
         }
         held
     }
@@ -439,7 +443,8 @@ fn judge<S: Steps>(steps: &mut S, case: &Case, log: &mut Log) -> Result<Outcome,
         steps.deprioritize(case, &account, how, message, &mut draft, log);
     }
     draft.messages.extend(steps.note(&account));
-    let pool = admitted.and(account.pool).map(str::to_string);
+    // Tallied against the pool that pays, also where (mode "both") the user's decision ruled.
+    let pool = admitted.and(account.pool.or(account.other.as_ref().and_then(|o| o.pool))).map(str::to_string);
     Ok(Outcome { verdict: draft.verdict(), admitted: admitted.map(|grown| (case.owner.uid, grown)), pool })
 }
 
@@ -456,6 +461,21 @@ fn within_gpu_limit(max: u32, held: u64, asked: u64) -> Result<(), Refusal> {
 
 /// The estimate: the job's maximum cost with what the owner's jobs can still cost (`held`) must not
 /// take the balance below the floor.
+/// The estimate rule for the balance that pays and, in mode "both", the other that pays too (its
+/// own commitments: `held_by_other`).
+fn within_estimates(
+    account: &Account,
+    held: Tokens,
+    estimate: &JobEstimate,
+    held_by_other: impl Fn(&Account) -> Tokens,
+) -> Result<(), Refusal> {
+    within_estimate(account, held, estimate)?;
+    match &account.other {
+        Some(other) => within_estimate(other, held_by_other(other), estimate),
+        None => Ok(()),
+    }
+}
+
 fn within_estimate(account: &Account, held: Tokens, estimate: &JobEstimate) -> Result<(), Refusal> {
     match rules::check_estimate(account.balance, held, estimate, &account.rules, account.pool) {
         Some(message) => Err(Refusal::logged(

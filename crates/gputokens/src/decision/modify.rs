@@ -23,7 +23,7 @@ use crate::tokens::Tokens;
 
 use super::rules::{self, Decision, JobEstimate};
 use super::{
-    decide, gpu_request, raised_nice, site_factor, uncountable, within_estimate, within_gpu_limit, Account, Case,
+    decide, gpu_request, raised_nice, site_factor, uncountable, within_estimates, within_gpu_limit, Account, Case,
     Draft, Inputs, Log, Outcome, Owner, Refusal, Steps,
 };
 
@@ -113,18 +113,22 @@ impl Steps for Update<'_> {
     fn check_limits(&mut self, case: &Case, account: &Account) -> Result<Option<Commitment>, Refusal> {
         let config = case.inputs.config;
         let limited = config.mode == Mode::Estimate || config.max_gpus_per_user.is_some();
-        if !limited || (self.asked.is_none() && !case.job.sets_shape_or_time()) {
+        // Moved into a pool's account (`account=`): the whole job is new to that pool's estimate.
+        let moved = moves_to_another_pool(case, account);
+        if !limited || (self.asked.is_none() && !case.job.sets_shape_or_time() && !moved) {
             return Ok(None);
         }
         let Some(known) = self.known else {
             return Err(Refusal::logged("not in the last queue read", rules::unknown_job_message(&what(case.job))));
         };
         let (old, new) = before_and_after(case, account, self.asked.as_ref(), known).map_err(uncountable)?;
+        // What the paying balance already counts of this job: nothing where it moves to it.
+        let old_cost = if moved { Tokens::ZERO } else { old.max_cost };
         let held = {
             let c = account.held(case);
             Commitment {
                 milli_gpus: c.milli_gpus.saturating_sub(old.milli_gpus),
-                max_cost: (c.max_cost - old.max_cost).max(Tokens::ZERO),
+                max_cost: (c.max_cost - old_cost).max(Tokens::ZERO),
             }
         };
         let asked_milli = total_milli(&new.gpus);
@@ -133,12 +137,13 @@ impl Steps for Update<'_> {
                 within_gpu_limit(max, held.milli_gpus, asked_milli)?;
             }
         }
-        if config.mode == Mode::Estimate && new.cost > old.max_cost {
-            within_estimate(account, held.max_cost, &new)?;
+        if config.mode == Mode::Estimate && new.cost > old_cost {
+            let held_by_other = |other: &Account| (other.held(case).max_cost - old.max_cost).max(Tokens::ZERO);
+            within_estimates(account, held.max_cost, &new, held_by_other)?;
         }
         let grown = Commitment {
             milli_gpus: asked_milli.saturating_sub(old.milli_gpus),
-            max_cost: (new.cost - old.max_cost).max(Tokens::ZERO),
+            max_cost: (new.cost - old_cost).max(Tokens::ZERO),
         };
         Ok((grown != Commitment::default()).then_some(grown))
     }
@@ -197,6 +202,18 @@ fn undoes_penalty(job: &JobRequest, how: &Deprioritize) -> Option<(String, Strin
 /// without, the job's GPUs scale with the larger growth of its nodes and tasks (per-node and
 /// per-task requests grow at most that much), and its cost with the time limit too. Err: the
 /// refusal of GPUs too many to count.
+/// Whether the update moves the job (`account=`) to a pool that did not pay for it when the queue
+/// was read.
+fn moves_to_another_pool(case: &Case, account: &Account) -> bool {
+    let Some(pool) = account.pool else { return false };
+    if case.job.account.is_none() {
+        return false;
+    }
+    let queue = account.standing.snapshot.queue.as_ref();
+    let queued = case.job.job_id.and_then(|id| queue?.job_accounts.get(&id)).map(String::as_str);
+    queued != Some(pool)
+}
+
 fn before_and_after(
     case: &Case,
     account: &Account,

@@ -145,10 +145,66 @@ fn the_estimate_counts_every_members_jobs_the_pool_pays_for() {
     assert!(matches!(decide(&w, &none).verdict, Verdict::Accept { .. }));
     let admitted = |account: &str| if account == "course" { held(38) } else { Commitment::default() };
     assert!(matches!(decide(&w, &admitted).verdict, Verdict::Reject { .. }), "20 read + 38 admitted since");
+    // bob's own jobs (of his own bucket) can cost 58: not course's to pay, with course's listed.
+    let mut own_jobs = world(PoolMode::Account);
+    own_jobs.snapshot.queue.as_mut().unwrap().committed.insert("bob".into(), held(58));
+    assert!(matches!(decide(&own_jobs, &none).verdict, Verdict::Reject { .. }), "course's not listed: his count");
+    own_jobs.snapshot.queue.as_mut().unwrap().pool_committed.insert("course".into(), Commitment::default());
+    assert!(matches!(decide(&own_jobs, &none).verdict, Verdict::Accept { .. }), "course's listed: its own count");
     // A job of bob's own bucket (ops has no pool) is not held back by course's jobs.
     let ops = gpu_job(Some("ops"));
     let inputs = super::Inputs { admitted_to_pool: &admitted, ..inputs(Some(&w), &estimate, BOB) };
     let own = decide_submit(&ops, &inputs, &mut |_, _| {});
     assert!(matches!(own.verdict, Verdict::Accept { .. }), "{own:?}");
     assert_eq!(own.pool, None);
+}
+
+/// A job moved into a pool's account (`scontrol update account=`) is new to that pool's estimate:
+/// without this, bob could pass the estimate on his own bucket and then move the job onto lab's
+/// tokens that other members' jobs already count on.
+#[test]
+fn moving_a_job_into_a_pool_runs_the_pools_estimate() {
+    use crate::config::admission::Mode;
+    use crate::estimate::{Commitment, PendingJob};
+    let estimate = crate::config::Admission { mode: Mode::Estimate, ..config() };
+    let mut w = world(PoolMode::Account);
+    let queue = w.snapshot.queue.as_mut().unwrap();
+    let gpus = Some(Commitment { milli_gpus: 2000, max_cost: Tokens::whole(40) });
+    queue.pending.insert(7, PendingJob { nodes: 1, tasks: 1, array_tasks: 1, seconds: 3600, gpus });
+    queue.pool_committed.insert("course".into(), Commitment { milli_gpus: 1000, max_cost: Tokens::whole(30) });
+    let moved = JobRequest { job_id: Some(7), account: Some("course".into()), ..Default::default() };
+    let decided = |w: &super::fixtures::World| decide_modify(&moved, &inputs(Some(w), &estimate, BOB), &mut |_, _| {});
+    let refused = decided(&w);
+    assert!(matches!(refused.verdict, Verdict::Reject { .. }), "50 - 30 - 40 is below -10: {refused:?}");
+    assert!(message(&refused.verdict).contains("account course's GPU token balance is 50"), "{refused:?}");
+    w.snapshot.queue.as_mut().unwrap().pool_committed.insert("course".into(), Commitment::default());
+    let moved_in = decided(&w);
+    assert!(matches!(moved_in.verdict, Verdict::Accept { .. }), "{moved_in:?}");
+    assert_eq!(moved_in.pool.as_deref(), Some("course"), "its whole cost tallied against course");
+    assert_eq!(moved_in.admitted.map(|(_, c)| c.max_cost), Some(Tokens::whole(40)));
+}
+
+/// Mode "both": the user's bucket and the pool each pay, so the estimate must hold for each, and
+/// the job is tallied against the pool whichever decision ruled (the user's, here in overdraft).
+#[test]
+fn in_mode_both_the_estimate_holds_for_the_user_and_the_pool() {
+    use crate::config::admission::Mode;
+    use crate::estimate::Commitment;
+    let estimate = crate::config::Admission { mode: Mode::Estimate, ..config() };
+    let mut w = world(PoolMode::Both);
+    w.snapshot.balances.insert("bob".into(), Tokens::whole(-3));
+    w.snapshot.queue.as_mut().unwrap().committed.clear();
+    let job = gpu_job(Some("course"));
+    let decided = |w: &super::fixtures::World| decide_submit(&job, &inputs(Some(w), &estimate, BOB), &mut |_, _| {});
+    let passed = decided(&w);
+    assert!(matches!(passed.verdict, Verdict::Accept { .. }), "-3 - 4 and 50 - 4 hold: {passed:?}");
+    assert_eq!(passed.pool.as_deref(), Some("course"), "tallied against course though bob's overdraft ruled");
+    w.snapshot
+        .queue
+        .as_mut()
+        .unwrap()
+        .pool_committed
+        .insert("course".into(), Commitment { milli_gpus: 4000, max_cost: Tokens::whole(58) });
+    let refused = decided(&w);
+    assert!(message(&refused.verdict).contains("account course's GPU token balance is 50"), "{refused:?}");
 }

@@ -13,7 +13,7 @@ use crate::slurm::partitions::{limit_for_untimed, max_time};
 
 use super::rules::{self, Decision, JobEstimate, TimeCheck};
 use super::{
-    decide, gpu_request, limit_minutes, raised_nice, site_factor, uncountable, within_estimate, within_gpu_limit,
+    decide, gpu_request, limit_minutes, raised_nice, site_factor, uncountable, within_estimates, within_gpu_limit,
     Account, Case, Draft, Inputs, Level, Log, Outcome, Owner, Refusal, Steps,
 };
 
@@ -114,7 +114,7 @@ impl Steps for Submission {
             within_gpu_limit(max, held.milli_gpus, asked)?;
         }
         if config.mode == Mode::Estimate {
-            within_estimate(account, held.max_cost, &estimate)?;
+            within_estimates(account, held.max_cost, &estimate, |other| other.held(case).max_cost)?;
         }
         let counts = config.mode == Mode::Estimate || config.max_gpus_per_user.is_some();
         let admitted = counts.then_some(Commitment { milli_gpus: asked, max_cost: estimate.cost });
