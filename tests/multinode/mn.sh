@@ -52,7 +52,12 @@ start() {
         --log-file=/run/munge/munged.log --seed-file=/run/munge/munged.seed
       waitfor 10 munge_ok "$h" || die "munged on $h does not answer: $(tail -n 5 "$MN/hosts/$h/munge/munged.log")" ;;
     slurmdbd|slurmctld|slurmd) daemon_in "$h" "$what" "/usr/sbin/$what" -D ;;
-    accountd) daemon_in "$h" accountd "$ACCOUNTD" serve ;;
+    accountd)
+      # Started once its socket is there: a command right after would find none (the restore
+      # test's `admin history` did, on a loaded machine).
+      daemon_in "$h" accountd "$ACCOUNTD" serve
+      waitfor 30 test -S "$MN/hosts/$h/gputokens/accountd.sock" \
+        || die "accountd on $h made no socket: $(tail -n 20 "$MN/hosts/$h/log/accountd.out")" ;;
     agent) daemon_in "$h" agent "$ACCOUNTD" agent ;;
     *) die "start: no such daemon: $what" ;;
   esac
