@@ -8,7 +8,6 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::sync::{Mutex, PoisonError};
 
 use gputokens::entry::Entry;
 use ledger::{Journaled, PendingJournal};
@@ -25,12 +24,9 @@ pub fn append(path: &Path, entries: &[Entry]) -> std::io::Result<()> {
 
 /// Appends the lines of the changes the ledger has marked for the journal and unmarks them. What
 /// fails is logged and counted in `gputokens_admin_journal_failures_total`, never returned: the
-/// changes are committed, and their marks stay to be tried again.
+/// changes are committed, and their marks stay to be tried again. Run by serve's one exporter
+/// thread (`exporter`): no two exports of a process read the same marks.
 pub fn export(res: &mut Resources) {
-    // One export at a time in this process (the answering side's and the cycles' connections): a
-    // mark read by both would be appended twice.
-    static EXPORTING: Mutex<()> = Mutex::new(());
-    let _one = EXPORTING.lock().unwrap_or_else(PoisonError::into_inner);
     let pending = match res.ledger.pending_journal() {
         Ok(pending) if pending.is_empty() => return,
         Ok(pending) => pending,
