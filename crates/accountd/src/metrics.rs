@@ -90,6 +90,8 @@ pub struct Metrics {
     /// Jobs flagged idle per node: served always, where the job series need per-user metrics.
     pub idle_jobs: Family<NodeLabels, Gauge>,
     pub preemptions: Family<PreemptLabels, Counter>,
+    /// Pending GPU jobs held while their payer is at the floor, released, or released by others.
+    pub holds: Family<ReasonLabels, Counter>,
     pub drains: Family<NodeLabels, Counter>,
     pub xids_ignored: Family<XidLabels, Counter>,
     /// Runs lost to the system refunded automatically, and the tokens given back, by cause.
@@ -192,6 +194,7 @@ impl Metrics {
             job_idle: Family::default(),
             idle_jobs: Family::default(),
             preemptions: Family::default(),
+            holds: Family::default(),
             drains: Family::default(),
             xids_ignored: Family::default(),
             refunds: Family::default(),
@@ -290,6 +293,12 @@ impl Metrics {
             "preemptions",
             "Jobs preempted (or, in a dry run, that would have been)",
             m.preemptions.clone(),
+        );
+        registry.register(
+            "holds",
+            "Pending GPU jobs gputokens held while their payer was at the floor ([admission] hold_at_floor), \
+             by reason: hold, release, hold-lifted (released by someone else), hold-failed, release-failed",
+            m.holds.clone(),
         );
         registry.register(
             "notifications",

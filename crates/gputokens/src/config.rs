@@ -223,6 +223,9 @@ pub struct Admission {
     pub max_gpus_per_user: Option<u32>,
     /// The longest time limit a GPU job may have; None = no limit.
     pub max_job_duration: Option<Duration>,
+    /// accountd holds pending GPU jobs whose payer is at the floor, and releases them when it is
+    /// above (`crate::holds`).
+    pub hold_at_floor: bool,
 }
 
 impl Default for Admission {
@@ -235,6 +238,7 @@ impl Default for Admission {
             default_time_limit: DEFAULT_TIME_LIMIT,
             max_gpus_per_user: None,
             max_job_duration: None,
+            hold_at_floor: true,
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod forecast;
 pub mod free_text;
 pub mod gpu_request;
 pub mod gpu_time;
+pub mod holds;
 pub mod job_request;
 pub mod job_shape;
 pub mod notify;

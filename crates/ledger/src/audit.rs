@@ -4,6 +4,7 @@
 use rusqlite::{params, OptionalExtension};
 
 use gputokens::entry::{Action, FAULT_CANCEL, FAULT_REQUEUE};
+use gputokens::holds;
 
 use super::{Ledger, LedgerError};
 
@@ -29,6 +30,30 @@ impl Ledger {
             .query_row(params![job_id, FAULT_REQUEUE, FAULT_CANCEL, from, until], |r| r.get(0))
             .optional()?;
         Ok(reason)
+    }
+
+    /// The newest of gputokens' hold actions (`gputokens::holds`: hold, release, ...) on job
+    /// `job_id`, if any.
+    pub fn last_hold_action(&self, job_id: &str) -> Result<Option<String>, LedgerError> {
+        let action = self
+            .conn
+            .prepare_cached(
+                "SELECT action FROM actions WHERE target = ?1 AND action IN (?2, ?3, ?4, ?5, ?6) AND NOT dry_run
+                 ORDER BY id DESC LIMIT 1",
+            )?
+            .query_row(
+                params![
+                    job_id,
+                    holds::HOLD,
+                    holds::HOLD_FAILED,
+                    holds::RELEASE,
+                    holds::RELEASE_FAILED,
+                    holds::HOLD_LIFTED
+                ],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(action)
     }
 
     /// The most recent `limit` actions, newest first.

@@ -13,6 +13,7 @@ pub struct CheckSummary {
     /// What was read from Prometheus, when that is the utilization source.
     pub utilization: Option<String>,
     pub preemption: String,
+    pub holds: String,
 }
 
 impl fmt::Display for CheckSummary {
@@ -32,7 +33,7 @@ impl fmt::Display for CheckSummary {
         if let Some(utilization) = &self.utilization {
             write!(f, "; {utilization}")?;
         }
-        write!(f, "; {}", self.preemption)
+        write!(f, "; {}; {}", self.preemption, self.holds)
     }
 }
 
@@ -82,7 +83,11 @@ pub fn check(
         tracing::error!("preemption check failed: {e}");
         format!("preemption check failed: {e}")
     });
+    let holds = crate::cycles::holds::check(cycle, &slurm, &mut queue, now).unwrap_or_else(|e| {
+        tracing::error!("holds at the floor not checked: {e}");
+        format!("holds at the floor not checked: {e}")
+    });
     // After replenishment, grants since the last cycle and preemptions: their crossings and notices.
     crate::cycles::notify::run(&mut cycle.res, now);
-    Ok(CheckSummary { replenished, expiries, users, utilization, preemption })
+    Ok(CheckSummary { replenished, expiries, users, utilization, preemption, holds })
 }

@@ -6,6 +6,7 @@
 pub mod charge;
 pub mod check;
 pub mod expiries;
+pub mod holds;
 pub mod lock;
 pub mod notify;
 pub mod preemption;

@@ -250,15 +250,24 @@ fn act(cycle: &mut CycleState, slurm: &Slurm, victim: &Victim, requeueable: bool
 }
 
 /// Adds `note` to the job's comment, keeping what the user or another tool wrote there.
-fn append_comment(slurm: &Slurm, job: &str, note: &str) -> crate::error::AccountdResult {
+pub(crate) fn append_comment(slurm: &Slurm, job: &str, note: &str) -> crate::error::AccountdResult {
     let current = slurm.run("squeue", &["--all", "-h", "-j", job, "-o", "%k"])?;
-    let comment = with_note(current.trim(), note);
+    set_comment(slurm, job, &with_note(current.trim(), note))
+}
+
+/// Sets the job's comment (of every pending task, for an array's pending record).
+pub(crate) fn set_comment(slurm: &Slurm, job: &str, comment: &str) -> crate::error::AccountdResult {
     slurm.run("scontrol", &["--", "update", &format!("jobid={job}"), &format!("comment={comment}")])?;
     Ok(())
 }
 
+/// `old` less its `; `-separated notes that begin with `prefix`.
+pub(crate) fn without_note(old: &str, prefix: &str) -> String {
+    old.split("; ").filter(|note| !note.starts_with(prefix)).collect::<Vec<_>>().join("; ")
+}
+
 /// `old; note`, or `note` alone when there was none (squeue shows a missing comment as "(null)").
-fn with_note(old: &str, note: &str) -> String {
+pub(crate) fn with_note(old: &str, note: &str) -> String {
     match old {
         "" | "(null)" => note.to_string(),
         old if old.ends_with(note) => old.to_string(),
@@ -268,7 +277,16 @@ fn with_note(old: &str, note: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::with_note;
+    use super::{with_note, without_note};
+
+    #[test]
+    fn a_note_is_taken_off_the_comment_and_the_rest_kept() {
+        let prefix = "gputokens: held while";
+        assert_eq!(without_note("gputokens: held while alice is at the floor", prefix), "");
+        assert_eq!(without_note("sweep 7; gputokens: held while alice is at the floor", prefix), "sweep 7");
+        assert_eq!(without_note("a; gputokens: held while x; b", prefix), "a; b");
+        assert_eq!(without_note("sweep 7", prefix), "sweep 7");
+    }
 
     #[test]
     fn the_note_is_appended_to_the_comment() {

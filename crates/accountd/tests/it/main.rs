@@ -17,6 +17,7 @@ mod first_day;
 mod grafana;
 mod grant_expiry;
 mod health;
+mod holds;
 mod http;
 mod idle;
 mod limits;

@@ -12,7 +12,7 @@ use crate::common::{run_as, Site};
 /// the test's own `tick` is the only one that preempts. (Its start-up check cycle, late on a loaded
 /// machine, once came after a test's adjustment and preempted first: the test's tick then found
 /// "1 GPU jobs running, 0 preempted", the other job already cancelled with gputokens' comment.)
-fn site(extra: &str) -> Site {
+pub(crate) fn site(extra: &str) -> Site {
     let site =
         Site::start("", &format!("[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nmin_runtime = \"0s\"\n{extra}"));
     crate::cluster::wait_until(60, "serve's start-up check cycle", || match site.log().contains("check cycle (") {

@@ -55,7 +55,7 @@ mod tests {
     fn parses_2205_and_later_shapes() {
         let old = r#"{"jobs":[
             {"job_id":7,"user_name":"alice","job_state":"RUNNING","start_time":1000,"nodes":"n1","partition":"gpu",
-             "gres_detail":["gpu:a6000:1(IDX:6)"],"tres_alloc_str":"cpu=1,node=1"},
+             "gres_detail":["gpu:a6000:1(IDX:6)"],"tres_alloc_str":"cpu=1,node=1","comment":"sweep 7"},
             {"job_id":8,"user_name":"bob","job_state":"PENDING","start_time":0,"gres_detail":[]},
             {"job_id":9,"user_name":"bob","job_state":"RUNNING","start_time":1000,"gres_detail":[],
              "tres_alloc_str":"cpu=1,node=1"}]}"#;
@@ -63,12 +63,15 @@ mod tests {
         assert_eq!(jobs.len(), 1);
         assert_eq!(jobs[0].job_id, "7");
         assert_eq!(jobs[0].gpu_time(1030, SHARDS_8).elapsed, 30);
+        assert_eq!(jobs[0].comment, "sweep 7");
         let new = r#"{"jobs":[{"job_id":7,"user_name":"alice","job_state":["RUNNING"],
+            "comment":{"administrator":"","job":"sweep 8","system":""},
             "start_time":{"set":true,"infinite":false,"number":1000},
             "gres_detail":[],"tres_alloc_str":"cpu=1,gres/gpu:rtx3090=2,gres/gpu=2,node=1"}]}"#;
         let jobs = running_gpu_jobs(new).unwrap();
         assert_eq!(jobs[0].gpu_time(1030, SHARDS_8).milli_gpus, BTreeMap::from([("rtx3090".into(), 2000)]));
         assert_eq!(jobs[0].start_time, 1000);
+        assert_eq!(jobs[0].comment, "sweep 8", "the user's comment, not the admin's or the system's");
     }
 
     /// As 22.05 showed job 92 on the test cluster: run 3 s, suspended at 1795444371, resumed at

@@ -46,6 +46,11 @@ pub struct QueueJob {
     pub time_limit: Option<u64>,
     /// Nodes, tasks, sockets and (pending arrays) array tasks the request counts are multiplied by.
     pub shape: JobShape,
+    /// A pending array's tasks still to start (`array_task_string`, e.g. `3-4` or `3-9%2`); empty
+    /// for any other record.
+    pub pending_tasks: String,
+    /// The job's comment (`--comment`; 23.02+ give `{"job": …}` beside the admin's and system's).
+    pub comment: String,
 }
 
 /// Running jobs with GPUs: the same record, kept apart by name where only those are meant.
@@ -129,6 +134,11 @@ pub(super) fn queue_job(job: &Value) -> Option<QueueJob> {
         request,
         gpu_indices: gres_detail.first().map(|d| gpu_indices(d)).unwrap_or_default(),
         requeueable: flag("batch_flag") && flag("requeue"),
+        pending_tasks: text("array_task_string"),
+        comment: match job.get("comment") {
+            Some(Value::Object(o)) => o.get("job").and_then(Value::as_str).unwrap_or_default().to_string(),
+            _ => text("comment"),
+        },
         time_limit: job.get("time_limit").and_then(minutes).map(|m| m.saturating_mul(60)),
         shape: JobShape {
             nodes: count("node_count"),

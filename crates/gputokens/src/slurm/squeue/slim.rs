@@ -12,10 +12,11 @@ use serde_json::{Map, Value};
 use super::job::{queue_job, QueueJob};
 
 /// The keys `queue_job` reads.
-const READ_KEYS: [&str; 28] = [
+const READ_KEYS: [&str; 29] = [
     "account",
     "array_task_string",
     "batch_flag",
+    "comment",
     "gres_detail",
     "job_id",
     "job_state",

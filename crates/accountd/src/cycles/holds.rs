@@ -1,0 +1,199 @@
+//! Carries out `[admission] hold_at_floor` each check cycle: pending GPU jobs whose payer is at the
+//! floor are held with `scontrol hold`, and what gputokens held is released with `scontrol release`
+//! once the payer is above it (`gputokens::holds` chooses). Each step is in the audit trail before
+//! Slurm is asked (a crash in between is seen next cycle: a hold that did not take is taken as
+//! lifted, a release that did not is tried again), its note in the job's comment, and a metric.
+
+use std::collections::HashMap;
+
+use gputokens::config::JobIdentity;
+use gputokens::holds::{self, Held, Last, Pending, Step};
+use gputokens::pools::{payers, PoolMode};
+use gputokens::slurm::squeue::QueueJob;
+use gputokens::Tokens;
+use ledger::Action;
+
+use crate::cycles::preemption::{set_comment, with_note, without_note};
+use crate::cycles::CycleState;
+use crate::error::AccountdResult;
+use crate::resources::Resources;
+use crate::slurm::{QueueOnce, Slurm};
+
+/// Holds and releases; returns the cycle summary's words for it.
+pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: i64) -> AccountdResult<String> {
+    if !cycle.res.config.admission.hold_at_floor {
+        return Ok("holds off".into());
+    }
+    let jobs = queue.jobs()?;
+    let pending: Vec<&QueueJob> =
+        jobs.iter().filter(|j| j.state == "PENDING" && !j.request.counts.is_empty()).collect();
+    let at_floor = payers_at_floor(&cycle.res, &pending)?;
+    let exempt = &cycle.res.config.exempt;
+    let mut steps = Vec::new();
+    for job in &pending {
+        let last = Last::from_action(cycle.res.ledger.last_hold_action(&job.job_id)?.as_deref());
+        let payer = at_floor.get(job.job_id.as_str()).cloned();
+        let step = holds::step(Pending {
+            payer_at_floor: payer.is_some(),
+            exempt: exempt.covers(&JobIdentity {
+                user: Some(&job.user),
+                account: Some(&job.account),
+                default_account: None,
+                qos: Some(&job.qos),
+            }),
+            held: Held::from_reason(&job.state_reason),
+            last,
+        });
+        if step != Step::Nothing {
+            steps.push((*job, step, payer));
+        }
+    }
+    let (mut held, mut released) = (0, 0);
+    for (job, step, payer) in steps {
+        match act(&mut cycle.res, slurm, job, step, payer.as_deref(), now)? {
+            Some(Step::Hold) => held += 1,
+            Some(Step::Release) => released += 1,
+            _ => {}
+        }
+    }
+    Ok(format!("{held} pending GPU jobs held at the floor, {released} released"))
+}
+
+/// The pending jobs whose payer is at or below its floor, with that payer's name (the user, or
+/// `account <name>` for a pool; in mode "both" either one).
+fn payers_at_floor<'j>(res: &Resources, jobs: &[&'j QueueJob]) -> AccountdResult<HashMap<&'j str, String>> {
+    let mode = res.config.accounts.mode;
+    let pools: HashMap<String, (Tokens, Tokens)> = match mode {
+        PoolMode::User => HashMap::new(),
+        _ => res.ledger.pools()?.into_iter().map(|p| (p.account, (p.balance, p.rules.floor))).collect(),
+    };
+    let rules = res.ledger.rules();
+    let mut users: HashMap<&str, Tokens> = HashMap::new();
+    let mut at_floor = HashMap::new();
+    for job in jobs {
+        let who = payers(mode, Some(job.account.as_str()), |a| pools.contains_key(a));
+        let pool_at_floor = who.pool.and_then(|a| pools.get(a)).is_some_and(|(balance, floor)| balance <= floor);
+        if pool_at_floor {
+            at_floor.insert(job.job_id.as_str(), gputokens::pools::holder(who.pool.unwrap_or_default()));
+            continue;
+        }
+        if !who.user {
+            continue;
+        }
+        let own = match users.get(job.user.as_str()) {
+            Some(balance) => *balance,
+            None => {
+                let balance = res.ledger.account(&job.user)?.map(|a| a.balance).unwrap_or(rules.initial);
+                *users.entry(&job.user).or_insert(balance)
+            }
+        };
+        if own <= rules.floor {
+            at_floor.insert(job.job_id.as_str(), job.user.clone());
+        }
+    }
+    Ok(at_floor)
+}
+
+/// How scontrol names the job: its ID, or for an array's pending record `ID_[tasks]`, its pending
+/// tasks alone (the array's ID would change its running tasks' comment too).
+fn slurm_target(job: &QueueJob) -> Option<String> {
+    let id = crate::slurm::job_id_arg(&job.job_id).ok()?;
+    if job.pending_tasks.is_empty() {
+        return Some(id.to_string());
+    }
+    // `3-9%2`: the part after % is the throttle, not tasks.
+    let tasks = job.pending_tasks.split('%').next().unwrap_or_default();
+    let list = !tasks.is_empty() && tasks.bytes().all(|b| b.is_ascii_digit() || b == b',' || b == b'-' || b == b':');
+    list.then(|| format!("{id}_[{tasks}]"))
+}
+
+/// Records `step` and carries it out; returns the step that took effect.
+fn act(
+    res: &mut Resources,
+    slurm: &Slurm,
+    job: &QueueJob,
+    step: Step,
+    payer: Option<&str>,
+    now: i64,
+) -> AccountdResult<Option<Step>> {
+    let Some(target) = slurm_target(job) else {
+        tracing::error!("not holding or releasing job '{}' ({}): not a job ID", job.job_id, job.pending_tasks);
+        return Ok(None);
+    };
+    let id = target.as_str();
+    let payer_name = payer.unwrap_or(&job.user);
+    let note = holds::comment_note(payer_name);
+    let record = |res: &mut Resources, action: &str, reason: String| -> AccountdResult {
+        let audit = Action {
+            at: now,
+            action: action.into(),
+            target: job.job_id.clone(),
+            user: job.user.clone(),
+            reason,
+            dry_run: false,
+        };
+        res.ledger.record_action(&audit)?;
+        res.metrics.holds.get_or_create(&crate::metrics::ReasonLabels { reason: action.into() }).inc();
+        Ok(())
+    };
+    match step {
+        Step::Hold => {
+            record(res, holds::HOLD, format!("{payer_name} is at the floor"))?;
+            if let Err(e) = slurm.run("scontrol", &["--", "hold", id]) {
+                tracing::error!("hold of job {id} of {} failed (tried again next cycle): {e}", job.user);
+                record(res, holds::HOLD_FAILED, e.to_string())?;
+                return Ok(None);
+            }
+            tracing::warn!("held pending job {id} of {}: {payer_name} is at the floor", job.user);
+            // From the queue read: squeue -j of an array's ID would list all its tasks.
+            if let Err(e) = set_comment(slurm, id, &with_note(&job.comment, &note)) {
+                tracing::warn!("cannot set the comment of job {id}: {e}");
+            }
+        }
+        Step::Release => {
+            record(res, holds::RELEASE, format!("{payer_name} is above the floor, or the job is exempt"))?;
+            if let Err(e) = slurm.run("scontrol", &["--", "release", id]) {
+                tracing::error!("release of job {id} of {} failed (tried again next cycle): {e}", job.user);
+                record(res, holds::RELEASE_FAILED, e.to_string())?;
+                return Ok(None);
+            }
+            tracing::info!("released job {id} of {}: {payer_name} is above the floor", job.user);
+            let comment = without_note(&job.comment, holds::COMMENT_PREFIX);
+            if comment != job.comment {
+                if let Err(e) = set_comment(slurm, id, &comment) {
+                    tracing::warn!("cannot set the comment of job {id}: {e}");
+                }
+            }
+        }
+        Step::Lifted => {
+            record(res, holds::HOLD_LIFTED, "released by someone else; not held again".into())?;
+            tracing::info!("job {id} of {}, held at the floor, was released by someone else: left alone", job.user);
+        }
+        Step::Nothing => return Ok(None),
+    }
+    Ok(Some(step))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slurm_target;
+
+    fn pending(job_id: &str, tasks: &str) -> gputokens::slurm::squeue::QueueJob {
+        let json = format!(
+            r#"{{"jobs":[{{"job_id":{job_id},"user_name":"alice","job_state":"PENDING","array_task_string":"{tasks}"}}]}}"#
+        );
+        gputokens::slurm::squeue::queue(&json).unwrap().remove(0)
+    }
+
+    #[test]
+    fn an_arrays_pending_tasks_are_named_alone() {
+        assert_eq!(slurm_target(&pending("41", "")).as_deref(), Some("41"));
+        assert_eq!(slurm_target(&pending("41", "3-4")).as_deref(), Some("41_[3-4]"));
+        assert_eq!(
+            slurm_target(&pending("41", "3-9:2%2")).as_deref(),
+            Some("41_[3-9:2]"),
+            "the throttle is not a task"
+        );
+        assert_eq!(slurm_target(&pending("41", "1,5;x")), None);
+    }
+}

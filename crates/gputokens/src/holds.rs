@@ -1,0 +1,144 @@
+//! Pending GPU jobs of a payer at the floor are held (`[admission] hold_at_floor`): the job_submit
+//! plugin judges a job once, when it is submitted, so without this the pending tasks of an array
+//! admitted just above the floor, a requeued run, or a job that waited while its payer spent down
+//! would start anyway. accountd holds them with `scontrol hold` and releases what it held once the
+//! payer is above the floor again. This is the pure choice; accountd reads squeue and acts.
+
+/// How a pending job is held now, from squeue's reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    No,
+    /// `JobHeldAdmin`: by an operator or admin (gputokens' own holds look like this).
+    ByAdmin,
+    /// `JobHeldUser`: by its owner.
+    ByUser,
+}
+
+impl Held {
+    pub fn from_reason(state_reason: &str) -> Held {
+        match state_reason {
+            "JobHeldAdmin" => Held::ByAdmin,
+            "JobHeldUser" => Held::ByUser,
+            _ => Held::No,
+        }
+    }
+}
+
+/// What gputokens last did about holding a job (its audit trail).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Last {
+    /// Held it, and has not released it.
+    Held,
+    /// Released it, or never held it, or its hold failed (tried again).
+    NotHeld,
+    /// Someone else released a job gputokens held: never held again.
+    Lifted,
+}
+
+/// The audit trail's names of what gputokens does about holds.
+pub const HOLD: &str = "hold";
+pub const HOLD_FAILED: &str = "hold-failed";
+pub const RELEASE: &str = "release";
+pub const RELEASE_FAILED: &str = "release-failed";
+pub const HOLD_LIFTED: &str = "hold-lifted";
+
+impl Last {
+    /// From the newest of those actions on the job (None: none).
+    pub fn from_action(action: Option<&str>) -> Last {
+        match action {
+            Some(HOLD) | Some(RELEASE_FAILED) => Last::Held,
+            Some(HOLD_LIFTED) => Last::Lifted,
+            _ => Last::NotHeld,
+        }
+    }
+}
+
+/// A pending GPU job as the choice sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pending {
+    /// A balance that pays for it is at or below its floor.
+    pub payer_at_floor: bool,
+    /// Its user, account or QOS is in `[exempt]`.
+    pub exempt: bool,
+    pub held: Held,
+    pub last: Last,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Hold,
+    Release,
+    /// Someone released (or re-held as its owner) a job gputokens held: recorded, left alone.
+    Lifted,
+    Nothing,
+}
+
+/// What to do about one pending GPU job.
+pub fn step(job: Pending) -> Step {
+    let should_wait = job.payer_at_floor && !job.exempt;
+    match (job.last, job.held) {
+        (Last::Held, Held::ByAdmin) if !should_wait => Step::Release,
+        (Last::Held, Held::ByAdmin) => Step::Nothing,
+        (Last::Held, Held::No | Held::ByUser) => Step::Lifted,
+        (Last::Lifted, _) => Step::Nothing,
+        (Last::NotHeld, Held::No) if should_wait => Step::Hold,
+        (Last::NotHeld, _) => Step::Nothing,
+    }
+}
+
+/// How the note added to a held job's comment begins: it is found by it and taken off when the job
+/// is released.
+pub const COMMENT_PREFIX: &str = "gputokens: held while ";
+
+/// The note added to a held job's comment.
+pub fn comment_note(payer: &str) -> String {
+    format!("{COMMENT_PREFIX}{payer} is at the floor, released when it is above")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(payer_at_floor: bool, held: Held, last: Last) -> Pending {
+        Pending { payer_at_floor, exempt: false, held, last }
+    }
+
+    #[test]
+    fn a_payer_at_the_floor_has_its_pending_jobs_held_and_released_when_it_recovers() {
+        assert_eq!(step(pending(true, Held::No, Last::NotHeld)), Step::Hold);
+        assert_eq!(step(pending(true, Held::ByAdmin, Last::Held)), Step::Nothing, "held already");
+        assert_eq!(step(pending(false, Held::ByAdmin, Last::Held)), Step::Release);
+        assert_eq!(step(pending(false, Held::No, Last::NotHeld)), Step::Nothing);
+    }
+
+    #[test]
+    fn exempt_jobs_are_never_held_and_a_held_one_is_released() {
+        let exempt = Pending { exempt: true, ..pending(true, Held::No, Last::NotHeld) };
+        assert_eq!(step(exempt), Step::Nothing);
+        let made_exempt = Pending { exempt: true, ..pending(true, Held::ByAdmin, Last::Held) };
+        assert_eq!(step(made_exempt), Step::Release);
+    }
+
+    #[test]
+    fn others_holds_are_theirs_and_a_release_by_someone_else_is_respected() {
+        // An admin's or the owner's own hold: not gputokens' to release, nor to add to.
+        assert_eq!(step(pending(false, Held::ByAdmin, Last::NotHeld)), Step::Nothing);
+        assert_eq!(step(pending(true, Held::ByUser, Last::NotHeld)), Step::Nothing);
+        // An admin released what gputokens held: recorded, and never held again.
+        assert_eq!(step(pending(true, Held::No, Last::Held)), Step::Lifted);
+        assert_eq!(step(pending(true, Held::No, Last::Lifted)), Step::Nothing);
+        assert_eq!(step(pending(true, Held::ByUser, Last::Held)), Step::Lifted);
+    }
+
+    #[test]
+    fn the_audit_trail_reads_back() {
+        assert_eq!(Last::from_action(None), Last::NotHeld);
+        assert_eq!(Last::from_action(Some(HOLD)), Last::Held);
+        assert_eq!(Last::from_action(Some(HOLD_FAILED)), Last::NotHeld, "tried again");
+        assert_eq!(Last::from_action(Some(RELEASE)), Last::NotHeld);
+        assert_eq!(Last::from_action(Some(RELEASE_FAILED)), Last::Held, "release tried again");
+        assert_eq!(Last::from_action(Some(HOLD_LIFTED)), Last::Lifted);
+        assert_eq!(Held::from_reason("JobHeldAdmin"), Held::ByAdmin);
+        assert_eq!(Held::from_reason("Resources"), Held::No);
+    }
+}
