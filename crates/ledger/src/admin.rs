@@ -13,18 +13,59 @@ use super::accounts::{check_user_name, insert_entry, Applied, NewEntry};
 use super::{Ledger, LedgerError};
 use crate::journal::Journaled;
 
-/// What each balance paid for job `job_id` in all, by holder: job_payments for a job a pool paid
-/// for, else job_charges (its user paid it all).
+/// What each balance paid for job `job_id` in all, by holder: job_payments for the runs whose
+/// payments were kept (a pool paid for the job), job_charges for the others (their user paid).
 pub(crate) fn job_payers(tx: &Transaction<'_>, job_id: &str) -> Result<Vec<(String, i64)>, LedgerError> {
     let mut stmt = tx.prepare_cached(
         "SELECT holder, charged FROM job_payments WHERE job_id = ?1
          UNION ALL
-         SELECT user, SUM(charged) FROM job_charges
-         WHERE job_id = ?1 AND NOT EXISTS (SELECT 1 FROM job_payments WHERE job_id = ?1) GROUP BY user
-         ORDER BY 1",
+         SELECT user, charged FROM job_charges c
+         WHERE job_id = ?1 AND NOT EXISTS (SELECT 1 FROM job_payments p
+                                           WHERE p.job_id = ?1 AND p.run_start IN (c.segment_start, -1))",
     )?;
-    let rows = stmt.query_map([job_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    let rows = stmt.query_map([job_id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+    let mut paid: BTreeMap<String, i64> = BTreeMap::new();
+    for row in rows {
+        let (holder, charged) = row?;
+        let sum = paid.entry(holder).or_default();
+        *sum = sum.saturating_add(charged);
+    }
+    Ok(paid.into_iter().collect())
+}
+
+/// What each balance paid for the run of job `job_id` that started at `run_start`, by holder:
+/// job_payments where they were kept for it, else its job_charges (its user paid it all). None
+/// for a job whose payments were summed for all its runs (kept before schema 15).
+pub(crate) fn run_payers(
+    tx: &Transaction<'_>,
+    job_id: &str,
+    run_start: i64,
+) -> Result<Option<Vec<(String, i64)>>, LedgerError> {
+    // A job with payments from before (a run of it may have been kept partly there) goes by them.
+    let summed: bool = tx.query_row(
+        "SELECT EXISTS (SELECT 1 FROM job_payments WHERE job_id = ?1 AND run_start = -1)",
+        [job_id],
+        |r| r.get(0),
+    )?;
+    if summed {
+        return Ok(None);
+    }
+    let kept: Vec<(String, i64)> = tx
+        .prepare_cached(
+            "SELECT holder, charged FROM job_payments WHERE job_id = ?1 AND run_start = ?2 ORDER BY holder",
+        )?
+        .query_map(params![job_id, run_start], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    if !kept.is_empty() {
+        return Ok(Some(kept));
+    }
+    let charged: Vec<(String, i64)> = tx
+        .prepare_cached(
+            "SELECT user, SUM(charged) FROM job_charges WHERE job_id = ?1 AND segment_start = ?2 GROUP BY user ORDER BY user",
+        )?
+        .query_map(params![job_id, run_start], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    Ok(Some(charged))
 }
 
 /// What `holder` has had back of job `job_id` so far, by an admin or automatically: refunds are
@@ -89,6 +130,7 @@ impl Ledger {
             entry.job_id = Some(job_id.to_string());
             if insert_entry(&tx, &entry)? == Applied::Added {
                 ids.push(tx.last_insert_rowid());
+                super::expiries::undraw(&tx, &user, owed, now)?;
                 // A pool's refund lowers what its members spent of it (their per-user limit), in
                 // the months the pool was charged, newest first.
                 if let Some(account) = gputokens::pools::account_of(&user) {

@@ -107,7 +107,11 @@ impl Ledger {
             reasons: Reasons::default(),
             // Only a ledger that ever kept payments can have some for a job.
             has_payments: match payments_kept {
-                true => Some(tx.prepare("SELECT EXISTS (SELECT 1 FROM job_payments WHERE job_id = ?1)")?),
+                true => Some(tx.prepare(
+                    "SELECT EXISTS (SELECT 1 FROM job_payments WHERE job_id = ?1 AND run_start = ?2),
+                            EXISTS (SELECT 1 FROM job_payments WHERE job_id = ?1),
+                            EXISTS (SELECT 1 FROM job_payments WHERE job_id = ?1 AND run_start = -1)",
+                )?),
                 false => None,
             },
             batch: Batch::default(),
@@ -150,15 +154,15 @@ impl Ledger {
         for ((account, member), spent) in batch.member_spending {
             add_member_spending(&tx, &account, &member, spent, now)?;
         }
-        for (job_id, holders) in batch.payments {
+        for ((job_id, run_start), holders) in batch.payments {
             for (holder, paid) in holders {
                 // As usage_days above.
                 tx.prepare_cached(
-                    "INSERT INTO job_payments (job_id, holder, charged) VALUES (?1, ?2, ?3)
+                    "INSERT INTO job_payments (job_id, run_start, holder, charged) VALUES (?1, ?2, ?3, ?4)
                      ON CONFLICT DO UPDATE SET charged = CASE WHEN charged <= 9223372036854775807 - excluded.charged
                                                               THEN charged + excluded.charged END",
                 )?
-                .execute(params![job_id, holder, paid.micro()])?;
+                .execute(params![job_id, run_start, holder, paid.micro()])?;
             }
         }
         tx.commit()?;
@@ -215,8 +219,8 @@ struct Cycle<'tx, 'r> {
     run_statements: RunStatements<'tx>,
     entries: Entries<'tx, 'r>,
     reasons: Reasons<'r>,
-    /// Whether a job has payments kept: None where `job_payments` had no row when the cycle began
-    /// (it is written at its end).
+    /// Whether a job has payments kept for a run, for any run, and from before they were kept per
+    /// run: None where `job_payments` had no row when the cycle began (it is written at its end).
     has_payments: Option<Statement<'tx>>,
     batch: Batch<'r>,
     /// The records of the chunk being charged, and each of their GPU types.
@@ -230,7 +234,7 @@ struct Step<'r> {
     payers: Payers<'r>,
     /// Its GPU types: `items[items.start..items.end]`; None where the record cannot be charged.
     items: Option<std::ops::Range<usize>>,
-    /// Where a pool pays: what its job was charged before it (the start of its payments).
+    /// What its run was charged before it (where payments are kept, the start of its run's).
     charged_before: Tokens,
 }
 
@@ -252,8 +256,8 @@ struct Batch<'r> {
     unlisted_types: BTreeMap<&'r str, u64>,
     /// (account, member) → what the member's jobs took from the pool.
     member_spending: BTreeMap<(String, String), Tokens>,
-    /// job → payer → what the payer paid for the job, for refunds.
-    payments: BTreeMap<String, BTreeMap<String, Tokens>>,
+    /// (job, run start) → payer → what the payer paid for that run, for refunds.
+    payments: BTreeMap<(String, i64), BTreeMap<String, Tokens>>,
     records: usize,
     unchanged: usize,
     uncountable: Vec<&'r str>,
@@ -346,8 +350,8 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
         self.runs.begin(&mut self.run_statements, chunk, read)?;
         for step in &mut self.steps {
             let Some(items) = step.items.clone() else { continue };
-            if step.payers.pool.is_some() {
-                step.charged_before = self.runs.charged_so_far(&step.record.job_id)?;
+            if self.has_payments.is_some() || step.payers.pool.is_some() {
+                step.charged_before = self.runs.charged_so_far(&step.record.job_id, step.record.segment_start)?;
             }
             for item in &mut self.items[items] {
                 let advanced = self.runs.advance(step.record, item.priced.gpu_type, item.priced.total);
@@ -434,7 +438,7 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
                     *spent = *spent + due;
                 }
                 if tracked {
-                    let holders = self.batch.payments.entry(record.job_id.clone()).or_default();
+                    let holders = self.batch.payments.entry((record.job_id.clone(), record.segment_start)).or_default();
                     let paid = holders.entry(payer.clone()).or_default();
                     *paid = *paid + due;
                 }
@@ -446,32 +450,38 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
         Ok(charged_any)
     }
 
-    /// Whether the record's payments are kept per payer in `job_payments` (for refunds to whoever
-    /// paid). A job paid by its user alone, as every job is in mode "user", needs no row: its
-    /// `job_charges` say what its user paid. From the first time a pool pays for a job, its payments
-    /// are kept, starting with what its user paid before (`charged_before`: all of its charges so
-    /// far).
+    /// Whether the record's payments are kept per payer in `job_payments`, per run (for refunds to
+    /// whoever paid for the run). A job paid by its user alone, as every job is in mode "user", needs
+    /// no row: its `job_charges` say what its user paid. From the first time a pool pays for a job,
+    /// the payments of its run are kept, starting with what its user paid before (`charged_before`:
+    /// the run's charges so far), and of each run of it after.
     fn track_payments(
         &mut self,
         payers: Payers<'_>,
         record: &UsageRecord,
         charged_before: Tokens,
     ) -> Result<bool, LedgerError> {
-        let job = &record.job_id;
-        if self.batch.payments.contains_key(job) {
+        let run = (record.job_id.clone(), record.segment_start);
+        if self.batch.payments.contains_key(&run) {
             return Ok(true);
         }
         // Only a ledger that ever kept payments can have some for this job: in one that never did
         // (every one in mode "user") a record costs no query here.
+        let (mut job_kept, mut before_runs) = (false, false);
         if let Some(has_payments) = &mut self.has_payments {
-            if has_payments.query_row([job], |r| r.get::<_, bool>(0))? {
+            let (run_kept, any, old): (bool, bool, bool) =
+                has_payments.query_row(params![run.0, run.1], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            if run_kept {
                 return Ok(true);
             }
+            (job_kept, before_runs) = (any, old);
         }
-        if payers.pool.is_none() {
+        if payers.pool.is_none() && !job_kept {
             return Ok(false);
         }
-        self.batch.payments.entry(job.clone()).or_default().insert(record.user.clone(), charged_before);
+        // What of the run was charged before schema 15 is in the job's rows from then.
+        let before = if before_runs { Tokens::ZERO } else { charged_before };
+        self.batch.payments.entry(run).or_default().insert(record.user.clone(), before);
         Ok(true)
     }
 }

@@ -1,7 +1,8 @@
 //! Grants with an end date (`accountd admin grant ... --expires`): what is left of such a grant when
 //! it ends expires, as an adjustment of its balance (a user's or a pool's). Charges draw from a
 //! balance's open grants first, the soonest-ending first, so a grant's `unused` is what charges have
-//! not used of it; a refund returns tokens to the balance, not to a grant.
+//! not used of it; a refund puts what it gives back into the open grants charges drew from
+//! (`undraw`), so tokens a grant paid for expire with it even when a run is refunded.
 
 use std::collections::HashSet;
 
@@ -194,6 +195,36 @@ pub(crate) fn draw(tx: &Transaction<'_>, user: &str, charged: Tokens, now: i64) 
         tx.prepare_cached("UPDATE grant_expiries SET unused = unused - ?2 WHERE entry_id = ?1")?
             .execute(params![entry_id, take.micro()])?;
         left = left - take;
+    }
+    Ok(())
+}
+
+/// Puts `refunded` (micro-tokens) back into `user`'s open grants that charges drew from, the
+/// soonest-ending first, each at most what was drawn of it: charges draw from open grants first, so
+/// what a refund gives back came from them while one was drawn, and it expires with them (the
+/// audit's L4). What a grant that has ended was drawn for stays in the balance.
+pub(crate) fn undraw(tx: &Transaction<'_>, user: &str, refunded: i64, now: i64) -> Result<(), LedgerError> {
+    if refunded <= 0 {
+        return Ok(());
+    }
+    let drawn: Vec<(i64, i64)> = {
+        let mut stmt = tx.prepare_cached(
+            "SELECT entry_id, amount - unused FROM grant_expiries
+             WHERE user = ?1 AND expired_entry IS NULL AND expires_at > ?2 AND unused < amount
+             ORDER BY expires_at, entry_id",
+        )?;
+        let rows = stmt.query_map(params![user, now], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        rows.collect::<Result<_, _>>()?
+    };
+    let mut left = refunded;
+    for (entry_id, drawn) in drawn {
+        if left <= 0 {
+            break;
+        }
+        let put = left.min(drawn);
+        tx.prepare_cached("UPDATE grant_expiries SET unused = unused + ?2 WHERE entry_id = ?1")?
+            .execute(params![entry_id, put])?;
+        left -= put;
     }
     Ok(())
 }

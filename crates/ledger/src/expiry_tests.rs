@@ -104,3 +104,37 @@ fn an_expiry_never_takes_a_balance_below_zero_and_warnings_are_listed_once() {
     );
     assert!(err.unwrap_err().to_string().contains("must come after it is made"));
 }
+
+#[test]
+fn a_refund_of_what_a_grant_paid_for_goes_back_into_the_grant_and_expires_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let now = at("2026-11-26T09:00:00");
+    grant(&mut l, "alice", 20, "grant:term", now, at("2026-12-31T00:00:00"));
+    // Two runs of 2 a6000-hours (8 tokens each), paid from the grant: 4 of it left.
+    let second = UsageRecord { job_id: "2".into(), ..a6000_hours("2", "alice", 2) };
+    l.charge(&[a6000_hours("1", "alice", 2), second], &prices(), now + 60).unwrap();
+    assert_eq!(l.open_grants("alice").unwrap()[0].unused, Tokens::whole(4));
+
+    // Run 1 lost to the system, refunded automatically; job 2 refunded by an admin.
+    let lost = RunRefund {
+        job_id: "1",
+        segment_start: at("2026-11-26T08:00:00"),
+        share: (1, 1),
+        reason: "lost run",
+        at: now + 120,
+        month_cap: Tokens::whole(100),
+        month_start: 0,
+    };
+    assert_eq!(l.refund_run(&lost).unwrap()[0].amount, Tokens::whole(8));
+    assert_eq!(l.open_grants("alice").unwrap()[0].unused, Tokens::whole(12), "back into the grant");
+    l.refund_job("2", "root", "goodwill", now + 180).unwrap();
+    assert_eq!(l.open_grants("alice").unwrap()[0].unused, Tokens::whole(20));
+    assert_eq!(balance(&l, "alice"), Tokens::whole(120));
+
+    // The whole grant expires at its end: the refunds did not keep any of it for good.
+    let expired = l.expire_grants(at("2026-12-31T00:30:00")).unwrap();
+    assert_eq!(expired[0].amount, Tokens::whole(-20));
+    assert_eq!(balance(&l, "alice"), Tokens::whole(100));
+    assert_eq!(l.verify().unwrap().problems, Vec::<String>::new());
+}

@@ -211,3 +211,60 @@ fn an_admins_refund_of_a_pool_paid_job_lowers_the_members_spending() {
     assert!(l.refund_job("13", "root", "again", december + 120).is_err(), "nothing left to refund");
     assert!(l.verify().unwrap().problems.is_empty());
 }
+
+/// The audit's L2: Slurm gives a job ID again (MaxJobId wrapped, its state reset). A lost run of
+/// the new job goes back to whoever paid for that run, never in part to the old job's payers.
+#[test]
+fn a_job_id_slurm_used_again_refunds_only_the_new_jobs_payers() {
+    // bob's job 21 in September; alice's job 21 in November, both lost. Each paid by its own user.
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let now = at("2026-11-26T12:00:00");
+    l.charge(&[run("21", "bob", None, "2026-09-01T08:00:00", 2)], &prices(), at("2026-09-01T12:00:00")).unwrap();
+    l.charge(&[run("21", "alice", None, "2026-11-26T08:00:00", 2)], &prices(), now).unwrap();
+    let entries = l.refund_run(&refund("21", "2026-11-26T08:00:00", (1, 1), now)).unwrap();
+    let given: Vec<(&str, Tokens)> = entries.iter().map(|e| (e.user.as_str(), e.amount)).collect();
+    assert_eq!(given, [("alice", Tokens::whole(8))], "bob paid nothing for this run");
+    assert_eq!((balance(&l, "alice"), balance(&l, "bob")), (Tokens::whole(100), Tokens::whole(92)));
+
+    // The same with pools: course paid for the old job 22, lab for the new one.
+    let (_dir, mut l, now) = ledger_with_lab(PoolMode::Account);
+    l.add_pool("course", BucketRules::default(), None, "root", now - 86_400).unwrap();
+    let old = run("22", "carol", Some("course"), "2026-09-01T08:00:00", 2);
+    l.charge(&[old], &prices(), at("2026-09-01T12:00:00")).unwrap();
+    l.charge(&[run("22", "alice", Some("lab"), "2026-11-26T08:00:00", 2)], &prices(), now).unwrap();
+    let entries = l.refund_run(&refund("22", "2026-11-26T08:00:00", (1, 1), now)).unwrap();
+    let given: Vec<(&str, Tokens)> = entries.iter().map(|e| (e.user.as_str(), e.amount)).collect();
+    assert_eq!(given, [(holder("lab").as_str(), Tokens::whole(8))]);
+    assert_eq!(balance(&l, &holder("course")), Tokens::whole(92), "the old job's pool keeps its charge");
+    assert!(l.verify().unwrap().problems.is_empty(), "{:?}", l.verify().unwrap().problems);
+}
+
+/// Payments kept before schema 15 are summed for all runs of their job (run_start -1): a run of
+/// such a job is refunded by the job's shares, and a run going on after the upgrade is kept per
+/// run from then on, with nothing counted twice.
+#[test]
+fn payments_kept_for_a_whole_job_before_schema_15_refund_by_the_jobs_shares() {
+    let (_dir, mut l, now) = ledger_with_lab(PoolMode::Both);
+    l.charge(&[run("23", "alice", Some("lab"), "2026-11-26T08:00:00", 1)], &prices(), now).unwrap();
+    // As the migration leaves them.
+    l.conn.execute("UPDATE job_payments SET run_start = -1", []).unwrap();
+    l.charge(&[run("23", "alice", Some("lab"), "2026-11-26T08:00:00", 2)], &prices(), now + 3600).unwrap();
+    assert!(l.verify().unwrap().problems.is_empty(), "{:?}", l.verify().unwrap().problems);
+    let kept: Vec<(i64, String, i64)> = l
+        .conn
+        .prepare("SELECT run_start, holder, charged FROM job_payments ORDER BY run_start, holder")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let start = at("2026-11-26T08:00:00");
+    let want = [(-1, holder("lab"), 4_000_000), (-1, "alice".into(), 4_000_000)];
+    assert_eq!(kept[..2], want);
+    assert_eq!(kept[2..], [(start, holder("lab"), 4_000_000), (start, "alice".into(), 4_000_000)]);
+    let entries = l.refund_run(&refund("23", "2026-11-26T08:00:00", (1, 1), now + 3600)).unwrap();
+    assert_eq!(entries.len(), 2);
+    assert_eq!((balance(&l, "alice"), balance(&l, &holder("lab"))), (Tokens::whole(100), Tokens::whole(100)));
+    assert!(l.verify().unwrap().problems.is_empty());
+}

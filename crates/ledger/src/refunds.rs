@@ -7,7 +7,7 @@ use gputokens::entry::{Entry, EntryKind};
 use gputokens::tokens::Tokens;
 
 use super::accounts::{insert_entry, Applied, NewEntry};
-use super::admin::{job_payers, refunded_to};
+use super::admin::{job_payers, refunded_to, run_payers};
 use super::{Ledger, LedgerError};
 
 /// One run to refund.
@@ -40,6 +40,15 @@ fn automatic_refunds_since(tx: &rusqlite::Transaction<'_>, holder: &str, since: 
     Ok(i128::from(sum))
 }
 
+/// What job `job_id` was charged in all, every run (micro-tokens).
+fn job_paid_in_all(tx: &rusqlite::Transaction<'_>, job_id: &str) -> Result<i128, LedgerError> {
+    let sum: i64 =
+        tx.query_row("SELECT COALESCE(SUM(charged), 0) FROM job_charges WHERE job_id = ?1", params![job_id], |r| {
+            r.get(0)
+        })?;
+    Ok(i128::from(sum))
+}
+
 /// The key of the refund of run `segment_start` of `job_id` to `holder`: each run refunded once.
 pub fn run_refund_key(job_id: &str, segment_start: i64, holder: &str) -> String {
     // Under `refund:JOB:` like an admin's refund of the job, so each counts what the other gave back.
@@ -65,15 +74,16 @@ impl Ledger {
             |r| r.get(0),
         )?;
         let refunded = i128::from(run_charged) * i128::from(numerator) / i128::from(denominator);
-        let payers = job_payers(&tx, run.job_id)?;
-        // Each payer paid this share of each token the job cost: all of it alone, both of them all
+        // Each payer paid this share of each token the run cost: all of it alone, both of them all
         // of it in mode "both" (the user's bucket and the pool each pay the whole charge), a part
-        // after a mode switch. Each gets that share of the run's refund back (the audit's L2).
-        let job_charged: i64 = tx.query_row(
-            "SELECT COALESCE(SUM(charged), 0) FROM job_charges WHERE job_id = ?1",
-            params![run.job_id],
-            |r| r.get(0),
-        )?;
+        // after a mode switch. Each gets that share of the run's refund back (the audit's L2), from
+        // what it paid for this run: not for another job that had the same ID before.
+        let job_paid = job_payers(&tx, run.job_id)?;
+        let (payers, basis) = match run_payers(&tx, run.job_id, run.segment_start)? {
+            Some(payers) => (payers, i128::from(run_charged)),
+            // Kept before schema 15 for all runs together: the job's shares.
+            None => (job_paid.clone(), job_paid_in_all(&tx, run.job_id)?),
+        };
         let member: Option<String> = tx
             .query_row(
                 "SELECT user FROM job_charges WHERE job_id = ?1 AND segment_start = ?2 LIMIT 1",
@@ -83,12 +93,14 @@ impl Ledger {
             .optional()?;
         let mut ids = Vec::new();
         for (holder, holder_paid) in &payers {
-            if refunded <= 0 || job_charged <= 0 {
+            if refunded <= 0 || basis <= 0 {
                 break;
             }
-            let share = refunded * i128::from(*holder_paid) / i128::from(job_charged);
+            let share = refunded * i128::from(*holder_paid) / basis;
+            // Never more than the holder paid for the job and has not had back (an admin's refund).
+            let paid_for_job = job_paid.iter().find(|(h, _)| h == holder).map_or(0, |(_, paid)| *paid);
             let given_back = refunded_to(&tx, run.job_id, holder)?;
-            let amount = share.min(i128::from(*holder_paid - given_back));
+            let amount = share.min(i128::from(paid_for_job) - i128::from(given_back));
             let month_left = i128::from(run.month_cap.micro()) - automatic_refunds_since(&tx, holder, run.month_start)?;
             let capped = amount > month_left;
             let Ok(amount) = i64::try_from(amount.min(month_left)) else { continue };
@@ -111,6 +123,7 @@ impl Ledger {
             entry.job_id = Some(run.job_id.to_string());
             if insert_entry(&tx, &entry)? == Applied::Added {
                 ids.push(tx.last_insert_rowid());
+                super::expiries::undraw(&tx, holder, amount, run.at)?;
                 // A pool's refund lowers what its member spent in the run's month (their limit).
                 if let (Some(account), Some(member)) = (gputokens::pools::account_of(holder), member.as_deref()) {
                     super::pools::lower_member_spending(&tx, account, member, amount, run.segment_start)?;

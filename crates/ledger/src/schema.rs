@@ -232,6 +232,20 @@ const MIGRATIONS: &[&str] = &[
         entry_id INTEGER PRIMARY KEY,           -- entries.id
         what     TEXT    NOT NULL
      );",
+    // 15: what each balance paid kept per run of a job (its start), so a refund of one run goes back
+    // to whoever paid for that run: a job ID Slurm used again (MaxJobId wrapped, its state reset)
+    // no longer shares a refund with the old job's payers (the audit's L2). Rows from before keep
+    // what they summed for all runs of their job, under run_start -1.
+    "CREATE TABLE job_payments_v15 (
+        job_id    TEXT    NOT NULL,
+        run_start INTEGER NOT NULL,              -- job_charges.segment_start; -1: every run before
+        holder    TEXT    NOT NULL,
+        charged   INTEGER NOT NULL,
+        PRIMARY KEY (job_id, run_start, holder)
+     ) WITHOUT ROWID;
+     INSERT INTO job_payments_v15 SELECT job_id, -1, holder, charged FROM job_payments;
+     DROP TABLE job_payments;
+     ALTER TABLE job_payments_v15 RENAME TO job_payments;",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

@@ -46,7 +46,8 @@ impl Ledger {
                paid AS (SELECT holder AS user, charged FROM job_payments
                       UNION ALL
                       SELECT user, charged FROM job_charges c
-                      WHERE NOT EXISTS (SELECT 1 FROM job_payments p WHERE p.job_id = c.job_id)),
+                      WHERE NOT EXISTS (SELECT 1 FROM job_payments p
+                                        WHERE p.job_id = c.job_id AND p.run_start IN (c.segment_start, -1))),
                progress AS (SELECT user, SUM(charged) AS charged FROM paid GROUP BY user),
                usage AS (SELECT user, SUM(charged) AS charged FROM usage_days GROUP BY user),
                names AS (SELECT name AS user FROM users UNION SELECT user FROM entries)

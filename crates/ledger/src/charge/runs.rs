@@ -309,10 +309,12 @@ impl<'r> Runs<'r> {
         })
     }
 
-    /// What a job's runs were charged so far, all GPU types (the chunk must have been read).
-    pub fn charged_so_far(&self, job_id: &str) -> Result<Tokens, LedgerError> {
+    /// What the run of a job that started at `start` was charged so far, all GPU types (the chunk
+    /// must have been read).
+    pub fn charged_so_far(&self, job_id: &str, start: i64) -> Result<Tokens, LedgerError> {
         debug_assert!(self.read, "a job's charges are known only where its rows were read");
-        let sum: i128 = self.of(job_id).map(|i| i128::from(self.rows[i].charged)).sum();
+        let of_run = self.of(job_id).filter(|&i| self.rows[i].segment_start == start);
+        let sum: i128 = of_run.map(|i| i128::from(self.rows[i].charged)).sum();
         let sum = i64::try_from(sum)
             .map_err(|_| LedgerError::Damaged(format!("job {job_id}'s charges add up to {sum} micro-tokens")))?;
         Ok(Tokens::from_micro(sum))
