@@ -15,8 +15,9 @@ if [[ ${1:-} == --list ]]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 # The status page's browser tests (crates/accountd/tests/it/web.rs) run on the host's release only:
 # the other releases' root filesystems (built from --list) stay without a browser.
 # So do the RPM tests (crates/accountd/tests/it/rpms.rs): rpmbuild and rpmlint.
+# So does setfacl (acl): file_trust's unit test of access control lists (crates/gputokens).
 if [[ -z ${GPUTOKENS_SLURM_RELEASE:-} || ${GPUTOKENS_SLURM_RELEASE} == 22.05 ]]; then
-  PKGS+=(chromium chromium-driver rpm rpmlint)
+  PKGS+=(chromium chromium-driver rpm rpmlint acl)
 fi
 
 missing=()

@@ -45,7 +45,7 @@ fn untrusted_chain(path: &Path, what: &str, trusted: &Trusted) -> Option<String>
     loop {
         let exists = match std::fs::metadata(checked) {
             Ok(meta) => {
-                if let Some(why) = why_others_can_change(&meta, level, below_exists, trusted) {
+                if let Some(why) = why_others_can_change(checked, &meta, level, below_exists, trusted) {
                     let place = match level {
                         0 => format!("{what} {}", checked.display()),
                         _ => format!("{}, above {what} {},", checked.display(), path.display()),
@@ -68,6 +68,7 @@ fn untrusted_chain(path: &Path, what: &str, trusted: &Trusted) -> Option<String>
 /// above the path whose entry on the path exists (`below_exists`), not one where a name on the path
 /// is still to be made (others could take it first).
 fn why_others_can_change(
+    path: &Path,
     meta: &std::fs::Metadata,
     level: u32,
     below_exists: bool,
@@ -90,7 +91,27 @@ fn why_others_can_change(
             group_name(meta.gid())
         ));
     }
+    // With an access control list the group bits are its mask: a named user or group of the list
+    // may write whatever group owns it.
+    if mode & 0o020 != 0 && !kept_to_own_entries && has_access_acl(path) {
+        return Some(format!(
+            "has an access control list that can let other users write it (mode {mode:o}, see getfacl): \
+             setfacl -b it, or chmod g-w it"
+        ));
+    }
     None
+}
+
+/// Whether `path` has an access control list beyond its mode bits (a file system without them has
+/// none).
+fn has_access_acl(path: &Path) -> bool {
+    // An empty buffer asks nothing of the kernel (rustix answers 0): a list too long for this one
+    // is there all the same.
+    let mut list = [0u8; 256];
+    match rustix::fs::getxattr(path, "system.posix_acl_access", &mut list[..]) {
+        Ok(size) => size > 0,
+        Err(e) => e == rustix::io::Errno::RANGE,
+    }
 }
 
 fn group_name(gid: u32) -> String {
@@ -148,6 +169,39 @@ mod tests {
             mode(&file, 0o644);
             assert_eq!(untrusted(&file, "the config"), None, "readable by the group only");
         }
+    }
+
+    /// An access control list can give a user write that the mode bits show only as the group's
+    /// (its mask): a list that lets anyone but the owner write is untrusted, one that does not is
+    /// not (tests/cluster/install.sh installs setfacl).
+    #[test]
+    fn an_access_control_list_that_lets_others_write_is_untrusted() {
+        let dir = tempfile::tempdir().unwrap();
+        mode(dir.path(), 0o755);
+        let file = dir.path().join("gputokens.toml");
+        std::fs::write(&file, "").unwrap();
+        mode(&file, 0o644);
+        let setfacl = |args: &[&str]| {
+            let out = std::process::Command::new("setfacl").args(args).arg(&file).output().expect("setfacl");
+            assert!(out.status.success(), "setfacl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        // uid 1 (daemon) may write: the group bits (the mask) show rw-, the group is this process's.
+        setfacl(&["-m", "u:1:rw"]);
+        let why = untrusted(&file, "the config").unwrap();
+        assert!(why.contains("has an access control list that can let other users write it"), "{why}");
+        // A list whose entries only read, or none: trusted.
+        setfacl(&["-m", "u:1:r"]);
+        assert_eq!(untrusted(&file, "the config"), None);
+        setfacl(&["-b"]);
+        assert_eq!(untrusted(&file, "the config"), None);
+        // On a directory above too.
+        let inner = dir.path().join("lib");
+        std::fs::create_dir(&inner).unwrap();
+        mode(&inner, 0o755);
+        let out = std::process::Command::new("setfacl").args(["-m", "u:1:rwx"]).arg(&inner).output().unwrap();
+        assert!(out.status.success());
+        let why = untrusted(&inner.join("balances.snapshot"), "the snapshot").unwrap();
+        assert!(why.starts_with(&format!("{}, above the snapshot", inner.display())), "{why}");
     }
 
     /// A directory above that others can write lets them rename the file away and put theirs in

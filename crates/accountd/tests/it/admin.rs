@@ -228,3 +228,51 @@ fn a_backup_into_a_directory_others_can_write_is_refused() {
     site.accountd(None, &["admin", "backup", open.join("ledger.sqlite").to_str().unwrap()]).ok();
     assert!(open.join("ledger.sqlite").exists());
 }
+
+/// The audit's L8 as alice: the admin journal on storage users may write to (a sticky directory,
+/// as /tmp). A link she plants where the journal will be never has root's accountd append to
+/// where it leads; the change waits in the ledger and is journaled once the link is gone.
+#[test]
+fn a_link_planted_where_the_journal_goes_never_has_root_append_elsewhere() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let mut site = Site::start("", "");
+    let shared = tempfile::Builder::new().prefix("gputokens-shared-").tempdir_in("/tmp").unwrap();
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let journal = shared.path().join("admin-journal.jsonl");
+    let victim = site.path("victim");
+    std::fs::write(&victim, "root's file\n").unwrap();
+    let mut config = std::fs::read_to_string(&site.config).unwrap();
+    config.push_str(&format!("admin_journal = \"{}\"\n", journal.display()));
+    std::fs::write(&site.config, config).unwrap();
+    site.restart();
+
+    let link = run_as(
+        Some("alice"),
+        std::path::Path::new("/bin/ln"),
+        &["-s", victim.to_str().unwrap(), journal.to_str().unwrap()],
+    );
+    assert_eq!(link.code, 0, "{}", link.stderr);
+    site.accountd(None, &["admin", "grant", "bob", "3", "--reason", "course", "--key", "k8"]).ok();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's file\n", "nothing appended through the link");
+    assert!(site.log().contains("cannot append 1 change(s) (grant:k8)"), "{}", site.log());
+
+    // Without the link, a journal still to be made where others could make it first is refused.
+    std::fs::remove_file(&journal).unwrap();
+    site.accountd(None, &["admin", "grant", "bob", "1", "--reason", "course", "--key", "k9"]).ok();
+    assert!(site.log().contains("is writable by every user (mode 1777)"), "{}", site.log());
+    assert!(!journal.exists());
+    // An admin makes the directory theirs alone: the next change journals all three, into a file of
+    // root's own.
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    site.accountd(None, &["admin", "grant", "bob", "1", "--reason", "course", "--key", "k10"]).ok();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&journal).unwrap_or_default().contains("\"key\":\"grant:k10\"") {
+        assert!(Instant::now() < deadline, "not journaled: {}", site.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let text = std::fs::read_to_string(&journal).unwrap();
+    assert!(text.contains("\"key\":\"grant:k8\"") && text.contains("\"key\":\"grant:k9\""), "{text}");
+    let meta = std::fs::symlink_metadata(&journal).unwrap();
+    assert!(meta.file_type().is_file() && meta.uid() == 0 && meta.mode() & 0o777 == 0o600, "{meta:?}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's file\n");
+}

@@ -1036,3 +1036,46 @@ fn slurmctld_writes_its_controller_status_file() {
     assert!((gputokens::time::now() - status.written).abs() <= controller_status::STALE_AFTER_SECS, "{status:?}");
     assert!(!adm.log().contains("panicked"), "{}", adm.log());
 }
+
+/// The audit's L8 as alice: a plugin config her group may write is never obeyed. She exempts
+/// herself in it while at the floor; slurmctld's plugin logs why it does not read the file, keeps
+/// its settings, and refuses her GPU job as before; once only root may write it, it is read again.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_plugin_config_others_can_write_is_not_obeyed() {
+    use std::os::unix::fs::PermissionsExt;
+    let cluster = serial();
+    let alice = cluster.alice;
+    let (_site, adm) = following_site("", &[(alice, "-110.4")]);
+    assert!(sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "true"]).stderr.contains(REFUSED));
+
+    let group = nix::unistd::Group::from_name(alice).unwrap().expect("the test user's group").gid;
+    nix::unistd::chown(PLUGIN_CONF, None, Some(group)).unwrap();
+    std::fs::set_permissions(PLUGIN_CONF, std::fs::Permissions::from_mode(0o664)).unwrap();
+    let planted = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(planted.path(), format!("{}\n[exempt]\nusers = [\"{alice}\"]\n", adm.config)).unwrap();
+    std::fs::set_permissions(planted.path(), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let cp = run_as(Some(alice), Path::new("/bin/cp"), &[planted.path().to_str().unwrap(), PLUGIN_CONF]);
+    assert_eq!(cp.code, 0, "alice could not write the config: {}", cp.stderr);
+    let refused = format!("is writable by the members of group {alice} (gid {group})");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !adm.log().contains(&refused) {
+        assert!(Instant::now() < deadline, "the plugin did not refuse the config: {}", adm.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(adm.log().contains("not read: the plugin keeps its settings"), "{}", adm.log());
+    std::thread::sleep(SETTLE);
+    let out = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "true"]);
+    assert!(out.stderr.contains(REFUSED), "alice exempted herself: {} {}", out.stdout, out.stderr);
+
+    // Root's again: the config as it was is read.
+    std::fs::write(PLUGIN_CONF, &adm.config).unwrap();
+    let read_again = adm.log().matches("gputokens: job_submit/gputokens ").count();
+    nix::unistd::chown(PLUGIN_CONF, None, Some(nix::unistd::Gid::from_raw(0))).unwrap();
+    std::fs::set_permissions(PLUGIN_CONF, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while adm.log().matches("gputokens: job_submit/gputokens ").count() == read_again {
+        assert!(Instant::now() < deadline, "the plugin did not read the config again: {}", adm.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
