@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chrono::{Datelike, NaiveDate};
 
@@ -64,13 +64,23 @@ fn decision_log(level: decision::Level, message: String) {
     ffi::log(ffi::decision_level(level), &message)
 }
 
-/// `init`: reads the config at `config_path` leniently (problems are logged, defaults used), loads the
-/// snapshot once, starts the watcher. Never fails.
+/// How long `init` waits for the watcher's first read of the snapshot (its users' names mapped to
+/// uids): a name service slower than this holds the watcher, never slurmctld's start; GPU jobs
+/// meanwhile go by `on_error` (the balances are not loaded yet).
+const FIRST_READ_WAIT: Duration = Duration::from_secs(2);
+
+/// `init`: reads the config at `config_path` leniently (problems are logged, defaults used), starts
+/// the watcher and waits up to [`FIRST_READ_WAIT`] for its first read of the snapshot. Never fails.
 pub fn start(config_path: &Path) {
+    start_with(config_path, watch::system_resolver)
+}
+
+/// [`start`], with the name service `resolver` makes (tests: a slow one).
+fn start_with(config_path: &Path, resolver: fn() -> watch::Resolver) {
     stop();
     let mut settings = Settings::new(config_path.to_path_buf());
     let config = settings.load().unwrap_or_else(|| Config::defaults(config_path));
-    let mut monitor = monitor_for(&config);
+    let monitor = monitor_for(&config, resolver);
     let status = StatusFile::new(
         config.paths.controller_status.clone(),
         config.paths.snapshot.clone(),
@@ -78,12 +88,10 @@ pub fn start(config_path: &Path) {
         std::process::id(),
     );
     let now = unix_now();
-    monitor.tick(now, &mut slurm_log);
-    let exempt_names = monitor.exempt_users(now).unwrap_or_default();
     let plugin = Arc::new(Plugin {
         config: RwLock::new(Arc::new(config)),
         view: RwLock::new(monitor.view()),
-        exempt_names: RwLock::new(exempt_names),
+        exempt_names: RwLock::new(Arc::default()),
         tally: Mutex::new(Tally::default()),
         today: AtomicI32::new(local_days(now)),
         slurm_uid: nix::unistd::geteuid().as_raw(),
@@ -97,14 +105,27 @@ pub fn start(config_path: &Path) {
         })
         .ok();
     let for_thread = plugin.clone();
+    let (first_read, first_read_done) = std::sync::mpsc::sync_channel(1);
     let spawned = std::thread::Builder::new()
         .name("gputokens".into())
-        .spawn(move || watch_loop(&for_thread, settings, monitor, feed));
+        .spawn(move || watch_loop(&for_thread, (settings, resolver), monitor, feed, first_read));
     match spawned {
-        Ok(handle) => *plugin.watcher.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle),
+        Ok(handle) => {
+            *plugin.watcher.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
+            if first_read_done.recv_timeout(FIRST_READ_WAIT).is_err() {
+                ffi::log(
+                    Level::Info,
+                    &format!(
+                        "gputokens: the balance snapshot is still being read (its users' names looked up) after {}s: \
+                         GPU jobs follow on_error until it is",
+                        FIRST_READ_WAIT.as_secs()
+                    ),
+                );
+            }
+        }
         Err(e) => ffi::log(
             Level::Error,
-            &format!("cannot start the snapshot watcher ({e}): balances stay as loaded now until slurmctld restarts"),
+            &format!("cannot start the snapshot watcher ({e}): GPU jobs follow on_error until slurmctld restarts"),
         ),
     }
     *PLUGIN.write().unwrap_or_else(PoisonError::into_inner) = Some(plugin);
@@ -124,12 +145,12 @@ fn host_name() -> String {
     }
 }
 
-fn monitor_for(config: &Config) -> Monitor {
+fn monitor_for(config: &Config, resolver: fn() -> watch::Resolver) -> Monitor {
     Monitor::new(
         config.paths.snapshot.clone(),
         config.admission.max_snapshot_age,
         config.admission.on_error,
-        watch::system_resolver(),
+        resolver(),
         config.exempt.users.clone(),
     )
 }
@@ -216,7 +237,17 @@ pub fn stop() {
     }
 }
 
-fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor, status: Option<StatusFeed>) {
+/// The watcher: every [`watch::POLL`] (the first time at once) re-reads the config and the snapshot
+/// when they change, and hands the status file's thread what to write; `first_read` is told when
+/// the first read is done.
+fn watch_loop(
+    plugin: &Plugin,
+    (mut settings, resolver): (Settings, fn() -> watch::Resolver),
+    mut monitor: Monitor,
+    status: Option<StatusFeed>,
+    first_read: std::sync::mpsc::SyncSender<()>,
+) {
+    let mut first_read = Some(first_read);
     let mut panicked = false;
     // What the status file's thread is handed each poll (it writes when due).
     let paths = |c: &Config| (c.paths.controller_status.clone(), c.paths.snapshot.clone());
@@ -228,8 +259,9 @@ fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor, sta
     loop {
         retired.retain(|view| Arc::strong_count(view) > 1);
         let stopped = plugin.stop.lock().unwrap_or_else(PoisonError::into_inner);
+        let wait = if first_read.is_some() { Duration::ZERO } else { watch::POLL };
         let (stopped, _) =
-            plugin.wake.wait_timeout_while(stopped, watch::POLL, |s| !*s).unwrap_or_else(PoisonError::into_inner);
+            plugin.wake.wait_timeout_while(stopped, wait, |s| !*s).unwrap_or_else(PoisonError::into_inner);
         if *stopped {
             return;
         }
@@ -244,7 +276,7 @@ fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor, sta
                     (c.paths.snapshot.clone(), a.max_snapshot_age, a.on_error, c.exempt.users.clone())
                 };
                 if watched(&old) != watched(&config) {
-                    monitor = monitor_for(&config);
+                    monitor = monitor_for(&config, resolver);
                     view_changed = true;
                     // Before the config that names them: a user it exempts is known as soon as it rules.
                     publish_exempt_names(plugin, &mut monitor, now);
@@ -278,6 +310,9 @@ fn watch_loop(plugin: &Plugin, mut settings: Settings, mut monitor: Monitor, sta
                 }
             }
         }));
+        if let Some(done) = first_read.take() {
+            let _ = done.try_send(());
+        }
         if tick.is_err() && !panicked {
             ffi::log(Level::Error, "the snapshot watcher panicked; it keeps trying (logged once)");
         }
@@ -372,6 +407,56 @@ mod tests {
         let read = settings.reload_if_changed().expect("settled: read");
         assert_eq!(read.admission.deprioritize, Deprioritize::Nice(2));
         assert!(settings.reload_if_changed().is_none());
+    }
+
+    /// The audit's old finding: `init` looked up every user of the snapshot, so a slow directory
+    /// server held slurmctld's start. It waits for the watcher's first read a bounded time; the
+    /// balances are in place once the names are looked up.
+    #[test]
+    fn init_never_waits_long_for_a_slow_name_service() {
+        fn slow() -> watch::Resolver {
+            Box::new(|name| {
+                std::thread::sleep(Duration::from_secs(4));
+                match name {
+                    "alice" => watch::Lookup::Found(1001),
+                    _ => watch::Lookup::NotFound,
+                }
+            })
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        let config = dir.path().join("gputokens.toml");
+        std::fs::write(
+            &config,
+            format!("[paths]\nsnapshot = \"{d}/balances.snapshot\"\ncontroller_status = \"{d}\"\n"),
+        )
+        .unwrap();
+        let mut snapshot = gputokens::snapshot::Snapshot::new(unix_now(), gputokens::policy::BucketRules::default());
+        snapshot.balances.insert("alice".into(), gputokens::Tokens::whole(-20));
+        gputokens::snapshot::write_atomically(
+            &dir.path().join("balances.snapshot"),
+            &gputokens::snapshot::render(&snapshot),
+        )
+        .unwrap();
+
+        // The plugin is one per process, as in slurmctld: the tests that start it take turns.
+        let _g = crate::tests::GLOBAL.lock().unwrap_or_else(|p| p.into_inner());
+        let began = std::time::Instant::now();
+        start_with(&config, slow);
+        let waited = began.elapsed();
+        assert!(waited < Duration::from_secs(3), "init waited {waited:?} for the name service");
+        let plugin = current().expect("started");
+        assert!(matches!(**plugin.view.read().unwrap(), View::Unavailable(_)), "not read yet");
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            if let View::Ready(balances) = &**plugin.view.read().unwrap() {
+                assert_eq!(balances.names.get(&1001).map(String::as_str), Some("alice"));
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the watcher never read the snapshot");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop();
     }
 
     /// A config others can change is not read (their exemptions and limits would rule), at start
