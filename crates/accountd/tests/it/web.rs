@@ -108,6 +108,12 @@ async fn browser() -> (Driver, Client) {
     (driver, client)
 }
 
+/// Opens login link `link` and presses its page's button (opening a link alone logs no one in).
+async fn log_in(client: &Client, link: &str) {
+    client.goto(link).await.unwrap();
+    client.find(Locator::Css("#login")).await.unwrap_or_else(|e| panic!("no login button: {e}")).click().await.unwrap();
+}
+
 /// Waits for the page's script to finish (`data-loaded` on the body); returns how it ended.
 async fn loaded(client: &Client) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -155,8 +161,10 @@ fn alice_sees_her_page_and_not_bobs_and_links_work_once() {
         let (_driver, client) = browser().await;
         let link = login_link(&site, Some("alice"));
         client.goto(&link).await.unwrap();
+        assert_eq!(text(&client, "#login-name").await, "alice", "the link's page names whom it logs in as");
+        log_in(&client, &link).await;
         assert_eq!(loaded(&client).await, "true");
-        assert!(client.current_url().await.unwrap().as_str().ends_with("/web/"), "the link redirects to the page");
+        assert!(client.current_url().await.unwrap().as_str().ends_with("/web/"), "the button leads to the page");
         assert_eq!(text(&client, "#user-name").await, "alice");
         assert_eq!(text(&client, "#balance").await, "36");
         assert_eq!(text(&client, "#status").await, "ok");
@@ -232,7 +240,7 @@ fn the_admin_view_lists_every_user_sorted_and_filtered() {
         let (_driver, client) = browser().await;
         let link = login_link(&site, None);
         let base = base_of(&link);
-        client.goto(&link).await.unwrap();
+        log_in(&client, &link).await;
         assert_eq!(loaded(&client).await, "true");
         assert_eq!(open_fresh(&client, &format!("{base}/web/#admin")).await, "true");
         let users = || column(&client, "#users tbody td:first-child");
@@ -253,7 +261,7 @@ fn the_admin_view_lists_every_user_sorted_and_filtered() {
         let (_driver, client) = browser().await;
         let link = login_link(&site, Some("alice"));
         let base = base_of(&link);
-        client.goto(&link).await.unwrap();
+        log_in(&client, &link).await;
         loaded(&client).await;
         assert_eq!(open_fresh(&client, &format!("{base}/web/#admin")).await, "error");
         assert_eq!(text(&client, "#message").await, "alice is not a gputokens admin");
@@ -410,4 +418,39 @@ fn the_status_page_metrics_and_api_answer_only_to_accountds_names() {
     assert!(!report.starts_with("HTTP/1.1 421"), "{report}");
     assert!(report.starts_with("HTTP/1.1 401") || report.starts_with("HTTP/1.1 403"), "{report}");
     assert!(site.log().contains("sent to the name \"evil.example.org\" refused (421)"), "{}", site.log());
+}
+
+/// The old audit's L2 (login CSRF): opening a login link logs no one in, only the button of its own
+/// page does. Another site that makes a visitor open mallory's link, or posts it for them, cannot
+/// log them into mallory's session; the link stays usable for its owner.
+#[test]
+fn a_login_link_logs_in_only_from_its_own_page() {
+    let site = Site::start("", "[web]\nallow_http = true\n");
+    let link = login_link(&site, Some("alice"));
+    let token = link.split("token=").nth(1).unwrap().to_string();
+    let client = reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let page = client.get(&link).send().unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    assert!(page.headers().get("set-cookie").is_none(), "opening the link sets no cookie");
+    assert!(page.text().unwrap().contains("as <b id=\"login-name\">alice</b>?"));
+    let post = |headers: &[(&str, &str)]| {
+        let mut request = client.post(format!("{}/web/login", base_of(&link))).form(&[("token", token.as_str())]);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.send().unwrap()
+    };
+    let cross_site: [&[(&str, &str)]; 3] =
+        [&[("Origin", "http://evil.example.org")], &[("Sec-Fetch-Site", "cross-site"), ("Origin", "null")], &[]];
+    for headers in cross_site {
+        let refused = post(headers);
+        assert_eq!(refused.status().as_u16(), 403, "{headers:?}");
+        assert!(refused.headers().get("set-cookie").is_none(), "{headers:?}");
+    }
+    // The page's own button: the session starts, once.
+    let pressed = post(&[("Sec-Fetch-Site", "same-origin")]);
+    assert_eq!(pressed.status().as_u16(), 303);
+    assert!(pressed.headers().get("set-cookie").is_some());
+    assert_eq!(post(&[("Sec-Fetch-Site", "same-origin")]).status().as_u16(), 401, "used");
+    assert_eq!(client.get(&link).send().unwrap().status().as_u16(), 401);
 }

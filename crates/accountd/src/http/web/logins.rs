@@ -84,6 +84,15 @@ impl Logins {
         Ok(grant.visitor.clone())
     }
 
+    /// Whose link `token` is, while it is valid; it stays unused.
+    pub fn link_of(&self, token: &str, now: i64) -> Result<Visitor, Refused> {
+        let grant = self.links.get(token).ok_or(Refused::Unknown)?;
+        if grant.expires <= now {
+            return Err(Refused::Expired);
+        }
+        Ok(grant.visitor.clone())
+    }
+
     /// Ends session `token` (logout).
     pub fn end(&mut self, token: &str) {
         self.sessions.remove(token);

@@ -14,7 +14,7 @@ mod pages;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Query, State};
+use axum::extract::{ConnectInfo, Form, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -52,7 +52,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/web/", get(|| async { asset("text/html; charset=utf-8", INDEX) }))
         .route("/web/app.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
         .route("/web/app.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
-        .route("/web/login", get(login))
+        .route("/web/login", get(login_page).post(login))
         .route("/web/logout", axum::routing::post(logout))
         .route("/web/api/me", get(me))
         .route("/web/api/admin", get(admin))
@@ -105,19 +105,59 @@ struct LoginQuery {
     token: Option<String>,
 }
 
-async fn login(State(state): State<Arc<AppState>>, Query(query): Query<LoginQuery>) -> Response {
+/// A login link opened: a page that names whom it logs in as, with the button that does (a POST
+/// from this page). Opening the link alone logs no one in, so another site cannot log a visitor
+/// into its own session (login CSRF: the old audit's L2); the link stays unused.
+async fn login_page(State(state): State<Arc<AppState>>, Query(query): Query<LoginQuery>) -> Response {
+    let work = tokio::task::spawn_blocking(move || {
+        let now = gputokens::time::now();
+        let s = crate::answering::lock(&state.answering);
+        let token = query.token.filter(|t| valid_token(t));
+        token.ok_or(Refused::Unknown).and_then(|t| s.logins.link_of(&t, now).map(|visitor| (t, visitor)))
+    });
+    match work.await {
+        Ok(Ok((token, visitor))) => {
+            let body = format!(
+                "<!doctype html><meta charset=\"utf-8\"><title>gputokens</title><link rel=\"stylesheet\" href=\"/web/app.css\">\
+                 <main><h1>gputokens</h1><form method=\"post\" action=\"/web/login\">\
+                 <p>Log in to the status page as <b id=\"login-name\">{}</b>?</p>\
+                 <input type=\"hidden\" name=\"token\" value=\"{token}\"><button id=\"login\" type=\"submit\">Log in</button>\
+                 </form><p>Only a link you made yourself with <code>sbalance --web</code> shows your own name here.</p></main>",
+                escape(&visitor.name)
+            );
+            secured(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response())
+        }
+        Ok(Err(refused)) => refused_page(StatusCode::UNAUTHORIZED, refused.message()),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// A login token as links carry them: 64 hex digits (anything else is never echoed).
+fn valid_token(token: &str) -> bool {
+    token.len() == 64 && token.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The login page's button: redeems the link (once) and starts the session, for a POST from the
+/// page itself only.
+async fn login(State(state): State<Arc<AppState>>, headers: HeaderMap, Form(form): Form<LoginQuery>) -> Response {
     // The service's lock may be held by a cycle for a while: never wait for it on the runtime.
     let work = tokio::task::spawn_blocking(move || {
         let now = gputokens::time::now();
         let mut s = crate::answering::lock(&state.answering);
+        if !from_this_site(&headers, &s.res.config.web) {
+            return None;
+        }
         let ttl = s.res.config.web.session_ttl;
         let kind = cookie_kind(&s.res.config.web);
-        let token = query.token.filter(|t| t.len() == 64 && t.bytes().all(|b| b.is_ascii_hexdigit()));
+        let token = form.token.filter(|t| valid_token(t));
         let redeemed = token.ok_or(Refused::Unknown).and_then(|t| s.logins.redeem(&t, now, ttl));
-        (redeemed, ttl, kind)
+        Some((redeemed, ttl, kind))
     });
     let (redeemed, ttl, (name, attributes)) = match work.await {
-        Ok(outcome) => outcome,
+        Ok(Some(outcome)) => outcome,
+        Ok(None) => {
+            return refused_page(StatusCode::FORBIDDEN, "a login must come from the login link's own page");
+        }
         Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     };
     match redeemed {
