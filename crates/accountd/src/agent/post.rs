@@ -9,7 +9,7 @@ use crate::http::auth::report_payload;
 pub enum Signer {
     /// A MUNGE credential from the node's munged (or the one at this socket) naming the report.
     Munge(Option<std::path::PathBuf>),
-    /// The node's token.
+    /// The node's token: each report is signed with it, and the time.
     Token(String),
 }
 
@@ -45,7 +45,10 @@ impl Reporter {
                     crate::munge::encode(&report_payload(&body), socket.as_deref()).map_err(|e| e.to_string())?;
                 format!("MUNGE {cred}")
             }
-            Signer::Token(token) => format!("Bearer {token}"),
+            Signer::Token(token) => {
+                let at = gputokens::time::now();
+                crate::http::auth::signed_authorization(token, &report.node, at, &body)
+            }
         };
         let request = self
             .client

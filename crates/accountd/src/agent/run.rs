@@ -44,8 +44,7 @@ pub fn run(config: &Config, node: Option<String>, once: bool) -> AccountdResult 
                 .as_deref()
                 .ok_or_else(|| AccountdError::Refused("agent.auth = \"token\" needs agent.token_file".into()))?;
             Signer::Token(
-                crate::http::auth::read_secret(path)
-                    .map_err(|e| AccountdError::Refused(format!("agent.token_file: {e}")))?,
+                crate::http::auth::read_private_secret(path, "agent.token_file").map_err(AccountdError::Refused)?,
             )
         }
     };

@@ -21,8 +21,7 @@ fn node_token(config: &Config, node: &str) -> AccountdResult {
         .token_file
         .as_deref()
         .ok_or_else(|| AccountdError::Refused("[agent] token_file (the site secret) is not set".into()))?;
-    let secret =
-        crate::http::auth::read_secret(path).map_err(|e| AccountdError::Refused(format!("agent.token_file: {e}")))?;
+    let secret = crate::http::auth::read_private_secret(path, "agent.token_file").map_err(AccountdError::Refused)?;
     crate::outln!("{}", crate::http::auth::node_token(&secret, node));
     Ok(())
 }

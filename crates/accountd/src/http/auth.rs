@@ -1,8 +1,10 @@
 //! How HTTP callers prove who they are, shared by the agent (which signs) and accountd (which checks):
-//! `Authorization: MUNGE <credential>` or `Authorization: Bearer <token>`. An agent's MUNGE credential
-//! carries the SHA-256 of the report it comes with, so it cannot be reused for another report; a
-//! per-node token is an HMAC of the node's name under the site secret, so one node's token cannot
-//! speak for another.
+//! `Authorization: MUNGE <credential>`, `Authorization: GPUTOKENS-HMAC node=N at=T sig=S` or (the
+//! JSON API's admin token) `Authorization: Bearer <token>`. An agent's MUNGE credential carries the
+//! SHA-256 of the report it comes with, so it cannot be reused for another report. A per-node token
+//! is an HMAC of the node's name under the site secret, so one node's token cannot speak for
+//! another; it never travels: the agent signs each report with it, with the time, so a report seen
+//! on the wire can neither be changed nor sent again.
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
@@ -13,9 +15,21 @@ pub enum Presented<'a> {
     None,
     Munge(&'a str),
     Bearer(&'a str),
+    /// A report signed with its node's token (`[agent] auth = "token"`).
+    Signed {
+        node: &'a str,
+        at: i64,
+        sig: &'a str,
+    },
     /// Some other scheme, or a header that is not text.
     Unknown,
 }
+
+/// The scheme of a report signed with its node's token.
+pub const SIGNED_SCHEME: &str = "GPUTOKENS-HMAC";
+/// How far a signed report's time may be from accountd's clock, either way (a node's clock under
+/// NTP is within a second; a report is sent the moment it is signed).
+pub const SIGNED_WINDOW_SECS: i64 = 300;
 
 impl<'a> Presented<'a> {
     pub fn parse(header: Option<&'a [u8]>) -> Presented<'a> {
@@ -26,9 +40,47 @@ impl<'a> Presented<'a> {
         match scheme {
             s if s.eq_ignore_ascii_case("munge") && !value.is_empty() => Presented::Munge(value),
             s if s.eq_ignore_ascii_case("bearer") && !value.is_empty() => Presented::Bearer(value),
+            s if s.eq_ignore_ascii_case(SIGNED_SCHEME) => Presented::signed(value).unwrap_or(Presented::Unknown),
             _ => Presented::Unknown,
         }
     }
+
+    /// `node=N at=T sig=S`, each once.
+    fn signed(value: &'a str) -> Option<Presented<'a>> {
+        let (mut node, mut at, mut sig) = (None, None, None);
+        for field in value.split_whitespace() {
+            let (key, v) = field.split_once('=')?;
+            let slot = match key {
+                "node" => &mut node,
+                "at" => &mut at,
+                "sig" => &mut sig,
+                _ => return None,
+            };
+            if slot.replace(v).is_some() || v.is_empty() {
+                return None;
+            }
+        }
+        Some(Presented::Signed { node: node?, at: at?.parse().ok()?, sig: sig? })
+    }
+}
+
+/// The `Authorization` value of `body`, a report of `node` signed at `at` with the node's `token`.
+pub fn signed_authorization(token: &str, node: &str, at: i64, body: &[u8]) -> String {
+    let sig = hex(&signature_mac(token, node, at, body).finalize().into_bytes());
+    format!("{SIGNED_SCHEME} node={node} at={at} sig={sig}")
+}
+
+/// Whether `sig` signs `body` as a report of `node` at `at` with the node's `token`, compared in
+/// constant time.
+pub fn signature_matches(token: &str, node: &str, at: i64, body: &[u8], sig: &str) -> bool {
+    let Some(bytes) = unhex(sig) else { return false };
+    signature_mac(token, node, at, body).verify_slice(&bytes).is_ok()
+}
+
+fn signature_mac(token: &str, node: &str, at: i64, body: &[u8]) -> HmacSha256 {
+    let mut mac = HmacSha256::new_from_slice(token.as_bytes()).expect("HMAC accepts any key length");
+    mac.update(format!("gputokens agent report v2\n{node}\n{at}\n{}", hex(&Sha256::digest(body))).as_bytes());
+    mac
 }
 
 /// The payload of a MUNGE credential made for the JSON API (`munge -s "gputokens api v1"`): a
@@ -65,6 +117,25 @@ pub fn node_token_matches(secret: &str, node: &str, presented: &str) -> bool {
 pub fn same_secret(presented: &str, expected: &str) -> bool {
     let (a, b) = (Sha256::digest(presented.as_bytes()), Sha256::digest(expected.as_bytes()));
     a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Reads a secret file no one but its owner may read or change (mode 0600 or less), owned by this
+/// process's user or root (root, as for `accountd admin node-token`, may read the one accountd's
+/// user owns): a secret others can read is no longer a secret (the old audit's L4). `key` names
+/// its setting.
+pub fn read_private_secret(path: &std::path::Path, key: &str) -> Result<String, String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).map_err(|e| format!("{key} {}: {e}", path.display()))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.mode() & 0o077 != 0 || !(meta.uid() == me || meta.uid() == 0 || me == 0) {
+        return Err(format!(
+            "{key} {} must be owned by this program's user and readable by it alone (mode 0600; it is {:o}, uid {})",
+            path.display(),
+            meta.mode() & 0o777,
+            meta.uid()
+        ));
+    }
+    read_secret(path).map_err(|e| format!("{key}: {e}"))
 }
 
 /// Reads a secret file: surrounding whitespace is not part of the secret, and an empty one is refused.

@@ -202,7 +202,7 @@ fn api_identity(state: &AppState, peer: SocketAddr, presented: Presented) -> Res
             Some(expected) if auth::same_secret(token, expected) => Ok(ApiIdentity::AdminToken),
             _ => Err((StatusCode::UNAUTHORIZED, "not the token of [http] admin_token_file".into())),
         },
-        Presented::None | Presented::Unknown => {
+        Presented::None | Presented::Unknown | Presented::Signed { .. } => {
             Err((StatusCode::UNAUTHORIZED, format!("{API_CREDENTIAL_HELP}, or an admin bearer token")))
         }
     }

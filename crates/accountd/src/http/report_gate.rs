@@ -141,6 +141,8 @@ pub struct ReportGate {
     jobs: Mutex<HashMap<String, NodeJobs>>,
     /// (sender, reason) already logged; cleared for a node when it reports properly again.
     logged: Mutex<HashSet<(String, &'static str)>>,
+    /// Signed reports taken within the window, per node (signed with its token): (time, signature).
+    signed_seen: Mutex<HashMap<String, Vec<(i64, String)>>>,
 }
 
 /// A short lock: a panic while holding one left plain data behind.
@@ -162,7 +164,7 @@ impl ReportGate {
         let secret = match config.agent.auth {
             AgentAuth::Token => {
                 let path = config.agent.token_file.as_ref().ok_or("agent.auth = \"token\" needs agent.token_file")?;
-                Some(auth::read_secret(path).map_err(|e| format!("agent.token_file: {e}"))?)
+                Some(auth::read_private_secret(path, "agent.token_file")?)
             }
             AgentAuth::Munge => None,
         };
@@ -185,6 +187,7 @@ impl ReportGate {
             nodes: Mutex::default(),
             jobs: Mutex::default(),
             logged: Mutex::default(),
+            signed_seen: Mutex::default(),
         })
     }
 
@@ -192,7 +195,13 @@ impl ReportGate {
     /// done with it (its body is not even parsed).
     pub fn expects(&self, presented: Presented) -> Result<(), Refusal> {
         match (self.auth, presented) {
-            (AgentAuth::Munge, Presented::Munge(_)) | (AgentAuth::Token, Presented::Bearer(_)) => Ok(()),
+            (AgentAuth::Munge, Presented::Munge(_)) | (AgentAuth::Token, Presented::Signed { .. }) => Ok(()),
+            (AgentAuth::Token, Presented::Bearer(_)) => Err(Refusal::new(
+                401,
+                "unsigned_token",
+                "a node token sent as it is (an agent older than this accountd): agent reports are signed with \
+                 it ('Authorization: GPUTOKENS-HMAC ...'); install this gputokens on the node",
+            )),
             (AgentAuth::Munge, _) => Err(Refusal::new(
                 401,
                 "unauthenticated",
@@ -201,7 +210,8 @@ impl ReportGate {
             (AgentAuth::Token, _) => Err(Refusal::new(
                 401,
                 "unauthenticated",
-                "agent reports need 'Authorization: Bearer <node token>' ([agent] auth = \"token\")",
+                "agent reports need 'Authorization: GPUTOKENS-HMAC node=.. at=.. sig=..', signed with the node's \
+                 token ([agent] auth = \"token\")",
             )),
         }
     }
@@ -226,17 +236,45 @@ impl ReportGate {
                 let sender = self.check_munge(cred, body)?;
                 Ok((sender, parse(body)?))
             }
-            Presented::Bearer(token) => {
-                let report = parse(body)?;
-                let secret = self.secret.as_deref().unwrap_or_default();
-                if auth::node_token_matches(secret, &report.node, token) {
-                    Ok((Sender::Token { node: report.node.clone() }, report))
-                } else {
-                    Err(Refusal::new(401, "bad_token", format!("not the token of node '{}'", shown(&report.node))))
-                }
+            Presented::Signed { node, at, sig } => {
+                self.check_signed(node, at, sig, body, gputokens::time::now())?;
+                Ok((Sender::Token { node: node.to_string() }, parse(body)?))
             }
-            Presented::None | Presented::Unknown => unreachable!("refused by expects"),
+            Presented::None | Presented::Unknown | Presented::Bearer(_) => unreachable!("refused by expects"),
         }
+    }
+
+    /// A signed report must be signed with `node`'s token, for this body, at a time within
+    /// [`auth::SIGNED_WINDOW_SECS`] of `now`, and not have been received before (a report seen on
+    /// the wire sent again).
+    pub fn check_signed(&self, node: &str, at: i64, sig: &str, body: &[u8], now: i64) -> Result<(), Refusal> {
+        let secret = self.secret.as_deref().unwrap_or_default();
+        let token = auth::node_token(secret, node);
+        if !auth::signature_matches(&token, node, at, body, sig) {
+            return Err(Refusal::new(401, "bad_token", format!("not signed with the token of node '{}'", shown(node))));
+        }
+        let off = at.saturating_sub(now);
+        if off.abs() > auth::SIGNED_WINDOW_SECS {
+            return Err(Refusal::new(
+                401,
+                "expired",
+                format!(
+                    "a report of node '{node}' signed {}s {} accountd's clock (at most {}s): check the node's clock (NTP)",
+                    off.abs(),
+                    if off < 0 { "behind" } else { "ahead of" },
+                    auth::SIGNED_WINDOW_SECS
+                ),
+            ));
+        }
+        // Within the window each signature is taken once; older ones are refused by their time.
+        let mut seen = held(&self.signed_seen);
+        let of_node = seen.entry(node.to_string()).or_default();
+        of_node.retain(|(when, _)| *when >= now - auth::SIGNED_WINDOW_SECS);
+        if of_node.iter().any(|(_, s)| s == sig) {
+            return Err(Refusal::new(401, "replayed", format!("a report of node '{node}' received before")));
+        }
+        of_node.push((at, sig.to_string()));
+        Ok(())
     }
 
     /// A decoded credential must come from root or the SlurmUser and name this body.
@@ -498,6 +536,49 @@ mod tests {
             gate.authorize(&FROM_NODE, &report("gpu01", &["9"], &[]), &slurm).unwrap_err();
         }
         assert_eq!(slurm.job_reads.get(), 1);
+    }
+
+    /// The old audit's L4: a node's token never travels; each report is signed with it, for its
+    /// body and time, and taken once.
+    #[test]
+    fn a_signed_report_is_taken_once_for_its_body_within_its_window() {
+        use std::os::unix::fs::PermissionsExt;
+        let secret = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(secret.path(), "s3cret\n").unwrap();
+        let mut config = Config::parse("", std::path::Path::new("/test.toml")).unwrap();
+        config.slurm_user = "root".into();
+        config.agent.auth = AgentAuth::Token;
+        config.agent.token_file = Some(secret.path().to_path_buf());
+        std::fs::set_permissions(secret.path(), std::fs::Permissions::from_mode(0o644)).unwrap();
+        let Err(refused) = ReportGate::new(&config) else { panic!("a secret every user can read was taken") };
+        assert!(refused.contains("readable by it alone (mode 0600; it is 644"), "{refused}");
+        std::fs::set_permissions(secret.path(), std::fs::Permissions::from_mode(0o600)).unwrap();
+        let gate = ReportGate::new(&config).unwrap();
+
+        let now = 1_800_000_000;
+        let token = auth::node_token("s3cret", "gpu01");
+        let body = br#"{"node":"gpu01"}"#;
+        let header = auth::signed_authorization(&token, "gpu01", now, body);
+        let Presented::Signed { node, at, sig } = Presented::parse(Some(header.as_bytes())) else { panic!("{header}") };
+        assert_eq!((node, at), ("gpu01", now));
+        assert_eq!(gate.check_signed(node, at, sig, body, now + 2), Ok(()));
+        let again = gate.check_signed(node, at, sig, body, now + 3).unwrap_err();
+        assert_eq!((again.status, again.reason), (401, "replayed"));
+        let changed = gate.check_signed(node, at, sig, br#"{"node":"gpu01","x":1}"#, now).unwrap_err();
+        assert_eq!(changed.reason, "bad_token");
+        let other_node = gate.check_signed("gpu02", at, sig, body, now).unwrap_err();
+        assert_eq!(other_node.reason, "bad_token", "gpu01's signature does not speak for gpu02");
+        let late = auth::signed_authorization(&token, "gpu01", now - 301, body);
+        let Presented::Signed { node, at, sig } = Presented::parse(Some(late.as_bytes())) else { panic!() };
+        let old = gate.check_signed(node, at, sig, body, now).unwrap_err();
+        assert_eq!(old.reason, "expired");
+        assert!(old.message.contains("signed 301s behind accountd's clock"), "{}", old.message);
+        // The token itself, as agents before sent it, is refused before the body is read.
+        let bearer = gate.expects(Presented::Bearer(&token)).unwrap_err();
+        assert_eq!((bearer.status, bearer.reason), (401, "unsigned_token"));
+        for malformed in ["GPUTOKENS-HMAC node=gpu01 at=x sig=ab", "GPUTOKENS-HMAC node=gpu01 node=gpu02 at=1 sig=ab"] {
+            assert_eq!(Presented::parse(Some(malformed.as_bytes())), Presented::Unknown, "{malformed}");
+        }
     }
 
     #[test]

@@ -88,15 +88,7 @@ pub(super) struct Reports {
 /// A secret's file must be readable by its owner alone: anyone who can read it is an admin (the
 /// admin token) or any user (a proxy's secret).
 fn read_private_secret(path: &std::path::Path, key: &str) -> AccountdResult<String> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).map_err(|e| AccountdError::Refused(format!("{key} {}: {e}", path.display())))?;
-    if meta.mode() & 0o077 != 0 || meta.uid() != nix::unistd::geteuid().as_raw() {
-        return Err(AccountdError::Refused(format!(
-            "{key} {} must be owned by accountd's user and readable by it alone (mode 0600)",
-            path.display()
-        )));
-    }
-    auth::read_secret(path).map_err(|e| AccountdError::Refused(format!("{key}: {e}")))
+    auth::read_private_secret(path, key).map_err(AccountdError::Refused)
 }
 
 impl AppState {

@@ -367,3 +367,39 @@ fn the_agent_maps_a_process_by_its_slurm_cgroup_sluid_or_job_id() {
         _ => assert!(!seen.contains("(SLUID "), "{seen}"),
     }
 }
+
+/// The old audit's L4, end to end: with `[agent] auth = "token"` the agent signs each report with
+/// its node's token (which never travels) and accountd takes it; a token file others can read is
+/// refused by both.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn token_mode_reports_are_signed_with_a_private_node_token() {
+    use std::os::unix::fs::PermissionsExt;
+    let _cluster = serial();
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), "site-s3cret\n").unwrap();
+    std::fs::set_permissions(secret.path(), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let site = Site::start(
+        "",
+        &format!(
+            "[slurm]\nfirst_lookback = \"1s\"\n[agent]\nauth = \"token\"\ntoken_file = \"{}\"\n[http]\nlisten = \"127.0.0.1:0\"\n",
+            secret.path().display()
+        ),
+    );
+    let token = site.accountd(None, &["admin", "node-token", "vm"]).ok().stdout.trim().to_string();
+    let node_token = site.file("node-token", &format!("{token}\n"));
+    let config = agent_config_with(&site, &format!("auth = \"token\"\ntoken_file = \"{node_token}\"\n"));
+    std::fs::set_permissions(&node_token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out =
+        Command::new(bin("accountd")).args(["--config", &config, "agent", "--node", "vm", "--once"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("readable by it alone (mode 0600; it is 644"), "{stderr}");
+
+    std::fs::set_permissions(&node_token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let state = site.file("nvml-state.toml", &fake_state(1, 2));
+    report_once(&config, &state);
+    let (_, metrics) = http_get(&format!("{}/metrics", site.http_url()));
+    assert!(metrics.contains("gputokens_gpu_utilization_percent{node=\"vm\",gpu=\"6\""), "{metrics}");
+    assert!(!site.log().contains("refused"), "{}", site.log());
+}
