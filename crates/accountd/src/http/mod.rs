@@ -77,12 +77,15 @@ async fn only_our_names(
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let answering = state.answering.clone();
     // Balances are read at scrape time: `accountd tick` or an admin may have changed the ledger.
+    // Without per-user metrics nothing is read: a cycle holding the answering lock never holds a
+    // scrape (the old audit's L7).
+    let (metrics, per_user) = (state.metrics.clone(), state.per_user_metrics);
     let work = tokio::task::spawn_blocking(move || {
-        let s = answering::lock(&answering);
-        if s.res.config.http.per_user_metrics {
+        if per_user {
+            let s = answering::lock(&answering);
             s.res.ledger.accounts().map(|accounts| s.res.metrics.set_balances(&accounts)).map_err(|e| e.to_string())?;
         }
-        Ok::<_, String>(s.res.metrics.encode())
+        Ok::<_, String>(metrics.encode())
     });
     match work.await {
         Ok(Ok(text)) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response(),

@@ -38,6 +38,8 @@ pub struct AppState {
     /// The names the listener answers to (`[web] url`'s host, `[http] server_names`, this host's).
     pub(super) host_names: Arc<super::host_names::HostNames>,
     pub(super) munge_socket: Option<std::path::PathBuf>,
+    /// `[http] per_user_metrics`: without it a scrape reads no balance, and takes no lock.
+    pub(super) per_user_metrics: bool,
 }
 
 impl AppState {
@@ -75,6 +77,7 @@ impl AppState {
                 &config.http.server_names,
             )),
             munge_socket: config.agent.munge_socket.clone(),
+            per_user_metrics: config.http.per_user_metrics,
         })
     }
 }
