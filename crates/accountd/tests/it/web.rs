@@ -367,7 +367,14 @@ fn login_links_need_https_unless_the_site_allows_http() {
     // As the TLS proxy would pass it on to the listener.
     let local = link.replace("https://gpu.example.org", &site.http_url());
     let client = reqwest::blocking::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-    let response = client.get(local).send().unwrap();
+    let token = local.split("token=").nth(1).unwrap().to_string();
+    // The login page's button, as the browser sends it through the proxy.
+    let response = client
+        .post(format!("{}/web/login", site.http_url()))
+        .header("Sec-Fetch-Site", "same-origin")
+        .form(&[("token", token.as_str())])
+        .send()
+        .unwrap();
     let cookie = response.headers()["set-cookie"].to_str().unwrap().to_string();
     assert!(cookie.starts_with("__Host-gputokens_session="), "{cookie}");
     assert!(cookie.contains("; Path=/;") && cookie.contains("Secure") && cookie.contains("HttpOnly"), "{cookie}");
