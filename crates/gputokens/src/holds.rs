@@ -15,10 +15,12 @@ pub enum Held {
 }
 
 impl Held {
-    pub fn from_reason(state_reason: &str) -> Held {
-        match state_reason {
-            "JobHeldAdmin" => Held::ByAdmin,
-            "JobHeldUser" => Held::ByUser,
+    /// From the job's priority (0 while it is held, whatever reason squeue shows: a held job may
+    /// show another, as BadConstraints) and its reason (`JobHeldUser` for its owner's hold).
+    pub fn of(priority: Option<i64>, state_reason: &str) -> Held {
+        match (priority, state_reason) {
+            (_, "JobHeldUser") => Held::ByUser,
+            (_, "JobHeldAdmin") | (Some(0), _) => Held::ByAdmin,
             _ => Held::No,
         }
     }
@@ -29,6 +31,8 @@ impl Held {
 pub enum Last {
     /// Held it, and has not released it.
     Held,
+    /// Held it over its owner's own hold (which it puts back when it releases it).
+    HeldOverOwner,
     /// Released it, or never held it, or its hold failed (tried again).
     NotHeld,
     /// Someone else released a job gputokens held: never held again.
@@ -37,6 +41,7 @@ pub enum Last {
 
 /// The audit trail's names of what gputokens does about holds.
 pub const HOLD: &str = "hold";
+pub const HOLD_OVER_OWNER: &str = "hold-over-owner";
 pub const HOLD_FAILED: &str = "hold-failed";
 pub const RELEASE: &str = "release";
 pub const RELEASE_FAILED: &str = "release-failed";
@@ -47,6 +52,7 @@ impl Last {
     pub fn from_action(action: Option<&str>) -> Last {
         match action {
             Some(HOLD) | Some(RELEASE_FAILED) => Last::Held,
+            Some(HOLD_OVER_OWNER) => Last::HeldOverOwner,
             Some(HOLD_LIFTED) => Last::Lifted,
             _ => Last::NotHeld,
         }
@@ -67,7 +73,12 @@ pub struct Pending {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
     Hold,
+    /// Hold a job its owner holds: a user hold is the owner's to release, and would let the job
+    /// start between two cycles at the floor.
+    HoldOverOwner,
     Release,
+    /// Release, then put back its owner's hold.
+    ReleaseToOwner,
     /// Someone released (or re-held as its owner) a job gputokens held: recorded, left alone.
     Lifted,
     Nothing,
@@ -78,10 +89,12 @@ pub fn step(job: Pending) -> Step {
     let should_wait = job.payer_at_floor && !job.exempt;
     match (job.last, job.held) {
         (Last::Held, Held::ByAdmin) if !should_wait => Step::Release,
-        (Last::Held, Held::ByAdmin) => Step::Nothing,
-        (Last::Held, Held::No | Held::ByUser) => Step::Lifted,
+        (Last::HeldOverOwner, Held::ByAdmin) if !should_wait => Step::ReleaseToOwner,
+        (Last::Held | Last::HeldOverOwner, Held::ByAdmin) => Step::Nothing,
+        (Last::Held | Last::HeldOverOwner, Held::No | Held::ByUser) => Step::Lifted,
         (Last::Lifted, _) => Step::Nothing,
         (Last::NotHeld, Held::No) if should_wait => Step::Hold,
+        (Last::NotHeld, Held::ByUser) if should_wait => Step::HoldOverOwner,
         (Last::NotHeld, _) => Step::Nothing,
     }
 }
@@ -121,13 +134,34 @@ mod tests {
 
     #[test]
     fn others_holds_are_theirs_and_a_release_by_someone_else_is_respected() {
-        // An admin's or the owner's own hold: not gputokens' to release, nor to add to.
+        // An admin's hold, or the owner's above the floor: not gputokens' to release, nor to add to.
         assert_eq!(step(pending(false, Held::ByAdmin, Last::NotHeld)), Step::Nothing);
-        assert_eq!(step(pending(true, Held::ByUser, Last::NotHeld)), Step::Nothing);
+        assert_eq!(step(pending(true, Held::ByAdmin, Last::NotHeld)), Step::Nothing);
+        assert_eq!(step(pending(false, Held::ByUser, Last::NotHeld)), Step::Nothing);
         // An admin released what gputokens held: recorded, and never held again.
         assert_eq!(step(pending(true, Held::No, Last::Held)), Step::Lifted);
         assert_eq!(step(pending(true, Held::No, Last::Lifted)), Step::Nothing);
         assert_eq!(step(pending(true, Held::ByUser, Last::Held)), Step::Lifted);
+    }
+
+    /// An owner's own hold at the floor would be theirs to release right after a cycle: gputokens
+    /// holds it as an operator, and puts the owner's hold back when it releases it.
+    #[test]
+    fn an_owners_hold_at_the_floor_becomes_gputokens_and_goes_back_to_the_owner() {
+        assert_eq!(step(pending(true, Held::ByUser, Last::NotHeld)), Step::HoldOverOwner);
+        assert_eq!(step(pending(true, Held::ByAdmin, Last::HeldOverOwner)), Step::Nothing);
+        assert_eq!(step(pending(false, Held::ByAdmin, Last::HeldOverOwner)), Step::ReleaseToOwner);
+        assert_eq!(step(pending(true, Held::No, Last::HeldOverOwner)), Step::Lifted, "an admin released it");
+        assert_eq!(Last::from_action(Some(HOLD_OVER_OWNER)), Last::HeldOverOwner);
+    }
+
+    #[test]
+    fn a_held_job_is_known_by_its_priority_whatever_its_reason() {
+        assert_eq!(Held::of(Some(0), "BadConstraints"), Held::ByAdmin);
+        assert_eq!(Held::of(Some(0), "JobHeldUser"), Held::ByUser);
+        assert_eq!(Held::of(Some(4294901759), "Resources"), Held::No);
+        assert_eq!(Held::of(None, "JobHeldAdmin"), Held::ByAdmin);
+        assert_eq!(Held::of(None, "Priority"), Held::No);
     }
 
     #[test]
@@ -138,7 +172,5 @@ mod tests {
         assert_eq!(Last::from_action(Some(RELEASE)), Last::NotHeld);
         assert_eq!(Last::from_action(Some(RELEASE_FAILED)), Last::Held, "release tried again");
         assert_eq!(Last::from_action(Some(HOLD_LIFTED)), Last::Lifted);
-        assert_eq!(Held::from_reason("JobHeldAdmin"), Held::ByAdmin);
-        assert_eq!(Held::from_reason("Resources"), Held::No);
     }
 }

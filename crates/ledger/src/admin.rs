@@ -130,7 +130,7 @@ impl Ledger {
             entry.job_id = Some(job_id.to_string());
             if insert_entry(&tx, &entry)? == Applied::Added {
                 ids.push(tx.last_insert_rowid());
-                super::expiries::undraw(&tx, &user, owed, now)?;
+                super::expiries::undraw(&tx, &user, job_id, owed, now)?;
                 // A pool's refund lowers what its members spent of it (their per-user limit), in
                 // the months the pool was charged, newest first.
                 if let Some(account) = gputokens::pools::account_of(&user) {

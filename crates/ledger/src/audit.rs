@@ -33,18 +33,20 @@ impl Ledger {
     }
 
     /// The newest of gputokens' hold actions (`gputokens::holds`: hold, release, ...) on job
-    /// `job_id`, if any.
-    pub fn last_hold_action(&self, job_id: &str) -> Result<Option<String>, LedgerError> {
+    /// `job_id` since `since` (when the job, or its run, was queued), if any.
+    pub fn last_hold_action(&self, job_id: &str, since: i64) -> Result<Option<String>, LedgerError> {
         let action = self
             .conn
             .prepare_cached(
-                "SELECT action FROM actions WHERE target = ?1 AND action IN (?2, ?3, ?4, ?5, ?6) AND NOT dry_run
-                 ORDER BY id DESC LIMIT 1",
+                "SELECT action FROM actions WHERE target = ?1 AND at >= ?2 AND action IN (?3, ?4, ?5, ?6, ?7, ?8)
+                 AND NOT dry_run ORDER BY id DESC LIMIT 1",
             )?
             .query_row(
                 params![
                     job_id,
+                    since,
                     holds::HOLD,
+                    holds::HOLD_OVER_OWNER,
                     holds::HOLD_FAILED,
                     holds::RELEASE,
                     holds::RELEASE_FAILED,

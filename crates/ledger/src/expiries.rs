@@ -199,21 +199,29 @@ pub(crate) fn draw(tx: &Transaction<'_>, user: &str, charged: Tokens, now: i64) 
     Ok(())
 }
 
-/// Puts `refunded` (micro-tokens) back into `user`'s open grants that charges drew from, the
-/// soonest-ending first, each at most what was drawn of it: charges draw from open grants first, so
-/// what a refund gives back came from them while one was drawn, and it expires with them (the
-/// audit's L4). What a grant that has ended was drawn for stays in the balance.
-pub(crate) fn undraw(tx: &Transaction<'_>, user: &str, refunded: i64, now: i64) -> Result<(), LedgerError> {
+/// Puts `refunded` (micro-tokens) of job `job_id` back into `user`'s open grants that charges drew
+/// from, the soonest-ending first, each at most what was drawn of it: charges draw from open grants
+/// first, so what a refund gives back came from them while one was drawn, and it expires with them
+/// (the audit's L4). Only grants made before the job's last charge to `user` can have paid for it;
+/// what a grant that has ended was drawn for stays in the balance.
+pub(crate) fn undraw(
+    tx: &Transaction<'_>,
+    user: &str,
+    job_id: &str,
+    refunded: i64,
+    now: i64,
+) -> Result<(), LedgerError> {
     if refunded <= 0 {
         return Ok(());
     }
     let drawn: Vec<(i64, i64)> = {
         let mut stmt = tx.prepare_cached(
-            "SELECT entry_id, amount - unused FROM grant_expiries
-             WHERE user = ?1 AND expired_entry IS NULL AND expires_at > ?2 AND unused < amount
-             ORDER BY expires_at, entry_id",
+            "SELECT g.entry_id, g.amount - g.unused FROM grant_expiries g JOIN entries e ON e.id = g.entry_id
+             WHERE g.user = ?1 AND g.expired_entry IS NULL AND g.expires_at > ?2 AND g.unused < g.amount
+               AND e.at <= (SELECT MAX(at) FROM entries WHERE job_id = ?3 AND user = ?1 AND kind = 'charge')
+             ORDER BY g.expires_at, g.entry_id",
         )?;
-        let rows = stmt.query_map(params![user, now], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let rows = stmt.query_map(params![user, now, job_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
         rows.collect::<Result<_, _>>()?
     };
     let mut left = refunded;

@@ -138,3 +138,21 @@ fn a_refund_of_what_a_grant_paid_for_goes_back_into_the_grant_and_expires_with_i
     assert_eq!(balance(&l, "alice"), Tokens::whole(100));
     assert_eq!(l.verify().unwrap().problems, Vec::<String>::new());
 }
+
+/// A refund goes back only into grants that could have paid for the job: one made after its last
+/// charge keeps what it has, and the refund stays in the balance.
+#[test]
+fn a_refund_never_fills_a_grant_made_after_the_job_was_charged() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let now = at("2026-11-26T09:00:00");
+    // Job 4 paid from the plain balance; a term grant comes later and is partly spent by job 5.
+    l.charge(&[a6000_hours("4", "alice", 2)], &prices(), now).unwrap();
+    grant(&mut l, "alice", 20, "grant:later", now + 60, at("2026-12-31T00:00:00"));
+    l.charge(&[UsageRecord { job_id: "5".into(), ..a6000_hours("5", "alice", 1) }], &prices(), now + 120).unwrap();
+    assert_eq!(l.open_grants("alice").unwrap()[0].unused, Tokens::whole(16));
+    l.refund_job("4", "root", "lost to a PSU", now + 180).unwrap();
+    assert_eq!(l.open_grants("alice").unwrap()[0].unused, Tokens::whole(16), "job 4 never drew from it");
+    assert_eq!(balance(&l, "alice"), Tokens::whole(116));
+    assert_eq!(l.verify().unwrap().problems, Vec::<String>::new());
+}

@@ -123,7 +123,7 @@ impl Ledger {
             entry.job_id = Some(run.job_id.to_string());
             if insert_entry(&tx, &entry)? == Applied::Added {
                 ids.push(tx.last_insert_rowid());
-                super::expiries::undraw(&tx, holder, amount, run.at)?;
+                super::expiries::undraw(&tx, holder, run.job_id, amount, run.at)?;
                 // A pool's refund lowers what its member spent in the run's month (their limit).
                 if let (Some(account), Some(member)) = (gputokens::pools::account_of(holder), member.as_deref()) {
                     super::pools::lower_member_spending(&tx, account, member, amount, run.segment_start)?;

@@ -716,3 +716,26 @@ fn the_ledger_keys_every_name_apart() {
         assert_eq!(kinds.len(), 3, "{name}: initial and two daily grants");
     }
 }
+
+/// Schema 15 keeps payments per run: a version 14 ledger's rows, summed for all runs of their job,
+/// are kept under run_start -1 (refunds then go by the job's shares).
+#[test]
+fn a_version_14_ledgers_payments_are_kept_for_all_runs_of_their_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    let mut conn = rusqlite::Connection::open(&path).unwrap();
+    schema::migrate_to(&mut conn, 14).unwrap();
+    conn.execute_batch(
+        "INSERT INTO job_payments (job_id, holder, charged) VALUES ('7', 'alice', 4000000), ('7', 'account lab', 4000000);",
+    )
+    .unwrap();
+    schema::migrate_to(&mut conn, 15).unwrap();
+    let rows: Vec<(String, i64, String, i64)> = conn
+        .prepare("SELECT job_id, run_start, holder, charged FROM job_payments ORDER BY holder")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(rows, [("7".into(), -1, "account lab".into(), 4_000_000), ("7".into(), -1, "alice".into(), 4_000_000)]);
+}

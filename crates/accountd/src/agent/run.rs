@@ -44,7 +44,8 @@ pub fn run(config: &Config, node: Option<String>, once: bool) -> AccountdResult 
                 .as_deref()
                 .ok_or_else(|| AccountdError::Refused("agent.auth = \"token\" needs agent.token_file".into()))?;
             Signer::Token(
-                crate::http::auth::read_private_secret(path, "agent.token_file").map_err(AccountdError::Refused)?,
+                crate::http::auth::read_private_secret(path, "agent.token_file", None)
+                    .map_err(AccountdError::Refused)?,
             )
         }
     };

@@ -79,13 +79,14 @@ pub fn check(
             tracing::error!("{e}");
             Some(format!("usage not read: {e}"))
         });
-    let preemption = crate::cycles::preemption::check(cycle, &slurm, &mut queue, now).unwrap_or_else(|e| {
-        tracing::error!("preemption check failed: {e}");
-        format!("preemption check failed: {e}")
-    });
+    // Holds first: a job held at the floor waits for nothing a preemption could free.
     let holds = crate::cycles::holds::check(cycle, &slurm, &mut queue, now).unwrap_or_else(|e| {
         tracing::error!("holds at the floor not checked: {e}");
         format!("holds at the floor not checked: {e}")
+    });
+    let preemption = crate::cycles::preemption::check(cycle, &slurm, &mut queue, now).unwrap_or_else(|e| {
+        tracing::error!("preemption check failed: {e}");
+        format!("preemption check failed: {e}")
     });
     // After replenishment, grants since the last cycle and preemptions: their crossings and notices.
     crate::cycles::notify::run(&mut cycle.res, now);

@@ -31,7 +31,9 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
     let exempt = &cycle.res.config.exempt;
     let mut steps = Vec::new();
     for job in &pending {
-        let last = Last::from_action(cycle.res.ledger.last_hold_action(&job.job_id)?.as_deref());
+        // What gputokens did since this job (or this run of it, requeued) was queued: an older job
+        // with the same ID (Slurm's IDs wrap) is not this one.
+        let last = Last::from_action(cycle.res.ledger.last_hold_action(&job.job_id, job.submit_time)?.as_deref());
         let payer = at_floor.get(job.job_id.as_str()).cloned();
         let step = holds::step(Pending {
             payer_at_floor: payer.is_some(),
@@ -41,7 +43,7 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
                 default_account: None,
                 qos: Some(&job.qos),
             }),
-            held: Held::from_reason(&job.state_reason),
+            held: Held::of(job.priority, &job.state_reason),
             last,
         });
         if step != Step::Nothing {
@@ -51,8 +53,8 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
     let (mut held, mut released) = (0, 0);
     for (job, step, payer) in steps {
         match act(&mut cycle.res, slurm, job, step, payer.as_deref(), now)? {
-            Some(Step::Hold) => held += 1,
-            Some(Step::Release) => released += 1,
+            Some(Step::Hold | Step::HoldOverOwner) => held += 1,
+            Some(Step::Release | Step::ReleaseToOwner) => released += 1,
             _ => {}
         }
     }
@@ -95,16 +97,32 @@ fn payers_at_floor<'j>(res: &Resources, jobs: &[&'j QueueJob]) -> AccountdResult
 }
 
 /// How scontrol names the job: its ID, or for an array's pending record `ID_[tasks]`, its pending
-/// tasks alone (the array's ID would change its running tasks' comment too).
-fn slurm_target(job: &QueueJob) -> Option<String> {
+/// tasks alone (the array's ID would change its running tasks' comment too); and whether it names
+/// those alone. An array whose task list cannot be read is named by its ID: a hold or release of
+/// it touches only its pending tasks, but its comment is left alone.
+fn slurm_target(job: &QueueJob) -> Option<(String, bool)> {
     let id = crate::slurm::job_id_arg(&job.job_id).ok()?;
     if job.pending_tasks.is_empty() {
-        return Some(id.to_string());
+        return Some((id.to_string(), true));
     }
-    // `3-9%2`: the part after % is the throttle, not tasks.
+    // `3-9%2`: the part after % is the throttle, not tasks. A step (`5-61:2`), which squeue writes
+    // but scontrol does not read as a job ID, is named by the array's ID.
     let tasks = job.pending_tasks.split('%').next().unwrap_or_default();
-    let list = !tasks.is_empty() && tasks.bytes().all(|b| b.is_ascii_digit() || b == b',' || b == b'-' || b == b':');
-    list.then(|| format!("{id}_[{tasks}]"))
+    let list = !tasks.is_empty() && tasks.bytes().all(|b| b.is_ascii_digit() || b == b',' || b == b'-');
+    Some(match list {
+        true => (format!("{id}_[{tasks}]"), true),
+        false => (id.to_string(), false),
+    })
+}
+
+/// Whether job `job_id` (an array: a pending task of it) is held now: scontrol may fail after its
+/// hold took (its time limit; a task of the list that started meanwhile).
+fn held_now(slurm: &Slurm, job_id: &str) -> bool {
+    let shown = slurm.run("squeue", &["--all", "-h", "-j", job_id, "-t", "PD", "-o", "%Q %r"]).unwrap_or_default();
+    shown.lines().any(|line| {
+        let (priority, reason) = line.trim().split_once(' ').unwrap_or((line.trim(), ""));
+        priority == "0" || reason == "JobHeldAdmin"
+    })
 }
 
 /// Records `step` and carries it out; returns the step that took effect.
@@ -116,11 +134,18 @@ fn act(
     payer: Option<&str>,
     now: i64,
 ) -> AccountdResult<Option<Step>> {
-    let Some(target) = slurm_target(job) else {
-        tracing::error!("not holding or releasing job '{}' ({}): not a job ID", job.job_id, job.pending_tasks);
+    let Some((target, tasks_alone)) = slurm_target(job) else {
+        tracing::error!("not holding or releasing job '{}': not a job ID", job.job_id);
         return Ok(None);
     };
     let id = target.as_str();
+    let set_comment = |comment: &str| {
+        if tasks_alone && comment != job.comment {
+            if let Err(e) = set_comment(slurm, id, comment) {
+                tracing::warn!("cannot set the comment of job {id}: {e}");
+            }
+        }
+    };
     let payer_name = payer.unwrap_or(&job.user);
     let note = holds::comment_note(payer_name);
     let record = |res: &mut Resources, action: &str, reason: String| -> AccountdResult {
@@ -137,33 +162,39 @@ fn act(
         Ok(())
     };
     match step {
-        Step::Hold => {
-            record(res, holds::HOLD, format!("{payer_name} is at the floor"))?;
+        Step::Hold | Step::HoldOverOwner => {
+            let (action, over) = match step {
+                Step::Hold => (holds::HOLD, ""),
+                _ => (holds::HOLD_OVER_OWNER, " (over its owner's own hold, put back at the release)"),
+            };
+            record(res, action, format!("{payer_name} is at the floor{over}"))?;
             if let Err(e) = slurm.run("scontrol", &["--", "hold", id]) {
-                tracing::error!("hold of job {id} of {} failed (tried again next cycle): {e}", job.user);
-                record(res, holds::HOLD_FAILED, e.to_string())?;
-                return Ok(None);
+                // Taken all the same where Slurm shows it held: else tried again next cycle.
+                if !held_now(slurm, &job.job_id) {
+                    tracing::error!("hold of job {id} of {} failed (tried again next cycle): {e}", job.user);
+                    record(res, holds::HOLD_FAILED, e.to_string())?;
+                    return Ok(None);
+                }
+                tracing::warn!("scontrol hold of job {id} said it failed, but the job is held: {e}");
             }
-            tracing::warn!("held pending job {id} of {}: {payer_name} is at the floor", job.user);
+            tracing::warn!("held pending job {id} of {}: {payer_name} is at the floor{over}", job.user);
             // From the queue read: squeue -j of an array's ID would list all its tasks.
-            if let Err(e) = set_comment(slurm, id, &with_note(&job.comment, &note)) {
-                tracing::warn!("cannot set the comment of job {id}: {e}");
-            }
+            set_comment(&with_note(&job.comment, &note));
         }
-        Step::Release => {
+        Step::Release | Step::ReleaseToOwner => {
             record(res, holds::RELEASE, format!("{payer_name} is above the floor, or the job is exempt"))?;
             if let Err(e) = slurm.run("scontrol", &["--", "release", id]) {
                 tracing::error!("release of job {id} of {} failed (tried again next cycle): {e}", job.user);
                 record(res, holds::RELEASE_FAILED, e.to_string())?;
                 return Ok(None);
             }
-            tracing::info!("released job {id} of {}: {payer_name} is above the floor", job.user);
-            let comment = without_note(&job.comment, holds::COMMENT_PREFIX);
-            if comment != job.comment {
-                if let Err(e) = set_comment(slurm, id, &comment) {
-                    tracing::warn!("cannot set the comment of job {id}: {e}");
+            if step == Step::ReleaseToOwner {
+                if let Err(e) = slurm.run("scontrol", &["--", "uhold", id]) {
+                    tracing::error!("job {id} of {}: its owner's hold could not be put back: {e}", job.user);
                 }
             }
+            tracing::info!("released job {id} of {}: {payer_name} is above the floor", job.user);
+            set_comment(&without_note(&job.comment, holds::COMMENT_PREFIX));
         }
         Step::Lifted => {
             record(res, holds::HOLD_LIFTED, "released by someone else; not held again".into())?;
@@ -187,13 +218,12 @@ mod tests {
 
     #[test]
     fn an_arrays_pending_tasks_are_named_alone() {
-        assert_eq!(slurm_target(&pending("41", "")).as_deref(), Some("41"));
-        assert_eq!(slurm_target(&pending("41", "3-4")).as_deref(), Some("41_[3-4]"));
-        assert_eq!(
-            slurm_target(&pending("41", "3-9:2%2")).as_deref(),
-            Some("41_[3-9:2]"),
-            "the throttle is not a task"
-        );
-        assert_eq!(slurm_target(&pending("41", "1,5;x")), None);
+        let target = |tasks: &str| slurm_target(&pending("41", tasks));
+        assert_eq!(target(""), Some(("41".into(), true)));
+        assert_eq!(target("3-4"), Some(("41_[3-4]".into(), true)));
+        assert_eq!(target("3-9%2"), Some(("41_[3-9]".into(), true)), "the throttle is not a task");
+        assert_eq!(target("5-61:2"), Some(("41".into(), false)), "a step scontrol does not read");
+        let cut = "1,3,5,7,9,11,13,15,17,19,21,23,25,27,29,31,33,35,37,39,41,43,45,47,49...";
+        assert_eq!(target(cut), Some(("41".into(), false)), "a list cut short: the array's ID, its comment left");
     }
 }

@@ -60,7 +60,9 @@ impl<'a> Presented<'a> {
                 return None;
             }
         }
-        Some(Presented::Signed { node: node?, at: at?.parse().ok()?, sig: sig? })
+        // One spelling of each signature (the replay check compares them): 64 lower-case hex digits.
+        let sig = sig.filter(|s| s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))?;
+        Some(Presented::Signed { node: node?, at: at?.parse().ok()?, sig })
     }
 }
 
@@ -120,14 +122,14 @@ pub fn same_secret(presented: &str, expected: &str) -> bool {
 }
 
 /// Reads a secret file no one but its owner may read or change (mode 0600 or less), owned by this
-/// process's user or root (root, as for `accountd admin node-token`, may read the one accountd's
+/// process's user, root, or `also` (root's `accountd admin node-token` reads the one accountd's
 /// user owns): a secret others can read is no longer a secret (the old audit's L4). `key` names
 /// its setting.
-pub fn read_private_secret(path: &std::path::Path, key: &str) -> Result<String, String> {
+pub fn read_private_secret(path: &std::path::Path, key: &str, also: Option<u32>) -> Result<String, String> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path).map_err(|e| format!("{key} {}: {e}", path.display()))?;
-    let me = nix::unistd::geteuid().as_raw();
-    if meta.mode() & 0o077 != 0 || !(meta.uid() == me || meta.uid() == 0 || me == 0) {
+    let owners = [nix::unistd::geteuid().as_raw(), 0];
+    if meta.mode() & 0o077 != 0 || !(owners.contains(&meta.uid()) || also == Some(meta.uid())) {
         return Err(format!(
             "{key} {} must be owned by this program's user and readable by it alone (mode 0600; it is {:o}, uid {})",
             path.display(),

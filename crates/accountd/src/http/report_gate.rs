@@ -143,6 +143,8 @@ pub struct ReportGate {
     logged: Mutex<HashSet<(String, &'static str)>>,
     /// Signed reports taken within the window, per node (signed with its token): (time, signature).
     signed_seen: Mutex<HashMap<String, Vec<(i64, String)>>>,
+    /// When this gate was made (unix seconds): reports signed before are refused.
+    started: i64,
 }
 
 /// A short lock: a panic while holding one left plain data behind.
@@ -164,7 +166,7 @@ impl ReportGate {
         let secret = match config.agent.auth {
             AgentAuth::Token => {
                 let path = config.agent.token_file.as_ref().ok_or("agent.auth = \"token\" needs agent.token_file")?;
-                Some(auth::read_private_secret(path, "agent.token_file")?)
+                Some(auth::read_private_secret(path, "agent.token_file", None)?)
             }
             AgentAuth::Munge => None,
         };
@@ -188,6 +190,7 @@ impl ReportGate {
             jobs: Mutex::default(),
             logged: Mutex::default(),
             signed_seen: Mutex::default(),
+            started: gputokens::time::now(),
         })
     }
 
@@ -253,17 +256,24 @@ impl ReportGate {
         if !auth::signature_matches(&token, node, at, body, sig) {
             return Err(Refusal::new(401, "bad_token", format!("not signed with the token of node '{}'", shown(node))));
         }
-        let off = at.saturating_sub(now);
-        if off.abs() > auth::SIGNED_WINDOW_SECS {
+        let off = at.abs_diff(now);
+        if off > auth::SIGNED_WINDOW_SECS.unsigned_abs() {
             return Err(Refusal::new(
                 401,
                 "expired",
                 format!(
-                    "a report of node '{node}' signed {}s {} accountd's clock (at most {}s): check the node's clock (NTP)",
-                    off.abs(),
-                    if off < 0 { "behind" } else { "ahead of" },
+                    "a report of node '{node}' signed {off}s {} accountd's clock (at most {}s): check the node's clock (NTP)",
+                    if at < now { "behind" } else { "ahead of" },
                     auth::SIGNED_WINDOW_SECS
                 ),
+            ));
+        }
+        // Signatures taken before a restart are not remembered: none from before it is taken.
+        if at < self.started {
+            return Err(Refusal::new(
+                401,
+                "replayed",
+                format!("a report of node '{node}' signed before accountd started"),
             ));
         }
         // Within the window each signature is taken once; older ones are refused by their time.
@@ -576,9 +586,24 @@ mod tests {
         // The token itself, as agents before sent it, is refused before the body is read.
         let bearer = gate.expects(Presented::Bearer(&token)).unwrap_err();
         assert_eq!((bearer.status, bearer.reason), (401, "unsigned_token"));
-        for malformed in ["GPUTOKENS-HMAC node=gpu01 at=x sig=ab", "GPUTOKENS-HMAC node=gpu01 node=gpu02 at=1 sig=ab"] {
+        let (head, first_sig) = header.split_once("sig=").unwrap();
+        let upper = format!("{head}sig={}", first_sig.to_uppercase());
+        let plus = header.replace("sig=", "sig=+");
+        for malformed in [
+            "GPUTOKENS-HMAC node=gpu01 at=x sig=ab",
+            "GPUTOKENS-HMAC node=gpu01 node=gpu02 at=1 sig=ab",
+            upper.as_str(),
+            plus.as_str(),
+        ] {
             assert_eq!(Presented::parse(Some(malformed.as_bytes())), Presented::Unknown, "{malformed}");
         }
+        // Signed before this accountd started (a report captured before a restart).
+        let before = auth::signed_authorization(&token, "gpu01", gate.started - 1, body);
+        let Presented::Signed { node, at, sig } = Presented::parse(Some(before.as_bytes())) else { panic!() };
+        assert_eq!(gate.check_signed(node, at, sig, body, gate.started).unwrap_err().reason, "replayed");
+        let extreme = auth::signed_authorization(&token, "gpu01", i64::MIN, body);
+        let Presented::Signed { node, at, sig } = Presented::parse(Some(extreme.as_bytes())) else { panic!() };
+        assert_eq!(gate.check_signed(node, at, sig, body, now).unwrap_err().reason, "expired", "no overflow");
     }
 
     #[test]

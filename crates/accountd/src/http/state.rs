@@ -91,7 +91,7 @@ pub(super) struct Reports {
 /// A secret's file must be readable by its owner alone: anyone who can read it is an admin (the
 /// admin token) or any user (a proxy's secret).
 fn read_private_secret(path: &std::path::Path, key: &str) -> AccountdResult<String> {
-    auth::read_private_secret(path, key).map_err(AccountdError::Refused)
+    auth::read_private_secret(path, key, None).map_err(AccountdError::Refused)
 }
 
 impl AppState {

@@ -90,7 +90,7 @@ impl Slurm {
     pub fn run(&self, name: &str, args: &[&str]) -> Result<String, SlurmError> {
         let program = self.program(name);
         let mut command = Command::new(&program);
-        command.args(args).envs(time_format(name));
+        command.args(args).envs(slurm_env(name));
         let command_line = || format!("{name} {}", args.join(" "));
         let out = crate::command::run(command, self.timeout(name)).map_err(|e| match e {
             RunError::Spawn(source) => SlurmError::Spawn { program: program.clone(), source },
@@ -235,8 +235,15 @@ fn read_queue(slurm: &Slurm) -> Result<Vec<QueueJob>, SlurmError> {
 
 /// sacct and squeue print times as unix seconds: one instant per job start however the local
 /// clock was set back (the repeated hour of a DST change), the same from both.
-fn time_format(name: &str) -> Option<(&'static str, &'static str)> {
-    matches!(name, "sacct" | "squeue").then_some(("SLURM_TIME_FORMAT", "%s"))
+fn slurm_env(name: &str) -> Vec<(&'static str, &'static str)> {
+    let mut env = Vec::new();
+    if matches!(name, "sacct" | "squeue") {
+        env.push(("SLURM_TIME_FORMAT", "%s"));
+        // An array's task list whole: libslurm cuts it at 64 characters ("1,3,5,...") otherwise,
+        // and a cut list can be neither counted nor held.
+        env.push(("SLURM_BITSTR_LEN", "0"));
+    }
+    env
 }
 
 /// Longest node name taken (Slurm's own limit is larger than any real host name).

@@ -32,7 +32,8 @@ pub fn serial() -> Cluster {
         );
     }
     // Every job on the cluster, whoever's: the node is every test's.
-    let queued = run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-o", "%i"]).ok().stdout;
+    // By job ID (%A): an array's pending record's %i (`7_[5-61:2]`) is not one scancel reads.
+    let queued = run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-o", "%A"]).ok().stdout;
     let jobs: Vec<&str> = queued.split_whitespace().collect();
     if !jobs.is_empty() {
         run_as(None, Path::new("/usr/bin/scancel"), &jobs).ok();

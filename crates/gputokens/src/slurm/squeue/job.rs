@@ -46,6 +46,8 @@ pub struct QueueJob {
     pub time_limit: Option<u64>,
     /// Nodes, tasks, sockets and (pending arrays) array tasks the request counts are multiplied by.
     pub shape: JobShape,
+    /// Its priority (0 while it is held); None where squeue gave none.
+    pub priority: Option<i64>,
     /// A pending array's tasks still to start (`array_task_string`, e.g. `3-4` or `3-9%2`); empty
     /// for any other record.
     pub pending_tasks: String,
@@ -134,6 +136,7 @@ pub(super) fn queue_job(job: &Value) -> Option<QueueJob> {
         request,
         gpu_indices: gres_detail.first().map(|d| gpu_indices(d)).unwrap_or_default(),
         requeueable: flag("batch_flag") && flag("requeue"),
+        priority: job.get("priority").and_then(number),
         pending_tasks: text("array_task_string"),
         comment: match job.get("comment") {
             Some(Value::Object(o)) => o.get("job").and_then(Value::as_str).unwrap_or_default().to_string(),

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use super::job::{queue_job, QueueJob};
 
 /// The keys `queue_job` reads.
-const READ_KEYS: [&str; 29] = [
+const READ_KEYS: [&str; 30] = [
     "account",
     "array_task_string",
     "batch_flag",
@@ -24,6 +24,7 @@ const READ_KEYS: [&str; 29] = [
     "nodes",
     "partition",
     "pre_sus_time",
+    "priority",
     "qos",
     "requeue",
     "restart_cnt",
