@@ -36,12 +36,29 @@ fn main() -> ExitCode {
     }
 }
 
+/// The config at `file` for `config check`: every problem of the file is reported, each on a line of
+/// its own with its key, not only the first (a file that is not TOML at all is one problem).
+fn checked_config(file: &std::path::Path) -> AccountdResult<Config> {
+    let (config, problems) = Config::load_lenient(file);
+    let mut problems: Vec<_> = problems.into_iter().map(|p| p.into_error()).collect();
+    match problems.len() {
+        0 => Ok(config),
+        1 => Err(problems.remove(0).into()),
+        n => {
+            for problem in &problems {
+                eprintln!("accountd: {problem}");
+            }
+            Err(AccountdError::Refused(format!("{n} problems in {} (above)", file.display())))
+        }
+    }
+}
+
 fn run(cli: Cli) -> AccountdResult {
     let path = Config::resolve_path(cli.config.as_deref());
     match cli.command {
         Command::Config(ConfigCommand::Check { file, slurm }) => {
             let file = file.unwrap_or(path);
-            let config = Config::load(&file)?;
+            let config = checked_config(&file)?;
             outln!("{}: valid", file.display());
             for advice in gputokens::config::advice::advice(&config) {
                 outln!("warning ({}): {}", advice.keys, advice.text);

@@ -114,13 +114,25 @@ impl Field {
     }
 }
 
+/// The config as sbalance needs it: only `[paths] socket` (the rest is accountd's and the plugins'),
+/// so an admin's mistake elsewhere in the file never stops every user's sbalance. A file that cannot
+/// be read, or whose socket path is wrong, is still an error.
+fn socket_config(path: &std::path::Path) -> AccountdResult<Config> {
+    let (config, problems) = Config::load_lenient(path);
+    let fatal = problems.into_iter().find(|p| p.key.is_empty() || p.key == "paths.socket" || p.key == "paths");
+    match fatal {
+        Some(problem) => Err(problem.into_error().into()),
+        None => Ok(config),
+    }
+}
+
 pub fn run(args: Args) -> AccountdResult {
     let fields = if args.format.is_empty() {
         DEFAULT_FIELDS.to_vec()
     } else {
         args.format.iter().map(|f| Field::parse(f)).collect::<AccountdResult<Vec<_>>>()?
     };
-    let config = Config::load(&Config::resolve_path(args.config.as_deref()))?;
+    let config = socket_config(&Config::resolve_path(args.config.as_deref()))?;
     if let Some(limit) = args.history {
         return history(&config, &args, limit);
     }

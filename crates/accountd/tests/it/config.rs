@@ -155,8 +155,34 @@ fn private_balances_with_the_ondemand_file_are_warned_of() {
         "{}",
         out.stdout
     );
-    let out = check(&format!("balances_public = true\n{ondemand}")).ok();
+    let out = check(&format!("balances_public = true\n[prices]\na6000 = 4\n{ondemand}")).ok();
     assert!(!out.stdout.contains("warning"), "{}", out.stdout);
+}
+
+/// The newcomer review: a config with no `[prices]` charged 1 token per GPU-hour without a word; a
+/// price that rounded to 0 and two files at one path passed; `config check` stopped at the first
+/// mistake. Every mistake is named in one run, each with its key.
+#[test]
+fn prices_that_round_to_nothing_no_prices_and_clashing_paths_are_named() {
+    let out = check("");
+    assert!(out.stdout.contains("warning (prices, default_price): [prices] lists no GPU type"), "{}", out.stdout);
+    // Six mistakes: each named in the one run.
+    let out = check(
+        "floor = 3\n[prices]\nrtx2080 = 0.0000001\n[admission]\nmdoe = \"estimate\"\non_error = \"maybe\"\n\
+         [intervals]\ncharge = \"soon\"\n[paths]\nledger = \"/var/lib/g/x\"\nsnapshot = \"/var/lib/g/x\"\n",
+    );
+    assert_eq!(out.code, 2, "{}", out.stdout);
+    for named in [
+        "floor: must be 0 or below",
+        "prices.rtx2080: 0.0000001 has more than 6 decimals",
+        "admission.mdoe: unknown",
+        "admission.on_error",
+        "intervals.charge",
+        "paths.snapshot: /var/lib/g/x is the same file as paths.ledger",
+        "6 problems in",
+    ] {
+        assert!(out.stderr.contains(named), "{named}: {}", out.stderr);
+    }
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 mod statement;
 
-use crate::common::{sbalance_bin, Site};
+use crate::common::{run_as, sbalance_bin, Site};
 
 #[test]
 fn users_see_only_themselves() {
@@ -178,4 +178,23 @@ fn recovers_says_when_debt_ends() {
     // The default columns stay sshare's few; Recovers is asked for.
     let header = site.sbalance(Some("bob"), &["-P"]).ok().stdout;
     assert!(header.starts_with("User|Balance|Floor|Status|Used30d|NextGrant\n"), "{header}");
+}
+
+/// The newcomer review's first harm: an admin's typo anywhere in gputokens.toml made sbalance fail
+/// for every user. It reads only `[paths] socket`: other mistakes are accountd's to report, a bad
+/// socket path is still sbalance's error.
+#[test]
+fn a_mistake_elsewhere_in_the_config_never_stops_sbalance() {
+    let site = Site::start("", "");
+    let text = std::fs::read_to_string(&site.config).unwrap();
+    let typo =
+        site.file("typo.toml", &format!("{text}\n[admission]\nmdoe = \"estimate\"\n[notify]\nwarn_below = -3\n"));
+    let out = run_as(Some("alice"), &sbalance_bin(), &["--config", &typo]).ok();
+    assert!(out.stdout.contains("alice"), "{}", out.stdout);
+    assert!(out.stderr.is_empty(), "the admin's mistakes are not the user's: {}", out.stderr);
+
+    let bad_socket = site.file("bad-socket.toml", &text.replace("socket = \"/", "socket = \""));
+    let out = run_as(Some("alice"), &sbalance_bin(), &["--config", &bad_socket]);
+    assert_eq!(out.code, 2, "{}", out.stdout);
+    assert!(out.stderr.contains("paths.socket: must be an absolute path"), "{}", out.stderr);
 }

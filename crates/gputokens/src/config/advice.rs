@@ -27,6 +27,17 @@ pub fn advice(config: &Config) -> Vec<Advice> {
             ),
         });
     }
+    if config.prices.listed_types().next().is_none() {
+        let price = config.prices.highest();
+        out.push(Advice {
+            keys: "prices, default_price",
+            text: format!(
+                "[prices] lists no GPU type: every GPU is charged {price} token(s) per GPU-hour{}. List each \
+                 type Slurm names (sinfo -o %G), e.g. a6000 = 4",
+                if config.prices.default_price().is_some() { " (default_price)" } else { ", the built-in price" }
+            ),
+        });
+    }
     out
 }
 
@@ -35,14 +46,23 @@ mod tests {
     use super::*;
     use std::path::Path;
 
+    /// The newcomer review: a config with no `[prices]` charged 1 token per GPU-hour without a word.
+    #[test]
+    fn no_prices_are_named() {
+        let parse = |text: &str| Config::parse(text, Path::new("t.toml")).unwrap();
+        let found = advice(&parse(""));
+        assert!(found.iter().any(|a| a.keys == "prices, default_price" && a.text.contains("charged 1 token(s)")));
+        assert!(advice(&parse("[prices]\na6000 = 4\n")).iter().all(|a| a.keys != "prices, default_price"));
+    }
+
     #[test]
     fn the_ondemand_file_with_private_balances_is_named() {
         let parse = |text: &str| Config::parse(text, Path::new("t.toml")).unwrap();
-        let on = "[ondemand]\nbalance_file = \"/var/lib/ood/gputokens.json\"\ngroup = \"ood\"\n";
+        let on = "[prices]\na6000 = 4\n[ondemand]\nbalance_file = \"/var/lib/ood/gputokens.json\"\ngroup = \"ood\"\n";
         let found = advice(&parse(on));
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].text.contains("/var/lib/ood/gputokens.json holds every user's and pool's balance and every member of group ood can read it"), "{found:?}");
         assert!(advice(&parse(&format!("balances_public = true\n{on}"))).is_empty());
-        assert!(advice(&parse("")).is_empty());
+        assert!(advice(&parse("[prices]\na6000 = 4\n")).is_empty());
     }
 }

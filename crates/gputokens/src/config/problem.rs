@@ -47,8 +47,12 @@ impl Problem {
             || key.strip_prefix(self.key.as_str()).is_some_and(|rest| rest.starts_with('.'))
     }
 
-    pub(super) fn into_error(self) -> ConfigError {
-        ConfigError::Invalid { path: self.path, key: self.key, reason: self.reason }
+    pub fn into_error(self) -> ConfigError {
+        match self.key.is_empty() {
+            // The file as a whole: "PATH: cannot read: ...", "PATH: not valid TOML (...)".
+            true => ConfigError::Parse { path: self.path, message: self.reason },
+            false => ConfigError::Invalid { path: self.path, key: self.key, reason: self.reason },
+        }
     }
 }
 

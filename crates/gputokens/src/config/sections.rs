@@ -190,13 +190,34 @@ fn paths(s: &mut Section) -> Paths {
     let controller_status = s.get("controller_status", crate::controller_status::default_dir(&snapshot), absolute_path);
     // Beside the ledger unless set: a site that moves the ledger moves the journal's default too.
     let journal = Paths::journal_beside(&ledger);
-    Paths {
+    let paths = Paths {
         snapshot,
         socket: s.get("socket", d.socket, absolute_path),
         controller_status,
         admin_journal: s.get("admin_journal", journal, absolute_path),
         ledger,
+    };
+    // Two of gputokens' files at one path, or one under another: with the snapshot at the ledger's
+    // path the first charge overwrote the ledger (the newcomer review).
+    let files = [
+        ("ledger", &paths.ledger),
+        ("snapshot", &paths.snapshot),
+        ("socket", &paths.socket),
+        ("admin_journal", &paths.admin_journal),
+    ];
+    for (i, (key, path)) in files.iter().enumerate() {
+        for (other, other_path) in &files[..i] {
+            let clash = match () {
+                _ if path == other_path => "is the same file as",
+                _ if path.starts_with(other_path) => "is inside the file",
+                _ if other_path.starts_with(path) => "is a directory of",
+                _ => continue,
+            };
+            let reason = format!("{} {clash} paths.{other}: give each its own path", path.display());
+            s.problem(key, reason, "using it all the same");
+        }
     }
+    paths
 }
 
 fn slurm_tools(s: &mut Section) -> SlurmTools {

@@ -60,6 +60,35 @@ fn amounts_beyond_the_limit_are_named() {
     assert!(parse("initial = 1e9\n").is_ok(), "the limit itself is allowed");
 }
 
+/// The newcomer review's fourth harm: a price of 0.0000001 passed and rounded to a free GPU type.
+/// Amounts are exact or refused; what a file writes in six decimals or fewer is exact.
+#[test]
+fn amounts_with_more_than_six_decimals_are_refused() {
+    let err = parse("[prices]\na6000 = 0.0000001\n").unwrap_err().to_string();
+    assert!(err.contains("prices.a6000") && err.contains("0.0000001 has more than 6 decimals"), "{err}");
+    assert!(err.contains("would round it to 0"), "{err}");
+    let err = parse("daily = 1.0000005\n").unwrap_err().to_string();
+    assert!(err.contains("daily") && err.contains("more than 6 decimals"), "{err}");
+    for exact in ["0.1", "0.000001", "4", "0.5", "123456.789012", "9.999999"] {
+        assert!(parse(&format!("[prices]\na6000 = {exact}\n")).is_ok(), "{exact}");
+    }
+    assert!(parse("floor = -9.999999\n").is_ok());
+    assert!(parse("[prices]\nfree = 0\n").is_ok(), "a free GPU type, written as one");
+}
+
+/// The newcomer review's third harm: the ledger and the snapshot at one path passed `config check`,
+/// and the first charge overwrote the ledger.
+#[test]
+fn two_files_at_one_path_are_refused() {
+    let err = parse("[paths]\nledger = \"/var/lib/g/x\"\nsnapshot = \"/var/lib/g/x\"\n").unwrap_err().to_string();
+    assert!(err.contains("paths.snapshot") && err.contains("/var/lib/g/x is the same file as paths.ledger"), "{err}");
+    let err = parse("[paths]\nledger = \"/var/lib/g/l\"\nsocket = \"/var/lib/g/l/sock\"\n").unwrap_err().to_string();
+    assert!(err.contains("paths.socket") && err.contains("is inside the file paths.ledger"), "{err}");
+    let err = parse("[paths]\nadmin_journal = \"/var/lib/gputokens/ledger.sqlite\"\n").unwrap_err().to_string();
+    assert!(err.contains("paths.admin_journal") && err.contains("same file as paths.ledger"), "{err}");
+    assert!(parse("[paths]\nledger = \"/var/lib/g/ledger\"\nsnapshot = \"/var/lib/g/ledger.snapshot\"\n").is_ok());
+}
+
 #[test]
 fn negative_price_is_named() {
     let err = parse("[prices]\na6000 = -4\n").unwrap_err().to_string();

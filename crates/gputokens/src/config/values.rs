@@ -164,6 +164,14 @@ pub(super) fn number_in(value: &Value, min: f64, max: f64, range: &str) -> Resul
 pub(super) fn amount(value: &Value) -> Result<Tokens, String> {
     let n = number(value)?;
     let tokens = Tokens::from_f64(n).ok_or_else(|| format!("{n} is not a usable amount"))?;
+    // Exact or refused: gputokens counts millionths of a token, and 0.0000001 would round to a free
+    // GPU type. (A decimal the file writes exactly is within f64's rounding of a whole millionth.)
+    let millionths = n * 1e6;
+    if (millionths - millionths.round()).abs() > 1e-3_f64.max(millionths.abs() * 1e-12) {
+        return Err(format!(
+            "{n} has more than 6 decimals: gputokens counts millionths of a token, and would round it to {tokens}"
+        ));
+    }
     if !tokens.within_limit() {
         return Err(format!("{n} is beyond the limit of ±{} tokens", Tokens::LIMIT));
     }
