@@ -276,3 +276,41 @@ fn a_link_planted_where_the_journal_goes_never_has_root_append_elsewhere() {
     assert!(meta.file_type().is_file() && meta.uid() == 0 && meta.mode() & 0o777 == 0o600, "{meta:?}");
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's file\n");
 }
+
+/// The newcomer review's fifth harm: root's `accountd tick` (a step of the restore procedure) was
+/// refused on the state directory the packaged unit makes for the SlurmUser. Root runs it there, and
+/// what it writes stays readable to the service (the ledger keeps its owner).
+#[test]
+fn root_runs_the_admin_steps_on_the_packaged_layout() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state = dir.path().join("lib");
+    std::fs::create_dir(&state).unwrap();
+    let slurm = nix::unistd::User::from_name("slurm").unwrap().expect("the SlurmUser");
+    nix::unistd::chown(&state, Some(slurm.uid), Some(slurm.gid)).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let config = dir.path().join("gputokens.toml");
+    let d = dir.path().display();
+    std::fs::write(
+        &config,
+        format!(
+            "[prices]\na6000 = 4\n[slurm]\nbin_dir = \"{d}/no-slurm\"\n[paths]\nledger = \"{d}/lib/ledger.sqlite\"\n\
+             snapshot = \"{d}/lib/balances.snapshot\"\nsocket = \"{d}/accountd.sock\"\n"
+        ),
+    )
+    .unwrap();
+    let accountd = crate::common::bin("accountd");
+    let conf = config.to_str().unwrap();
+    // The service made the ledger, as the SlurmUser.
+    run_as(Some("slurm"), &accountd, &["--config", conf, "tick", "--skip-charge"]).ok();
+    // Root's steps of the restore procedure: a tick, a verify.
+    run_as(None, &accountd, &["--config", conf, "tick", "--skip-charge"]).ok();
+    let verify = run_as(None, &accountd, &["--config", conf, "admin", "verify"]).ok();
+    assert!(verify.stdout.contains("consistent"), "{}", verify.stdout);
+    let ledger = std::fs::metadata(state.join("ledger.sqlite")).unwrap();
+    assert_eq!(ledger.uid(), slurm.uid.as_raw(), "the ledger stays the service's");
+    // And the service goes on with it.
+    let tick = run_as(Some("slurm"), &accountd, &["--config", conf, "tick", "--skip-charge"]).ok();
+    assert!(tick.stdout.contains("snapshot of 0 users written"), "{}", tick.stdout);
+}
