@@ -92,6 +92,11 @@ pub struct Metrics {
     pub preemptions: Family<PreemptLabels, Counter>,
     /// Pending GPU jobs held while their payer is at the floor, released, or released by others.
     pub holds: Family<ReasonLabels, Counter>,
+    /// Shadow mode: what each controller's plugin would have done since it started, from its status
+    /// file (`{controller, decision}`: refuse, deprioritize, limit).
+    pub shadow_decisions: Family<ShadowLabels, Gauge>,
+    /// 1 while `[admission] enforce` (the default), 0 in shadow mode.
+    pub enforcing: Gauge,
     pub drains: Family<NodeLabels, Counter>,
     pub xids_ignored: Family<XidLabels, Counter>,
     /// Runs lost to the system refunded automatically, and the tokens given back, by cause.
@@ -129,6 +134,12 @@ pub struct PreemptLabels {
     pub gpu_type: String,
     pub action: String,
     pub dry_run: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShadowLabels {
+    pub controller: String,
+    pub decision: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -195,6 +206,8 @@ impl Metrics {
             idle_jobs: Family::default(),
             preemptions: Family::default(),
             holds: Family::default(),
+            shadow_decisions: Family::default(),
+            enforcing: Gauge::default(),
             drains: Family::default(),
             xids_ignored: Family::default(),
             refunds: Family::default(),
@@ -283,6 +296,17 @@ impl Metrics {
             "job_idle",
             "1 when a job holds GPUs below the idle threshold for longer than the window",
             m.job_idle.clone(),
+        );
+        registry.register(
+            "enforcing",
+            "1 while gputokens refuses, deprioritizes and holds; 0 in shadow mode ([admission] enforce = false)",
+            m.enforcing.clone(),
+        );
+        registry.register(
+            "shadow_decisions",
+            "In shadow mode: GPU jobs each controller's plugin would have refused, deprioritized or limited since it \
+             started (read from its controller status file each check cycle)",
+            m.shadow_decisions.clone(),
         );
         registry.register(
             "idle_jobs",

@@ -226,6 +226,9 @@ pub struct Admission {
     /// accountd holds pending GPU jobs whose payer is at the floor, and releases them when it is
     /// above (`crate::holds`).
     pub hold_at_floor: bool,
+    /// false: shadow mode. Every decision is made and logged as it would be, and no job is
+    /// refused, deprioritized, changed, held or preempted.
+    pub enforce: bool,
 }
 
 impl Default for Admission {
@@ -239,6 +242,7 @@ impl Default for Admission {
             max_gpus_per_user: None,
             max_job_duration: None,
             hold_at_floor: true,
+            enforce: true,
         }
     }
 }

@@ -29,6 +29,20 @@ pub struct ControllerStatus {
     /// The snapshot file the plugin reads.
     pub snapshot: PathBuf,
     pub view: ViewStatus,
+    /// In shadow mode (`[admission] enforce = false`): what enforcement would have done since the
+    /// plugin started; absent while it enforces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<Shadow>,
+}
+
+/// What a plugin in shadow mode would have done, counted since `since` (unix time).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shadow {
+    pub since: i64,
+    /// "refuse", "deprioritize", "limit" → GPU jobs.
+    pub would: std::collections::BTreeMap<String, u64>,
+    /// GPU jobs that would have been refused, by their owner's uid.
+    pub refused_by_uid: std::collections::BTreeMap<u32, u64>,
 }
 
 /// The balances the plugin holds when it writes the file.
@@ -87,6 +101,7 @@ mod tests {
             written: 1_795_430_400,
             snapshot: "/shared/gputokens/balances.snapshot".into(),
             view: ViewStatus::Ready { generated: 1_795_430_100, age_secs: 300, queue_as_of: Some(1_795_430_090) },
+            shadow: None,
         };
         let json = status.to_json();
         assert!(json.contains("\"state\": \"ready\""), "{json}");

@@ -16,7 +16,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chrono::{Datelike, NaiveDate};
 
-use gputokens::decision::{self, decide_modify, decide_submit, Inputs, Log, Outcome, Verdict};
+use gputokens::controller_status::Shadow;
+use gputokens::decision::{self, decide_modify, decide_submit, shadow, Inputs, Log, Outcome, Verdict};
 use gputokens::job_request::JobRequest;
 
 use crate::ffi::{self, Level};
@@ -37,6 +38,8 @@ struct Plugin {
     today: AtomicI32,
     /// slurmctld's effective uid, the SlurmUser (read once: a system call, not per decision).
     slurm_uid: u32,
+    /// In shadow mode, what enforcement would have done (None while enforcing).
+    shadow: Mutex<Option<Shadow>>,
     stop: Mutex<bool>,
     wake: Condvar,
     watcher: Mutex<Option<JoinHandle<()>>>,
@@ -88,12 +91,14 @@ fn start_with(config_path: &Path, resolver: fn() -> watch::Resolver) {
         std::process::id(),
     );
     let now = unix_now();
+    let shadow = (!config.admission.enforce).then(|| Shadow { since: now, ..Shadow::default() });
     let plugin = Arc::new(Plugin {
         config: RwLock::new(Arc::new(config)),
         view: RwLock::new(monitor.view()),
         exempt_names: RwLock::new(Arc::default()),
         tally: Mutex::new(Tally::default()),
         today: AtomicI32::new(local_days(now)),
+        shadow: Mutex::new(shadow),
         slurm_uid: nix::unistd::geteuid().as_raw(),
         stop: Mutex::new(false),
         wake: Condvar::new(),
@@ -282,6 +287,7 @@ fn watch_loop(
                     publish_exempt_names(plugin, &mut monitor, now);
                 }
                 status_paths = paths(&config);
+                shadow_mode(plugin, &config, now);
                 *plugin.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
             }
             publish_exempt_names(plugin, &mut monitor, now);
@@ -304,7 +310,8 @@ fn watch_loop(
             }
             if let Some(status) = &status {
                 let (dir, snapshot) = status_paths.clone();
-                let update = StatusUpdate { now, view: monitor.view(), dir, snapshot, changed: view_changed };
+                let shadow = plugin.shadow.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                let update = StatusUpdate { now, view: monitor.view(), dir, snapshot, changed: view_changed, shadow };
                 if status.send(update) {
                     view_changed = false;
                 }
@@ -379,11 +386,45 @@ fn decide(decision: fn(&JobRequest, &Inputs, &mut Log) -> Outcome, job: &JobRequ
         admitted_since: &admitted_since,
         admitted_to_pool: &admitted_to_pool,
     };
-    let outcome = decision(job, &inputs, &mut decision_log);
+    let outcome = match config.admission.enforce {
+        true => decision(job, &inputs, &mut decision_log),
+        false => {
+            let (outcome, would) = shadow::decide(|log| decision(job, &inputs, log), &mut decision_log);
+            count_shadowed(&plugin, job.user_id, &would, now);
+            outcome
+        }
+    };
     if let Some((uid, commitment)) = outcome.admitted {
         tally.add_paid_by(uid, outcome.pool.clone(), unix_now_ms(), commitment);
     }
     outcome.verdict
+}
+
+/// Starts the shadow tally when `config` turns enforcement off (the status file then says so), and
+/// drops it when it turns it on.
+fn shadow_mode(plugin: &Plugin, config: &Config, now: i64) {
+    let mut tally = plugin.shadow.lock().unwrap_or_else(PoisonError::into_inner);
+    match config.admission.enforce {
+        true => *tally = None,
+        false => {
+            tally.get_or_insert_with(|| Shadow { since: now, ..Shadow::default() });
+        }
+    }
+}
+
+/// Counts what enforcement would have done to a job (shadow mode).
+fn count_shadowed(plugin: &Plugin, uid: Option<u32>, would: &[shadow::Would], now: i64) {
+    let mut tally = plugin.shadow.lock().unwrap_or_else(PoisonError::into_inner);
+    let tally = tally.get_or_insert_with(|| Shadow { since: now, ..Shadow::default() });
+    for what in would {
+        *tally.would.entry(what.as_str().to_string()).or_default() += 1;
+        if let (shadow::Would::Refuse, Some(uid)) = (what, uid) {
+            // Bounded: a status file of a few hundred lines at most.
+            if tally.refused_by_uid.len() < 1000 || tally.refused_by_uid.contains_key(&uid) {
+                *tally.refused_by_uid.entry(uid).or_default() += 1;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

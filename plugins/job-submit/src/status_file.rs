@@ -55,7 +55,13 @@ impl StatusFile {
 
     /// Writes the file when it is due: every WRITE_INTERVAL_SECS, and at once (at most once a
     /// second) when the view changed. A failure is logged once, until a write works again.
-    pub fn tick(&mut self, now: i64, view: &View, log: &mut dyn FnMut(Level, String)) {
+    pub fn tick(
+        &mut self,
+        now: i64,
+        view: &View,
+        shadow: Option<&controller_status::Shadow>,
+        log: &mut dyn FnMut(Level, String),
+    ) {
         let due = match self.last_written {
             None => true,
             Some(at) => now >= at + WRITE_INTERVAL_SECS || (self.changed && now > at),
@@ -71,6 +77,7 @@ impl StatusFile {
             written: now,
             snapshot: self.snapshot.clone(),
             view: view_status(view, now),
+            shadow: shadow.cloned(),
         };
         let path = self.path();
         match write_atomically(&self.dir, &path, &status.to_json()) {
@@ -158,7 +165,7 @@ mod tests {
         }
         fn tick(&mut self, now: i64, view: &View) {
             let log = &mut self.log;
-            self.file.tick(now, view, &mut |level, m| log.push((level, m)));
+            self.file.tick(now, view, None, &mut |level, m| log.push((level, m)));
         }
         fn read(&self) -> Option<ControllerStatus> {
             let text = std::fs::read_to_string(self.dir.path().join("controllers/ctl1.json")).ok()?;
@@ -183,6 +190,7 @@ mod tests {
                 written: NOW,
                 snapshot: "/shared/balances.snapshot".into(),
                 view: ViewStatus::Unavailable { problem: "the snapshot is missing".into() },
+                shadow: None,
             }
         );
         let path = f.dir.path().join("controllers/ctl1.json");

@@ -20,6 +20,8 @@ pub struct StatusUpdate {
     pub snapshot: PathBuf,
     /// The view changed since the last update that was taken.
     pub changed: bool,
+    /// What enforcement would have done, in shadow mode.
+    pub shadow: Option<gputokens::controller_status::Shadow>,
 }
 
 /// The watcher's end.
@@ -52,7 +54,7 @@ fn write_loop(mut status: StatusFile, updates: Receiver<StatusUpdate>, log: fn(L
             if update.changed {
                 status.view_changed();
             }
-            status.tick(update.now, &update.view, &mut log);
+            status.tick(update.now, &update.view, update.shadow.as_ref(), &mut log);
         }));
         if write.is_err() {
             log(Level::Error, "the controller status writer panicked; it goes on with the next update".into());
@@ -71,6 +73,7 @@ mod tests {
             dir: dir.to_path_buf(),
             snapshot: dir.join("balances.snapshot"),
             changed: true,
+            shadow: None,
         }
     }
 

@@ -73,6 +73,7 @@ pub fn check(
     let expiries = crate::cycles::expiries::run(&mut cycle.res, if bound < clock { bound } else { now })?;
     crate::cycles::slurm_view::refresh(&cycle.res, &mut cycle.slurm_view, &slurm, &mut queue, now);
     let users = publish(cycle, now)?;
+    crate::cycles::shadow::export(&cycle.res);
     let window = cycle.res.config.intervals.check;
     let utilization = crate::utilization::poll_prometheus(&mut cycle.res, &mut cycle.utilization, window, now)
         .unwrap_or_else(|e| {

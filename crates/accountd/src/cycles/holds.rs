@@ -29,13 +29,14 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
         jobs.iter().filter(|j| j.state == "PENDING" && !j.request.counts.is_empty()).collect();
     let at_floor = payers_at_floor(&cycle.res, &pending)?;
     let exempt = &cycle.res.config.exempt;
-    let mut steps = Vec::new();
+    let enforce = cycle.res.config.admission.enforce;
+    let (mut steps, mut would_hold) = (Vec::new(), 0);
     for job in &pending {
         // What gputokens did since this job (or this run of it, requeued) was queued: an older job
         // with the same ID (Slurm's IDs wrap) is not this one.
         let last = Last::from_action(cycle.res.ledger.last_hold_action(&job.job_id, job.submit_time)?.as_deref());
         let payer = at_floor.get(job.job_id.as_str()).cloned();
-        let step = holds::step(Pending {
+        let mut pending = Pending {
             payer_at_floor: payer.is_some(),
             exempt: exempt.covers(&JobIdentity {
                 user: Some(&job.user),
@@ -45,7 +46,22 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
             }),
             held: Held::of(job.priority, &job.state_reason),
             last,
-        });
+        };
+        if !enforce {
+            // Shadow mode: what would be held is logged, and nothing is; what was held before is
+            // released.
+            if matches!(holds::step(pending), Step::Hold | Step::HoldOverOwner) {
+                let payer = payer.as_deref().unwrap_or(&job.user);
+                tracing::warn!(
+                    "shadow mode, not enforced: would hold pending job {} of {}: {payer} is at the floor",
+                    job.job_id,
+                    job.user
+                );
+                would_hold += 1;
+            }
+            pending.payer_at_floor = false;
+        }
+        let step = holds::step(pending);
         if step != Step::Nothing {
             steps.push((*job, step, payer));
         }
@@ -57,6 +73,11 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
             Some(Step::Release | Step::ReleaseToOwner) => released += 1,
             _ => {}
         }
+    }
+    if !enforce {
+        return Ok(format!(
+            "shadow mode: {would_hold} pending GPU jobs would be held at the floor, {released} released"
+        ));
     }
     Ok(format!("{held} pending GPU jobs held at the floor, {released} released"))
 }

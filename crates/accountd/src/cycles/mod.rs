@@ -13,6 +13,7 @@ pub mod preemption;
 pub mod refunds;
 pub mod rejected_records;
 pub mod serve;
+pub mod shadow;
 pub mod slurm_clock;
 pub mod slurm_view;
 

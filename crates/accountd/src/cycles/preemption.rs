@@ -23,8 +23,15 @@ use crate::slurm::{QueueOnce, Slurm};
 /// Pending reasons that mean "waiting for resources", not for a dependency or a hold.
 const WAITING_FOR_RESOURCES: [&str; 2] = ["Resources", "Priority"];
 
+/// The preemption settings in effect: in shadow mode (`[admission] enforce = false`) a dry run.
+fn settings(res: &Resources) -> gputokens::config::Preemption {
+    let mut config = res.config.preemption.clone();
+    config.dry_run |= !res.config.admission.enforce;
+    config
+}
+
 pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: i64) -> AccountdResult<String> {
-    let config = cycle.res.config.preemption.clone();
+    let config = settings(&cycle.res);
     if !config.enabled && config.at_floor == AtFloor::None {
         return Ok("preemption off".into());
     }
@@ -172,7 +179,7 @@ fn wanted(job: &QueueJob) -> BTreeMap<String, u64> {
 }
 
 fn act(cycle: &mut CycleState, slurm: &Slurm, victim: &Victim, requeueable: bool, now: i64) -> AccountdResult {
-    let config = cycle.res.config.preemption.clone();
+    let config = settings(&cycle.res);
     let action = match (victim.cause == Cause::AtFloor, cycle.res.config.preemption.at_floor, config.action) {
         (true, AtFloor::Cancel, _) | (false, _, PreemptAction::Cancel) => "cancel",
         _ if requeueable => "requeue",

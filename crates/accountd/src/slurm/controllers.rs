@@ -251,6 +251,7 @@ SlurmctldTimeout        = 120 sec
                 written,
                 snapshot: self.config.paths.snapshot.clone(),
                 view,
+                shadow: None,
             };
             std::fs::write(self.status_dir().join(controller_status::file_name(host)), status.to_json()).unwrap();
         }
@@ -393,6 +394,7 @@ SlurmctldTimeout        = 120 sec
             written: NOW,
             snapshot: "/var/lib/gputokens/balances.snapshot".into(),
             view: ready(NOW),
+            shadow: None,
         };
         std::fs::write(site.status_dir().join("ctl1.json"), status.to_json()).unwrap();
         std::fs::write(site.status_dir().join("ctl2.json"), "{ half a file").unwrap();

@@ -1079,3 +1079,53 @@ fn a_plugin_config_others_can_write_is_not_obeyed() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Issue 36's shadow mode inside the real slurmctld: with `enforce = false` alice, at the floor,
+/// submits a GPU job; it is accepted as submitted and runs, she is told nothing, slurmctld's log
+/// says what would have been done, and the plugin's status file counts it. With enforcement on, the
+/// same job is refused.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn shadow_mode_logs_and_counts_what_it_would_refuse_and_refuses_nothing() {
+    use gputokens::controller_status::{self, ControllerStatus};
+    let cluster = serial();
+    let alice = cluster.alice;
+    let (_site, mut adm) = following_site("", &[(alice, "-110.4")]);
+    let dir = adm.snapshot.parent().unwrap().join("controllers");
+    let slurm = nix::unistd::User::from_name(SLURM_USER).unwrap().expect("the test cluster's SlurmUser");
+    std::fs::create_dir_all(&dir).unwrap();
+    nix::unistd::chown(&dir, Some(slurm.uid), None).unwrap();
+    adm.configure("[admission]\nenforce = false\n");
+    assert!(adm.log().contains("SHADOW MODE (enforce = false"), "{}", adm.log());
+
+    let (job, stderr) = adm.accepted(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 60"]);
+    assert!(stderr.is_empty(), "she is told nothing: {stderr}");
+    let logged = format!("gputokens: shadow mode, not enforced: refused a GPU job of {alice} (uid ");
+    assert!(adm.log().contains(&logged), "{}", adm.log());
+    crate::preemption::wait_for("her job to run", || crate::preemption::squeue(&job, "%T") == "RUNNING");
+
+    let host = nix::unistd::gethostname().unwrap().to_string_lossy().into_owned();
+    let file = dir.join(controller_status::file_name(&host));
+    let uid = nix::unistd::User::from_name(alice).unwrap().unwrap().uid.as_raw();
+    let deadline = Instant::now() + Duration::from_secs(controller_status::STALE_AFTER_SECS as u64);
+    loop {
+        let status = std::fs::read_to_string(&file).ok().and_then(|t| ControllerStatus::parse(&t).ok());
+        let shadow = status.and_then(|s| s.shadow);
+        if shadow.as_ref().is_some_and(|s| s.would.get("refuse") == Some(&1) && s.refused_by_uid.get(&uid) == Some(&1))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{} does not count it: {shadow:?}", file.display());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // Enforcement on: the same job is refused, and the status file no longer speaks of shadow mode.
+    adm.configure("");
+    let out = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 60"]);
+    assert!(out.stderr.contains(REFUSED), "{} {}", out.stdout, out.stderr);
+    for _ in 0..3 {
+        if std::fs::remove_dir_all(&dir).is_ok() {
+            break;
+        }
+    }
+}

@@ -154,3 +154,35 @@ fn an_array_of_scattered_tasks_is_held_whole() {
     assert!(!tasks(&array, "PD")[0].ends_with("JobHeldAdmin"), "{:?}", tasks(&array, "PD"));
     cancel(&[&array]);
 }
+
+/// Shadow mode (`[admission] enforce = false`): a job that would be held at the floor is logged and
+/// counted in the cycle's summary, and not held; what was held before enforcement was turned off is
+/// released.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn in_shadow_mode_nothing_is_held_and_what_was_held_is_released() {
+    let cluster = serial();
+    let alice = cluster.alice;
+    let enforcing = site("");
+    let held = sbatch(alice, &["--gres=gpu:a6000:2", "--begin=now+1hour", "--wrap", "sleep 300"]);
+    wait_for("her job to wait", || squeue(&held, "%T") == "PENDING");
+    enforcing.accountd(None, &["admin", "adjust", alice, "-112", "--reason", "test"]).ok();
+    enforcing.accountd(None, &["tick", "--skip-charge"]).ok();
+    assert_eq!(squeue(&held, "%r"), "JobHeldAdmin");
+    // The same ledger, enforcement off.
+    let mut config = std::fs::read_to_string(&enforcing.config).unwrap();
+    config.push_str("[admission]\nenforce = false\n");
+    std::fs::write(&enforcing.config, config).unwrap();
+    let other = sbatch(alice, &["--gres=gpu:a6000:2", "--begin=now+1hour", "--wrap", "sleep 300"]);
+    wait_for("her second job to wait", || squeue(&other, "%T") == "PENDING");
+    let tick = enforcing.accountd(None, &["tick", "--skip-charge"]).ok();
+    assert!(
+        tick.stdout.contains("shadow mode: 1 pending GPU jobs would be held at the floor, 1 released"),
+        "{}",
+        tick.stdout
+    );
+    assert!(tick.stderr.contains(&format!("shadow mode, not enforced: would hold pending job {other} of {alice}")));
+    assert_ne!(squeue(&other, "%r"), "JobHeldAdmin");
+    assert_ne!(squeue(&held, "%r"), "JobHeldAdmin", "released: gputokens no longer enforces");
+    cancel(&[&held, &other]);
+}

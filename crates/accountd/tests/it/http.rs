@@ -75,3 +75,42 @@ fn serve_stops_cleanly_on_sigterm() {
     assert!(site.log().contains("SIGTERM received") && site.log().contains("accountd stopping"), "{}", site.log());
     assert!(!site.path("run/accountd.sock").exists(), "socket removed");
 }
+
+/// Issue 36's shadow mode in /metrics: gputokens_enforcing says whether gputokens acts, and what each
+/// controller's plugin would have done comes from the status file it writes.
+#[test]
+fn shadow_mode_and_what_each_controller_would_have_done_are_in_metrics() {
+    use gputokens::controller_status::{ControllerStatus, Shadow, ViewStatus};
+    let dir = tempfile::tempdir().unwrap();
+    let status = ControllerStatus {
+        host: "ctl1.example.org".into(),
+        pid: 7,
+        written: gputokens::time::now(),
+        snapshot: "/var/lib/gputokens/balances.snapshot".into(),
+        view: ViewStatus::Unavailable { problem: "the snapshot is missing".into() },
+        shadow: Some(Shadow {
+            since: 1,
+            would: [("refuse".to_string(), 3), ("deprioritize".to_string(), 2)].into(),
+            refused_by_uid: [(1001, 3)].into(),
+        }),
+    };
+    std::fs::write(dir.path().join("ctl1.json"), status.to_json()).unwrap();
+    let site = Site::from_config(&format!(
+        "[prices]\na6000 = 4\n[admission]\nenforce = false\n[slurm]\nbin_dir = \"/nonexistent\"\n[paths]\n\
+         ledger = \"x\"\nsnapshot = \"x\"\nsocket = \"x\"\ncontroller_status = \"{}\"\n[http]\nlisten = \"127.0.0.1:9817\"\n",
+        dir.path().display()
+    ));
+    let url = format!("{}/metrics", site.http_url());
+    let metrics = crate::cluster::wait_until(20, "the shadow counts in /metrics", || {
+        let (_, text) = http_get(&url);
+        match text.contains("gputokens_shadow_decisions{controller=\"ctl1\",decision=\"refuse\"} 3") {
+            true => Ok(text),
+            false => Err(text.lines().filter(|l| l.contains("shadow")).collect::<Vec<_>>().join("; ")),
+        }
+    });
+    assert!(
+        metrics.contains("gputokens_shadow_decisions{controller=\"ctl1\",decision=\"deprioritize\"} 2"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("gputokens_enforcing 0"), "{metrics}");
+}

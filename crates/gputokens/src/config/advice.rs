@@ -27,6 +27,15 @@ pub fn advice(config: &Config) -> Vec<Advice> {
             ),
         });
     }
+    if !config.admission.enforce {
+        out.push(Advice {
+            keys: "admission.enforce",
+            text: "shadow mode: every decision is made, logged (\"shadow mode, not enforced\" in slurmctld's log and \
+                   accountd's) and counted (gputokens_shadow_decisions), and no GPU job is refused, deprioritized, \
+                   limited, held or preempted. Set enforce = true once the site has seen whom it would stop"
+                .into(),
+        });
+    }
     if config.prices.listed_types().next().is_none() {
         let price = config.prices.highest();
         out.push(Advice {
@@ -45,6 +54,14 @@ pub fn advice(config: &Config) -> Vec<Advice> {
 mod tests {
     use super::*;
     use std::path::Path;
+
+    #[test]
+    fn shadow_mode_is_named() {
+        let parse = |text: &str| Config::parse(text, Path::new("t.toml")).unwrap();
+        let found = advice(&parse("[prices]\na6000 = 4\n[admission]\nenforce = false\n"));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].keys == "admission.enforce" && found[0].text.starts_with("shadow mode: "), "{found:?}");
+    }
 
     /// The newcomer review: a config with no `[prices]` charged 1 token per GPU-hour without a word.
     #[test]

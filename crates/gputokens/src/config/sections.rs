@@ -351,6 +351,7 @@ fn admission(s: &mut Section) -> Admission {
     let max_gpus_per_user = s.optional("max_gpus_per_user", |v| whole_from(v, 1));
     let max_job_duration = s.get("max_job_duration", d.max_job_duration, whole_seconds_or_off);
     let hold_at_floor = s.get("hold_at_floor", d.hold_at_floor, boolean);
+    let enforce = s.get("enforce", d.enforce, boolean);
     // Both within MAX_NICE, checked above.
     let nice = u32::try_from(nice).unwrap_or(DEFAULT_NICE_INCREMENT);
     let deprioritize = match (how, qos) {
@@ -371,6 +372,7 @@ fn admission(s: &mut Section) -> Admission {
         max_gpus_per_user,
         max_job_duration,
         hold_at_floor,
+        enforce,
     }
 }
 

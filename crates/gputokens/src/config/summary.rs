@@ -33,6 +33,9 @@ pub fn describe(config: &Config) -> String {
     if admission.max_job_duration.is_some() {
         line.push_str(&format!(", max_job_duration {}", duration(admission.max_job_duration)));
     }
+    if !admission.enforce {
+        line.push_str(", SHADOW MODE (enforce = false: decisions logged, no job refused or changed)");
+    }
     let exempt = &config.exempt;
     if !exempt.is_empty() {
         line.push_str(&format!(

@@ -15,6 +15,7 @@ mod modify;
 mod pool_decisions;
 pub mod pool_rules;
 pub mod rules;
+pub mod shadow;
 mod submit;
 
 #[cfg(test)]
