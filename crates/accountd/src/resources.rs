@@ -30,6 +30,8 @@ impl Resources {
 
     pub fn new(config: Config, ledger: Ledger) -> Resources {
         let metrics = Arc::new(Metrics::with_users(config.http.per_user_metrics));
+        // From the start, not only after the first check cycle: a restarted site reads as it is.
+        metrics.enforcing.set(i64::from(config.admission.enforce));
         Resources { config, ledger, metrics }
     }
 

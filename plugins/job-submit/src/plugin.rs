@@ -170,11 +170,14 @@ struct Settings {
     settling: Option<Option<Stamp>>,
     /// Whether the file was last left unread because others could change it: read once they cannot.
     refused: bool,
+    /// `[admission] enforce` as last read: a reload that cannot read it keeps it (a typo of a site in
+    /// shadow mode must not start refusing its users).
+    enforce: Option<bool>,
 }
 
 impl Settings {
     fn new(path: std::path::PathBuf) -> Settings {
-        Settings { path, stamp: None, settling: None, refused: false }
+        Settings { path, stamp: None, settling: None, refused: false, enforce: None }
     }
 
     fn current_stamp(&self) -> Option<Stamp> {
@@ -191,10 +194,21 @@ impl Settings {
             self.refused = true;
             return None;
         }
-        let (config, problems) = Config::load_lenient(&self.path);
-        for problem in problems {
+        let (mut config, problems) = Config::load_lenient(&self.path);
+        // A file that cannot be read or parsed as a whole, after one was: the settings stay as they are.
+        if self.enforce.is_some() && problems.iter().any(|p| p.key.is_empty()) {
+            for problem in &problems {
+                ffi::log(Level::Error, &format!("{problem}; the plugin keeps its settings"));
+            }
+            return None;
+        }
+        for problem in &problems {
             ffi::log(Level::Error, &problem.to_string());
         }
+        if let Some(before) = self.enforce.filter(|_| problems.iter().any(|p| p.concerns("admission.enforce"))) {
+            config.admission.enforce = before;
+        }
+        self.enforce = Some(config.admission.enforce);
         ffi::log(
             Level::Info,
             &format!(
@@ -358,16 +372,22 @@ fn state() -> Option<State> {
 
 /// `job_submit`'s verdict on `job`.
 pub fn submit(job: &JobRequest, submit_uid: u32) -> Verdict {
-    decide(decide_submit, job, submit_uid)
+    decide(decide_submit, job, submit_uid, true)
 }
 
 /// `job_modify`'s verdict on the update `job`.
 pub fn modify(job: &JobRequest, submit_uid: u32) -> Verdict {
-    decide(decide_modify, job, submit_uid)
+    decide(decide_modify, job, submit_uid, false)
 }
 
 /// Runs `decision` on the current settings and balances, and tallies what it admitted.
-fn decide(decision: fn(&JobRequest, &Inputs, &mut Log) -> Outcome, job: &JobRequest, submit_uid: u32) -> Verdict {
+/// In shadow mode a submission's `would` is counted (`submission`); an update's only logged.
+fn decide(
+    decision: fn(&JobRequest, &Inputs, &mut Log) -> Outcome,
+    job: &JobRequest,
+    submit_uid: u32,
+    submission: bool,
+) -> Verdict {
     // Not initialised: nothing to decide from, accept.
     let Some(State { plugin, config, view, exempt_names, today }) = state() else { return Verdict::accept() };
     let now = unix_now();
@@ -390,7 +410,9 @@ fn decide(decision: fn(&JobRequest, &Inputs, &mut Log) -> Outcome, job: &JobRequ
         true => decision(job, &inputs, &mut decision_log),
         false => {
             let (outcome, would) = shadow::decide(|log| decision(job, &inputs, log), &mut decision_log);
-            count_shadowed(&plugin, job.user_id, &would, now);
+            if submission {
+                count_shadowed(&plugin, job.user_id, &would);
+            }
             outcome
         }
     };
@@ -413,9 +435,10 @@ fn shadow_mode(plugin: &Plugin, config: &Config, now: i64) {
 }
 
 /// Counts what enforcement would have done to a job (shadow mode).
-fn count_shadowed(plugin: &Plugin, uid: Option<u32>, would: &[shadow::Would], now: i64) {
+fn count_shadowed(plugin: &Plugin, uid: Option<u32>, would: &[shadow::Would]) {
     let mut tally = plugin.shadow.lock().unwrap_or_else(PoisonError::into_inner);
-    let tally = tally.get_or_insert_with(|| Shadow { since: now, ..Shadow::default() });
+    // None: enforcement was turned on while this decision ran on the settings before.
+    let Some(tally) = tally.as_mut() else { return };
     for what in would {
         *tally.would.entry(what.as_str().to_string()).or_default() += 1;
         if let (shadow::Would::Refuse, Some(uid)) = (what, uid) {
@@ -498,6 +521,25 @@ mod tests {
             std::thread::sleep(Duration::from_millis(50));
         }
         stop();
+    }
+
+    /// A site in shadow mode that saves a broken file, or a bad `enforce`, must not start refusing its
+    /// users: the settings stay, and so does `enforce`.
+    #[test]
+    fn a_broken_reload_never_turns_enforcement_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gputokens.toml");
+        std::fs::write(&path, "[admission]\nenforce = false\n").unwrap();
+        let mut settings = Settings::new(path.clone());
+        assert!(!settings.load().unwrap().admission.enforce);
+        std::fs::write(&path, "[admission\nenforce = false\n").unwrap();
+        assert!(settings.load().is_none(), "not TOML: the settings stay");
+        std::fs::write(&path, "[admission]\nenforce = \"no\"\nnice_increment = 5\n").unwrap();
+        let read = settings.load().expect("the rest of the file is read");
+        assert!(!read.admission.enforce, "a bad enforce keeps the one before");
+        assert_eq!(read.admission.deprioritize, Deprioritize::Nice(5));
+        std::fs::write(&path, "[admission]\nenforce = true\n").unwrap();
+        assert!(settings.load().unwrap().admission.enforce, "said plainly: on");
     }
 
     /// A config others can change is not read (their exemptions and limits would rule), at start

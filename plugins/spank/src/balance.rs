@@ -23,6 +23,15 @@ pub fn socket_path(config: &Path) -> Result<PathBuf, String> {
     }
 }
 
+/// Whether the site enforces (`[admission] enforce`, true unless the file says false): in shadow mode
+/// the balance line says that nothing is refused yet.
+pub fn enforced(config: &Path) -> bool {
+    Config::load_lenient(config).0.admission.enforce
+}
+
+/// What the balance line adds in shadow mode.
+pub const SHADOW_NOTE: &str = " (gputokens is in shadow mode: no job is refused or held yet)";
+
 /// The caller's own balance row.
 pub fn own_balance(socket: &Path) -> Result<BalanceRow, String> {
     let io = |e: std::io::Error| format!("accountd at {}: {e}", socket.display());

@@ -166,9 +166,11 @@ unsafe fn request_estimate(sp: spank_t) {
 /// One line with the balance; nothing but a `-v` line when accountd cannot say (a missing line must
 /// not worry anyone, and sbatch stays quiet where no accountd runs).
 fn show_balance(args: &args::Args) {
-    let row = balance::socket_path(&args.config_path()).and_then(|socket| balance::own_balance(&socket));
+    let config = args.config_path();
+    let row = balance::socket_path(&config).and_then(|socket| balance::own_balance(&socket));
     match row {
-        Ok(row) => ffi::info(&balance::message(&row)),
+        Ok(row) if balance::enforced(&config) => ffi::info(&balance::message(&row)),
+        Ok(row) => ffi::info(&format!("{}{}", balance::message(&row), balance::SHADOW_NOTE)),
         Err(e) => ffi::verbose(&format!("balance unknown: {e}")),
     }
 }

@@ -203,7 +203,11 @@ fn act(
             set_comment(&with_note(&job.comment, &note));
         }
         Step::Release | Step::ReleaseToOwner => {
-            record(res, holds::RELEASE, format!("{payer_name} is above the floor, or the job is exempt"))?;
+            let why = match res.config.admission.enforce {
+                true => format!("{payer_name} is above the floor, or the job is exempt"),
+                false => "gputokens does not enforce (shadow mode)".to_string(),
+            };
+            record(res, holds::RELEASE, why)?;
             if let Err(e) = slurm.run("scontrol", &["--", "release", id]) {
                 tracing::error!("release of job {id} of {} failed (tried again next cycle): {e}", job.user);
                 record(res, holds::RELEASE_FAILED, e.to_string())?;

@@ -1123,6 +1123,16 @@ fn shadow_mode_logs_and_counts_what_it_would_refuse_and_refuses_nothing() {
     adm.configure("");
     let out = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 60"]);
     assert!(out.stderr.contains(REFUSED), "{} {}", out.stdout, out.stderr);
+    let deadline = Instant::now() + Duration::from_secs(controller_status::STALE_AFTER_SECS as u64);
+    while std::fs::read_to_string(&file)
+        .ok()
+        .and_then(|t| ControllerStatus::parse(&t).ok())
+        .and_then(|s| s.shadow)
+        .is_some()
+    {
+        assert!(Instant::now() < deadline, "{} still speaks of shadow mode", file.display());
+        std::thread::sleep(Duration::from_millis(200));
+    }
     for _ in 0..3 {
         if std::fs::remove_dir_all(&dir).is_ok() {
             break;

@@ -95,6 +95,9 @@ fn shadow_mode_and_what_each_controller_would_have_done_are_in_metrics() {
         }),
     };
     std::fs::write(dir.path().join("ctl1.json"), status.to_json()).unwrap();
+    // A controller that stopped writing a minute ago (retired, crashed) is not counted.
+    let gone = ControllerStatus { host: "ctl2".into(), written: gputokens::time::now() - 60, ..status.clone() };
+    std::fs::write(dir.path().join("ctl2.json"), gone.to_json()).unwrap();
     let site = Site::from_config(&format!(
         "[prices]\na6000 = 4\n[admission]\nenforce = false\n[slurm]\nbin_dir = \"/nonexistent\"\n[paths]\n\
          ledger = \"x\"\nsnapshot = \"x\"\nsocket = \"x\"\ncontroller_status = \"{}\"\n[http]\nlisten = \"127.0.0.1:9817\"\n",
@@ -113,4 +116,9 @@ fn shadow_mode_and_what_each_controller_would_have_done_are_in_metrics() {
         "{metrics}"
     );
     assert!(metrics.contains("gputokens_enforcing 0"), "{metrics}");
+    assert!(!metrics.contains("controller=\"ctl2\""), "{metrics}");
+    // A site that enforces says so from its start, before any check cycle.
+    let enforcing = Site::start("", "");
+    let (_, metrics) = http_get(&format!("{}/metrics", enforcing.http_url()));
+    assert!(metrics.contains("gputokens_enforcing 1"), "{metrics}");
 }

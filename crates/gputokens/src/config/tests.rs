@@ -69,6 +69,9 @@ fn amounts_with_more_than_six_decimals_are_refused() {
     assert!(err.contains("would round it to 0"), "{err}");
     let err = parse("daily = 1.0000005\n").unwrap_err().to_string();
     assert!(err.contains("daily") && err.contains("more than 6 decimals"), "{err}");
+    let err = parse("cap = 200000.0000001\n").unwrap_err().to_string();
+    assert!(err.contains("cap") && err.contains("more than 6 decimals"), "a large amount too: {err}");
+    assert!(parse("initial = 1e-6\ncap = 999999999.999999\n").is_ok());
     for exact in ["0.1", "0.000001", "4", "0.5", "123456.789012", "9.999999"] {
         assert!(parse(&format!("[prices]\na6000 = {exact}\n")).is_ok(), "{exact}");
     }

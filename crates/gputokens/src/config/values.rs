@@ -165,9 +165,9 @@ pub(super) fn amount(value: &Value) -> Result<Tokens, String> {
     let n = number(value)?;
     let tokens = Tokens::from_f64(n).ok_or_else(|| format!("{n} is not a usable amount"))?;
     // Exact or refused: gputokens counts millionths of a token, and 0.0000001 would round to a free
-    // GPU type. (A decimal the file writes exactly is within f64's rounding of a whole millionth.)
-    let millionths = n * 1e6;
-    if (millionths - millionths.round()).abs() > 1e-3_f64.max(millionths.abs() * 1e-12) {
+    // GPU type. Rust writes a number in its shortest exact decimal form: at most 6 decimals there.
+    let decimals = n.to_string().split_once('.').map_or(0, |(_, fraction)| fraction.len());
+    if decimals > 6 {
         return Err(format!(
             "{n} has more than 6 decimals: gputokens counts millionths of a token, and would round it to {tokens}"
         ));
