@@ -6,14 +6,13 @@
 
 use std::collections::HashMap;
 
-use gputokens::config::JobIdentity;
 use gputokens::holds::{self, Held, Last, Pending, Step};
 use gputokens::pools::{payers, PoolMode};
 use gputokens::slurm::squeue::QueueJob;
 use gputokens::Tokens;
 use ledger::Action;
 
-use crate::cycles::preemption::{set_comment, with_note, without_note};
+use crate::cycles::preemption::{is_exempt, set_comment, with_note, without_note};
 use crate::cycles::CycleState;
 use crate::error::AccountdResult;
 use crate::resources::Resources;
@@ -38,12 +37,7 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
         let payer = at_floor.get(job.job_id.as_str()).cloned();
         let mut pending = Pending {
             payer_at_floor: payer.is_some(),
-            exempt: exempt.covers(&JobIdentity {
-                user: Some(&job.user),
-                account: Some(&job.account),
-                default_account: None,
-                qos: Some(&job.qos),
-            }),
+            exempt: is_exempt(exempt, job),
             held: Held::of(job.priority, &job.state_reason),
             last,
         };

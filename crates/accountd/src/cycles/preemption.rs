@@ -52,12 +52,7 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
             balance: balance[&j.job_id],
             start_time: j.start_time,
             gpus: whole_gpus(j),
-            exempt: exempt.covers(&JobIdentity {
-                user: Some(&j.user),
-                account: Some(&j.account),
-                default_account: None,
-                qos: Some(&j.qos),
-            }),
+            exempt: is_exempt(exempt, j),
         })
         .collect();
     let mut waiters: Vec<Waiter> = jobs
@@ -158,6 +153,16 @@ fn balances(res: &Resources, jobs: &[QueueJob]) -> AccountdResult<HashMap<String
         balance.insert(job.job_id.clone(), paying_balance(payers, own, |a| pools.get(a).copied()));
     }
     Ok(balance)
+}
+
+/// Whether `[exempt]` covers the job's user, account or QOS (as squeue shows them).
+pub(crate) fn is_exempt(exempt: &gputokens::config::Exempt, job: &QueueJob) -> bool {
+    exempt.covers(&JobIdentity {
+        user: Some(&job.user),
+        account: Some(&job.account),
+        default_account: None,
+        qos: Some(&job.qos),
+    })
 }
 
 /// GPUs held per type, shards rounded up to whole GPUs (a shard keeps the GPU from a whole-GPU job).

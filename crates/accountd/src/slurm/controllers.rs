@@ -61,14 +61,36 @@ impl ControllerFacts {
     }
 }
 
-fn read_status(path: &Path) -> StatusRead {
-    match std::fs::read_to_string(path) {
-        Ok(text) => match ControllerStatus::parse(&text) {
-            Ok(status) => StatusRead::Found(status),
-            Err(e) => StatusRead::Unreadable(e),
-        },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => StatusRead::Missing,
-        Err(e) => StatusRead::Unreadable(e.to_string()),
+/// A status file is a few hundred lines at most; anything larger is not one.
+const MAX_STATUS_BYTES: u64 = 1 << 20;
+
+/// A controller's status file: a plain file of at most MAX_STATUS_BYTES, never read through a link
+/// nor waited on as a FIFO (whoever can write the directory could plant either).
+pub fn read_status(path: &Path) -> StatusRead {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC)
+        .open(path);
+    let file = match opened {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return StatusRead::Missing,
+        Err(e) => return StatusRead::Unreadable(e.to_string()),
+    };
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return StatusRead::Unreadable("not a plain file".into());
+    }
+    let mut text = String::new();
+    if let Err(e) = file.take(MAX_STATUS_BYTES + 1).read_to_string(&mut text) {
+        return StatusRead::Unreadable(e.to_string());
+    }
+    if text.len() as u64 > MAX_STATUS_BYTES {
+        return StatusRead::Unreadable(format!("larger than {MAX_STATUS_BYTES} bytes"));
+    }
+    match ControllerStatus::parse(&text) {
+        Ok(status) => StatusRead::Found(status),
+        Err(e) => StatusRead::Unreadable(e),
     }
 }
 
