@@ -14,6 +14,7 @@ pub mod advice;
 mod load;
 mod problem;
 mod reader;
+pub mod reference;
 mod sections;
 mod summary;
 #[cfg(test)]

@@ -73,6 +73,8 @@ impl<'t> Section<'t> {
     /// The value of `key`, if given; marks `key` as known.
     pub fn value(&mut self, key: &'static str) -> Option<&'t Value> {
         self.known.push(key);
+        #[cfg(test)]
+        asked::record(&self.prefix, key);
         self.table?.get(key)
     }
 
@@ -147,5 +149,30 @@ impl<'t> Section<'t> {
             self.problem(key, reason, "ignored");
         }
         self.problems
+    }
+}
+
+/// The keys the reader asks for, as dotted names, so a test can hold the key reference to them.
+#[cfg(test)]
+pub(super) mod asked {
+    use std::cell::RefCell;
+
+    thread_local! {
+        static ASKED: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
+    }
+
+    pub fn record(prefix: &str, key: &str) {
+        ASKED.with(|asked| {
+            if let Some(keys) = asked.borrow_mut().as_mut() {
+                keys.push(format!("{prefix}{key}"));
+            }
+        });
+    }
+
+    /// Every key `read` asks for on this thread, in the order asked.
+    pub fn during(read: impl FnOnce()) -> Vec<String> {
+        ASKED.with(|asked| *asked.borrow_mut() = Some(Vec::new()));
+        read();
+        ASKED.with(|asked| asked.borrow_mut().take().unwrap_or_default())
     }
 }
