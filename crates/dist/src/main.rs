@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 mod completions;
+mod config_page;
 mod man;
 
 use std::path::PathBuf;
@@ -21,13 +22,19 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum DistCommand {
-    /// Write accountd.1, sbalance.1 and one page per accountd subcommand (accountd-serve.1,
-    /// accountd-admin-grant.1, ...) into DIR.
+    /// Write accountd.1, sbalance.1, one page per accountd subcommand (accountd-serve.1,
+    /// accountd-admin-grant.1, ...) and gputokens.toml.5 into DIR.
     Man {
         dir: PathBuf,
         /// The pages' date, YYYY-MM-DD (build-debs.sh: the last commit's).
         #[arg(long, value_parser = man::parse_date)]
         date: String,
+    },
+    /// Print the reference of gputokens.toml's keys as docs/configuration.md holds it (the man
+    /// page's content, in markdown), or put it in FILE between its markers.
+    ConfigReference {
+        #[arg(long, value_name = "FILE")]
+        write: Option<PathBuf>,
     },
     /// Write bash/NAME, zsh/_NAME and fish/NAME.fish for accountd and sbalance into DIR.
     Completions { dir: PathBuf },
@@ -41,8 +48,14 @@ fn shipped_commands() -> [clap::Command; 2] {
 
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
-        DistCommand::Man { dir, date } => {
-            shipped_commands().into_iter().try_for_each(|cmd| man::write_pages(cmd, &date, &dir))
+        DistCommand::Man { dir, date } => shipped_commands()
+            .into_iter()
+            .try_for_each(|cmd| man::write_pages(cmd, &date, &dir))
+            .and_then(|()| config_page::write_man_page(&dir, &date, env!("CARGO_PKG_VERSION"))),
+        DistCommand::ConfigReference { write: Some(file) } => config_page::write_markdown(&file),
+        DistCommand::ConfigReference { write: None } => {
+            print!("{}", config_page::markdown());
+            Ok(())
         }
         DistCommand::Completions { dir } => {
             shipped_commands().into_iter().try_for_each(|cmd| completions::write_scripts(cmd, &dir))

@@ -106,6 +106,17 @@ fn man_finds_a_page_for_each_command_and_subcommand() {
     let out = man(&["-P", "cat", "sbalance"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && text.contains("Show GPU token balances"), "{text}");
+
+    // gputokens.toml(5): every key of the reference, as `man 5 gputokens.toml` shows it.
+    let out = man(&["-P", "cat", "5", "gputokens.toml"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "man 5 gputokens.toml: {}", String::from_utf8_lossy(&out.stderr));
+    for table in gputokens::config::reference::TABLES {
+        assert!(text.contains(&table.heading()), "gputokens.toml(5) has no {}:\n{text}", table.heading());
+        for key in table.keys {
+            assert!(text.contains(&format!("{} (default: ", key.name)), "gputokens.toml(5) lacks {}", table.dotted(key));
+        }
+    }
     for option in long_options(accountd::cli::sbalance::Args::command()) {
         assert!(text.contains(&option), "sbalance(1) does not document {option}:\n{text}");
     }
