@@ -206,6 +206,7 @@ put 644 "$WORK"/completions/fish/* usr/share/fish/vendor_completions.d
 put 644 slurm-conf/slurm.conf.gputokens slurm-conf/prometheus/gputokens-alerts.yml slurm-conf/grafana/gputokens.json \
   usr/share/doc/gputokens/examples
 install -d -m 755 "$tree/usr/share/doc/gputokens"
+put 644 README.md docs/install.md docs/configuration.md docs/operation.md usr/share/doc/gputokens
 copyright_file > "$tree/usr/share/doc/gputokens/copyright"
 control_files gputokens "$version" <<EOF
 Depends: libc6 (>= $glibc), libgcc-s1, libmunge2, munge, slurm-client

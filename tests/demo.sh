@@ -24,6 +24,18 @@ if [[ ${1:-} == stop ]]; then
   exit 0
 fi
 
+# The demo changes this host (README, "Demo and tests"): never on a real site's Slurm host. A site's
+# gputokens.toml is the sign of one; the tests' and the demo's own start with "# Written by tests/".
+if [[ -e /etc/slurm/gputokens.toml ]] && ! head -n 1 /etc/slurm/gputokens.toml | grep -q '^# Written by tests/' \
+  && [[ -z ${GPUTOKENS_DEMO_ON_THIS_HOST:-} ]]; then
+  echo "tests/demo.sh: /etc/slurm/gputokens.toml is not one the tests wrote: this looks like a real site's" \
+    "Slurm host. The demo rewrites that file, installs Slurm, MUNGE and MariaDB packages, creates a MUNGE key" \
+    "and a database, and adds users. Run it on a scratch machine (or set GPUTOKENS_DEMO_ON_THIS_HOST=1)." >&2
+  exit 2
+fi
+echo "tests/demo.sh: this changes the host: Slurm, MUNGE and MariaDB packages, /etc/slurm/gputokens.toml," \
+  "a MUNGE key if there is none, a database, /etc/hosts, and the users alice, bob, carol and 120 test users."
+
 step "Install packages and build"
 bash tests/cluster/install.sh
 cargo build --workspace --locked -q

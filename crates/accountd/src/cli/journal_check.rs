@@ -20,8 +20,8 @@ fn lines(found: &JournalCheck, journal: &Path) -> Vec<String> {
     let journal = journal.display();
     if !found.found {
         return vec![format!(
-            "admin journal {journal}: none (no admin change since it was set up, or it was lost: see README, Backups \
-             and restore)"
+            "admin journal {journal}: none (no admin change since it was set up, or it was lost: see Backups and restore in \
+             /usr/share/doc/gputokens/operation.md)"
         )];
     }
     let mut out = Vec::new();

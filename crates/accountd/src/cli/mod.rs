@@ -42,7 +42,7 @@ pub enum Command {
         #[command(flatten)]
         wait: WaitArg,
     },
-    /// Charge job records from a file of `sacct -X -D -P -o JobIDRaw,User,AllocTRES,ElapsedRaw,Start,End,State` (End and State optional).
+    /// Charge job records from a file of `sacct -X -D -P -o JobIDRaw,User,Account,AllocTRES,ElapsedRaw,Start,End,State,NodeList` (End, State and NodeList optional; without Account, pools pay for nothing).
     Charge {
         /// The sacct output ('-' reads standard input).
         #[arg(long, value_name = "FILE")]
@@ -71,7 +71,7 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct TimeArg {
-    /// Act as if it were this time (RFC 3339 or local YYYY-MM-DDTHH:MM:SS); for replays and tests.
+    /// Act as if it were this time (a unix time, RFC 3339 or local YYYY-MM-DDTHH:MM:SS); for replays and tests.
     #[arg(long, value_name = "TIME")]
     pub now: Option<String>,
 }

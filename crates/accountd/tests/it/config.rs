@@ -119,13 +119,14 @@ fn the_running_slurm_is_checked_against_the_config() {
 }
 
 /// The systemd units start commands this accountd has, from where the gputokens package and the
-/// README's manual install put it (packaging/build-debs.sh checks the package holds what they run).
+/// install without packages (docs/install.md) puts it (packaging/build-debs.sh checks the package holds
+/// what they run).
 #[test]
 fn systemd_units_run_installed_commands() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let install = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/install.md")).unwrap();
     assert!(
-        readme.contains("install -m 755 target/release/accountd target/release/static/sbalance /usr/bin/"),
-        "README no longer installs accountd into /usr/bin"
+        install.contains("install -m 755 target/release/accountd target/release/static/sbalance /usr/bin/"),
+        "docs/install.md no longer installs accountd into /usr/bin"
     );
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../slurm-conf/systemd");
     let mut commands = 0;
