@@ -46,7 +46,9 @@ pub fn man_page(date: &str, version: &str) -> String {
         }
     }
     page.push_str(".SH ENVIRONMENT\n.TP\nGPUTOKENS_CONF\nThe file read when no --config is given.\n");
-    page.push_str(".SH FILES\n.TP\n/etc/slurm/gputokens.toml\nThe default location; readable by all (it holds no secrets).\n");
+    page.push_str(
+        ".SH FILES\n.TP\n/etc/slurm/gputokens.toml\nThe default location; readable by all (it holds no secrets).\n",
+    );
     page.push_str(".SH SEE ALSO\naccountd(1), sbalance(1), slurm.conf(5), gres.conf(5)\n");
     page
 }

@@ -28,6 +28,7 @@ mod overload;
 mod packages;
 mod plugin_linkage;
 mod preemption;
+mod quick_start;
 mod records;
 mod refunds;
 mod rpms;

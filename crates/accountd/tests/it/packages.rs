@@ -114,7 +114,11 @@ fn man_finds_a_page_for_each_command_and_subcommand() {
     for table in gputokens::config::reference::TABLES {
         assert!(text.contains(&table.heading()), "gputokens.toml(5) has no {}:\n{text}", table.heading());
         for key in table.keys {
-            assert!(text.contains(&format!("{} (default: ", key.name)), "gputokens.toml(5) lacks {}", table.dotted(key));
+            assert!(
+                text.contains(&format!("{} (default: ", key.name)),
+                "gputokens.toml(5) lacks {}",
+                table.dotted(key)
+            );
         }
     }
     for option in long_options(accountd::cli::sbalance::Args::command()) {

@@ -1,0 +1,144 @@
+//! The README's quick start on the test cluster, standing in for a site (tests/run.sh installed the
+//! packages and started slurmctld with the plugin: steps 1 to 3 and 5). Step 4's keys are merged
+//! into the example config as an admin edits it, and steps 6 and 7 run as written, line by line in
+//! bash, with the test's own user for `alice` and the cluster's slurmctld log for Debian's: in shadow
+//! mode alice, at the floor, submits a GPU job that runs and is logged and counted as refused; with
+//! enforcement on the same job is refused. A README whose commands stop working fails here.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use gputokens::controller_status::{self, ControllerStatus};
+
+use crate::admission::Admission;
+use crate::cluster::serial;
+use crate::common::{bin, run_as, Outcome, Site};
+use crate::preemption::{squeue, wait_for};
+
+const README: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
+const EXAMPLE: &str = include_str!("../../../../slurm-conf/gputokens.toml");
+/// Where Debian's slurmctld logs, as the README's step 6 greps it.
+const DEBIAN_SLURMCTLD_LOG: &str = "/var/log/slurm/slurmctld.log";
+
+/// The fenced block after `<!-- quick-start-test: NAME -->` in the README.
+fn block(readme: &str, name: &str) -> String {
+    let marker = format!("<!-- quick-start-test: {name} -->");
+    let after = readme.split_once(&marker).unwrap_or_else(|| panic!("README has no {marker}")).1;
+    let body = after.split_once("```").and_then(|(_, b)| b.split_once('\n')).expect("a fenced block").1;
+    body.split_once("```").expect("the block's end").0.to_string()
+}
+
+/// `edit` merged into `base` as an admin edits the example: its tables' keys replace or add to theirs.
+fn merge(base: &mut toml::Table, edit: &toml::Table) {
+    for (key, value) in edit {
+        match (base.get_mut(key), value) {
+            (Some(toml::Value::Table(mine)), toml::Value::Table(theirs)) => merge(mine, theirs),
+            _ => {
+                base.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+fn lab() -> PathBuf {
+    PathBuf::from(std::env::var("GPUTOKENS_LAB").unwrap_or_else(|_| "/tmp/gputokens-cluster".into()))
+}
+
+/// One line of a README block, run by bash as root would type it: accountd and sbalance as
+/// installed, GPUTOKENS_CONF naming the site's file.
+fn run_line(line: &str, site: &Site) -> Outcome {
+    let installed = bin("accountd").parent().unwrap().display().to_string();
+    let out = Command::new("bash")
+        .args(["-c", line])
+        .env("PATH", format!("{installed}:/usr/sbin:/usr/bin:/sbin:/bin"))
+        .env("GPUTOKENS_CONF", &site.config)
+        .current_dir("/tmp")
+        .output()
+        .expect("bash");
+    out.into()
+}
+
+/// The block's commands: its lines but comments and blank ones, `alice` as the test's user.
+fn commands(block: &str, alice: &str) -> Vec<String> {
+    let lines = block.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#'));
+    lines
+        .map(|l| {
+            l.replace("alice", alice)
+                .replace(DEBIAN_SLURMCTLD_LOG, &lab().join("log/slurmctld.log").display().to_string())
+        })
+        .collect()
+}
+
+fn shadow_counts(file: &Path) -> Option<controller_status::Shadow> {
+    std::fs::read_to_string(file).ok().and_then(|t| ControllerStatus::parse(&t).ok()).and_then(|s| s.shadow)
+}
+
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn the_readme_quick_start_runs_in_shadow_mode_then_refuses() {
+    let cluster = serial();
+    let alice = cluster.alice;
+    let readme = std::fs::read_to_string(README).unwrap();
+    let step4 = block(&readme, "config");
+    let edit: toml::Table = step4.parse().unwrap_or_else(|e| panic!("step 4's TOML: {e}"));
+    assert_eq!(edit["admission"]["enforce"].as_bool(), Some(false), "the quick start begins in shadow mode");
+
+    // The plugin's file: the cluster's paths with step 4's keys. Its controller status directory,
+    // beside the snapshot, as the packaged unit makes it for the SlurmUser.
+    let adm = Admission::start();
+    let controllers = lab().join("snapshot/controllers");
+    std::fs::create_dir_all(&controllers).unwrap();
+    let slurm = nix::unistd::User::from_name("slurm").unwrap().expect("the SlurmUser");
+    nix::unistd::chown(&controllers, Some(slurm.uid), None).unwrap();
+    adm.configure(&step4);
+    // accountd's file: the example as the package installs it, edited as step 4 says.
+    let mut config: toml::Table = EXAMPLE.parse().unwrap();
+    merge(&mut config, &edit);
+    config["paths"]
+        .as_table_mut()
+        .unwrap()
+        .insert("controller_status".into(), controllers.display().to_string().into());
+    let site = Site::from_config(&toml::to_string(&config).unwrap());
+    assert!(site.accountd(None, &["config", "check"]).ok().stdout.contains("valid"));
+
+    // Step 6, in shadow mode: her job is accepted and runs, slurmctld logs the refusal, it is counted.
+    let shadow = commands(&block(&readme, "shadow"), alice);
+    assert!(shadow[0].starts_with("accountd admin adjust"), "{shadow:?}");
+    run_line(&shadow[0], &site).ok();
+    adm.follow(&site);
+    std::thread::sleep(crate::admission::SETTLE);
+    let submitted = run_line(&shadow[1], &site).ok();
+    let job = submitted.stdout.trim().rsplit(' ').next().unwrap().to_string();
+    assert!(submitted.stdout.starts_with("Submitted batch job"), "{}", submitted.stdout);
+    wait_for("her job to run", || matches!(squeue(&job, "%T").as_str(), "RUNNING" | "COMPLETING" | ""));
+    let logged = format!("gputokens: shadow mode, not enforced: refused a GPU job of {alice} ");
+    assert!(adm.log().contains(&logged), "{}", adm.log());
+    run_line(&shadow[2], &site).ok();
+    let shown = run_line(&shadow[3], &site).ok().stdout;
+    assert!(shown.contains(alice) && shown.contains("-10"), "{shown}");
+    let host = nix::unistd::gethostname().unwrap().to_string_lossy().into_owned();
+    let status = controllers.join(controller_status::file_name(&host));
+    let uid = nix::unistd::User::from_name(alice).unwrap().unwrap().uid.as_raw();
+    let deadline = Instant::now() + Duration::from_secs(controller_status::STALE_AFTER_SECS as u64);
+    while !shadow_counts(&status).is_some_and(|s| s.refused_by_uid.get(&uid) == Some(&1)) {
+        assert!(Instant::now() < deadline, "{} does not count it: {:?}", status.display(), shadow_counts(&status));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // Step 7: enforcement on (the plugin reads the file again), the same job refused, alice back.
+    let enforce = commands(&block(&readme, "enforce"), alice);
+    let reads = adm.log().matches("gputokens: job_submit/gputokens ").count();
+    run_line(&enforce[0], &site).ok();
+    wait_for("the plugin to read the file again", || {
+        adm.log().matches("gputokens: job_submit/gputokens ").count() > reads
+    });
+    assert!(!adm.log().rsplit("gputokens: job_submit/gputokens ").next().unwrap().contains("SHADOW MODE"));
+    let refused = run_line(&enforce[1], &site);
+    assert_ne!(refused.code, 0, "refused with enforcement on: {}", refused.stdout);
+    assert!(refused.stderr.contains("GPU jobs are refused"), "{}", refused.stderr);
+    run_line(&enforce[2], &site).ok();
+    let balance = run_line(&format!("sbalance -u {alice} -n -P -o Balance"), &site).ok().stdout;
+    assert_eq!(balance.trim(), "100", "adjusted back to where she began");
+    run_as(None, Path::new("/usr/bin/scancel"), &[&job]);
+}
