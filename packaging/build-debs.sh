@@ -197,9 +197,10 @@ for unit in slurm-conf/systemd/*.service; do
     [[ -f $tree$exe ]] || die "$unit runs $exe, which the package does not ship"
   done
 done
-gzip -9n "$WORK"/man/*.1 "$WORK"/man/*.5             # -n: no name or time stamp inside
+gzip -9n "$WORK"/man/*.[158]                           # -n: no name or time stamp inside
 put 644 "$WORK"/man/*.1.gz usr/share/man/man1
 put 644 "$WORK"/man/*.5.gz usr/share/man/man5
+put 644 "$WORK"/man/*.8.gz usr/share/man/man8
 put 644 "$WORK"/completions/bash/* usr/share/bash-completion/completions
 put 644 "$WORK"/completions/zsh/* usr/share/zsh/vendor-completions
 put 644 "$WORK"/completions/fish/* usr/share/fish/vendor_completions.d
@@ -277,7 +278,7 @@ check_deb() {
   say "$(dpkg-deb --field "$deb" Package Version Depends | tr '\n' ' ')($(wc -l <<<"$listing") entries)"
 }
 check_deb "${debs[0]}" /usr/bin/accountd /usr/bin/sbalance /etc/slurm/gputokens.toml \
-  /usr/share/man/man1/accountd.1.gz /usr/share/man/man1/accountd-serve.1.gz /usr/share/man/man1/sbalance.1.gz \
+  /usr/share/man/man1/accountd.1.gz /usr/share/man/man8/accountd-serve.8.gz /usr/share/man/man1/sbalance.1.gz \
   /usr/share/man/man5/gputokens.toml.5.gz /usr/share/bash-completion/completions/sbalance /usr/share/zsh/vendor-completions/_accountd \
   /usr/share/fish/vendor_completions.d/sbalance.fish /usr/lib/systemd/system/gputokens-accountd.service \
   /usr/lib/systemd/system/gputokens-backup.service /usr/lib/systemd/system/gputokens-backup.timer

@@ -1,4 +1,6 @@
-//! Man pages (section 1) of a command and of each of its subcommands, nested ones included.
+//! Man pages of a command and of each of its subcommands, nested ones included: section 1, and 8 for
+//! the daemons (as slurmctld(8)); each with the ENVIRONMENT, EXIT STATUS, FILES and SEE ALSO that
+//! clap cannot know.
 
 use std::io;
 use std::path::Path;
@@ -35,9 +37,59 @@ struct Page<'a> {
     source: &'a str,
 }
 
+/// The pages of daemons, which sites start from systemd: section 8.
+const DAEMONS: &[&str] = &["accountd-serve", "accountd-agent"];
+
+/// The section of the page named `name`.
+pub fn section_of(name: &str) -> &'static str {
+    if DAEMONS.contains(&name) {
+        "8"
+    } else {
+        "1"
+    }
+}
+
 fn write_tree(cmd: &Command, page: &Page, dir: &Path) -> io::Result<()> {
-    Man::new(cmd.clone()).date(page.date).source(page.source).manual("gputokens").generate_to(dir)?;
+    let name = cmd.get_display_name().unwrap_or_else(|| cmd.get_name()).to_string();
+    let man = Man::new(cmd.clone()).section(section_of(&name)).date(page.date).source(page.source).manual("gputokens");
+    let mut text = Vec::new();
+    man.render(&mut text)?;
+    let text = with_our_sections(&String::from_utf8_lossy(&text), &name);
+    std::fs::write(dir.join(man.get_filename()), text)?;
     cmd.get_subcommands().filter(|sub| !sub.is_hide_set()).try_for_each(|sub| write_tree(sub, page, dir))
+}
+
+/// `page` with ENVIRONMENT, EXIT STATUS, FILES and SEE ALSO put before its VERSION section.
+fn with_our_sections(page: &str, name: &str) -> String {
+    let sbalance = name == "sbalance";
+    let mut ours =
+        String::from(".SH ENVIRONMENT\n.TP\nGPUTOKENS_CONF\nThe configuration file when no \\-\\-config is given.\n");
+    if !sbalance {
+        ours.push_str(
+            ".TP\nGPUTOKENS_LOG\nThe log level (error, warn, info, debug) or a filter such as accountd=debug; info when unset.\n\
+             .TP\nNO_COLOR\nWhen set and not empty, log lines carry no colour (there is none either when stderr is not a terminal).\n",
+        );
+    }
+    ours.push_str(".SH EXIT STATUS\n.TP\n0\nDone.\n");
+    ours.push_str(".TP\n1\naccountd could not be reached, or an I/O error or a lock held too long stopped it.\n");
+    ours.push_str(
+        ".TP\n2\nA usage error, an invalid configuration, a refusal (naming who may), or problems found by a check.\n",
+    );
+    ours.push_str(".SH FILES\n.TP\n/etc/slurm/gputokens.toml\nThe configuration; see gputokens.toml(5).\n");
+    if !sbalance {
+        ours.push_str(".TP\n/var/lib/gputokens/ledger.sqlite\nThe ledger ([paths] ledger).\n");
+    }
+    ours.push_str(".TP\n/run/gputokens/accountd.sock\nWhere accountd answers ([paths] socket).\n");
+    ours.push_str(".SH SEE ALSO\ngputokens.toml(5), ");
+    ours.push_str(if sbalance {
+        "accountd(1), sshare(1)\n"
+    } else {
+        "sbalance(1), accountd-serve(8), accountd-agent(8), slurm.conf(5)\n"
+    });
+    match page.find(".SH VERSION") {
+        Some(at) => format!("{}{ours}{}", &page[..at], &page[at..]),
+        None => format!("{page}{ours}"),
+    }
 }
 
 #[cfg(test)]
@@ -61,10 +113,15 @@ mod tests {
         write_pages(cli.clone(), "2026-11-30", &dir).unwrap();
         let version = accountd::version();
         for sub in cli.get_subcommands().map(|s| s.get_name().to_string()) {
-            let page = std::fs::read_to_string(dir.join(format!("accountd-{sub}.1"))).unwrap();
-            let title = format!(".TH accountd-{sub} 1 2026-11-30 \"gputokens {version}\" gputokens");
-            assert!(page.lines().any(|l| l == title), "no '{title}' in accountd-{sub}.1:\n{page}");
+            let section = section_of(&format!("accountd-{sub}"));
+            let page = std::fs::read_to_string(dir.join(format!("accountd-{sub}.{section}"))).unwrap();
+            let title = format!(".TH accountd-{sub} {section} 2026-11-30 \"gputokens {version}\" gputokens");
+            assert!(page.lines().any(|l| l == title), "no '{title}' in accountd-{sub}.{section}:\n{page}");
+            for heading in [".SH ENVIRONMENT", ".SH EXIT STATUS", ".SH FILES", ".SH SEE ALSO"] {
+                assert!(page.contains(heading), "accountd-{sub} has no {heading}");
+            }
         }
+        assert!(dir.join("accountd-serve.8").is_file() && dir.join("accountd-agent.8").is_file(), "daemons in 8");
         assert!(dir.join("accountd-admin-grant.1").is_file() && dir.join("accountd.1").is_file());
         assert!(!dir.join("accountd-help.1").exists(), "help is no command to document");
         std::fs::remove_dir_all(&dir).unwrap();
