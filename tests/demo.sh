@@ -56,10 +56,12 @@ rm -rf "$DEMO" && install -d -m 755 "$DEMO"
 sed -e "s|/var/lib/gputokens|$DEMO/lib|" -e "s|/run/gputokens|$DEMO/run|" -e 's/^daily = 1/daily = 0/' \
   -e 's/^first_lookback = .*/first_lookback = "1m"/' -e 's/^charge = "1h"/charge = "15s"/' \
   -e "s|^jobs_dir = .*|jobs_dir = \"$LAB/gpu-jobs\"|" -e 's/^allow_http = false/allow_http = true/' \
+  -e 's/^enforce = false/enforce = true/' -e 's/^dry_run = true/dry_run = false/' -e 's/^drain = false/drain = true/' \
   slurm-conf/gputokens.toml > "$CONF"
 echo "daily = 0 for the demo, so the worked example comes out at exactly 46; accountd charges every 15 s;"
 echo "slurm_user = slurm, the SlurmUser the test cluster's slurmctld runs as; jobs_dir where its SPANK plugin records;"
-echo "allow_http = true: the demo has no TLS proxy in front of the status page"
+echo "allow_http = true: the demo has no TLS proxy in front of the status page;"
+echo "enforce = true, preemption dry_run = false, drain = true: the demo enforces from the start (a new site starts in shadow mode)"
 show "$ACCOUNTD" config check --slurm
 "$ACCOUNTD" serve 2> "$DEMO/accountd.log" &
 echo $! > "$DEMO/accountd.pid"

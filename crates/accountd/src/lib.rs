@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod ondemand;
 pub mod reply;
 pub mod resources;
+pub mod shadow_view;
 pub mod slurm;
 pub mod snapshot;
 pub mod socket;

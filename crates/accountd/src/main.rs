@@ -37,19 +37,38 @@ fn main() -> ExitCode {
 }
 
 /// The config at `file` for `config check`: every problem of the file is reported, each on a line of
-/// its own with its key, not only the first (a file that is not TOML at all is one problem).
+/// its own with its key, not only the first (a file that is not TOML at all is one problem); then
+/// every warning, of the file as the lenient reader takes it (a bad key at its default).
 fn checked_config(file: &std::path::Path) -> AccountdResult<Config> {
     let (config, problems) = Config::load_lenient(file);
     let mut problems: Vec<_> = problems.into_iter().map(|p| p.into_error()).collect();
+    if problems.len() > 1 {
+        for problem in &problems {
+            eprintln!("accountd: {problem}");
+        }
+    }
+    let whole_file = matches!(problems.first(), Some(gputokens::config::ConfigError::Parse { .. }));
+    if problems.is_empty() {
+        outln!("{}: valid", file.display());
+    }
+    if !whole_file {
+        print_warnings(&config);
+    }
     match problems.len() {
         0 => Ok(config),
         1 => Err(problems.remove(0).into()),
-        n => {
-            for problem in &problems {
-                eprintln!("accountd: {problem}");
-            }
-            Err(AccountdError::Refused(format!("{n} problems in {} (above)", file.display())))
-        }
+        n => Err(AccountdError::Refused(format!("{n} problems in {} (above)", file.display()))),
+    }
+}
+
+/// `config check`'s warnings: valid settings that are likely not what the site meant.
+fn print_warnings(config: &Config) {
+    // Users and groups are looked up here only: the plugins read the same model inside slurmctld,
+    // where a directory server must not be asked.
+    let group_exists = |g: &str| nix::unistd::Group::from_name(g).ok().flatten().is_some();
+    let host = gputokens::config::advice::host_advice(config, gputokens::access::system_user_exists, group_exists);
+    for advice in gputokens::config::advice::advice(config).into_iter().chain(host) {
+        outln!("warning ({}): {}", advice.keys, advice.text);
     }
 }
 
@@ -59,10 +78,6 @@ fn run(cli: Cli) -> AccountdResult {
         Command::Config(ConfigCommand::Check { file, slurm }) => {
             let file = file.unwrap_or(path);
             let config = checked_config(&file)?;
-            outln!("{}: valid", file.display());
-            for advice in gputokens::config::advice::advice(&config) {
-                outln!("warning ({}): {}", advice.keys, advice.text);
-            }
             if slurm {
                 check_slurm(&config)?;
             }

@@ -11,6 +11,8 @@
 
 pub mod admission;
 pub mod advice;
+mod advice_reach;
+mod advice_timing;
 mod load;
 mod problem;
 mod reader;

@@ -217,6 +217,9 @@ pub struct PoolMember {
 pub enum Reply {
     Balances {
         rows: Vec<BalanceRow>,
+        /// In shadow mode: what enforcement would have done, as much of it as the caller may see.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        shadow: Option<ShadowView>,
     },
     /// Entries written (or already there, for a replayed key).
     Recorded {
@@ -290,6 +293,35 @@ pub struct BalanceRow {
     /// A grant with tokens left that ends within `[notify] expiry_warning` (the soonest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expiring: Option<Expiring>,
+}
+
+/// Shadow mode (`[admission] enforce = false`) as `sbalance` and the status page show it: what
+/// the plugins would have done. Admins see every controller and user; anyone else only their own
+/// count.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShadowView {
+    /// accountd's `[admission] enforce`: false is the site's shadow mode; true with `controllers`
+    /// means a plugin's config says otherwise than accountd's.
+    pub enforce: bool,
+    /// Whether `refused` counts every user (an admin asked) or one.
+    pub everyone: bool,
+    /// For admins: each controller whose plugin is in shadow mode, and what it would have done.
+    #[serde(default)]
+    pub controllers: Vec<ControllerShadow>,
+    /// GPU job submissions that would have been refused, by user (a uid with no name: the number).
+    #[serde(default)]
+    pub refused: BTreeMap<String, u64>,
+}
+
+/// What one controller's plugin would have done since it started in shadow mode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControllerShadow {
+    /// The short host name its status file is named by.
+    pub controller: String,
+    /// Unix time the counts start.
+    pub since: i64,
+    /// "refuse", "deprioritize", "limit" → GPU jobs.
+    pub would: BTreeMap<String, u64>,
 }
 
 /// What is left of a grant that ends soon, and when it expires.

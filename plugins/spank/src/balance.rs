@@ -40,7 +40,7 @@ pub fn own_balance(socket: &Path) -> Result<BalanceRow, String> {
     stream.set_write_timeout(Some(TIMEOUT)).map_err(io)?;
     let reply = protocol::exchange(&mut stream, &Request::Balances { users: Vec::new(), all: false }).map_err(io)?;
     match serde_json::from_str(&reply) {
-        Ok(Reply::Balances { rows }) => rows.into_iter().next().ok_or_else(|| "accountd sent no balance".into()),
+        Ok(Reply::Balances { rows, .. }) => rows.into_iter().next().ok_or_else(|| "accountd sent no balance".into()),
         Ok(Reply::Error { message, .. }) => Err(message),
         Ok(_) => Err("unexpected reply from accountd".into()),
         Err(e) => Err(format!("unreadable reply from accountd: {e}")),

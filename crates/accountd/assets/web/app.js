@@ -104,6 +104,13 @@ function showUser(view) {
     ? `You spent ${idle.tokens.text} tokens on idle GPUs this month (${idle.per_type.map((t) => `${t.gpu_type} ${t.tokens.text}`).join(", ")}).`
     : "";
   $("idle").hidden = !spentIdle;
+  // Shadow mode: this user's submissions the plugins would have refused (nothing was enforced).
+  const shadow = view.shadow;
+  if (shadow) {
+    const count = Object.values(shadow.refused).reduce((s, n) => s + n, 0);
+    $("shadow-user").textContent = `gputokens is in shadow mode: nothing is enforced yet. ${count === 0 ? "None" : count} of ${view.user}'s GPU jobs would have been refused.`;
+  }
+  $("shadow-user").hidden = !shadow;
   fill("per-type", view.used_30d, (u) => [[u.gpu_type], [u.tokens.text, "num"]]);
   fill("events", view.events, (e) => [[e.at], [e.event], [e.what], [e.why]]);
   fill("jobs", view.jobs, (j) => [[j.job], [j.last_charged], [j.gpu_types.join(", ")], [j.tokens.text, "num"]]);
@@ -155,9 +162,27 @@ function showAdmin(view) {
     : "The queue was not read in the last cycle.";
   fill("usage", view.usage_30d, (u) => [[u.gpu_type], [u.tokens.text, "num"]]);
   fill("preemptions", view.preemptions, (p) => [[p.at], [p.action + (p.dry_run ? " (dry run)" : "")], [p.job], [p.user], [p.reason]]);
+  showShadow(view.shadow);
   fill("drained", view.drained, (f) => [[f.at], [f.node], [f.gpu], [f.cause]]);
   drawUsers();
   $("admin-view").hidden = false;
+}
+
+// Shadow mode on the admins' page: each controller's would-be decisions, and whose submissions it
+// would have refused, most first.
+function showShadow(shadow) {
+  $("shadow-view").hidden = !shadow;
+  if (!shadow) return;
+  $("shadow-text").textContent = shadow.enforce
+    ? "accountd enforces, but these controllers' plugins are in shadow mode (their config says enforce = false)."
+    : (shadow.controllers.length
+      ? "[admission] enforce = false: no GPU job is refused, deprioritized or held. What the plugins would have done:"
+      : "[admission] enforce = false: no controller's plugin has reported what it would have done yet.");
+  const when = (t) => new Date(t * 1000).toLocaleString();
+  const would = (c, d) => [String(c.would[d] || 0), "num"];
+  fill("shadow-controllers", shadow.controllers, (c) => [[c.controller], [when(c.since)], would(c, "refuse"), would(c, "deprioritize"), would(c, "limit")]);
+  const refused = Object.entries(shadow.refused).filter(([, n]) => n > 0).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1));
+  fill("shadow-refused", refused, ([user, n]) => [[user], [String(n), "num"]]);
 }
 
 async function main() {

@@ -11,6 +11,7 @@ pub mod pools_output;
 mod restore_tests;
 pub mod sacct_file;
 pub mod sbalance;
+pub mod shadow_output;
 pub mod statement_output;
 pub mod stdout;
 

@@ -146,8 +146,8 @@ pub fn run(args: Args) -> AccountdResult {
         return pools(&config, &args);
     }
     let request = Request::Balances { users: args.users.clone(), all: args.all };
-    let rows = match call(&config.paths.socket, &request)? {
-        Reply::Balances { rows } => rows,
+    let (rows, shadow) = match call(&config.paths.socket, &request)? {
+        Reply::Balances { rows, shadow } => (rows, shadow),
         other => return Err(ClientError::Unexpected(Box::new(other)).into()),
     };
     let out = if args.json {
@@ -160,6 +160,10 @@ pub fn run(args: Args) -> AccountdResult {
         table(&rows, &fields, !args.noheader)
     };
     crate::out!("{out}");
+    // Shadow mode under the table a person reads (-n, -P and --json are for scripts).
+    if let Some(shadow) = shadow.filter(|_| !args.noheader && !args.json && !args.parsable2 && !args.parsable) {
+        crate::out!("\n{}", crate::cli::shadow_output::text(&shadow));
+    }
     Ok(())
 }
 

@@ -1,8 +1,11 @@
 //! Shadow mode (`[admission] enforce = false`) as accountd shows it: whether gputokens enforces, and
 //! what each controller's plugin would have done, read from the status files the plugins write
-//! (`[paths] controller_status`) each check cycle, into /metrics.
+//! (`[paths] controller_status`): into /metrics each check cycle ([`export`]), and for `sbalance`
+//! and the status page when asked ([`crate::shadow_view`]).
 
-use gputokens::controller_status::STALE_AFTER_SECS;
+use std::path::Path;
+
+use gputokens::controller_status::{Shadow, STALE_AFTER_SECS};
 
 use crate::metrics::ShadowLabels;
 use crate::resources::Resources;
@@ -11,8 +14,19 @@ use crate::slurm::controllers::{read_status, StatusRead};
 pub fn export(res: &Resources) {
     res.metrics.enforcing.set(i64::from(res.config.admission.enforce));
     res.metrics.shadow_decisions.clear();
-    let now = gputokens::time::now();
-    let Ok(entries) = std::fs::read_dir(&res.config.paths.controller_status) else { return };
+    for (controller, shadow) in in_shadow_mode(&res.config.paths.controller_status, gputokens::time::now()) {
+        for decision in ["refuse", "deprioritize", "limit"] {
+            let labels = ShadowLabels { controller: controller.clone(), decision: decision.into() };
+            let count = shadow.would.get(decision).copied().unwrap_or(0);
+            res.metrics.shadow_decisions.get_or_create(&labels).set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+    }
+}
+
+/// The controllers whose plugins are in shadow mode now, by name, with their counts, in name order.
+pub fn in_shadow_mode(dir: &Path, now: i64) -> Vec<(String, Shadow)> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut found = Vec::new();
     for entry in entries.flatten() {
         let path = entry.path();
         // Named by its file, `<short host name>.json`, as the plugin names it.
@@ -21,10 +35,8 @@ pub fn export(res: &Resources) {
         let StatusRead::Found(status) = read_status(&path) else { continue };
         // A controller that stopped writing (retired, crashed) is not in shadow mode now.
         let Some(shadow) = status.shadow.filter(|_| now - status.written <= STALE_AFTER_SECS) else { continue };
-        for decision in ["refuse", "deprioritize", "limit"] {
-            let labels = ShadowLabels { controller: controller.to_string(), decision: decision.into() };
-            let count = shadow.would.get(decision).copied().unwrap_or(0);
-            res.metrics.shadow_decisions.get_or_create(&labels).set(i64::try_from(count).unwrap_or(i64::MAX));
-        }
+        found.push((controller.to_string(), shadow));
     }
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    found
 }

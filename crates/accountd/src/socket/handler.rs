@@ -174,7 +174,8 @@ fn balances(
         }
         rows.push(row);
     }
-    Ok(Reply::Balances { rows })
+    // Shadow mode's counts are added with the answering lock released (`shadow_view`).
+    Ok(Reply::Balances { rows, shadow: None })
 }
 
 /// Statements of `month`: the current month's so far (partial); a month not begun has none.

@@ -201,11 +201,10 @@ async fn answer(answering: Shared, uid: u32, request: Request) -> Reply {
         // taken: a slow lookup holds this request alone (the audit's L1).
         let config = answering::lock(&answering).res.config.clone();
         let caller = Caller::identify(uid, &config);
-        drop(config);
         let mut s = answering::lock(&answering);
         let summary = format!("{request:?}");
         let now = gputokens::time::now();
-        let (reply, changed) = crate::socket::handler::handle(&mut s, &caller, request, now);
+        let (mut reply, changed) = crate::socket::handler::handle(&mut s, &caller, request, now);
         if changed {
             tracing::info!(caller = %caller.name, "{}", summary.chars().take(200).collect::<String>());
             if let Err(e) = s.publish_snapshot(now) {
@@ -215,6 +214,14 @@ async fn answer(answering: Shared, uid: u32, request: Request) -> Reply {
             tracing::warn!(caller = %caller.name, "refused: {message}");
         }
         drop(s);
+        if let Reply::Balances { shadow, .. } = &mut reply {
+            // Status files read and uids named with the lock released, like the caller above.
+            let scope = match caller.admin {
+                true => crate::shadow_view::Scope::Everyone,
+                false => crate::shadow_view::Scope::User { name: &caller.name, uid: Some(caller.uid) },
+            };
+            *shadow = crate::shadow_view::view(&config, scope, now);
+        }
         // The change's journal line, appended by the exporter with the lock released: the admin's
         // command returns once it is written, or after 2 s (the journal's storage hung; it is
         // written when it can be).

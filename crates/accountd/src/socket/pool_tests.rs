@@ -195,11 +195,11 @@ fn a_users_own_balance_names_the_pool_of_their_default_account() {
     add(&mut a, "lab");
     a.slurm_view.default_accounts.insert("alice".into(), "lab".into());
     let own = handle(&mut a, &who("alice", false), Request::Balances { users: vec![], all: false }, NOW).0;
-    let Reply::Balances { rows } = own else { panic!("{own:?}") };
+    let Reply::Balances { rows, .. } = own else { panic!("{own:?}") };
     let pool = rows[0].default_pool.as_ref().expect("lab pays for alice's jobs without -A");
     assert_eq!((pool.account.as_str(), pool.balance), ("lab", Tokens::whole(100)));
     let by_root =
         handle(&mut a, &who("root", true), Request::Balances { users: vec!["alice".into()], all: false }, NOW).0;
-    let Reply::Balances { rows } = by_root else { panic!() };
+    let Reply::Balances { rows, .. } = by_root else { panic!() };
     assert_eq!(rows[0].default_pool, None, "only the caller's own row");
 }

@@ -9,11 +9,19 @@ fn check(text: &str) -> crate::common::Outcome {
     run_as(None, &bin("accountd"), &["config", "check", path.to_str().unwrap()])
 }
 
+/// The shipped example is a safe first config: valid, in shadow mode, preemption a dry run, drain
+/// off; the only warning is shadow mode's (and the SlurmUser's, on a host without one).
 #[test]
 fn shipped_example_is_valid() {
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../slurm-conf/gputokens.toml");
     let out = run_as(None, &bin("accountd"), &["config", "check", example]).ok();
     assert!(out.stdout.contains("valid"));
+    let mut warnings: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with("warning")).collect();
+    if !gputokens::access::system_user_exists("slurm") {
+        assert_eq!(warnings.pop().map(|w| w.starts_with("warning (slurm_user): there is no user 'slurm'")), Some(true));
+    }
+    assert_eq!(warnings.len(), 1, "{}", out.stdout);
+    assert!(warnings[0].starts_with("warning (admission.enforce): shadow mode: "), "{}", out.stdout);
     let printed = run_as(None, &bin("accountd"), &["config", "default"]).ok();
     assert_eq!(printed.stdout, std::fs::read_to_string(example).unwrap());
 }
@@ -156,7 +164,8 @@ fn private_balances_with_the_ondemand_file_are_warned_of() {
         "{}",
         out.stdout
     );
-    let out = check(&format!("balances_public = true\n[prices]\na6000 = 4\n{ondemand}")).ok();
+    let quiet = "[prices]\na6000 = 4\n[preemption]\ndry_run = true\n[health]\ndrain = false\n";
+    let out = check(&format!("balances_public = true\n{quiet}{ondemand}")).ok();
     assert!(!out.stdout.contains("warning"), "{}", out.stdout);
 }
 
@@ -197,4 +206,63 @@ fn a_server_name_with_a_port_is_named() {
         out.stderr
     );
     check("[http]\nserver_names = [\"GPUtokens.example.org.\"]\n").ok();
+}
+
+/// Issue 36: `config check` as an auditor. One file with a mistake of each kind: every error (exit
+/// 2) and every warning, each naming its key(s), in one run.
+#[test]
+fn every_cross_key_mistake_is_named_in_one_run() {
+    crate::common::ensure_test_users();
+    let long_socket = format!("/run/{}/accountd.sock", "s".repeat(100));
+    let text = format!(
+        "slurm_user = \"slrum\"\ninital = 100\n[prices]\na6000 = 4\n[paths]\nsocket = \"{long_socket}\"\n\
+         [admins]\nusers = [\"alice\", \"nosuchadmin\"]\n[intervals]\ncharge = \"2days\"\ncheck = \"3h\"\n\
+         [slurm]\nreread = \"1m\"\n[agent]\nreport_to = \"https://gpu-head:9817\"\n[preemption]\nsignal = \"SIGFOO\"\n\
+         [health]\ndrain = true\n[admission]\nmode = \"estimate\"\nmax_snapshot_age = \"2h\"\n[web]\n\
+         url = \"http://gpu-head:9817\"\n[admision]\nenforce = false\n"
+    );
+    let out = check(&text);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    let socket_error = format!(" is {} bytes: a Unix socket's path holds at most 107", long_socket.len());
+    for error in [
+        "inital: unknown field `inital`: did you mean `initial`?",
+        "paths.socket: ",
+        socket_error.as_str(),
+        "agent.report_to: 'https://gpu-head:9817' is not a usable http:// URL (https is not supported",
+        "preemption.signal: 'SIGFOO' is not a signal scancel knows",
+        "admision: unknown table `[admision]`: did you mean `[admission]`?",
+        "5 problems in",
+    ] {
+        assert!(out.stderr.contains(error), "{error}: {}", out.stderr);
+    }
+    // Warnings about the rest of the file, with its bad keys at their defaults.
+    for warning in [
+        "warning (slurm_user): there is no user 'slrum' on this host",
+        "warning (admins.users): no such user on this host: nosuchadmin (",
+        "warning (intervals.charge): intervals.charge is 2days: ",
+        "warning (slurm.reread, intervals.charge): reread (1m) is shorter than the charge interval (2days)",
+        "warning (intervals.check, admission.max_snapshot_age): the snapshot is rewritten every check cycle (3h) but \
+         is stale after max_snapshot_age (2h)",
+        "warning (admission.mode, intervals.check): mode = \"estimate\" counts ",
+        "warning (preemption.enabled, preemption.dry_run): preemption requeues jobs from the first cycle: start with \
+         dry_run = true",
+        "warning (health.drain): ",
+        "warning (web.url, web.allow_http): [web] url is http://gpu-head:9817",
+    ] {
+        assert!(out.stdout.contains(warning), "{warning}: {}", out.stdout);
+    }
+    // report_to fell back to this host (its default): agents reach a loopback listener there.
+    assert!(!out.stdout.contains("(http.listen, agent.report_to)"), "{}", out.stdout);
+
+    // The same warnings alone leave the file valid: exit 0.
+    let valid = check(
+        "[prices]\na6000 = 4\n[agent]\nreport_to = \"http://gpu-head:9817\"\n[http]\nlisten = \"127.0.0.1:9817\"\n\
+         [slurm]\nreread = \"1m\"\n",
+    );
+    assert_eq!(valid.code, 0, "{}", valid.stderr);
+    assert!(valid.stdout.contains(
+        "warning (http.listen, agent.report_to): [http] listen is 127.0.0.1:9817: only \
+                                   this host can connect, but [agent] report_to is http://gpu-head:9817"
+    ));
+    assert!(valid.stdout.contains("warning (slurm.reread, intervals.charge)"), "{}", valid.stdout);
 }

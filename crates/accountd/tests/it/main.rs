@@ -34,6 +34,7 @@ mod refunds;
 mod rpms;
 mod sbalance;
 mod security;
+mod shadow;
 mod slurm_release;
 mod spank;
 mod time_zones;

@@ -47,6 +47,70 @@ pub fn advice(config: &Config) -> Vec<Advice> {
             ),
         });
     }
+    first_week(config, &mut out);
+    super::advice_timing::advice(config, &mut out);
+    super::advice_reach::advice(config, &mut out);
+    out
+}
+
+/// What acts on jobs and nodes from the first cycle: a new site starts watching instead.
+fn first_week(config: &Config, out: &mut Vec<Advice>) {
+    // In shadow mode accountd preempts nothing (a dry run whatever dry_run says).
+    if config.preemption.enabled && !config.preemption.dry_run && config.admission.enforce {
+        out.push(Advice {
+            keys: "preemption.enabled, preemption.dry_run",
+            text: "preemption requeues jobs from the first cycle: start with dry_run = true, read what it would have \
+                   done (accountd admin actions, gputokens_preemptions_total), then set dry_run = false"
+                .into(),
+        });
+    }
+    if config.health.drain {
+        out.push(Advice {
+            keys: "health.drain",
+            text: "drain = true drains a node and requeues the jobs on its GPU at the first fault the agents report \
+                   (an XID of drain_xids, ECC, overheating): start a new site with drain = false until the agents' \
+                   reports are trusted, then turn it on"
+                .into(),
+        });
+    }
+}
+
+/// Warnings that look at this host: users the config names that do not exist here. Only `config
+/// check` calls it: the plugins read the same model inside slurmctld, where a lookup in the
+/// directory server must not happen.
+pub fn host_advice(
+    config: &Config,
+    user_exists: impl Fn(&str) -> bool,
+    group_exists: impl Fn(&str) -> bool,
+) -> Vec<Advice> {
+    let mut out = Vec::new();
+    if !user_exists(&config.slurm_user) {
+        out.push(Advice {
+            keys: "slurm_user",
+            text: format!(
+                "there is no user '{}' on this host: slurm_user must be slurm.conf's SlurmUser (the user slurmctld \
+                 runs as), which may run admin commands and owns the state directory",
+                config.slurm_user
+            ),
+        });
+    }
+    let missing: Vec<&str> = config.admins.users.iter().map(String::as_str).filter(|u| !user_exists(u)).collect();
+    if !missing.is_empty() {
+        out.push(Advice {
+            keys: "admins.users",
+            text: format!("no such user on this host: {} (a typo? each may change every balance)", missing.join(", ")),
+        });
+    }
+    let missing: Vec<&str> = config.admins.groups.iter().map(String::as_str).filter(|g| !group_exists(g)).collect();
+    if !missing.is_empty() {
+        out.push(Advice {
+            keys: "admins.groups",
+            text: format!(
+                "no such group on this host: {} (a typo? its members may change every balance)",
+                missing.join(", ")
+            ),
+        });
+    }
     out
 }
 
@@ -55,10 +119,25 @@ mod tests {
     use super::*;
     use std::path::Path;
 
+    /// A config no warning is about: prices listed, preemption a dry run, drain off.
+    const QUIET: &str = "[prices]\na6000 = 4\n[preemption]\ndry_run = true\n[health]\ndrain = false\n";
+
+    fn parse(text: &str) -> Config {
+        Config::parse(text, Path::new("t.toml")).unwrap()
+    }
+
+    fn keys(found: &[Advice]) -> Vec<&'static str> {
+        found.iter().map(|a| a.keys).collect()
+    }
+
+    #[test]
+    fn a_quiet_config_has_no_warning() {
+        assert!(advice(&parse(QUIET)).is_empty(), "{:?}", advice(&parse(QUIET)));
+    }
+
     #[test]
     fn shadow_mode_is_named() {
-        let parse = |text: &str| Config::parse(text, Path::new("t.toml")).unwrap();
-        let found = advice(&parse("[prices]\na6000 = 4\n[admission]\nenforce = false\n"));
+        let found = advice(&parse(&format!("{QUIET}[admission]\nenforce = false\n")));
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].keys == "admission.enforce" && found[0].text.starts_with("shadow mode: "), "{found:?}");
     }
@@ -66,7 +145,6 @@ mod tests {
     /// The newcomer review: a config with no `[prices]` charged 1 token per GPU-hour without a word.
     #[test]
     fn no_prices_are_named() {
-        let parse = |text: &str| Config::parse(text, Path::new("t.toml")).unwrap();
         let found = advice(&parse(""));
         assert!(found.iter().any(|a| a.keys == "prices, default_price" && a.text.contains("charged 1 token(s)")));
         assert!(advice(&parse("[prices]\na6000 = 4\n")).iter().all(|a| a.keys != "prices, default_price"));
@@ -74,12 +152,38 @@ mod tests {
 
     #[test]
     fn the_ondemand_file_with_private_balances_is_named() {
-        let parse = |text: &str| Config::parse(text, Path::new("t.toml")).unwrap();
-        let on = "[prices]\na6000 = 4\n[ondemand]\nbalance_file = \"/var/lib/ood/gputokens.json\"\ngroup = \"ood\"\n";
-        let found = advice(&parse(on));
+        let on = format!("{QUIET}[ondemand]\nbalance_file = \"/var/lib/ood/gputokens.json\"\ngroup = \"ood\"\n");
+        let found = advice(&parse(&on));
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].text.contains("/var/lib/ood/gputokens.json holds every user's and pool's balance and every member of group ood can read it"), "{found:?}");
         assert!(advice(&parse(&format!("balances_public = true\n{on}"))).is_empty());
-        assert!(advice(&parse("[prices]\na6000 = 4\n")).is_empty());
+    }
+
+    /// The newcomer review: preemption and drain act from the first cycle of a new site.
+    #[test]
+    fn live_preemption_and_drain_are_named_for_a_first_week() {
+        let found = advice(&parse("[prices]\na6000 = 4\n"));
+        assert_eq!(keys(&found), ["preemption.enabled, preemption.dry_run", "health.drain"], "the defaults act");
+        assert!(found[0].text.starts_with("preemption requeues jobs from the first cycle: start with dry_run = true"));
+        assert!(found[1].text.contains("start a new site with drain = false"), "{found:?}");
+        let off = advice(&parse("[prices]\na6000 = 4\n[preemption]\nenabled = false\n[health]\ndrain = false\n"));
+        assert!(off.is_empty(), "{off:?}");
+        // Shadow mode preempts nothing: only shadow mode itself is named.
+        let shadow = "[prices]\na6000 = 4\n[health]\ndrain = false\n[admission]\nenforce = false\n";
+        assert_eq!(keys(&advice(&parse(shadow))), ["admission.enforce"]);
+    }
+
+    #[test]
+    fn users_and_groups_missing_on_this_host_are_named() {
+        let config = parse(&format!(
+            "slurm_user = \"slrum\"\n{QUIET}[admins]\nusers = [\"alice\", \"nosuchadmin\", \"bob\"]\ngroups = [\"ops\", \"opps\"]\n"
+        ));
+        let known_users = ["alice", "bob", "slurm"];
+        let found = host_advice(&config, |u| known_users.contains(&u), |g| g == "ops");
+        assert_eq!(keys(&found), ["slurm_user", "admins.users", "admins.groups"]);
+        assert!(found[0].text.starts_with("there is no user 'slrum' on this host: "), "{found:?}");
+        assert!(found[1].text.starts_with("no such user on this host: nosuchadmin ("), "{found:?}");
+        assert!(found[2].text.starts_with("no such group on this host: opps ("), "{found:?}");
+        assert!(host_advice(&parse(QUIET), |u| u == "slurm", |_| false).is_empty());
     }
 }

@@ -145,11 +145,36 @@ impl<'t> Section<'t> {
             _ => Vec::new(),
         };
         for key in unknown {
-            let reason = format!("unknown field `{key}` (known: {})", self.known.join(", "));
+            let is_table = self.table.and_then(|t| t.get(key)).is_some_and(Value::is_table);
+            let reason = match (is_table, nearest(key, &self.known)) {
+                (true, Some(near)) => {
+                    format!("unknown table `[{}{key}]`: did you mean `[{}{near}]`?", self.prefix, self.prefix)
+                }
+                (true, None) => format!("unknown table `[{}{key}]` (known: {})", self.prefix, self.known.join(", ")),
+                (false, Some(near)) => format!("unknown field `{key}`: did you mean `{near}`?"),
+                (false, None) => format!("unknown field `{key}` (known: {})", self.known.join(", ")),
+            };
             self.problem(key, reason, "ignored");
         }
         self.problems
     }
+}
+
+/// The known name nearest to `typed` when it is near enough to be what was meant: a few letters
+/// apart (one for a short name), or the same name in other case.
+fn nearest<'k>(typed: &str, known: &[&'k str]) -> Option<&'k str> {
+    let lower = typed.to_ascii_lowercase();
+    let allowed = match lower.chars().count() {
+        0..=3 => 1,
+        4..=7 => 2,
+        _ => 3,
+    };
+    known
+        .iter()
+        .map(|name| (strsim::damerau_levenshtein(&lower, name), *name))
+        .filter(|(distance, _)| *distance <= allowed)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, name)| name)
 }
 
 /// The keys the reader asks for, as dotted names, so a test can hold the key reference to them.

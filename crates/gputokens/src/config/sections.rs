@@ -7,8 +7,8 @@ use std::path::Path;
 use super::reader::Section;
 use super::values::{
     absolute_path, amount, any_duration, boolean, command_argv, header_name, host_names, ip_addresses, listen_address,
-    names, non_negative_amount, number, number_in, path, positive_duration, prometheus_url, query_timeout, signal_name,
-    string, strings, web_url, whole, whole_from, whole_seconds, whole_seconds_or_off, xids,
+    names, non_negative_amount, number, number_in, path, positive_duration, prometheus_url, query_timeout, report_url,
+    signal_name, socket_path, string, strings, web_url, whole, whole_from, whole_seconds, whole_seconds_or_off, xids,
 };
 use super::{
     Accounts, Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Config, Exempt, Health, HttpAccess,
@@ -192,7 +192,7 @@ fn paths(s: &mut Section) -> Paths {
     let journal = Paths::journal_beside(&ledger);
     let paths = Paths {
         snapshot,
-        socket: s.get("socket", d.socket, absolute_path),
+        socket: s.get("socket", d.socket, socket_path),
         controller_status,
         admin_journal: s.get("admin_journal", journal, absolute_path),
         ledger,
@@ -252,14 +252,14 @@ fn http(s: &mut Section) -> (Option<std::net::SocketAddr>, HttpAccess) {
 fn agent(s: &mut Section) -> AgentConfig {
     let d = AgentConfig::default();
     let mut agent = AgentConfig {
-        report_to: s.get("report_to", d.report_to, string),
+        report_to: s.get("report_to", d.report_to, report_url),
         // Kept as written; checked here so that the agent can rely on it.
         interval: s.get("interval", d.interval, |v| positive_duration(v).and_then(|_| string(v))),
         nvml_library: s.get("nvml_library", d.nvml_library, path),
         jobs_dir: s.get("jobs_dir", d.jobs_dir, absolute_path),
         listen: s.get("listen", d.listen, string),
         auth: s.choice("auth", d.auth, &[("munge", AgentAuth::Munge), ("token", AgentAuth::Token)]),
-        munge_socket: s.optional("munge_socket", absolute_path),
+        munge_socket: s.optional("munge_socket", socket_path),
         token_file: s.optional("token_file", absolute_path),
         accept_unchecked_origin: s.get("accept_unchecked_origin", d.accept_unchecked_origin, boolean),
     };

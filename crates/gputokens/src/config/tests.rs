@@ -168,7 +168,9 @@ fn the_shipped_example_is_valid_in_both_modes_and_reads_the_same() {
     assert!(problems.is_empty(), "{problems:?}");
     assert_eq!(format!("{strict:?}"), format!("{lenient:?}"));
     assert!(EXAMPLE.contains("\n[admission]\n"), "the example documents [admission]");
-    assert_eq!(strict.admission, Admission::default(), "every [admission] key in the example is at its default");
+    // A first config: shadow mode, every other [admission] key at its default.
+    let shadow = Admission { enforce: false, ..Admission::default() };
+    assert_eq!(strict.admission, shadow, "every other [admission] key in the example is at its default");
     let empty = Config::defaults(Path::new("test.toml"));
     assert_eq!(format!("{:?}", parse("").unwrap()), format!("{empty:?}"));
 }
@@ -541,5 +543,80 @@ fn ondemand_is_off_unless_the_site_says_where_and_who_reads_it() {
         let (config, problems) = lenient(bad);
         assert_eq!(keys(&problems), [key], "{bad}");
         assert_eq!(config.ondemand, None, "{bad}");
+    }
+}
+
+/// The newcomer review: a typo got the whole list of known names, never the one meant.
+#[test]
+fn unknown_keys_and_tables_name_the_nearest_known_one() {
+    let err = |text: &str| parse(text).unwrap_err().to_string();
+    assert!(
+        err("inital = 100\n").ends_with("inital: unknown field `inital`: did you mean `initial`?"),
+        "{}",
+        err("inital = 100\n")
+    );
+    assert!(
+        err("[intervals]\ncharg = \"1h\"\n").contains("intervals.charg: unknown field `charg`: did you mean `charge`?")
+    );
+    assert!(err("[price]\na6000 = 4\n").contains("price: unknown table `[price]`: did you mean `[prices]`?"));
+    assert!(err("[admision]\nmode = \"balance\"\n").contains("unknown table `[admision]`: did you mean `[admission]`?"));
+    assert!(err("[admission]\nMode = \"balance\"\n").contains("did you mean `mode`?"), "case alone");
+    // Nothing near: the known names, as before.
+    let far = err("[intervals]\nfrequency = \"1h\"\n");
+    assert!(far.contains("unknown field `frequency` (known: charge, check)"), "{far}");
+    assert!(
+        err("[nonsense]\nx = 1\n").contains("unknown table `[nonsense]` (known: "),
+        "{}",
+        err("[nonsense]\nx = 1\n")
+    );
+}
+
+#[test]
+fn a_signal_scancel_does_not_know_is_refused() {
+    for good in ["USR1", "SIGUSR2", "sigterm", "Cont", "XCPU", "10", " KILL "] {
+        let config = parse(&format!("[preemption]\nsignal = \"{good}\"\n")).unwrap_or_else(|e| panic!("{good}: {e}"));
+        assert_eq!(config.preemption.signal.as_deref(), Some(good.trim()));
+    }
+    assert_eq!(parse("[preemption]\nsignal = \"\"\n").unwrap().preemption.signal, None);
+    for bad in ["SIGFOO", "USR3", "SEGV", "0", "65", "USR1@60"] {
+        let err = parse(&format!("[preemption]\nsignal = \"{bad}\"\n")).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("preemption.signal: '{bad}' is not a signal scancel knows: one of HUP, INT")),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_socket_path_longer_than_a_unix_address_holds_is_refused() {
+    let at = |len: usize| format!("/{}", "s".repeat(len - 1));
+    assert_eq!(parse(&format!("[paths]\nsocket = \"{}\"\n", at(107))).unwrap().paths.socket.as_os_str().len(), 107);
+    let err = parse(&format!("[paths]\nsocket = \"{}\"\n", at(108))).unwrap_err().to_string();
+    assert!(
+        err.contains("paths.socket: ") && err.contains(" is 108 bytes: a Unix socket's path holds at most 107"),
+        "{err}"
+    );
+    let err = parse(&format!("[agent]\nmunge_socket = \"{}\"\n", at(120))).unwrap_err().to_string();
+    assert!(err.contains("agent.munge_socket: ") && err.contains(" is 120 bytes"), "{err}");
+}
+
+/// The agents post with an HTTP client that has no TLS, to accountd's port: checked as
+/// `[prometheus] url` is, the port given.
+#[test]
+fn report_to_is_an_http_url_with_a_host_and_a_port() {
+    for good in ["http://gpu-head:9817", "http://10.0.0.5:9817/", "http://[fd00::5]:9817", "HTTP://gpu-head:9817"] {
+        let config = parse(&format!("[agent]\nreport_to = \"{good}\"\n")).unwrap_or_else(|e| panic!("{good}: {e}"));
+        assert_eq!(config.agent.report_to, good);
+    }
+    for (bad, why) in [
+        ("https://gpu-head:9817", "https is not supported by this build; use http://"),
+        ("gpu-head 9817", "no scheme"),
+        ("http://:9817", "no host"),
+        ("http://gpu-head:98170", "the port is not a number"),
+        ("http://gpu-head", "names no port: give accountd's [http] listen port"),
+        ("http://gpu-head:", "names no port"),
+    ] {
+        let err = parse(&format!("[agent]\nreport_to = \"{bad}\"\n")).unwrap_err().to_string();
+        assert!(err.contains("agent.report_to: ") && err.contains(why), "{bad}: {err}");
     }
 }

@@ -237,13 +237,45 @@ pub(super) fn listen_address(value: &Value) -> Result<Option<SocketAddr>, String
     }
 }
 
-/// A signal name such as "USR1", or "" (None).
+/// The signal names `scancel --signal` knows (Slurm's sig_name2num, with or without `SIG`, in any
+/// case); it takes a signal's number too.
+const SLURM_SIGNALS: [&str; 16] = [
+    "HUP", "INT", "QUIT", "ABRT", "KILL", "ALRM", "TERM", "USR1", "USR2", "URG", "CONT", "STOP", "TSTP", "TTIN",
+    "TTOU", "XCPU",
+];
+
+/// A signal as `scancel --signal` takes it, such as "USR1", or "" (None).
 pub(super) fn signal_name(value: &Value) -> Result<Option<String>, String> {
     let signal = string(value)?.trim().to_string();
-    if !signal.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        return Err(format!("'{signal}' is not a signal name like \"USR1\""));
+    if signal.is_empty() {
+        return Ok(None);
     }
-    Ok((!signal.is_empty()).then_some(signal))
+    let upper = signal.to_ascii_uppercase();
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    let number = signal.parse::<u8>().is_ok_and(|n| (1..=64).contains(&n));
+    if !number && !SLURM_SIGNALS.contains(&name) {
+        return Err(format!(
+            "'{signal}' is not a signal scancel knows: one of {} (SIG in front or not), or a number from 1 to 64",
+            SLURM_SIGNALS.join(", ")
+        ));
+    }
+    Ok(Some(signal))
+}
+
+/// The longest path a Unix socket's address holds (sun_path's 108 bytes, less the final NUL).
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// An absolute path a Unix socket can be bound or reached at: at most [`MAX_SOCKET_PATH`] bytes.
+pub(super) fn socket_path(value: &Value) -> Result<PathBuf, String> {
+    let path = absolute_path(value)?;
+    let bytes = path.as_os_str().len();
+    if bytes > MAX_SOCKET_PATH {
+        return Err(format!(
+            "{} is {bytes} bytes: a Unix socket's path holds at most {MAX_SOCKET_PATH}; choose a shorter one",
+            path.display()
+        ));
+    }
+    Ok(path)
 }
 
 /// XIDs such as [79].
@@ -269,6 +301,28 @@ pub(super) fn web_url(value: &Value) -> Result<String, String> {
 /// TLS).
 pub(super) fn prometheus_url(value: &Value) -> Result<String, String> {
     let url = string(value)?;
+    http_url(&url).map(|_| url)
+}
+
+/// Where the agents post their reports, accountd's HTTP listener: `http://host:port[/path]`, the
+/// port given (accountd listens on 9817, not on http's 80), no TLS (the agent's client has none).
+pub(super) fn report_url(value: &Value) -> Result<String, String> {
+    let url = string(value)?;
+    match http_url(&url)? {
+        (_, Some(_)) => Ok(url),
+        (_, None) => {
+            Err(format!("'{url}' names no port: give accountd's [http] listen port, as in \"http://gpu-head:9817\""))
+        }
+    }
+}
+
+/// The host of an `http://` URL that [`http_url`] takes, lower-cased.
+pub(crate) fn url_host(url: &str) -> Option<String> {
+    http_url(url).ok().map(|(host, _)| host.to_ascii_lowercase())
+}
+
+/// `url` as `http://host[:port][/path]`: its host and port (None when not given, or empty).
+fn http_url(url: &str) -> Result<(String, Option<u16>), String> {
     let bad = |reason: &str| Err(format!("'{url}' is not a usable http:// URL ({reason})"));
     let Some((scheme, rest)) = url.split_once("://") else { return bad("no scheme: it starts with http://") };
     match scheme.to_ascii_lowercase().as_str() {
@@ -295,10 +349,11 @@ pub(super) fn prometheus_url(value: &Value) -> Result<String, String> {
     if host.is_empty() {
         return bad("no host");
     }
-    if port.is_some_and(|p| !p.is_empty() && p.parse::<u16>().is_err()) {
-        return bad("the port is not a number from 0 to 65535");
+    match port.filter(|p| !p.is_empty()).map(str::parse::<u16>) {
+        Some(Err(_)) => bad("the port is not a number from 0 to 65535"),
+        Some(Ok(port)) => Ok((host.to_string(), Some(port))),
+        None => Ok((host.to_string(), None)),
     }
-    Ok(url)
 }
 
 /// How long one query may take, such as "10s": longer than 0.

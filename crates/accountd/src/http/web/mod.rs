@@ -311,7 +311,8 @@ async fn me(
     headers: HeaderMap,
     Query(query): Query<UserQuery>,
 ) -> Response {
-    json_view(state, peer, headers, move |s, caller, now| {
+    let asked = query.user.clone();
+    let view = move |s: &mut Answering, caller: &Caller, now| {
         let user = query.user.unwrap_or_else(|| caller.name.clone());
         if !caller.may_view(&user, &s.res.config) {
             return Err((StatusCode::FORBIDDEN, format!("{} may not see the data of '{user}'", caller.name)));
@@ -327,8 +328,17 @@ async fn me(
             }
         }
         Ok(view)
-    })
-    .await
+    };
+    // Shadow mode: the viewed user's own count (the view above checked the caller may see them).
+    let shadow = move |config: &gputokens::Config, caller: &Caller, now| {
+        let name = asked.unwrap_or_else(|| caller.name.clone());
+        let uid = match name == caller.name {
+            true => Some(caller.uid).filter(|uid| *uid != u32::MAX),
+            false => nix::unistd::User::from_name(&name).ok().flatten().map(|u| u.uid.as_raw()),
+        };
+        crate::shadow_view::view(config, crate::shadow_view::Scope::User { name: &name, uid }, now)
+    };
+    json_view(state, peer, headers, view, shadow).await
 }
 
 async fn admin(
@@ -336,22 +346,27 @@ async fn admin(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Response {
-    json_view(state, peer, headers, move |s, caller, now| {
+    let view = move |s: &mut Answering, caller: &Caller, now| {
         if !caller.admin {
             return Err((StatusCode::FORBIDDEN, format!("{} is not a gputokens admin", caller.name)));
         }
         let mut view = pages::admin_view(s, now).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
         view["viewer"] = serde_json::json!({ "name": caller.name, "admin": true });
         Ok(view)
-    })
-    .await
+    };
+    let shadow = |config: &gputokens::Config, _: &Caller, now| {
+        crate::shadow_view::view(config, crate::shadow_view::Scope::Everyone, now)
+    };
+    json_view(state, peer, headers, view, shadow).await
 }
 
 /// Runs `view` for the request's caller on the service off the async runtime (it reads the ledger)
-/// and answers its JSON.
-async fn json_view<F>(state: Arc<AppState>, peer: SocketAddr, headers: HeaderMap, view: F) -> Response
+/// and answers its JSON, with `shadow` (shadow mode's counts, read and named with the answering
+/// lock released) as its `shadow` field when there are any.
+async fn json_view<F, S>(state: Arc<AppState>, peer: SocketAddr, headers: HeaderMap, view: F, shadow: S) -> Response
 where
     F: FnOnce(&mut Answering, &Caller, i64) -> Result<serde_json::Value, (StatusCode, String)> + Send + 'static,
+    S: FnOnce(&gputokens::Config, &Caller, i64) -> Option<gputokens::protocol::ShadowView> + Send + 'static,
 {
     let work = tokio::task::spawn_blocking(move || {
         let now = gputokens::time::now();
@@ -360,8 +375,11 @@ where
             (visitor(&mut s, peer, &headers, state.proxy_secret.as_deref(), now), s.res.config.clone())
         };
         let caller = visitor?.caller(&config);
-        let mut s = crate::answering::lock(&state.answering);
-        view(&mut s, &caller, now)
+        let mut value = view(&mut crate::answering::lock(&state.answering), &caller, now)?;
+        if let Some(found) = shadow(&config, &caller, now) {
+            value["shadow"] = serde_json::to_value(found).unwrap_or_default();
+        }
+        Ok(value)
     });
     let response = match work.await {
         Ok(Ok(value)) => Json(value).into_response(),
