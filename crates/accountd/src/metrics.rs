@@ -83,9 +83,12 @@ pub struct Metrics {
     pub gpu_memory_used: Family<GpuLabels, FloatGauge>,
     pub gpu_temperature: Family<GpuLabels, FloatGauge>,
     pub gpu_power: Family<GpuLabels, FloatGauge>,
+    pub gpu_energy: Family<GpuLabels, FloatGauge>,
     pub gpu_healthy: Family<GpuLabels, Gauge>,
     pub job_gpu_utilization: Family<JobLabels, FloatGauge>,
     pub job_gpu_memory: Family<JobLabels, FloatGauge>,
+    /// 0 while a job shares a GPU where its processes cannot be seen (charged as allocated, never idle).
+    pub job_gpu_measured: Family<JobLabels, Gauge>,
     pub job_idle: Family<JobLabels, Gauge>,
     /// Jobs flagged idle per node: served always, where the job series need per-user metrics.
     pub idle_jobs: Family<NodeLabels, Gauge>,
@@ -199,9 +202,11 @@ impl Metrics {
             gpu_memory_used: Family::default(),
             gpu_temperature: Family::default(),
             gpu_power: Family::default(),
+            gpu_energy: Family::default(),
             gpu_healthy: Family::default(),
             job_gpu_utilization: Family::default(),
             job_gpu_memory: Family::default(),
+            job_gpu_measured: Family::default(),
             job_idle: Family::default(),
             idle_jobs: Family::default(),
             preemptions: Family::default(),
@@ -285,6 +290,11 @@ impl Metrics {
         registry.register("gpu_memory_used_bytes", "GPU memory in use", m.gpu_memory_used.clone());
         registry.register("gpu_temperature_celsius", "GPU temperature", m.gpu_temperature.clone());
         registry.register("gpu_power_watts", "GPU power draw", m.gpu_power.clone());
+        registry.register(
+            "gpu_energy_joules",
+            "Energy the GPU used since its driver loaded (NVML's counter, from node agents)",
+            m.gpu_energy.clone(),
+        );
         registry.register("gpu_healthy", "1 when the GPU reports no health problem", m.gpu_healthy.clone());
         registry.register(
             "job_gpu_utilization_percent",
@@ -292,6 +302,11 @@ impl Metrics {
             m.job_gpu_utilization.clone(),
         );
         registry.register("job_gpu_memory_bytes", "GPU memory used by a job", m.job_gpu_memory.clone());
+        registry.register(
+            "job_gpu_measured",
+            "0 while a job shares a GPU where the agent sees none of its processes: charged as allocated, never idle",
+            m.job_gpu_measured.clone(),
+        );
         registry.register(
             "job_idle",
             "1 when a job holds GPUs below the idle threshold for longer than the window",

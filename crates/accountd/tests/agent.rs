@@ -105,12 +105,21 @@ struct Sleeper(Child);
 
 impl Sleeper {
     fn spawn(job: Option<&str>) -> Sleeper {
+        Sleeper::spawn_as(None, job)
+    }
+
+    /// As `uid` (the test's own when None; another needs root).
+    fn spawn_as(uid: Option<u32>, job: Option<&str>) -> Sleeper {
+        use std::os::unix::process::CommandExt;
         let mut cmd = Command::new("sleep");
         cmd.arg("30").env_remove("SLURM_JOB_ID");
         if let Some(job) = job {
             cmd.env("SLURM_JOB_ID", job);
         }
-        Sleeper(cmd.spawn().unwrap())
+        if let Some(uid) = uid {
+            cmd.uid(uid).gid(uid);
+        }
+        Sleeper(cmd.spawn().unwrap_or_else(|e| panic!("sleep as uid {uid:?} (this test needs root): {e}")))
     }
 
     fn pid(&self) -> u32 {
@@ -356,7 +365,10 @@ fn posts_reports_with_the_token_and_serves_metrics() {
     let job_series = |name: &str| {
         m.get(&format!("gputokens_agent_{name}{{job=\"{}\",node=\"gpu-n01\"}}", job_id.as_deref().unwrap())).copied()
     };
-    assert_eq!(job_series("job_gpu_utilization_percent"), Some(50.0), "mean of 87 and 13");
+    // GPU 0 the job holds alone: the GPU's 87 %. GPU 1 it shares with a process of no job: its own
+    // process's 10 % (the GPU's 13 % when that process is the job's too, in a Slurm job's cgroup).
+    let on_gpu1 = if expected_job(None).is_some() { 13.0 } else { 10.0 };
+    assert_eq!(job_series("job_gpu_utilization_percent"), Some((87.0 + on_gpu1) / 2.0), "GPU 1 shared");
     assert_eq!(job_series("job_gpu_memory_bytes"), Some((3 * GIB) as f64));
     assert_eq!(job_series("job_gpus"), Some(2.0));
     assert_eq!(m.get("gputokens_agent_report_failures_total"), Some(&0.0));
@@ -377,6 +389,64 @@ fn posts_reports_with_the_token_and_serves_metrics() {
     let (code, took) = agent.terminate();
     assert_eq!(code, Some(0));
     assert!(took < Duration::from_secs(3), "stopping took {took:?}");
+}
+
+/// Issue 37's shared GPU through the real agent: alice's busy job 4242 and bob's idle job 4243 side by
+/// side on one GPU (as gres/shard or MPS give it), a process of bob's claiming alice's job, and job
+/// 4244 on the same GPU with none of its processes in sight. Each job is its own processes' use; the
+/// claimant moves neither; 4244 is unmeasured. And the GPU's energy counter, reported and exported.
+#[test]
+fn jobs_sharing_a_gpu_are_each_their_own_processes_use() {
+    const BOB: u32 = 1002;
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    assert!(
+        jobs::job_from_cgroup(&own).is_none(),
+        "run outside a Slurm job: its cgroup would name every process's job"
+    );
+    let alice = nix::unistd::getuid().as_raw();
+    let (server, url) = server(OK);
+    let site = Site::new(&url, "127.0.0.1:0", "");
+    use_token_auth(&site);
+    let busy = Sleeper::spawn_as(None, Some("4242"));
+    let idle = Sleeper::spawn_as(Some(BOB), Some("4243"));
+    let claimant = Sleeper::spawn_as(Some(BOB), Some("4242"));
+    std::fs::create_dir_all(site.path("jobs")).unwrap();
+    // As spank_gputokens.so's prolog records them: three jobs on GPU 0 (its UUID), their owners.
+    for (job, uid) in [("4242", alice), ("4243", BOB), ("4244", BOB)] {
+        std::fs::write(site.path(&format!("jobs/{job}")), format!("gpus=0\nuids=GPU-a6000-0\nuid={uid}\n")).unwrap();
+    }
+    // NVML as the H100 read it: the GPU at 100 %, the busy process 99 %, the idle ones 0 %.
+    let state = two_gpus(&[
+        (busy.pid(), 0, GIB, Some(99)),
+        (idle.pid(), 0, 4 * GIB, Some(0)),
+        (claimant.pid(), 0, 2 * GIB, Some(0)),
+    ])
+    .replacen("util_gpu = 87", "util_gpu = 100", 1)
+    .replacen("power_mw = 250500\n", "power_mw = 250500\nenergy_mj = 18500000\n", 1);
+    site.write_state(&state);
+    let agent = site.start(&["--node", "gpu-n01"]);
+
+    let r = report(&server.wait_for_requests(1)[0]);
+    let job_of = |pid: u32| r.sample.processes.iter().find(|p| p.pid == pid).and_then(|p| p.job_id.clone());
+    assert_eq!(job_of(busy.pid()).as_deref(), Some("4242"));
+    assert_eq!(job_of(idle.pid()).as_deref(), Some("4243"));
+    assert_eq!(job_of(claimant.pid()), None, "bob's claim on alice's job is refused, and the GPU has no sole holder");
+    assert_eq!(r.sample.gpus[0].jobs, ["4242", "4243", "4244"]);
+    assert_eq!((r.sample.gpus[0].energy_mj, r.sample.gpus[1].energy_mj), (Some(18_500_000), None));
+
+    let m = scrape(&agent.metrics_url());
+    let job =
+        |name: &str, job: &str| m.get(&format!("gputokens_agent_{name}{{job=\"{job}\",node=\"gpu-n01\"}}")).copied();
+    assert_eq!(job("job_gpu_utilization_percent", "4242"), Some(99.0), "{m:#?}");
+    assert_eq!(job("job_gpu_utilization_percent", "4243"), Some(0.0), "idle beside a busy job, not the GPU's 100");
+    assert_eq!(job("job_gpu_utilization_percent", "4244"), None, "unmeasured: no figure");
+    assert_eq!((job("job_gpu_measured", "4242"), job("job_gpu_measured", "4244")), (Some(1.0), Some(0.0)));
+    assert_eq!(job("job_gpu_memory_bytes", "4242"), Some(GIB as f64), "alice's own, not the claimant's 2 GiB");
+    assert_eq!(job("job_gpu_memory_bytes", "4243"), Some((4 * GIB) as f64));
+    assert_eq!(gpu_of(&m, "gpu_energy_joules", 0), Some(18_500.0));
+    assert_eq!(gpu_of(&m, "gpu_energy_joules", 1), None, "no counter, no series");
+    let (code, _) = agent.terminate();
+    assert_eq!(code, Some(0));
 }
 
 fn gpu_of(m: &HashMap<String, f64>, name: &str, i: u32) -> Option<f64> {

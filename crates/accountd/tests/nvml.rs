@@ -88,13 +88,13 @@ fn expected_job(from_env: Option<&str>) -> Option<String> {
     }
 }
 
-/// GPUs 0-3 are A6000s (ECC), 4-7 RTX 2080 Tis (no ECC: left out). GPU `lost` is off the bus (and logged
+/// GPUs 0-3 are A6000s (ECC, an energy counter), 4-7 RTX 2080 Tis (neither: left out). GPU `lost` is off the bus (and logged
 /// XID 79, as real ones do); `xids` are GPU 2's XID log.
 fn state(lost: Option<usize>, xids: &[u64], procs: &[(u32, u32, u64, Option<u32>)]) -> String {
     let mut s = String::new();
     for i in 0..8u64 {
         let (name, total, ecc) = if i < 4 {
-            ("NVIDIA RTX A6000", 48 * GIB, format!("ecc_uncorrected = {i}\n"))
+            ("NVIDIA RTX A6000", 48 * GIB, format!("ecc_uncorrected = {i}\nenergy_mj = {}\n", 1_000_000 * (i + 1)))
         } else {
             ("NVIDIA GeForce RTX 2080 Ti", 11 * GIB, String::new())
         };
@@ -163,6 +163,7 @@ fn eight_gpus_their_processes_and_jobs() {
         assert_eq!(gpu.temperature_c, Some(40 + i as u32));
         assert_eq!(gpu.power_w, Some(100.0 + 1.5 * i as f64));
         assert_eq!(gpu.ecc_uncorrected, if i < 4 { Some(n) } else { None }, "not supported is no fault");
+        assert_eq!(gpu.energy_mj, if i < 4 { Some(1_000_000 * (n + 1)) } else { None });
         assert_eq!(gpu.xids, Some(vec![]), "XIDs from before registration are not reported");
     }
 
@@ -198,6 +199,22 @@ fn eight_gpus_their_processes_and_jobs() {
 
     let json = serde_json::to_string(&second).unwrap();
     assert_eq!(serde_json::from_str::<NodeSample>(&json).unwrap(), second);
+}
+
+/// As NVML gave them on an H100 that two busy processes time-sliced: 53 % and 47 %, beside an idle one.
+#[test]
+fn processes_sharing_a_gpu_each_get_their_own_sm_utilization() {
+    let fx = fixture();
+    let procs = Sleepers::spawn(None, 3);
+    let on_gpu0 = [(procs.pid(0), 0, GIB, Some(53)), (procs.pid(1), 0, GIB, Some(47)), (procs.pid(2), 0, GIB, Some(0))];
+    fx.write(&state(None, &[], &on_gpu0));
+    let mut source = open();
+    let sample = source.sample().unwrap();
+    let mut got: Vec<_> = sample.processes.iter().map(|p| (p.pid, p.sm_utilization_percent)).collect();
+    got.sort();
+    let mut want: Vec<_> = on_gpu0.iter().map(|&(pid, _, _, sm)| (pid, sm)).collect();
+    want.sort();
+    assert_eq!(got, want);
 }
 
 #[test]
@@ -269,16 +286,16 @@ fn recorded_gpus_belong_to_their_jobs_while_the_records_last() {
     assert_eq!(job_of(liar.pid(0)), expected_job(None).or(Some("77".into())));
 
     // GPU utilization is 10 + 10 × index; memory in use i GiB (state above).
-    let jobs = accountd::agent::export::job_use(&sample);
+    let jobs = accountd::agent::job_use::job_use(&sample);
     let j77 = &jobs["77"];
-    assert_eq!((j77.percent, j77.gpus), (35.0, 2));
+    assert_eq!((j77.percent, j77.gpus), (Some(35.0), 2), "the GPUs it holds alone, whole");
     assert_eq!(j77.memory_bytes, 2 * GIB + 3 * GIB, "its processes on GPUs 2 and 3");
-    assert_eq!((jobs["78"].percent, jobs["78"].memory_bytes), (60.0, 5 * GIB));
+    assert_eq!((jobs["78"].percent, jobs["78"].memory_bytes), (Some(60.0), 5 * GIB));
 
     // Job 77 ends: its epilog removes the record, and its GPUs are nobody's again.
     std::fs::remove_file(records.path().join("77")).unwrap();
     let sample = source.sample().unwrap();
     assert!(sample.gpus.iter().filter(|g| g.index != 5 && g.index != 0).all(|g| g.jobs.is_empty()));
     assert_eq!(sample.processes.iter().find(|p| p.pid == hidden).unwrap().job_id, None);
-    assert!(!accountd::agent::export::job_use(&sample).contains_key("77"));
+    assert!(!accountd::agent::job_use::job_use(&sample).contains_key("77"));
 }

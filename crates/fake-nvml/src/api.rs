@@ -195,6 +195,14 @@ pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(device: nvmlDevice_t, power: *m
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
+    device: nvmlDevice_t,
+    energy: *mut c_ulonglong,
+) -> nvmlReturn_t {
+    boundary(|| unsafe { ffi::write(energy, supported(gpu(&*session()?, device)?.energy_mj)?) })
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
     device: nvmlDevice_t,
     error_type: sys::nvmlMemoryErrorType_t,

@@ -5,7 +5,8 @@
 //! `nvmlInit_v2`, `nvmlInitWithFlags`, `nvmlShutdown`, `nvmlErrorString`, `nvmlSystemGetDriverVersion`,
 //! `nvmlDeviceGetCount_v2`, `nvmlDeviceGetHandleByIndex_v2`, `nvmlDeviceGetIndex`, `nvmlDeviceGetUUID`,
 //! `nvmlDeviceGetName`, `nvmlDeviceGetUtilizationRates`, `nvmlDeviceGetMemoryInfo` (and `_v2`),
-//! `nvmlDeviceGetTemperature`, `nvmlDeviceGetPowerUsage`, `nvmlDeviceGetTotalEccErrors`,
+//! `nvmlDeviceGetTemperature`, `nvmlDeviceGetPowerUsage`, `nvmlDeviceGetTotalEnergyConsumption`,
+//! `nvmlDeviceGetTotalEccErrors`,
 //! `nvmlDeviceGetComputeRunningProcesses_v3`, `nvmlDeviceGetProcessUtilization`,
 //! `nvmlEventSetCreate`, `nvmlDeviceGetSupportedEventTypes`, `nvmlDeviceRegisterEvents`,
 //! `nvmlEventSetWait_v2`, `nvmlEventSetFree`.
@@ -38,6 +39,7 @@
 //! slowdown_temp = 93             # °C: the slowdown threshold }
 //! thermal_slowdown = false       # clocks slowed down for heat (the throttle reason) }
 //! power_mw = 250000              # mW      }
+//! energy_mj = 18500000           # mJ since the driver loaded (NVML's total energy counter) }
 //! ecc_uncorrected = 2            # volatile and aggregate uncorrected count; corrected is always 0
 //! lost = false                   # true: every call about this GPU is NVML_ERROR_GPU_IS_LOST
 //! xids = [79]                    # XID log, append-only: event sets deliver entries added after they
@@ -48,6 +50,9 @@
 //! used_memory = 1073741824       # bytes; left out: NVML_VALUE_NOT_AVAILABLE
 //! sm_util = 50                   # %; left out: no utilization sample for this process
 //! ```
+//!
+//! Several processes on one GPU each get their own utilization sample, as NVML gives them for a GPU
+//! that jobs share (time-sliced, MPS): e.g. 53 and 47 for two busy ones.
 //!
 //! A bad device or event-set handle, an index past the count or a NULL out-pointer is
 //! NVML_ERROR_INVALID_ARGUMENT; any call but init before init is NVML_ERROR_UNINITIALIZED. No panic

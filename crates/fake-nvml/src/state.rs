@@ -74,6 +74,8 @@ pub struct Gpu {
     /// The clocks are slowed down for heat (the hardware thermal-slowdown throttle reason).
     pub thermal_slowdown: Option<bool>,
     pub power_mw: Option<u32>,
+    /// NVML's total energy counter (mJ since the driver loaded).
+    pub energy_mj: Option<u64>,
     pub ecc_uncorrected: Option<u64>,
     /// Fallen off the bus: every call about this GPU returns NVML_ERROR_GPU_IS_LOST.
     #[serde(default)]
@@ -176,6 +178,7 @@ mod tests {
         name = "NVIDIA RTX A6000"
         util_gpu = 87
         mem_total = 100
+        energy_mj = 18500000
         [[gpu]]
         uuid = "GPU-1"
         name = "lost one"
@@ -194,6 +197,7 @@ mod tests {
         let gpu = st.gpu(0).unwrap();
         assert_eq!(supported(gpu.util_gpu), Ok(87));
         assert_eq!(supported(gpu.temp), Err(NOT_SUPPORTED));
+        assert_eq!(supported(gpu.energy_mj), Ok(18_500_000));
         assert_eq!(st.gpu(1).unwrap_err(), GPU_IS_LOST);
         assert_eq!(st.gpu(2).unwrap_err(), INVALID_ARGUMENT);
         assert_eq!(st.processes_on(0).count(), 1);

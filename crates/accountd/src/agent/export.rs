@@ -1,7 +1,7 @@
 //! The agent's own `/metrics` (prometheus-client): the latest sample per GPU and per job, so a node can
 //! be watched without accountd. Series of a GPU or job missing from a sample are removed.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::HashSet;
 use std::hash::Hash;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use super::job_use::job_use;
 use super::source::{GpuHealth, NodeSample};
 pub use crate::metrics::GpuLabels;
 
@@ -50,53 +51,6 @@ impl<L: Clone + Hash + Eq + EncodeLabelSet + std::fmt::Debug + Send + Sync + 'st
     }
 }
 
-/// A job's GPU use on this node in one sample.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JobUse {
-    /// Mean GPU utilization of the GPUs the job holds or its processes are on.
-    pub percent: f64,
-    pub memory_bytes: u64,
-    pub gpus: usize,
-}
-
-/// Per job, from the GPUs recorded as its own (`GpuSample::jobs`) and those its processes run on. GPU
-/// utilization rather than per-process SM utilization, as accountd computes it (`http::reports`):
-/// every GPU reports it, Slurm gives each GPU to one job, and processes of a job sharing a GPU do not
-/// add up past 100. Memory is, per GPU, the sum over the job's processes there; on a GPU the job holds
-/// alone where the agent sees none of its processes (another PID namespace), the GPU's memory in use.
-pub fn job_use(sample: &NodeSample) -> BTreeMap<String, JobUse> {
-    let util: HashMap<u32, u32> = sample.gpus.iter().filter_map(|g| Some((g.index, g.utilization_percent?))).collect();
-    let mut jobs: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
-    let mut process_memory: HashMap<(&str, u32), u64> = HashMap::new();
-    for p in &sample.processes {
-        let Some(job) = &p.job_id else { continue };
-        jobs.entry(job.clone()).or_default().insert(p.gpu_index);
-        *process_memory.entry((job.as_str(), p.gpu_index)).or_default() += p.used_memory_bytes.unwrap_or(0);
-    }
-    for gpu in &sample.gpus {
-        for job in &gpu.jobs {
-            jobs.entry(job.clone()).or_default().insert(gpu.index);
-        }
-    }
-    let gpu_memory = |job: &str, index: u32| -> u64 {
-        if let Some(bytes) = process_memory.get(&(job, index)) {
-            return *bytes;
-        }
-        match sample.gpus.iter().find(|g| g.index == index) {
-            Some(g) if g.jobs.len() == 1 && g.jobs[0] == job => g.memory_used_bytes.unwrap_or(0),
-            _ => 0,
-        }
-    };
-    jobs.into_iter()
-        .map(|(job, gpus)| {
-            let known: Vec<f64> = gpus.iter().filter_map(|i| util.get(i)).map(|u| f64::from(*u)).collect();
-            let percent = if known.is_empty() { 0.0 } else { known.iter().sum::<f64>() / known.len() as f64 };
-            let memory_bytes = gpus.iter().map(|&i| gpu_memory(&job, i)).sum();
-            (job, JobUse { percent, memory_bytes, gpus: gpus.len() })
-        })
-        .collect()
-}
-
 pub struct Exporter {
     gpu_utilization: Series<GpuLabels>,
     gpu_memory_used: Series<GpuLabels>,
@@ -104,7 +58,9 @@ pub struct Exporter {
     gpu_power: Series<GpuLabels>,
     gpu_healthy: Series<GpuLabels>,
     gpu_ecc: Series<GpuLabels>,
+    gpu_energy: Series<GpuLabels>,
     job_utilization: Series<JobLabels>,
+    job_measured: Series<JobLabels>,
     job_memory: Series<JobLabels>,
     job_gpus: Series<JobLabels>,
     sample_failures: Counter,
@@ -130,10 +86,21 @@ impl Exporter {
                 "gpu_ecc_uncorrected_errors",
                 "Volatile uncorrectable ECC errors since the driver loaded",
             ),
+            gpu_energy: Series::new(
+                &mut r,
+                "gpu_energy_joules",
+                "Energy the GPU used since the driver loaded (NVML's counter)",
+            ),
             job_utilization: Series::new(
                 &mut r,
                 "job_gpu_utilization_percent",
-                "Mean utilization of the GPUs a job holds or its processes run on",
+                "A job's own use of its GPUs: a GPU's utilization where it runs alone, its processes' SM \
+                 utilization where it shares the GPU; no series while unmeasured",
+            ),
+            job_measured: Series::new(
+                &mut r,
+                "job_gpu_measured",
+                "0 while a job shares a GPU where the agent sees none of its processes (or NVML cannot say)",
             ),
             job_memory: Series::new(&mut r, "job_gpu_memory_bytes", "GPU memory used by a job"),
             job_gpus: Series::new(&mut r, "job_gpus", "GPUs a job holds or its processes run on"),
@@ -158,6 +125,7 @@ impl Exporter {
         self.gpu_memory_used.update(each(&|g| g.memory_used_bytes.map(|b| b as f64)));
         self.gpu_temperature.update(each(&|g| g.temperature_c.map(f64::from)));
         self.gpu_power.update(each(&|g| g.power_w));
+        self.gpu_energy.update(each(&|g| g.energy_mj.map(|mj| mj as f64 / 1000.0)));
         self.gpu_ecc.update(each(&|g| g.ecc_uncorrected.map(|n| n as f64)));
         self.gpu_healthy.update(each(&|g| {
             Some(f64::from(u8::from(g.health == GpuHealth::Ok && g.ecc_uncorrected.unwrap_or(0) == 0)))
@@ -165,7 +133,8 @@ impl Exporter {
 
         let jobs = job_use(sample);
         let job = |id: &String| JobLabels { job: id.clone(), node: node.to_string() };
-        self.job_utilization.update(jobs.iter().map(|(id, u)| (job(id), u.percent)));
+        self.job_utilization.update(jobs.iter().filter_map(|(id, u)| Some((job(id), u.percent?))));
+        self.job_measured.update(jobs.iter().map(|(id, u)| (job(id), f64::from(u8::from(u.percent.is_some())))));
         self.job_memory.update(jobs.iter().map(|(id, u)| (job(id), u.memory_bytes as f64)));
         self.job_gpus.update(jobs.iter().map(|(id, u)| (job(id), u.gpus as f64)));
     }
@@ -216,37 +185,6 @@ mod tests {
                 })
                 .collect(),
         }
-    }
-
-    #[test]
-    fn jobs_average_their_gpus() {
-        let s = sample(
-            &[(0, Some(80)), (1, Some(20)), (2, None)],
-            &[(1, 0, "7"), (2, 0, "7"), (1, 1, "7"), (3, 2, "8"), (4, 2, "")],
-        );
-        let jobs = job_use(&s);
-        assert_eq!(jobs["7"], JobUse { percent: 50.0, memory_bytes: 300, gpus: 2 });
-        assert_eq!(jobs["8"], JobUse { percent: 0.0, memory_bytes: 100, gpus: 1 }, "unknown utilization");
-        assert_eq!(jobs.len(), 2, "processes outside jobs are not a job");
-    }
-
-    #[test]
-    fn recorded_gpus_count_without_processes() {
-        let mut s = sample(&[(0, Some(80)), (1, Some(20)), (2, Some(60)), (3, Some(40))], &[(1, 0, "7"), (9, 3, "")]);
-        for g in &mut s.gpus {
-            g.memory_used_bytes = Some(1000 + u64::from(g.index));
-        }
-        s.gpus[0].jobs = vec!["7".into()];
-        s.gpus[1].jobs = vec!["7".into()];
-        // Job 8's processes are out of sight (a container): its GPU alone says what it does.
-        s.gpus[2].jobs = vec!["8".into()];
-        // GPU 3 is shared by two jobs: neither is given the GPU's memory.
-        s.gpus[3].jobs = vec!["10".into(), "11".into()];
-        let jobs = job_use(&s);
-        assert_eq!(jobs["7"], JobUse { percent: 50.0, memory_bytes: 100 + 1001, gpus: 2 }, "held GPU 1 counts too");
-        assert_eq!(jobs["8"], JobUse { percent: 60.0, memory_bytes: 1002, gpus: 1 });
-        assert_eq!(jobs["10"], JobUse { percent: 40.0, memory_bytes: 0, gpus: 1 });
-        assert_eq!(jobs.len(), 4);
     }
 
     #[test]

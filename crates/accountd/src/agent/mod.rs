@@ -1,11 +1,12 @@
 //! The NVML node agent: what a GPU node reports to accountd (`source`), read through
 //! NVML (`nvml`, `sampler`, `map`) with each GPU mapped to the Slurm job holding it (`job_gpu_records`, written
-//! by spank_gputokens.so) and each GPU process to its job (`jobs`); and the agent
+//! by spank_gputokens.so) and each GPU process to its job (`jobs`), each job's use of its GPUs (`job_use`); and the agent
 //! itself, `accountd agent` (`run`), which posts samples to accountd (`post`) and serves its own `/metrics`
 //! (`export`).
 
 pub mod export;
 pub mod job_gpu_records;
+pub mod job_use;
 pub mod jobs;
 mod map;
 pub mod nvml;

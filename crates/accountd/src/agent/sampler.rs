@@ -182,5 +182,6 @@ fn metrics(device: &Device<'_>, gpu: &mut GpuSample) {
         .ok()
         .map(|r| r.intersects(ThrottleReasons::HW_THERMAL_SLOWDOWN | ThrottleReasons::SW_THERMAL_SLOWDOWN));
     gpu.power_w = read(h, device.power_usage()).map(map::power_w);
+    gpu.energy_mj = read(h, device.total_energy_consumption());
     gpu.ecc_uncorrected = read(h, device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile));
 }

@@ -36,6 +36,10 @@ pub struct GpuSample {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thermal_slowdown: Option<bool>,
     pub power_w: Option<f64>,
+    /// NVML's energy counter: millijoules the GPU used since the driver loaded (Volta and later); None
+    /// when the GPU (or an older agent) cannot say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_mj: Option<u64>,
     /// Volatile uncorrectable ECC errors (since the driver loaded).
     pub ecc_uncorrected: Option<u64>,
     /// XIDs seen since the previous sample; `None` when XID events could not be registered for this GPU.
@@ -97,6 +101,7 @@ impl GpuSample {
             slowdown_temperature_c: None,
             thermal_slowdown: None,
             power_w: None,
+            energy_mj: None,
             ecc_uncorrected: None,
             xids: None,
             health: GpuHealth::Ok,
@@ -124,5 +129,22 @@ mod tests {
         let v = serde_json::to_value(&gpu).unwrap();
         assert_eq!(v["jobs"], serde_json::json!(["42"]));
         assert_eq!(serde_json::from_value::<GpuSample>(v).unwrap(), gpu);
+        assert!(v_has(&gpu, "energy_mj").is_none(), "no counter, no key");
+        gpu.energy_mj = Some(18_500_000);
+        assert_eq!(v_has(&gpu, "energy_mj"), Some(serde_json::json!(18_500_000)));
+    }
+
+    fn v_has(gpu: &GpuSample, key: &str) -> Option<serde_json::Value> {
+        serde_json::to_value(gpu).unwrap().get(key).cloned()
+    }
+
+    /// What an agent wrote before the energy counter (and the heat fields): still read.
+    #[test]
+    fn an_older_agents_gpu_is_read() {
+        let old = r#"{"index":0,"uuid":"GPU-a","name":"NVIDIA A100","utilization_percent":5,
+            "memory_utilization_percent":1,"memory_used_bytes":1,"memory_total_bytes":2,"temperature_c":40,
+            "power_w":60.5,"ecc_uncorrected":0,"xids":[],"health":{"state":"ok"}}"#;
+        let gpu: GpuSample = serde_json::from_str(old).unwrap();
+        assert_eq!((gpu.energy_mj, gpu.power_w, gpu.utilization_percent), (None, Some(60.5), Some(5)));
     }
 }

@@ -2,7 +2,7 @@
 //! their health (drains, `crate::health`) and the jobs' utilization (`crate::utilization`). What the
 //! two keep between reports is the HTTP listener's own ([`ReportState`]).
 
-use crate::agent::export::job_use;
+use crate::agent::job_use::job_use;
 use crate::agent::report::AgentReport;
 use crate::agent::GpuHealth;
 use crate::error::AccountdResult;
@@ -18,8 +18,8 @@ pub struct ReportState {
     pub health: HealthState,
 }
 
-/// Per job, as the agent computes it for its own metrics (`agent::export::job_use`): the mean GPU
-/// utilization of the GPUs the job's processes run on.
+/// Per job, as the agent computes it for its own metrics (`agent::job_use`): the job's own use of
+/// its GPUs (a shared GPU's by its own processes), or unmeasured.
 pub fn job_utilization(report: &AgentReport) -> Vec<JobUtilization> {
     job_use(&report.sample)
         .into_iter()
@@ -62,7 +62,91 @@ fn record_gpus(metrics: &Metrics, report: &AgentReport) {
         set(&metrics.gpu_memory_used, gpu.memory_used_bytes.map(|b| b as f64));
         set(&metrics.gpu_temperature, gpu.temperature_c.map(f64::from));
         set(&metrics.gpu_power, gpu.power_w);
+        set(&metrics.gpu_energy, gpu.energy_mj.map(|mj| mj as f64 / 1000.0));
         let healthy = matches!(gpu.health, GpuHealth::Ok) && gpu.ecc_uncorrected.unwrap_or(0) == 0;
         metrics.gpu_healthy.get_or_create(&labels).set(healthy as i64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::{GpuSample, NodeSample, ProcessSample};
+
+    fn resources(dir: &std::path::Path) -> Resources {
+        let text = format!(
+            "[slurm]\nbin_dir = \"{}/no-slurm\"\n[usage]\nidle_threshold_percent = 5\nidle_window = \"20s\"\n\
+             charge_basis = \"measured\"\nmeasured_min_fraction = 0.25\n[http]\nper_user_metrics = true\n",
+            dir.display()
+        );
+        let config = gputokens::Config::parse(&text, std::path::Path::new("test.toml")).unwrap();
+        let ledger = ledger::Ledger::open(&dir.join("ledger.sqlite"), (&config).into()).unwrap();
+        Resources::new(config, ledger)
+    }
+
+    fn process(pid: u32, job: Option<&str>, sm: u32) -> ProcessSample {
+        ProcessSample {
+            pid,
+            gpu_index: 0,
+            used_memory_bytes: Some(u64::from(pid) << 20),
+            sm_utilization_percent: Some(sm),
+            job_id: job.map(str::to_owned),
+        }
+    }
+
+    /// One GPU that jobs 4242 (alice's, busy), 4243 (bob's, idle) and 4244 (out of sight) share, the
+    /// GPU itself at 100 %, and a process of bob's claiming 4242 (the agent gave it no job).
+    fn shared_gpu(at: i64) -> AgentReport {
+        let gpu = GpuSample {
+            uuid: Some("GPU-h100".into()),
+            utilization_percent: Some(100),
+            jobs: vec!["4242".into(), "4243".into(), "4244".into()],
+            ..GpuSample::empty(0)
+        };
+        let processes = vec![process(1, Some("4242"), 99), process(2, Some("4243"), 0), process(3, None, 0)];
+        let time = chrono::DateTime::from_timestamp(at, 0).unwrap();
+        AgentReport { node: "gpu1".into(), sample: NodeSample { time, gpus: vec![gpu], processes } }
+    }
+
+    fn job_metric(res: &Resources, name: &str, job: &str) -> Option<String> {
+        let prefix = format!("gputokens_{name}{{job=\"{job}\",user=\"unknown\",node=\"gpu1\"}} ");
+        res.metrics.encode().lines().find_map(|l| l.strip_prefix(&prefix).map(str::to_owned))
+    }
+
+    /// Done-when 1 of issue 37 at accountd's end: side by side on one GPU, the busy job reads busy,
+    /// the idle one idle and is flagged after idle_window, the unseen one is neither; under measured
+    /// basis each pays for its own use; bob's claimant moves neither.
+    #[test]
+    fn jobs_sharing_a_gpu_are_measured_flagged_and_charged_by_their_own_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut res = resources(dir.path());
+        let mut state = ReportState::default();
+        let start = 1_800_000_000;
+        for i in 0..4 {
+            ingest(&mut res, &mut state, &shared_gpu(start + 10 * i)).unwrap();
+        }
+        assert_eq!(job_metric(&res, "job_gpu_utilization_percent", "4242").as_deref(), Some("99.0"));
+        assert_eq!(job_metric(&res, "job_gpu_utilization_percent", "4243").as_deref(), Some("0.0"));
+        assert_eq!(job_metric(&res, "job_gpu_utilization_percent", "4244"), None, "unmeasured: no figure");
+        assert_eq!(job_metric(&res, "job_gpu_measured", "4244").as_deref(), Some("0"));
+        assert_eq!(job_metric(&res, "job_gpu_measured", "4243").as_deref(), Some("1"));
+        assert_eq!(job_metric(&res, "job_gpu_memory_bytes", "4242").as_deref(), Some("1048576.0"), "not bob's");
+        for (job, idle) in [("4242", "0"), ("4243", "1"), ("4244", "0")] {
+            assert_eq!(job_metric(&res, "job_idle", job).as_deref(), Some(idle), "job {job}");
+        }
+        assert!(res.metrics.encode().contains("gputokens_idle_jobs{node=\"gpu1\"} 1"));
+        // The idle job's samples are idle from the first, once they lasted the window (20 s).
+        assert_eq!(res.ledger.idle_share("4243").unwrap(), Some((4, 4)));
+        assert_eq!(res.ledger.idle_share("4242").unwrap(), Some((0, 4)));
+        assert_eq!(res.ledger.idle_share("4244").unwrap(), Some((0, 4)), "never counted idle");
+
+        // Measured basis, four samples at the agents' interval (10 s here) over a 40 s run.
+        let pays = |job: &str| {
+            let (samples, sum) = res.ledger.utilization_samples(job).unwrap().unwrap();
+            gputokens::pricing::measured_fraction(samples, sum, 40, 10, 0.25)
+        };
+        assert_eq!(pays("4242"), 0.99, "its own 99 %");
+        assert_eq!(pays("4243"), 0.25, "the minimum, not its neighbour's 100 %");
+        assert_eq!(pays("4244"), 1.0, "unmeasured: its allocation");
     }
 }

@@ -18,7 +18,10 @@ pub fn poll_prometheus(
     let Some(source) = res.config.utilization.prometheus_source() else { return Ok(None) };
     let by_job = prometheus::job_utilization(source, window, now)
         .map_err(|e| AccountdError::Failed(format!("prometheus: {e}")))?;
-    let jobs = by_job.into_iter().map(|(job, percent)| JobUtilization { job, percent, memory_bytes: 0 }).collect();
+    let jobs = by_job
+        .into_iter()
+        .map(|(job, percent)| JobUtilization { job, percent: Some(percent), memory_bytes: 0 })
+        .collect();
     let (count, idle) = tracker::apply(res, tracker, "", jobs, now)?;
     Ok(Some(format!("{count} jobs' utilization read from Prometheus, {idle} newly idle")))
 }

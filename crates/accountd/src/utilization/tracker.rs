@@ -36,10 +36,15 @@ struct JobWatch {
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobUtilization {
     pub job: String,
-    /// Mean utilization of the GPUs the job's processes run on.
-    pub percent: f64,
+    /// The job's own use of its GPUs (`agent::job_use`); `None`: unmeasured (it shares a GPU where
+    /// the agent sees none of its processes), which counts as its allocation and never as idle.
+    pub percent: Option<f64>,
     pub memory_bytes: u64,
 }
+
+/// What an unmeasured sample counts as in the ledger: the whole allocation, so that under
+/// `charge_basis = "measured"` the job pays as allocated for it and no idle share comes of it.
+const UNMEASURED_AS_PERCENT: f64 = 100.0;
 
 /// The job's user, asked of squeue once and remembered.
 fn user_of(tracker: &mut Tracker, job: &str, slurm: &Slurm) -> String {
@@ -79,7 +84,15 @@ pub fn apply(
         let labels = JobLabels { job: job.job.clone(), user, node: node.clone() };
         let series = res.metrics.job_labels(&labels);
         if let Some(series) = &series {
-            res.metrics.job_gpu_utilization.get_or_create(series).set(job.percent);
+            match job.percent {
+                Some(percent) => {
+                    res.metrics.job_gpu_utilization.get_or_create(series).set(percent);
+                }
+                None => {
+                    res.metrics.job_gpu_utilization.remove(series);
+                }
+            }
+            res.metrics.job_gpu_measured.get_or_create(series).set(i64::from(job.percent.is_some()));
             res.metrics.job_gpu_memory.get_or_create(series).set(job.memory_bytes as f64);
         }
         let watch = tracker.jobs.entry(job.job.clone()).or_insert_with(|| JobWatch {
@@ -92,7 +105,7 @@ pub fn apply(
         if newly {
             flagged.push(watch.labels.clone());
         }
-        res.ledger.record_utilization(&job.job, job.percent, idle_samples, now)?;
+        res.ledger.record_utilization(&job.job, job.percent.unwrap_or(UNMEASURED_AS_PERCENT), idle_samples, now)?;
         if let Some(series) = &series {
             res.metrics.job_idle.get_or_create(series).set(watch.flagged as i64);
         }
@@ -115,9 +128,10 @@ pub fn apply(
 
 /// Advances a job's idle state by one sample: whether it has just become idle, and how many samples
 /// are idle by this one (the whole stretch below the threshold when it has just lasted the idle
-/// window, then each sample while it stays below).
-fn watch_idle(watch: &mut JobWatch, percent: f64, now: i64, usage: &UtilizationConfig) -> (bool, u64) {
-    if percent >= usage.idle_threshold_percent {
+/// window, then each sample while it stays below). An unmeasured sample ends a stretch, as a busy
+/// one does: nothing says the job idled then.
+fn watch_idle(watch: &mut JobWatch, percent: Option<f64>, now: i64, usage: &UtilizationConfig) -> (bool, u64) {
+    if !percent.is_some_and(|p| p < usage.idle_threshold_percent) {
         watch.below_since = None;
         watch.below_samples = 0;
         watch.flagged = false;
@@ -199,6 +213,7 @@ fn forget_ended_jobs(res: &mut Resources, tracker: &mut Tracker, node: &str, see
         if let Some(series) = tracker.jobs.remove(&job).and_then(|w| res.metrics.job_labels(&w.labels)) {
             res.metrics.job_gpu_utilization.remove(&series);
             res.metrics.job_gpu_memory.remove(&series);
+            res.metrics.job_gpu_measured.remove(&series);
             res.metrics.job_idle.remove(&series);
         }
         tracker.users.remove(&job);
@@ -222,8 +237,25 @@ mod tests {
         let mut w = watch();
         let got: Vec<(bool, u64)> = [(0, 1.0), (10, 2.0), (20, 0.0), (30, 1.0), (40, 3.0), (50, 80.0), (60, 0.0)]
             .iter()
-            .map(|(at, percent)| watch_idle(&mut w, *percent, *at, &usage))
+            .map(|(at, percent)| watch_idle(&mut w, Some(*percent), *at, &usage))
             .collect();
         assert_eq!(got, [(false, 0), (false, 0), (false, 0), (true, 4), (false, 1), (false, 0), (false, 0)]);
+    }
+
+    /// A job sharing a GPU where its processes are out of sight is unmeasured: it never becomes idle,
+    /// and an unmeasured sample ends a stretch below the threshold as a busy one does.
+    #[test]
+    fn an_unmeasured_job_is_never_idle() {
+        let usage = UtilizationConfig { idle_window: std::time::Duration::from_secs(30), ..Default::default() };
+        let mut w = watch();
+        let got: Vec<(bool, u64)> = (0..10).map(|i| watch_idle(&mut w, None, i * 10, &usage)).collect();
+        assert!(got.iter().all(|g| *g == (false, 0)), "{got:?}");
+        assert!(!w.flagged);
+        let got: Vec<(bool, u64)> =
+            [(100, Some(0.0)), (110, Some(0.0)), (120, None), (130, Some(0.0)), (160, Some(0.0))]
+                .iter()
+                .map(|(at, percent)| watch_idle(&mut w, *percent, *at, &usage))
+                .collect();
+        assert_eq!(got, [(false, 0), (false, 0), (false, 0), (false, 0), (true, 2)], "the stretch began again at 130");
     }
 }

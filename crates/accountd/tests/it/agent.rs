@@ -233,6 +233,77 @@ fn a_job_whose_processes_the_agent_cannot_see_is_measured_on_its_recorded_gpus()
     assert!(!metrics.contains(&series), "{metrics}");
 }
 
+/// Issue 37's shared GPU on the test cluster: alice's busy job and bob's idle one recorded on one GPU
+/// (as gres/shard or MPS give them; the test writes the records as the prolog would, in a jobs_dir
+/// of its own), and a process of bob's outside Slurm claiming alice's job. accountd reads each job's
+/// own use, flags bob's job idle after idle_window and not alice's, and gives neither the claimant.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn jobs_sharing_a_gpu_are_measured_by_their_own_processes_and_the_idle_one_is_flagged() {
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
+    let site = Site::start(
+        "",
+        "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n[usage]\nidle_threshold_percent = 5\nidle_window = \"1s\"\n\
+         [http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n",
+    );
+    let busy = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 60"]);
+    let idle = sbatch(bob, &["--gres=gpu:a6000:1", "--wrap", "sleep 60"]);
+    let uid = |user: &str| run_as(None, Path::new("/usr/bin/id"), &["-u", user]).ok().stdout.trim().to_string();
+    let jobs_dir = tempfile::tempdir().unwrap();
+    for (job, user) in [(&busy, alice), (&idle, bob)] {
+        let record = format!("gpus=6\nuuids=GPU-00000006\nuid={}\n", uid(user));
+        std::fs::write(jobs_dir.path().join(job), record).unwrap();
+    }
+    let mut claimant = Command::new("/usr/bin/setpriv")
+        .args(["--reuid", &uid(bob), "--regid", &uid(bob), "--clear-groups", "/usr/bin/env"])
+        .arg(format!("SLURM_JOB_ID={busy}"))
+        .args(["/bin/sleep", "60"])
+        .spawn()
+        .unwrap();
+    // GPU 6 at 100 %: alice's process 95 %, bob's 0 %, the claimant 0 % with 3 MiB.
+    let mut state: String = (0..8)
+        .map(|i| {
+            let util = if i == 6 { 100 } else { 0 };
+            format!(
+                "[[gpu]]\nuuid = \"GPU-{i:08}\"\nname = \"fake\"\nutil_gpu = {util}\nmem_used = 1\nmem_total = 8192\n"
+            )
+        })
+        .collect();
+    state += &format!(
+        "[[process]]\npid = {}\ngpu = 6\nused_memory = 2097152\nsm_util = 95\n\
+         [[process]]\npid = {}\ngpu = 6\nused_memory = 1048576\nsm_util = 0\n\
+         [[process]]\npid = {}\ngpu = 6\nused_memory = 3145728\nsm_util = 0\n",
+        pid_of(&busy),
+        pid_of(&idle),
+        claimant.id()
+    );
+    let state = site.file("nvml-state.toml", &state);
+    let config = agent_config_with(&site, &format!("jobs_dir = \"{}\"\n", jobs_dir.path().display()));
+    let series =
+        |name: &str, job: &str, user: &str| format!("gputokens_{name}{{job=\"{job}\",user=\"{user}\",node=\"vm\"}} ");
+    let metrics = wait_until(30, &format!("job {idle} flagged idle"), || {
+        report_once(&config, &state);
+        let (_, metrics) = http_get(&format!("{}/metrics", site.http_url()));
+        match metrics.contains(&format!("{}1", series("job_idle", &idle, bob))) {
+            true => Ok(metrics),
+            false => Err(metrics.lines().filter(|l| l.contains("gputokens_job_")).collect::<Vec<_>>().join("; ")),
+        }
+    });
+    let _ = claimant.kill();
+    let _ = claimant.wait();
+    run_as(None, Path::new("/usr/bin/scancel"), &[&busy, &idle]).ok();
+    for (line, why) in [
+        (format!("{}95.0", series("job_gpu_utilization_percent", &busy, alice)), "alice's own process"),
+        (format!("{}0.0", series("job_gpu_utilization_percent", &idle, bob)), "bob's own, not the GPU's 100"),
+        (format!("{}2097152.0", series("job_gpu_memory_bytes", &busy, alice)), "not the claimant's 3 MiB"),
+        (format!("{}0", series("job_idle", &busy, alice)), "the busy job is not idle"),
+        (format!("{}1", series("job_idle", &idle, bob)), "the idle one is"),
+    ] {
+        assert!(metrics.contains(&line), "{why}: no {line}\n{metrics}");
+    }
+}
+
 /// The release's cgroup naming, as the test cluster's slurmd runs it: `GPUTOKENS_CGROUP=v2` (set by
 /// tests/slurm-releases/enter.sh for 24.11 and 26.05) means Slurm's cgroup/v2 with proctrack/cgroup.
 fn cgroup_v2() -> bool {

@@ -1,0 +1,198 @@
+//! Each job's GPU use in one sample, as the agent exports it and accountd records it (idle detection,
+//! `charge_basis = "measured"`, idle tokens): per GPU, the job's own share of it.
+//!
+//! - A GPU the job has to itself (no other job recorded on it or running processes there, and no
+//!   process of nobody's job): the GPU's utilization. Its processes may be out of sight (a container,
+//!   another PID namespace); the GPU's figure is still all its.
+//! - A GPU it shares (Slurm's `gres/shard`, MPS: several jobs recorded on one GPU): the SM utilization
+//!   of its own processes there, summed (at most 100), and their memory. NVML splits a time-sliced
+//!   GPU between its processes (on an H100, two busy ones read 53 % and 47 %), so a job idling beside
+//!   a busy one reads 0 %, not the neighbour's 100 %.
+//! - A shared GPU where the agent sees none of the job's processes, or whose processes' utilization
+//!   NVML cannot give: unmeasured. Nothing there is the job's to borrow, and nothing says it idles.
+//!
+//! A job is unmeasured when any of its GPUs is: accountd then charges its allocation and never counts
+//! it idle for that sample.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::source::{GpuSample, NodeSample, ProcessSample};
+
+/// A job's GPU use on this node in one sample.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobUse {
+    /// Mean over the job's GPUs of its own use of each (see the module); `None`: unmeasured.
+    pub percent: Option<f64>,
+    pub memory_bytes: u64,
+    /// The GPUs it holds (spank_gputokens.so's records) or its processes run on.
+    pub gpus: usize,
+}
+
+/// Who is on one GPU in a sample.
+#[derive(Default)]
+struct Occupants<'s> {
+    jobs: BTreeSet<&'s str>,
+    processes: Vec<&'s ProcessSample>,
+    /// A process mapped to no job (outside Slurm, or a claim the mapping refused) runs there too.
+    nobodys: bool,
+}
+
+impl Occupants<'_> {
+    fn alone(&self, job: &str) -> bool {
+        !self.nobodys && self.jobs.len() == 1 && self.jobs.contains(job)
+    }
+
+    fn of<'p>(&'p self, job: &'p str) -> impl Iterator<Item = &'p ProcessSample> + 'p {
+        self.processes.iter().copied().filter(move |p| p.job_id.as_deref() == Some(job))
+    }
+}
+
+/// Per job, from the GPUs recorded as its own (`GpuSample::jobs`) and those its processes run on.
+pub fn job_use(sample: &NodeSample) -> BTreeMap<String, JobUse> {
+    let mut on: BTreeMap<u32, Occupants> = BTreeMap::new();
+    for gpu in &sample.gpus {
+        on.entry(gpu.index).or_default().jobs.extend(gpu.jobs.iter().map(String::as_str));
+    }
+    for p in &sample.processes {
+        let here = on.entry(p.gpu_index).or_default();
+        here.processes.push(p);
+        match &p.job_id {
+            Some(job) => {
+                here.jobs.insert(job);
+            }
+            None => here.nobodys = true,
+        }
+    }
+    let gpus: HashMap<u32, &GpuSample> = sample.gpus.iter().map(|g| (g.index, g)).collect();
+    let mut jobs: BTreeMap<&str, Vec<(Option<f64>, u64)>> = BTreeMap::new();
+    for (index, here) in &on {
+        for &job in &here.jobs {
+            jobs.entry(job).or_default().push(use_of_gpu(job, here, gpus.get(index).copied()));
+        }
+    }
+    jobs.into_iter()
+        .map(|(job, per_gpu)| {
+            let percents: Option<Vec<f64>> = per_gpu.iter().map(|(p, _)| *p).collect();
+            let percent = percents.map(|p| p.iter().sum::<f64>() / p.len() as f64);
+            let memory_bytes = per_gpu.iter().map(|(_, m)| m).sum();
+            (job.to_string(), JobUse { percent, memory_bytes, gpus: per_gpu.len() })
+        })
+        .collect()
+}
+
+/// The job's use of one GPU: percent (`None`: unmeasured) and memory in bytes.
+fn use_of_gpu(job: &str, here: &Occupants, gpu: Option<&GpuSample>) -> (Option<f64>, u64) {
+    let own: Vec<&ProcessSample> = here.of(job).collect();
+    let process_memory = || own.iter().map(|p| p.used_memory_bytes.unwrap_or(0)).sum::<u64>();
+    if here.alone(job) {
+        let percent = gpu.and_then(|g| g.utilization_percent).map(f64::from);
+        // Its processes out of sight: all memory in use on its GPU is its.
+        let memory = match own.is_empty() {
+            true => gpu.and_then(|g| g.memory_used_bytes).unwrap_or(0),
+            false => process_memory(),
+        };
+        return (percent, memory);
+    }
+    let sm: Option<u32> = match own.is_empty() {
+        true => None,
+        false => own.iter().map(|p| p.sm_utilization_percent).sum(),
+    };
+    (sm.map(|s| f64::from(s.min(100))), process_memory())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(index: u32, util: Option<u32>, jobs: &[&str]) -> GpuSample {
+        GpuSample {
+            uuid: Some(format!("GPU-{index}")),
+            utilization_percent: util,
+            memory_used_bytes: Some(1000 + u64::from(index)),
+            jobs: jobs.iter().map(|j| j.to_string()).collect(),
+            ..GpuSample::empty(index)
+        }
+    }
+
+    /// (pid, gpu, job ("" for none), SM %).
+    fn procs(list: &[(u32, u32, &str, Option<u32>)]) -> Vec<ProcessSample> {
+        list.iter()
+            .map(|&(pid, gpu_index, job, sm)| ProcessSample {
+                pid,
+                gpu_index,
+                used_memory_bytes: Some(100 * u64::from(pid)),
+                sm_utilization_percent: sm,
+                job_id: (!job.is_empty()).then(|| job.to_string()),
+            })
+            .collect()
+    }
+
+    fn sample(gpus: Vec<GpuSample>, processes: Vec<ProcessSample>) -> NodeSample {
+        NodeSample { time: chrono::Utc::now(), gpus, processes }
+    }
+
+    fn used(percent: Option<f64>, memory_bytes: u64, gpus: usize) -> JobUse {
+        JobUse { percent, memory_bytes, gpus }
+    }
+
+    #[test]
+    fn a_gpu_held_alone_is_the_jobs_whole() {
+        let s = sample(
+            vec![gpu(0, Some(80), &["7"]), gpu(1, Some(20), &["7"]), gpu(2, Some(60), &["8"]), gpu(3, None, &["9"])],
+            procs(&[(1, 0, "7", Some(50)), (2, 0, "7", Some(5))]),
+        );
+        let jobs = job_use(&s);
+        // GPU 0's own figure (not its processes' 55), and GPU 1 with none of its processes in sight.
+        assert_eq!(jobs["7"], used(Some(50.0), 100 + 200 + 1001, 2));
+        assert_eq!(jobs["8"], used(Some(60.0), 1002, 1), "processes out of sight");
+        assert_eq!(jobs["9"], used(None, 1003, 1), "a GPU that cannot say is no idle GPU");
+        assert_eq!(jobs.len(), 3);
+    }
+
+    /// As on the H100: alice's busy job and bob's idle one on one GPU, a process of bob's claiming
+    /// alice's job (the mapping gave it no job), and a job whose processes are out of sight.
+    #[test]
+    fn on_a_shared_gpu_each_job_is_its_own_processes() {
+        let shared = vec![gpu(0, Some(100), &["4242", "4243", "4244"])];
+        let s = sample(
+            shared,
+            procs(&[(1, 0, "4242", Some(99)), (2, 0, "4243", Some(0)), (3, 0, "4243", Some(0)), (4, 0, "", Some(0))]),
+        );
+        let jobs = job_use(&s);
+        assert_eq!(jobs["4242"], used(Some(99.0), 100, 1), "alice: her process, not bob's claimant");
+        assert_eq!(jobs["4243"], used(Some(0.0), 500, 1), "bob idles beside a busy job");
+        assert_eq!(jobs["4244"], used(None, 0, 1), "none of its processes in sight: unmeasured, not idle");
+        // Time-sliced, two busy processes of one job add up (to at most 100).
+        let s = sample(
+            vec![gpu(0, Some(100), &["5", "6"])],
+            procs(&[(1, 0, "5", Some(53)), (2, 0, "5", Some(47)), (3, 0, "5", Some(10)), (4, 0, "6", None)]),
+        );
+        let jobs = job_use(&s);
+        assert_eq!(jobs["5"].percent, Some(100.0));
+        assert_eq!(jobs["6"].percent, None, "NVML gave no utilization for its process");
+    }
+
+    #[test]
+    fn processes_of_other_jobs_or_none_make_a_gpu_shared() {
+        // No records: job 7's processes share GPU 0 with job 8's, and GPU 1 with a process outside Slurm.
+        let s = sample(
+            vec![gpu(0, Some(90), &[]), gpu(1, Some(40), &[]), gpu(2, Some(30), &[])],
+            procs(&[(1, 0, "7", Some(70)), (2, 0, "8", Some(20)), (3, 1, "7", Some(10)), (4, 1, "", Some(30))]),
+        );
+        let jobs = job_use(&s);
+        assert_eq!(jobs["7"], used(Some(40.0), 100 + 300, 2), "mean of 70 and 10");
+        assert_eq!(jobs["8"], used(Some(20.0), 200, 1));
+        assert_eq!(jobs.len(), 2, "processes outside jobs are not a job");
+    }
+
+    #[test]
+    fn one_unmeasured_gpu_leaves_the_job_unmeasured() {
+        let s = sample(
+            vec![gpu(0, Some(0), &["7"]), gpu(1, Some(100), &["7", "8"])],
+            procs(&[(1, 1, "8", Some(100)), (2, 0, "7", Some(0))]),
+        );
+        let jobs = job_use(&s);
+        assert_eq!(jobs["7"], used(None, 200, 2), "idle on GPU 0, unknown on GPU 1: not idle");
+        assert_eq!(jobs["8"].percent, Some(100.0));
+    }
+}
