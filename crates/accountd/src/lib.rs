@@ -5,6 +5,7 @@
 pub mod admin_journal;
 pub mod agent;
 pub mod answering;
+pub mod balance_json;
 pub mod balance_row;
 pub mod cli;
 pub mod command;
