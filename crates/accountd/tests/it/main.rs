@@ -20,6 +20,7 @@ mod health;
 mod holds;
 mod http;
 mod idle;
+mod json_shape;
 mod limits;
 mod manners;
 mod notifications;
