@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod error;
 pub mod health;
 pub mod http;
+pub mod logging;
 pub mod metrics;
 pub mod ondemand;
 pub mod reply;

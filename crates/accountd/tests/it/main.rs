@@ -22,6 +22,7 @@ mod http;
 mod idle;
 mod json_shape;
 mod limits;
+mod logs;
 mod manners;
 mod notifications;
 mod ondemand;
