@@ -234,8 +234,14 @@ mod tests {
         let value = serde_json::to_value(History::of("alice", &[entry])).unwrap();
         assert_eq!(value["schema"], 1);
         let e = &value["entries"][0];
-        assert_eq!((e["amount"].as_str(), e["balance_after"].as_str(), e["kind"].as_str()), (Some("-0.5"), Some("99.5"), Some("charge")));
-        assert_eq!((e["at"].as_str(), e["at_unix"].as_i64()), (Some(format_rfc3339(1_795_000_000).as_str()), Some(1_795_000_000)));
+        assert_eq!(
+            (e["amount"].as_str(), e["balance_after"].as_str(), e["kind"].as_str()),
+            (Some("-0.5"), Some("99.5"), Some("charge"))
+        );
+        assert_eq!(
+            (e["at"].as_str(), e["at_unix"].as_i64()),
+            (Some(format_rfc3339(1_795_000_000).as_str()), Some(1_795_000_000))
+        );
         assert!(e.get("gpu_type").is_none(), "what the wire never carried stays out: {e}");
     }
 }

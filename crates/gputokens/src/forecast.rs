@@ -77,9 +77,11 @@ mod tests {
     fn refunds_are_taken_off_what_jobs_spent() {
         // 28 charged, 14 of it refunded (a run lost to a failing GPU): 14 over 7 days, 2 a day;
         // 20 left above the floor: ten days.
-        let entries = [entry(8, EntryKind::Import, "0"), entry(6, EntryKind::Charge, "-28"), entry(5, EntryKind::Refund, "14")];
+        let entries =
+            [entry(8, EntryKind::Import, "0"), entry(6, EntryKind::Charge, "-28"), entry(5, EntryKind::Refund, "14")];
         assert_eq!(floor_reached(&entries, Tokens::whole(10), Tokens::whole(-10), NOW), Some(NOW + 10 * DAY));
-        let all_back = [entry(8, EntryKind::Import, "0"), entry(6, EntryKind::Charge, "-28"), entry(5, EntryKind::Refund, "28")];
+        let all_back =
+            [entry(8, EntryKind::Import, "0"), entry(6, EntryKind::Charge, "-28"), entry(5, EntryKind::Refund, "28")];
         assert_eq!(floor_reached(&all_back, Tokens::whole(10), Tokens::whole(-10), NOW), None);
     }
 
@@ -106,7 +108,8 @@ mod tests {
         let huge = [Movement { at: i64::MIN / 2, kind: EntryKind::Charge, amount: Tokens::from_micro(-1) }];
         assert_eq!(floor_reached(&huge, Tokens::from_micro(i64::MAX), Tokens::from_micro(i64::MIN), 0), None);
         let spent = [Movement { at: NOW - 8 * DAY, kind: EntryKind::Charge, amount: Tokens::from_micro(i64::MIN) }];
-        let spent = [spent[0], Movement { at: NOW - DAY, kind: EntryKind::Charge, amount: Tokens::from_micro(i64::MIN) }];
+        let spent =
+            [spent[0], Movement { at: NOW - DAY, kind: EntryKind::Charge, amount: Tokens::from_micro(i64::MIN) }];
         assert!(floor_reached(&spent, Tokens::from_micro(-1), Tokens::from_micro(i64::MIN), NOW).is_some());
     }
 }

@@ -33,11 +33,9 @@ impl Action {
                 let verb = if *adjust { "adjusted" } else { "granted" };
                 format!("{verb} account {account} {}{}{}", change(*amount, reason), keyed(key), until(*expires))
             }
-            Request::Transfer { from, to, amount, reason, key } => format!(
-                "moved {amount} from account {from} to account {to} ({}){}",
-                printable(reason),
-                keyed(key)
-            ),
+            Request::Transfer { from, to, amount, reason, key } => {
+                format!("moved {amount} from account {from} to account {to} ({}){}", printable(reason), keyed(key))
+            }
             Request::Balances { .. }
             | Request::History { .. }
             | Request::Actions { .. }
@@ -122,7 +120,10 @@ fn outcome(reply: &Reply) -> String {
         }
         Reply::Imported { imported, already } => format!(": {imported} new, {already} there before"),
         Reply::PoolsImported { created, already } => {
-            format!(": created {}; {already} there before", if created.is_empty() { "none".into() } else { created.join(", ") })
+            format!(
+                ": created {}; {already} there before",
+                if created.is_empty() { "none".into() } else { created.join(", ") }
+            )
         }
         Reply::Pools { rows, .. } => match rows.as_slice() {
             [row] => {
@@ -237,7 +238,10 @@ mod tests {
                     reason: "term".into(),
                     key: Some("t1".into()),
                 },
-                recorded(&[(gputokens::pools::holder("lab").as_str(), "50"), (gputokens::pools::holder("course").as_str(), "20")]),
+                recorded(&[
+                    (gputokens::pools::holder("lab").as_str(), "50"),
+                    (gputokens::pools::holder("course").as_str(), "20"),
+                ]),
                 "root moved 20 from account lab to account course (term) key=t1; balances now: account lab 50, \
                  account course 20",
             ),
@@ -250,8 +254,12 @@ mod tests {
 
     #[test]
     fn reasons_cannot_break_the_line() {
-        let adjust =
-            Request::Adjust { user: "bob".into(), amount: Tokens::whole(-1), reason: "a\nroot granted".into(), key: None };
+        let adjust = Request::Adjust {
+            user: "bob".into(),
+            amount: Tokens::whole(-1),
+            reason: "a\nroot granted".into(),
+            key: None,
+        };
         let line = Action::of(&adjust).unwrap().line("root", &Reply::Imported { imported: 0, already: 0 });
         assert!(!line.contains('\n'), "{line}");
     }

@@ -120,10 +120,8 @@ fn admin_changes_are_logged_as_sentences_in_tokens_without_colour_under_no_color
 #[test]
 fn colour_is_for_terminals_that_want_it() {
     let site = Site::start("", "");
-    let sacct = site.file(
-        "sacct.txt",
-        "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State\n8|bob|garbage|3600|1795444368|COMPLETED\n",
-    );
+    let sacct = site
+        .file("sacct.txt", "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State\n8|bob|garbage|3600|1795444368|COMPLETED\n");
     let warning = |env: &[(&str, &str)]| {
         let charge = accountd_on_a_terminal(&site.config, &["charge", "--sacct-file", &sacct], env);
         let (mut child, out) = stderr_on_a_terminal(charge);

@@ -7,8 +7,8 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use gputokens::controller_status::{ControllerStatus, ViewStatus};
 use accountd::balance_json::EntryJson as Entry;
+use gputokens::controller_status::{ControllerStatus, ViewStatus};
 use gputokens::entry::EntryKind;
 use gputokens::Tokens;
 

@@ -54,8 +54,11 @@ pub fn check(record: &UsageRecord) -> Result<(), (Reason, String)> {
         return Err((Reason::AbsurdValue, format!("{} s elapsed is more than ten years", record.elapsed)));
     }
     if let Some((gpu_type, milli)) = record.milli_gpus.iter().find(|(_, m)| **m > MAX_MILLI_GPUS) {
-        let detail =
-            format!("{} milli-GPUs of '{}' is more than a hundred thousand GPUs", milli, crate::free_text::printable(gpu_type));
+        let detail = format!(
+            "{} milli-GPUs of '{}' is more than a hundred thousand GPUs",
+            milli,
+            crate::free_text::printable(gpu_type)
+        );
         return Err((Reason::AbsurdValue, detail));
     }
     Ok(())

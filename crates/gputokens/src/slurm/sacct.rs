@@ -324,8 +324,12 @@ garbage row without fields
         assert_eq!(p.rejected[1].detail, "1 fields, the header has 6: 'garbage row without fields'");
         assert_eq!(p.rejected[2].detail, "job 3: Start 'yesterday' is not a time");
         // Quotes as written (the log once showed \'x\'), controls escaped: one line.
-        assert_eq!(p.rejected[3].detail, "job 4: AllocTRES: bad TRES entry 'gres/gpu:a6000=x': GPU count is not a whole number");
-        let control = parse("JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State\nit's\u{1b}[2K\n", Sharing::default()).unwrap();
+        assert_eq!(
+            p.rejected[3].detail,
+            "job 4: AllocTRES: bad TRES entry 'gres/gpu:a6000=x': GPU count is not a whole number"
+        );
+        let control =
+            parse("JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State\nit's\u{1b}[2K\n", Sharing::default()).unwrap();
         assert_eq!(control.rejected[0].detail, "1 fields, the header has 6: 'it's\\u{1b}[2K'");
     }
 

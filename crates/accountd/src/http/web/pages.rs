@@ -105,8 +105,7 @@ pub fn user_view(res: &Resources, user: &str, now: i64) -> Result<Value, String>
     let idle = match res.ledger.statement(user, month, ledger::Issue { at: now, partial: true }) {
         Ok(statement) => {
             let (total, per_type) = idle_by_type(&statement);
-            let per_type: Vec<Value> =
-                per_type.iter().map(|(t, v)| json!({ "gpu_type": t, "tokens": v })).collect();
+            let per_type: Vec<Value> = per_type.iter().map(|(t, v)| json!({ "gpu_type": t, "tokens": v })).collect();
             json!({ "month": month.to_string(), "tokens": total, "per_type": per_type })
         }
         Err(_) => json!({ "month": month.to_string(), "tokens": Tokens::ZERO, "per_type": [] }),
@@ -144,9 +143,7 @@ pub fn admin_view(answering: &Answering, now: i64) -> Result<Value, String> {
         .accounts()
         .map_err(|e| e.to_string())?
         .iter()
-        .map(|a| {
-            json!({ "user": a.user, "balance": a.balance, "status": rules.status(a.balance) })
-        })
+        .map(|a| json!({ "user": a.user, "balance": a.balance, "status": rules.status(a.balance) }))
         .collect();
     let first_day = local_date(now) - chrono::Days::new(29);
     let usage = answering.res.ledger.used_by_type_since(first_day).map_err(|e| e.to_string())?;
