@@ -14,6 +14,7 @@ mod common;
 mod config;
 mod cycles;
 mod first_day;
+mod forecast;
 mod grafana;
 mod grant_expiry;
 mod health;
