@@ -3,11 +3,11 @@
 //! Amounts are exact decimal strings (`"-10.4"`: gputokens keeps micro-tokens exactly, a float
 //! would not); instants are RFC 3339 with their offset, unix seconds beside; days are `YYYY-MM-DD`.
 //! A ledger entry likewise has one shape, [`EntryJson`], in `sbalance --history --json` and
-//! `accountd admin history --json`. DOC-NOTES.md documents every field.
+//! `accountd admin history --json`; an action one, [`ActionJson`]. DOC-NOTES.md documents every field.
 
 use std::collections::BTreeMap;
 
-use gputokens::entry::{Entry, EntryKind};
+use gputokens::entry::{Action, Entry, EntryKind};
 use gputokens::policy::Status;
 use gputokens::protocol::{BalanceRow, PoolBalance};
 use gputokens::time::format_rfc3339;
@@ -148,6 +148,48 @@ impl History {
     }
 }
 
+/// One preemption, requeue or drain (`accountd admin actions --json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionJson {
+    /// RFC 3339 with the local offset.
+    pub at: String,
+    pub at_unix: i64,
+    pub action: String,
+    /// The job or node acted on.
+    pub target: String,
+    pub user: String,
+    pub reason: String,
+    /// Logged only, not done (`[preemption] dry_run`).
+    pub dry_run: bool,
+}
+
+/// `{"schema": 1, "actions": [...]}`, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Actions {
+    pub schema: u32,
+    pub actions: Vec<ActionJson>,
+}
+
+impl Actions {
+    pub fn of(actions: &[Action]) -> Actions {
+        let actions = actions
+            .iter()
+            .map(|a| ActionJson {
+                at: format_rfc3339(a.at),
+                at_unix: a.at,
+                action: a.action.clone(),
+                target: a.target.clone(),
+                user: a.user.clone(),
+                reason: a.reason.clone(),
+                dry_run: a.dry_run,
+            })
+            .collect();
+        Actions { schema: SCHEMA, actions }
+    }
+}
+
 /// Pretty JSON with a final newline, as the commands print it.
 pub fn pretty<T: Serialize>(value: &T) -> String {
     serde_json::to_string_pretty(value).map(|text| text + "\n").unwrap_or_default()
@@ -243,5 +285,24 @@ mod tests {
             (Some(format_rfc3339(1_795_000_000).as_str()), Some(1_795_000_000))
         );
         assert!(e.get("gpu_type").is_none(), "what the wire never carried stays out: {e}");
+    }
+
+    #[test]
+    fn an_action_has_its_instant_twice_too() {
+        let action = Action {
+            at: 1_795_000_000,
+            action: "requeue".into(),
+            target: "812".into(),
+            user: "bob".into(),
+            reason: "overdraft; carol waits for a6000".into(),
+            dry_run: true,
+        };
+        let value = serde_json::to_value(Actions::of(&[action])).unwrap();
+        assert_eq!(
+            value,
+            json!({ "schema": 1, "actions": [{ "at": format_rfc3339(1_795_000_000), "at_unix": 1_795_000_000,
+                    "action": "requeue", "target": "812", "user": "bob", "reason": "overdraft; carol waits for a6000",
+                    "dry_run": true }] })
+        );
     }
 }
