@@ -50,6 +50,10 @@ fn expiring(res: &Resources, user: &str, balance: Tokens, now: i64) -> Result<Op
     let open = res.ledger.open_grants(user).map_err(from_ledger)?;
     Ok(open.into_iter().filter(|g| g.expires_at <= until).find_map(|g| {
         let tokens = g.at_stake(balance);
-        (tokens > Tokens::ZERO).then(|| Expiring { tokens, at: gputokens::time::format_local(g.expires_at) })
+        (tokens > Tokens::ZERO).then(|| Expiring {
+            tokens,
+            at: gputokens::time::format_local(g.expires_at),
+            ends: g.expires_at,
+        })
     }))
 }

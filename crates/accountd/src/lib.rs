@@ -5,6 +5,7 @@
 pub mod admin_journal;
 pub mod agent;
 pub mod answering;
+pub mod balance_json;
 pub mod balance_row;
 pub mod cli;
 pub mod command;
@@ -13,6 +14,7 @@ pub mod daemon;
 pub mod error;
 pub mod health;
 pub mod http;
+pub mod logging;
 pub mod metrics;
 pub mod ondemand;
 pub mod reply;

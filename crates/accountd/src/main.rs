@@ -20,11 +20,7 @@ use gputokens::Config;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("GPUTOKENS_LOG").unwrap_or_else(|_| "info".into()))
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
+    accountd::logging::init();
     // Files accountd creates (ledger, snapshot temp files) start private.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o027));
     match run(cli) {
@@ -93,7 +89,7 @@ fn run(cli: Cli) -> AccountdResult {
             refuse_if_others_can_write(&config.agent.jobs_dir, "agent.jobs_dir", Some(&config.slurm_user))?;
             accountd::agent::run::run(&config, node, once)
         }
-        Command::Serve => serve(trusted_config(&path)?),
+        Command::Serve => serve(&path, trusted_config(&path)?),
         Command::Tick { time, skip_charge, wait } => {
             let mut cycle = CycleState::new(Resources::open_as_admin(trusted_config(&path)?)?);
             let now = now(&time)?;
@@ -185,7 +181,7 @@ fn now(time: &TimeArg) -> AccountdResult<i64> {
 /// Descriptors besides the listeners' connections: the ledger, logs, munged, Slurm commands' pipes.
 const OTHER_OPEN_FILES: u64 = 64;
 
-fn serve(config: Config) -> AccountdResult {
+fn serve(path: &std::path::Path, config: Config) -> AccountdResult {
     let socket = config.paths.socket.clone();
     let http_listen = config.http_listen;
     let limits = config.http.clone();
@@ -216,7 +212,13 @@ fn serve(config: Config) -> AccountdResult {
     runtime.block_on(async {
         let listener =
             socket::bind(&socket).map_err(AccountdError::io(format!("cannot listen on {}", socket.display())))?;
-        tracing::info!("accountd {} listening on {}", accountd::version(), socket.display());
+        tracing::info!(
+            "accountd {} with config {} and ledger {}: listening on {}",
+            accountd::version(),
+            path.display(),
+            ledger.display(),
+            socket.display()
+        );
         let shared = std::sync::Arc::new(std::sync::Mutex::new(answering));
         let (stop, stopped) = tokio::sync::watch::channel(false);
         if let Some(tcp) = tcp {

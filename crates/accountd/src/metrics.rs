@@ -480,7 +480,7 @@ impl Metrics {
                 let last = self.cycle_last_success.get(&labels).map_or(0, |g| g.get());
                 serde_json::json!({
                     "cycle": cycle,
-                    "last_success": (last > 0).then(|| gputokens::time::format_local(last)),
+                    "last_success": (last > 0).then(|| gputokens::time::format_rfc3339(last)),
                     "ago_seconds": (last > 0).then(|| now - last),
                     "seconds": self.cycle_seconds.get(&labels).map(|g| g.get()),
                     "failures": self.cycle_failures.get(&labels).map_or(0, |c| c.get()),

@@ -328,8 +328,12 @@ pub struct ControllerShadow {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Expiring {
     pub tokens: Tokens,
-    /// Local time, `YYYY-MM-DDTHH:MM:SS`.
+    /// Local time, `YYYY-MM-DDTHH:MM:SS` (sbatch's line shows it).
     pub at: String,
+    /// The same instant in unix seconds (the JSON shows it with its offset); 0 from an accountd
+    /// older than this field.
+    #[serde(default)]
+    pub ends: i64,
 }
 
 /// A pool's balance as a line about the user's jobs names it.

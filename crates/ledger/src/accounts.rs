@@ -115,7 +115,7 @@ fn account_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Account> {
 pub fn check_user_name(user: &str) -> Result<(), LedgerError> {
     match gputokens::user_name::problem(user) {
         None => Ok(()),
-        Some(why) => Err(LedgerError::BadUserName { name: user.escape_debug().to_string(), why }),
+        Some(why) => Err(LedgerError::BadUserName { name: gputokens::free_text::printable(user).into_owned(), why }),
     }
 }
 

@@ -293,7 +293,7 @@ fn add_pool_in(
     now: i64,
 ) -> Result<bool, LedgerError> {
     if let Some(why) = account_name_problem(account) {
-        return Err(LedgerError::BadAccountName { name: account.escape_debug().to_string(), why });
+        return Err(LedgerError::BadAccountName { name: gputokens::free_text::printable(account).into_owned(), why });
     }
     let added = tx
         .prepare_cached(

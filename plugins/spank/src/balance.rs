@@ -107,8 +107,11 @@ mod tests {
     #[test]
     fn a_grant_ending_soon_is_named() {
         let mut r = row(146, Status::Ok);
-        r.expiring =
-            Some(gputokens::protocol::Expiring { tokens: Tokens::whole(42), at: "2026-11-26T10:14:00".into() });
+        r.expiring = Some(gputokens::protocol::Expiring {
+            tokens: Tokens::whole(42),
+            at: "2026-11-26T10:14:00".into(),
+            ends: 0,
+        });
         assert_eq!(
             message(&r),
             "balance 146 tokens (ok); 42 tokens of a grant expire at 2026-11-26T10:14:00; run 'sbalance' for details."

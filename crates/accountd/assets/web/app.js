@@ -1,5 +1,7 @@
 // The status page: reads /web/api/me (a user's view) or /web/api/admin (#admin) and draws it. Only
 // text is ever put into the page (textContent), never HTML: user names and reasons are data.
+// Amounts come as exact decimal strings (schema 1, the shape of `sbalance --json`): shown as they
+// are, turned into numbers only to draw and sort.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -42,16 +44,19 @@ function drawChart() {
   const svg = $("chart");
   svg.replaceChildren();
   $("chart-days").textContent = chartDays;
-  const since = me.now - chartDays * 86400;
+  const now = me.now_unix;
+  const since = now - chartDays * 86400;
   // The balance at the window's start is the one after the last entry before it.
-  const before = me.chart.filter((p) => p.at < since);
-  const points = me.chart.filter((p) => p.at >= since);
-  const start = before.length ? before[before.length - 1].balance : (points.length ? points[0].balance : me.balance.value);
-  const series = [{ at: since, balance: start }, ...points, { at: me.now, balance: me.balance.value }];
-  const values = series.map((p) => p.balance).concat([0, me.floor.value]);
+  const chart = me.chart.map((p) => ({ at: p.at_unix, balance: Number(p.balance) }));
+  const before = chart.filter((p) => p.at < since);
+  const points = chart.filter((p) => p.at >= since);
+  const balance = Number(me.balance), floor = Number(me.floor);
+  const start = before.length ? before[before.length - 1].balance : (points.length ? points[0].balance : balance);
+  const series = [{ at: since, balance: start }, ...points, { at: now, balance }];
+  const values = series.map((p) => p.balance).concat([0, floor]);
   const low = Math.min(...values), high = Math.max(...values);
   const span = high - low || 1;
-  const x = (at) => 40 + ((at - since) / (me.now - since)) * 750;
+  const x = (at) => 40 + ((at - since) / (now - since)) * 750;
   const y = (v) => 220 - ((v - low) / span) * 200;
   const line = (cls, v) => {
     const l = document.createElementNS(SVG, "line");
@@ -65,7 +70,7 @@ function drawChart() {
     svg.appendChild(t);
   };
   line("zero", 0);
-  line("floor", me.floor.value);
+  line("floor", floor);
   // A step line: the balance holds until the next entry changes it.
   let d = "";
   series.forEach((p, i) => {
@@ -82,26 +87,30 @@ function drawChart() {
 function showUser(view) {
   me = view;
   $("user-name").textContent = view.user;
-  $("balance").textContent = view.balance.text;
+  $("balance").textContent = view.balance;
   $("status").textContent = view.status;
   $("status").className = "big status-" + view.status;
-  $("floor").textContent = view.floor.text;
+  $("floor").textContent = view.floor;
   $("next-grant").textContent = view.next_grant ? `+${view.next_grant.amount} on ${view.next_grant.date}` : "none";
   // What the status means, in the server's words (the same as sbatch's line and sbalance's).
   let text = view.explanation;
   if (view.recovers) text += ` Replenishment alone ends this on ${view.recovers}.`;
   $("status-text").textContent = text;
   // A grant about to end: the same words as sbatch's line.
-  $("expiring").textContent = view.expiring ? `${view.expiring.tokens.text} tokens of a grant expire at ${view.expiring.at}.` : "";
+  $("expiring").textContent = view.expiring ? `${view.expiring.tokens} tokens of a grant expire at ${view.expiring.at}.` : "";
   $("expiring").hidden = !view.expiring;
+  // The rate is what jobs were charged (net of refunds): an admin's adjustment or grant is no spending.
+  const days = view.forecast.window_days;
   $("forecast").textContent = view.forecast.floor_on
-    ? `At the last ${view.forecast.window_days} days' rate you reach the floor on ${view.forecast.floor_on}.`
-    : `Your balance has not fallen over the last ${view.forecast.window_days} days.`;
+    ? `At the last ${days} days' rate you reach the floor on ${view.forecast.floor_on}.`
+    : Number(view.balance) <= Number(view.floor)
+      ? "You are at the floor."
+      : `Your jobs spent no tokens over the last ${days} days: no date to forecast.`;
   // What this month's charges spent on idle GPUs (below the site's utilization threshold for its idle window).
   const idle = view.idle_month;
-  const spentIdle = idle && idle.tokens.value > 0;
+  const spentIdle = idle && Number(idle.tokens) > 0;
   $("idle").textContent = spentIdle
-    ? `You spent ${idle.tokens.text} tokens on idle GPUs this month (${idle.per_type.map((t) => `${t.gpu_type} ${t.tokens.text}`).join(", ")}).`
+    ? `You spent ${idle.tokens} tokens on idle GPUs this month (${idle.per_type.map((t) => `${t.gpu_type} ${t.tokens}`).join(", ")}).`
     : "";
   $("idle").hidden = !spentIdle;
   // Shadow mode: this user's submissions the plugins would have refused (nothing was enforced).
@@ -111,9 +120,9 @@ function showUser(view) {
     $("shadow-user").textContent = `gputokens is in shadow mode: nothing is enforced yet. ${count === 0 ? "None" : count} of ${view.user}'s GPU jobs would have been refused.`;
   }
   $("shadow-user").hidden = !shadow;
-  fill("per-type", view.used_30d, (u) => [[u.gpu_type], [u.tokens.text, "num"]]);
+  fill("per-type", Object.entries(view.used_30d), ([gpuType, tokens]) => [[gpuType], [tokens, "num"]]);
   fill("events", view.events, (e) => [[e.at], [e.event], [e.what], [e.why]]);
-  fill("jobs", view.jobs, (j) => [[j.job], [j.last_charged], [j.gpu_types.join(", ")], [j.tokens.text, "num"]]);
+  fill("jobs", view.jobs, (j) => [[j.job], [j.last_charged], [j.gpu_types.join(", ")], [j.tokens, "num"]]);
   // The account pools the viewer may see: a row per pool, its members (theirs alone for a member) under it.
   const pools = view.pools || [];
   const poolRows = pools.flatMap((p) => [
@@ -133,8 +142,10 @@ let sortKey = "user", sortDir = 1;
 function drawUsers() {
   const needle = $("filter").value.trim().toLowerCase();
   const shown = needle ? users.filter((u) => u.user.toLowerCase().includes(needle) || u.status === needle) : users.slice();
-  shown.sort((a, b) => (a[sortKey] < b[sortKey] ? -sortDir : a[sortKey] > b[sortKey] ? sortDir : 0));
-  fill("users", shown, (u) => [[u.user], [u.text, "num"], [u.status]]);
+  // Balances are decimal strings: compared as numbers.
+  const key = (u) => (sortKey === "balance" ? Number(u.balance) : u[sortKey]);
+  shown.sort((a, b) => (key(a) < key(b) ? -sortDir : key(a) > key(b) ? sortDir : 0));
+  fill("users", shown, (u) => [[u.user], [u.balance, "num"], [u.status]]);
   $("shown").textContent = `${shown.length} of ${users.length} users`;
   for (const th of $("users").tHead.rows[0].cells) {
     if (th.dataset.key === sortKey) th.setAttribute("aria-sort", sortDir > 0 ? "ascending" : "descending");
@@ -160,7 +171,7 @@ function showAdmin(view) {
   $("waiting").textContent = view.waiting_gpu_jobs
     ? `${view.waiting_gpu_jobs.jobs} GPU jobs waiting (squeue at ${view.waiting_gpu_jobs.as_of}).`
     : "The queue was not read in the last cycle.";
-  fill("usage", view.usage_30d, (u) => [[u.gpu_type], [u.tokens.text, "num"]]);
+  fill("usage", Object.entries(view.usage_30d), ([gpuType, tokens]) => [[gpuType], [tokens, "num"]]);
   fill("preemptions", view.preemptions, (p) => [[p.at], [p.action + (p.dry_run ? " (dry run)" : "")], [p.job], [p.user], [p.reason]]);
   showShadow(view.shadow);
   fill("drained", view.drained, (f) => [[f.at], [f.node], [f.gpu], [f.cause]]);

@@ -79,11 +79,12 @@ pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
             }
         }
         Reply::History { user, entries } if json => {
-            let out = serde_json::json!({ "user": user, "entries": entries });
-            crate::outln!("{out:#}");
+            crate::out!("{}", crate::balance_json::pretty(&crate::balance_json::History::of(&user, &entries)));
         }
         Reply::History { entries, .. } => print_history(&entries),
-        Reply::Actions { actions } if json => crate::outln!("{:#}", serde_json::json!({ "actions": actions })),
+        Reply::Actions { actions } if json => {
+            crate::out!("{}", crate::balance_json::pretty(&crate::balance_json::Actions::of(&actions)))
+        }
         Reply::Actions { actions } => {
             crate::outln!("{:<19} {:<13} {:<10} {:<10} Reason", "Time", "Action", "Target", "User");
             for a in actions {

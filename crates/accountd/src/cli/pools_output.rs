@@ -50,7 +50,7 @@ pub fn lines(rows: &[PoolRow], long: bool, parsable: bool, header: bool) -> Vec<
 }
 
 pub fn json(mode: gputokens::pools::PoolMode, rows: &[PoolRow]) -> String {
-    format!("{:#}", serde_json::json!({ "mode": mode, "pools": rows }))
+    format!("{:#}", serde_json::json!({ "schema": crate::balance_json::SCHEMA, "mode": mode, "pools": rows }))
 }
 
 #[cfg(test)]

@@ -193,12 +193,12 @@ fn history(config: &Config, args: &Args, limit: usize) -> AccountdResult {
         [user] => Some(user.clone()),
         _ => return Err(AccountdError::Refused("--history shows one user: give at most one -u".into())),
     };
-    let entries = match call(&config.paths.socket, &Request::History { user, limit: Some(limit) })? {
-        Reply::History { entries, .. } => entries,
+    let (user, entries) = match call(&config.paths.socket, &Request::History { user, limit: Some(limit) })? {
+        Reply::History { user, entries } => (user, entries),
         other => return Err(ClientError::Unexpected(Box::new(other)).into()),
     };
     if args.json {
-        crate::outln!("{:#}", serde_json::json!({ "entries": entries }));
+        crate::out!("{}", crate::balance_json::pretty(&crate::balance_json::History::of(&user, &entries)));
         return Ok(());
     }
     const HEADER: [&str; 6] = ["Time", "Kind", "Amount", "Balance", "JobID", "Reason"];
@@ -322,24 +322,5 @@ fn table(rows: &[BalanceRow], fields: &[Field], header: bool) -> String {
 }
 
 fn json(rows: &[BalanceRow]) -> String {
-    let users: Vec<serde_json::Value> = rows
-        .iter()
-        .map(|r| {
-            let mut user = serde_json::json!({
-                "user": r.user,
-                "balance": r.balance.as_f64(),
-                "floor": r.floor.as_f64(),
-                "status": r.status,
-                "explanation": format!("{}.", r.status.explanation(r.floor)),
-                "used_30d": r.used_30d.iter().map(|(t, v)| (t.clone(), v.as_f64().into())).collect::<serde_json::Map<_, _>>(),
-                "next_grant": r.next_grant.as_ref().map(|(d, a)| serde_json::json!({"date": d, "amount": a.as_f64()})),
-                "recovers": r.recovers,
-            });
-            if let Some(e) = &r.expiring {
-                user["expiring"] = serde_json::json!({ "tokens": e.tokens.as_f64(), "at": e.at });
-            }
-            user
-        })
-        .collect();
-    format!("{:#}\n", serde_json::json!({ "users": users }))
+    crate::balance_json::pretty(&crate::balance_json::Balances::of(rows))
 }

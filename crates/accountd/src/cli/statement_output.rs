@@ -90,6 +90,7 @@ pub fn csv_record<S: AsRef<str>>(fields: &[S]) -> String {
 pub fn json(statements: &[Statement]) -> String {
     #[derive(serde::Serialize)]
     struct Out<'a> {
+        schema: u32,
         statements: Vec<StatementJson<'a>>,
     }
     #[derive(serde::Serialize)]
@@ -97,7 +98,9 @@ pub fn json(statements: &[Statement]) -> String {
         user: &'a str,
         month: Month,
         partial: bool,
-        issued: i64,
+        /// RFC 3339 with the local offset, and unix seconds: as every instant in the JSON.
+        issued: String,
+        issued_unix: i64,
         opening: Tokens,
         lines: Vec<LineJson<'a>>,
         closing: Tokens,
@@ -122,7 +125,8 @@ pub fn json(statements: &[Statement]) -> String {
             user: &s.user,
             month: s.month,
             partial: s.partial,
-            issued: s.issued,
+            issued: gputokens::time::format_rfc3339(s.issued),
+            issued_unix: s.issued,
             opening: s.opening,
             lines: s
                 .lines
@@ -133,7 +137,7 @@ pub fn json(statements: &[Statement]) -> String {
             members: s.members.iter().map(|(user, charged)| MemberJson { user, charged: *charged }).collect(),
         })
         .collect();
-    serde_json::to_string_pretty(&Out { statements }).unwrap_or_default() + "\n"
+    serde_json::to_string_pretty(&Out { schema: crate::balance_json::SCHEMA, statements }).unwrap_or_default() + "\n"
 }
 
 /// The statement to read: one line per item, amounts right-aligned, who and why last.

@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 
+use gputokens::free_text::printable;
 use gputokens::slurm::rejected::{unresolved_uid, Reason, Rejected};
 use ledger::{ChargeOutcome, UsageRecord};
 
@@ -62,10 +63,10 @@ pub fn sift(records: Vec<UsageRecord>, origin: &str) -> (Vec<UsageRecord>, Vec<R
             match problem {
                 None => true,
                 Some((reason, detail)) => {
-                    let detail = format!("job {}: {detail}", record.job_id.escape_debug());
+                    let detail = format!("job {}: {detail}", printable(&record.job_id));
                     rejected.push(Rejected {
                         reason,
-                        origin: format!("{origin} job {}", record.job_id.escape_debug()),
+                        origin: format!("{origin} job {}", printable(&record.job_id)),
                         detail,
                     });
                     false

@@ -275,7 +275,7 @@ async fn rows(state: Arc<AppState>, peer: SocketAddr, presented: Option<Vec<u8>>
         names.iter().map(row).collect::<Result<Vec<BalanceRow>, _>>()
     });
     match work.await {
-        Ok(Ok(rows)) => Json(serde_json::json!({ "users": rows })).into_response(),
+        Ok(Ok(rows)) => Json(crate::balance_json::Balances::of(&rows)).into_response(),
         Ok(Err((status, message))) => {
             let mut response = (status, Json(serde_json::json!({ "error": message }))).into_response();
             if status == StatusCode::UNAUTHORIZED {

@@ -47,9 +47,9 @@ pub enum SlurmError {
 /// A node name or job ID refused before it reaches a Slurm command.
 #[derive(Debug, thiserror::Error)]
 pub enum NotASlurmName {
-    #[error("'{}' is not a single Slurm node name", .0.escape_debug())]
+    #[error("'{}' is not a single Slurm node name", gputokens::free_text::printable(.0))]
     Node(String),
-    #[error("'{}' is not a plain Slurm job ID", .0.escape_debug())]
+    #[error("'{}' is not a plain Slurm job ID", gputokens::free_text::printable(.0))]
     Job(String),
 }
 

@@ -1,6 +1,7 @@
 //! `accountd serve`: answers sbalance and admin requests on a Unix socket and runs the periodic
 //! cycles. `launch` takes a bound listener and a shutdown future so tests can run it in-process.
 
+mod action_log;
 pub mod client;
 pub mod handler;
 pub(crate) mod pools;
@@ -202,16 +203,19 @@ async fn answer(answering: Shared, uid: u32, request: Request) -> Reply {
         let config = answering::lock(&answering).res.config.clone();
         let caller = Caller::identify(uid, &config);
         let mut s = answering::lock(&answering);
-        let summary = format!("{request:?}");
+        let action = action_log::Action::of(&request);
         let now = gputokens::time::now();
         let (mut reply, changed) = crate::socket::handler::handle(&mut s, &caller, request, now);
         if changed {
-            tracing::info!(caller = %caller.name, "{}", summary.chars().take(200).collect::<String>());
+            match &action {
+                Some(action) => tracing::info!("{}", action.line(&caller.name, &reply)),
+                None => tracing::info!("{} changed the ledger", caller.name),
+            }
             if let Err(e) = s.publish_snapshot(now) {
                 tracing::error!("cannot write the balance snapshot: {e}");
             }
         } else if let Reply::Error { kind: ErrorKind::Refused, message } = &reply {
-            tracing::warn!(caller = %caller.name, "refused: {message}");
+            tracing::warn!("{} was refused: {message}", caller.name);
         }
         drop(s);
         if let Reply::Balances { shadow, .. } = &mut reply {

@@ -89,7 +89,7 @@ fn a_job_idle_for_its_whole_run_shows_its_tokens_as_idle() {
     // The status page says it, per GPU type.
     let page = page_of(&site, alice);
     let idle = &page["idle_month"];
-    assert_eq!(idle["tokens"]["text"].as_str(), Some(spent.to_string().as_str()), "{page}");
+    assert_eq!(idle["tokens"].as_str(), Some(spent.to_string().as_str()), "{page}");
     assert_eq!(idle["per_type"][0]["gpu_type"], "a6000", "{page}");
     assert_eq!(page_of(&site, bob)["idle_month"]["per_type"], serde_json::json!([]));
 

@@ -62,11 +62,11 @@ fn formats_like_sshare() {
     let json: serde_json::Value =
         serde_json::from_str(&site.sbalance(None, &["-u", "alice", "--json"]).ok().stdout).unwrap();
     assert_eq!(json["users"][0]["user"], "alice");
-    assert_eq!(json["users"][0]["balance"], -12.0);
+    assert_eq!(json["users"][0]["balance"], "-12", "an exact decimal string");
     assert_eq!(json["users"][0]["status"], "blocked");
     let explained = "GPU jobs are refused until the balance is above the floor -10 again.";
     assert_eq!(json["users"][0]["explanation"], explained, "the words of sbatch's line and the status page");
-    assert_eq!(json["users"][0]["floor"], -10.0);
+    assert_eq!(json["users"][0]["floor"], "-10");
 }
 
 #[test]

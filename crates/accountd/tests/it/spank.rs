@@ -141,7 +141,9 @@ fn sbatch_shows_the_users_balance() {
     // debt back) and when, as sbalance says it.
     site.accountd(None, &["admin", "grant", bob, "10", "--reason", "test: course", "--expires", "2h"]).ok();
     let json: serde_json::Value = serde_json::from_str(&site.sbalance(Some(bob), &["--json"]).ok().stdout).unwrap();
-    let at = json["users"][0]["expiring"]["at"].as_str().unwrap_or_else(|| panic!("{json}")).to_string();
+    // sbatch's line shows local time; the JSON the same instant with its offset, and in unix seconds.
+    let ends = json["users"][0]["expiring"]["at_unix"].as_i64().unwrap_or_else(|| panic!("{json}"));
+    let at = gputokens::time::format_local(ends);
     let out = sbatch(bob, &["--hold", "--wrap", "true"]);
     scancel(&job_id(&out));
     assert_eq!(

@@ -51,7 +51,7 @@ fn daily_grants(site: &Site) -> Vec<i64> {
         .unwrap()
         .iter()
         .filter(|e| e["kind"] == "replenish")
-        .map(|e| e["at"].as_i64().unwrap())
+        .map(|e| e["at_unix"].as_i64().unwrap())
         .collect();
     times.sort();
     times

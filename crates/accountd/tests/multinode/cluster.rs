@@ -7,8 +7,9 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use accountd::balance_json::EntryJson as Entry;
 use gputokens::controller_status::{ControllerStatus, ViewStatus};
-use gputokens::entry::{Entry, EntryKind};
+use gputokens::entry::EntryKind;
 use gputokens::Tokens;
 
 pub struct Outcome {
@@ -168,7 +169,7 @@ impl Cluster {
         self.on("ctl1", user, &argv)
     }
 
-    /// The ledger's entries of `user`.
+    /// The ledger's entries of `user`, as `admin history --json` gives them.
     pub fn history(&self, user: &str) -> Vec<Entry> {
         let out = self.accountd(None, &["admin", "history", user, "--json"]);
         if out.code != 0 && out.stderr.contains("has no entries") {

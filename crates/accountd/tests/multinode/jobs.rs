@@ -68,7 +68,7 @@ fn multinode_a_lost_node_requeues_its_job_each_run_is_charged_once_and_its_silen
 
     // The run lost with its node is given back ([refunds] refunds node failures unless told not
     // to): what it was charged, once, naming the node; the run that completed stays charged.
-    let refunds = || -> Vec<gputokens::entry::Entry> {
+    let refunds = || -> Vec<accountd::balance_json::EntryJson> {
         let all = cluster.history("alice").into_iter();
         all.filter(|e| e.kind == gputokens::entry::EntryKind::Refund && e.job_id.as_deref() == Some(&job)).collect()
     };

@@ -45,7 +45,7 @@ pub struct Rejected {
 /// What makes `record` uncharged, beyond parsing: a user name no format can carry, absurd values.
 pub fn check(record: &UsageRecord) -> Result<(), (Reason, String)> {
     if let Some(why) = crate::user_name::problem(&record.user) {
-        return Err((Reason::BadUserName, format!("user '{}': {why}", record.user.escape_debug())));
+        return Err((Reason::BadUserName, format!("user '{}': {why}", crate::free_text::printable(&record.user))));
     }
     if record.segment_start <= 0 {
         return Err((Reason::AbsurdValue, format!("start {} is not a time", record.segment_start)));
@@ -54,8 +54,11 @@ pub fn check(record: &UsageRecord) -> Result<(), (Reason, String)> {
         return Err((Reason::AbsurdValue, format!("{} s elapsed is more than ten years", record.elapsed)));
     }
     if let Some((gpu_type, milli)) = record.milli_gpus.iter().find(|(_, m)| **m > MAX_MILLI_GPUS) {
-        let detail =
-            format!("{} milli-GPUs of '{}' is more than a hundred thousand GPUs", milli, gpu_type.escape_debug());
+        let detail = format!(
+            "{} milli-GPUs of '{}' is more than a hundred thousand GPUs",
+            milli,
+            crate::free_text::printable(gpu_type)
+        );
         return Err((Reason::AbsurdValue, detail));
     }
     Ok(())

@@ -135,14 +135,15 @@ fn row(line: &str, columns: &Columns, sharing: Sharing) -> Result<Row, (Reason, 
             "{} fields, the header has {}: '{}'",
             fields.len(),
             columns.count,
-            excerpt.escape_debug()
+            crate::free_text::printable(&excerpt)
         )));
     }
     let (job_id, user) = (fields[columns.job].trim(), fields[columns.user].trim());
     if job_id.is_empty() {
         return Err(unparseable("no JobIDRaw".into()));
     }
-    let quoted = |text: &str| text.escape_debug().to_string();
+    // Controls escaped, quotes as they are: the line stays one line and reads as written.
+    let quoted = |text: &str| crate::free_text::printable(text).into_owned();
     let gpus = parse_alloc_tres(fields[columns.tres])
         .map_err(|e| unparseable(format!("job {}: AllocTRES: {}", quoted(job_id), quoted(&e.to_string()))))?;
     let start = fields[columns.start].trim();
@@ -322,6 +323,14 @@ garbage row without fields
         assert_eq!(p.rejected[0].detail, "job 1: ElapsedRaw 'zz' is not a number");
         assert_eq!(p.rejected[1].detail, "1 fields, the header has 6: 'garbage row without fields'");
         assert_eq!(p.rejected[2].detail, "job 3: Start 'yesterday' is not a time");
+        // Quotes as written (the log once showed \'x\'), controls escaped: one line.
+        assert_eq!(
+            p.rejected[3].detail,
+            "job 4: AllocTRES: bad TRES entry 'gres/gpu:a6000=x': GPU count is not a whole number"
+        );
+        let control =
+            parse("JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State\nit's\u{1b}[2K\n", Sharing::default()).unwrap();
+        assert_eq!(control.rejected[0].detail, "1 fields, the header has 6: 'it's\\u{1b}[2K'");
     }
 
     /// `SLURM_TIME_FORMAT=%s`: Start is unix seconds, the same instant squeue's start_time gives, in

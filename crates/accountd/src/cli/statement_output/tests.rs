@@ -146,4 +146,7 @@ fn json_has_exact_amounts_and_gpu_hours() {
     assert_eq!(december["lines"][1]["gpu_seconds"], 144_000);
     assert_eq!(december["lines"][1]["gpu_hours"], 40.0);
     assert!(december["lines"][0].get("gpu_hours").is_none());
+    assert_eq!(value["schema"], 1);
+    let issued = december["issued_unix"].as_i64().unwrap();
+    assert_eq!(december["issued"].as_str(), Some(gputokens::time::format_rfc3339(issued).as_str()), "{december}");
 }

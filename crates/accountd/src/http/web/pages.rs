@@ -1,5 +1,7 @@
 //! What the status page shows, as JSON for its script: one user's view and the admins' view. Read
-//! from the ledger and what the service knows, with the same reads `sbalance` uses.
+//! from the ledger and what the service knows, with the same reads `sbalance` uses. A user's view
+//! is their balance in the one shape of [`crate::balance_json`] with the page's own parts beside it;
+//! amounts are exact decimal strings and instants RFC 3339 with their offset, as there.
 
 use std::collections::BTreeMap;
 
@@ -8,11 +10,12 @@ use gputokens::forecast;
 use gputokens::notify::{crossing, Event, Level};
 use gputokens::policy::Status;
 use gputokens::statement::{idle_by_type, Month};
-use gputokens::time::{format_local, local_date};
+use gputokens::time::{format_rfc3339, local_date};
 use gputokens::Tokens;
 use serde_json::{json, Value};
 
 use crate::answering::Answering;
+use crate::balance_json::{BalanceJson, SCHEMA};
 use crate::balance_row::balance_row;
 use crate::resources::Resources;
 
@@ -28,10 +31,6 @@ const ACTIONS_READ: usize = 500;
 /// per GPU type.
 type JobCharges<'a> = ((i64, i64), BTreeMap<&'a str, Tokens>);
 
-fn tokens(t: Tokens) -> Value {
-    json!({ "text": t.to_string(), "value": t.as_f64() })
-}
-
 /// `user`'s page: balance and status, when they recover, the balance over 90 days, charges per
 /// job and per GPU type, crossings and preemptions, and the burn-rate forecast.
 pub fn user_view(res: &Resources, user: &str, now: i64) -> Result<Value, String> {
@@ -46,7 +45,7 @@ pub fn user_view(res: &Resources, user: &str, now: i64) -> Result<Value, String>
     let chart: Vec<Value> = entries
         .iter()
         .filter(|e| e.at >= since)
-        .map(|e| json!({ "at": e.at, "balance": e.balance_after.as_f64() }))
+        .map(|e| json!({ "at": format_rfc3339(e.at), "at_unix": e.at, "balance": e.balance_after }))
         .collect();
 
     let mut jobs: BTreeMap<&str, JobCharges> = BTreeMap::new();
@@ -64,8 +63,8 @@ pub fn user_view(res: &Resources, user: &str, now: i64) -> Result<Value, String>
         .take(JOBS_LISTED)
         .map(|(job, (last, types))| {
             let total: Tokens = types.values().copied().sum();
-            json!({ "job": job, "last_charged": format_local(last.0), "gpu_types": types.keys().collect::<Vec<_>>(),
-                    "tokens": tokens(total) })
+            json!({ "job": job, "last_charged": format_rfc3339(last.0), "gpu_types": types.keys().collect::<Vec<_>>(),
+                    "tokens": total })
         })
         .collect();
 
@@ -84,20 +83,20 @@ pub fn user_view(res: &Resources, user: &str, now: i64) -> Result<Value, String>
             Event::Preempted | Event::Expiring | Event::Idle => continue,
         };
         let why = format!("{} {} → balance {}", e.kind.as_str(), e.amount, e.balance_after);
-        events.push((e.at, json!({ "at": format_local(e.at), "event": event.as_str(), "what": what, "why": why })));
+        events.push((e.at, json!({ "at": format_rfc3339(e.at), "event": event.as_str(), "what": what, "why": why })));
     }
     // Not crossings, but the user should see why tokens left or came back: a grant's unused rest
     // expiring, and a run lost to the system refunded by gputokens.
     for e in entries.iter().filter(|e| e.is_expiry() || (e.kind == EntryKind::Refund && e.actor == "gputokens")) {
         let event = if e.is_expiry() { "expired" } else { "refunded" };
         let why = format!("{} {} → balance {}", e.kind.as_str(), e.amount, e.balance_after);
-        events.push((e.at, json!({ "at": format_local(e.at), "event": event, "what": e.reason, "why": why })));
+        events.push((e.at, json!({ "at": format_rfc3339(e.at), "event": event, "what": e.reason, "why": why })));
     }
     for a in res.ledger.actions(ACTIONS_READ).map_err(|e| e.to_string())?.iter().filter(|a| a.user == user) {
         let what = format!("job {}: {} ({})", a.target, a.action, a.reason);
         let event =
             if [FAULT_REQUEUE, FAULT_CANCEL].contains(&a.action.as_str()) { "failing GPU" } else { "preempted" };
-        events.push((a.at, json!({ "at": format_local(a.at), "event": event, "what": what, "why": "" })));
+        events.push((a.at, json!({ "at": format_rfc3339(a.at), "event": event, "what": what, "why": "" })));
     }
     events.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
 
@@ -106,34 +105,33 @@ pub fn user_view(res: &Resources, user: &str, now: i64) -> Result<Value, String>
     let idle = match res.ledger.statement(user, month, ledger::Issue { at: now, partial: true }) {
         Ok(statement) => {
             let (total, per_type) = idle_by_type(&statement);
-            let per_type: Vec<Value> =
-                per_type.iter().map(|(t, v)| json!({ "gpu_type": t, "tokens": tokens(*v) })).collect();
-            json!({ "month": month.to_string(), "tokens": tokens(total), "per_type": per_type })
+            let per_type: Vec<Value> = per_type.iter().map(|(t, v)| json!({ "gpu_type": t, "tokens": v })).collect();
+            json!({ "month": month.to_string(), "tokens": total, "per_type": per_type })
         }
-        Err(_) => json!({ "month": month.to_string(), "tokens": tokens(Tokens::ZERO), "per_type": [] }),
+        Err(_) => json!({ "month": month.to_string(), "tokens": Tokens::ZERO, "per_type": [] }),
     };
 
-    let history: Vec<(i64, Tokens)> = entries.iter().map(|e| (e.at, e.balance_after)).collect();
+    // What jobs spent (charges net of refunds), never an admin's adjustment or grant.
+    let movements: Vec<forecast::Movement> =
+        entries.iter().map(|e| forecast::Movement { at: e.at, kind: e.kind, amount: e.amount }).collect();
     let floor_on =
-        forecast::floor_reached(&history, row.balance, rules.floor, now).map(|at| local_date(at).to_string());
-    Ok(json!({
-        "user": row.user,
-        "balance": tokens(row.balance),
-        "floor": tokens(row.floor),
-        "status": row.status.as_str(),
-        "explanation": format!("{}.", row.status.explanation(row.floor)),
-        "recovers": row.recovers,
-        "expiring": row.expiring.as_ref().map(|g| json!({ "tokens": tokens(g.tokens), "at": g.at })),
-        "next_grant": row.next_grant.map(|(date, amount)| json!({ "date": date, "amount": amount.to_string() })),
-        "used_30d": row.used_30d.iter().map(|(t, v)| json!({ "gpu_type": t, "tokens": tokens(*v) })).collect::<Vec<_>>(),
+        forecast::floor_reached(&movements, row.balance, rules.floor, now).map(|at| local_date(at).to_string());
+    let mut view = serde_json::to_value(BalanceJson::from(&row)).map_err(|e| e.to_string())?;
+    let page = json!({
+        "schema": SCHEMA,
         "idle_month": idle,
         "chart": chart,
         "chart_days": CHART_DAYS,
         "jobs": jobs,
         "events": events.into_iter().map(|(_, e)| e).collect::<Vec<_>>(),
         "forecast": { "floor_on": floor_on, "window_days": forecast::WINDOW_DAYS },
-        "now": now,
-    }))
+        "now": format_rfc3339(now),
+        "now_unix": now,
+    });
+    if let (Value::Object(view), Value::Object(page)) = (&mut view, page) {
+        view.extend(page);
+    }
+    Ok(view)
 }
 
 /// The admins' page: every user, usage per GPU type, preemptions, drained GPUs, cycle health.
@@ -145,10 +143,7 @@ pub fn admin_view(answering: &Answering, now: i64) -> Result<Value, String> {
         .accounts()
         .map_err(|e| e.to_string())?
         .iter()
-        .map(|a| {
-            json!({ "user": a.user, "balance": a.balance.as_f64(), "text": a.balance.to_string(),
-                         "status": rules.status(a.balance).as_str() })
-        })
+        .map(|a| json!({ "user": a.user, "balance": a.balance, "status": rules.status(a.balance) }))
         .collect();
     let first_day = local_date(now) - chrono::Days::new(29);
     let usage = answering.res.ledger.used_by_type_since(first_day).map_err(|e| e.to_string())?;
@@ -158,22 +153,24 @@ pub fn admin_view(answering: &Answering, now: i64) -> Result<Value, String> {
         .filter(|a| a.action != "drain")
         .take(100)
         .map(|a| {
-            json!({ "at": format_local(a.at), "action": a.action, "job": a.target, "user": a.user,
+            json!({ "at": format_rfc3339(a.at), "action": a.action, "job": a.target, "user": a.user,
                          "reason": a.reason, "dry_run": a.dry_run })
         })
         .collect();
     let faults = answering.res.ledger.all_gpu_faults().map_err(|e| e.to_string())?;
     let waiting = answering.slurm_view.queue.as_ref().map(
-        |q| json!({ "jobs": q.pending.values().filter(|p| p.gpus.is_some()).count(), "as_of": format_local(q.as_of) }),
+        |q| json!({ "jobs": q.pending.values().filter(|p| p.gpus.is_some()).count(), "as_of": format_rfc3339(q.as_of) }),
     );
     Ok(json!({
+        "schema": SCHEMA,
         "users": users,
-        "usage_30d": usage.iter().map(|(t, v)| json!({ "gpu_type": t, "tokens": tokens(*v) })).collect::<Vec<_>>(),
+        "usage_30d": usage,
         "waiting_gpu_jobs": waiting,
         "preemptions": preemptions,
         "drained": faults.iter().map(|f| json!({ "node": f.node, "gpu": f.gpu, "cause": f.cause,
-                                                 "at": format_local(f.acted_at) })).collect::<Vec<_>>(),
+                                                 "at": format_rfc3339(f.acted_at) })).collect::<Vec<_>>(),
         "cycles": answering.res.metrics.cycle_health(now),
-        "now": now,
+        "now": format_rfc3339(now),
+        "now_unix": now,
     }))
 }
