@@ -22,6 +22,7 @@ mod summary;
 #[cfg(test)]
 mod tests;
 mod values;
+mod warning;
 
 use std::path::PathBuf;
 use std::time::Duration;

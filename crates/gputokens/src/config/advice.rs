@@ -1,14 +1,8 @@
 //! Settings that are valid each on its own but, together, likely not what a site meant: `config
 //! check` prints each as a warning naming the keys and what to change (exit 0: the file works).
 
+pub use super::warning::Advice;
 use super::{Config, OnDemandReaders};
-
-/// One warning: the keys it is about, and what they do together.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Advice {
-    pub keys: &'static str,
-    pub text: String,
-}
 
 pub fn advice(config: &Config) -> Vec<Advice> {
     let mut out = Vec::new();

@@ -1,8 +1,8 @@
 //! Warnings about who can reach accountd: the node agents over `[http] listen`, users' browsers over
 //! `[web] url`.
 
-use super::advice::Advice;
 use super::values::url_host;
+use super::warning::Advice;
 use super::Config;
 
 pub(super) fn advice(config: &Config, out: &mut Vec<Advice>) {

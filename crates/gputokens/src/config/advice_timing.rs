@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::admission::{Mode, OnError};
-use super::advice::Advice;
+use super::warning::Advice;
 use super::Config;
 
 /// Longer than this, an interval is likely a slip (a charge cycle once a week, "1y").
