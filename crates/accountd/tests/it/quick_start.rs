@@ -121,7 +121,11 @@ fn the_readme_quick_start_runs_in_shadow_mode_then_refuses() {
     let status = controllers.join(controller_status::file_name(&host));
     let uid = nix::unistd::User::from_name(alice).unwrap().unwrap().uid.as_raw();
     let deadline = Instant::now() + Duration::from_secs(controller_status::STALE_AFTER_SECS as u64);
-    while !shadow_counts(&status).is_some_and(|s| s.refused_by_uid.get(&uid) == Some(&1)) {
+    loop {
+        let counted = shadow_counts(&status).and_then(|s| s.refused_by_uid.get(&uid).copied());
+        if counted == Some(1) {
+            break;
+        }
         assert!(Instant::now() < deadline, "{} does not count it: {:?}", status.display(), shadow_counts(&status));
         std::thread::sleep(Duration::from_millis(200));
     }
