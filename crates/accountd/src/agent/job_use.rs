@@ -2,8 +2,11 @@
 //! `charge_basis = "measured"`, idle tokens): per GPU, the job's own share of it.
 //!
 //! - A GPU the job has to itself (no other job recorded on it or running processes there, and no
-//!   process of nobody's job): the GPU's utilization. Its processes may be out of sight (a container,
-//!   another PID namespace); the GPU's figure is still all its.
+//!   process of nobody's job using it): the GPU's utilization. Its processes may be out of sight (a
+//!   container, another PID namespace); the GPU's figure is still all its.
+//! - A GPU of one job where a process of nobody's job (outside Slurm, or a claim the mapping refused)
+//!   uses the SMs: unmeasured. Whose work it is cannot be told, so it neither lowers the job's bill
+//!   nor makes it look busy or idle.
 //! - A GPU it shares (Slurm's `gres/shard`, MPS: several jobs recorded on one GPU): the SM utilization
 //!   of its own processes there, summed (at most 100), and their memory. NVML splits a time-sliced
 //!   GPU between its processes (on an H100, two busy ones read 53 % and 47 %), so a job idling beside
@@ -33,13 +36,15 @@ pub struct JobUse {
 struct Occupants<'s> {
     jobs: BTreeSet<&'s str>,
     processes: Vec<&'s ProcessSample>,
-    /// A process mapped to no job (outside Slurm, or a claim the mapping refused) runs there too.
-    nobodys: bool,
+    /// A process mapped to no job (outside Slurm, or a claim the mapping refused) uses the GPU's
+    /// SMs there too, or may (NVML gave no figure for it).
+    nobodys_busy: bool,
 }
 
 impl Occupants<'_> {
-    fn alone(&self, job: &str) -> bool {
-        !self.nobodys && self.jobs.len() == 1 && self.jobs.contains(job)
+    /// The job is the only one on the GPU.
+    fn only(&self, job: &str) -> bool {
+        self.jobs.len() == 1 && self.jobs.contains(job)
     }
 
     fn of<'p>(&'p self, job: &'p str) -> impl Iterator<Item = &'p ProcessSample> + 'p {
@@ -60,7 +65,7 @@ pub fn job_use(sample: &NodeSample) -> BTreeMap<String, JobUse> {
             Some(job) => {
                 here.jobs.insert(job);
             }
-            None => here.nobodys = true,
+            None => here.nobodys_busy |= p.sm_utilization_percent != Some(0),
         }
     }
     let gpus: HashMap<u32, &GpuSample> = sample.gpus.iter().map(|g| (g.index, g)).collect();
@@ -84,8 +89,12 @@ pub fn job_use(sample: &NodeSample) -> BTreeMap<String, JobUse> {
 fn use_of_gpu(job: &str, here: &Occupants, gpu: Option<&GpuSample>) -> (Option<f64>, u64) {
     let own: Vec<&ProcessSample> = here.of(job).collect();
     let process_memory = || own.iter().map(|p| p.used_memory_bytes.unwrap_or(0)).sum::<u64>();
-    if here.alone(job) {
-        let percent = gpu.and_then(|g| g.utilization_percent).map(f64::from);
+    if here.only(job) {
+        // Someone else's work on its GPU: not the job's, and not to be told from the job's.
+        let percent = match here.nobodys_busy {
+            true => None,
+            false => gpu.and_then(|g| g.utilization_percent).map(f64::from),
+        };
         // Its processes out of sight: all memory in use on its GPU is its.
         let memory = match own.is_empty() {
             true => gpu.and_then(|g| g.memory_used_bytes).unwrap_or(0),
@@ -173,16 +182,29 @@ mod tests {
     }
 
     #[test]
-    fn processes_of_other_jobs_or_none_make_a_gpu_shared() {
-        // No records: job 7's processes share GPU 0 with job 8's, and GPU 1 with a process outside Slurm.
+    fn processes_of_other_jobs_make_a_gpu_shared() {
+        // No records: job 7's processes share GPU 0 with job 8's; on GPU 1 a process outside Slurm idles.
         let s = sample(
             vec![gpu(0, Some(90), &[]), gpu(1, Some(40), &[]), gpu(2, Some(30), &[])],
-            procs(&[(1, 0, "7", Some(70)), (2, 0, "8", Some(20)), (3, 1, "7", Some(10)), (4, 1, "", Some(30))]),
+            procs(&[(1, 0, "7", Some(70)), (2, 0, "8", Some(20)), (3, 1, "7", Some(10)), (4, 1, "", Some(0))]),
         );
         let jobs = job_use(&s);
-        assert_eq!(jobs["7"], used(Some(40.0), 100 + 300, 2), "mean of 70 and 10");
+        assert_eq!(jobs["7"], used(Some(55.0), 100 + 300, 2), "mean of 70 and GPU 1's 40, all its");
         assert_eq!(jobs["8"], used(Some(20.0), 200, 1));
         assert_eq!(jobs.len(), 2, "processes outside jobs are not a job");
+    }
+
+    /// A process of nobody's job busy on a job's GPU (ssh without pam_slurm_adopt, a refused claim):
+    /// whose work the GPU's figure is cannot be told, so the job is unmeasured: neither cheaper nor idle.
+    #[test]
+    fn nobodys_busy_process_on_a_jobs_gpu_leaves_it_unmeasured() {
+        for nobodys in [Some(30), None] {
+            let s = sample(
+                vec![gpu(0, Some(40), &["7"])],
+                procs(&[(1, 0, "7", Some(0)), (2, 0, "", nobodys)]),
+            );
+            assert_eq!(job_use(&s)["7"].percent, None, "nobody's process at {nobodys:?}");
+        }
     }
 
     #[test]
