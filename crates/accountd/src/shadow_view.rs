@@ -16,10 +16,15 @@ pub enum Scope<'a> {
     User { name: &'a str, uid: Option<u32> },
 }
 
-/// None while gputokens enforces and no controller's plugin is in shadow mode.
+/// None while gputokens enforces and no controller's plugin is in shadow mode; for anyone but an
+/// admin, None while gputokens enforces (a plugin left in shadow mode is the admins' to mend, and
+/// which one it is theirs to know).
 pub fn view(config: &Config, scope: Scope, now: i64) -> Option<ShadowView> {
-    let controllers = crate::cycles::shadow::in_shadow_mode(&config.paths.controller_status, now);
     let enforce = config.admission.enforce;
+    if enforce && !matches!(scope, Scope::Everyone) {
+        return None;
+    }
+    let controllers = crate::cycles::shadow::in_shadow_mode(&config.paths.controller_status, now);
     if enforce && controllers.is_empty() {
         return None;
     }
@@ -120,5 +125,14 @@ mod tests {
         assert!(view(&config, Scope::Everyone, NOW).is_some_and(|v| v.enforce && v.controllers.len() == 1));
         let (_dir, shadow) = site(false);
         assert!(view(&shadow, Scope::Everyone, NOW).is_some_and(|v| !v.enforce && v.controllers.is_empty()));
+    }
+
+    /// accountd enforces, a plugin does not: the admins' to mend; users are told nothing of it.
+    #[test]
+    fn a_plugin_left_in_shadow_mode_is_shown_to_admins_only() {
+        let (_dir, config) = site(true);
+        write(&config, "ctl1", &[(0, 1)]);
+        assert!(view(&config, Scope::Everyone, NOW).is_some());
+        assert_eq!(view(&config, Scope::User { name: "root", uid: Some(0) }, NOW), None);
     }
 }

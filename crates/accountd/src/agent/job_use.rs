@@ -199,10 +199,7 @@ mod tests {
     #[test]
     fn nobodys_busy_process_on_a_jobs_gpu_leaves_it_unmeasured() {
         for nobodys in [Some(30), None] {
-            let s = sample(
-                vec![gpu(0, Some(40), &["7"])],
-                procs(&[(1, 0, "7", Some(0)), (2, 0, "", nobodys)]),
-            );
+            let s = sample(vec![gpu(0, Some(40), &["7"])], procs(&[(1, 0, "7", Some(0)), (2, 0, "", nobodys)]));
             assert_eq!(job_use(&s)["7"].percent, None, "nobody's process at {nobodys:?}");
         }
     }

@@ -20,6 +20,8 @@ const README: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
 const EXAMPLE: &str = include_str!("../../../../slurm-conf/gputokens.toml");
 /// Where Debian's slurmctld logs, as the README's step 6 greps it.
 const DEBIAN_SLURMCTLD_LOG: &str = "/var/log/slurm/slurmctld.log";
+/// The file the README edits: here the test cluster's plugin reads it.
+const PLUGIN_CONF: &str = "/etc/slurm/gputokens.toml";
 
 /// The fenced block after `<!-- quick-start-test: NAME -->` in the README.
 fn block(readme: &str, name: &str) -> String {
@@ -46,8 +48,21 @@ fn lab() -> PathBuf {
 }
 
 /// One line of a README block, run by bash as root would type it: accountd and sbalance as
-/// installed, GPUTOKENS_CONF naming the site's file.
-fn run_line(line: &str, site: &Site) -> Outcome {
+/// installed, GPUTOKENS_CONF naming the site's file. The site's one file is two here (the plugin's
+/// and accountd's): a line that edits it edits both; restarting accountd's unit restarts the site's.
+fn run_line(line: &str, site: &mut Site) -> Outcome {
+    if line == "systemctl restart gputokens-accountd" {
+        site.restart();
+        return Outcome { code: 0, stdout: String::new(), stderr: String::new() };
+    }
+    if line.contains(PLUGIN_CONF) {
+        let accountds = line.replace(PLUGIN_CONF, site.config.to_str().unwrap());
+        run_bash(&accountds, site).ok();
+    }
+    run_bash(line, site)
+}
+
+fn run_bash(line: &str, site: &Site) -> Outcome {
     let installed = bin("accountd").parent().unwrap().display().to_string();
     let out = Command::new("bash")
         .args(["-c", line])
@@ -99,24 +114,22 @@ fn the_readme_quick_start_runs_in_shadow_mode_then_refuses() {
         .as_table_mut()
         .unwrap()
         .insert("controller_status".into(), controllers.display().to_string().into());
-    let site = Site::from_config(&toml::to_string(&config).unwrap());
+    let mut site = Site::from_config(&toml::to_string(&config).unwrap());
     assert!(site.accountd(None, &["config", "check"]).ok().stdout.contains("valid"));
 
     // Step 6, in shadow mode: her job is accepted and runs, slurmctld logs the refusal, it is counted.
     let shadow = commands(&block(&readme, "shadow"), alice);
     assert!(shadow[0].starts_with("accountd admin adjust"), "{shadow:?}");
-    run_line(&shadow[0], &site).ok();
+    run_line(&shadow[0], &mut site).ok();
     adm.follow(&site);
     std::thread::sleep(crate::admission::SETTLE);
-    let submitted = run_line(&shadow[1], &site).ok();
+    let submitted = run_line(&shadow[1], &mut site).ok();
     let job = submitted.stdout.trim().rsplit(' ').next().unwrap().to_string();
     assert!(submitted.stdout.starts_with("Submitted batch job"), "{}", submitted.stdout);
     wait_for("her job to run", || matches!(squeue(&job, "%T").as_str(), "RUNNING" | "COMPLETING" | ""));
     let logged = format!("gputokens: shadow mode, not enforced: refused a GPU job of {alice} ");
     assert!(adm.log().contains(&logged), "{}", adm.log());
-    run_line(&shadow[2], &site).ok();
-    let shown = run_line(&shadow[3], &site).ok().stdout;
-    assert!(shown.contains(alice) && shown.contains("-10"), "{shown}");
+    run_line(&shadow[2], &mut site).ok();
     let host = nix::unistd::gethostname().unwrap().to_string_lossy().into_owned();
     let status = controllers.join(controller_status::file_name(&host));
     let uid = nix::unistd::User::from_name(alice).unwrap().unwrap().uid.as_raw();
@@ -130,19 +143,37 @@ fn the_readme_quick_start_runs_in_shadow_mode_then_refuses() {
         std::thread::sleep(Duration::from_millis(200));
     }
 
-    // Step 7: enforcement on (the plugin reads the file again), the same job refused, alice back.
+    // What sbalance shows root: her -10, and under the table whom shadow mode would have refused.
+    let shown = run_line(&shadow[3], &mut site).ok().stdout;
+    assert!(shown.contains(alice) && shown.contains("-10"), "{shown}");
+    assert!(shown.contains("gputokens is in shadow mode"), "{shown}");
+    assert!(shown.contains(&format!("Submissions that would have been refused, by user: {alice} 1")), "{shown}");
+
+    // Step 7: enforcement on (the plugin reads the file again; accountd restarts), the same job
+    // refused, nothing said of shadow mode any more, alice back where she began.
     let enforce = commands(&block(&readme, "enforce"), alice);
+    assert_eq!(enforce.len(), 4, "{enforce:?}");
     let reads = adm.log().matches("gputokens: job_submit/gputokens ").count();
-    run_line(&enforce[0], &site).ok();
+    run_line(&enforce[0], &mut site).ok();
     wait_for("the plugin to read the file again", || {
         adm.log().matches("gputokens: job_submit/gputokens ").count() > reads
     });
     assert!(!adm.log().rsplit("gputokens: job_submit/gputokens ").next().unwrap().contains("SHADOW MODE"));
-    let refused = run_line(&enforce[1], &site);
+    run_line(&enforce[1], &mut site).ok();
+    let refused = run_line(&enforce[2], &mut site);
     assert_ne!(refused.code, 0, "refused with enforcement on: {}", refused.stdout);
     assert!(refused.stderr.contains("GPU jobs are refused"), "{}", refused.stderr);
-    run_line(&enforce[2], &site).ok();
-    let balance = run_line(&format!("sbalance -u {alice} -n -P -o Balance"), &site).ok().stdout;
+    let deadline = Instant::now() + Duration::from_secs(controller_status::STALE_AFTER_SECS as u64 + 5);
+    loop {
+        let shown = run_line(&shadow[3], &mut site).ok().stdout;
+        if !shown.contains("shadow mode") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "sbalance still speaks of shadow mode: {shown}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    run_line(&enforce[3], &mut site).ok();
+    let balance = run_line(&format!("sbalance -u {alice} -n -P -o Balance"), &mut site).ok().stdout;
     assert_eq!(balance.trim(), "100", "adjusted back to where she began");
     run_as(None, Path::new("/usr/bin/scancel"), &[&job]);
 }

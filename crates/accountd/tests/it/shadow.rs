@@ -94,6 +94,19 @@ fn admins_see_what_each_controller_would_have_done_and_a_user_only_her_own_count
     assert_eq!(page(&site, "/web/api/me?user=bob", "root")["shadow"]["refused"], serde_json::json!({ "bob": 1 }));
 }
 
+/// With balances public alice may open bob's page, but whom the plugins would have refused stays his.
+#[test]
+fn public_balances_show_no_one_elses_shadow_count() {
+    let (proxy, _secret) = proxy_settings();
+    let tables = format!("[admission]\nenforce = false\n[web]\nallow_http = true\n{proxy}");
+    let site = Site::start("balances_public = true", &tables);
+    write_status(&site, "ctl1", 0, Some(&[(uid_of("alice"), 3), (uid_of("bob"), 1)]));
+    let bobs = page(&site, "/web/api/me?user=bob", "alice");
+    assert_eq!(bobs["user"], "bob", "alice sees bob's balance: {bobs}");
+    assert!(bobs["shadow"].is_null(), "but not his shadow count: {}", bobs["shadow"]);
+    assert_eq!(page(&site, "/web/api/me", "bob")["shadow"]["refused"], serde_json::json!({ "bob": 1 }));
+}
+
 #[test]
 fn with_enforcement_on_nothing_of_shadow_mode_is_shown() {
     let (site, _secret) = site("");

@@ -42,6 +42,16 @@ pub fn advice(config: &Config) -> Vec<Advice> {
         });
     }
     first_week(config, &mut out);
+    if let Some(signal) = config.preemption.signal.as_deref().filter(|s| !super::values::known_signal(s)) {
+        out.push(Advice {
+            keys: "preemption.signal",
+            text: format!(
+                "'{signal}' is not a signal scancel is known to take ({}, SIG in front or not, or a number from \
+                 1 to 64): if scancel refuses it, every preemption that signals first fails",
+                super::values::signal_names()
+            ),
+        });
+    }
     super::advice_timing::advice(config, &mut out);
     super::advice_reach::advice(config, &mut out);
     out

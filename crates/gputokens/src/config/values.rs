@@ -244,22 +244,26 @@ const SLURM_SIGNALS: [&str; 16] = [
     "TTOU", "XCPU",
 ];
 
-/// A signal as `scancel --signal` takes it, such as "USR1", or "" (None).
+/// A signal's name or number such as "USR1", or "" (None). Whether scancel knows the name is a
+/// warning ([`known_signal`]), not a problem: a file that started accountd before still does.
 pub(super) fn signal_name(value: &Value) -> Result<Option<String>, String> {
     let signal = string(value)?.trim().to_string();
-    if signal.is_empty() {
-        return Ok(None);
+    if !signal.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(format!("'{signal}' is not a signal name like \"USR1\""));
     }
+    Ok((!signal.is_empty()).then_some(signal))
+}
+
+/// Whether `scancel --signal` takes `signal`: a name it knows or a number from 1 to 64.
+pub(super) fn known_signal(signal: &str) -> bool {
     let upper = signal.to_ascii_uppercase();
     let name = upper.strip_prefix("SIG").unwrap_or(&upper);
-    let number = signal.parse::<u8>().is_ok_and(|n| (1..=64).contains(&n));
-    if !number && !SLURM_SIGNALS.contains(&name) {
-        return Err(format!(
-            "'{signal}' is not a signal scancel knows: one of {} (SIG in front or not), or a number from 1 to 64",
-            SLURM_SIGNALS.join(", ")
-        ));
-    }
-    Ok(Some(signal))
+    signal.parse::<u8>().is_ok_and(|n| (1..=64).contains(&n)) || SLURM_SIGNALS.contains(&name)
+}
+
+/// The names [`known_signal`] takes, for a warning to list.
+pub(super) fn signal_names() -> String {
+    SLURM_SIGNALS.join(", ")
 }
 
 /// The longest path a Unix socket's address holds (sun_path's 108 bytes, less the final NUL).
@@ -304,16 +308,11 @@ pub(super) fn prometheus_url(value: &Value) -> Result<String, String> {
     http_url(&url).map(|_| url)
 }
 
-/// Where the agents post their reports, accountd's HTTP listener: `http://host:port[/path]`, the
-/// port given (accountd listens on 9817, not on http's 80), no TLS (the agent's client has none).
+/// Where the agents post their reports, accountd's HTTP listener: `http://host[:port][/path]`, no
+/// TLS (the agent's client has none). Without a port it is http's 80 (a proxy in front of accountd).
 pub(super) fn report_url(value: &Value) -> Result<String, String> {
     let url = string(value)?;
-    match http_url(&url)? {
-        (_, Some(_)) => Ok(url),
-        (_, None) => {
-            Err(format!("'{url}' names no port: give accountd's [http] listen port, as in \"http://gpu-head:9817\""))
-        }
-    }
+    http_url(&url).map(|_| url)
 }
 
 /// The host of an `http://` URL that [`http_url`] takes, lower-cased.

@@ -329,9 +329,13 @@ async fn me(
         }
         Ok(view)
     };
-    // Shadow mode: the viewed user's own count (the view above checked the caller may see them).
+    // Shadow mode: the viewed user's own count, for that user and admins only (balances_public lets
+    // others see her balance, not whom the plugins would have refused).
     let shadow = move |config: &gputokens::Config, caller: &Caller, now| {
         let name = asked.unwrap_or_else(|| caller.name.clone());
+        if name != caller.name && !caller.admin {
+            return None;
+        }
         let uid = match name == caller.name {
             true => Some(caller.uid).filter(|uid| *uid != u32::MAX),
             false => nix::unistd::User::from_name(&name).ok().flatten().map(|u| u.uid.as_raw()),
