@@ -3,7 +3,7 @@
 //! Amounts are exact decimal strings (`"-10.4"`: gputokens keeps micro-tokens exactly, a float
 //! would not); instants are RFC 3339 with their offset, unix seconds beside; days are `YYYY-MM-DD`.
 //! A ledger entry likewise has one shape, [`EntryJson`], in `sbalance --history --json` and
-//! `accountd admin history --json`; an action one, [`ActionJson`]. DOC-NOTES.md documents every field.
+//! `accountd admin history --json`; an action one, [`ActionJson`]. docs/operation.md (JSON shapes) documents every field.
 
 use std::collections::BTreeMap;
 

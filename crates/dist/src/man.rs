@@ -67,7 +67,8 @@ fn with_our_sections(page: &str, name: &str) -> String {
     if !sbalance {
         ours.push_str(
             ".TP\nGPUTOKENS_LOG\nThe log level (error, warn, info, debug) or a filter such as accountd=debug; info when unset.\n\
-             .TP\nNO_COLOR\nWhen set and not empty, log lines carry no colour (there is none either when stderr is not a terminal).\n",
+             .TP\nNO_COLOR\nWhen set and not empty, log lines carry no colour (there is none either when stderr is not a terminal).\n\
+             .TP\nTERM\nWhen dumb, log lines carry no colour either.\n",
         );
     }
     ours.push_str(".SH EXIT STATUS\n.TP\n0\nDone.\n");

@@ -208,6 +208,22 @@ fn a_server_name_with_a_port_is_named() {
     check("[http]\nserver_names = [\"GPUtokens.example.org.\"]\n").ok();
 }
 
+/// Preemption and drain from the first cycle are named while the site has no ledger (a first
+/// config), never again once it runs: a site that turned them on after watching is not nagged at
+/// every start (the unit runs `config check` before accountd).
+#[test]
+fn live_preemption_and_drain_are_named_to_a_first_config_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger.sqlite");
+    let text = format!("[prices]\na6000 = 4\n[paths]\nledger = \"{}\"\n", ledger.display());
+    let first = check(&text).ok().stdout;
+    assert!(first.contains("warning (preemption.enabled, preemption.dry_run): "), "{first}");
+    assert!(first.contains("warning (health.drain): "), "{first}");
+    std::fs::write(&ledger, "").unwrap();
+    let running = check(&text).ok().stdout;
+    assert!(!running.contains("preemption.dry_run") && !running.contains("health.drain"), "{running}");
+}
+
 /// Issue 36: `config check` as an auditor. One file with a mistake of each kind: every error (exit
 /// 2) and every warning, each naming its key(s), in one run.
 #[test]
@@ -216,6 +232,7 @@ fn every_cross_key_mistake_is_named_in_one_run() {
     let long_socket = format!("/run/{}/accountd.sock", "s".repeat(100));
     let text = format!(
         "slurm_user = \"slrum\"\ninital = 100\n[prices]\na6000 = 4\n[paths]\nsocket = \"{long_socket}\"\n\
+         ledger = \"/nonexistent-gputokens-site/ledger.sqlite\"\n\
          [admins]\nusers = [\"alice\", \"nosuchadmin\"]\n[intervals]\ncharge = \"2days\"\ncheck = \"3h\"\n\
          [slurm]\nreread = \"1m\"\n[agent]\nreport_to = \"https://gpu-head:9817\"\n[preemption]\nsignal = \"USR1@60\"\n\
          [health]\ndrain = true\n[admission]\nmode = \"estimate\"\nmax_snapshot_age = \"2h\"\n[web]\n\

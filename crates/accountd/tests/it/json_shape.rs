@@ -6,7 +6,7 @@
 use crate::common::Site;
 use crate::web::{get_with, proxy_settings, PROXY_SECRET};
 
-/// Every field of a balance (schema 1), as DOC-NOTES.md documents them.
+/// Every field of a balance (schema 1), as docs/operation.md (JSON shapes) documents them.
 const BALANCE_FIELDS: [&str; 11] = [
     "user",
     "in_ledger",

@@ -41,7 +41,6 @@ pub fn advice(config: &Config) -> Vec<Advice> {
             ),
         });
     }
-    first_week(config, &mut out);
     if let Some(signal) = config.preemption.signal.as_deref().filter(|s| !super::values::known_signal(s)) {
         out.push(Advice {
             keys: "preemption.signal",
@@ -57,8 +56,11 @@ pub fn advice(config: &Config) -> Vec<Advice> {
     out
 }
 
-/// What acts on jobs and nodes from the first cycle: a new site starts watching instead.
-fn first_week(config: &Config, out: &mut Vec<Advice>) {
+/// What acts on jobs and nodes from the first cycle: a new site starts watching instead. For a first
+/// config only (`config check` asks while there is no ledger yet): a site that turned them on after
+/// watching is not told again at every start.
+pub fn first_week(config: &Config) -> Vec<Advice> {
+    let mut out = Vec::new();
     // In shadow mode accountd preempts nothing (a dry run whatever dry_run says).
     if config.preemption.enabled && !config.preemption.dry_run && config.admission.enforce {
         out.push(Advice {
@@ -77,6 +79,7 @@ fn first_week(config: &Config, out: &mut Vec<Advice>) {
                 .into(),
         });
     }
+    out
 }
 
 /// Warnings that look at this host: users the config names that do not exist here. Only `config
@@ -166,15 +169,15 @@ mod tests {
     /// The newcomer review: preemption and drain act from the first cycle of a new site.
     #[test]
     fn live_preemption_and_drain_are_named_for_a_first_week() {
-        let found = advice(&parse("[prices]\na6000 = 4\n"));
+        let found = first_week(&parse("[prices]\na6000 = 4\n"));
         assert_eq!(keys(&found), ["preemption.enabled, preemption.dry_run", "health.drain"], "the defaults act");
         assert!(found[0].text.starts_with("preemption requeues jobs from the first cycle: start with dry_run = true"));
         assert!(found[1].text.contains("start a new site with drain = false"), "{found:?}");
-        let off = advice(&parse("[prices]\na6000 = 4\n[preemption]\nenabled = false\n[health]\ndrain = false\n"));
+        let off = first_week(&parse("[prices]\na6000 = 4\n[preemption]\nenabled = false\n[health]\ndrain = false\n"));
         assert!(off.is_empty(), "{off:?}");
         // Shadow mode preempts nothing: only shadow mode itself is named.
-        let shadow = "[prices]\na6000 = 4\n[health]\ndrain = false\n[admission]\nenforce = false\n";
-        assert_eq!(keys(&advice(&parse(shadow))), ["admission.enforce"]);
+        let shadow = parse("[prices]\na6000 = 4\n[health]\ndrain = false\n[admission]\nenforce = false\n");
+        assert_eq!(keys(&[advice(&shadow), first_week(&shadow)].concat()), ["admission.enforce"]);
     }
 
     #[test]

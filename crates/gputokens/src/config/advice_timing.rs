@@ -61,7 +61,7 @@ pub(super) fn advice(config: &Config, out: &mut Vec<Advice>) {
                  (max_snapshot_age = \"{}\")",
                 shown(check),
                 shown(max_age),
-                shown(check * 4),
+                shown(check.saturating_mul(4)),
             ),
         });
     }

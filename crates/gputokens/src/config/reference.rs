@@ -235,7 +235,7 @@ pub const TABLES: &[Table] = &[
             key(
                 "report_to",
                 Toml("\"http://127.0.0.1:9817\""),
-                "accountd's [http] listen address as the nodes reach it: http://HOST:PORT (no TLS).",
+                "accountd's [http] listen address as the nodes reach it: http://HOST[:PORT] (no TLS; without a port, 80).",
             ),
             key("interval", Toml("\"30s\""), "How often the agent samples and reports."),
             key("nvml_library", Toml("\"libnvidia-ml.so.1\""), "The NVML library the agent loads (the NVIDIA driver's)."),
@@ -288,7 +288,7 @@ pub const TABLES: &[Table] = &[
         name: "prometheus",
         about: "With [usage] source = \"prometheus\": where utilization is read (checked whenever the table is there).",
         keys: &[
-            key("url", Words("required"), "The Prometheus server, http://HOST:PORT (no TLS)."),
+            key("url", Words("required"), "The Prometheus server, http://HOST[:PORT] (no TLS)."),
             key(
                 "query",
                 Toml("'avg by (hpc_job) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{hpc_job!=\"\"}[$window]))'"),
@@ -389,7 +389,7 @@ pub const TABLES: &[Table] = &[
     },
     Table {
         name: "admission",
-        about: "The job_submit plugin in slurmctld; read at start and again within a second of any change to the file.",
+        about: "Admission: the job_submit plugin in slurmctld reads this table at start and again within a second of any change to the file; accountd at its start.",
         keys: &[
             key(
                 "enforce",
