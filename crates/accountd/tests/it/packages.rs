@@ -194,7 +194,8 @@ fn the_documentation_messages_point_to_is_installed() {
         let name = Path::new(doc).file_name().unwrap();
         let installed = Path::new("/usr/share/doc/gputokens").join(name);
         let ours = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(doc)).unwrap();
-        assert_eq!(std::fs::read_to_string(&installed).ok().as_deref(), Some(ours.as_str()), "{}", installed.display());
+        let same = std::fs::read_to_string(&installed).is_ok_and(|text| text == ours);
+        assert!(same, "{} is missing or not the repository's {doc}", installed.display());
     }
     let operation = std::fs::read_to_string("/usr/share/doc/gputokens/operation.md").unwrap();
     assert!(operation.contains("## Backups and restore"), "journal-check's message names that section");
