@@ -90,16 +90,22 @@ pub fn report_once(agent_config: &str, state: &str) {
     assert!(out.status.success(), "agent: {}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// A site that charges from the cluster, preempts nothing and flags a job idle after a second
+/// below 5 %, with per-job metrics.
+fn idle_watching_site() -> Site {
+    Site::start(
+        "",
+        "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n[usage]\nidle_threshold_percent = 5\nidle_window = \"1s\"\n\
+         [http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n",
+    )
+}
+
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn agent_reports_job_utilization_and_accountd_flags_the_idle_job() {
     let cluster = serial();
     let (alice, bob) = (cluster.alice, cluster.bob);
-    let site = Site::start(
-        "",
-        "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n[usage]\nidle_threshold_percent = 5\nidle_window = \"1s\"\n\
-         [http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n",
-    );
+    let site = idle_watching_site();
     let busy = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 60"]);
     let idle = sbatch(bob, &["--gres=gpu:rtx3090:1", "--wrap", "sleep 60"]);
     let state = site.file("nvml-state.toml", &fake_state(pid_of(&busy), pid_of(&idle)));
@@ -242,11 +248,7 @@ fn a_job_whose_processes_the_agent_cannot_see_is_measured_on_its_recorded_gpus()
 fn jobs_sharing_a_gpu_are_measured_by_their_own_processes_and_the_idle_one_is_flagged() {
     let cluster = serial();
     let (alice, bob) = (cluster.alice, cluster.bob);
-    let site = Site::start(
-        "",
-        "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n[usage]\nidle_threshold_percent = 5\nidle_window = \"1s\"\n\
-         [http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n",
-    );
+    let site = idle_watching_site();
     let busy = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 60"]);
     let idle = sbatch(bob, &["--gres=gpu:a6000:1", "--wrap", "sleep 60"]);
     let uid = |user: &str| run_as(None, Path::new("/usr/bin/id"), &["-u", user]).ok().stdout.trim().to_string();

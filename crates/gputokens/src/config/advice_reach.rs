@@ -44,13 +44,9 @@ fn is_loopback(host: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
 
     fn advice_of(text: &str) -> Vec<Advice> {
-        let config = Config::parse(text, Path::new("t.toml")).unwrap();
-        let mut out = Vec::new();
-        advice(&config, &mut out);
-        out
+        super::super::warning::found_by(advice, text)
     }
 
     #[test]

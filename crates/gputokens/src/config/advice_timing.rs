@@ -87,13 +87,9 @@ pub(super) fn advice(config: &Config, out: &mut Vec<Advice>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
 
     fn advice_of(text: &str) -> Vec<Advice> {
-        let config = Config::parse(text, Path::new("t.toml")).unwrap();
-        let mut out = Vec::new();
-        advice(&config, &mut out);
-        out
+        super::super::warning::found_by(advice, text)
     }
 
     fn keys(found: &[Advice]) -> Vec<&'static str> {

@@ -7,3 +7,12 @@ pub struct Advice {
     pub keys: &'static str,
     pub text: String,
 }
+
+/// The warnings one family of checks (`advice(config, &mut out)`) finds in the file `text`.
+#[cfg(test)]
+pub(super) fn found_by(family: fn(&super::Config, &mut Vec<Advice>), text: &str) -> Vec<Advice> {
+    let config = super::Config::parse(text, std::path::Path::new("t.toml")).unwrap();
+    let mut out = Vec::new();
+    family(&config, &mut out);
+    out
+}
