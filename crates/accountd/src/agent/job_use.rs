@@ -49,20 +49,7 @@ impl Occupants<'_> {
 
 /// Per job, from the GPUs recorded as its own (`GpuSample::jobs`) and those its processes run on.
 pub fn job_use(sample: &NodeSample) -> BTreeMap<String, JobUse> {
-    let mut on: BTreeMap<u32, Occupants> = BTreeMap::new();
-    for gpu in &sample.gpus {
-        on.entry(gpu.index).or_default().jobs.extend(gpu.jobs.iter().map(String::as_str));
-    }
-    for p in &sample.processes {
-        let here = on.entry(p.gpu_index).or_default();
-        here.processes.push(p);
-        match &p.job_id {
-            Some(job) => {
-                here.jobs.insert(job);
-            }
-            None => here.nobodys = true,
-        }
-    }
+    let on = occupants(sample);
     let gpus: HashMap<u32, &GpuSample> = sample.gpus.iter().map(|g| (g.index, g)).collect();
     let mut jobs: BTreeMap<&str, Vec<(Option<f64>, u64)>> = BTreeMap::new();
     for (index, here) in &on {
@@ -78,6 +65,61 @@ pub fn job_use(sample: &NodeSample) -> BTreeMap<String, JobUse> {
             (job.to_string(), JobUse { percent, memory_bytes, gpus: per_gpu.len() })
         })
         .collect()
+}
+
+/// Per GPU (by index), which part of its energy each job on it used in this sample, the parts of
+/// one GPU adding up to at most 1:
+///
+/// - a GPU one job holds alone (as for utilization): all of it;
+/// - a shared GPU where every job's processes are in sight with an SM figure and some process
+///   reads above 0: each job its own processes' share of the SM utilization of all processes there,
+///   a process of nobody's job included (its part is nobody's to pay);
+/// - a shared GPU where that cannot be told (a job unmeasured, every process at 0): equal parts
+///   among the jobs. Nothing says who used it, and the GPU drew the power for them all.
+///
+/// A GPU with no job on it is left out: its energy is no job's.
+pub fn energy_shares(sample: &NodeSample) -> BTreeMap<u32, Vec<(String, f64)>> {
+    let mut shares = BTreeMap::new();
+    for (index, here) in occupants(sample) {
+        if here.jobs.is_empty() {
+            continue;
+        }
+        let sm = |p: &ProcessSample| p.sm_utilization_percent.map(f64::from);
+        let per_job: Option<Vec<(&str, f64)>> =
+            here.jobs.iter().map(|&job| Some((job, here.of(job).map(sm).sum::<Option<f64>>()?))).collect();
+        let every_process: f64 = here.processes.iter().filter_map(|p| sm(p)).sum();
+        let in_sight = here.jobs.iter().all(|&job| here.of(job).next().is_some());
+        let equal = 1.0 / here.jobs.len() as f64;
+        // A job alone on its GPU comes out whole either way: all the SM in use is its own, or, unseen,
+        // its one equal part.
+        let parts: Vec<(String, f64)> = match per_job {
+            Some(per_job) if in_sight && every_process > 0.0 => {
+                per_job.into_iter().map(|(job, s)| (job.to_string(), s / every_process)).collect()
+            }
+            _ => here.jobs.iter().map(|&job| (job.to_string(), equal)).collect(),
+        };
+        shares.insert(index, parts);
+    }
+    shares
+}
+
+/// Who is on each GPU: the jobs recorded on it and those (and nobody's) whose processes run there.
+fn occupants(sample: &NodeSample) -> BTreeMap<u32, Occupants<'_>> {
+    let mut on: BTreeMap<u32, Occupants> = BTreeMap::new();
+    for gpu in &sample.gpus {
+        on.entry(gpu.index).or_default().jobs.extend(gpu.jobs.iter().map(String::as_str));
+    }
+    for p in &sample.processes {
+        let here = on.entry(p.gpu_index).or_default();
+        here.processes.push(p);
+        match &p.job_id {
+            Some(job) => {
+                here.jobs.insert(job);
+            }
+            None => here.nobodys = true,
+        }
+    }
+    on
 }
 
 /// The job's use of one GPU: percent (`None`: unmeasured) and memory in bytes.
@@ -194,5 +236,52 @@ mod tests {
         let jobs = job_use(&s);
         assert_eq!(jobs["7"], used(None, 200, 2), "idle on GPU 0, unknown on GPU 1: not idle");
         assert_eq!(jobs["8"].percent, Some(100.0));
+    }
+
+    fn parts(shares: &BTreeMap<u32, Vec<(String, f64)>>, gpu: u32) -> Vec<(&str, f64)> {
+        shares[&gpu].iter().map(|(j, p)| (j.as_str(), (p * 1000.0).round() / 1000.0)).collect()
+    }
+
+    #[test]
+    fn a_gpu_held_alone_gives_the_job_all_its_energy() {
+        // GPU 0: job 7's process in sight; GPU 1: job 7's, none in sight; GPU 2: nobody's.
+        let s = sample(
+            vec![gpu(0, Some(80), &["7"]), gpu(1, Some(20), &["7"]), gpu(2, Some(60), &[])],
+            procs(&[(1, 0, "7", Some(50))]),
+        );
+        let shares = energy_shares(&s);
+        assert_eq!(parts(&shares, 0), [("7", 1.0)]);
+        assert_eq!(parts(&shares, 1), [("7", 1.0)], "its processes out of sight: still all its");
+        assert!(!shares.contains_key(&2), "a GPU without a job: its energy is no job's");
+    }
+
+    /// The H100's shared GPU: alice's busy job, bob's idle one, and bob's claimant (nobody's job).
+    #[test]
+    fn a_shared_gpu_splits_its_energy_by_the_jobs_own_processes() {
+        let s = sample(
+            vec![gpu(0, Some(100), &["4242", "4243"])],
+            procs(&[(1, 0, "4242", Some(75)), (2, 0, "4243", Some(0)), (3, 0, "4243", Some(5)), (4, 0, "", Some(20))]),
+        );
+        // 75, 5 and the claimant's 20 of 100: the claimant's fifth is nobody's to pay.
+        assert_eq!(parts(&energy_shares(&s), 0), [("4242", 0.75), ("4243", 0.05)]);
+        // Time-sliced 53 % and 47 %, as NVML read two busy processes on the H100.
+        let s = sample(vec![gpu(0, Some(100), &["5", "6"])], procs(&[(1, 0, "5", Some(53)), (2, 0, "6", Some(47))]));
+        assert_eq!(parts(&energy_shares(&s), 0), [("5", 0.53), ("6", 0.47)]);
+    }
+
+    #[test]
+    fn a_shared_gpu_nothing_tells_apart_is_split_equally_among_its_jobs() {
+        // Job 4244's processes out of sight: its neighbours' figures say nothing of its use.
+        let s = sample(vec![gpu(0, Some(100), &["4242", "4244"])], procs(&[(1, 0, "4242", Some(90))]));
+        assert_eq!(parts(&energy_shares(&s), 0), [("4242", 0.5), ("4244", 0.5)]);
+        // Every process at 0 %: the GPU idled for them all; the claimant still gets nothing.
+        let s = sample(
+            vec![gpu(0, Some(0), &["1", "2"])],
+            procs(&[(1, 0, "1", Some(0)), (2, 0, "2", Some(0)), (3, 0, "", Some(0))]),
+        );
+        assert_eq!(parts(&energy_shares(&s), 0), [("1", 0.5), ("2", 0.5)]);
+        // NVML gave no SM figure for a process.
+        let s = sample(vec![gpu(0, Some(50), &["1", "2"])], procs(&[(1, 0, "1", Some(60)), (2, 0, "2", None)]));
+        assert_eq!(parts(&energy_shares(&s), 0), [("1", 0.5), ("2", 0.5)]);
     }
 }
