@@ -46,7 +46,7 @@ pub struct JobEnergy {
 /// Millijoules a GPU used from `before` to `now`, or None when the counter cannot say (see the module).
 pub fn step(before: &Reading, now: &Reading, max_gap: i64) -> Option<u64> {
     let gap = now.at - before.at;
-    if gap <= 0 || gap > max_gap || before.uuid != now.uuid {
+    if gap < 0 || gap > max_gap || before.uuid != now.uuid {
         return None;
     }
     now.millijoules.checked_sub(before.millijoules)
