@@ -68,35 +68,49 @@ pub fn job_use(sample: &NodeSample) -> BTreeMap<String, JobUse> {
 }
 
 /// Per GPU (by index), which part of its energy each job on it used in this sample, the parts of
-/// one GPU adding up to at most 1:
+/// one GPU adding up to at most 1. By SM utilization, the one figure NVML gives per process:
 ///
-/// - a GPU one job holds alone (as for utilization): all of it;
-/// - a shared GPU where every job's processes are in sight with an SM figure and some process
-///   reads above 0: each job its own processes' share of the SM utilization of all processes there,
-///   a process of nobody's job included (its part is nobody's to pay);
-/// - a shared GPU where that cannot be told (a job unmeasured, every process at 0): equal parts
-///   among the jobs. Nothing says who used it, and the GPU drew the power for them all.
+/// - a job whose processes are in sight with a figure: its processes' SM utilization;
+/// - a job with none in sight (or a process NVML gives no figure for): what the GPU's utilization
+///   leaves over beyond every process in sight, in equal parts among such jobs;
+/// - a process of nobody's job counts like a job, and its part is nobody's to pay;
+/// - each part over the sum of them all. Where that sum is 0 (every process idle) or cannot be
+///   told (an unseen job on a GPU with no utilization figure), equal parts among the jobs: the GPU
+///   drew that power for them all.
 ///
-/// A GPU with no job on it is left out: its energy is no job's.
+/// So a GPU one job holds alone is all that job's, and on a shared one a job idling beside a busy
+/// one gets little. A GPU with no job on it is left out: its energy is no job's.
 pub fn energy_shares(sample: &NodeSample) -> BTreeMap<u32, Vec<(String, f64)>> {
+    let utilization: HashMap<u32, Option<u32>> = sample.gpus.iter().map(|g| (g.index, g.utilization_percent)).collect();
     let mut shares = BTreeMap::new();
     for (index, here) in occupants(sample) {
         if here.jobs.is_empty() {
             continue;
         }
         let sm = |p: &ProcessSample| p.sm_utilization_percent.map(f64::from);
-        let per_job: Option<Vec<(&str, f64)>> =
-            here.jobs.iter().map(|&job| Some((job, here.of(job).map(sm).sum::<Option<f64>>()?))).collect();
-        let every_process: f64 = here.processes.iter().filter_map(|p| sm(p)).sum();
-        let in_sight = here.jobs.iter().all(|&job| here.of(job).next().is_some());
+        // Each job's own figure; None for one unseen.
+        let own: Vec<(&str, Option<f64>)> = here
+            .jobs
+            .iter()
+            .map(|&job| (job, here.of(job).next().and_then(|_| here.of(job).map(sm).sum::<Option<f64>>())))
+            .collect();
+        let in_sight: f64 = own.iter().filter_map(|(_, f)| *f).sum::<f64>()
+            + here.processes.iter().filter(|p| p.job_id.is_none()).filter_map(|p| sm(p)).sum::<f64>();
+        let unseen = own.iter().filter(|(_, f)| f.is_none()).count();
+        let left_over = match (unseen, utilization.get(&index).copied().flatten()) {
+            (0, _) => Some(0.0),
+            (_, Some(gpu)) => Some((f64::from(gpu) - in_sight).max(0.0)),
+            (_, None) => None,
+        };
         let equal = 1.0 / here.jobs.len() as f64;
-        // A job alone on its GPU comes out whole either way: all the SM in use is its own, or, unseen,
-        // its one equal part.
-        let parts: Vec<(String, f64)> = match per_job {
-            Some(per_job) if in_sight && every_process > 0.0 => {
-                per_job.into_iter().map(|(job, s)| (job.to_string(), s / every_process)).collect()
+        let parts: Vec<(String, f64)> = match left_over {
+            Some(left_over) if in_sight + left_over > 0.0 => {
+                let total = in_sight + left_over;
+                own.iter()
+                    .map(|&(job, f)| (job.to_string(), f.unwrap_or(left_over / unseen.max(1) as f64) / total))
+                    .collect()
             }
-            _ => here.jobs.iter().map(|&job| (job.to_string(), equal)).collect(),
+            _ => own.iter().map(|&(job, _)| (job.to_string(), equal)).collect(),
         };
         shares.insert(index, parts);
     }
@@ -270,18 +284,25 @@ mod tests {
     }
 
     #[test]
+    fn an_unseen_job_gets_what_the_gpus_utilization_leaves_over() {
+        // Job 4244's processes out of sight beside 4242's 90 % on a GPU at 100 %: a tenth is its.
+        let s = sample(vec![gpu(0, Some(100), &["4242", "4244", "4245"])], procs(&[(1, 0, "4242", Some(90))]));
+        assert_eq!(parts(&energy_shares(&s), 0), [("4242", 0.9), ("4244", 0.05), ("4245", 0.05)]);
+        // NVML gave no SM figure for job 2's process: it is unseen, and job 1 reads all the GPU does.
+        let s = sample(vec![gpu(0, Some(50), &["1", "2"])], procs(&[(1, 0, "1", Some(60)), (2, 0, "2", None)]));
+        assert_eq!(parts(&energy_shares(&s), 0), [("1", 1.0), ("2", 0.0)]);
+    }
+
+    #[test]
     fn a_shared_gpu_nothing_tells_apart_is_split_equally_among_its_jobs() {
-        // Job 4244's processes out of sight: its neighbours' figures say nothing of its use.
-        let s = sample(vec![gpu(0, Some(100), &["4242", "4244"])], procs(&[(1, 0, "4242", Some(90))]));
-        assert_eq!(parts(&energy_shares(&s), 0), [("4242", 0.5), ("4244", 0.5)]);
         // Every process at 0 %: the GPU idled for them all; the claimant still gets nothing.
         let s = sample(
             vec![gpu(0, Some(0), &["1", "2"])],
             procs(&[(1, 0, "1", Some(0)), (2, 0, "2", Some(0)), (3, 0, "", Some(0))]),
         );
         assert_eq!(parts(&energy_shares(&s), 0), [("1", 0.5), ("2", 0.5)]);
-        // NVML gave no SM figure for a process.
-        let s = sample(vec![gpu(0, Some(50), &["1", "2"])], procs(&[(1, 0, "1", Some(60)), (2, 0, "2", None)]));
+        // An unseen job on a GPU that gives no utilization figure.
+        let s = sample(vec![gpu(0, None, &["1", "2"])], procs(&[(1, 0, "1", Some(60))]));
         assert_eq!(parts(&energy_shares(&s), 0), [("1", 0.5), ("2", 0.5)]);
     }
 }

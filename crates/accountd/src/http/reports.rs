@@ -174,9 +174,9 @@ mod tests {
         assert_eq!(pays("4244"), 1.0, "unmeasured: its allocation");
     }
 
-    /// The shared GPU's energy counter rises 3 kJ a report. While job 4244's processes are out of
-    /// sight nothing tells the three jobs apart: equal thirds. Without it, alice's busy job gets it
-    /// all (bob's process and the claimant read 0 %). In the ledger per run, and on /metrics.
+    /// The shared GPU's energy counter rises 3 kJ a report: alice's busy job (99 %) gets most of it,
+    /// bob's idle one nothing, 4244 (out of sight) the 1 % the GPU's 100 % leaves over, bob's
+    /// claimant (0 %) nothing. In the ledger per run, and on /metrics.
     #[test]
     fn a_shared_gpus_energy_goes_to_its_jobs_in_the_ledger_and_on_metrics() {
         let dir = tempfile::tempdir().unwrap();
@@ -188,16 +188,18 @@ mod tests {
             report.sample.gpus[0].energy_mj = Some(5_000_000 + 3_000_000 * i as u64);
             ingest(&mut res, &mut state, &report).unwrap();
         }
-        // Job 4244's processes are out of sight: nothing tells the jobs apart, equal thirds of 9 kJ.
-        for job in ["4242", "4243", "4244"] {
+        for (job, joules) in [("4242", Some(8910)), ("4243", None), ("4244", Some(90))] {
             let runs = res.ledger.job_energy(job).unwrap();
-            let joules: Vec<(i64, &str, u64)> = runs.iter().map(|r| (r.since, r.node.as_str(), r.joules)).collect();
-            assert_eq!(joules, [(start, "gpu1", 3000)], "job {job}");
-            assert_eq!(job_metric(&res, "job_gpu_energy_joules_total", job).as_deref(), Some("3000.0"));
+            let got: Vec<(i64, &str, u64)> = runs.iter().map(|r| (r.since, r.node.as_str(), r.joules)).collect();
+            let want: Vec<(i64, &str, u64)> = joules.map(|j| (start, "gpu1", j)).into_iter().collect();
+            assert_eq!(got, want, "job {job}");
+            let metric = job_metric(&res, "job_gpu_energy_joules_total", job);
+            assert_eq!(metric, joules.map(|j| format!("{j}.0")), "job {job}");
         }
         assert!(res.metrics.encode().contains("gputokens_jobs_gpu_energy_joules_total 9000.0"));
 
-        // 4244 gone: alice's 99 % and bob's 0 % tell them apart; the claimant reads 0.
+        // 4244 gone: alice's job and bob's idle one. Each report is another run's while the old
+        // state is forgotten (an accountd restart).
         let mut state = ReportState::default();
         for i in 0..3 {
             let mut report = shared_gpu(start + 100 + 10 * i);
@@ -207,7 +209,7 @@ mod tests {
         }
         let second_run =
             |job: &str| res.ledger.job_energy(job).unwrap().iter().find(|r| r.since == start + 100).map(|r| r.joules);
-        assert_eq!(second_run("4242"), Some(6000), "all of it: bob's process read 0");
+        assert_eq!(second_run("4242"), Some(6000), "all of it: bob's process and the claimant read 0");
         assert_eq!(second_run("4243"), None);
     }
 }
