@@ -16,7 +16,8 @@
 # The agent (2 s interval) reports to accountd serve (token auth; [slurm] bin_dir holds stubs of
 # sinfo and squeue that know node gpu1 and the three jobs); both /metrics, nvidia-smi (compute apps,
 # pmon, power) and accountd's ledger are read at the end of each phase, NVML's energy counter
-# (nvidia-ml-py) before and after. MIG state is listed, read-only. summary.txt puts them side by side
+# (nvidia-ml-py) before and after; the jobs' energy in the ledger is held to the counter's rise
+# while jobs were on the GPU. MIG state is listed, read-only. summary.txt puts them side by side
 # with issue 37's checks; the exit status is 1 when one fails. DRY=1 runs the same against the fake
 # libnvidia-ml, sleeps standing in for the GPU work and the script scripting what NVML says.
 # Everything goes under OUT (7 small files); work files under W (default /tmp/gpu-real-w). P=<seconds>
@@ -203,6 +204,10 @@ work() {  # uid, seconds, busy|idle, GiB: the job's process (DRY: a sleep)
 }
 export -f work; export DRY PY HERE
 
+# accountd's reading of GPU 0's counter (its latest report's): the jobs' energy is counted from here.
+gpu_energy() { fetch "http://$SRV/metrics" | sed -n 's/^gputokens_gpu_energy_joules{.*gpu="0".*} //p' | head -1; }
+echo "JOBS_FROM=$(gpu_energy)" >> "$W/snap/energy.env"
+
 log "phase 1: alice's job 4242 busy alone on GPU 0"
 printf 'gpus=0\nuuids=%s\nuid=%s\n' "$UUID" "$UA" > "$W/jobs/4242"
 if [ -n "$CG" ]; then
@@ -231,6 +236,9 @@ watch_for "$((P * 3 / 5))" 0; snap 3
 echo "AFTER=$(energy | tr ' ' _)" >> "$W/snap/energy.env"; echo "SECONDS_RUN=$((SECONDS - E_T0))" >> "$W/snap/energy.env"
 grep -q '^BEFORE=n/a\|^AFTER=n/a' "$W/snap/energy.env" && echo "NOTE=nvidia-ml-py_could_not_read_the_counter" >> "$W/snap/energy.env"
 log "agent: $(awk '{print "utime", $14, "stime", $15, "ticks"}' /proc/$AGENT/stat 2>/dev/null) $(grep VmRSS /proc/$AGENT/status 2>/dev/null)"
+# The agent stops, so the ledger holds every report up to accountd's last reading of the counter.
+kill "$AGENT" 2>/dev/null; wait "$AGENT" 2>/dev/null; sleep 1
+echo "JOBS_TO=$(gpu_energy)" >> "$W/snap/energy.env"
 printf 'A_PID=%s\nB_PID=%s\nR_PID=%s\n' "$A_PID" "$B_PID" "$R_PID" > "$W/snap/pids.env"
 printf 'GPU=%s\nMAPPING=%s\nDRY=%s\n' "$(echo "$GPU" | tr ' ' _)" "$MAPPING" "${DRY:-}" > "$W/snap/info.env"
 $PY -c 'import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)' \

@@ -151,6 +151,27 @@ try:
         ledger[job] = (samples, util_sum, idle_samples)
 except Exception as e:  # the table, or the copy, is missing: the checks below say so
     ledger["error"] = str(e)
+# Energy per job: the ledger's sum against accountd's readings of the counter from just before the
+# first job to its last report; on the shared GPU (phase 2) alice's busy job gets most of it.
+jobs_energy = None
+try:
+    jobs_energy = {job: joules for job, joules in db.execute("SELECT job_id, SUM(joules) FROM job_energy GROUP BY job_id")}
+except Exception as e:
+    ledger["energy error"] = str(e)
+try:
+    gpu_rise = float(energy["JOBS_TO"]) - float(energy["JOBS_FROM"])
+except (KeyError, ValueError):
+    gpu_rise = None
+summed = sum(jobs_energy.values()) if jobs_energy else None
+check(summed is not None and gpu_rise is not None and gpu_rise > 0 and abs(summed - gpu_rise) <= 0.03 * gpu_rise,
+      f"the jobs' energy in the ledger adds up to the GPU's rise while they ran: {fmt(summed)} J of {fmt(gpu_rise)} J (within 3 %)")
+ac1 = metrics("accountd-1.txt")
+phase2 = {job: (get(ac2, "gputokens_job_gpu_energy_joules_total", job=job) or 0)
+          - (get(ac1, "gputokens_job_gpu_energy_joules_total", job=job) or 0) for job in ("4242", "4243", "4244")}
+check(phase2["4242"] > 0.5 * sum(phase2.values()),
+      "on the shared GPU alice's busy job got most of its energy: "
+      + ", ".join(f"{job} {fmt(joules)} J" for job, joules in phase2.items()))
+
 s4 = ledger.get("4244")
 check(s4 is not None and abs(s4[1] / max(s4[0], 1) - 100) < 0.01 and s4[2] == 0,
       "the ledger counts unmeasured 4244 as its allocation (100 %) and never idle")
@@ -173,6 +194,7 @@ lines = [f"issue 37 real-GPU check: {info.get('GPU', '?').replace('_', ' ')}  ({
          f"alice's job mapped by {info.get('MAPPING', '?')})", "",
          *[c for c in checks if c.startswith("FAIL")], "", table, "", *gpu_lines, "",
          energy_line,
+         "ledger energy (job: joules): " + "; ".join(f"{j}: {v}" for j, v in sorted((jobs_energy or {}).items())),
          "ledger (job: samples, mean %, idle samples): "
          + "; ".join(f"{j}: {v[0]}, {v[1] / max(v[0], 1):.1f}, {v[2]}" if isinstance(v, tuple) else f"{j}: {v}" for j, v in ledger.items()),
          "MIG: " + read("mig.txt").strip().replace("\n", " | "), "", *checks]

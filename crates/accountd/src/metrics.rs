@@ -90,6 +90,10 @@ pub struct Metrics {
     /// 0 while a job shares a GPU where its processes cannot be seen (charged as allocated, never idle).
     pub job_gpu_measured: Family<JobLabels, Gauge>,
     pub job_idle: Family<JobLabels, Gauge>,
+    /// GPU energy each job used (its part of each GPU's NVML energy counter), while it runs.
+    pub job_gpu_energy: Family<JobLabels, FloatCounter>,
+    /// The same summed over every job: served always, where the job series need per-user metrics.
+    pub jobs_gpu_energy: FloatCounter,
     /// Jobs flagged idle per node: served always, where the job series need per-user metrics.
     pub idle_jobs: Family<NodeLabels, Gauge>,
     pub preemptions: Family<PreemptLabels, Counter>,
@@ -208,6 +212,8 @@ impl Metrics {
             job_gpu_memory: Family::default(),
             job_gpu_measured: Family::default(),
             job_idle: Family::default(),
+            job_gpu_energy: Family::default(),
+            jobs_gpu_energy: FloatCounter::default(),
             idle_jobs: Family::default(),
             preemptions: Family::default(),
             holds: Family::default(),
@@ -311,6 +317,16 @@ impl Metrics {
             "job_idle",
             "1 when a job holds GPUs below the idle threshold for longer than the window",
             m.job_idle.clone(),
+        );
+        registry.register(
+            "job_gpu_energy_joules",
+            "GPU energy a job used: its part of each GPU's NVML energy counter (a shared GPU's by its own processes)",
+            m.job_gpu_energy.clone(),
+        );
+        registry.register(
+            "jobs_gpu_energy_joules",
+            "GPU energy all jobs used, as gputokens_job_gpu_energy_joules counts it per job",
+            m.jobs_gpu_energy.clone(),
         );
         registry.register(
             "enforcing",

@@ -7,6 +7,7 @@ mod admin;
 mod audit;
 mod backup;
 mod charge;
+mod energy;
 mod error;
 mod expiries;
 mod faults;
@@ -34,6 +35,7 @@ use gputokens::policy::BucketRules;
 pub use accounts::{check_user_name, Account, Applied, NewEntry};
 pub use backup::{BackupError, BackupWritten};
 pub use charge::ChargeOutcome;
+pub use energy::RunEnergy;
 pub use error::LedgerError;
 pub use expiries::ExpiringGrant;
 pub use faults::GpuFault;
@@ -129,6 +131,8 @@ impl Ledger {
     }
 }
 
+#[cfg(test)]
+mod energy_tests;
 #[cfg(test)]
 mod expiry_tests;
 #[cfg(test)]

@@ -246,6 +246,21 @@ const MIGRATIONS: &[&str] = &[
      INSERT INTO job_payments_v15 SELECT job_id, -1, holder, charged FROM job_payments;
      DROP TABLE job_payments;
      ALTER TABLE job_payments_v15 RENAME TO job_payments;",
+    // 16: GPU energy per job run, from NVML's energy counters in node agents' reports (accountd's
+    // `utilization::energy` splits each GPU's energy between its jobs). A run is a stretch of one
+    // node's reports that all carry the job, `since` the first of them (a requeued job, or a job ID
+    // Slurm used again, begins another); its energy is summed per local day, so a month's statement
+    // takes the days of its month.
+    "CREATE TABLE job_energy (
+        job_id  TEXT    NOT NULL,
+        since   INTEGER NOT NULL,               -- unix seconds: the run's first report on this node
+        node    TEXT    NOT NULL,
+        day     TEXT    NOT NULL,               -- local date, YYYY-MM-DD
+        joules  INTEGER NOT NULL,
+        last_at INTEGER NOT NULL,               -- unix seconds of the latest report counted
+        PRIMARY KEY (job_id, since, node, day)
+     ) WITHOUT ROWID;
+     CREATE INDEX job_energy_by_day ON job_energy (day);",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

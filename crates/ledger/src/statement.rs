@@ -57,12 +57,14 @@ impl Ledger {
         ))?;
         let mut rows = stmt.query(params![user, start, end])?;
         let mut idle = IdleShares::default();
+        let energy = super::energy::month_energy(&tx, month)?;
         while let Some(row) = rows.next()? {
             let mut entry = entry_row(row)?;
             balance = balance + entry.amount;
             entry.balance_after = balance;
             builder.add(&entry)?;
             idle.note(self, &mut builder, &entry)?;
+            note_energy(&energy, &mut builder, &entry);
         }
         Ok(builder.finish(Tokens::from_micro(closing), issue.at, issue.partial)?)
     }
@@ -90,6 +92,7 @@ impl Ledger {
         ))?;
         let mut rows = stmt.query(params![start, end])?;
         let mut idle = IdleShares::default();
+        let energy = super::energy::month_energy(&tx, month)?;
         while let Some(row) = rows.next()? {
             let mut entry = entry_row(row)?;
             // The same snapshot summed this entry's user above; were it missing, the balances of 0
@@ -101,6 +104,7 @@ impl Ledger {
             entry.balance_after = draft.balance;
             draft.builder.add(&entry)?;
             idle.note(self, &mut draft.builder, &entry)?;
+            note_energy(&energy, &mut draft.builder, &entry);
         }
         users.into_values().map(|draft| Ok(draft.builder.finish(draft.closing, issue.at, issue.partial)?)).collect()
     }
@@ -128,6 +132,16 @@ impl IdleShares {
             builder.add_idle(gpu_type, idle_part(-entry.amount, share));
         }
         Ok(())
+    }
+}
+
+/// A charge entry's job's energy of the month (`month_energy`) goes to its GPU type's line, once
+/// per job and statement: the job's first charge of the month names the line. A job charged to two
+/// balances (a pool and its member) shows its energy on both statements.
+fn note_energy(month: &HashMap<String, u64>, builder: &mut StatementBuilder, entry: &Entry) {
+    let (EntryKind::Charge, Some(job)) = (entry.kind, entry.job_id.as_deref()) else { return };
+    if let Some(&joules) = month.get(job) {
+        builder.add_energy(job, entry.gpu_type.as_deref().unwrap_or(UNTYPED_LINE), joules);
     }
 }
 

@@ -54,20 +54,7 @@ impl Occupants<'_> {
 
 /// Per job, from the GPUs recorded as its own (`GpuSample::jobs`) and those its processes run on.
 pub fn job_use(sample: &NodeSample) -> BTreeMap<String, JobUse> {
-    let mut on: BTreeMap<u32, Occupants> = BTreeMap::new();
-    for gpu in &sample.gpus {
-        on.entry(gpu.index).or_default().jobs.extend(gpu.jobs.iter().map(String::as_str));
-    }
-    for p in &sample.processes {
-        let here = on.entry(p.gpu_index).or_default();
-        here.processes.push(p);
-        match &p.job_id {
-            Some(job) => {
-                here.jobs.insert(job);
-            }
-            None => here.nobodys_busy |= p.sm_utilization_percent != Some(0),
-        }
-    }
+    let on = occupants(sample);
     let gpus: HashMap<u32, &GpuSample> = sample.gpus.iter().map(|g| (g.index, g)).collect();
     let mut jobs: BTreeMap<&str, Vec<(Option<f64>, u64)>> = BTreeMap::new();
     for (index, here) in &on {
@@ -83,6 +70,75 @@ pub fn job_use(sample: &NodeSample) -> BTreeMap<String, JobUse> {
             (job.to_string(), JobUse { percent, memory_bytes, gpus: per_gpu.len() })
         })
         .collect()
+}
+
+/// Per GPU (by index), which part of its energy each job on it used in this sample, the parts of
+/// one GPU adding up to at most 1. By SM utilization, the one figure NVML gives per process:
+///
+/// - a job whose processes are in sight with a figure: its processes' SM utilization;
+/// - a job with none in sight (or a process NVML gives no figure for): what the GPU's utilization
+///   leaves over beyond every process in sight, in equal parts among such jobs;
+/// - a process of nobody's job counts like a job, and its part is nobody's to pay;
+/// - each part over the sum of them all. Where that sum is 0 (every process idle) or cannot be
+///   told (an unseen job on a GPU with no utilization figure), equal parts among the jobs: the GPU
+///   drew that power for them all.
+///
+/// So a GPU one job holds alone is all that job's, and on a shared one a job idling beside a busy
+/// one gets little. A GPU with no job on it is left out: its energy is no job's.
+pub fn energy_shares(sample: &NodeSample) -> BTreeMap<u32, Vec<(String, f64)>> {
+    let utilization: HashMap<u32, Option<u32>> = sample.gpus.iter().map(|g| (g.index, g.utilization_percent)).collect();
+    let mut shares = BTreeMap::new();
+    for (index, here) in occupants(sample) {
+        if here.jobs.is_empty() {
+            continue;
+        }
+        let sm = |p: &ProcessSample| p.sm_utilization_percent.map(f64::from);
+        // Each job's own figure; None for one unseen.
+        let own: Vec<(&str, Option<f64>)> = here
+            .jobs
+            .iter()
+            .map(|&job| (job, here.of(job).next().and_then(|_| here.of(job).map(sm).sum::<Option<f64>>())))
+            .collect();
+        let in_sight: f64 = own.iter().filter_map(|(_, f)| *f).sum::<f64>()
+            + here.processes.iter().filter(|p| p.job_id.is_none()).filter_map(|p| sm(p)).sum::<f64>();
+        let unseen = own.iter().filter(|(_, f)| f.is_none()).count();
+        let left_over = match (unseen, utilization.get(&index).copied().flatten()) {
+            (0, _) => Some(0.0),
+            (_, Some(gpu)) => Some((f64::from(gpu) - in_sight).max(0.0)),
+            (_, None) => None,
+        };
+        let equal = 1.0 / here.jobs.len() as f64;
+        let parts: Vec<(String, f64)> = match left_over {
+            Some(left_over) if in_sight + left_over > 0.0 => {
+                let total = in_sight + left_over;
+                own.iter()
+                    .map(|&(job, f)| (job.to_string(), f.unwrap_or(left_over / unseen.max(1) as f64) / total))
+                    .collect()
+            }
+            _ => own.iter().map(|&(job, _)| (job.to_string(), equal)).collect(),
+        };
+        shares.insert(index, parts);
+    }
+    shares
+}
+
+/// Who is on each GPU: the jobs recorded on it and those (and nobody's) whose processes run there.
+fn occupants(sample: &NodeSample) -> BTreeMap<u32, Occupants<'_>> {
+    let mut on: BTreeMap<u32, Occupants> = BTreeMap::new();
+    for gpu in &sample.gpus {
+        on.entry(gpu.index).or_default().jobs.extend(gpu.jobs.iter().map(String::as_str));
+    }
+    for p in &sample.processes {
+        let here = on.entry(p.gpu_index).or_default();
+        here.processes.push(p);
+        match &p.job_id {
+            Some(job) => {
+                here.jobs.insert(job);
+            }
+            None => here.nobodys_busy |= p.sm_utilization_percent != Some(0),
+        }
+    }
+    on
 }
 
 /// The job's use of one GPU: percent (`None`: unmeasured) and memory in bytes.
@@ -213,5 +269,59 @@ mod tests {
         let jobs = job_use(&s);
         assert_eq!(jobs["7"], used(None, 200, 2), "idle on GPU 0, unknown on GPU 1: not idle");
         assert_eq!(jobs["8"].percent, Some(100.0));
+    }
+
+    fn parts(shares: &BTreeMap<u32, Vec<(String, f64)>>, gpu: u32) -> Vec<(&str, f64)> {
+        shares[&gpu].iter().map(|(j, p)| (j.as_str(), (p * 1000.0).round() / 1000.0)).collect()
+    }
+
+    #[test]
+    fn a_gpu_held_alone_gives_the_job_all_its_energy() {
+        // GPU 0: job 7's process in sight; GPU 1: job 7's, none in sight; GPU 2: nobody's.
+        let s = sample(
+            vec![gpu(0, Some(80), &["7"]), gpu(1, Some(20), &["7"]), gpu(2, Some(60), &[])],
+            procs(&[(1, 0, "7", Some(50))]),
+        );
+        let shares = energy_shares(&s);
+        assert_eq!(parts(&shares, 0), [("7", 1.0)]);
+        assert_eq!(parts(&shares, 1), [("7", 1.0)], "its processes out of sight: still all its");
+        assert!(!shares.contains_key(&2), "a GPU without a job: its energy is no job's");
+    }
+
+    /// The H100's shared GPU: alice's busy job, bob's idle one, and bob's claimant (nobody's job).
+    #[test]
+    fn a_shared_gpu_splits_its_energy_by_the_jobs_own_processes() {
+        let s = sample(
+            vec![gpu(0, Some(100), &["4242", "4243"])],
+            procs(&[(1, 0, "4242", Some(75)), (2, 0, "4243", Some(0)), (3, 0, "4243", Some(5)), (4, 0, "", Some(20))]),
+        );
+        // 75, 5 and the claimant's 20 of 100: the claimant's fifth is nobody's to pay.
+        assert_eq!(parts(&energy_shares(&s), 0), [("4242", 0.75), ("4243", 0.05)]);
+        // Time-sliced 53 % and 47 %, as NVML read two busy processes on the H100.
+        let s = sample(vec![gpu(0, Some(100), &["5", "6"])], procs(&[(1, 0, "5", Some(53)), (2, 0, "6", Some(47))]));
+        assert_eq!(parts(&energy_shares(&s), 0), [("5", 0.53), ("6", 0.47)]);
+    }
+
+    #[test]
+    fn an_unseen_job_gets_what_the_gpus_utilization_leaves_over() {
+        // Job 4244's processes out of sight beside 4242's 90 % on a GPU at 100 %: a tenth is its.
+        let s = sample(vec![gpu(0, Some(100), &["4242", "4244", "4245"])], procs(&[(1, 0, "4242", Some(90))]));
+        assert_eq!(parts(&energy_shares(&s), 0), [("4242", 0.9), ("4244", 0.05), ("4245", 0.05)]);
+        // NVML gave no SM figure for job 2's process: it is unseen, and job 1 reads all the GPU does.
+        let s = sample(vec![gpu(0, Some(50), &["1", "2"])], procs(&[(1, 0, "1", Some(60)), (2, 0, "2", None)]));
+        assert_eq!(parts(&energy_shares(&s), 0), [("1", 1.0), ("2", 0.0)]);
+    }
+
+    #[test]
+    fn a_shared_gpu_nothing_tells_apart_is_split_equally_among_its_jobs() {
+        // Every process at 0 %: the GPU idled for them all; the claimant still gets nothing.
+        let s = sample(
+            vec![gpu(0, Some(0), &["1", "2"])],
+            procs(&[(1, 0, "1", Some(0)), (2, 0, "2", Some(0)), (3, 0, "", Some(0))]),
+        );
+        assert_eq!(parts(&energy_shares(&s), 0), [("1", 0.5), ("2", 0.5)]);
+        // An unseen job on a GPU that gives no utilization figure.
+        let s = sample(vec![gpu(0, None, &["1", "2"])], procs(&[(1, 0, "1", Some(60))]));
+        assert_eq!(parts(&energy_shares(&s), 0), [("1", 0.5), ("2", 0.5)]);
     }
 }

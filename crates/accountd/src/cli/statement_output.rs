@@ -2,14 +2,14 @@
 //! `--csv`: one row per user and line item, between an opening and a closing row, so that the
 //! Amount column of a user's rows, opening included, sums to the closing balance) or `--json`.
 
-use gputokens::statement::{gpu_hours, idle_summary, Item, Line, Month, Statement};
+use gputokens::statement::{energy_total, gpu_hours, idle_summary, kwh, Item, JobEnergy, Line, Month, Statement};
 use gputokens::time::{format_local, local_date};
 use gputokens::Tokens;
 
 use crate::cli::admin::signed;
 
 /// The columns of `-P` and `--csv`.
-pub const ROW_HEADER: [&str; 12] = [
+pub const ROW_HEADER: [&str; 13] = [
     "User",
     "Month",
     "Item",
@@ -18,6 +18,7 @@ pub const ROW_HEADER: [&str; 12] = [
     "GPUType",
     "GPUHours",
     "GPUSeconds",
+    "KWh",
     "Days",
     "JobID",
     "Actor",
@@ -25,12 +26,12 @@ pub const ROW_HEADER: [&str; 12] = [
 ];
 
 /// One row per line item, between the `opening` and `closing` rows; amounts of items are signed.
-pub fn rows(s: &Statement) -> Vec<[String; 12]> {
+pub fn rows(s: &Statement) -> Vec<[String; 13]> {
     let month = s.month.to_string();
     let row = |item: &str, date: String, amount: String, reason: &str| {
-        let mut row: [String; 12] = Default::default();
+        let mut row: [String; 13] = Default::default();
         row[..5].clone_from_slice(&[s.user.clone(), month.clone(), item.to_string(), date, amount]);
-        row[11] = reason.to_string();
+        row[12] = reason.to_string();
         row
     };
     let mut out = vec![row("opening", s.month.first_day().to_string(), s.opening.to_string(), "")];
@@ -44,11 +45,12 @@ pub fn rows(s: &Statement) -> Vec<[String; 12]> {
         r[5] = line.gpu_type.clone().unwrap_or_default();
         r[6] = line.gpu_seconds.map(gpu_hours).unwrap_or_default();
         r[7] = line.gpu_seconds.map(|s| s.to_string()).unwrap_or_default();
-        r[8] = line.days.map(|d| d.to_string()).unwrap_or_default();
-        r[9] = line.job_id.clone().unwrap_or_default();
-        r[10] = line.actor.clone().unwrap_or_default();
+        r[8] = line.energy_joules.map(kwh).unwrap_or_default();
+        r[9] = line.days.map(|d| d.to_string()).unwrap_or_default();
+        r[10] = line.job_id.clone().unwrap_or_default();
+        r[11] = line.actor.clone().unwrap_or_default();
         if let (Item::Charge, Some(idle)) = (line.item, line.idle) {
-            r[11] = idle_note(idle);
+            r[12] = idle_note(idle);
         }
         out.push(r);
     }
@@ -63,7 +65,7 @@ fn closing_date(s: &Statement) -> String {
 }
 
 /// `-P` cells: a reason is free text, so line breaks in it become spaces to keep one row a line
-/// (it is the last column: a `|` in it is read back by splitting at the first eleven).
+/// (it is the last column: a `|` in it is read back by splitting at the first twelve).
 pub fn parsable_cells(s: &Statement) -> Vec<Vec<String>> {
     rows(s).into_iter().map(|r| r.into_iter().map(|c| c.replace(['\n', '\r'], " ")).collect()).collect()
 }
@@ -106,6 +108,15 @@ pub fn json(statements: &[Statement]) -> String {
         closing: Tokens,
         #[serde(skip_serializing_if = "Vec::is_empty")]
         members: Vec<MemberJson<'a>>,
+        /// Each charged job's GPU energy of the month, the most first.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        energy: Vec<EnergyJson<'a>>,
+    }
+    #[derive(serde::Serialize)]
+    struct EnergyJson<'a> {
+        #[serde(flatten)]
+        job: &'a JobEnergy,
+        kwh: f64,
     }
     #[derive(serde::Serialize)]
     struct MemberJson<'a> {
@@ -118,6 +129,8 @@ pub fn json(statements: &[Statement]) -> String {
         line: &'a Line,
         #[serde(skip_serializing_if = "Option::is_none")]
         gpu_hours: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        kwh: Option<f64>,
     }
     let statements = statements
         .iter()
@@ -131,10 +144,15 @@ pub fn json(statements: &[Statement]) -> String {
             lines: s
                 .lines
                 .iter()
-                .map(|line| LineJson { line, gpu_hours: line.gpu_seconds.map(|s| s as f64 / 3600.0) })
+                .map(|line| LineJson {
+                    line,
+                    gpu_hours: line.gpu_seconds.map(|s| s as f64 / 3600.0),
+                    kwh: line.energy_joules.map(kwh_number),
+                })
                 .collect(),
             closing: s.closing,
             members: s.members.iter().map(|(user, charged)| MemberJson { user, charged: *charged }).collect(),
+            energy: s.energy.iter().map(|job| EnergyJson { job, kwh: kwh_number(job.joules) }).collect(),
         })
         .collect();
     serde_json::to_string_pretty(&Out { schema: crate::balance_json::SCHEMA, statements }).unwrap_or_default() + "\n"
@@ -167,6 +185,9 @@ pub fn text(s: &Statement, header: bool) -> String {
     if let Some((idle, types)) = idle_summary(s) {
         out += &format!("You spent {idle} tokens on idle GPUs this month ({types}).\n");
     }
+    if let Some(total) = energy_total(s) {
+        out += &energy_sentence(total, &s.energy);
+    }
     if !s.members.is_empty() {
         out += "Charged by member:\n";
         let width = s.members.iter().map(|(u, _)| u.chars().count()).max().unwrap_or(0);
@@ -175,6 +196,25 @@ pub fn text(s: &Statement, header: bool) -> String {
         }
     }
     out
+}
+
+/// Jobs named in the sentence on the month's GPU energy; the rest are counted.
+const ENERGY_JOBS_NAMED: usize = 5;
+
+/// `Your jobs' GPUs used 1.25 kWh this month (job 4242 1 kWh, 4243 0.25 kWh).`, the most first.
+fn energy_sentence(total: u64, jobs: &[JobEnergy]) -> String {
+    let mut named: Vec<String> =
+        jobs.iter().take(ENERGY_JOBS_NAMED).map(|j| format!("{} {} kWh", j.job_id, kwh(j.joules))).collect();
+    if jobs.len() > ENERGY_JOBS_NAMED {
+        named.push(format!("{} more", jobs.len() - ENERGY_JOBS_NAMED));
+    }
+    let job = if jobs.len() == 1 { "job" } else { "jobs" };
+    format!("Your jobs' GPUs used {} kWh this month ({job} {}).\n", kwh(total), named.join(", "))
+}
+
+/// Kilowatt-hours as a JSON number, to the watt-hour as `kwh` rounds them.
+fn kwh_number(joules: u64) -> f64 {
+    kwh(joules).parse().unwrap_or(0.0)
 }
 
 fn idle_note(idle: Tokens) -> String {
@@ -198,11 +238,14 @@ fn label(l: &Line) -> String {
             Some(job) => format!("refund of job {job}"),
             None => "refund".into(),
         },
-        Item::Charge => format!(
-            "{}, {} GPU-hours",
-            l.gpu_type.as_deref().unwrap_or_default(),
-            gpu_hours(l.gpu_seconds.unwrap_or_default())
-        ),
+        Item::Charge => {
+            let energy = l.energy_joules.map(|j| format!(", {} kWh", kwh(j))).unwrap_or_default();
+            format!(
+                "{}, {} GPU-hours{energy}",
+                l.gpu_type.as_deref().unwrap_or_default(),
+                gpu_hours(l.gpu_seconds.unwrap_or_default())
+            )
+        }
     }
 }
 

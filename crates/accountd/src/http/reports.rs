@@ -7,8 +7,9 @@ use crate::agent::report::AgentReport;
 use crate::agent::GpuHealth;
 use crate::error::AccountdResult;
 use crate::health::HealthState;
-use crate::metrics::{GpuLabels, Metrics, NodeLabels};
+use crate::metrics::{GpuLabels, JobLabels, Metrics, NodeLabels};
 use crate::resources::Resources;
+use crate::utilization::energy::{EnergyTracker, MAX_GAP_INTERVALS};
 use crate::utilization::{tracker, JobUtilization, Tracker};
 
 /// What the agents' reports leave behind for the next one.
@@ -16,6 +17,7 @@ use crate::utilization::{tracker, JobUtilization, Tracker};
 pub struct ReportState {
     pub utilization: Tracker,
     pub health: HealthState,
+    pub energy: EnergyTracker,
 }
 
 /// Per job, as the agent computes it for its own metrics (`agent::job_use`): the job's own use of
@@ -36,12 +38,34 @@ pub fn ingest(res: &mut Resources, state: &mut ReportState, report: &AgentReport
     let jobs = job_utilization(report);
     let (count, idle) =
         tracker::apply(res, &mut state.utilization, &report.node, jobs, report.sample.time.timestamp())?;
+    record_energy(res, state, report)?;
     Ok(format!(
         "{}: {} GPUs, {count} jobs, {idle} newly idle, {} drains",
         report.node,
         report.sample.gpus.len(),
         drained.len()
     ))
+}
+
+/// Each job's GPU energy since the node's previous report: in the ledger under its run, and on
+/// /metrics (per job with per-user metrics, and the site's sum of what jobs used).
+fn record_energy(res: &mut Resources, state: &mut ReportState, report: &AgentReport) -> AccountdResult {
+    let interval = humantime::parse_duration(&res.config.agent.interval).unwrap_or(std::time::Duration::from_secs(30));
+    let max_gap = (interval * MAX_GAP_INTERVALS).as_secs().max(1) as i64;
+    let at = report.sample.time.timestamp();
+    for used in state.energy.apply(&report.node, &report.sample, max_gap) {
+        res.ledger.record_energy(&used.job, used.since, &report.node, at, used.joules)?;
+        res.metrics.jobs_gpu_energy.inc_by(used.joules as f64);
+        let labels = JobLabels {
+            job: used.job.clone(),
+            user: state.utilization.user(&used.job).to_string(),
+            node: report.node.clone(),
+        };
+        if let Some(series) = res.metrics.job_labels(&labels) {
+            res.metrics.job_gpu_energy.get_or_create(&series).inc_by(used.joules as f64);
+        }
+    }
+    Ok(())
 }
 
 fn record_gpus(metrics: &Metrics, report: &AgentReport) {
@@ -148,5 +172,44 @@ mod tests {
         assert_eq!(pays("4242"), 0.99, "its own 99 %");
         assert_eq!(pays("4243"), 0.25, "the minimum, not its neighbour's 100 %");
         assert_eq!(pays("4244"), 1.0, "unmeasured: its allocation");
+    }
+
+    /// The shared GPU's energy counter rises 3 kJ a report: alice's busy job (99 %) gets most of it,
+    /// bob's idle one nothing, 4244 (out of sight) the 1 % the GPU's 100 % leaves over, bob's
+    /// claimant (0 %) nothing. In the ledger per run, and on /metrics.
+    #[test]
+    fn a_shared_gpus_energy_goes_to_its_jobs_in_the_ledger_and_on_metrics() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut res = resources(dir.path());
+        let mut state = ReportState::default();
+        let start = 1_800_000_000;
+        for i in 0..4 {
+            let mut report = shared_gpu(start + 10 * i);
+            report.sample.gpus[0].energy_mj = Some(5_000_000 + 3_000_000 * i as u64);
+            ingest(&mut res, &mut state, &report).unwrap();
+        }
+        for (job, joules) in [("4242", Some(8910)), ("4243", None), ("4244", Some(90))] {
+            let runs = res.ledger.job_energy(job).unwrap();
+            let got: Vec<(i64, &str, u64)> = runs.iter().map(|r| (r.since, r.node.as_str(), r.joules)).collect();
+            let want: Vec<(i64, &str, u64)> = joules.map(|j| (start, "gpu1", j)).into_iter().collect();
+            assert_eq!(got, want, "job {job}");
+            let metric = job_metric(&res, "job_gpu_energy_joules_total", job);
+            assert_eq!(metric, joules.map(|j| format!("{j}.0")), "job {job}");
+        }
+        assert!(res.metrics.encode().contains("gputokens_jobs_gpu_energy_joules_total 9000.0"));
+
+        // 4244 gone: alice's job and bob's idle one. Each report is another run's while the old
+        // state is forgotten (an accountd restart).
+        let mut state = ReportState::default();
+        for i in 0..3 {
+            let mut report = shared_gpu(start + 100 + 10 * i);
+            report.sample.gpus[0].jobs.retain(|j| j != "4244");
+            report.sample.gpus[0].energy_mj = Some(3_000_000 * i as u64);
+            ingest(&mut res, &mut state, &report).unwrap();
+        }
+        let second_run =
+            |job: &str| res.ledger.job_energy(job).unwrap().iter().find(|r| r.since == start + 100).map(|r| r.joules);
+        assert_eq!(second_run("4242"), Some(6000), "all of it: bob's process and the claimant read 0");
+        assert_eq!(second_run("4243"), None);
     }
 }

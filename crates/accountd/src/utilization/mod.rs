@@ -1,6 +1,7 @@
 //! Measured GPU utilization per job (not the allocated GPU time that is charged), from the node
 //! agents' reports or a Prometheus server, as `[usage] source` says.
 
+pub mod energy;
 pub mod prometheus;
 pub mod tracker;
 

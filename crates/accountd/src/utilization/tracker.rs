@@ -65,6 +65,13 @@ fn user_of(tracker: &mut Tracker, job: &str, slurm: &Slurm) -> String {
     }
 }
 
+impl Tracker {
+    /// The user of a job seen in the latest reports ("unknown" when squeue could not say).
+    pub fn user(&self, job: &str) -> &str {
+        self.users.get(job).map(String::as_str).unwrap_or("unknown")
+    }
+}
+
 /// Records the utilization of the jobs seen on `node` (agents) or cluster-wide (`node` empty,
 /// Prometheus); returns how many jobs and how many became idle.
 pub fn apply(
@@ -215,6 +222,7 @@ fn forget_ended_jobs(res: &mut Resources, tracker: &mut Tracker, node: &str, see
             res.metrics.job_gpu_memory.remove(&series);
             res.metrics.job_gpu_measured.remove(&series);
             res.metrics.job_idle.remove(&series);
+            res.metrics.job_gpu_energy.remove(&series);
         }
         tracker.users.remove(&job);
     }

@@ -13,6 +13,7 @@ mod cluster_scripts;
 mod common;
 mod config;
 mod cycles;
+mod energy;
 mod first_day;
 mod forecast;
 mod grafana;

@@ -133,9 +133,9 @@ fn worked_example_statement_adds_up_line_by_line() {
     assert_eq!(
         last,
         format!(
-            "alice|{month}|opening|{month}-01|0|||||||\n\
-             alice|{month}|initial|{eve}|+100||||||gputokens|initial balance\n\
-             alice|{month}|closing|{eve}|100|||||||\n"
+            "alice|{month}|opening|{month}-01|0||||||||\n\
+             alice|{month}|initial|{eve}|+100|||||||gputokens|initial balance\n\
+             alice|{month}|closing|{eve}|100||||||||\n"
         ),
         "the initial grant is dated the evening alice was first seen, the closing the month's last day"
     );

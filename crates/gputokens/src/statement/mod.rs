@@ -31,6 +31,21 @@ pub struct Statement {
     /// An account pool's statement: what each member's jobs took from it in the month.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<(String, Tokens)>,
+    /// The GPU energy of the month's charged jobs (see [`JobEnergy`]), the most first; empty where
+    /// no node agent reported an energy counter for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub energy: Vec<JobEnergy>,
+}
+
+/// What one job charged on a statement used of its GPUs' energy in the statement's month: NVML's
+/// energy counters, as node agents reported them, its part of each GPU (accountd's
+/// `utilization::energy`), summed over the month's local days.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobEnergy {
+    pub job_id: String,
+    /// The GPU type of the job's first charge of the month: the charge line its energy is counted on.
+    pub gpu_type: String,
+    pub joules: u64,
 }
 
 /// What a line stands for.
@@ -97,6 +112,9 @@ pub struct Line {
     /// Charges: how many of the tokens charged were spent on idle GPUs (see [`idle_part`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle: Option<Tokens>,
+    /// Charges: the GPU energy (joules) the line's jobs used in the month, where agents measured it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_joules: Option<u64>,
 }
 
 impl Line {
@@ -112,6 +130,7 @@ impl Line {
             gpu_type: None,
             gpu_seconds: None,
             idle: None,
+            energy_joules: None,
         }
     }
 
@@ -156,6 +175,7 @@ pub struct StatementBuilder {
     by_people: Vec<Line>,
     /// One line per GPU type, in the order the month first charged them.
     charges: Vec<Line>,
+    energy: Vec<JobEnergy>,
 }
 
 impl StatementBuilder {
@@ -169,6 +189,7 @@ impl StatementBuilder {
             daily: None,
             by_people: Vec::new(),
             charges: Vec::new(),
+            energy: Vec::new(),
         }
     }
 
@@ -225,11 +246,25 @@ impl StatementBuilder {
         }
     }
 
+    /// Notes that job `job_id`, charged on the `gpu_type` line (added before), used `joules` of GPU
+    /// energy in the month; once per job (a second note of the same job is ignored).
+    pub fn add_energy(&mut self, job_id: &str, gpu_type: &str, joules: u64) {
+        if joules == 0 || self.energy.iter().any(|e| e.job_id == job_id) {
+            return;
+        }
+        if let Some(line) = self.charges.iter_mut().find(|l| l.gpu_type.as_deref() == Some(gpu_type)) {
+            line.energy_joules = Some(line.energy_joules.unwrap_or(0).saturating_add(joules));
+            self.energy.push(JobEnergy { job_id: job_id.to_string(), gpu_type: gpu_type.to_string(), joules });
+        }
+    }
+
     /// The statement, given the closing balance the ledger holds for the month's end: refused unless
     /// the opening balance and the lines add up to it exactly.
     pub fn finish(mut self, closing: Tokens, issued: i64, partial: bool) -> Result<Statement, StatementError> {
         // A job cancelled before it ran leaves a charge of nothing for no time: nothing to state.
         self.charges.retain(|l| l.amount != Tokens::ZERO || l.gpu_seconds != Some(0));
+        let charges = &self.charges;
+        self.energy.retain(|e| charges.iter().any(|l| l.gpu_type.as_deref() == Some(e.gpu_type.as_str())));
         let lines: Vec<Line> =
             [self.opening_items, self.monthly, self.daily.into_iter().collect(), self.by_people, self.charges]
                 .into_iter()
@@ -255,6 +290,11 @@ impl StatementBuilder {
             lines,
             closing,
             members: Vec::new(),
+            energy: {
+                let mut energy = self.energy;
+                energy.sort_by(|a, b| b.joules.cmp(&a.joules).then_with(|| a.job_id.cmp(&b.job_id)));
+                energy
+            },
         })
     }
 }
@@ -302,6 +342,23 @@ pub fn gpu_hours(seconds: u64) -> String {
         f if f % 10 == 0 => format!("{whole}.{}", f / 10),
         f => format!("{whole}.{f:02}"),
     }
+}
+
+/// Kilowatt-hours of `joules`, to the watt-hour (`1.25`, `0.004`, `0`): for reading; the exact
+/// joules travel beside it.
+pub fn kwh(joules: u64) -> String {
+    // Watt-hours, rounded half up: 3600 J each.
+    let wh = (u128::from(joules) + 1800) / 3600;
+    let (whole, frac) = (wh / 1000, wh % 1000);
+    match frac {
+        0 => whole.to_string(),
+        f => format!("{whole}.{f:03}").trim_end_matches('0').to_string(),
+    }
+}
+
+/// The month's GPU energy of `statement`'s jobs in all (joules), None where none was measured.
+pub fn energy_total(statement: &Statement) -> Option<u64> {
+    statement.lines.iter().filter_map(|l| l.energy_joules).reduce(u64::saturating_add)
 }
 
 /// gputokens' own adjustment that expires what was left of a grant (ledger: keyed `expire:<grant>`).

@@ -275,3 +275,13 @@ fn travels_as_json_with_exact_amounts() {
     assert!(text.contains(r#""item":"initial","amount":"100","date":"2026-11-30""#), "{text}");
     assert_eq!(serde_json::from_str::<Statement>(&text).unwrap(), s);
 }
+
+#[test]
+fn kwh_round_to_the_watt_hour() {
+    for (joules, text) in
+        [(0, "0"), (1799, "0"), (1800, "0.001"), (3_600_000, "1"), (4_500_000, "1.25"), (18_500, "0.005")]
+    {
+        assert_eq!(kwh(joules), text, "{joules}");
+    }
+    assert_eq!(kwh(u64::MAX), "5124095576030.431");
+}

@@ -109,10 +109,10 @@ fn rows_sum_to_the_closing_row() {
     let sum: Tokens = all[..all.len() - 1].iter().map(|r| r[4].parse::<Tokens>().unwrap()).sum();
     assert_eq!(sum.to_string(), all[all.len() - 1][4]);
     assert_eq!(all[2][5..8], ["rtx2080", "40", "144000"]);
-    assert_eq!((all[5][3].as_str(), all[5][11].as_str()), ("2026-12-31", ""));
+    assert_eq!((all[5][3].as_str(), all[5][12].as_str()), ("2026-12-31", ""));
     let partial = worked_example("alice", &[], "46", true);
     let closing = rows(&partial).pop().unwrap();
-    assert_eq!((closing[3].as_str(), closing[11].as_str()), ("2026-12-14", "so far: the month is not over"));
+    assert_eq!((closing[3].as_str(), closing[12].as_str()), ("2026-12-14", "so far: the month is not over"));
 }
 
 #[test]
@@ -125,7 +125,7 @@ fn parsable_rows_keep_one_line_each() {
     let s = worked_example("alice", &[adjust], "45", false);
     let cells = parsable_cells(&s);
     // Hand-made changes come before the charges.
-    assert_eq!((cells[2][2].as_str(), cells[2][11].as_str()), ("adjust", "two lines | and a bar"));
+    assert_eq!((cells[2][2].as_str(), cells[2][12].as_str()), ("adjust", "two lines | and a bar"));
 }
 
 #[test]
@@ -149,4 +149,48 @@ fn json_has_exact_amounts_and_gpu_hours() {
     assert_eq!(value["schema"], 1);
     let issued = december["issued_unix"].as_i64().unwrap();
     assert_eq!(december["issued"].as_str(), Some(gputokens::time::format_rfc3339(issued).as_str()), "{december}");
+}
+
+/// The worked example with GPU energy measured for three jobs: kWh on each charge line and in
+/// every form, the month's sum and its jobs in a sentence.
+#[test]
+fn energy_is_on_each_charge_line_and_summed_for_the_month() {
+    let mut builder = StatementBuilder::new("alice", "2026-12".parse().unwrap(), Tokens::whole(100));
+    for e in [
+        entry(EntryKind::Monthly, "30", "2026-12-01T00:00:00"),
+        charge("rtx2080", "-20", 144_000),
+        charge("rtx3090", "-40", 144_000),
+        charge("a6000", "-24", 21_600),
+    ] {
+        builder.add(&e).unwrap();
+    }
+    builder.add_energy("101", "rtx2080", 9_000_000); // 2.5 kWh
+    builder.add_energy("102", "rtx3090", 3_600_000);
+    builder.add_energy("104", "rtx3090", 1_800);
+    let s = builder.finish("46".parse().unwrap(), parse_timestamp("2026-12-14T10:22:03").unwrap(), false).unwrap();
+    let out = text(&s, false);
+    assert!(out.contains("\n            rtx2080, 40 GPU-hours, 2.5 kWh       -20\n"), "{out}");
+    assert!(out.contains("\n            rtx3090, 40 GPU-hours, 1.001 kWh     -40\n"), "{out}");
+    assert!(out.contains("\n            a6000, 6 GPU-hours                   -24\n"), "nothing measured: {out}");
+    assert!(
+        out.ends_with("Your jobs' GPUs used 3.501 kWh this month (jobs 101 2.5 kWh, 102 1 kWh, 104 0.001 kWh).\n"),
+        "{out}"
+    );
+
+    let rows = rows(&s);
+    assert_eq!(ROW_HEADER[8], "KWh");
+    let kwh: Vec<(&str, &str)> = rows.iter().map(|r| (r[5].as_str(), r[8].as_str())).collect();
+    assert_eq!(kwh, [("", ""), ("", ""), ("rtx2080", "2.5"), ("rtx3090", "1.001"), ("a6000", ""), ("", "")]);
+
+    let v: serde_json::Value = serde_json::from_str(&json(std::slice::from_ref(&s))).unwrap();
+    let december = &v["statements"][0];
+    assert_eq!(
+        (december["lines"][1]["energy_joules"].as_u64(), december["lines"][1]["kwh"].as_f64()),
+        (Some(9_000_000), Some(2.5))
+    );
+    assert!(december["lines"][3].get("kwh").is_none());
+    assert_eq!(
+        december["energy"][1],
+        serde_json::json!({"job_id": "102", "gpu_type": "rtx3090", "joules": 3_600_000, "kwh": 1.0})
+    );
 }

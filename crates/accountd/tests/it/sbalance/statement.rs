@@ -31,9 +31,9 @@ fn site_with_charges_grant_and_refund() -> Site {
     site
 }
 
-/// `-P` rows split into their 12 columns (the last, Reason, may hold a `|`).
+/// `-P` rows split into their 13 columns (the last, Reason, may hold a `|`).
 fn parsable_rows(out: &str) -> Vec<Vec<String>> {
-    out.lines().map(|l| l.splitn(12, '|').map(str::to_string).collect()).collect()
+    out.lines().map(|l| l.splitn(13, '|').map(str::to_string).collect()).collect()
 }
 
 /// RFC 4180 records: quoted fields may hold commas, doubled quotes and line breaks.
@@ -112,8 +112,11 @@ fn an_admin_gets_every_statement_as_csv() {
     let out = site.sbalance(None, &["--statement", &month, "-a", "--csv"]).ok().stdout;
     assert!(out.contains("\r\n\"o,\"\"neil\","), "quoted: {out}");
     let records = csv_records(&out);
-    assert_eq!(records[0].join(","), "User,Month,Item,Date,Amount,GPUType,GPUHours,GPUSeconds,Days,JobID,Actor,Reason");
-    assert!(records[1..].iter().all(|r| r.len() == 12 && r[1] == month), "{records:?}");
+    assert_eq!(
+        records[0].join(","),
+        "User,Month,Item,Date,Amount,GPUType,GPUHours,GPUSeconds,KWh,Days,JobID,Actor,Reason"
+    );
+    assert!(records[1..].iter().all(|r| r.len() == 13 && r[1] == month), "{records:?}");
     let sums = sums(&records[1..]);
     let expected = [("alice", "104.5"), ("bob", "99"), (odd, "99")];
     let got: Vec<(&str, String, String)> =
@@ -138,9 +141,12 @@ fn parsable_and_json_sum_to_the_closing_balance() {
     let today = today().to_string();
 
     let rows = parsable_rows(&site.sbalance(Some("alice"), &["--statement", &month, "-P"]).ok().stdout);
-    assert_eq!(rows[0].join("|"), "User|Month|Item|Date|Amount|GPUType|GPUHours|GPUSeconds|Days|JobID|Actor|Reason");
+    assert_eq!(
+        rows[0].join("|"),
+        "User|Month|Item|Date|Amount|GPUType|GPUHours|GPUSeconds|KWh|Days|JobID|Actor|Reason"
+    );
     let items: Vec<[&str; 7]> =
-        rows[1..].iter().map(|r| [&r[2], &r[3], &r[4], &r[5], &r[6], &r[9], &r[10]].map(String::as_str)).collect();
+        rows[1..].iter().map(|r| [&r[2], &r[3], &r[4], &r[5], &r[6], &r[10], &r[11]].map(String::as_str)).collect();
     let first = today[..8].to_string() + "01";
     assert_eq!(
         items,
@@ -154,8 +160,8 @@ fn parsable_and_json_sum_to_the_closing_balance() {
             ["closing", &today, "104.5", "", "", "", ""],
         ]
     );
-    assert_eq!((rows[3][11].as_str(), rows[4][11].as_str()), ("course credit", "node failure"));
-    assert_eq!(rows[7][11], "so far: the month is not over");
+    assert_eq!((rows[3][12].as_str(), rows[4][12].as_str()), ("course credit", "node failure"));
+    assert_eq!(rows[7][12], "so far: the month is not over");
     assert_eq!(sums(&rows[1..]), [("alice".to_string(), "104.5".parse().unwrap(), "104.5".parse().unwrap())]);
 
     let json: serde_json::Value =
@@ -204,7 +210,7 @@ fn daily_replenishment_shows_its_days() {
     let last_days = (this_month - Days::new(1)).day() - 10;
     let rows =
         parsable_rows(&site.sbalance(Some("bob"), &["--statement", &month_of(last_month), "-P", "-n"]).ok().stdout);
-    let daily: Vec<(&str, &str, &str)> = rows.iter().map(|r| (r[2].as_str(), r[4].as_str(), r[8].as_str())).collect();
+    let daily: Vec<(&str, &str, &str)> = rows.iter().map(|r| (r[2].as_str(), r[4].as_str(), r[9].as_str())).collect();
     let (days, amount) = (last_days.to_string(), format!("+{last_days}"));
     assert_eq!(
         daily,
@@ -218,7 +224,7 @@ fn daily_replenishment_shows_its_days() {
 
     let rows = parsable_rows(&site.sbalance(Some("bob"), &["--statement", &month_of(today()), "-P", "-n"]).ok().stdout);
     let now_days = today().day();
-    let items: Vec<(&str, String, &str)> = rows.iter().map(|r| (r[2].as_str(), r[4].clone(), r[8].as_str())).collect();
+    let items: Vec<(&str, String, &str)> = rows.iter().map(|r| (r[2].as_str(), r[4].clone(), r[9].as_str())).collect();
     assert_eq!(
         items,
         [

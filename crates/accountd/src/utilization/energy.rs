@@ -1,0 +1,189 @@
+//! Each job's GPU energy from NVML's energy counters: between two consecutive reports of a node,
+//! each GPU's counter difference is given to the jobs on it (`agent::job_use::energy_shares`: all to
+//! a job holding it alone, a shared GPU by its jobs' own processes). A step the counter cannot
+//! vouch for gives nothing rather than a wrong figure: the counter went back (the driver reloaded,
+//! the GPU was reset), another GPU answers at that index, or the reports lie further apart than
+//! [`MAX_GAP_INTERVALS`] agent intervals (the agent or accountd was down, and who was on the GPU in
+//! between is unknown). What the [`EnergyTracker`] keeps is the previous report's counters and each
+//! job's run.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::agent::job_use::energy_shares;
+use crate::agent::NodeSample;
+
+/// Reports further apart than this many `[agent] interval`s give no energy for the step between.
+pub const MAX_GAP_INTERVALS: u32 = 3;
+
+/// The energy state between reports.
+#[derive(Debug, Default)]
+pub struct EnergyTracker {
+    /// Each GPU's counter in its node's previous report, by node and GPU index.
+    last: HashMap<(String, u32), Reading>,
+    /// The run each job on a node is counted under: the sample time of the first of the node's
+    /// unbroken reports that carry it.
+    runs: HashMap<(String, String), i64>,
+}
+
+/// One GPU's energy counter in one report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reading {
+    /// The report's sample time (the node's clock: the step is measured between its own readings).
+    pub at: i64,
+    pub uuid: Option<String>,
+    pub millijoules: u64,
+}
+
+/// What one job of a node used between its previous report and this one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobEnergy {
+    pub job: String,
+    /// The run's first report (see [`EnergyTracker`]).
+    pub since: i64,
+    pub joules: u64,
+}
+
+/// Millijoules a GPU used from `before` to `now`, or None when the counter cannot say (see the module).
+pub fn step(before: &Reading, now: &Reading, max_gap: i64) -> Option<u64> {
+    let gap = now.at - before.at;
+    if gap < 0 || gap > max_gap || before.uuid != now.uuid {
+        return None;
+    }
+    now.millijoules.checked_sub(before.millijoules)
+}
+
+impl EnergyTracker {
+    /// The energy of each job in `node`'s report `sample` since the node's previous report, in job
+    /// order; jobs with nothing to show are left out. `max_gap` in seconds.
+    pub fn apply(&mut self, node: &str, sample: &NodeSample, max_gap: i64) -> Vec<JobEnergy> {
+        let at = sample.time.timestamp();
+        let shares = energy_shares(sample);
+        // Runs: a job this report lacks has ended here; one it has for the first time begins.
+        let here: HashSet<&str> = shares.values().flatten().map(|(job, _)| job.as_str()).collect();
+        self.runs.retain(|(n, job), _| n != node || here.contains(job.as_str()));
+        for job in &here {
+            self.runs.entry((node.to_string(), job.to_string())).or_insert(at);
+        }
+        let mut millijoules: BTreeMap<&str, f64> = BTreeMap::new();
+        for gpu in &sample.gpus {
+            let key = (node.to_string(), gpu.index);
+            let Some(counter) = gpu.energy_mj else {
+                self.last.remove(&key);
+                continue;
+            };
+            let now = Reading { at, uuid: gpu.uuid.clone(), millijoules: counter };
+            let used = self.last.get(&key).and_then(|before| step(before, &now, max_gap));
+            self.last.insert(key, now);
+            let (Some(used), Some(parts)) = (used, shares.get(&gpu.index)) else { continue };
+            for (job, part) in parts {
+                *millijoules.entry(job.as_str()).or_default() += used as f64 * part;
+            }
+        }
+        millijoules
+            .into_iter()
+            .map(|(job, mj)| JobEnergy {
+                job: job.to_string(),
+                since: self.runs.get(&(node.to_string(), job.to_string())).copied().unwrap_or(at),
+                joules: (mj / 1000.0).round() as u64,
+            })
+            .filter(|e| e.joules > 0)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::{GpuSample, ProcessSample};
+
+    const GAP: i64 = 90;
+
+    fn gpu(index: u32, uuid: &str, energy_mj: Option<u64>, jobs: &[&str]) -> GpuSample {
+        GpuSample {
+            uuid: Some(uuid.into()),
+            energy_mj,
+            jobs: jobs.iter().map(|j| j.to_string()).collect(),
+            ..GpuSample::empty(index)
+        }
+    }
+
+    fn process(pid: u32, gpu_index: u32, job: Option<&str>, sm: u32) -> ProcessSample {
+        ProcessSample {
+            pid,
+            gpu_index,
+            used_memory_bytes: Some(1),
+            sm_utilization_percent: Some(sm),
+            job_id: job.map(str::to_owned),
+        }
+    }
+
+    fn sample(at: i64, gpus: Vec<GpuSample>, processes: Vec<ProcessSample>) -> NodeSample {
+        NodeSample { time: chrono::DateTime::from_timestamp(at, 0).unwrap(), gpus, processes }
+    }
+
+    fn got(energy: &[JobEnergy]) -> Vec<(&str, i64, u64)> {
+        energy.iter().map(|e| (e.job.as_str(), e.since, e.joules)).collect()
+    }
+
+    #[test]
+    fn a_job_holding_a_gpu_alone_gets_all_of_its_counters_rise() {
+        let mut t = EnergyTracker::default();
+        let at =
+            |s: i64, mj: u64| sample(s, vec![gpu(0, "GPU-a", Some(mj), &["7"]), gpu(1, "GPU-b", Some(5), &[])], vec![]);
+        assert_eq!(t.apply("n1", &at(100, 1_000_000), GAP), [], "a first reading is no step");
+        assert_eq!(got(&t.apply("n1", &at(130, 4_000_400), GAP)), [("7", 100, 3000)], "to the nearest joule");
+        assert_eq!(got(&t.apply("n1", &at(160, 4_300_000), GAP)), [("7", 100, 300)]);
+        // Another node's counters are its own.
+        assert_eq!(t.apply("n2", &at(160, 9_000_000), GAP), []);
+    }
+
+    /// alice's busy job and bob's idle one on one GPU, bob's claimant beside them (nobody's job).
+    #[test]
+    fn a_shared_gpus_rise_is_split_by_the_jobs_own_processes() {
+        let mut t = EnergyTracker::default();
+        let at = |s: i64, mj: u64| {
+            sample(
+                s,
+                vec![gpu(0, "GPU-h100", Some(mj), &["4242", "4243"])],
+                vec![process(1, 0, Some("4242"), 90), process(2, 0, Some("4243"), 0), process(3, 0, None, 10)],
+            )
+        };
+        t.apply("n1", &at(0, 0), GAP);
+        assert_eq!(
+            got(&t.apply("n1", &at(30, 10_000_000), GAP)),
+            [("4242", 0, 9000)],
+            "the claimant's tenth is nobody's"
+        );
+    }
+
+    #[test]
+    fn a_counter_that_went_back_or_a_gap_gives_no_energy_for_that_step() {
+        let mut t = EnergyTracker::default();
+        let at = |s: i64, uuid: &str, mj: u64| sample(s, vec![gpu(0, uuid, Some(mj), &["7"])], vec![]);
+        t.apply("n1", &at(0, "GPU-a", 50_000_000), GAP);
+        assert_eq!(t.apply("n1", &at(30, "GPU-a", 2_000_000), GAP), [], "the driver reloaded: counting from 0 again");
+        assert_eq!(
+            got(&t.apply("n1", &at(60, "GPU-a", 3_000_000), GAP)),
+            [("7", 0, 1000)],
+            "counted from the new start"
+        );
+        assert_eq!(t.apply("n1", &at(60 + GAP + 1, "GPU-a", 9_000_000), GAP), [], "a gap: who used it in between?");
+        assert_eq!(got(&t.apply("n1", &at(60 + GAP + 31, "GPU-a", 9_500_000), GAP)), [("7", 0, 500)]);
+        assert_eq!(t.apply("n1", &at(60 + GAP + 61, "GPU-z", 9_600_000), GAP), [], "another GPU at index 0");
+        // A report without the counter forgets it: the next one with it starts afresh.
+        t.apply("n1", &sample(300, vec![gpu(0, "GPU-z", None, &["7"])], vec![]), GAP);
+        assert_eq!(t.apply("n1", &at(330, "GPU-z", 9_700_000), GAP), []);
+    }
+
+    /// A job missing from a report has ended on the node: when it is there again (requeued), it is
+    /// another run.
+    #[test]
+    fn a_job_back_after_a_report_without_it_is_another_run() {
+        let mut t = EnergyTracker::default();
+        let at = |s: i64, mj: u64, jobs: &[&str]| sample(s, vec![gpu(0, "GPU-a", Some(mj), jobs)], vec![]);
+        t.apply("n1", &at(0, 0, &["7"]), GAP);
+        assert_eq!(got(&t.apply("n1", &at(30, 1_000_000, &["7"]), GAP)), [("7", 0, 1000)]);
+        assert_eq!(t.apply("n1", &at(60, 2_000_000, &[]), GAP), [], "an idle GPU's energy is no job's");
+        assert_eq!(got(&t.apply("n1", &at(90, 3_000_000, &["7"]), GAP)), [("7", 90, 1000)]);
+    }
+}
