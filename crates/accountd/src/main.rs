@@ -64,8 +64,10 @@ fn print_warnings(config: &Config) {
     let group_exists = |g: &str| nix::unistd::Group::from_name(g).ok().flatten().is_some();
     let host = gputokens::config::advice::host_advice(config, gputokens::access::system_user_exists, group_exists);
     // Preemption and drain from the first cycle are named to a site that has not run yet (no ledger).
-    let first_config = !config.paths.ledger.exists();
-    let first_week = first_config.then(|| gputokens::config::advice::first_week(config)).unwrap_or_default();
+    let first_week = match config.paths.ledger.exists() {
+        false => gputokens::config::advice::first_week(config),
+        true => Vec::new(),
+    };
     for advice in gputokens::config::advice::advice(config).into_iter().chain(first_week).chain(host) {
         outln!("warning ({}): {}", advice.keys, advice.text);
     }

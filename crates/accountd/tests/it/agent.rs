@@ -254,7 +254,11 @@ fn jobs_sharing_a_gpu_are_measured_by_their_own_processes_and_the_idle_one_is_fl
     let uid = |user: &str| run_as(None, Path::new("/usr/bin/id"), &["-u", user]).ok().stdout.trim().to_string();
     let jobs_dir = tempfile::tempdir().unwrap();
     for (job, user) in [(&busy, alice), (&idle, bob)] {
-        let record = format!("gpus=6\nuuids=GPU-00000006\nuid={}\n", uid(user));
+        pid_of(job);
+        // The run's SLUID (25.11+) as the job's prolog recorded it: 26.05 names job cgroups by it.
+        let prolog = std::fs::read_to_string(crate::spank::jobs_dir().join(job)).unwrap_or_default();
+        let sluid = prolog.lines().find(|l| l.starts_with("sluid=")).map(|l| format!("{l}\n")).unwrap_or_default();
+        let record = format!("gpus=6\nuuids=GPU-00000006\nuid={}\n{sluid}", uid(user));
         std::fs::write(jobs_dir.path().join(job), record).unwrap();
     }
     let mut claimant = Command::new("/usr/bin/setpriv")

@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gputokens::controller_status::{self, ControllerStatus};
+use gputokens::Tokens;
 
 use crate::admission::Admission;
 use crate::cluster::serial;
@@ -173,7 +174,16 @@ fn the_readme_quick_start_runs_in_shadow_mode_then_refuses() {
         std::thread::sleep(Duration::from_millis(500));
     }
     run_line(&enforce[3], &mut site).ok();
+    // Where she began, less what her smoke-test job cost (accountd's restart charged it).
+    let history = run_line(&format!("sbalance -u {alice} --history 50 --json"), &mut site).ok().stdout;
+    let history: serde_json::Value = serde_json::from_str(&history).unwrap();
+    let entries = history["entries"].as_array().unwrap();
+    let mut spent = Tokens::ZERO;
+    for entry in entries.iter().filter(|e| e["kind"] != "adjust") {
+        assert_eq!((&entry["kind"], entry["job_id"].as_str()), (&"charge".into(), Some(job.as_str())), "{entry}");
+        spent = spent - entry["amount"].as_str().unwrap().parse::<Tokens>().unwrap();
+    }
     let balance = run_line(&format!("sbalance -u {alice} -n -P -o Balance"), &mut site).ok().stdout;
-    assert_eq!(balance.trim(), "100", "adjusted back to where she began");
+    assert_eq!(balance.trim().parse::<Tokens>().unwrap(), Tokens::whole(100) - spent, "adjusted back: {history}");
     run_as(None, Path::new("/usr/bin/scancel"), &[&job]);
 }
