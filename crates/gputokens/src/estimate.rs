@@ -276,6 +276,21 @@ mod tests {
         assert_eq!(GpusText(&MilliByType::from([(Some("x".into()), 1000)])).to_string(), "1 x GPU");
     }
 
+    #[test]
+    fn a_mig_slice_is_estimated_at_its_share_of_its_gpu() {
+        let prices = PriceTable::new([("a100".to_string(), Tokens::whole(7))].into(), None);
+        let req = request(Some("gres:gpu:a100_3g.20gb:2"), None, None, None);
+        let milli = requested_milli(&req, &JobShape::default(), Sharing::default());
+        // 2 slices of 3/7 of a 7-token GPU, for 2 hours.
+        assert_eq!(checked_max_cost(&milli, 2 * 3600, &prices), Some(Tokens::whole(12)));
+        let whole = requested_milli(
+            &request(Some("gres:gpu:a100:2"), None, None, None),
+            &JobShape::default(),
+            Sharing::default(),
+        );
+        assert_eq!(checked_max_cost(&whole, 2 * 3600, &prices), Some(Tokens::whole(28)));
+    }
+
     fn job(user: &str, state: &str, start: i64, limit: Option<u64>) -> QueueJob {
         let json = format!(
             r#"{{"jobs":[{{"job_id":1,"user_name":"{user}","job_state":"{state}","start_time":{start},

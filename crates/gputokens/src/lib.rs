@@ -18,6 +18,7 @@ pub mod gpu_time;
 pub mod holds;
 pub mod job_request;
 pub mod job_shape;
+pub mod mig;
 pub mod notify;
 pub mod policy;
 pub mod pools;

@@ -1,9 +1,11 @@
 //! Prices per GPU type and the cost of GPU time, rounded up to the next micro-token; with
 //! `charge_basis = "measured"`, the share of its price a job pays for the utilization measured.
+//! A MIG slice without a price of its own costs its share of its GPU type's price (`mig`).
 //! Everything that prices a GPU-hour is here: the ledger and accountd only call it.
 
 use std::collections::BTreeMap;
 
+use crate::mig::{self, Share};
 use crate::tokens::Tokens;
 
 const SECONDS_PER_HOUR: i128 = 3600;
@@ -15,11 +17,13 @@ pub struct PriceTable {
     default_price: Option<Tokens>,
 }
 
-/// The price used for a GPU type, and whether the type was listed.
+/// The price used for a GPU type, and whether it came from `[prices]` (the type's own line, or
+/// its GPU type's for a MIG slice: then `slice` is the slice's share of it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppliedPrice {
     pub per_gpu_hour: Tokens,
     pub listed: bool,
+    pub slice: Option<Share>,
 }
 
 impl PriceTable {
@@ -44,13 +48,29 @@ impl PriceTable {
         }
     }
 
-    /// The price to charge: the listed one, else `default_price`, else the highest listed price, so
-    /// unknown hardware is never free.
+    /// The price to charge: the listed one; for a MIG slice not listed itself, its share of its GPU
+    /// type's listed price; else `default_price`, else the highest listed price, so unknown
+    /// hardware is never free.
     pub fn applied(&self, gpu_type: &str) -> AppliedPrice {
-        match self.price(gpu_type) {
-            Some(per_gpu_hour) => AppliedPrice { per_gpu_hour, listed: true },
-            None => AppliedPrice { per_gpu_hour: self.unlisted_price(), listed: false },
+        if let Some(per_gpu_hour) = self.price(gpu_type) {
+            return AppliedPrice { per_gpu_hour, listed: true, slice: None };
         }
+        match self.slice_price(gpu_type) {
+            Some((share, per_gpu_hour)) => AppliedPrice { per_gpu_hour, listed: true, slice: Some(share) },
+            None => AppliedPrice { per_gpu_hour: self.unlisted_price(), listed: false, slice: None },
+        }
+    }
+
+    /// A MIG slice's share of its GPU type's listed price, rounded up to the micro-token (a slice
+    /// is never cheaper than its share); None when `gpu_type` is no slice or its GPU type has no price.
+    fn slice_price(&self, gpu_type: &str) -> Option<(Share, Tokens)> {
+        let slice = mig::parse(gpu_type)?;
+        let whole = i128::from(self.price(slice.parent)?.micro());
+        let Share { slices, of } = slice.share;
+        let scaled = whole * i128::from(slices);
+        let micro = scaled.div_euclid(i128::from(of)) + i128::from(scaled.rem_euclid(i128::from(of)) != 0);
+        // At most the whole price (slices <= of): fits.
+        Some((slice.share, Tokens::from_micro(micro as i64)))
     }
 
     fn unlisted_price(&self) -> Tokens {
@@ -169,10 +189,49 @@ mod tests {
     #[test]
     fn unlisted_type_is_never_free() {
         let t = seed();
-        assert_eq!(t.applied("h100"), AppliedPrice { per_gpu_hour: Tokens::whole(4), listed: false });
+        assert_eq!(t.applied("h100"), AppliedPrice { per_gpu_hour: Tokens::whole(4), listed: false, slice: None });
         let with_default = PriceTable::new(BTreeMap::new(), Some(Tokens::whole(2)));
         assert_eq!(with_default.applied("h100").per_gpu_hour, Tokens::whole(2));
         assert_eq!(PriceTable::default().applied("x").per_gpu_hour, Tokens::whole(1));
+    }
+
+    fn with_a100() -> PriceTable {
+        let mut p = BTreeMap::new();
+        p.insert("a100".into(), Tokens::whole(4));
+        p.insert("a30".into(), Tokens::whole(2));
+        p.insert("a100_1g.5gb".into(), Tokens::from_micro(250_000));
+        PriceTable::new(p, Some(Tokens::whole(9)))
+    }
+
+    #[test]
+    fn a_mig_slice_costs_its_share_of_its_gpu() {
+        let t = with_a100();
+        let three = t.applied("a100_3g.20gb");
+        assert_eq!(three.slice, Some(Share { slices: 3, of: 7 }));
+        assert!(three.listed, "priced from [prices], not the unlisted-type fallback");
+        // 4 × 3/7 = 1.7142857…, rounded up to the micro-token.
+        assert_eq!(three.per_gpu_hour, Tokens::from_micro(1_714_286));
+        assert_eq!(cost_of(three.per_gpu_hour, 1000, 3600), Some(Tokens::from_micro(1_714_286)));
+        assert_eq!(t.applied("A100_7G.80GB").per_gpu_hour, Tokens::whole(4), "all 7 slices: the whole GPU");
+        assert_eq!(t.applied("a100_1g.10gb+me").per_gpu_hour, Tokens::from_micro(571_429));
+        assert_eq!(t.applied("a100_1c.3g.20gb").per_gpu_hour, Tokens::from_micro(571_429), "its compute slice");
+        // An A30 has 4 slices: 2 × 2/4.
+        assert_eq!(t.applied("a30_2g.12gb").per_gpu_hour, Tokens::whole(1));
+    }
+
+    #[test]
+    fn a_slices_own_price_wins_and_an_unpriced_gpu_falls_back() {
+        let t = with_a100();
+        assert_eq!(
+            t.applied("a100_1g.5gb"),
+            AppliedPrice { per_gpu_hour: Tokens::from_micro(250_000), listed: true, slice: None }
+        );
+        let unpriced = AppliedPrice { per_gpu_hour: Tokens::whole(9), listed: false, slice: None };
+        assert_eq!(t.applied("h100_3g.40gb"), unpriced, "its GPU type has no price: default_price");
+        assert_eq!(t.applied("3g.20gb"), unpriced, "no GPU type named");
+        assert_eq!(t.applied("a100_9g.80gb"), unpriced, "no slice of an a100");
+        assert_eq!(seed().applied("h100_3g.40gb").per_gpu_hour, Tokens::whole(4), "the highest listed");
+        assert_eq!(t.price("a100_3g.20gb"), None, "listed prices are the lines themselves");
     }
 
     #[test]

@@ -27,6 +27,7 @@ use super::accounts::{ensure_user, move_balance};
 use super::error::out_of_range;
 use super::pools::add_member_spending;
 use super::{Ledger, LedgerError, UsageRecord};
+use gputokens::mig::{self, Share};
 use gputokens::policy::BucketRules;
 use gputokens::pools::{self, Payers, PoolMode};
 use gputokens::pricing::{cost_of, weighted_price, AppliedPrice, PriceTable};
@@ -420,8 +421,9 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
                     member: member.map(String::as_str),
                 };
                 let reasons = &mut self.reasons;
-                let id =
-                    self.entries.add(charge, |out| reasons.write(out, milli, gpu_type, record.elapsed, weighted))?;
+                let id = self
+                    .entries
+                    .add(charge, |out| reasons.write(out, milli, gpu_type, price.slice, record.elapsed, weighted))?;
                 pending.last_entry = Some(id);
                 pending.delta =
                     pending.delta.checked_sub(due).ok_or_else(|| out_of_range(payer, pending.delta, -due))?;
@@ -486,20 +488,36 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
     }
 }
 
-/// Writes charge reasons (`2 × a6000 for 3600s at 4/GPU-hour`), keeping what it wrote around the
-/// seconds for each GPU count, type and price: a cycle's records share a few.
+/// Writes charge reasons (`2 × a6000 for 3600s at 4/GPU-hour`; a MIG slice priced from its GPU
+/// type: `1 × a100_3g.20gb (3/7 of the a100 price) for 3600s at 1.714286/GPU-hour`), keeping what
+/// it wrote around the seconds for each GPU count, type and price: a cycle's records share a few.
 #[derive(Default)]
 struct Reasons<'r> {
     around: FastMap<(u64, &'r str, i64), (String, String)>,
 }
 
 impl<'r> Reasons<'r> {
-    fn write(&mut self, out: &mut String, milli: u64, gpu_type: &'r str, elapsed: u64, weighted: Tokens) {
+    fn write(
+        &mut self,
+        out: &mut String,
+        milli: u64,
+        gpu_type: &'r str,
+        slice: Option<Share>,
+        elapsed: u64,
+        weighted: Tokens,
+    ) {
         if self.around.len() >= 4096 {
             self.around.clear();
         }
+        // A cycle prices a type one way: the type and price key its slice too.
         let (head, tail) = self.around.entry((milli, gpu_type, weighted.micro())).or_insert_with(|| {
-            (format!("{} × {gpu_type} for ", gpu_count(milli)), format!("s at {weighted}/GPU-hour"))
+            let of_parent = match (slice, mig::parse(gpu_type)) {
+                (Some(Share { slices, of }), Some(parsed)) => {
+                    format!(" ({slices}/{of} of the {} price)", parsed.parent)
+                }
+                _ => String::new(),
+            };
+            (format!("{} × {gpu_type}{of_parent} for ", gpu_count(milli)), format!("s at {weighted}/GPU-hour"))
         });
         out.push_str(head);
         push_number(out, elapsed);

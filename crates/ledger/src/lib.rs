@@ -138,6 +138,8 @@ mod expiry_tests;
 #[cfg(test)]
 mod idle_tests;
 #[cfg(test)]
+mod mig_tests;
+#[cfg(test)]
 mod pool_tests;
 #[cfg(test)]
 mod range_tests;

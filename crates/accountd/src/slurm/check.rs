@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use gputokens::config::admission::Deprioritize;
+use gputokens::mig;
 use gputokens::Config;
 
 use crate::slurm::check_pools::{self, AccountFacts};
@@ -176,8 +177,17 @@ fn accounting(config: &Config, facts: &SlurmFacts) -> Finding {
 
 fn prices(config: &Config, facts: &SlurmFacts) -> Vec<Finding> {
     let types = node_types(facts);
-    let unpriced: BTreeSet<&str> = types.iter().copied().filter(|t| config.prices.price(t).is_none()).collect();
+    // A MIG slice without a line of its own is priced from its GPU type's: not unpriced.
+    let unpriced: BTreeSet<&str> = types.iter().copied().filter(|t| !config.prices.applied(t).listed).collect();
     let mut out = Vec::new();
+    let from_parent: Vec<String> = types
+        .iter()
+        .filter_map(|t| Some((t, config.prices.applied(t).slice?, mig::parse(t)?.parent)))
+        .map(|(t, share, parent)| format!("{t} ({}/{} of {parent})", share.slices, share.of))
+        .collect();
+    if !from_parent.is_empty() {
+        out.push(Finding::Ok(format!("[prices] prices MIG slices by their GPU type: {}", from_parent.join(", "))));
+    }
     if unpriced.is_empty() {
         out.push(Finding::Ok("[prices] lists every GPU type of the nodes".into()));
     } else {
@@ -190,7 +200,10 @@ fn prices(config: &Config, facts: &SlurmFacts) -> Vec<Finding> {
             )),
         });
     }
-    let unused: Vec<&str> = config.prices.listed_types().filter(|t| !types.contains(t)).collect();
+    // A type whose MIG slices the nodes have is in use, whole GPUs of it or not.
+    let sliced: BTreeSet<&str> = types.iter().filter_map(|t| mig::parse(t)).map(|s| s.parent).collect();
+    let unused: Vec<&str> =
+        config.prices.listed_types().filter(|t| !types.contains(t) && !sliced.contains(t)).collect();
     if !unused.is_empty() {
         out.push(Finding::Ok(format!("[prices] also lists types no node has: {}", unused.join(", "))));
     }
@@ -351,6 +364,26 @@ AllowedRAMSpace         = 100.0%
         assert!(found.contains(&Finding::Ok(
             "[prices] lists no price for rtx3090 (on n1,n3): charged at default_price, 2/GPU-hour".into()
         )));
+    }
+
+    #[test]
+    fn a_mig_slice_of_a_priced_gpu_type_is_priced() {
+        let show = SHOW_CONFIG.replace("gres/gpu:rtx2080", "gres/gpu:rtx2080,gres/gpu:rtx3090,gres/gpu:h100_3g.40gb");
+        let mut facts = facts(&show);
+        let slices = ["h100_3g.40gb", "h100_1g.10gb+me", "a100_3g.20gb"].map(String::from);
+        facts.node_gpu_types.insert("m1".into(), slices.into());
+        let found = findings(&config("rtx3090 = 1"), &facts, |_| true);
+        let slices =
+            "[prices] prices MIG slices by their GPU type: h100_1g.10gb+me (1/7 of h100), h100_3g.40gb (3/7 of h100)";
+        assert!(found.contains(&Finding::Ok(slices.into())), "{found:#?}");
+        // The a100's slice has no a100 price to come from: unpriced, as any unknown type.
+        let unpriced = problems(&found).into_iter().find(|p| p.starts_with("[prices] lists no price for"));
+        assert!(
+            unpriced.is_some_and(|p| p.starts_with("[prices] lists no price for a100_3g.20gb (on m1):")),
+            "{found:#?}"
+        );
+        // The h100 is in use, by its slices.
+        assert!(!found.iter().any(|f| matches!(f, Finding::Ok(t) if t.contains("types no node has"))), "{found:#?}");
     }
 
     #[test]

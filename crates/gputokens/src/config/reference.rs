@@ -90,7 +90,7 @@ pub const TABLES: &[Table] = &[
         keys: &[key(
             "TYPE",
             Words("none"),
-            "The price of GPU type TYPE (e.g. a6000 = 4), matched case-insensitively; 0 or more, at most 6 decimals. No [prices] at all is a warning: every GPU then costs default_price, else 1.",
+            "The price of GPU type TYPE (e.g. a6000 = 4), matched case-insensitively; 0 or more, at most 6 decimals. No [prices] at all is a warning: every GPU then costs default_price, else 1. A MIG slice type (a100_3g.20gb) without a line of its own costs its GPU type's price times its share of the GPU (3/7); a line for it, quoted (\"a100_3g.20gb\" = 1), wins.",
         )],
     },
     Table {

@@ -168,7 +168,7 @@ fn prices(s: &mut Section) -> BTreeMap<String, Tokens> {
     let entries: Vec<_> = s.entries().collect();
     for (gpu_type, value) in entries {
         match non_negative_amount(value) {
-            Err(reason) => s.problem(gpu_type, reason, "ignored"),
+            Err(reason) => s.problem(gpu_type, dotted_type(gpu_type, value).unwrap_or(reason), "ignored"),
             Ok(_) if prices.contains_key(&gpu_type.to_lowercase()) => {
                 let reason = "listed twice (GPU types match case-insensitively)".to_string();
                 s.problem(gpu_type, reason, "ignored")
@@ -179,6 +179,17 @@ fn prices(s: &mut Section) -> BTreeMap<String, Tokens> {
         }
     }
     prices
+}
+
+/// An unquoted MIG type (`a100_3g.20gb = 1`) is TOML's dotted key, a table `a100_3g` holding
+/// `20gb`: the type it meant and how to write it.
+fn dotted_type(gpu_type: &str, value: &toml::Value) -> Option<String> {
+    let (mut name, mut value) = (gpu_type.to_string(), value);
+    while let Some(table) = value.as_table() {
+        let [(key, inner)] = table.iter().collect::<Vec<_>>()[..] else { return None };
+        (name, value) = (format!("{name}.{key}"), inner);
+    }
+    (name != gpu_type).then(|| format!("a GPU type with a dot (a MIG slice) must be quoted: \"{name}\" = {value}"))
 }
 
 fn paths(s: &mut Section) -> Paths {

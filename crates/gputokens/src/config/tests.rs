@@ -627,3 +627,18 @@ fn report_to_is_an_http_url_with_a_host() {
         assert!(err.contains("agent.report_to: ") && err.contains(why), "{bad}: {err}");
     }
 }
+
+#[test]
+fn a_mig_type_is_listed_quoted_and_an_unquoted_one_is_named() {
+    let cfg = parse("[prices]\na100 = 4\n\"A100_3g.20gb\" = 1\n").unwrap();
+    assert_eq!(cfg.prices.price("a100_3g.20gb"), Some(Tokens::whole(1)));
+    let err = parse("[prices]\na100 = 4\na100_3g.20gb = 1\n").unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "test.toml: prices.a100_3g: a GPU type with a dot (a MIG slice) must be quoted: \"a100_3g.20gb\" = 1"
+    );
+    let err = parse("[prices]\na100_1c.3g.20gb = 0.5\n").unwrap_err().to_string();
+    assert!(err.ends_with("must be quoted: \"a100_1c.3g.20gb\" = 0.5"), "{err}");
+    let err = parse("[prices]\n[prices.a100]\nx = 1\ny = 2\n").unwrap_err().to_string();
+    assert!(err.ends_with("prices.a100: expected a number, got { x = 1, y = 2 }"), "{err}");
+}
