@@ -20,29 +20,44 @@ pub struct MigSlice<'a> {
 }
 
 /// The slice `gpu_type` names (matched case-insensitively), or None: no `_` before the profile, a
-/// profile of another shape, or more slices than its GPU has.
+/// profile of another shape, a GPU not known to have MIG (its slices are priced as unknown types,
+/// never guessed cheaper), or more slices than its GPU has.
 pub fn parse(gpu_type: &str) -> Option<MigSlice<'_>> {
     let (parent, profile) = gpu_type.rsplit_once('_')?;
     if parent.is_empty() {
         return None;
     }
     let held = compute_slices(profile)?;
-    let of = slices_of(parent);
+    let of = slices_of(parent)?;
     (held <= of).then_some(MigSlice { parent, share: Share { slices: held, of } })
 }
 
-/// How many compute slices a whole GPU of type `parent` has: 4 on an A30 and an RTX PRO 6000
-/// (read from the name: the word `a30`; `pro6000` once `_`, `-` and spaces are left out), 7 on
-/// every other MIG GPU (A100, H100, H200, B200, …).
-pub fn slices_of(parent: &str) -> u32 {
+/// The MIG GPUs by a word of their name, and their compute slices.
+const MIG_GPUS: &[(&str, u32)] = &[
+    ("a100", 7),
+    ("a800", 7),
+    ("h100", 7),
+    ("h800", 7),
+    ("h200", 7),
+    ("h20", 7),
+    ("gh200", 7),
+    ("b100", 7),
+    ("b200", 7),
+    ("gb200", 7),
+    ("b300", 7),
+    ("gb300", 7),
+    ("a30", 4),
+];
+
+/// How many compute slices a whole GPU of type `parent` has, known from a word of its name (the
+/// RTX PRO 6000 from `pro6000` once `_`, `-` and spaces are left out: 4); None for a GPU not known
+/// to have MIG.
+pub fn slices_of(parent: &str) -> Option<u32> {
     let words: Vec<String> = parent.split(|c: char| !c.is_ascii_alphanumeric()).map(str::to_ascii_lowercase).collect();
-    let a30 = words.iter().any(|w| w == "a30");
-    let pro_6000 = words.concat().contains("pro6000");
-    if a30 || pro_6000 {
-        4
-    } else {
-        7
+    if words.concat().contains("pro6000") {
+        return Some(4);
     }
+    MIG_GPUS.iter().find(|(name, _)| words.iter().any(|w| w == name)).map(|&(_, slices)| slices)
 }
 
 /// The compute slices a profile holds: `[Cc.]Ng.MMgb[+ext|-ext]`, a compute instance's C (at most
@@ -121,9 +136,20 @@ mod tests {
         assert_eq!(share("a30_7g.80gb"), None, "an A30 has 4 slices");
         assert_eq!(share("nvidia_rtx_pro_6000_blackwell_server_edition_1g.24gb").map(|s| s.2), Some(4));
         assert_eq!(share("rtxpro6000_2g.48gb").map(|s| s.2), Some(4));
-        assert_eq!(slices_of("a300"), 7, "a30 only as a word");
-        assert_eq!(slices_of("rtx6000"), 7);
-        assert_eq!(slices_of("rtx_6000_ada"), 7);
+        assert_eq!(slices_of("a300"), None, "a30 only as a word");
+        assert_eq!(slices_of("rtx6000"), None);
+        assert_eq!(slices_of("rtx_6000_ada"), None);
+        assert_eq!(slices_of("nvidia_h100_80gb_hbm3"), Some(7));
+        assert_eq!(slices_of("NVIDIA GH200 480GB"), Some(7));
+    }
+
+    /// A GPU not known to have MIG (a new one, a typo) is not guessed at 7 slices, which could price
+    /// its slices below their share: they are priced as unknown types.
+    #[test]
+    fn slices_of_an_unknown_gpu_are_no_slice() {
+        for unknown in ["a30x_1g.6gb", "newgpu_1g.10gb", "a10_1g.6gb", "rtx_pro_5000_1g.24gb"] {
+            assert_eq!(parse(unknown), None, "{unknown}");
+        }
     }
 
     #[test]
@@ -175,15 +201,16 @@ mod tests {
 
             #[test]
             fn well_formed_profiles_are_read_exactly(
-                parent in "[a-z][a-z0-9-]{0,12}", g in 1u32..=7, m in 1u32..200, c in proptest::option::of(1u32..=7),
+                gpu in proptest::sample::select(vec![("a100", 7), ("nvidia_h100-80gb", 7), ("b200", 7), ("a30", 4), ("rtx_pro_6000", 4)]),
+                g in 1u32..=7, m in 1u32..200, c in proptest::option::of(1u32..=7),
                 ext in proptest::option::of("[+-](me|gfx|me\\.all)"),
             ) {
+                let (parent, of) = gpu;
                 let compute = c.map(|c| format!("{c}c.")).unwrap_or_default();
                 let name = format!("{parent}_{compute}{g}g.{m}gb{}", ext.unwrap_or_default());
                 let held = c.unwrap_or(g);
-                let of = slices_of(&parent);
-                let expected = (c.is_none_or(|c| c <= g) && held <= of).then_some((parent.as_str(), held, of));
-                prop_assert_eq!(share(&name), expected);
+                let fits = c.is_none_or(|c| c <= g) && held <= of;
+                prop_assert_eq!(share(&name), fits.then_some((parent, held, of)));
             }
         }
     }

@@ -201,9 +201,10 @@ fn prices(config: &Config, facts: &SlurmFacts) -> Vec<Finding> {
         });
     }
     // A type whose MIG slices the nodes have is in use, whole GPUs of it or not.
-    let sliced: BTreeSet<&str> = types.iter().filter_map(|t| mig::parse(t)).map(|s| s.parent).collect();
+    let sliced: BTreeSet<String> =
+        types.iter().filter_map(|t| mig::parse(t)).map(|s| s.parent.to_ascii_lowercase()).collect();
     let unused: Vec<&str> =
-        config.prices.listed_types().filter(|t| !types.contains(t) && !sliced.contains(t)).collect();
+        config.prices.listed_types().filter(|t| !types.contains(t) && !sliced.contains(*t)).collect();
     if !unused.is_empty() {
         out.push(Finding::Ok(format!("[prices] also lists types no node has: {}", unused.join(", "))));
     }

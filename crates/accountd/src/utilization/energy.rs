@@ -1,11 +1,13 @@
 //! Each job's GPU energy from NVML's energy counters: between two consecutive reports of a node,
-//! each GPU's counter difference is given to the jobs on it (`agent::job_use::energy_shares`: all to
-//! a job holding it alone, a shared GPU by its jobs' own processes). A step the counter cannot
-//! vouch for gives nothing rather than a wrong figure: the counter went back (the driver reloaded,
-//! the GPU was reset), another GPU answers at that index, or the reports lie further apart than
-//! [`MAX_GAP_INTERVALS`] agent intervals (the agent or accountd was down, and who was on the GPU in
-//! between is unknown). What the [`EnergyTracker`] keeps is the previous report's counters and each
-//! job's run.
+//! each GPU's counter difference is given to the jobs on it, by the mean of their parts at the
+//! step's two ends (`agent::job_use::energy_shares` at each: all to a job holding it alone, a shared
+//! GPU by its jobs' own processes), so a job that began or ended within the step gets about its
+//! half of it, not the whole. A step the counter cannot vouch for gives nothing rather than a wrong
+//! figure: the counter went back (the driver reloaded, the GPU was reset), another GPU (or one
+//! without a UUID) answers at that index, the reports lie further apart than [`MAX_GAP_INTERVALS`]
+//! agent intervals (who was on the GPU in between is unknown), or the rise is more than a GPU can
+//! draw ([`MAX_GPU_WATTS`]). A report older than its node's last is left out whole. What the
+//! [`EnergyTracker`] keeps is each GPU's previous counter and parts, and each job's run.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -14,12 +16,18 @@ use crate::agent::NodeSample;
 
 /// Reports further apart than this many `[agent] interval`s give no energy for the step between.
 pub const MAX_GAP_INTERVALS: u32 = 3;
+/// More than any one GPU draws (a GB200 superchip's budget is under 3 kW): a counter that rose more
+/// than this over the longest step taken is not believed (a garbage report must not credit a job a
+/// year of power).
+pub const MAX_GPU_WATTS: u64 = 5_000;
 
 /// The energy state between reports.
 #[derive(Debug, Default)]
 pub struct EnergyTracker {
-    /// Each GPU's counter in its node's previous report, by node and GPU index.
-    last: HashMap<(String, u32), Reading>,
+    /// Each GPU's counter in its node's previous report, by node and GPU index, and its jobs' parts then.
+    last: HashMap<(String, u32), (Reading, Vec<(String, f64)>)>,
+    /// Each node's newest report's sample time: an older one arriving late is left out.
+    newest: HashMap<String, i64>,
     /// The run each job on a node is counted under: the sample time of the first of the node's
     /// unbroken reports that carry it.
     runs: HashMap<(String, String), i64>,
@@ -46,10 +54,23 @@ pub struct JobEnergy {
 /// Millijoules a GPU used from `before` to `now`, or None when the counter cannot say (see the module).
 pub fn step(before: &Reading, now: &Reading, max_gap: i64) -> Option<u64> {
     let gap = now.at - before.at;
-    if gap < 0 || gap > max_gap || before.uuid != now.uuid {
+    if gap < 0 || gap > max_gap || before.uuid.is_none() || before.uuid != now.uuid {
         return None;
     }
-    now.millijoules.checked_sub(before.millijoules)
+    let used = now.millijoules.checked_sub(before.millijoules)?;
+    // At most MAX_GPU_WATTS over the longest step taken (reports a moment apart may carry a rise
+    // sampled over a longer stretch: the counter and the sample time are not read at one instant).
+    let most = MAX_GPU_WATTS.saturating_mul(1000).saturating_mul(max_gap.max(1) as u64);
+    (used <= most).then_some(used)
+}
+
+/// Each job's part of a step: the mean of its parts at the step's two ends (0 where it was not there).
+fn mean_parts(before: &[(String, f64)], now: &[(String, f64)]) -> BTreeMap<String, f64> {
+    let mut parts: BTreeMap<String, f64> = BTreeMap::new();
+    for (job, part) in before.iter().chain(now) {
+        *parts.entry(job.clone()).or_default() += part / 2.0;
+    }
+    parts
 }
 
 impl EnergyTracker {
@@ -57,14 +78,14 @@ impl EnergyTracker {
     /// order; jobs with nothing to show are left out. `max_gap` in seconds.
     pub fn apply(&mut self, node: &str, sample: &NodeSample, max_gap: i64) -> Vec<JobEnergy> {
         let at = sample.time.timestamp();
-        let shares = energy_shares(sample);
-        // Runs: a job this report lacks has ended here; one it has for the first time begins.
-        let here: HashSet<&str> = shares.values().flatten().map(|(job, _)| job.as_str()).collect();
-        self.runs.retain(|(n, job), _| n != node || here.contains(job.as_str()));
-        for job in &here {
-            self.runs.entry((node.to_string(), job.to_string())).or_insert(at);
+        // A report that arrives after a newer one of its node (posts are answered in no set order)
+        // changes nothing: its step was measured from the newer one's counters already.
+        if self.newest.get(node).is_some_and(|&newest| at < newest) {
+            return Vec::new();
         }
-        let mut millijoules: BTreeMap<&str, f64> = BTreeMap::new();
+        self.newest.insert(node.to_string(), at);
+        let mut shares = energy_shares(sample);
+        let mut millijoules: BTreeMap<String, f64> = BTreeMap::new();
         for gpu in &sample.gpus {
             let key = (node.to_string(), gpu.index);
             let Some(counter) = gpu.energy_mj else {
@@ -72,22 +93,38 @@ impl EnergyTracker {
                 continue;
             };
             let now = Reading { at, uuid: gpu.uuid.clone(), millijoules: counter };
-            let used = self.last.get(&key).and_then(|before| step(before, &now, max_gap));
-            self.last.insert(key, now);
-            let (Some(used), Some(parts)) = (used, shares.get(&gpu.index)) else { continue };
-            for (job, part) in parts {
-                *millijoules.entry(job.as_str()).or_default() += used as f64 * part;
+            let parts_now = shares.remove(&gpu.index).unwrap_or_default();
+            if let Some((before, parts_before)) = self.last.get(&key) {
+                if let Some(used) = step(before, &now, max_gap) {
+                    for (job, part) in mean_parts(parts_before, &parts_now) {
+                        *millijoules.entry(job).or_default() += used as f64 * part;
+                    }
+                }
             }
+            self.last.insert(key, (now, parts_now));
         }
-        millijoules
+        // Runs: a job the node's reports carry without a break is one run; energy from a step it
+        // ended in goes to the run it ended.
+        let runs = &mut self.runs;
+        let energy: Vec<JobEnergy> = millijoules
             .into_iter()
-            .map(|(job, mj)| JobEnergy {
-                job: job.to_string(),
-                since: self.runs.get(&(node.to_string(), job.to_string())).copied().unwrap_or(at),
-                joules: (mj / 1000.0).round() as u64,
+            .map(|(job, mj)| {
+                let since = *runs.entry((node.to_string(), job.clone())).or_insert(at);
+                JobEnergy { job, since, joules: (mj / 1000.0).round() as u64 }
             })
             .filter(|e| e.joules > 0)
-            .collect()
+            .collect();
+        let here: HashSet<&str> = sample
+            .gpus
+            .iter()
+            .flat_map(|g| self.last.get(&(node.to_string(), g.index)))
+            .flat_map(|(_, parts)| parts.iter().map(|(job, _)| job.as_str()))
+            .collect();
+        runs.retain(|(n, job), _| n != node || here.contains(job.as_str()));
+        for job in here {
+            runs.entry((node.to_string(), job.to_string())).or_insert(at);
+        }
+        energy
     }
 }
 
@@ -176,14 +213,58 @@ mod tests {
     }
 
     /// A job missing from a report has ended on the node: when it is there again (requeued), it is
-    /// another run.
+    /// another run. A step a job began or ended in gives it half (the mean of its parts at the two
+    /// ends): the other half was the GPU's before or after it.
     #[test]
     fn a_job_back_after_a_report_without_it_is_another_run() {
         let mut t = EnergyTracker::default();
         let at = |s: i64, mj: u64, jobs: &[&str]| sample(s, vec![gpu(0, "GPU-a", Some(mj), jobs)], vec![]);
         t.apply("n1", &at(0, 0, &["7"]), GAP);
         assert_eq!(got(&t.apply("n1", &at(30, 1_000_000, &["7"]), GAP)), [("7", 0, 1000)]);
-        assert_eq!(t.apply("n1", &at(60, 2_000_000, &[]), GAP), [], "an idle GPU's energy is no job's");
-        assert_eq!(got(&t.apply("n1", &at(90, 3_000_000, &["7"]), GAP)), [("7", 90, 1000)]);
+        assert_eq!(got(&t.apply("n1", &at(60, 2_000_000, &[]), GAP)), [("7", 0, 500)], "half of the step it ended in");
+        assert_eq!(got(&t.apply("n1", &at(90, 3_000_000, &["7"]), GAP)), [("7", 90, 500)], "another run, half");
+        assert_eq!(got(&t.apply("n1", &at(120, 4_000_000, &["7"]), GAP)), [("7", 90, 1000)]);
+    }
+
+    /// Job 8 takes the GPU over from job 7 between two reports: each gets half of that step, never
+    /// the whole of the other's.
+    #[test]
+    fn a_job_that_takes_over_a_gpu_gets_half_of_the_step_it_began_in() {
+        let mut t = EnergyTracker::default();
+        let at = |s: i64, mj: u64, job: &str| sample(s, vec![gpu(0, "GPU-a", Some(mj), &[job])], vec![]);
+        t.apply("n1", &at(0, 0, "7"), GAP);
+        assert_eq!(got(&t.apply("n1", &at(30, 2_000_000, "8"), GAP)), [("7", 0, 1000), ("8", 30, 1000)]);
+    }
+
+    /// Posts are answered in no set order: a report older than its node's newest changes nothing,
+    /// and the next one is measured from the newest, so nothing is counted twice.
+    #[test]
+    fn a_late_report_is_left_out_whole() {
+        let mut t = EnergyTracker::default();
+        let at = |s: i64, mj: u64| sample(s, vec![gpu(0, "GPU-a", Some(mj), &["7"])], vec![]);
+        t.apply("n1", &at(0, 0), GAP);
+        assert_eq!(got(&t.apply("n1", &at(60, 2_000_000), GAP)), [("7", 0, 2000)]);
+        assert_eq!(t.apply("n1", &at(30, 1_000_000), GAP), [], "late");
+        assert_eq!(got(&t.apply("n1", &at(90, 3_000_000), GAP)), [("7", 0, 1000)], "from the newest, once");
+    }
+
+    /// A garbage counter (a node's report of 0 then u64::MAX) or a GPU without a UUID credits nothing.
+    #[test]
+    fn a_rise_no_gpu_can_draw_or_a_gpu_without_a_uuid_gives_nothing() {
+        let mut t = EnergyTracker::default();
+        let at = |s: i64, mj: u64| sample(s, vec![gpu(0, "GPU-a", Some(mj), &["7"])], vec![]);
+        t.apply("n1", &at(0, 0), GAP);
+        assert_eq!(t.apply("n1", &at(30, u64::MAX), GAP), []);
+        let most = MAX_GPU_WATTS * 1000 * GAP as u64;
+        assert_eq!(t.apply("n1", &at(60, u64::MAX - most - 1), GAP), [], "went back");
+        assert_eq!(got(&t.apply("n1", &at(90, u64::MAX - 1), GAP)), [("7", 0, most / 1000)], "at most a GPU's draw");
+        let nameless = |s: i64, mj: u64| {
+            let mut g = gpu(0, "x", Some(mj), &["7"]);
+            g.uuid = None;
+            sample(s, vec![g], vec![])
+        };
+        let mut t = EnergyTracker::default();
+        t.apply("n1", &nameless(0, 0), GAP);
+        assert_eq!(t.apply("n1", &nameless(30, 1_000_000), GAP), []);
     }
 }

@@ -47,7 +47,7 @@ fn a_jobs_kwh_on_its_statement_line_is_its_gpus_counter_rise() {
     let site = Site::start(
         "",
         &format!(
-            "[agent]\nauth = \"token\"\ntoken_file = \"{}\"\n[http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n\
+            "[agent]\nauth = \"token\"\ntoken_file = \"{}\"\ninterval = \"300s\"\n[http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n\
              [slurm]\nbin_dir = \"{}\"\n",
             secret.path().display(),
             slurm.path().display()
