@@ -25,13 +25,16 @@ pub const MAX_GPU_WATTS: u64 = 5_000;
 #[derive(Debug, Default)]
 pub struct EnergyTracker {
     /// Each GPU's counter in its node's previous report, by node and GPU index, and its jobs' parts then.
-    last: HashMap<(String, u32), (Reading, Vec<(String, f64)>)>,
+    last: HashMap<(String, u32), (Reading, Parts)>,
     /// Each node's newest report's sample time: an older one arriving late is left out.
     newest: HashMap<String, i64>,
     /// The run each job on a node is counted under: the sample time of the first of the node's
     /// unbroken reports that carry it.
     runs: HashMap<(String, String), i64>,
 }
+
+/// Each job's part of a GPU's energy at one report (`energy_shares`).
+type Parts = Vec<(String, f64)>;
 
 /// One GPU's energy counter in one report.
 #[derive(Debug, Clone, PartialEq)]
