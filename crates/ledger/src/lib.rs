@@ -33,6 +33,7 @@ use rusqlite::Connection;
 use gputokens::policy::BucketRules;
 
 pub use accounts::{check_user_name, Account, Applied, NewEntry};
+pub use audit::REQUEUED_RUN_SLACK;
 pub use backup::{BackupError, BackupWritten};
 pub use charge::ChargeOutcome;
 pub use energy::RunEnergy;
@@ -135,6 +136,8 @@ impl Ledger {
 mod energy_tests;
 #[cfg(test)]
 mod expiry_tests;
+#[cfg(test)]
+mod hold_tests;
 #[cfg(test)]
 mod idle_tests;
 #[cfg(test)]

@@ -261,6 +261,10 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (job_id, since, node, day)
      ) WITHOUT ROWID;
      CREATE INDEX job_energy_by_day ON job_energy (day);",
+    // 17: which run of a job a hold action was on (squeue's restart_cnt). A requeued run's
+    // submit_time is set only when its epilog ends, so a hold taken before that is older than the
+    // run's submit_time: keyed by the run, it is still this run's after an admin's release.
+    "ALTER TABLE actions ADD COLUMN run INTEGER;  -- NULL: not on one run of a job (or before 17)",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

@@ -31,9 +31,10 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
     let enforce = cycle.res.config.admission.enforce;
     let (mut steps, mut would_hold) = (Vec::new(), 0);
     for job in &pending {
-        // What gputokens did since this job (or this run of it, requeued) was queued: an older job
-        // with the same ID (Slurm's IDs wrap) is not this one.
-        let last = Last::from_action(cycle.res.ledger.last_hold_action(&job.job_id, job.submit_time)?.as_deref());
+        // What gputokens did to this run of the job (requeued, it is another): an older job with
+        // the same ID (Slurm's IDs wrap) is not this one.
+        let last = cycle.res.ledger.last_hold_action(&job.job_id, job.restarts, job.submit_time)?;
+        let last = Last::from_action(last.as_deref());
         let payer = at_floor.get(job.job_id.as_str()).cloned();
         let mut pending = Pending {
             payer_at_floor: payer.is_some(),
@@ -172,7 +173,7 @@ fn act(
             reason,
             dry_run: false,
         };
-        res.ledger.record_action(&audit)?;
+        res.ledger.record_run_action(&audit, job.restarts)?;
         res.metrics.holds.get_or_create(&crate::metrics::ReasonLabels { reason: action.into() }).inc();
         Ok(())
     };
