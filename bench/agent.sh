@@ -1,13 +1,13 @@
 #!/bin/bash
 # The design's target for the node agent: at most 1 ms of CPU per sample of 8 GPUs x 64 processes,
-# and at most 15 MB resident. Runs `accountd agent` (release build) against the fake libnvidia-ml.so
+# and at most 15 MB resident. Runs `gputokens-agent` (release build) against the fake libnvidia-ml.so
 # scripted with 8 GPUs and 64 GPU processes (real `sleep` processes, so the agent reads their /proc
 # entries as it would a job's), with a job record per GPU in jobs_dir, posting every sample to a
 # private `accountd serve`. After a warm-up it reads the agent's CPU time (utime + stime from
 # /proc/PID/stat) and counts its samples (one debug line each) over DURATION seconds, then prints the
 # CPU per sample and the agent's peak and current resident set (VmHWM, VmRSS).
 #
-#   cargo build --release -p accountd -p fake-nvml && bash bench/agent.sh   # INTERVAL=100ms DURATION=30
+#   cargo build --release -p accountd -p gputokens-agent -p fake-nvml && bash bench/agent.sh   # INTERVAL=100ms DURATION=30
 #
 # The fake library reads its state file once (FAKE_NVML_STATE_ONCE), so the numbers are the agent's
 # (nvml-wrapper, mapping, /metrics export, the HTTP post), not the fake's. A real driver's NVML calls
@@ -22,7 +22,7 @@ PROCS_PER_GPU=8
 PROFILE=${PROFILE:-release}
 BIN=$PWD/target/$PROFILE
 NVML=$BIN/libnvidia_ml.so
-[[ -x $BIN/accountd && -f $NVML ]] || { echo "build first: cargo build --$PROFILE -p accountd -p fake-nvml" >&2; exit 1; }
+[[ -x $BIN/accountd && -x $BIN/gputokens-agent && -f $NVML ]] || { echo "build first: cargo build --$PROFILE -p accountd -p gputokens-agent -p fake-nvml" >&2; exit 1; }
 
 DIR=$(mktemp -d /tmp/gputokens-bench-agent.XXXXXX)
 SLEEPERS=()
@@ -85,7 +85,7 @@ for _ in $(seq 100); do [[ -S $DIR/run/accountd.sock ]] && break; sleep 0.1; don
 [[ -S $DIR/run/accountd.sock ]] || { echo "accountd did not start:" >&2; cat "$DIR/serve.log" >&2; exit 1; }
 
 GPUTOKENS_LOG=accountd=debug FAKE_NVML_STATE="$DIR/state.toml" FAKE_NVML_STATE_ONCE=1 \
-  "$BIN/accountd" --config "$DIR/gputokens.toml" agent --node benchnode 2> "$DIR/agent.log" &
+  "$BIN/gputokens-agent" --config "$DIR/gputokens.toml" --node benchnode 2> "$DIR/agent.log" &
 AGENT=$!
 
 TICKS=$(getconf CLK_TCK)

@@ -1,9 +1,13 @@
 #!/bin/bash
-# build-debs.sh — build gputokens' two Debian packages with dpkg-deb (no debhelper, no cargo-deb):
+# build-debs.sh — build gputokens' three Debian packages with dpkg-deb (no debhelper, no cargo-deb):
 #
 #   gputokens                accountd and sbalance (linked statically) in /usr/bin, the example
 #                            config as the conffile /etc/slurm/gputokens.toml, the systemd units, man
 #                            pages, bash/zsh/fish completions, examples in /usr/share/doc/gputokens
+#   gputokens-agent          the node agent for GPU nodes: /usr/bin/gputokens-agent, its systemd
+#                            unit and man page; it reads the site's /etc/slurm/gputokens.toml, which
+#                            the site puts on its nodes as it does slurm.conf (no NVML in accountd,
+#                            no SQLite or ledger on a node)
 #   gputokens-slurm-plugins  job_submit_gputokens.so and spank_gputokens.so in this machine's Slurm
 #                            PluginDir and the conffile /etc/slurm/plugstack.conf.d/gputokens.conf;
 #                            built for, and depending on exactly, the Slurm installed here
@@ -18,7 +22,7 @@
 # Run it on a machine with the Slurm the plugins are for and its headers (libslurm-dev, plus
 # libmunge-dev and libclang-dev); root is not needed (dpkg-deb --root-owner-group). Builds with
 # `cargo build --locked` into ${CARGO_TARGET_DIR:-target}; the packages go to DIR (default
-# ${CARGO_TARGET_DIR:-target}/debian/slurm-MAJOR.MINOR/). Prints the two .deb paths on stdout,
+# ${CARGO_TARGET_DIR:-target}/debian/slurm-MAJOR.MINOR/). Prints the three .deb paths on stdout,
 # everything else on stderr. SLURM_PLUGIN_DIR overrides the detected PluginDir, SLURM_INCLUDE_DIR
 # the headers (as for cargo build), DEBFULLNAME and DEBEMAIL the Maintainer field.
 set -euo pipefail
@@ -112,16 +116,19 @@ elif [[ $binaries != "$CARGO_TARGET_DIR" ]]; then
 fi
 for so in libjob_submit_gputokens.so libspank_gputokens.so; do [[ -f $built/$so ]] || die "$built/$so is not built"; done
 accountd=$binaries/$profile/accountd
+agent=$binaries/$profile/gputokens-agent
 sbalance=$binaries/$profile/static/sbalance
 dist=$binaries/$profile/gputokens-dist
-for file in "$accountd" "$sbalance" "$dist"; do [[ -x $file ]] || die "$file is not built"; done
+for file in "$accountd" "$agent" "$sbalance" "$dist"; do [[ -x $file ]] || die "$file is not built"; done
 if readelf -d "$sbalance" | grep -q '(NEEDED)'; then die "$sbalance needs shared libraries: not linked statically"; fi
 # The Depends of gputokens covers these libraries: one more must be added there.
-for lib in $(readelf -d "$accountd" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
-  case $lib in
-    libc.so.6|libm.so.6|libgcc_s.so.1|ld-linux*.so.*|libmunge.so.2) ;;
-    *) die "accountd needs $lib, which no package in the Depends of gputokens provides" ;;
-  esac
+for program in "$accountd" "$agent"; do
+  for lib in $(readelf -d "$program" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+    case $lib in
+      libc.so.6|libm.so.6|libgcc_s.so.1|ld-linux*.so.*|libmunge.so.2) ;;
+      *) die "$program needs $lib, which no package in the Depends of its package provides" ;;
+    esac
+  done
 done
 
 WORK=$(mktemp -d /tmp/gputokens-debs.XXXXXX)
@@ -183,16 +190,20 @@ control_files() {
     echo "Priority: optional"
     cat
   } > "$tree/DEBIAN/control"
-  (cd "$tree" && find etc -type f | sed 's|^|/|' | sort) > "$tree/DEBIAN/conffiles"
-  chmod 644 "$tree/DEBIAN/control" "$tree/DEBIAN/conffiles"
+  chmod 644 "$tree/DEBIAN/control"
+  if [[ -d $tree/etc ]]; then
+    (cd "$tree" && find etc -type f | sed 's|^|/|' | sort) > "$tree/DEBIAN/conffiles"
+    chmod 644 "$tree/DEBIAN/conffiles"
+  fi
 }
 
 # -- gputokens
 tree=$WORK/gputokens
 put 755 "$accountd" "$sbalance" usr/bin
 put 644 slurm-conf/gputokens.toml etc/slurm
-put 644 slurm-conf/systemd/*.service slurm-conf/systemd/*.timer usr/lib/systemd/system
-for unit in slurm-conf/systemd/*.service; do
+put 644 slurm-conf/systemd/gputokens-accountd.service slurm-conf/systemd/gputokens-backup.service \
+  slurm-conf/systemd/*.timer usr/lib/systemd/system
+for unit in "$tree"/usr/lib/systemd/system/*.service; do
   for exe in $(sed -n 's/^Exec[A-Za-z]*=[-@+!:]*\([^ ]*\).*/\1/p' "$unit"); do
     [[ -f $tree$exe ]] || die "$unit runs $exe, which the package does not ship"
   done
@@ -200,10 +211,10 @@ done
 gzip -9n "$WORK"/man/*.[158]                           # -n: no name or time stamp inside
 put 644 "$WORK"/man/*.1.gz usr/share/man/man1
 put 644 "$WORK"/man/*.5.gz usr/share/man/man5
-put 644 "$WORK"/man/*.8.gz usr/share/man/man8
-put 644 "$WORK"/completions/bash/* usr/share/bash-completion/completions
-put 644 "$WORK"/completions/zsh/* usr/share/zsh/vendor-completions
-put 644 "$WORK"/completions/fish/* usr/share/fish/vendor_completions.d
+put 644 "$WORK"/man/accountd*.8.gz usr/share/man/man8
+put 644 "$WORK"/completions/bash/{accountd,sbalance} usr/share/bash-completion/completions
+put 644 "$WORK"/completions/zsh/_{accountd,sbalance} usr/share/zsh/vendor-completions
+put 644 "$WORK"/completions/fish/{accountd,sbalance}.fish usr/share/fish/vendor_completions.d
 put 644 slurm-conf/slurm.conf.gputokens slurm-conf/prometheus/gputokens-alerts.yml slurm-conf/grafana/gputokens.json \
   usr/share/doc/gputokens/examples
 install -d -m 755 "$tree/usr/share/doc/gputokens"
@@ -217,13 +228,47 @@ Description: per-user GPU token bucket for Slurm: accountd and sbalance
  user's token balance, replenished daily; users in debt are deprioritized and,
  at the floor, refused new GPU jobs (by the gputokens-slurm-plugins package).
  .
- This package holds accountd (the daemon on the slurmctld host, the node agent
- on GPU nodes, the admin commands), sbalance (balances, like sshare), the
- configuration /etc/slurm/gputokens.toml and systemd units, which it neither
- enables nor starts: on the controller, systemctl enable --now
- gputokens-accountd; on each GPU node, gputokens-agent.
+ This package holds accountd (the daemon on the slurmctld host and the admin
+ commands), sbalance (balances, like sshare), the configuration
+ /etc/slurm/gputokens.toml and systemd units, which it neither enables nor
+ starts: on the controller, systemctl enable --now gputokens-accountd. GPU
+ nodes install gputokens-agent.
 EOF
 # systemd re-reads the units the package adds, changes or removes (it enables and starts none).
+for script in postinst postrm; do
+  printf '#!/bin/sh\nset -e\nif [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi\n' \
+    > "$tree/DEBIAN/$script"
+  chmod 755 "$tree/DEBIAN/$script"
+done
+
+# -- gputokens-agent
+tree=$WORK/gputokens-agent
+put 755 "$agent" usr/bin
+put 644 slurm-conf/systemd/gputokens-agent.service usr/lib/systemd/system
+grep -qx 'ExecStart=/usr/bin/gputokens-agent' "$tree/usr/lib/systemd/system/gputokens-agent.service" \
+  || die "gputokens-agent.service does not run /usr/bin/gputokens-agent"
+put 644 "$WORK"/man/gputokens-agent.8.gz usr/share/man/man8
+put 644 "$WORK"/completions/bash/gputokens-agent usr/share/bash-completion/completions
+put 644 "$WORK"/completions/zsh/_gputokens-agent usr/share/zsh/vendor-completions
+put 644 "$WORK"/completions/fish/gputokens-agent.fish usr/share/fish/vendor_completions.d
+install -d -m 755 "$tree/usr/share/doc/gputokens-agent"
+copyright_file > "$tree/usr/share/doc/gputokens-agent/copyright"
+control_files gputokens-agent "$version" <<EOF
+Depends: libc6 (>= $glibc), libgcc-s1, libmunge2, munge
+Recommends: gputokens-slurm-plugins
+Breaks: gputokens (<< 0.2.0)
+Replaces: gputokens (<< 0.2.0)
+Description: gputokens node agent: GPU use and health of a Slurm node for accountd
+ gputokens-agent samples the node's GPUs through NVML (the driver's
+ libnvidia-ml.so.1, loaded at run time) every [agent] interval, maps each GPU
+ and process to the Slurm job holding it (by the records of
+ spank_gputokens.so, package gputokens-slurm-plugins) and posts the sample to
+ accountd, signed with MUNGE; it serves its own /metrics.
+ .
+ It reads /etc/slurm/gputokens.toml, which the site puts on each GPU node as
+ it does slurm.conf. The unit gputokens-agent is neither enabled nor started:
+ systemctl enable --now gputokens-agent.
+EOF
 for script in postinst postrm; do
   printf '#!/bin/sh\nset -e\nif [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi\n' \
     > "$tree/DEBIAN/$script"
@@ -262,17 +307,20 @@ EOF
 
 # ---- build and check the .debs ------------------------------------------------------------------
 mkdir -p "$out"
-rm -f "$out"/gputokens_*_"$arch".deb "$out"/gputokens-slurm-plugins_*_"$arch".deb   # no stale versions in *.deb
-debs=("$out/gputokens_${version}_$arch.deb" "$out/gputokens-slurm-plugins_${plugins_version}_$arch.deb")
+rm -f "$out"/gputokens_*_"$arch".deb "$out"/gputokens-slurm-plugins_*_"$arch".deb \
+  "$out"/gputokens-agent_*_"$arch".deb   # no stale versions in *.deb
+debs=("$out/gputokens_${version}_$arch.deb" "$out/gputokens-slurm-plugins_${plugins_version}_$arch.deb"
+  "$out/gputokens-agent_${version}_$arch.deb")
 dpkg-deb --root-owner-group "${compression[@]}" --build "$WORK/gputokens" "${debs[0]}" >&2
 dpkg-deb --root-owner-group "${compression[@]}" --build "$WORK/gputokens-slurm-plugins" "${debs[1]}" >&2
+dpkg-deb --root-owner-group "${compression[@]}" --build "$WORK/gputokens-agent" "${debs[2]}" >&2
 
 # check_deb DEB PATH...: DEB holds each PATH and each of its conffiles, all owned by root.
 check_deb() {
   local deb=$1 listing path; shift
   listing=$(dpkg-deb --contents "$deb")
   if awk '$2 != "root/root"' <<<"$listing" | grep -q .; then die "$deb: entries not owned by root"; fi
-  for path in "$@" $(dpkg-deb --info "$deb" conffiles); do
+  for path in "$@" $(dpkg-deb --info "$deb" conffiles 2>/dev/null); do
     awk -v want=".$path" '$NF == want { found = 1 } END { exit !found }' <<<"$listing" || die "$deb lacks $path"
   done
   say "$(dpkg-deb --field "$deb" Package Version Depends | tr '\n' ' ')($(wc -l <<<"$listing") entries)"
@@ -284,4 +332,6 @@ check_deb "${debs[0]}" /usr/bin/accountd /usr/bin/sbalance /etc/slurm/gputokens.
   /usr/lib/systemd/system/gputokens-backup.service /usr/lib/systemd/system/gputokens-backup.timer
 check_deb "${debs[1]}" "$plugin_dir/job_submit_gputokens.so" "$plugin_dir/spank_gputokens.so" \
   /etc/slurm/plugstack.conf.d/gputokens.conf
+check_deb "${debs[2]}" /usr/bin/gputokens-agent /usr/lib/systemd/system/gputokens-agent.service \
+  /usr/share/man/man8/gputokens-agent.8.gz
 printf '%s\n' "${debs[@]}"

@@ -19,8 +19,8 @@
 # check the BuildRequires (no Debian package provides them). Root is not needed.
 #
 # Writes DIR/gputokens-VERSION.tar.gz (this working tree's files as git sees them, tracked and
-# untracked but not ignored, with gputokens.spec at the top) and the two .rpm files into DIR
-# (default ${CARGO_TARGET_DIR:-target}/rpm/slurm-MAJOR.MINOR/); prints the three paths on stdout,
+# untracked but not ignored, with gputokens.spec at the top) and the three .rpm files into DIR
+# (default ${CARGO_TARGET_DIR:-target}/rpm/slurm-MAJOR.MINOR/); prints the four paths on stdout,
 # everything else on stderr. cargo builds into ${CARGO_TARGET_DIR:-target}/rpm/target.
 set -euo pipefail
 umask 022
@@ -107,11 +107,12 @@ say "rpmbuild ${rpmbuild_args[*]} (cargo builds in $RPM_TARGET_DIR)"
 CARGO_TARGET_DIR=$RPM_TARGET_DIR rpmbuild "${rpmbuild_args[@]}" >&2
 rm -f "$out"/gputokens-*.rpm      # no stale versions beside the new ones
 mapfile -t rpms < <(find "$WORK/rpmbuild/RPMS" -name 'gputokens-*.rpm' | sort)
-(( ${#rpms[@]} == 2 )) || die "rpmbuild made ${#rpms[@]} packages, not 2: ${rpms[*]}"
+(( ${#rpms[@]} == 3 )) || die "rpmbuild made ${#rpms[@]} packages, not 3: ${rpms[*]}"
 cp "${rpms[@]}" "$out/"
 
 # ---- check what was built -------------------------------------------------------------------------
-main=$(ls "$out"/gputokens-"$version"-*.rpm | grep -v slurm-plugins)
+main=$(ls "$out"/gputokens-"$version"-*.rpm)
+agent=$(ls "$out"/gputokens-agent-"$version"-*.rpm)
 plugins=$(ls "$out"/gputokens-slurm-plugins-"$version"-*.rpm)
 # Listings read whole before they are searched: `rpm ... | grep -q` fails under pipefail when grep
 # stops reading at its match and rpm gets SIGPIPE.
@@ -125,4 +126,8 @@ listing=$(rpm -qlp "$main" 2>/dev/null)
 for file in /usr/bin/accountd /usr/bin/sbalance /etc/slurm/gputokens.toml /usr/lib/systemd/system/gputokens-accountd.service; do
   grep -qx "$file" <<<"$listing" || die "$main lacks $file"
 done
-printf '%s\n' "$tarball" "$main" "$plugins"
+listing=$(rpm -qlp "$agent" 2>/dev/null)
+for file in /usr/bin/gputokens-agent /usr/lib/systemd/system/gputokens-agent.service; do
+  grep -qx "$file" <<<"$listing" || die "$agent lacks $file"
+done
+printf '%s\n' "$tarball" "$main" "$plugins" "$agent"

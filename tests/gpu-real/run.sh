@@ -175,7 +175,7 @@ energy() {
 }
 echo "BEFORE=$(energy | tr ' ' _)" > "$W/snap/energy.env"; E_T0=$SECONDS
 
-GPUTOKENS_LOG=info "$BIN/accountd" agent --config "$W/agent.toml" --node gpu1 > "$W/agent.log" 2>&1 & PIDS+=($!); AGENT=$!
+GPUTOKENS_LOG=info "$BIN/gputokens-agent" --config "$W/agent.toml" --node gpu1 > "$W/agent.log" 2>&1 & PIDS+=($!); AGENT=$!
 sleep 3
 snap() {  # the end of phase $1: both /metrics, nvidia-smi, the ledger
   local ph=$1

@@ -5,7 +5,7 @@
 # namespace of its own, the "switch"), UTS (its hostname), mount (its own /etc/hosts, /etc/slurm,
 # /run/munge and $MN/here) and PID (its first process a reaper; killing it kills the whole host).
 # Hosts: ctl1 (primary slurmctld, slurmdbd, accountd), ctl2 (backup slurmctld), node1..node3 (slurmd
-# and `accountd agent`, each with its own munged and fake NVML). Nothing here touches the host's own
+# and `gputokens-agent`, each with its own munged and fake NVML). Nothing here touches the host's own
 # network: the addresses exist only inside these namespaces.
 
 MN=${GPUTOKENS_MN:-/tmp/gputokens-mn}

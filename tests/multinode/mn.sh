@@ -2,7 +2,7 @@
 # mn.sh — operate the multi-node test cluster that up.sh started (see lib.sh). Run as root.
 #
 #   mn.sh in HOST CMD...        run CMD inside HOST (e.g. `mn.sh in ctl1 runuser -u alice -- sbatch ...`)
-#   mn.sh start DAEMON HOST     DAEMON: munged slurmdbd slurmctld slurmd accountd agent
+#   mn.sh start DAEMON HOST     DAEMON: munged slurmdbd slurmctld slurmd accountd agent (gputokens-agent)
 #   mn.sh stop DAEMON HOST      SIGTERM, waiting until it is gone; `kill` sends SIGKILL instead
 #   mn.sh pids HOST COMM        root-namespace PIDs of COMM in HOST
 #   mn.sh cut HOST | heal HOST  unplug / plug HOST's network cable (its processes keep running)
@@ -15,6 +15,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=lib.sh
 source "$HERE/lib.sh"
 ACCOUNTD=${GPUTOKENS_MN_ACCOUNTD:-/usr/bin/accountd}
+AGENT=${GPUTOKENS_MN_AGENT:-/usr/bin/gputokens-agent}
 
 # boot HOST: its first process (PID 1 of a new PID namespace) binds the host's own files over the
 # shared ones, then reaps orphans forever. nsenter rather than `ip netns exec`, which remounts /sys.
@@ -58,12 +59,12 @@ start() {
       daemon_in "$h" accountd "$ACCOUNTD" serve
       waitfor 30 test -S "$MN/hosts/$h/gputokens/accountd.sock" \
         || die "accountd on $h made no socket: $(tail -n 20 "$MN/hosts/$h/log/accountd.out")" ;;
-    agent) daemon_in "$h" agent "$ACCOUNTD" agent ;;
+    agent) daemon_in "$h" agent "$AGENT" ;;
     *) die "start: no such daemon: $what" ;;
   esac
 }
 
-comm_of() { case $1 in agent) echo accountd ;; *) echo "$1" ;; esac; }
+comm_of() { case $1 in agent) echo gputokens-agent ;; *) echo "$1" ;; esac; }
 
 # signal_daemon SIGNAL DAEMON HOST: signal it and wait (up to 15 s) until it is gone.
 signal_daemon() {

@@ -6,7 +6,7 @@
 #
 #   ctl1  10.78.0.2   slurmctld (primary), slurmdbd, accountd serve (ledger, HTTP on :9817)
 #   ctl2  10.78.0.3   slurmctld (backup)
-#   nodeN 10.78.0.1N  slurmd, accountd agent (MUNGE credentials of that node), fake NVML
+#   nodeN 10.78.0.1N  slurmd, gputokens-agent (MUNGE credentials of that node), fake NVML
 # Every host has its own munged (one shared key, as on a site). The balance snapshot and
 # StateSaveLocation are in $MN/shared, a directory every host sees, as a site shares them over NFS.
 set -euo pipefail
@@ -24,6 +24,8 @@ timeout 5 mariadb -e 'SELECT 1' >/dev/null 2>&1 || die "MariaDB does not answer:
 [[ -s /etc/munge/munge.key ]] || die "/etc/munge/munge.key missing: run tests/cluster/up.sh first"
 ACCOUNTD=${GPUTOKENS_MN_ACCOUNTD:-/usr/bin/accountd}
 [[ -x $ACCOUNTD ]] || die "$ACCOUNTD missing: install the gputokens package (tests/run.sh does)"
+AGENT=${GPUTOKENS_MN_AGENT:-/usr/bin/gputokens-agent}
+[[ -x $AGENT ]] || die "$AGENT missing: install the gputokens-agent package (tests/run.sh does)"
 FAKE_NVML=${GPUTOKENS_MN_FAKE_NVML:?set GPUTOKENS_MN_FAKE_NVML to the built fake libnvidia-ml (target/debug/libnvidia_ml.so)}
 PLUGIN_DIR=""
 for d in /usr/lib/*/slurm-wlm /usr/lib/slurm-wlm /usr/lib64/slurm; do

@@ -105,3 +105,12 @@ mod tests {
         assert_eq!((io.fault(), io.to_string().as_str()), (Fault::System, "cannot listen on x: busy"));
     }
 }
+
+impl From<gputokens::daemon::DaemonError> for AccountdError {
+    fn from(e: gputokens::daemon::DaemonError) -> Self {
+        match e {
+            gputokens::daemon::DaemonError::Refused(why) => AccountdError::Refused(why),
+            gputokens::daemon::DaemonError::Failed(why) => AccountdError::Failed(why),
+        }
+    }
+}

@@ -3,7 +3,6 @@
 #![forbid(unsafe_code)]
 
 pub mod admin_journal;
-pub mod agent;
 pub mod answering;
 pub mod balance_json;
 pub mod balance_row;
@@ -14,7 +13,6 @@ pub mod daemon;
 pub mod error;
 pub mod health;
 pub mod http;
-pub mod logging;
 pub mod metrics;
 pub mod ondemand;
 pub mod reply;

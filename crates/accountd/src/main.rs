@@ -9,18 +9,18 @@ use accountd::cycles::lock::CycleLock;
 use accountd::cycles::CycleState;
 use accountd::cycles::{charge, check};
 use accountd::daemon::file_trust::refuse_if_others_can_write;
-use accountd::daemon::instance_lock::{self, InstanceLock};
 use accountd::error::{AccountdError, AccountdResult};
 use accountd::resources::Resources;
 use accountd::slurm::Slurm;
 use accountd::{http, socket};
 use accountd::{out, outln};
 use clap::Parser;
+use gputokens::daemon::instance_lock::{self, InstanceLock};
 use gputokens::Config;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    accountd::logging::init();
+    gputokens::daemon::logging::init();
     // Files accountd creates (ledger, snapshot temp files) start private.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o027));
     match run(cli) {
@@ -89,11 +89,6 @@ fn run(cli: Cli) -> AccountdResult {
             Ok(())
         }
         Command::Admin(command) => admin::run(&Config::load(&path)?, command),
-        Command::Agent { node, once } => {
-            let config = trusted_config(&path)?;
-            refuse_if_others_can_write(&config.agent.jobs_dir, "agent.jobs_dir", Some(&config.slurm_user))?;
-            accountd::agent::run::run(&config, node, once)
-        }
         Command::Serve => serve(&path, trusted_config(&path)?),
         Command::Tick { time, skip_charge, wait } => {
             let mut cycle = CycleState::new(Resources::open_as_admin(trusted_config(&path)?)?);
@@ -127,7 +122,7 @@ fn run(cli: Cli) -> AccountdResult {
     }
 }
 
-/// The config of a command that acts on it (serve, agent, tick, charge): refused when users other
+/// The config of a command that acts on it (serve, tick, charge): refused when users other
 /// than root and accountd's own could have written it, or the snapshot's directory.
 fn trusted_config(path: &std::path::Path) -> AccountdResult<Config> {
     refuse_if_others_can_write(path, "the config file", None)?;
@@ -242,7 +237,7 @@ fn serve(path: &std::path::Path, config: Config) -> AccountdResult {
         let every = journal.config.intervals.check;
         accountd::admin_journal::start_exporter(journal, every)
             .map_err(AccountdError::io("cannot start the admin journal's exporter"))?;
-        socket::launch(listener, shared.clone(), cycles, accountd::daemon::signals::shutdown_signal()).await;
+        socket::launch(listener, shared.clone(), cycles, gputokens::daemon::signals::shutdown_signal()).await;
         let _ = stop.send(true);
         let _ = std::fs::remove_file(&socket);
         Ok(())
@@ -251,5 +246,5 @@ fn serve(path: &std::path::Path, config: Config) -> AccountdResult {
 
 /// Binds accountd's HTTP address; one in use is refused naming the process that holds it.
 fn bind_http(addr: std::net::SocketAddr) -> AccountdResult<std::net::TcpListener> {
-    accountd::daemon::port_owner::bind_tcp(addr, "http")
+    Ok(gputokens::daemon::port_owner::bind_tcp(addr, "http")?)
 }

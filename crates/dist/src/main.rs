@@ -40,10 +40,10 @@ enum DistCommand {
     Completions { dir: PathBuf },
 }
 
-/// The commands exactly as the binaries build them: src/main.rs parses `Cli`, src/bin/sbalance.rs
-/// parses `sbalance::Args` (their names and versions come from the same attributes).
-fn shipped_commands() -> [clap::Command; 2] {
-    [accountd::cli::Cli::command(), accountd::cli::sbalance::Args::command()]
+/// The commands exactly as the binaries build them: accountd's src/main.rs parses `Cli`,
+/// src/bin/sbalance.rs `sbalance::Args`, the agent's `gputokens_agent::cli::Cli` (their names and versions come from the same attributes).
+fn shipped_commands() -> [clap::Command; 3] {
+    [accountd::cli::Cli::command(), accountd::cli::sbalance::Args::command(), gputokens_agent::cli::Cli::command()]
 }
 
 fn main() -> ExitCode {

@@ -38,7 +38,7 @@ struct Page<'a> {
 }
 
 /// The pages of daemons, which sites start from systemd: section 8.
-const DAEMONS: &[&str] = &["accountd-serve", "accountd-agent"];
+const DAEMONS: &[&str] = &["accountd-serve", "gputokens-agent"];
 
 /// The section of the page named `name`.
 pub fn section_of(name: &str) -> &'static str {
@@ -72,21 +72,33 @@ fn with_our_sections(page: &str, name: &str) -> String {
         );
     }
     ours.push_str(".SH EXIT STATUS\n.TP\n0\nDone.\n");
-    ours.push_str(".TP\n1\naccountd could not be reached, or an I/O error or a lock held too long stopped it.\n");
-    ours.push_str(
-        ".TP\n2\nA usage error, an invalid configuration, a refusal (naming who may), or problems found by a check.\n",
-    );
-    ours.push_str(".SH FILES\n.TP\n/etc/slurm/gputokens.toml\nThe configuration; see gputokens.toml(5).\n");
-    if !sbalance {
-        ours.push_str(".TP\n/var/lib/gputokens/ledger.sqlite\nThe ledger ([paths] ledger).\n");
-    }
-    ours.push_str(".TP\n/run/gputokens/accountd.sock\nWhere accountd answers ([paths] socket).\n");
-    ours.push_str(".SH SEE ALSO\ngputokens.toml(5), ");
-    ours.push_str(if sbalance {
-        "accountd(1), sshare(1)\n"
+    if name == "gputokens-agent" {
+        ours.push_str(".TP\n1\nNVML or the node failed it; with \\-\\-once, the report did not reach accountd.\n");
+        ours.push_str(
+            ".TP\n2\nAn invalid configuration, a config or jobs directory others may write, or another agent running.\n",
+        );
+        ours.push_str(".SH FILES\n.TP\n/etc/slurm/gputokens.toml\nThe configuration, the same as accountd's; see gputokens.toml(5).\n");
+        ours.push_str(
+            ".TP\n/run/gputokens/jobs\nThe jobs' GPU records spank_gputokens.so writes ([agent] jobs_dir).\n",
+        );
+        ours.push_str(".SH SEE ALSO\ngputokens.toml(5), accountd-serve(8), slurmd(8)\n");
     } else {
-        "sbalance(1), accountd-serve(8), accountd-agent(8), slurm.conf(5)\n"
-    });
+        ours.push_str(".TP\n1\naccountd could not be reached, or an I/O error or a lock held too long stopped it.\n");
+        ours.push_str(
+            ".TP\n2\nA usage error, an invalid configuration, a refusal (naming who may), or problems found by a check.\n",
+        );
+        ours.push_str(".SH FILES\n.TP\n/etc/slurm/gputokens.toml\nThe configuration; see gputokens.toml(5).\n");
+        if !sbalance {
+            ours.push_str(".TP\n/var/lib/gputokens/ledger.sqlite\nThe ledger ([paths] ledger).\n");
+        }
+        ours.push_str(".TP\n/run/gputokens/accountd.sock\nWhere accountd answers ([paths] socket).\n");
+        ours.push_str(".SH SEE ALSO\ngputokens.toml(5), ");
+        ours.push_str(if sbalance {
+            "accountd(1), sshare(1)\n"
+        } else {
+            "sbalance(1), accountd-serve(8), gputokens-agent(8), slurm.conf(5)\n"
+        });
+    }
     match page.find(".SH VERSION") {
         Some(at) => format!("{}{ours}{}", &page[..at], &page[at..]),
         None => format!("{page}{ours}"),
@@ -122,7 +134,11 @@ mod tests {
                 assert!(page.contains(heading), "accountd-{sub} has no {heading}");
             }
         }
-        assert!(dir.join("accountd-serve.8").is_file() && dir.join("accountd-agent.8").is_file(), "daemons in 8");
+        assert!(dir.join("accountd-serve.8").is_file(), "daemons in 8");
+        let agent = <gputokens_agent::cli::Cli as clap::CommandFactory>::command();
+        write_pages(agent, "2026-11-30", &dir).unwrap();
+        let page = std::fs::read_to_string(dir.join("gputokens-agent.8")).unwrap();
+        assert!(page.contains(".SH EXIT STATUS") && page.contains("\\-\\-once"), "{page}");
         assert!(dir.join("accountd-admin-grant.1").is_file() && dir.join("accountd.1").is_file());
         assert!(!dir.join("accountd-help.1").exists(), "help is no command to document");
         std::fs::remove_dir_all(&dir).unwrap();

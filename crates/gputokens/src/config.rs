@@ -374,7 +374,7 @@ pub const DEFAULT_DRAIN_XIDS: [u64; 10] = [48, 63, 64, 74, 79, 92, 94, 95, 119, 
 /// The SPANK plugin's default `jobs_dir`, so that agent and plugin agree unless both are told otherwise.
 pub const DEFAULT_JOBS_DIR: &str = "/run/gputokens/jobs";
 
-/// The NVML node agent (`accountd agent`).
+/// The NVML node agent (`gputokens-agent`).
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
     /// accountd serve's HTTP listener, where samples are posted.
@@ -500,7 +500,7 @@ impl Default for UtilizationConfig {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UtilizationSource {
-    /// `accountd agent` on the nodes reports it.
+    /// `gputokens-agent` on the nodes reports it.
     Agents,
     /// A Prometheus server (dcgm-exporter's metrics), `[prometheus]`.
     Prometheus,

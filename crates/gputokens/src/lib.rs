@@ -6,6 +6,8 @@
 pub mod access;
 pub mod config;
 pub mod controller_status;
+#[cfg(feature = "daemon")]
+pub mod daemon;
 pub mod decision;
 pub mod entry;
 pub mod estimate;
@@ -13,6 +15,7 @@ pub mod file_stamp;
 pub mod file_trust;
 pub mod forecast;
 pub mod free_text;
+pub mod gpu_record;
 pub mod gpu_request;
 pub mod gpu_time;
 pub mod holds;

@@ -192,7 +192,7 @@ fn record_gpus(args: &args::Args, job: u32, uid: Option<u32>) {
         .map_err(|e| ffi::verbose(&format!("job {job}: GPUs recorded without UUIDs: {e}")))
         .ok();
     let sluid = record::sluid(std::env::var("SLURM_JOB_SLUID").ok());
-    let text = record::text(&gpus, uuids.as_deref(), uid, sluid.as_deref());
+    let text = gputokens::gpu_record::text(&gpus, uuids.as_deref(), uid, sluid.as_deref());
     if let Err(e) = record::write(&args.jobs_dir, job, &text) {
         ffi::error(&format!("recording the GPUs of job {job} in {}: {e}", args.jobs_dir.display()));
     }

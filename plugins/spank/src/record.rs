@@ -1,16 +1,6 @@
-//! What the job's prolog records for the node agent: which GPUs the job holds on this node, one file
-//! per job (`<jobs_dir>/<jobid>`), written atomically (temp file + rename), removed by its epilog:
-//!
-//! ```text
-//! gpus=6,7
-//! uuids=GPU-1f0c...,GPU-77aa...
-//! uid=1001
-//! sluid=sEKNKTV3WPV500
-//! ```
-//!
-//! `gpus` are Slurm's indices; `uuids`, in the same order, only when NVML could name them; `uid` the
-//! job owner's; `sluid` the job's SLUID where Slurm has one (25.11+: the prolog's `SLURM_JOB_SLUID`),
-//! by which Slurm 26.05 names the job's cgroup.
+//! What the job's prolog records for the node agent, one file per job (`<jobs_dir>/<jobid>`) in the
+//! format of [`gputokens::gpu_record`], written atomically (temp file + rename), removed by its
+//! epilog: which GPUs the job holds on this node, where the prolog's environment says.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -30,23 +20,6 @@ pub fn gpus(values: &[Option<String>]) -> Option<Vec<String>> {
 /// The job's SLUID in the prolog's environment value `SLURM_JOB_SLUID`, when it is one.
 pub fn sluid(value: Option<String>) -> Option<String> {
     gputokens::slurm::sluid::parse(&value?)
-}
-
-/// The file's text: the GPUs, their UUIDs when known, the job owner's uid (the agent takes a
-/// process's word for its job only from a process of that uid) and the job's SLUID (the agent maps a
-/// cgroup named by it to the job).
-pub fn text(gpus: &[String], uuids: Option<&[String]>, uid: Option<u32>, sluid: Option<&str>) -> String {
-    let mut text = format!("gpus={}\n", gpus.join(","));
-    if let Some(uuids) = uuids.filter(|u| !u.is_empty()) {
-        text.push_str(&format!("uuids={}\n", uuids.join(",")));
-    }
-    if let Some(uid) = uid {
-        text.push_str(&format!("uid={uid}\n"));
-    }
-    if let Some(sluid) = sluid {
-        text.push_str(&format!("sluid={sluid}\n"));
-    }
-    text
 }
 
 /// Writes `text` as the record of `job` in `dir` (created 0755 if missing); returns the file.
@@ -82,6 +55,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_a_sluid_goes_into_the_record() {
+        assert_eq!(sluid(Some("sEKNKTV3WPV500".into())).as_deref(), Some("sEKNKTV3WPV500"));
+        assert_eq!(sluid(Some("x\nuid=0".into())), None, "only a SLUID goes into the record");
+    }
+
+    #[test]
     fn picks_the_first_set_list() {
         assert_eq!(gpus(&[None, Some("".into()), Some("6,7".into())]), Some(vec!["6".into(), "7".into()]));
         assert_eq!(gpus(&[Some("NoDevFiles".into())]), None);
@@ -97,19 +76,6 @@ mod tests {
         write(&jobs, 42, "gpus=1\n").unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "gpus=1\n");
         assert_eq!(std::fs::read_dir(&jobs).unwrap().count(), 1, "no temp file left");
-    }
-
-    #[test]
-    fn uuids_only_when_known() {
-        let gpus = ["6".to_string(), "7".to_string()];
-        assert_eq!(text(&gpus, None, None, None), "gpus=6,7\n");
-        assert_eq!(text(&gpus, Some(&[]), None, None), "gpus=6,7\n");
-        let uuids = ["GPU-a".to_string(), "GPU-b".to_string()];
-        assert_eq!(text(&gpus, Some(&uuids), None, None), "gpus=6,7\nuuids=GPU-a,GPU-b\n");
-        assert_eq!(text(&gpus, None, Some(1001), None), "gpus=6,7\nuid=1001\n");
-        assert_eq!(text(&gpus, None, Some(1001), Some("sEKNKTV3WPV500")), "gpus=6,7\nuid=1001\nsluid=sEKNKTV3WPV500\n");
-        assert_eq!(sluid(Some("sEKNKTV3WPV500".into())).as_deref(), Some("sEKNKTV3WPV500"));
-        assert_eq!(sluid(Some("x\nuid=0".into())), None, "only a SLUID goes into the record");
     }
 
     #[test]

@@ -23,9 +23,9 @@ fn node_token(config: &Config, node: &str) -> AccountdResult {
         .ok_or_else(|| AccountdError::Refused("[agent] token_file (the site secret) is not set".into()))?;
     // Root reads the secret of an accountd that runs as the SlurmUser.
     let service = nix::unistd::User::from_name(&config.slurm_user).ok().flatten().map(|u| u.uid.as_raw());
-    let secret =
-        crate::http::auth::read_private_secret(path, "agent.token_file", service).map_err(AccountdError::Refused)?;
-    crate::outln!("{}", crate::http::auth::node_token(&secret, node));
+    let secret = gputokens_node_report::auth::read_private_secret(path, "agent.token_file", service)
+        .map_err(AccountdError::Refused)?;
+    crate::outln!("{}", gputokens_node_report::auth::node_token(&secret, node));
     Ok(())
 }
 

@@ -59,15 +59,6 @@ pub enum Command {
     /// Change balances and read histories (root, the SlurmUser and configured admins only).
     #[command(subcommand)]
     Admin(AdminCommand),
-    /// Run the NVML node agent: sample this node's GPUs every [agent] interval and post them to accountd.
-    Agent {
-        /// The node's Slurm name (default: `hostname -s`).
-        #[arg(long, value_name = "NAME")]
-        node: Option<String>,
-        /// Sample and post once, then exit (1 when the post failed).
-        #[arg(long)]
-        once: bool,
-    },
 }
 
 #[derive(Debug, Args)]

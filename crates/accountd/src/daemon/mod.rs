@@ -1,8 +1,5 @@
-//! Being a well-behaved daemon: one instance at a time, clean ends on signals, files it may trust,
-//! caps on the connections it holds, and who holds a port it wanted.
+//! Being a well-behaved daemon here: files it may trust and caps on the connections it holds (one
+//! instance at a time, signals and ports are `gputokens::daemon`'s, shared with the agent).
 
 pub mod conn_caps;
 pub mod file_trust;
-pub mod instance_lock;
-pub mod port_owner;
-pub mod signals;

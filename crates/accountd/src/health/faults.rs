@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use gputokens::config::Health;
 
-use crate::agent::{GpuHealth, GpuSample};
+use gputokens_node_report::{GpuHealth, GpuSample};
 
 /// A fault that drains the node. `Lost`, `Ecc` and `Hot` are states: the same fault while the GPU
 /// keeps reporting it. `Xid` is an event: the same fault within `[health] repeat_after` of its drain.

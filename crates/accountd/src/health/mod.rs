@@ -16,12 +16,12 @@ use gputokens::slurm::squeue;
 use ledger::{Action, GpuFault};
 
 use self::faults::{classify, cleared, gpu_key, Fault, XID_PREFIX};
-use crate::agent::report::AgentReport;
-use crate::agent::GpuSample;
 use crate::error::AccountdResult;
 use crate::metrics::{NodeLabels, XidLabels};
 use crate::resources::Resources;
 use crate::slurm::{job_id_arg, node_name_arg, Slurm};
+use gputokens_node_report::AgentReport;
+use gputokens_node_report::GpuSample;
 
 /// What health keeps between reports: since when GPUs run hot, and which ignored XIDs were logged.
 #[derive(Debug, Default)]

@@ -3,7 +3,6 @@
 //! a secret from a root-only file: agent reports pass the [`ReportGate`]; balances follow
 //! `sbalance`'s rules (a user sees their own row unless `balances_public`; admins see all).
 
-pub mod auth;
 pub mod host_names;
 pub mod listener;
 pub mod rate_limit;
@@ -23,11 +22,11 @@ use axum::{Json, Router};
 use gputokens::access::Caller;
 use gputokens::protocol::{BalanceRow, ErrorKind, Reply};
 
-use crate::agent::report::{AgentReport, REPORT_PATH};
 use crate::answering;
+use gputokens_node_report::{AgentReport, REPORT_PATH};
 
 use crate::metrics::ReasonLabels;
-use auth::Presented;
+use gputokens_node_report::auth::{self, Presented};
 use report_gate::Refusal;
 pub use state::AppState;
 use state::REPORTS_AT_ONCE;

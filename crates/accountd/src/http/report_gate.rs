@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use gputokens::config::AgentAuth;
 use gputokens::Config;
 
-use crate::agent::report::AgentReport;
-use crate::http::auth::{self, Presented};
 use crate::munge::{self, MungeErrorKind};
 use crate::slurm::{job_id_arg, node_name_arg, Slurm};
+use gputokens_node_report::auth::{self, Presented};
+use gputokens_node_report::AgentReport;
 
 /// How long what Slurm said about a node is believed.
 const NODE_TTL: Duration = Duration::from_secs(300);
@@ -430,7 +430,7 @@ fn list(addresses: &[IpAddr]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::{GpuSample, NodeSample, ProcessSample};
+    use gputokens_node_report::{GpuSample, NodeSample, ProcessSample};
     use std::cell::Cell;
 
     struct FakeSlurm {

@@ -2,15 +2,15 @@
 //! their health (drains, `crate::health`) and the jobs' utilization (`crate::utilization`). What the
 //! two keep between reports is the HTTP listener's own ([`ReportState`]).
 
-use crate::agent::job_use::job_use;
-use crate::agent::report::AgentReport;
-use crate::agent::GpuHealth;
 use crate::error::AccountdResult;
 use crate::health::HealthState;
 use crate::metrics::{GpuLabels, JobLabels, Metrics, NodeLabels};
 use crate::resources::Resources;
 use crate::utilization::energy::{EnergyTracker, MAX_GAP_INTERVALS};
 use crate::utilization::{tracker, JobUtilization, Tracker};
+use gputokens_node_report::job_use::job_use;
+use gputokens_node_report::AgentReport;
+use gputokens_node_report::GpuHealth;
 
 /// What the agents' reports leave behind for the next one.
 #[derive(Debug, Default)]
@@ -20,7 +20,7 @@ pub struct ReportState {
     pub energy: EnergyTracker,
 }
 
-/// Per job, as the agent computes it for its own metrics (`agent::job_use`): the job's own use of
+/// Per job, as the agent computes it for its own metrics (`gputokens_node_report::job_use`): the job's own use of
 /// its GPUs (a shared GPU's by its own processes), or unmeasured.
 pub fn job_utilization(report: &AgentReport) -> Vec<JobUtilization> {
     job_use(&report.sample)
@@ -95,7 +95,7 @@ fn record_gpus(metrics: &Metrics, report: &AgentReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::{GpuSample, NodeSample, ProcessSample};
+    use gputokens_node_report::{GpuSample, NodeSample, ProcessSample};
 
     fn resources(dir: &std::path::Path) -> Resources {
         let text = format!(

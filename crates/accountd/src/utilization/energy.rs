@@ -1,6 +1,6 @@
 //! Each job's GPU energy from NVML's energy counters: between two consecutive reports of a node,
 //! each GPU's counter difference is given to the jobs on it, by the mean of their parts at the
-//! step's two ends (`agent::job_use::energy_shares` at each: all to a job holding it alone, a shared
+//! step's two ends (`gputokens_node_report::job_use::energy_shares` at each: all to a job holding it alone, a shared
 //! GPU by its jobs' own processes), so a job that began or ended within the step gets about its
 //! half of it, not the whole. A step the counter cannot vouch for gives nothing rather than a wrong
 //! figure: the counter went back (the driver reloaded, the GPU was reset), another GPU (or one
@@ -11,8 +11,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::agent::job_use::energy_shares;
-use crate::agent::NodeSample;
+use gputokens_node_report::job_use::energy_shares;
+use gputokens_node_report::NodeSample;
 
 /// Reports further apart than this many `[agent] interval`s give no energy for the step between.
 pub const MAX_GAP_INTERVALS: u32 = 3;
@@ -134,7 +134,7 @@ impl EnergyTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::{GpuSample, ProcessSample};
+    use gputokens_node_report::{GpuSample, ProcessSample};
 
     const GAP: i64 = 90;
 

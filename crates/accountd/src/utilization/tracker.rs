@@ -36,7 +36,7 @@ struct JobWatch {
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobUtilization {
     pub job: String,
-    /// The job's own use of its GPUs (`agent::job_use`); `None`: unmeasured (it shares a GPU where
+    /// The job's own use of its GPUs (`gputokens_node_report::job_use`); `None`: unmeasured (it shares a GPU where
     /// the agent sees none of its processes), which counts as its allocation and never as idle.
     pub percent: Option<f64>,
     pub memory_bytes: u64,

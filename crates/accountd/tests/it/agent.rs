@@ -80,10 +80,10 @@ fn agent_config_with(site: &Site, more: &str) -> String {
     )
 }
 
-/// One `accountd agent --once` with the fake NVML state `state`.
+/// One `gputokens-agent --once` with the fake NVML state `state`.
 pub fn report_once(agent_config: &str, state: &str) {
-    let out = Command::new(bin("accountd"))
-        .args(["--config", agent_config, "agent", "--node", "vm", "--once"])
+    let out = Command::new(bin("gputokens-agent"))
+        .args(["--config", agent_config, "--node", "vm", "--once"])
         .env("FAKE_NVML_STATE", state)
         .output()
         .unwrap();
@@ -468,7 +468,7 @@ fn token_mode_reports_are_signed_with_a_private_node_token() {
     let config = agent_config_with(&site, &format!("auth = \"token\"\ntoken_file = \"{node_token}\"\n"));
     std::fs::set_permissions(&node_token, std::fs::Permissions::from_mode(0o644)).unwrap();
     let out =
-        Command::new(bin("accountd")).args(["--config", &config, "agent", "--node", "vm", "--once"]).output().unwrap();
+        Command::new(bin("gputokens-agent")).args(["--config", &config, "--node", "vm", "--once"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("readable by it alone (mode 0600; it is 644"), "{stderr}");

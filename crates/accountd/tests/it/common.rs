@@ -18,7 +18,7 @@ a6000 = 4
 pub const INSTALLED_BIN_DIR: &str = "GPUTOKENS_INSTALLED_BIN_DIR";
 
 /// The commands the gputokens package installs.
-const PACKAGED_COMMANDS: [&str; 2] = ["accountd", "sbalance"];
+const PACKAGED_COMMANDS: [&str; 3] = ["accountd", "sbalance", "gputokens-agent"];
 
 /// A built file of the workspace (`cargo build --workspace` puts them next to this test).
 pub fn built(name: &str) -> PathBuf {

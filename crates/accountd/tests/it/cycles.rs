@@ -140,8 +140,8 @@ fn a_report_waiting_on_a_slow_squeue_holds_no_sbalance() {
     let config = crate::agent::agent_config(&site);
     slurm.slow_by("squeue", 15);
     let before = slurm.calls("squeue");
-    let report = std::process::Command::new(crate::common::bin("accountd"))
-        .args(["--config", &config, "agent", "--node", "vm", "--once"])
+    let report = std::process::Command::new(crate::common::bin("gputokens-agent"))
+        .args(["--config", &config, "--node", "vm", "--once"])
         .env("FAKE_NVML_STATE", &state)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

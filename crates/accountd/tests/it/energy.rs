@@ -1,4 +1,4 @@
-//! A job's GPU energy end to end, without a cluster: the real agent (`accountd agent --once`, the
+//! A job's GPU energy end to end, without a cluster: the real agent (`gputokens-agent --once`, the
 //! real nvml-wrapper path against the fake libnvidia-ml, whose energy counter the test raises) posts
 //! to a real `accountd serve`, which gives the job its GPU's energy; `accountd charge --sacct-file`
 //! charges the job; its statement line shows the kWh (issue 37, done-when 3).
@@ -74,8 +74,8 @@ fn a_jobs_kwh_on_its_statement_line_is_its_gpus_counter_rise() {
     let start_mj = 987_654_321;
     for step in 0..4u64 {
         let state = site.file("nvml-state.toml", &one_gpu(start_mj + step * 1_200_000_000));
-        let out = Command::new(bin("accountd"))
-            .args(["--config", &agent_config, "agent", "--node", "vm", "--once"])
+        let out = Command::new(bin("gputokens-agent"))
+            .args(["--config", &agent_config, "--node", "vm", "--once"])
             .env("FAKE_NVML_STATE", &state)
             .output()
             .unwrap();

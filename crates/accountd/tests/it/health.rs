@@ -18,20 +18,20 @@ impl Drop for ResumeNode {
     }
 }
 
-/// `accountd agent` sampling every second until dropped.
+/// `gputokens-agent` sampling every second until dropped.
 pub(crate) struct Agent(Child);
 
 impl Agent {
     pub(crate) fn start(site: &Site, state: &Path) -> Agent {
         let config = crate::agent::agent_config(site);
         let log = std::fs::File::create(site.path("agent.log")).unwrap();
-        let child = Command::new(bin("accountd"))
-            .args(["--config", &config, "agent", "--node", "vm"])
+        let child = Command::new(bin("gputokens-agent"))
+            .args(["--config", &config, "--node", "vm"])
             .env("FAKE_NVML_STATE", state)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .expect("start accountd agent");
+            .expect("start gputokens-agent");
         Agent(child)
     }
 }

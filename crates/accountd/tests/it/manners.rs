@@ -69,9 +69,9 @@ fn commands_that_print_end_quietly_into_a_closed_pipe() {
 }
 
 /// `accountd --config CONFIG serve` (or `agent`) as root, expected to exit by itself: its outcome.
-fn second_daemon(config: &str, args: &[&str]) -> crate::common::Outcome {
+fn second_daemon(program: &str, config: &str, args: &[&str]) -> crate::common::Outcome {
     let out = Command::new("timeout")
-        .args(["20", bin("accountd").to_str().unwrap(), "--config", config])
+        .args(["20", bin(program).to_str().unwrap(), "--config", config])
         .args(args)
         .env_remove("GPUTOKENS_CONF")
         .stdin(Stdio::null())
@@ -91,7 +91,7 @@ fn a_second_serve_exits_naming_the_first_and_leaves_its_socket_alone() {
     let site = Site::start("", "");
     let first = site.pid();
     // The same config (as a second unit or a typo in a script would start it).
-    let out = second_daemon(site.config.to_str().unwrap(), &["serve"]);
+    let out = second_daemon("accountd", site.config.to_str().unwrap(), &["serve"]);
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains(&format!("is already running (pid {first}")), "{}", out.stderr);
     assert!(out.stderr.contains("accountd.sock.lock"), "{}", out.stderr);
@@ -106,7 +106,7 @@ fn a_second_serve_exits_naming_the_first_and_leaves_its_socket_alone() {
             crate::common::PRICES
         ),
     );
-    let out = second_daemon(&socket_only, &["serve"]);
+    let out = second_daemon("accountd", &socket_only, &["serve"]);
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains(&format!("pid {first}")), "{}", out.stderr);
     still_answers(&site);
@@ -120,7 +120,7 @@ fn a_second_serve_exits_naming_the_first_and_leaves_its_socket_alone() {
             crate::common::PRICES
         ),
     );
-    let out = second_daemon(&http_only, &["serve"]);
+    let out = second_daemon("accountd", &http_only, &["serve"]);
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains(&format!("cannot listen on http {address}")), "{}", out.stderr);
     assert!(out.stderr.contains(&format!("pid {first}: ")) && out.stderr.contains("serve"), "{}", out.stderr);
@@ -148,8 +148,8 @@ fn a_second_agent_for_the_node_exits_naming_the_first() {
         "[[gpu]]\nuuid = \"GPU-0\"\nname = \"NVIDIA a6000\"\nutil_gpu = 0\nutil_mem = 0\nmem_used = 0\nmem_total = 1\ntemp = 40\npower_mw = 1\n",
     );
     let log = std::fs::File::create(site.path("agent.log")).unwrap();
-    let mut first = Command::new(bin("accountd"))
-        .args(["--config", &config, "agent", "--node", "vm"])
+    let mut first = Command::new(bin("gputokens-agent"))
+        .args(["--config", &config, "--node", "vm"])
         .env("FAKE_NVML_STATE", &state)
         .stdout(Stdio::null())
         .stderr(log)
@@ -160,14 +160,14 @@ fn a_second_agent_for_the_node_exits_naming_the_first() {
         assert!(std::time::Instant::now() < deadline, "agent did not start");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let out = second_daemon(&config, &["agent", "--node", "vm"]);
+    let out = second_daemon("gputokens-agent", &config, &["--node", "vm"]);
     let started = std::fs::read_to_string(site.path("agent.log")).unwrap_or_default();
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(first.id() as i32), nix::sys::signal::Signal::SIGTERM);
     let _ = first.wait();
     assert_eq!(out.code, 2, "{}\nfirst agent's log:\n{started}", out.stderr);
     assert!(
         out.stderr.contains(&format!(
-            "accountd agent for node vm (jobs_dir {}) is already running (pid {}",
+            "gputokens-agent for node vm (jobs_dir {}) is already running (pid {}",
             jobs.display(),
             first.id()
         )),

@@ -13,6 +13,7 @@ use crate::common::{bin, built, run_as};
 
 const TOOLS: &str = "gputokens";
 const PLUGINS: &str = "gputokens-slurm-plugins";
+const AGENT: &str = "gputokens-agent";
 /// The package the plugins must match exactly: it holds Slurm's own plugins.
 const SLURM_PLUGINS: &str = "slurm-wlm-basic-plugins";
 const NOT_INSTALLED: &str = "not installed: run tests/run.sh, or build and dpkg -i the packages (packaging/)";
@@ -42,16 +43,41 @@ fn long_options(mut command: clap::Command) -> Vec<String> {
 
 #[test]
 #[ignore = "needs tests/run.sh, which installs the gputokens packages"]
-fn both_packages_are_installed_at_this_version() {
-    for package in [TOOLS, PLUGINS] {
+fn the_packages_are_installed_at_this_version() {
+    for package in [TOOLS, PLUGINS, AGENT] {
         assert_eq!(dpkg_field(package, "${db:Status-Status}"), "installed", "{package} {NOT_INSTALLED}");
     }
     assert_eq!(dpkg_field(TOOLS, "${Version}"), env!("CARGO_PKG_VERSION"));
+    assert_eq!(dpkg_field(AGENT, "${Version}"), env!("CARGO_PKG_VERSION"));
     // The plugins' version names the Slurm release they were built for: the upstream part of
     // Slurm's Debian version (no epoch, no Debian revision).
     let slurm = dpkg_field(SLURM_PLUGINS, "${Version}");
     let upstream = slurm.split_once(':').map_or(slurm.as_str(), |(_, v)| v).rsplit_once('-').unwrap().0;
     assert_eq!(dpkg_field(PLUGINS, "${Version}"), format!("{}+slurm{upstream}", env!("CARGO_PKG_VERSION")));
+}
+
+/// A GPU node installs the agent alone: its package holds the agent, its unit and page, and none
+/// of accountd (no ledger, no SQLite, no status page), and needs neither gputokens nor Slurm's own
+/// packages; gputokens holds no agent.
+#[test]
+#[ignore = "needs tests/run.sh, which installs the gputokens packages"]
+fn the_agent_is_a_package_of_its_own() {
+    let files = package_files(AGENT);
+    for path in [
+        "/usr/bin/gputokens-agent",
+        "/usr/lib/systemd/system/gputokens-agent.service",
+        "/usr/share/man/man8/gputokens-agent.8.gz",
+    ] {
+        assert!(files.iter().any(|f| f == path), "{AGENT} lacks {path}: {files:#?}");
+    }
+    assert!(!files.iter().any(|f| f.contains("accountd") || f.starts_with("/etc/")), "{files:#?}");
+    let depends = dpkg_field(AGENT, "${Depends}");
+    assert!(depends.contains("munge") && !depends.contains("gputokens") && !depends.contains("slurm"), "{depends}");
+    assert!(!package_files(TOOLS).iter().any(|f| f.contains("gputokens-agent")), "{TOOLS} still holds the agent");
+    let unit = std::fs::read_to_string("/usr/lib/systemd/system/gputokens-agent.service").unwrap();
+    assert!(unit.lines().any(|l| l == "ExecStart=/usr/bin/gputokens-agent"), "{unit}");
+    let version = run_as(None, Path::new("/usr/bin/gputokens-agent"), &["--version"]).ok().stdout;
+    assert_eq!(version.trim(), format!("gputokens-agent {}", env!("CARGO_PKG_VERSION")));
 }
 
 /// Slurm loads a plugin only when its plugin_version is the running Slurm's exactly: the package
@@ -96,12 +122,13 @@ fn man(args: &[&str]) -> std::process::Output {
 fn man_finds_a_page_for_each_command_and_subcommand() {
     let subcommands =
         accountd::cli::Cli::command().get_subcommands().map(|s| format!("accountd-{}", s.get_name())).collect();
-    for page in [vec!["accountd".to_string(), "sbalance".to_string()], subcommands].concat() {
+    let commands = ["accountd", "sbalance", "gputokens-agent"].map(str::to_string).to_vec();
+    for page in [commands, subcommands].concat() {
         let out = man(&["-w", &page]);
         let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
         assert!(out.status.success(), "man -w {page}: {}", String::from_utf8_lossy(&out.stderr));
         // The daemons in section 8, as slurmctld(8).
-        let section = if ["accountd-serve", "accountd-agent"].contains(&page.as_str()) { 8 } else { 1 };
+        let section = if ["accountd-serve", "gputokens-agent"].contains(&page.as_str()) { 8 } else { 1 };
         assert_eq!(path, format!("/usr/share/man/man{section}/{page}.{section}.gz"));
     }
 

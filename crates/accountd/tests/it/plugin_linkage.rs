@@ -67,3 +67,40 @@ fn neither_plugin_depends_on_sqlite() {
         assert!(found.is_empty() && ledger.is_empty(), "{package} depends on SQLite: {found:?} {ledger:?}");
     }
 }
+
+/// Whether the file at `path` holds `needle` anywhere (a symbol name, stripped or not: nvml-wrapper
+/// looks NVML's functions up by name, and SQLite keeps its API's names as text).
+fn holds_text(path: &Path, needle: &str) -> bool {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+/// The node agent is a program of its own: accountd, on the controller, carries no NVML, and the
+/// agent, on every GPU node, no SQLite or ledger. Checked on the binaries under test (the packaged
+/// ones where tests/run.sh installed them) and on the dependency graph.
+#[test]
+fn accountd_carries_no_nvml_and_the_agent_no_ledger() {
+    let (accountd, agent) = (bin("accountd"), bin("gputokens-agent"));
+    assert!(
+        holds_text(&agent, "nvmlDeviceGetCount_v2"),
+        "{}: no NVML in the agent, so this proves nothing",
+        agent.display()
+    );
+    assert!(!holds_text(&accountd, "nvmlDeviceGetCount_v2"), "{} carries NVML", accountd.display());
+    assert!(holds_text(&accountd, "sqlite3_prepare_v2"), "{}: no SQLite in accountd?", accountd.display());
+    assert!(!holds_text(&agent, "sqlite3_prepare_v2"), "{} carries SQLite", agent.display());
+    for (package, banned) in
+        [("accountd", ["nvml-wrapper ", "nvml-wrapper-sys "]), ("gputokens-agent", ["ledger ", "rusqlite "])]
+    {
+        let out = Command::new(env!("CARGO"))
+            .args(["tree", "--offline", "--edges", "normal", "--prefix", "none", "--package", package])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("cargo tree");
+        assert!(out.status.success(), "cargo tree -p {package}: {}", String::from_utf8_lossy(&out.stderr));
+        let tree = String::from_utf8_lossy(&out.stdout);
+        assert!(tree.lines().any(|l| l.starts_with(package)), "cargo tree -p {package} printed {tree}");
+        let found: Vec<&str> = tree.lines().filter(|l| banned.iter().any(|b| l.starts_with(b))).collect();
+        assert!(found.is_empty(), "{package} depends on {found:?}");
+    }
+}

@@ -16,17 +16,21 @@ fn rpm_dir() -> PathBuf {
 }
 
 /// The two packages: (gputokens, gputokens-slurm-plugins).
-fn rpms(dir: &Path) -> (PathBuf, PathBuf) {
+/// The three RPMs: gputokens, gputokens-slurm-plugins and gputokens-agent.
+fn rpms(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "rpm"))
         .collect();
     found.sort();
-    let plugins = found.iter().position(|p| p.to_string_lossy().contains("gputokens-slurm-plugins-")).expect("plugins");
-    let plugins = found.remove(plugins);
+    let mut take = |prefix: &str| {
+        let at = found.iter().position(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix));
+        found.remove(at.unwrap_or_else(|| panic!("no {prefix}*.rpm in {}", dir.display())))
+    };
+    let (plugins, agent) = (take("gputokens-slurm-plugins-"), take("gputokens-agent-"));
     assert_eq!(found.len(), 1, "{found:?}");
-    (found.remove(0), plugins)
+    (found.remove(0), plugins, agent)
 }
 
 fn rpm(args: &[&str]) -> Outcome {
@@ -51,26 +55,38 @@ fn host_slurm() -> String {
 #[ignore = "needs tests/run.sh, which builds the RPMs"]
 fn every_file_lands_where_a_rhel_sites_slurm_expects_it() {
     let dir = rpm_dir();
-    let (main, plugins) = rpms(&dir);
+    let (main, plugins, agent) = rpms(&dir);
     let files = query(&main, &["-qlp"]);
     for path in [
         "/usr/bin/accountd",
         "/usr/bin/sbalance",
         "/etc/slurm/gputokens.toml",
         "/usr/lib/systemd/system/gputokens-accountd.service",
-        "/usr/lib/systemd/system/gputokens-agent.service",
         "/usr/lib/systemd/system/gputokens-backup.timer",
         "/usr/share/man/man1/accountd-admin-account-transfer.1.gz",
         "/usr/share/man/man1/sbalance.1.gz",
         "/usr/share/bash-completion/completions/sbalance",
         "/usr/share/zsh/site-functions/_accountd",
         "/usr/share/fish/vendor_completions.d/accountd.fish",
-        "/usr/share/doc/gputokens-0.1.0/examples/slurm.conf.gputokens",
-        "/usr/share/licenses/gputokens-0.1.0/LICENSE",
+        concat!("/usr/share/doc/gputokens-", env!("CARGO_PKG_VERSION"), "/examples/slurm.conf.gputokens"),
+        concat!("/usr/share/licenses/gputokens-", env!("CARGO_PKG_VERSION"), "/LICENSE"),
     ] {
         assert!(files.iter().any(|f| f == path), "gputokens lacks {path}: {files:#?}");
     }
     assert!(!files.iter().any(|f| f == "/etc/slurm"), "/etc/slurm is Slurm's own directory");
+    // The node agent is a package of its own: a GPU node installs no ledger, accountd no NVML.
+    assert!(!files.iter().any(|f| f.contains("gputokens-agent")), "gputokens holds the agent: {files:#?}");
+    let agent_files = query(&agent, &["-qlp"]);
+    for path in [
+        "/usr/bin/gputokens-agent",
+        "/usr/lib/systemd/system/gputokens-agent.service",
+        "/usr/share/man/man8/gputokens-agent.8.gz",
+    ] {
+        assert!(agent_files.iter().any(|f| f == path), "gputokens-agent lacks {path}: {agent_files:#?}");
+    }
+    assert!(!agent_files.iter().any(|f| f.contains("accountd") || f.ends_with(".toml")), "{agent_files:#?}");
+    let agent_scripts = query(&agent, &["-qp", "--scripts"]).join("\n");
+    assert!(agent_scripts.contains("gputokens-agent.service"), "{agent_scripts}");
     // Slurm's own RPMs (slurm.spec) have PluginDir %{_libdir}/slurm: /usr/lib64/slurm.
     let plugin_files = query(&plugins, &["-qlp"]);
     for path in [
@@ -118,15 +134,15 @@ fn every_file_lands_where_a_rhel_sites_slurm_expects_it() {
 #[ignore = "needs tests/run.sh, which builds the RPMs"]
 fn rpmlint_reports_no_error() {
     let dir = rpm_dir();
-    let (main, plugins) = rpms(&dir);
+    let (main, plugins, agent) = rpms(&dir);
     let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/rpmlint.toml");
     let out = run_as(
         None,
         Path::new("/usr/bin/rpmlint"),
-        &["-c", config.to_str().unwrap(), main.to_str().unwrap(), plugins.to_str().unwrap()],
+        &["-c", config.to_str().unwrap(), main.to_str().unwrap(), plugins.to_str().unwrap(), agent.to_str().unwrap()],
     );
     let summary = out.stdout.lines().last().unwrap_or_default().to_string();
-    assert!(summary.contains("2 packages") && summary.contains(" 0 errors"), "{}{}", out.stdout, out.stderr);
+    assert!(summary.contains("3 packages") && summary.contains(" 0 errors"), "{}{}", out.stdout, out.stderr);
     assert_eq!(out.code, 0, "{}", out.stdout);
 }
 
@@ -150,22 +166,23 @@ fn give_a_shell(root: &Path) {
 #[ignore = "needs tests/run.sh, which builds the RPMs"]
 fn both_install_into_an_empty_root_as_the_build_under_test() {
     let dir = rpm_dir();
-    let (main, plugins) = rpms(&dir);
+    let (main, plugins, agent) = rpms(&dir);
     let root = tempfile::tempdir().unwrap();
     let r = root.path().to_str().unwrap();
     give_a_shell(root.path());
     rpm(&["--root", r, "--initdb"]).ok();
-    let install = rpm(&["-i", "--nodeps", "--root", r, main.to_str().unwrap(), plugins.to_str().unwrap()]).ok();
+    let packages = [main.to_str().unwrap(), plugins.to_str().unwrap(), agent.to_str().unwrap()];
+    let install = rpm(&[&["-i", "--nodeps", "--root", r][..], &packages].concat()).ok();
     assert!(!install.stderr.contains("scriptlet failed"), "{}", install.stderr);
     let installed = rpm(&["--root", r, "-qa", "--qf", "%{NAME}\n"]).ok().stdout;
     let mut names: Vec<&str> = installed.lines().collect();
     names.sort();
-    assert_eq!(names, ["gputokens", "gputokens-slurm-plugins"]);
-    let verify = rpm(&["--root", r, "-V", "--nodeps", "gputokens", "gputokens-slurm-plugins"]);
+    assert_eq!(names, ["gputokens", "gputokens-agent", "gputokens-slurm-plugins"]);
+    let verify = rpm(&["--root", r, "-V", "--nodeps", "gputokens", "gputokens-slurm-plugins", "gputokens-agent"]);
     assert_eq!(verify.code, 0, "rpm -V: the files as packaged: {}{}", verify.stdout, verify.stderr);
 
     // The same build: the version and the Slurm headers it was built against.
-    for command in ["accountd", "sbalance"] {
+    for command in ["accountd", "sbalance", "gputokens-agent"] {
         let packaged = run_as(None, &root.path().join("usr/bin").join(command), &["--version"]).ok().stdout;
         let build = run_as(None, &built(command), &["--version"]).ok().stdout;
         assert_eq!(packaged, build, "/usr/bin/{command} of the RPM");
@@ -229,13 +246,14 @@ fn build_rpms_refuses_another_slurms_headers() {
 #[ignore = "needs tests/run.sh, which builds the RPMs"]
 fn the_tarballs_spec_says_when_slurms_headers_are_missing() {
     let dir = rpm_dir();
-    let tarball = dir.join("gputokens-0.1.0.tar.gz");
-    let spec =
-        run_as(None, Path::new("/bin/tar"), &["-xzOf", tarball.to_str().unwrap(), "gputokens-0.1.0/gputokens.spec"])
-            .ok()
-            .stdout;
+    let version = env!("CARGO_PKG_VERSION");
+    let tarball = dir.join(format!("gputokens-{version}.tar.gz"));
+    let inside = format!("gputokens-{version}/gputokens.spec");
+    let spec = run_as(None, Path::new("/bin/tar"), &["-xzOf", tarball.to_str().unwrap(), &inside]).ok().stdout;
     assert!(
-        spec.contains("\nVersion:        0.1.0\n") && !spec.contains("@VERSION@") && !spec.contains("@DATE@"),
+        spec.contains(&format!("\nVersion:        {version}\n"))
+            && !spec.contains("@VERSION@")
+            && !spec.contains("@DATE@"),
         "{spec}"
     );
     let file = tempfile::NamedTempFile::new().unwrap();

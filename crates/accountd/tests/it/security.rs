@@ -385,7 +385,7 @@ fn files_others_can_write_are_not_taken_orders_from() {
         "agent.toml",
         &format!("[agent]\nreport_to = \"{}\"\nlisten = \"off\"\njobs_dir = \"{}\"\n", site.http_url(), jobs.display()),
     );
-    let out = run_as(None, &crate::common::bin("accountd"), &["--config", &agent, "agent", "--once"]);
+    let out = run_as(None, &crate::common::bin("gputokens-agent"), &["--config", &agent, "--once"]);
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("agent.jobs_dir") && out.stderr.contains("writable by every user"), "{}", out.stderr);
 }

@@ -1,5 +1,5 @@
 //! Tests on the multi-node test cluster (tests/multinode/): two controllers, slurmdbd on MariaDB,
-//! three GPU nodes each with its own munged, fake NVML and `accountd agent`, and hosts that fail.
+//! three GPU nodes each with its own munged, fake NVML and `gputokens-agent`, and hosts that fail.
 //! Each test starts its own cluster, one at a time. Ignored unless asked for: tests/run.sh runs them
 //! (`cargo test -p accountd --test multinode -- --include-ignored`) after the one-node suite.
 

@@ -230,7 +230,7 @@ pub const TABLES: &[Table] = &[
     },
     Table {
         name: "agent",
-        about: "The NVML node agent, accountd agent, on every GPU node.",
+        about: "The NVML node agent, gputokens-agent, on every GPU node.",
         keys: &[
             key(
                 "report_to",
@@ -267,7 +267,7 @@ pub const TABLES: &[Table] = &[
         name: "usage",
         about: "GPU utilization: where it comes from, how it weighs charges, idle jobs.",
         keys: &[
-            key("source", Toml("\"agents\""), "\"agents\" (accountd agent on the nodes) or \"prometheus\" (dcgm-exporter; fill in [prometheus])."),
+            key("source", Toml("\"agents\""), "\"agents\" (gputokens-agent on the nodes) or \"prometheus\" (dcgm-exporter; fill in [prometheus])."),
             key(
                 "charge_basis",
                 Toml("\"allocation\""),

@@ -283,7 +283,9 @@ fn proxied_user(
         return Err((StatusCode::BAD_REQUEST, format!("more than one {} header", web.user_header)));
     }
     let presented = headers.get(PROXY_SECRET_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    if headers.get_all(PROXY_SECRET_HEADER).iter().count() != 1 || !crate::http::auth::same_secret(presented, secret) {
+    if headers.get_all(PROXY_SECRET_HEADER).iter().count() != 1
+        || !gputokens_node_report::auth::same_secret(presented, secret)
+    {
         return Err((StatusCode::UNAUTHORIZED, format!("a {} header without the proxy's secret", web.user_header)));
     }
     let name = name.to_str().map_err(|_| (StatusCode::BAD_REQUEST, format!("{} is not text", web.user_header)))?;

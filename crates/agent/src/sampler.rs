@@ -1,9 +1,9 @@
 //! One pass over every GPU through nvml-wrapper. Lives on the NVML thread (see `nvml`), which owns the
 //! `Nvml` this borrows, so the XID event sets can be kept from one sample to the next.
 
-use super::map::{self, read};
-use super::source::{GpuHealth, GpuSample, NodeSample, ProcessSample, SampleError};
-use super::{job_gpu_records, jobs};
+use crate::map::{self, read};
+use crate::source::{GpuHealth, GpuSample, NodeSample, ProcessSample, SampleError};
+use crate::{job_gpu_records, jobs};
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor, TemperatureThreshold};

@@ -12,9 +12,16 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::job_use::job_use;
-use super::source::{GpuHealth, NodeSample};
-pub use crate::metrics::GpuLabels;
+use gputokens_node_report::job_use::job_use;
+use gputokens_node_report::{GpuHealth, NodeSample};
+
+/// The labels of a GPU's series, as accountd's own /metrics labels them.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GpuLabels {
+    pub node: String,
+    pub gpu: String,
+    pub uuid: String,
+}
 
 type FloatGauge = Gauge<f64, AtomicU64>;
 
@@ -113,12 +120,12 @@ impl Exporter {
     }
 
     pub fn update(&mut self, node: &str, sample: &NodeSample) {
-        let gpu = |g: &super::GpuSample| GpuLabels {
+        let gpu = |g: &gputokens_node_report::GpuSample| GpuLabels {
             node: node.to_string(),
             gpu: g.index.to_string(),
             uuid: g.uuid.clone().unwrap_or_default(),
         };
-        let each = |value: &dyn Fn(&super::GpuSample) -> Option<f64>| {
+        let each = |value: &dyn Fn(&gputokens_node_report::GpuSample) -> Option<f64>| {
             sample.gpus.iter().filter_map(|g| Some((gpu(g), value(g)?))).collect::<Vec<_>>()
         };
         self.gpu_utilization.update(each(&|g| g.utilization_percent.map(f64::from)));
@@ -161,7 +168,7 @@ pub fn encode(registry: &Registry) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::{GpuSample, ProcessSample};
+    use gputokens_node_report::{GpuSample, ProcessSample};
 
     fn sample(gpus: &[(u32, Option<u32>)], procs: &[(u32, u32, &str)]) -> NodeSample {
         NodeSample {

@@ -1,4 +1,4 @@
-//! `accountd agent`: every `[agent] interval`, samples the node's GPUs through NVML, posts the sample to
+//! `gputokens-agent`: every `[agent] interval`, samples the node's GPUs through NVML, posts the sample to
 //! accountd and serves it on the agent's own `/metrics`. A failed sample or post is logged and tried
 //! again next interval: the agent outlives accountd restarts and GPU trouble.
 
@@ -13,12 +13,13 @@ use gputokens::config::AgentAuth;
 use gputokens::Config;
 use prometheus_client::registry::Registry;
 
-use super::export::{self, Exporter};
-use super::post::{Reporter, Signer};
-use super::report::AgentReport;
-use super::{GpuSource, NvmlOptions, NvmlSource, OpenError};
-use crate::daemon::instance_lock::InstanceLock;
-use crate::error::{AccountdError, AccountdResult};
+use gputokens::daemon::instance_lock::InstanceLock;
+use gputokens_node_report::AgentReport;
+
+use crate::error::{AgentError, AgentResult};
+use crate::export::{self, Exporter};
+use crate::post::{Reporter, Signer};
+use crate::{GpuSource, NvmlOptions, NvmlSource, OpenError};
 
 /// How long a stop waits for the loop to finish a sample or post under way.
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -26,13 +27,13 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// `node`: the Slurm node name, `hostname -s` when `None`. `once`: one sample and post, then exit.
-pub fn run(config: &Config, node: Option<String>, once: bool) -> AccountdResult {
+pub fn run(config: &Config, node: Option<String>, once: bool) -> AgentResult {
     let cfg = &config.agent;
     // Validated by Config::load; parsed again because AgentConfig keeps the text.
     let interval = humantime::parse_duration(&cfg.interval)
-        .map_err(|e| AccountdError::Refused(format!("agent.interval '{}': {e}", cfg.interval)))?;
+        .map_err(|e| AgentError::Refused(format!("agent.interval '{}': {e}", cfg.interval)))?;
     let node = match node {
-        Some(name) if name.trim().is_empty() => return Err(AccountdError::Refused("--node must not be empty".into())),
+        Some(name) if name.trim().is_empty() => return Err(AgentError::Refused("--node must not be empty".into())),
         Some(name) => name,
         None => short_hostname()?,
     };
@@ -42,44 +43,45 @@ pub fn run(config: &Config, node: Option<String>, once: bool) -> AccountdResult 
             let path = cfg
                 .token_file
                 .as_deref()
-                .ok_or_else(|| AccountdError::Refused("agent.auth = \"token\" needs agent.token_file".into()))?;
+                .ok_or_else(|| AgentError::Refused("agent.auth = \"token\" needs agent.token_file".into()))?;
             Signer::Token(
-                crate::http::auth::read_private_secret(path, "agent.token_file", None)
-                    .map_err(AccountdError::Refused)?,
+                gputokens_node_report::auth::read_private_secret(path, "agent.token_file", None)
+                    .map_err(AgentError::Refused)?,
             )
         }
     };
     // One agent per node: a second one would report every sample twice. The lock lives in the jobs
     // directory, made as the SPANK plugin makes it when the agent is first.
-    let _lock =
-        match once {
-            true => None,
-            false => Some(InstanceLock::acquire(
-                &{
-                    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(&cfg.jobs_dir).map_err(
-                        AccountdError::io(format!("cannot create agent.jobs_dir {}", cfg.jobs_dir.display())),
-                    )?;
-                    cfg.jobs_dir.join(".agent.lock")
-                },
-                &format!("accountd agent for node {node} (jobs_dir {})", cfg.jobs_dir.display()),
-            )?),
-        };
+    let _lock = match once {
+        true => None,
+        false => Some(InstanceLock::acquire(
+            &{
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o755)
+                    .create(&cfg.jobs_dir)
+                    .map_err(AgentError::io(format!("cannot create agent.jobs_dir {}", cfg.jobs_dir.display())))?;
+                cfg.jobs_dir.join(".agent.lock")
+            },
+            &format!("gputokens-agent for node {node} (jobs_dir {})", cfg.jobs_dir.display()),
+        )?),
+    };
     let listen = if once { None } else { listen_addr(&cfg.listen)? };
-    let reporter = Reporter::new(&cfg.report_to, signer).map_err(AccountdError::Failed)?;
+    let reporter = Reporter::new(&cfg.report_to, signer).map_err(AgentError::Failed)?;
     let options = NvmlOptions { jobs_dir: cfg.jobs_dir.clone(), ..NvmlOptions::with_lib_path(&cfg.nvml_library) };
     let source = NvmlSource::open(options).map_err(|e| match e {
-        OpenError::Thread(_) => AccountdError::Failed(e.to_string()),
-        _ => AccountdError::Refused(e.to_string()),
+        OpenError::Thread(_) => AgentError::Failed(e.to_string()),
+        _ => AgentError::Refused(e.to_string()),
     })?;
     let (exporter, registry) = Exporter::new();
     let mut agent = Agent { node, source, reporter, exporter };
     if once {
-        let summary = agent.step().map_err(AccountdError::Failed)?;
+        let summary = agent.step().map_err(AgentError::Failed)?;
         tracing::info!("{summary}");
         return Ok(());
     }
     tracing::info!(
-        "accountd agent {} for node {}: reporting to {} every {}",
+        "gputokens-agent {} for node {}: reporting to {} every {}",
         crate::version(),
         agent.node,
         agent.reporter.url,
@@ -144,12 +146,12 @@ fn sampling_loop(mut agent: Agent, interval: Duration, stop: mpsc::Receiver<()>)
 
 /// Runs the loop on a thread of its own (NVML and reqwest's blocking client block) and the `/metrics`
 /// listener on a small runtime, until SIGTERM or SIGINT.
-fn serve(agent: Agent, interval: Duration, listen: Option<SocketAddr>, registry: Arc<Registry>) -> AccountdResult {
+fn serve(agent: Agent, interval: Duration, listen: Option<SocketAddr>, registry: Arc<Registry>) -> AgentResult {
     let tcp = listen.map(bind).transpose()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(AccountdError::io("cannot start the runtime"))?;
+        .map_err(AgentError::io("cannot start the runtime"))?;
     let (stop, stopped) = mpsc::channel();
     // Dropped when the loop's thread ends, however it ends.
     let (ended_tx, ended) = tokio::sync::oneshot::channel::<()>();
@@ -160,19 +162,19 @@ fn serve(agent: Agent, interval: Duration, listen: Option<SocketAddr>, registry:
             let _ended = ended_tx;
             sampling_loop(agent, interval, stopped)
         })
-        .map_err(AccountdError::io("cannot start the sampling thread"))?;
+        .map_err(AgentError::io("cannot start the sampling thread"))?;
     let outcome = runtime.block_on(async move {
         let (quit, quitting) = tokio::sync::watch::channel(false);
         if let Some(tcp) = tcp {
-            let tcp = tokio::net::TcpListener::from_std(tcp).map_err(AccountdError::io("agent metrics listener"))?;
+            let tcp = tokio::net::TcpListener::from_std(tcp).map_err(AgentError::io("agent metrics listener"))?;
             tokio::spawn(serve_metrics(tcp, registry, quitting));
         }
         let crashed = tokio::select! {
-            _ = crate::daemon::signals::shutdown_signal() => false,
+            _ = gputokens::daemon::signals::shutdown_signal() => false,
             _ = ended => true,
         };
         let _ = quit.send(true);
-        Ok::<_, AccountdError>(crashed)
+        Ok::<_, AgentError>(crashed)
     });
     let _ = stop.send(());
     let deadline = Instant::now() + STOP_GRACE;
@@ -180,7 +182,7 @@ fn serve(agent: Agent, interval: Duration, listen: Option<SocketAddr>, registry:
         std::thread::sleep(Duration::from_millis(20));
     }
     if outcome? {
-        return Err(AccountdError::Failed("the sampling loop stopped unexpectedly".into()));
+        return Err(AgentError::Failed("the sampling loop stopped unexpectedly".into()));
     }
     if !worker.is_finished() {
         tracing::warn!("the sampling loop did not stop within {STOP_GRACE:?}; exiting anyway");
@@ -189,8 +191,8 @@ fn serve(agent: Agent, interval: Duration, listen: Option<SocketAddr>, registry:
     Ok(())
 }
 
-fn bind(addr: SocketAddr) -> AccountdResult<std::net::TcpListener> {
-    let tcp = crate::daemon::port_owner::bind_tcp(addr, "agent.listen")?;
+fn bind(addr: SocketAddr) -> AgentResult<std::net::TcpListener> {
+    let tcp = gputokens::daemon::port_owner::bind_tcp(addr, "agent.listen")?;
     // Tests and operators with port 0 learn the port from this line.
     tracing::info!("agent metrics on http://{}", tcp.local_addr().unwrap_or(addr));
     Ok(tcp)
@@ -213,11 +215,11 @@ async fn serve_metrics(
     }
 }
 
-fn listen_addr(text: &str) -> AccountdResult<Option<SocketAddr>> {
+fn listen_addr(text: &str) -> AgentResult<Option<SocketAddr>> {
     match text.trim() {
         "" | "off" => Ok(None),
         t => t.parse().map(Some).map_err(|e| {
-            AccountdError::Refused(format!(
+            AgentError::Refused(format!(
                 "agent.listen: '{t}' is not an address like \"127.0.0.1:9818\" or \"off\" ({e})"
             ))
         }),
@@ -226,12 +228,12 @@ fn listen_addr(text: &str) -> AccountdResult<Option<SocketAddr>> {
 
 /// `hostname -s`, which is what Slurm names a node unless told otherwise. Read from /proc, the same
 /// as gethostname(2) on Linux.
-fn short_hostname() -> AccountdResult<String> {
+fn short_hostname() -> AgentResult<String> {
     let text = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map_err(|e| AccountdError::Failed(format!("cannot read the host name ({e}); give --node NAME")))?;
+        .map_err(|e| AgentError::Failed(format!("cannot read the host name ({e}); give --node NAME")))?;
     match text.trim().split('.').next() {
         Some(name) if !name.is_empty() => Ok(name.to_string()),
-        _ => Err(AccountdError::Refused("the host name is empty; give --node NAME".into())),
+        _ => Err(AgentError::Refused("the host name is empty; give --node NAME".into())),
     }
 }
 
@@ -244,6 +246,6 @@ mod tests {
         assert_eq!(listen_addr("off").unwrap(), None);
         assert_eq!(listen_addr(" 127.0.0.1:0 ").unwrap(), Some("127.0.0.1:0".parse().unwrap()));
         let err = listen_addr("localhost").unwrap_err();
-        assert!(err.fault() == crate::error::Fault::Caller && err.to_string().contains("agent.listen"), "{err}");
+        assert!(matches!(err, AgentError::Refused(_)) && err.to_string().contains("agent.listen"), "{err}");
     }
 }

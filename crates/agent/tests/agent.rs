@@ -1,9 +1,9 @@
-//! `accountd agent` as a process: NVML is fake-nvml's library scripted by a state file, accountd is a
+//! `gputokens-agent` as a process: NVML is fake-nvml's library scripted by a state file, accountd is a
 //! small HTTP server recording what it is sent, and the job is a real process carrying SLURM_JOB_ID.
 
-use accountd::agent::jobs;
-use accountd::agent::report::{AgentReport, REPORT_PATH};
-use accountd::agent::GpuHealth;
+use gputokens_agent::jobs;
+use gputokens_agent::GpuHealth;
+use gputokens_node_report::{AgentReport, REPORT_PATH};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -180,8 +180,8 @@ impl Site {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_accountd"));
-        cmd.arg("--config").arg(self.config()).arg("agent").args(args);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gputokens-agent"));
+        cmd.arg("--config").arg(self.config()).args(args);
         cmd.env("FAKE_NVML_STATE", self.path("state.toml")).env("GPUTOKENS_LOG", "info").env_remove("GPUTOKENS_CONF");
         cmd
     }
@@ -298,7 +298,7 @@ fn use_token_auth(site: &Site) {
 /// Whether `request` is a report signed with use_token_auth's token ("s3cret"), for its body, at
 /// about now; the token itself never travels.
 fn signed_with_the_token(request: &Request) -> bool {
-    use accountd::http::auth::{signature_matches, Presented};
+    use gputokens_node_report::auth::{signature_matches, Presented};
     let header = request.headers.get("authorization").map(String::as_bytes);
     let Presented::Signed { node, at, sig } = Presented::parse(header) else { return false };
     let recent = (gputokens::time::now() - at).abs() < 60;
@@ -468,9 +468,9 @@ fn once_posts_one_report_signed_with_munge_named_after_the_host() {
     assert_eq!(server.requests().len(), 1);
     // The default: a MUNGE credential of the agent's uid (root here) naming this very body.
     let header = requests[0].headers.get("authorization").expect("an Authorization header");
-    let cred = accountd::munge::decode(header.strip_prefix("MUNGE ").expect("MUNGE scheme"), None).unwrap();
+    let cred = slurm_ffi::munge::decode(header.strip_prefix("MUNGE ").expect("MUNGE scheme"), None).unwrap();
     assert_eq!(cred.uid, nix::unistd::getuid().as_raw());
-    assert_eq!(cred.payload, accountd::http::auth::report_payload(&requests[0].body));
+    assert_eq!(cred.payload, gputokens_node_report::auth::report_payload(&requests[0].body));
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     let r = report(&requests[0]);
     assert_eq!(r.node, host.trim().split('.').next().unwrap());

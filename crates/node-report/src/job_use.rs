@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::source::{GpuSample, NodeSample, ProcessSample};
+use crate::sample::{GpuSample, NodeSample, ProcessSample};
 
 /// A job's GPU use on this node in one sample.
 #[derive(Debug, Clone, PartialEq)]

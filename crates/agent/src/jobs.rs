@@ -14,7 +14,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use super::job_gpu_records::JobRecord;
+use crate::job_gpu_records::JobRecord;
 use gputokens::slurm::sluid::is_sluid;
 
 /// Each GPU process's job, read once while NVML keeps listing the process: a process does not change

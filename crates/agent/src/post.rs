@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use super::report::{AgentReport, REPORT_PATH};
-use crate::http::auth::report_payload;
+use gputokens_node_report::auth::report_payload;
+use gputokens_node_report::{AgentReport, REPORT_PATH};
 
 /// How a report proves where it comes from (`[agent] auth`).
 pub enum Signer {
@@ -42,12 +42,12 @@ impl Reporter {
         let authorization = match &self.signer {
             Signer::Munge(socket) => {
                 let cred =
-                    crate::munge::encode(&report_payload(&body), socket.as_deref()).map_err(|e| e.to_string())?;
+                    slurm_ffi::munge::encode(&report_payload(&body), socket.as_deref()).map_err(|e| e.to_string())?;
                 format!("MUNGE {cred}")
             }
             Signer::Token(token) => {
                 let at = gputokens::time::now();
-                crate::http::auth::signed_authorization(token, &report.node, at, &body)
+                gputokens_node_report::auth::signed_authorization(token, &report.node, at, &body)
             }
         };
         let request = self

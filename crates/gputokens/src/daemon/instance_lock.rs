@@ -1,5 +1,5 @@
-//! One daemon at a time: `accountd serve` holds a lock beside its socket and its ledger, `accountd
-//! agent` one in its jobs directory, for as long as it runs. A second one started by mistake (by hand
+//! One daemon at a time: `accountd serve` holds a lock beside its socket and its ledger,
+//! `gputokens-agent` one in its jobs directory, for as long as it runs. A second one started by mistake (by hand
 //! beside systemd, a second unit, a script) exits at once naming the running one, before it touches
 //! the socket the first one answers on. The kernel drops the lock with the process, however it ends.
 
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::error::{AccountdError, AccountdResult};
+use super::DaemonError;
 
 /// Held while the daemon runs; the file keeps the holder's PID for the next one's message.
 pub struct InstanceLock {
@@ -21,7 +21,7 @@ impl InstanceLock {
     /// Takes the lock `path` (its directory must exist) for `what` (e.g. "accountd serve with socket
     /// /run/…"), writing this process's PID into it; refused, naming the holder's PID, while another
     /// process holds it.
-    pub fn acquire(path: &Path, what: &str) -> AccountdResult<InstanceLock> {
+    pub fn acquire(path: &Path, what: &str) -> Result<InstanceLock, DaemonError> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -30,23 +30,23 @@ impl InstanceLock {
             .mode(0o644)
             .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
             .open(path)
-            .map_err(AccountdError::io(format!("cannot open the lock {}", path.display())))?;
+            .map_err(|e| DaemonError::Failed(format!("cannot open the lock {}: {e}", path.display())))?;
         let mut file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(locked) => locked,
             Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
                 let holder = holder_pid(&mut file).map_or("another process".to_string(), |pid| format!("pid {pid}"));
-                return Err(AccountdError::Refused(format!(
+                return Err(DaemonError::Refused(format!(
                     "{what} is already running ({holder}, holding {}): stop it first, or give this one \
                      paths of its own",
                     path.display()
                 )));
             }
-            Err((_, e)) => return Err(AccountdError::Failed(format!("cannot lock {}: {e}", path.display()))),
+            Err((_, e)) => return Err(DaemonError::Failed(format!("cannot lock {}: {e}", path.display()))),
         };
         file.set_len(0)
             .and_then(|()| file.rewind())
             .and_then(|()| writeln!(file, "{}", std::process::id()))
-            .map_err(AccountdError::io(format!("cannot write {}", path.display())))?;
+            .map_err(|e| DaemonError::Failed(format!("cannot write {}: {e}", path.display())))?;
         Ok(InstanceLock { _file: file })
     }
 }

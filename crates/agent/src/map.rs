@@ -1,6 +1,6 @@
 //! From nvml-wrapper's answers to the sample types: pure functions, so they are tested without NVML.
 
-use super::source::{GpuHealth, ProcessSample};
+use crate::source::{GpuHealth, ProcessSample};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::{ProcessInfo, ProcessUtilizationSample};

@@ -1,8 +1,8 @@
 //! The agent's real nvml-wrapper code path against fake-nvml's `libnvidia_ml.so`, with processes that
 //! really run, so their job is read from the real /proc.
 
-use accountd::agent::jobs;
-use accountd::agent::{GpuHealth, GpuSource, NodeSample, NvmlOptions, NvmlSource, OpenError};
+use gputokens_agent::jobs;
+use gputokens_agent::{GpuHealth, GpuSource, NodeSample, NvmlOptions, NvmlSource, OpenError};
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::{LazyLock, Mutex, MutexGuard};
@@ -286,7 +286,7 @@ fn recorded_gpus_belong_to_their_jobs_while_the_records_last() {
     assert_eq!(job_of(liar.pid(0)), expected_job(None).or(Some("77".into())));
 
     // GPU utilization is 10 + 10 × index; memory in use i GiB (state above).
-    let jobs = accountd::agent::job_use::job_use(&sample);
+    let jobs = gputokens_node_report::job_use::job_use(&sample);
     let j77 = &jobs["77"];
     assert_eq!((j77.percent, j77.gpus), (Some(35.0), 2), "the GPUs it holds alone, whole");
     assert_eq!(j77.memory_bytes, 2 * GIB + 3 * GIB, "its processes on GPUs 2 and 3");
@@ -297,5 +297,5 @@ fn recorded_gpus_belong_to_their_jobs_while_the_records_last() {
     let sample = source.sample().unwrap();
     assert!(sample.gpus.iter().filter(|g| g.index != 5 && g.index != 0).all(|g| g.jobs.is_empty()));
     assert_eq!(sample.processes.iter().find(|p| p.pid == hidden).unwrap().job_id, None);
-    assert!(!accountd::agent::job_use::job_use(&sample).contains_key("77"));
+    assert!(!gputokens_node_report::job_use::job_use(&sample).contains_key("77"));
 }

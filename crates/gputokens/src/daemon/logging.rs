@@ -1,4 +1,4 @@
-//! accountd's log on stderr, written for admins: `GPUTOKENS_LOG` chooses what is logged (`info`
+//! A daemon's log on stderr (accountd's, the agent's), written for admins: `GPUTOKENS_LOG` chooses what is logged (`info`
 //! by default; `debug`, or a tracing filter such as `accountd::http=debug`); module paths only at
 //! a more verbose level than info, where they help find the code; colour only on a terminal, and
 //! never with `NO_COLOR` set (to anything but empty, as no-color.org says) or `TERM=dumb`.
@@ -8,10 +8,10 @@ use std::ffi::OsStr;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::EnvFilter;
 
-/// The variable that chooses what accountd logs.
+/// The variable that chooses what is logged.
 pub const FILTER_VARIABLE: &str = "GPUTOKENS_LOG";
 
-/// Installs the logger of every accountd command.
+/// Installs the logger of every command of accountd and the agent.
 pub fn init() {
     let filter = EnvFilter::try_from_env(FILTER_VARIABLE).unwrap_or_else(|_| "info".into());
     let verbose = filter.max_level_hint().is_some_and(|level| level > LevelFilter::INFO);

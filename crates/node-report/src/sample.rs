@@ -1,12 +1,7 @@
-//! What the node agent samples, as plain data sent to accountd as JSON, and the `GpuSource` trait.
+//! What the node agent samples, as plain data sent to accountd as JSON.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-
-/// Where samples come from: NVML on a GPU node, anything else in tests.
-pub trait GpuSource: Send {
-    fn sample(&mut self) -> Result<NodeSample, SampleError>;
-}
 
 /// One sample of every GPU of a node and the processes on them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,7 +40,7 @@ pub struct GpuSample {
     /// XIDs seen since the previous sample; `None` when XID events could not be registered for this GPU.
     pub xids: Option<Vec<u64>>,
     pub health: GpuHealth,
-    /// The Slurm jobs holding the GPU by spank_gputokens.so's records on the node (see `job_gpu_records`):
+    /// The Slurm jobs holding the GPU by spank_gputokens.so's records on the node (see `gputokens::gpu_record`):
     /// one, or several sharing it (shards, MPS); empty without a record.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub jobs: Vec<String>,
@@ -71,19 +66,8 @@ pub struct ProcessSample {
     pub used_memory_bytes: Option<u64>,
     /// SM utilization % in the latest sample NVML kept; `None` when the GPU cannot tell.
     pub sm_utilization_percent: Option<u32>,
-    /// The Slurm job the process belongs to, if any (see `jobs`).
+    /// The Slurm job the process belongs to, if any (see the agent's `jobs`).
     pub job_id: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SampleError {
-    /// The whole sample failed (e.g. the device count could not be read).
-    #[error("NVML: {0}")]
-    Nvml(String),
-    #[error("NVML did not answer within {0:?}")]
-    Timeout(std::time::Duration),
-    #[error("the NVML sampling thread has stopped")]
-    Stopped,
 }
 
 impl GpuSample {

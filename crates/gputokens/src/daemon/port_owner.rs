@@ -4,14 +4,15 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use crate::error::{AccountdError, AccountdResult};
+use super::DaemonError;
 
 /// Binds a listening TCP socket (non-blocking, for tokio) on `addr`; an address in use is refused
 /// naming the process that listens there. `what` names the setting, e.g. "http" or "agent.listen".
-pub fn bind_tcp(addr: SocketAddr, what: &str) -> AccountdResult<std::net::TcpListener> {
+pub fn bind_tcp(addr: SocketAddr, what: &str) -> Result<std::net::TcpListener, DaemonError> {
     match std::net::TcpListener::bind(addr) {
         Ok(tcp) => {
-            tcp.set_nonblocking(true).map_err(AccountdError::io(format!("cannot listen on {what} {addr}")))?;
+            tcp.set_nonblocking(true)
+                .map_err(|e| DaemonError::Failed(format!("cannot listen on {what} {addr}: {e}")))?;
             Ok(tcp)
         }
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
@@ -19,12 +20,12 @@ pub fn bind_tcp(addr: SocketAddr, what: &str) -> AccountdResult<std::net::TcpLis
                 Some((pid, cmdline)) => format!("pid {pid}: {cmdline}"),
                 None => "another process".to_string(),
             };
-            Err(AccountdError::Refused(format!(
+            Err(DaemonError::Refused(format!(
                 "cannot listen on {what} {addr}: the address is in use ({holder}); stop that process or \
                  choose another address"
             )))
         }
-        Err(e) => Err(AccountdError::io(format!("cannot listen on {what} {addr}"))(e)),
+        Err(e) => Err(DaemonError::Failed(format!("cannot listen on {what} {addr}: {e}"))),
     }
 }
 

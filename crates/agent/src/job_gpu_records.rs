@@ -9,40 +9,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use gputokens::file_stamp::Stamp;
+pub use gputokens::gpu_record::{parse, JobRecord};
 
-use super::source::GpuSample;
-
-/// One job's GPUs on this node, as its prolog recorded them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobRecord {
-    pub job: String,
-    /// Slurm's GPU indices.
-    pub gpus: Vec<u32>,
-    /// The same GPUs' UUIDs, in the same order; empty when NVML could not name them.
-    pub uuids: Vec<String>,
-    /// The job owner's uid (None from an older plugin).
-    pub uid: Option<u32>,
-    /// The job's SLUID (None before Slurm 25.11, or from an older plugin).
-    pub sluid: Option<String>,
-}
-
-/// A record's text; None when it names no GPU (or is not a record at all).
-pub fn parse(job: &str, text: &str) -> Option<JobRecord> {
-    let value = |key: &str| text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix('=')).map(str::trim);
-    let list = |key: &str| -> Vec<&str> {
-        value(key).map(|l| l.split(',').map(str::trim).filter(|s| !s.is_empty()).collect()).unwrap_or_default()
-    };
-    let gpus = list("gpus").into_iter().map(|g| g.parse().ok()).collect::<Option<Vec<u32>>>()?;
-    if gpus.is_empty() {
-        return None;
-    }
-    let uuids: Vec<String> = list("uuids").into_iter().map(str::to_owned).collect();
-    // UUIDs that do not pair up with the indices say nothing reliable.
-    let uuids = if uuids.len() == gpus.len() { uuids } else { Vec::new() };
-    let uid = value("uid").and_then(|u| u.parse().ok());
-    let sluid = value("sluid").and_then(gputokens::slurm::sluid::parse);
-    Some(JobRecord { job: job.to_owned(), gpus, uuids, uid, sluid })
-}
+use crate::source::GpuSample;
 
 /// Every record in `dir`, in job order. A missing directory is no records (no plugin on this node);
 /// the plugin's temporary files (`.<job>.<pid>.tmp`), other names and records that vanish while read
@@ -109,30 +78,6 @@ mod tests {
 
     fn gpu(index: u32, uuid: &str) -> GpuSample {
         GpuSample { uuid: Some(uuid.into()), ..GpuSample::empty(index) }
-    }
-
-    #[test]
-    fn parses_what_the_plugin_writes() {
-        let r = parse("42", "gpus=6,7\nuuids=GPU-a,GPU-b\n").unwrap();
-        assert_eq!(
-            r,
-            JobRecord {
-                job: "42".into(),
-                gpus: vec![6, 7],
-                uuids: vec!["GPU-a".into(), "GPU-b".into()],
-                uid: None,
-                sluid: None
-            }
-        );
-        assert_eq!(parse("42", "gpus=3\n").unwrap().uuids, Vec::<String>::new());
-        assert_eq!(parse("42", "gpus=3\nuid=1001\n").unwrap().uid, Some(1001));
-        let with_sluid = parse("42", "gpus=3\nuid=1001\nsluid=s359M8A2NFAK00\n").unwrap();
-        assert_eq!(with_sluid.sluid.as_deref(), Some("s359M8A2NFAK00"));
-        assert_eq!(parse("42", "gpus=3\nsluid=../job_7\n").unwrap().sluid, None, "not a SLUID");
-        assert_eq!(parse("42", "gpus=3,4\nuuids=GPU-a\n").unwrap().uuids, Vec::<String>::new(), "unpaired");
-        assert_eq!(parse("42", "gpus=\n"), None);
-        assert_eq!(parse("42", "gpus=a,1\n"), None);
-        assert_eq!(parse("42", ""), None);
     }
 
     #[test]

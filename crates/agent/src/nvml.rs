@@ -2,8 +2,8 @@
 //! event sets borrow it, so they can live across samples without a self-referential struct), and a
 //! driver call that hangs, as they can on a wedged GPU, costs a `Timeout` instead of the agent.
 
-use super::sampler::Sampler;
-use super::source::{GpuSource, NodeSample, SampleError};
+use crate::sampler::Sampler;
+use crate::source::{GpuSource, NodeSample, SampleError};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 use std::path::{Path, PathBuf};

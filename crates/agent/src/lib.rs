@@ -1,0 +1,28 @@
+//! gputokens-agent, the node agent: what a GPU node reports to accountd, read through NVML (`nvml`,
+//! `sampler`, `map`) with each GPU mapped to the Slurm job holding it (`job_gpu_records`, written by
+//! spank_gputokens.so) and each GPU process to its job (`jobs`); the agent itself (`run`) posts
+//! samples to accountd (`post`) and serves its own `/metrics` (`export`). The report's format is
+//! `gputokens_node_report`'s, shared with accountd; accountd links none of this, nor NVML.
+//! No unsafe code: NVML is reached through nvml-wrapper, libmunge through `slurm_ffi::munge`.
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod error;
+pub mod export;
+pub mod job_gpu_records;
+pub mod jobs;
+mod map;
+pub mod nvml;
+mod post;
+pub mod run;
+mod sampler;
+pub mod source;
+
+pub use gputokens_node_report::job_use;
+pub use nvml::{NvmlOptions, NvmlSource, OpenError, DEFAULT_LIB_PATH};
+pub use source::{GpuHealth, GpuSample, GpuSource, NodeSample, ProcessSample, SampleError};
+
+/// `gputokens-agent --version`.
+pub fn version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
