@@ -189,6 +189,7 @@ mod tests {
                     used_memory_bytes: Some(100),
                     sm_utilization_percent: None,
                     job_id: (!job.is_empty()).then(|| job.to_string()),
+                    mig_uuid: None,
                 })
                 .collect(),
         }

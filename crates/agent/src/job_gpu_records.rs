@@ -55,18 +55,36 @@ impl RecordCache {
     }
 }
 
-/// The jobs recorded as holding each GPU of the sample, by the GPU's index in the sample. A recorded
-/// UUID finds its GPU whatever the numbering; a GPU without one is found by index.
-pub fn holders(records: &[JobRecord], gpus: &[GpuSample]) -> BTreeMap<u32, Vec<String>> {
-    let mut held: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+/// The jobs recorded as holding each GPU of the sample and each MIG device of one.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    /// By the GPU's index in the sample; a GPU in MIG mode holds the jobs of all its MIG devices.
+    pub gpus: BTreeMap<u32, Vec<String>>,
+    /// By the MIG device's UUID.
+    pub slices: BTreeMap<String, Vec<String>>,
+}
+
+/// Who holds what: a recorded UUID finds its GPU, or its MIG device (and that device's GPU),
+/// whatever the numbering; a GPU recorded without one is found by index.
+pub fn holders(records: &[JobRecord], gpus: &[GpuSample]) -> Held {
+    let mut held = Held::default();
+    let add = |jobs: &mut Vec<String>, job: &String| {
+        if !jobs.contains(job) {
+            jobs.push(job.clone());
+        }
+    };
     for record in records {
         for (i, &index) in record.gpus.iter().enumerate() {
-            let by_uuid = record.uuids.get(i).and_then(|uuid| gpus.iter().find(|g| g.uuid.as_deref() == Some(uuid)));
-            let gpu = by_uuid.map(|g| g.index).unwrap_or(index);
-            let jobs = held.entry(gpu).or_default();
-            if !jobs.contains(&record.job) {
-                jobs.push(record.job.clone());
+            let uuid = record.uuids.get(i);
+            let slice_of = uuid.and_then(|u| gpus.iter().find(|g| g.mig.iter().any(|m| &m.uuid == u)));
+            if let (Some(gpu), Some(uuid)) = (slice_of, uuid) {
+                add(held.slices.entry(uuid.clone()).or_default(), &record.job);
+                add(held.gpus.entry(gpu.index).or_default(), &record.job);
+                continue;
             }
+            let by_uuid = uuid.and_then(|uuid| gpus.iter().find(|g| g.uuid.as_deref() == Some(uuid)));
+            let gpu = by_uuid.map(|g| g.index).unwrap_or(index);
+            add(held.gpus.entry(gpu).or_default(), &record.job);
         }
     }
     held
@@ -106,11 +124,41 @@ mod tests {
             // A UUID the sample lacks (a lost GPU not yet named): the index.
             JobRecord { job: "9".into(), gpus: vec![0], uuids: vec!["GPU-gone".into()], uid: None, sluid: None },
         ];
-        let held = holders(&records, &gpus);
+        let held = holders(&records, &gpus).gpus;
         assert_eq!(held.get(&2), Some(&vec!["7".to_string()]));
         assert_eq!(held.get(&1), Some(&vec!["8".to_string()]));
         assert_eq!(held.get(&0), Some(&vec!["9".to_string()]));
         assert_eq!(held.len(), 3);
+    }
+
+    /// A job recorded on a MIG device holds that device and, for its faults, its GPU.
+    #[test]
+    fn a_mig_uuid_finds_its_slice_and_its_gpu() {
+        let mut a100 = gpu(1, "GPU-a100");
+        a100.mig = ["MIG-x", "MIG-y"]
+            .map(|uuid| gputokens_node_report::MigSample {
+                uuid: uuid.into(),
+                profile: Some("3g.20gb".into()),
+                memory_used_bytes: None,
+                memory_total_bytes: None,
+                sm_utilization_percent: None,
+                jobs: vec![],
+            })
+            .to_vec();
+        let gpus = [gpu(0, "GPU-a"), a100];
+        let record = |job: &str, index: u32, uuid: &str| JobRecord {
+            job: job.into(),
+            gpus: vec![index],
+            uuids: vec![uuid.into()],
+            uid: None,
+            sluid: None,
+        };
+        let held = holders(&[record("7", 1, "MIG-x"), record("8", 2, "MIG-y"), record("9", 0, "GPU-a")], &gpus);
+        assert_eq!(held.slices.get("MIG-x"), Some(&vec!["7".to_string()]));
+        assert_eq!(held.slices.get("MIG-y"), Some(&vec!["8".to_string()]));
+        assert_eq!(held.gpus.get(&1), Some(&vec!["7".to_string(), "8".to_string()]));
+        assert_eq!(held.gpus.get(&0), Some(&vec!["9".to_string()]));
+        assert_eq!(held.gpus.len(), 2);
     }
 
     #[test]

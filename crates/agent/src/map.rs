@@ -27,6 +27,12 @@ pub fn worsen(health: &mut GpuHealth, e: &NvmlError) {
     }
 }
 
+/// The MIG profile in NVML's name of a MIG device (`NVIDIA A100-SXM4-40GB MIG 3g.20gb`: `3g.20gb`).
+pub fn mig_profile(name: &str) -> Option<String> {
+    let profile = name.rsplit_once(" MIG ")?.1.trim();
+    (!profile.is_empty() && !profile.contains(char::is_whitespace)).then(|| profile.to_string())
+}
+
 /// NVML reports milliwatts.
 pub fn power_w(milliwatts: u32) -> f64 {
     f64::from(milliwatts) / 1000.0
@@ -58,6 +64,7 @@ pub fn processes(gpu_index: u32, infos: Vec<ProcessInfo>, sm: Option<&HashMap<u3
             },
             sm_utilization_percent: sm.map(|sm| sm.get(&p.pid).copied().unwrap_or(0)),
             job_id: None,
+            mig_uuid: None,
         })
         .collect()
 }
@@ -65,6 +72,14 @@ pub fn processes(gpu_index: u32, infos: Vec<ProcessInfo>, sm: Option<&HashMap<u3
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mig_devices_profile_is_the_end_of_its_name() {
+        assert_eq!(mig_profile("NVIDIA A100-SXM4-40GB MIG 3g.20gb").as_deref(), Some("3g.20gb"));
+        assert_eq!(mig_profile("NVIDIA H100 80GB HBM3 MIG 1g.10gb+me").as_deref(), Some("1g.10gb+me"));
+        assert_eq!(mig_profile("NVIDIA A100-SXM4-40GB"), None);
+        assert_eq!(mig_profile("x MIG "), None);
+    }
 
     fn info(pid: u32, used: UsedGpuMemory) -> ProcessInfo {
         ProcessInfo { pid, used_gpu_memory: used, gpu_instance_id: None, compute_instance_id: None }

@@ -2,13 +2,14 @@
 //! `Nvml` this borrows, so the XID event sets can be kept from one sample to the next.
 
 use crate::map::{self, read};
-use crate::source::{GpuHealth, GpuSample, NodeSample, ProcessSample, SampleError};
+use crate::source::{GpuHealth, GpuSample, MigSample, NodeSample, ProcessSample, SampleError};
 use crate::{job_gpu_records, jobs};
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor, TemperatureThreshold};
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 use nvml_wrapper::{Device, EventSet, Nvml};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -59,12 +60,20 @@ impl<'n> Sampler<'n> {
         let held = job_gpu_records::holders(records, &gpus);
         let recorded = jobs::Recorded::of(records);
         for gpu in &mut gpus {
-            gpu.jobs = held.get(&gpu.index).cloned().unwrap_or_default();
+            gpu.jobs = held.gpus.get(&gpu.index).cloned().unwrap_or_default();
+            for slice in &mut gpu.mig {
+                slice.jobs = held.slices.get(&slice.uuid).cloned().unwrap_or_default();
+            }
         }
         for p in &mut processes {
-            // A process the agent cannot place (another PID namespace) is the job's that holds its GPU alone.
+            // A process the agent cannot place (another PID namespace) is the job's that holds its
+            // GPU, or its MIG device, alone.
             let claim = self.jobs.job_of(&self.proc_root, p.pid);
-            p.job_id = jobs::job_for_process(claim, held.get(&p.gpu_index).map(Vec::as_slice), &recorded);
+            let holders = match &p.mig_uuid {
+                Some(uuid) => held.slices.get(uuid),
+                None => held.gpus.get(&p.gpu_index),
+            };
+            p.job_id = jobs::job_for_process(claim, holders.map(Vec::as_slice), &recorded);
         }
         self.jobs.retain(&processes.iter().map(|p| p.pid).collect());
         Ok(NodeSample { time: chrono::Utc::now(), gpus, processes })
@@ -76,7 +85,21 @@ impl<'n> Sampler<'n> {
             Ok(device) => {
                 metrics(&device, &mut gpu);
                 self.register(index, &device, &mut gpu.health);
-                self.processes(index, &device, &mut gpu.health)
+                match mig_devices(&device, &mut gpu.health) {
+                    // In MIG mode processes run on MIG devices, each asked of its own (the GPU's
+                    // whole list would name them again); NVML gives them no utilization.
+                    Some(slices) => {
+                        let mut procs = Vec::new();
+                        for (slice, infos) in slices {
+                            let mut on_slice = map::processes(index, infos, None);
+                            on_slice.iter_mut().for_each(|p| p.mig_uuid = Some(slice.uuid.clone()));
+                            procs.extend(on_slice);
+                            gpu.mig.push(slice);
+                        }
+                        procs
+                    }
+                    None => self.processes(index, &device, &mut gpu.health),
+                }
             }
             Err(e) => {
                 map::worsen(&mut gpu.health, &e);
@@ -160,6 +183,35 @@ impl<'n> Sampler<'n> {
         }
         Some(xids)
     }
+}
+
+/// The MIG devices of a GPU in MIG mode, each with its processes; None when MIG mode is off or the
+/// GPU (or driver) has no MIG.
+fn mig_devices(device: &Device<'_>, h: &mut GpuHealth) -> Option<Vec<(MigSample, Vec<ProcessInfo>)>> {
+    let mode = device.mig_mode().ok()?;
+    if mode.current != 1 {
+        return None;
+    }
+    let slots = read(h, device.mig_device_count()).unwrap_or(0);
+    let mut slices = Vec::new();
+    for slot in 0..slots {
+        // An index no MIG device has is NOT_FOUND: the GPU's instances need not be numbered densely.
+        let Some(mig) = read(h, device.mig_device_by_index(slot)) else { continue };
+        let Some(uuid) = read(h, mig.uuid()) else { continue };
+        let name = read(h, mig.name());
+        let memory = read(h, mig.memory_info());
+        let slice = MigSample {
+            uuid,
+            profile: name.as_deref().and_then(map::mig_profile),
+            memory_used_bytes: memory.as_ref().map(|m| m.used),
+            memory_total_bytes: memory.as_ref().map(|m| m.total),
+            sm_utilization_percent: None,
+            jobs: Vec::new(),
+        };
+        let infos = read(h, mig.running_compute_processes()).unwrap_or_default();
+        slices.push((slice, infos));
+    }
+    Some(slices)
 }
 
 fn metrics(device: &Device<'_>, gpu: &mut GpuSample) {

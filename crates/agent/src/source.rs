@@ -1,7 +1,7 @@
 //! Where the agent's samples come from: the `GpuSource` trait (NVML on a GPU node, anything else in
 //! tests) and what a sample can fail with. The samples themselves are `gputokens_node_report`'s.
 
-pub use gputokens_node_report::{GpuHealth, GpuSample, NodeSample, ProcessSample};
+pub use gputokens_node_report::{GpuHealth, GpuSample, MigSample, NodeSample, ProcessSample};
 
 /// Where samples come from: NVML on a GPU node, anything else in tests.
 pub trait GpuSource: Send {

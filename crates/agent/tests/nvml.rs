@@ -299,3 +299,89 @@ fn recorded_gpus_belong_to_their_jobs_while_the_records_last() {
     assert_eq!(sample.processes.iter().find(|p| p.pid == hidden).unwrap().job_id, None);
     assert!(!gputokens_node_report::job_use::job_use(&sample).contains_key("77"));
 }
+
+/// An A100 in MIG mode beside a whole GPU: the agent reports each MIG device (UUID, profile from
+/// NVML's name, memory), the jobs recorded on each by its `MIG-…` UUID, their processes on it
+/// (asked of the MIG device, as the GPU's own list would name them twice), the GPU holding every
+/// slice's job (its faults are theirs), and each slice's job unmeasured (no GPM here), never given
+/// the GPU's figure.
+#[test]
+fn mig_devices_their_processes_and_jobs() {
+    let fx = fixture();
+    let on_slice = unseen_pid();
+    let on_whole = Sleepers::spawn(Some("31"), 1);
+    fx.write(&format!(
+        r#"
+        [[gpu]]
+        uuid = "GPU-a100"
+        name = "NVIDIA A100-SXM4-40GB"
+        util_gpu = 97
+        mem_used = 9000
+        mem_total = 40000
+        mig_mode = true
+        [[gpu.mig]]
+        uuid = "MIG-11111111-2222-3333-4444-555555555555"
+        profile = "3g.20gb"
+        gpu_instance = 1
+        mem_used = 6000
+        mem_total = 20000
+        [[gpu.mig]]
+        uuid = "MIG-66666666-7777-8888-9999-000000000000"
+        profile = "2g.10gb"
+        gpu_instance = 5
+        mem_used = 0
+        mem_total = 10000
+        [[gpu]]
+        uuid = "GPU-whole"
+        name = "NVIDIA A100-SXM4-40GB"
+        util_gpu = 40
+        mem_used = 100
+        mem_total = 40000
+        mig_mode = false
+        [[process]]
+        pid = {on_slice}
+        gpu = 0
+        mig = 0
+        used_memory = 5000
+        [[process]]
+        pid = {whole}
+        gpu = 1
+        used_memory = 100
+        sm_util = 40
+        "#,
+        whole = on_whole.pid(0)
+    ));
+    let records = tempfile::tempdir().unwrap();
+    std::fs::write(records.path().join("29"), "gpus=0\nuuids=MIG-11111111-2222-3333-4444-555555555555\nuid=0\n")
+        .unwrap();
+    std::fs::write(records.path().join("30"), "gpus=1\nuuids=MIG-66666666-7777-8888-9999-000000000000\n").unwrap();
+    std::fs::write(records.path().join("31"), "gpus=2\nuuids=GPU-whole\nuid=0\n").unwrap();
+    let options = NvmlOptions { jobs_dir: records.path().to_owned(), ..NvmlOptions::with_lib_path(fake_lib()) };
+    let sample = NvmlSource::open(options).unwrap_or_else(|e| panic!("{e}")).sample().unwrap();
+
+    let a100 = &sample.gpus[0];
+    assert_eq!(a100.health, GpuHealth::Ok);
+    assert_eq!(a100.jobs, ["29", "30"], "the GPU holds its slices' jobs");
+    let slices: Vec<(&str, Option<&str>, Option<u64>, Vec<String>)> = a100
+        .mig
+        .iter()
+        .map(|m| (m.uuid.as_str(), m.profile.as_deref(), m.memory_total_bytes, m.jobs.clone()))
+        .collect();
+    assert_eq!(
+        slices,
+        [
+            ("MIG-11111111-2222-3333-4444-555555555555", Some("3g.20gb"), Some(20000), vec!["29".to_string()]),
+            ("MIG-66666666-7777-8888-9999-000000000000", Some("2g.10gb"), Some(10000), vec!["30".to_string()]),
+        ]
+    );
+    assert!(sample.gpus[1].mig.is_empty() && sample.gpus[1].jobs == ["31"]);
+    let proc_on_slice = sample.processes.iter().find(|p| p.pid == on_slice).expect("the slice's process");
+    assert_eq!(proc_on_slice.mig_uuid.as_deref(), Some("MIG-11111111-2222-3333-4444-555555555555"));
+    assert_eq!(proc_on_slice.job_id.as_deref(), Some("29"), "out of sight: the job holding its slice");
+    assert_eq!(sample.processes.len(), 2, "{:?}", sample.processes);
+
+    let jobs = gputokens_node_report::job_use::job_use(&sample);
+    assert_eq!((jobs["29"].percent, jobs["29"].memory_bytes), (None, 5000), "unmeasured, its process's memory");
+    assert_eq!((jobs["30"].percent, jobs["30"].memory_bytes), (None, 0), "an idle slice is not told idle");
+    assert_eq!(jobs["31"].percent, Some(40.0), "the whole GPU: its own figure");
+}

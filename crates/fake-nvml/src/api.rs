@@ -35,6 +35,31 @@ fn gpu(st: &State, device: nvmlDevice_t) -> Result<&Gpu, Ret> {
     st.gpu(ffi::device_index(device)?)
 }
 
+/// What a handle names that answers for both kinds: a whole GPU or one of its MIG devices.
+enum Named<'s> {
+    Gpu(&'s Gpu),
+    Mig(&'s Gpu, &'s MigDevice),
+}
+
+fn named(st: &State, device: nvmlDevice_t) -> Result<Named<'_>, Ret> {
+    match ffi::device(device)? {
+        ffi::Device::Gpu(index) => Ok(Named::Gpu(st.gpu(index)?)),
+        ffi::Device::Mig(index, slice) => st.mig(index, slice).map(|(g, m)| Named::Mig(g, m)),
+    }
+}
+
+fn mig_memory(m: &MigDevice) -> Result<(u64, u64), Ret> {
+    let total = supported(m.mem_total)?;
+    Ok((total, m.mem_used.unwrap_or(0).min(total)))
+}
+
+fn any_memory(n: &Named) -> Result<(u64, u64), Ret> {
+    match n {
+        Named::Gpu(g) => memory(g),
+        Named::Mig(_, m) => mig_memory(m),
+    }
+}
+
 #[no_mangle]
 pub extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
     boundary(init)
@@ -88,12 +113,27 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(device: nvmlDevice_t, index: *mut c_
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetUUID(device: nvmlDevice_t, uuid: *mut c_char, length: c_uint) -> nvmlReturn_t {
-    boundary(|| unsafe { ffi::write_str(uuid, length, &gpu(&*session()?, device)?.uuid) })
+    boundary(|| {
+        let st = session()?;
+        let text = match named(&st, device)? {
+            Named::Gpu(g) => &g.uuid,
+            Named::Mig(_, m) => &m.uuid,
+        };
+        unsafe { ffi::write_str(uuid, length, text) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetName(device: nvmlDevice_t, name: *mut c_char, length: c_uint) -> nvmlReturn_t {
-    boundary(|| unsafe { ffi::write_str(name, length, &gpu(&*session()?, device)?.name) })
+    boundary(|| {
+        let st = session()?;
+        // A MIG device's name is its GPU's and its profile, as NVML names it.
+        let text = match named(&st, device)? {
+            Named::Gpu(g) => g.name.clone(),
+            Named::Mig(g, m) => format!("{} MIG {}", g.name, m.profile),
+        };
+        unsafe { ffi::write_str(name, length, &text) }
+    })
 }
 
 #[no_mangle]
@@ -120,7 +160,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     memory_: *mut sys::nvmlMemory_t,
 ) -> nvmlReturn_t {
     boundary(|| {
-        let (total, used) = memory(gpu(&*session()?, device)?)?;
+        let (total, used) = any_memory(&named(&*session()?, device)?)?;
         unsafe { ffi::write(memory_, sys::nvmlMemory_t { total, free: total - used, used }) }
     })
 }
@@ -134,7 +174,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     memory_: *mut sys::nvmlMemory_v2_t,
 ) -> nvmlReturn_t {
     boundary(|| {
-        let (total, used) = memory(gpu(&*session()?, device)?)?;
+        let (total, used) = any_memory(&named(&*session()?, device)?)?;
         if unsafe { ffi::read(memory_)? }.version != MEMORY_V2 {
             return Err(VERSION_MISMATCH);
         }
@@ -230,16 +270,22 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
 ) -> nvmlReturn_t {
     boundary(|| {
         let st = session()?;
-        gpu(&st, device)?;
-        let procs: Vec<_> = st
-            .processes_on(ffi::device_index(device)?)
-            .map(|p| sys::nvmlProcessInfo_t {
-                pid: p.pid,
-                usedGpuMemory: p.used_memory.unwrap_or(c_ulonglong::MAX), // NVML_VALUE_NOT_AVAILABLE
-                gpuInstanceId: u32::MAX,
-                computeInstanceId: u32::MAX,
-            })
-            .collect();
+        let info = |p: &Process, instances: Option<&MigDevice>| sys::nvmlProcessInfo_t {
+            pid: p.pid,
+            usedGpuMemory: p.used_memory.unwrap_or(c_ulonglong::MAX), // NVML_VALUE_NOT_AVAILABLE
+            gpuInstanceId: instances.map_or(u32::MAX, |m| m.gpu_instance),
+            computeInstanceId: instances.map_or(u32::MAX, |m| m.compute_instance),
+        };
+        let procs: Vec<_> = match ffi::device(device)? {
+            ffi::Device::Gpu(index) => {
+                st.gpu(index)?;
+                st.processes_on(index).map(|p| info(p, None)).collect()
+            }
+            ffi::Device::Mig(index, slice) => {
+                let (_, mig) = st.mig(index, slice)?;
+                st.processes_on_mig(index, slice).map(|p| info(p, Some(mig))).collect()
+            }
+        };
         unsafe { ffi::fill(infos, info_count, &procs) }
     })
 }
@@ -279,6 +325,81 @@ pub unsafe extern "C" fn nvmlDeviceGetProcessUtilization(
             return Err(NOT_FOUND);
         }
         unsafe { ffi::fill(utilization, process_samples_count, &samples) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMigMode(
+    device: nvmlDevice_t,
+    current: *mut c_uint,
+    pending: *mut c_uint,
+) -> nvmlReturn_t {
+    boundary(|| {
+        let on = c_uint::from(supported(gpu(&*session()?, device)?.mig_mode)?);
+        unsafe {
+            ffi::write(current, on)?;
+            ffi::write(pending, on)
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(device: nvmlDevice_t, count: *mut c_uint) -> nvmlReturn_t {
+    boundary(|| {
+        supported(gpu(&*session()?, device)?.mig_mode)?;
+        unsafe { ffi::write(count, MAX_MIG_DEVICES) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
+    device: nvmlDevice_t,
+    index: c_uint,
+    mig_device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    boundary(|| {
+        let gpu_index = ffi::device_index(device)?;
+        session()?.mig(gpu_index, index)?;
+        unsafe { ffi::write(mig_device, ffi::mig_handle(gpu_index, index)) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
+    mig_device: nvmlDevice_t,
+    device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    boundary(|| match ffi::device(mig_device)? {
+        ffi::Device::Mig(index, slice) => {
+            session()?.mig(index, slice)?;
+            unsafe { ffi::write(device, ffi::device_handle(index)) }
+        }
+        ffi::Device::Gpu(_) => Err(INVALID_ARGUMENT),
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(device: nvmlDevice_t, is_mig: *mut c_uint) -> nvmlReturn_t {
+    boundary(|| {
+        let st = session()?;
+        let mig = matches!(named(&st, device)?, Named::Mig(..));
+        unsafe { ffi::write(is_mig, c_uint::from(mig)) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(device: nvmlDevice_t, id: *mut c_uint) -> nvmlReturn_t {
+    boundary(|| match named(&*session()?, device)? {
+        Named::Mig(_, m) => unsafe { ffi::write(id, m.gpu_instance) },
+        Named::Gpu(_) => Err(NOT_SUPPORTED),
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(device: nvmlDevice_t, id: *mut c_uint) -> nvmlReturn_t {
+    boundary(|| match named(&*session()?, device)? {
+        Named::Mig(_, m) => unsafe { ffi::write(id, m.compute_instance) },
+        Named::Gpu(_) => Err(NOT_SUPPORTED),
     })
 }
 

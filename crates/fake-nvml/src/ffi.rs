@@ -114,14 +114,41 @@ pub unsafe fn write_str(buf: *mut c_char, len: c_uint, s: &str) -> Result<(), Re
 // Handles are small integers in disguise, never dereferenced; the bases make stray pointers fail to decode.
 const DEVICE_BASE: usize = 0x6e76_0000;
 const SET_BASE: usize = 0x6e76_8000;
+const MIG_BASE: usize = 0x6e77_0000;
 const SPAN: usize = 0x8000;
+/// MIG handles: the GPU's index times this, plus the MIG device's index.
+const MIG_PER_GPU: usize = 16;
+
+/// What a device handle names: a whole GPU, or a MIG device (GPU index, MIG index) of one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    Gpu(u32),
+    Mig(u32, u32),
+}
 
 pub fn device_handle(index: u32) -> nvmlDevice_t {
     (DEVICE_BASE + index as usize) as nvmlDevice_t
 }
 
+pub fn mig_handle(index: u32, slice: u32) -> nvmlDevice_t {
+    (MIG_BASE + index as usize * MIG_PER_GPU + slice as usize) as nvmlDevice_t
+}
+
+/// The whole GPU a handle names; a MIG device's handle is not one (most queries NVML refuses on
+/// a MIG device: NOT_SUPPORTED).
 pub fn device_index(handle: nvmlDevice_t) -> Result<u32, Ret> {
-    decode(handle as usize, DEVICE_BASE).and_then(|i| u32::try_from(i).map_err(|_| INVALID_ARGUMENT))
+    match device(handle)? {
+        Device::Gpu(index) => Ok(index),
+        Device::Mig(..) => Err(crate::ret::NOT_SUPPORTED),
+    }
+}
+
+pub fn device(handle: nvmlDevice_t) -> Result<Device, Ret> {
+    let to_u32 = |i: usize| u32::try_from(i).map_err(|_| INVALID_ARGUMENT);
+    if let Ok(i) = decode(handle as usize, MIG_BASE) {
+        return Ok(Device::Mig(to_u32(i / MIG_PER_GPU)?, to_u32(i % MIG_PER_GPU)?));
+    }
+    decode(handle as usize, DEVICE_BASE).and_then(to_u32).map(Device::Gpu)
 }
 
 pub fn set_handle(id: usize) -> Result<nvmlEventSet_t, Ret> {
@@ -146,6 +173,8 @@ mod tests {
     #[test]
     fn handles_round_trip_and_reject_strays() {
         assert_eq!(device_index(device_handle(7)), Ok(7));
+        assert_eq!(device(mig_handle(3, 6)), Ok(Device::Mig(3, 6)));
+        assert_eq!(device_index(mig_handle(3, 6)), Err(crate::ret::NOT_SUPPORTED));
         assert_eq!(device_index(std::ptr::null_mut()), Err(INVALID_ARGUMENT));
         assert_eq!(set_id(set_handle(3).unwrap()), Ok(3));
         assert_eq!(set_id(device_handle(1).cast()), Err(INVALID_ARGUMENT));

@@ -9,7 +9,12 @@
 //! `nvmlDeviceGetTotalEccErrors`,
 //! `nvmlDeviceGetComputeRunningProcesses_v3`, `nvmlDeviceGetProcessUtilization`,
 //! `nvmlEventSetCreate`, `nvmlDeviceGetSupportedEventTypes`, `nvmlDeviceRegisterEvents`,
-//! `nvmlEventSetWait_v2`, `nvmlEventSetFree`.
+//! `nvmlEventSetWait_v2`, `nvmlEventSetFree`; for MIG `nvmlDeviceGetMigMode`,
+//! `nvmlDeviceGetMaxMigDeviceCount`, `nvmlDeviceGetMigDeviceHandleByIndex`,
+//! `nvmlDeviceGetDeviceHandleFromMigDeviceHandle`, `nvmlDeviceIsMigDeviceHandle`,
+//! `nvmlDeviceGetGpuInstanceId`, `nvmlDeviceGetComputeInstanceId` (a MIG device's handle also
+//! answers `GetUUID`, `GetName`, `GetMemoryInfo` and `GetComputeRunningProcesses_v3`; anything else
+//! asked of it is NVML_ERROR_NOT_SUPPORTED, as utilization is on a real MIG device).
 //!
 //! nvml-wrapper looks every symbol up when it loads the library but only fails when a missing one is
 //! called (`FailedToLoadSymbol`), except `nvmlShutdown`, which its `Drop` calls unchecked.
@@ -44,9 +49,18 @@
 //! lost = false                   # true: every call about this GPU is NVML_ERROR_GPU_IS_LOST
 //! xids = [79]                    # XID log, append-only: event sets deliver entries added after they
 //!                                # registered the GPU, once each
+//! mig_mode = true                # left out: the GPU has no MIG (NOT_SUPPORTED); false: MIG is off
+//! [[gpu.mig]]                    # MIG device 0 of this GPU, then 1, ... (up to 7)
+//! uuid = "MIG-5c4f..."
+//! profile = "3g.20gb"            # its name: the GPU's name, " MIG ", this
+//! gpu_instance = 1
+//! compute_instance = 0           # optional, 0
+//! mem_used = 1073741824          # bytes } left out: NOT_SUPPORTED
+//! mem_total = 21474836480        # bytes }
 //! [[process]]
 //! pid = 1234
 //! gpu = 0                        # index
+//! mig = 0                        # optional: the MIG device of the GPU it runs on
 //! used_memory = 1073741824       # bytes; left out: NVML_VALUE_NOT_AVAILABLE
 //! sm_util = 50                   # %; left out: no utilization sample for this process
 //! ```

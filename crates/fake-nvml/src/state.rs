@@ -1,6 +1,6 @@
 //! The scripted state file and the safe queries over it (format: see the crate docs).
 
-use crate::ret::{Ret, DRIVER_NOT_LOADED, GPU_IS_LOST, INVALID_ARGUMENT, NOT_SUPPORTED, UNKNOWN};
+use crate::ret::{Ret, DRIVER_NOT_LOADED, GPU_IS_LOST, INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, UNKNOWN};
 use serde::Deserialize;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -83,6 +83,28 @@ pub struct Gpu {
     /// XID log, append-only: an event set delivers the entries added after it registered the GPU.
     #[serde(default)]
     pub xids: Vec<u64>,
+    /// MIG mode, current and pending alike; left out: the GPU has no MIG (NVML_ERROR_NOT_SUPPORTED).
+    pub mig_mode: Option<bool>,
+    /// Its MIG devices while MIG mode is on, by index (NVML's MIG device index).
+    #[serde(default)]
+    pub mig: Vec<MigDevice>,
+}
+
+/// How many MIG devices NVML says a GPU may have (the A100's and H100's 7).
+pub const MAX_MIG_DEVICES: u32 = 7;
+
+/// One MIG device (a GPU instance with its compute instance) of a GPU.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigDevice {
+    pub uuid: String,
+    /// NVML's profile name, e.g. `3g.20gb`; the device's name is the GPU's, " MIG ", and this.
+    pub profile: String,
+    pub gpu_instance: u32,
+    #[serde(default)]
+    pub compute_instance: u32,
+    pub mem_used: Option<u64>,
+    pub mem_total: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -94,6 +116,8 @@ pub struct Process {
     pub used_memory: Option<u64>,
     /// Left out: no utilization sample for this process.
     pub sm_util: Option<u32>,
+    /// The index of the MIG device of `gpu` it runs on; left out: the whole GPU.
+    pub mig: Option<u32>,
 }
 
 impl State {
@@ -145,8 +169,27 @@ impl State {
         Ok(gpu)
     }
 
+    /// The processes on GPU `index` itself (not on one of its MIG devices).
     pub fn processes_on(&self, index: u32) -> impl Iterator<Item = &Process> {
-        self.processes.iter().filter(move |p| p.gpu == index)
+        self.processes.iter().filter(move |p| p.gpu == index && p.mig.is_none())
+    }
+
+    /// MIG device `slice` of GPU `index`: NOT_SUPPORTED on a GPU without MIG or with MIG mode off,
+    /// INVALID_ARGUMENT past [`MAX_MIG_DEVICES`], NOT_FOUND for an index no device has.
+    pub fn mig(&self, index: u32, slice: u32) -> Result<(&Gpu, &MigDevice), Ret> {
+        let gpu = self.gpu(index)?;
+        if gpu.mig_mode != Some(true) {
+            return Err(NOT_SUPPORTED);
+        }
+        if slice >= MAX_MIG_DEVICES {
+            return Err(INVALID_ARGUMENT);
+        }
+        Ok((gpu, gpu.mig.get(slice as usize).ok_or(NOT_FOUND)?))
+    }
+
+    /// The processes on MIG device `slice` of GPU `index`.
+    pub fn processes_on_mig(&self, index: u32, slice: u32) -> impl Iterator<Item = &Process> {
+        self.processes.iter().filter(move |p| p.gpu == index && p.mig == Some(slice))
     }
 }
 

@@ -14,12 +14,16 @@
 //! - A shared GPU where the agent sees none of the job's processes, or whose processes' utilization
 //!   NVML cannot give: unmeasured. Nothing there is the job's to borrow, and nothing says it idles.
 //!
+//! - A MIG device (a slice of a GPU in MIG mode, a GPU of its own to Slurm): the slice's SM
+//!   utilization where GPM gives it (Hopper and later), else unmeasured (NVML gives a MIG device
+//!   no utilization, and the GPU's own figure is every slice's); its memory is the job's.
+//!
 //! A job is unmeasured when any of its GPUs is: accountd then charges its allocation and never counts
 //! it idle for that sample.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::sample::{GpuSample, NodeSample, ProcessSample};
+use crate::sample::{GpuSample, MigSample, NodeSample, ProcessSample};
 
 /// A job's GPU use on this node in one sample.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,14 +56,23 @@ impl Occupants<'_> {
     }
 }
 
-/// Per job, from the GPUs recorded as its own (`GpuSample::jobs`) and those its processes run on.
+/// A GPU, or a MIG device of one (by its UUID): what a job is recorded on and its processes run on.
+type Place<'s> = (u32, Option<&'s str>);
+
+/// Per job, from the GPUs recorded as its own (`GpuSample::jobs`, `MigSample::jobs`) and those its
+/// processes run on.
 pub fn job_use(sample: &NodeSample) -> BTreeMap<String, JobUse> {
     let on = occupants(sample);
     let gpus: HashMap<u32, &GpuSample> = sample.gpus.iter().map(|g| (g.index, g)).collect();
+    let slice = |(index, uuid): Place| gpus.get(&index)?.mig.iter().find(|m| Some(m.uuid.as_str()) == uuid);
     let mut jobs: BTreeMap<&str, Vec<(Option<f64>, u64)>> = BTreeMap::new();
-    for (index, here) in &on {
+    for (&place, here) in &on {
         for &job in &here.jobs {
-            jobs.entry(job).or_default().push(use_of_gpu(job, here, gpus.get(index).copied()));
+            let used = match place.1 {
+                Some(_) => use_of_slice(job, here, slice(place)),
+                None => use_of_gpu(job, here, gpus.get(&place.0).copied()),
+            };
+            jobs.entry(job).or_default().push(used);
         }
     }
     jobs.into_iter()
@@ -84,12 +97,13 @@ pub fn job_use(sample: &NodeSample) -> BTreeMap<String, JobUse> {
 ///   drew that power for them all.
 ///
 /// So a GPU one job holds alone is all that job's, and on a shared one a job idling beside a busy
-/// one gets little. A GPU with no job on it is left out: its energy is no job's.
+/// one gets little. A GPU with no job on it is left out: its energy is no job's. So is a GPU in MIG
+/// mode: NVML counts energy per GPU, and nothing tells its slices' parts apart.
 pub fn energy_shares(sample: &NodeSample) -> BTreeMap<u32, Vec<(String, f64)>> {
     let utilization: HashMap<u32, Option<u32>> = sample.gpus.iter().map(|g| (g.index, g.utilization_percent)).collect();
     let mut shares = BTreeMap::new();
-    for (index, here) in occupants(sample) {
-        if here.jobs.is_empty() {
+    for ((index, slice), here) in occupants(sample) {
+        if here.jobs.is_empty() || slice.is_some() {
             continue;
         }
         let sm = |p: &ProcessSample| p.sm_utilization_percent.map(f64::from);
@@ -122,14 +136,23 @@ pub fn energy_shares(sample: &NodeSample) -> BTreeMap<u32, Vec<(String, f64)>> {
     shares
 }
 
-/// Who is on each GPU: the jobs recorded on it and those (and nobody's) whose processes run there.
-fn occupants(sample: &NodeSample) -> BTreeMap<u32, Occupants<'_>> {
-    let mut on: BTreeMap<u32, Occupants> = BTreeMap::new();
+/// Who is on each GPU, or on each MIG device of a GPU in MIG mode (the GPU itself then holds none
+/// of its own): the jobs recorded on it and those (and nobody's) whose processes run there.
+fn occupants(sample: &NodeSample) -> BTreeMap<Place<'_>, Occupants<'_>> {
+    let mut on: BTreeMap<Place, Occupants> = BTreeMap::new();
     for gpu in &sample.gpus {
-        on.entry(gpu.index).or_default().jobs.extend(gpu.jobs.iter().map(String::as_str));
+        match gpu.mig.is_empty() {
+            true => on.entry((gpu.index, None)).or_default().jobs.extend(gpu.jobs.iter().map(String::as_str)),
+            false => {
+                for slice in &gpu.mig {
+                    let here = on.entry((gpu.index, Some(slice.uuid.as_str()))).or_default();
+                    here.jobs.extend(slice.jobs.iter().map(String::as_str));
+                }
+            }
+        }
     }
     for p in &sample.processes {
-        let here = on.entry(p.gpu_index).or_default();
+        let here = on.entry((p.gpu_index, p.mig_uuid.as_deref())).or_default();
         here.processes.push(p);
         match &p.job_id {
             Some(job) => {
@@ -139,6 +162,21 @@ fn occupants(sample: &NodeSample) -> BTreeMap<u32, Occupants<'_>> {
         }
     }
     on
+}
+
+/// The job's use of one MIG device: its GPM figure where the job has it alone (nothing else tells a
+/// slice's use), and its processes' memory, or the slice's with its processes out of sight.
+fn use_of_slice(job: &str, here: &Occupants, slice: Option<&MigSample>) -> (Option<f64>, u64) {
+    let own: Vec<&ProcessSample> = here.of(job).collect();
+    let percent = match here.only(job) && !here.nobodys_busy {
+        true => slice.and_then(|s| s.sm_utilization_percent).map(|p| f64::from(p.min(100))),
+        false => None,
+    };
+    let memory = match own.is_empty() {
+        true if here.only(job) => slice.and_then(|s| s.memory_used_bytes).unwrap_or(0),
+        _ => own.iter().map(|p| p.used_memory_bytes.unwrap_or(0)).sum(),
+    };
+    (percent, memory)
 }
 
 /// The job's use of one GPU: percent (`None`: unmeasured) and memory in bytes.
@@ -188,6 +226,7 @@ mod tests {
                 used_memory_bytes: Some(100 * u64::from(pid)),
                 sm_utilization_percent: sm,
                 job_id: (!job.is_empty()).then(|| job.to_string()),
+                mig_uuid: None,
             })
             .collect()
     }
@@ -323,5 +362,39 @@ mod tests {
         // An unseen job on a GPU that gives no utilization figure.
         let s = sample(vec![gpu(0, None, &["1", "2"])], procs(&[(1, 0, "1", Some(60))]));
         assert_eq!(parts(&energy_shares(&s), 0), [("1", 0.5), ("2", 0.5)]);
+    }
+
+    fn slice(uuid: &str, gpm: Option<u32>, jobs: &[&str]) -> MigSample {
+        MigSample {
+            uuid: uuid.into(),
+            profile: Some("3g.20gb".into()),
+            memory_used_bytes: Some(7_000),
+            memory_total_bytes: Some(20_000),
+            sm_utilization_percent: gpm,
+            jobs: jobs.iter().map(|j| j.to_string()).collect(),
+        }
+    }
+
+    /// A GPU in MIG mode: each job is measured on its own slice, by GPM where the slice has a
+    /// figure, else unmeasured; never by the GPU's figure, which is every slice's.
+    #[test]
+    fn a_mig_slice_is_its_jobs_by_gpm_or_unmeasured() {
+        let mut a100 = gpu(0, Some(95), &["7", "8"]);
+        a100.mig = vec![slice("MIG-a", Some(80), &["7"]), slice("MIG-b", None, &["8"])];
+        let mut on_b = procs(&[(5, 0, "8", None)]);
+        on_b[0].mig_uuid = Some("MIG-b".into());
+        let s = sample(vec![a100, gpu(1, Some(30), &["9"])], on_b);
+        let got = job_use(&s);
+        assert_eq!(
+            got["7"],
+            used(Some(80.0), 7_000, 1),
+            "GPM's figure; its processes out of sight: the slice's memory"
+        );
+        assert_eq!(got["8"], used(None, 500, 1), "no GPM: unmeasured; its process's memory");
+        assert_eq!(got["9"], used(Some(30.0), 1001, 1));
+        // No energy of the MIG GPU is any job's: NVML counts it for the whole GPU.
+        let shares = energy_shares(&s);
+        assert!(!shares.contains_key(&0), "{shares:?}");
+        assert_eq!(parts(&shares, 1), [("9", 1.0)]);
     }
 }

@@ -9,7 +9,7 @@ mod sample;
 
 use serde::{Deserialize, Serialize};
 
-pub use sample::{GpuHealth, GpuSample, NodeSample, ProcessSample};
+pub use sample::{GpuHealth, GpuSample, MigSample, NodeSample, ProcessSample};
 
 /// Where an agent posts its reports, with this JSON body and `Authorization: MUNGE <credential of
 /// the body's SHA-256>` (`[agent] auth = "munge"`) or `GPUTOKENS-HMAC …` signed with the node's

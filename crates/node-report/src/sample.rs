@@ -41,7 +41,29 @@ pub struct GpuSample {
     pub xids: Option<Vec<u64>>,
     pub health: GpuHealth,
     /// The Slurm jobs holding the GPU by spank_gputokens.so's records on the node (see `gputokens::gpu_record`):
-    /// one, or several sharing it (shards, MPS); empty without a record.
+    /// one, or several sharing it (shards, MPS); empty without a record. On a GPU split by MIG,
+    /// every job on one of its MIG devices (the GPU's faults are theirs too).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jobs: Vec<String>,
+    /// Its MIG devices while MIG mode is on (none without MIG, or from an older agent); each is a
+    /// GPU of its own to Slurm.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig: Vec<MigSample>,
+}
+
+/// One MIG device (a GPU instance and its compute instance) of a GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigSample {
+    pub uuid: String,
+    /// Its MIG profile (`3g.20gb`), from NVML's name of it; None when NVML did not say.
+    pub profile: Option<String>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    /// SM utilization % of the slice from GPM where the GPU has it (Hopper and later); None: NVML
+    /// gives none per MIG device, and its jobs are unmeasured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_utilization_percent: Option<u32>,
+    /// The Slurm jobs holding it by spank_gputokens.so's records (one: Slurm gives a MIG device whole).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub jobs: Vec<String>,
 }
@@ -68,6 +90,9 @@ pub struct ProcessSample {
     pub sm_utilization_percent: Option<u32>,
     /// The Slurm job the process belongs to, if any (see the agent's `jobs`).
     pub job_id: Option<String>,
+    /// The UUID of the MIG device of `gpu_index` it runs on; None: the whole GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_uuid: Option<String>,
 }
 
 impl GpuSample {
@@ -90,6 +115,7 @@ impl GpuSample {
             xids: None,
             health: GpuHealth::Ok,
             jobs: Vec::new(),
+            mig: Vec::new(),
         }
     }
 }

@@ -188,9 +188,13 @@ unsafe fn job_id(sp: spank_t) -> Option<u32> {
 fn record_gpus(args: &args::Args, job: u32, uid: Option<u32>) {
     let values: Vec<Option<String>> = record::GPU_VARS.iter().map(|v| std::env::var(v).ok()).collect();
     let Some(gpus) = record::gpus(&values) else { return };
-    let uuids = nvml::uuids(&args.nvml_library, &gpus, nvml::TIMEOUT)
-        .map_err(|e| ffi::verbose(&format!("job {job}: GPUs recorded without UUIDs: {e}")))
-        .ok();
+    // Named by Slurm where it set CUDA_VISIBLE_DEVICES to UUIDs (MIG devices), else by NVML.
+    let named = record::uuids_named(&gpus, std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref());
+    let uuids = named.or_else(|| {
+        nvml::uuids(&args.nvml_library, &gpus, nvml::TIMEOUT)
+            .map_err(|e| ffi::verbose(&format!("job {job}: GPUs recorded without UUIDs: {e}")))
+            .ok()
+    });
     let sluid = record::sluid(std::env::var("SLURM_JOB_SLUID").ok());
     let text = gputokens::gpu_record::text(&gpus, uuids.as_deref(), uid, sluid.as_deref());
     if let Err(e) = record::write(&args.jobs_dir, job, &text) {

@@ -1,7 +1,9 @@
 //! UUIDs of the job's GPUs from NVML (nvml-wrapper), for the record: an index says which GPU only
 //! as long as the numbering stays the same, a UUID always. Slurm's GPU indices are taken as NVML's, as
 //! they are when gres.conf lists the devices in order (`File=/dev/nvidia[0-7]`) or AutoDetect=nvml
-//! numbers them.
+//! numbers them: each GPU in NVML's order, and in place of a GPU with MIG mode on its MIG devices
+//! (each its own GPU to Slurm), so index 1 on a node whose first GPU has two MIG devices is that
+//! GPU's second MIG device.
 //!
 //! The query runs on a thread of its own and is given up after a timeout, so a wedged driver delays
 //! the job's start by that much at most.
@@ -41,10 +43,36 @@ fn query(library: &Path, indices: &[u32]) -> Result<Vec<String>, String> {
         .lib_path(library.as_os_str())
         .init()
         .map_err(|e| format!("NVML at {}: {e}", library.display()))?;
+    let numbered = as_slurm_numbers(&nvml)?;
     indices
         .iter()
-        .map(|&i| nvml.device_by_index(i).and_then(|gpu| gpu.uuid()).map_err(|e| format!("NVML, GPU {i}: {e}")))
+        .map(|&i| numbered.get(i as usize).cloned().ok_or_else(|| format!("NVML, GPU {i}: no such GPU")))
         .collect()
+}
+
+/// Every GPU's UUID in Slurm's numbering: NVML's order, a GPU with MIG mode on replaced by its MIG
+/// devices' UUIDs (`MIG-…`).
+fn as_slurm_numbers(nvml: &Nvml) -> Result<Vec<String>, String> {
+    let count = nvml.device_count().map_err(|e| format!("NVML: {e}"))?;
+    let mut numbered = Vec::new();
+    for i in 0..count {
+        let gpu = nvml.device_by_index(i).map_err(|e| format!("NVML, GPU {i}: {e}"))?;
+        // A GPU without MIG answers NotSupported, an older driver has no such call: a whole GPU.
+        match gpu.mig_mode() {
+            Ok(mode) if mode.current == 1 => {
+                let slots = gpu.mig_device_count().map_err(|e| format!("NVML, GPU {i}'s MIG devices: {e}"))?;
+                for slot in 0..slots {
+                    match gpu.mig_device_by_index(slot) {
+                        Ok(mig) => numbered.push(mig.uuid().map_err(|e| format!("NVML, GPU {i} MIG {slot}: {e}"))?),
+                        Err(nvml_wrapper::error::NvmlError::NotFound) => {}
+                        Err(e) => return Err(format!("NVML, GPU {i} MIG {slot}: {e}")),
+                    }
+                }
+            }
+            _ => numbered.push(gpu.uuid().map_err(|e| format!("NVML, GPU {i}: {e}"))?),
+        }
+    }
+    Ok(numbered)
 }
 
 #[cfg(test)]
@@ -86,6 +114,34 @@ mod tests {
         let (_dir, lib) = fake(Some(THREE_GPUS));
         let got = uuids(&lib, &["2".into(), "0".into()], TIMEOUT).unwrap();
         assert_eq!(got, ["GPU-cccc", "GPU-aaaa"]);
+    }
+
+    /// Slurm numbers a MIG device as a GPU of its own, in NVML's order: GPU 0's two MIG devices are
+    /// 0 and 1, the whole GPU after them 2.
+    #[test]
+    fn mig_devices_are_numbered_as_slurm_numbers_them() {
+        let state = r#"
+            [[gpu]]
+            uuid = "GPU-a100"
+            name = "NVIDIA A100-SXM4-40GB"
+            mig_mode = true
+            [[gpu.mig]]
+            uuid = "MIG-one"
+            profile = "3g.20gb"
+            gpu_instance = 1
+            [[gpu.mig]]
+            uuid = "MIG-two"
+            profile = "4g.20gb"
+            gpu_instance = 2
+            [[gpu]]
+            uuid = "GPU-whole"
+            name = "NVIDIA A100-SXM4-40GB"
+            mig_mode = false
+        "#;
+        let (_dir, lib) = fake(Some(state));
+        let got = uuids(&lib, &["1".into(), "2".into(), "0".into()], TIMEOUT).unwrap();
+        assert_eq!(got, ["MIG-two", "GPU-whole", "MIG-one"]);
+        assert!(uuids(&lib, &["3".into()], TIMEOUT).unwrap_err().contains("GPU 3"));
     }
 
     #[test]

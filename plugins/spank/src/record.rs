@@ -10,11 +10,26 @@ use std::path::{Path, PathBuf};
 /// list there).
 pub const GPU_VARS: [&str; 2] = ["SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"];
 
-/// GPU indices from the values of [`GPU_VARS`] (the first set one); None when the job has none.
+/// GPU indices from the values of [`GPU_VARS`] (the first that is a list of indices); None when
+/// the job has none.
 pub fn gpus(values: &[Option<String>]) -> Option<Vec<String>> {
-    let value = values.iter().flatten().map(|v| v.trim()).find(|v| !v.is_empty() && *v != "NoDevFiles")?;
+    let indices = |v: &&str| v.split(',').all(|s| !s.trim().is_empty() && s.trim().bytes().all(|b| b.is_ascii_digit()));
+    let value = values.iter().flatten().map(|v| v.trim()).find(|v| !v.is_empty() && indices(v))?;
     let list: Vec<String> = value.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
     (!list.is_empty()).then_some(list)
+}
+
+/// The GPUs' UUIDs where the prolog's environment names them itself: `CUDA_VISIBLE_DEVICES` as a
+/// list of UUIDs (`GPU-…`, or a MIG device's `MIG-…`), one per GPU of `gpus`; None otherwise (then
+/// NVML names them by index).
+pub fn uuids_named(gpus: &[String], visible: Option<&str>) -> Option<Vec<String>> {
+    let named: Vec<String> = visible?.split(',').map(|s| s.trim().to_string()).collect();
+    let uuid = |s: &String| {
+        (s.starts_with("GPU-") || s.starts_with("MIG-"))
+            && s.len() <= 96
+            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'/')
+    };
+    (named.len() == gpus.len() && named.iter().all(uuid)).then_some(named)
 }
 
 /// The job's SLUID in the prolog's environment value `SLURM_JOB_SLUID`, when it is one.
@@ -65,6 +80,20 @@ mod tests {
         assert_eq!(gpus(&[None, Some("".into()), Some("6,7".into())]), Some(vec!["6".into(), "7".into()]));
         assert_eq!(gpus(&[Some("NoDevFiles".into())]), None);
         assert_eq!(gpus(&[None]), None);
+        // CUDA_VISIBLE_DEVICES of MIG devices names UUIDs, not indices.
+        assert_eq!(gpus(&[None, Some("MIG-5c4f".into())]), None);
+        assert_eq!(gpus(&[Some("0".into()), Some("MIG-5c4f".into())]), Some(vec!["0".into()]));
+    }
+
+    #[test]
+    fn uuids_the_environment_names_pair_with_the_indices() {
+        let gpus = ["3".to_string(), "4".to_string()];
+        let named = uuids_named(&gpus, Some("MIG-aa11,GPU-bb22")).unwrap();
+        assert_eq!(named, ["MIG-aa11", "GPU-bb22"]);
+        assert_eq!(uuids_named(&gpus, Some("3,4")), None, "indices name nothing");
+        assert_eq!(uuids_named(&gpus, Some("MIG-aa11")), None, "one short");
+        assert_eq!(uuids_named(&gpus, Some("MIG-aa11,MIG-x\nuid=0")), None, "only a UUID's characters");
+        assert_eq!(uuids_named(&gpus, None), None);
     }
 
     #[test]

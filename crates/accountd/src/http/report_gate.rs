@@ -466,6 +466,7 @@ mod tests {
                 used_memory_bytes: None,
                 sm_utilization_percent: None,
                 job_id: Some(j.to_string()),
+                mig_uuid: None,
             })
             .collect();
         AgentReport { node: node.into(), sample: NodeSample { time: chrono::Utc::now(), gpus: vec![gpu], processes } }

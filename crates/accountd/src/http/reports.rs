@@ -115,6 +115,7 @@ mod tests {
             used_memory_bytes: Some(u64::from(pid) << 20),
             sm_utilization_percent: Some(sm),
             job_id: job.map(str::to_owned),
+            mig_uuid: None,
         }
     }
 

@@ -154,6 +154,7 @@ mod tests {
             used_memory_bytes: Some(1),
             sm_utilization_percent: Some(sm),
             job_id: job.map(str::to_owned),
+            mig_uuid: None,
         }
     }
 
