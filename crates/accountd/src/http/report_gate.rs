@@ -416,11 +416,13 @@ impl ReportGate {
     }
 }
 
-/// Every job ID a report names: its processes' jobs and the jobs recorded as holding its GPUs.
+/// Every job ID a report names: its processes' jobs and the jobs recorded as holding its GPUs and
+/// their MIG devices.
 fn named_jobs(report: &AgentReport) -> BTreeSet<String> {
     let processes = report.sample.processes.iter().filter_map(|p| p.job_id.clone());
     let holders = report.sample.gpus.iter().flat_map(|g| g.jobs.iter().cloned());
-    processes.chain(holders).collect()
+    let on_slices = report.sample.gpus.iter().flat_map(|g| g.mig.iter().flat_map(|m| m.jobs.iter().cloned()));
+    processes.chain(holders).chain(on_slices).collect()
 }
 
 fn list(addresses: &[IpAddr]) -> String {
@@ -488,6 +490,26 @@ mod tests {
         let (gate, slurm) = (gate(), slurm());
         gate.authorize(&root_from("10.0.0.1"), &report("gpu01", &["7"], &["8"]), &slurm).unwrap();
         gate.authorize(&FROM_NODE, &report("gpu01", &[], &[]), &slurm).unwrap();
+    }
+
+    /// A job named only as a MIG device's holder must run on the node too: else a node could give
+    /// another node's job its slice's figures.
+    #[test]
+    fn a_foreign_job_on_a_mig_device_is_refused() {
+        let (gate, slurm) = (gate(), slurm());
+        let mut on_slice = report("gpu01", &[], &["7"]);
+        on_slice.sample.gpus[0].mig = vec![gputokens_node_report::MigSample {
+            uuid: "MIG-a".into(),
+            profile: Some("3g.20gb".into()),
+            memory_used_bytes: None,
+            memory_total_bytes: None,
+            sm_utilization_percent: None,
+            jobs: vec!["7".into()],
+        }];
+        gate.authorize(&FROM_NODE, &on_slice, &slurm).unwrap();
+        on_slice.sample.gpus[0].mig[0].jobs = vec!["99".into()];
+        let r = gate.authorize(&FROM_NODE, &on_slice, &slurm).unwrap_err();
+        assert_eq!((r.status, r.reason), (403, "job"), "{r:?}");
     }
 
     #[test]
