@@ -3,7 +3,7 @@
 # and 26.05 inside tests/slurm-releases/' root filesystems). Run as root.
 #
 #   munged (as user munge) -> MariaDB -> slurmdbd, slurmctld (as SlurmUser slurm) -> slurmd, with fake typed GPUs
-#   (4 x rtx2080, 2 x rtx3090, 2 x a6000 as mknod'ed char devices), partition `gpu`, users alice, bob and
+#   (4 x rtx2080, 2 x rtx3090, 2 x a6000, 2 MIG slices a100_3g.20gb as mknod'ed char devices), partition `gpu`, users alice, bob and
 #   carol and the cluster tests' sets alice01 bob01 carol01 … alice40 bob40 carol40 (lib.sh; created if
 #   missing) plus root in Slurm account `gputokens`.
 #
@@ -161,7 +161,7 @@ else
 fi
 
 # ---- fake GPU device nodes (gres.conf File= must be char/block devices) --------------------------
-for i in 0 1 2 3 4 5 6 7; do
+for i in 0 1 2 3 4 5 6 7 8 9; do
   d="$LAB/dev/gpu$i"
   [[ -c $d ]] && continue
   rm -f "$d"
@@ -434,7 +434,7 @@ slurmd_ok() {
 ensure_slurm_daemon slurmd 6818 30 slurmd_ok
 
 # ---- node must be idle with the expected GPUs ----------------------------------------------------
-want_gres="gpu:rtx2080:4,gpu:rtx3090:2,gpu:a6000:2"
+want_gres="gpu:rtx2080:4,gpu:rtx3090:2,gpu:a6000:2,gpu:a100_3g.20gb:2"
 node_line() { timeout -k 2 "$T_PROBE" sinfo -h -n "$HOST" -o '%T|%G|%E'; }
 # planned: idle, with the backfill scheduler planning a pending job on it (Slurm 23.02+); not a
 # state `scontrol update state=resume` leaves.

@@ -3,8 +3,9 @@
 //! spank_gputokens.so) and each GPU process to its job (`jobs`); the agent itself (`run`) posts
 //! samples to accountd (`post`) and serves its own `/metrics` (`export`). The report's format is
 //! `gputokens_node_report`'s, shared with accountd; accountd links none of this, nor NVML.
-//! No unsafe code: NVML is reached through nvml-wrapper, libmunge through `slurm_ffi::munge`.
-#![forbid(unsafe_code)]
+//! Unsafe code only in `nvml_raw` (one NVML call nvml-wrapper lacks); NVML is otherwise reached
+//! through nvml-wrapper, libmunge through `slurm_ffi::munge`.
+#![deny(unsafe_code)]
 
 pub mod cli;
 pub mod error;
@@ -13,6 +14,7 @@ pub mod job_gpu_records;
 pub mod jobs;
 mod map;
 pub mod nvml;
+mod nvml_raw;
 mod post;
 pub mod run;
 mod sampler;

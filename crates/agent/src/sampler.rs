@@ -8,9 +8,11 @@ use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor, TemperatureThreshold};
 use nvml_wrapper::enums::event::XidError;
+use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::gpm::gpm_metrics_get;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
-use nvml_wrapper::{Device, EventSet, Nvml};
+use nvml_wrapper::{Device, EventSet, GpmSample, Nvml};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
@@ -28,6 +30,9 @@ pub struct Sampler<'n> {
     known: HashMap<u32, (String, String)>,
     /// Timestamp of the newest utilization sample seen per GPU, so each sample covers only new ones.
     last_util: HashMap<u32, u64>,
+    /// The last GPM sample of each MIG device (by UUID) on a GPU with GPM: the next one's SM
+    /// utilization is taken between the two.
+    gpm: HashMap<String, GpmSample<'n>>,
     jobs: jobs::JobCache,
     records: job_gpu_records::RecordCache,
 }
@@ -42,6 +47,7 @@ impl<'n> Sampler<'n> {
             no_events: HashSet::new(),
             known: HashMap::new(),
             last_util: HashMap::new(),
+            gpm: HashMap::new(),
             jobs: jobs::JobCache::default(),
             records: job_gpu_records::RecordCache::default(),
         }
@@ -76,6 +82,9 @@ impl<'n> Sampler<'n> {
             p.job_id = jobs::job_for_process(claim, holders.map(Vec::as_slice), &recorded);
         }
         self.jobs.retain(&processes.iter().map(|p| p.pid).collect());
+        // A MIG device that is gone (its GPU left MIG mode, or was split again) keeps no sample.
+        let slices: HashSet<&str> = gpus.iter().flat_map(|g| g.mig.iter().map(|m| m.uuid.as_str())).collect();
+        self.gpm.retain(|uuid, _| slices.contains(uuid.as_str()));
         Ok(NodeSample { time: chrono::Utc::now(), gpus, processes })
     }
 
@@ -85,7 +94,7 @@ impl<'n> Sampler<'n> {
             Ok(device) => {
                 metrics(&device, &mut gpu);
                 self.register(index, &device, &mut gpu.health);
-                match mig_devices(&device, &mut gpu.health) {
+                match self.mig_devices(&device, &mut gpu.health) {
                     // In MIG mode processes run on MIG devices, each asked of its own (the GPU's
                     // whole list would name them again); NVML gives them no utilization.
                     Some(slices) => {
@@ -144,6 +153,56 @@ impl<'n> Sampler<'n> {
         map::processes(index, infos, sm.as_ref())
     }
 
+    /// The MIG devices of a GPU in MIG mode, each with its processes; None when MIG mode is off or
+    /// the GPU (or driver) has no MIG.
+    fn mig_devices(&mut self, device: &Device<'n>, h: &mut GpuHealth) -> Option<Vec<(MigSample, Vec<ProcessInfo>)>> {
+        let mode = device.mig_mode().ok()?;
+        if mode.current != 1 {
+            return None;
+        }
+        // Asked quietly: a GPU without GPM (before Hopper) says nothing about its health.
+        let gpm = device.gpm_support().unwrap_or(false);
+        let slots = read(h, device.mig_device_count()).unwrap_or(0);
+        let mut slices = Vec::new();
+        for slot in 0..slots {
+            // An index no MIG device has is NOT_FOUND: a GPU's instances need not be numbered densely.
+            let Some(mig) = read(h, device.mig_device_by_index(slot)) else { continue };
+            let Some(uuid) = read(h, mig.uuid()) else { continue };
+            let name = read(h, mig.name());
+            let memory = read(h, mig.memory_info());
+            let sm_utilization_percent = match gpm {
+                true => self.gpm_sm_util(device, &mig, &uuid),
+                false => None,
+            };
+            let slice = MigSample {
+                uuid,
+                profile: name.as_deref().and_then(map::mig_profile),
+                memory_used_bytes: memory.as_ref().map(|m| m.used),
+                memory_total_bytes: memory.as_ref().map(|m| m.total),
+                sm_utilization_percent,
+                jobs: Vec::new(),
+            };
+            let infos = read(h, mig.running_compute_processes()).unwrap_or_default();
+            slices.push((slice, infos));
+        }
+        Some(slices)
+    }
+
+    /// The MIG device's SM utilization by GPM since its previous sample (none at its first, or where
+    /// GPM does not answer: then its jobs are unmeasured).
+    fn gpm_sm_util(&mut self, device: &Device<'n>, mig: &Device<'n>, uuid: &str) -> Option<u32> {
+        let instance = crate::nvml_raw::gpu_instance_id(self.nvml, mig).ok()?;
+        let Ok(now) = device.gpm_mig_sample(instance) else {
+            self.gpm.remove(uuid);
+            return None;
+        };
+        let before = self.gpm.insert(uuid.to_string(), now)?;
+        let after = self.gpm.get(uuid)?;
+        let metrics = gpm_metrics_get(self.nvml, &before, after, &[GpmMetricId::SmUtil]).ok()?;
+        let value = metrics.into_iter().next()?.ok()?.value;
+        value.is_finite().then(|| value.clamp(0.0, 100.0).round() as u32)
+    }
+
     /// Registers the GPU for XID events on first use, and again after a failure other than "not
     /// supported" (e.g. while the GPU was lost).
     fn register(&mut self, index: u32, device: &Device<'n>, h: &mut GpuHealth) {
@@ -183,35 +242,6 @@ impl<'n> Sampler<'n> {
         }
         Some(xids)
     }
-}
-
-/// The MIG devices of a GPU in MIG mode, each with its processes; None when MIG mode is off or the
-/// GPU (or driver) has no MIG.
-fn mig_devices(device: &Device<'_>, h: &mut GpuHealth) -> Option<Vec<(MigSample, Vec<ProcessInfo>)>> {
-    let mode = device.mig_mode().ok()?;
-    if mode.current != 1 {
-        return None;
-    }
-    let slots = read(h, device.mig_device_count()).unwrap_or(0);
-    let mut slices = Vec::new();
-    for slot in 0..slots {
-        // An index no MIG device has is NOT_FOUND: the GPU's instances need not be numbered densely.
-        let Some(mig) = read(h, device.mig_device_by_index(slot)) else { continue };
-        let Some(uuid) = read(h, mig.uuid()) else { continue };
-        let name = read(h, mig.name());
-        let memory = read(h, mig.memory_info());
-        let slice = MigSample {
-            uuid,
-            profile: name.as_deref().and_then(map::mig_profile),
-            memory_used_bytes: memory.as_ref().map(|m| m.used),
-            memory_total_bytes: memory.as_ref().map(|m| m.total),
-            sm_utilization_percent: None,
-            jobs: Vec::new(),
-        };
-        let infos = read(h, mig.running_compute_processes()).unwrap_or_default();
-        slices.push((slice, infos));
-    }
-    Some(slices)
 }
 
 fn metrics(device: &Device<'_>, gpu: &mut GpuSample) {

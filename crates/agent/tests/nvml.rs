@@ -303,8 +303,8 @@ fn recorded_gpus_belong_to_their_jobs_while_the_records_last() {
 /// An A100 in MIG mode beside a whole GPU: the agent reports each MIG device (UUID, profile from
 /// NVML's name, memory), the jobs recorded on each by its `MIG-…` UUID, their processes on it
 /// (asked of the MIG device, as the GPU's own list would name them twice), the GPU holding every
-/// slice's job (its faults are theirs), and each slice's job unmeasured (no GPM here), never given
-/// the GPU's figure.
+/// slice's job (its faults are theirs), and each slice's job measured by GPM between two samples
+/// of its GPU instance where the GPU has GPM, else unmeasured; never given the GPU's figure.
 #[test]
 fn mig_devices_their_processes_and_jobs() {
     let fx = fixture();
@@ -319,12 +319,14 @@ fn mig_devices_their_processes_and_jobs() {
         mem_used = 9000
         mem_total = 40000
         mig_mode = true
+        gpm = true
         [[gpu.mig]]
         uuid = "MIG-11111111-2222-3333-4444-555555555555"
         profile = "3g.20gb"
         gpu_instance = 1
         mem_used = 6000
         mem_total = 20000
+        gpm_sm_util = 62.4
         [[gpu.mig]]
         uuid = "MIG-66666666-7777-8888-9999-000000000000"
         profile = "2g.10gb"
@@ -357,7 +359,11 @@ fn mig_devices_their_processes_and_jobs() {
     std::fs::write(records.path().join("30"), "gpus=1\nuuids=MIG-66666666-7777-8888-9999-000000000000\n").unwrap();
     std::fs::write(records.path().join("31"), "gpus=2\nuuids=GPU-whole\nuid=0\n").unwrap();
     let options = NvmlOptions { jobs_dir: records.path().to_owned(), ..NvmlOptions::with_lib_path(fake_lib()) };
-    let sample = NvmlSource::open(options).unwrap_or_else(|e| panic!("{e}")).sample().unwrap();
+    let mut source = NvmlSource::open(options).unwrap_or_else(|e| panic!("{e}"));
+    let first = source.sample().unwrap();
+    assert_eq!(first.gpus[0].mig[0].sm_utilization_percent, None, "GPM needs two samples");
+    assert_eq!(gputokens_node_report::job_use::job_use(&first)["29"].percent, None);
+    let sample = source.sample().unwrap();
 
     let a100 = &sample.gpus[0];
     assert_eq!(a100.health, GpuHealth::Ok);
@@ -381,7 +387,9 @@ fn mig_devices_their_processes_and_jobs() {
     assert_eq!(sample.processes.len(), 2, "{:?}", sample.processes);
 
     let jobs = gputokens_node_report::job_use::job_use(&sample);
-    assert_eq!((jobs["29"].percent, jobs["29"].memory_bytes), (None, 5000), "unmeasured, its process's memory");
-    assert_eq!((jobs["30"].percent, jobs["30"].memory_bytes), (None, 0), "an idle slice is not told idle");
+    assert_eq!(a100.mig[0].sm_utilization_percent, Some(62), "GPM between the two samples");
+    assert_eq!((jobs["29"].percent, jobs["29"].memory_bytes), (Some(62.0), 5000), "GPM's figure, its process's memory");
+    assert_eq!(a100.mig[1].sm_utilization_percent, None, "GPM has no figure for it");
+    assert_eq!((jobs["30"].percent, jobs["30"].memory_bytes), (None, 0), "unmeasured: an idle slice is not told idle");
     assert_eq!(jobs["31"].percent, Some(40.0), "the whole GPU: its own figure");
 }

@@ -4,6 +4,7 @@
 
 use crate::events;
 use crate::ffi::{self, boundary};
+use crate::gpm;
 use crate::ret::*;
 use crate::state::*;
 use nvml_wrapper_sys::bindings as sys;
@@ -400,6 +401,105 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(device: nvmlDevice_t, id
     boundary(|| match named(&*session()?, device)? {
         Named::Mig(_, m) => unsafe { ffi::write(id, m.compute_instance) },
         Named::Gpu(_) => Err(NOT_SUPPORTED),
+    })
+}
+
+/// What NVML_STRUCT_VERSION-less GPM structs carry: their version number itself.
+const GPM_VERSION: c_uint = sys::NVML_GPM_METRICS_GET_VERSION;
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmQueryDeviceSupport(
+    device: nvmlDevice_t,
+    support: *mut sys::nvmlGpmSupport_t,
+) -> nvmlReturn_t {
+    boundary(|| {
+        let st = session()?;
+        let supported = gpu(&st, device)?.gpm;
+        if unsafe { ffi::read(support)? }.version != sys::NVML_GPM_SUPPORT_VERSION {
+            return Err(VERSION_MISMATCH);
+        }
+        let answer = sys::nvmlGpmSupport_t {
+            version: sys::NVML_GPM_SUPPORT_VERSION,
+            isSupportedDevice: c_uint::from(supported),
+        };
+        unsafe { ffi::write(support, answer) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmSampleAlloc(sample: *mut sys::nvmlGpmSample_t) -> nvmlReturn_t {
+    boundary(|| {
+        session()?;
+        if sample.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        let handle = ffi::gpm_handle(gpm::alloc())?;
+        unsafe { ffi::write(sample, handle) }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlGpmSampleFree(sample: sys::nvmlGpmSample_t) -> nvmlReturn_t {
+    boundary(|| gpm::free(ffi::gpm_slot(sample)?))
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlGpmSampleGet(device: nvmlDevice_t, sample: sys::nvmlGpmSample_t) -> nvmlReturn_t {
+    boundary(|| {
+        let st = session()?;
+        let index = ffi::device_index(device)?;
+        if !st.gpu(index)?.gpm {
+            return Err(NOT_SUPPORTED);
+        }
+        gpm::fill(ffi::gpm_slot(sample)?, gpm::Taken { gpu: index, instance: None })
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlGpmMigSampleGet(
+    device: nvmlDevice_t,
+    gpu_instance_id: c_uint,
+    sample: sys::nvmlGpmSample_t,
+) -> nvmlReturn_t {
+    boundary(|| {
+        let st = session()?;
+        let index = ffi::device_index(device)?;
+        let g = st.gpu(index)?;
+        if !g.gpm || g.mig_mode != Some(true) {
+            return Err(NOT_SUPPORTED);
+        }
+        if !g.mig.iter().any(|m| m.gpu_instance == gpu_instance_id) {
+            return Err(INVALID_ARGUMENT);
+        }
+        gpm::fill(ffi::gpm_slot(sample)?, gpm::Taken { gpu: index, instance: Some(gpu_instance_id) })
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut sys::nvmlGpmMetricsGet_t) -> nvmlReturn_t {
+    boundary(|| {
+        let st = session()?;
+        let mut req = unsafe { ffi::read(request)? };
+        if req.version != GPM_VERSION {
+            return Err(VERSION_MISMATCH);
+        }
+        let taken = gpm::pair(ffi::gpm_slot(req.sample1)?, ffi::gpm_slot(req.sample2)?)?;
+        let g = st.gpu(taken.gpu)?;
+        let sm_util = match taken.instance {
+            Some(id) => g.mig.iter().find(|m| m.gpu_instance == id).and_then(|m| m.gpm_sm_util),
+            None => None,
+        };
+        let count = (req.numMetrics as usize).min(req.metrics.len());
+        for metric in &mut req.metrics[..count] {
+            match (metric.metricId, sm_util) {
+                (sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_UTIL, Some(value)) => {
+                    metric.nvmlReturn = SUCCESS;
+                    metric.value = value;
+                }
+                _ => metric.nvmlReturn = NOT_SUPPORTED,
+            }
+        }
+        unsafe { ffi::write(request, req) }
     })
 }
 

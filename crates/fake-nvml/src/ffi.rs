@@ -2,7 +2,7 @@
 //! the panic boundary every exported function runs inside, and where this library was loaded from.
 
 use crate::ret::{Ret, INSUFFICIENT_SIZE, INVALID_ARGUMENT, SUCCESS, UNKNOWN};
-use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlEventSet_t};
+use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlEventSet_t, nvmlGpmSample_t};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::path::PathBuf;
 
@@ -115,6 +115,7 @@ pub unsafe fn write_str(buf: *mut c_char, len: c_uint, s: &str) -> Result<(), Re
 const DEVICE_BASE: usize = 0x6e76_0000;
 const SET_BASE: usize = 0x6e76_8000;
 const MIG_BASE: usize = 0x6e77_0000;
+const GPM_BASE: usize = 0x6e77_8000;
 const SPAN: usize = 0x8000;
 /// MIG handles: the GPU's index times this, plus the MIG device's index.
 const MIG_PER_GPU: usize = 16;
@@ -149,6 +150,17 @@ pub fn device(handle: nvmlDevice_t) -> Result<Device, Ret> {
         return Ok(Device::Mig(to_u32(i / MIG_PER_GPU)?, to_u32(i % MIG_PER_GPU)?));
     }
     decode(handle as usize, DEVICE_BASE).and_then(to_u32).map(Device::Gpu)
+}
+
+pub fn gpm_handle(slot: usize) -> Result<nvmlGpmSample_t, Ret> {
+    if slot >= SPAN {
+        return Err(UNKNOWN);
+    }
+    Ok((GPM_BASE + slot) as nvmlGpmSample_t)
+}
+
+pub fn gpm_slot(handle: nvmlGpmSample_t) -> Result<usize, Ret> {
+    decode(handle as usize, GPM_BASE)
 }
 
 pub fn set_handle(id: usize) -> Result<nvmlEventSet_t, Ret> {

@@ -14,7 +14,9 @@
 //! `nvmlDeviceGetDeviceHandleFromMigDeviceHandle`, `nvmlDeviceIsMigDeviceHandle`,
 //! `nvmlDeviceGetGpuInstanceId`, `nvmlDeviceGetComputeInstanceId` (a MIG device's handle also
 //! answers `GetUUID`, `GetName`, `GetMemoryInfo` and `GetComputeRunningProcesses_v3`; anything else
-//! asked of it is NVML_ERROR_NOT_SUPPORTED, as utilization is on a real MIG device).
+//! asked of it is NVML_ERROR_NOT_SUPPORTED, as utilization is on a real MIG device); for GPM
+//! `nvmlGpmQueryDeviceSupport`, `nvmlGpmSampleAlloc`, `nvmlGpmSampleFree`, `nvmlGpmSampleGet`,
+//! `nvmlGpmMigSampleGet`, `nvmlGpmMetricsGet` (SM utilization only: other metrics NOT_SUPPORTED).
 //!
 //! nvml-wrapper looks every symbol up when it loads the library but only fails when a missing one is
 //! called (`FailedToLoadSymbol`), except `nvmlShutdown`, which its `Drop` calls unchecked.
@@ -50,6 +52,7 @@
 //! xids = [79]                    # XID log, append-only: event sets deliver entries added after they
 //!                                # registered the GPU, once each
 //! mig_mode = true                # left out: the GPU has no MIG (NOT_SUPPORTED); false: MIG is off
+//! gpm = true                     # GPM samples of the GPU and its GPU instances (Hopper and later)
 //! [[gpu.mig]]                    # MIG device 0 of this GPU, then 1, ... (up to 7)
 //! uuid = "MIG-5c4f..."
 //! profile = "3g.20gb"            # its name: the GPU's name, " MIG ", this
@@ -57,6 +60,7 @@
 //! compute_instance = 0           # optional, 0
 //! mem_used = 1073741824          # bytes } left out: NOT_SUPPORTED
 //! mem_total = 21474836480        # bytes }
+//! gpm_sm_util = 62.5             # GPM's SM utilization % of this GPU instance between two samples
 //! [[process]]
 //! pid = 1234
 //! gpu = 0                        # index
@@ -76,5 +80,6 @@
 pub mod api;
 mod events;
 mod ffi;
+pub mod gpm;
 pub mod ret;
 pub mod state;

@@ -88,6 +88,9 @@ pub struct Gpu {
     /// Its MIG devices while MIG mode is on, by index (NVML's MIG device index).
     #[serde(default)]
     pub mig: Vec<MigDevice>,
+    /// GPM (Hopper and later): samples of it and of its GPU instances give metrics.
+    #[serde(default)]
+    pub gpm: bool,
 }
 
 /// How many MIG devices NVML says a GPU may have (the A100's and H100's 7).
@@ -105,6 +108,8 @@ pub struct MigDevice {
     pub compute_instance: u32,
     pub mem_used: Option<u64>,
     pub mem_total: Option<u64>,
+    /// GPM's SM utilization % of this GPU instance between two samples; left out: NOT_SUPPORTED.
+    pub gpm_sm_util: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

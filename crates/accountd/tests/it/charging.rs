@@ -328,3 +328,29 @@ fn an_untyped_request_pays_for_the_type_it_was_given() {
     let history = site.accountd(None, &["admin", "history", alice]).ok().stdout;
     assert!(history.contains(&format!("1 × {given} for ")), "{history}");
 }
+
+/// A job on a MIG slice, under the GRES type name Slurm's AutoDetect=nvml gives it (the test
+/// cluster's `a100_3g.20gb`), pays 3/7 of the a100 price without a `[prices]` line for the slice,
+/// and alice's history names the slice and its share.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_mig_slice_job_pays_its_share_of_its_gpu_types_price() {
+    let cluster = serial();
+    let alice = cluster.alice;
+    // 7000 per a100-hour: 3000 per hour of a 3g.20gb slice.
+    let site = Site::with_prices("", &format!("{PRICES}a100 = 7000\n"), LIVE);
+    site.accountd(None, &["tick"]).ok();
+    let job = sbatch(alice, &["--gres=gpu:a100_3g.20gb:1", "--wrap", "sleep 4"]);
+    assert_eq!(wait_finished(&job), "COMPLETED");
+    let tres = sacct(&["-j", &job, "-X", "-n", "-P", "-o", "AllocTRES"]);
+    assert!(tres.contains("gres/gpu:a100_3g.20gb=1"), "slurmdbd records the slice by its type: {tres}");
+    site.accountd(None, &["tick"]).ok();
+    let expected = cost(Tokens::whole(3000), elapsed(&job));
+    assert_eq!(balance(&site, alice), Tokens::whole(100) - expected);
+    let history = site.sbalance(Some(alice), &["--history", "10"]).ok().stdout;
+    let line = history.lines().find(|l| l.contains(&job)).unwrap_or_else(|| panic!("no job {job} in:\n{history}"));
+    assert!(line.contains("1 × a100_3g.20gb (3/7 of the a100 price)"), "{line}");
+    // config check --slurm counts the slice priced from its GPU type.
+    let check = site.accountd(None, &["config", "check", site.config.to_str().unwrap(), "--slurm"]).stdout;
+    assert!(check.contains("[prices] prices MIG slices by their GPU type: a100_3g.20gb (3/7 of a100)"), "{check}");
+}
