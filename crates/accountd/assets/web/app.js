@@ -113,6 +113,10 @@ function showUser(view) {
     ? `You spent ${idle.tokens} tokens on idle GPUs this month (${idle.per_type.map((t) => `${t.gpu_type} ${t.tokens}`).join(", ")}).`
     : "";
   $("idle").hidden = !spentIdle;
+  // The GPU energy of this month's jobs, where node agents measured it (NVML's energy counters).
+  const energy = view.energy_month;
+  $("energy").textContent = energy && energy.kwh !== null ? `Your jobs' GPUs used ${energy.kwh} kWh this month.` : "";
+  $("energy").hidden = !(energy && energy.kwh !== null);
   // Shadow mode: this user's submissions the plugins would have refused (nothing was enforced).
   const shadow = view.shadow;
   if (shadow) {
@@ -122,7 +126,7 @@ function showUser(view) {
   $("shadow-user").hidden = !shadow;
   fill("per-type", Object.entries(view.used_30d), ([gpuType, tokens]) => [[gpuType], [tokens, "num"]]);
   fill("events", view.events, (e) => [[e.at], [e.event], [e.what], [e.why]]);
-  fill("jobs", view.jobs, (j) => [[j.job], [j.last_charged], [j.gpu_types.join(", ")], [j.tokens, "num"]]);
+  fill("jobs", view.jobs, (j) => [[j.job], [j.last_charged], [j.gpu_types.join(", ")], [j.tokens, "num"], [j.kwh_month ?? "", "num"]]);
   // The account pools the viewer may see: a row per pool, its members (theirs alone for a member) under it.
   const pools = view.pools || [];
   const poolRows = pools.flatMap((p) => [

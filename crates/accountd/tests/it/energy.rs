@@ -44,11 +44,13 @@ fn a_jobs_kwh_on_its_statement_line_is_its_gpus_counter_rise() {
     std::fs::set_permissions(secret.path(), std::fs::Permissions::from_mode(0o600)).unwrap();
     let slurm = tempfile::Builder::new().prefix("gputokens-it-slurm-").tempdir().unwrap();
     slurm_stubs(slurm.path());
+    // The status page behind its proxy, for alice's page.
+    let (web, _proxy_secret) = crate::web::proxy_settings();
     let site = Site::start(
         "",
         &format!(
             "[agent]\nauth = \"token\"\ntoken_file = \"{}\"\ninterval = \"300s\"\n[http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n\
-             [slurm]\nbin_dir = \"{}\"\n",
+             [slurm]\nbin_dir = \"{}\"\n[web]\nallow_http = true\n{web}",
             secret.path().display(),
             slurm.path().display()
         ),
@@ -120,4 +122,11 @@ fn a_jobs_kwh_on_its_statement_line_is_its_gpus_counter_rise() {
     assert!(text.contains("Your jobs' GPUs used 1 kWh this month (job 4242 1 kWh)."), "{text}");
     let rows = site.sbalance(Some("alice"), &["--statement", &month, "-P", "-n"]).ok().stdout;
     assert!(rows.lines().any(|r| r.contains("|charge|") && r.split('|').nth(8) == Some("1")), "{rows}");
+
+    // Her status page: the month's kWh, and the job's.
+    let page = crate::web::page_of(&site, "alice");
+    assert_eq!(page["energy_month"]["kwh"], "1", "{page}");
+    let job = page["jobs"].as_array().unwrap().iter().find(|j| j["job"] == "4242").cloned();
+    assert_eq!(job.map(|j| j["kwh_month"].clone()), Some(serde_json::json!("1")), "{page}");
+    assert_eq!(crate::web::page_of(&site, "bob")["energy_month"]["kwh"], serde_json::Value::Null);
 }

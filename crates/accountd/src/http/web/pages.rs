@@ -9,7 +9,7 @@ use gputokens::entry::{EntryKind, FAULT_CANCEL, FAULT_REQUEUE};
 use gputokens::forecast;
 use gputokens::notify::{crossing, Event, Level};
 use gputokens::policy::Status;
-use gputokens::statement::{idle_by_type, Month};
+use gputokens::statement::{energy_total, idle_by_type, kwh, Month};
 use gputokens::time::{format_rfc3339, local_date};
 use gputokens::Tokens;
 use serde_json::{json, Value};
@@ -100,16 +100,32 @@ pub fn user_view(res: &Resources, user: &str, now: i64) -> Result<Value, String>
     }
     events.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
 
-    // This month's charges spent on idle GPUs, from the month's statement so far.
+    // This month's charges spent on idle GPUs and the GPU energy of its jobs, from the month's
+    // statement so far (energy where node agents measured it: none is null, not 0).
     let month = Month::of(local_date(now));
-    let idle = match res.ledger.statement(user, month, ledger::Issue { at: now, partial: true }) {
+    let (idle, energy) = match res.ledger.statement(user, month, ledger::Issue { at: now, partial: true }) {
         Ok(statement) => {
             let (total, per_type) = idle_by_type(&statement);
             let per_type: Vec<Value> = per_type.iter().map(|(t, v)| json!({ "gpu_type": t, "tokens": v })).collect();
-            json!({ "month": month.to_string(), "tokens": total, "per_type": per_type })
+            let by_job: BTreeMap<String, String> =
+                statement.energy.iter().map(|e| (e.job_id.clone(), kwh(e.joules))).collect();
+            let energy = json!({ "month": month.to_string(), "kwh": energy_total(&statement).map(kwh) });
+            (json!({ "month": month.to_string(), "tokens": total, "per_type": per_type }), (energy, by_job))
         }
-        Err(_) => json!({ "month": month.to_string(), "tokens": Tokens::ZERO, "per_type": [] }),
+        Err(_) => (
+            json!({ "month": month.to_string(), "tokens": Tokens::ZERO, "per_type": [] }),
+            (json!({ "month": month.to_string(), "kwh": null }), BTreeMap::new()),
+        ),
     };
+    let (energy_month, kwh_by_job) = energy;
+    let jobs: Vec<Value> = jobs
+        .into_iter()
+        .map(|mut j| {
+            let kwh = j["job"].as_str().and_then(|job| kwh_by_job.get(job)).cloned();
+            j["kwh_month"] = json!(kwh);
+            j
+        })
+        .collect();
 
     // What jobs spent (charges net of refunds), never an admin's adjustment or grant.
     let movements: Vec<forecast::Movement> =
@@ -120,6 +136,7 @@ pub fn user_view(res: &Resources, user: &str, now: i64) -> Result<Value, String>
     let page = json!({
         "schema": SCHEMA,
         "idle_month": idle,
+        "energy_month": energy_month,
         "chart": chart,
         "chart_days": CHART_DAYS,
         "jobs": jobs,
