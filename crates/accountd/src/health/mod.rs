@@ -183,8 +183,9 @@ fn ignored_xid(res: &mut Resources, state: &mut HealthState, node: &str, gpu: &G
     }
 }
 
-/// Jobs whose processes run on GPU `index` or recorded as holding it (agent), or that Slurm gave that
-/// GPU (squeue `IDX`): only plain job IDs, as they go to scontrol and scancel.
+/// Jobs whose processes run on GPU `index` (or on its MIG devices) or recorded as holding it (agent),
+/// or that Slurm gave that GPU (squeue `IDX`, where Slurm's numbering is NVML's): only plain job
+/// IDs, as they go to scontrol and scancel.
 fn jobs_on_gpu(report: &AgentReport, slurm: &Slurm, index: u32) -> BTreeSet<(String, String)> {
     let mut jobs: BTreeSet<(String, String)> = BTreeSet::new();
     let queue = slurm.squeue_json().ok().and_then(|j| squeue::queue(&j).ok()).unwrap_or_default();
@@ -197,11 +198,21 @@ fn jobs_on_gpu(report: &AgentReport, slurm: &Slurm, index: u32) -> BTreeSet<(Str
     for gpu in report.sample.gpus.iter().filter(|g| g.index == index) {
         jobs.extend(gpu.jobs.iter().map(|job| (job.clone(), user_of(job))));
     }
-    for j in queue.iter().filter(|j| j.state == "RUNNING" && j.nodes == report.node && j.gpu_indices.contains(&index)) {
+    let by_index = slurm_numbers_gpus_as_nvml(report);
+    for j in queue
+        .iter()
+        .filter(|j| by_index && j.state == "RUNNING" && j.nodes == report.node && j.gpu_indices.contains(&index))
+    {
         jobs.insert((j.job_id.clone(), j.user.clone()));
     }
     jobs.retain(|(job, _)| job_id_arg(job).inspect_err(|e| tracing::warn!("not requeued: {e}")).is_ok());
     jobs
+}
+
+/// Whether Slurm's GPU indices on the report's node are NVML's: not where a GPU is in MIG mode,
+/// whose MIG devices Slurm numbers as GPUs of their own (and every GPU after them shifted).
+fn slurm_numbers_gpus_as_nvml(report: &AgentReport) -> bool {
+    report.sample.gpus.iter().all(|g| g.mig.is_empty())
 }
 
 fn audit(res: &mut Resources, action: &str, target: &str, user: &str, reason: &str) -> AccountdResult {
@@ -214,4 +225,35 @@ fn audit(res: &mut Resources, action: &str, target: &str, user: &str, reason: &s
         dry_run: false,
     })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gputokens_node_report::{GpuSample, MigSample, NodeSample};
+
+    /// A node with a GPU in MIG mode: Slurm numbers its MIG devices as GPUs, so squeue's indices
+    /// name no NVML GPU there (a fault of GPU 1 must not requeue the job on Slurm's GPU 1, a slice
+    /// of GPU 0); the agent's records and processes say whose jobs are on it.
+    #[test]
+    fn slurms_indices_are_nvmls_only_without_mig() {
+        let mut report = AgentReport {
+            node: "gpu01".into(),
+            sample: NodeSample {
+                time: chrono::Utc::now(),
+                gpus: vec![GpuSample::empty(0), GpuSample::empty(1)],
+                processes: vec![],
+            },
+        };
+        assert!(slurm_numbers_gpus_as_nvml(&report));
+        report.sample.gpus[0].mig = vec![MigSample {
+            uuid: "MIG-a".into(),
+            profile: Some("3g.20gb".into()),
+            memory_used_bytes: None,
+            memory_total_bytes: None,
+            sm_utilization_percent: None,
+            jobs: vec!["7".into()],
+        }];
+        assert!(!slurm_numbers_gpus_as_nvml(&report));
+    }
 }
