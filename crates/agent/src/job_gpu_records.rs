@@ -82,6 +82,11 @@ pub fn holders(records: &[JobRecord], gpus: &[GpuSample]) -> Held {
                 add(held.gpus.entry(gpu.index).or_default(), &record.job);
                 continue;
             }
+            // A MIG device not in the sample names no GPU: its index is Slurm's, which counts MIG
+            // devices, not NVML's.
+            if uuid.is_some_and(|u| u.starts_with("MIG-")) {
+                continue;
+            }
             let by_uuid = uuid.and_then(|uuid| gpus.iter().find(|g| g.uuid.as_deref() == Some(uuid)));
             let gpu = by_uuid.map(|g| g.index).unwrap_or(index);
             add(held.gpus.entry(gpu).or_default(), &record.job);
@@ -159,6 +164,9 @@ mod tests {
         assert_eq!(held.gpus.get(&1), Some(&vec!["7".to_string(), "8".to_string()]));
         assert_eq!(held.gpus.get(&0), Some(&vec!["9".to_string()]));
         assert_eq!(held.gpus.len(), 2);
+        // A MIG UUID the sample lacks: its index (Slurm's) is no NVML GPU's.
+        let held = holders(&[record("10", 0, "MIG-gone")], &gpus);
+        assert_eq!(held, Held::default());
     }
 
     #[test]

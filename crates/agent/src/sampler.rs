@@ -28,6 +28,9 @@ pub struct Sampler<'n> {
     no_events: HashSet<u32>,
     /// uuid and name last read per index, to name a GPU that has fallen off the bus.
     known: HashMap<u32, (String, String)>,
+    /// The MIG devices last read per index, so that a GPU in MIG mode that has fallen off the bus
+    /// still holds its slices' jobs (its fault is theirs).
+    known_slices: HashMap<u32, Vec<MigSample>>,
     /// Timestamp of the newest utilization sample seen per GPU, so each sample covers only new ones.
     last_util: HashMap<u32, u64>,
     /// The last GPM sample of each MIG device (by UUID) on a GPU with GPM: the next one's SM
@@ -46,6 +49,7 @@ impl<'n> Sampler<'n> {
             events: HashMap::new(),
             no_events: HashSet::new(),
             known: HashMap::new(),
+            known_slices: HashMap::new(),
             last_util: HashMap::new(),
             gpm: HashMap::new(),
             jobs: jobs::JobCache::default(),
@@ -116,6 +120,18 @@ impl<'n> Sampler<'n> {
             }
         };
         gpu.xids = self.drain(index, &mut gpu.health);
+        match (&gpu.health, gpu.mig.is_empty()) {
+            (GpuHealth::Lost, true) => {
+                let remembered = self.known_slices.get(&index).cloned().unwrap_or_default();
+                gpu.mig = remembered.into_iter().map(|m| MigSample { sm_utilization_percent: None, ..m }).collect();
+            }
+            (_, false) => {
+                self.known_slices.insert(index, gpu.mig.clone());
+            }
+            (_, true) => {
+                self.known_slices.remove(&index);
+            }
+        }
         match (&gpu.uuid, &gpu.name) {
             (Some(uuid), Some(name)) => {
                 self.known.insert(index, (uuid.clone(), name.clone()));
@@ -163,16 +179,28 @@ impl<'n> Sampler<'n> {
         // Asked quietly: a GPU without GPM (before Hopper) says nothing about its health.
         let gpm = device.gpm_support().unwrap_or(false);
         let slots = read(h, device.mig_device_count()).unwrap_or(0);
-        let mut slices = Vec::new();
+        let mut devices = Vec::new();
         for slot in 0..slots {
             // An index no MIG device has is NOT_FOUND: a GPU's instances need not be numbered densely.
             let Some(mig) = read(h, device.mig_device_by_index(slot)) else { continue };
             let Some(uuid) = read(h, mig.uuid()) else { continue };
+            let instance = if gpm { crate::nvml_raw::gpu_instance_id(self.nvml, &mig).ok() } else { None };
+            devices.push((mig, uuid, instance));
+        }
+        // GPM measures a GPU instance: its figure is a MIG device's only where the instance holds
+        // no other (one split into compute instances leaves their jobs unmeasured).
+        let alone = |instance: u32| devices.iter().filter(|(_, _, i)| *i == Some(instance)).count() == 1;
+        let measured: Vec<Option<u32>> = devices.iter().map(|(_, _, i)| i.filter(|&i| alone(i))).collect();
+        let mut slices = Vec::new();
+        for ((mig, uuid, _), instance) in devices.into_iter().zip(measured) {
             let name = read(h, mig.name());
             let memory = read(h, mig.memory_info());
-            let sm_utilization_percent = match gpm {
-                true => self.gpm_sm_util(device, &mig, &uuid),
-                false => None,
+            let sm_utilization_percent = match instance {
+                Some(instance) => self.gpm_sm_util(device, instance, &uuid),
+                None => {
+                    self.gpm.remove(&uuid);
+                    None
+                }
             };
             let slice = MigSample {
                 uuid,
@@ -190,8 +218,7 @@ impl<'n> Sampler<'n> {
 
     /// The MIG device's SM utilization by GPM since its previous sample (none at its first, or where
     /// GPM does not answer: then its jobs are unmeasured).
-    fn gpm_sm_util(&mut self, device: &Device<'n>, mig: &Device<'n>, uuid: &str) -> Option<u32> {
-        let instance = crate::nvml_raw::gpu_instance_id(self.nvml, mig).ok()?;
+    fn gpm_sm_util(&mut self, device: &Device<'n>, instance: u32, uuid: &str) -> Option<u32> {
         let Ok(now) = device.gpm_mig_sample(instance) else {
             self.gpm.remove(uuid);
             return None;

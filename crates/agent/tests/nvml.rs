@@ -393,3 +393,59 @@ fn mig_devices_their_processes_and_jobs() {
     assert_eq!((jobs["30"].percent, jobs["30"].memory_bytes), (None, 0), "unmeasured: an idle slice is not told idle");
     assert_eq!(jobs["31"].percent, Some(40.0), "the whole GPU: its own figure");
 }
+
+/// A GPU instance split into two compute instances: GPM measures the instance, so neither MIG
+/// device's job gets its figure. And a GPU in MIG mode that falls off the bus still holds its
+/// slices' jobs (from the slices last seen), so its fault is theirs.
+#[test]
+fn gpm_is_a_slices_only_alone_and_a_lost_mig_gpu_keeps_its_slices_jobs() {
+    let fx = fixture();
+    let state = |lost: bool| {
+        format!(
+            r#"
+            [[gpu]]
+            uuid = "GPU-h100"
+            name = "NVIDIA H100 80GB HBM3"
+            lost = {lost}
+            mig_mode = true
+            gpm = true
+            [[gpu.mig]]
+            uuid = "MIG-aaaa"
+            profile = "1c.3g.40gb"
+            gpu_instance = 2
+            compute_instance = 0
+            gpm_sm_util = 90.0
+            [[gpu.mig]]
+            uuid = "MIG-bbbb"
+            profile = "1c.3g.40gb"
+            gpu_instance = 2
+            compute_instance = 1
+            gpm_sm_util = 90.0
+            [[gpu.mig]]
+            uuid = "MIG-cccc"
+            profile = "3g.40gb"
+            gpu_instance = 3
+            gpm_sm_util = 15.0
+            "#
+        )
+    };
+    fx.write(&state(false));
+    let records = tempfile::tempdir().unwrap();
+    for (job, uuid) in [("41", "MIG-aaaa"), ("42", "MIG-bbbb"), ("43", "MIG-cccc")] {
+        std::fs::write(records.path().join(job), format!("gpus=0\nuuids={uuid}\n")).unwrap();
+    }
+    let options = NvmlOptions { jobs_dir: records.path().to_owned(), ..NvmlOptions::with_lib_path(fake_lib()) };
+    let mut source = NvmlSource::open(options).unwrap_or_else(|e| panic!("{e}"));
+    source.sample().unwrap();
+    let sample = source.sample().unwrap();
+    let gpm: Vec<Option<u32>> = sample.gpus[0].mig.iter().map(|m| m.sm_utilization_percent).collect();
+    assert_eq!(gpm, [None, None, Some(15)], "a GPU instance of two compute instances measures neither");
+    let jobs = gputokens_node_report::job_use::job_use(&sample);
+    assert_eq!((jobs["41"].percent, jobs["42"].percent, jobs["43"].percent), (None, None, Some(15.0)));
+
+    fx.write(&state(true));
+    let lost = source.sample().unwrap();
+    assert_eq!(lost.gpus[0].health, GpuHealth::Lost);
+    assert_eq!(lost.gpus[0].jobs, ["41", "42", "43"], "its slices' jobs, from the slices last seen");
+    assert_eq!(lost.gpus[0].mig.len(), 3);
+}

@@ -65,12 +65,28 @@ impl PriceTable {
     /// is never cheaper than its share); None when `gpu_type` is no slice or its GPU type has no price.
     fn slice_price(&self, gpu_type: &str) -> Option<(Share, Tokens)> {
         let slice = mig::parse(gpu_type)?;
-        let whole = i128::from(self.price(slice.parent)?.micro());
+        let whole = i128::from(self.price(self.slice_parent_line(gpu_type)?)?.micro());
         let Share { slices, of } = slice.share;
         let scaled = whole * i128::from(slices);
         let micro = scaled.div_euclid(i128::from(of)) + i128::from(scaled.rem_euclid(i128::from(of)) != 0);
         // At most the whole price (slices <= of): fits.
         Some((slice.share, Tokens::from_micro(micro as i64)))
+    }
+
+    /// The `[prices]` line a MIG slice type without one of its own is priced from: its GPU type's
+    /// (`a100` for `a100_3g.20gb`), else the one listed type that is a word of it (`a100` for
+    /// Slurm's `nvidia_a100_3g.20gb`); None when neither is listed (or several words are).
+    pub fn slice_parent_line<'a>(&'a self, gpu_type: &'a str) -> Option<&'a str> {
+        let parent = mig::parse(gpu_type)?.parent;
+        if self.price(parent).is_some() {
+            return Some(parent);
+        }
+        let lower = parent.to_ascii_lowercase();
+        let mut listed = lower.split(|c: char| !c.is_ascii_alphanumeric()).filter_map(|w| self.prices.get_key_value(w));
+        match (listed.next(), listed.next()) {
+            (Some((line, _)), None) => Some(line.as_str()),
+            _ => None,
+        }
     }
 
     fn unlisted_price(&self) -> Tokens {
@@ -232,6 +248,24 @@ mod tests {
         assert_eq!(t.applied("a100_9g.80gb"), unpriced, "no slice of an a100");
         assert_eq!(seed().applied("h100_3g.40gb").per_gpu_hour, Tokens::whole(4), "the highest listed");
         assert_eq!(t.price("a100_3g.20gb"), None, "listed prices are the lines themselves");
+    }
+
+    /// Slurm's AutoDetect names a slice after NVML's name of its GPU (`nvidia_a100_3g.20gb`): the
+    /// one listed type among that name's words prices it; two such words price it at neither.
+    #[test]
+    fn a_slice_of_a_gpu_named_by_its_full_name_is_priced_by_the_listed_word() {
+        let mut prices = BTreeMap::new();
+        prices.insert("a100".to_string(), Tokens::whole(7));
+        let t = PriceTable::new(prices.clone(), None);
+        assert_eq!(t.slice_parent_line("nvidia_a100_3g.20gb"), Some("a100"));
+        assert_eq!(t.slice_parent_line("a100_3g.20gb"), Some("a100"));
+        let applied = t.applied("nvidia_a100_3g.20gb");
+        assert_eq!((applied.per_gpu_hour, applied.listed), (Tokens::whole(3), true));
+        assert_eq!(t.slice_parent_line("nvidia_h100_3g.40gb"), None, "no h100 line");
+        prices.insert("nvidia".to_string(), Tokens::whole(1));
+        let two = PriceTable::new(prices, None);
+        assert_eq!(two.slice_parent_line("nvidia_a100_3g.20gb"), None, "two words listed: neither");
+        assert!(!two.applied("nvidia_a100_3g.20gb").listed);
     }
 
     #[test]

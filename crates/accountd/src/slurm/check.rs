@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use gputokens::config::admission::Deprioritize;
-use gputokens::mig;
 use gputokens::Config;
 
 use crate::slurm::check_pools::{self, AccountFacts};
@@ -182,7 +181,7 @@ fn prices(config: &Config, facts: &SlurmFacts) -> Vec<Finding> {
     let mut out = Vec::new();
     let from_parent: Vec<String> = types
         .iter()
-        .filter_map(|t| Some((t, config.prices.applied(t).slice?, mig::parse(t)?.parent)))
+        .filter_map(|t| Some((t, config.prices.applied(t).slice?, config.prices.slice_parent_line(t)?)))
         .map(|(t, share, parent)| format!("{t} ({}/{} of {parent})", share.slices, share.of))
         .collect();
     if !from_parent.is_empty() {
@@ -202,7 +201,7 @@ fn prices(config: &Config, facts: &SlurmFacts) -> Vec<Finding> {
     }
     // A type whose MIG slices the nodes have is in use, whole GPUs of it or not.
     let sliced: BTreeSet<String> =
-        types.iter().filter_map(|t| mig::parse(t)).map(|s| s.parent.to_ascii_lowercase()).collect();
+        types.iter().filter_map(|t| config.prices.slice_parent_line(t)).map(str::to_ascii_lowercase).collect();
     let unused: Vec<&str> =
         config.prices.listed_types().filter(|t| !types.contains(t) && !sliced.contains(*t)).collect();
     if !unused.is_empty() {
