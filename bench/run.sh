@@ -72,7 +72,7 @@ figure scale "scale: submit p99, quiet" "µs" "$(sed -n 's/^job_submit quiet: .*
 figure scale "scale: submit p99, during reloads" "µs" \
   "$(sed -n 's/^job_submit during reloads: .* p99 \([^,]*\),.*/\1/p' "$out/scale" | us)"
 
-run agent "cargo build --release --locked -q -p accountd -p fake-nvml && bash bench/agent.sh"
+run agent "cargo build --release --locked -q -p accountd -p gputokens-agent -p fake-nvml && bash bench/agent.sh"
 figure agent "agent: CPU per sample" "ms" "$(sed -n 's/^CPU per sample: \([0-9.]*\) ms.*/\1/p' "$out/agent")"
 figure agent "agent: peak resident" "MB" "$(sed -n 's/^resident: peak \([0-9.]*\) MB.*/\1/p' "$out/agent")"
 

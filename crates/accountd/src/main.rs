@@ -89,6 +89,7 @@ fn run(cli: Cli) -> AccountdResult {
             Ok(())
         }
         Command::Admin(command) => admin::run(&Config::load(&path)?, command),
+        Command::Agent { args } => run_agent(cli.config.as_deref(), &args),
         Command::Serve => serve(&path, trusted_config(&path)?),
         Command::Tick { time, skip_charge, wait } => {
             let mut cycle = CycleState::new(Resources::open_as_admin(trusted_config(&path)?)?);
@@ -120,6 +121,28 @@ fn run(cli: Cli) -> AccountdResult {
             Ok(())
         }
     }
+}
+
+/// `accountd agent ARGS…` of 0.1.0: `gputokens-agent ARGS…`, the program beside this one (both in
+/// /usr/bin), in place of this process.
+fn run_agent(config: Option<&std::path::Path>, args: &[std::ffi::OsString]) -> AccountdResult {
+    use std::os::unix::process::CommandExt;
+    let beside = std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.join("gputokens-agent")));
+    let program = beside.filter(|p| p.is_file()).unwrap_or_else(|| "gputokens-agent".into());
+    tracing::warn!(
+        "`accountd agent` is now `gputokens-agent` (package gputokens-agent): running {}; change the unit or \
+         script that runs `accountd agent`",
+        program.display()
+    );
+    let mut command = std::process::Command::new(&program);
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
+    let e = command.args(args).exec();
+    Err(AccountdError::Refused(format!(
+        "cannot run {} ({e}): the node agent is the gputokens-agent package since 0.2.0; install it",
+        program.display()
+    )))
 }
 
 /// The config of a command that acts on it (serve, tick, charge): refused when users other

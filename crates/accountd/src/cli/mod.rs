@@ -59,6 +59,13 @@ pub enum Command {
     /// Change balances and read histories (root, the SlurmUser and configured admins only).
     #[command(subcommand)]
     Admin(AdminCommand),
+    /// Before 0.2.0 the node agent: now `gputokens-agent` (its own package), which this runs with
+    /// the same arguments, so that a unit or script of 0.1.0 keeps working through the upgrade.
+    #[command(hide = true)]
+    Agent {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -314,10 +314,11 @@ fn an_untyped_request_pays_for_the_type_it_was_given() {
     let job = sbatch(alice, &["--gpus=1", "--wrap", "sleep 2"]);
     wait_finished(&job);
     let tres = sacct(&["-j", &job, "-X", "-n", "-P", "-o", "AllocTRES"]);
-    let given = ["rtx2080", "rtx3090", "a6000"]
+    let given = ["rtx2080", "rtx3090", "a6000", "a100_3g.20gb"]
         .into_iter()
         .find(|t| tres.contains(&format!("gres/gpu:{t}=1")))
         .unwrap_or_else(|| panic!("no typed GPU in AllocTRES: {tres}"));
+    // A MIG slice: no a100 line prices it here, so the highest price.
     let price = match given {
         "rtx2080" => 1800,
         "rtx3090" => 900,
