@@ -77,13 +77,16 @@ fn a_jobs_kwh_on_its_statement_line_is_its_gpus_counter_rise() {
     for step in 0..4u64 {
         let state = site.file("nvml-state.toml", &one_gpu(start_mj + step * 1_200_000_000));
         // The first report as a unit of 0.1.0 ran the agent, `accountd agent`: it runs gputokens-agent.
-        let out = match step {
-            0 => Command::new(bin("accountd")).args(["--config", &agent_config, "agent", "--node", "vm", "--once"]),
-            _ => Command::new(bin("gputokens-agent")).args(["--config", &agent_config, "--node", "vm", "--once"]),
+        let mut agent = match step {
+            0 => Command::new(bin("accountd")),
+            _ => Command::new(bin("gputokens-agent")),
+        };
+        if step == 0 {
+            agent.args(["--config", &agent_config, "agent"]);
+        } else {
+            agent.args(["--config", &agent_config]);
         }
-        .env("FAKE_NVML_STATE", &state)
-        .output()
-        .unwrap();
+        let out = agent.args(["--node", "vm", "--once"]).env("FAKE_NVML_STATE", &state).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "agent: {stderr}");
         assert_eq!(step == 0, stderr.contains("`accountd agent` is now `gputokens-agent`"), "{stderr}");
