@@ -58,7 +58,7 @@ listen = "127.0.0.1:$HTTP_PORT"
 [preemption]
 enabled = false
 [slurm]
-# accountd is this script's alone: it must not read the cluster's jobs.
+# accountd is this script's alone: it must not read the cluster's jobs (stubs below).
 bin_dir = "$DIR/no-slurm"
 [agent]
 report_to = "http://127.0.0.1:$HTTP_PORT"
@@ -102,6 +102,21 @@ mkdir -p "$DIR/jobs"
     done
   done
 } > "$DIR/state.toml"
+
+# Slurm as far as accountd's report gate asks it: node benchnode at 127.0.0.1, running the recorded
+# jobs (alice's). accountd is this script's alone: it reads no real cluster.
+mkdir -p "$DIR/no-slurm"
+cat > "$DIR/no-slurm/slurm-stub" <<STUB
+#!/bin/sh
+case "\$(basename "\$0") \$*" in
+  "sinfo "*) echo "benchnode|127.0.0.1|localhost" ;;
+  "squeue "*"-w benchnode"*) ls "$DIR/jobs" ;;
+  "squeue "*"-j "*) echo alice ;;
+  *) echo "no Slurm here (bench stub): \$0 \$*" >&2; exit 1 ;;
+esac
+STUB
+chmod 755 "$DIR/no-slurm/slurm-stub"
+for name in sinfo squeue; do ln -s slurm-stub "$DIR/no-slurm/$name"; done
 
 "$BIN/accountd" --config "$DIR/gputokens.toml" serve 2> "$DIR/serve.log" &
 SERVE=$!

@@ -36,6 +36,9 @@ pub struct Sampler<'n> {
     /// The last GPM sample of each MIG device (by UUID) on a GPU with GPM: the next one's SM
     /// utilization is taken between the two.
     gpm: HashMap<String, GpmSample<'n>>,
+    /// What a MIG device's UUID says for as long as it exists: its profile and GPU instance (read
+    /// once per device, not every sample).
+    mig_identity: HashMap<String, MigIdentity>,
     jobs: jobs::JobCache,
     records: job_gpu_records::RecordCache,
 }
@@ -52,6 +55,7 @@ impl<'n> Sampler<'n> {
             known_slices: HashMap::new(),
             last_util: HashMap::new(),
             gpm: HashMap::new(),
+            mig_identity: HashMap::new(),
             jobs: jobs::JobCache::default(),
             records: job_gpu_records::RecordCache::default(),
         }
@@ -89,6 +93,7 @@ impl<'n> Sampler<'n> {
         // A MIG device that is gone (its GPU left MIG mode, or was split again) keeps no sample.
         let slices: HashSet<&str> = gpus.iter().flat_map(|g| g.mig.iter().map(|m| m.uuid.as_str())).collect();
         self.gpm.retain(|uuid, _| slices.contains(uuid.as_str()));
+        self.mig_identity.retain(|uuid, _| slices.contains(uuid.as_str()));
         Ok(NodeSample { time: chrono::Utc::now(), gpus, processes })
     }
 
@@ -184,16 +189,28 @@ impl<'n> Sampler<'n> {
             // An index no MIG device has is NOT_FOUND: a GPU's instances need not be numbered densely.
             let Some(mig) = read(h, device.mig_device_by_index(slot)) else { continue };
             let Some(uuid) = read(h, mig.uuid()) else { continue };
-            let instance = if gpm { crate::nvml_raw::gpu_instance_id(self.nvml, &mig).ok() } else { None };
-            devices.push((mig, uuid, instance));
+            let identity = match self.mig_identity.get(&uuid) {
+                Some(known) => known.clone(),
+                None => {
+                    let profile = read(h, mig.name()).as_deref().and_then(map::mig_profile);
+                    let instance = crate::nvml_raw::gpu_instance_id(self.nvml, &mig).ok();
+                    let identity = MigIdentity { profile, instance };
+                    // Kept only once NVML named it: a failed read is asked again next sample.
+                    if identity.profile.is_some() && identity.instance.is_some() {
+                        self.mig_identity.insert(uuid.clone(), identity.clone());
+                    }
+                    identity
+                }
+            };
+            devices.push((mig, uuid, identity));
         }
         // GPM measures a GPU instance: its figure is a MIG device's only where the instance holds
         // no other (one split into compute instances leaves their jobs unmeasured).
-        let alone = |instance: u32| devices.iter().filter(|(_, _, i)| *i == Some(instance)).count() == 1;
-        let measured: Vec<Option<u32>> = devices.iter().map(|(_, _, i)| i.filter(|&i| alone(i))).collect();
+        let alone = |instance: u32| devices.iter().filter(|(_, _, d)| d.instance == Some(instance)).count() == 1;
+        let measured: Vec<Option<u32>> =
+            devices.iter().map(|(_, _, d)| d.instance.filter(|&i| gpm && alone(i))).collect();
         let mut slices = Vec::new();
-        for ((mig, uuid, _), instance) in devices.into_iter().zip(measured) {
-            let name = read(h, mig.name());
+        for ((mig, uuid, identity), instance) in devices.into_iter().zip(measured) {
             let memory = read(h, mig.memory_info());
             let sm_utilization_percent = match instance {
                 Some(instance) => self.gpm_sm_util(device, instance, &uuid),
@@ -204,7 +221,7 @@ impl<'n> Sampler<'n> {
             };
             let slice = MigSample {
                 uuid,
-                profile: name.as_deref().and_then(map::mig_profile),
+                profile: identity.profile,
                 memory_used_bytes: memory.as_ref().map(|m| m.used),
                 memory_total_bytes: memory.as_ref().map(|m| m.total),
                 sm_utilization_percent,
@@ -269,6 +286,13 @@ impl<'n> Sampler<'n> {
         }
         Some(xids)
     }
+}
+
+/// A MIG device's profile (from NVML's name of it) and GPU instance.
+#[derive(Debug, Clone)]
+struct MigIdentity {
+    profile: Option<String>,
+    instance: Option<u32>,
 }
 
 fn metrics(device: &Device<'_>, gpu: &mut GpuSample) {
