@@ -90,6 +90,15 @@ impl AccountdError {
 
 pub type AccountdResult<T = ()> = Result<T, AccountdError>;
 
+impl From<gputokens::daemon::DaemonError> for AccountdError {
+    fn from(e: gputokens::daemon::DaemonError) -> Self {
+        match e {
+            gputokens::daemon::DaemonError::Refused(why) => AccountdError::Refused(why),
+            gputokens::daemon::DaemonError::Failed(why) => AccountdError::Failed(why),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,14 +112,5 @@ mod tests {
         assert_eq!(AccountdError::Client(ClientError::Internal("down".into())).fault(), Fault::System);
         let io = AccountdError::io("cannot listen on x")(std::io::Error::other("busy"));
         assert_eq!((io.fault(), io.to_string().as_str()), (Fault::System, "cannot listen on x: busy"));
-    }
-}
-
-impl From<gputokens::daemon::DaemonError> for AccountdError {
-    fn from(e: gputokens::daemon::DaemonError) -> Self {
-        match e {
-            gputokens::daemon::DaemonError::Refused(why) => AccountdError::Refused(why),
-            gputokens::daemon::DaemonError::Failed(why) => AccountdError::Failed(why),
-        }
     }
 }

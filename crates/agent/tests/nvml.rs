@@ -368,16 +368,16 @@ fn mig_devices_their_processes_and_jobs() {
     let a100 = &sample.gpus[0];
     assert_eq!(a100.health, GpuHealth::Ok);
     assert_eq!(a100.jobs, ["29", "30"], "the GPU holds its slices' jobs");
-    let slices: Vec<(&str, Option<&str>, Option<u64>, Vec<String>)> = a100
+    let slices: Vec<String> = a100
         .mig
         .iter()
-        .map(|m| (m.uuid.as_str(), m.profile.as_deref(), m.memory_total_bytes, m.jobs.clone()))
+        .map(|m| format!("{} {:?} {:?} {:?}", m.uuid, m.profile, m.memory_total_bytes, m.jobs))
         .collect();
     assert_eq!(
         slices,
         [
-            ("MIG-11111111-2222-3333-4444-555555555555", Some("3g.20gb"), Some(20000), vec!["29".to_string()]),
-            ("MIG-66666666-7777-8888-9999-000000000000", Some("2g.10gb"), Some(10000), vec!["30".to_string()]),
+            r#"MIG-11111111-2222-3333-4444-555555555555 Some("3g.20gb") Some(20000) ["29"]"#,
+            r#"MIG-66666666-7777-8888-9999-000000000000 Some("2g.10gb") Some(10000) ["30"]"#,
         ]
     );
     assert!(sample.gpus[1].mig.is_empty() && sample.gpus[1].jobs == ["31"]);
