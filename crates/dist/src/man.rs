@@ -125,7 +125,7 @@ mod tests {
         let cli = <accountd::cli::Cli as clap::CommandFactory>::command();
         write_pages(cli.clone(), "2026-11-30", &dir).unwrap();
         let version = accountd::version();
-        for sub in cli.get_subcommands().map(|s| s.get_name().to_string()) {
+        for sub in cli.get_subcommands().filter(|s| !s.is_hide_set()).map(|s| s.get_name().to_string()) {
             let section = section_of(&format!("accountd-{sub}"));
             let page = std::fs::read_to_string(dir.join(format!("accountd-{sub}.{section}"))).unwrap();
             let title = format!(".TH accountd-{sub} {section} 2026-11-30 \"gputokens {version}\" gputokens");
