@@ -265,7 +265,8 @@ mod tests {
         assert_eq!(fini(), SUCCESS);
         assert_eq!(submit(0, Some("gres:gpu:1")).0, SUCCESS, "after fini: nothing to decide from");
         let log = stand_ins::LOG.lock().unwrap().join("\n");
-        assert!(log.contains("info: gputokens: job_submit/gputokens 0.1.0 (built for Slurm"), "{log}");
+        let started = format!("info: gputokens: job_submit/gputokens {} (built for Slurm", env!("CARGO_PKG_VERSION"));
+        assert!(log.contains(&started), "{log}");
         assert!(log.contains("info: gputokens: refused a GPU job of root (uid 0)"), "{log}");
     }
 
