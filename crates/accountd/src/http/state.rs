@@ -7,9 +7,9 @@ use crate::answering::{self, Shared};
 use crate::error::{AccountdError, AccountdResult};
 use crate::slurm::Slurm;
 
-use super::auth;
 use super::report_gate::ReportGate;
 use super::reports::ReportState;
+use gputokens_node_report::auth;
 
 /// Agent reports (and their MUNGE decodes) checked at once; more are told to come back.
 pub(super) const REPORTS_AT_ONCE: usize = 16;

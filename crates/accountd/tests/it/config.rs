@@ -141,17 +141,25 @@ fn systemd_units_run_installed_commands() {
         install.contains("install -m 755 target/release/accountd target/release/static/sbalance /usr/bin/"),
         "docs/install.md no longer installs accountd into /usr/bin"
     );
+    assert!(
+        install.contains("install -m 755 target/release/gputokens-agent /usr/bin/"),
+        "docs/install.md no longer installs gputokens-agent into /usr/bin"
+    );
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../slurm-conf/systemd");
     let mut commands = 0;
-    for unit in ["gputokens-accountd.service", "gputokens-agent.service", "gputokens-backup.service"] {
+    for (unit, program) in [
+        ("gputokens-accountd.service", "accountd"),
+        ("gputokens-agent.service", "gputokens-agent"),
+        ("gputokens-backup.service", "accountd"),
+    ] {
         let text = std::fs::read_to_string(format!("{dir}/{unit}")).unwrap();
         for line in text.lines().filter(|l| l.starts_with("ExecStart")) {
             let command = line.split_once('=').unwrap().1;
             let mut argv = command.split_whitespace();
-            assert_eq!(argv.next(), Some("/usr/bin/accountd"), "{unit}: {line}");
+            assert_eq!(argv.next(), Some(format!("/usr/bin/{program}").as_str()), "{unit}: {line}");
             let args: Vec<&str> = argv.chain(["--help"]).collect();
-            let out = run_as(None, &bin("accountd"), &args);
-            assert_eq!(out.code, 0, "{unit}: `accountd {}` is not a command: {}", args.join(" "), out.stderr);
+            let out = run_as(None, &bin(program), &args);
+            assert_eq!(out.code, 0, "{unit}: `{program} {}` is not a command: {}", args.join(" "), out.stderr);
             commands += 1;
         }
     }
