@@ -33,15 +33,24 @@ pub const MAX_CONNECTIONS: usize = 1024;
 pub const MAX_CONNECTIONS_PER_USER: usize = 32;
 
 /// Binds `path` (replacing a stale socket) so that every local user can connect: who they are is
-/// checked per request.
+/// checked per request. Bound and listening under a temporary name first, then renamed into place:
+/// the socket appears only once it accepts (a client that sees it is never refused), and a stale
+/// one is replaced in one step.
 pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     make_socket_dir(path)?;
-    match std::fs::remove_file(path) {
+    // Short, in the same directory: no longer than a socket path may be where `path` is.
+    let temporary = path.with_file_name(format!(".{:x}", std::process::id()));
+    match std::fs::remove_file(&temporary) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
-    let listener = UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+    let listener = UnixListener::bind(&temporary)?;
+    let placed = std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o666))
+        .and_then(|()| std::fs::rename(&temporary, path));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&temporary);
+        return Err(e);
+    }
     Ok(listener)
 }
 
@@ -238,3 +247,27 @@ async fn answer(answering: Shared, uid: u32, request: Request) -> Reply {
 }
 #[cfg(test)]
 mod pool_tests;
+
+#[cfg(test)]
+mod bind_tests {
+    use super::*;
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+
+    /// The socket appears in place of a stale one already listening, open to every user, and no
+    /// temporary name is left beside it.
+    #[tokio::test]
+    async fn the_socket_appears_listening_in_place_of_a_stale_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run/accountd.sock");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "stale").unwrap();
+        let _listener = bind(&path).unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert!(meta.file_type().is_socket());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o666);
+        std::os::unix::net::UnixStream::connect(&path).expect("it accepts at once");
+        let names: Vec<_> =
+            std::fs::read_dir(path.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["accountd.sock"]);
+    }
+}
