@@ -197,6 +197,17 @@ control_files() {
   fi
 }
 
+# reload_units_scripts: postinst and postrm of $tree, so that systemd re-reads the units the package
+# adds, changes or removes (it enables and starts none).
+reload_units_scripts() {
+  local script
+  for script in postinst postrm; do
+    printf '#!/bin/sh\nset -e\nif [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi\n' \
+      > "$tree/DEBIAN/$script"
+    chmod 755 "$tree/DEBIAN/$script"
+  done
+}
+
 # -- gputokens
 tree=$WORK/gputokens
 put 755 "$accountd" "$sbalance" usr/bin
@@ -234,12 +245,7 @@ Description: per-user GPU token bucket for Slurm: accountd and sbalance
  starts: on the controller, systemctl enable --now gputokens-accountd. GPU
  nodes install gputokens-agent.
 EOF
-# systemd re-reads the units the package adds, changes or removes (it enables and starts none).
-for script in postinst postrm; do
-  printf '#!/bin/sh\nset -e\nif [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi\n' \
-    > "$tree/DEBIAN/$script"
-  chmod 755 "$tree/DEBIAN/$script"
-done
+reload_units_scripts
 
 # -- gputokens-agent
 tree=$WORK/gputokens-agent
@@ -269,11 +275,7 @@ Description: gputokens node agent: GPU use and health of a Slurm node for accoun
  it does slurm.conf. The unit gputokens-agent is neither enabled nor started:
  systemctl enable --now gputokens-agent.
 EOF
-for script in postinst postrm; do
-  printf '#!/bin/sh\nset -e\nif [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi\n' \
-    > "$tree/DEBIAN/$script"
-  chmod 755 "$tree/DEBIAN/$script"
-done
+reload_units_scripts
 
 # -- gputokens-slurm-plugins
 tree=$WORK/gputokens-slurm-plugins

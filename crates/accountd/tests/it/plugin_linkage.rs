@@ -49,19 +49,25 @@ fn neither_plugin_links_sqlite() {
     }
 }
 
+/// The lines of `cargo tree` of `package`'s normal dependencies, itself among them.
+fn normal_dependencies(package: &str) -> Vec<String> {
+    let out = Command::new(env!("CARGO"))
+        .args(["tree", "--offline", "--edges", "normal", "--prefix", "none", "--package", package])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo tree");
+    assert!(out.status.success(), "cargo tree -p {package}: {}", String::from_utf8_lossy(&out.stderr));
+    let tree: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
+    assert!(tree.iter().any(|l| l.starts_with(package)), "cargo tree -p {package} printed {tree:?}");
+    tree
+}
+
 /// Also the source of the problem, even where the linker would drop the unused code: no normal
 /// dependency of a plugin is the ledger, rusqlite or libsqlite3-sys.
 #[test]
 fn neither_plugin_depends_on_sqlite() {
     for package in PLUGIN_PACKAGES {
-        let out = Command::new(env!("CARGO"))
-            .args(["tree", "--offline", "--edges", "normal", "--prefix", "none", "--package", package])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .expect("cargo tree");
-        assert!(out.status.success(), "cargo tree -p {package}: {}", String::from_utf8_lossy(&out.stderr));
-        let tree: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
-        assert!(tree.iter().any(|l| l.starts_with(package)), "cargo tree -p {package} printed {tree:?}");
+        let tree = normal_dependencies(package);
         let found = mentioning_sqlite(&tree);
         let ledger: Vec<&String> = tree.iter().filter(|l| l.starts_with("ledger ")).collect();
         assert!(found.is_empty() && ledger.is_empty(), "{package} depends on SQLite: {found:?} {ledger:?}");
@@ -92,15 +98,8 @@ fn accountd_carries_no_nvml_and_the_agent_no_ledger() {
     for (package, banned) in
         [("accountd", ["nvml-wrapper ", "nvml-wrapper-sys "]), ("gputokens-agent", ["ledger ", "rusqlite "])]
     {
-        let out = Command::new(env!("CARGO"))
-            .args(["tree", "--offline", "--edges", "normal", "--prefix", "none", "--package", package])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .expect("cargo tree");
-        assert!(out.status.success(), "cargo tree -p {package}: {}", String::from_utf8_lossy(&out.stderr));
-        let tree = String::from_utf8_lossy(&out.stdout);
-        assert!(tree.lines().any(|l| l.starts_with(package)), "cargo tree -p {package} printed {tree}");
-        let found: Vec<&str> = tree.lines().filter(|l| banned.iter().any(|b| l.starts_with(b))).collect();
+        let tree = normal_dependencies(package);
+        let found: Vec<&String> = tree.iter().filter(|l| banned.iter().any(|b| l.starts_with(b))).collect();
         assert!(found.is_empty(), "{package} depends on {found:?}");
     }
 }
