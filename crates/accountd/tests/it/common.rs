@@ -185,6 +185,7 @@ impl Site {
         let serve = spawn_serve(&config, &dir.path().join("serve.log"), None);
         let site = Site { config, serve: Some(serve), dir };
         site.wait_for_socket();
+        site.wait_for_startup_check();
         site
     }
 
@@ -207,6 +208,7 @@ impl Site {
         let _ = std::fs::remove_file(self.path("run/accountd.sock"));
         self.serve = Some(spawn_serve(&self.config, &self.path("serve.log"), at));
         self.wait_for_socket();
+        self.wait_for_startup_check();
     }
 
     /// The PID of the running `accountd serve`.
@@ -224,6 +226,23 @@ impl Site {
         while !socket.exists() {
             assert!(Instant::now() < deadline, "accountd serve did not start: {}", self.log());
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Serve runs a check cycle (replenishment included) as it starts: on a site without Slurm it
+    /// ends in milliseconds, and a test's first entries must come after it, or a loaded machine
+    /// replenishes days the test put in the past (a cluster site's cycles are the test's own to wait on).
+    fn wait_for_startup_check(&self) {
+        let config = std::fs::read_to_string(&self.config).unwrap_or_default();
+        if !config.contains("/no-slurm\"") {
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.log().lines().any(|l| {
+            l.contains("check cycle (") || l.contains("check cycle failed") || l.contains("check cycle skipped")
+        }) {
+            assert!(Instant::now() < deadline, "serve's first check cycle did not end: {}", self.log());
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
