@@ -69,6 +69,8 @@ pub struct Metrics {
     pub charged: Family<UserGpuLabels, FloatCounter>,
     pub replenished: FloatCounter,
     pub jobs_charged: Counter,
+    /// Tokens charged for GPU energy (`[prices] per_kwh`), once per run whoever paid.
+    pub energy_charged: FloatCounter,
     pub cycle_seconds: Family<CycleLabels, FloatGauge>,
     pub cycle_failures: Family<CycleLabels, Counter>,
     /// Balances a cycle could not change and left for the next one, the others going on.
@@ -189,6 +191,7 @@ impl Metrics {
             charged: Family::default(),
             replenished: FloatCounter::default(),
             jobs_charged: Counter::default(),
+            energy_charged: FloatCounter::default(),
             cycle_seconds: Family::default(),
             cycle_failures: Family::default(),
             balances_skipped: Family::default(),
@@ -233,6 +236,11 @@ impl Metrics {
             "charged_tokens",
             "Tokens charged per GPU type (and user, with [http] per_user_metrics)",
             m.charged.clone(),
+        );
+        registry.register(
+            "energy_charged_tokens",
+            "Tokens charged for GPU energy ([prices] per_kwh), once per run whoever paid; in charged_tokens too",
+            m.energy_charged.clone(),
         );
         registry.register(
             "replenished_tokens",
@@ -472,6 +480,15 @@ impl Metrics {
         if skipped > 0 {
             self.records_skipped.get_or_create(&ReasonLabels { reason: "no_gpu_time".into() }).inc_by(skipped as u64);
         }
+    }
+
+    pub fn record_energy_charge(&self, charged: &ledger::EnergyCharged) {
+        for ((user, gpu_type), tokens) in &charged.by_user_type {
+            self.charged
+                .get_or_create(&UserGpuLabels { user: self.user_label(user), gpu_type: gpu_type.clone() })
+                .inc_by(tokens.as_f64());
+        }
+        self.energy_charged.inc_by(charged.tokens.as_f64());
     }
 
     pub fn record_preemption(&self, gpu_type: &str, action: &str, dry_run: bool) {

@@ -91,7 +91,16 @@ impl Entry {
     pub fn is_expiry(&self) -> bool {
         self.actor == "gputokens" && self.key.as_deref().is_some_and(|k| k.starts_with("expire:"))
     }
+
+    /// Whether this entry charges a job's GPU energy (`[prices] per_kwh`), not its GPU time: the
+    /// ledger keys those `energy:...` (a charge for GPU time has no key).
+    pub fn is_energy_charge(&self) -> bool {
+        self.kind == EntryKind::Charge && self.key.as_deref().is_some_and(|k| k.starts_with(ENERGY_KEY_PREFIX))
+    }
 }
+
+/// The key prefix of an energy charge's entry (see [`Entry::is_energy_charge`]).
+pub const ENERGY_KEY_PREFIX: &str = "energy:";
 
 /// The audit actions of a job taken off a GPU drained for a hardware fault: requeued, or cancelled
 /// where it could not be requeued. The run they end is lost to the system (`crate::refunds`).

@@ -10,11 +10,12 @@ use crate::tokens::Tokens;
 
 const SECONDS_PER_HOUR: i128 = 3600;
 
-/// Tokens per GPU-hour by lower-cased GPU type.
+/// Tokens per GPU-hour by lower-cased GPU type, and per kWh of GPU energy where priced.
 #[derive(Debug, Clone, Default)]
 pub struct PriceTable {
     prices: BTreeMap<String, Tokens>,
     default_price: Option<Tokens>,
+    per_kwh: Option<Tokens>,
 }
 
 /// The price used for a GPU type, and whether it came from `[prices]` (the type's own line, or
@@ -29,7 +30,17 @@ pub struct AppliedPrice {
 impl PriceTable {
     /// `prices` keys must already be lower-case.
     pub fn new(prices: BTreeMap<String, Tokens>, default_price: Option<Tokens>) -> Self {
-        PriceTable { prices, default_price }
+        PriceTable { prices, default_price, per_kwh: None }
+    }
+
+    /// The table with GPU energy priced at `per_kwh` tokens per kWh (`[prices] per_kwh`).
+    pub fn with_per_kwh(self, per_kwh: Option<Tokens>) -> Self {
+        PriceTable { per_kwh, ..self }
+    }
+
+    /// Tokens per kWh of a job's GPU energy; None (the default): energy is measured, never charged.
+    pub fn per_kwh(&self) -> Option<Tokens> {
+        self.per_kwh
     }
 
     /// The listed GPU types (lower-case).
@@ -137,6 +148,17 @@ fn micro_tokens(exact: i128) -> Option<Tokens> {
     i64::try_from(micro).ok().map(Tokens::from_micro)
 }
 
+const JOULES_PER_KWH: i128 = 3_600_000;
+
+/// The cost of `joules` of GPU energy at `per_kwh`, rounded up to the micro-token; None when not
+/// representable. Charged as the cost of a run's joules so far less the cost of those charged
+/// before, so the roundings of successive charges add up to the rounding of the whole.
+pub fn energy_cost(per_kwh: Tokens, joules: u64) -> Option<Tokens> {
+    let exact = i128::from(per_kwh.micro()).checked_mul(i128::from(joules))?;
+    let micro = exact.div_euclid(JOULES_PER_KWH) + i128::from(exact.rem_euclid(JOULES_PER_KWH) != 0);
+    i64::try_from(micro).ok().map(Tokens::from_micro)
+}
+
 /// The weight of a record that pays its whole price (`UsageRecord::weight_permille`).
 pub const FULL_WEIGHT_PERMILLE: u32 = 1000;
 
@@ -192,6 +214,22 @@ mod tests {
             + cost(t.applied("A6000").per_gpu_hour, 2 * 3 * h);
         assert_eq!(total, Tokens::whole(84));
         assert_eq!(Tokens::whole(100) + Tokens::whole(30) - total, Tokens::whole(46));
+    }
+
+    #[test]
+    fn energy_costs_its_kwh_rounded_up_and_successive_charges_add_up_to_the_whole() {
+        let per_kwh = Tokens::from_micro(500_000);
+        assert_eq!(energy_cost(per_kwh, 3_600_000), Some(Tokens::from_micro(500_000)));
+        // 1 J at 0.5/kWh is 0.1388… micro-tokens: 1.
+        assert_eq!(energy_cost(per_kwh, 1), Some(Tokens::from_micro(1)));
+        assert_eq!(energy_cost(per_kwh, 0), Some(Tokens::ZERO));
+        let steps = [0u64, 1, 7, 1000, 3_599_999, 3_600_000, 10_000_001];
+        let charged: i64 = steps
+            .windows(2)
+            .map(|w| (energy_cost(per_kwh, w[1]).unwrap() - energy_cost(per_kwh, w[0]).unwrap()).micro())
+            .sum();
+        assert_eq!(Tokens::from_micro(charged), energy_cost(per_kwh, 10_000_001).unwrap());
+        assert_eq!(energy_cost(Tokens::MAX, u64::MAX), None);
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub(crate) fn job_payers(tx: &Transaction<'_>, job_id: &str) -> Result<Vec<(Stri
     let mut stmt = tx.prepare_cached(
         "SELECT holder, charged FROM job_payments WHERE job_id = ?1
          UNION ALL
-         SELECT user, charged FROM job_charges c
+         SELECT user, charged + energy_charged FROM job_charges c
          WHERE job_id = ?1 AND NOT EXISTS (SELECT 1 FROM job_payments p
                                            WHERE p.job_id = ?1 AND p.run_start IN (c.segment_start, -1))",
     )?;
@@ -61,7 +61,8 @@ pub(crate) fn run_payers(
     }
     let charged: Vec<(String, i64)> = tx
         .prepare_cached(
-            "SELECT user, SUM(charged) FROM job_charges WHERE job_id = ?1 AND segment_start = ?2 GROUP BY user ORDER BY user",
+            "SELECT user, SUM(charged + energy_charged) FROM job_charges WHERE job_id = ?1 AND segment_start = ?2
+             GROUP BY user ORDER BY user",
         )?
         .query_map(params![job_id, run_start], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<Result<_, _>>()?;

@@ -8,6 +8,7 @@ mod audit;
 mod backup;
 mod charge;
 mod energy;
+mod energy_charge;
 mod error;
 mod expiries;
 mod faults;
@@ -37,6 +38,7 @@ pub use audit::REQUEUED_RUN_SLACK;
 pub use backup::{BackupError, BackupWritten};
 pub use charge::ChargeOutcome;
 pub use energy::RunEnergy;
+pub use energy_charge::{EnergyCharged, UNMATCHED_AFTER};
 pub use error::LedgerError;
 pub use expiries::ExpiringGrant;
 pub use faults::GpuFault;
@@ -132,6 +134,8 @@ impl Ledger {
     }
 }
 
+#[cfg(test)]
+mod energy_charge_tests;
 #[cfg(test)]
 mod energy_tests;
 #[cfg(test)]

@@ -40,12 +40,13 @@ fn automatic_refunds_since(tx: &rusqlite::Transaction<'_>, holder: &str, since: 
     Ok(i128::from(sum))
 }
 
-/// What job `job_id` was charged in all, every run (micro-tokens).
+/// What job `job_id` was charged in all, every run, GPU time and energy (micro-tokens).
 fn job_paid_in_all(tx: &rusqlite::Transaction<'_>, job_id: &str) -> Result<i128, LedgerError> {
-    let sum: i64 =
-        tx.query_row("SELECT COALESCE(SUM(charged), 0) FROM job_charges WHERE job_id = ?1", params![job_id], |r| {
-            r.get(0)
-        })?;
+    let sum: i64 = tx.query_row(
+        "SELECT COALESCE(SUM(charged + energy_charged), 0) FROM job_charges WHERE job_id = ?1",
+        params![job_id],
+        |r| r.get(0),
+    )?;
     Ok(i128::from(sum))
 }
 
@@ -69,7 +70,7 @@ impl Ledger {
         }
         let tx = self.conn.transaction()?;
         let run_charged: i64 = tx.query_row(
-            "SELECT COALESCE(SUM(charged), 0) FROM job_charges WHERE job_id = ?1 AND segment_start = ?2",
+            "SELECT COALESCE(SUM(charged + energy_charged), 0) FROM job_charges WHERE job_id = ?1 AND segment_start = ?2",
             params![run.job_id, run.segment_start],
             |r| r.get(0),
         )?;

@@ -265,6 +265,14 @@ const MIGRATIONS: &[&str] = &[
     // submit_time is set only when its epilog ends, so a hold taken before that is older than the
     // run's submit_time: keyed by the run, it is still this run's after an admin's release.
     "ALTER TABLE actions ADD COLUMN run INTEGER;  -- NULL: not on one run of a job (or before 17)",
+    // 18: GPU energy priced (`[prices] per_kwh`). How many of a job_energy row's joules were
+    // charged (or passed over while energy was not priced: every row from before 18 is); what a
+    // run's energy cost, kept beside what its GPU time cost (job_charges.charged), so refunds,
+    // payments and `admin verify` count both. Rows with joules left to charge are indexed apart.
+    "ALTER TABLE job_energy ADD COLUMN charged_joules INTEGER NOT NULL DEFAULT 0;
+     UPDATE job_energy SET charged_joules = joules;
+     CREATE INDEX job_energy_uncharged ON job_energy (job_id) WHERE joules > charged_joules;
+     ALTER TABLE job_charges ADD COLUMN energy_charged INTEGER NOT NULL DEFAULT 0;  -- micro-tokens",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

@@ -115,14 +115,18 @@ impl Ledger {
     }
 }
 
-/// Each job's share of idle utilization samples, read once per statement run: a charge entry's
-/// idle part goes to its GPU type's line.
+/// Each job's share of idle utilization samples, read once per statement run: a GPU-time charge
+/// entry's idle part goes to its GPU type's line.
 #[derive(Default)]
 struct IdleShares(HashMap<String, Option<(u64, u64)>>);
 
 impl IdleShares {
     fn note(&mut self, ledger: &Ledger, builder: &mut StatementBuilder, entry: &Entry) -> Result<(), LedgerError> {
         let (EntryKind::Charge, Some(job)) = (entry.kind, entry.job_id.as_deref()) else { return Ok(()) };
+        // Idle is a share of GPU time; a GPU's energy is what it used, idle or not.
+        if entry.is_energy_charge() {
+            return Ok(());
+        }
         let share = match self.0.get(job) {
             Some(share) => *share,
             None => *self.0.entry(job.to_string()).or_insert(ledger.idle_share(job)?),

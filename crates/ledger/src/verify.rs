@@ -28,7 +28,7 @@ impl Ledger {
         let entries: usize = conn.query_row("SELECT COUNT(*) FROM entries", [], |r| r.get(0))?;
 
         // One row per user known to either table: balance, sum of entries, entries, entries on the
-        // chain, charges, job_payments, usage_days.
+        // chain, charges, job_payments (or job_charges: GPU time and energy), usage_days.
         let mut stmt = conn.prepare(
             "WITH RECURSIVE
                walk(user, id) AS (
@@ -45,7 +45,7 @@ impl Ledger {
                  FROM entries GROUP BY user),
                paid AS (SELECT holder AS user, charged FROM job_payments
                       UNION ALL
-                      SELECT user, charged FROM job_charges c
+                      SELECT user, charged + energy_charged FROM job_charges c
                       WHERE NOT EXISTS (SELECT 1 FROM job_payments p
                                         WHERE p.job_id = c.job_id AND p.run_start IN (c.segment_start, -1))),
                progress AS (SELECT user, SUM(charged) AS charged FROM paid GROUP BY user),

@@ -22,6 +22,7 @@ pub fn charge(cycle: &mut CycleState, file: &Path, now: i64) -> AccountdResult<S
     let (records, rejected) = crate::cycles::rejected_records::sift(all, &file.display().to_string());
     let mut rejected: Vec<_> = parsed.rejected.iter().cloned().chain(rejected).collect();
     let outcome = cycle.res.ledger.charge(&records, &cycle.res.config.prices, now)?;
+    let energy = crate::cycles::charge::charge_energy(&mut cycle.res, now)?;
     let refunded = crate::cycles::refunds::run(&mut cycle.res, &parsed.records, &parsed.ends, now)?;
     rejected.extend(crate::cycles::rejected_records::uncountable(&outcome));
     cycle.rejected_records.note(&rejected, &cycle.res.metrics);
@@ -34,13 +35,17 @@ pub fn charge(cycle: &mut CycleState, file: &Path, now: i64) -> AccountdResult<S
     }
     Ok(format!(
         "{} records: {} charge entries, {} tokens charged, {} already charged, {} rows without GPU time skipped, \
-         {} that cannot be charged left out, {} runs lost to the system refunded",
+         {} that cannot be charged left out, {} runs lost to the system refunded{}",
         records.len(),
         outcome.entries,
         outcome.charged,
         outcome.unchanged,
         parsed.skipped,
         rejected.len(),
-        refunded
+        refunded,
+        match energy.entries {
+            0 => String::new(),
+            _ => format!("; {}", crate::cycles::charge::energy_summary(&energy)),
+        }
     ))
 }

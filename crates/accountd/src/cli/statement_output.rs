@@ -49,8 +49,8 @@ pub fn rows(s: &Statement) -> Vec<[String; 13]> {
         r[9] = line.days.map(|d| d.to_string()).unwrap_or_default();
         r[10] = line.job_id.clone().unwrap_or_default();
         r[11] = line.actor.clone().unwrap_or_default();
-        if let (Item::Charge, Some(idle)) = (line.item, line.idle) {
-            r[12] = idle_note(idle);
+        if line.item == Item::Charge {
+            r[12] = charge_note(line);
         }
         out.push(r);
     }
@@ -186,7 +186,7 @@ pub fn text(s: &Statement, header: bool) -> String {
         out += &format!("You spent {idle} tokens on idle GPUs this month ({types}).\n");
     }
     if let Some(total) = energy_total(s) {
-        out += &energy_sentence(total, &s.energy);
+        out += &energy_sentence(total, &s.energy, energy_tokens(s));
     }
     if !s.members.is_empty() {
         out += "Charged by member:\n";
@@ -201,15 +201,22 @@ pub fn text(s: &Statement, header: bool) -> String {
 /// Jobs named in the sentence on the month's GPU energy; the rest are counted.
 const ENERGY_JOBS_NAMED: usize = 5;
 
-/// `Your jobs' GPUs used 1.25 kWh this month (job 4242 1 kWh, 4243 0.25 kWh).`, the most first.
-fn energy_sentence(total: u64, jobs: &[JobEnergy]) -> String {
+/// `Your jobs' GPUs used 1.25 kWh this month (job 4242 1 kWh, 4243 0.25 kWh).`, the most first;
+/// where energy was charged, `..., charged 2.5 tokens.`
+fn energy_sentence(total: u64, jobs: &[JobEnergy], charged: Option<Tokens>) -> String {
     let mut named: Vec<String> =
         jobs.iter().take(ENERGY_JOBS_NAMED).map(|j| format!("{} {} kWh", j.job_id, kwh(j.joules))).collect();
     if jobs.len() > ENERGY_JOBS_NAMED {
         named.push(format!("{} more", jobs.len() - ENERGY_JOBS_NAMED));
     }
     let job = if jobs.len() == 1 { "job" } else { "jobs" };
-    format!("Your jobs' GPUs used {} kWh this month ({job} {}).\n", kwh(total), named.join(", "))
+    let charged = charged.map(|t| format!(", charged {t} tokens")).unwrap_or_default();
+    format!("Your jobs' GPUs used {} kWh this month ({job} {}){charged}.\n", kwh(total), named.join(", "))
+}
+
+/// What the statement's charge lines charged for GPU energy; None where nothing was.
+fn energy_tokens(s: &Statement) -> Option<Tokens> {
+    s.lines.iter().filter_map(|l| l.energy_tokens).reduce(|a, b| a.checked_add(b).unwrap_or(Tokens::MAX))
 }
 
 /// Kilowatt-hours as a JSON number, to the watt-hour as `kwh` rounds them.
@@ -219,6 +226,12 @@ fn kwh_number(joules: u64) -> f64 {
 
 fn idle_note(idle: Tokens) -> String {
     format!("{idle} of it on idle GPUs")
+}
+
+/// A charge line's note: what of it paid for GPU energy, and what was spent on idle GPUs.
+fn charge_note(l: &Line) -> String {
+    let energy = l.energy_tokens.map(|t| format!("{t} of it for energy"));
+    [energy, l.idle.map(idle_note)].into_iter().flatten().collect::<Vec<_>>().join("; ")
 }
 
 fn label(l: &Line) -> String {
@@ -250,10 +263,10 @@ fn label(l: &Line) -> String {
 }
 
 /// Who made a change by hand, and why; gputokens' own entries say nothing more than their label,
-/// but for a charge line what of it was spent on idle GPUs.
+/// but for a charge line what of it paid for energy and was spent on idle GPUs.
 fn note(l: &Line) -> String {
-    if let (Item::Charge, Some(idle)) = (l.item, l.idle) {
-        return idle_note(idle);
+    if l.item == Item::Charge {
+        return charge_note(l);
     }
     let reason = gputokens::free_text::printable(l.reason.as_deref().unwrap_or_default()).into_owned();
     match l.actor.as_deref() {

@@ -7,7 +7,7 @@ use std::fmt;
 use gputokens::config::ChargeBasis;
 use gputokens::pricing::{measured_fraction, weight_permille};
 use gputokens::slurm::{sacct, squeue};
-use ledger::{ChargeOutcome, UsageRecord};
+use ledger::{ChargeOutcome, EnergyCharged, UsageRecord};
 
 use crate::cycles::CycleState;
 use crate::cycles::{refunds, rejected_records};
@@ -41,6 +41,8 @@ pub struct ChargeSummary {
     pub refunded: usize,
     /// Runs that ended before this ledger began charging, left out (`charging_since`).
     pub before_charging: usize,
+    /// GPU energy charged (`[prices] per_kwh`), or passed over while it is not priced.
+    pub energy: EnergyCharged,
 }
 
 impl fmt::Display for ChargeSummary {
@@ -64,8 +66,33 @@ impl fmt::Display for ChargeSummary {
         for (gpu_type, secs) in &self.outcome.unlisted_types {
             write!(f, "; {secs} GPU-seconds of unpriced type '{gpu_type}'")?;
         }
+        if self.energy.entries > 0 {
+            write!(f, "; {}", energy_summary(&self.energy))?;
+        }
         Ok(())
     }
+}
+
+/// `GPU energy: 3 charge entries, 1.5 tokens for 3 kWh`, and the runs whose energy waits.
+pub fn energy_summary(e: &EnergyCharged) -> String {
+    let waiting = match e.waiting {
+        0 => String::new(),
+        n => format!(" ({n} runs' energy waits for their GPU time's first charge)"),
+    };
+    format!(
+        "GPU energy: {} charge entries, {} tokens for {} kWh{waiting}",
+        e.entries,
+        e.tokens,
+        gputokens::statement::kwh(e.joules)
+    )
+}
+
+/// Charges the GPU energy node agents reported since the last cycle (`[prices] per_kwh`; unset:
+/// passed over), after the GPU time of the runs it belongs to and before their refunds.
+pub fn charge_energy(res: &mut Resources, now: i64) -> AccountdResult<EnergyCharged> {
+    let charged = res.ledger.charge_energy(res.config.prices.per_kwh(), now)?;
+    res.metrics.record_energy_charge(&charged);
+    Ok(charged)
 }
 
 pub fn charge(cycle: &mut CycleState, slurm: &Slurm, now: i64) -> AccountdResult<ChargeSummary> {
@@ -97,6 +124,7 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, now: i64) -> AccountdResult
     }
 
     let outcome = cycle.res.ledger.charge(&records, &cycle.res.config.prices, now)?;
+    let energy = charge_energy(&mut cycle.res, now)?;
     // Slurm's times of the runs read: evidence of the real time for the check cycle.
     let ends = finished.ends.values().filter_map(|e| e.end);
     let starts = finished.records.iter().map(|r| r.segment_start).chain(running.iter().map(|j| j.start_time));
@@ -127,6 +155,7 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, now: i64) -> AccountdResult
         rejected: rejected.len(),
         refunded,
         before_charging,
+        energy,
     })
 }
 

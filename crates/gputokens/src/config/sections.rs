@@ -44,7 +44,7 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
     let user_rules = bucket(&mut top, defaults);
     let BucketRules { initial, daily, monthly, cap, floor } = user_rules;
     let default_price = top.optional("default_price", non_negative_amount);
-    let prices = top.table("prices", prices);
+    let (prices, per_kwh) = top.table("prices", prices);
     let balances_public = top.get("balances_public", false, boolean);
     let slurm_user = top.get("slurm_user", DEFAULT_SLURM_USER.to_string(), |v| {
         string(v).and_then(|s| if s.trim().is_empty() { Err("must not be empty".into()) } else { Ok(s) })
@@ -107,7 +107,7 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
         monthly,
         cap,
         floor,
-        prices: PriceTable::new(prices, default_price),
+        prices: PriceTable::new(prices, default_price).with_per_kwh(per_kwh),
         balances_public,
         slurm_user,
         paths,
@@ -163,9 +163,11 @@ fn bucket(s: &mut Section, d: BucketRules) -> BucketRules {
 }
 
 /// GPU type (lowercased) → price per GPU-hour.
-fn prices(s: &mut Section) -> BTreeMap<String, Tokens> {
+/// The GPU types' prices per GPU-hour, and `per_kwh` (GPU energy's price; no GPU type has that name).
+fn prices(s: &mut Section) -> (BTreeMap<String, Tokens>, Option<Tokens>) {
     let mut prices = BTreeMap::new();
-    let entries: Vec<_> = s.entries().collect();
+    let per_kwh = s.optional(PER_KWH, non_negative_amount).filter(|p| *p > Tokens::ZERO);
+    let entries: Vec<_> = s.entries().filter(|(key, _)| key.as_str() != PER_KWH).collect();
     for (gpu_type, value) in entries {
         match non_negative_amount(value) {
             Err(reason) => s.problem(gpu_type, dotted_type(gpu_type, value).unwrap_or(reason), "ignored"),
@@ -178,8 +180,11 @@ fn prices(s: &mut Section) -> BTreeMap<String, Tokens> {
             }
         }
     }
-    prices
+    (prices, per_kwh)
 }
+
+/// The key of `[prices]` that prices GPU energy, not a GPU type.
+const PER_KWH: &str = "per_kwh";
 
 /// An unquoted MIG type (`a100_3g.20gb = 1`) is TOML's dotted key, a table `a100_3g` holding
 /// `20gb`: the type it meant and how to write it.

@@ -115,6 +115,9 @@ pub struct Line {
     /// Charges: the GPU energy (joules) the line's jobs used in the month, where agents measured it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub energy_joules: Option<u64>,
+    /// Charges: how many of the line's tokens were charged for GPU energy (`[prices] per_kwh`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_tokens: Option<Tokens>,
 }
 
 impl Line {
@@ -131,6 +134,7 @@ impl Line {
             gpu_seconds: None,
             idle: None,
             energy_joules: None,
+            energy_tokens: None,
         }
     }
 
@@ -228,6 +232,10 @@ impl StatementBuilder {
                 };
                 let line = &mut self.charges[index];
                 line.amount = line.amount.checked_add(entry.amount).ok_or_else(out_of_range)?;
+                if entry.is_energy_charge() {
+                    let energy = line.energy_tokens.unwrap_or(Tokens::ZERO).checked_sub(entry.amount);
+                    line.energy_tokens = Some(energy.ok_or_else(out_of_range)?);
+                }
                 let seconds = line.gpu_seconds.unwrap_or(0).checked_add(entry.gpu_seconds.unwrap_or(0));
                 line.gpu_seconds = Some(seconds.ok_or_else(out_of_range)?);
             }

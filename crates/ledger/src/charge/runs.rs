@@ -58,6 +58,8 @@ struct Row<'r> {
     /// Seconds and micro-tokens charged.
     until: i64,
     charged: i64,
+    /// Micro-tokens its run's GPU energy was charged (`energy_charge`): read, never written here.
+    energy: i64,
     state: State<'r>,
     /// A new row charged whole by one entry (its user's): the entry it is written from.
     entry: Option<i64>,
@@ -195,7 +197,7 @@ impl<'tx> RunStatements<'tx> {
         prepared(self.tx, &mut self.load, || {
             let jobs: Vec<String> = (1..=CHUNK).map(|i| format!("?{i}")).collect();
             format!(
-                "SELECT job_id, run, segment_start, gpu_type, charged_until, charged FROM job_charges WHERE job_id IN ({})",
+                "SELECT job_id, run, segment_start, gpu_type, charged_until, charged, energy_charged FROM job_charges WHERE job_id IN ({})",
                 jobs.join(", ")
             )
         })
@@ -283,6 +285,7 @@ impl<'r> Runs<'r> {
                 gpu_type: Cow::Owned(row.get(3)?),
                 until: row.get(4)?,
                 charged: row.get(5)?,
+                energy: row.get(6)?,
                 state: State::Stored,
                 entry: None,
                 as_made: false,
@@ -309,12 +312,12 @@ impl<'r> Runs<'r> {
         })
     }
 
-    /// What the run of a job that started at `start` was charged so far, all GPU types (the chunk
-    /// must have been read).
+    /// What the run of a job that started at `start` was charged so far, all GPU types and its
+    /// energy (the chunk must have been read).
     pub fn charged_so_far(&self, job_id: &str, start: i64) -> Result<Tokens, LedgerError> {
         debug_assert!(self.read, "a job's charges are known only where its rows were read");
         let of_run = self.of(job_id).filter(|&i| self.rows[i].segment_start == start);
-        let sum: i128 = of_run.map(|i| i128::from(self.rows[i].charged)).sum();
+        let sum: i128 = of_run.map(|i| i128::from(self.rows[i].charged) + i128::from(self.rows[i].energy)).sum();
         let sum = i64::try_from(sum)
             .map_err(|_| LedgerError::Damaged(format!("job {job_id}'s charges add up to {sum} micro-tokens")))?;
         Ok(Tokens::from_micro(sum))
@@ -361,6 +364,7 @@ impl<'r> Runs<'r> {
                 gpu_type: Cow::Borrowed(gpu_type),
                 until: record.elapsed as i64,
                 charged: total.micro(),
+                energy: 0,
                 state: State::New { user: &record.user },
                 entry: None,
                 as_made: true,

@@ -1,0 +1,262 @@
+//! Charging GPU energy (`[prices] per_kwh`): the joules `job_energy` gained since the last pass,
+//! priced, to whoever paid for the run's GPU time, as charge entries keyed `energy:...`. What a
+//! run's energy cost is kept beside what its GPU time cost (`job_charges.energy_charged`), and
+//! what each balance paid in `job_payments` where the run's payments are kept, so refunds,
+//! verification and pools' member limits count energy as they count GPU time.
+
+use std::collections::{BTreeMap, HashSet};
+
+use rusqlite::{params, OptionalExtension, Transaction};
+
+use gputokens::pools;
+use gputokens::pricing::energy_cost;
+use gputokens::statement::kwh;
+use gputokens::time::local_date;
+use gputokens::tokens::Tokens;
+
+use super::accounts::{insert_entry, Applied, NewEntry};
+use super::{Ledger, LedgerError};
+use gputokens::entry::{EntryKind, ENERGY_KEY_PREFIX};
+
+/// How far before its run's start (as slurmctld recorded it) a node's first report of a job may
+/// fall: the node's clock and the controller's disagree by at most this.
+const CLOCK_SKEW: i64 = 600;
+
+/// Energy whose run was never charged for GPU time this long after its last report is passed over
+/// (a job Slurm's records never showed holding GPUs): never read again by every pass.
+pub const UNMATCHED_AFTER: i64 = 7 * 86_400;
+
+/// What one energy pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnergyCharged {
+    /// Charge entries added.
+    pub entries: usize,
+    /// What the runs' energy cost (once per run, whoever paid it).
+    pub tokens: Tokens,
+    /// Joules charged.
+    pub joules: u64,
+    /// Joules passed over: energy not priced (`per_kwh` unset), or never matched to a charged run.
+    pub passed_over: u64,
+    /// Job runs whose energy waits for their GPU time's first charge.
+    pub waiting: usize,
+    /// Tokens charged per (user, GPU type), pools left out: as [`crate::ChargeOutcome`]'s.
+    pub by_user_type: BTreeMap<(String, String), Tokens>,
+}
+
+/// One job_energy row with joules left to charge.
+struct Uncharged {
+    job_id: String,
+    since: i64,
+    node: String,
+    day: String,
+    joules: i64,
+    charged_joules: i64,
+    last_at: i64,
+}
+
+/// The job_charges row of the run a row's energy belongs to.
+struct ChargedRun {
+    run: String,
+    segment_start: i64,
+    gpu_type: String,
+    user: String,
+}
+
+impl Ledger {
+    /// Charges the GPU energy measured since the last pass at `per_kwh` tokens per kWh, stamped
+    /// `now`; with `per_kwh` None, passes it over (energy measured while it is not priced is never
+    /// charged later). Each row's joules are charged once: the entries and the row's progress are
+    /// written in one transaction.
+    pub fn charge_energy(&mut self, per_kwh: Option<Tokens>, now: i64) -> Result<EnergyCharged, LedgerError> {
+        let tx = self.conn.transaction()?;
+        let mut done = EnergyCharged::default();
+        let rows = uncharged_rows(&tx)?;
+        let with_grants = super::expiries::balances_with_open_grants(&tx)?;
+        for row in rows {
+            let left = (row.joules - row.charged_joules).max(0) as u64;
+            let Some(per_kwh) = per_kwh else {
+                pass_over(&tx, &row)?;
+                done.passed_over += left;
+                continue;
+            };
+            let Some(run) = charged_run(&tx, &row.job_id, row.since)? else {
+                if now - row.last_at > UNMATCHED_AFTER {
+                    pass_over(&tx, &row)?;
+                    done.passed_over += left;
+                } else {
+                    done.waiting += 1;
+                }
+                continue;
+            };
+            let cost = |joules: i64| energy_cost(per_kwh, joules.max(0) as u64);
+            let (Some(total), Some(before)) = (cost(row.joules), cost(row.charged_joules)) else {
+                // Beyond what the ledger holds: never saturated into a smaller charge.
+                pass_over(&tx, &row)?;
+                done.passed_over += left;
+                continue;
+            };
+            let due = (total - before).max(Tokens::ZERO);
+            if due > Tokens::ZERO {
+                let reason = format!("GPU energy on {}: {} kWh at {per_kwh}/kWh", row.node, kwh(left));
+                done.entries +=
+                    charge_payers(&tx, &row, &run, due, &reason, now, &with_grants, &mut done.by_user_type)?;
+                tx.prepare_cached(
+                    "UPDATE job_charges SET energy_charged = energy_charged + ?4
+                     WHERE job_id = ?1 AND run = ?2 AND gpu_type = ?3",
+                )?
+                .execute(params![row.job_id, run.run, run.gpu_type, due.micro()])?;
+                // A summary for the log: saturated, never failing the pass.
+                done.tokens = done.tokens.checked_add(due).unwrap_or(Tokens::MAX);
+            }
+            pass_over(&tx, &row)?;
+            done.joules += left;
+        }
+        tx.commit()?;
+        Ok(done)
+    }
+}
+
+fn uncharged_rows(tx: &Transaction<'_>) -> Result<Vec<Uncharged>, LedgerError> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT job_id, since, node, day, joules, charged_joules, last_at
+         FROM job_energy INDEXED BY job_energy_uncharged WHERE joules > charged_joules",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(Uncharged {
+            job_id: r.get(0)?,
+            since: r.get(1)?,
+            node: r.get(2)?,
+            day: r.get(3)?,
+            joules: r.get(4)?,
+            charged_joules: r.get(5)?,
+            last_at: r.get(6)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Marks every joule of `row` as charged.
+fn pass_over(tx: &Transaction<'_>, row: &Uncharged) -> Result<(), LedgerError> {
+    tx.prepare_cached(
+        "UPDATE job_energy SET charged_joules = ?5 WHERE job_id = ?1 AND since = ?2 AND node = ?3 AND day = ?4",
+    )?
+    .execute(params![row.job_id, row.since, row.node, row.day, row.joules])?;
+    Ok(())
+}
+
+/// The run of `job_id` whose node reports began at `since`: the latest charged run that started
+/// by then (a requeued job's earlier runs started before); its first GPU type names the line.
+fn charged_run(tx: &Transaction<'_>, job_id: &str, since: i64) -> Result<Option<ChargedRun>, LedgerError> {
+    Ok(tx
+        .prepare_cached(
+            "SELECT run, segment_start, gpu_type, user FROM job_charges
+             WHERE job_id = ?1 AND segment_start <= ?2 ORDER BY segment_start DESC, gpu_type LIMIT 1",
+        )?
+        .query_row(params![job_id, since.saturating_add(CLOCK_SKEW)], |r| {
+            Ok(ChargedRun { run: r.get(0)?, segment_start: r.get(1)?, gpu_type: r.get(2)?, user: r.get(3)? })
+        })
+        .optional()?)
+}
+
+/// Who pays `due` of a run's energy, each with their part: as they paid for its GPU time. Where
+/// the run's payments are kept (a pool paid), each balance pays `due` times its share of what the
+/// run cost so far (in mode "both" the user and the pool each paid all of it, so each pays all);
+/// else its user alone. The second value is the `job_payments` run key to add to, if kept.
+fn payers(tx: &Transaction<'_>, job_id: &str, run: &ChargedRun, due: Tokens) -> Result<Payers, LedgerError> {
+    let kept = |run_start: i64| -> Result<Vec<(String, i64)>, LedgerError> {
+        Ok(tx
+            .prepare_cached("SELECT holder, charged FROM job_payments WHERE job_id = ?1 AND run_start = ?2")?
+            .query_map(params![job_id, run_start], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?)
+    };
+    // Payments kept before schema 15 for all runs of the job together, else for this run.
+    let (key, holders, basis_sql) = match kept(-1)? {
+        old if !old.is_empty() => {
+            (-1, old, "SELECT COALESCE(SUM(charged + energy_charged), 0) FROM job_charges WHERE job_id = ?1")
+        }
+        _ => (
+            run.segment_start,
+            kept(run.segment_start)?,
+            "SELECT COALESCE(SUM(charged + energy_charged), 0) FROM job_charges WHERE job_id = ?1 AND segment_start = ?2",
+        ),
+    };
+    if holders.is_empty() {
+        return Ok(Payers { parts: vec![(run.user.clone(), due)], payments_key: None });
+    }
+    let basis: i64 = if key == -1 {
+        tx.query_row(basis_sql, params![job_id], |r| r.get(0))?
+    } else {
+        tx.query_row(basis_sql, params![job_id, run.segment_start], |r| r.get(0))?
+    };
+    if basis <= 0 {
+        // Nothing of the run cost anything yet: no shares to go by; its user pays.
+        return Ok(Payers { parts: vec![(run.user.clone(), due)], payments_key: Some(key) });
+    }
+    let parts = holders
+        .into_iter()
+        .map(|(holder, paid)| {
+            let part = i128::from(due.micro()) * i128::from(paid.max(0)) / i128::from(basis);
+            // At most `due` for a holder that paid at most the run's cost.
+            (holder, Tokens::from_micro(i64::try_from(part).unwrap_or(due.micro()).min(due.micro())))
+        })
+        .filter(|(_, part)| *part > Tokens::ZERO)
+        .collect();
+    Ok(Payers { parts, payments_key: Some(key) })
+}
+
+struct Payers {
+    parts: Vec<(String, Tokens)>,
+    payments_key: Option<i64>,
+}
+
+/// Charges `due` of `row`'s energy to its run's payers; returns the entries written.
+fn charge_payers(
+    tx: &Transaction<'_>,
+    row: &Uncharged,
+    run: &ChargedRun,
+    due: Tokens,
+    reason: &str,
+    now: i64,
+    with_grants: &HashSet<String>,
+    by_user_type: &mut BTreeMap<(String, String), Tokens>,
+) -> Result<usize, LedgerError> {
+    let Payers { parts, payments_key } = payers(tx, &row.job_id, run, due)?;
+    let today = local_date(now).to_string();
+    let mut written = 0;
+    for (holder, amount) in parts {
+        let (job, since, node, day, joules) = (&row.job_id, row.since, &row.node, &row.day, row.joules);
+        let key = format!("{ENERGY_KEY_PREFIX}{job}:{since}:{node}:{day}:{joules}:{holder}");
+        let mut entry = NewEntry::new(&holder, EntryKind::Charge, -amount, now, "gputokens", reason, key);
+        entry.job_id = Some(row.job_id.clone());
+        entry.gpu_type = Some(run.gpu_type.clone());
+        let pool = pools::account_of(&holder);
+        entry.member = pool.map(|_| run.user.clone());
+        if insert_entry(tx, &entry)? != Applied::Added {
+            continue;
+        }
+        written += 1;
+        tx.prepare_cached(
+            "INSERT INTO usage_days (user, day, gpu_type, charged) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT DO UPDATE SET charged = charged + excluded.charged",
+        )?
+        .execute(params![holder, today, run.gpu_type, amount.micro()])?;
+        if let Some(run_start) = payments_key {
+            tx.prepare_cached(
+                "INSERT INTO job_payments (job_id, run_start, holder, charged) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT DO UPDATE SET charged = charged + excluded.charged",
+            )?
+            .execute(params![row.job_id, run_start, holder, amount.micro()])?;
+        }
+        if let Some(account) = pool {
+            super::pools::add_member_spending(tx, account, &run.user, amount, now)?;
+        }
+        if with_grants.contains(&holder) {
+            super::expiries::draw(tx, &holder, amount, now)?;
+        }
+        if pool.is_none() {
+            let spent = by_user_type.entry((holder, run.gpu_type.clone())).or_default();
+            *spent = spent.checked_add(amount).unwrap_or(Tokens::MAX);
+        }
+    }
+    Ok(written)
+}
