@@ -595,6 +595,19 @@ mod tests {
     }
 
     #[test]
+    fn energy_charges_count_in_charged_tokens_and_apart() {
+        let mut charged =
+            ledger::EnergyCharged { tokens: gputokens::Tokens::from_micro(2_500_000), ..Default::default() };
+        charged.by_user_type.insert(("alice".into(), "a6000".into()), gputokens::Tokens::from_micro(2_500_000));
+        let m = Metrics::with_users(true);
+        m.record_energy_charge(&charged);
+        m.record_energy_charge(&charged);
+        let text = m.encode();
+        assert!(text.contains("gputokens_energy_charged_tokens_total 5.0"), "{text}");
+        assert!(text.contains(r#"gputokens_charged_tokens_total{user="alice",gpu_type="a6000"} 5.0"#), "{text}");
+    }
+
+    #[test]
     fn no_series_names_a_user_without_per_user_metrics() {
         let mut outcome = ChargeOutcome::default();
         outcome.by_user_type.insert(("alice".into(), "a6000".into()), gputokens::Tokens::whole(4));

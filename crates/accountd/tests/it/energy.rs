@@ -37,8 +37,18 @@ fn slurm_stubs(dir: &Path) {
     }
 }
 
-#[test]
-fn a_jobs_kwh_on_its_statement_line_is_its_gpus_counter_rise() {
+/// A site whose agent on node vm reported alice's job 4242 using 1 kWh (the fake NVML's energy
+/// counter rising 1.2 MJ between four reports, the first through a 0.1.0 unit's `accountd agent`),
+/// `[prices]` with `more_prices` added.
+struct MeasuredSite {
+    site: Site,
+    /// Joules the counter rose.
+    delta_joules: u64,
+    _secrets: (tempfile::NamedTempFile, tempfile::NamedTempFile),
+    _slurm: tempfile::TempDir,
+}
+
+fn site_with_a_measured_job(more_prices: &str) -> MeasuredSite {
     let secret = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(secret.path(), "site-s3cret\n").unwrap();
     std::fs::set_permissions(secret.path(), std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -46,8 +56,9 @@ fn a_jobs_kwh_on_its_statement_line_is_its_gpus_counter_rise() {
     slurm_stubs(slurm.path());
     // The status page behind its proxy, for alice's page.
     let (web, _proxy_secret) = crate::web::proxy_settings();
-    let site = Site::start(
+    let site = Site::with_prices(
         "",
+        &format!("{}{more_prices}", crate::common::PRICES),
         &format!(
             "[agent]\nauth = \"token\"\ntoken_file = \"{}\"\ninterval = \"300s\"\n[http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n\
              [slurm]\nbin_dir = \"{}\"\n[web]\nallow_http = true\n{web}",
@@ -93,7 +104,12 @@ fn a_jobs_kwh_on_its_statement_line_is_its_gpus_counter_rise() {
         assert!(stderr.contains("reported 1 GPUs"), "{stderr}");
     }
     let delta_joules: u64 = 3 * 1_200_000_000 / 1000;
+    MeasuredSite { site, delta_joules, _secrets: (secret, _proxy_secret), _slurm: slurm }
+}
 
+#[test]
+fn a_jobs_kwh_on_its_statement_line_is_its_gpus_counter_rise() {
+    let MeasuredSite { site, delta_joules, _secrets, _slurm } = site_with_a_measured_job("");
     let (_, metrics) = http_get(&format!("{}/metrics", site.http_url()));
     assert!(metrics.contains(&format!("gputokens_jobs_gpu_energy_joules_total {delta_joules}.0")), "{metrics}");
     assert!(
@@ -123,6 +139,8 @@ fn a_jobs_kwh_on_its_statement_line_is_its_gpus_counter_rise() {
     assert!(within_1_percent(joules), "{joules} J on the line, the counter rose {delta_joules} J");
     assert!(within_1_percent(line["kwh"].as_f64().unwrap() * 3.6e6), "{line}");
     assert_eq!(v["statements"][0]["energy"][0]["job_id"], "4242", "{json}");
+    assert_eq!(line["amount"], "-4", "energy is not priced unless [prices] per_kwh says: {line}");
+    assert!(line.get("energy_tokens").is_none(), "{line}");
 
     let text = site.sbalance(Some("alice"), &["--statement", &month]).ok().stdout;
     let charge = text.lines().find(|l| l.contains("a6000, 1 GPU-hours")).unwrap_or_else(|| panic!("{text}"));
@@ -138,4 +156,49 @@ fn a_jobs_kwh_on_its_statement_line_is_its_gpus_counter_rise() {
     let job = page["jobs"].as_array().unwrap().iter().find(|j| j["job"] == "4242").cloned();
     assert_eq!(job.map(|j| j["kwh_month"].clone()), Some(serde_json::json!("1")), "{page}");
     assert_eq!(crate::web::page_of(&site, "bob")["energy_month"]["kwh"], serde_json::Value::Null);
+}
+
+/// `[prices] per_kwh`: the same job's kWh charged on top of its GPU-hour, once, to alice, on her
+/// statement's a6000 line and in her history; the ledger still verifies (serve's cycles count it
+/// in `/metrics`: the metrics module's tests).
+#[test]
+fn priced_energy_is_charged_once_on_top_of_the_gpu_hours() {
+    let MeasuredSite { site, delta_joules, _secrets, _slurm } = site_with_a_measured_job("per_kwh = 2.5\n");
+    let start = gputokens::time::now() - 3600;
+    let sacct = site.file(
+        "sacct.txt",
+        &format!(
+            "JobIDRaw|User|AllocTRES|ElapsedRaw|Start|State|NodeList\n4242|alice|gres/gpu:a6000=1,gres/gpu=1|3600|{start}|COMPLETED|vm\n"
+        ),
+    );
+    let out = site.accountd(None, &["charge", "--sacct-file", &sacct]).ok().stdout;
+    // The job's part of its GPU's energy, as its statement line gives it, at 2.5 per kWh (3.6 MJ).
+    let month = gputokens::statement::Month::of(gputokens::time::local_date(gputokens::time::now())).to_string();
+    let json = site.sbalance(Some("alice"), &["--statement", &month, "--json"]).ok().stdout;
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let line = v["statements"][0]["lines"].as_array().unwrap().iter().find(|l| l["gpu_type"] == "a6000").cloned();
+    let line = line.unwrap_or_else(|| panic!("no a6000 line: {json}"));
+    let joules = line["energy_joules"].as_u64().unwrap();
+    assert!(joules.abs_diff(delta_joules) <= delta_joules / 100, "{joules} J, the counter rose {delta_joules} J");
+    let energy_tokens = gputokens::pricing::energy_cost("2.5".parse().unwrap(), joules).unwrap();
+    assert!(out.contains(&format!("GPU energy: 1 charge entries, {energy_tokens} tokens for ")), "{out}");
+    assert_eq!(line["energy_tokens"], energy_tokens.to_string(), "{line}");
+    let four: gputokens::Tokens = "4".parse().unwrap();
+    assert_eq!(line["amount"], format!("-{}", four + energy_tokens), "the GPU-hour and the energy: {line}");
+
+    let balance = site.sbalance(Some("alice"), &["-P", "-n"]).ok().stdout;
+    let hundred: gputokens::Tokens = "100".parse().unwrap();
+    assert!(balance.contains(&format!("|{}|", hundred - four - energy_tokens)), "{balance}");
+    let text = site.sbalance(Some("alice"), &["--statement", &month]).ok().stdout;
+    assert!(text.contains(&format!("{energy_tokens} of it for energy")), "{text}");
+    assert!(text.contains(&format!("(job 4242 1 kWh), charged {energy_tokens} tokens.")), "{text}");
+    let history = site.sbalance(Some("alice"), &["--history", "10"]).ok().stdout;
+    assert!(history.contains("GPU energy on vm: 1 kWh at 2.5/kWh"), "{history}");
+
+    // Charged again (a cycle re-reading the same record, no new report): nothing more.
+    let again = site.accountd(None, &["charge", "--sacct-file", &sacct]).ok().stdout;
+    assert!(!again.contains("GPU energy"), "{again}");
+    assert_eq!(site.sbalance(Some("alice"), &["-P", "-n"]).ok().stdout, balance);
+    let verify = site.accountd(None, &["admin", "verify"]).ok().stdout;
+    assert!(verify.contains("consistent"), "{verify}");
 }
