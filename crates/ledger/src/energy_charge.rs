@@ -98,8 +98,8 @@ impl Ledger {
             let due = (total - before).max(Tokens::ZERO);
             if due > Tokens::ZERO {
                 let reason = format!("GPU energy on {}: {} kWh at {per_kwh}/kWh", row.node, kwh(left));
-                done.entries +=
-                    charge_payers(&tx, &row, &run, due, &reason, now, &with_grants, &mut done.by_user_type)?;
+                let pass = Pass { tx: &tx, now, with_grants: &with_grants };
+                charge_payers(&pass, &row, &run, due, &reason, &mut done)?;
                 tx.prepare_cached(
                     "UPDATE job_charges SET energy_charged = energy_charged + ?4
                      WHERE job_id = ?1 AND run = ?2 AND gpu_type = ?3",
@@ -209,20 +209,18 @@ struct Payers {
     payments_key: Option<i64>,
 }
 
-/// Charges `due` of `row`'s energy to its run's payers; returns the entries written.
+/// Charges `due` of `row`'s energy to its run's payers, counted into `done`.
 fn charge_payers(
-    tx: &Transaction<'_>,
+    pass: &Pass<'_, '_>,
     row: &Uncharged,
     run: &ChargedRun,
     due: Tokens,
     reason: &str,
-    now: i64,
-    with_grants: &HashSet<String>,
-    by_user_type: &mut BTreeMap<(String, String), Tokens>,
-) -> Result<usize, LedgerError> {
+    done: &mut EnergyCharged,
+) -> Result<(), LedgerError> {
+    let Pass { tx, now, with_grants } = *pass;
     let Payers { parts, payments_key } = payers(tx, &row.job_id, run, due)?;
     let today = local_date(now).to_string();
-    let mut written = 0;
     for (holder, amount) in parts {
         let (job, since, node, day, joules) = (&row.job_id, row.since, &row.node, &row.day, row.joules);
         let key = format!("{ENERGY_KEY_PREFIX}{job}:{since}:{node}:{day}:{joules}:{holder}");
@@ -234,7 +232,7 @@ fn charge_payers(
         if insert_entry(tx, &entry)? != Applied::Added {
             continue;
         }
-        written += 1;
+        done.entries += 1;
         tx.prepare_cached(
             "INSERT INTO usage_days (user, day, gpu_type, charged) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT DO UPDATE SET charged = charged + excluded.charged",
@@ -254,9 +252,18 @@ fn charge_payers(
             super::expiries::draw(tx, &holder, amount, now)?;
         }
         if pool.is_none() {
-            let spent = by_user_type.entry((holder, run.gpu_type.clone())).or_default();
+            let spent = done.by_user_type.entry((holder, run.gpu_type.clone())).or_default();
             *spent = spent.checked_add(amount).unwrap_or(Tokens::MAX);
         }
     }
-    Ok(written)
+    Ok(())
+}
+
+/// What every charge of one pass shares.
+#[derive(Clone, Copy)]
+struct Pass<'t, 'c> {
+    tx: &'t Transaction<'c>,
+    now: i64,
+    /// Balances with grants that charges draw from (`expiries`).
+    with_grants: &'t HashSet<String>,
 }
