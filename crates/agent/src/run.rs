@@ -74,7 +74,7 @@ pub fn run(config: &Config, node: Option<String>, once: bool) -> AgentResult {
         _ => AgentError::Refused(e.to_string()),
     })?;
     let (exporter, registry) = Exporter::new();
-    let mut agent = Agent { node, source, reporter, exporter };
+    let mut agent = Agent { node, source, reporter, exporter, interval };
     if once {
         let summary = agent.step().map_err(AgentError::Failed)?;
         tracing::info!("{summary}");
@@ -95,6 +95,8 @@ struct Agent {
     source: NvmlSource,
     reporter: Reporter,
     exporter: Exporter,
+    /// Told to accountd with each report.
+    interval: Duration,
 }
 
 impl Agent {
@@ -112,7 +114,9 @@ impl Agent {
             self.node,
             self.reporter.url
         );
-        self.reporter.post(&AgentReport { node: self.node.clone(), sample }).map_err(|e| {
+        let report =
+            AgentReport { node: self.node.clone(), sample, interval_secs: Some(self.interval.as_secs().max(1)) };
+        self.reporter.post(&report).map_err(|e| {
             self.exporter.report_failed();
             format!("report not delivered: {e}")
         })?;

@@ -330,6 +330,7 @@ fn posts_reports_with_the_token_and_serves_metrics() {
     assert_eq!(first.headers.get("content-type").map(String::as_str), Some("application/json"));
     let r = report(&first);
     assert_eq!(r.node, "gpu-n01");
+    assert_eq!(r.interval_secs, Some(1), "its interval (200ms) in whole seconds, at least one");
     assert_eq!(r.sample.gpus.len(), 2);
     let (a, b) = (&r.sample.gpus[0], &r.sample.gpus[1]);
     assert_eq!((a.uuid.as_deref(), a.name.as_deref()), (Some("GPU-a6000-0"), Some("NVIDIA RTX A6000")));

@@ -21,4 +21,9 @@ pub struct AgentReport {
     /// The node's Slurm name (`hostname -s` unless told otherwise).
     pub node: String,
     pub sample: NodeSample,
+    /// The agent's `[agent] interval` in seconds: how far apart its reports are meant to be, which
+    /// need not be accountd's (energy between reports further apart than a few is not believed).
+    /// None from agents before 0.2.1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_secs: Option<u64>,
 }

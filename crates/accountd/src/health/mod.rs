@@ -244,6 +244,7 @@ mod tests {
                 gpus: vec![GpuSample::empty(0), GpuSample::empty(1)],
                 processes: vec![],
             },
+            interval_secs: None,
         };
         assert!(slurm_numbers_gpus_as_nvml(&report));
         report.sample.gpus[0].mig = vec![MigSample {

@@ -471,7 +471,8 @@ mod tests {
                 mig_uuid: None,
             })
             .collect();
-        AgentReport { node: node.into(), sample: NodeSample { time: chrono::Utc::now(), gpus: vec![gpu], processes } }
+        let sample = NodeSample { time: chrono::Utc::now(), gpus: vec![gpu], processes };
+        AgentReport { node: node.into(), sample, interval_secs: None }
     }
 
     fn slurm() -> FakeSlurm {

@@ -47,11 +47,20 @@ pub fn ingest(res: &mut Resources, state: &mut ReportState, report: &AgentReport
     ))
 }
 
+/// The longest step between two of a node's reports that energy is believed over: a few of the
+/// longer of accountd's `[agent] interval` and the one the agent says it reports at (an agent's own
+/// config may differ), the agent's taken at most up to an hour.
+fn max_energy_gap(own_interval: &str, agents_secs: Option<u64>) -> i64 {
+    const MOST_BELIEVED_SECS: u64 = 3600;
+    let own = humantime::parse_duration(own_interval).map_or(30, |d| d.as_secs());
+    let interval = own.max(agents_secs.unwrap_or(0).min(MOST_BELIEVED_SECS)).max(1);
+    (interval * u64::from(MAX_GAP_INTERVALS)) as i64
+}
+
 /// Each job's GPU energy since the node's previous report: in the ledger under its run, and on
 /// /metrics (per job with per-user metrics, and the site's sum of what jobs used).
 fn record_energy(res: &mut Resources, state: &mut ReportState, report: &AgentReport) -> AccountdResult {
-    let interval = humantime::parse_duration(&res.config.agent.interval).unwrap_or(std::time::Duration::from_secs(30));
-    let max_gap = (interval * MAX_GAP_INTERVALS).as_secs().max(1) as i64;
+    let max_gap = max_energy_gap(&res.config.agent.interval, report.interval_secs);
     let at = report.sample.time.timestamp();
     for used in state.energy.apply(&report.node, &report.sample, max_gap) {
         res.ledger.record_energy(&used.job, used.since, &report.node, at, used.joules)?;
@@ -97,6 +106,14 @@ mod tests {
     use super::*;
     use gputokens_node_report::{GpuSample, NodeSample, ProcessSample};
 
+    #[test]
+    fn energy_is_believed_over_a_few_of_the_longer_of_the_two_intervals() {
+        assert_eq!(max_energy_gap("30s", None), 90, "an agent before 0.2.1: accountd's own");
+        assert_eq!(max_energy_gap("30s", Some(120)), 360, "an agent told to report every 2 minutes");
+        assert_eq!(max_energy_gap("2m", Some(10)), 360);
+        assert_eq!(max_energy_gap("30s", Some(u64::MAX)), 3 * 3600, "an agent's word only up to an hour");
+    }
+
     fn resources(dir: &std::path::Path) -> Resources {
         let text = format!(
             "[slurm]\nbin_dir = \"{}/no-slurm\"\n[usage]\nidle_threshold_percent = 5\nidle_window = \"20s\"\n\
@@ -130,7 +147,11 @@ mod tests {
         };
         let processes = vec![process(1, Some("4242"), 99), process(2, Some("4243"), 0), process(3, None, 0)];
         let time = chrono::DateTime::from_timestamp(at, 0).unwrap();
-        AgentReport { node: "gpu1".into(), sample: NodeSample { time, gpus: vec![gpu], processes } }
+        AgentReport {
+            node: "gpu1".into(),
+            sample: NodeSample { time, gpus: vec![gpu], processes },
+            interval_secs: None,
+        }
     }
 
     fn job_metric(res: &Resources, name: &str, job: &str) -> Option<String> {
