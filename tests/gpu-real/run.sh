@@ -17,7 +17,8 @@
 # sinfo and squeue that know node gpu1 and the three jobs); both /metrics, nvidia-smi (compute apps,
 # pmon, power) and accountd's ledger are read at the end of each phase, NVML's energy counter
 # (nvidia-ml-py) before and after; the jobs' energy in the ledger is held to the counter's rise
-# while jobs were on the GPU. MIG state is listed, read-only. summary.txt puts them side by side
+# while jobs were on the GPU. MIG state is listed, read-only; where a GPU has MIG enabled (never
+# changed here), phase 4 runs alice's job 4245 on its first MIG device. summary.txt puts them side by side
 # with issue 37's checks; the exit status is 1 when one fails. DRY=1 runs the same against the fake
 # libnvidia-ml, sleeps standing in for the GPU work and the script scripting what NVML says.
 # Everything goes under OUT (7 small files); work files under W (default /tmp/gpu-real-w). P=<seconds>
@@ -75,6 +76,12 @@ MIG=$(smi --query-gpu=index,mig.mode.current --format=csv,noheader 2>/dev/null)
   if echo "$MIG" | grep -q Enabled; then smi mig -lgi; smi mig -lci; smi -L | grep -i mig; fi
 } > "$W/snap/mig.txt" 2>&1
 log "GPU 0: $GPU ($UUID); MIG: $(head -1 "$W/snap/mig.txt")"
+# A MIG device for phase 4: the first nvidia-smi lists, and its GPU (DRY: the fake's GPU 1, in MIG mode).
+MIG_UUID= MIG_GPU=
+if [ -n "${DRY:-}" ]; then MIG_UUID=MIG-fake-1-0 MIG_GPU=1; else
+  MIG_UUID=$(smi -L 2>/dev/null | sed -n 's/.*(UUID: \(MIG-[^)]*\)).*/\1/p' | head -1)
+  [ -n "$MIG_UUID" ] && MIG_GPU=$(smi -L | awk -v u="$MIG_UUID" '/^GPU /{g=$2; sub(":", "", g)} index($0, u){print g; exit}')
+fi
 
 # alice is uid 1001, bob 1002, and they need torch too. Where only root can run it, both jobs run as
 # root: then nothing tells bob's claim from alice's own, and the claimant is left out (SKIP in summary.txt).
@@ -110,8 +117,8 @@ cat > "$W/slurm/stub" <<'STUB'
 echo "$(basename "$0") $*" >> "$(dirname "$0")/calls.log"
 case "$(basename "$0") $*" in
   "sinfo "*) echo "gpu1|127.0.0.1|localhost" ;;
-  "squeue "*"-w gpu1"*) printf '4242\n4243\n4244\n' ;;
-  "squeue "*"-j 4242 "*) echo alice ;;
+  "squeue "*"-w gpu1"*) printf '4242\n4243\n4244\n4245\n' ;;
+  "squeue "*"-j 4242 "*|"squeue "*"-j 4245 "*) echo alice ;;
   "squeue "*"-j 4243 "*|"squeue "*"-j 4244 "*) echo bob ;;
   *) echo "no Slurm on this machine (stub)" >&2; exit 1 ;;
 esac
@@ -159,13 +166,20 @@ TOML
 T0=$SECONDS
 fake_state() {
   [ -n "${DRY:-}" ] || return 0
-  local util=$1 p sm mem
+  local util=$1 p sm mem at
   { printf '[[gpu]]\nuuid = "%s"\nname = "Fake H100"\nutil_gpu = %s\nutil_mem = 10\nmem_used = 8589934592\nmem_total = 85899345920\ntemp = 40\npower_mw = %s\nenergy_mj = %s\necc_uncorrected = 0\n' \
       "$UUID" "$util" $((100000 + 5000 * util)) $((1000000000 + (SECONDS - T0) * 400000))
-    for p in ${A_PID:-} ${B_PID:-} ${R_PID:-}; do
+    # GPU 1 in MIG mode with GPM: two 3g.40gb devices, the first (4245's) busy while its process lives.
+    sm=0; [ -n "${M_PID:-}" ] && [ -d "/proc/$M_PID" ] && sm=97
+    printf '[[gpu]]\nuuid = "GPU-fake-1"\nname = "Fake H100"\ntemp = 40\npower_mw = 200000\nenergy_mj = %s\nmig_mode = true\ngpm = true\n' \
+      $((2000000000 + (SECONDS - T0) * 200000))
+    printf '[[gpu.mig]]\nuuid = "MIG-fake-1-0"\nprofile = "3g.40gb"\ngpu_instance = 1\nmem_used = 1184890880\nmem_total = 42949672960\ngpm_sm_util = %s\n' "$sm"
+    printf '[[gpu.mig]]\nuuid = "MIG-fake-1-1"\nprofile = "3g.40gb"\ngpu_instance = 2\nmem_used = 0\nmem_total = 42949672960\ngpm_sm_util = 0\n'
+    for p in ${A_PID:-} ${B_PID:-} ${R_PID:-} ${M_PID:-}; do
       [ -d "/proc/$p" ] && ! grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null || continue
-      case $p in "${A_PID:-}") sm=99 mem=1130 ;; "${B_PID:-}") sm=0 mem=4614 ;; *) sm=0 mem=2566 ;; esac
-      printf '[[process]]\npid = %s\ngpu = 0\nused_memory = %s\nsm_util = %s\n' "$p" $((mem << 20)) "$sm"
+      at='gpu = 0'
+      case $p in "${A_PID:-}") sm=99 mem=1130 ;; "${B_PID:-}") sm=0 mem=4614 ;; "${M_PID:-}") sm=0 mem=1130 at=$'gpu = 1\nmig = 0' ;; *) sm=0 mem=2566 ;; esac
+      printf '[[process]]\npid = %s\n%s\nused_memory = %s\nsm_util = %s\n' "$p" "$at" $((mem << 20)) "$sm"
     done
   } > "$W/fake.tmp" && mv "$W/fake.tmp" "$W/fake.toml"
 }
@@ -234,16 +248,29 @@ log "phase 3: alice's job and 4244 end; bob's job holds the GPU alone"
 kill "$A_PID" ${R_PID:+"$R_PID"} 2>/dev/null; rm -f "$W/jobs/4242" "$W/jobs/4244"
 watch_for "$((P * 3 / 5))" 0; snap 3
 echo "AFTER=$(energy | tr ' ' _)" >> "$W/snap/energy.env"; echo "SECONDS_RUN=$((SECONDS - E_T0))" >> "$W/snap/energy.env"
+
+M_PID=
+if [ -n "$MIG_UUID" ]; then
+  log "phase 4: alice's job 4245 busy on MIG device $MIG_UUID of GPU $MIG_GPU (bob's job still on GPU 0)"
+  printf 'gpus=0\nuuids=%s\nuid=%s\n' "$MIG_UUID" "$UA" > "$W/jobs/4245"
+  SLURM_JOB_ID=4245 CUDA_VISIBLE_DEVICES=$MIG_UUID bash -c "work $UA $((2 * P)) busy" 2>>"$W/work.log" & M_PID=$!
+  PIDS+=("$M_PID")
+  watch_for "$P" 0; snap 4
+  kill -0 "$M_PID" 2>/dev/null || fail "alice's process on the MIG device ended early: $(tail -3 "$W/work.log")"
+  kill "$M_PID" 2>/dev/null; rm -f "$W/jobs/4245"
+else
+  log "phase 4 left out: no GPU here has MIG enabled (this check never changes a GPU's MIG mode)"
+fi
 grep -q '^BEFORE=n/a\|^AFTER=n/a' "$W/snap/energy.env" && echo "NOTE=nvidia-ml-py_could_not_read_the_counter" >> "$W/snap/energy.env"
 log "agent: $(awk '{print "utime", $14, "stime", $15, "ticks"}' /proc/$AGENT/stat 2>/dev/null) $(grep VmRSS /proc/$AGENT/status 2>/dev/null)"
 # The agent stops, so the ledger holds every report up to accountd's last reading of the counter.
 kill "$AGENT" 2>/dev/null; wait "$AGENT" 2>/dev/null; sleep 1
 echo "JOBS_TO=$(gpu_energy)" >> "$W/snap/energy.env"
-printf 'A_PID=%s\nB_PID=%s\nR_PID=%s\n' "$A_PID" "$B_PID" "$R_PID" > "$W/snap/pids.env"
-printf 'GPU=%s\nMAPPING=%s\nDRY=%s\n' "$(echo "$GPU" | tr ' ' _)" "$MAPPING" "${DRY:-}" > "$W/snap/info.env"
+printf 'A_PID=%s\nB_PID=%s\nR_PID=%s\nM_PID=%s\n' "$A_PID" "$B_PID" "$R_PID" "$M_PID" > "$W/snap/pids.env"
+printf 'GPU=%s\nMAPPING=%s\nDRY=%s\nMIG_UUID=%s\nMIG_GPU=%s\n' "$(echo "$GPU" | tr ' ' _)" "$MAPPING" "${DRY:-}" "$MIG_UUID" "$MIG_GPU" > "$W/snap/info.env"
 $PY -c 'import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)' \
   "$W/lib/ledger.sqlite" "$W/snap/ledger.sqlite" 2>>"$O/steps.txt" || fail "cannot copy the ledger"
-log "pids: alice $A_PID, bob $B_PID, bob claiming 4242 $R_PID, agent $AGENT"
+log "pids: alice $A_PID, bob $B_PID, bob claiming 4242 $R_PID, alice on MIG ${M_PID:--}, agent $AGENT"
 cleanup; PIDS=(); CG=
 
 { for f in agent.log serve.log work.log slurm/calls.log; do echo "=== $f (last 60 lines)"; tail -n 60 "$W/$f" 2>/dev/null; done; } > "$O/logs.txt"

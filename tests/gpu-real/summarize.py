@@ -74,8 +74,9 @@ def fmt(v, unit=""):
 
 pids = env("pids.env")
 info = env("info.env")
-owner = {"4242": ("alice", pids.get("A_PID")), "4243": ("bob", pids.get("B_PID")), "4244": ("bob", None)}
-what = {"4242": "alice busy", "4243": "bob idle", "4244": "bob, processes unseen"}
+owner = {"4242": ("alice", pids.get("A_PID")), "4243": ("bob", pids.get("B_PID")), "4244": ("bob", None),
+         "4245": ("alice", pids.get("M_PID"))}
+what = {"4242": "alice busy", "4243": "bob idle", "4244": "bob, processes unseen", "4245": "alice busy on a MIG device"}
 rows, checks = [], []
 
 
@@ -85,9 +86,9 @@ def check(ok, text):
 
 MIB = 1 << 20
 header = ("phase", "job", "what", "agent %", "accountd %", "measured", "idle", "agent MiB", "smi MiB (own)", "pmon SM (own)")
-for phase in ("1", "2", "3"):
+for phase in ("1", "2", "3", "4"):
     ag, ac, ap, pm = metrics(f"agent-{phase}.txt"), metrics(f"accountd-{phase}.txt"), apps(phase), pmon(phase)
-    for job in ("4242", "4243", "4244"):
+    for job in ("4242", "4243", "4244", "4245"):
         if get(ag, "gputokens_agent_job_gpus", job=job) is None and get(ac, "gputokens_job_gpu_memory_bytes", job=job) is None:
             continue
         user, pid = owner[job]
@@ -184,6 +185,27 @@ check(s4 is not None and abs(s4[1] / max(s4[0], 1) - 100) < 0.01 and s4[2] == 0,
       "the ledger counts unmeasured 4244 as its allocation (100 %) and never idle")
 s3, s2 = ledger.get("4243"), ledger.get("4242")
 check(s3 is not None and s3[2] > 0 and s2 is not None and s2[2] == 0, "idle samples in the ledger: bob's job, not alice's")
+
+# MIG (phase 4, where a GPU has MIG enabled): the job on a MIG device is found by the device's UUID,
+# its memory is its process's there, its utilization GPM's (a busy process) or none (no GPM: an
+# A100), never the GPU's figure; no energy (NVML counts it per GPU only).
+if info.get("MIG_UUID"):
+    ag4, ac4, ap4 = metrics("agent-4.txt"), metrics("accountd-4.txt"), apps("4")
+    mig = f"MIG device {info['MIG_UUID']} of GPU {info.get('MIG_GPU', '?')}"
+    check(get(ag4, "gputokens_agent_job_gpus", job="4245") == 1, f"the agent finds alice's job 4245 on {mig}")
+    m_mem, m_pid = get(ag4, "gputokens_agent_job_gpu_memory_bytes", job="4245"), pids.get("M_PID") or ""
+    if m_pid in ap4:
+        check(m_mem is not None and abs(m_mem / MIB - ap4[m_pid]) <= 2,
+              f"4245's memory is its process's on the MIG device: {fmt((m_mem or 0) / MIB)} MiB (nvidia-smi {fmt(ap4[m_pid])})")
+    else:
+        checks.append("SKIP: 4245's memory (nvidia-smi did not list its process)")
+    m_util, m_measured = get(ag4, "gputokens_agent_job_gpu_utilization_percent", job="4245"), get(ac4, "gputokens_job_gpu_measured", job="4245")
+    check((m_measured == 1 and m_util is not None and m_util >= 50) or (m_measured in (0, None) and m_util is None),
+          f"4245 is measured by GPM and busy ({fmt(m_util)} %) or unmeasured (no GPM): never the GPU's figure")
+    check(get(ac4, "gputokens_job_idle", job="4245") in (0, None), "4245 is not flagged idle")
+    check(not (jobs_energy or {}).get("4245"), "no energy for the job on a MIG device (NVML counts it per GPU)")
+else:
+    checks.append("SKIP: MIG (no GPU here has MIG enabled; this check never changes a GPU's MIG mode)")
 
 width = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
 table = "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, width)) for r in [header] + rows)
