@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
-use gputokens::pools;
+use gputokens::pools::{self, PoolMode};
 use gputokens::pricing::energy_cost;
 use gputokens::statement::kwh;
 use gputokens::time::local_date;
@@ -18,9 +18,10 @@ use super::accounts::{insert_entry, Applied, NewEntry};
 use super::{Ledger, LedgerError};
 use gputokens::entry::{EntryKind, ENERGY_KEY_PREFIX};
 
-/// How far before its run's start (as slurmctld recorded it) a node's first report of a job may
-/// fall: the node's clock and the controller's disagree by at most this.
-const CLOCK_SKEW: i64 = 600;
+/// How far a node's first report of a job may fall outside its run as slurmctld recorded it: the
+/// node's clock and the controller's disagree by at most this (MUNGE refuses credentials from
+/// clocks further apart than its 5-minute TTL; NTP keeps them far closer).
+const CLOCK_SKEW: i64 = 60;
 
 /// Energy whose run was never charged for GPU time this long after its last report is passed over
 /// (a job Slurm's records never showed holding GPUs): never read again by every pass.
@@ -41,6 +42,8 @@ pub struct EnergyCharged {
     pub waiting: usize,
     /// Tokens charged per (user, GPU type), pools left out: as [`crate::ChargeOutcome`]'s.
     pub by_user_type: BTreeMap<(String, String), Tokens>,
+    /// Rows that could not be charged (rolled back, tried again next pass): the job and why.
+    pub failures: Vec<(String, String)>,
 }
 
 /// One job_energy row with joules left to charge.
@@ -66,54 +69,82 @@ impl Ledger {
     /// Charges the GPU energy measured since the last pass at `per_kwh` tokens per kWh, stamped
     /// `now`; with `per_kwh` None, passes it over (energy measured while it is not priced is never
     /// charged later). Each row's joules are charged once: the entries and the row's progress are
-    /// written in one transaction.
+    /// written in one transaction. A row that cannot be charged is rolled back alone and named in
+    /// `failures`; the others are charged.
     pub fn charge_energy(&mut self, per_kwh: Option<Tokens>, now: i64) -> Result<EnergyCharged, LedgerError> {
+        let (rules, mode) = (self.rules, self.pool_mode);
         let tx = self.conn.transaction()?;
         let mut done = EnergyCharged::default();
         let rows = uncharged_rows(&tx)?;
         let with_grants = super::expiries::balances_with_open_grants(&tx)?;
+        let pass = Pass { tx: &tx, now, with_grants: &with_grants, rules: &rules, mode };
         for row in rows {
-            let left = (row.joules - row.charged_joules).max(0) as u64;
-            let Some(per_kwh) = per_kwh else {
-                pass_over(&tx, &row)?;
-                done.passed_over += left;
-                continue;
-            };
-            let Some(run) = charged_run(&tx, &row.job_id, row.since)? else {
-                if now - row.last_at > UNMATCHED_AFTER {
-                    pass_over(&tx, &row)?;
-                    done.passed_over += left;
-                } else {
-                    done.waiting += 1;
+            tx.execute_batch("SAVEPOINT energy_row")?;
+            match charge_row(&pass, &row, per_kwh, &mut done) {
+                Ok(()) => tx.execute_batch("RELEASE energy_row")?,
+                Err(e) => {
+                    tx.execute_batch("ROLLBACK TO energy_row; RELEASE energy_row")?;
+                    done.failures.push((row.job_id.clone(), e.to_string()));
                 }
-                continue;
-            };
-            let cost = |joules: i64| energy_cost(per_kwh, joules.max(0) as u64);
-            let (Some(total), Some(before)) = (cost(row.joules), cost(row.charged_joules)) else {
-                // Beyond what the ledger holds: never saturated into a smaller charge.
-                pass_over(&tx, &row)?;
-                done.passed_over += left;
-                continue;
-            };
-            let due = (total - before).max(Tokens::ZERO);
-            if due > Tokens::ZERO {
-                let reason = format!("GPU energy on {}: {} kWh at {per_kwh}/kWh", row.node, kwh(left));
-                let pass = Pass { tx: &tx, now, with_grants: &with_grants };
-                charge_payers(&pass, &row, &run, due, &reason, &mut done)?;
-                tx.prepare_cached(
-                    "UPDATE job_charges SET energy_charged = energy_charged + ?4
-                     WHERE job_id = ?1 AND run = ?2 AND gpu_type = ?3",
-                )?
-                .execute(params![row.job_id, run.run, run.gpu_type, due.micro()])?;
-                // A summary for the log: saturated, never failing the pass.
-                done.tokens = done.tokens.checked_add(due).unwrap_or(Tokens::MAX);
             }
-            pass_over(&tx, &row)?;
-            done.joules += left;
         }
         tx.commit()?;
         Ok(done)
     }
+}
+
+/// Charges (or passes over) one row's joules not charged yet, counted into `done`.
+fn charge_row(
+    pass: &Pass<'_, '_>,
+    row: &Uncharged,
+    per_kwh: Option<Tokens>,
+    done: &mut EnergyCharged,
+) -> Result<(), LedgerError> {
+    let tx = pass.tx;
+    let left = (row.joules - row.charged_joules).max(0) as u64;
+    let Some(per_kwh) = per_kwh else {
+        done.passed_over += left;
+        return pass_over(tx, row);
+    };
+    let Some(run) = charged_run(tx, &row.job_id, row.since)? else {
+        if pass.now - row.last_at > UNMATCHED_AFTER {
+            done.passed_over += left;
+            return pass_over(tx, row);
+        }
+        done.waiting += 1;
+        return Ok(());
+    };
+    // A run refunded automatically was given back once, for good: what its GPUs used after (the
+    // half step of its last report) is not charged.
+    let refunded: bool =
+        tx.prepare_cached("SELECT EXISTS (SELECT 1 FROM entries WHERE key >= ?1 AND key < ?2)")?.query_row(
+            params![
+                format!("refund:{}:run:{}:", row.job_id, run.segment_start),
+                format!("refund:{}:run:{};", row.job_id, run.segment_start)
+            ],
+            |r| r.get(0),
+        )?;
+    let cost = |joules: i64| energy_cost(per_kwh, joules.max(0) as u64);
+    let (false, Some(total), Some(before)) = (refunded, cost(row.joules), cost(row.charged_joules)) else {
+        // Refunded, or beyond what the ledger holds: never saturated into a smaller charge.
+        done.passed_over += left;
+        return pass_over(tx, row);
+    };
+    let due = (total - before).max(Tokens::ZERO);
+    if due > Tokens::ZERO {
+        let reason = format!("GPU energy on {}: {} kWh at {per_kwh}/kWh", row.node, kwh(left));
+        if charge_payers(pass, row, &run, due, &reason, done)? {
+            tx.prepare_cached(
+                "UPDATE job_charges SET energy_charged = energy_charged + ?4
+                 WHERE job_id = ?1 AND run = ?2 AND gpu_type = ?3",
+            )?
+            .execute(params![row.job_id, run.run, run.gpu_type, due.micro()])?;
+            // A summary for the log: saturated, never failing the pass.
+            done.tokens = done.tokens.checked_add(due).unwrap_or(Tokens::MAX);
+        }
+    }
+    done.joules += left;
+    pass_over(tx, row)
 }
 
 fn uncharged_rows(tx: &Transaction<'_>) -> Result<Vec<Uncharged>, LedgerError> {
@@ -144,15 +175,18 @@ fn pass_over(tx: &Transaction<'_>, row: &Uncharged) -> Result<(), LedgerError> {
     Ok(())
 }
 
-/// The run of `job_id` whose node reports began at `since`: the latest charged run that started
-/// by then (a requeued job's earlier runs started before); its first GPU type names the line.
+/// The run of `job_id` whose node reports began at `since`: a charged run that had begun by then
+/// (give or take the nodes' clocks) and was charged at least that far, the one that began nearest
+/// to it; its first GPU type names the line. None: no run is charged that far yet (a requeued
+/// job's next run before its first charge, a job ID Slurm used again): the energy waits.
 fn charged_run(tx: &Transaction<'_>, job_id: &str, since: i64) -> Result<Option<ChargedRun>, LedgerError> {
     Ok(tx
         .prepare_cached(
             "SELECT run, segment_start, gpu_type, user FROM job_charges
-             WHERE job_id = ?1 AND segment_start <= ?2 ORDER BY segment_start DESC, gpu_type LIMIT 1",
+             WHERE job_id = ?1 AND segment_start <= ?2 + ?3 AND segment_start + charged_until >= ?2 - ?3
+             ORDER BY ABS(segment_start - ?2), gpu_type LIMIT 1",
         )?
-        .query_row(params![job_id, since.saturating_add(CLOCK_SKEW)], |r| {
+        .query_row(params![job_id, since, CLOCK_SKEW], |r| {
             Ok(ChargedRun { run: r.get(0)?, segment_start: r.get(1)?, gpu_type: r.get(2)?, user: r.get(3)? })
         })
         .optional()?)
@@ -161,36 +195,43 @@ fn charged_run(tx: &Transaction<'_>, job_id: &str, since: i64) -> Result<Option<
 /// Who pays `due` of a run's energy, each with their part: as they paid for its GPU time. Where
 /// the run's payments are kept (a pool paid), each balance pays `due` times its share of what the
 /// run cost so far (in mode "both" the user and the pool each paid all of it, so each pays all);
-/// else its user alone. The second value is the `job_payments` run key to add to, if kept.
-fn payers(tx: &Transaction<'_>, job_id: &str, run: &ChargedRun, due: Tokens) -> Result<Payers, LedgerError> {
+/// a run that cost nothing yet goes by the pool mode; else its user alone. `payments_key`: the
+/// `job_payments` run key to add to, if kept.
+fn payers(pass: &Pass<'_, '_>, job_id: &str, run: &ChargedRun, due: Tokens) -> Result<Payers, LedgerError> {
+    let tx = pass.tx;
     let kept = |run_start: i64| -> Result<Vec<(String, i64)>, LedgerError> {
         Ok(tx
             .prepare_cached("SELECT holder, charged FROM job_payments WHERE job_id = ?1 AND run_start = ?2")?
             .query_map(params![job_id, run_start], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<Result<_, _>>()?)
     };
-    // Payments kept before schema 15 for all runs of the job together, else for this run.
-    let (key, holders, basis_sql) = match kept(-1)? {
-        old if !old.is_empty() => {
-            (-1, old, "SELECT COALESCE(SUM(charged + energy_charged), 0) FROM job_charges WHERE job_id = ?1")
-        }
-        _ => (
+    // The run's own payments, else those kept before schema 15 for all runs of the job together.
+    let (key, holders, basis_sql) = match kept(run.segment_start)? {
+        own if !own.is_empty() => (
             run.segment_start,
-            kept(run.segment_start)?,
+            own,
             "SELECT COALESCE(SUM(charged + energy_charged), 0) FROM job_charges WHERE job_id = ?1 AND segment_start = ?2",
         ),
+        _ => (-1, kept(-1)?, "SELECT COALESCE(SUM(charged + energy_charged), 0) FROM job_charges WHERE job_id = ?1"),
     };
     if holders.is_empty() {
         return Ok(Payers { parts: vec![(run.user.clone(), due)], payments_key: None });
     }
-    let basis: i64 = if key == -1 {
-        tx.query_row(basis_sql, params![job_id], |r| r.get(0))?
-    } else {
-        tx.query_row(basis_sql, params![job_id, run.segment_start], |r| r.get(0))?
+    let basis: i64 = match key {
+        -1 => tx.query_row(basis_sql, params![job_id], |r| r.get(0))?,
+        _ => tx.query_row(basis_sql, params![job_id, run.segment_start], |r| r.get(0))?,
     };
     if basis <= 0 {
-        // Nothing of the run cost anything yet: no shares to go by; its user pays.
-        return Ok(Payers { parts: vec![(run.user.clone(), due)], payments_key: Some(key) });
+        // No shares to go by: whoever the pool mode has pay (a pool's holder, its user, or both).
+        let parts = holders
+            .into_iter()
+            .filter(|(holder, _)| match pools::account_of(holder) {
+                Some(_) => pass.mode != PoolMode::User,
+                None => pass.mode != PoolMode::Account,
+            })
+            .map(|(holder, _)| (holder, due))
+            .collect();
+        return Ok(Payers { parts, payments_key: Some(key) });
     }
     let parts = holders
         .into_iter()
@@ -209,7 +250,7 @@ struct Payers {
     payments_key: Option<i64>,
 }
 
-/// Charges `due` of `row`'s energy to its run's payers, counted into `done`.
+/// Charges `due` of `row`'s energy to its run's payers, counted into `done`; whether anyone was.
 fn charge_payers(
     pass: &Pass<'_, '_>,
     row: &Uncharged,
@@ -217,21 +258,27 @@ fn charge_payers(
     due: Tokens,
     reason: &str,
     done: &mut EnergyCharged,
-) -> Result<(), LedgerError> {
-    let Pass { tx, now, with_grants } = *pass;
-    let Payers { parts, payments_key } = payers(tx, &row.job_id, run, due)?;
+) -> Result<bool, LedgerError> {
+    let Pass { tx, now, with_grants, rules, .. } = *pass;
+    let Payers { parts, payments_key } = payers(pass, &row.job_id, run, due)?;
     let today = local_date(now).to_string();
+    let mut charged = false;
     for (holder, amount) in parts {
+        let pool = pools::account_of(&holder);
+        if pool.is_none() {
+            // A user the ledger has no balance for yet (one a pool paid for until now) starts one.
+            super::accounts::ensure_user(tx, rules, &holder, now)?;
+        }
         let (job, since, node, day, joules) = (&row.job_id, row.since, &row.node, &row.day, row.joules);
         let key = format!("{ENERGY_KEY_PREFIX}{job}:{since}:{node}:{day}:{joules}:{holder}");
         let mut entry = NewEntry::new(&holder, EntryKind::Charge, -amount, now, "gputokens", reason, key);
         entry.job_id = Some(row.job_id.clone());
         entry.gpu_type = Some(run.gpu_type.clone());
-        let pool = pools::account_of(&holder);
         entry.member = pool.map(|_| run.user.clone());
         if insert_entry(tx, &entry)? != Applied::Added {
             continue;
         }
+        charged = true;
         done.entries += 1;
         tx.prepare_cached(
             "INSERT INTO usage_days (user, day, gpu_type, charged) VALUES (?1, ?2, ?3, ?4)
@@ -256,7 +303,7 @@ fn charge_payers(
             *spent = spent.checked_add(amount).unwrap_or(Tokens::MAX);
         }
     }
-    Ok(())
+    Ok(charged)
 }
 
 /// What every charge of one pass shares.
@@ -266,4 +313,8 @@ struct Pass<'t, 'c> {
     now: i64,
     /// Balances with grants that charges draw from (`expiries`).
     with_grants: &'t HashSet<String>,
+    /// A new user's bucket.
+    rules: &'t gputokens::policy::BucketRules,
+    /// Who pays a run that cost nothing yet.
+    mode: PoolMode,
 }

@@ -213,3 +213,87 @@ fn a_version_17_ledgers_energy_is_never_charged() {
     assert_eq!((charged.entries, charged.joules, charged.passed_over), (0, 0, 0));
     no_problems(&l);
 }
+
+/// In mode "account" a pool pays its members' jobs: a run that cost nothing yet (a GPU type priced
+/// 0) has no shares to go by, and its energy is still the pool's, never its member's.
+#[test]
+fn a_pools_run_that_cost_nothing_yet_has_its_energy_paid_by_the_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = ledger(&dir);
+    l.set_pool_mode(PoolMode::Account);
+    let start = at("2026-11-26T06:00:00");
+    l.add_pool("lab", BucketRules { daily: Tokens::ZERO, ..BucketRules::default() }, None, "root", start - 3600)
+        .unwrap();
+    let free = PriceTable::new(BTreeMap::from([("a6000".to_string(), Tokens::ZERO)]), None);
+    let record = UsageRecord { account: Some("lab".into()), ..run("9", "2026-11-26T06:00:00", 1) };
+    l.charge(&[record], &free, start + 3600).unwrap();
+    let lab = balance(&l, &holder("lab"));
+    l.record_energy("9", start, "gpu1", start + 3000, KWH).unwrap();
+    let charged = l.charge_energy(Some(Tokens::whole(1)), start + 3600).unwrap();
+    assert_eq!((charged.entries, charged.failures.len()), (1, 0), "{:?}", charged.failures);
+    assert_eq!(balance(&l, &holder("lab")), lab - Tokens::whole(1));
+    assert_eq!(l.account("alice").unwrap(), None, "alice's own bucket is never touched in mode account");
+    no_problems(&l);
+}
+
+/// A requeued job's next run whose GPU time is not charged yet, and a job ID Slurm used again, wait:
+/// their energy never lands on an earlier run. A short first run keeps its own energy.
+#[test]
+fn energy_lands_on_the_run_it_was_measured_in_or_waits_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = ledger(&dir);
+    let first = at("2026-11-26T06:00:00");
+    // Run 1 lasted 5 minutes; run 2 began a minute after it ended and is not charged yet.
+    let short = UsageRecord { elapsed: 300, ..run("3", "2026-11-26T06:00:00", 0) };
+    l.charge(&[short], &prices(), first + 300).unwrap();
+    l.record_energy("3", first + 10, "gpu1", first + 290, KWH).unwrap();
+    l.record_energy("3", first + 370, "gpu1", first + 400, KWH).unwrap();
+    let pass = l.charge_energy(Some(Tokens::whole(1)), first + 400).unwrap();
+    assert_eq!((pass.entries, pass.waiting, pass.joules), (1, 1, KWH), "run 1's kWh charged, run 2's waits");
+    let second = UsageRecord { elapsed: 600, ..run("3", "2026-11-26T06:06:00", 0) };
+    l.charge(&[second], &prices(), first + 1000).unwrap();
+    assert_eq!(l.charge_energy(Some(Tokens::whole(1)), first + 1000).unwrap().entries, 1, "run 2's, once charged");
+    let refund = RunRefund {
+        job_id: "3",
+        segment_start: first,
+        share: (1, 1),
+        reason: "lost run",
+        at: first + 1100,
+        month_cap: Tokens::whole(1000),
+        month_start: 0,
+    };
+    let back: Tokens = l.refund_run(&refund).unwrap().iter().map(|e| e.amount).sum();
+    assert_eq!(back, Tokens::from_micro(333_334) + Tokens::whole(1), "run 1's 5 minutes of an a6000 and its kWh");
+
+    // Job 3 again, months later (Slurm's IDs wrapped), measured before its first charge: it waits.
+    let later = at("2027-03-01T06:00:00");
+    l.record_energy("3", later, "gpu1", later + 60, KWH).unwrap();
+    assert_eq!(l.charge_energy(Some(Tokens::whole(1)), later + 60).unwrap().waiting, 1);
+    no_problems(&l);
+}
+
+/// A run refunded automatically is given back once: energy its GPUs reported after (its last
+/// report's half step) is passed over, not charged for good.
+#[test]
+fn energy_of_a_run_already_refunded_is_passed_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = ledger(&dir);
+    let start = at("2026-11-26T06:00:00");
+    l.charge(&[run("4", "2026-11-26T06:00:00", 1)], &prices(), start + 3600).unwrap();
+    let refund = RunRefund {
+        job_id: "4",
+        segment_start: start,
+        share: (1, 1),
+        reason: "lost run",
+        at: start + 3700,
+        month_cap: Tokens::whole(1000),
+        month_start: 0,
+    };
+    l.refund_run(&refund).unwrap();
+    let refunded = balance(&l, "alice");
+    l.record_energy("4", start + 30, "gpu1", start + 3590, KWH).unwrap();
+    let pass = l.charge_energy(Some(Tokens::whole(1)), start + 3800).unwrap();
+    assert_eq!((pass.entries, pass.passed_over), (0, KWH));
+    assert_eq!(balance(&l, "alice"), refunded);
+    no_problems(&l);
+}

@@ -22,7 +22,7 @@ pub fn charge(cycle: &mut CycleState, file: &Path, now: i64) -> AccountdResult<S
     let (records, rejected) = crate::cycles::rejected_records::sift(all, &file.display().to_string());
     let mut rejected: Vec<_> = parsed.rejected.iter().cloned().chain(rejected).collect();
     let outcome = cycle.res.ledger.charge(&records, &cycle.res.config.prices, now)?;
-    let energy = crate::cycles::charge::charge_energy(&mut cycle.res, now)?;
+    let energy = crate::cycles::charge::charge_energy(&mut cycle.res, now);
     let refunded = crate::cycles::refunds::run(&mut cycle.res, &parsed.records, &parsed.ends, now)?;
     rejected.extend(crate::cycles::rejected_records::uncountable(&outcome));
     cycle.rejected_records.note(&rejected, &cycle.res.metrics);

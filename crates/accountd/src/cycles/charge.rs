@@ -89,10 +89,20 @@ pub fn energy_summary(e: &EnergyCharged) -> String {
 
 /// Charges the GPU energy node agents reported since the last cycle (`[prices] per_kwh`; unset:
 /// passed over), after the GPU time of the runs it belongs to and before their refunds.
-pub fn charge_energy(res: &mut Resources, now: i64) -> AccountdResult<EnergyCharged> {
-    let charged = res.ledger.charge_energy(res.config.prices.per_kwh(), now)?;
+/// A failure is logged, never the cycle's: the GPU time is charged, and the next cycle tries again.
+pub fn charge_energy(res: &mut Resources, now: i64) -> EnergyCharged {
+    let charged = match res.ledger.charge_energy(res.config.prices.per_kwh(), now) {
+        Ok(charged) => charged,
+        Err(e) => {
+            tracing::error!("GPU energy not charged this cycle (the next one tries again): {e}");
+            return EnergyCharged::default();
+        }
+    };
+    for (job, why) in &charged.failures {
+        tracing::error!("GPU energy of job {job} not charged (the others' were; tried again next cycle): {why}");
+    }
     res.metrics.record_energy_charge(&charged);
-    Ok(charged)
+    charged
 }
 
 pub fn charge(cycle: &mut CycleState, slurm: &Slurm, now: i64) -> AccountdResult<ChargeSummary> {
@@ -124,7 +134,7 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, now: i64) -> AccountdResult
     }
 
     let outcome = cycle.res.ledger.charge(&records, &cycle.res.config.prices, now)?;
-    let energy = charge_energy(&mut cycle.res, now)?;
+    let energy = charge_energy(&mut cycle.res, now);
     // Slurm's times of the runs read: evidence of the real time for the check cycle.
     let ends = finished.ends.values().filter_map(|e| e.end);
     let starts = finished.records.iter().map(|r| r.segment_start).chain(running.iter().map(|j| j.start_time));

@@ -62,7 +62,8 @@ fn max_energy_gap(own_interval: &str, agents_secs: Option<u64>) -> i64 {
 fn record_energy(res: &mut Resources, state: &mut ReportState, report: &AgentReport) -> AccountdResult {
     let max_gap = max_energy_gap(&res.config.agent.interval, report.interval_secs);
     let at = report.sample.time.timestamp();
-    for used in state.energy.apply(&report.node, &report.sample, max_gap) {
+    let received = gputokens::time::now();
+    for used in state.energy.apply_received(&report.node, &report.sample, max_gap, received) {
         res.ledger.record_energy(&used.job, used.since, &report.node, at, used.joules)?;
         res.metrics.jobs_gpu_energy.inc_by(used.joules as f64);
         let labels = JobLabels {

@@ -28,6 +28,10 @@ pub struct EnergyTracker {
     last: HashMap<(String, u32), (Reading, Parts)>,
     /// Each node's newest report's sample time: an older one arriving late is left out.
     newest: HashMap<String, i64>,
+    /// When accountd received each node's newest report (its own clock): a node's sample times are
+    /// its word, so no step is believed to hold more than a GPU can draw in the time that really
+    /// passed between two reports (and an interval's slack).
+    received: HashMap<String, i64>,
     /// The run each job on a node is counted under: the sample time of the first of the node's
     /// unbroken reports that carry it.
     runs: HashMap<(String, String), i64>,
@@ -55,7 +59,8 @@ pub struct JobEnergy {
 }
 
 /// Millijoules a GPU used from `before` to `now`, or None when the counter cannot say (see the module).
-pub fn step(before: &Reading, now: &Reading, max_gap: i64) -> Option<u64> {
+/// `watt_seconds`: the seconds over which the rise may be at most [`MAX_GPU_WATTS`].
+pub fn step(before: &Reading, now: &Reading, max_gap: i64, watt_seconds: i64) -> Option<u64> {
     let gap = now.at - before.at;
     if gap < 0 || gap > max_gap || before.uuid.is_none() || before.uuid != now.uuid {
         return None;
@@ -63,7 +68,7 @@ pub fn step(before: &Reading, now: &Reading, max_gap: i64) -> Option<u64> {
     let used = now.millijoules.checked_sub(before.millijoules)?;
     // At most MAX_GPU_WATTS over the longest step taken (reports a moment apart may carry a rise
     // sampled over a longer stretch: the counter and the sample time are not read at one instant).
-    let most = MAX_GPU_WATTS.saturating_mul(1000).saturating_mul(max_gap.max(1) as u64);
+    let most = MAX_GPU_WATTS.saturating_mul(1000).saturating_mul(watt_seconds.clamp(1, max_gap.max(1)) as u64);
     (used <= most).then_some(used)
 }
 
@@ -77,9 +82,16 @@ fn mean_parts(before: &[(String, f64)], now: &[(String, f64)]) -> BTreeMap<Strin
 }
 
 impl EnergyTracker {
-    /// The energy of each job in `node`'s report `sample` since the node's previous report, in job
-    /// order; jobs with nothing to show are left out. `max_gap` in seconds.
+    /// [`EnergyTracker::apply_received`], each report received at its sample time.
+    #[cfg(test)]
     pub fn apply(&mut self, node: &str, sample: &NodeSample, max_gap: i64) -> Vec<JobEnergy> {
+        self.apply_received(node, sample, max_gap, sample.time.timestamp())
+    }
+
+    /// The energy of each job in `node`'s report `sample`, received at `received` (accountd's
+    /// clock), since the node's previous report, in job order; jobs with nothing to show are left
+    /// out. `max_gap` in seconds.
+    pub fn apply_received(&mut self, node: &str, sample: &NodeSample, max_gap: i64, received: i64) -> Vec<JobEnergy> {
         let at = sample.time.timestamp();
         // A report that arrives after a newer one of its node (posts are answered in no set order)
         // changes nothing: its step was measured from the newer one's counters already.
@@ -87,6 +99,13 @@ impl EnergyTracker {
             return Vec::new();
         }
         self.newest.insert(node.to_string(), at);
+        // The time that really passed since the node's previous report, and one interval's slack
+        // for a report delayed on the way (max_gap is MAX_GAP_INTERVALS of them).
+        let slack = max_gap / i64::from(MAX_GAP_INTERVALS);
+        let watt_seconds = match self.received.insert(node.to_string(), received) {
+            Some(before) => (received - before).max(0) + slack,
+            None => max_gap,
+        };
         let mut shares = energy_shares(sample);
         let mut millijoules: BTreeMap<String, f64> = BTreeMap::new();
         for gpu in &sample.gpus {
@@ -98,7 +117,7 @@ impl EnergyTracker {
             let now = Reading { at, uuid: gpu.uuid.clone(), millijoules: counter };
             let parts_now = shares.remove(&gpu.index).unwrap_or_default();
             if let Some((before, parts_before)) = self.last.get(&key) {
-                if let Some(used) = step(before, &now, max_gap) {
+                if let Some(used) = step(before, &now, max_gap, watt_seconds) {
                     for (job, part) in mean_parts(parts_before, &parts_now) {
                         *millijoules.entry(job).or_default() += used as f64 * part;
                     }
@@ -252,6 +271,22 @@ mod tests {
         assert_eq!(got(&t.apply("n1", &at(90, 3_000_000), GAP)), [("7", 0, 1000)], "from the newest, once");
     }
 
+    /// A node's sample times are its word: reports that arrive a second apart but claim a minute and
+    /// a half between them are believed only for what a GPU can draw in the second that passed and
+    /// an interval (a node cannot post a day of power in a minute).
+    #[test]
+    fn a_rise_is_bounded_by_the_time_that_really_passed() {
+        let mut t = EnergyTracker::default();
+        let at = |s: i64, mj: u64| sample(s, vec![gpu(0, "GPU-a", Some(mj), &["7"])], vec![]);
+        t.apply_received("n1", &at(0, 0), GAP, 1000);
+        let most = MAX_GPU_WATTS * 1000 * (1 + GAP / 3) as u64;
+        assert_eq!(t.apply_received("n1", &at(90, most + 1000), GAP, 1001), [], "more than a GPU draws in 31 s");
+        let next = most + 1000 + most;
+        assert_eq!(got(&t.apply_received("n1", &at(180, next), GAP, 1002)), [("7", 0, most / 1000)]);
+        // Sent in time, it counts whole.
+        assert_eq!(got(&t.apply_received("n1", &at(270, next + 2 * most), GAP, 1092)), [("7", 0, 2 * most / 1000)]);
+    }
+
     /// A garbage counter (a node's report of 0 then u64::MAX) or a GPU without a UUID credits nothing.
     #[test]
     fn a_rise_no_gpu_can_draw_or_a_gpu_without_a_uuid_gives_nothing() {
@@ -259,7 +294,8 @@ mod tests {
         let at = |s: i64, mj: u64| sample(s, vec![gpu(0, "GPU-a", Some(mj), &["7"])], vec![]);
         t.apply("n1", &at(0, 0), GAP);
         assert_eq!(t.apply("n1", &at(30, u64::MAX), GAP), []);
-        let most = MAX_GPU_WATTS * 1000 * GAP as u64;
+        // At most a GPU's draw over the 30 s that passed and an interval's slack (GAP is 3 intervals).
+        let most = MAX_GPU_WATTS * 1000 * (30 + GAP / 3) as u64;
         assert_eq!(t.apply("n1", &at(60, u64::MAX - most - 1), GAP), [], "went back");
         assert_eq!(got(&t.apply("n1", &at(90, u64::MAX - 1), GAP)), [("7", 0, most / 1000)], "at most a GPU's draw");
         let nameless = |s: i64, mj: u64| {

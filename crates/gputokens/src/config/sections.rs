@@ -162,13 +162,17 @@ fn bucket(s: &mut Section, d: BucketRules) -> BucketRules {
     BucketRules { initial, daily, monthly, cap, floor }
 }
 
-/// GPU type (lowercased) → price per GPU-hour.
 /// The GPU types' prices per GPU-hour, and `per_kwh` (GPU energy's price; no GPU type has that name).
 fn prices(s: &mut Section) -> (BTreeMap<String, Tokens>, Option<Tokens>) {
     let mut prices = BTreeMap::new();
     let per_kwh = s.optional(PER_KWH, non_negative_amount).filter(|p| *p > Tokens::ZERO);
     let entries: Vec<_> = s.entries().filter(|(key, _)| key.as_str() != PER_KWH).collect();
     for (gpu_type, value) in entries {
+        if gpu_type.eq_ignore_ascii_case(PER_KWH) {
+            // GPU types match case-blind: `PER_KWH = 1` would price a GPU type, never energy.
+            s.problem(gpu_type, format!("the energy price is written `{PER_KWH}`, in lower case"), "ignored");
+            continue;
+        }
         match non_negative_amount(value) {
             Err(reason) => s.problem(gpu_type, dotted_type(gpu_type, value).unwrap_or(reason), "ignored"),
             Ok(_) if prices.contains_key(&gpu_type.to_lowercase()) => {

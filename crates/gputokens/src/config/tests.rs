@@ -111,6 +111,19 @@ fn case_insensitive_duplicate_types_are_refused() {
 }
 
 #[test]
+fn per_kwh_prices_energy_and_no_gpu_type() {
+    let config = parse("[prices]\na6000 = 4\nper_kwh = 0.25\n").unwrap();
+    assert_eq!(config.prices.per_kwh(), Some("0.25".parse().unwrap()));
+    assert_eq!(config.prices.listed_types().collect::<Vec<_>>(), ["a6000"]);
+    assert_eq!(parse("[prices]\na6000 = 4\n").unwrap().prices.per_kwh(), None, "off unless set");
+    assert_eq!(parse("[prices]\nper_kwh = 0\n").unwrap().prices.per_kwh(), None, "0 is off");
+    let err = parse("[prices]\nper_kwh = -1\n").unwrap_err().to_string();
+    assert!(err.contains("prices.per_kwh"), "{err}");
+    let err = parse("[prices]\nPER_KWH = 1\n").unwrap_err().to_string();
+    assert!(err.contains("the energy price is written `per_kwh`, in lower case"), "{err}");
+}
+
+#[test]
 fn bad_interval_and_relative_path_are_named() {
     let err = parse("[intervals]\ncharge = \"often\"\n").unwrap_err().to_string();
     assert!(err.contains("intervals.charge"), "{err}");
