@@ -194,3 +194,30 @@ fn energy_is_on_each_charge_line_and_summed_for_the_month() {
         serde_json::json!({"job_id": "102", "gpu_type": "rtx3090", "joules": 3_600_000, "kwh": 1.0})
     );
 }
+
+/// `[prices] per_kwh`: an energy charge is on its GPU type's line, which says what of it paid for
+/// energy (and, beside it, what was spent on idle GPUs); the month's sentence says what energy cost.
+#[test]
+fn priced_energy_is_in_its_lines_amount_and_said_apart() {
+    let mut builder = StatementBuilder::new("alice", "2026-12".parse().unwrap(), Tokens::whole(100));
+    let energy = Entry {
+        key: Some("energy:101:1:gpu1:2026-12-01:9000000:alice".into()),
+        job_id: Some("101".into()),
+        gpu_seconds: None,
+        ..charge("a6000", "-1.25", 0)
+    };
+    for e in [charge("a6000", "-24", 21_600), energy] {
+        builder.add(&e).unwrap();
+    }
+    builder.add_idle("a6000", Tokens::whole(6));
+    builder.add_energy("101", "a6000", 9_000_000);
+    let s = builder.finish("74.75".parse().unwrap(), parse_timestamp("2026-12-14T10:22:03").unwrap(), true).unwrap();
+    let out = text(&s, false);
+    let line = out.lines().find(|l| l.contains("a6000, 6 GPU-hours, 2.5 kWh")).unwrap_or_else(|| panic!("{out}"));
+    assert!(line.ends_with("-25.25  1.25 of it for energy; 6 of it on idle GPUs"), "{out}");
+    assert!(out.ends_with("(job 101 2.5 kWh), charged 1.25 tokens.\n"), "{out}");
+    let a6000 = rows(&s).into_iter().find(|r| r[5] == "a6000").unwrap();
+    assert_eq!((a6000[4].as_str(), a6000[12].as_str()), ("-25.25", "1.25 of it for energy; 6 of it on idle GPUs"));
+    let v: serde_json::Value = serde_json::from_str(&json(std::slice::from_ref(&s))).unwrap();
+    assert_eq!(v["statements"][0]["lines"][0]["energy_tokens"], "1.25");
+}
