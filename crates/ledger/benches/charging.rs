@@ -89,6 +89,36 @@ fn raw_insert(path: &std::path::Path, text: &str) -> (Duration, Duration) {
     (wall, cpu)
 }
 
+/// The charge cycle's energy pass (`[prices] per_kwh`) over what node agents reported since the last
+/// one: a kWh for each of up to 20,000 charged jobs, on 100 nodes; then the same, unpriced.
+fn energy_pass(ledger: &mut Ledger, records: &[ledger::UsageRecord], now: i64) {
+    let jobs = &records[..records.len().min(20_000)];
+    let report = |ledger: &mut Ledger| {
+        for (i, r) in jobs.iter().enumerate() {
+            ledger.record_energy(&r.job_id, r.segment_start + 30, &format!("gpu{}", i % 100), now, 3_600_000).unwrap();
+        }
+    };
+    report(ledger);
+    let (priced, wall, cpu) = timed(|| ledger.charge_energy(Some(Tokens::from_micro(500_000)), now).unwrap());
+    assert_eq!(priced.entries, jobs.len(), "one energy charge per job");
+    println!(
+        "energy pass, priced: {} rows in {:.3} s ({:.0} rows/s, {:.3} s on the CPU)",
+        jobs.len(),
+        wall.as_secs_f64(),
+        jobs.len() as f64 / wall.as_secs_f64(),
+        cpu.as_secs_f64()
+    );
+    report(ledger);
+    let (unpriced, wall, cpu) = timed(|| ledger.charge_energy(None, now).unwrap());
+    assert_eq!(unpriced.passed_over, jobs.len() as u64 * 3_600_000);
+    println!(
+        "energy pass, unpriced: {} rows passed over in {:.3} s ({:.3} s on the CPU)",
+        jobs.len(),
+        wall.as_secs_f64(),
+        cpu.as_secs_f64()
+    );
+}
+
 fn main() {
     let records: usize = std::env::var("BENCH_RECORDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
@@ -135,6 +165,7 @@ fn main() {
                 wall.as_secs_f64(),
                 cpu.as_secs_f64()
             );
+            energy_pass(&mut ledger, &parsed.records, now);
         }
         drop(ledger);
         let _ = std::fs::remove_file(dir.path().join(format!("raw{round}.sqlite")));
