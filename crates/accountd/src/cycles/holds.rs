@@ -203,15 +203,13 @@ fn act(
                 false => "gputokens does not enforce (shadow mode)".to_string(),
             };
             record(res, holds::RELEASE, why)?;
-            if let Err(e) = slurm.run("scontrol", &["--", "release", id]) {
+            // Back to its owner's hold straight from gputokens' (Slurm turns an admin hold into a
+            // user hold in place): a release first let the scheduler start the job in between.
+            let to = if step == Step::ReleaseToOwner { "uhold" } else { "release" };
+            if let Err(e) = slurm.run("scontrol", &["--", to, id]) {
                 tracing::error!("release of job {id} of {} failed (tried again next cycle): {e}", job.user);
                 record(res, holds::RELEASE_FAILED, e.to_string())?;
                 return Ok(None);
-            }
-            if step == Step::ReleaseToOwner {
-                if let Err(e) = slurm.run("scontrol", &["--", "uhold", id]) {
-                    tracing::error!("job {id} of {}: its owner's hold could not be put back: {e}", job.user);
-                }
             }
             tracing::info!("released job {id} of {}: {payer_name} is above the floor", job.user);
             set_comment(&without_note(&job.comment, holds::COMMENT_PREFIX));
