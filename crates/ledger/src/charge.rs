@@ -129,13 +129,6 @@ impl Ledger {
         drop(cycle);
         // Per balance, once: the balance, the newest entry, and the day's usage per GPU type.
         let day = local_date(now).to_string();
-        // A sum beyond 64 bits (SQLite would keep it as an inexact REAL) is NULL here, which the
-        // NOT NULL column refuses: the cycle fails instead. Amounts are never negative.
-        let mut add_usage = tx.prepare(
-            "INSERT INTO usage_days (user, day, gpu_type, charged) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT DO UPDATE SET charged = CASE WHEN charged <= 9223372036854775807 - excluded.charged
-                                                      THEN charged + excluded.charged END",
-        )?;
         for (user, pending) in batch.users {
             if let Some(last_entry) = pending.last_entry {
                 move_balance(&tx, &user, pending.delta, last_entry)?;
@@ -145,25 +138,18 @@ impl Ledger {
                 super::expiries::draw(&tx, &user, -pending.delta, now)?;
             }
             for (gpu_type, tokens) in pending.by_type {
-                add_usage.execute(params![user, day, gpu_type, tokens.micro()])?;
+                add_usage(&tx, &user, &day, gpu_type, tokens)?;
                 if pools::account_of(&user).is_none() {
                     outcome.by_user_type.insert((user.clone(), gpu_type.to_string()), tokens);
                 }
             }
         }
-        drop(add_usage);
         for ((account, member), spent) in batch.member_spending {
             add_member_spending(&tx, &account, &member, spent, now)?;
         }
         for ((job_id, run_start), holders) in batch.payments {
             for (holder, paid) in holders {
-                // As usage_days above.
-                tx.prepare_cached(
-                    "INSERT INTO job_payments (job_id, run_start, holder, charged) VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT DO UPDATE SET charged = CASE WHEN charged <= 9223372036854775807 - excluded.charged
-                                                              THEN charged + excluded.charged END",
-                )?
-                .execute(params![job_id, run_start, holder, paid.micro()])?;
+                add_payment(&tx, &job_id, run_start, &holder, paid)?;
             }
         }
         tx.commit()?;
@@ -209,6 +195,43 @@ impl Ledger {
             )?
             .map(|s| s as u64))
     }
+}
+
+/// Adds `tokens` to what `user` was charged on local `day` for `gpu_type` (`usage_days`). A sum
+/// beyond 64 bits (SQLite would keep it as an inexact REAL) is NULL here, which the NOT NULL column
+/// refuses: the charge fails instead. Amounts are never negative.
+pub(super) fn add_usage(
+    tx: &Transaction<'_>,
+    user: &str,
+    day: &str,
+    gpu_type: &str,
+    tokens: Tokens,
+) -> Result<(), LedgerError> {
+    tx.prepare_cached(
+        "INSERT INTO usage_days (user, day, gpu_type, charged) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT DO UPDATE SET charged = CASE WHEN charged <= 9223372036854775807 - excluded.charged
+                                                  THEN charged + excluded.charged END",
+    )?
+    .execute(params![user, day, gpu_type, tokens.micro()])?;
+    Ok(())
+}
+
+/// Adds `paid` to what `holder` paid for run `run_start` of `job_id` (`job_payments`); as
+/// [`add_usage`], a sum beyond 64 bits fails.
+pub(super) fn add_payment(
+    tx: &Transaction<'_>,
+    job_id: &str,
+    run_start: i64,
+    holder: &str,
+    paid: Tokens,
+) -> Result<(), LedgerError> {
+    tx.prepare_cached(
+        "INSERT INTO job_payments (job_id, run_start, holder, charged) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT DO UPDATE SET charged = CASE WHEN charged <= 9223372036854775807 - excluded.charged
+                                                  THEN charged + excluded.charged END",
+    )?
+    .execute(params![job_id, run_start, holder, paid.micro()])?;
+    Ok(())
 }
 
 /// One charge cycle's state while it goes through the records.

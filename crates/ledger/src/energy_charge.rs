@@ -129,14 +129,7 @@ fn charge_row(
     };
     // A run refunded automatically was given back once, for good: what its GPUs used after (the
     // half step of its last report) is not charged.
-    let refunded: bool =
-        tx.prepare_cached("SELECT EXISTS (SELECT 1 FROM entries WHERE key >= ?1 AND key < ?2)")?.query_row(
-            params![
-                format!("refund:{}:run:{}:", row.job_id, run.segment_start),
-                format!("refund:{}:run:{};", row.job_id, run.segment_start)
-            ],
-            |r| r.get(0),
-        )?;
+    let refunded = super::refunds::run_refunded(tx, &row.job_id, run.segment_start)?;
     let cost = |joules: i64| energy_cost(per_kwh, joules.max(0) as u64);
     let (false, Some(total), Some(before)) = (refunded, cost(row.joules), cost(row.charged_joules)) else {
         // Refunded, or beyond what the ledger holds: never saturated into a smaller charge.
@@ -293,17 +286,9 @@ fn charge_payers(
         }
         charged = true;
         done.entries += 1;
-        tx.prepare_cached(
-            "INSERT INTO usage_days (user, day, gpu_type, charged) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT DO UPDATE SET charged = charged + excluded.charged",
-        )?
-        .execute(params![holder, today, run.gpu_type, amount.micro()])?;
+        super::charge::add_usage(tx, &holder, &today, &run.gpu_type, amount)?;
         if let Some(run_start) = payments_key {
-            tx.prepare_cached(
-                "INSERT INTO job_payments (job_id, run_start, holder, charged) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT DO UPDATE SET charged = charged + excluded.charged",
-            )?
-            .execute(params![row.job_id, run_start, holder, amount.micro()])?;
+            super::charge::add_payment(tx, &row.job_id, run_start, &holder, amount)?;
         }
         if let Some(account) = pool {
             super::pools::add_member_spending(tx, account, &run.user, amount, now)?;

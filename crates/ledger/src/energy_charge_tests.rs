@@ -27,15 +27,19 @@ fn half() -> Option<Tokens> {
 
 /// Alice's job `job` on one a6000 from `start`, `hours` of it so far.
 fn run(job: &str, start: &str, hours: u64) -> UsageRecord {
-    UsageRecord {
-        job_id: job.into(),
-        user: "alice".into(),
-        account: None,
-        segment_start: at(start),
-        sluid: None,
-        milli_gpus: BTreeMap::from([("a6000".to_string(), 1000)]),
-        elapsed: hours * 3600,
-        weight_permille: 1000,
+    super::energy_tests::run(job, "a6000", start, hours)
+}
+
+/// Run `start` (unix) of `job`, lost to the system: all of it given back at `at`.
+fn lost_run(job: &str, start: i64, at: i64) -> RunRefund<'_> {
+    RunRefund {
+        job_id: job,
+        segment_start: start,
+        share: (1, 1),
+        reason: "lost run",
+        at,
+        month_cap: Tokens::whole(1000),
+        month_start: 0,
     }
 }
 
@@ -138,15 +142,7 @@ fn a_requeued_jobs_energy_goes_to_the_run_it_was_measured_in_and_comes_back_with
     assert_eq!(balance(&l, "alice"), Tokens::whole(100 - 8 - 3));
 
     // The second run is lost to the system: its GPU time and its energy come back, not the first's.
-    let refund = RunRefund {
-        job_id: "7",
-        segment_start: at(second),
-        share: (1, 1),
-        reason: "lost run",
-        at: now + 60,
-        month_cap: Tokens::whole(1000),
-        month_start: 0,
-    };
+    let refund = lost_run("7", at(second), now + 60);
     let back = l.refund_run(&refund).unwrap();
     assert_eq!(back.iter().map(|e| e.amount).sum::<Tokens>(), Tokens::whole(4 + 2));
     assert_eq!(balance(&l, "alice"), Tokens::whole(100 - 4 - 1));
@@ -175,15 +171,7 @@ fn in_mode_both_the_user_and_the_pool_each_pay_the_energy() {
     assert_eq!(spent.iter().map(|s| (s.user.as_str(), s.spent)).collect::<Vec<_>>(), [("alice", Tokens::whole(6))]);
     no_problems(&l);
     // A refund of the run gives each what it paid, energy included.
-    let refund = RunRefund {
-        job_id: "9",
-        segment_start: start,
-        share: (1, 1),
-        reason: "lost run",
-        at: start + 4000,
-        month_cap: Tokens::whole(1000),
-        month_start: 0,
-    };
+    let refund = lost_run("9", start, start + 4000);
     l.refund_run(&refund).unwrap();
     assert_eq!(balance(&l, "alice"), alice + Tokens::whole(4));
     assert_eq!(balance(&l, &holder("lab")), lab + Tokens::whole(4));
@@ -253,15 +241,7 @@ fn energy_lands_on_the_run_it_was_measured_in_or_waits_for_it() {
     let second = UsageRecord { elapsed: 600, ..run("3", "2026-11-26T06:06:00", 0) };
     l.charge(&[second], &prices(), first + 1000).unwrap();
     assert_eq!(l.charge_energy(Some(Tokens::whole(1)), first + 1000).unwrap().entries, 1, "run 2's, once charged");
-    let refund = RunRefund {
-        job_id: "3",
-        segment_start: first,
-        share: (1, 1),
-        reason: "lost run",
-        at: first + 1100,
-        month_cap: Tokens::whole(1000),
-        month_start: 0,
-    };
+    let refund = lost_run("3", first, first + 1100);
     let back: Tokens = l.refund_run(&refund).unwrap().iter().map(|e| e.amount).sum();
     assert_eq!(back, Tokens::from_micro(333_334) + Tokens::whole(1), "run 1's 5 minutes of an a6000 and its kWh");
 
@@ -280,15 +260,7 @@ fn energy_of_a_run_already_refunded_is_passed_over() {
     let mut l = ledger(&dir);
     let start = at("2026-11-26T06:00:00");
     l.charge(&[run("4", "2026-11-26T06:00:00", 1)], &prices(), start + 3600).unwrap();
-    let refund = RunRefund {
-        job_id: "4",
-        segment_start: start,
-        share: (1, 1),
-        reason: "lost run",
-        at: start + 3700,
-        month_cap: Tokens::whole(1000),
-        month_start: 0,
-    };
+    let refund = lost_run("4", start, start + 3700);
     l.refund_run(&refund).unwrap();
     let refunded = balance(&l, "alice");
     l.record_energy("4", start + 30, "gpu1", start + 3590, KWH).unwrap();

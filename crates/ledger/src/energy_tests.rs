@@ -13,7 +13,7 @@ fn at(text: &str) -> i64 {
     parse_timestamp(text).unwrap()
 }
 
-fn run(job: &str, gpu_type: &str, start: &str, hours: u64) -> UsageRecord {
+pub(super) fn run(job: &str, gpu_type: &str, start: &str, hours: u64) -> UsageRecord {
     UsageRecord {
         job_id: job.into(),
         user: "alice".into(),

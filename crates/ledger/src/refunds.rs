@@ -137,11 +137,15 @@ impl Ledger {
 
     /// Whether run `segment_start` of `job_id` was refunded automatically.
     pub fn run_refunded(&self, job_id: &str, segment_start: i64) -> Result<bool, LedgerError> {
-        let prefix = format!("refund:{job_id}:run:{segment_start}:");
-        let found: i64 = self
-            .conn
-            .prepare_cached("SELECT EXISTS (SELECT 1 FROM entries WHERE key >= ?1 AND key < ?2)")?
-            .query_row(params![prefix, format!("refund:{job_id}:run:{segment_start};")], |r| r.get(0))?;
-        Ok(found == 1)
+        run_refunded(&self.conn, job_id, segment_start)
     }
+}
+
+/// [`Ledger::run_refunded`], on any connection or transaction: its refunds' keys share a prefix.
+pub(crate) fn run_refunded(conn: &rusqlite::Connection, job_id: &str, segment_start: i64) -> Result<bool, LedgerError> {
+    let prefix = format!("refund:{job_id}:run:{segment_start}:");
+    let found: i64 = conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM entries WHERE key >= ?1 AND key < ?2)")?
+        .query_row(params![prefix, format!("refund:{job_id}:run:{segment_start};")], |r| r.get(0))?;
+    Ok(found == 1)
 }
