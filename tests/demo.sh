@@ -57,7 +57,9 @@ sed -e "s|/var/lib/gputokens|$DEMO/lib|" -e "s|/run/gputokens|$DEMO/run|" -e 's/
   -e 's/^first_lookback = .*/first_lookback = "1m"/' -e 's/^charge = "1h"/charge = "15s"/' \
   -e "s|^jobs_dir = .*|jobs_dir = \"$LAB/gpu-jobs\"|" -e 's/^allow_http = false/allow_http = true/' \
   -e 's/^enforce = false/enforce = true/' -e 's/^dry_run = true/dry_run = false/' -e 's/^drain = false/drain = true/' \
+  -e 's/^a6000 = 4$/a6000 = 4\na100 = 7/' \
   slurm-conf/gputokens.toml > "$CONF"
+echo "a100 = 7: the test cluster also has two MIG slices of an A100 (a100_3g.20gb), each priced 3/7 of it, 3 tokens per hour;"
 echo "daily = 0 for the demo, so the worked example comes out at exactly 46; accountd charges every 15 s;"
 echo "slurm_user = slurm, the SlurmUser the test cluster's slurmctld runs as; jobs_dir where its SPANK plugin records;"
 echo "allow_http = true: the demo has no TLS proxy in front of the status page;"

@@ -1,5 +1,6 @@
 #!/bin/bash
 # Runs the tests, as root on Debian 12. The suites, by what they need:
+#   demo       tests/demo.sh as the README gives it (its own one-node cluster), what it prints, and its stop
 #   unit       nothing but this machine: every crate's unit tests and the integration tests of the real
 #              binaries, as root and as the non-root users alice, bob and carol (`cargo test --workspace`)
 #   cluster    a real one-node Slurm cluster (tests/cluster/, started and stopped here): the `#[ignore]`d
@@ -28,7 +29,7 @@ REPO=$(pwd)
 LAB=${GPUTOKENS_LAB:-/tmp/gputokens-cluster}
 TARGET=$REPO/target                    # the host's build, also inside the root filesystems (same path)
 MANIFEST=$TARGET/debug/test-binaries.tsv
-ALL_SUITES="unit cluster browser multinode packages"
+ALL_SUITES="demo unit cluster browser multinode packages"
 
 # suites_for RELEASE: the suites that mean something there, in the order they run.
 suites_for() {
@@ -104,17 +105,55 @@ prepare_release() {
   bash tests/cluster/up.sh
 }
 
-started=""
-stop_cluster() {
-  bash tests/cluster/down.sh
-  # Every daemon up.sh started must be gone (a zombie waiting for its reaper counts as gone).
-  local left="" pid state
-  for pid in $started; do
-    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)
+# running_daemons: the daemons of the cluster that is up (and the demo's accountd), as pid:starttime
+# (a pid alone may be reused by a later lane's daemon).
+running_daemons() {
+  local pid
+  for pid in $(cat "$LAB"/pids/*.pid "${GPUTOKENS_DEMO:-/tmp/gputokens-demo}/accountd.pid" 2>/dev/null); do
+    [[ -r /proc/$pid/stat ]] && echo "$pid:$(awk '{print $22}' "/proc/$pid/stat")"
+  done
+  true
+}
+
+# still_running WHAT DAEMONS...: 1 (and which) when one of DAEMONS (pid:starttime) still runs; a
+# zombie waiting for its reaper counts as gone.
+still_running() {
+  local what=$1 left="" pid start state; shift
+  for d in "$@"; do
+    pid=${d%%:*} start=${d#*:}
+    state=$(awk -v s="$start" '$22 == s { print $3 }' "/proc/$pid/stat" 2>/dev/null || true)
     [[ -n $state && $state != Z ]] && left+=" $pid($(tr '\0' ' ' < "/proc/$pid/cmdline"))"
   done
-  if [[ -n $left ]]; then echo "down.sh left processes running:$left" >&2; return 1; fi
-  echo "down.sh stopped every daemon up.sh started"
+  if [[ -n $left ]]; then echo "$what left processes running:$left" >&2; return 1; fi
+  echo "$what stopped every daemon it started"
+}
+
+started=()
+stop_cluster() {
+  bash tests/cluster/down.sh
+  still_running down.sh "${started[@]}"
+}
+
+# check_demo FILE: what tests/demo.sh printed holds what the README promises of it.
+check_demo() {
+  local out=$1 rc=0 want
+  local -a wants=(
+    'slurm: ok: \[prices\] lists every GPU type of the nodes'      # config check --slurm: MIG slices priced
+    '^alice|46|-10|ok|'                                               # the worked example
+    'sbatch: error: gputokens: your GPU token balance is -10.4 (floor -10); GPU jobs are refused'
+    '^Submitted batch job'                                            # her CPU job at the floor
+    'this job was accepted with lower priority (nice +10000)'         # her GPU job in overdraft
+    'admins may change balances; you are alice'
+    'can cost up to 16 tokens (2 a6000 GPUs for 2:00:00)'
+    '^  http://127.0.0.1:9817/web/login?token=[0-9a-f]\{64\}$'
+    '^Statement of alice for '
+    'closing balance (so far) *-5.4$'
+  )
+  if grep -n -e '^slurm: problem' -e 'panicked' "$out"; then echo "tests/demo.sh printed the problems above"; rc=1; fi
+  for want in "${wants[@]}"; do
+    grep -q -e "$want" "$out" || { echo "tests/demo.sh printed nothing matching '$want'"; rc=1; }
+  done
+  return "$rc"
 }
 
 # run_binaries ARGS...: every test binary but the multi-node one with ARGS; 1 when one failed.
@@ -133,6 +172,17 @@ suite() {
   echo "=== suite $name (Slurm $RELEASE) ==="
   case $name in
     unit) cargo test --workspace --locked --no-fail-fast || rc=$? ;;
+    demo)
+      # The README's first command as a newcomer types it, on a cluster of its own (before the tests'
+      # one is up), what it prints checked; then `stop`, which must leave nothing of it running.
+      local out=$TARGET/test-logs/demo.out demo_daemons=()
+      mkdir -p "$TARGET/test-logs"
+      bash tests/demo.sh > "$out" 2>&1 || { rc=$?; echo "tests/demo.sh failed (exit $rc):"; tail -n 60 "$out"; }
+      if (( rc == 0 )) && ! check_demo "$out"; then rc=1; cat "$out"; fi
+      mapfile -t demo_daemons < <(running_daemons)
+      (( ${#demo_daemons[@]} >= 5 )) || { echo "the demo left ${#demo_daemons[@]} daemons up, not Slurm's and accountd"; rc=1; }
+      bash tests/demo.sh stop || rc=1
+      still_running "tests/demo.sh stop" "${demo_daemons[@]}" || rc=1 ;;
     cluster)
       # Every ignored test is a test that needs something: those of the other suites are theirs.
       # In a new order each run (any cluster test must pass after any other): libtest's shuffle,
@@ -183,13 +233,17 @@ in_release() {
   installed=$(dpkg-query -W -f '${Version}' slurmctld 2>/dev/null || true)
   [[ -z $installed || $installed == "$RELEASE".* ]] || { echo "tests/run.sh: this host has Slurm $installed, not $RELEASE" >&2; exit 1; }
   TIMES=${GPUTOKENS_TIMES:-/dev/null}
-  local start=$SECONDS
+  local start=$SECONDS rc=0 s
+  # The demo brings up a cluster of its own: before the tests' one.
+  if [[ ${1:-} == demo ]]; then
+    shift; suite demo || rc=1; start=$SECONDS
+    (( $# )) || return "$rc"
+  fi
   prepare_release "$RELEASE"
   echo "prepare $RELEASE $(( SECONDS - start )) 0" >> "$TIMES"
   if [[ $1 == up ]]; then exit 0; fi
-  started=$(cat "$LAB"/pids/*.pid 2>/dev/null | tr '\n' ' ')
+  mapfile -t started < <(running_daemons)
   trap 'stop_cluster || true' EXIT
-  local rc=0 s
   for s in "$@"; do suite "$s" || rc=1; done
   trap - EXIT
   stop_cluster || rc=1
@@ -246,6 +300,14 @@ rm -f "$GPUTOKENS_RPMS_BUILD.status"
   if dir=$(build_rpms 2>"$GPUTOKENS_RPMS_BUILD"); then echo "rpms $dir"; else echo failed; fi > "$GPUTOKENS_RPMS_BUILD.status"
   echo "build rpms $(( SECONDS - start )) 0" >> "$GPUTOKENS_TIMES"
 ) &
+# The no-cluster tests again at the dates where calendars turn (CPU, beside the suites too).
+(
+  start=$SECONDS status=0
+  bash tests/dated-runs.sh > "$LOGS/dates.log" 2>&1 || status=$?
+  echo "dated-runs host $(( SECONDS - start )) $status" >> "$GPUTOKENS_TIMES"
+  exit "$status"
+) &
+dates=$!
 pids=()
 for r in $RELEASES; do
   # shellcheck disable=SC2046
@@ -262,8 +324,13 @@ for r in $RELEASES; do
   cat "$LOGS/$r.log"
   (( status == 0 )) || rc=1
 done
+status=0
+wait "$dates" || status=$?
+echo "===================== dated runs: $( (( status )) && echo "FAILED (exit $status)" || echo passed) ====================="
+cat "$LOGS/dates.log"
+(( status == 0 )) || rc=1
 echo "=== times (s) ==="
 column -t "$GPUTOKENS_TIMES" 2>/dev/null || cat "$GPUTOKENS_TIMES"
 # The failures, together at the end, where a reader of the CI log looks first.
-grep -h -E '^(test .* FAILED|---- .* stdout ----|tests/run.sh: )' "$LOGS"/*.log || true
+grep -h -E '^(test .* FAILED|---- .* stdout ----|tests/run.sh: |--- .*: FAILED)' "$LOGS"/*.log || true
 exit "$rc"

@@ -34,7 +34,10 @@ fn a_clock_ahead_of_slurm_replenishes_no_further_than_a_day_past_what_slurm_show
     let bin = tempfile::tempdir().unwrap();
     std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let submitted = slurm_showing(bin.path());
-    let now = gputokens::time::now();
+    // A fixed mid-June noon (no month's turn, no daylight-saving change in the five days before it):
+    // the outcome must not depend on the day the suite runs.
+    let now = gputokens::time::parse_timestamp("2026-06-17T12:00:00").unwrap();
+    let at = gputokens::time::format_local(now);
     let day = 86_400;
     // The newest job Slurm shows was submitted four days ago: to gputokens, the clock may be wrong.
     std::fs::write(&submitted, (now - 4 * day).to_string()).unwrap();
@@ -50,14 +53,14 @@ fn a_clock_ahead_of_slurm_replenishes_no_further_than_a_day_past_what_slurm_show
     );
     site.accountd(None, &["charge", "--sacct-file", &sacct, "--now", &first]).ok();
 
-    let held = site.accountd(None, &["tick", "--skip-charge"]).ok();
+    let held = site.accountd(None, &["tick", "--skip-charge", "--now", &at]).ok();
     assert_eq!(daily_grants(&site), 2, "the two days up to a day past Slurm's newest job: {}", held.stderr);
     assert!(held.stderr.contains("over a day past the newest time Slurm has shown"), "{}", held.stderr);
     assert!(held.stderr.contains("nothing held is lost"), "{}", held.stderr);
 
     // A job submitted now: the clock is right after all, and the held days come.
     std::fs::write(&submitted, now.to_string()).unwrap();
-    let caught_up = site.accountd(None, &["tick", "--skip-charge"]).ok();
+    let caught_up = site.accountd(None, &["tick", "--skip-charge", "--now", &at]).ok();
     assert_eq!(daily_grants(&site), 5, "{}", caught_up.stderr);
     assert!(!caught_up.stderr.contains("over a day past"), "{}", caught_up.stderr);
     assert_eq!(site.balance("alice"), "105");

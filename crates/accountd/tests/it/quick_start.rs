@@ -115,8 +115,15 @@ fn the_readme_quick_start_runs_in_shadow_mode_then_refuses() {
         .as_table_mut()
         .unwrap()
         .insert("controller_status".into(), controllers.display().to_string().into());
+    // "Set the prices of your GPU types": this site's also has two MIG slices of an A100.
+    config["prices"].as_table_mut().unwrap().insert("a100".into(), 7.into());
     let mut site = Site::from_config(&toml::to_string(&config).unwrap());
     assert!(site.accountd(None, &["config", "check"]).ok().stdout.contains("valid"));
+    // Step 5's last command, against the running Slurm: every check ok, none a problem.
+    let checked = site.accountd(None, &["config", "check", "--slurm"]);
+    assert_eq!(checked.code, 0, "{}{}", checked.stdout, checked.stderr);
+    assert!(checked.stdout.contains("slurm: ok"), "{}", checked.stdout);
+    assert!(!checked.stdout.contains("problem"), "{}", checked.stdout);
 
     // Step 6, in shadow mode: her job is accepted and runs, slurmctld logs the refusal, it is counted.
     let shadow = commands(&block(&readme, "shadow"), alice);

@@ -1,0 +1,56 @@
+#!/bin/bash
+# The tests that need no cluster, run again at the dates where calendars turn: a month's turn, a
+# year's turn, the 29th of February and a daylight-saving change, each in a zone of its own. No test
+# may depend on the day it runs; these runs prove it for every time-dependent path the unit suite
+# covers (statements, expiring and monthly grants, forecasts, the status page's chart, the clock's
+# checks). The clock is set by libfaketime and runs on from there; every process a test starts
+# (accountd, sbalance, the stand-in Slurm commands) inherits it.
+#
+# The test binaries run directly, not through cargo: under a faked clock cargo would see its build as
+# older or newer than the sources, and rustdoc hangs under libfaketime.
+#
+#   bash tests/dated-runs.sh [NAME...]    all dates, or the named ones (month-turn year-turn leap-day dst)
+# Needs the host's build (tests/run.sh writes target/debug/test-binaries.tsv).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+MANIFEST=target/debug/test-binaries.tsv
+mkdir -p target/test-logs
+[[ -s $MANIFEST ]] || { echo "tests/dated-runs.sh: no $MANIFEST: run tests/run.sh (or its build) first" >&2; exit 2; }
+lib=$(compgen -G '/usr/lib/*/faketime/libfaketimeMT.so.1' | head -n 1 || true)
+[[ -n $lib ]] || { echo "tests/dated-runs.sh: libfaketime is not installed (bash tests/cluster/install.sh)" >&2; exit 2; }
+
+# NAME|TZ|the start, local time in TZ: two minutes before the turn, so tests run on both sides of it.
+DATES=(
+  "month-turn|UTC|2027-04-30 23:58:00"
+  "year-turn|America/New_York|2026-12-31 23:58:00"
+  "leap-day|Pacific/Auckland|2028-02-28 23:58:00"
+  "dst|Europe/Berlin|2027-03-28 01:58:00"
+)
+(( $# )) || set -- month-turn year-turn leap-day dst
+
+rc=0
+for want in "$@"; do
+  found=""
+  for d in "${DATES[@]}"; do
+    IFS='|' read -r name zone start <<<"$d"
+    [[ $name == "$want" ]] || continue
+    found=1
+    echo "=== dated run $name: $start in $zone ==="
+    run_start=$SECONDS failed=0
+    while IFS=$'\t' read -r _ target path; do
+      [[ $target == multinode ]] && continue
+      # DONT_FAKE_MONOTONIC: timeouts and sleeps keep the real monotonic clock (libtest's and tokio's
+      # waits on a faked one can hang); NO_CACHE: each call reads the clock anew.
+      if ! TZ=$zone LD_PRELOAD=$lib FAKETIME="@$start" FAKETIME_DONT_FAKE_MONOTONIC=1 FAKETIME_NO_CACHE=1 \
+        "$path" -q > "target/test-logs/dated-$name-$target.log" 2>&1; then
+        failed=1
+        echo "--- $target at $start ($zone): FAILED"
+        grep -E '^(test .* FAILED|---- |thread .* panicked)' -A 12 "target/test-logs/dated-$name-$target.log" | head -n 80
+      fi
+    done < "$MANIFEST"
+    (( failed )) && rc=1
+    printf '=== dated run %s: %s in %d s\n' "$name" "$( (( failed )) && echo FAILED || echo passed)" $(( SECONDS - run_start ))
+  done
+  [[ -n $found ]] || { echo "tests/dated-runs.sh: no date '$want' (dates: month-turn year-turn leap-day dst)" >&2; exit 2; }
+done
+exit "$rc"
