@@ -64,9 +64,11 @@ fn private_dir_beside(dest: &Path) -> Result<tempfile::TempDir, BackupError> {
         .prefix(PRIVATE_PREFIX)
         .tempdir_in(dir)
         .map_err(|source| BackupError::File { path: dest.to_path_buf(), source })?;
-    // Ours is new: never stale, and its owner is this process's user.
+    // Its owner is this process's user. Ours is new, yet passed over by name: its age is the file
+    // system's clock against this host's, and a clock set ahead (or an NFS server's behind) would
+    // make it look a day old.
     if let Ok(meta) = std::fs::metadata(private.path()) {
-        remove_stale_private_dirs(dir, std::os::unix::fs::MetadataExt::uid(&meta));
+        remove_stale_private_dirs(dir, std::os::unix::fs::MetadataExt::uid(&meta), private.path());
     }
     Ok(private)
 }
@@ -79,11 +81,11 @@ const STALE_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// Removes the private directories of crashed backups in `dir`: only real directories (never
 /// through a symlink) of this process's user, named as ours, untouched for a day. What cannot be
 /// removed is left (logged by nothing: the next backup tries again).
-fn remove_stale_private_dirs(dir: &Path, me: u32) {
+fn remove_stale_private_dirs(dir: &Path, me: u32, ours: &Path) {
     use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
-        if !entry.file_name().to_string_lossy().starts_with(PRIVATE_PREFIX) {
+        if !entry.file_name().to_string_lossy().starts_with(PRIVATE_PREFIX) || entry.path() == ours {
             continue;
         }
         let Ok(meta) = std::fs::symlink_metadata(entry.path()) else { continue };

@@ -116,11 +116,13 @@ fn requeued_segments_are_each_charged_once() {
     let mut l = open(&dir, rules());
     let first = record("9", "bob", "a6000", 1, 3600);
     let second = UsageRecord { segment_start: first.segment_start + 7200, ..first.clone() };
+    let first_start = first.segment_start;
     let now = at("2026-11-30T20:00:00");
     l.charge(&[first.clone(), second.clone()], &seed_prices(), now).unwrap();
     l.charge(&[first, second], &seed_prices(), now).unwrap();
     assert_eq!(balance(&l, "bob"), Tokens::whole(100 - 8));
-    assert_eq!(l.charged_runs("9").unwrap(), ["start:1796025600", "start:1796032800"], "keyed by start");
+    let keys = [first_start, first_start + 7200].map(|start| format!("start:{start}"));
+    assert_eq!(l.charged_runs("9").unwrap(), keys, "keyed by start");
 }
 
 /// Slurm 25.11+: each run has its own SLUID, the key of its charges, even where two runs of a job
@@ -490,7 +492,8 @@ fn a_version_4_ledger_keeps_its_history_and_refunds() {
     assert_eq!(balance(&l, "sam"), Tokens::whole(88));
     assert_eq!(l.refund_job("7", "root", "bad node", 4).unwrap()[0].amount, Tokens::whole(12));
     let day = |d: &str| d.parse::<chrono::NaiveDate>().unwrap();
-    let used = l.used_since_day("sam", day("1970-01-01")).unwrap();
+    // The entries are stamped 1 and 2 s past the epoch: the 31st of December 1969 west of Greenwich.
+    let used = l.used_since_day("sam", day("1969-12-31")).unwrap();
     assert_eq!(used, BTreeMap::from([("a6000".to_string(), Tokens::whole(12))]), "the old charge and the new");
     let sam = l.history("sam").unwrap();
     assert_eq!(sam.len(), 4);

@@ -589,7 +589,8 @@ mod tests {
         std::fs::set_permissions(secret.path(), std::fs::Permissions::from_mode(0o600)).unwrap();
         let gate = ReportGate::new(&config).unwrap();
 
-        let now = 1_800_000_000;
+        // Reports signed after this accountd started, whatever the day the test runs.
+        let now = gate.started + 60;
         let token = auth::node_token("s3cret", "gpu01");
         let body = br#"{"node":"gpu01"}"#;
         let header = auth::signed_authorization(&token, "gpu01", now, body);

@@ -49,10 +49,12 @@ fn a_grant_ending_in_two_minutes_is_announced_once_and_what_is_left_expires_once
     let row: serde_json::Value = serde_json::from_str(&json).unwrap();
     let expiring = &row["users"][0]["expiring"];
     assert_eq!(expiring["tokens"], "42", "{json}");
-    assert!(
-        expiring["at"].as_str().is_some_and(|at| at.starts_with(&chrono::Local::now().format("%Y-%m-%d").to_string())),
-        "{json}"
-    );
+    // Two minutes after the grant (a minute's slack for a slow machine), in local time: on the
+    // next day's date when the grant was made in the day's last two minutes.
+    let ends = expiring["at_unix"].as_i64().unwrap();
+    let expected = gputokens::time::now() + 120;
+    assert!((expected - 60..=expected).contains(&ends), "ends {ends}, not about {expected}: {json}");
+    assert_eq!(expiring["at"].as_str().and_then(gputokens::time::parse_timestamp), Some(ends), "{json}");
     // So does the status page.
     let page = page_of(&site, "alice");
     assert_eq!((page["expiring"]["tokens"].as_str(), &page["expiring"]["at"]), (Some("42"), &expiring["at"]));
@@ -72,8 +74,14 @@ fn a_grant_ending_in_two_minutes_is_announced_once_and_what_is_left_expires_once
     let expired: Vec<&str> = history.lines().filter(|l| l.contains("expired: 42 left of the grant of 50")).collect();
     assert_eq!(expired.len(), 1, "{history}");
     assert!(expired[0].contains("-42"), "{history}");
-    let month = chrono::Local::now().format("%Y-%m").to_string();
-    let statement = site.sbalance(Some("alice"), &["--statement", &month]).ok().stdout;
+    // The month of the expiry (the tick's time): the next month's when the test began at a month's end.
+    let month = &after[..7];
+    // sbalance shows no month that has not begun: at a month's end, wait for it (a minute or two).
+    let begun = gputokens::time::parse_timestamp(&format!("{month}-01T00:00:00")).unwrap();
+    while gputokens::time::now() < begun {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+    let statement = site.sbalance(Some("alice"), &["--statement", month]).ok().stdout;
     let line = statement.lines().find(|l| l.contains("grant expired")).unwrap_or_else(|| panic!("{statement}"));
     assert!(line.contains("-42") && line.contains("expired: 42 left of the grant of 50"), "{statement}");
     let page = page_of(&site, "alice");

@@ -51,7 +51,11 @@ fn neither_plugin_links_sqlite() {
 
 /// The lines of `cargo tree` of `package`'s normal dependencies, itself among them.
 fn normal_dependencies(package: &str) -> Vec<String> {
+    // cargo is the build's tool, not the product: it keeps the real clock in the dated runs
+    // (tests/dated-runs.sh), under whose libfaketime it hangs.
     let out = Command::new(env!("CARGO"))
+        .env_remove("LD_PRELOAD")
+        .env_remove("FAKETIME")
         .args(["tree", "--offline", "--edges", "normal", "--prefix", "none", "--package", package])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()

@@ -130,3 +130,20 @@ fn the_next_backup_removes_what_a_crashed_one_left() {
     assert!(running.exists() && other.exists() && target.join("ledger.sqlite").exists());
     assert!(std::fs::symlink_metadata(backups.join(".gputokens-backup-link")).is_ok());
 }
+
+/// The backup's own private directory is never taken for a crashed one's, however old the file
+/// system's clock makes it look (this host's clock set ahead, an NFS server's behind): a backup
+/// that removed its own copy half-way failed with "No such file or directory".
+#[test]
+fn a_backups_own_directory_is_never_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let ours = dir.path().join(".gputokens-backup-ours");
+    std::fs::create_dir(&ours).unwrap();
+    let when = std::time::SystemTime::now() - std::time::Duration::from_secs(3 * 86_400);
+    std::fs::File::open(&ours).unwrap().set_modified(when).unwrap();
+    let me = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&ours).unwrap());
+    super::remove_stale_private_dirs(dir.path(), me, &ours);
+    assert!(ours.exists(), "the backup removed its own directory");
+    super::remove_stale_private_dirs(dir.path(), me, &dir.path().join("another"));
+    assert!(!ours.exists(), "as another backup's, a directory that old is stale");
+}
