@@ -27,6 +27,8 @@ const MAX_USER_REQUEST: u64 = 64 << 10;
 /// A client that sends no whole request in this long is answered and dropped: connections that
 /// never speak would otherwise hold a descriptor each until accountd runs out of them.
 const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long the rest of a request too large is read, after its refusal, before the connection closes.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
 /// Connections held at once, in all and by one user: one user's thousand idle connections get
 /// that user a few, and everyone else is still answered.
 pub const MAX_CONNECTIONS: usize = 1024;
@@ -145,7 +147,12 @@ async fn serve_connection(stream: UnixStream, uid: u32, slot: Slot<u32>, answeri
     // Cut at the limit, not ended by the client: too long to be taken.
     if !line.ends_with('\n') && reader.get_ref().limit() == 0 {
         let message = format!("request too large: {} KiB at most (more for admins only)", MAX_USER_REQUEST >> 10);
-        return send_reply(write, Reply::Error { kind: ErrorKind::Invalid, message }).await;
+        send_reply(write, Reply::Error { kind: ErrorKind::Invalid, message }).await;
+        // The client may still be sending the rest: closing on unread bytes resets the connection,
+        // and it would read the reset instead of the reply. Read and drop the rest, bounded.
+        let mut rest = reader.into_inner().into_inner().take(MAX_REQUEST);
+        let _ = tokio::time::timeout(LINGER, tokio::io::copy(&mut rest, &mut tokio::io::sink())).await;
+        return;
     }
     let reply = match read {
         Ok(Ok(_)) => match serde_json::from_str::<Request>(&line) {
