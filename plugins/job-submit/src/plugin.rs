@@ -317,9 +317,15 @@ fn watch_loop(
                     }),
                     View::Unavailable(_) => None,
                 };
+                // The view and the tally change together, under the tally's lock, which a decision
+                // holds while it reads both: else a decision between the two steps counted a job
+                // twice (the new view's queue and the tally) or not at all (the old view, the
+                // forgotten tally).
+                let mut tally = plugin.tally.lock().unwrap_or_else(PoisonError::into_inner);
                 let old = std::mem::replace(&mut *plugin.view.write().unwrap_or_else(PoisonError::into_inner), view);
+                tally.forget_counted(read, unix_now_ms());
+                drop(tally);
                 retired.push(old);
-                plugin.tally.lock().unwrap_or_else(PoisonError::into_inner).forget_counted(read, unix_now_ms());
                 view_changed = true;
             }
             if let Some(status) = &status {
@@ -360,14 +366,12 @@ struct State {
     today: NaiveDate,
 }
 
-/// None before `init` (or when it panicked).
-fn state() -> Option<State> {
-    let plugin = current()?;
+fn state_of(plugin: Arc<Plugin>) -> State {
     let config = plugin.config.read().unwrap_or_else(PoisonError::into_inner).clone();
     let view = plugin.view.read().unwrap_or_else(PoisonError::into_inner).clone();
     let exempt_names = plugin.exempt_names.read().unwrap_or_else(PoisonError::into_inner).clone();
     let today = NaiveDate::from_num_days_from_ce_opt(plugin.today.load(Ordering::Relaxed)).unwrap_or_default();
-    Some(State { plugin, config, view, exempt_names, today })
+    State { plugin, config, view, exempt_names, today }
 }
 
 /// `job_submit`'s verdict on `job`.
@@ -389,9 +393,11 @@ fn decide(
     submission: bool,
 ) -> Verdict {
     // Not initialised: nothing to decide from, accept.
-    let Some(State { plugin, config, view, exempt_names, today }) = state() else { return Verdict::accept() };
+    let Some(running) = current() else { return Verdict::accept() };
+    // The view is read under the tally's lock: the watcher changes both under it.
+    let mut tally = running.tally.lock().unwrap_or_else(PoisonError::into_inner);
+    let State { plugin, config, view, exempt_names, today } = state_of(running.clone());
     let now = unix_now();
-    let mut tally = plugin.tally.lock().unwrap_or_else(PoisonError::into_inner);
     let admitted_since = |uid| tally.of(uid);
     let admitted_to_pool = |account: &str| tally.of_pool(account);
     let inputs = Inputs {

@@ -344,10 +344,20 @@ impl ReportGate {
         for job in &named {
             job_id_arg(job).map_err(|e| Refusal::new(400, "job", e.to_string()))?;
         }
-        let missing = self.jobs_not_on(node, &named, slurm)?;
+        let (missing, shown_there) = self.jobs_not_on(node, &named, slurm)?;
         if !missing.is_empty() {
             let list: Vec<&str> = missing.iter().map(String::as_str).collect();
-            return Err(Refusal::new(403, "job", format!("Slurm shows no job {} on node '{node}'", list.join(","))));
+            // What Slurm did show there, so that an admin can tell a forged job from one Slurm
+            // placed a moment ago.
+            let there = match shown_there.is_empty() {
+                true => "none".to_string(),
+                false => shown_there.into_iter().take(20).collect::<Vec<_>>().join(","),
+            };
+            return Err(Refusal::new(
+                403,
+                "job",
+                format!("Slurm shows no job {} on node '{node}' (it shows: {there})", list.join(",")),
+            ));
         }
         Ok(())
     }
@@ -365,21 +375,28 @@ impl ReportGate {
         Ok(addresses)
     }
 
-    /// The jobs of `named` that Slurm does not show (nor showed lately) on `node`.
+    /// The jobs of `named` that Slurm does not show (nor showed lately) on `node`, and the jobs it
+    /// does show (or showed lately) there.
     fn jobs_not_on(
         &self,
         node: &str,
         named: &BTreeSet<String>,
         slurm: &dyn NodeDirectory,
-    ) -> Result<BTreeSet<String>, Refusal> {
-        let missing =
-            |e: &NodeJobs| -> BTreeSet<String> { named.iter().filter(|j| !e.seen.contains_key(*j)).cloned().collect() };
+    ) -> Result<(BTreeSet<String>, BTreeSet<String>), Refusal> {
+        let missing = |e: &NodeJobs| {
+            let unseen: BTreeSet<String> = named.iter().filter(|j| !e.seen.contains_key(*j)).cloned().collect();
+            let seen = match unseen.is_empty() {
+                true => BTreeSet::new(),
+                false => e.seen.keys().cloned().collect(),
+            };
+            (unseen, seen)
+        };
         {
             let mut jobs = held(&self.jobs);
             let entry = jobs.entry(node.to_string()).or_default();
             entry.seen.retain(|_, at| at.elapsed() < JOB_GRACE);
             let unseen = missing(entry);
-            if unseen.is_empty() || entry.read.is_some_and(|r| r.elapsed() < JOBS_REFRESH) {
+            if unseen.0.is_empty() || entry.read.is_some_and(|r| r.elapsed() < JOBS_REFRESH) {
                 return Ok(unseen);
             }
             // Claimed before asking, so that reports arriving meanwhile do not ask too.
@@ -555,6 +572,8 @@ mod tests {
         let r = gate.authorize(&FROM_NODE, &report("gpu01", &["7", "9"], &[]), &slurm).unwrap_err();
         assert_eq!((r.status, r.reason), (403, "job"), "{r:?}");
         assert!(r.message.contains("no job 9 on node 'gpu01'"), "{r:?}");
+        // What Slurm shows there is named beside, for the admin who reads the log.
+        assert!(r.message.ends_with("(it shows: 7,8)"), "{r:?}");
     }
 
     #[test]
