@@ -95,6 +95,9 @@ prepare_release() {
   # once at start: point it at the snapshot the admission tests write (crates/accountd/tests/it/admission.rs).
   # While there is none, on_error = "accept" lets every job through, so the other cluster tests are unaffected.
   install -d -m 755 "$LAB/snapshot"
+  # The plugin's controller status file goes beside it (the default `controller_status`), written by
+  # the SlurmUser: the admission tests wait on it for the plugin to have read a new snapshot.
+  install -d -m 755 -o slurm "$LAB/snapshot/controllers"
   # spank_gputokens.so (sbatch/srun) reads the same file for accountd's socket: the SPANK tests
   # (crates/accountd/tests/it/spank.rs) link that path to the socket of an accountd they start; while there is
   # none, sbatch shows one "balance unknown" line. Each job's prolog records its GPUs under gpu-jobs/, named

@@ -6,13 +6,14 @@ CLUSTER=gputokens          # slurm.conf ClusterName
 ACCOUNT=gputokens          # Slurm account that root and every test user belong to
 TEST_USERS=(alice bob carol)  # non-root users created by up.sh (the demo, check.sh, the multinode tests)
 # The cluster tests' users: each test takes a set of its own, in turn (crates/accountd/tests/it/cluster.rs
-# `serial()`), so no test sees another's jobs or charges. Set N is TEST_USERS with N in two digits:
-# alice01 bob01 carol01 … alice40 bob40 carol40; up.sh makes them like TEST_USERS.
-TEST_USER_SETS=40
+# `serial()`), so no test sees another's jobs or charges. Set N is TEST_USERS with N in three digits:
+# alice001 bob001 carol001 … alice120 bob120 carol120; up.sh makes them like TEST_USERS. At least as many
+# sets as cluster tests (cluster.rs checks it), so that no two tests of one run share a set.
+TEST_USER_SETS=120
 SET_USERS=()
 for (( _set = 1; _set <= TEST_USER_SETS; _set++ )); do
   for _user in "${TEST_USERS[@]}"; do
-    printf -v _user '%s%02d' "$_user" "$_set"
+    printf -v _user '%s%03d' "$_user" "$_set"
     SET_USERS+=("$_user")
   done
 done

@@ -4,7 +4,7 @@
 #
 #   munged (as user munge) -> MariaDB -> slurmdbd, slurmctld (as SlurmUser slurm) -> slurmd, with fake typed GPUs
 #   (4 x rtx2080, 2 x rtx3090, 2 x a6000, 2 MIG slices a100_3g.20gb as mknod'ed char devices), partition `gpu`, users alice, bob and
-#   carol and the cluster tests' sets alice01 bob01 carol01 … alice40 bob40 carol40 (lib.sh; created if
+#   carol and the cluster tests' sets alice001 bob001 carol001 … alice120 bob120 carol120 (lib.sh; created if
 #   missing) plus root in Slurm account `gputokens`.
 #
 # Idempotent: daemons that are already running (PID in $LAB/pids/NAME.pid, still that executable) are

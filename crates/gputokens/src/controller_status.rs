@@ -56,6 +56,10 @@ pub enum ViewStatus {
         age_secs: i64,
         /// When accountd read the queue the snapshot's commitments come from, if it has them.
         queue_as_of: Option<i64>,
+        /// When the snapshot file the plugin read was last modified (ns since the epoch): a snapshot
+        /// written later is one the plugin has not read yet, even within one second.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        file_modified_ns: Option<i64>,
     },
     /// No usable snapshot, and why (missing, unreadable, corrupt).
     Unavailable { problem: String },
@@ -100,7 +104,12 @@ mod tests {
             pid: 4242,
             written: 1_795_430_400,
             snapshot: "/shared/gputokens/balances.snapshot".into(),
-            view: ViewStatus::Ready { generated: 1_795_430_100, age_secs: 300, queue_as_of: Some(1_795_430_090) },
+            view: ViewStatus::Ready {
+                generated: 1_795_430_100,
+                age_secs: 300,
+                queue_as_of: Some(1_795_430_090),
+                file_modified_ns: Some(1_795_430_100_123_456_789),
+            },
             shadow: None,
         };
         let json = status.to_json();

@@ -24,6 +24,11 @@ impl Stamp {
         })
     }
 
+    /// When it was last modified, in nanoseconds since the epoch.
+    pub fn mtime_ns(&self) -> i128 {
+        self.mtime_ns
+    }
+
     /// How long ago it was last modified; None when its mtime is in the future.
     pub fn age(&self) -> Option<Duration> {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_nanos() as i128;

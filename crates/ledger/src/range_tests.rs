@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use gputokens::pricing::{cost, PriceTable};
+use gputokens::pricing::PriceTable;
 use gputokens::tokens::Tokens;
 
 fn prices(per_gpu_hour: Tokens) -> PriceTable {
@@ -64,7 +64,8 @@ fn the_largest_countable_charge_is_exact() {
     // Ten years of a hundred thousand GPUs at 1 token/h: about 8.8e9 tokens, charged to the micro-token.
     let (milli, elapsed) = (100_000 * 1000, 10 * 366 * 86_400);
     let out = l.charge(&[record("7", "carol", milli, elapsed)], &prices(Tokens::whole(1)), 1_795_500_000).unwrap();
-    let expected = cost(Tokens::whole(1), 100_000 * elapsed);
+    // 100,000 GPU × 316,224,000 s ÷ 3600 at 1 token per GPU-hour.
+    let expected = Tokens::whole(8_784_000_000);
     assert_eq!(out.charged, expected);
     assert_eq!(balance(&l, "carol"), Tokens::whole(100) - expected);
     assert!(l.verify().unwrap().problems.is_empty());

@@ -78,7 +78,8 @@ fn running_job_charged_in_steps_adds_up_to_its_final_cost() {
     for elapsed in [7, 13, 29, 30] {
         l.charge(&[record("5", "bob", "rtx3090", 3, elapsed)], &seed_prices(), now).unwrap();
     }
-    let whole_run = gputokens::pricing::cost(Tokens::whole(1), 3 * 30);
+    // 3 rtx3090 (1 per GPU-hour) for 30 s: 90 GPU-seconds, 0.025 tokens.
+    let whole_run: Tokens = "0.025".parse().unwrap();
     assert_eq!(balance(&l, "bob"), Tokens::whole(100) - whole_run);
     assert_eq!(l.charged_until("5", at("2026-11-30T08:00:00"), "rtx3090").unwrap(), Some(30));
     assert_eq!(l.charged_seconds("5", at("2026-11-30T08:00:00")).unwrap(), Some(30));

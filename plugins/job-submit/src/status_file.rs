@@ -108,6 +108,7 @@ fn view_status(view: &View, now: i64) -> ViewStatus {
             generated: b.snapshot.generated,
             age_secs: now - b.snapshot.generated,
             queue_as_of: b.snapshot.queue.as_ref().map(|q| q.as_of),
+            file_modified_ns: b.modified_ns.and_then(|ns| i64::try_from(ns).ok()),
         },
         View::Unavailable(problem) => ViewStatus::Unavailable { problem: problem.to_string() },
     }
@@ -224,6 +225,8 @@ mod tests {
             NOW - 300
         );
         gputokens::snapshot::write_atomically(&snapshot, &text).unwrap();
+        // The file's modification time as the plugin read it: what a waiting reader compares.
+        let modified = gputokens::file_stamp::Stamp::read(&snapshot).unwrap().mtime_ns() as i64;
         let mut monitor = crate::watch::Monitor::new(
             snapshot,
             None,
@@ -236,7 +239,12 @@ mod tests {
         f.tick(NOW, &monitor.view());
         assert_eq!(
             f.read().unwrap().view,
-            ViewStatus::Ready { generated: NOW - 300, age_secs: 300, queue_as_of: None }
+            ViewStatus::Ready {
+                generated: NOW - 300,
+                age_secs: 300,
+                queue_as_of: None,
+                file_modified_ns: Some(modified)
+            }
         );
     }
 

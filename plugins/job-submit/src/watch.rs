@@ -48,6 +48,8 @@ pub struct Balances {
     pub mapped: usize,
     /// Some names could not be looked up (retried later): see `Standing::lookups_failed`.
     pub lookups_failed: bool,
+    /// When the file read was last modified (ns since the epoch), as it was seen before reading it.
+    pub modified_ns: Option<i128>,
 }
 
 impl Balances {
@@ -259,7 +261,8 @@ impl Monitor {
         }
         self.retry_lookups_at = failed.then_some(now + RETRY_LOOKUPS_SECS);
         let mapped = names.values().filter(|n| snap.balances.contains_key(*n)).count();
-        Balances { snapshot: Arc::clone(snap), names, mapped, lookups_failed: failed }
+        let modified_ns = self.stamp.map(|s| s.mtime_ns());
+        Balances { snapshot: Arc::clone(snap), names, mapped, lookups_failed: failed, modified_ns }
     }
 
     /// The uid of `name` (None: no such user), from the cache while it is trusted; Err when the

@@ -284,7 +284,7 @@ SlurmctldTimeout        = 120 sec
     }
 
     fn ready(generated: i64) -> ViewStatus {
-        ViewStatus::Ready { generated, age_secs: NOW - generated, queue_as_of: None }
+        ViewStatus::Ready { generated, age_secs: NOW - generated, queue_as_of: None, file_modified_ns: None }
     }
 
     #[test]

@@ -8,26 +8,26 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use gputokens::pricing::cost;
+use crate::by_hand::gpu_cost as cost;
 use gputokens::Tokens;
 
-use crate::admission::{nice_and_qos, sbatch, update_as, Admission, SETTLE};
+use crate::admission::{nice_and_qos, sbatch, update_as, Admission};
 use crate::charging::LIVE;
 use crate::cluster::{sacct, serial, wait_finished, Cluster};
 use crate::common::{run_as, Outcome, Site, PRICES};
 use crate::slurm_release;
 
-/// The test's accounts `lab` and `course`, named after its set of users (`lab07`, `course07`), so
+/// The test's accounts `lab` and `course`, named after its set of users (`lab007`, `course007`), so
 /// that no other test sees their members.
 fn account_names(cluster: &Cluster) -> (String, String) {
     (format!("lab{}", cluster.set), format!("course{}", cluster.set))
 }
 
-/// An account the tests here make: `labNN` or `courseNN` (or, made before tests had users of their
-/// own, `lab` or `course`).
+/// An account the tests here make: `labNNN` or `courseNNN` (or, made by earlier versions of these
+/// tests, `labNN`, `courseNN`, `lab` or `course`).
 fn made_here(account: &str) -> bool {
     let number = account.strip_prefix("lab").or_else(|| account.strip_prefix("course"));
-    number.is_some_and(|n| n.is_empty() || (n.len() == 2 && n.bytes().all(|b| b.is_ascii_digit())))
+    number.is_some_and(|n| n.is_empty() || ((2..=3).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_digit())))
 }
 
 /// Makes the test's accounts and associations (idempotent: a second run finds them made), after
@@ -116,7 +116,7 @@ fn pool_site_with(cluster: &Cluster, prices: &str, rules: &[&str], more: &str) -
         std::thread::sleep(Duration::from_millis(200));
     }
     adm.follow(&site);
-    std::thread::sleep(SETTLE);
+    adm.settled();
     (site, adm)
 }
 
@@ -190,7 +190,7 @@ fn jobs_are_charged_to_their_accounts_pool_and_a_pool_at_its_floor_refuses_with_
     // (Named as an admin may type it: Slurm's account names are case-blind, and so are gputokens'.)
     let shouted = lab.to_uppercase();
     site.accountd(None, &["admin", "account", "adjust", &shouted, &to_floor, "--reason", "test: to the floor"]).ok();
-    std::thread::sleep(SETTLE);
+    adm.settled();
     let refused = sbatch(alice, &["-A", lab, "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
     assert_ne!(refused.code, 0, "alice's job under lab at its floor was accepted");
     // `-A LAB` runs as lab (slurmctld lower-cases it after the plugin ran): refused alike (audit H1).
@@ -303,7 +303,7 @@ fn the_per_user_limit_refuses_a_member_over_it_while_the_pool_has_tokens() {
             .unwrap_or_default()
             .contains(&format!("spent {lab} {alice} {}", spent.micro()))
     });
-    std::thread::sleep(SETTLE);
+    adm.settled();
     let refused = sbatch(alice, &["-A", lab, "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
     assert_ne!(refused.code, 0, "alice over her limit was accepted");
     assert!(
@@ -352,7 +352,7 @@ fn members_of_a_pool_pass_the_estimate_together_not_each_on_their_own() {
     wait_until(&site, "lab's commitments are not in the snapshot", || {
         std::fs::read_to_string(&snapshot).unwrap_or_default().contains(&format!("pool_committed {lab} 2000 16000000"))
     });
-    std::thread::sleep(SETTLE);
+    adm.settled();
     refused_for_bob("after the queue read");
     adm.accepted(bob, &job(course));
 }
@@ -365,7 +365,7 @@ fn in_a_pools_overdraft_jobs_are_deprioritized_and_updates_keep_the_penalty() {
     let (lab, _) = &account_names(&cluster);
     let (site, mut adm) = pool_site(&cluster, PRICES, &["--initial", "100", "--daily", "0", "--monthly", "0"]);
     site.accountd(None, &["admin", "account", "adjust", lab, "-103", "--reason", "test: overdraft"]).ok();
-    std::thread::sleep(SETTLE);
+    adm.settled();
     let (job, told) = adm.accepted(alice, &["-H", "-A", lab, "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
     assert!(told.contains(&format!("account {lab}'s GPU token balance is -3 (below 0)")), "{told}");
     assert_eq!(nice_and_qos(&job).0, 10_000);
@@ -378,7 +378,7 @@ fn in_a_pools_overdraft_jobs_are_deprioritized_and_updates_keep_the_penalty() {
             .unwrap_or_default()
             .contains(&format!("job_account {job} {lab}"))
     });
-    std::thread::sleep(SETTLE);
+    adm.settled();
     assert_ne!(update_as(alice, &job, "nice=0").code, 0, "the penalty was undone once the job was known");
     assert_eq!(nice_and_qos(&job).0, 10_000);
     let (other, _) = adm.accepted(alice, &["-H", "-A", "gputokens", "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);

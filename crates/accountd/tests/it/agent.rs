@@ -170,7 +170,7 @@ fn measured_basis_charges_by_reported_utilization() {
     let elapsed = |job: &str| -> u64 {
         crate::cluster::sacct(&["-j", job, "-X", "-n", "-P", "-o", "ElapsedRaw"]).trim().parse().unwrap()
     };
-    use gputokens::pricing::cost;
+    use crate::by_hand::gpu_cost as cost;
     use gputokens::Tokens;
     assert_eq!(site.balance(alice), (Tokens::whole(100) - cost(Tokens::whole(3240), elapsed(&busy))).to_string());
     assert_eq!(site.balance(bob), (Tokens::whole(100) - cost(Tokens::whole(225), elapsed(&idle))).to_string());

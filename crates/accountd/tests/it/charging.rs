@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use gputokens::pricing::cost;
+use crate::by_hand::gpu_cost as cost;
 use gputokens::Tokens;
 
 use crate::cluster::{

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use gputokens::pricing::cost;
+use crate::by_hand::gpu_cost as cost;
 use gputokens::slurm::sacct::FIELDS;
 use gputokens::Tokens;
 
@@ -14,7 +14,7 @@ use crate::common::{run_as, Site};
 /// Cluster tests run one at a time: a test's site charges every job sacct shows in its window.
 /// Each starts on an empty queue and an undrained node, whatever the test before it left behind
 /// (a failed test may leave jobs running, and a site charges every running job it sees), and with
-/// users of its own: the next of the sets tests/cluster/up.sh makes (`alice07`, `bob07`, `carol07`),
+/// users of its own: the next of the sets tests/cluster/up.sh makes (`alice007`, `bob007`, `carol007`),
 /// handed out in turn across processes, so consecutive tests never share a user, and no test sees
 /// another's jobs, charges or balances.
 /// Other test processes on the same cluster (a second checkout, a helper's run) wait on a lock file.
@@ -59,9 +59,9 @@ const LOCK_FILE: &str = "/tmp/gputokens-cluster-tests.lock";
 /// and read and advanced only while it is held.
 const NEXT_SET_FILE: &str = "/tmp/gputokens-cluster-tests.next";
 /// How many sets of users tests/cluster/up.sh makes (`TEST_USER_SETS` in tests/cluster/lib.sh).
-const USER_SETS: usize = 40;
+const USER_SETS: usize = 120;
 
-/// One set of the cluster tests' users: `alice07`, `bob07`, `carol07` and its number, `07`.
+/// One set of the cluster tests' users: `alice007`, `bob007`, `carol007` and its number, `007`.
 struct UserSet {
     users: [&'static str; 3],
     number: &'static str,
@@ -74,7 +74,7 @@ fn next_user_set() -> UserSet {
     let names = NAMES.get_or_init(|| {
         (1..=USER_SETS)
             .map(|n| {
-                let n = format!("{n:02}");
+                let n = format!("{n:03}");
                 [format!("alice{n}"), format!("bob{n}"), format!("carol{n}"), n]
             })
             .collect()
@@ -88,7 +88,7 @@ fn next_user_set() -> UserSet {
 
 /// Held for the length of a cluster test: the cluster to itself, and the test's own users.
 pub struct Cluster {
-    /// The test's users, named for the ones they stand in for (`alice07`, `bob07`, `carol07`): Unix
+    /// The test's users, named for the ones they stand in for (`alice007`, `bob007`, `carol007`): Unix
     /// users in Slurm account `gputokens`, with everything alice has there.
     pub alice: &'static str,
     pub bob: &'static str,
@@ -258,4 +258,25 @@ fn real_sacct_records_are_charged_exactly_once() {
     let again = site.accountd(None, &["charge", "--sacct-file", &file]).ok();
     assert!(again.stdout.contains("0 charge entries"), "{}", again.stdout);
     assert_eq!(site.balance(alice), expected.to_string());
+}
+
+/// tests/cluster/up.sh makes the sets this file hands out, and there are at least as many as the
+/// one-node suite has tests: within one run no two tests share a set, even after a failed one.
+#[test]
+fn there_are_as_many_user_sets_as_cluster_tests() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = std::fs::read_to_string(here.join("../../tests/cluster/lib.sh")).unwrap();
+    let made = lib.lines().find_map(|l| l.strip_prefix("TEST_USER_SETS=")).and_then(|n| n.trim().parse().ok());
+    assert_eq!(made, Some(USER_SETS), "TEST_USER_SETS in tests/cluster/lib.sh");
+    // The cluster suite's tests: every ignored test of this binary but the packages' and browser's.
+    let mut tests = 0;
+    for entry in std::fs::read_dir(here.join("tests/it")).unwrap() {
+        let path = entry.unwrap().path();
+        let other_suite = ["packages.rs", "rpms.rs", "web.rs"].iter().any(|f| path.ends_with(f));
+        if path.extension().is_some_and(|e| e == "rs") && !other_suite {
+            tests += std::fs::read_to_string(&path).unwrap().matches("#[ignore = \"needs the test cluster").count();
+        }
+    }
+    assert!(tests > 50, "found only {tests} cluster tests: has the ignore reason changed?");
+    assert!(USER_SETS >= tests, "{tests} cluster tests share {USER_SETS} sets of users: raise TEST_USER_SETS");
 }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use gputokens::pricing::cost;
+use crate::by_hand::gpu_cost as cost;
 use gputokens::Tokens;
 
 use crate::charging::{balance, elapsed, PRICES};

@@ -181,7 +181,7 @@ fn priced_energy_is_charged_once_on_top_of_the_gpu_hours() {
     let line = line.unwrap_or_else(|| panic!("no a6000 line: {json}"));
     let joules = line["energy_joules"].as_u64().unwrap();
     assert!(joules.abs_diff(delta_joules) <= delta_joules / 100, "{joules} J, the counter rose {delta_joules} J");
-    let energy_tokens = gputokens::pricing::energy_cost("2.5".parse().unwrap(), joules).unwrap();
+    let energy_tokens = crate::by_hand::energy_cost("2.5".parse().unwrap(), joules);
     assert!(out.contains(&format!("GPU energy: 1 charge entries, {energy_tokens} tokens for ")), "{out}");
     assert_eq!(line["energy_tokens"], energy_tokens.to_string(), "{line}");
     let four: gputokens::Tokens = "4".parse().unwrap();
@@ -261,7 +261,7 @@ fn a_real_jobs_energy_is_charged_at_per_kwh_by_the_cycle_after_it() {
     let joules = line["energy_joules"].as_u64().unwrap_or_else(|| panic!("no energy measured: {line}"));
     // 300 W for the seconds the agent saw the job (at most the run and a report either side).
     assert!((300..=300 * 20).contains(&joules), "{joules} J: {line}");
-    let expected = gputokens::pricing::energy_cost(Tokens::whole(100), joules).unwrap();
+    let expected = crate::by_hand::energy_cost(Tokens::whole(100), joules);
     let charged: Tokens = line["energy_tokens"].as_str().unwrap_or_else(|| panic!("{out}: {line}")).parse().unwrap();
     // One charge per run, node and local day, each rounded up to the micro-token.
     assert!((charged - expected).micro().abs() <= 2, "{charged} charged for {joules} J at 100/kWh ({expected})");

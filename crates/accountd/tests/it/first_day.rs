@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use gputokens::pricing::cost;
+use crate::by_hand::gpu_cost as cost;
 use gputokens::Tokens;
 
 use crate::charging::{balance, elapsed};

@@ -6,6 +6,8 @@ mod admin;
 mod admission;
 mod agent;
 mod alerts;
+#[path = "../support/by_hand.rs"]
+mod by_hand;
 mod charging;
 mod clock;
 mod cluster;

@@ -137,7 +137,7 @@ fn the_readme_quick_start_runs_in_shadow_mode_then_refuses() {
     assert!(shadow[0].starts_with("accountd admin adjust"), "{shadow:?}");
     run_line(&shadow[0], &mut site).ok();
     adm.follow(&site);
-    std::thread::sleep(crate::admission::SETTLE);
+    adm.settled();
     let submitted = run_line(&shadow[1], &mut site).ok();
     let job = submitted.stdout.trim().rsplit(' ').next().unwrap().to_string();
     assert!(submitted.stdout.starts_with("Submitted batch job"), "{}", submitted.stdout);

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use gputokens::pricing::cost;
+use crate::by_hand::gpu_cost as cost;
 use gputokens::Tokens;
 
 use crate::charging::{balance, elapsed, live_site, LIVE, PRICES};

@@ -28,7 +28,7 @@ fn write_status(site: &Site, host: &str, age: i64, refused: Option<&[(u32, u64)]
         pid: 7,
         written: now - age,
         snapshot: site.path("lib/balances.snapshot"),
-        view: ViewStatus::Ready { generated: now - age, age_secs: 0, queue_as_of: None },
+        view: ViewStatus::Ready { generated: now - age, age_secs: 0, queue_as_of: None, file_modified_ns: None },
         shadow,
     };
     std::fs::write(dir.join(format!("{host}.json")), status.to_json()).unwrap();

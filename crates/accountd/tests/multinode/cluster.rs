@@ -355,7 +355,7 @@ impl Segment {
             .parse::<Tokens>()
             .unwrap()
         };
-        self.gpus().iter().map(|(ty, n)| gputokens::pricing::cost(price(ty), n * self.elapsed)).sum()
+        self.gpus().iter().map(|(ty, n)| crate::by_hand::gpu_cost(price(ty), n * self.elapsed)).sum()
     }
 }
 

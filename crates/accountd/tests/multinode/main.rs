@@ -4,6 +4,8 @@
 //! (`cargo test -p accountd --test multinode -- --include-ignored`) after the one-node suite.
 
 mod alerts;
+#[path = "../support/by_hand.rs"]
+mod by_hand;
 mod cluster;
 mod failover;
 mod jobs;
