@@ -77,7 +77,7 @@ pub enum Sender {
 pub trait NodeDirectory {
     /// The node's addresses (NodeAddr and NodeHostName, resolved; `sinfo` knows both), or None when Slurm has no such node.
     fn addresses(&self, node: &str) -> Result<Option<Vec<IpAddr>>, String>;
-    /// Jobs Slurm shows running, suspended or completing on the node.
+    /// Jobs Slurm shows running, suspended, completing or configuring on the node.
     fn jobs_on(&self, node: &str) -> Result<BTreeSet<String>, String>;
 }
 
@@ -110,7 +110,10 @@ impl NodeDirectory for Slurm {
     fn jobs_on(&self, node: &str) -> Result<BTreeSet<String>, String> {
         let node = node_name_arg(node).map_err(|e| e.to_string())?;
         let text = self
-            .run("squeue", &["--all", "-h", "-w", node, "-t", "R,S,CG,ST", "-o", "%A"])
+            // CF too: squeue's `-t R` matches a job's whole state, so a running job still flagged
+            // CONFIGURING (slurmctld has not yet heard that its prolog finished, while the prolog's
+            // GPU record and the job's processes are already on the node) is shown only by CF.
+            .run("squeue", &["--all", "-h", "-w", node, "-t", "R,S,CG,ST,CF", "-o", "%A"])
             .map_err(|e| e.to_string())?;
         Ok(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
     }
