@@ -5,11 +5,16 @@
 #              binaries, as root and as the non-root users alice, bob and carol (`cargo test --workspace`)
 #   dates      the unit suite's test binaries under libfaketime at a month's and a year's turn, the 29th of
 #              February and a daylight-saving change (tests/dated-runs.sh)
-#   cluster    a real one-node Slurm cluster (tests/cluster/, started and stopped here): the `#[ignore]`d
-#              tests of every test binary but the three suites below
-#   multinode  the multi-node cluster (tests/multinode/: two controllers, three nodes, each test its own)
-#   packages   the .deb packages as an admin installs them, and on the host's release the RPMs
-#   browser    the status page in headless Chromium (the host's release: the others have no browser)
+#   cluster    a real one-node Slurm cluster (tests/cluster/, started and stopped here): the test target
+#              `cluster` (crates/accountd/tests/cluster/), and the `#[ignore]`d tests that need munged
+#              in the other crates
+#   multinode  the multi-node cluster (tests/multinode/: two controllers, three nodes, each test its own):
+#              the test target `multinode`
+#   packages   the .deb packages as an admin installs them (the test target `packages`), and on the
+#              host's release the RPMs (`rpms`)
+#   browser    the status page in headless Chromium (the test target `browser`; the host's release:
+#              the others have no browser)
+# A test's suite is its test target (crates/accountd/tests/TARGET/), never a filter on its name.
 #
 #   bash tests/run.sh                              every suite on every Slurm release (what CI runs):
 #                                                  one build, then the releases side by side
@@ -86,20 +91,20 @@ prepare_release() {
   # their plugstack file; the tests run /usr/bin/accountd and sbalance.
   dpkg -i --force-confold --force-confmiss "${debs[@]}" >/dev/null
   export GPUTOKENS_PLUGINS=installed GPUTOKENS_INSTALLED_BIN_DIR=/usr/bin
-  # The plugins' own builds, for the tests that load them directly (crates/accountd/tests/it/common.rs).
+  # The plugins' own builds, for the tests that load them directly (crates/accountd/tests/support/common.rs).
   GPUTOKENS_PLUGIN_BUILD_DIR=${CARGO_TARGET_DIR:-$TARGET}/debug
   export GPUTOKENS_PLUGIN_BUILD_DIR
   export GPUTOKENS_SBALANCE=$TARGET/debug/static/sbalance
 
   # The job_submit plugin runs inside the test cluster's slurmctld and reads /etc/slurm/gputokens.toml
-  # once at start: point it at the snapshot the admission tests write (crates/accountd/tests/it/admission.rs).
+  # once at start: point it at the snapshot the admission tests write (crates/accountd/tests/cluster/admission.rs).
   # While there is none, on_error = "accept" lets every job through, so the other cluster tests are unaffected.
   install -d -m 755 "$LAB/snapshot"
   # The plugin's controller status file goes beside it (the default `controller_status`), written by
   # the SlurmUser: the admission tests wait on it for the plugin to have read a new snapshot.
   install -d -m 755 -o slurm "$LAB/snapshot/controllers"
   # spank_gputokens.so (sbatch/srun) reads the same file for accountd's socket: the SPANK tests
-  # (crates/accountd/tests/it/spank.rs) link that path to the socket of an accountd they start; while there is
+  # (crates/accountd/tests/cluster/spank.rs) link that path to the socket of an accountd they start; while there is
   # none, sbatch shows one "balance unknown" line. Each job's prolog records its GPUs under gpu-jobs/, named
   # by UUID through fake-nvml's library in crates/fake-nvml/ (without its state file beside it, which the
   # tests write, it answers "driver not loaded" and records carry no UUIDs).
@@ -161,11 +166,15 @@ check_demo() {
   return "$rc"
 }
 
-# run_binaries ARGS...: every test binary but the multi-node one with ARGS; 1 when one failed.
+# The test targets that are suites of their own (the cluster suite runs every other binary's
+# ignored tests).
+OWN_SUITE_TARGETS="multinode packages rpms browser"
+
+# run_binaries ARGS...: every test binary but those of OWN_SUITE_TARGETS with ARGS; 1 when one failed.
 run_binaries() {
   local rc=0 name path
   while IFS=$'\t' read -r _ name path; do
-    [[ $name == multinode ]] && continue
+    [[ " $OWN_SUITE_TARGETS " == *" $name "* ]] && continue
     "$path" "$@" || rc=1
   done < "$MANIFEST"
   return "$rc"
@@ -201,11 +210,12 @@ suite() {
         order=(-Z unstable-options --shuffle-seed "$seed")
         echo "cluster tests in shuffled order, seed $seed (GPUTOKENS_SHUFFLE_SEED=$seed bash tests/run.sh ... repeats it)"
       fi
-      (export RUSTC_BOOTSTRAP=1; run_binaries "${order[@]}" --ignored --skip packages:: --skip rpms:: --skip web::) || rc=$? ;;
+      (export RUSTC_BOOTSTRAP=1; run_binaries "${order[@]}" --ignored) || rc=$? ;;
     multinode)
       GPUTOKENS_MN_FAKE_NVML=$TARGET/debug/libnvidia_ml.so "$(test_binary multinode)" --ignored --test-threads=1 || rc=$?
       bash tests/multinode/down.sh || true ;;
     packages)
+      "$(test_binary packages)" --ignored || rc=$?
       if [[ $RELEASE == "$HOST_RELEASE" ]]; then
         # Built beside the suites when all releases run (GPUTOKENS_RPMS_BUILD: its log, then a line
         # `rpms DIR` or `failed`), else here.
@@ -218,15 +228,14 @@ suite() {
           rpms=$(build_rpms) || true
         fi
         if [[ -n $rpms ]]; then
-          GPUTOKENS_RPMS=$rpms "$(test_binary it)" --ignored packages:: rpms:: || rc=$?
+          GPUTOKENS_RPMS=$rpms "$(test_binary rpms)" --ignored || rc=$?
         else
           rc=1
         fi
       else
-        echo "skipped: the RPM tests (rpms::) run on the host's Slurm $HOST_RELEASE only (rpmbuild and rpmlint)"
-        "$(test_binary it)" --ignored packages:: || rc=$?
+        echo "skipped: the RPM tests (the rpms target) run on the host's Slurm $HOST_RELEASE only (rpmbuild and rpmlint)"
       fi ;;
-    browser) "$(test_binary it)" --ignored web:: || rc=$? ;;
+    browser) "$(test_binary browser)" --ignored || rc=$? ;;
     *) echo "tests/run.sh: no suite '$name' (suites: $ALL_SUITES)" >&2; return 2 ;;
   esac
   printf '=== suite %s (Slurm %s): %s in %d s\n' "$name" "$RELEASE" "$( (( rc )) && echo FAILED || echo passed)" $(( SECONDS - start ))

@@ -8,13 +8,13 @@ set -euo pipefail
 PKGS=(slurmctld slurmd slurm-client munge libmunge-dev libslurm-dev slurm-wlm-basic-plugins-dev
       mariadb-server slurmdbd libclang-dev sqlite3 clang prometheus curl
       libc6-dev   # libc.a: sbalance is linked statically
-      man-db bash-completion   # the installed packages' man pages and completions (tests/it/packages.rs)
+      man-db bash-completion   # the installed packages' man pages and completions (crates/accountd/tests/packages/)
       iproute2                 # ip: tests/slurm-releases/enter.sh sets up the other releases' network
-      libfaketime)             # a pool made before the 1st (tests/it/accounts.rs): accountd serve's clock set back
+      libfaketime)             # a pool made before the 1st (crates/accountd/tests/cluster/accounts.rs): accountd serve's clock set back
 if [[ ${1:-} == --list ]]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
-# The status page's browser tests (crates/accountd/tests/it/web.rs) run on the host's release only:
+# The status page's browser tests (crates/accountd/tests/browser/) run on the host's release only:
 # the other releases' root filesystems (built from --list) stay without a browser.
-# So do the RPM tests (crates/accountd/tests/it/rpms.rs): rpmbuild and rpmlint.
+# So do the RPM tests (crates/accountd/tests/rpms/): rpmbuild and rpmlint.
 # So does setfacl (acl): file_trust's unit test of access control lists (crates/gputokens).
 if [[ -z ${GPUTOKENS_SLURM_RELEASE:-} || ${GPUTOKENS_SLURM_RELEASE} == 22.05 ]]; then
   PKGS+=(chromium chromium-driver rpm rpmlint acl)

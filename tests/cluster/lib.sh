@@ -5,7 +5,7 @@ LAB=${GPUTOKENS_LAB:-/tmp/gputokens-cluster}
 CLUSTER=gputokens          # slurm.conf ClusterName
 ACCOUNT=gputokens          # Slurm account that root and every test user belong to
 TEST_USERS=(alice bob carol)  # non-root users created by up.sh (the demo, check.sh, the multinode tests)
-# The cluster tests' users: each test takes a set of its own, in turn (crates/accountd/tests/it/cluster.rs
+# The cluster tests' users: each test takes a set of its own, in turn (crates/accountd/tests/support/cluster.rs
 # `serial()`), so no test sees another's jobs or charges. Set N is TEST_USERS with N in three digits:
 # alice001 bob001 carol001 … alice120 bob120 carol120; up.sh makes them like TEST_USERS. At least as many
 # sets as cluster tests (cluster.rs checks it), so that no two tests of one run share a set.

@@ -3,9 +3,11 @@
 //! Each test starts its own cluster, one at a time. Ignored unless asked for: tests/run.sh runs them
 //! (`cargo test -p accountd --test multinode -- --include-ignored`) after the one-node suite.
 
+#[path = "../support/mod.rs"]
+mod support;
+use support::by_hand;
+
 mod alerts;
-#[path = "../support/by_hand.rs"]
-mod by_hand;
 mod cluster;
 mod failover;
 mod jobs;

@@ -82,7 +82,7 @@ fn multinode_a_link_cut_for_two_minutes_charges_once_drains_nothing_and_the_gap_
 #[ignore = "needs the multi-node cluster: tests/run.sh"]
 fn multinode_a_job_holding_a_thousand_connections_does_not_silence_its_nodes_agent_or_anyone_else() {
     let cluster = Cluster::up(Settings::default());
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/hold_connections.pl");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/hold_connections.pl");
     // alice's job on node1 opens 1,000 connections to accountd from node1's address, reopening
     // every one accountd sheds, and holds them idle.
     // (Its stdin a pipe that stays open, without data, for as long as it should hold them.)

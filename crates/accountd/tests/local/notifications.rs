@@ -3,31 +3,10 @@
 //! script that appends its argv, environment and stdin to a file.
 
 use crate::common::Site;
+use crate::notify_capture::{args, capture_script, captured};
 
 /// 1 token per a6000-second.
 const PRICES: &str = "[prices]\na6000 = 3600\n";
-
-/// A capture script: each successful run appends one record; with `fail` present it exits 1 and
-/// only counts the attempt.
-pub fn capture_script(site: &Site) -> String {
-    let d = site.dir.path().display();
-    let script = format!(
-        "#!/bin/sh\necho \"$GPUTOKENS_EVENT\" >> {d}/attempts\n[ -e {d}/fail ] && {{ echo 'mail: relay down' >&2; exit 1; }}\n\
-         {{ echo \"ARGS: $*\"; echo \"ENV: $GPUTOKENS_EVENT $GPUTOKENS_USER $GPUTOKENS_BALANCE $GPUTOKENS_FLOOR\"; \
-         echo \"STDIN: $(cat)\"; }} >> {d}/captured\n"
-    );
-    let path = site.file("notify.sh", &script);
-    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    path
-}
-
-pub fn captured(site: &Site) -> Vec<String> {
-    std::fs::read_to_string(site.path("captured")).unwrap_or_default().lines().map(str::to_string).collect()
-}
-
-pub fn args(site: &Site) -> Vec<String> {
-    captured(site).into_iter().filter_map(|l| l.strip_prefix("ARGS: ").map(str::to_string)).collect()
-}
 
 /// One cycle: charges alice's job `id` for `seconds` of one a6000 (none with `seconds` 0).
 fn cycle(site: &Site, id: u32, seconds: u32) -> String {

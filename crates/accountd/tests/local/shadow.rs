@@ -6,7 +6,7 @@
 use gputokens::controller_status::{ControllerStatus, Shadow, ViewStatus};
 
 use crate::common::Site;
-use crate::web::{get_with, proxy_settings, PROXY_SECRET};
+use crate::status_page::{get_with, proxy_settings, PROXY_SECRET};
 
 fn uid_of(user: &str) -> u32 {
     nix::unistd::User::from_name(user).unwrap().unwrap_or_else(|| panic!("no user {user}")).uid.as_raw()

@@ -9,8 +9,8 @@ use crate::agent::pid_of;
 use crate::cluster::{sbatch, serial, wait_finished};
 use crate::common::Site;
 use crate::health::Agent;
-use crate::notifications::{args, capture_script, captured};
-use crate::web::{page_of, proxy_settings};
+use crate::notify_capture::{args, capture_script, captured};
+use crate::status_page::{page_of, proxy_settings};
 
 /// Eight fake GPUs like gres.conf: alice's process on GPU 6 (an a6000) at 0 %, bob's on GPU 4 (an
 /// rtx3090) at 90 %.

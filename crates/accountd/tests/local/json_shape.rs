@@ -4,7 +4,7 @@
 //! and `accountd admin history --json`.
 
 use crate::common::Site;
-use crate::web::{get_with, proxy_settings, PROXY_SECRET};
+use crate::status_page::{get_with, proxy_settings, PROXY_SECRET};
 
 /// Every field of a balance (schema 1), as docs/operation.md (JSON shapes) documents them.
 const BALANCE_FIELDS: [&str; 11] = [

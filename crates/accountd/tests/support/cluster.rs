@@ -1,15 +1,10 @@
-//! Against the real one-node Slurm test cluster (tests/cluster/up.sh): jobs submitted by the
-//! non-root test users, records read back from slurmdbd through sacct. Ignored unless asked for
-//! (`cargo test -- --include-ignored`), as tests/run.sh does after starting the cluster.
+//! The one-node Slurm test cluster (tests/cluster/up.sh) as the cluster tests use it: one test at a
+//! time with users of its own, jobs submitted as them, and waits on what Slurm and accountd say.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::by_hand::gpu_cost as cost;
-use gputokens::slurm::sacct::FIELDS;
-use gputokens::Tokens;
-
-use crate::common::{run_as, Site};
+use super::common::{run_as, Site};
 
 /// Cluster tests run one at a time: a test's site charges every job sacct shows in its window.
 /// Each starts on an empty queue and an undrained node, whatever the test before it left behind
@@ -59,7 +54,7 @@ const LOCK_FILE: &str = "/tmp/gputokens-cluster-tests.lock";
 /// and read and advanced only while it is held.
 const NEXT_SET_FILE: &str = "/tmp/gputokens-cluster-tests.next";
 /// How many sets of users tests/cluster/up.sh makes (`TEST_USER_SETS` in tests/cluster/lib.sh).
-const USER_SETS: usize = 120;
+pub const USER_SETS: usize = 120;
 
 /// One set of the cluster tests' users: `alice007`, `bob007`, `carol007` and its number, `007`.
 struct UserSet {
@@ -167,7 +162,7 @@ pub fn state_and_time_used(job: &str) -> (String, Option<u64>) {
 }
 
 /// `[D-][H:]M:SS`, as squeue prints a time used, in seconds.
-fn time_used_secs(text: &str) -> Option<u64> {
+pub fn time_used_secs(text: &str) -> Option<u64> {
     let (days, clock) = match text.split_once('-') {
         Some((d, rest)) => (d.parse::<u64>().ok()?, rest),
         None => (0, text),
@@ -210,73 +205,4 @@ pub fn wait_charge_cycles(site: &Site, ended: usize, cycles: usize) {
 pub fn log_tail(log: &str, n: usize) -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-#[test]
-fn squeues_times_used_read_as_seconds() {
-    assert_eq!(time_used_secs("0:05"), Some(5));
-    assert_eq!(time_used_secs("12:34"), Some(754));
-    assert_eq!(time_used_secs("1:02:03"), Some(3723));
-    assert_eq!(time_used_secs("2-01:00:00"), Some(2 * 86_400 + 3600));
-    assert_eq!(time_used_secs("INVALID"), None);
-    assert_eq!(time_used_secs(""), None);
-}
-
-#[test]
-#[ignore = "needs the test cluster: tests/cluster/up.sh"]
-fn alice_runs_a_typed_gpu_job_and_sacct_records_it() {
-    let cluster = serial();
-    let alice = cluster.alice;
-    let job = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
-    assert_eq!(wait_finished(&job), "COMPLETED");
-    let row = sacct(&["-j", &job, "-X", "-n", "-P", "-o", "User,AllocTRES"]);
-    assert!(row.starts_with(&format!("{alice}|")), "{row}");
-    assert!(row.contains("gres/gpu:a6000=1"), "{row}");
-}
-
-#[test]
-#[ignore = "needs the test cluster: tests/cluster/up.sh"]
-fn real_sacct_records_are_charged_exactly_once() {
-    let cluster = serial();
-    let (alice, bob) = (cluster.alice, cluster.bob);
-    let site = Site::start("", "");
-    let gpu_job = sbatch(alice, &["--gres=gpu:a6000:2", "--wrap", "sleep 2"]);
-    let cpu_job = sbatch(bob, &["--wrap", "sleep 1"]);
-    wait_finished(&gpu_job);
-    wait_finished(&cpu_job);
-
-    let records = sacct(&["-X", "-D", "-P", "-j", &format!("{gpu_job},{cpu_job}"), "-o", FIELDS]);
-    let file = site.file("sacct.txt", &records);
-    site.accountd(None, &["charge", "--sacct-file", &file]).ok();
-
-    let elapsed: u64 = sacct(&["-j", &gpu_job, "-X", "-n", "-P", "-o", "ElapsedRaw"]).trim().parse().unwrap();
-    assert!(elapsed >= 2, "job ran {elapsed}s");
-    let expected = Tokens::whole(100) - cost(Tokens::whole(4), 2 * elapsed);
-    assert_eq!(site.balance(alice), expected.to_string());
-    assert_eq!(site.balance(bob), "100");
-
-    let again = site.accountd(None, &["charge", "--sacct-file", &file]).ok();
-    assert!(again.stdout.contains("0 charge entries"), "{}", again.stdout);
-    assert_eq!(site.balance(alice), expected.to_string());
-}
-
-/// tests/cluster/up.sh makes the sets this file hands out, and there are at least as many as the
-/// one-node suite has tests: within one run no two tests share a set, even after a failed one.
-#[test]
-fn there_are_as_many_user_sets_as_cluster_tests() {
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let lib = std::fs::read_to_string(here.join("../../tests/cluster/lib.sh")).unwrap();
-    let made = lib.lines().find_map(|l| l.strip_prefix("TEST_USER_SETS=")).and_then(|n| n.trim().parse().ok());
-    assert_eq!(made, Some(USER_SETS), "TEST_USER_SETS in tests/cluster/lib.sh");
-    // The cluster suite's tests: every ignored test of this binary but the packages' and browser's.
-    let mut tests = 0;
-    for entry in std::fs::read_dir(here.join("tests/it")).unwrap() {
-        let path = entry.unwrap().path();
-        let other_suite = ["packages.rs", "rpms.rs", "web.rs"].iter().any(|f| path.ends_with(f));
-        if path.extension().is_some_and(|e| e == "rs") && !other_suite {
-            tests += std::fs::read_to_string(&path).unwrap().matches("#[ignore = \"needs the test cluster").count();
-        }
-    }
-    assert!(tests > 50, "found only {tests} cluster tests: has the ignore reason changed?");
-    assert!(USER_SETS >= tests, "{tests} cluster tests share {USER_SETS} sets of users: raise TEST_USER_SETS");
 }

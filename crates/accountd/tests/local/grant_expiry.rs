@@ -3,8 +3,8 @@
 //! reaches the end (`tick --now`), the balance, history and statement showing it, nothing else moved.
 
 use crate::common::Site;
-use crate::notifications::{args, capture_script, captured};
-use crate::web::{page_of, proxy_settings};
+use crate::notify_capture::{args, capture_script, captured};
+use crate::status_page::{page_of, proxy_settings};
 
 /// A site whose notifications go to the capture script, with a status page behind a proxy.
 fn site() -> (Site, tempfile::NamedTempFile) {

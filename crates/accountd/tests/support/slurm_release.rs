@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use crate::common::run_as;
+use super::common::run_as;
 
 /// The release of the test cluster's Slurm commands, (major, minor): `scontrol --version` prints
 /// `slurm-wlm 24.11.5` (Debian) or `slurm 24.11.5`.

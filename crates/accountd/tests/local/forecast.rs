@@ -3,7 +3,7 @@
 //! adjustment and +5 grant, alice was told she reaches the floor today).
 
 use crate::common::Site;
-use crate::web::{page_of, proxy_settings};
+use crate::status_page::{page_of, proxy_settings};
 
 const DAY: i64 = 86_400;
 

@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 # hold_connections.pl — a user who floods accountd: opens COUNT connections and holds them, idle,
-# until its stdin closes (tests/it/overload.rs runs it as alice). Prints "held N" once connected.
+# until its stdin closes (tests/local/overload.rs and tests/cluster/overload.rs runs it as alice). Prints "held N" once connected.
 # With --reopen, a connection that accountd closes is opened again at once, as a determined
 # flooder would, so that COUNT stay open (or keep trying) for as long as it runs. With --slow-body
 # (tcp), each connection sends the headers of an agent report of 200,000 bytes and then one byte of

@@ -6,6 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
+#[path = "../support/mod.rs"]
+mod support;
+use support::common;
+
 use crate::common::{built, run_as, Outcome};
 
 /// The directory of the RPMs tests/run.sh built (`GPUTOKENS_RPMS`).
