@@ -3,7 +3,6 @@
 //! run does not start again, and what gputokens held is released when tokens come back.
 
 use std::path::Path;
-use std::time::Duration;
 
 use crate::cluster::{sbatch, serial};
 use crate::common::run_as;
@@ -47,8 +46,14 @@ fn waiting_array_tasks_of_a_user_at_the_floor_are_held_until_tokens_come_back() 
     wait_for("the running tasks to end", || tasks(&array, "R").is_empty());
     let release = run_as(Some(alice), Path::new("/usr/bin/scontrol"), &["release", &array]);
     assert_ne!(release.code, 0, "a user cannot release an admin's hold: {}", release.stdout);
-    std::thread::sleep(Duration::from_secs(3));
+    // A scheduling pass with the a6000s free, and its witness: bob's CPU job, submitted now, starts
+    // in one. Every scheduler passes held jobs over, so the held tasks still wait after it.
+    let witness = sbatch(cluster.bob, &["--wrap", "sleep 300"]);
+    wait_for("a scheduling pass after the tasks ended (bob's CPU job to start)", || {
+        squeue(&witness, "%T") == "RUNNING"
+    });
     assert_eq!(tasks(&array, "PD"), [format!("{array}_[3-4] JobHeldAdmin")]);
+    cancel(&[&witness]);
     // A second cycle changes nothing.
     let tick = site.accountd(None, &["tick", "--skip-charge"]).ok();
     assert!(tick.stdout.contains("0 pending GPU jobs held at the floor, 0 released"), "{}", tick.stdout);

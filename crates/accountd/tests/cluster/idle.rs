@@ -3,8 +3,6 @@
 //! notification say what she spent on idle GPUs this month, his say nothing of it; with
 //! `[usage] idle_notify` she is told once, when her job has idled for the window.
 
-use std::time::Duration;
-
 use crate::agent::pid_of;
 use crate::cluster::{sbatch, serial, wait_finished};
 use crate::common::Site;
@@ -96,9 +94,14 @@ fn a_job_idle_for_its_whole_run_shows_its_tokens_as_idle() {
     // Her next threshold notification says where the tokens went.
     site.accountd(None, &["admin", "adjust", alice, "-95", "--reason", "test: near the floor"]).ok();
     site.accountd(None, &["tick", "--skip-charge"]).ok();
-    std::thread::sleep(Duration::from_millis(500));
-    let all = captured(&site).join("\n");
-    assert!(all.contains(&format!("This month you spent {spent} tokens on idle GPUs (a6000 {spent}).")), "{all}");
+    let spent_line = format!("This month you spent {spent} tokens on idle GPUs (a6000 {spent}).");
+    let all = crate::cluster::wait_until(10, "her threshold notification", || {
+        let all = captured(&site).join("\n");
+        match all.contains(&spent_line) {
+            true => Ok(all),
+            false => Err(all),
+        }
+    });
     // And alice was told once, when her job had idled for the window; bob never.
     let told = format!("STDIN: gputokens: your GPU job {alices} on vm has used its GPUs below 5% for 2s");
     assert_eq!(all.matches(&told).count(), 1, "{all}");

@@ -266,7 +266,13 @@ fn balances_over_http_follow_sbalance_rules() {
 fn a_slow_slurm_stalls_no_other_request() {
     let bin = tempfile::Builder::new().prefix("gputokens-slow-slurm-").tempdir().unwrap();
     let sinfo = bin.path().join("sinfo");
-    std::fs::write(&sinfo, "#!/bin/sh\nsleep 6\necho 'vm|127.0.0.1|vm'\n").unwrap();
+    // The report gate's question (where the node is) leaves a mark as it starts its 6 s.
+    let gate_asked = bin.path().join("gate-asked");
+    let stub = format!(
+        "#!/bin/sh\ncase \"$*\" in *'%N|%o|%n'*) touch {};; esac\nsleep 6\necho 'vm|127.0.0.1|vm'\n",
+        gate_asked.display()
+    );
+    std::fs::write(&sinfo, stub).unwrap();
     std::fs::set_permissions(&sinfo, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let site = Site::start(
         "",
@@ -285,7 +291,11 @@ fn a_slow_slurm_stalls_no_other_request() {
         let (url, report) = (report_url.clone(), report.clone());
         std::thread::spawn(move || curl(None, &url, Some(&format!("MUNGE {cred}")), Some(&report)))
     };
-    std::thread::sleep(Duration::from_millis(500));
+    // The requests below are sent while the report waits on sinfo, not before it does.
+    crate::cluster::wait_until(10, "the report's sinfo to start", || match gate_asked.exists() {
+        true => Ok(()),
+        false => Err("no mark yet".into()),
+    });
     let asked = Instant::now();
     let (refused, body) = curl(Some("alice"), &report_url, None, Some("{not json"));
     let (scraped, _) = curl(Some("alice"), &format!("{base}/metrics"), None, None);

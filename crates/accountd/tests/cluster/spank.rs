@@ -185,11 +185,12 @@ fn the_prolog_records_a_jobs_gpus_and_the_epilog_removes_them() {
     );
     println!("record removed {took:?} after sacct showed the job COMPLETED");
 
-    // A CPU-only job holds no GPU: no record.
-    let cpu = job_id(&sbatch(bob, &["--wrap", "sleep 2"]));
-    std::thread::sleep(Duration::from_secs(1));
-    assert!(!jobs_dir.join(&cpu).exists(), "a CPU job got a record");
-    assert_eq!(wait_finished(&cpu), "COMPLETED");
+    // A CPU-only job holds no GPU: no record. The prolog has run before the job's script does, so the
+    // script looks for its own record (a GPU job's script would find one) and fails if it sees one.
+    let look = format!("test ! -e {}/$SLURM_JOB_ID", jobs_dir.display());
+    let cpu = job_id(&sbatch(bob, &["--wrap", &look]));
+    assert_eq!(wait_finished(&cpu), "COMPLETED", "a CPU job got a record while it ran");
+    assert!(!jobs_dir.join(&cpu).exists(), "a CPU job left a record");
 }
 
 /// The fake libnvidia-ml of the plugstack `nvml_library` reads its state from the file beside it
