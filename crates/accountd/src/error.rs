@@ -7,7 +7,7 @@ use gputokens::config::ConfigError;
 use ledger::LedgerError;
 
 use crate::slurm::{NotASlurmName, SlurmError};
-use crate::socket::client::ClientError;
+use gputokens_client::ClientError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AccountdError {

@@ -23,6 +23,9 @@ pub mod snapshot;
 pub mod socket;
 pub mod utilization;
 
+/// How long sbalance and `accountd admin` wait for accountd (a statement of a whole site takes a while).
+pub const CLIENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// MUNGE credentials (libmunge), from slurm-ffi; `accountd::munge` as before.
 pub use slurm_ffi::munge;
 

@@ -189,7 +189,9 @@ fn check_slurm(config: &Config) -> AccountdResult {
 fn account_facts(config: &Config, slurm: &Slurm) -> accountd::slurm::check_pools::AccountFacts {
     use gputokens::protocol::{Reply, Request};
     let slurm_accounts = slurm.account_tree().map(|t| t.members.into_keys().collect()).map_err(|e| e.to_string());
-    let pools = match accountd::socket::client::call(&config.paths.socket, &Request::Pools { account: None }) {
+    let pools = match gputokens_client::Accountd::of(config, accountd::CLIENT_TIMEOUT)
+        .call(&Request::Pools { account: None })
+    {
         Ok(Reply::Pools { rows, .. }) => Ok(rows.into_iter().map(|r| r.account).collect()),
         Ok(other) => Err(format!("unexpected reply {other:?}")),
         Err(e) => Err(e.to_string()),
@@ -247,13 +249,20 @@ fn serve(path: &std::path::Path, config: Config) -> AccountdResult {
         if let Some(tcp) = tcp {
             let tcp = tokio::net::TcpListener::from_std(tcp).map_err(AccountdError::io("http listener"))?;
             let bound = tcp.local_addr().map_err(AccountdError::io("http listener"))?;
-            tracing::info!("metrics and JSON API on http://{bound}");
+            let scheme = if limits.tls.is_some() { "https" } else { "http" };
+            tracing::info!("metrics and JSON API on {scheme}://{bound}");
             accountd::answering::lock(&shared).http_address = Some(bound);
+            let tls = match &limits.tls {
+                Some(files) => Some(http::tls::acceptor(files).map_err(AccountdError::Refused)?),
+                None => None,
+            };
             let state = http::AppState::new(shared.clone())?;
             let metrics = state.metrics();
             let app = http::router(state);
             let stopped = stopped.clone();
-            tokio::spawn(async move { accountd::http::listener::serve(tcp, app, &limits, metrics, stopped).await });
+            tokio::spawn(
+                async move { accountd::http::listener::serve(tcp, app, &limits, metrics, tls, stopped).await },
+            );
         }
         let cycles = accountd::cycles::serve::Cycles::open(&shared)?;
         let journal = accountd::answering::lock(&shared).res.reopen()?;

@@ -72,6 +72,8 @@ pub struct Config {
     /// accountd's HTTP listener (`/metrics`, JSON API, agent reports); None = off.
     pub http_listen: Option<std::net::SocketAddr>,
     pub http: HttpAccess,
+    /// `[accountd]`: where accountd answers as every host of the site reaches it.
+    pub accountd: AccountdAddress,
     pub agent: AgentConfig,
     /// `[usage]` (and `[prometheus]`): measured GPU utilization, not the allocated GPU time charged.
     pub utilization: UtilizationConfig,
@@ -426,6 +428,29 @@ pub struct HttpAccess {
     /// Names of this host (DNS aliases) that /metrics, the API and the page answer to, besides its
     /// addresses, `localhost`, its host name and `[web] url`'s host.
     pub server_names: Vec<String>,
+    /// The listener's certificate chain and key (PEM): with both, it speaks TLS only.
+    pub tls: Option<TlsFiles>,
+    /// Whether requests that change balances (admins', coordinators') are taken over the network
+    /// (`remote_writes`); off: only through the Unix socket on accountd's host.
+    pub remote_writes: bool,
+}
+
+/// The listener's certificate chain and private key, PEM files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub certificate: PathBuf,
+    pub key: PathBuf,
+}
+
+/// `[accountd]`: where users' tools reach accountd from a host without its Unix socket (login and
+/// compute nodes): its `[http]` listener, as that host reaches it; one URL, or two for a pair (tried
+/// in order).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AccountdAddress {
+    pub urls: Vec<String>,
+    /// The CA certificates (PEM) that accountd's TLS certificate is checked against; None: the public
+    /// CAs' (webpki roots).
+    pub ca_file: Option<PathBuf>,
 }
 
 impl Default for HttpAccess {
@@ -437,6 +462,8 @@ impl Default for HttpAccess {
             max_connections_per_address: HTTP_MAX_CONNECTIONS_PER_ADDRESS,
             request_timeout: std::time::Duration::from_secs(HTTP_REQUEST_TIMEOUT_SECS),
             server_names: Vec::new(),
+            tls: None,
+            remote_writes: false,
         }
     }
 }

@@ -109,7 +109,37 @@ pub enum Request {
     },
 }
 
+/// The path of accountd's HTTP listener that takes the socket's requests from other hosts.
+pub const REQUEST_PATH: &str = "/v1/request";
+
+/// What a MUNGE credential for the request `body` carries: the purpose and the body's SHA-256 (hex),
+/// so that it proves who asks this one request and nothing else.
+pub fn request_credential_payload(body_sha256_hex: &str) -> String {
+    format!("gputokens request v1\n{body_sha256_hex}")
+}
+
 impl Request {
+    /// Whether the request may change balances or pools (grants, adjustments, refunds, imports,
+    /// pool changes, transfers): over the network only where the site allows it.
+    pub fn changes_balances(&self) -> bool {
+        match self {
+            Request::Grant { .. }
+            | Request::Adjust { .. }
+            | Request::Refund { .. }
+            | Request::Import { .. }
+            | Request::PoolSet { .. }
+            | Request::PoolGrant { .. }
+            | Request::PoolImport { .. }
+            | Request::Transfer { .. } => true,
+            Request::Balances { .. }
+            | Request::History { .. }
+            | Request::Actions { .. }
+            | Request::Statement { .. }
+            | Request::WebLogin
+            | Request::Pools { .. } => false,
+        }
+    }
+
     /// Why the request's free text (`--reason`, `--key`) cannot be recorded, or None: see
     /// [`crate::free_text`]. Checked for every caller before anything is done.
     pub fn free_text_problem(&self) -> Option<String> {

@@ -1,25 +1,30 @@
 //! The line sbatch/salloc/srun show the user: their balance and status, asked from accountd over its
-//! socket (accountd knows the caller from SO_PEERCRED). Plain blocking std I/O with 1 s timeouts:
-//! no runtime in the plugin, and a missing or slow accountd costs at most about a second.
+//! socket on its own host (accountd knows the caller from SO_PEERCRED), else over the network at
+//! `[accountd] urls` with a MUNGE credential (gputokens-client). Blocking I/O bounded at a second in
+//! all: no runtime in the plugin, and a missing or slow accountd costs at most about a second.
 
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use gputokens::config::Config;
 use gputokens::policy::Status;
-use gputokens::protocol::{self, BalanceRow, Reply, Request};
+use gputokens::protocol::{BalanceRow, Reply, Request};
+use gputokens_client::{Accountd, ClientError};
 
 const TIMEOUT: Duration = Duration::from_secs(1);
 
-/// `[paths] socket` of the gputokens config, read by gputokens' lenient loader as every plugin reads
-/// it; the default when the file or the key is missing. A file that cannot be read or parsed, or a
-/// bad socket path, is an error rather than the default: asking some other socket would only mislead.
-pub fn socket_path(config: &Path) -> Result<PathBuf, String> {
+/// accountd as this host reaches it, from `[paths] socket` and `[accountd]` of the gputokens config,
+/// read by gputokens' lenient loader as every plugin reads it; the defaults when the file or the keys
+/// are missing. A file that cannot be read or parsed, or a bad socket path or `[accountd]`, is an
+/// error rather than the default: asking somewhere else would only mislead.
+pub fn accountd(config: &Path) -> Result<Accountd, String> {
     let (settings, problems) = Config::load_lenient(config);
-    match problems.into_iter().find(|p| p.concerns("paths.socket") && !p.is_missing_file()) {
+    let where_accountd_is = |p: &gputokens::config::Problem| {
+        ["paths.socket", "accountd.urls", "accountd.ca_file"].iter().any(|k| p.concerns(k))
+    };
+    match problems.into_iter().find(|p| where_accountd_is(p) && !p.is_missing_file()) {
         Some(problem) => Err(problem.to_string()),
-        None => Ok(settings.paths.socket),
+        None => Ok(Accountd::of(&settings, TIMEOUT)),
     }
 }
 
@@ -33,17 +38,11 @@ pub fn enforced(config: &Path) -> bool {
 pub const SHADOW_NOTE: &str = " (gputokens is in shadow mode: no job is refused or held yet)";
 
 /// The caller's own balance row.
-pub fn own_balance(socket: &Path) -> Result<BalanceRow, String> {
-    let io = |e: std::io::Error| format!("accountd at {}: {e}", socket.display());
-    let mut stream = UnixStream::connect(socket).map_err(io)?;
-    stream.set_read_timeout(Some(TIMEOUT)).map_err(io)?;
-    stream.set_write_timeout(Some(TIMEOUT)).map_err(io)?;
-    let reply = protocol::exchange(&mut stream, &Request::Balances { users: Vec::new(), all: false }).map_err(io)?;
-    match serde_json::from_str(&reply) {
+pub fn own_balance(accountd: &Accountd) -> Result<BalanceRow, String> {
+    match accountd.call(&Request::Balances { users: Vec::new(), all: false }) {
         Ok(Reply::Balances { rows, .. }) => rows.into_iter().next().ok_or_else(|| "accountd sent no balance".into()),
-        Ok(Reply::Error { message, .. }) => Err(message),
-        Ok(_) => Err("unexpected reply from accountd".into()),
-        Err(e) => Err(format!("unreadable reply from accountd: {e}")),
+        Ok(other) => Err(ClientError::Unexpected(Box::new(other)).to_string()),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -136,25 +135,59 @@ mod tests {
     }
 
     #[test]
-    fn socket_from_config() {
+    fn where_accountd_is_comes_from_the_config() {
+        use gputokens_client::Route;
         let dir = tempfile::tempdir().unwrap();
         let conf = dir.path().join("g.toml");
-        let default = PathBuf::from("/run/gputokens/accountd.sock");
-        assert_eq!(socket_path(&conf).unwrap(), default);
+        let socket = |route| match route {
+            Route::Socket(path) => path,
+            other => panic!("{other:?}"),
+        };
+        let default = std::path::PathBuf::from("/run/gputokens/accountd.sock");
+        assert_eq!(socket(accountd(&conf).unwrap().route), default);
         std::fs::write(&conf, "[paths]\nsnapshot = \"/x\"\n").unwrap();
-        assert_eq!(socket_path(&conf).unwrap(), default);
+        assert_eq!(socket(accountd(&conf).unwrap().route), default);
         std::fs::write(&conf, "[paths]\nsocket = \"/s.sock\"\n[admission]\nmode = \"guess\"\n").unwrap();
-        assert_eq!(socket_path(&conf).unwrap(), PathBuf::from("/s.sock"), "other keys' problems do not matter");
+        assert_eq!(
+            socket(accountd(&conf).unwrap().route),
+            std::path::PathBuf::from("/s.sock"),
+            "other keys' problems do not matter"
+        );
+        // No socket here, and where accountd answers over the network: asked there.
+        std::fs::write(&conf, "[paths]\nsocket = \"/s.sock\"\n[accountd]\nurls = [\"https://acct:9817\"]\n").unwrap();
+        let route = accountd(&conf).unwrap().route;
+        assert_eq!(route, Route::Network { urls: vec!["https://acct:9817".into()], ca_file: None });
         std::fs::write(&conf, "[paths\n").unwrap();
-        assert!(socket_path(&conf).unwrap_err().contains("not valid TOML"));
+        assert!(accountd(&conf).unwrap_err().contains("not valid TOML"));
         std::fs::write(&conf, "[paths]\nsocket = 5\n").unwrap();
-        assert!(socket_path(&conf).unwrap_err().contains("paths.socket"));
-        assert!(socket_path(dir.path()).unwrap_err().contains("cannot read"), "there, but unreadable");
+        assert!(accountd(&conf).unwrap_err().contains("paths.socket"));
+        std::fs::write(&conf, "[accountd]\nurls = [\"acct:9817\"]\n").unwrap();
+        assert!(accountd(&conf).unwrap_err().contains("accountd.urls"));
+        assert!(accountd(dir.path()).unwrap_err().contains("cannot read"), "there, but unreadable");
     }
 
     #[test]
     fn no_accountd_is_an_error_not_a_hang() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(own_balance(&dir.path().join("none.sock")).is_err());
+        std::fs::write(
+            dir.path().join("g.toml"),
+            format!("[paths]\nsocket = \"{}/none.sock\"\n", dir.path().display()),
+        )
+        .unwrap();
+        let started = std::time::Instant::now();
+        assert!(own_balance(&accountd(&dir.path().join("g.toml")).unwrap()).is_err());
+        // Nothing listens on port 9 here: refused at once, well within the line's bound.
+        let conf = dir.path().join("net.toml");
+        std::fs::write(
+            &conf,
+            format!(
+                "[paths]\nsocket = \"{}/none.sock\"\n[accountd]\nurls = [\"http://127.0.0.1:9\"]\n",
+                dir.path().display()
+            ),
+        )
+        .unwrap();
+        let failed = own_balance(&accountd(&conf).unwrap()).unwrap_err();
+        assert!(failed.contains("127.0.0.1:9"), "{failed}");
+        assert!(started.elapsed() < Duration::from_millis(1500), "{:?}", started.elapsed());
     }
 }

@@ -167,7 +167,7 @@ unsafe fn request_estimate(sp: spank_t) {
 /// not worry anyone, and sbatch stays quiet where no accountd runs).
 fn show_balance(args: &args::Args) {
     let config = args.config_path();
-    let row = balance::socket_path(&config).and_then(|socket| balance::own_balance(&socket));
+    let row = balance::accountd(&config).and_then(|accountd| balance::own_balance(&accountd));
     match row {
         Ok(row) if balance::enforced(&config) => ffi::info(&balance::message(&row)),
         Ok(row) => ffi::info(&format!("{}{}", balance::message(&row), balance::SHADOW_NOTE)),

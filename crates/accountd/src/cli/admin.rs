@@ -11,7 +11,7 @@ use gputokens::{Config, Tokens};
 
 use crate::cli::{AccountCommand, AdminCommand, ChangeArgs, GrantArgs, PoolRuleArgs};
 use crate::error::{AccountdError, AccountdResult};
-use crate::socket::client::{call, ClientError};
+use gputokens_client::{Accountd, ClientError};
 
 /// Derives a node's token from the site secret (only those who can read the secret can).
 fn node_token(config: &Config, node: &str) -> AccountdResult {
@@ -35,7 +35,7 @@ fn expires_at(when: Option<&str>) -> AccountdResult<Option<i64>> {
 }
 
 pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
-    let socket = &config.paths.socket;
+    let accountd = Accountd::of(config, crate::CLIENT_TIMEOUT);
     // Checked here for a clear message before anything is sent; accountd checks again.
     let amount = |text: &str, what: &str| -> AccountdResult<Tokens> {
         let amount: Tokens = text.parse().map_err(|e| AccountdError::Refused(format!("AMOUNT: {e}")))?;
@@ -66,10 +66,10 @@ pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
         AdminCommand::NodeToken { node } => return node_token(config, &node),
         AdminCommand::Account { command } => {
             let (request, json) = account_request(command, &amount)?;
-            return print_account_reply(call(socket, &request)?, json);
+            return print_account_reply(accountd.call(&request)?, json);
         }
     };
-    match call(socket, &request)? {
+    match accountd.call(&request)? {
         Reply::Recorded { entries, replayed } => {
             if replayed {
                 crate::outln!("already recorded under this key; nothing changed");

@@ -10,7 +10,7 @@ use gputokens::Config;
 
 use crate::cli::statement_output;
 use crate::error::{AccountdError, AccountdResult};
-use crate::socket::client::{call, ClientError};
+use gputokens_client::{Accountd, ClientError};
 
 #[derive(Debug, Parser)]
 #[command(name = "sbalance", version = crate::version(), about = "Show GPU token balances (like sshare)")]
@@ -114,16 +114,23 @@ impl Field {
     }
 }
 
-/// The config as sbalance needs it: only `[paths] socket` (the rest is accountd's and the plugins'),
-/// so an admin's mistake elsewhere in the file never stops every user's sbalance. A file that cannot
-/// be read, or whose socket path is wrong, is still an error.
+/// The config as sbalance needs it: only where accountd answers, `[paths] socket` and `[accountd]`
+/// (the rest is accountd's and the plugins'), so an admin's mistake elsewhere in the file never stops
+/// every user's sbalance. A file that cannot be read, or whose socket path or `[accountd]` is wrong,
+/// is still an error.
 fn socket_config(path: &std::path::Path) -> AccountdResult<Config> {
     let (config, problems) = Config::load_lenient(path);
-    let fatal = problems.into_iter().find(|p| p.key.is_empty() || p.key == "paths.socket" || p.key == "paths");
+    let where_accountd_is = |key: &str| matches!(key, "" | "paths" | "paths.socket") || key.starts_with("accountd");
+    let fatal = problems.into_iter().find(|p| where_accountd_is(&p.key));
     match fatal {
         Some(problem) => Err(problem.into_error().into()),
         None => Ok(config),
     }
+}
+
+/// accountd as this host reaches it: its socket here, else its listener over the network.
+fn accountd(config: &Config) -> Accountd {
+    Accountd::of(config, crate::CLIENT_TIMEOUT)
 }
 
 pub fn run(args: Args) -> AccountdResult {
@@ -146,7 +153,7 @@ pub fn run(args: Args) -> AccountdResult {
         return pools(&config, &args);
     }
     let request = Request::Balances { users: args.users.clone(), all: args.all };
-    let (rows, shadow) = match call(&config.paths.socket, &request)? {
+    let (rows, shadow) = match accountd(&config).call(&request)? {
         Reply::Balances { rows, shadow } => (rows, shadow),
         other => return Err(ClientError::Unexpected(Box::new(other)).into()),
     };
@@ -170,7 +177,7 @@ pub fn run(args: Args) -> AccountdResult {
 /// `-A ACCOUNT` / `-l`: pools as a tree of account rows with their members (`-A` alone: the row).
 fn pools(config: &Config, args: &Args) -> AccountdResult {
     let request = Request::Pools { account: args.account.clone() };
-    let (mode, rows) = match call(&config.paths.socket, &request)? {
+    let (mode, rows) = match accountd(config).call(&request)? {
         Reply::Pools { mode, rows } => (mode, rows),
         other => return Err(ClientError::Unexpected(Box::new(other)).into()),
     };
@@ -193,7 +200,7 @@ fn history(config: &Config, args: &Args, limit: usize) -> AccountdResult {
         [user] => Some(user.clone()),
         _ => return Err(AccountdError::Refused("--history shows one user: give at most one -u".into())),
     };
-    let (user, entries) = match call(&config.paths.socket, &Request::History { user, limit: Some(limit) })? {
+    let (user, entries) = match accountd(config).call(&Request::History { user, limit: Some(limit) })? {
         Reply::History { user, entries } => (user, entries),
         other => return Err(ClientError::Unexpected(Box::new(other)).into()),
     };
@@ -242,7 +249,7 @@ fn history(config: &Config, args: &Args, limit: usize) -> AccountdResult {
 
 /// `--web`: asks accountd for a login link and prints it.
 fn web_link(config: &Config) -> AccountdResult {
-    let (url, expires) = match call(&config.paths.socket, &Request::WebLogin)? {
+    let (url, expires) = match accountd(config).call(&Request::WebLogin)? {
         Reply::WebLink { url, expires } => (url, expires),
         other => return Err(ClientError::Unexpected(Box::new(other)).into()),
     };
@@ -259,7 +266,7 @@ fn statement(config: &Config, args: &Args, month: Month) -> AccountdResult {
         _ => return Err(AccountdError::Refused("--statement shows one user (-u USER) or all (-a)".into())),
     };
     let request = Request::Statement { month, user, all: args.all, account: args.account.clone() };
-    let statements = match call(&config.paths.socket, &request)? {
+    let statements = match accountd(config).call(&request)? {
         Reply::Statements { statements } => statements,
         other => return Err(ClientError::Unexpected(Box::new(other)).into()),
     };

@@ -44,6 +44,7 @@ pub async fn serve(
     app: Router,
     limits: &HttpAccess,
     metrics: Arc<Metrics>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
     let caps = ConnectionCaps::<IpAddr>::new(limits.max_connections, limits.max_connections_per_address);
@@ -84,22 +85,34 @@ pub async fn serve(
         let app = app.clone();
         let stopped = stopped.clone();
         let limited = Limited { rate: rate.clone(), metrics: metrics.clone() };
-        tokio::spawn(serve_connection(stream, peer, slot, app, limited, timeout, stopped));
+        match tls.clone() {
+            None => tokio::spawn(serve_connection(stream, peer, slot, app, limited, timeout, stopped)),
+            Some(tls) => tokio::spawn(async move {
+                // The handshake within the headers' deadline, like a client that never speaks.
+                match tokio::time::timeout(timeout.min(HEADER_TIMEOUT), tls.accept(stream)).await {
+                    Ok(Ok(stream)) => serve_connection(stream, peer, slot, app, limited, timeout, stopped).await,
+                    Ok(Err(e)) => tracing::debug!("https connection from {peer}: {e}"),
+                    Err(_) => tracing::debug!("https connection from {peer}: no TLS handshake in time"),
+                }
+            }),
+        };
         // Let the connections just accepted read their requests before more are accepted: a flood
         // of new connections from one address must not shed a prompt client's before it has spoken.
         tokio::task::yield_now().await;
     }
 }
 
-async fn serve_connection(
-    stream: tokio::net::TcpStream,
+async fn serve_connection<S>(
+    stream: S,
     peer: SocketAddr,
     slot: Slot<IpAddr>,
     app: Router,
     limited: Limited,
     timeout: Duration,
     mut stopped: tokio::sync::watch::Receiver<bool>,
-) {
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let slot = Arc::new(slot);
     let requests = slot.clone();
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {

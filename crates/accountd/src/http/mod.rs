@@ -6,9 +6,11 @@
 pub mod host_names;
 pub mod listener;
 pub mod rate_limit;
+pub mod remote_request;
 pub mod report_gate;
 pub mod reports;
 pub mod state;
+pub mod tls;
 pub mod web;
 
 use std::net::SocketAddr;
@@ -45,6 +47,9 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(state.clone(), only_our_names));
     Router::new()
         .route(REPORT_PATH, post(agent_report).layer(axum::extract::DefaultBodyLimit::max(REPORT_MAX_BYTES)))
+        // Like an agent's report, it carries a MUNGE credential: no page can forge one, whatever name
+        // it used. Its body is read only once the credential holds, up to the caller's limit.
+        .route(gputokens::protocol::REQUEST_PATH, post(remote_request::remote_request))
         .merge(read_by_name)
         .with_state(state)
 }

@@ -2,7 +2,6 @@
 //! cycles. `launch` takes a bound listener and a shutdown future so tests can run it in-process.
 
 mod action_log;
-pub mod client;
 pub mod handler;
 pub(crate) mod pools;
 mod record;
@@ -218,40 +217,53 @@ async fn answer(answering: Shared, uid: u32, request: Request) -> Reply {
         // taken: a slow lookup holds this request alone (the audit's L1).
         let config = answering::lock(&answering).res.config.clone();
         let caller = Caller::identify(uid, &config);
-        let mut s = answering::lock(&answering);
-        let action = action_log::Action::of(&request);
-        let now = gputokens::time::now();
-        let (mut reply, changed) = crate::socket::handler::handle(&mut s, &caller, request, now);
-        if changed {
-            match &action {
-                Some(action) => tracing::info!("{}", action.line(&caller.name, &reply)),
-                None => tracing::info!("{} changed the ledger", caller.name),
-            }
-            if let Err(e) = s.publish_snapshot(now) {
-                tracing::error!("cannot write the balance snapshot: {e}");
-            }
-        } else if let Reply::Error { kind: ErrorKind::Refused, message } = &reply {
-            tracing::warn!("{} was refused: {message}", caller.name);
-        }
-        drop(s);
-        if let Reply::Balances { shadow, .. } = &mut reply {
-            // Status files read and uids named with the lock released, like the caller above.
-            let scope = match caller.admin {
-                true => crate::shadow_view::Scope::Everyone,
-                false => crate::shadow_view::Scope::User { name: &caller.name, uid: Some(caller.uid) },
-            };
-            *shadow = crate::shadow_view::view(&config, scope, now);
-        }
-        // The change's journal line, appended by the exporter with the lock released: the admin's
-        // command returns once it is written, or after 2 s (the journal's storage hung; it is
-        // written when it can be).
-        if changed && !crate::admin_journal::wait(crate::admin_journal::request(), JOURNAL_WAIT) {
-            tracing::warn!("the admin journal was not written within {} s; its export goes on", JOURNAL_WAIT.as_secs());
-        }
-        reply
+        answer_blocking(&answering, &caller, &config, request)
     });
     work.await.unwrap_or_else(|e| Reply::Error { kind: ErrorKind::Internal, message: format!("accountd failed: {e}") })
 }
+
+/// Answers `request` from `caller`, proven already (by the kernel here, by MUNGE over HTTP), with
+/// `config` as read before the lock was taken: takes the answering lock, so call it on a blocking
+/// thread.
+pub(crate) fn answer_blocking(
+    answering: &Shared,
+    caller: &Caller,
+    config: &gputokens::Config,
+    request: Request,
+) -> Reply {
+    let mut s = answering::lock(answering);
+    let action = action_log::Action::of(&request);
+    let now = gputokens::time::now();
+    let (mut reply, changed) = crate::socket::handler::handle(&mut s, caller, request, now);
+    if changed {
+        match &action {
+            Some(action) => tracing::info!("{}", action.line(&caller.name, &reply)),
+            None => tracing::info!("{} changed the ledger", caller.name),
+        }
+        if let Err(e) = s.publish_snapshot(now) {
+            tracing::error!("cannot write the balance snapshot: {e}");
+        }
+    } else if let Reply::Error { kind: ErrorKind::Refused, message } = &reply {
+        tracing::warn!("{} was refused: {message}", caller.name);
+    }
+    drop(s);
+    if let Reply::Balances { shadow, .. } = &mut reply {
+        // Status files read and uids named with the lock released, like the caller above.
+        let scope = match caller.admin {
+            true => crate::shadow_view::Scope::Everyone,
+            false => crate::shadow_view::Scope::User { name: &caller.name, uid: Some(caller.uid) },
+        };
+        *shadow = crate::shadow_view::view(config, scope, now);
+    }
+    // The change's journal line, appended by the exporter with the lock released: the admin's
+    // command returns once it is written, or after 2 s (the journal's storage hung; it is
+    // written when it can be).
+    if changed && !crate::admin_journal::wait(crate::admin_journal::request(), JOURNAL_WAIT) {
+        tracing::warn!("the admin journal was not written within {} s; its export goes on", JOURNAL_WAIT.as_secs());
+    }
+    reply
+}
+
 #[cfg(test)]
 mod pool_tests;
 

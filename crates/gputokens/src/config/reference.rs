@@ -197,6 +197,29 @@ pub const TABLES: &[Table] = &[
                 Toml("[]"),
                 "DNS aliases of this host that the listener answers to besides its addresses, localhost, its host name and [web] url's host; other names get 421.",
             ),
+            key(
+                "tls_certificate",
+                Words("none"),
+                "The listener's certificate chain (PEM); with tls_key it speaks TLS only (users' tools on other hosts, the status page).",
+            ),
+            key("tls_key", Words("none"), "The certificate's private key (PEM), in a file only accountd's user reads."),
+            key(
+                "remote_writes",
+                Toml("false"),
+                "Take requests that change balances (admins', coordinators') from other hosts too; off: only on accountd's own host, over its socket.",
+            ),
+        ],
+    },
+    Table {
+        name: "accountd",
+        about: "Where users' tools reach accountd from hosts without its socket (login and compute nodes): sbalance, sbatch's balance line, --web.",
+        keys: &[
+            key(
+                "urls",
+                Toml("[]"),
+                "accountd's [http] listener as every host reaches it: [\"https://HOST:PORT\"], a second for a pair; the same line on every host.",
+            ),
+            key("ca_file", Words("the public CAs"), "The CA certificates (PEM) accountd's certificate is checked against."),
         ],
     },
     Table {

@@ -6,15 +6,16 @@ use std::path::Path;
 
 use super::reader::Section;
 use super::values::{
-    absolute_path, amount, any_duration, boolean, command_argv, header_name, host_names, ip_addresses, listen_address,
-    names, non_negative_amount, number, number_in, path, positive_duration, prometheus_url, query_timeout, report_url,
-    signal_name, socket_path, string, strings, web_url, whole, whole_from, whole_seconds, whole_seconds_or_off, xids,
+    absolute_path, accountd_urls, amount, any_duration, boolean, command_argv, header_name, host_names, ip_addresses,
+    listen_address, names, non_negative_amount, number, number_in, path, positive_duration, prometheus_url,
+    query_timeout, report_url, signal_name, socket_path, string, strings, web_url, whole, whole_from, whole_seconds,
+    whole_seconds_or_off, xids,
 };
 use super::{
-    Accounts, Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Config, Exempt, Health, HttpAccess,
-    Intervals, Notify, OnDemand, OnDemandReaders, Paths, PreemptAction, Preemption, Problem, Prometheus, Refunds,
-    SlurmTools, UtilizationConfig, UtilizationSource, Web, DEFAULT_PROMETHEUS_JOB_LABEL, DEFAULT_PROMETHEUS_QUERY,
-    DEFAULT_PROMETHEUS_TIMEOUT,
+    AccountdAddress, Accounts, Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Config, Exempt, Health,
+    HttpAccess, Intervals, Notify, OnDemand, OnDemandReaders, Paths, PreemptAction, Preemption, Problem, Prometheus,
+    Refunds, SlurmTools, TlsFiles, UtilizationConfig, UtilizationSource, Web, DEFAULT_PROMETHEUS_JOB_LABEL,
+    DEFAULT_PROMETHEUS_QUERY, DEFAULT_PROMETHEUS_TIMEOUT,
 };
 use crate::config::admission::OnError;
 use crate::config::admission::{Deprioritize, Mode, DEFAULT_NICE_INCREMENT, DEFAULT_SITE_FACTOR, MAX_NICE};
@@ -63,6 +64,10 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
     });
     let slurm = top.table("slurm", slurm_tools);
     let (http_listen, http) = top.table("http", http);
+    let accountd = top.table("accountd", |s| AccountdAddress {
+        urls: s.get("urls", Vec::new(), accountd_urls),
+        ca_file: s.optional("ca_file", absolute_path),
+    });
     let agent = top.table("agent", agent);
     let prometheus = top.optional_table("prometheus", prometheus).flatten();
     let mut utilization = top.table("usage", utilization);
@@ -116,6 +121,7 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
         slurm,
         http_listen,
         http,
+        accountd,
         agent,
         utilization,
         sharing,
@@ -265,6 +271,22 @@ fn http(s: &mut Section) -> (Option<std::net::SocketAddr>, HttpAccess) {
         max_connections_per_address: per_address.min(max_connections),
         request_timeout: s.get("request_timeout", d.request_timeout, positive_duration),
         server_names: s.get("server_names", d.server_names, host_names),
+        tls: None,
+        remote_writes: s.get("remote_writes", d.remote_writes, boolean),
+    };
+    let certificate = s.optional("tls_certificate", absolute_path);
+    let key = s.optional("tls_key", absolute_path);
+    let access = match (certificate, key) {
+        (Some(certificate), Some(key)) => HttpAccess { tls: Some(TlsFiles { certificate, key }), ..access },
+        (None, None) => access,
+        (Some(_), None) => {
+            s.problem("tls_certificate", "needs http.tls_key beside it".into(), "listening without TLS");
+            access
+        }
+        (None, Some(_)) => {
+            s.problem("tls_key", "needs http.tls_certificate beside it".into(), "listening without TLS");
+            access
+        }
     };
     (listen, access)
 }

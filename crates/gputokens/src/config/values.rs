@@ -301,6 +301,26 @@ pub(super) fn web_url(value: &Value) -> Result<String, String> {
     }
 }
 
+/// `[accountd] urls`: one or two `https://host[:port]` (or, on a private network, `http://`)
+/// addresses of accountd's listener, without a path.
+pub(super) fn accountd_urls(value: &Value) -> Result<Vec<String>, String> {
+    let urls = strings(value)?;
+    if urls.len() > 2 {
+        return Err(format!("at most two accountd hosts (a pair), got {}", urls.len()));
+    }
+    urls.into_iter()
+        .map(|url| {
+            let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
+            match rest.map(|r| r.trim_end_matches('/')) {
+                Some(rest) if !rest.is_empty() && !rest.contains('/') && !url.chars().any(|c| c.is_whitespace()) => {
+                    Ok(url.trim_end_matches('/').to_string())
+                }
+                _ => Err(format!("expected \"https://host[:port]\" or \"http://host[:port]\", got {url:?}")),
+            }
+        })
+        .collect()
+}
+
 /// The base URL of a server accountd queries: `http://host[:port][/path]` (its HTTP client has no
 /// TLS).
 pub(super) fn prometheus_url(value: &Value) -> Result<String, String> {

@@ -1,0 +1,110 @@
+//! accountd's HTTP listener from another host: the request as JSON, `POST /v1/request`, with a MUNGE
+//! credential made for it. Each URL of `[accountd] urls` in turn, until one answers.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use gputokens::protocol::{request_credential_payload, Request, REQUEST_PATH};
+use sha2::{Digest, Sha256};
+use ureq::tls::{Certificate, RootCerts, TlsConfig};
+
+use crate::{munge_cli, ClientError};
+
+/// The largest reply read (a statement of a year of an admin's site is far less).
+const MAX_REPLY: u64 = 64 << 20;
+
+/// Sends `request` to the first of `urls` that answers; its reply line (a `Reply`'s JSON).
+pub(crate) fn exchange(
+    urls: &[String],
+    ca_file: Option<&Path>,
+    request: &Request,
+    timeout: Duration,
+) -> Result<String, ClientError> {
+    let body = serde_json::to_vec(request).map_err(|e| ClientError::Internal(e.to_string()))?;
+    let payload = request_credential_payload(&format!("{:x}", Sha256::digest(&body)));
+    let started = Instant::now();
+    let mut tried = Vec::new();
+    for url in urls {
+        let left = timeout.saturating_sub(started.elapsed());
+        // A fresh credential for each host: each accountd's munged decodes a credential once.
+        let credential = munge_cli::encode(&payload, left)
+            .map_err(|reason| ClientError::NoCredential { at: url.clone(), reason })?;
+        let left = timeout.saturating_sub(started.elapsed());
+        match post(url, ca_file, &body, &credential, left) {
+            Ok(reply) => return Ok(reply),
+            // Only a host that did not answer sends us on: a refusal is the answer.
+            Err(ClientError::Unreachable { reason, .. }) if left > Duration::ZERO => {
+                tried.push(format!("{url} ({reason})"))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let at = urls.join(", ");
+    let reason = match tried.len() {
+        0 => format!("no answer within {} ms", timeout.as_millis()),
+        _ => tried.join("; "),
+    };
+    Err(ClientError::Unreachable { at, reason })
+}
+
+/// One POST to `url`; the reply line, or what went wrong there.
+fn post(
+    url: &str,
+    ca_file: Option<&Path>,
+    body: &[u8],
+    credential: &str,
+    timeout: Duration,
+) -> Result<String, ClientError> {
+    let unreachable = |reason: String| ClientError::Unreachable { at: url.to_string(), reason };
+    if timeout.is_zero() {
+        return Err(unreachable("no time left".into()));
+    }
+    let tls = match ca_file {
+        Some(path) => TlsConfig::builder().root_certs(RootCerts::new_with_certs(&site_ca(path)?)).build(),
+        None => TlsConfig::builder().build(),
+    };
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .tls_config(tls)
+        .build()
+        .into();
+    let response = agent
+        .post(format!("{url}{REQUEST_PATH}"))
+        .header("Authorization", format!("MUNGE {credential}"))
+        .header("Content-Type", "application/json")
+        .send(body);
+    let mut response = response.map_err(|e| unreachable(e.to_string()))?;
+    let status = response.status().as_u16();
+    let text = response.body_mut().with_config().limit(MAX_REPLY).read_to_string();
+    let text = text.map_err(|e| unreachable(format!("reading the reply: {e}")))?;
+    if status == 200 {
+        return Ok(text);
+    }
+    // accountd's refusals are {"error": "..."}; anything else came from something else at that address.
+    let said =
+        serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["error"].as_str().map(str::to_string));
+    match (status, said) {
+        (401 | 403, Some(message)) => Err(ClientError::Refused(format!("accountd at {url} refused: {message}"))),
+        (_, Some(message)) => Err(ClientError::Internal(format!("accountd at {url}: {message}"))),
+        (_, None) => Err(unreachable(format!("HTTP {status} from something that is not accountd's {REQUEST_PATH}"))),
+    }
+}
+
+/// The site's CA certificates.
+fn site_ca(path: &Path) -> Result<Vec<Certificate<'static>>, ClientError> {
+    let fail = |reason: String| ClientError::Internal(format!("[accountd] ca_file {}: {reason}", path.display()));
+    let pem = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
+    let certs: Vec<Certificate<'static>> = ureq::tls::parse_pem(&pem)
+        .filter_map(|item| match item {
+            Ok(ureq::tls::PemItem::Certificate(cert)) => Some(Ok(cert)),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|e| fail(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(fail("holds no certificate".into()));
+    }
+    Ok(certs)
+}
