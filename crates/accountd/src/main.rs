@@ -46,6 +46,11 @@ fn checked_config(file: &std::path::Path) -> AccountdResult<Config> {
     let whole_file = matches!(problems.first(), Some(gputokens::config::ConfigError::Parse { .. }));
     if problems.is_empty() {
         outln!("{}: valid", file.display());
+        let accountd = gputokens_client::Accountd::of(&config, accountd::CLIENT_TIMEOUT);
+        outln!("users' tools on this host ask accountd at {}: {}", accountd.describe(), accountd.proof());
+        if let Some(tls) = &config.http.tls {
+            outln!("accountd's listener (when it runs here) speaks TLS only, with {}", tls.certificate.display());
+        }
     }
     if !whole_file {
         print_warnings(&config);
@@ -178,10 +183,31 @@ fn check_slurm(config: &Config) -> AccountdResult {
     for finding in &findings {
         outln!("slurm: {finding}");
     }
+    outln!("{}", answers_from_here(config));
     let problems = findings.iter().filter(|f| matches!(f, accountd::slurm::check::Finding::Problem(_))).count();
     match problems {
         0 => Ok(()),
         n => Err(AccountdError::Refused(format!("{n} problem(s) in Slurm's configuration for gputokens"))),
+    }
+}
+
+/// Whether accountd answers users' tools from this host, to whom, and how the caller was proven: a
+/// login node's config check. Not a problem of Slurm's configuration when it does not (accountd may
+/// not run yet while a site is set up).
+fn answers_from_here(config: &Config) -> String {
+    use gputokens::protocol::{Reply, Request};
+    let accountd = gputokens_client::Accountd::of(config, accountd::CLIENT_TIMEOUT);
+    match accountd.call(&Request::Balances { users: Vec::new(), all: false }) {
+        Ok(Reply::Balances { rows, .. }) => {
+            let who = rows.first().map_or("you".to_string(), |r| r.user.clone());
+            format!(
+                "accountd: ok: answers from this host at {}, to {who}, proven by {}",
+                accountd.describe(),
+                accountd.proof()
+            )
+        }
+        Ok(other) => format!("accountd: warning: unexpected reply at {}: {other:?}", accountd.describe()),
+        Err(e) => format!("accountd: warning: does not answer from this host: {e}"),
     }
 }
 

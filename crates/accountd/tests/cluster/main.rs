@@ -19,6 +19,7 @@ mod first_day;
 mod health;
 mod holds;
 mod idle;
+mod other_hosts;
 mod overload;
 mod preemption;
 mod quick_start;

@@ -84,6 +84,7 @@ pub fn ensure_test_users() {
     });
 }
 
+#[derive(Debug)]
 pub struct Outcome {
     pub code: i32,
     pub stdout: String,
