@@ -5,14 +5,16 @@
 # namespace of its own, the "switch"), UTS (its hostname), mount (its own /etc/hosts, /etc/slurm,
 # /run/munge and $MN/here) and PID (its first process a reaper; killing it kills the whole host).
 # Hosts: ctl1 (primary slurmctld, slurmdbd, accountd), ctl2 (backup slurmctld), node1..node3 (slurmd
-# and `gputokens-agent`, each with its own munged and fake NVML). Nothing here touches the host's own
+# and `gputokens-agent`, each with its own munged and fake NVML), login1 (where users log in: munged
+# and the site's files, no daemon of Slurm's or gputokens'). Nothing here touches the host's own
 # network: the addresses exist only inside these namespaces.
 
 MN=${GPUTOKENS_MN:-/tmp/gputokens-mn}
 MN_SUBNET=10.78.0
 CONTROLLERS=(ctl1 ctl2)
 NODES=(node1 node2 node3)
-HOSTS=("${CONTROLLERS[@]}" "${NODES[@]}")
+LOGINS=(login1)
+HOSTS=("${CONTROLLERS[@]}" "${NODES[@]}" "${LOGINS[@]}")
 SWITCH=gtmn-switch                       # the network namespace holding the bridge
 MN_CLUSTER=gtmn
 MN_DB=gtmn_acct
@@ -33,6 +35,7 @@ addr() {
     ctl1) echo "$MN_SUBNET.2" ;;
     ctl2) echo "$MN_SUBNET.3" ;;
     node[1-9]) echo "$MN_SUBNET.1${1#node}" ;;
+    login1) echo "$MN_SUBNET.20" ;;
     *) die "no such host: $1" ;;
   esac
 }

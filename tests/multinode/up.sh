@@ -7,6 +7,7 @@
 #   ctl1  10.78.0.2   slurmctld (primary), slurmdbd, accountd serve (ledger, HTTP on :9817)
 #   ctl2  10.78.0.3   slurmctld (backup)
 #   nodeN 10.78.0.1N  slurmd, gputokens-agent (MUNGE credentials of that node), fake NVML
+#   login1 10.78.0.20 munged only: users' sbatch, sbalance (over the network to accountd)
 # Every host has its own munged (one shared key, as on a site). The balance snapshot and
 # StateSaveLocation are in $MN/shared, a directory every host sees, as a site shares them over NFS.
 set -euo pipefail
@@ -172,6 +173,12 @@ reread = "1h"
 listen = "$(addr ctl1):$HTTP_PORT"
 # The tests follow each job by its own series (served only with per-user metrics).
 per_user_metrics = true
+${GPUTOKENS_MN_HTTP:-}
+
+[accountd]
+# Where users' tools on every other host (login1, the nodes) reach accountd: no socket there.
+urls = ["${GPUTOKENS_MN_ACCOUNTD_URL:-http://$(addr ctl1):$HTTP_PORT}"]
+${GPUTOKENS_MN_ACCOUNTD:-}
 
 [agent]
 report_to = "http://$(addr ctl1):$HTTP_PORT"

@@ -235,6 +235,9 @@ pub struct Admission {
     /// false: shadow mode. Every decision is made and logged as it would be, and no job is
     /// refused, deprioritized, changed, held or preempted.
     pub enforce: bool,
+    /// Whom users at the floor ask for tokens (an address, a ticket queue), named in refusals and
+    /// sbalance; None: "the cluster administrators".
+    pub contact: Option<String>,
 }
 
 impl Default for Admission {
@@ -249,6 +252,7 @@ impl Default for Admission {
             max_job_duration: None,
             hold_at_floor: true,
             enforce: true,
+            contact: None,
         }
     }
 }

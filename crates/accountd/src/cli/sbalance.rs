@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
+use gputokens::policy::Status;
 use gputokens::protocol::{BalanceRow, Reply, Request};
 use gputokens::statement::Month;
 use gputokens::Config;
@@ -167,11 +168,39 @@ pub fn run(args: Args) -> AccountdResult {
         table(&rows, &fields, !args.noheader)
     };
     crate::out!("{out}");
-    // Shadow mode under the table a person reads (-n, -P and --json are for scripts).
-    if let Some(shadow) = shadow.filter(|_| !args.noheader && !args.json && !args.parsable2 && !args.parsable) {
+    // Under the table a person reads (-n, -P and --json are for scripts): what a status in debt
+    // means, when it ends and whom to ask; shadow mode.
+    let for_a_person = !args.noheader && !args.json && !args.parsable2 && !args.parsable;
+    if for_a_person {
+        for line in rows.iter().filter_map(|row| in_debt(row, config.admission.contact.as_deref())) {
+            crate::outln!("{line}");
+        }
+    }
+    if let Some(shadow) = shadow.filter(|_| for_a_person) {
         crate::out!("\n{}", crate::cli::shadow_output::text(&shadow));
     }
     Ok(())
+}
+
+/// One sentence for a row in debt: what the status means, when it recovers (with the replenishment
+/// it has), what still runs and whom to ask; None for a row that is ok.
+fn in_debt(row: &BalanceRow, contact: Option<&str>) -> Option<String> {
+    let ask = gputokens::decision::rules::ask_for_tokens(contact);
+    let recovers = match (row.status, &row.recovers) {
+        (Status::Ok, _) => return None,
+        (_, Some(day)) => format!("recovers on {day}"),
+        (_, None) => "no replenishment brings it back: only a grant does".to_string(),
+    };
+    let runs = match row.status {
+        Status::Blocked => "CPU-only jobs still run",
+        _ => "CPU-only jobs are not affected",
+    };
+    Some(format!(
+        "{}: {}: {} ({recovers}). {runs}; {ask}.",
+        row.user,
+        row.status.as_str(),
+        row.status.explanation(row.floor)
+    ))
 }
 
 /// `-A ACCOUNT` / `-l`: pools as a tree of account rows with their members (`-A` alone: the row).

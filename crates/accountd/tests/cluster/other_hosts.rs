@@ -127,7 +127,8 @@ fn a_replayed_foreign_or_misused_credential_is_refused() {
     let (status, reply) = post(&url, "MUNGE:AwQFAAD2lX6Ul9g0HcQ:", body);
     assert_eq!(status, 401, "{reply}");
     // No credential: refused before the body is read.
-    let response = reqwest::blocking::Client::new().post(format!("{url}/v1/request")).body(body.clone()).send().unwrap();
+    let response =
+        reqwest::blocking::Client::new().post(format!("{url}/v1/request")).body(body.clone()).send().unwrap();
     assert_eq!(response.status().as_u16(), 401);
 }
 

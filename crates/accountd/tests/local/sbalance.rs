@@ -54,7 +54,16 @@ fn formats_like_sshare() {
     assert!(lines[1].chars().all(|c| c == '-' || c == ' '), "{table}");
     assert_eq!(lines[2].split_whitespace().collect::<Vec<_>>(), ["alice", "-12", "blocked"]);
     assert_eq!(lines[3].split_whitespace().collect::<Vec<_>>(), ["bob", "-5", "overdraft"]);
-    assert!(lines.iter().all(|l| l.len() == lines[0].len()), "columns are padded:\n{table}");
+    assert!(lines[..4].iter().all(|l| l.len() == lines[0].len()), "columns are padded:\n{table}");
+    // Under the table, for each row in debt: what it means, when it ends, what runs, whom to ask.
+    let blocked = "alice: blocked: GPU jobs are refused until the balance is above the floor -10 again (recovers on ";
+    assert!(lines[4].starts_with(blocked), "{table}");
+    assert!(lines[4].ends_with("). CPU-only jobs still run; ask the cluster administrators for tokens."), "{table}");
+    assert!(lines[5].starts_with("bob: overdraft: GPU jobs are accepted at lower priority"), "{table}");
+    assert_eq!(lines.len(), 6, "{table}");
+    // Not for scripts: -P, -n and --json print the rows alone.
+    let parsable = site.sbalance(None, &["-a", "-P", "-o", "User,Status"]).ok().stdout;
+    assert_eq!(parsable, "User|Status\nalice|blocked\nbob|overdraft\n");
 
     let p = site.sbalance(None, &["-u", "bob", "-p", "-o", "User,Balance"]).ok().stdout;
     assert_eq!(p, "User|Balance|\nbob|-5|\n");
@@ -184,4 +193,18 @@ fn a_mistake_elsewhere_in_the_config_never_stops_sbalance() {
     let out = run_as(Some("alice"), &sbalance_bin(), &["--config", &bad_socket]);
     assert_eq!(out.code, 2, "{}", out.stdout);
     assert!(out.stderr.contains("paths.socket: must be an absolute path"), "{}", out.stderr);
+}
+
+/// A user at the floor reads in one place what it means, when it ends, what still runs and whom the
+/// site says to ask (`[admission] contact`); a user who is fine reads the row alone.
+#[test]
+fn a_user_at_the_floor_is_told_whom_to_ask() {
+    let site = Site::start("", "[admission]\ncontact = \"hpc-help@example.org\"\n");
+    site.accountd(None, &["admin", "adjust", "alice", "-111", "--reason", "test"]).ok();
+    let hers = site.sbalance(Some("alice"), &[]).ok().stdout;
+    let told = hers.lines().last().unwrap();
+    assert!(told.starts_with("alice: blocked: GPU jobs are refused until the balance is above the floor"), "{hers}");
+    assert!(told.ends_with("CPU-only jobs still run; ask hpc-help@example.org for tokens."), "{hers}");
+    let his = site.sbalance(Some("bob"), &[]).ok().stdout;
+    assert_eq!(his.lines().count(), 3, "header, rule and his row: {his}");
 }

@@ -422,6 +422,11 @@ pub const TABLES: &[Table] = &[
         about: "Admission: the job_submit plugin in slurmctld reads this table at start and again within a second of any change to the file; accountd at its start.",
         keys: &[
             key(
+                "contact",
+                Words("none"),
+                "Whom users at the floor ask for tokens (an address, a ticket queue), named in refusals and sbalance; unset: the cluster administrators.",
+            ),
+            key(
                 "enforce",
                 Toml("true"),
                 "false: shadow mode. Every decision is made, logged (\"shadow mode, not enforced\") and counted, and no job is refused, deprioritized, held or preempted.",

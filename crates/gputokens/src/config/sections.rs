@@ -394,6 +394,13 @@ fn admission(s: &mut Section) -> Admission {
     let max_job_duration = s.get("max_job_duration", d.max_job_duration, whole_seconds_or_off);
     let hold_at_floor = s.get("hold_at_floor", d.hold_at_floor, boolean);
     let enforce = s.get("enforce", d.enforce, boolean);
+    let contact = s.optional("contact", |v| {
+        let text = string(v)?;
+        match crate::free_text::printable(&text) == text && !text.trim().is_empty() && text.len() <= 200 {
+            true => Ok(text),
+            false => Err(format!("expected one printable line of at most 200 characters, got {v}")),
+        }
+    });
     // Both within MAX_NICE, checked above.
     let nice = u32::try_from(nice).unwrap_or(DEFAULT_NICE_INCREMENT);
     let deprioritize = match (how, qos) {
@@ -415,6 +422,7 @@ fn admission(s: &mut Section) -> Admission {
         max_job_duration,
         hold_at_floor,
         enforce,
+        contact,
     }
 }
 

@@ -300,17 +300,18 @@ impl<'a> Account<'a> {
         let uid = case.owner.uid;
         let snapshot = standing.snapshot;
         let (today, how) = (case.inputs.today, &case.inputs.config.deprioritize);
+        let contact = case.inputs.config.contact.as_deref();
         // The user's own bucket, decided only where it pays: a user in debt gets a worded
         // message, which a job their pool alone pays for does not need.
         let own = || {
             let balance = standing.balance(uid);
-            let decision = rules::decide(balance, &snapshot.rules, today, how);
+            let decision = rules::decide(balance, &snapshot.rules, today, how, contact);
             Account { standing, balance, rules: snapshot.rules, decision, pool: None, other: None }
         };
         let payers = payers(snapshot.pool_mode, account, |a| snapshot.pools.contains_key(a));
         let Some((name, pool)) = payers.pool.and_then(|a| snapshot.pools.get_key_value(a)) else { return own() };
         let user = standing.user_name(uid);
-        let case = pool_rules::PoolCase { account: name, pool, user, snapshot, today };
+        let case = pool_rules::PoolCase { account: name, pool, user, snapshot, today, contact };
         let of_pool = Account {
             standing,
             balance: pool.balance,

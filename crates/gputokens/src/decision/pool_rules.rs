@@ -22,6 +22,8 @@ pub struct PoolCase<'a> {
     pub user: Option<&'a str>,
     pub snapshot: &'a Snapshot,
     pub today: NaiveDate,
+    /// The site's `[admission] contact`, named where a pool has no coordinators.
+    pub contact: Option<&'a str>,
 }
 
 impl PoolCase<'_> {
@@ -94,7 +96,10 @@ impl PoolCase<'_> {
     /// tokens: sbatch -A course.`
     fn elsewhere(&self) -> String {
         let ask = match self.pool.coordinators.as_slice() {
-            [] => "Ask the cluster administrators for tokens".to_string(),
+            [] => match self.contact {
+                Some(contact) => format!("Ask {contact} for tokens"),
+                None => "Ask the cluster administrators for tokens".to_string(),
+            },
             names => format!("Ask its coordinators ({}) for tokens", names.join(", ")),
         };
         let others = self.other_accounts_with_tokens();
@@ -187,7 +192,7 @@ mod tests {
 
     fn case<'a>(snap: &'a Snapshot, account: &'a str) -> PoolCase<'a> {
         let today = NaiveDate::from_ymd_opt(2026, 11, 26).unwrap();
-        PoolCase { account, pool: &snap.pools[account], user: Some("bob"), snapshot: snap, today }
+        PoolCase { account, pool: &snap.pools[account], user: Some("bob"), snapshot: snap, today, contact: None }
     }
 
     #[test]

@@ -38,13 +38,19 @@ pub enum Decision {
 
 /// Decides a GPU job of a user whose balance is `balance`, on `today` (local date, for the
 /// recovery estimate).
-pub fn decide(balance: Tokens, rules: &BucketRules, today: NaiveDate, how: &Deprioritize) -> Decision {
+pub fn decide(
+    balance: Tokens,
+    rules: &BucketRules,
+    today: NaiveDate,
+    how: &Deprioritize,
+    contact: Option<&str>,
+) -> Decision {
     match rules.status(balance) {
         Status::Ok => Decision::Accept,
         Status::Overdraft => {
             Decision::AcceptDeprioritized { how: how.clone(), message: overdraft_message(balance, rules, how) }
         }
-        Status::Blocked => Decision::Reject { message: blocked_message(balance, rules, today) },
+        Status::Blocked => Decision::Reject { message: blocked_message(balance, rules, today, contact) },
     }
 }
 
@@ -60,19 +66,30 @@ pub const UNAVAILABLE_MESSAGE: &str = "gputokens: GPU jobs cannot be admitted ri
      balances are unavailable; please try again later or contact the cluster administrators.";
 
 /// `gputokens: your GPU token balance is -10.4 (floor -10); GPU jobs are refused until it is above
-/// the floor again (+1 token per day: about 1 day). Run 'sbalance' for details.`
-pub fn blocked_message(balance: Tokens, rules: &BucketRules, today: NaiveDate) -> String {
+/// the floor again (+1 token per day: about 1 day). CPU-only jobs still run; ask hpc-help@example.org
+/// for tokens sooner. Run 'sbalance' for details.`
+pub fn blocked_message(balance: Tokens, rules: &BucketRules, today: NaiveDate, contact: Option<&str>) -> String {
     let head = format!("gputokens: your GPU token balance is {balance} (floor {})", rules.floor);
     let Some(recovery) = rules.recovery(balance, today) else {
         return format!(
             "{head}; GPU jobs are refused until an administrator grants tokens (no replenishment is configured). \
-             Run 'sbalance' for details."
+             CPU-only jobs still run; {}. Run 'sbalance' for details.",
+            ask_for_tokens(contact)
         );
     };
     format!(
-        "{head}; GPU jobs are refused until it is above the floor again ({recovery}). \
-         Run 'sbalance' for details."
+        "{head}; GPU jobs are refused until it is above the floor again ({recovery}). CPU-only jobs still run; \
+         {} sooner. Run 'sbalance' for details.",
+        ask_for_tokens(contact)
     )
+}
+
+/// Whom a user at the floor asks for tokens: the site's `[admission] contact`, else its administrators.
+pub fn ask_for_tokens(contact: Option<&str>) -> String {
+    match contact {
+        Some(contact) => format!("ask {contact} for tokens"),
+        None => "ask the cluster administrators for tokens".to_string(),
+    }
 }
 
 /// `gputokens: your GPU token balance is -3.5 (below 0): this job was accepted with lower priority
@@ -296,62 +313,77 @@ mod tests {
     #[test]
     fn positive_and_zero_balances_are_accepted_untouched() {
         let r = rules(1, 30);
-        assert_eq!(decide(Tokens::whole(50), &r, today(), &NICE), Decision::Accept);
-        assert_eq!(decide(Tokens::ZERO, &r, today(), &NICE), Decision::Accept);
+        assert_eq!(decide(Tokens::whole(50), &r, today(), &NICE, None), Decision::Accept);
+        assert_eq!(decide(Tokens::ZERO, &r, today(), &NICE, None), Decision::Accept);
     }
 
     #[test]
     fn at_or_below_the_floor_is_refused_with_the_issues_message() {
         let r = rules(1, 0);
-        let d = decide(Tokens::from_micro(-10_400_000), &r, today(), &NICE);
+        let d = decide(Tokens::from_micro(-10_400_000), &r, today(), &NICE, None);
         assert_eq!(
             d,
             Decision::Reject {
                 message: "gputokens: your GPU token balance is -10.4 (floor -10); GPU jobs are refused until it is \
-                          above the floor again (+1 token per day: about 1 day). Run 'sbalance' for details."
+                          above the floor again (+1 token per day: about 1 day). CPU-only jobs still run; ask the \
+                          cluster administrators for tokens sooner. Run 'sbalance' for details."
                     .into()
             }
         );
-        let Decision::Reject { message } = decide(Tokens::whole(-10), &r, today(), &NICE) else { panic!() };
+        let Decision::Reject { message } = decide(Tokens::whole(-10), &r, today(), &NICE, None) else { panic!() };
         assert!(message.contains("balance is -10 (floor -10)"), "{message}");
+        // The site's contact, where it set one: whom to ask, in the same sentence.
+        let contact = Some("hpc-help@example.org");
+        let Decision::Reject { message } = decide(Tokens::whole(-10), &r, today(), &NICE, contact) else { panic!() };
+        assert!(message.contains("CPU-only jobs still run; ask hpc-help@example.org for tokens sooner."), "{message}");
+        let Decision::Reject { message } = decide(Tokens::whole(-10), &rules(0, 0), today(), &NICE, contact) else {
+            panic!()
+        };
+        assert!(message.contains("CPU-only jobs still run; ask hpc-help@example.org for tokens."), "{message}");
     }
 
     #[test]
     fn recovery_estimate_counts_days_and_the_monthly_grant() {
         let r = rules(1, 30);
-        let Decision::Reject { message } = decide(Tokens::whole(-12), &r, today(), &ONE) else { panic!() };
+        let Decision::Reject { message } = decide(Tokens::whole(-12), &r, today(), &ONE, None) else { panic!() };
         assert!(
             message.contains("(+1 token per day and +30 tokens on the 1st of each month: about 3 days)"),
             "{message}"
         );
         // On the 30th the monthly grant two days later lifts -25 above the floor.
-        let Decision::Reject { message } = decide(Tokens::whole(-25), &r, date(2026, 11, 29), &ONE) else { panic!() };
+        let Decision::Reject { message } = decide(Tokens::whole(-25), &r, date(2026, 11, 29), &ONE, None) else {
+            panic!()
+        };
         assert!(message.contains("about 2 days"), "{message}");
         let half = BucketRules { daily: Tokens::from_micro(500_000), ..rules(0, 0) };
-        let Decision::Reject { message } = decide(Tokens::whole(-11), &half, today(), &ONE) else { panic!() };
+        let Decision::Reject { message } = decide(Tokens::whole(-11), &half, today(), &ONE, None) else { panic!() };
         assert!(message.contains("(+0.5 tokens per day: about 3 days)"), "{message}");
     }
 
     #[test]
     fn without_replenishment_only_an_admin_helps() {
-        let Decision::Reject { message } = decide(Tokens::whole(-10), &rules(0, 0), today(), &ONE) else { panic!() };
+        let Decision::Reject { message } = decide(Tokens::whole(-10), &rules(0, 0), today(), &ONE, None) else {
+            panic!()
+        };
         assert!(message.contains("refused until an administrator grants tokens"), "{message}");
         let monthly_only = rules(0, 30);
-        let Decision::Reject { message } = decide(Tokens::whole(-10), &monthly_only, today(), &ONE) else { panic!() };
+        let Decision::Reject { message } = decide(Tokens::whole(-10), &monthly_only, today(), &ONE, None) else {
+            panic!()
+        };
         assert!(message.contains("(+30 tokens on the 1st of each month: about 21 days)"), "{message}");
     }
 
     #[test]
     fn a_cap_does_not_hide_recovery() {
         let capped = BucketRules { cap: Some(Tokens::whole(-20)), ..rules(1, 0) };
-        let Decision::Reject { message } = decide(Tokens::whole(-11), &capped, today(), &ONE) else { panic!() };
+        let Decision::Reject { message } = decide(Tokens::whole(-11), &capped, today(), &ONE, None) else { panic!() };
         assert!(message.contains("about 2 days"), "{message}");
     }
 
     #[test]
     fn overdraft_is_accepted_with_a_raised_nice_and_told() {
         let r = rules(1, 30);
-        let d = decide(Tokens::from_micro(-3_500_000), &r, today(), &NICE);
+        let d = decide(Tokens::from_micro(-3_500_000), &r, today(), &NICE, None);
         assert_eq!(
             d,
             Decision::AcceptDeprioritized {
@@ -362,18 +394,19 @@ mod tests {
             }
         );
         let quiet = Deprioritize::Nice(0);
-        let Decision::AcceptDeprioritized { message, .. } = decide(Tokens::from_micro(-1), &r, today(), &quiet) else {
+        let Decision::AcceptDeprioritized { message, .. } = decide(Tokens::from_micro(-1), &r, today(), &quiet, None)
+        else {
             panic!()
         };
         assert!(message.contains("-0.000001 (below 0): this job was accepted;"), "{message}");
         let site = Deprioritize::SiteFactor(-5000);
-        let Decision::AcceptDeprioritized { how, message } = decide(Tokens::whole(-1), &r, today(), &site) else {
+        let Decision::AcceptDeprioritized { how, message } = decide(Tokens::whole(-1), &r, today(), &site, None) else {
             panic!()
         };
         assert_eq!(how, site);
         assert!(message.contains("accepted with lower priority (site factor -5000);"), "{message}");
         let qos = Deprioritize::Qos("overdraft".into());
-        let Decision::AcceptDeprioritized { message, .. } = decide(Tokens::whole(-1), &r, today(), &qos) else {
+        let Decision::AcceptDeprioritized { message, .. } = decide(Tokens::whole(-1), &r, today(), &qos, None) else {
             panic!()
         };
         assert!(message.contains("accepted with lower priority (QOS overdraft);"), "{message}");
@@ -494,7 +527,7 @@ mod tests {
             #[test]
             fn no_amounts_panic(balance in tokens(), committed in tokens(), cost in tokens(), r in rules(), how in how(), day in 0..3_000_000i32) {
                 let today = NaiveDate::from_num_days_from_ce_opt(day).unwrap_or_default();
-                match decide(balance, &r, today, &how) {
+                match decide(balance, &r, today, &how, None) {
                     Decision::Accept => prop_assert!(balance > r.floor && !balance.is_negative()),
                     Decision::AcceptDeprioritized { message, .. } | Decision::Reject { message } => {
                         prop_assert!(message.contains(&balance.to_string()));
