@@ -54,12 +54,21 @@ fn a_user_header_counts_only_from_the_trusted_proxy_with_its_secret() {
 /// `__Host-` cookie, Secure, for the whole host.
 #[test]
 fn login_links_need_https_unless_the_site_allows_http() {
-    let site = Site::start("", "");
+    let site = Site::start("", "[admission]\ncontact = \"hpc-help@example.org\"\n");
+    // A user cannot mend the site's config: she is told it is not set up, and whom to ask.
     let out = site.sbalance(Some("alice"), &["--web"]);
     assert_ne!(out.code, 0, "{}", out.stdout);
+    assert!(
+        out.stderr
+            .contains("the status page is not set up for browsers on this site yet; ask hpc-help@example.org about it"),
+        "{}",
+        out.stderr
+    );
+    // An admin is told what to set.
+    let out = site.sbalance(None, &["--web"]);
     assert!(out.stderr.contains("the status page has no https address"), "{}", out.stderr);
     let plain = Site::start("", "[web]\nurl = \"http://gpu.example.org:9817\"\n");
-    let out = plain.sbalance(Some("alice"), &["--web"]);
+    let out = plain.sbalance(None, &["--web"]);
     assert!(out.stderr.contains("(it is http://gpu.example.org:9817)"), "{}", out.stderr);
 
     let site = Site::start("", "[web]\nurl = \"https://gpu.example.org\"\n");

@@ -6,25 +6,39 @@ use gputokens::access::Caller;
 use super::logins::Visitor;
 use crate::answering::Answering;
 
-/// The link `sbalance --web` prints: made for `caller`, who asked over the Unix socket.
+/// The link `sbalance --web` prints: made for `caller`, who asked over the Unix socket or with MUNGE.
 pub fn login_link(answering: &mut Answering, caller: &Caller, now: i64) -> Result<(String, i64), String> {
-    let base = base_url(answering)?;
+    let base = base_url(answering).map_err(|problem| match caller.admin {
+        true => problem,
+        // A user cannot fix the site's config: they are told so, and whom to ask.
+        false => format!(
+            "the status page is not set up for browsers on this site yet; {} (they can set [web] url)",
+            gputokens::decision::rules::ask_for_tokens(answering.res.config.admission.contact.as_deref()).replacen(
+                "for tokens",
+                "about it",
+                1
+            )
+        ),
+    })?;
     let visitor = Visitor { uid: caller.uid, name: caller.name.clone() };
     let ttl = answering.res.config.web.link_ttl;
     let (token, expires) = answering.logins.issue_link(visitor, now, ttl).map_err(|e| e.to_string())?;
     Ok((format!("{base}/web/login?token={token}"), expires))
 }
 
-/// `[web] url`, else this host on the HTTP listener's port; a plain-http one only with `allow_http`.
+/// `[web] url`, else this host on the HTTP listener's port: https where the listener has TLS, plain
+/// http only with `allow_http`.
 fn base_url(answering: &Answering) -> Result<String, String> {
     let web = &answering.res.config.web;
     if let Some(url) = web.url.as_ref().filter(|u| u.starts_with("https://") || web.allow_http) {
         return Ok(url.clone());
     }
-    if !web.allow_http {
+    let tls = answering.res.config.http.tls.is_some();
+    if !web.allow_http && !tls {
         return Err(format!(
             "the status page has no https address: set [web] url to the https:// address of a TLS proxy in front of \
-             accountd{} (or allow_http = true, and sessions travel in clear)",
+             accountd{}, give the listener a certificate ([http] tls_certificate), or set allow_http = true (and \
+             sessions travel in clear)",
             web.url.as_deref().map(|u| format!(" (it is {u})")).unwrap_or_default()
         ));
     }
@@ -38,5 +52,6 @@ fn base_url(answering: &Answering) -> Result<String, String> {
             ip => ip.to_string(),
         }
     };
-    Ok(format!("http://{host}:{}", addr.port()))
+    let scheme = if tls { "https" } else { "http" };
+    Ok(format!("{scheme}://{host}:{}", addr.port()))
 }
