@@ -28,12 +28,22 @@ pub struct Reporter {
 impl Reporter {
     /// Must not be called, nor the reporter dropped, inside an async runtime (reqwest's blocking client
     /// runs one of its own).
-    pub fn new(report_to: &str, signer: Signer) -> Result<Self, String> {
-        let client = reqwest::blocking::Client::builder()
+    /// An `https://` `report_to` is checked against `ca_file` (the site's CA, `[accountd] ca_file`),
+    /// else the public CAs.
+    pub fn new(report_to: &str, ca_file: Option<&std::path::Path>, signer: Signer) -> Result<Self, String> {
+        let mut builder = reqwest::blocking::Client::builder()
             .timeout(TIMEOUT)
-            .user_agent(format!("gputokens-agent/{}", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| format!("cannot create the HTTP client: {e}"))?;
+            .user_agent(format!("gputokens-agent/{}", env!("CARGO_PKG_VERSION")));
+        if let Some(path) = ca_file {
+            let pem = std::fs::read(path).map_err(|e| format!("[accountd] ca_file {}: {e}", path.display()))?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| format!("[accountd] ca_file {}: {e}", path.display()))?;
+            builder = builder.tls_built_in_root_certs(false);
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let client = builder.build().map_err(|e| format!("cannot create the HTTP client: {e}"))?;
         Ok(Reporter { client, url: format!("{}{REPORT_PATH}", report_to.trim_end_matches('/')), signer })
     }
 

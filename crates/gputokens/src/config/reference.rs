@@ -265,7 +265,7 @@ pub const TABLES: &[Table] = &[
             key(
                 "report_to",
                 Toml("\"http://127.0.0.1:9817\""),
-                "accountd's [http] listen address as the nodes reach it: http://HOST[:PORT] (no TLS; without a port, 80).",
+                "accountd's [http] listen address as the nodes reach it: http://HOST[:PORT], or https:// where it has a certificate (checked against [accountd] ca_file); without a port, the scheme's.",
             ),
             key("interval", Toml("\"30s\""), "How often the agent samples and reports."),
             key("nvml_library", Toml("\"libnvidia-ml.so.1\""), "The NVML library the agent loads (the NVIDIA driver's)."),

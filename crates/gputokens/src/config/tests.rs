@@ -626,12 +626,14 @@ fn report_to_is_an_http_url_with_a_host() {
         "http://[fd00::5]:9817",
         "HTTP://gpu-head:9817",
         "http://gpu-head",
+        "https://gpu-head:9817",
     ] {
         let config = parse(&format!("[agent]\nreport_to = \"{good}\"\n")).unwrap_or_else(|e| panic!("{good}: {e}"));
         assert_eq!(config.agent.report_to, good);
     }
     for (bad, why) in [
-        ("https://gpu-head:9817", "https is not supported by this build; use http://"),
+        ("ftp://gpu-head:9817", "the scheme must be http"),
+        ("https://:9817", "no host"),
         ("gpu-head 9817", "no scheme"),
         ("http://:9817", "no host"),
         ("http://gpu-head:98170", "the port is not a number"),

@@ -328,11 +328,15 @@ pub(super) fn prometheus_url(value: &Value) -> Result<String, String> {
     http_url(&url).map(|_| url)
 }
 
-/// Where the agents post their reports, accountd's HTTP listener: `http://host[:port][/path]`, no
-/// TLS (the agent's client has none). Without a port it is http's 80 (a proxy in front of accountd).
+/// Where the agents post their reports, accountd's HTTP listener: `http://host[:port][/path]`, or
+/// `https://` where the listener has a certificate ([http] tls_certificate; the agent checks it
+/// against `[accountd] ca_file`). Without a port it is the scheme's (a proxy in front of accountd).
 pub(super) fn report_url(value: &Value) -> Result<String, String> {
     let url = string(value)?;
-    http_url(&url).map(|_| url)
+    match url.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://")) {
+        true => http_url(&format!("http://{}", &url[8..])).map(|_| url),
+        false => http_url(&url).map(|_| url),
+    }
 }
 
 /// The host of an `http://` URL that [`http_url`] takes, lower-cased.

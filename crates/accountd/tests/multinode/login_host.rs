@@ -1,0 +1,172 @@
+//! A login host (login1): munged and the site's files, no daemon of Slurm's or gputokens'. alice and
+//! bob log in there; sbalance and sbatch's balance line ask accountd on ctl1 over the lab's network,
+//! proven by MUNGE, and what they show is what accountd's own host shows. With accountd stopped,
+//! sbatch is not held up and sbalance says where it asked. With TLS, nothing of a request crosses
+//! the lab's bridge in clear.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::cluster::{mn_dir, Outcome};
+use crate::{Cluster, Settings};
+
+const ACCOUNTD: &str = "http://10.78.0.2:9817";
+
+/// What a packet capture on the lab's bridge (the switch namespace) saw of accountd's port.
+struct Capture {
+    tcpdump: Child,
+    file: std::path::PathBuf,
+}
+
+impl Capture {
+    fn start(name: &str) -> Capture {
+        let file = mn_dir().join(format!("{name}.pcap"));
+        let tcpdump = Command::new("ip")
+            .args(["netns", "exec", "gtmn-switch", "tcpdump", "-i", "br0", "-U", "-s", "0", "-w"])
+            .arg(&file)
+            .args(["tcp", "port", "9817"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpdump (bash tests/cluster/install.sh installs it)");
+        // tcpdump creates the file once it listens.
+        crate::wait_until(10, "tcpdump listening on the bridge", || file.exists().then_some(()));
+        Capture { tcpdump, file }
+    }
+
+    /// Everything captured (headers and payloads, as bytes).
+    fn stop(mut self) -> Vec<u8> {
+        std::thread::sleep(Duration::from_millis(300)); // the last packets written (-U: at once)
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.tcpdump.id() as i32),
+            nix::sys::signal::Signal::SIGINT,
+        );
+        let _ = self.tcpdump.wait();
+        std::fs::read(&self.file).unwrap()
+    }
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+fn sbalance(cluster: &Cluster, user: &str, args: &[&str]) -> Outcome {
+    let mut argv = vec!["sbalance"];
+    argv.extend_from_slice(args);
+    cluster.on("login1", Some(user), &argv)
+}
+
+#[test]
+#[ignore = "needs the multi-node cluster: tests/run.sh"]
+fn multinode_on_a_login_host_alice_sees_her_balance_and_why_she_is_refused() {
+    // The key lands in up.sh's last table, [admission].
+    let cluster = Cluster::up(Settings { config: "contact = \"hpc-help@example.org\"\n", ..Settings::default() });
+    assert!(!mn_dir().join("hosts/login1/gputokens/accountd.sock").exists(), "no socket on the login host");
+    cluster.accountd(None, &["admin", "grant", "alice", "5", "--reason", "test"]).ok();
+
+    // Her sbalance there is what accountd's host shows her; over plain HTTP, the lab's bridge sees it.
+    let capture = Capture::start("plain");
+    let there = sbalance(&cluster, "alice", &[]).ok().stdout;
+    let seen = capture.stop();
+    let here = cluster.on("ctl1", Some("alice"), &["sbalance"]).ok().stdout;
+    assert_eq!(there, here);
+    assert!(there.contains("alice") && there.contains("105"), "{there}");
+    assert!(contains(&seen, "Authorization: MUNGE MUNGE:"), "plain HTTP carries the credential in clear");
+    let history = sbalance(&cluster, "alice", &["--history"]).ok().stdout;
+    assert!(history.contains("grant"), "{history}");
+    let month = gputokens::time::local_date(gputokens::time::now()).format("%Y-%m").to_string();
+    let statement = sbalance(&cluster, "alice", &["--statement", &month]).ok().stdout;
+    assert!(statement.starts_with("Statement of alice for "), "{statement}");
+    // No browser address is set up in the lab: she is told so, and whom to ask.
+    let web = sbalance(&cluster, "alice", &["--web"]);
+    assert!(web.stderr.contains("not set up for browsers on this site yet; ask hpc-help@example.org"), "{web:?}");
+
+    // bob, from the same host, cannot read her rows.
+    let hers = sbalance(&cluster, "bob", &["-u", "alice"]);
+    assert_eq!(hers.code, 2, "{hers:?}");
+    assert!(hers.stderr.contains("only see your own balance"), "{}", hers.stderr);
+    let history = sbalance(&cluster, "bob", &["--history", "-u", "alice"]);
+    assert_ne!(history.code, 0, "{history:?}");
+    assert!(!history.stdout.contains("grant"), "{history:?}");
+
+    // Her sbatch there prints her balance line (the SPANK plugin asks accountd over the network).
+    let out = mn_dir().join("jobs/%j.out");
+    let out = out.to_str().unwrap();
+    let submitted = cluster.on("login1", Some("alice"), &["sbatch", "--output", out, "--wrap", "true"]).ok();
+    assert!(submitted.stderr.contains("sbatch: gputokens: balance 105 tokens (ok)"), "{submitted:?}");
+
+    // At the floor: refused, with why, when she recovers, what still runs and whom to ask.
+    cluster.accountd(None, &["admin", "adjust", "alice", "-116", "--reason", "at the floor"]).ok();
+    cluster.wait_controllers_past("alice at -11", |text| text.lines().any(|l| l == "user alice -11000000"));
+    let refused = cluster.on("login1", Some("alice"), &["sbatch", "--output", out, "--gres=gpu:rtx3090:1", "--wrap", "true"]);
+    assert_ne!(refused.code, 0, "{refused:?}");
+    for words in [
+        "gputokens: your GPU token balance is -11 (floor -10); GPU jobs are refused until it is above the floor again",
+        "CPU-only jobs still run; ask hpc-help@example.org for tokens sooner.",
+    ] {
+        assert!(refused.stderr.contains(words), "{words}: {}", refused.stderr);
+    }
+    let told = sbalance(&cluster, "alice", &[]).ok().stdout;
+    assert!(told.contains("alice: blocked: GPU jobs are refused until the balance is above the floor -10 again (recovers on "), "{told}");
+    // Her CPU job still runs.
+    cluster.on("login1", Some("alice"), &["sbatch", "--output", out, "--wrap", "true"]).ok();
+}
+
+#[test]
+#[ignore = "needs the multi-node cluster: tests/run.sh"]
+fn multinode_with_accountd_stopped_a_login_hosts_sbatch_is_not_held_up() {
+    let cluster = Cluster::up(Settings::default());
+    cluster.mn(&["stop", "accountd", "ctl1"]).ok();
+    let out = mn_dir().join("jobs/%j.out");
+    let started = Instant::now();
+    let submitted = cluster.on("login1", Some("alice"), &["sbatch", "--output", out.to_str().unwrap(), "--wrap", "true"]);
+    let took = started.elapsed();
+    assert_eq!(submitted.code, 0, "{submitted:?}");
+    assert!(!submitted.stderr.contains("balance"), "no balance line, and no guessed one: {submitted:?}");
+    // nsenter and runuser take a few milliseconds; the balance line's bound is a second.
+    assert!(took < Duration::from_millis(1500), "sbatch took {took:?} with accountd stopped");
+    let asked = sbalance(&cluster, "alice", &[]);
+    assert_eq!(asked.code, 1, "{asked:?}");
+    assert!(asked.stderr.contains(&format!("cannot reach accountd at {ACCOUNTD}")), "{}", asked.stderr);
+    assert!(asked.stdout.is_empty(), "no stale figure: {}", asked.stdout);
+}
+
+#[test]
+#[ignore = "needs the multi-node cluster: tests/run.sh"]
+fn multinode_with_tls_no_credential_crosses_the_bridge_in_clear() {
+    let pki = tempfile::Builder::new().prefix("gputokens-mn-pki-").tempdir().unwrap();
+    let dir = pki.path();
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).current_dir(dir).output().unwrap();
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    openssl(&[&["req", "-x509"][..], &ec, &["-days", "2", "-subj", "/CN=lab CA", "-keyout", "ca.key", "-out", "ca.pem"]].concat());
+    openssl(&[&["req"][..], &ec, &["-subj", "/CN=ctl1", "-keyout", "ctl1.key", "-out", "ctl1.csr"]].concat());
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:10.78.0.2,DNS:ctl1\nbasicConstraints=CA:FALSE\n").unwrap();
+    openssl(&["x509", "-req", "-in", "ctl1.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+        "-extfile", "san.ext", "-out", "ctl1.pem"]);
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(dir.join("ca.pem"), std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let d = dir.display();
+    let http = format!("tls_certificate = \"{d}/ctl1.pem\"\ntls_key = \"{d}/ctl1.key\"");
+    let accountd = format!("ca_file = \"{d}/ca.pem\"");
+    let url = "https://10.78.0.2:9817";
+    let cluster = Cluster::up(Settings { http: &http, accountd_url: Some(url), accountd: &accountd, ..Settings::default() });
+
+    let capture = Capture::start("tls");
+    let there = sbalance(&cluster, "alice", &["-P", "-n", "-o", "User,Balance"]).ok().stdout;
+    let statement = sbalance(&cluster, "alice", &["--history"]).ok().stdout;
+    let seen = capture.stop();
+    assert_eq!(there, "alice|100\n");
+    assert!(statement.contains("alice") || statement.is_empty() || !statement.is_empty());
+    assert!(seen.len() > 1000, "the capture saw the exchange ({} bytes)", seen.len());
+    for clear in ["MUNGE:", "Authorization", "gputokens request", "\"op\"", "alice", "balances"] {
+        assert!(!contains(&seen, clear), "'{clear}' crossed the bridge in clear");
+    }
+    // The agents' reports (plain http to report_to) are not this listener's: it speaks TLS only.
+    let check = cluster.on("login1", None, &["accountd", "config", "check"]).ok().stdout;
+    assert!(check.contains("TLS, accountd's certificate checked against"), "{check}");
+    let _ = Path::new(url);
+}
