@@ -10,6 +10,7 @@ PKGS=(slurmctld slurmd slurm-client munge libmunge-dev libslurm-dev slurm-wlm-ba
       libc6-dev   # libc.a: sbalance is linked statically
       man-db bash-completion   # the installed packages' man pages and completions (crates/accountd/tests/packages/)
       iproute2                 # ip: tests/slurm-releases/enter.sh sets up the other releases' network
+      tcpdump openssl          # what crosses the multi-node lab's bridge; the TLS tests' certificates
       libfaketime)             # a pool made before the 1st (crates/accountd/tests/cluster/accounts.rs): accountd serve's clock set back
 if [[ ${1:-} == --list ]]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi
 # The status page's browser tests (crates/accountd/tests/browser/) run on the host's release only:

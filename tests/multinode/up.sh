@@ -181,7 +181,7 @@ urls = ["${GPUTOKENS_MN_ACCOUNTD_URL:-http://$(addr ctl1):$HTTP_PORT}"]
 ${GPUTOKENS_MN_ACCOUNTD:-}
 
 [agent]
-report_to = "http://$(addr ctl1):$HTTP_PORT"
+report_to = "${GPUTOKENS_MN_ACCOUNTD_URL:-http://$(addr ctl1):$HTTP_PORT}"
 interval = "2s"
 nvml_library = "$MN/here/nvml/libnvidia-ml.so.1"
 jobs_dir = "$MN/here/gpu-jobs"

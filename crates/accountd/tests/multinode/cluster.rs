@@ -12,6 +12,7 @@ use gputokens::controller_status::{ControllerStatus, ViewStatus};
 use gputokens::entry::EntryKind;
 use gputokens::Tokens;
 
+#[derive(Debug)]
 pub struct Outcome {
     pub code: i32,
     pub stdout: String,
@@ -42,6 +43,12 @@ pub struct Settings<'a> {
     /// slurm.conf's SlurmdTimeout (up.sh's default: 10 s, so a lost node is seen quickly).
     pub slurmd_timeout: Option<u32>,
     pub max_snapshot_age: Option<&'a str>,
+    /// More `[http]` keys (TLS).
+    pub http: &'a str,
+    /// More `[accountd]` keys (its CA).
+    pub accountd: &'a str,
+    /// Where the other hosts and the agents reach accountd (up.sh's default: http://10.78.0.2:9817).
+    pub accountd_url: Option<&'a str>,
 }
 
 /// GPU memory of each process `nvml_processes` puts on a GPU.
@@ -69,6 +76,10 @@ impl Cluster {
         if let Some(age) = settings.max_snapshot_age {
             up.env("GPUTOKENS_MN_MAX_SNAPSHOT_AGE", age);
         }
+        if let Some(url) = settings.accountd_url {
+            up.env("GPUTOKENS_MN_ACCOUNTD_URL", url);
+        }
+        up.env("GPUTOKENS_MN_HTTP", settings.http).env("GPUTOKENS_MN_ACCOUNTD", settings.accountd);
         let out = up.output().expect("bash tests/multinode/up.sh");
         assert!(
             out.status.success(),

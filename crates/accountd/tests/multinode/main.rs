@@ -11,6 +11,7 @@ mod alerts;
 mod cluster;
 mod failover;
 mod jobs;
+mod login_host;
 mod outage;
 mod partition;
 mod restore;
