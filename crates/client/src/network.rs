@@ -8,7 +8,8 @@ use gputokens::protocol::{request_credential_payload, Request, REQUEST_PATH};
 use sha2::{Digest, Sha256};
 use ureq::tls::{Certificate, RootCerts, TlsConfig};
 
-use crate::{munge_cli, ClientError};
+use crate::errors::ClientError;
+use crate::munge_cli;
 
 /// The largest reply read (a statement of a year of an admin's site is far less).
 const MAX_REPLY: u64 = 64 << 20;

@@ -191,7 +191,7 @@ fn every_cross_key_mistake_is_named_in_one_run() {
         "slurm_user = \"slrum\"\ninital = 100\n[prices]\na6000 = 4\n[paths]\nsocket = \"{long_socket}\"\n\
          ledger = \"/nonexistent-gputokens-site/ledger.sqlite\"\n\
          [admins]\nusers = [\"alice\", \"nosuchadmin\"]\n[intervals]\ncharge = \"2days\"\ncheck = \"3h\"\n\
-         [slurm]\nreread = \"1m\"\n[agent]\nreport_to = \"https://gpu-head:9817\"\n[preemption]\nsignal = \"USR1@60\"\n\
+         [slurm]\nreread = \"1m\"\n[agent]\nreport_to = \"ftp://gpu-head:9817\"\n[preemption]\nsignal = \"USR1@60\"\n\
          [health]\ndrain = true\n[admission]\nmode = \"estimate\"\nmax_snapshot_age = \"2h\"\n[web]\n\
          url = \"http://gpu-head:9817\"\n[admision]\nenforce = false\n"
     );
@@ -202,7 +202,7 @@ fn every_cross_key_mistake_is_named_in_one_run() {
         "inital: unknown field `inital`: did you mean `initial`?",
         "paths.socket: ",
         socket_error.as_str(),
-        "agent.report_to: 'https://gpu-head:9817' is not a usable http:// URL (https is not supported",
+        "agent.report_to: 'ftp://gpu-head:9817' is not a usable http:// URL (the scheme must be http",
         "preemption.signal: 'USR1@60' is not a signal name like \"USR1\"",
         "admision: unknown table `[admision]`: did you mean `[admission]`?",
         "5 problems in",
