@@ -178,7 +178,7 @@ ${GPUTOKENS_MN_HTTP:-}
 [accountd]
 # Where users' tools on every other host (login1, the nodes) reach accountd: no socket there.
 urls = ["${GPUTOKENS_MN_ACCOUNTD_URL:-http://$(addr ctl1):$HTTP_PORT}"]
-${GPUTOKENS_MN_ACCOUNTD:-}
+${GPUTOKENS_MN_ACCOUNTD_KEYS:-}
 
 [agent]
 report_to = "${GPUTOKENS_MN_ACCOUNTD_URL:-http://$(addr ctl1):$HTTP_PORT}"

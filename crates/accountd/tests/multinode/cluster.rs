@@ -79,7 +79,7 @@ impl Cluster {
         if let Some(url) = settings.accountd_url {
             up.env("GPUTOKENS_MN_ACCOUNTD_URL", url);
         }
-        up.env("GPUTOKENS_MN_HTTP", settings.http).env("GPUTOKENS_MN_ACCOUNTD", settings.accountd);
+        up.env("GPUTOKENS_MN_HTTP", settings.http).env("GPUTOKENS_MN_ACCOUNTD_KEYS", settings.accountd);
         let out = up.output().expect("bash tests/multinode/up.sh");
         assert!(
             out.status.success(),
