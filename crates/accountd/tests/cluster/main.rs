@@ -5,7 +5,7 @@
 
 #[path = "../support/mod.rs"]
 mod support;
-use support::{by_hand, cluster, common, notify_capture, slurm_release, status_page, wrappers};
+use support::{by_hand, cluster, common, connection_flood, notify_capture, pki, slurm_release, status_page, wrappers};
 
 mod accounts;
 mod admission;

@@ -135,96 +135,17 @@ fn a_replayed_foreign_or_misused_credential_is_refused() {
 #[test]
 #[ignore = "needs munged: tests/cluster/up.sh"]
 fn with_tls_the_client_checks_accountds_certificate() {
-    let pki = tempfile::Builder::new().prefix("gputokens-pki-").tempdir().unwrap();
-    let dir = pki.path();
-    let openssl = |args: &[&str]| {
-        let out = Command::new("openssl").args(args).current_dir(dir).output().unwrap();
-        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=gputokens test CA",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-    ]);
-    openssl(&[
-        "req",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-subj",
-        "/CN=127.0.0.1",
-        "-keyout",
-        "accountd.key",
-        "-out",
-        "accountd.csr",
-    ]);
-    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n").unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "accountd.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-extfile",
-        "san.ext",
-        "-out",
-        "accountd.pem",
-    ]);
-    // Another CA, which did not sign accountd's certificate.
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=someone else",
-        "-keyout",
-        "other.key",
-        "-out",
-        "other.pem",
-    ]);
-    for name in ["ca.pem", "other.pem"] {
-        std::fs::set_permissions(dir.join(name), std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
-    }
-    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let d = dir.display();
-    let site = Site::start(
-        "",
-        &format!("[http]\nlisten = \"127.0.0.1:0\"\ntls_certificate = \"{d}/accountd.pem\"\ntls_key = \"{d}/accountd.key\"\n"),
-    );
+    let pki = crate::pki::SiteCa::for_address("127.0.0.1");
+    let site = Site::start("", &format!("[http]\nlisten = \"127.0.0.1:0\"\n{}", pki.http_keys()));
     let url = site.http_url();
     assert!(url.starts_with("https://127.0.0.1:"), "{url}");
 
-    let trusted = login_host_config(&site, "trusted", &url, &format!("ca_file = \"{d}/ca.pem\"\n"));
+    let ca_file = |ca: std::path::PathBuf| format!("ca_file = \"{}\"\n", ca.display());
+    let trusted = login_host_config(&site, "trusted", &url, &ca_file(pki.ca()));
     let out = sbalance_there(&trusted, Some("alice"), &["-P", "-n", "-o", "User,Balance"]).ok();
     assert_eq!(out.stdout, "alice|100\n");
     // A certificate the host's CA did not sign, or no site CA (the public CAs'): nothing is sent.
-    let config = login_host_config(&site, "wrong-ca", &url, &format!("ca_file = \"{d}/other.pem\"\n"));
+    let config = login_host_config(&site, "wrong-ca", &url, &ca_file(pki.other_ca()));
     let wrong = sbalance_there(&config, Some("alice"), &[]);
     assert_ne!(wrong.code, 0, "{wrong:?}");
     assert!(wrong.stderr.contains(&url) && wrong.stderr.to_lowercase().contains("certificate"), "{}", wrong.stderr);

@@ -33,17 +33,6 @@ fn run_states(job: &str) -> Vec<String> {
     sacct(&["-j", job, "-X", "-D", "-n", "-P", "-o", "State"]).lines().map(str::to_string).collect()
 }
 
-/// `user`'s history rows (sbalance -P): kind, amount, job, reason.
-fn history(site: &Site, user: &str) -> Vec<(String, String, String, String)> {
-    let out = site.sbalance(Some(user), &["--history", "100", "-P", "-n"]).ok().stdout;
-    out.lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split('|').collect();
-            (f[1].to_string(), f[2].to_string(), f[4].to_string(), f[5..].join("|"))
-        })
-        .collect()
-}
-
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn a_run_lost_to_a_gpu_fault_is_refunded_once_and_runs_that_end_by_themselves_are_not() {
@@ -111,13 +100,13 @@ fn a_run_lost_to_a_gpu_fault_is_refunded_once_and_runs_that_end_by_themselves_ar
 
     // Charged and refunded by the service's own cycle; then a tick (and its cycles) add nothing.
     let refunds = |user: &str| -> Vec<(String, String, String, String)> {
-        history(&site, user).into_iter().filter(|(kind, ..)| kind == "refund").collect()
+        site.history_rows(user).into_iter().filter(|(kind, ..)| kind == "refund").collect()
     };
     wait_for("alice's lost run refunded", || !refunds(alice).is_empty());
     // Later charge cycles read the same runs again: none refunds them again.
     wait_charge_cycles(&site, charge_cycles(&site), 2);
     let first = refunds(alice);
-    assert_eq!(first.len(), 1, "{:?}", history(&site, alice));
+    assert_eq!(first.len(), 1, "{:?}", site.history_rows(alice));
     let (_, amount, job, reason) = &first[0];
     assert_eq!(job, &alices);
     assert!(
@@ -126,21 +115,22 @@ fn a_run_lost_to_a_gpu_fault_is_refunded_once_and_runs_that_end_by_themselves_ar
         "{reason}"
     );
     // What her run was charged came back: her job's only run, the job now waiting.
-    let charged: gputokens::Tokens = history(&site, alice)
+    let charged: gputokens::Tokens = site
+        .history_rows(alice)
         .iter()
         .filter(|(kind, _, job, _)| kind == "charge" && job == &alices)
         .map(|(_, amount, ..)| -amount.parse::<gputokens::Tokens>().unwrap())
         .sum();
-    assert_eq!(amount.parse::<gputokens::Tokens>().unwrap(), charged, "{:?}", history(&site, alice));
+    assert_eq!(amount.parse::<gputokens::Tokens>().unwrap(), charged, "{:?}", site.history_rows(alice));
     let before = site.balance(alice);
     site.accountd(None, &["tick"]).ok();
     assert_eq!(refunds(alice).len(), 1, "refunded once");
     assert_eq!(site.balance(alice), before, "nothing more");
 
     // bob's runs are charged in full: no refund, each job charged.
-    assert!(refunds(bob).is_empty(), "{:?}", history(&site, bob));
+    assert!(refunds(bob).is_empty(), "{:?}", site.history_rows(bob));
     let charged: Vec<String> =
-        history(&site, bob).into_iter().filter(|(k, ..)| k == "charge").map(|(_, _, job, _)| job).collect();
+        site.history_rows(bob).into_iter().filter(|(k, ..)| k == "charge").map(|(_, _, job, _)| job).collect();
     for job in [&timeout, &fails, &requeued] {
         assert!(charged.contains(job), "job {job} charged: {charged:?}");
     }
@@ -207,14 +197,14 @@ fn a_gpu_its_job_keeps_hot_drains_the_node_but_requeues_and_refunds_nothing() {
     cancel(&[&alice]);
     assert!(wait_finished(&alice).starts_with("CANCELLED"));
     wait_until(60, "alice's cancelled job charged", || {
-        let charged = history(&site, alice_user).iter().any(|(kind, _, job, _)| kind == "charge" && job == &alice);
+        let charged = site.history_rows(alice_user).iter().any(|(kind, _, job, _)| kind == "charge" && job == &alice);
         if charged {
             Ok(())
         } else {
-            Err(format!("{:?}", history(&site, alice_user)))
+            Err(format!("{:?}", site.history_rows(alice_user)))
         }
     });
     wait_charge_cycles(&site, charge_cycles(&site), 2);
-    let refunds: Vec<_> = history(&site, alice_user).into_iter().filter(|(kind, ..)| kind == "refund").collect();
+    let refunds: Vec<_> = site.history_rows(alice_user).into_iter().filter(|(kind, ..)| kind == "refund").collect();
     assert!(refunds.is_empty(), "{refunds:?}");
 }

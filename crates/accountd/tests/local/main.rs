@@ -4,7 +4,7 @@
 
 #[path = "../support/mod.rs"]
 mod support;
-use support::{by_hand, cluster, common, notify_capture, status_page};
+use support::{by_hand, cluster, common, connection_flood, notify_capture, status_page};
 
 mod accounts;
 mod admin;

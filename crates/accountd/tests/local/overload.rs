@@ -2,44 +2,12 @@
 //! Unix socket take at most their caps, are closed once their time is up, and never keep sbalance or
 //! Prometheus from being answered.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::{Read, Write};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::common::{http_get, Site};
-
-/// tests/support/hold_connections.pl run as `user`, once it holds its connections (closing its stdin,
-/// as dropping the child does, lets it go).
-struct Holder(Child);
-
-impl Holder {
-    fn start(user: &str, args: &[&str]) -> Holder {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/hold_connections.pl");
-        let mut child = Command::new("runuser")
-            .args(["-u", user, "--", "perl", script])
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("runuser perl");
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-        assert!(line.starts_with("held "), "{args:?}: {line:?}");
-        Holder(child)
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        drop(self.0.stdin.take());
-        let _ = self.0.wait();
-    }
-}
-
-/// The value of a metric line such as `gputokens_connections_refused_total{...} 936`.
-fn metric(metrics: &str, series: &str) -> u64 {
-    metrics.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(0)
-}
+use crate::connection_flood::{metric, Holder};
 
 fn open_descriptors(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()

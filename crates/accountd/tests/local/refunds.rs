@@ -4,17 +4,6 @@
 
 use crate::common::Site;
 
-/// `user`'s history rows (sbalance -P): kind, amount, job, reason.
-fn history(site: &Site, user: &str) -> Vec<(String, String, String, String)> {
-    let out = site.sbalance(Some(user), &["--history", "100", "-P", "-n"]).ok().stdout;
-    out.lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split('|').collect();
-            (f[1].to_string(), f[2].to_string(), f[4].to_string(), f[5..].join("|"))
-        })
-        .collect()
-}
-
 /// Saved sacct records through `accountd charge --sacct-file`: the NODE_FAIL run is refunded once,
 /// with its node in the reason; the runs that failed, timed out, ran out of memory or were cancelled
 /// (by their user: no fault action of gputokens) are not; `[refunds]` decides the causes and the cap.
@@ -48,7 +37,7 @@ fn a_node_fail_run_in_saved_records_is_refunded_once_and_nothing_else() {
     let again = site.accountd(None, &["charge", "--sacct-file", &file]).ok();
     assert!(again.stdout.contains("0 runs lost to the system refunded"), "{}", again.stdout);
     assert_eq!(site.balance("bob"), "76");
-    let refunds: Vec<_> = history(&site, "bob").into_iter().filter(|(k, ..)| k == "refund").collect();
+    let refunds: Vec<_> = site.history_rows("bob").into_iter().filter(|(k, ..)| k == "refund").collect();
     assert_eq!(refunds.len(), 1, "{refunds:?}");
     assert_eq!((refunds[0].1.as_str(), refunds[0].2.as_str()), ("+4", "1"));
     assert!(refunds[0].3.contains("lost to a node failure (NODE_FAIL on gpu7)"), "{refunds:?}");
@@ -74,7 +63,7 @@ fn a_node_fail_run_in_saved_records_is_refunded_once_and_nothing_else() {
     month.accountd(None, &["charge", "--sacct-file", &file]).ok();
     assert_eq!((month.balance("bob").as_str(), month.balance("carol").as_str()), ("75", "99"));
     let reasons: Vec<String> =
-        history(&capped, "bob").into_iter().filter(|(k, ..)| k == "refund").map(|r| r.3).collect();
+        capped.history_rows("bob").into_iter().filter(|(k, ..)| k == "refund").map(|r| r.3).collect();
     assert!(reasons[0].ends_with("; 0.5 of its 1 GPU-hours refunded ([refunds] max_gpu_hours)"), "{reasons:?}");
     // A cause gputokens does not know is named.
     let bad = Site::start("", "");

@@ -255,7 +255,7 @@ impl Cluster {
     /// the queue or while it has not started.
     pub fn time_used(&self, job: &str) -> Option<u64> {
         let out = self.on("ctl1", None, &["squeue", "-h", "-j", job, "-t", "RUNNING", "-o", "%M"]).stdout;
-        time_used_secs(out.trim())
+        crate::support::cluster::time_used_secs(out.trim())
     }
 
     /// Waits until `job` runs and slurmctld counts at least `secs` seconds of it.
@@ -386,17 +386,4 @@ pub fn wait_seen<T>(secs: u64, what: &str, mut check: impl FnMut() -> Result<T, 
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-}
-
-/// `[D-][H:]M:SS`, as squeue prints a time used, in seconds.
-pub fn time_used_secs(text: &str) -> Option<u64> {
-    let (days, clock) = match text.split_once('-') {
-        Some((d, rest)) => (d.parse::<u64>().ok()?, rest),
-        None => (0, text),
-    };
-    let mut secs = 0;
-    for part in clock.split(':') {
-        secs = secs * 60 + part.parse::<u64>().ok()?;
-    }
-    Some(days * 86_400 + secs)
 }

@@ -153,41 +153,8 @@ fn multinode_with_accountd_stopped_a_login_hosts_sbatch_is_not_held_up() {
 #[test]
 #[ignore = "needs the multi-node cluster: tests/run.sh"]
 fn multinode_with_tls_no_credential_crosses_the_bridge_in_clear() {
-    let pki = tempfile::Builder::new().prefix("gputokens-mn-pki-").tempdir().unwrap();
-    let dir = pki.path();
-    let openssl = |args: &[&str]| {
-        let out = Command::new("openssl").args(args).current_dir(dir).output().unwrap();
-        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
-    openssl(
-        &[&["req", "-x509"][..], &ec, &["-days", "2", "-subj", "/CN=lab CA", "-keyout", "ca.key", "-out", "ca.pem"]]
-            .concat(),
-    );
-    openssl(&[&["req"][..], &ec, &["-subj", "/CN=ctl1", "-keyout", "ctl1.key", "-out", "ctl1.csr"]].concat());
-    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:10.78.0.2,DNS:ctl1\nbasicConstraints=CA:FALSE\n").unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "ctl1.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-extfile",
-        "san.ext",
-        "-out",
-        "ctl1.pem",
-    ]);
-    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    std::fs::set_permissions(dir.join("ca.pem"), std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
-    let d = dir.display();
-    let http = format!("tls_certificate = \"{d}/ctl1.pem\"\ntls_key = \"{d}/ctl1.key\"");
-    let accountd = format!("ca_file = \"{d}/ca.pem\"");
+    let pki = crate::support::pki::SiteCa::for_address("10.78.0.2");
+    let (http, accountd) = (pki.http_keys(), format!("ca_file = \"{}\"", pki.ca().display()));
     let url = "https://10.78.0.2:9817";
     let cluster =
         Cluster::up(Settings { http: &http, accountd_url: Some(url), accountd: &accountd, ..Settings::default() });
@@ -206,7 +173,7 @@ fn multinode_with_tls_no_credential_crosses_the_bridge_in_clear() {
     let check = cluster.on("login1", None, &["accountd", "config", "check"]).ok().stdout;
     assert!(check.contains("TLS, accountd's certificate checked against"), "{check}");
     // The agents report over the same TLS (report_to is the same https:// address).
-    let ca = format!("{d}/ca.pem");
+    let ca = pki.ca().display().to_string();
     crate::wait_until(30, "node1's agent reporting over https", || {
         let metrics = cluster.on("ctl1", None, &["curl", "-sf", "--cacert", &ca, &format!("{url}/metrics")]).stdout;
         metrics.contains(&crate::last_report("node1")).then_some(())

@@ -292,6 +292,17 @@ impl Site {
         path.display().to_string()
     }
 
+    /// `user`'s history rows (sbalance -P), as the user asks: kind, amount, job, reason.
+    pub fn history_rows(&self, user: &str) -> Vec<(String, String, String, String)> {
+        let out = self.sbalance(Some(user), &["--history", "100", "-P", "-n"]).ok().stdout;
+        out.lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split('|').collect();
+                (f[1].to_string(), f[2].to_string(), f[4].to_string(), f[5..].join("|"))
+            })
+            .collect()
+    }
+
     /// The Balance column of `sbalance -u USER -P -n`, asked as root.
     pub fn balance(&self, user: &str) -> String {
         let out = self.sbalance(None, &["-u", user, "-P", "-n", "-o", "Balance"]).ok();

@@ -5,7 +5,9 @@
 pub mod by_hand;
 pub mod cluster;
 pub mod common;
+pub mod connection_flood;
 pub mod notify_capture;
+pub mod pki;
 pub mod slurm_release;
 pub mod status_page;
 pub mod wrappers;
