@@ -31,7 +31,11 @@ fn there_are_as_many_user_sets_as_cluster_tests() {
     for entry in std::fs::read_dir(here.join("tests/cluster")).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "rs") {
-            tests += std::fs::read_to_string(&path).unwrap().matches("#[test]").count();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let (marked, ignored) = (text.matches("#[test]\n").count(), text.matches("#[test]\n#[ignore").count());
+            // A test here that needs no cluster belongs in tests/local/ (the unit suite's).
+            assert_eq!(marked, ignored, "{}: every test of the cluster target needs the cluster", path.display());
+            tests += marked;
         }
     }
     assert!(tests > 50, "found only {tests} tests in tests/cluster/");

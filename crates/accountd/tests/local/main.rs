@@ -17,6 +17,7 @@ mod grafana;
 mod grant_expiry;
 mod harness;
 mod http;
+mod job_submit_plugin;
 mod json_shape;
 mod limits;
 mod logs;
