@@ -260,6 +260,12 @@ fn serve(path: &std::path::Path, config: Config) -> AccountdResult {
         .enable_all()
         .build()
         .map_err(AccountdError::io("cannot start the runtime"))?;
+    // The listener's certificate and key read before anything is bound: a mistake in either stops
+    // serve with its name, and leaves no socket behind.
+    let tls = match &limits.tls {
+        Some(files) => Some(http::tls::acceptor(files).map_err(AccountdError::Refused)?),
+        None => None,
+    };
     runtime.block_on(async {
         let listener =
             socket::bind(&socket).map_err(AccountdError::io(format!("cannot listen on {}", socket.display())))?;
@@ -278,10 +284,6 @@ fn serve(path: &std::path::Path, config: Config) -> AccountdResult {
             let scheme = if limits.tls.is_some() { "https" } else { "http" };
             tracing::info!("metrics and JSON API on {scheme}://{bound}");
             accountd::answering::lock(&shared).http_address = Some(bound);
-            let tls = match &limits.tls {
-                Some(files) => Some(http::tls::acceptor(files).map_err(AccountdError::Refused)?),
-                None => None,
-            };
             let state = http::AppState::new(shared.clone())?;
             let metrics = state.metrics();
             let app = http::router(state);

@@ -6,7 +6,7 @@ use gputokens::protocol::Reply;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// Nothing answered at `at` (a socket path or a URL), or it stopped answering.
-    #[error("cannot reach accountd at {at}: {reason} (is `accountd serve` running?)")]
+    #[error("cannot reach accountd at {at}: {reason}")]
     Unreachable { at: String, reason: String },
     #[error("accountd at {0} closed the connection without a reply")]
     NoReply(String),

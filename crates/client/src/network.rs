@@ -14,7 +14,9 @@ use crate::munge_cli;
 /// The largest reply read (a statement of a year of an admin's site is far less).
 const MAX_REPLY: u64 = 64 << 20;
 
-/// Sends `request` to the first of `urls` that answers; its reply line (a `Reply`'s JSON).
+/// Sends `request` to the first of `urls` that answers; its reply line (a `Reply`'s JSON). The
+/// next URL is tried only when one could not be connected to, never once a request was sent (a
+/// change sent twice could be made twice); each gets a share of the time left to connect.
 pub(crate) fn exchange(
     urls: &[String],
     ca_file: Option<&Path>,
@@ -25,27 +27,36 @@ pub(crate) fn exchange(
     let payload = request_credential_payload(&format!("{:x}", Sha256::digest(&body)));
     let started = Instant::now();
     let mut tried = Vec::new();
-    for url in urls {
+    for (n, url) in urls.iter().enumerate() {
         let left = timeout.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            break;
+        }
         // A fresh credential for each host: each accountd's munged decodes a credential once.
         let credential = munge_cli::encode(&payload, left)
             .map_err(|reason| ClientError::NoCredential { at: url.clone(), reason })?;
         let left = timeout.saturating_sub(started.elapsed());
-        match post(url, ca_file, &body, &credential, left) {
+        let connect = (left / (urls.len() - n) as u32).min(MAX_CONNECT);
+        match post(url, ca_file, &body, &credential, left, connect) {
             Ok(reply) => return Ok(reply),
-            // Only a host that did not answer sends us on: a refusal is the answer.
-            Err(ClientError::Unreachable { reason, .. }) if left > Duration::ZERO => {
-                tried.push(format!("{url} ({reason})"))
-            }
-            Err(e) => return Err(e),
+            Err(Failure::NotConnected(reason)) => tried.push(format!("{url} ({reason})")),
+            Err(Failure::Sent(e)) => return Err(e),
         }
     }
-    let at = urls.join(", ");
-    let reason = match tried.len() {
-        0 => format!("no answer within {} ms", timeout.as_millis()),
-        _ => tried.join("; "),
+    let reason = match tried.is_empty() {
+        true => format!("no answer within {} ms", timeout.as_millis()),
+        false => format!("tried {}", tried.join("; ")),
     };
-    Err(ClientError::Unreachable { at, reason })
+    Err(ClientError::Unreachable { at: urls.join(", "), reason })
+}
+
+/// The longest one URL gets to connect (a host that is down drops packets rather than refusing).
+const MAX_CONNECT: Duration = Duration::from_secs(5);
+
+/// How a POST failed: before the request left (another host may be tried), or after.
+enum Failure {
+    NotConnected(String),
+    Sent(ClientError),
 }
 
 /// One POST to `url`; the reply line, or what went wrong there.
@@ -55,17 +66,19 @@ fn post(
     body: &[u8],
     credential: &str,
     timeout: Duration,
-) -> Result<String, ClientError> {
-    let unreachable = |reason: String| ClientError::Unreachable { at: url.to_string(), reason };
-    if timeout.is_zero() {
-        return Err(unreachable("no time left".into()));
-    }
+    connect: Duration,
+) -> Result<String, Failure> {
+    let failed = |reason: String| Failure::Sent(ClientError::Unreachable { at: url.to_string(), reason });
     let tls = match ca_file {
-        Some(path) => TlsConfig::builder().root_certs(RootCerts::new_with_certs(&site_ca(path)?)).build(),
+        Some(path) => {
+            let roots = site_ca(path).map_err(Failure::Sent)?;
+            TlsConfig::builder().root_certs(RootCerts::new_with_certs(&roots)).build()
+        }
         None => TlsConfig::builder().build(),
     };
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(timeout))
+        .timeout_connect(Some(connect))
         .http_status_as_error(false)
         .tls_config(tls)
         .build()
@@ -75,20 +88,39 @@ fn post(
         .header("Authorization", format!("MUNGE {credential}"))
         .header("Content-Type", "application/json")
         .send(body);
-    let mut response = response.map_err(|e| unreachable(e.to_string()))?;
+    let mut response = response.map_err(|e| match not_connected(&e) {
+        true => Failure::NotConnected(e.to_string()),
+        false => failed(e.to_string()),
+    })?;
     let status = response.status().as_u16();
     let text = response.body_mut().with_config().limit(MAX_REPLY).read_to_string();
-    let text = text.map_err(|e| unreachable(format!("reading the reply: {e}")))?;
+    let text = text.map_err(|e| failed(format!("reading the reply: {e}")))?;
     if status == 200 {
         return Ok(text);
     }
     // accountd's refusals are {"error": "..."}; anything else came from something else at that address.
     let said =
         serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["error"].as_str().map(str::to_string));
-    match (status, said) {
-        (401 | 403, Some(message)) => Err(ClientError::Refused(format!("accountd at {url} refused: {message}"))),
-        (_, Some(message)) => Err(ClientError::Internal(format!("accountd at {url}: {message}"))),
-        (_, None) => Err(unreachable(format!("HTTP {status} from something that is not accountd's {REQUEST_PATH}"))),
+    Err(Failure::Sent(match (status, said) {
+        (401 | 403, Some(message)) => ClientError::Refused(format!("accountd at {url} refused: {message}")),
+        (_, Some(message)) => ClientError::Internal(format!("accountd at {url}: {message}")),
+        (_, None) => ClientError::Unreachable {
+            at: url.to_string(),
+            reason: format!("HTTP {status} from something that is not accountd's {REQUEST_PATH}"),
+        },
+    }))
+}
+
+/// Whether `e` happened before any of the request left: no name, no connection.
+fn not_connected(e: &ureq::Error) -> bool {
+    use std::io::ErrorKind::{AddrNotAvailable, ConnectionRefused, HostUnreachable, NetworkUnreachable};
+    match e {
+        ureq::Error::HostNotFound | ureq::Error::ConnectionFailed => true,
+        ureq::Error::Timeout(t) => matches!(t, ureq::Timeout::Connect | ureq::Timeout::Resolve),
+        ureq::Error::Io(io) => {
+            matches!(io.kind(), ConnectionRefused | HostUnreachable | NetworkUnreachable | AddrNotAvailable)
+        }
+        _ => false,
     }
 }
 

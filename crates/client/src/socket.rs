@@ -11,7 +11,10 @@ use crate::errors::ClientError;
 /// Sends `request` over the socket at `path` and returns the reply line.
 pub(crate) fn exchange(path: &Path, request: &Request, timeout: Duration) -> Result<String, ClientError> {
     let at = path.display().to_string();
-    let unreachable = |e: std::io::Error| ClientError::Unreachable { at: at.clone(), reason: e.to_string() };
+    let unreachable = |e: std::io::Error| ClientError::Unreachable {
+        at: at.clone(),
+        reason: format!("{e} (is `accountd serve` running?)"),
+    };
     let mut stream = UnixStream::connect(path).map_err(unreachable)?;
     stream.set_read_timeout(Some(timeout)).map_err(unreachable)?;
     stream.set_write_timeout(Some(timeout)).map_err(unreachable)?;

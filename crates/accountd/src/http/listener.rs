@@ -88,12 +88,20 @@ pub async fn serve(
         match tls.clone() {
             None => tokio::spawn(serve_connection(stream, peer, slot, app, limited, timeout, stopped)),
             Some(tls) => tokio::spawn(async move {
-                // The handshake within the headers' deadline, like a client that never speaks.
-                match tokio::time::timeout(timeout.min(HEADER_TIMEOUT), tls.accept(stream)).await {
-                    Ok(Ok(stream)) => serve_connection(stream, peer, slot, app, limited, timeout, stopped).await,
-                    Ok(Err(e)) => tracing::debug!("https connection from {peer}: {e}"),
-                    Err(_) => tracing::debug!("https connection from {peer}: no TLS handshake in time"),
-                }
+                // The handshake within the headers' deadline, like a client that never speaks, and
+                // as sheddable as an idle connection: a flood of handshakes holds no more sockets.
+                let mut stopped = stopped;
+                let handshake = tokio::time::timeout(timeout.min(HEADER_TIMEOUT), tls.accept(stream));
+                let stream = tokio::select! {
+                    done = handshake => match done {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(e)) => return tracing::debug!("https connection from {peer}: {e}"),
+                        Err(_) => return tracing::debug!("https connection from {peer}: no TLS handshake in time"),
+                    },
+                    () = slot.shed() => return,
+                    () = stop_requested(&mut stopped) => return,
+                };
+                serve_connection(stream, peer, slot, app, limited, timeout, stopped).await
             }),
         };
         // Let the connections just accepted read their requests before more are accepted: a flood

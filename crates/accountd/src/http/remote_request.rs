@@ -46,20 +46,28 @@ pub(super) async fn remote_request(
         let busy = format!("{REPORTS_AT_ONCE} API requests are being answered; try again");
         return refused((StatusCode::SERVICE_UNAVAILABLE, busy));
     };
-    // Who asks, before a byte of the body is read: a stranger's body is never buffered.
+    // Who asks, and that the credential was made for a request, before a byte of the body is read:
+    // a stranger's body is never buffered. The slot goes with the work (a blocking thread that
+    // waits on munged or the answering lock holds it until it is done).
     let shared = state.clone();
-    let proven = tokio::task::spawn_blocking(move || prove(&shared, &credential)).await;
-    let (caller, config, payload) = match proven {
-        Ok(Ok(proven)) => proven,
-        Ok(Err(refusal)) => return refused(refusal),
+    let proven = tokio::task::spawn_blocking(move || (prove(&shared, &credential), slot)).await;
+    let ((caller, config, payload), slot) = match proven {
+        Ok((Ok(proven), slot)) => (proven, slot),
+        Ok((Err(refusal), _)) => return refused(refusal),
         Err(e) => return refused((StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
     };
-    let limit = if caller.admin { MAX_ADMIN_BODY } else { MAX_USER_BODY };
+    // Only an admin's write (an import) is large, and only where the site takes writes from here.
+    let limit = if caller.admin && config.http.remote_writes { MAX_ADMIN_BODY } else { MAX_USER_BODY };
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    if declared.is_some_and(|length| length > limit) {
+        return refused((StatusCode::PAYLOAD_TOO_LARGE, format!("request too large: {} KiB at most", limit >> 10)));
+    }
     let body = match axum::body::to_bytes(body, limit).await {
         Ok(body) => body,
-        Err(_) => {
-            let what = format!("request too large or cut off: {} KiB at most", limit >> 10);
-            return refused((StatusCode::PAYLOAD_TOO_LARGE, what));
+        Err(e) => {
+            let what =
+                format!("the request's body did not arrive whole within its time, or is over {} KiB: {e}", limit >> 10);
+            return refused((StatusCode::BAD_REQUEST, what));
         }
     };
     if payload != request_credential_payload(&format!("{:x}", Sha256::digest(&body))).as_bytes() {
@@ -74,6 +82,13 @@ pub(super) async fn remote_request(
     };
     if let Some(problem) = request.free_text_problem() {
         return answered(Reply::Error { kind: ErrorKind::Invalid, message: problem });
+    }
+    // A login link works once, for whoever holds it: it crosses the network only encrypted.
+    if matches!(request, Request::WebLogin) && config.http.tls.is_none() && !config.web.allow_http {
+        let message = "sbalance --web gives a login link on this host only over TLS (it would cross the network \
+                       in clear): run it on accountd's host, or ask your administrators to give accountd a \
+                       certificate ([http] tls_certificate)";
+        return answered(Reply::Error { kind: ErrorKind::Refused, message: message.into() });
     }
     if request.changes_balances() && !config.http.remote_writes {
         tracing::warn!("{} asked from {} to change balances over the network: refused", caller.name, peer.ip());
@@ -101,6 +116,13 @@ fn prove(state: &AppState, credential: &str) -> Result<(Caller, gputokens::Confi
         MungeErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
         _ => (StatusCode::UNAUTHORIZED, e.to_string()),
     })?;
+    // Made for a request (the purpose and a SHA-256), else refused before its body is read.
+    let for_a_request = request_credential_payload("").len() + 64 == decoded.payload.len()
+        && decoded.payload.starts_with(request_credential_payload("").as_bytes());
+    if !for_a_request {
+        let wrong = "the MUNGE credential was made for another purpose than a gputokens request";
+        return Err((StatusCode::UNAUTHORIZED, wrong.into()));
+    }
     let age = gputokens::time::now() - decoded.encoded_at;
     if !(-MAX_CREDENTIAL_AGE_SECS..=MAX_CREDENTIAL_AGE_SECS).contains(&age) {
         let stale = format!("the MUNGE credential was made {age} s ago: at most {MAX_CREDENTIAL_AGE_SECS} s");

@@ -89,9 +89,13 @@ fn multinode_on_a_login_host_alice_sees_her_balance_and_why_she_is_refused() {
     let month = gputokens::time::local_date(gputokens::time::now()).format("%Y-%m").to_string();
     let statement = sbalance(&cluster, "alice", &["--statement", &month]).ok().stdout;
     assert!(statement.starts_with("Statement of alice for "), "{statement}");
-    // No browser address is set up in the lab: she is told so, and whom to ask.
+    // A login link works once for whoever holds it: over plain HTTP it is not sent.
     let web = sbalance(&cluster, "alice", &["--web"]);
-    assert!(web.stderr.contains("not set up for browsers on this site yet; ask hpc-help@example.org"), "{web:?}");
+    assert!(web.stderr.contains("sbalance --web gives a login link on this host only over TLS"), "{web:?}");
+    // An admin on the login host learns whether accountd answers there, and how she was proven.
+    let check = cluster.on("login1", None, &["accountd", "config", "check", "--slurm"]).stdout;
+    let answers = format!("accountd: ok: answers from this host at {ACCOUNTD}, to root, proven by a MUNGE credential");
+    assert!(check.contains(&answers), "{check}");
 
     // bob, from the same host, cannot read her rows.
     let hers = sbalance(&cluster, "bob", &["-u", "alice"]);
@@ -166,6 +170,9 @@ fn multinode_with_tls_no_credential_crosses_the_bridge_in_clear() {
     let seen = capture.stop();
     assert_eq!(there, "alice|105\n");
     assert!(history.contains("grant"), "{history}");
+    // Over TLS her login link is made, to the listener's own https address.
+    let link = sbalance(&cluster, "alice", &["--web"]).ok().stdout;
+    assert!(link.contains(&format!("{url}/web/login?token=")), "{link}");
     assert!(seen.len() > 1000, "the capture saw the exchange ({} bytes)", seen.len());
     for clear in ["MUNGE:", "Authorization", "gputokens request", "\"op\"", "alice", "balances"] {
         assert!(!contains(&seen, clear), "'{clear}' crossed the bridge in clear");

@@ -33,8 +33,13 @@ const COOKIE: &str = "gputokens_session";
 const HOST_COOKIE: &str = "__Host-gputokens_session";
 
 /// (cookie name, its attributes) for the page's address.
-fn cookie_kind(web: &gputokens::config::Web) -> (&'static str, &'static str) {
-    match web.url.as_deref().is_some_and(|u| u.starts_with("https://")) {
+fn cookie_kind(config: &gputokens::Config) -> (&'static str, &'static str) {
+    // The page is https where [web] url says so, or, without one, where the listener has TLS itself.
+    let https = match config.web.url.as_deref() {
+        Some(url) => url.starts_with("https://"),
+        None => config.http.tls.is_some(),
+    };
+    match https {
         true => (HOST_COOKIE, "Path=/; Secure; HttpOnly; SameSite=Lax"),
         false => (COOKIE, "Path=/web; HttpOnly; SameSite=Lax"),
     }
@@ -148,7 +153,7 @@ async fn login(State(state): State<Arc<AppState>>, headers: HeaderMap, Form(form
             return None;
         }
         let ttl = s.res.config.web.session_ttl;
-        let kind = cookie_kind(&s.res.config.web);
+        let kind = cookie_kind(&s.res.config);
         let token = form.token.filter(|t| valid_token(t));
         let redeemed = token.ok_or(Refused::Unknown).and_then(|t| s.logins.redeem(&t, now, ttl));
         Some((redeemed, ttl, kind))
@@ -182,7 +187,7 @@ async fn logout(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Respo
         if !from_this_site(&headers, &s.res.config.web) {
             return None;
         }
-        let kind = cookie_kind(&s.res.config.web);
+        let kind = cookie_kind(&s.res.config);
         if let Some(token) = session_cookie(&headers, kind.0) {
             s.logins.end(&token);
         }
@@ -258,7 +263,7 @@ fn visitor(
     if let Some(name) = proxied_user(&s.res.config.web, peer, headers, proxy_secret)? {
         return Ok(Visitor::Named(name));
     }
-    let token = session_cookie(headers, cookie_kind(&s.res.config.web).0)
+    let token = session_cookie(headers, cookie_kind(&s.res.config).0)
         .ok_or((StatusCode::UNAUTHORIZED, "not logged in: run `sbalance --web` and open the link it prints".into()))?;
     let visitor = s
         .logins
