@@ -156,12 +156,7 @@ fn refused_report(state: &AppState, from: &str, refusal: Refusal) -> Response {
     }
     state.gate.log_refusal(from, &refusal);
     let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST);
-    json_refusal(status, &refusal.message)
-}
-
-/// `{"error": message}` with `status`; an unauthenticated caller is told the scheme (MUNGE).
-pub(crate) fn json_refusal(status: StatusCode, message: &str) -> Response {
-    let mut response = (status, Json(serde_json::json!({ "error": message }))).into_response();
+    let mut response = (status, Json(serde_json::json!({ "error": refusal.message }))).into_response();
     if status == StatusCode::UNAUTHORIZED {
         response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("MUNGE"));
     }
@@ -285,7 +280,13 @@ async fn rows(state: Arc<AppState>, peer: SocketAddr, presented: Option<Vec<u8>>
     });
     match work.await {
         Ok(Ok(rows)) => Json(crate::balance_json::Balances::of(&rows)).into_response(),
-        Ok(Err((status, message))) => json_refusal(status, &message),
+        Ok(Err((status, message))) => {
+            let mut response = (status, Json(serde_json::json!({ "error": message }))).into_response();
+            if status == StatusCode::UNAUTHORIZED {
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("MUNGE"));
+            }
+            response
+        }
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }

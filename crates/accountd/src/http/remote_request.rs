@@ -141,5 +141,9 @@ fn answered(reply: Reply) -> Response {
 
 /// No answer: who asks is not proven, or accountd cannot take the request now.
 fn refused((status, message): Refusal) -> Response {
-    super::json_refusal(status, &message)
+    let mut response = (status, Json(serde_json::json!({ "error": message }))).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("MUNGE"));
+    }
+    response
 }
