@@ -431,6 +431,16 @@ impl Metrics {
         self.records_skipped.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc();
     }
 
+    /// Drops one GPU's series (it left its node's reports, or another GPU answers at its index).
+    pub fn remove_gpu(&self, labels: &GpuLabels) {
+        for family in
+            [&self.gpu_utilization, &self.gpu_memory_used, &self.gpu_temperature, &self.gpu_power, &self.gpu_energy]
+        {
+            family.remove(labels);
+        }
+        self.gpu_healthy.remove(labels);
+    }
+
     /// The labels of a job's series; None without per-user metrics, where a job has none: its ID
     /// is one join with squeue from its user, and with `PrivateData=jobs` itself not public.
     pub fn job_labels(&self, labels: &JobLabels) -> Option<JobLabels> {

@@ -9,6 +9,7 @@ pub mod rate_limit;
 pub mod remote_request;
 pub mod report_gate;
 pub mod reports;
+pub mod slurm_bounds;
 pub mod state;
 pub mod tls;
 pub mod web;
@@ -130,11 +131,11 @@ async fn agent_report(
             .gate
             .authenticate(Presented::parse(presented.as_deref()), &body, parse)
             .map_err(|r| (peer.ip().to_string(), r))?;
-        state.gate.authorize(&sender, &report, &state.slurm).map_err(|r| (report.node.clone(), r))?;
+        let slurm_says = state.gate.authorize(&sender, &report, &state.slurm).map_err(|r| (report.node.clone(), r))?;
         state.gate.accepted(&report.node);
         let mut reports = state.reports.lock().unwrap_or_else(|p| p.into_inner());
         let reports = &mut *reports;
-        reports::ingest(&mut reports.res, &mut reports.state, &report)
+        reports::ingest(&mut reports.res, &mut reports.state, &report, &slurm_says)
             .map_err(|e| (report.node.clone(), Refusal::internal(e.to_string())))
     });
     let outcome = match work.await {

@@ -8,7 +8,7 @@
 //! kept: its log key is its address. The gate's caches have locks of their own, never held across a
 //! MUNGE decode or a Slurm command, so a slow slurmctld stalls no other request.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, ToSocketAddrs};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use gputokens::config::AgentAuth;
 use gputokens::Config;
 
+use super::slurm_bounds;
 use crate::munge::{self, MungeErrorKind};
 use crate::slurm::{job_id_arg, node_name_arg, Slurm};
 use gputokens_node_report::auth::{self, Presented};
@@ -30,6 +31,8 @@ const JOBS_REFRESH: Duration = Duration::from_secs(2);
 /// A job Slurm showed on the node still counts this long after it left squeue (its processes and
 /// records end a moment after it does).
 const JOB_GRACE: Duration = Duration::from_secs(120);
+/// Nodes (and names Slurm did not know) whose answers are kept; past this, unknown names go first.
+const NODES_KEPT: usize = 16_384;
 /// Distinct (sender, reason) refusals remembered for logging once; past this the memory starts anew
 /// (a flood of distinct senders costs a log line each, never memory).
 const LOGGED_REFUSALS: usize = 1024;
@@ -73,26 +76,43 @@ pub enum Sender {
     Token { node: String },
 }
 
+/// What Slurm says of a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmNode {
+    /// NodeAddr and NodeHostName, resolved.
+    pub addresses: Vec<IpAddr>,
+    /// The GPUs in its Gres (`slurm_bounds::node_gpus`).
+    pub gpus: u32,
+}
+
+/// What Slurm says of a job on a node.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SlurmJob {
+    pub user: String,
+    /// The GPUs it holds in all (`slurm_bounds::job_gpus`); None: Slurm does not count them.
+    pub gpus: Option<u32>,
+}
+
 /// What the gate asks of Slurm (a trait so the rules are tested without a cluster).
 pub trait NodeDirectory {
-    /// The node's addresses (NodeAddr and NodeHostName, resolved; `sinfo` knows both), or None when Slurm has no such node.
-    fn addresses(&self, node: &str) -> Result<Option<Vec<IpAddr>>, String>;
+    /// The node's addresses and GPUs (`sinfo` knows both), or None when Slurm has no such node.
+    fn node(&self, node: &str) -> Result<Option<SlurmNode>, String>;
     /// Jobs Slurm shows running, suspended, completing or configuring on the node.
-    fn jobs_on(&self, node: &str) -> Result<BTreeSet<String>, String>;
+    fn jobs_on(&self, node: &str) -> Result<BTreeMap<String, SlurmJob>, String>;
 }
 
 impl NodeDirectory for Slurm {
-    fn addresses(&self, node: &str) -> Result<Option<Vec<IpAddr>>, String> {
+    fn node(&self, node: &str) -> Result<Option<SlurmNode>, String> {
         let node = node_name_arg(node).map_err(|e| e.to_string())?;
         // One line per partition the node is in; none when Slurm has no such node. The name was
         // validated above, so it cannot be read as an option.
         let text =
-            self.run("sinfo", &["--all", "-h", "-N", "-n", node, "-o", "%N|%o|%n"]).map_err(|e| e.to_string())?;
+            self.run("sinfo", &["--all", "-h", "-N", "-n", node, "-o", "%N|%o|%n|%G"]).map_err(|e| e.to_string())?;
         let mut lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
         lines.dedup();
         let [line] = lines.as_slice() else { return Ok(None) };
-        let fields: Vec<&str> = line.split('|').collect();
-        let [name, addr, hostname] = fields.as_slice() else { return Ok(None) };
+        let fields: Vec<&str> = line.splitn(4, '|').collect();
+        let [name, addr, hostname, gres] = fields.as_slice() else { return Ok(None) };
         if *name != node {
             return Ok(None);
         }
@@ -104,31 +124,82 @@ impl NodeDirectory for Slurm {
         }
         addresses.sort();
         addresses.dedup();
-        Ok(Some(addresses))
+        Ok(Some(SlurmNode { addresses, gpus: slurm_bounds::node_gpus(gres) }))
     }
 
-    fn jobs_on(&self, node: &str) -> Result<BTreeSet<String>, String> {
+    fn jobs_on(&self, node: &str) -> Result<BTreeMap<String, SlurmJob>, String> {
         let node = node_name_arg(node).map_err(|e| e.to_string())?;
         let text = self
             // CF too: squeue's `-t R` matches a job's whole state, so a running job still flagged
             // CONFIGURING (slurmctld has not yet heard that its prolog finished, while the prolog's
             // GPU record and the job's processes are already on the node) is shown only by CF.
-            .run("squeue", &["--all", "-h", "-w", node, "-t", "R,S,CG,ST,CF", "-o", "%A"])
+            .run("squeue", &["--all", "-h", "-w", node, "-t", "R,S,CG,ST,CF", "-O", "JobID:|,UserName:|,tres-alloc:"])
             .map_err(|e| e.to_string())?;
-        Ok(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect())
+        Ok(text
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.splitn(3, '|').map(str::trim);
+                let job = fields.next().filter(|j| !j.is_empty())?.to_string();
+                let user = fields.next().unwrap_or_default().to_string();
+                let gpus = slurm_bounds::job_gpus(fields.next().unwrap_or_default());
+                Some((job, SlurmJob { user, gpus }))
+            })
+            .collect())
     }
 }
 
 struct NodeEntry {
-    addresses: Option<Vec<IpAddr>>,
+    node: Option<SlurmNode>,
     read: Instant,
+}
+
+/// What Slurm said of each node asked about, and which node each of their addresses is.
+#[derive(Default)]
+struct NodeCache {
+    entries: HashMap<String, NodeEntry>,
+    by_address: HashMap<IpAddr, String>,
+}
+
+impl NodeCache {
+    fn insert(&mut self, node: &str, found: Option<SlurmNode>) {
+        if self.entries.len() >= NODES_KEPT && !self.entries.contains_key(node) {
+            // Names Slurm does not know go first; a site with more nodes than this asks again.
+            self.entries.retain(|_, entry| entry.node.is_some());
+            if self.entries.len() >= NODES_KEPT {
+                self.entries.clear();
+            }
+            let entries = &self.entries;
+            self.by_address.retain(|_, name| entries.contains_key(name));
+        }
+        for address in found.iter().flat_map(|n| &n.addresses) {
+            self.by_address.insert(*address, node.to_string());
+        }
+        self.entries.insert(node.to_string(), NodeEntry { node: found, read: Instant::now() });
+    }
 }
 
 #[derive(Default)]
 struct NodeJobs {
-    /// Job → when Slurm last showed it on the node.
-    seen: HashMap<String, Instant>,
+    /// Job → when Slurm last showed it on the node, and what it said of it.
+    seen: HashMap<String, (Instant, SlurmJob)>,
     read: Option<Instant>,
+}
+
+/// What the gate let through: what Slurm says bounds the report.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Authorized {
+    /// The GPUs Slurm shows on the node.
+    pub node_gpus: u32,
+    /// Each job the report names, as Slurm showed it there.
+    pub jobs: BTreeMap<String, SlurmJob>,
+}
+
+impl Authorized {
+    /// The most GPUs `job` may hold on the node: its own count, never more than the node's.
+    pub fn job_gpus(&self, job: &str) -> u32 {
+        let own = self.jobs.get(job).and_then(|j| j.gpus).unwrap_or(self.node_gpus);
+        own.min(self.node_gpus)
+    }
 }
 
 pub struct ReportGate {
@@ -140,7 +211,7 @@ pub struct ReportGate {
     allowed_uids: BTreeSet<u32>,
     /// `[agent] accept_unchecked_origin`.
     accept_unchecked_origin: bool,
-    nodes: Mutex<HashMap<String, NodeEntry>>,
+    nodes: Mutex<NodeCache>,
     jobs: Mutex<HashMap<String, NodeJobs>>,
     /// (sender, reason) already logged; cleared for a node when it reports properly again.
     logged: Mutex<HashSet<(String, &'static str)>>,
@@ -305,8 +376,14 @@ impl ReportGate {
         Ok(Sender::Munge { uid: cred.uid, origin: cred.origin.map(IpAddr::V4) })
     }
 
-    /// Whether `sender` may speak for `report.node` and every job the report names.
-    pub fn authorize(&self, sender: &Sender, report: &AgentReport, slurm: &dyn NodeDirectory) -> Result<(), Refusal> {
+    /// Whether `sender` may speak for `report.node`, for the GPUs it names (no more than Slurm shows
+    /// there, each once) and for every job it names; what Slurm said of them bounds the report.
+    pub fn authorize(
+        &self,
+        sender: &Sender,
+        report: &AgentReport,
+        slurm: &dyn NodeDirectory,
+    ) -> Result<Authorized, Refusal> {
         let node = node_name_arg(&report.node)
             .map_err(|_| Refusal::new(400, "node", format!("'{}' is not a Slurm node name", shown(&report.node))))?;
         if let Sender::Token { node: bound } = sender {
@@ -314,9 +391,21 @@ impl ReportGate {
                 return Err(Refusal::new(403, "node", format!("a token of node '{bound}' cannot report for '{node}'")));
             }
         }
-        let Some(addresses) = self.addresses(node, slurm)? else {
+        if let Sender::Munge { origin: Some(origin), .. } = sender {
+            // A node known to be elsewhere is not asked about: a node's root naming other nodes
+            // costs Slurm no command.
+            if let Some(other) = self.known_node_at(*origin, node) {
+                return Err(Refusal::new(
+                    403,
+                    "address",
+                    format!("the credential comes from {origin}, an address of node '{other}', not of '{node}'"),
+                ));
+            }
+        }
+        let Some(slurm_node) = self.slurm_node(node, slurm)? else {
             return Err(Refusal::new(403, "node", format!("Slurm has no node '{node}'")));
         };
+        let addresses = &slurm_node.addresses;
         if let Sender::Munge { origin, .. } = sender {
             match origin {
                 Some(origin) if addresses.contains(origin) => {}
@@ -324,7 +413,7 @@ impl ReportGate {
                     return Err(Refusal::new(
                         403,
                         "address",
-                        format!("the credential comes from {origin}, not from node '{node}' ({})", list(&addresses)),
+                        format!("the credential comes from {origin}, not from node '{node}' ({})", list(addresses)),
                     ));
                 }
                 // Nothing to compare: munged named no origin, or the node's addresses do not resolve.
@@ -337,12 +426,13 @@ impl ReportGate {
                             "cannot check that the credential comes from node '{node}' (origin {}, node addresses {}): \
                              refused unless [agent] accept_unchecked_origin = true",
                             origin.map_or("unknown".to_string(), |o| o.to_string()),
-                            if addresses.is_empty() { "unresolved".to_string() } else { list(&addresses) }
+                            if addresses.is_empty() { "unresolved".to_string() } else { list(addresses) }
                         ),
                     ));
                 }
             }
         }
+        gpus_as_slurm_shows(report, node, slurm_node.gpus)?;
         let named = named_jobs(report);
         for job in &named {
             job_id_arg(job).map_err(|e| Refusal::new(400, "job", e.to_string()))?;
@@ -362,20 +452,25 @@ impl ReportGate {
                 format!("Slurm shows no job {} on node '{node}' (it shows: {there})", list.join(",")),
             ));
         }
-        Ok(())
+        Ok(Authorized { node_gpus: slurm_node.gpus, jobs: self.jobs_shown(node, &named) })
     }
 
-    fn addresses(&self, node: &str, slurm: &dyn NodeDirectory) -> Result<Option<Vec<IpAddr>>, Refusal> {
-        if let Some(entry) = held(&self.nodes).get(node) {
-            let ttl = if entry.addresses.is_some() { NODE_TTL } else { UNKNOWN_NODE_TTL };
+    /// A node other than `node` whose cached addresses include `origin`.
+    fn known_node_at(&self, origin: IpAddr, node: &str) -> Option<String> {
+        held(&self.nodes).by_address.get(&origin).filter(|known| known.as_str() != node).cloned()
+    }
+
+    fn slurm_node(&self, node: &str, slurm: &dyn NodeDirectory) -> Result<Option<SlurmNode>, Refusal> {
+        if let Some(entry) = held(&self.nodes).entries.get(node) {
+            let ttl = if entry.node.is_some() { NODE_TTL } else { UNKNOWN_NODE_TTL };
             if entry.read.elapsed() < ttl {
-                return Ok(entry.addresses.clone());
+                return Ok(entry.node.clone());
             }
         }
         // Asked without the lock: other reports go on meanwhile.
-        let addresses = slurm.addresses(node).map_err(|e| Refusal::new(503, "slurm", e))?;
-        held(&self.nodes).insert(node.to_string(), NodeEntry { addresses: addresses.clone(), read: Instant::now() });
-        Ok(addresses)
+        let found = slurm.node(node).map_err(|e| Refusal::new(503, "slurm", e))?;
+        held(&self.nodes).insert(node, found.clone());
+        Ok(found)
     }
 
     /// The jobs of `named` that Slurm does not show (nor showed lately) on `node`, and the jobs it
@@ -397,7 +492,7 @@ impl ReportGate {
         {
             let mut jobs = held(&self.jobs);
             let entry = jobs.entry(node.to_string()).or_default();
-            entry.seen.retain(|_, at| at.elapsed() < JOB_GRACE);
+            entry.seen.retain(|_, (at, _)| at.elapsed() < JOB_GRACE);
             let unseen = missing(entry);
             if unseen.0.is_empty() || entry.read.is_some_and(|r| r.elapsed() < JOBS_REFRESH) {
                 return Ok(unseen);
@@ -409,10 +504,17 @@ impl ReportGate {
         let mut jobs = held(&self.jobs);
         let entry = jobs.entry(node.to_string()).or_default();
         let now = Instant::now();
-        for job in shown_now {
-            entry.seen.insert(job, now);
+        for (job, what) in shown_now {
+            entry.seen.insert(job, (now, what));
         }
         Ok(missing(entry))
+    }
+
+    /// What Slurm said of each job of `named` on `node` (each was shown there: `jobs_not_on`).
+    fn jobs_shown(&self, node: &str, named: &BTreeSet<String>) -> BTreeMap<String, SlurmJob> {
+        let jobs = held(&self.jobs);
+        let Some(entry) = jobs.get(node) else { return BTreeMap::new() };
+        named.iter().filter_map(|job| Some((job.clone(), entry.seen.get(job)?.1.clone()))).collect()
     }
 
     /// Logs a refusal once per sender (an address, or a node name as shown) and reason; true when
@@ -445,6 +547,37 @@ fn named_jobs(report: &AgentReport) -> BTreeSet<String> {
     processes.chain(holders).chain(on_slices).collect()
 }
 
+/// A report's GPUs must be at most the `gpus` Slurm shows on `node`, each index below that and
+/// named once, each UUID once: a node's root cannot make up GPUs to charge jobs or fill accountd.
+fn gpus_as_slurm_shows(report: &AgentReport, node: &str, gpus: u32) -> Result<(), Refusal> {
+    let refused = |what: String| {
+        Err(Refusal::new(
+            403,
+            "gpus",
+            format!("{what}: Slurm shows {gpus} GPUs on node '{node}' (its Gres in slurm.conf)"),
+        ))
+    };
+    let reported = &report.sample.gpus;
+    if reported.len() > gpus as usize {
+        return refused(format!("the report names {} GPUs", reported.len()));
+    }
+    let (mut indices, mut uuids) = (HashSet::new(), HashSet::new());
+    for gpu in reported {
+        if gpu.index >= gpus {
+            return refused(format!("the report names GPU index {}", gpu.index));
+        }
+        if !indices.insert(gpu.index) {
+            return Err(Refusal::malformed(format!("the report names GPU index {} twice", gpu.index)));
+        }
+        if let Some(uuid) = gpu.uuid.as_deref().filter(|u| !u.is_empty()) {
+            if !uuids.insert(uuid) {
+                return Err(Refusal::malformed(format!("the report names GPU {} twice", shown(uuid))));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn list(addresses: &[IpAddr]) -> String {
     addresses.iter().map(IpAddr::to_string).collect::<Vec<_>>().join(", ")
 }
@@ -456,17 +589,23 @@ mod tests {
     use std::cell::Cell;
 
     struct FakeSlurm {
-        jobs: BTreeSet<String>,
+        jobs: BTreeMap<String, SlurmJob>,
         job_reads: Cell<usize>,
+        node_reads: Cell<usize>,
     }
 
     impl NodeDirectory for FakeSlurm {
-        fn addresses(&self, node: &str) -> Result<Option<Vec<IpAddr>>, String> {
-            Ok((node == "gpu01").then(|| vec!["10.0.0.1".parse().unwrap()]))
+        fn node(&self, node: &str) -> Result<Option<SlurmNode>, String> {
+            self.node_reads.set(self.node_reads.get() + 1);
+            Ok(match node {
+                "gpu01" => Some(SlurmNode { addresses: vec!["10.0.0.1".parse().unwrap()], gpus: 2 }),
+                "gpu02" => Some(SlurmNode { addresses: vec!["10.0.0.2".parse().unwrap()], gpus: 2 }),
+                _ => None,
+            })
         }
-        fn jobs_on(&self, node: &str) -> Result<BTreeSet<String>, String> {
+        fn jobs_on(&self, node: &str) -> Result<BTreeMap<String, SlurmJob>, String> {
             self.job_reads.set(self.job_reads.get() + 1);
-            Ok(if node == "gpu01" { self.jobs.clone() } else { BTreeSet::new() })
+            Ok(if node == "gpu01" { self.jobs.clone() } else { BTreeMap::new() })
         }
     }
 
@@ -496,7 +635,12 @@ mod tests {
     }
 
     fn slurm() -> FakeSlurm {
-        FakeSlurm { jobs: ["7".to_string(), "8".to_string()].into(), job_reads: Cell::new(0) }
+        let job = |user: &str, gpus| SlurmJob { user: user.into(), gpus };
+        FakeSlurm {
+            jobs: [("7".to_string(), job("alice", Some(1))), ("8".to_string(), job("bob", None))].into(),
+            job_reads: Cell::new(0),
+            node_reads: Cell::new(0),
+        }
     }
 
     const FROM_NODE: Sender =
@@ -592,6 +736,66 @@ mod tests {
             gate.authorize(&FROM_NODE, &report("gpu01", &["9"], &[]), &slurm).unwrap_err();
         }
         assert_eq!(slurm.job_reads.get(), 1);
+    }
+
+    /// The audit's N1 and N4: a node's root makes up GPUs to charge a job for their energy or to
+    /// fill accountd with series. A report speaks for no more GPUs than Slurm shows on its node.
+    #[test]
+    fn a_report_names_no_more_gpus_than_slurm_shows_on_its_node() {
+        let (gate, slurm) = (gate(), slurm());
+        let with_gpus = |gpus: Vec<(u32, &str)>| {
+            let mut r = report("gpu01", &[], &["7"]);
+            r.sample.gpus = gpus
+                .into_iter()
+                .map(|(index, uuid)| {
+                    let mut g = GpuSample::empty(index);
+                    g.uuid = Some(uuid.into());
+                    g.jobs = vec!["7".into()];
+                    g
+                })
+                .collect();
+            r
+        };
+        let said = gate.authorize(&FROM_NODE, &with_gpus(vec![(0, "GPU-a"), (1, "GPU-b")]), &slurm).unwrap();
+        assert_eq!(said.node_gpus, 2);
+        assert_eq!(said.jobs["7"], SlurmJob { user: "alice".into(), gpus: Some(1) });
+        assert_eq!(said.job_gpus("7"), 1, "alice's job holds one GPU whatever the node says");
+        for (gpus, reason) in [
+            (vec![(0, "GPU-a"), (1, "GPU-b"), (2, "GPU-c")], "gpus"),
+            (vec![(0, "GPU-a"), (5, "GPU-b")], "gpus"),
+            (vec![(1, "GPU-a"), (1, "GPU-b")], "malformed"),
+            (vec![(0, "GPU-a"), (1, "GPU-a")], "malformed"),
+        ] {
+            let r = gate.authorize(&FROM_NODE, &with_gpus(gpus.clone()), &slurm).unwrap_err();
+            assert_eq!(r.reason, reason, "{gpus:?}: {r:?}");
+        }
+        let many: Vec<(u32, &str)> = (0..100).map(|i| (i, "GPU-x")).collect();
+        let r = gate.authorize(&FROM_NODE, &with_gpus(many), &slurm).unwrap_err();
+        assert_eq!((r.status, r.reason), (403, "gpus"), "{r:?}");
+        assert!(r.message.contains("names 100 GPUs: Slurm shows 2 GPUs on node 'gpu01'"), "{r:?}");
+        // bob's job: Slurm does not count its GPUs (no gres/gpu in its TRES): the node's count.
+        assert_eq!(Authorized { node_gpus: 2, jobs: [("8".into(), SlurmJob::default())].into() }.job_gpus("8"), 2);
+    }
+
+    /// The audit's N4: a known node's root naming other nodes, each a new name, costs Slurm no
+    /// command once its own address is known; names Slurm does not know take bounded memory.
+    #[test]
+    fn a_known_nodes_credential_naming_other_nodes_asks_slurm_nothing() {
+        let (gate, slurm) = (gate(), slurm());
+        gate.authorize(&FROM_NODE, &report("gpu01", &[], &[]), &slurm).unwrap();
+        assert_eq!(slurm.node_reads.get(), 1);
+        for i in 0..1000 {
+            let r = gate.authorize(&FROM_NODE, &report(&format!("fake{i}"), &[], &[]), &slurm).unwrap_err();
+            assert_eq!((r.status, r.reason), (403, "address"), "{r:?}");
+        }
+        let r = gate.authorize(&FROM_NODE, &report("gpu02", &[], &[]), &slurm).unwrap_err();
+        assert!(r.message.contains("an address of node 'gpu01'"), "{r:?}");
+        assert_eq!(slurm.node_reads.get(), 1, "no sinfo for names claimed from gpu01's address");
+        // From an address no node has: each unknown name is asked once, and kept in bounds.
+        for i in 0..(NODES_KEPT + 10) {
+            let _ = gate.authorize(&root_from("10.9.9.9"), &report(&format!("n{i}"), &[], &[]), &slurm);
+        }
+        assert!(held(&gate.nodes).entries.len() <= NODES_KEPT);
     }
 
     /// The old audit's L4: a node's token never travels; each report is signed with it, for its

@@ -2,15 +2,17 @@
 //! their health (drains, `crate::health`) and the jobs' utilization (`crate::utilization`). What the
 //! two keep between reports is the HTTP listener's own ([`ReportState`]).
 
+use super::report_gate::Authorized;
 use crate::error::AccountdResult;
 use crate::health::HealthState;
 use crate::metrics::{GpuLabels, JobLabels, Metrics, NodeLabels};
 use crate::resources::Resources;
-use crate::utilization::energy::{EnergyTracker, MAX_GAP_INTERVALS};
+use crate::utilization::energy::{EnergyTracker, Within, MAX_GAP_INTERVALS};
 use crate::utilization::{tracker, JobUtilization, Tracker};
 use gputokens_node_report::job_use::job_use;
 use gputokens_node_report::AgentReport;
 use gputokens_node_report::GpuHealth;
+use std::collections::HashMap;
 
 /// What the agents' reports leave behind for the next one.
 #[derive(Debug, Default)]
@@ -18,6 +20,9 @@ pub struct ReportState {
     pub utilization: Tracker,
     pub health: HealthState,
     pub energy: EnergyTracker,
+    /// Each node's per-GPU series, so that a GPU's series go when it leaves the node's reports
+    /// (or shows another UUID at its index).
+    pub gpu_series: HashMap<String, Vec<GpuLabels>>,
 }
 
 /// Per job, as the agent computes it for its own metrics (`gputokens_node_report::job_use`): the job's own use of
@@ -30,15 +35,21 @@ pub fn job_utilization(report: &AgentReport) -> Vec<JobUtilization> {
 }
 
 /// Applies one agent report that passed the report gate.
-pub fn ingest(res: &mut Resources, state: &mut ReportState, report: &AgentReport) -> AccountdResult<String> {
-    record_gpus(&res.metrics, report);
+pub fn ingest(
+    res: &mut Resources,
+    state: &mut ReportState,
+    report: &AgentReport,
+    slurm_says: &Authorized,
+) -> AccountdResult<String> {
+    record_gpus(&res.metrics, &mut state.gpu_series, report);
+    state.utilization.note_users(slurm_says.jobs.iter().map(|(job, j)| (job.as_str(), j.user.as_str())));
     // accountd's clock, not the sample's: a node's skewed clock must not hide its silence.
     res.metrics.agent_last_report.get_or_create(&NodeLabels { node: report.node.clone() }).set(gputokens::time::now());
     let drained = crate::health::check(res, &mut state.health, report)?;
     let jobs = job_utilization(report);
     let (count, idle) =
         tracker::apply(res, &mut state.utilization, &report.node, jobs, report.sample.time.timestamp())?;
-    record_energy(res, state, report)?;
+    record_energy(res, state, report, slurm_says)?;
     Ok(format!(
         "{}: {} GPUs, {count} jobs, {idle} newly idle, {} drains",
         report.node,
@@ -52,18 +63,31 @@ pub fn ingest(res: &mut Resources, state: &mut ReportState, report: &AgentReport
 /// config may differ), the agent's taken at most up to an hour.
 fn max_energy_gap(own_interval: &str, agents_secs: Option<u64>) -> i64 {
     const MOST_BELIEVED_SECS: u64 = 3600;
-    let own = humantime::parse_duration(own_interval).map_or(30, |d| d.as_secs());
-    let interval = own.max(agents_secs.unwrap_or(0).min(MOST_BELIEVED_SECS)).max(1);
+    let interval = own_interval_secs(own_interval).max(agents_secs.unwrap_or(0).min(MOST_BELIEVED_SECS)).max(1);
     (interval * u64::from(MAX_GAP_INTERVALS)) as i64
+}
+
+/// accountd's own `[agent] interval`, in seconds.
+fn own_interval_secs(own_interval: &str) -> u64 {
+    humantime::parse_duration(own_interval).map_or(30, |d| d.as_secs()).max(1)
 }
 
 /// Each job's GPU energy since the node's previous report: in the ledger under its run, and on
 /// /metrics (per job with per-user metrics, and the site's sum of what jobs used).
-fn record_energy(res: &mut Resources, state: &mut ReportState, report: &AgentReport) -> AccountdResult {
-    let max_gap = max_energy_gap(&res.config.agent.interval, report.interval_secs);
+fn record_energy(
+    res: &mut Resources,
+    state: &mut ReportState,
+    report: &AgentReport,
+    slurm_says: &Authorized,
+) -> AccountdResult {
+    let within = Within {
+        max_gap: max_energy_gap(&res.config.agent.interval, report.interval_secs),
+        slack: own_interval_secs(&res.config.agent.interval) as i64,
+        received: gputokens::time::now(),
+    };
     let at = report.sample.time.timestamp();
-    let received = gputokens::time::now();
-    for used in state.energy.apply_received(&report.node, &report.sample, max_gap, received) {
+    let job_gpus = |job: &str| slurm_says.job_gpus(job);
+    for used in state.energy.apply_received(&report.node, &report.sample, within, &job_gpus) {
         res.ledger.record_energy(&used.job, used.since, &report.node, at, used.joules)?;
         res.metrics.jobs_gpu_energy.inc_by(used.joules as f64);
         let labels = JobLabels {
@@ -78,13 +102,22 @@ fn record_energy(res: &mut Resources, state: &mut ReportState, report: &AgentRep
     Ok(())
 }
 
-fn record_gpus(metrics: &Metrics, report: &AgentReport) {
-    for gpu in &report.sample.gpus {
-        let labels = GpuLabels {
+fn record_gpus(metrics: &Metrics, kept: &mut HashMap<String, Vec<GpuLabels>>, report: &AgentReport) {
+    let now: Vec<GpuLabels> = report
+        .sample
+        .gpus
+        .iter()
+        .map(|gpu| GpuLabels {
             node: report.node.clone(),
             gpu: gpu.index.to_string(),
             uuid: gpu.uuid.clone().unwrap_or_default(),
-        };
+        })
+        .collect();
+    for gone in kept.get(&report.node).into_iter().flatten().filter(|l| !now.contains(l)) {
+        metrics.remove_gpu(gone);
+    }
+    kept.insert(report.node.clone(), now.clone());
+    for (gpu, labels) in report.sample.gpus.iter().zip(now) {
         let set = |family: &prometheus_client::metrics::family::Family<GpuLabels, _>, value: Option<f64>| {
             if let Some(v) = value {
                 let gauge: &prometheus_client::metrics::gauge::Gauge<f64, std::sync::atomic::AtomicU64> =
@@ -155,9 +188,38 @@ mod tests {
         }
     }
 
+    /// A node of 8 GPUs whose jobs' own counts Slurm does not give.
+    fn eight_gpus() -> Authorized {
+        Authorized { node_gpus: 8, jobs: Default::default() }
+    }
+
     fn job_metric(res: &Resources, name: &str, job: &str) -> Option<String> {
         let prefix = format!("gputokens_{name}{{job=\"{job}\",user=\"unknown\",node=\"gpu1\"}} ");
         res.metrics.encode().lines().find_map(|l| l.strip_prefix(&prefix).map(str::to_owned))
+    }
+
+    /// The audit's N4: a node whose GPUs show a fresh UUID in every report leaves one set of
+    /// series, and a GPU gone from its reports leaves none.
+    #[test]
+    fn a_gpus_series_go_when_it_leaves_its_nodes_reports() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut res = resources(dir.path());
+        let mut state = ReportState::default();
+        let series = |res: &Resources| res.metrics.encode().lines().filter(|l| l.starts_with("gputokens_gpu_")).count();
+        for i in 0..300 {
+            let mut report = shared_gpu(1_800_000_000 + i);
+            report.sample.gpus[0].uuid = Some(format!("GPU-fresh-{i}"));
+            report.sample.gpus.push(GpuSample { uuid: Some(format!("GPU-other-{i}")), ..GpuSample::empty(1) });
+            ingest(&mut res, &mut state, &report, &eight_gpus()).unwrap();
+        }
+        let text = res.metrics.encode();
+        assert!(text.contains("uuid=\"GPU-fresh-299\"") && !text.contains("uuid=\"GPU-fresh-298\""), "{text}");
+        let two_gpus = series(&res);
+        let mut report = shared_gpu(1_800_001_000);
+        report.sample.gpus[0].uuid = Some("GPU-fresh-299".into());
+        ingest(&mut res, &mut state, &report, &eight_gpus()).unwrap();
+        assert!(!res.metrics.encode().contains("GPU-other"), "GPU 1 left the node's reports");
+        assert!(series(&res) < two_gpus && series(&res) > 0);
     }
 
     /// Done-when 1 of issue 37 at accountd's end: side by side on one GPU, the busy job reads busy,
@@ -170,7 +232,7 @@ mod tests {
         let mut state = ReportState::default();
         let start = 1_800_000_000;
         for i in 0..4 {
-            ingest(&mut res, &mut state, &shared_gpu(start + 10 * i)).unwrap();
+            ingest(&mut res, &mut state, &shared_gpu(start + 10 * i), &eight_gpus()).unwrap();
         }
         assert_eq!(job_metric(&res, "job_gpu_utilization_percent", "4242").as_deref(), Some("99.0"));
         assert_eq!(job_metric(&res, "job_gpu_utilization_percent", "4243").as_deref(), Some("0.0"));
@@ -209,7 +271,7 @@ mod tests {
         for i in 0..4 {
             let mut report = shared_gpu(start + 10 * i);
             report.sample.gpus[0].energy_mj = Some(5_000_000 + 3_000_000 * i as u64);
-            ingest(&mut res, &mut state, &report).unwrap();
+            ingest(&mut res, &mut state, &report, &eight_gpus()).unwrap();
         }
         for (job, joules) in [("4242", Some(8910)), ("4243", None), ("4244", Some(90))] {
             let runs = res.ledger.job_energy(job).unwrap();
@@ -228,7 +290,7 @@ mod tests {
             let mut report = shared_gpu(start + 100 + 10 * i);
             report.sample.gpus[0].jobs.retain(|j| j != "4244");
             report.sample.gpus[0].energy_mj = Some(3_000_000 * i as u64);
-            ingest(&mut res, &mut state, &report).unwrap();
+            ingest(&mut res, &mut state, &report, &eight_gpus()).unwrap();
         }
         let second_run =
             |job: &str| res.ledger.job_energy(job).unwrap().iter().find(|r| r.since == start + 100).map(|r| r.joules);

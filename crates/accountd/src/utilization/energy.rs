@@ -37,6 +37,16 @@ pub struct EnergyTracker {
     runs: HashMap<(String, String), i64>,
 }
 
+/// How far a node's report is believed: the longest step between two of its reports (seconds),
+/// the slack a delayed report is given (accountd's own interval) and when it was received
+/// (accountd's clock).
+#[derive(Debug, Clone, Copy)]
+pub struct Within {
+    pub max_gap: i64,
+    pub slack: i64,
+    pub received: i64,
+}
+
 /// Each job's part of a GPU's energy at one report (`energy_shares`).
 type Parts = Vec<(String, f64)>;
 
@@ -82,16 +92,26 @@ fn mean_parts(before: &[(String, f64)], now: &[(String, f64)]) -> BTreeMap<Strin
 }
 
 impl EnergyTracker {
-    /// [`EnergyTracker::apply_received`], each report received at its sample time.
+    /// [`EnergyTracker::apply_received`], each report received at its sample time, an interval of
+    /// a third of `max_gap`, every job bounded by 8 GPUs.
     #[cfg(test)]
     pub fn apply(&mut self, node: &str, sample: &NodeSample, max_gap: i64) -> Vec<JobEnergy> {
-        self.apply_received(node, sample, max_gap, sample.time.timestamp())
+        let within =
+            Within { max_gap, slack: max_gap / i64::from(MAX_GAP_INTERVALS), received: sample.time.timestamp() };
+        self.apply_received(node, sample, within, &|_| 8)
     }
 
-    /// The energy of each job in `node`'s report `sample`, received at `received` (accountd's
-    /// clock), since the node's previous report, in job order; jobs with nothing to show are left
-    /// out. `max_gap` in seconds.
-    pub fn apply_received(&mut self, node: &str, sample: &NodeSample, max_gap: i64, received: i64) -> Vec<JobEnergy> {
+    /// The energy of each job in `node`'s report `sample` since the node's previous report, in job
+    /// order; jobs with nothing to show are left out. A job's energy is at most what `job_gpus` of
+    /// its GPUs (what Slurm gave it there) can draw in the time that really passed.
+    pub fn apply_received(
+        &mut self,
+        node: &str,
+        sample: &NodeSample,
+        within: Within,
+        job_gpus: &dyn Fn(&str) -> u32,
+    ) -> Vec<JobEnergy> {
+        let Within { max_gap, slack, received } = within;
         let at = sample.time.timestamp();
         // A report that arrives after a newer one of its node (posts are answered in no set order)
         // changes nothing: its step was measured from the newer one's counters already.
@@ -100,8 +120,7 @@ impl EnergyTracker {
         }
         self.newest.insert(node.to_string(), at);
         // The time that really passed since the node's previous report, and one interval's slack
-        // for a report delayed on the way (max_gap is MAX_GAP_INTERVALS of them).
-        let slack = max_gap / i64::from(MAX_GAP_INTERVALS);
+        // for a report delayed on the way (accountd's own interval: never the node's word).
         let watt_seconds = match self.received.insert(node.to_string(), received) {
             Some(before) => (received - before).max(0) + slack,
             None => max_gap,
@@ -132,7 +151,10 @@ impl EnergyTracker {
             .into_iter()
             .map(|(job, mj)| {
                 let since = *runs.entry((node.to_string(), job.clone())).or_insert(at);
-                JobEnergy { job, since, joules: (mj / 1000.0).round() as u64 }
+                // However the node shares its GPUs out, a job draws at most its own GPUs' worth.
+                let most =
+                    f64::from(job_gpus(&job)) * MAX_GPU_WATTS as f64 * watt_seconds.clamp(1, max_gap.max(1)) as f64;
+                JobEnergy { job, since, joules: (mj / 1000.0).min(most).round() as u64 }
             })
             .filter(|e| e.joules > 0)
             .collect();
@@ -278,13 +300,55 @@ mod tests {
     fn a_rise_is_bounded_by_the_time_that_really_passed() {
         let mut t = EnergyTracker::default();
         let at = |s: i64, mj: u64| sample(s, vec![gpu(0, "GPU-a", Some(mj), &["7"])], vec![]);
-        t.apply_received("n1", &at(0, 0), GAP, 1000);
+        t.apply_received("n1", &at(0, 0), Within { max_gap: GAP, slack: GAP / 3, received: 1000 }, &|_| 8);
         let most = MAX_GPU_WATTS * 1000 * (1 + GAP / 3) as u64;
-        assert_eq!(t.apply_received("n1", &at(90, most + 1000), GAP, 1001), [], "more than a GPU draws in 31 s");
+        assert_eq!(
+            t.apply_received(
+                "n1",
+                &at(90, most + 1000),
+                Within { max_gap: GAP, slack: GAP / 3, received: 1001 },
+                &|_| 8
+            ),
+            [],
+            "more than a GPU draws in 31 s"
+        );
         let next = most + 1000 + most;
-        assert_eq!(got(&t.apply_received("n1", &at(180, next), GAP, 1002)), [("7", 0, most / 1000)]);
+        assert_eq!(
+            got(&t.apply_received(
+                "n1",
+                &at(180, next),
+                Within { max_gap: GAP, slack: GAP / 3, received: 1002 },
+                &|_| 8
+            )),
+            [("7", 0, most / 1000)]
+        );
         // Sent in time, it counts whole.
-        assert_eq!(got(&t.apply_received("n1", &at(270, next + 2 * most), GAP, 1092)), [("7", 0, 2 * most / 1000)]);
+        assert_eq!(
+            got(&t.apply_received(
+                "n1",
+                &at(270, next + 2 * most),
+                Within { max_gap: GAP, slack: GAP / 3, received: 1092 },
+                &|_| 8
+            )),
+            [("7", 0, 2 * most / 1000)]
+        );
+    }
+
+    /// The audit's N1: a node's root names alice's one-GPU job as the holder of every GPU there;
+    /// her energy is at most what her one GPU can draw in the time that passed and an interval.
+    #[test]
+    fn a_job_is_given_no_more_than_its_own_gpus_can_draw() {
+        let mut t = EnergyTracker::default();
+        let at = |s: i64, mj: u64| {
+            let gpus = (0..8).map(|i| gpu(i, &format!("GPU-{i}"), Some(mj), &["7"])).collect();
+            sample(s, gpus, vec![])
+        };
+        let within = |received| Within { max_gap: GAP, slack: 30, received };
+        let one_gpu = |job: &str| if job == "7" { 1 } else { 8 };
+        t.apply_received("n1", &at(0, 0), within(1000), &one_gpu);
+        // Each of the 8 GPUs rises 3 kW over 30 s: 720 kJ in all; one GPU's most is 5 kW × 60 s.
+        let got_now = t.apply_received("n1", &at(30, 90_000_000), within(1030), &one_gpu);
+        assert_eq!(got(&got_now), [("7", 0, 300_000)]);
     }
 
     /// A garbage counter (a node's report of 0 then u64::MAX) or a GPU without a UUID credits nothing.

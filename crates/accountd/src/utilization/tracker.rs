@@ -66,6 +66,14 @@ fn user_of(tracker: &mut Tracker, job: &str, slurm: &Slurm) -> String {
 }
 
 impl Tracker {
+    /// Notes each job's user as Slurm showed it to the report gate, so that no squeue is asked
+    /// for it while every node's reports wait.
+    pub fn note_users<'a>(&mut self, users: impl Iterator<Item = (&'a str, &'a str)>) {
+        for (job, user) in users.filter(|(_, user)| !user.is_empty()) {
+            self.users.entry(job.to_string()).or_insert_with(|| user.to_string());
+        }
+    }
+
     /// The user of a job seen in the latest reports ("unknown" when squeue could not say).
     pub fn user(&self, job: &str) -> &str {
         self.users.get(job).map(String::as_str).unwrap_or("unknown")
