@@ -19,6 +19,7 @@ pub mod reply;
 pub mod resources;
 pub mod shadow_view;
 pub mod slurm;
+pub mod slurm_view;
 pub mod snapshot;
 pub mod socket;
 pub mod utilization;

@@ -11,9 +11,9 @@ use ledger::{EntryKind, Issue};
 use super::record::Change;
 use crate::answering::Answering;
 use crate::balance_row::balance_row;
-use crate::cycles::slurm_view::SlurmView;
 use crate::reply::{from_ledger, invalid, refused};
 use crate::resources::Resources;
+use crate::slurm_view::SlurmView;
 
 /// Users one balance request may name (`sbalance -u a,b,...`).
 pub const MAX_USERS_PER_REQUEST: usize = 1000;
