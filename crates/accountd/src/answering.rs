@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use crate::http::web::logins::Logins;
+use crate::logins::Logins;
 use crate::resources::Resources;
 use crate::slurm_view::SlurmView;
 

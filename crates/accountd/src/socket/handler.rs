@@ -99,7 +99,7 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
         Request::Actions { limit } => {
             answering.res.ledger.actions(limit).map(|actions| (Reply::Actions { actions }, false)).map_err(from_ledger)
         }
-        Request::WebLogin => crate::http::web::link::login_link(answering, caller, now)
+        Request::WebLogin => super::web_login::login_link(answering, caller, now)
             .map(|(url, expires)| (Reply::WebLink { url, expires }, false))
             .map_err(|message| Reply::Error { kind: ErrorKind::Invalid, message }),
         Request::PoolSet { account, create, rules, key } => {
