@@ -20,6 +20,7 @@ pub mod reply;
 pub mod resources;
 pub mod shadow_view;
 pub mod slurm;
+pub mod slurm_check;
 pub mod slurm_view;
 pub mod snapshot;
 pub mod socket;
