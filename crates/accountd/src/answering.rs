@@ -5,9 +5,9 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use crate::cycles::slurm_view::SlurmView;
-use crate::http::web::logins::Logins;
+use crate::logins::Logins;
 use crate::resources::Resources;
+use crate::slurm_view::SlurmView;
 
 /// The answering state the socket and the HTTP listener share.
 pub type Shared = Arc<Mutex<Answering>>;

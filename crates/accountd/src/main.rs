@@ -175,16 +175,16 @@ fn cycle_lock(res: &Resources, what: &str, wait: &WaitArg) -> AccountdResult<Cyc
 fn check_slurm(config: &Config) -> AccountdResult {
     let with_qos = matches!(config.admission.deprioritize, gputokens::config::admission::Deprioritize::Qos(_));
     let slurm = Slurm::new(&config.slurm);
-    let mut facts = slurm.facts(with_qos, &config.paths.controller_status)?;
+    let mut facts = accountd::slurm_check::SlurmFacts::read(&slurm, with_qos, &config.paths.controller_status)?;
     if config.accounts.mode != gputokens::pools::PoolMode::User {
         facts.accounts = Some(account_facts(config, &slurm));
     }
-    let findings = accountd::slurm::check::findings(config, &facts, |p| p.is_file());
+    let findings = accountd::slurm_check::findings(config, &facts, |p| p.is_file());
     for finding in &findings {
         outln!("slurm: {finding}");
     }
     outln!("{}", answers_from_here(config));
-    let problems = findings.iter().filter(|f| matches!(f, accountd::slurm::check::Finding::Problem(_))).count();
+    let problems = findings.iter().filter(|f| matches!(f, accountd::slurm_check::Finding::Problem(_))).count();
     match problems {
         0 => Ok(()),
         n => Err(AccountdError::Refused(format!("{n} problem(s) in Slurm's configuration for gputokens"))),
@@ -212,7 +212,7 @@ fn answers_from_here(config: &Config) -> String {
 }
 
 /// Slurm's accounts (sacctmgr) and the pools accountd serve shows the caller, each or why not.
-fn account_facts(config: &Config, slurm: &Slurm) -> accountd::slurm::check_pools::AccountFacts {
+fn account_facts(config: &Config, slurm: &Slurm) -> accountd::slurm_check::pools::AccountFacts {
     use gputokens::protocol::{Reply, Request};
     let slurm_accounts = slurm.account_tree().map(|t| t.members.into_keys().collect()).map_err(|e| e.to_string());
     let pools = match gputokens_client::Accountd::of(config, accountd::CLIENT_TIMEOUT)
@@ -222,7 +222,7 @@ fn account_facts(config: &Config, slurm: &Slurm) -> accountd::slurm::check_pools
         Ok(other) => Err(format!("unexpected reply {other:?}")),
         Err(e) => Err(e.to_string()),
     };
-    accountd::slurm::check_pools::AccountFacts { slurm_accounts, pools }
+    accountd::slurm_check::pools::AccountFacts { slurm_accounts, pools }
 }
 
 fn now(time: &TimeArg) -> AccountdResult<i64> {

@@ -2,7 +2,8 @@
 //! on a terminal: refused where it could pass for something else, escaped where it is shown.
 //! A coordinator's `--reason` with a newline, an escape sequence or a bidi override could show
 //! admins a line that is not there (a fake command under `journal-check`), rewrite the lines
-//! around it, or set their clipboard (OSC 52).
+//! around it, or set their clipboard (OSC 52). What a sender no one has checked yet claims (an
+//! agent's node name, a job label from Prometheus) goes into log lines escaped and cut ([`shown`]).
 
 use std::borrow::Cow;
 use std::fmt::Write;
@@ -29,6 +30,21 @@ pub fn printable(text: &str) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
+}
+
+/// How much of a name a sender claims (an agent's node, a job label from Prometheus) goes into a log
+/// line or message, in characters.
+pub const CLAIM_SHOWN: usize = 48;
+
+/// At most [`CLAIM_SHOWN`] characters of a name a sender claims, every one escaped as Rust's
+/// `escape_debug` writes it (quotes and backslashes too, unlike [`printable`]), and `…` where it
+/// was cut: to name what an unchecked sender claims in a log line without letting it write one.
+pub fn shown(claim: &str) -> String {
+    let mut out: String = claim.chars().take(CLAIM_SHOWN).flat_map(char::escape_debug).collect();
+    if claim.chars().nth(CLAIM_SHOWN).is_some() {
+        out.push('…');
+    }
+    out
 }
 
 /// Reasons are at most this long (bytes): a sentence, not a document.
@@ -88,5 +104,14 @@ mod tests {
         assert!(key_problem("k\u{1b}").is_some() && key_problem("k\n").is_some() && key_problem("").is_some());
         assert_eq!(key_problem("monthly-bob-2026-12"), None);
         assert_eq!(key_problem("account course:1795774246.1795774246923136139.15735.0"), None, "accountd's own");
+    }
+
+    #[test]
+    fn what_a_sender_claims_is_shown_escaped_and_cut() {
+        assert_eq!(shown("gpu\n01\u{1b}[31m"), "gpu\\n01\\u{1b}[31m");
+        assert_eq!(shown("gpu01"), "gpu01");
+        let long = "n".repeat(CLAIM_SHOWN + 1);
+        assert_eq!(shown(&long), format!("{}…", &long[..CLAIM_SHOWN]));
+        assert_eq!(shown(&long[..CLAIM_SHOWN]), &long[..CLAIM_SHOWN], "not cut at exactly the limit");
     }
 }

@@ -9,6 +9,19 @@ use crate::{Circle, Link};
 
 /// The circles among `files` (one crate's), each starting at its first file by path.
 pub fn circles(files: &[SourceFile]) -> Vec<Circle> {
+    let edges = file_edges(files);
+    let mut found: Vec<Circle> = components(&edges)
+        .into_iter()
+        .filter(|c| c.len() > 1)
+        .map(|component| circle_through(&component, &edges, files))
+        .collect();
+    found.sort_by(|a, b| a.links[0].file.cmp(&b.links[0].file));
+    found
+}
+
+/// File → file imports: for each file (by index), the files it imports, each with the first line
+/// naming it.
+pub(crate) fn file_edges(files: &[SourceFile]) -> Vec<BTreeMap<usize, usize>> {
     let by_module: BTreeMap<&[String], usize> =
         files.iter().enumerate().map(|(i, f)| (f.module.as_slice(), i)).collect();
     // importer → imported → the first line naming it
@@ -23,13 +36,7 @@ pub fn circles(files: &[SourceFile]) -> Vec<Circle> {
             }
         }
     }
-    let mut found: Vec<Circle> = components(&edges)
-        .into_iter()
-        .filter(|c| c.len() > 1)
-        .map(|component| circle_through(&component, &edges, files))
-        .collect();
-    found.sort_by(|a, b| a.links[0].file.cmp(&b.links[0].file));
-    found
+    edges
 }
 
 /// The file of the deepest module `path` names.
@@ -37,10 +44,11 @@ fn deepest_file(by_module: &BTreeMap<&[String], usize>, path: &[String]) -> Opti
     (0..=path.len()).rev().find_map(|n| by_module.get(&path[..n]).copied())
 }
 
-/// Tarjan's strongly connected components.
-fn components(edges: &[BTreeMap<usize, usize>]) -> Vec<Vec<usize>> {
-    struct State<'e> {
-        edges: &'e [BTreeMap<usize, usize>],
+/// Tarjan's strongly connected components of the graph `edges` (node → its successors, each with
+/// what the edge carries).
+pub(crate) fn components<E>(edges: &[BTreeMap<usize, E>]) -> Vec<Vec<usize>> {
+    struct State<'e, E> {
+        edges: &'e [BTreeMap<usize, E>],
         index: Vec<Option<usize>>,
         low: Vec<usize>,
         stack: Vec<usize>,
@@ -48,7 +56,7 @@ fn components(edges: &[BTreeMap<usize, usize>]) -> Vec<Vec<usize>> {
         next: usize,
         found: Vec<Vec<usize>>,
     }
-    fn visit(s: &mut State, v: usize) {
+    fn visit<E>(s: &mut State<E>, v: usize) {
         s.index[v] = Some(s.next);
         s.low[v] = s.next;
         s.next += 1;
@@ -96,8 +104,23 @@ fn components(edges: &[BTreeMap<usize, usize>]) -> Vec<Vec<usize>> {
 
 /// One circle inside a component: from its first file by path, the shortest way back to it.
 fn circle_through(component: &[usize], edges: &[BTreeMap<usize, usize>], files: &[SourceFile]) -> Circle {
-    let inside: BTreeSet<usize> = component.iter().copied().collect();
     let start = *component.iter().min_by_key(|&&i| &files[i].path).expect("a component has a file");
+    let order = shortest_circle(start, component, edges);
+    let links = order
+        .iter()
+        .enumerate()
+        .map(|(k, &v)| {
+            let to = *order.get(k + 1).unwrap_or(&start);
+            Link { file: files[v].path.clone(), line: edges[v][&to], imports: files[to].path.clone() }
+        })
+        .collect();
+    Circle { links }
+}
+
+/// The nodes of the shortest circle from `start` back to it within `component` (a strongly
+/// connected component of `edges` holding `start`), `start` first; the last node leads to `start`.
+pub(crate) fn shortest_circle<E>(start: usize, component: &[usize], edges: &[BTreeMap<usize, E>]) -> Vec<usize> {
+    let inside: BTreeSet<usize> = component.iter().copied().collect();
     // Breadth first from `start` within the component, until an edge leads back to it.
     let mut came_from: BTreeMap<usize, usize> = BTreeMap::new();
     let mut frontier = vec![start];
@@ -123,13 +146,5 @@ fn circle_through(component: &[usize], edges: &[BTreeMap<usize, usize>], files: 
         order.push(prev);
     }
     order.reverse();
-    let links = order
-        .iter()
-        .enumerate()
-        .map(|(k, &v)| {
-            let to = *order.get(k + 1).unwrap_or(&start);
-            Link { file: files[v].path.clone(), line: edges[v][&to], imports: files[to].path.clone() }
-        })
-        .collect();
-    Circle { links }
+    order
 }

@@ -71,7 +71,7 @@ pub fn check(
     // Grants that end: their warnings, then what is left of them expires (before the snapshot).
     // (At `now`, which `tick --now` may set ahead, unless the clock itself is held back.)
     let expiries = crate::cycles::expiries::run(&mut cycle.res, if bound < clock { bound } else { now })?;
-    crate::cycles::slurm_view::refresh(&cycle.res, &mut cycle.slurm_view, &slurm, &mut queue, now);
+    crate::slurm_view::refresh(&cycle.res, &mut cycle.slurm_view, &slurm, &mut queue, now);
     let users = publish(cycle, now)?;
     crate::cycles::shadow::export(&cycle.res);
     let window = cycle.res.config.intervals.check;

@@ -15,14 +15,13 @@ pub mod rejected_records;
 pub mod serve;
 pub mod shadow;
 pub mod slurm_clock;
-pub mod slurm_view;
 
 use std::thread::JoinHandle;
 
 use crate::resources::Resources;
+use crate::slurm_view::SlurmView;
 use crate::utilization::Tracker;
 use rejected_records::RejectedRecords;
-use slurm_view::SlurmView;
 
 /// The cycles' state beside the shared resources (their own ledger connection under `serve`).
 pub struct CycleState {

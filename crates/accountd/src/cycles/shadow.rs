@@ -9,7 +9,7 @@ use gputokens::controller_status::{Shadow, STALE_AFTER_SECS};
 
 use crate::metrics::ShadowLabels;
 use crate::resources::Resources;
-use crate::slurm::controllers::{read_status, StatusRead};
+use crate::slurm_check::controllers::{read_status, StatusRead};
 
 pub fn export(res: &Resources) {
     res.metrics.enforcing.set(i64::from(res.config.admission.enforce));

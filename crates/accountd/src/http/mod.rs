@@ -6,6 +6,7 @@
 pub mod host_names;
 pub mod listener;
 pub mod rate_limit;
+pub mod refusal;
 pub mod remote_request;
 pub mod report_gate;
 pub mod reports;
@@ -30,6 +31,7 @@ use gputokens_node_report::{AgentReport, REPORT_PATH};
 
 use crate::metrics::ReasonLabels;
 use gputokens_node_report::auth::{self, Presented};
+use refusal::json_refusal;
 use report_gate::Refusal;
 pub use state::AppState;
 use state::REPORTS_AT_ONCE;
@@ -157,11 +159,7 @@ fn refused_report(state: &AppState, from: &str, refusal: Refusal) -> Response {
     }
     state.gate.log_refusal(from, &refusal);
     let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST);
-    let mut response = (status, Json(serde_json::json!({ "error": refusal.message }))).into_response();
-    if status == StatusCode::UNAUTHORIZED {
-        response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("MUNGE"));
-    }
-    response
+    json_refusal(status, &refusal.message)
 }
 
 /// How to make a credential for the JSON API.
@@ -245,7 +243,7 @@ async fn rows(state: Arc<AppState>, peer: SocketAddr, presented: Option<Vec<u8>>
     // Each asks munged (and may wait on the answering lock): a bounded number at once.
     let Ok(slot) = state.api_slots.clone().try_acquire_owned() else {
         let busy = format!("{REPORTS_AT_ONCE} API requests are being answered; try again");
-        return (StatusCode::SERVICE_UNAVAILABLE, Json(serde_json::json!({ "error": busy }))).into_response();
+        return json_refusal(StatusCode::SERVICE_UNAVAILABLE, &busy);
     };
     let work = tokio::task::spawn_blocking(move || {
         let _slot = slot;
@@ -281,13 +279,7 @@ async fn rows(state: Arc<AppState>, peer: SocketAddr, presented: Option<Vec<u8>>
     });
     match work.await {
         Ok(Ok(rows)) => Json(crate::balance_json::Balances::of(&rows)).into_response(),
-        Ok(Err((status, message))) => {
-            let mut response = (status, Json(serde_json::json!({ "error": message }))).into_response();
-            if status == StatusCode::UNAUTHORIZED {
-                response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("MUNGE"));
-            }
-            response
-        }
+        Ok(Err((status, message))) => json_refusal(status, &message),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }

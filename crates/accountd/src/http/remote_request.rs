@@ -17,6 +17,7 @@ use gputokens::protocol::{request_credential_payload, ErrorKind, Reply, Request}
 use gputokens_node_report::auth::Presented;
 use sha2::{Digest, Sha256};
 
+use super::refusal::json_refusal;
 use super::state::{AppState, REPORTS_AT_ONCE};
 use crate::answering;
 use crate::munge::{self, MungeErrorKind};
@@ -141,9 +142,5 @@ fn answered(reply: Reply) -> Response {
 
 /// No answer: who asks is not proven, or accountd cannot take the request now.
 fn refused((status, message): Refusal) -> Response {
-    let mut response = (status, Json(serde_json::json!({ "error": message }))).into_response();
-    if status == StatusCode::UNAUTHORIZED {
-        response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("MUNGE"));
-    }
-    response
+    json_refusal(status, &message)
 }

@@ -14,6 +14,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use gputokens::config::AgentAuth;
+use gputokens::free_text::shown;
 use gputokens::Config;
 
 use super::slurm_bounds;
@@ -36,8 +37,6 @@ const NODES_KEPT: usize = 16_384;
 /// Distinct (sender, reason) refusals remembered for logging once; past this the memory starts anew
 /// (a flood of distinct senders costs a log line each, never memory).
 const LOGGED_REFUSALS: usize = 1024;
-/// How much of a name a sender claims goes into a log line or message, escaped.
-const CLAIM_SHOWN: usize = 48;
 
 /// Why a report was turned away: the HTTP status, a metric label and a message for the sender.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -224,15 +223,6 @@ pub struct ReportGate {
 /// A short lock: a panic while holding one left plain data behind.
 fn held<T>(lock: &Mutex<T>) -> MutexGuard<'_, T> {
     lock.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// At most CLAIM_SHOWN characters of a name a sender claims, escaped, to name it in a log line.
-pub fn shown(claim: &str) -> String {
-    let mut out: String = claim.chars().take(CLAIM_SHOWN).flat_map(char::escape_debug).collect();
-    if claim.chars().nth(CLAIM_SHOWN).is_some() {
-        out.push('…');
-    }
-    out
 }
 
 impl ReportGate {
@@ -903,8 +893,8 @@ mod tests {
         }
         let logged = held(&gate.logged);
         assert!(logged.len() <= LOGGED_REFUSALS);
-        assert!(logged.iter().all(|(from, _)| from.len() <= 4 * CLAIM_SHOWN + 3), "names are cut");
-        assert_eq!(shown("gpu\n01\u{1b}[31m"), "gpu\\n01\\u{1b}[31m");
+        let most = 4 * gputokens::free_text::CLAIM_SHOWN + 3;
+        assert!(logged.iter().all(|(from, _)| from.len() <= most), "names are cut");
     }
 
     #[test]

@@ -1,11 +1,5 @@
 //! Running Slurm's commands: always argv, never a shell; a failure says which command and why.
 
-pub mod check;
-pub mod check_pools;
-pub mod controllers;
-pub mod finding;
-pub mod plugstack;
-
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus};
@@ -137,42 +131,6 @@ impl Slurm {
             types.entry(node.trim().to_string()).or_default().extend(found.gpus.typed.into_keys());
         }
         Ok(types)
-    }
-
-    /// What `accountd config check --slurm` compares with gputokens.toml; QOS names only when asked;
-    /// the controllers' status files from `status_dir` (`[paths] controller_status`).
-    pub fn facts(
-        &self,
-        with_qos: bool,
-        status_dir: &std::path::Path,
-    ) -> Result<crate::slurm::check::SlurmFacts, SlurmError> {
-        let config = crate::slurm::check::parse_show_config(&self.run("scontrol", &["show", "config"])?);
-        let node_gpu_types = self.node_gpu_types()?.into_iter().collect();
-        let qos = if with_qos {
-            let names = self.run("sacctmgr", &["-n", "-P", "show", "qos", "format=Name"])?;
-            Some(names.lines().map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect())
-        } else {
-            None
-        };
-        let plugstack = crate::slurm::check::SlurmFacts::plugstack_path(&config);
-        let spank = crate::slurm::plugstack::find_gputokens(&plugstack);
-        // Says which controllers answer; it fails only when none does, which the status files show.
-        let ping = self.run("scontrol", &["ping"]).ok();
-        let controllers = crate::slurm::controllers::ControllerFacts::read(
-            status_dir,
-            &config,
-            ping.as_deref(),
-            gputokens::time::now(),
-        );
-        Ok(crate::slurm::check::SlurmFacts {
-            config,
-            node_gpu_types,
-            qos,
-            plugstack,
-            spank,
-            controllers,
-            accounts: None,
-        })
     }
 
     /// Slurm's accounts, their members and coordinators (sacctmgr).

@@ -8,9 +8,9 @@ use gputokens::pools::{PoolMode, PoolStanding};
 use gputokens::snapshot;
 use gputokens::time::local_date;
 
-use crate::cycles::slurm_view::SlurmView;
 use crate::error::{AccountdError, AccountdResult};
 use crate::resources::Resources;
+use crate::slurm_view::SlurmView;
 
 /// Writes the balance snapshot for the job_submit plugin; returns how many users it lists.
 pub fn publish(res: &Resources, view: &SlurmView, now: i64) -> AccountdResult<usize> {

@@ -11,9 +11,9 @@ use ledger::{EntryKind, Issue};
 use super::record::Change;
 use crate::answering::Answering;
 use crate::balance_row::balance_row;
-use crate::cycles::slurm_view::SlurmView;
 use crate::reply::{from_ledger, invalid, refused};
 use crate::resources::Resources;
+use crate::slurm_view::SlurmView;
 
 /// Users one balance request may name (`sbalance -u a,b,...`).
 pub const MAX_USERS_PER_REQUEST: usize = 1000;
@@ -99,7 +99,7 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
         Request::Actions { limit } => {
             answering.res.ledger.actions(limit).map(|actions| (Reply::Actions { actions }, false)).map_err(from_ledger)
         }
-        Request::WebLogin => crate::http::web::link::login_link(answering, caller, now)
+        Request::WebLogin => super::web_login::login_link(answering, caller, now)
             .map(|(url, expires)| (Reply::WebLink { url, expires }, false))
             .map_err(|message| Reply::Error { kind: ErrorKind::Invalid, message }),
         Request::PoolSet { account, create, rules, key } => {

@@ -5,6 +5,7 @@ mod action_log;
 pub mod handler;
 pub(crate) mod pools;
 mod record;
+mod web_login;
 
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;

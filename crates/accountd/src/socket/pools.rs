@@ -15,9 +15,9 @@ use ledger::{Applied, EntryKind, Issue, Pool, PoolChange};
 
 use super::record::Change;
 use crate::answering::Answering;
-use crate::cycles::slurm_view::SlurmView;
 use crate::reply::{from_ledger, invalid, refused};
 use crate::resources::Resources;
+use crate::slurm_view::SlurmView;
 
 /// Creates every pool of `pools` that has none, in one transaction.
 pub fn import(

@@ -144,7 +144,7 @@ fn parse_response(
         if crate::slurm::job_id_arg(job).is_err() {
             tracing::warn!(
                 "Prometheus names a job '{}' that is no Slurm job ID: left out",
-                crate::http::report_gate::shown(job)
+                gputokens::free_text::shown(job)
             );
             continue;
         }

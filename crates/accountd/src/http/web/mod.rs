@@ -7,8 +7,6 @@
 //! over the Unix socket (the kernel named its user), or, from a `[web] trusted_proxies` address
 //! only, the proxy's `user_header`.
 
-pub mod link;
-pub mod logins;
 mod pages;
 
 use std::net::SocketAddr;
@@ -23,9 +21,7 @@ use gputokens::access::Caller;
 
 use crate::answering::Answering;
 use crate::http::state::AppState;
-use logins::Refused;
-
-pub use logins::Logins;
+use crate::logins::Refused;
 
 /// The session cookie: over https a `__Host-` cookie (Secure, the whole host, settable by no
 /// subdomain or plain-http page), over plain http (`allow_http`) one limited to /web.

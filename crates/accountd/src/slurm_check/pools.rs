@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use gputokens::Config;
 
-use crate::slurm::finding::Finding;
+use crate::slurm_check::finding::Finding;
 
 /// How many accounts without a pool are named before "and N more".
 const NAMED: usize = 10;

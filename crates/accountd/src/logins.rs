@@ -2,6 +2,9 @@
 //! accountd's Unix socket (the kernel names them), works once and only within `[web] link_ttl`;
 //! opening it starts a session of `session_ttl`, named by a cookie. Both are random 256-bit tokens
 //! from the OS, kept in memory only: a restart of accountd logs everybody out.
+//!
+//! The answering state holds them; the socket issues links (`socket::web_login`) and the status
+//! page (`http::web`) redeems them and checks sessions, so they live below both.
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -2,6 +2,16 @@
 //! problem found is one a site would otherwise learn of from its users, or not at all: GPU jobs not
 //! checked at submission, GPUs recorded untyped (and so charged at the highest price), a GPU type
 //! without a price, a deprioritizing setting that lowers nothing.
+//!
+//! What Slurm says is read once ([`SlurmFacts::read`], through `slurm`, which only runs Slurm's
+//! commands), then judged here: the controllers' status files (`controllers`), the plugstack
+//! (`plugstack`), pools against Slurm's accounts (`pools`), and the snapshot's readability for the
+//! SlurmUser (through `snapshot::access`).
+
+pub mod controllers;
+pub mod finding;
+pub mod plugstack;
+pub mod pools;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -9,10 +19,11 @@ use std::path::{Path, PathBuf};
 use gputokens::config::admission::Deprioritize;
 use gputokens::Config;
 
-use crate::slurm::check_pools::{self, AccountFacts};
-use crate::slurm::controllers::{self, ControllerFacts};
-pub use crate::slurm::finding::Finding;
-use crate::slurm::plugstack::SpankLine;
+use crate::slurm::{Slurm, SlurmError};
+use crate::slurm_check::controllers::ControllerFacts;
+pub use crate::slurm_check::finding::Finding;
+use crate::slurm_check::plugstack::SpankLine;
+use crate::slurm_check::pools::AccountFacts;
 
 /// What Slurm says about itself.
 #[derive(Debug, Default)]
@@ -33,6 +44,26 @@ pub struct SlurmFacts {
 }
 
 impl SlurmFacts {
+    /// What `accountd config check --slurm` compares with gputokens.toml, as `slurm` reads it; QOS
+    /// names only when asked; the controllers' status files from `status_dir` (`[paths]
+    /// controller_status`). Pools' facts are left to the caller (`accounts: None`).
+    pub fn read(slurm: &Slurm, with_qos: bool, status_dir: &Path) -> Result<SlurmFacts, SlurmError> {
+        let config = parse_show_config(&slurm.run("scontrol", &["show", "config"])?);
+        let node_gpu_types = slurm.node_gpu_types()?.into_iter().collect();
+        let qos = if with_qos {
+            let names = slurm.run("sacctmgr", &["-n", "-P", "show", "qos", "format=Name"])?;
+            Some(names.lines().map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect())
+        } else {
+            None
+        };
+        let plugstack = SlurmFacts::plugstack_path(&config);
+        let spank = crate::slurm_check::plugstack::find_gputokens(&plugstack);
+        // Says which controllers answer; it fails only when none does, which the status files show.
+        let ping = slurm.run("scontrol", &["ping"]).ok();
+        let controllers = ControllerFacts::read(status_dir, &config, ping.as_deref(), gputokens::time::now());
+        Ok(SlurmFacts { config, node_gpu_types, qos, plugstack, spank, controllers, accounts: None })
+    }
+
     /// PlugStackConfig, else plugstack.conf beside slurm.conf (SLURM_CONF).
     pub fn plugstack_path(config: &BTreeMap<String, String>) -> PathBuf {
         match config.get("PlugStackConfig").map(String::as_str) {
@@ -62,7 +93,7 @@ pub fn findings(config: &Config, facts: &SlurmFacts, plugin_exists: impl Fn(&Pat
     out.push(snapshot_readable(config, facts));
     out.extend(controllers::findings(config, &facts.controllers));
     let enforce = facts.config.get("AccountingStorageEnforce").map(String::as_str);
-    out.extend(check_pools::findings(config, enforce, facts.accounts.as_ref()));
+    out.extend(pools::findings(config, enforce, facts.accounts.as_ref()));
     out
 }
 

@@ -14,7 +14,7 @@ use gputokens::controller_status::{self, ControllerStatus, ViewStatus, STALE_AFT
 use gputokens::time::span;
 use gputokens::Config;
 
-use crate::slurm::finding::Finding;
+use crate::slurm_check::finding::Finding;
 
 /// What this host sees of the controllers.
 #[derive(Debug, Default)]
@@ -235,7 +235,7 @@ fn one(config: &Config, facts: &ControllerFacts, controller: &Controller, label:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::slurm::check::parse_show_config;
+    use crate::slurm_check::parse_show_config;
 
     const NOW: i64 = 1_795_430_400;
 

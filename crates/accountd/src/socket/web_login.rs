@@ -1,10 +1,11 @@
-//! The login link `sbalance --web` prints, made for whoever asked over the Unix socket (the kernel
-//! says who), pointing at the status page's address.
+//! The login link `sbalance --web` prints (the `WebLogin` request), made for whoever asked over the
+//! Unix socket (the kernel says who), pointing at the status page's address. The link is kept in
+//! the answering state's [`Logins`](crate::logins::Logins); the page (`http::web`) redeems it.
 
 use gputokens::access::Caller;
 
-use super::logins::Visitor;
 use crate::answering::Answering;
+use crate::logins::Visitor;
 
 /// The link `sbalance --web` prints: made for `caller`, who asked over the Unix socket or with MUNGE.
 pub fn login_link(answering: &mut Answering, caller: &Caller, now: i64) -> Result<(String, i64), String> {

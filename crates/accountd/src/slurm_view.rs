@@ -6,7 +6,9 @@
 //!
 //! A command that fails keeps the last partitions and accounts (they rarely change) but drops the
 //! queue: commitments from an old squeue would be wrong. Failures are logged when they change. What
-//! it read is kept in a [`SlurmView`], the cycles' own, handed to what answers requests.
+//! it read is kept in a [`SlurmView`], the cycles' own, handed to what answers requests. The check
+//! cycle reads it (`cycles::check`); the answering state, the snapshot and the socket read their
+//! copy, so it lives below them all, in no folder of theirs.
 
 use std::collections::HashMap;
 
