@@ -135,10 +135,17 @@ async fn agent_report(
             .map_err(|r| (peer.ip().to_string(), r))?;
         let slurm_says = state.gate.authorize(&sender, &report, &state.slurm).map_err(|r| (report.node.clone(), r))?;
         state.gate.accepted(&report.node);
-        let mut reports = state.reports.lock().unwrap_or_else(|p| p.into_inner());
-        let reports = &mut *reports;
-        reports::ingest(&mut reports.res, &mut reports.state, &report, &slurm_says)
-            .map_err(|e| (report.node.clone(), Refusal::internal(e.to_string())))
+        let (summary, drain) = {
+            let mut reports = state.reports.lock().unwrap_or_else(|p| p.into_inner());
+            let reports = &mut *reports;
+            reports::ingest(&mut reports.res, &mut reports.state, &report, &slurm_says)
+                .map_err(|e| (report.node.clone(), Refusal::internal(e.to_string())))?
+        };
+        // Slurm's commands run with the lock let go: other nodes' reports go on meanwhile.
+        if let Some(drain) = drain {
+            crate::health::carry_out(&drain, &state.slurm, &mut state::LockedRecord(&state.reports));
+        }
+        Ok(summary)
     });
     let outcome = match work.await {
         Ok(outcome) => outcome,

@@ -4,7 +4,7 @@
 
 use super::report_gate::Authorized;
 use crate::error::AccountdResult;
-use crate::health::HealthState;
+use crate::health::{Drain, HealthState};
 use crate::metrics::{GpuLabels, JobLabels, Metrics, NodeLabels};
 use crate::resources::Resources;
 use crate::utilization::energy::{EnergyTracker, Within, MAX_GAP_INTERVALS};
@@ -34,28 +34,30 @@ pub fn job_utilization(report: &AgentReport) -> Vec<JobUtilization> {
         .collect()
 }
 
-/// Applies one agent report that passed the report gate.
+/// Applies one agent report that passed the report gate: a summary for the log, and the drain to
+/// carry out once the reports' lock is let go (`health::carry_out`).
 pub fn ingest(
     res: &mut Resources,
     state: &mut ReportState,
     report: &AgentReport,
     slurm_says: &Authorized,
-) -> AccountdResult<String> {
+) -> AccountdResult<(String, Option<Drain>)> {
     record_gpus(&res.metrics, &mut state.gpu_series, report);
     state.utilization.note_users(slurm_says.jobs.iter().map(|(job, j)| (job.as_str(), j.user.as_str())));
     // accountd's clock, not the sample's: a node's skewed clock must not hide its silence.
     res.metrics.agent_last_report.get_or_create(&NodeLabels { node: report.node.clone() }).set(gputokens::time::now());
-    let drained = crate::health::check(res, &mut state.health, report)?;
+    let drain = crate::health::check(res, &mut state.health, report)?;
     let jobs = job_utilization(report);
     let (count, idle) =
         tracker::apply(res, &mut state.utilization, &report.node, jobs, report.sample.time.timestamp())?;
     record_energy(res, state, report, slurm_says)?;
-    Ok(format!(
-        "{}: {} GPUs, {count} jobs, {idle} newly idle, {} drains",
+    let summary = format!(
+        "{}: {} GPUs, {count} jobs, {idle} newly idle, {}",
         report.node,
         report.sample.gpus.len(),
-        drained.len()
-    ))
+        if drain.is_some() { "drained" } else { "no drain" }
+    );
+    Ok((summary, drain))
 }
 
 /// The longest step between two of a node's reports that energy is believed over: a few of the

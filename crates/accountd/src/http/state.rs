@@ -100,3 +100,28 @@ impl AppState {
         self.metrics.clone()
     }
 }
+
+/// A drain's ledger writes, each under the reports' lock taken for it alone.
+pub(super) struct LockedRecord<'a>(pub &'a std::sync::Mutex<Reports>);
+
+impl crate::health::DrainRecord for LockedRecord<'_> {
+    fn audit(&mut self, action: ledger::Action) {
+        let mut reports = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = reports.res.ledger.record_action(&action) {
+            tracing::error!(
+                "{} of job {} not recorded ({e}): its run will not be refunded automatically",
+                action.action,
+                action.target
+            );
+        }
+    }
+
+    fn forget(&mut self, faults: &[ledger::GpuFault]) {
+        let mut reports = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        for f in faults {
+            if let Err(e) = reports.res.ledger.clear_gpu_fault(&f.node, &f.gpu, &f.cause) {
+                tracing::error!("{}: GPU {}: {} stays recorded ({e}): resume the node by hand", f.node, f.gpu, f.cause);
+            }
+        }
+    }
+}
