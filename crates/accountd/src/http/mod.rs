@@ -38,6 +38,9 @@ use state::REPORTS_AT_ONCE;
 
 /// The largest agent report accepted: a node of 16 GPUs and a thousand GPU processes sends far less.
 pub const REPORT_MAX_BYTES: usize = 256 << 10;
+/// The largest body of any other request (a login form).
+pub const SMALL_BODY_MAX_BYTES: usize = 4096;
+
 pub fn router(state: AppState) -> Router {
     let state = Arc::new(state);
     // Everything a browser could be made to read answers only to accountd's own names.
@@ -47,6 +50,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/balances", get(balances))
         .route("/v1/balances/{user}", get(balance))
         .merge(crate::http::web::routes())
+        // The login form and the API read a few hundred bytes at most: nobody unauthenticated
+        // makes accountd hold more (axum's default is 2 MB a request).
+        .layer(axum::extract::DefaultBodyLimit::max(SMALL_BODY_MAX_BYTES))
         .layer(axum::middleware::from_fn_with_state(state.clone(), only_our_names));
     Router::new()
         .route(REPORT_PATH, post(agent_report).layer(axum::extract::DefaultBodyLimit::max(REPORT_MAX_BYTES)))

@@ -171,3 +171,25 @@ fn a_login_link_logs_in_only_from_its_own_page() {
     assert_eq!(post(&[("Sec-Fetch-Site", "same-origin")]).status().as_u16(), 401, "used");
     assert_eq!(client.get(&link).send().unwrap().status().as_u16(), 401);
 }
+
+/// The audit's N5: an unauthenticated login POST announcing 2 MB is refused once it passes a few
+/// KiB, not buffered whole (16 nodes × 64 connections × 2 MB was 2 GiB held for 5 s at a time).
+#[test]
+fn a_large_login_body_is_refused_before_it_is_read_whole() {
+    use std::io::{Read, Write};
+    let site = web_site("");
+    let addr = site.http_url().trim_start_matches("http://").to_string();
+    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(3))).unwrap();
+    let head = format!(
+        "POST /web/login HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+         Content-Length: 2000000\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    // 64 KiB of the 2 MB, then nothing: the answer must come without the rest.
+    let _ = stream.write_all(&[b'a'; 64 << 10]);
+    let mut answer = vec![0u8; 512];
+    let n = stream.read(&mut answer).expect("no answer within 3 s: the body is being waited for");
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+}
