@@ -177,7 +177,8 @@ fn refused_report(state: &AppState, from: &str, refusal: Refusal) -> Response {
 
 /// How to make a credential for the JSON API.
 const API_CREDENTIAL_HELP: &str =
-    "authenticate with a MUNGE credential made for the gputokens API: 'Authorization: MUNGE $(munge -s \"gputokens api v1\")'";
+    "authenticate with a MUNGE credential made for the gputokens API, sent on curl's standard input rather than its \
+     command line: munge -s 'gputokens api v1' | sed 's/^/Authorization: MUNGE /' | curl -H @- URL";
 
 /// Who is asking the JSON API, as proven: a MUNGE credential's uid, or the admin token.
 enum ApiIdentity {

@@ -96,3 +96,27 @@ fn files_others_can_write_are_not_taken_orders_from() {
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("agent.jobs_dir") && out.stderr.contains("writable by every user"), "{}", out.stderr);
 }
+
+/// The audit's N9: a documented command that puts a MUNGE credential or a token on a command line
+/// hands it to every user of the host (`/proc/*/cmdline`); the docs pipe them in.
+#[test]
+fn no_documented_command_puts_a_credential_on_its_command_line() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = vec![root.join("README.md")];
+    for dir in ["docs", "slurm-conf"] {
+        let walk = std::fs::read_dir(root.join(dir)).unwrap();
+        files.extend(walk.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "md")));
+    }
+    let mut found = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let on_argv = ["$(munge", "`munge", "$(cat", "Bearer $("].iter().any(|p| line.contains(p));
+            if on_argv && line.contains("curl") {
+                found.push(format!("{}:{}: {line}", file.display(), n + 1));
+            }
+        }
+    }
+    assert!(files.len() > 3, "{files:?}");
+    assert!(found.is_empty(), "credentials on a command line:\n{}", found.join("\n"));
+}
