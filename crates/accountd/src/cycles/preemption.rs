@@ -97,9 +97,19 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
         cycle.res.ledger.remember_freed(&freed_for(&victims, &holders, &waiters, expires), now)?;
     }
     let requeueable: HashMap<&str, bool> = jobs.iter().map(|j| (j.job_id.as_str(), j.requeueable)).collect();
+    // One victim that cannot be acted on (it ended meanwhile, scancel failed) spares no other.
+    let mut failed = 0;
     for victim in &victims {
-        act(cycle, slurm, victim, requeueable.get(victim.job_id.as_str()).copied().unwrap_or(false), now)?;
+        let requeueable = requeueable.get(victim.job_id.as_str()).copied().unwrap_or(false);
+        if let Err(e) = act(cycle, slurm, victim, requeueable, now) {
+            tracing::error!("preempting job {} of {} failed: {e}", victim.job_id, victim.user);
+            failed += 1;
+        }
     }
+    let not_busy = match failed {
+        0 => not_busy,
+        n => format!("{not_busy}; {n} of them failed (see the log)"),
+    };
     let done = if config.dry_run { "would preempt (dry run)" } else { "preempted" };
     let served = match served {
         0 => String::new(),
