@@ -54,7 +54,7 @@ pub fn max_cost(milli: &MilliByType, seconds: u64, prices: &PriceTable) -> Token
 pub fn checked_max_cost(milli: &MilliByType, seconds: u64, prices: &PriceTable) -> Option<Tokens> {
     milli.iter().try_fold(Tokens::ZERO, |sum, (gpu_type, m)| {
         let price = match gpu_type {
-            Some(t) => prices.applied(t).per_gpu_hour,
+            Some(t) => prices.requested(t),
             None => prices.highest(),
         };
         sum.checked_add(cost_of(price, *m, seconds)?)

