@@ -196,14 +196,23 @@ pub fn write_atomically_for(path: &Path, contents: &str, gid: Option<u32>) -> st
 pub fn write_atomically_with(path: &Path, contents: &str, gid: Option<u32>, mode: u32) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile_in(dir, path)?;
-    tmp.1.write_all(contents.as_bytes())?;
-    tmp.1.sync_all()?;
-    if gid.is_some() {
-        std::os::unix::fs::fchown(&tmp.1, None, gid)?;
+    let (tmp, mut file) = tempfile_in(dir, path)?;
+    let written = (|| {
+        file.write_all(contents.as_bytes())?;
+        file.sync_all()?;
+        if gid.is_some() {
+            std::os::unix::fs::fchown(&file, None, gid)?;
+        }
+        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        // A full disk or a failed chown leaves no temp file behind to fill the directory.
+        let _ = std::fs::remove_file(&tmp);
+        return written;
     }
-    tmp.1.set_permissions(std::fs::Permissions::from_mode(mode))?;
-    std::fs::rename(&tmp.0, path)
+    // The rename itself survives a crash only once the directory is on disk.
+    std::fs::File::open(dir)?.sync_all()
 }
 
 fn tempfile_in(dir: &Path, path: &Path) -> std::io::Result<(std::path::PathBuf, std::fs::File)> {
@@ -701,5 +710,19 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
         assert_eq!(std::fs::read_to_string(&snapshot).unwrap(), "fresh");
         assert!(!planted.exists() && std::fs::symlink_metadata(&planted).is_err(), "the link is gone");
+    }
+
+    /// The audit's L8: a write that fails leaves no temp file behind (one per failed cycle filled
+    /// the snapshot's directory).
+    #[test]
+    fn a_failed_write_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("balances.snapshot");
+        // A directory in the file's place: the rename fails.
+        std::fs::create_dir(&target).unwrap();
+        std::fs::write(target.join("keep"), "x").unwrap();
+        assert!(write_atomically(&target, "fresh").is_err());
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left, [std::ffi::OsString::from("balances.snapshot")], "temp files left: {left:?}");
     }
 }

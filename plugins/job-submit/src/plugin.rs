@@ -1,6 +1,7 @@
 //! The running plugin: the settings and the balances view the watcher thread publishes, the tally of
 //! GPU jobs admitted since the last queue read, and the watcher itself (stopped and joined in `fini`,
-//! which slurmctld follows with dlclose). The watcher re-reads the config file when it changes, so
+//! which slurmctld follows with dlclose; a watcher stuck on a hung file system is waited for
+//! [`STOP_WAIT`] at most). The watcher re-reads the config file when it changes, so
 //! an edited `[admission]` applies within a second, without restarting slurmctld.
 //!
 //! `job_submit` may run on several slurmctld threads at once (23.02+); it takes uncontended read
@@ -43,6 +44,8 @@ struct Plugin {
     stop: Mutex<bool>,
     wake: Condvar,
     watcher: Mutex<Option<JoinHandle<()>>>,
+    /// The controller status file's writer (`status_thread`): it ends once the watcher has.
+    status_writer: Mutex<Option<JoinHandle<()>>>,
 }
 
 static PLUGIN: RwLock<Option<Arc<Plugin>>> = RwLock::new(None);
@@ -103,12 +106,15 @@ fn start_with(config_path: &Path, resolver: fn() -> watch::Resolver) {
         stop: Mutex::new(false),
         wake: Condvar::new(),
         watcher: Mutex::new(None),
+        status_writer: Mutex::new(None),
     });
-    let feed = crate::status_thread::spawn(status, |level, message| ffi::log(level, &message))
+    let (feed, status_writer) = crate::status_thread::spawn(status, |level, message| ffi::log(level, &message))
         .inspect_err(|e| {
             ffi::log(Level::Error, &format!("cannot start the controller status writer ({e}): no status file"))
         })
-        .ok();
+        .ok()
+        .unzip();
+    *plugin.status_writer.lock().unwrap_or_else(PoisonError::into_inner) = status_writer;
     let for_thread = plugin.clone();
     let (first_read, first_read_done) = std::sync::mpsc::sync_channel(1);
     let spawned = std::thread::Builder::new()
@@ -248,12 +254,38 @@ pub fn stop() {
     let Some(plugin) = plugin else { return };
     *plugin.stop.lock().unwrap_or_else(PoisonError::into_inner) = true;
     plugin.wake.notify_all();
-    let handle = plugin.watcher.lock().unwrap_or_else(PoisonError::into_inner).take();
-    if let Some(handle) = handle {
-        if handle.join().is_err() {
-            ffi::log(Level::Error, "the snapshot watcher ended with a panic");
+    let deadline = std::time::Instant::now() + STOP_WAIT;
+    let threads = [("snapshot watcher", &plugin.watcher), ("controller status writer", &plugin.status_writer)];
+    for (name, slot) in threads {
+        let Some(handle) = slot.lock().unwrap_or_else(PoisonError::into_inner).take() else { continue };
+        match join_by(handle, deadline) {
+            Some(Ok(())) => {}
+            Some(Err(_)) => ffi::log(Level::Error, &format!("the {name} ended with a panic")),
+            // A read on a hung shared file system: slurmctld's shutdown or reconfigure must not
+            // hang with it. The thread is left to the process.
+            None => ffi::log(
+                Level::Error,
+                &format!(
+                    "gputokens: the {name} did not stop within {}s (a hung file system?): not waited for",
+                    STOP_WAIT.as_secs()
+                ),
+            ),
         }
     }
+}
+
+/// How long `fini` waits for the plugin's threads in all.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Joins `handle` if it ends by `deadline`; None when it has not (it is left running).
+fn join_by(handle: JoinHandle<()>, deadline: std::time::Instant) -> Option<std::thread::Result<()>> {
+    while !handle.is_finished() {
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Some(handle.join())
 }
 
 /// The watcher: every [`watch::POLL`] (the first time at once) re-reads the config and the snapshot
@@ -569,5 +601,19 @@ mod tests {
         assert!(settings.reload_if_changed().is_none(), "settling");
         assert!(settings.reload_if_changed().is_none(), "changed by anyone: not read");
         assert!(settings.reload_if_changed().is_none(), "and not again while it stays so");
+    }
+
+    /// The audit's L10: a thread stuck in a read (a hung NFS server) no longer holds `fini`.
+    #[test]
+    fn a_stuck_thread_is_waited_for_until_the_deadline_only() {
+        let (_keep, stuck) = std::sync::mpsc::channel::<()>();
+        let handle = std::thread::spawn(move || {
+            let _ = stuck.recv();
+        });
+        let started = std::time::Instant::now();
+        assert!(join_by(handle, started + std::time::Duration::from_millis(200)).is_none());
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        let done = std::thread::spawn(|| ());
+        assert!(matches!(join_by(done, std::time::Instant::now() + std::time::Duration::from_secs(5)), Some(Ok(()))));
     }
 }

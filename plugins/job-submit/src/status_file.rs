@@ -132,8 +132,9 @@ fn write_atomically(dir: &Path, path: &Path, text: &str) -> Result<(), String> {
     let written = (|| {
         let mut file = gputokens::snapshot::create_new_private(&tmp)?;
         file.write_all(text.as_bytes())?;
-        // Readable by accountd and admins on any host; it holds no balances.
-        file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        // Readable by accountd (root) and the SlurmUser's group, not by every user: in shadow mode it
+        // names the uids that would be refused, that is, who is at the floor.
+        file.set_permissions(std::fs::Permissions::from_mode(0o640))?;
         std::fs::rename(&tmp, path)
     })();
     written.map_err(|e| {
@@ -195,7 +196,7 @@ mod tests {
             }
         );
         let path = f.dir.path().join("controllers/ctl1.json");
-        assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o644);
+        assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o640, "not every user's (audit N8)");
         f.tick(NOW + WRITE_INTERVAL_SECS - 1, &missing());
         assert_eq!(f.read().unwrap().written, NOW, "not rewritten within the interval");
         f.tick(NOW + WRITE_INTERVAL_SECS, &missing());

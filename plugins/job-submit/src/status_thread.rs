@@ -1,6 +1,7 @@
 //! The controller status file's own thread: the watcher hands it what to write each poll and never
 //! waits for it. A status directory on a hung shared file system then stalls this thread alone:
-//! the watcher goes on reloading the snapshot, and `fini` never waits on it (the audit's L10).
+//! the watcher goes on reloading the snapshot, and `fini` waits for it a bounded time only (the
+//! audit's L10).
 
 use std::path::PathBuf;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
@@ -40,10 +41,12 @@ impl StatusFeed {
 
 /// Starts the thread that writes `status`; it ends when the feed is dropped (the watcher ends).
 /// `log` is how it reports a failing write.
-pub fn spawn(status: StatusFile, log: fn(Level, String)) -> std::io::Result<StatusFeed> {
+/// Its handle is for `fini`, which waits for it a bounded time only.
+pub fn spawn(status: StatusFile, log: fn(Level, String)) -> std::io::Result<(StatusFeed, std::thread::JoinHandle<()>)> {
     let (feed, updates) = sync_channel(2);
-    std::thread::Builder::new().name("gputokens-status".into()).spawn(move || write_loop(status, updates, log))?;
-    Ok(StatusFeed(feed))
+    let handle =
+        std::thread::Builder::new().name("gputokens-status".into()).spawn(move || write_loop(status, updates, log))?;
+    Ok((StatusFeed(feed), handle))
 }
 
 fn write_loop(mut status: StatusFile, updates: Receiver<StatusUpdate>, log: fn(Level, String)) {
@@ -94,7 +97,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let status = StatusFile::new(dir.path().to_path_buf(), dir.path().join("s"), "ctl9".into(), 7);
         let path = status.path();
-        let feed = spawn(status, |_, _| {}).unwrap();
+        let (feed, _writer) = spawn(status, |_, _| {}).unwrap();
         assert!(feed.send(update(dir.path(), 1_795_500_000)));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while !path.exists() {

@@ -18,6 +18,30 @@ use gputokens::snapshot::{self, Snapshot};
 
 use crate::ffi::Level;
 
+/// The largest snapshot read: a site of a million users writes far less; anything larger is not
+/// accountd's, and slurmctld's memory is not spent on it.
+pub const SNAPSHOT_MAX_BYTES: u64 = 256 << 20;
+
+/// The snapshot's bytes, if root and the SlurmUser alone can change it (the balances slurmctld
+/// enforces must be accountd's) and it is not larger than [`SNAPSHOT_MAX_BYTES`].
+fn read_trusted(path: &std::path::Path) -> Result<Vec<u8>, Problem> {
+    use std::io::Read;
+    let unreadable = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::NotFound => Problem::Missing,
+        _ => Problem::Unreadable(e.to_string()),
+    };
+    if let Some(why) = gputokens::file_trust::untrusted(path, "the balance snapshot") {
+        return Err(Problem::Unreadable(why));
+    }
+    let file = std::fs::File::open(path).map_err(unreadable)?;
+    let mut bytes = Vec::new();
+    file.take(SNAPSHOT_MAX_BYTES + 1).read_to_end(&mut bytes).map_err(unreadable)?;
+    if bytes.len() as u64 > SNAPSHOT_MAX_BYTES {
+        return Err(Problem::Unreadable(format!("it is larger than {} MiB", SNAPSHOT_MAX_BYTES >> 20)));
+    }
+    Ok(bytes)
+}
+
 /// How often the thread looks at the snapshot.
 pub const POLL: Duration = Duration::from_millis(200);
 /// How often user names that could not be looked up (a name-service error) are tried again.
@@ -204,14 +228,10 @@ impl Monitor {
     }
 
     fn load(&mut self, now: i64, log: &mut dyn FnMut(Level, String)) -> View {
-        let text = match std::fs::read(&self.path) {
+        let text = match read_trusted(&self.path) {
             Ok(bytes) => bytes,
-            Err(e) => {
+            Err(problem) => {
                 self.snapshot = None;
-                let problem = match e.kind() {
-                    std::io::ErrorKind::NotFound => Problem::Missing,
-                    _ => Problem::Unreadable(e.to_string()),
-                };
                 return View::Unavailable(problem);
             }
         };
@@ -514,6 +534,30 @@ mod tests {
         f.tick(NOW + NO_USER_TTL_SECS);
         assert_eq!((times("alice"), times("nobody-here")), (1, 2));
         assert_eq!(f.balance(1001), Some(Tokens::from_micro(7)));
+    }
+
+    /// The audit's L8: a snapshot another user could have written is not enforced, nor one larger
+    /// than any accountd writes (slurmctld's memory).
+    #[test]
+    fn a_snapshot_others_may_write_or_too_large_is_not_read() {
+        use std::os::unix::fs::PermissionsExt;
+        let mut f = Fixture::new(OnError::Accept, users());
+        let path = f.dir.path().join("balances.snapshot");
+        f.write(&text(NOW, &[("alice", 5_000_000)]));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o646)).unwrap();
+        f.tick(NOW);
+        assert_eq!(f.balance(1001), None);
+        let View::Unavailable(Problem::Unreadable(why)) = &*f.monitor.view() else { panic!("{:?}", f.monitor.view()) };
+        assert!(why.contains("the balance snapshot") && why.contains(&path.display().to_string()), "{why}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        f.write(&text(NOW + 1, &[("alice", 6_000_000)]));
+        f.tick(NOW + 1);
+        assert_eq!(f.balance(1001), Some(Tokens::whole(6)));
+        let big = std::fs::File::options().append(true).open(&path).unwrap();
+        big.set_len(SNAPSHOT_MAX_BYTES + 1).unwrap();
+        f.tick(NOW + 2);
+        let View::Unavailable(Problem::Unreadable(why)) = &*f.monitor.view() else { panic!("{:?}", f.monitor.view()) };
+        assert!(why.contains("larger than 256 MiB"), "{why}");
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub fn ingest(
     report: &AgentReport,
     slurm_says: &Authorized,
 ) -> AccountdResult<(String, Option<Drain>)> {
-    record_gpus(&res.metrics, &mut state.gpu_series, report);
+    record_gpus(&res.metrics, &mut state.gpu_series, report, res.config.http.per_user_metrics);
     state.utilization.note_users(slurm_says.jobs.iter().map(|(job, j)| (job.as_str(), j.user.as_str())));
     // accountd's clock, not the sample's: a node's skewed clock must not hide its silence.
     res.metrics.agent_last_report.get_or_create(&NodeLabels { node: report.node.clone() }).set(gputokens::time::now());
@@ -104,7 +104,9 @@ fn record_energy(
     Ok(())
 }
 
-fn record_gpus(metrics: &Metrics, kept: &mut HashMap<String, Vec<GpuLabels>>, report: &AgentReport) {
+/// Each GPU's series. Its use (utilization, memory, power, energy) only with per-user metrics: with
+/// the job's GPU indices (`scontrol show job -d`) it is one join away from each user's use.
+fn record_gpus(metrics: &Metrics, kept: &mut HashMap<String, Vec<GpuLabels>>, report: &AgentReport, per_user: bool) {
     let now: Vec<GpuLabels> = report
         .sample
         .gpus
@@ -127,11 +129,13 @@ fn record_gpus(metrics: &Metrics, kept: &mut HashMap<String, Vec<GpuLabels>>, re
                 gauge.set(v);
             }
         };
-        set(&metrics.gpu_utilization, gpu.utilization_percent.map(f64::from));
-        set(&metrics.gpu_memory_used, gpu.memory_used_bytes.map(|b| b as f64));
         set(&metrics.gpu_temperature, gpu.temperature_c.map(f64::from));
-        set(&metrics.gpu_power, gpu.power_w);
-        set(&metrics.gpu_energy, gpu.energy_mj.map(|mj| mj as f64 / 1000.0));
+        if per_user {
+            set(&metrics.gpu_utilization, gpu.utilization_percent.map(f64::from));
+            set(&metrics.gpu_memory_used, gpu.memory_used_bytes.map(|b| b as f64));
+            set(&metrics.gpu_power, gpu.power_w);
+            set(&metrics.gpu_energy, gpu.energy_mj.map(|mj| mj as f64 / 1000.0));
+        }
         let healthy = matches!(gpu.health, GpuHealth::Ok) && gpu.ecc_uncorrected.unwrap_or(0) == 0;
         metrics.gpu_healthy.get_or_create(&labels).set(healthy as i64);
     }
@@ -222,6 +226,28 @@ mod tests {
         ingest(&mut res, &mut state, &report, &eight_gpus()).unwrap();
         assert!(!res.metrics.encode().contains("GPU-other"), "GPU 1 left the node's reports");
         assert!(series(&res) < two_gpus && series(&res) > 0);
+    }
+
+    /// The audit's N8: without per-user metrics a GPU's use is not public (joined with a job's GPU
+    /// indices it is that user's use); its temperature and health are.
+    #[test]
+    fn a_gpus_use_is_public_only_with_per_user_metrics() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut res = resources(dir.path());
+        res.config.http.per_user_metrics = false;
+        let mut state = ReportState::default();
+        let mut report = shared_gpu(1_800_000_000);
+        report.sample.gpus[0].temperature_c = Some(60);
+        report.sample.gpus[0].power_w = Some(250.0);
+        ingest(&mut res, &mut state, &report, &eight_gpus()).unwrap();
+        let text = res.metrics.encode();
+        for hidden in ["gputokens_gpu_utilization_percent{", "gputokens_gpu_power_watts{"] {
+            assert!(!text.lines().any(|l| l.starts_with(hidden)), "{hidden} in {text}");
+        }
+        assert!(text.contains("gputokens_gpu_temperature_celsius{"), "{text}");
+        res.config.http.per_user_metrics = true;
+        ingest(&mut res, &mut state, &shared_gpu(1_800_000_010), &eight_gpus()).unwrap();
+        assert!(res.metrics.encode().contains("gputokens_gpu_utilization_percent{"));
     }
 
     /// Done-when 1 of issue 37 at accountd's end: side by side on one GPU, the busy job reads busy,

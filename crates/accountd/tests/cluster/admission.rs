@@ -987,7 +987,7 @@ fn with_the_example_config_slurmctld_as_the_slurm_user_reads_a_root_accountds_sn
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn slurmctld_writes_its_controller_status_file() {
     use gputokens::controller_status::{self, ControllerStatus};
-    let _cluster = serial();
+    let cluster = serial();
     let adm = Admission::start();
     // Made by tests/run.sh for the SlurmUser, as the packaged unit makes it.
     let dir = adm.snapshot.parent().unwrap().join("controllers");
@@ -1004,9 +1004,12 @@ fn slurmctld_writes_its_controller_status_file() {
     assert_eq!(status.pid.to_string(), slurmctld_pid());
     assert_eq!((status.host.as_str(), status.snapshot.as_path()), (host.as_str(), adm.snapshot.as_path()));
     assert!((gputokens::time::now() - status.written).abs() <= controller_status::STALE_AFTER_SECS, "{status:?}");
-    // Readable by accountd and admins on any host.
+    // Readable by accountd (root) and the SlurmUser's group, not by every user: in shadow mode it
+    // names who is at the floor (the audit's N8).
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o644);
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o640);
+    let as_bob = crate::common::run_as(Some(cluster.bob), std::path::Path::new("/bin/cat"), &[&file.to_string_lossy()]);
+    assert!(as_bob.code != 0 && as_bob.stderr.contains("Permission denied"), "{}", as_bob.stderr);
     assert!(!adm.log().contains("panicked"), "{}", adm.log());
 }
 
