@@ -144,7 +144,7 @@ async fn agent_report(
         let (summary, drain) = {
             let mut reports = state.reports.lock().unwrap_or_else(|p| p.into_inner());
             let reports = &mut *reports;
-            reports::ingest(&mut reports.res, &mut reports.state, &report, &slurm_says)
+            reports::ingest(&mut reports.res, &mut reports.state, &report, &slurm_says, gputokens::time::now())
                 .map_err(|e| (report.node.clone(), Refusal::internal(e.to_string())))?
         };
         // Slurm's commands run with the lock let go: other nodes' reports go on meanwhile.

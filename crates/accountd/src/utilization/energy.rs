@@ -6,7 +6,9 @@
 //! figure: the counter went back (the driver reloaded, the GPU was reset), another GPU (or one
 //! without a UUID) answers at that index, the reports lie further apart than [`MAX_GAP_INTERVALS`]
 //! agent intervals (who was on the GPU in between is unknown), or the rise is more than a GPU can
-//! draw ([`MAX_GPU_WATTS`]). A report older than its node's last is left out whole. What the
+//! draw ([`MAX_GPU_WATTS`]) in the time that really passed by accountd's clock (and one interval's
+//! slack, given once, however often the node posts). A job gets at most what its own GPUs (as
+//! Slurm counts them) can draw in that time. A report older than its node's last is left out whole. What the
 //! [`EnergyTracker`] keeps is each GPU's previous counter and parts, and each job's run.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -28,10 +30,11 @@ pub struct EnergyTracker {
     last: HashMap<(String, u32), (Reading, Parts)>,
     /// Each node's newest report's sample time: an older one arriving late is left out.
     newest: HashMap<String, i64>,
-    /// When accountd received each node's newest report (its own clock): a node's sample times are
-    /// its word, so no step is believed to hold more than a GPU can draw in the time that really
-    /// passed between two reports (and an interval's slack).
-    received: HashMap<String, i64>,
+    /// When accountd received each node's newest report (its own clock), and the end of the time
+    /// its steps were believed over so far: a node's sample times are its word, so its steps
+    /// together are believed over no more than the time that really passed and one interval's
+    /// slack (a node posting many reports a second gains no slack from each).
+    received: HashMap<String, (i64, i64)>,
     /// The run each job on a node is counted under: the sample time of the first of the node's
     /// unbroken reports that carry it.
     runs: HashMap<(String, String), i64>,
@@ -78,7 +81,7 @@ pub fn step(before: &Reading, now: &Reading, max_gap: i64, watt_seconds: i64) ->
     let used = now.millijoules.checked_sub(before.millijoules)?;
     // At most MAX_GPU_WATTS over the longest step taken (reports a moment apart may carry a rise
     // sampled over a longer stretch: the counter and the sample time are not read at one instant).
-    let most = MAX_GPU_WATTS.saturating_mul(1000).saturating_mul(watt_seconds.clamp(1, max_gap.max(1)) as u64);
+    let most = MAX_GPU_WATTS.saturating_mul(1000).saturating_mul(watt_seconds.clamp(0, max_gap.max(1)) as u64);
     (used <= most).then_some(used)
 }
 
@@ -120,11 +123,17 @@ impl EnergyTracker {
         }
         self.newest.insert(node.to_string(), at);
         // The time that really passed since the node's previous report, and one interval's slack
-        // for a report delayed on the way (accountd's own interval: never the node's word).
-        let watt_seconds = match self.received.insert(node.to_string(), received) {
-            Some(before) => (received - before).max(0) + slack,
-            None => max_gap,
+        // for a report delayed on the way (accountd's own interval: never the node's word), less
+        // what earlier steps were already believed over.
+        let (watt_seconds, believed_until) = match self.received.get(node) {
+            Some(&(before, believed_until)) => {
+                let window_end = received.saturating_add(slack);
+                ((window_end - before.max(believed_until)).max(0), window_end)
+            }
+            // The first report: no step, nothing believed yet.
+            None => (max_gap, received),
         };
+        self.received.insert(node.to_string(), (received, believed_until));
         let mut shares = energy_shares(sample);
         let mut millijoules: BTreeMap<String, f64> = BTreeMap::new();
         for gpu in &sample.gpus {
@@ -295,43 +304,45 @@ mod tests {
 
     /// A node's sample times are its word: reports that arrive a second apart but claim a minute and
     /// a half between them are believed only for what a GPU can draw in the second that passed and
-    /// an interval (a node cannot post a day of power in a minute).
+    /// an interval (a node cannot post a day of power in a minute), and the interval's slack is
+    /// given once, not at each of many reports.
     #[test]
     fn a_rise_is_bounded_by_the_time_that_really_passed() {
         let mut t = EnergyTracker::default();
         let at = |s: i64, mj: u64| sample(s, vec![gpu(0, "GPU-a", Some(mj), &["7"])], vec![]);
-        t.apply_received("n1", &at(0, 0), Within { max_gap: GAP, slack: GAP / 3, received: 1000 }, &|_| 8);
-        let most = MAX_GPU_WATTS * 1000 * (1 + GAP / 3) as u64;
-        assert_eq!(
-            t.apply_received(
-                "n1",
-                &at(90, most + 1000),
-                Within { max_gap: GAP, slack: GAP / 3, received: 1001 },
-                &|_| 8
-            ),
-            [],
-            "more than a GPU draws in 31 s"
-        );
-        let next = most + 1000 + most;
-        assert_eq!(
-            got(&t.apply_received(
-                "n1",
-                &at(180, next),
-                Within { max_gap: GAP, slack: GAP / 3, received: 1002 },
-                &|_| 8
-            )),
-            [("7", 0, most / 1000)]
-        );
+        let within = |received| Within { max_gap: GAP, slack: GAP / 3, received };
+        let per_second = MAX_GPU_WATTS * 1000;
+        t.apply_received("n1", &at(0, 0), within(1000), &|_| 8);
+        let most = per_second * (1 + GAP / 3) as u64;
+        assert_eq!(t.apply_received("n1", &at(90, most + 1000), within(1001), &|_| 8), [], "more than 31 s of a GPU");
+        // The slack was spent: a second later, a second's draw.
+        let next = most + 1000 + per_second;
+        assert_eq!(got(&t.apply_received("n1", &at(180, next), within(1002), &|_| 8)), [("7", 0, per_second / 1000)]);
+        assert_eq!(t.apply_received("n1", &at(181, next + 1), within(1002), &|_| 8), [], "no time passed");
         // Sent in time, it counts whole.
+        let whole = per_second * 60;
         assert_eq!(
-            got(&t.apply_received(
-                "n1",
-                &at(270, next + 2 * most),
-                Within { max_gap: GAP, slack: GAP / 3, received: 1092 },
-                &|_| 8
-            )),
-            [("7", 0, 2 * most / 1000)]
+            got(&t.apply_received("n1", &at(270, next + 1 + whole), within(1062), &|_| 8)),
+            [("7", 0, whole / 1000)]
         );
+    }
+
+    /// The audit's N1: a node posting ten reports a second, each claiming the most a GPU may draw
+    /// since the last, is believed for the seconds that passed and one slack, not a slack each.
+    #[test]
+    fn many_reports_a_second_gain_no_slack_each() {
+        let mut t = EnergyTracker::default();
+        let within = |received| Within { max_gap: GAP, slack: 30, received };
+        let at = |s: i64, mj: u64| sample(s, vec![gpu(0, "GPU-a", Some(mj), &["7"])], vec![]);
+        t.apply_received("n1", &at(0, 0), within(1000), &|_| 1);
+        let (mut counter, mut joules) = (0, 0);
+        for i in 1..=100 {
+            counter += MAX_GPU_WATTS * 1000 * 30;
+            let received = 1000 + i / 10;
+            joules +=
+                t.apply_received("n1", &at(i, counter), within(received), &|_| 1).iter().map(|e| e.joules).sum::<u64>();
+        }
+        assert!(joules <= MAX_GPU_WATTS * (10 + 30), "{joules} J in 10 s");
     }
 
     /// The audit's N1: a node's root names alice's one-GPU job as the holder of every GPU there;
@@ -358,8 +369,8 @@ mod tests {
         let at = |s: i64, mj: u64| sample(s, vec![gpu(0, "GPU-a", Some(mj), &["7"])], vec![]);
         t.apply("n1", &at(0, 0), GAP);
         assert_eq!(t.apply("n1", &at(30, u64::MAX), GAP), []);
-        // At most a GPU's draw over the 30 s that passed and an interval's slack (GAP is 3 intervals).
-        let most = MAX_GPU_WATTS * 1000 * (30 + GAP / 3) as u64;
+        // At most a GPU's draw over the 30 s that passed (the interval's slack went to the first step).
+        let most = MAX_GPU_WATTS * 1000 * 30;
         assert_eq!(t.apply("n1", &at(60, u64::MAX - most - 1), GAP), [], "went back");
         assert_eq!(got(&t.apply("n1", &at(90, u64::MAX - 1), GAP)), [("7", 0, most / 1000)], "at most a GPU's draw");
         let nameless = |s: i64, mj: u64| {

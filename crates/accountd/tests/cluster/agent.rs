@@ -459,7 +459,7 @@ fn token_mode_reports_are_signed_with_a_private_node_token() {
     let site = Site::start(
         "",
         &format!(
-            "[slurm]\nfirst_lookback = \"1s\"\n[agent]\nauth = \"token\"\ntoken_file = \"{}\"\n[http]\nlisten = \"127.0.0.1:0\"\n",
+            "[slurm]\nfirst_lookback = \"1s\"\n[agent]\nauth = \"token\"\ntoken_file = \"{}\"\n[http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n",
             secret.path().display()
         ),
     );

@@ -126,6 +126,7 @@ fn only_hardware_faults_drain_and_a_resumed_node_stays_resumed_across_a_restart(
     let mut site = Site::start(
         "",
         "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n\
+         [http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n\
          [health]\nmax_temperature = 85\ntemperature_for = \"30s\"\nrepeat_after = \"1d\"\n",
     );
     let state = site.path("nvml-state.toml");

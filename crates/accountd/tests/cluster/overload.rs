@@ -14,7 +14,7 @@ fn a_reopened_idle_flood_from_the_agents_own_address_silences_nothing() {
     let (alice, bob) = (cluster.alice, cluster.bob);
     let site = Site::start(
         "",
-        "[http]\nlisten = \"127.0.0.1:0\"\nrequest_timeout = \"60s\"\n[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n",
+        "[http]\nlisten = \"127.0.0.1:0\"\nrequest_timeout = \"60s\"\nper_user_metrics = true\n[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n",
     );
     let base = site.http_url();
     let port = base.rsplit(':').next().unwrap().to_string();
@@ -76,7 +76,7 @@ fn slow_bodies_from_the_agents_own_address_never_keep_its_report_out() {
     let cluster = crate::cluster::serial();
     let site = Site::start(
         "",
-        "[http]\nlisten = \"127.0.0.1:0\"\nrequest_timeout = \"60s\"\n[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n",
+        "[http]\nlisten = \"127.0.0.1:0\"\nrequest_timeout = \"60s\"\nper_user_metrics = true\n[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n",
     );
     let base = site.http_url();
     let port = base.rsplit(':').next().unwrap().to_string();

@@ -123,7 +123,11 @@ fn job_state(job: &str) -> String {
 fn forged_agent_reports_drain_nothing_and_touch_no_job() {
     let cluster = serial();
     let (alice, bob) = (cluster.alice, cluster.bob);
-    let site = Site::start("", "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n");
+    let site = Site::start(
+        "",
+        "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n\
+         [http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n",
+    );
     let report_url = format!("{}/v1/agent/report", site.http_url());
     let bobs = sbatch(bob, &["--gres=gpu:rtx2080:1", "--wrap", "sleep 120"]);
     let deadline = Instant::now() + Duration::from_secs(60);
