@@ -180,14 +180,31 @@ impl Site {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gputokens-agent"));
+        self.command_under(&[], args)
+    }
+
+    /// The agent run by `wrapper` (a command that execs the rest of its arguments, e.g. prlimit).
+    fn command_under(&self, wrapper: &[&str], args: &[&str]) -> Command {
+        let agent = env!("CARGO_BIN_EXE_gputokens-agent");
+        let mut cmd = match wrapper.split_first() {
+            Some((program, wrapper_args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(wrapper_args).arg(agent);
+                cmd
+            }
+            None => Command::new(agent),
+        };
         cmd.arg("--config").arg(self.config()).args(args);
         cmd.env("FAKE_NVML_STATE", self.path("state.toml")).env("GPUTOKENS_LOG", "info").env_remove("GPUTOKENS_CONF");
         cmd
     }
 
     fn start(&self, args: &[&str]) -> Agent {
-        let mut child = self.command(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        self.start_under(&[], args)
+    }
+
+    fn start_under(&self, wrapper: &[&str], args: &[&str]) -> Agent {
+        let mut child = self.command_under(wrapper, args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
         let log = Arc::new(Mutex::new(String::new()));
         let (pipe, sink) = (child.stderr.take().unwrap(), log.clone());
         std::thread::spawn(move || {
@@ -536,4 +553,145 @@ fn an_http_error_is_a_failed_report() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("HTTP 401 Unauthorized") && stderr.contains("bad token"), "{stderr}");
     assert_eq!(server.wait_for_requests(1).len(), 1);
+}
+
+/// The real non-root users these tests act as (they exist on the test machines; the tests run as root).
+const ALICE: u32 = 1001;
+
+/// Holds `count` connections to 127.0.0.1:`port` as `uid`, sending `GET /metrics` on each every 2 s
+/// and reading what comes back (the audit's N3 flood); says "holding N" after each round.
+const FLOOD: &str = r#"
+import resource, socket, sys, time
+port, count, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+socks = []
+for _ in range(count):
+    s = socket.socket()
+    s.setblocking(False)
+    try:
+        s.connect(("127.0.0.1", port))
+    except BlockingIOError:
+        pass
+    socks.append(s)
+end = time.time() + seconds
+while time.time() < end:
+    alive = []
+    for s in socks:
+        try:
+            while s.recv(65536):
+                pass
+            s.close()
+            continue
+        except BlockingIOError:
+            pass
+        except OSError:
+            s.close()
+            continue
+        try:
+            s.send(request)
+        except BlockingIOError:
+            pass
+        except OSError:
+            s.close()
+            continue
+        alive.append(s)
+    socks = alive
+    print("holding", len(socks), flush=True)
+    time.sleep(2)
+"#;
+
+/// A flood of connections held by a process of another user; killed on drop.
+struct Flood {
+    child: Child,
+    rounds: Arc<Mutex<Vec<usize>>>,
+}
+
+impl Flood {
+    fn start(uid: u32, port: u16, count: usize) -> Flood {
+        use std::os::unix::process::CommandExt;
+        let mut child = Command::new("/usr/bin/python3")
+            .args(["-c", FLOOD, &port.to_string(), &count.to_string(), "120"])
+            .uid(uid)
+            .gid(uid)
+            .current_dir("/")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("python3 as uid {uid} (this test needs root): {e}"));
+        let rounds = Arc::new(Mutex::new(Vec::new()));
+        let (pipe, sink) = (child.stdout.take().unwrap(), rounds.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if let Some(n) = line.strip_prefix("holding ").and_then(|n| n.parse().ok()) {
+                    sink.lock().unwrap().push(n);
+                }
+            }
+        });
+        Flood { child, rounds }
+    }
+
+    /// How many connections it held after each round so far.
+    fn rounds(&self) -> Vec<usize> {
+        self.rounds.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The audit's N3: alice holds 1,100 connections to the agent's /metrics (each sending a request now
+/// and then), with the agent at systemd's default limit of 1024 open files. Its reports must go on,
+/// and a fresh client must still be answered: the listener sheds or refuses her connections.
+#[test]
+fn a_users_connection_flood_on_metrics_never_stops_the_reports() {
+    let (server, url) = server(OK);
+    let site = Site::new(&url, "127.0.0.1:0", "");
+    use_token_auth(&site);
+    site.write_state(&two_gpus(&[]));
+    // prlimit execs the agent: its pid is the agent's. A hard limit of 1024 too, so that the agent
+    // cannot raise its way out of the test.
+    let mut agent = site.start_under(&["prlimit", "--nofile=1024:1024", "--"], &["--node", "gpu-n01"]);
+    let metrics = agent.metrics_url();
+    let port: u16 = metrics.rsplit(':').next().unwrap().trim_end_matches("/metrics").parse().unwrap();
+    server.wait_for_requests(1);
+
+    let flood = Flood::start(ALICE, port, 1100);
+    // Two rounds: every connection has been opened and has sent a request at least once.
+    wait_for("the flood's second round", || Some(()).filter(|()| flood.rounds().len() >= 2));
+    let during = server.requests().len();
+    reports_go_on(&server, during + 5, &agent);
+    let fresh = reqwest::blocking::Client::builder().timeout(Duration::from_secs(2)).build().unwrap();
+    wait_for("a fresh client's scrape during the flood", || {
+        let answer = fresh.get(&metrics).header("connection", "close").send().ok()?;
+        answer.status().is_success().then_some(())
+    });
+    assert!(agent.running(), "{}", agent.log());
+    // The agent holds a few dozen of her connections, not a thousand.
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", agent.child.id())).unwrap().count();
+    assert!(fds < 200, "the agent holds {fds} descriptors; the flood held {:?}", flood.rounds());
+
+    drop(flood);
+    let after = server.requests().len();
+    reports_go_on(&server, after + 3, &agent);
+    let m = scrape(&metrics);
+    assert_eq!(gpu_of(&m, "gpu_utilization_percent", 0), Some(87.0), "{m:#?}");
+    assert!(!agent.log().contains("Too many open files"), "{}", agent.log());
+    let (code, _) = agent.terminate();
+    assert_eq!(code, Some(0));
+}
+
+/// Waits for `n` reports in all, or fails with the agent's log (why it stopped posting).
+fn reports_go_on(server: &ReportServer, n: usize, agent: &Agent) {
+    let deadline = Instant::now() + WAIT;
+    while server.requests().len() < n {
+        let log = agent.log();
+        let tail: Vec<&str> = log.lines().rev().take(10).collect();
+        assert!(Instant::now() < deadline, "no {n} reports in time; the agent's last log lines:\n{tail:#?}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
 }
