@@ -414,7 +414,6 @@ fn posts_reports_with_the_token_and_serves_metrics() {
 /// claimant moves neither; 4244 is unmeasured. And the GPU's energy counter, reported and exported.
 #[test]
 fn jobs_sharing_a_gpu_are_each_their_own_processes_use() {
-    const BOB: u32 = 1002;
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     assert!(
         jobs::job_from_cgroup(&own).is_none(),
@@ -462,6 +461,55 @@ fn jobs_sharing_a_gpu_are_each_their_own_processes_use() {
     assert_eq!(job("job_gpu_memory_bytes", "4243"), Some((4 * GIB) as f64));
     assert_eq!(gpu_of(&m, "gpu_energy_joules", 0), Some(18_500.0));
     assert_eq!(gpu_of(&m, "gpu_energy_joules", 1), None, "no counter, no series");
+    let (code, _) = agent.terminate();
+    assert_eq!(code, Some(0));
+}
+
+/// The audit's N2: bob's process outside Slurm (ssh without pam_slurm_adopt, cron) busy on the GPU
+/// alice's job holds alone. It has a /proc entry here and no claim: nobody's, not the sole holder's.
+/// Her job is unmeasured on that GPU (neither billed bob's use nor idle) and bob's part of the GPU's
+/// energy is nobody's to pay.
+#[test]
+fn another_users_process_outside_slurm_on_a_jobs_gpu_is_nobodys() {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    assert!(
+        jobs::job_from_cgroup(&own).is_none(),
+        "run outside a Slurm job: its cgroup would name every process's job"
+    );
+    let (server, url) = server(OK);
+    let site = Site::new(&url, "127.0.0.1:0", "");
+    use_token_auth(&site);
+    let hers = Sleeper::spawn_as(Some(ALICE), Some("4300"));
+    let his = Sleeper::spawn_as(Some(BOB), None);
+    std::fs::create_dir_all(site.path("jobs")).unwrap();
+    std::fs::write(site.path("jobs/4300"), format!("gpus=0\nuids=GPU-a6000-0\nuid={ALICE}\n")).unwrap();
+    // Her process idles at 5 %, his burns 90 % of the GPU's 95 %.
+    let state = two_gpus(&[(hers.pid(), 0, GIB, Some(5)), (his.pid(), 0, 2 * GIB, Some(90))])
+        .replacen("util_gpu = 87", "util_gpu = 95", 1)
+        .replacen("power_mw = 250500\n", "power_mw = 250500\nenergy_mj = 18500000\n", 1);
+    site.write_state(&state);
+    let agent = site.start(&["--node", "gpu-n01"]);
+
+    let r = report(&server.wait_for_requests(1)[0]);
+    let job_of = |pid: u32| r.sample.processes.iter().find(|p| p.pid == pid).and_then(|p| p.job_id.clone());
+    assert_eq!(job_of(hers.pid()).as_deref(), Some("4300"));
+    assert_eq!(job_of(his.pid()), None, "bob's process outside Slurm is nobody's, not the GPU's sole holder's");
+    assert_eq!(r.sample.gpus[0].jobs, ["4300"]);
+    // As accountd reads the report: her job unmeasured, and bob's 90 of the 95 in sight nobody's energy.
+    let used = gputokens_node_report::job_use::job_use(&r.sample);
+    assert_eq!(used["4300"].percent, None, "{used:?}");
+    assert_eq!(used["4300"].memory_bytes, GIB, "her own memory, not bob's 2 GiB");
+    let shares = gputokens_node_report::job_use::energy_shares(&r.sample);
+    let parts: Vec<(&str, f64)> = shares[&0].iter().map(|(job, part)| (job.as_str(), *part)).collect();
+    assert_eq!(parts.len(), 1, "{shares:?}");
+    assert_eq!(parts[0].0, "4300");
+    assert!((parts[0].1 - 5.0 / 95.0).abs() < 1e-9, "her part is her 5 of the 95 in sight: {shares:?}");
+
+    let m = scrape(&agent.metrics_url());
+    let job = |name: &str| m.get(&format!("gputokens_agent_{name}{{job=\"4300\",node=\"gpu-n01\"}}")).copied();
+    assert_eq!(job("job_gpu_utilization_percent"), None, "not bob's 90 %, nor the GPU's 95 %: {m:#?}");
+    assert_eq!(job("job_gpu_measured"), Some(0.0));
+    assert_eq!(job("job_gpu_memory_bytes"), Some(GIB as f64));
     let (code, _) = agent.terminate();
     assert_eq!(code, Some(0));
 }
@@ -557,6 +605,7 @@ fn an_http_error_is_a_failed_report() {
 
 /// The real non-root users these tests act as (they exist on the test machines; the tests run as root).
 const ALICE: u32 = 1001;
+const BOB: u32 = 1002;
 
 /// Holds `count` connections to 127.0.0.1:`port` as `uid`, sending `GET /metrics` on each every 2 s
 /// and reading what comes back (the audit's N3 flood); says "holding N" after each round.
