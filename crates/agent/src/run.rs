@@ -78,7 +78,7 @@ pub fn run(config: &Config, node: Option<String>, once: bool) -> AgentResult {
         OpenError::Thread(_) => AgentError::Failed(e.to_string()),
         _ => AgentError::Refused(e.to_string()),
     })?;
-    let (exporter, registry) = Exporter::new();
+    let (exporter, registry) = Exporter::new(cfg.per_job_metrics);
     let mut agent = Agent { node, source, reporter, exporter, interval };
     if once {
         let summary = agent.step().map_err(AgentError::Failed)?;

@@ -218,6 +218,9 @@ impl Site {
     }
 }
 
+/// `[agent]` asking for the per-job series on the agent's /metrics (off by default).
+const PER_JOB: &str = "per_job_metrics = true\n";
+
 /// Two GPUs: an A6000 with ECC and an RTX 2080 Ti without; `procs` are (pid, gpu, bytes, sm %).
 fn two_gpus(procs: &[(u32, u32, u64, Option<u32>)]) -> String {
     let mut s = format!(
@@ -327,7 +330,7 @@ fn signed_with_the_token(request: &Request) -> bool {
 #[test]
 fn posts_reports_with_the_token_and_serves_metrics() {
     let (server, url) = server(OK);
-    let site = Site::new(&url, "127.0.0.1:0", "");
+    let site = Site::new(&url, "127.0.0.1:0", PER_JOB);
     use_token_auth(&site);
     let job = Sleeper::spawn(Some("777"));
     let outside = Sleeper::spawn(None);
@@ -421,7 +424,7 @@ fn jobs_sharing_a_gpu_are_each_their_own_processes_use() {
     );
     let alice = nix::unistd::getuid().as_raw();
     let (server, url) = server(OK);
-    let site = Site::new(&url, "127.0.0.1:0", "");
+    let site = Site::new(&url, "127.0.0.1:0", PER_JOB);
     use_token_auth(&site);
     let busy = Sleeper::spawn_as(None, Some("4242"));
     let idle = Sleeper::spawn_as(Some(BOB), Some("4243"));
@@ -477,7 +480,7 @@ fn another_users_process_outside_slurm_on_a_jobs_gpu_is_nobodys() {
         "run outside a Slurm job: its cgroup would name every process's job"
     );
     let (server, url) = server(OK);
-    let site = Site::new(&url, "127.0.0.1:0", "");
+    let site = Site::new(&url, "127.0.0.1:0", PER_JOB);
     use_token_auth(&site);
     let hers = Sleeper::spawn_as(Some(ALICE), Some("4300"));
     let his = Sleeper::spawn_as(Some(BOB), None);
@@ -512,6 +515,51 @@ fn another_users_process_outside_slurm_on_a_jobs_gpu_is_nobodys() {
     assert_eq!(job("job_gpu_memory_bytes"), Some(GIB as f64));
     let (code, _) = agent.terminate();
     assert_eq!(code, Some(0));
+}
+
+/// The audit's N8: the agent's /metrics, which every user on the node can read, shows no job's use
+/// unless the site sets `[agent] per_job_metrics = true`; its per-GPU series are there either way.
+#[test]
+fn job_series_only_where_the_site_asks_for_them() {
+    let (server, url) = server(OK);
+    let hers = Sleeper::spawn_as(Some(ALICE), Some("4300"));
+    for (extra, shown) in [("", false), (PER_JOB, true)] {
+        let site = Site::new(&url, "127.0.0.1:0", extra);
+        use_token_auth(&site);
+        std::fs::create_dir_all(site.path("jobs")).unwrap();
+        std::fs::write(site.path("jobs/4300"), format!("gpus=0\nuids=GPU-a6000-0\nuid={ALICE}\n")).unwrap();
+        site.write_state(&two_gpus(&[(hers.pid(), 0, GIB, Some(60))]));
+        let agent = site.start(&["--node", "gpu-n01"]);
+        let reports = server.requests().len();
+        server.wait_for_requests(reports + 1);
+        // As bob, another user on the node.
+        let text = scrape_as(BOB, &agent.metrics_url());
+        assert!(
+            text.contains(r#"gputokens_agent_gpu_utilization_percent{node="gpu-n01",gpu="0",uuid="GPU-a6000-0"} 87"#),
+            "{text}"
+        );
+        let her_job = r#"gputokens_agent_job_gpu_utilization_percent{job="4300",node="gpu-n01"} 87"#;
+        assert_eq!(text.contains(her_job), shown, "per_job_metrics {shown}: {text}");
+        assert_eq!(text.contains("job="), shown, "per_job_metrics {shown}: {text}");
+        let (code, _) = agent.terminate();
+        assert_eq!(code, Some(0));
+    }
+}
+
+/// The text of `url`, fetched by a process of `uid` (python3's urllib).
+fn scrape_as(uid: u32, url: &str) -> String {
+    use std::os::unix::process::CommandExt;
+    const FETCH: &str =
+        "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())";
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", FETCH, url])
+        .uid(uid)
+        .gid(uid)
+        .current_dir("/")
+        .output()
+        .unwrap_or_else(|e| panic!("python3 as uid {uid} (this test needs root): {e}"));
+    assert!(out.status.success(), "scrape as uid {uid}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
 }
 
 fn gpu_of(m: &HashMap<String, f64>, name: &str, i: u32) -> Option<f64> {
