@@ -158,6 +158,8 @@ interval = "2s"
 nvml_library = "$NVML"
 jobs_dir = "$W/jobs"
 listen = "$AGT"
+# summarize.py reads each job's series from the agent's /metrics too (off by default).
+per_job_metrics = true
 auth = "token"
 token_file = "$W/node-token"
 TOML

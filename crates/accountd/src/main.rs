@@ -245,8 +245,9 @@ fn serve(path: &std::path::Path, config: Config) -> AccountdResult {
     )?;
     // The HTTP address before the socket, for the same reason: one taken fails this serve alone.
     let tcp = http_listen.map(bind_http).transpose()?;
-    accountd::daemon::conn_caps::raise_open_file_limit(
+    gputokens::daemon::conn_caps::raise_open_file_limit(
         (limits.max_connections + socket::MAX_CONNECTIONS) as u64 + OTHER_OPEN_FILES,
+        "raise LimitNOFILE in accountd's unit or lower [http] max_connections",
     );
     let ledger = config.paths.ledger.clone();
     // Opening the ledger (which makes its directory as it should be) changes nothing another serve

@@ -1,5 +1,8 @@
-//! The agent's own `/metrics` (prometheus-client): the latest sample per GPU and per job, so a node can
-//! be watched without accountd. Series of a GPU or job missing from a sample are removed.
+//! The agent's own `/metrics` (prometheus-client): the latest sample per GPU and, where the site asks
+//! for them (`[agent] per_job_metrics`), per job, so a node can be watched without accountd. Series
+//! of a GPU or job missing from a sample are removed. Per-job series are off by default: every local
+//! user can read the listener, and a job's utilization, memory and GPUs are its owner's business
+//! (the audit's N8); per-GPU series carry no job.
 
 use std::collections::HashSet;
 use std::hash::Hash;
@@ -66,17 +69,54 @@ pub struct Exporter {
     gpu_healthy: Series<GpuLabels>,
     gpu_ecc: Series<GpuLabels>,
     gpu_energy: Series<GpuLabels>,
-    job_utilization: Series<JobLabels>,
-    job_measured: Series<JobLabels>,
-    job_memory: Series<JobLabels>,
-    job_gpus: Series<JobLabels>,
+    /// None unless `per_job_metrics`: then not even registered (no HELP lines either).
+    jobs: Option<JobSeries>,
     sample_failures: Counter,
     report_failures: Counter,
 }
 
+/// The per-job series.
+struct JobSeries {
+    utilization: Series<JobLabels>,
+    measured: Series<JobLabels>,
+    memory: Series<JobLabels>,
+    gpus: Series<JobLabels>,
+}
+
+impl JobSeries {
+    fn new(r: &mut Registry) -> JobSeries {
+        JobSeries {
+            utilization: Series::new(
+                r,
+                "job_gpu_utilization_percent",
+                "A job's own use of its GPUs: a GPU's utilization where it runs alone, its processes' SM \
+                 utilization where it shares the GPU; no series while unmeasured",
+            ),
+            measured: Series::new(
+                r,
+                "job_gpu_measured",
+                "0 while a job's use cannot be told: it shares a GPU where the agent sees none of its \
+                 processes (or NVML cannot say), or a process of no job uses its GPU",
+            ),
+            memory: Series::new(r, "job_gpu_memory_bytes", "GPU memory used by a job"),
+            gpus: Series::new(r, "job_gpus", "GPUs a job holds or its processes run on"),
+        }
+    }
+
+    fn update(&mut self, node: &str, sample: &NodeSample) {
+        let jobs = job_use(sample);
+        let job = |id: &String| JobLabels { job: id.clone(), node: node.to_string() };
+        self.utilization.update(jobs.iter().filter_map(|(id, u)| Some((job(id), u.percent?))));
+        self.measured.update(jobs.iter().map(|(id, u)| (job(id), f64::from(u8::from(u.percent.is_some())))));
+        self.memory.update(jobs.iter().map(|(id, u)| (job(id), u.memory_bytes as f64)));
+        self.gpus.update(jobs.iter().map(|(id, u)| (job(id), u.gpus as f64)));
+    }
+}
+
 impl Exporter {
-    /// The exporter, for the sampling loop, and its registry, for the `/metrics` handler.
-    pub fn new() -> (Exporter, Arc<Registry>) {
+    /// The exporter, for the sampling loop, and its registry, for the `/metrics` handler; per-job
+    /// series only with `per_job`.
+    pub fn new(per_job: bool) -> (Exporter, Arc<Registry>) {
         let mut r = Registry::with_prefix("gputokens_agent");
         let exporter = Exporter {
             gpu_utilization: Series::new(&mut r, "gpu_utilization_percent", "GPU utilization"),
@@ -98,19 +138,7 @@ impl Exporter {
                 "gpu_energy_joules",
                 "Energy the GPU used since the driver loaded (NVML's counter)",
             ),
-            job_utilization: Series::new(
-                &mut r,
-                "job_gpu_utilization_percent",
-                "A job's own use of its GPUs: a GPU's utilization where it runs alone, its processes' SM \
-                 utilization where it shares the GPU; no series while unmeasured",
-            ),
-            job_measured: Series::new(
-                &mut r,
-                "job_gpu_measured",
-                "0 while a job shares a GPU where the agent sees none of its processes (or NVML cannot say)",
-            ),
-            job_memory: Series::new(&mut r, "job_gpu_memory_bytes", "GPU memory used by a job"),
-            job_gpus: Series::new(&mut r, "job_gpus", "GPUs a job holds or its processes run on"),
+            jobs: per_job.then(|| JobSeries::new(&mut r)),
             sample_failures: Counter::default(),
             report_failures: Counter::default(),
         };
@@ -137,13 +165,9 @@ impl Exporter {
         self.gpu_healthy.update(each(&|g| {
             Some(f64::from(u8::from(g.health == GpuHealth::Ok && g.ecc_uncorrected.unwrap_or(0) == 0)))
         }));
-
-        let jobs = job_use(sample);
-        let job = |id: &String| JobLabels { job: id.clone(), node: node.to_string() };
-        self.job_utilization.update(jobs.iter().filter_map(|(id, u)| Some((job(id), u.percent?))));
-        self.job_measured.update(jobs.iter().map(|(id, u)| (job(id), f64::from(u8::from(u.percent.is_some())))));
-        self.job_memory.update(jobs.iter().map(|(id, u)| (job(id), u.memory_bytes as f64)));
-        self.job_gpus.update(jobs.iter().map(|(id, u)| (job(id), u.gpus as f64)));
+        if let Some(jobs) = &mut self.jobs {
+            jobs.update(node, sample);
+        }
     }
 
     /// Drops every GPU and job series: after a failed sample, a gap is truer than frozen values.
@@ -197,7 +221,7 @@ mod tests {
 
     #[test]
     fn gone_series_are_removed() {
-        let (mut exporter, registry) = Exporter::new();
+        let (mut exporter, registry) = Exporter::new(true);
         exporter.update("n1", &sample(&[(0, Some(80)), (1, Some(20))], &[(1, 1, "7")]));
         let text = encode(&registry);
         assert!(
@@ -213,5 +237,14 @@ mod tests {
         exporter.sample_failed();
         let text = encode(&registry);
         assert!(!text.contains("node=") && text.contains("gputokens_agent_sample_failures_total 1"), "{text}");
+    }
+
+    #[test]
+    fn per_job_series_only_when_asked_for() {
+        let (mut exporter, registry) = Exporter::new(false);
+        exporter.update("n1", &sample(&[(0, Some(80))], &[(1, 0, "7")]));
+        let text = encode(&registry);
+        assert!(text.contains(r#"gputokens_agent_gpu_utilization_percent{node="n1",gpu="0",uuid="GPU-0"} 80.0"#));
+        assert!(!text.contains("job"), "no job series, not even their HELP: {text}");
     }
 }

@@ -10,6 +10,12 @@
 //! `SLURM_JOB_ID` in its environment, which it sets itself: that is taken only for a job that
 //! spank_gputokens.so recorded on this node as the process owner's, and never for a process that Slurm's
 //! hierarchy places.
+//!
+//! A process with a /proc entry here that names no job this way (outside Slurm: ssh without
+//! `pam_slurm_adopt`, cron, a user's services), or whose claim is refused, is nobody's: never the job
+//! that holds its GPU, which would then pay for another user's work (the audit's N2). Only a process
+//! without a /proc entry here (another PID namespace, a container) goes to the job holding its GPU
+//! alone: what runs there out of the agent's sight is that job's.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -24,7 +30,16 @@ use gputokens::slurm::sluid::is_sluid;
 /// the list and a new one with its PID are never confused between two samples.
 #[derive(Debug, Default)]
 pub struct JobCache {
-    known: HashMap<u32, Option<Claim>>,
+    known: HashMap<u32, Process>,
+}
+
+/// What this host's /proc says of a GPU process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Process {
+    /// No /proc entry here: another PID namespace (a container the agent is not in), or gone.
+    Unseen,
+    /// Its entry, and the job it claims (None: no Slurm cgroup, no `SLURM_JOB_ID`).
+    Seen(Option<Claim>),
 }
 
 /// Where a process's job was read.
@@ -79,15 +94,21 @@ impl<'a> Recorded<'a> {
 /// - for a process outside Slurm's hierarchy, its environment's job, only if spank_gputokens.so
 ///   recorded that job on this node for the process's owner (a record of an older plugin without a
 ///   uid only if that job holds the process's GPU);
-/// - else the sole job recorded as holding its GPU (`holders`).
+/// - for a process without a /proc entry here (another PID namespace), the sole job recorded as
+///   holding its GPU (`holders`);
+/// - else none: a process here that names no job, or whose claim is refused, is nobody's.
 ///
 /// A user cannot pass their GPU work, idle GPUs or faults off as another user's job.
-pub fn job_for_process(claim: Option<Claim>, holders: Option<&[String]>, recorded: &Recorded) -> Option<String> {
-    let sole_holder = || match holders {
-        Some([job]) => Some(job.clone()),
-        _ => None,
+pub fn job_for_process(process: Process, holders: Option<&[String]>, recorded: &Recorded) -> Option<String> {
+    let claim = match process {
+        Process::Unseen => {
+            return match holders {
+                Some([job]) => Some(job.clone()),
+                _ => None,
+            }
+        }
+        Process::Seen(claim) => claim?,
     };
-    let Some(claim) = claim else { return sole_holder() };
     let owner_is_process = |job: &str| match recorded.owner(job) {
         Some(Some(owner)) => claim.uid == Some(owner),
         _ => true,
@@ -96,23 +117,23 @@ pub fn job_for_process(claim: Option<Claim>, holders: Option<&[String]>, recorde
         Source::Cgroup if owner_is_process(&claim.job) => Some(claim.job),
         Source::CgroupSluid => match recorded.jobs_by_sluid.get(claim.job.as_str()) {
             Some(&job) if owner_is_process(job) => Some(job.to_owned()),
-            _ => sole_holder(),
+            _ => None,
         },
         Source::Environ => {
             let holds_its_gpu = holders.is_some_and(|held| held.contains(&claim.job));
             match recorded.owner(&claim.job) {
                 Some(Some(owner)) if claim.uid == Some(owner) => Some(claim.job),
                 Some(None) if holds_its_gpu => Some(claim.job),
-                _ => sole_holder(),
+                _ => None,
             }
         }
-        Source::Cgroup | Source::ForeignCgroup => sole_holder(),
+        Source::Cgroup | Source::ForeignCgroup => None,
     }
 }
 
 impl JobCache {
     /// [`job_of_pid`], read once while the process is listed.
-    pub fn job_of(&mut self, proc_root: &Path, pid: u32) -> Option<Claim> {
+    pub fn job_of(&mut self, proc_root: &Path, pid: u32) -> Process {
         self.known.entry(pid).or_insert_with(|| job_of_pid(proc_root, pid)).clone()
     }
 
@@ -124,9 +145,18 @@ impl JobCache {
 
 /// The job of `pid`, read from `<proc_root>/<pid>/cgroup` (Slurm's hierarchy; under cgroup v1 also
 /// the process owner's uid), else, for a process outside it, from `SLURM_JOB_ID` in its environ.
-/// `None` when neither says (or the process is gone, or its environ is not readable).
-pub fn job_of_pid(proc_root: &Path, pid: u32) -> Option<Claim> {
+/// [`Process::Unseen`] when `<proc_root>/<pid>` does not exist; no claim when neither says (or its
+/// environ is not readable).
+pub fn job_of_pid(proc_root: &Path, pid: u32) -> Process {
     let dir = proc_root.join(pid.to_string());
+    if std::fs::symlink_metadata(&dir).is_err() {
+        return Process::Unseen;
+    }
+    Process::Seen(claim_of(&dir))
+}
+
+/// The job a process's /proc directory `dir` names.
+fn claim_of(dir: &Path) -> Option<Claim> {
     let uid = std::fs::read_to_string(dir.join("status")).ok().as_deref().and_then(real_uid);
     let cgroup = std::fs::read_to_string(dir.join("cgroup")).ok();
     if let Some(SlurmCgroup { job, path_uid }) = cgroup.as_deref().and_then(job_from_cgroup) {
@@ -260,8 +290,8 @@ mod tests {
         }
     }
 
-    fn env(job: &str, uid: u32) -> Option<Claim> {
-        Some(Claim { job: job.into(), source: Source::Environ, uid: Some(uid) })
+    fn env(job: &str, uid: u32) -> Process {
+        Process::Seen(Some(Claim { job: job.into(), source: Source::Environ, uid: Some(uid) }))
     }
 
     fn record(job: &str, uid: Option<u32>, sluid: Option<&str>) -> JobRecord {
@@ -277,8 +307,9 @@ mod tests {
         // Job 5 is alice's (1001), job 9 bob's (1002), job 3 from an older plugin (no uid).
         let records = [record("5", Some(1001), None), record("9", Some(1002), None), record("3", None, None)];
         let recorded = Recorded::of(&records);
-        // alice's process on her own GPU (job 5) says it is bob's job 9: counted for job 5.
-        assert_eq!(job_for_process(env("9", 1001), Some(&held(&["5"])), &recorded).as_deref(), Some("5"));
+        // alice's process on her own GPU (job 5) says it is bob's job 9: refused, so nobody's (never
+        // the GPU's sole holder's: with another user's process, that job would pay for their work).
+        assert_eq!(job_for_process(env("9", 1001), Some(&held(&["5"])), &recorded), None);
         // Her own job, even on a GPU she shares or a GPU not recorded: hers.
         assert_eq!(job_for_process(env("5", 1001), Some(&held(&["5", "6"])), &recorded).as_deref(), Some("5"));
         assert_eq!(job_for_process(env("5", 1001), None, &recorded).as_deref(), Some("5"));
@@ -287,9 +318,9 @@ mod tests {
         assert_eq!(job_for_process(env("42", 1001), Some(&held(&["5", "6"])), &recorded), None);
         // An older record without a uid: only if that job holds the process's GPU.
         assert_eq!(job_for_process(env("3", 1001), Some(&held(&["3", "6"])), &recorded).as_deref(), Some("3"));
-        assert_eq!(job_for_process(env("3", 1001), Some(&held(&["6"])), &recorded).as_deref(), Some("6"));
-        // Nothing at all: the GPU's sole holder.
-        assert_eq!(job_for_process(None, Some(&held(&["5"])), &recorded).as_deref(), Some("5"));
+        assert_eq!(job_for_process(env("3", 1001), Some(&held(&["6"])), &recorded), None);
+        // Nothing at all: nobody's.
+        assert_eq!(job_for_process(Process::Seen(None), Some(&held(&["5"])), &recorded), None);
     }
 
     #[test]
@@ -297,24 +328,44 @@ mod tests {
         let records =
             [record("5", Some(1001), Some("s359M8A2NFAK00")), record("9", Some(1002), None), record("3", None, None)];
         let recorded = Recorded::of(&records);
-        let cgroup = |job: &str, source, uid| Some(Claim { job: job.into(), source, uid: Some(uid) });
+        let cgroup = |job: &str, source, uid| Process::Seen(Some(Claim { job: job.into(), source, uid: Some(uid) }));
         // By ID: Slurm's word, for a job not recorded here too (a CPU job's process on a GPU).
         assert_eq!(job_for_process(cgroup("9", Source::Cgroup, 1002), None, &recorded).as_deref(), Some("9"));
         assert_eq!(job_for_process(cgroup("7", Source::Cgroup, 1001), None, &recorded).as_deref(), Some("7"));
         assert_eq!(job_for_process(cgroup("3", Source::Cgroup, 1001), None, &recorded).as_deref(), Some("3"));
-        // alice's process in bob's job's cgroup (only root can put it there): not bob's.
+        // alice's process in bob's job's cgroup (only root can put it there): not bob's, also where
+        // his job holds the GPU alone.
         assert_eq!(job_for_process(cgroup("9", Source::Cgroup, 1001), Some(&held(&["5", "9"])), &recorded), None);
+        assert_eq!(job_for_process(cgroup("9", Source::Cgroup, 1001), Some(&held(&["9"])), &recorded), None);
         // By SLUID: the job recorded with it, for its owner's processes.
         let sluid = |uid| cgroup("s359M8A2NFAK00", Source::CgroupSluid, uid);
         assert_eq!(job_for_process(sluid(1001), Some(&held(&["5", "9"])), &recorded).as_deref(), Some("5"));
         assert_eq!(job_for_process(sluid(1002), Some(&held(&["5", "9"])), &recorded), None);
-        // A SLUID not recorded here: not guessed; the GPU's sole holder, if it has one.
+        // A SLUID not recorded here: not guessed, and nobody's, also on a GPU one job holds alone
+        // (another job of the node, its GPUs not recorded, is not that job).
         let unknown = cgroup("s0000000000000", Source::CgroupSluid, 1001);
         assert_eq!(job_for_process(unknown.clone(), Some(&held(&["5", "9"])), &recorded), None);
-        assert_eq!(job_for_process(unknown, Some(&held(&["9"])), &recorded).as_deref(), Some("9"));
+        assert_eq!(job_for_process(unknown, Some(&held(&["9"])), &recorded), None);
         // A v1 cgroup of another uid: neither the cgroup nor the environment speaks.
-        let foreign = Some(Claim { job: String::new(), source: Source::ForeignCgroup, uid: Some(1001) });
-        assert_eq!(job_for_process(foreign, Some(&held(&["5", "9"])), &recorded), None);
+        let foreign = Process::Seen(Some(Claim { job: String::new(), source: Source::ForeignCgroup, uid: Some(1001) }));
+        assert_eq!(job_for_process(foreign.clone(), Some(&held(&["5", "9"])), &recorded), None);
+        assert_eq!(job_for_process(foreign, Some(&held(&["9"])), &recorded), None);
+    }
+
+    /// The audit's N2: only a process the agent cannot see here (another PID namespace) is the job's
+    /// that holds its GPU alone; bob's process outside Slurm on alice's GPU is nobody's.
+    #[test]
+    fn only_a_process_out_of_sight_goes_to_the_gpus_sole_holder() {
+        let records = [record("5", Some(1001), None)];
+        let recorded = Recorded::of(&records);
+        assert_eq!(job_for_process(Process::Unseen, Some(&held(&["5"])), &recorded).as_deref(), Some("5"));
+        assert_eq!(job_for_process(Process::Unseen, Some(&held(&["5", "6"])), &recorded), None, "no sole holder");
+        assert_eq!(job_for_process(Process::Unseen, Some(&[]), &recorded), None);
+        assert_eq!(job_for_process(Process::Unseen, None, &recorded), None);
+        // bob (1002) outside Slurm, claiming nothing or alice's job, on the GPU her job 5 holds alone.
+        assert_eq!(job_for_process(Process::Seen(None), Some(&held(&["5"])), &recorded), None);
+        assert_eq!(job_for_process(env("5", 1002), Some(&held(&["5"])), &recorded), None);
+        assert_eq!(job_for_process(env("77", 1002), Some(&held(&["5"])), &recorded), None);
     }
 
     #[test]
@@ -334,8 +385,8 @@ mod tests {
         root
     }
 
-    fn claim(job: &str, source: Source, uid: u32) -> Option<Claim> {
-        Some(Claim { job: job.into(), source, uid: Some(uid) })
+    fn claim(job: &str, source: Source, uid: u32) -> Process {
+        Process::Seen(Some(Claim { job: job.into(), source, uid: Some(uid) }))
     }
 
     #[test]
@@ -368,6 +419,8 @@ mod tests {
     fn environ_is_the_fallback() {
         let root = fake_proc(7, 1001, "0::/user.slice\n", b"SLURM_JOB_ID=6\0");
         assert_eq!(job_of_pid(root.path(), 7), claim("6", Source::Environ, 1001));
-        assert_eq!(job_of_pid(root.path(), 8), None, "no such process");
+        assert_eq!(job_of_pid(root.path(), 8), Process::Unseen, "no such process here");
+        let root = fake_proc(7, 1001, "0::/user.slice/user-1001.slice/session-4.scope\n", b"HOME=/home/bob\0");
+        assert_eq!(job_of_pid(root.path(), 7), Process::Seen(None), "here, and claiming no job");
     }
 }

@@ -1,7 +1,7 @@
 //! gputokens-agent, the node agent: what a GPU node reports to accountd, read through NVML (`nvml`,
 //! `sampler`, `map`) with each GPU mapped to the Slurm job holding it (`job_gpu_records`, written by
 //! spank_gputokens.so) and each GPU process to its job (`jobs`); the agent itself (`run`) posts
-//! samples to accountd (`post`) and serves its own `/metrics` (`export`). The report's format is
+//! samples to accountd (`post`) and serves its own `/metrics` (`export`, under `listener`'s caps). The report's format is
 //! `gputokens_node_report`'s, shared with accountd; accountd links none of this, nor NVML.
 //! Unsafe code only in `nvml_raw` (one NVML call nvml-wrapper lacks); NVML is otherwise reached
 //! through nvml-wrapper, libmunge through `slurm_ffi::munge`.
@@ -12,6 +12,7 @@ pub mod error;
 pub mod export;
 pub mod job_gpu_records;
 pub mod jobs;
+mod listener;
 mod map;
 pub mod nvml;
 mod nvml_raw;

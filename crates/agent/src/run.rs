@@ -18,11 +18,15 @@ use gputokens_node_report::AgentReport;
 
 use crate::error::{AgentError, AgentResult};
 use crate::export::{self, Exporter};
+use crate::listener;
 use crate::post::{Reporter, Signer};
 use crate::{GpuSource, NvmlOptions, NvmlSource, OpenError};
 
 /// How long a stop waits for the loop to finish a sample or post under way.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Descriptors the agent needs besides its listener's connections: NVML's device files, /proc and
+/// `jobs_dir` reads, munged's socket, the connection to accountd, the log.
+const OTHER_OPEN_FILES: u64 = 192;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -74,7 +78,7 @@ pub fn run(config: &Config, node: Option<String>, once: bool) -> AgentResult {
         OpenError::Thread(_) => AgentError::Failed(e.to_string()),
         _ => AgentError::Refused(e.to_string()),
     })?;
-    let (exporter, registry) = Exporter::new();
+    let (exporter, registry) = Exporter::new(cfg.per_job_metrics);
     let mut agent = Agent { node, source, reporter, exporter, interval };
     if once {
         let summary = agent.step().map_err(AgentError::Failed)?;
@@ -152,6 +156,11 @@ fn sampling_loop(mut agent: Agent, interval: Duration, stop: mpsc::Receiver<()>)
 /// Runs the loop on a thread of its own (NVML and reqwest's blocking client block) and the `/metrics`
 /// listener on a small runtime, until SIGTERM or SIGINT.
 fn serve(agent: Agent, interval: Duration, listen: Option<SocketAddr>, registry: Arc<Registry>) -> AgentResult {
+    // The kernel's default soft limit (1024) is what a unit without LimitNOFILE gives.
+    gputokens::daemon::conn_caps::raise_open_file_limit(
+        listener::MAX_CONNECTIONS as u64 + OTHER_OPEN_FILES,
+        "raise LimitNOFILE in gputokens-agent's unit",
+    );
     let tcp = listen.map(bind).transpose()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -203,21 +212,18 @@ fn bind(addr: SocketAddr) -> AgentResult<std::net::TcpListener> {
     Ok(tcp)
 }
 
+/// `/metrics` under the listener's caps: a user's connections never take the descriptors the
+/// sampling loop needs (the loop has a thread of its own and never waits on the listener).
 async fn serve_metrics(
     tcp: tokio::net::TcpListener,
     registry: Arc<Registry>,
-    mut quitting: tokio::sync::watch::Receiver<bool>,
+    quitting: tokio::sync::watch::Receiver<bool>,
 ) {
     let app = axum::Router::new().route(
         "/metrics",
         get(move || async move { ([(header::CONTENT_TYPE, OPENMETRICS)], export::encode(&registry)) }),
     );
-    let serving = axum::serve(tcp, app).with_graceful_shutdown(async move {
-        let _ = quitting.wait_for(|q| *q).await;
-    });
-    if let Err(e) = serving.await {
-        tracing::error!("agent metrics listener failed: {e}");
-    }
+    listener::serve(tcp, app, quitting).await
 }
 
 fn listen_addr(text: &str) -> AgentResult<Option<SocketAddr>> {

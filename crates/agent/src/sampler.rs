@@ -80,8 +80,8 @@ impl<'n> Sampler<'n> {
             }
         }
         for p in &mut processes {
-            // A process the agent cannot place (another PID namespace) is the job's that holds its
-            // GPU, or its MIG device, alone.
+            // A process out of the agent's sight (another PID namespace) is the job's that holds its
+            // GPU, or its MIG device, alone; one here that names no job (or is refused) is nobody's.
             let claim = self.jobs.job_of(&self.proc_root, p.pid);
             let holders = match &p.mig_uuid {
                 Some(uuid) => held.slices.get(uuid),

@@ -180,14 +180,31 @@ impl Site {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gputokens-agent"));
+        self.command_under(&[], args)
+    }
+
+    /// The agent run by `wrapper` (a command that execs the rest of its arguments, e.g. prlimit).
+    fn command_under(&self, wrapper: &[&str], args: &[&str]) -> Command {
+        let agent = env!("CARGO_BIN_EXE_gputokens-agent");
+        let mut cmd = match wrapper.split_first() {
+            Some((program, wrapper_args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(wrapper_args).arg(agent);
+                cmd
+            }
+            None => Command::new(agent),
+        };
         cmd.arg("--config").arg(self.config()).args(args);
         cmd.env("FAKE_NVML_STATE", self.path("state.toml")).env("GPUTOKENS_LOG", "info").env_remove("GPUTOKENS_CONF");
         cmd
     }
 
     fn start(&self, args: &[&str]) -> Agent {
-        let mut child = self.command(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        self.start_under(&[], args)
+    }
+
+    fn start_under(&self, wrapper: &[&str], args: &[&str]) -> Agent {
+        let mut child = self.command_under(wrapper, args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
         let log = Arc::new(Mutex::new(String::new()));
         let (pipe, sink) = (child.stderr.take().unwrap(), log.clone());
         std::thread::spawn(move || {
@@ -200,6 +217,9 @@ impl Site {
         Agent { child, log }
     }
 }
+
+/// `[agent]` asking for the per-job series on the agent's /metrics (off by default).
+const PER_JOB: &str = "per_job_metrics = true\n";
 
 /// Two GPUs: an A6000 with ECC and an RTX 2080 Ti without; `procs` are (pid, gpu, bytes, sm %).
 fn two_gpus(procs: &[(u32, u32, u64, Option<u32>)]) -> String {
@@ -310,7 +330,7 @@ fn signed_with_the_token(request: &Request) -> bool {
 #[test]
 fn posts_reports_with_the_token_and_serves_metrics() {
     let (server, url) = server(OK);
-    let site = Site::new(&url, "127.0.0.1:0", "");
+    let site = Site::new(&url, "127.0.0.1:0", PER_JOB);
     use_token_auth(&site);
     let job = Sleeper::spawn(Some("777"));
     let outside = Sleeper::spawn(None);
@@ -397,7 +417,6 @@ fn posts_reports_with_the_token_and_serves_metrics() {
 /// claimant moves neither; 4244 is unmeasured. And the GPU's energy counter, reported and exported.
 #[test]
 fn jobs_sharing_a_gpu_are_each_their_own_processes_use() {
-    const BOB: u32 = 1002;
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     assert!(
         jobs::job_from_cgroup(&own).is_none(),
@@ -405,7 +424,7 @@ fn jobs_sharing_a_gpu_are_each_their_own_processes_use() {
     );
     let alice = nix::unistd::getuid().as_raw();
     let (server, url) = server(OK);
-    let site = Site::new(&url, "127.0.0.1:0", "");
+    let site = Site::new(&url, "127.0.0.1:0", PER_JOB);
     use_token_auth(&site);
     let busy = Sleeper::spawn_as(None, Some("4242"));
     let idle = Sleeper::spawn_as(Some(BOB), Some("4243"));
@@ -447,6 +466,100 @@ fn jobs_sharing_a_gpu_are_each_their_own_processes_use() {
     assert_eq!(gpu_of(&m, "gpu_energy_joules", 1), None, "no counter, no series");
     let (code, _) = agent.terminate();
     assert_eq!(code, Some(0));
+}
+
+/// The audit's N2: bob's process outside Slurm (ssh without pam_slurm_adopt, cron) busy on the GPU
+/// alice's job holds alone. It has a /proc entry here and no claim: nobody's, not the sole holder's.
+/// Her job is unmeasured on that GPU (neither billed bob's use nor idle) and bob's part of the GPU's
+/// energy is nobody's to pay.
+#[test]
+fn another_users_process_outside_slurm_on_a_jobs_gpu_is_nobodys() {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    assert!(
+        jobs::job_from_cgroup(&own).is_none(),
+        "run outside a Slurm job: its cgroup would name every process's job"
+    );
+    let (server, url) = server(OK);
+    let site = Site::new(&url, "127.0.0.1:0", PER_JOB);
+    use_token_auth(&site);
+    let hers = Sleeper::spawn_as(Some(ALICE), Some("4300"));
+    let his = Sleeper::spawn_as(Some(BOB), None);
+    std::fs::create_dir_all(site.path("jobs")).unwrap();
+    std::fs::write(site.path("jobs/4300"), format!("gpus=0\nuids=GPU-a6000-0\nuid={ALICE}\n")).unwrap();
+    // Her process idles at 5 %, his burns 90 % of the GPU's 95 %.
+    let state = two_gpus(&[(hers.pid(), 0, GIB, Some(5)), (his.pid(), 0, 2 * GIB, Some(90))])
+        .replacen("util_gpu = 87", "util_gpu = 95", 1)
+        .replacen("power_mw = 250500\n", "power_mw = 250500\nenergy_mj = 18500000\n", 1);
+    site.write_state(&state);
+    let agent = site.start(&["--node", "gpu-n01"]);
+
+    let r = report(&server.wait_for_requests(1)[0]);
+    let job_of = |pid: u32| r.sample.processes.iter().find(|p| p.pid == pid).and_then(|p| p.job_id.clone());
+    assert_eq!(job_of(hers.pid()).as_deref(), Some("4300"));
+    assert_eq!(job_of(his.pid()), None, "bob's process outside Slurm is nobody's, not the GPU's sole holder's");
+    assert_eq!(r.sample.gpus[0].jobs, ["4300"]);
+    // As accountd reads the report: her job unmeasured, and bob's 90 of the 95 in sight nobody's energy.
+    let used = gputokens_node_report::job_use::job_use(&r.sample);
+    assert_eq!(used["4300"].percent, None, "{used:?}");
+    assert_eq!(used["4300"].memory_bytes, GIB, "her own memory, not bob's 2 GiB");
+    let shares = gputokens_node_report::job_use::energy_shares(&r.sample);
+    let parts: Vec<(&str, f64)> = shares[&0].iter().map(|(job, part)| (job.as_str(), *part)).collect();
+    assert_eq!(parts.len(), 1, "{shares:?}");
+    assert_eq!(parts[0].0, "4300");
+    assert!((parts[0].1 - 5.0 / 95.0).abs() < 1e-9, "her part is her 5 of the 95 in sight: {shares:?}");
+
+    let m = scrape(&agent.metrics_url());
+    let job = |name: &str| m.get(&format!("gputokens_agent_{name}{{job=\"4300\",node=\"gpu-n01\"}}")).copied();
+    assert_eq!(job("job_gpu_utilization_percent"), None, "not bob's 90 %, nor the GPU's 95 %: {m:#?}");
+    assert_eq!(job("job_gpu_measured"), Some(0.0));
+    assert_eq!(job("job_gpu_memory_bytes"), Some(GIB as f64));
+    let (code, _) = agent.terminate();
+    assert_eq!(code, Some(0));
+}
+
+/// The audit's N8: the agent's /metrics, which every user on the node can read, shows no job's use
+/// unless the site sets `[agent] per_job_metrics = true`; its per-GPU series are there either way.
+#[test]
+fn job_series_only_where_the_site_asks_for_them() {
+    let (server, url) = server(OK);
+    let hers = Sleeper::spawn_as(Some(ALICE), Some("4300"));
+    for (extra, shown) in [("", false), (PER_JOB, true)] {
+        let site = Site::new(&url, "127.0.0.1:0", extra);
+        use_token_auth(&site);
+        std::fs::create_dir_all(site.path("jobs")).unwrap();
+        std::fs::write(site.path("jobs/4300"), format!("gpus=0\nuids=GPU-a6000-0\nuid={ALICE}\n")).unwrap();
+        site.write_state(&two_gpus(&[(hers.pid(), 0, GIB, Some(60))]));
+        let agent = site.start(&["--node", "gpu-n01"]);
+        let reports = server.requests().len();
+        server.wait_for_requests(reports + 1);
+        // As bob, another user on the node.
+        let text = scrape_as(BOB, &agent.metrics_url());
+        assert!(
+            text.contains(r#"gputokens_agent_gpu_utilization_percent{node="gpu-n01",gpu="0",uuid="GPU-a6000-0"} 87"#),
+            "{text}"
+        );
+        let her_job = r#"gputokens_agent_job_gpu_utilization_percent{job="4300",node="gpu-n01"} 87"#;
+        assert_eq!(text.contains(her_job), shown, "per_job_metrics {shown}: {text}");
+        assert_eq!(text.contains("job="), shown, "per_job_metrics {shown}: {text}");
+        let (code, _) = agent.terminate();
+        assert_eq!(code, Some(0));
+    }
+}
+
+/// The text of `url`, fetched by a process of `uid` (python3's urllib).
+fn scrape_as(uid: u32, url: &str) -> String {
+    use std::os::unix::process::CommandExt;
+    const FETCH: &str =
+        "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())";
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", FETCH, url])
+        .uid(uid)
+        .gid(uid)
+        .current_dir("/")
+        .output()
+        .unwrap_or_else(|e| panic!("python3 as uid {uid} (this test needs root): {e}"));
+    assert!(out.status.success(), "scrape as uid {uid}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
 }
 
 fn gpu_of(m: &HashMap<String, f64>, name: &str, i: u32) -> Option<f64> {
@@ -536,4 +649,146 @@ fn an_http_error_is_a_failed_report() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("HTTP 401 Unauthorized") && stderr.contains("bad token"), "{stderr}");
     assert_eq!(server.wait_for_requests(1).len(), 1);
+}
+
+/// The real non-root users these tests act as (they exist on the test machines; the tests run as root).
+const ALICE: u32 = 1001;
+const BOB: u32 = 1002;
+
+/// Holds `count` connections to 127.0.0.1:`port` as `uid`, sending `GET /metrics` on each every 2 s
+/// and reading what comes back (the audit's N3 flood); says "holding N" after each round.
+const FLOOD: &str = r#"
+import resource, socket, sys, time
+port, count, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+socks = []
+for _ in range(count):
+    s = socket.socket()
+    s.setblocking(False)
+    try:
+        s.connect(("127.0.0.1", port))
+    except BlockingIOError:
+        pass
+    socks.append(s)
+end = time.time() + seconds
+while time.time() < end:
+    alive = []
+    for s in socks:
+        try:
+            while s.recv(65536):
+                pass
+            s.close()
+            continue
+        except BlockingIOError:
+            pass
+        except OSError:
+            s.close()
+            continue
+        try:
+            s.send(request)
+        except BlockingIOError:
+            pass
+        except OSError:
+            s.close()
+            continue
+        alive.append(s)
+    socks = alive
+    print("holding", len(socks), flush=True)
+    time.sleep(2)
+"#;
+
+/// A flood of connections held by a process of another user; killed on drop.
+struct Flood {
+    child: Child,
+    rounds: Arc<Mutex<Vec<usize>>>,
+}
+
+impl Flood {
+    fn start(uid: u32, port: u16, count: usize) -> Flood {
+        use std::os::unix::process::CommandExt;
+        let mut child = Command::new("/usr/bin/python3")
+            .args(["-c", FLOOD, &port.to_string(), &count.to_string(), "120"])
+            .uid(uid)
+            .gid(uid)
+            .current_dir("/")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("python3 as uid {uid} (this test needs root): {e}"));
+        let rounds = Arc::new(Mutex::new(Vec::new()));
+        let (pipe, sink) = (child.stdout.take().unwrap(), rounds.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if let Some(n) = line.strip_prefix("holding ").and_then(|n| n.parse().ok()) {
+                    sink.lock().unwrap().push(n);
+                }
+            }
+        });
+        Flood { child, rounds }
+    }
+
+    /// How many connections it held after each round so far.
+    fn rounds(&self) -> Vec<usize> {
+        self.rounds.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The audit's N3: alice holds 1,100 connections to the agent's /metrics (each sending a request now
+/// and then), with the agent at systemd's default limit of 1024 open files. Its reports must go on,
+/// and a fresh client must still be answered: the listener sheds or refuses her connections.
+#[test]
+fn a_users_connection_flood_on_metrics_never_stops_the_reports() {
+    let (server, url) = server(OK);
+    let site = Site::new(&url, "127.0.0.1:0", "");
+    use_token_auth(&site);
+    site.write_state(&two_gpus(&[]));
+    // prlimit execs the agent: its pid is the agent's. A hard limit of 1024 too, so that the agent
+    // cannot raise its way out of the test.
+    let mut agent = site.start_under(&["prlimit", "--nofile=1024:1024", "--"], &["--node", "gpu-n01"]);
+    let metrics = agent.metrics_url();
+    let port: u16 = metrics.rsplit(':').next().unwrap().trim_end_matches("/metrics").parse().unwrap();
+    server.wait_for_requests(1);
+
+    let flood = Flood::start(ALICE, port, 1100);
+    // Two rounds: every connection has been opened and has sent a request at least once.
+    wait_for("the flood's second round", || Some(()).filter(|()| flood.rounds().len() >= 2));
+    let during = server.requests().len();
+    reports_go_on(&server, during + 5, &agent);
+    let fresh = reqwest::blocking::Client::builder().timeout(Duration::from_secs(2)).build().unwrap();
+    wait_for("a fresh client's scrape during the flood", || {
+        let answer = fresh.get(&metrics).header("connection", "close").send().ok()?;
+        answer.status().is_success().then_some(())
+    });
+    assert!(agent.running(), "{}", agent.log());
+    // The agent holds a few dozen of her connections, not a thousand.
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", agent.child.id())).unwrap().count();
+    assert!(fds < 200, "the agent holds {fds} descriptors; the flood held {:?}", flood.rounds());
+
+    drop(flood);
+    let after = server.requests().len();
+    reports_go_on(&server, after + 3, &agent);
+    let m = scrape(&metrics);
+    assert_eq!(gpu_of(&m, "gpu_utilization_percent", 0), Some(87.0), "{m:#?}");
+    assert!(!agent.log().contains("Too many open files"), "{}", agent.log());
+    let (code, _) = agent.terminate();
+    assert_eq!(code, Some(0));
+}
+
+/// Waits for `n` reports in all, or fails with the agent's log (why it stopped posting).
+fn reports_go_on(server: &ReportServer, n: usize, agent: &Agent) {
+    let deadline = Instant::now() + WAIT;
+    while server.requests().len() < n {
+        let log = agent.log();
+        let tail: Vec<&str> = log.lines().rev().take(10).collect();
+        assert!(Instant::now() < deadline, "no {n} reports in time; the agent's last log lines:\n{tail:#?}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
 }

@@ -282,14 +282,15 @@ fn recorded_gpus_belong_to_their_jobs_while_the_records_last() {
     let job_of = |pid: u32| sample.processes.iter().find(|p| p.pid == pid).and_then(|p| p.job_id.clone());
     assert_eq!(job_of(hidden).as_deref(), Some("77"), "the process the agent cannot see is its GPU's job's");
     assert_eq!(job_of(visible.pid(0)), expected_job(Some("4242")));
-    // Its environment is its own word: it is counted for the job Slurm's records give its GPU.
-    assert_eq!(job_of(liar.pid(0)), expected_job(None).or(Some("77".into())));
+    // Its environment is its own word, refused: it is nobody's, not the job holding its GPU (the
+    // audit's N2: that job would pay for another user's work). Only the unseen process is 77's.
+    assert_eq!(job_of(liar.pid(0)), expected_job(None));
 
     // GPU utilization is 10 + 10 × index; memory in use i GiB (state above).
     let jobs = gputokens_node_report::job_use::job_use(&sample);
     let j77 = &jobs["77"];
-    assert_eq!((j77.percent, j77.gpus), (Some(35.0), 2), "the GPUs it holds alone, whole");
-    assert_eq!(j77.memory_bytes, 2 * GIB + 3 * GIB, "its processes on GPUs 2 and 3");
+    assert_eq!((j77.percent, j77.gpus), (None, 2), "unmeasured: nobody's process uses its GPU 3");
+    assert_eq!(j77.memory_bytes, 2 * GIB + 3 * GIB, "its process on GPU 2, GPU 3's in use (none of its in sight)");
     assert_eq!((jobs["78"].percent, jobs["78"].memory_bytes), (Some(60.0), 5 * GIB));
 
     // Job 77 ends: its epilog removes the record, and its GPUs are nobody's again.

@@ -392,6 +392,11 @@ pub struct AgentConfig {
     pub jobs_dir: PathBuf,
     /// The agent's own `/metrics`; "off" disables it.
     pub listen: String,
+    /// Per-job series on the agent's `/metrics` (`gputokens_agent_job_*{job,node}`: each job's GPU
+    /// utilization, memory and GPUs). Off by default: every local user can read that listener
+    /// (127.0.0.1), and a job's use is its owner's business; per-GPU series without job labels are
+    /// always served.
+    pub per_job_metrics: bool,
     /// How reports prove where they come from: a MUNGE credential of root or the SlurmUser (default),
     /// or a per-node token derived from the site secret in `token_file`.
     pub auth: AgentAuth,
@@ -480,6 +485,7 @@ impl Default for AgentConfig {
             nvml_library: "libnvidia-ml.so.1".into(),
             jobs_dir: DEFAULT_JOBS_DIR.into(),
             listen: "127.0.0.1:9818".into(),
+            per_job_metrics: false,
             auth: AgentAuth::Munge,
             munge_socket: None,
             token_file: None,

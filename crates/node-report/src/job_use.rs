@@ -4,9 +4,10 @@
 //! - A GPU the job has to itself (no other job recorded on it or running processes there, and no
 //!   process of nobody's job using it): the GPU's utilization. Its processes may be out of sight (a
 //!   container, another PID namespace); the GPU's figure is still all its.
-//! - A GPU of one job where a process of nobody's job (outside Slurm, or a claim the mapping refused)
-//!   uses the SMs: unmeasured. Whose work it is cannot be told, so it neither lowers the job's bill
-//!   nor makes it look busy or idle.
+//! - A GPU of one job where a process of nobody's job (outside Slurm, or a claim the mapping refused;
+//!   the agent gives the GPU's sole holder only processes it cannot see at all) uses the SMs, or may
+//!   (NVML gives no figure for it): unmeasured. Whose work it is cannot be told, so it neither
+//!   lowers the job's bill nor makes it look busy or idle.
 //! - A GPU it shares (Slurm's `gres/shard`, MPS: several jobs recorded on one GPU): the SM utilization
 //!   of its own processes there, summed (at most 100), and their memory. NVML splits a time-sliced
 //!   GPU between its processes (on an H100, two busy ones read 53 % and 47 %), so a job idling beside
@@ -91,14 +92,15 @@ pub fn job_use(sample: &NodeSample) -> BTreeMap<String, JobUse> {
 /// - a job whose processes are in sight with a figure: its processes' SM utilization;
 /// - a job with none in sight (or a process NVML gives no figure for): what the GPU's utilization
 ///   leaves over beyond every process in sight, in equal parts among such jobs;
-/// - a process of nobody's job counts like a job, and its part is nobody's to pay;
+/// - the processes of nobody's job, together, count like a job, and their part is nobody's to pay;
 /// - each part over the sum of them all. Where that sum is 0 (every process idle) or cannot be
 ///   told (an unseen job on a GPU with no utilization figure), equal parts among the jobs: the GPU
 ///   drew that power for them all.
 ///
-/// So a GPU one job holds alone is all that job's, and on a shared one a job idling beside a busy
-/// one gets little. A GPU with no job on it is left out: its energy is no job's. So is a GPU in MIG
-/// mode: NVML counts energy per GPU, and nothing tells its slices' parts apart.
+/// So a GPU one job holds alone is all that job's unless nobody's processes use it too (another
+/// user's work outside Slurm), and on a shared one a job idling beside a busy one gets little. A
+/// GPU with no job on it is left out: its energy is no job's. So is a GPU in MIG mode: NVML counts
+/// energy per GPU, and nothing tells its slices' parts apart.
 pub fn energy_shares(sample: &NodeSample) -> BTreeMap<u32, Vec<(String, f64)>> {
     let utilization: HashMap<u32, Option<u32>> = sample.gpus.iter().map(|g| (g.index, g.utilization_percent)).collect();
     let mut shares = BTreeMap::new();
@@ -107,14 +109,15 @@ pub fn energy_shares(sample: &NodeSample) -> BTreeMap<u32, Vec<(String, f64)>> {
             continue;
         }
         let sm = |p: &ProcessSample| p.sm_utilization_percent.map(f64::from);
-        // Each job's own figure; None for one unseen.
-        let own: Vec<(&str, Option<f64>)> = here
+        // Each job's own figure, None for one unseen; then nobody's (None as the job), counted like a job.
+        let nobodys = || here.processes.iter().copied().filter(|p| p.job_id.is_none());
+        let own: Vec<(Option<&str>, Option<f64>)> = here
             .jobs
             .iter()
-            .map(|&job| (job, here.of(job).next().and_then(|_| here.of(job).map(sm).sum::<Option<f64>>())))
+            .map(|&job| (Some(job), here.of(job).next().and_then(|_| here.of(job).map(sm).sum::<Option<f64>>())))
+            .chain(nobodys().next().map(|_| (None, nobodys().map(sm).sum::<Option<f64>>())))
             .collect();
-        let in_sight: f64 = own.iter().filter_map(|(_, f)| *f).sum::<f64>()
-            + here.processes.iter().filter(|p| p.job_id.is_none()).filter_map(|p| sm(p)).sum::<f64>();
+        let in_sight: f64 = own.iter().filter_map(|(_, f)| *f).sum();
         let unseen = own.iter().filter(|(_, f)| f.is_none()).count();
         let left_over = match (unseen, utilization.get(&index).copied().flatten()) {
             (0, _) => Some(0.0),
@@ -126,10 +129,12 @@ pub fn energy_shares(sample: &NodeSample) -> BTreeMap<u32, Vec<(String, f64)>> {
             Some(left_over) if in_sight + left_over > 0.0 => {
                 let total = in_sight + left_over;
                 own.iter()
-                    .map(|&(job, f)| (job.to_string(), f.unwrap_or(left_over / unseen.max(1) as f64) / total))
+                    .filter_map(|&(job, f)| {
+                        Some((job?.to_string(), f.unwrap_or(left_over / unseen.max(1) as f64) / total))
+                    })
                     .collect()
             }
-            _ => own.iter().map(|&(job, _)| (job.to_string(), equal)).collect(),
+            _ => here.jobs.iter().map(|&job| (job.to_string(), equal)).collect(),
         };
         shares.insert(index, parts);
     }
@@ -339,6 +344,21 @@ mod tests {
         // Time-sliced 53 % and 47 %, as NVML read two busy processes on the H100.
         let s = sample(vec![gpu(0, Some(100), &["5", "6"])], procs(&[(1, 0, "5", Some(53)), (2, 0, "6", Some(47))]));
         assert_eq!(parts(&energy_shares(&s), 0), [("5", 0.53), ("6", 0.47)]);
+    }
+
+    /// The audit's N2: bob's process outside Slurm burns the GPU alice's job holds alone. His part of
+    /// its energy is nobody's, also when NVML gives his process no figure (then it counts like an
+    /// unseen job: a part of what the GPU's utilization leaves over); and her job is unmeasured.
+    #[test]
+    fn nobodys_process_on_a_gpu_held_alone_takes_its_part_of_the_energy() {
+        let s = sample(vec![gpu(0, Some(95), &["7"])], procs(&[(1, 0, "7", Some(5)), (2, 0, "", Some(90))]));
+        assert_eq!(parts(&energy_shares(&s), 0), [("7", 0.053)], "her 5 of the 95 in sight");
+        assert_eq!(job_use(&s)["7"].percent, None);
+        let s = sample(vec![gpu(0, Some(95), &["7"])], procs(&[(1, 0, "7", Some(5)), (2, 0, "", None)]));
+        assert_eq!(parts(&energy_shares(&s), 0), [("7", 0.053)], "the 90 left over is his, unseen");
+        // Neither with a figure: half each of the GPU's 95.
+        let s = sample(vec![gpu(0, Some(95), &["7"])], procs(&[(1, 0, "7", None), (2, 0, "", None)]));
+        assert_eq!(parts(&energy_shares(&s), 0), [("7", 0.5)]);
     }
 
     #[test]

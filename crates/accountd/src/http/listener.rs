@@ -15,13 +15,13 @@ use axum::http::{Request, StatusCode};
 use axum::response::IntoResponse;
 use axum::Router;
 use gputokens::config::HttpAccess;
+use gputokens::daemon::conn_caps::{Busy, ConnectionCaps, Full, Slot};
 use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
-use crate::daemon::conn_caps::{Busy, ConnectionCaps, Full, Slot};
 use crate::metrics::Metrics;
 
 /// The most a client may take to send a request's headers, on a new connection or an idle

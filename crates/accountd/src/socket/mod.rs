@@ -12,13 +12,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use gputokens::access::Caller;
+use gputokens::daemon::conn_caps::{ConnectionCaps, Full, Slot};
 use gputokens::protocol::{ErrorKind, Reply, Request};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
 use crate::answering::{self, Shared};
 use crate::cycles::serve::{Cycles, Kind};
-use crate::daemon::conn_caps::{ConnectionCaps, Full, Slot};
 
 /// Largest request accepted from an admin (an import of a big site's state file fits easily).
 const MAX_REQUEST: u64 = 16 << 20;

@@ -1,7 +1,7 @@
 //! Each job's GPU energy from NVML's energy counters: between two consecutive reports of a node,
 //! each GPU's counter difference is given to the jobs on it, by the mean of their parts at the
-//! step's two ends (`gputokens_node_report::job_use::energy_shares` at each: all to a job holding it alone, a shared
-//! GPU by its jobs' own processes), so a job that began or ended within the step gets about its
+//! step's two ends (`gputokens_node_report::job_use::energy_shares` at each: all to a job holding it alone but
+//! for the part of processes of no job there, a shared GPU by its jobs' own processes), so a job that began or ended within the step gets about its
 //! half of it, not the whole. A step the counter cannot vouch for gives nothing rather than a wrong
 //! figure: the counter went back (the driver reloaded, the GPU was reset), another GPU (or one
 //! without a UUID) answers at that index, the reports lie further apart than [`MAX_GAP_INTERVALS`]

@@ -276,6 +276,11 @@ pub const TABLES: &[Table] = &[
             ),
             key("listen", Toml("\"127.0.0.1:9818\""), "The agent's own /metrics, or \"off\"."),
             key(
+                "per_job_metrics",
+                Toml("false"),
+                "Per-job series (gputokens_agent_job_*{job,node}) on the agent's /metrics, which every user on the node can read; per-GPU series are always there.",
+            ),
+            key(
                 "auth",
                 Toml("\"munge\""),
                 "How a report proves its node: \"munge\" (a MUNGE credential, as Slurm's daemons) or \"token\" (signed with the node's token from token_file).",

@@ -300,6 +300,7 @@ fn agent(s: &mut Section) -> AgentConfig {
         nvml_library: s.get("nvml_library", d.nvml_library, path),
         jobs_dir: s.get("jobs_dir", d.jobs_dir, absolute_path),
         listen: s.get("listen", d.listen, string),
+        per_job_metrics: s.get("per_job_metrics", d.per_job_metrics, boolean),
         auth: s.choice("auth", d.auth, &[("munge", AgentAuth::Munge), ("token", AgentAuth::Token)]),
         munge_socket: s.optional("munge_socket", socket_path),
         token_file: s.optional("token_file", absolute_path),

@@ -35,6 +35,7 @@ fn empty_file_gets_the_documented_defaults() {
     assert_eq!(cfg.intervals.check, Duration::from_secs(1800));
     assert_eq!(cfg.paths.socket, PathBuf::from("/run/gputokens/accountd.sock"));
     assert_eq!(cfg.agent.jobs_dir, PathBuf::from("/run/gputokens/jobs"));
+    assert!(!cfg.agent.per_job_metrics, "every local user can read the agent's /metrics");
 }
 
 #[test]
@@ -136,6 +137,9 @@ fn bad_interval_and_relative_path_are_named() {
     let err = parse("[agent]\njobs_dir = \"jobs\"\n").unwrap_err().to_string();
     assert!(err.contains("agent.jobs_dir") && err.contains("absolute"), "{err}");
     assert_eq!(parse("[agent]\njobs_dir = \"/x/jobs\"\n").unwrap().agent.jobs_dir, PathBuf::from("/x/jobs"));
+    assert!(parse("[agent]\nper_job_metrics = true\n").unwrap().agent.per_job_metrics);
+    let err = parse("[agent]\nper_job_metrics = \"yes\"\n").unwrap_err().to_string();
+    assert!(err.contains("agent.per_job_metrics"), "{err}");
 }
 
 #[test]

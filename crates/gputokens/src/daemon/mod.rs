@@ -1,6 +1,8 @@
 //! What accountd and the node agent share as daemons (cargo feature `daemon`): one instance at a
-//! time, clean ends on signals, who holds a port it wanted, and a log written for admins.
+//! time, clean ends on signals, who holds a port it wanted, caps on the connections a listener holds,
+//! and a log written for admins.
 
+pub mod conn_caps;
 pub mod instance_lock;
 pub mod logging;
 pub mod port_owner;

@@ -176,8 +176,9 @@ impl<K: Hash + Eq + Clone> Drop for Busy<K> {
 }
 
 /// Raises the soft limit on open files to the hard limit (the kernel's default soft limit, 1024, is
-/// less than the listeners' caps together); says so when even the hard limit is below `wanted`.
-pub fn raise_open_file_limit(wanted: u64) {
+/// less than the listeners' caps together); says so when even the hard limit is below `wanted`,
+/// with `advice` (what the site can change).
+pub fn raise_open_file_limit(wanted: u64, advice: &str) {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return };
     if soft < hard {
@@ -186,10 +187,7 @@ pub fn raise_open_file_limit(wanted: u64) {
         }
     }
     if hard < wanted {
-        tracing::warn!(
-            "the open-file limit ({hard}) is below what the connection caps allow ({wanted}): raise LimitNOFILE \
-             in accountd's unit or lower [http] max_connections"
-        );
+        tracing::warn!("the open-file limit ({hard}) is below what the connection caps allow ({wanted}): {advice}");
     }
 }
 
