@@ -312,3 +312,103 @@ fn a_slow_slurm_stalls_no_other_request() {
     let (status, body) = slow.join().unwrap();
     assert_eq!(status, 200, "the slow report itself is accepted once sinfo answers: {body}");
 }
+
+/// A report of node `vm` as its agent would send it: `gpus` GPUs at indices 0.., each named by
+/// `uuid(i)`, at 40 °C, holding `jobs`, with energy counter `energy_mj`; it claims an hour's interval.
+fn node_report(gpus: u32, uuid: impl Fn(u32) -> String, jobs: &[&str], energy_mj: Option<u64>) -> String {
+    use gputokens_node_report::{AgentReport, GpuSample, NodeSample};
+    let gpus = (0..gpus)
+        .map(|i| GpuSample {
+            uuid: Some(uuid(i)),
+            temperature_c: Some(40),
+            utilization_percent: Some(90),
+            energy_mj,
+            jobs: jobs.iter().map(|j| j.to_string()).collect(),
+            ..GpuSample::empty(i)
+        })
+        .collect();
+    let sample = NodeSample { time: chrono::Utc::now(), gpus, processes: vec![] };
+    serde_json::to_string(&AgentReport { node: "vm".into(), sample, interval_secs: Some(3600) }).unwrap()
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// The audit's N1 and N4 as the node's root (the test runs as root on vm, with vm's munged): it
+/// names alice's one-GPU job as the holder of 100 made-up GPUs, then posts 300 reports whose ten
+/// GPUs carry fresh UUIDs (3,000 in all), then ten GPUs whose energy counters each rise at 4 kW,
+/// all holding her job. Slurm shows 10 GPUs on vm and one on her job: the made-up GPUs are refused,
+/// accountd keeps one set of series and a flat memory, and her energy is at most what her one GPU
+/// can draw (5 kW) in the time that passed and one interval. The node's real agent is heard after.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_nodes_root_cannot_make_up_gpus_fill_accountd_or_charge_a_job_beyond_its_own_gpus() {
+    let cluster = serial();
+    let alice = cluster.alice;
+    let site = Site::start(
+        "",
+        "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n\
+         [http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n",
+    );
+    let url = format!("{}/v1/agent/report", site.http_url());
+    let job = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 300"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while job_state(&job) != "RUNNING" {
+        assert!(Instant::now() < deadline, "alice's job does not start");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let post = |body: &str| {
+        let cred = munge_as(None, &payload(body), None);
+        curl(None, &url, Some(&format!("MUNGE {cred}")), Some(body))
+    };
+    let metrics = || crate::common::http_get(&format!("{}/metrics", site.http_url())).1;
+    let gpu_series = || metrics().lines().filter(|l| l.starts_with("gputokens_gpu_")).count();
+
+    let (status, body) = post(&node_report(100, |i| format!("GPU-made-up-{i}"), &[&job], None));
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("names 100 GPUs: Slurm shows 10 GPUs on node 'vm'"), "{body}");
+
+    for round in 0..10 {
+        let (status, body) = post(&node_report(10, |i| format!("GPU-fresh-{round}-{i}"), &[&job], None));
+        assert_eq!(status, 200, "{body}");
+    }
+    let (series, rss) = (gpu_series(), rss_kib(site.pid()));
+    for round in 10..300 {
+        let (status, body) = post(&node_report(10, |i| format!("GPU-fresh-{round}-{i}"), &[&job], None));
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(gpu_series(), series, "one set of series for vm's ten GPUs, not one per UUID");
+    let grown = rss_kib(site.pid()).saturating_sub(rss);
+    assert!(grown < 16 << 10, "accountd grew by {grown} KiB over 2,900 fresh GPUs");
+
+    // Ten GPUs, each rising at 4 kW since the last post, all holding alice's job.
+    let started = Instant::now();
+    let (mut counter, mut last) = (1_000_000_000u64, Instant::now());
+    while started.elapsed() < Duration::from_secs(15) {
+        counter += (4000.0 * last.elapsed().as_secs_f64() * 1000.0) as u64;
+        last = Instant::now();
+        let (status, body) = post(&node_report(10, |i| format!("GPU-steady-{i}"), &[&job], Some(counter)));
+        assert_eq!(status, 200, "{body}");
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let series = format!("gputokens_job_gpu_energy_joules_total{{job=\"{job}\",user=\"{alice}\",node=\"vm\"}} ");
+    let text = metrics();
+    let joules: f64 = text.lines().find_map(|l| l.strip_prefix(&series)).map_or(0.0, |v| v.parse().unwrap());
+    // Unbounded, ten GPUs at 4 kW: 40 kW × the seconds. Her one GPU: 5 kW × (the seconds and the
+    // 30 s interval's slack, and a second for the clock's granularity).
+    assert!(joules > 0.0, "some of it was believed: {text}");
+    assert!(joules <= 5000.0 * (seconds + 31.0), "{joules} J for alice in {seconds:.1} s");
+
+    // The node's real agent is heard after all that.
+    let state = site.file(
+        "nvml.toml",
+        "[[gpu]]\nuuid = \"GPU-00000000\"\nname = \"NVIDIA rtx2080\"\nutil_gpu = 55\nutil_mem = 10\n\
+         mem_used = 1048576\nmem_total = 25769803776\ntemp = 50\npower_mw = 100000\n",
+    );
+    crate::agent::report_once(&crate::agent::agent_config(&site), &state);
+    assert!(metrics().contains(r#"gputokens_gpu_temperature_celsius{node="vm",gpu="0",uuid="GPU-00000000"} 50.0"#));
+    run_as(None, Path::new("/usr/bin/scancel"), &[&job]).ok();
+}
