@@ -1,21 +1,24 @@
 //! What answers requests (the socket's sbalance and admin requests, the HTTP API and status page)
-//! keeps beside the shared resources: the Slurm view the cycles last published, from which a
-//! snapshot is rewritten when a request changes a balance, and the status page's logins.
+//! keeps beside the shared resources: the snapshot's publisher (with the Slurm view the cycles last
+//! handed it, which answers read too), and the status page's logins.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+use crate::error::AccountdResult;
 use crate::logins::Logins;
 use crate::resources::Resources;
 use crate::slurm_view::SlurmView;
+use crate::snapshot::publisher::Publisher;
 
 /// The answering state the socket and the HTTP listener share.
 pub type Shared = Arc<Mutex<Answering>>;
 
 pub struct Answering {
     pub res: Resources,
-    /// As the last check cycle read it (`cycles::serve` hands it over).
-    pub slurm_view: SlurmView,
+    /// Writes the snapshot, on a connection of its own; holds the Slurm view as the last check
+    /// cycle read it. A request that changed a balance asks it to publish once this lock is let go.
+    pub publisher: Publisher,
     /// The status page's login links and sessions.
     pub logins: Logins,
     /// Where `accountd serve`'s HTTP listener listens, once bound (for login links).
@@ -23,13 +26,15 @@ pub struct Answering {
 }
 
 impl Answering {
-    pub fn new(res: Resources) -> Answering {
-        Answering { res, slurm_view: SlurmView::default(), logins: Logins::default(), http_address: None }
+    /// The answering state on `res`, its publisher on a second connection to the same ledger.
+    pub fn new(res: Resources) -> AccountdResult<Answering> {
+        let publisher = Publisher::new(res.reopen()?);
+        Ok(Answering { res, publisher, logins: Logins::default(), http_address: None })
     }
 
-    /// Rewrites the snapshot from the ledger and the last Slurm view.
-    pub fn publish_snapshot(&self, now: i64) -> crate::error::AccountdResult<usize> {
-        crate::snapshot::publish(&self.res, &self.slurm_view, now)
+    /// The Slurm view as the last check cycle read it.
+    pub fn slurm_view(&self) -> Arc<SlurmView> {
+        self.publisher.view()
     }
 }
 

@@ -1,7 +1,7 @@
 //! One user's balance as every surface shows it (sbalance, the JSON API, the status page): the
 //! balance, its status, the usage of the last 30 days, the next grant and the recovery date.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use gputokens::access::system_user_exists;
 use gputokens::protocol::{BalanceRow, Expiring, Reply};
@@ -15,10 +15,32 @@ use crate::resources::Resources;
 /// Used30d: today and the 29 local days before it.
 pub const USAGE_WINDOW_DAYS: u64 = 30;
 
-pub fn balance_row(res: &Resources, user: &str, now: i64) -> Result<BalanceRow, Reply> {
+/// Which names are users of this system, for a user not in the ledger: looked up before the
+/// answering lock is taken (a directory server may take seconds), or, where no lock is held (the
+/// CLI, tests), when asked.
+pub enum SystemUsers {
+    AskNow,
+    Known(HashSet<String>),
+}
+
+impl SystemUsers {
+    /// Looks up each of `names` now (call it with no lock held).
+    pub fn looked_up<'a>(names: impl IntoIterator<Item = &'a String>) -> SystemUsers {
+        SystemUsers::Known(names.into_iter().filter(|n| system_user_exists(n)).cloned().collect())
+    }
+
+    pub fn exists(&self, name: &str) -> bool {
+        match self {
+            SystemUsers::AskNow => system_user_exists(name),
+            SystemUsers::Known(known) => known.contains(name),
+        }
+    }
+}
+
+pub fn balance_row(res: &Resources, user: &str, now: i64, users: &SystemUsers) -> Result<BalanceRow, Reply> {
     let rules = res.ledger.rules();
     let account = res.ledger.account(user).map_err(from_ledger)?;
-    if account.is_none() && !system_user_exists(user) {
+    if account.is_none() && !users.exists(user) {
         return Err(invalid(format!("unknown user '{user}': not in the ledger and not a user of this system")));
     }
     let balance = account.as_ref().map(|a| a.balance).unwrap_or(rules.initial);

@@ -252,7 +252,7 @@ fn serve(path: &std::path::Path, config: Config) -> AccountdResult {
     let ledger = config.paths.ledger.clone();
     // Opening the ledger (which makes its directory as it should be) changes nothing another serve
     // would notice; two serves must not run cycles on one ledger, though.
-    let answering = Answering::new(Resources::open_as_admin(config)?);
+    let answering = Answering::new(Resources::open_as_admin(config)?)?;
     let _ledger_lock = InstanceLock::acquire(
         &instance_lock::beside(&ledger),
         &format!("accountd serve with ledger {}", ledger.display()),

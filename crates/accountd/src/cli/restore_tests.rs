@@ -77,7 +77,7 @@ fn a_restored_backup_charges_the_jobs_since_once_and_the_journal_lists_the_grant
     let later = BACKUP_AT + 86_400;
     assert!(charge_file(&mut cycle, dir.path(), &[A, B, C, D], later).contains("2 charge entries, 12 tokens charged"));
     cycle.res.ledger.set_meta(READ_UNTIL, &later.to_string()).unwrap();
-    let mut answering = Answering::new(cycle.res);
+    let mut answering = Answering::new(cycle.res).unwrap();
     assert!(matches!(grant(&mut answering, "course-42", later), Reply::Recorded { replayed: false, .. }));
     crate::admin_journal::export(&mut answering.res); // as serve's exporter does
     assert_eq!(balance(&answering.res), "105");
@@ -112,7 +112,7 @@ fn a_restored_backup_charges_the_jobs_since_once_and_the_journal_lists_the_grant
     assert_eq!(lines[1], "  accountd admin grant bob 25 --reason course --key course-42");
 
     // Entered again as the check says, twice: the second changes nothing.
-    let mut answering = Answering::new(cycle.res);
+    let mut answering = Answering::new(cycle.res).unwrap();
     assert!(matches!(grant(&mut answering, "course-42", later + 7200), Reply::Recorded { replayed: false, .. }));
     assert!(matches!(grant(&mut answering, "course-42", later + 7300), Reply::Recorded { replayed: true, .. }));
     assert_eq!(balance(&answering.res), "105", "the balance before the restore");

@@ -1,7 +1,8 @@
 //! `accountd serve`'s periodic cycles. Each runs on a blocking thread, on the cycles' own state and
 //! ledger connection: Slurm's commands, however long they take before their timeout, never hold
-//! what answers sbalance, admins and agents. The snapshot is written through the answering state,
-//! which gets the cycle's view of Slurm with it, so the two never write it over each other. Each cycle holds the cycle lock (`cycles::lock`) as `accountd tick` does.
+//! what answers sbalance, admins and agents. The snapshot is written by its publisher
+//! (`snapshot::publisher`), which the cycles hand their view of Slurm, with no lock that answers
+//! users held. Each cycle holds the cycle lock (`cycles::lock`) as `accountd tick` does.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -12,6 +13,7 @@ use super::CycleState;
 use crate::answering::{self, Shared};
 use crate::cycles::lock::CycleLock;
 use crate::error::AccountdResult;
+use crate::snapshot::publisher::Publisher;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -31,7 +33,7 @@ impl Kind {
 pub struct Cycles {
     /// The cycles' own state; a cycle holds it for its whole length.
     own: Arc<Mutex<CycleState>>,
-    shared: Shared,
+    publisher: Publisher,
     charge: Option<JoinHandle<()>>,
     check: Option<JoinHandle<()>>,
 }
@@ -40,8 +42,11 @@ impl Cycles {
     /// Opens the cycles' own state (a second connection to the same ledger) beside `shared`,
     /// reporting to the same metrics.
     pub fn open(shared: &Shared) -> AccountdResult<Cycles> {
-        let own = CycleState::new(answering::lock(shared).res.reopen()?);
-        Ok(Cycles { own: Arc::new(Mutex::new(own)), shared: shared.clone(), charge: None, check: None })
+        let (res, publisher) = {
+            let answering = answering::lock(shared);
+            (answering.res.reopen()?, answering.publisher.clone())
+        };
+        Ok(Cycles { own: Arc::new(Mutex::new(CycleState::new(res))), publisher, charge: None, check: None })
     }
 
     /// Starts a `kind` cycle unless the last one is still running (waiting for the cycle lock, or
@@ -54,8 +59,8 @@ impl Cycles {
         if slot.as_ref().is_some_and(|running| !running.is_finished()) {
             return tracing::warn!("the last {} cycle is still running: this turn is skipped", kind.name());
         }
-        let (own, shared) = (self.own.clone(), self.shared.clone());
-        *slot = Some(tokio::task::spawn_blocking(move || run(kind, &own, &shared)));
+        let (own, publisher) = (self.own.clone(), self.publisher.clone());
+        *slot = Some(tokio::task::spawn_blocking(move || run(kind, &own, &publisher)));
     }
 
     /// Waits for the cycles under way and for preemptions still in their grace.
@@ -71,7 +76,7 @@ impl Cycles {
 
 /// One cycle: the lock (waiting at most until the cycle's next turn), the work, its log line and
 /// metrics.
-fn run(kind: Kind, own: &Mutex<CycleState>, shared: &Shared) {
+fn run(kind: Kind, own: &Mutex<CycleState>, publisher: &Publisher) {
     let name = kind.name();
     let mut cycle = own.lock().unwrap_or_else(|p| p.into_inner());
     let intervals = &cycle.res.config.intervals;
@@ -91,8 +96,9 @@ fn run(kind: Kind, own: &Mutex<CycleState>, shared: &Shared) {
     let started = Instant::now();
     let now = gputokens::time::now();
     let result = match kind {
-        Kind::Charge => charge(&mut cycle, shared, now),
-        Kind::Check => super::check::check(&mut cycle, now, |c, now| publish(c, shared, now)).map(|c| c.to_string()),
+        Kind::Charge => charge(&mut cycle, publisher, now),
+        Kind::Check => super::check::check(&mut cycle, now, |c, now| publisher.publish_view(&c.slurm_view, now))
+            .map(|c| c.to_string()),
     };
     drop(lock);
     cycle.res.metrics.record_cycle(name, started.elapsed().as_secs_f64(), result.is_ok());
@@ -102,18 +108,10 @@ fn run(kind: Kind, own: &Mutex<CycleState>, shared: &Shared) {
     }
 }
 
-fn charge(cycle: &mut CycleState, shared: &Shared, now: i64) -> AccountdResult<String> {
+fn charge(cycle: &mut CycleState, publisher: &Publisher, now: i64) -> AccountdResult<String> {
     let slurm = crate::slurm::Slurm::new(&cycle.res.config.slurm);
     let summary = super::charge::charge(cycle, &slurm, now)?;
-    publish(cycle, shared, now)?;
+    publisher.publish_view(&cycle.slurm_view, now)?;
     super::notify::run(&mut cycle.res, now);
     Ok(summary.to_string())
-}
-
-/// Hands the cycle's view of Slurm to the answering state and writes the snapshot through it,
-/// under its lock: a request that changes a balance writes it there too.
-fn publish(cycle: &CycleState, shared: &Shared, now: i64) -> AccountdResult<usize> {
-    let mut answering = answering::lock(shared);
-    answering.slurm_view = cycle.slurm_view.clone();
-    answering.publish_snapshot(now)
 }

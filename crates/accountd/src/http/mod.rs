@@ -265,6 +265,8 @@ async fn rows(state: Arc<AppState>, peer: SocketAddr, presented: Option<Vec<u8>>
         // Who asks is looked up (a directory server) before the lock is taken (the audit's L1).
         let config = answering::lock(&state.answering).res.config.clone();
         let caller = identity.caller(&config);
+        // So are the users named (only one may be: the path's).
+        let system_users = crate::balance_row::SystemUsers::looked_up(user.iter().chain([&caller.name]));
         let s = answering::lock(&state.answering);
         let names: Vec<String> = match user {
             Some(u) if caller.may_view(&u, &s.res.config) => vec![u],
@@ -282,11 +284,13 @@ async fn rows(state: Arc<AppState>, peer: SocketAddr, presented: Option<Vec<u8>>
             None => vec![caller.name.clone()],
         };
         let row = |name: &String| {
-            crate::balance_row::balance_row(&s.res, name, gputokens::time::now()).map_err(|reply| match reply {
-                // The ledger failed (LedgerError::is_callers_fault): ours, not a user that is missing.
-                Reply::Error { kind: ErrorKind::Internal, message } => (StatusCode::INTERNAL_SERVER_ERROR, message),
-                Reply::Error { message, .. } => (StatusCode::NOT_FOUND, message),
-                other => (StatusCode::INTERNAL_SERVER_ERROR, format!("{other:?}")),
+            crate::balance_row::balance_row(&s.res, name, gputokens::time::now(), &system_users).map_err(|reply| {
+                match reply {
+                    // The ledger failed (LedgerError::is_callers_fault): ours, not a user that is missing.
+                    Reply::Error { kind: ErrorKind::Internal, message } => (StatusCode::INTERNAL_SERVER_ERROR, message),
+                    Reply::Error { message, .. } => (StatusCode::NOT_FOUND, message),
+                    other => (StatusCode::INTERNAL_SERVER_ERROR, format!("{other:?}")),
+                }
             })
         };
         names.iter().map(row).collect::<Result<Vec<BalanceRow>, _>>()

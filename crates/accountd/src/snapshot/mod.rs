@@ -2,6 +2,7 @@
 //! prices and the last Slurm view, readable by slurmctld's user (`access`).
 
 pub mod access;
+pub mod publisher;
 
 use gputokens::policy::BucketRules;
 use gputokens::pools::{PoolMode, PoolStanding};

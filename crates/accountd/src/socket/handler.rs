@@ -10,7 +10,7 @@ use ledger::{EntryKind, Issue};
 
 use super::record::Change;
 use crate::answering::Answering;
-use crate::balance_row::balance_row;
+use crate::balance_row::{balance_row, SystemUsers};
 use crate::reply::{from_ledger, invalid, refused};
 use crate::resources::Resources;
 use crate::slurm_view::SlurmView;
@@ -19,7 +19,29 @@ use crate::slurm_view::SlurmView;
 pub const MAX_USERS_PER_REQUEST: usize = 1000;
 
 /// Answers `request` from `caller` at time `now`. Returns the reply and whether the ledger changed.
+/// [`handle_with`], users not in the ledger looked up when asked (the CLI and tests: no lock held).
 pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now: i64) -> (Reply, bool) {
+    handle_with(answering, caller, request, now, &SystemUsers::AskNow)
+}
+
+/// The users a request names (looked up before the answering lock: [`SystemUsers::looked_up`]);
+/// none past the most a request may name (it is refused).
+pub fn named_users(request: &Request) -> Vec<&String> {
+    match request {
+        Request::Balances { users, .. } if users.len() <= MAX_USERS_PER_REQUEST => users.iter().collect(),
+        Request::Grant { user, .. } | Request::Adjust { user, .. } => vec![user],
+        _ => Vec::new(),
+    }
+}
+
+/// Answers `request`; `users` says which names not in the ledger are users of this system.
+pub fn handle_with(
+    answering: &mut Answering,
+    caller: &Caller,
+    request: Request,
+    now: i64,
+    system_users: &SystemUsers,
+) -> (Reply, bool) {
     // Anyone may read balances (as `balances` allows), and their own history and statements.
     let is_caller = |user: &Option<String>| user.as_deref().is_none_or(|u| u == caller.name);
     let own_ledger = match &request {
@@ -54,7 +76,8 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
     }
     let result = match request {
         Request::Balances { users, all } => {
-            balances(&answering.res, &answering.slurm_view, caller, users, all, now).map(|r| (r, false))
+            let view = answering.slurm_view();
+            balances(&answering.res, &view, caller, users, all, now, system_users).map(|r| (r, false))
         }
         Request::Grant { user, amount, reason, key, expires } => {
             if amount <= Tokens::ZERO {
@@ -63,7 +86,7 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
                 Err(invalid(beyond))
             } else {
                 let change = Change { kind: EntryKind::Grant, amount, reason, key, expires };
-                super::record::record(&mut answering.res, caller, &user, change, now)
+                super::record::record(&mut answering.res, caller, &user, change, now, system_users)
             }
         }
         Request::Adjust { user, amount, reason, key } => {
@@ -73,7 +96,7 @@ pub fn handle(answering: &mut Answering, caller: &Caller, request: Request, now:
                 Err(invalid(beyond))
             } else {
                 let change = Change { kind: EntryKind::Adjust, amount, reason, key, expires: None };
-                super::record::record(&mut answering.res, caller, &user, change, now)
+                super::record::record(&mut answering.res, caller, &user, change, now, system_users)
             }
         }
         Request::Refund { job_id, reason } => answering
@@ -141,13 +164,15 @@ fn balances(
     users: Vec<String>,
     all: bool,
     now: i64,
+    system_users: &SystemUsers,
 ) -> Result<Reply, Reply> {
     let names: Vec<String> = if all && (caller.admin || res.config.balances_public) {
         res.ledger.accounts().map_err(from_ledger)?.into_iter().map(|a| a.user).collect()
     } else if users.is_empty() {
         vec![caller.name.clone()]
     } else {
-        // Each name costs a lookup in the system's user database (SSSD, LDAP): bounded, and once.
+        // Each name costs a lookup in the system's user database (SSSD, LDAP), made before the
+        // answering lock was taken: bounded, and once.
         let mut seen = std::collections::HashSet::new();
         let users: Vec<String> = users.into_iter().filter(|u| seen.insert(u.clone())).collect();
         if users.len() > MAX_USERS_PER_REQUEST {
@@ -166,7 +191,7 @@ fn balances(
                 caller.name
             )));
         }
-        let mut row = balance_row(res, &name, now)?;
+        let mut row = balance_row(res, &name, now, system_users)?;
         // The caller's own row names the pool of their default account (sbatch's balance line);
         // `-a` over many users does not look up a pool each.
         if name == caller.name {

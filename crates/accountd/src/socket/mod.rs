@@ -18,6 +18,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
 use crate::answering::{self, Shared};
+use crate::balance_row::SystemUsers;
 use crate::cycles::serve::{Cycles, Kind};
 
 /// Largest request accepted from an admin (an import of a big site's state file fits easily).
@@ -232,22 +233,29 @@ pub(crate) fn answer_blocking(
     config: &gputokens::Config,
     request: Request,
 ) -> Reply {
+    // So are the users the request names (a directory server may take seconds).
+    let system_users = SystemUsers::looked_up(handler::named_users(&request).into_iter().chain([&caller.name]));
     let mut s = answering::lock(answering);
     let action = action_log::Action::of(&request);
     let now = gputokens::time::now();
-    let (mut reply, changed) = crate::socket::handler::handle(&mut s, caller, request, now);
+    let (mut reply, changed) = handler::handle_with(&mut s, caller, request, now, &system_users);
     if changed {
         match &action {
             Some(action) => tracing::info!("{}", action.line(&caller.name, &reply)),
             None => tracing::info!("{} changed the ledger", caller.name),
         }
-        if let Err(e) = s.publish_snapshot(now) {
-            tracing::error!("cannot write the balance snapshot: {e}");
-        }
     } else if let Reply::Error { kind: ErrorKind::Refused, message } = &reply {
         tracing::warn!("{} was refused: {message}", caller.name);
     }
+    let publisher = s.publisher.clone();
     drop(s);
+    // Written with the answering lock let go (a ledger read, a name lookup, an fsync); the change's
+    // reply waits for it, so slurmctld's plugin knows of the change once the command returns.
+    if changed {
+        if let Err(e) = publisher.publish(now) {
+            tracing::error!("cannot write the balance snapshot: {e}");
+        }
+    }
     if let Reply::Balances { shadow, .. } = &mut reply {
         // Status files read and uids named with the lock released, like the caller above.
         let scope = match caller.admin {

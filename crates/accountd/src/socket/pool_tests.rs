@@ -25,11 +25,12 @@ fn answering(dir: &Path) -> Answering {
     );
     let config = Config::parse(&text, Path::new("test.toml")).unwrap();
     let ledger = Ledger::open(&config.paths.ledger, (&config).into()).unwrap();
-    let mut a = Answering::new(Resources::new(config, ledger));
-    a.slurm_view.accounts = AccountTree::parse(
+    let a = Answering::new(Resources::new(config, ledger)).unwrap();
+    let accounts = AccountTree::parse(
         "root||\nphysics|root|\nlab|physics|\nlab||alice\nlab||bob\ncourse|root|\ncourse||bob\ncourse||carol\n",
         "physics|pi\ncourse|carol\n",
     );
+    a.publisher.set_view(crate::slurm_view::SlurmView { accounts, ..Default::default() });
     a
 }
 
@@ -193,7 +194,9 @@ fn a_users_own_balance_names_the_pool_of_their_default_account() {
     let dir = tempfile::tempdir().unwrap();
     let mut a = answering(dir.path());
     add(&mut a, "lab");
-    a.slurm_view.default_accounts.insert("alice".into(), "lab".into());
+    let mut view = (*a.slurm_view()).clone();
+    view.default_accounts.insert("alice".into(), "lab".into());
+    a.publisher.set_view(view);
     let own = handle(&mut a, &who("alice", false), Request::Balances { users: vec![], all: false }, NOW).0;
     let Reply::Balances { rows, .. } = own else { panic!("{own:?}") };
     let pool = rows[0].default_pool.as_ref().expect("lab pays for alice's jobs without -A");

@@ -15,6 +15,7 @@ use ledger::{Applied, EntryKind, Issue, Pool, PoolChange};
 
 use super::record::Change;
 use crate::answering::Answering;
+use crate::balance_row::SystemUsers;
 use crate::reply::{from_ledger, invalid, refused};
 use crate::resources::Resources;
 use crate::slurm_view::SlurmView;
@@ -115,7 +116,7 @@ fn check_rules(rules: &BucketRules) -> Result<(), Reply> {
 
 /// Whether `caller` may manage `account`'s pool: an admin, or a coordinator of it or above it.
 fn manages(a: &Answering, caller: &Caller, account: &str) -> bool {
-    caller.admin || a.slurm_view.accounts.coordinates(&caller.name, account)
+    caller.admin || a.slurm_view().accounts.coordinates(&caller.name, account)
 }
 
 pub fn grant(
@@ -150,7 +151,7 @@ pub fn grant(
         return Err(invalid(beyond));
     }
     // As a user's grant or adjustment: keyed, recorded in the admin journal.
-    super::record::record(&mut a.res, caller, &holder(account), change, now)
+    super::record::record(&mut a.res, caller, &holder(account), change, now, &SystemUsers::AskNow)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -193,7 +194,8 @@ pub fn transfer(
 
 /// The pools `caller` may see, or only `account`'s (refused when they may not see it).
 pub fn list(a: &Answering, caller: &Caller, account: Option<String>, now: i64) -> Result<(Reply, bool), Reply> {
-    let tree = &a.slurm_view.accounts;
+    let view = a.slurm_view();
+    let tree = &view.accounts;
     let sees = |account: &str| {
         caller.admin || tree.is_member(&caller.name, account) || tree.coordinates(&caller.name, account)
     };
@@ -219,7 +221,8 @@ pub fn list(a: &Answering, caller: &Caller, account: Option<String>, now: i64) -
 fn rows(a: &Answering, accounts: &[String], now: i64) -> Result<Vec<PoolRow>, Reply> {
     let month = local_date(now).format("%Y-%m").to_string();
     let spending = a.res.ledger.member_spending(&month).map_err(from_ledger)?;
-    let tree = &a.slurm_view.accounts;
+    let view = a.slurm_view();
+    let tree = &view.accounts;
     let mut out = Vec::new();
     for account in accounts {
         let pool: Pool = a

@@ -3,7 +3,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use gputokens::access::{system_user_exists, Caller};
+use gputokens::access::Caller;
+
+use crate::balance_row::SystemUsers;
 use gputokens::protocol::Reply;
 use gputokens::Tokens;
 use ledger::{Applied, EntryKind, Journaled, NewEntry};
@@ -27,12 +29,13 @@ pub fn record(
     user: &str,
     change: Change,
     now: i64,
+    users: &SystemUsers,
 ) -> Result<(Reply, bool), Reply> {
     let Change { kind, amount, reason, key, expires } = change;
     if reason.trim().is_empty() {
         return Err(invalid("--reason must say why".into()));
     }
-    if res.ledger.account(user).map_err(from_ledger)?.is_none() && !system_user_exists(user) {
+    if res.ledger.account(user).map_err(from_ledger)?.is_none() && !users.exists(user) {
         return Err(invalid(format!("unknown user '{user}': not in the ledger and not a user of this system")));
     }
     let key = match key {

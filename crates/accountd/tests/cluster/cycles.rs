@@ -182,3 +182,76 @@ impl Drop for ChildGuard {
         let _ = self.0.wait();
     }
 }
+
+/// Issue 46, done-when 4, as the last audit measured it: squeue answers only after 12 s, charge
+/// and check cycles run every second or two on running GPU jobs (each charge writes the ledger and
+/// the snapshot), and an admin grants every half second (a write and a snapshot of its own). The
+/// snapshot has its own publisher and ledger connection, and the users a request names are looked
+/// up before the answering lock: alice's and bob's `sbalance` answer within 100 ms (the process's
+/// start and runuser's included; nine in ten at least, none slower than a second, on a loaded
+/// test machine).
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn sbalance_answers_within_100_ms_while_squeue_takes_12_s_and_cycles_write() {
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
+    let slurm = Wrappers::new();
+    let site = Site::start(
+        "",
+        &format!(
+            "[intervals]\ncharge = \"1s\"\ncheck = \"2s\"\n[slurm]\nbin_dir = \"{}\"\nfirst_lookback = \"1s\"\n\
+             [preemption]\nenabled = false\n",
+            slurm.bin_dir()
+        ),
+    );
+    let jobs = [
+        sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "sleep 120"]),
+        sbatch(bob, &["--gres=gpu:rtx3090:1", "--wrap", "sleep 120"]),
+    ];
+    wait_for("the jobs to run", || jobs.iter().all(|j| squeue(j, "%T") == "RUNNING"));
+    slurm.slow_by("squeue", 12);
+    let before = slurm.calls("squeue");
+    crate::cluster::wait_until(30, "a cycle's squeue under way", || match slurm.calls("squeue") > before {
+        true => Ok(()),
+        false => Err(format!("{} squeue calls", slurm.calls("squeue"))),
+    });
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let granting = {
+        let (stop, config) = (stop.clone(), site.config.clone());
+        let user = alice.to_string();
+        std::thread::spawn(move || {
+            let mut grants = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let args = ["--config", config.to_str().unwrap(), "admin", "grant", &user, "0.001", "--reason", "t"];
+                let out = std::process::Command::new(crate::common::bin("accountd")).args(args).output().unwrap();
+                assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                grants += 1;
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            grants
+        })
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    let mut took = Vec::new();
+    while std::time::Instant::now() < until {
+        for user in [alice, bob] {
+            let started = std::time::Instant::now();
+            let out = site.sbalance(Some(user), &["-P", "-n", "-o", "User"]);
+            took.push(started.elapsed());
+            assert_eq!((out.code, out.stdout.trim()), (0, user), "{}", out.stderr);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let grants = granting.join().unwrap();
+    took.sort();
+    let ms: Vec<u128> = took.iter().map(|d| d.as_millis()).collect();
+    let p90 = ms[ms.len() * 9 / 10];
+    eprintln!("sbalance answers (ms): median {}, p90 {p90}, max {}", ms[ms.len() / 2], ms[ms.len() - 1]);
+    assert!(p90 < 100 && ms[ms.len() - 1] < 1000, "sbalance answers (ms, sorted): {ms:?}");
+    assert!(took.len() >= 40 && grants >= 10, "{} sbalance, {grants} grants", took.len());
+    let log = site.log();
+    assert!(log.contains("charge cycle ("), "no charge cycle ran: {}", crate::cluster::log_tail(&log, 20));
+    slurm.set("squeue", "slow", false);
+    cancel(&jobs.iter().collect::<Vec<_>>());
+}

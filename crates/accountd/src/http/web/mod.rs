@@ -320,7 +320,13 @@ async fn me(
         if !caller.may_view(&user, &s.res.config) {
             return Err((StatusCode::FORBIDDEN, format!("{} may not see the data of '{user}'", caller.name)));
         }
-        let mut view = pages::user_view(&s.res, &user, now).map_err(|e| (StatusCode::NOT_FOUND, e))?;
+        // The caller is a user of this system (identified); another user's page (an admin's view)
+        // may need a lookup, under the lock: rare, and only an admin's.
+        let users = match user == caller.name {
+            true => crate::balance_row::SystemUsers::Known([user.clone()].into()),
+            false => crate::balance_row::SystemUsers::AskNow,
+        };
+        let mut view = pages::user_view(&s.res, &user, now, &users).map_err(|e| (StatusCode::NOT_FOUND, e))?;
         view["viewer"] = serde_json::json!({ "name": caller.name, "admin": caller.admin });
         // The pools the viewer may see (with pools on), as `sbalance -l` shows them.
         if s.res.config.accounts.mode != gputokens::pools::PoolMode::User {

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::answering::Answering;
 use crate::balance_json::{BalanceJson, SCHEMA};
-use crate::balance_row::balance_row;
+use crate::balance_row::{balance_row, SystemUsers};
 use crate::resources::Resources;
 
 /// Entries a user's view reads at most (the newest): the chart's 90 days of a busy user.
@@ -33,8 +33,8 @@ type JobCharges<'a> = ((i64, i64), BTreeMap<&'a str, Tokens>);
 
 /// `user`'s page: balance and status, when they recover, the balance over 90 days, charges per
 /// job and per GPU type, crossings and preemptions, and the burn-rate forecast.
-pub fn user_view(res: &Resources, user: &str, now: i64) -> Result<Value, String> {
-    let row = balance_row(res, user, now).map_err(|reply| match reply {
+pub fn user_view(res: &Resources, user: &str, now: i64, users: &SystemUsers) -> Result<Value, String> {
+    let row = balance_row(res, user, now, users).map_err(|reply| match reply {
         gputokens::protocol::Reply::Error { message, .. } => message,
         other => format!("{other:?}"),
     })?;
@@ -175,7 +175,7 @@ pub fn admin_view(answering: &Answering, now: i64) -> Result<Value, String> {
         })
         .collect();
     let faults = answering.res.ledger.all_gpu_faults().map_err(|e| e.to_string())?;
-    let waiting = answering.slurm_view.queue.as_ref().map(
+    let waiting = answering.slurm_view().queue.as_ref().map(
         |q| json!({ "jobs": q.pending.values().filter(|p| p.gpus.is_some()).count(), "as_of": format_rfc3339(q.as_of) }),
     );
     Ok(json!({

@@ -1,0 +1,49 @@
+//! The one writer of the balance snapshot: its own ledger connection, and the one Slurm view the
+//! check cycle last handed it (what answers requests reads that view from here too). The cycles
+//! publish after their work, and a request that changed a balance asks for a publish once it has
+//! let go of the answering lock: the ledger read, the SlurmUser's lookup and the fsync of a publish
+//! never hold a lock that answers users. Publishes wait for each other on the publisher's own lock.
+
+use std::sync::{Arc, Mutex, RwLock};
+
+use crate::error::AccountdResult;
+use crate::resources::Resources;
+use crate::slurm_view::SlurmView;
+
+/// Cheap to clone: every clone is the same publisher.
+#[derive(Clone)]
+pub struct Publisher {
+    /// Its own connection to the ledger, held while a snapshot is written.
+    res: Arc<Mutex<Resources>>,
+    view: Arc<RwLock<Arc<SlurmView>>>,
+}
+
+impl Publisher {
+    /// A publisher writing from `res` (a connection of its own: `Resources::reopen`).
+    pub fn new(res: Resources) -> Publisher {
+        Publisher { res: Arc::new(Mutex::new(res)), view: Arc::default() }
+    }
+
+    /// The Slurm view the check cycle last handed over (empty before the first).
+    pub fn view(&self) -> Arc<SlurmView> {
+        self.view.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Takes `view` as the one Slurm view, then writes the snapshot.
+    pub fn publish_view(&self, view: &SlurmView, now: i64) -> AccountdResult<usize> {
+        *self.view.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(view.clone());
+        self.publish(now)
+    }
+
+    /// Writes the snapshot from the ledger and the last Slurm view; returns how many users it lists.
+    pub fn publish(&self, now: i64) -> AccountdResult<usize> {
+        let res = self.res.lock().unwrap_or_else(|p| p.into_inner());
+        super::publish(&res, &self.view(), now)
+    }
+
+    /// Sets the Slurm view without publishing (tests of what answers requests).
+    #[cfg(test)]
+    pub fn set_view(&self, view: SlurmView) {
+        *self.view.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(view);
+    }
+}
