@@ -18,6 +18,8 @@ pub struct UsageRecord {
     pub milli_gpus: BTreeMap<String, u64>,
     /// Seconds held so far.
     pub elapsed: u64,
+    /// Nodes the run holds (AllocTRES `node=`; 1 where Slurm does not say): each is sampled apart.
+    pub nodes: u32,
     /// Share of the price charged, in permille: 1000 charges the allocation; less with
     /// `charge_basis = "measured"` (see [`crate::pricing::weighted_price`]).
     pub weight_permille: u32,

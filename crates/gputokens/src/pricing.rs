@@ -192,13 +192,14 @@ pub fn weighted_price(per_gpu_hour: Tokens, weight_permille: u32) -> Tokens {
     Tokens::from_micro((per_gpu_hour.micro() as i128 * weight / i128::from(FULL_WEIGHT_PERMILLE)) as i64)
 }
 
-/// The fraction of its price a measured job pays: its sampled utilization, where every sample
-/// that should have come in `elapsed` seconds (one per `interval`, with a quarter's slack for late
-/// reports) and did not counts as fully used, since a silenced agent or a job hidden from NVML must
-/// not make GPU time cheap; never below `floor` (`measured_min_fraction`). `interval` 0 (unknown):
-/// the samples alone count; no samples and none expected: the whole price.
-pub fn measured_fraction(samples: u64, util_sum: f64, elapsed: u64, interval: u64, floor: f64) -> f64 {
-    let expected = elapsed.saturating_mul(4).checked_div(interval.saturating_mul(5)).unwrap_or(0);
+/// The fraction of its price a measured run pays: its sampled utilization, where every sample
+/// that should have come in `elapsed` seconds (one per `interval` from each of its `nodes`, with a
+/// quarter's slack for late reports) and did not counts as fully used, since a silenced agent or a
+/// job hidden from NVML must not make GPU time cheap; never below `floor` (`measured_min_fraction`).
+/// `interval` 0 (unknown): the samples alone count; no samples and none expected: the whole price.
+pub fn measured_fraction(samples: u64, util_sum: f64, elapsed: u64, interval: u64, nodes: u32, floor: f64) -> f64 {
+    let per_node = elapsed.saturating_mul(4).checked_div(interval.saturating_mul(5)).unwrap_or(0);
+    let expected = per_node.saturating_mul(u64::from(nodes.max(1)));
     let missing = expected.saturating_sub(samples);
     let counted = samples + missing;
     if counted == 0 {
@@ -375,16 +376,22 @@ mod tests {
     #[test]
     fn missing_samples_count_as_fully_used() {
         // An hour at one report a minute, all 60 in at 20 %: pays 20 %.
-        assert!((measured_fraction(60, 60.0 * 20.0, 3600, 60, 0.25) - 0.25).abs() < 1e-9, "the floor");
-        assert!((measured_fraction(60, 60.0 * 40.0, 3600, 60, 0.25) - 0.40).abs() < 1e-9);
+        assert!((measured_fraction(60, 60.0 * 20.0, 3600, 60, 1, 0.25) - 0.25).abs() < 1e-9, "the floor");
+        assert!((measured_fraction(60, 60.0 * 40.0, 3600, 60, 1, 0.25) - 0.40).abs() < 1e-9);
         // Reports a little late (50 of 60): none missing yet.
-        assert!((measured_fraction(50, 50.0 * 40.0, 3600, 60, 0.25) - 0.40).abs() < 1e-9);
+        assert!((measured_fraction(50, 50.0 * 40.0, 3600, 60, 1, 0.25) - 0.40).abs() < 1e-9);
         // One report at 0 % and then silence for the hour: 47 missing at 100 %.
-        let silenced = measured_fraction(1, 0.0, 3600, 60, 0.25);
+        let silenced = measured_fraction(1, 0.0, 3600, 60, 1, 0.25);
         assert!((silenced - 47.0 / 48.0).abs() < 1e-9, "{silenced}");
         // Never an interval: the samples alone; no samples and none expected: the allocation.
-        assert!((measured_fraction(3, 150.0, 3600, 0, 0.25) - 0.5).abs() < 1e-9);
-        assert_eq!(measured_fraction(0, 0.0, 10, 60, 0.25), 1.0);
+        assert!((measured_fraction(3, 150.0, 3600, 0, 1, 0.25) - 0.5).abs() < 1e-9);
+        assert_eq!(measured_fraction(0, 0.0, 10, 60, 1, 0.25), 1.0);
+        // The audit's M3: a job on 4 nodes, one of whose agents reports (60 samples at 0 %): the
+        // three silent nodes' samples (132 missing of 192) count as fully used, not its 60 as all.
+        let three_silent = measured_fraction(60, 0.0, 3600, 60, 4, 0.25);
+        assert!((three_silent - 132.0 / 192.0).abs() < 1e-9, "{three_silent}");
+        // All four report at 40 %: 40 %, not four times the samples expected.
+        assert!((measured_fraction(240, 240.0 * 40.0, 3600, 60, 4, 0.25) - 0.40).abs() < 1e-9);
     }
 
     #[test]
@@ -394,7 +401,7 @@ mod tests {
         assert_eq!(weight_permille(47.0 / 48.0), 979, "to the nearest permille");
         assert_eq!(weight_permille(0.0), 0);
         // An a6000 (4 tokens/h) held an hour at 40 % measured: 1.6 tokens.
-        let weight = weight_permille(measured_fraction(60, 60.0 * 40.0, 3600, 60, 0.25));
+        let weight = weight_permille(measured_fraction(60, 60.0 * 40.0, 3600, 60, 1, 0.25));
         assert_eq!(cost_of(weighted_price(Tokens::whole(4), weight), 1000, 3600), Some(Tokens::from_micro(1_600_000)));
     }
 

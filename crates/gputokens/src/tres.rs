@@ -7,6 +7,14 @@ use std::collections::BTreeMap;
 /// Milli-GPUs per GPU.
 pub const MILLI: u64 = 1000;
 
+/// The nodes of an allocation (`node=N` in a TRES string); 1 where it does not say.
+pub fn node_count(tres: &str) -> u32 {
+    tres.split(',')
+        .find_map(|entry| entry.trim().strip_prefix("node=")?.trim().parse::<u32>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(1)
+}
+
 /// `milli` milli-GPUs as an exact decimal number of GPUs (`2`, `0.25`), for messages and reasons.
 pub fn gpu_count(milli: u64) -> crate::tokens::Tokens {
     let micro = i64::try_from(milli).unwrap_or(i64::MAX).saturating_mul((crate::tokens::MICRO as u64 / MILLI) as i64);

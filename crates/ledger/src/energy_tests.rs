@@ -22,6 +22,7 @@ pub(super) fn run(job: &str, gpu_type: &str, start: &str, hours: u64) -> UsageRe
         sluid: None,
         milli_gpus: BTreeMap::from([(gpu_type.to_string(), 1000)]),
         elapsed: hours * 3600,
+        nodes: 1,
         weight_permille: 1000,
     }
 }

@@ -21,6 +21,7 @@ fn a6000_hours(id: &str, user: &str, hours: u64) -> UsageRecord {
         sluid: None,
         milli_gpus: BTreeMap::from([("a6000".to_string(), 1000)]),
         elapsed: hours * 3600,
+        nodes: 1,
         weight_permille: 1000,
     }
 }

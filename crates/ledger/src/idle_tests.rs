@@ -22,6 +22,7 @@ fn run(job: &str, gpu_type: &str, hours: u64) -> UsageRecord {
         sluid: None,
         milli_gpus: BTreeMap::from([(gpu_type.to_string(), 1000)]),
         elapsed: hours * 3600,
+        nodes: 1,
         weight_permille: 1000,
     }
 }
@@ -33,11 +34,11 @@ fn the_idle_share_of_each_jobs_charge_goes_to_its_gpu_types_line() {
     let now = at("2026-11-26T12:00:00");
     // Job 1: 4 samples, 3 of them idle; job 2: busy; job 3: never sampled (no agent on its node).
     for (percent, idle) in [(0.0, 0), (0.0, 2), (1.0, 1), (60.0, 0)] {
-        l.record_utilization("1", percent, idle, now).unwrap();
+        l.record_utilization("1", 0, percent, idle, now).unwrap();
     }
-    l.record_utilization("2", 90.0, 0, now).unwrap();
+    l.record_utilization("2", 0, 90.0, 0, now).unwrap();
     // More idle samples than samples (a replayed report) never make more than all of it idle.
-    l.record_utilization("4", 0.0, 5, now).unwrap();
+    l.record_utilization("4", 0, 0.0, 5, now).unwrap();
     let prices = PriceTable::new(
         BTreeMap::from([("a6000".to_string(), Tokens::whole(4)), ("rtx3090".to_string(), Tokens::whole(1))]),
         None,

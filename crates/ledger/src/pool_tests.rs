@@ -27,6 +27,7 @@ fn job(id: &str, user: &str, account: &str, gpu_type: &str, gpus: u64, elapsed: 
         sluid: None,
         milli_gpus: BTreeMap::from([(gpu_type.to_string(), gpus * 1000)]),
         elapsed,
+        nodes: 1,
         weight_permille: 1000,
     }
 }

@@ -20,6 +20,7 @@ fn record(job: &str, user: &str, milli: u64, elapsed: u64) -> UsageRecord {
         sluid: None,
         milli_gpus: BTreeMap::from([("a6000".to_string(), milli)]),
         elapsed,
+        nodes: 1,
         weight_permille: 1000,
     }
 }

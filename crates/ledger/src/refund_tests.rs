@@ -27,6 +27,7 @@ fn run(job: &str, user: &str, account: Option<&str>, start: &str, hours: u64) ->
         sluid: None,
         milli_gpus: BTreeMap::from([("a6000".to_string(), 1000)]),
         elapsed: hours * 3600,
+        nodes: 1,
         weight_permille: 1000,
     }
 }

@@ -273,6 +273,21 @@ const MIGRATIONS: &[&str] = &[
      UPDATE job_energy SET charged_joules = joules;
      CREATE INDEX job_energy_uncharged ON job_energy (job_id) WHERE joules > charged_joules;
      ALTER TABLE job_charges ADD COLUMN energy_charged INTEGER NOT NULL DEFAULT 0;  -- micro-tokens",
+    // 19: utilization samples per run of a job (`since`: when accountd first saw the run in a
+    // report), so a requeued job's idle first run does not dilute its second; rows from before 19
+    // belong to no run (0) and weigh no run's charge (it pays its allocation, never less).
+    "CREATE TABLE job_utilization_v19 (
+        job_id       TEXT    NOT NULL,
+        since        INTEGER NOT NULL,           -- unix seconds: the run's first sample
+        samples      INTEGER NOT NULL,
+        util_sum     REAL    NOT NULL,
+        last_at      INTEGER NOT NULL,
+        idle_samples INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (job_id, since)
+     ) WITHOUT ROWID;
+     INSERT INTO job_utilization_v19 SELECT job_id, 0, samples, util_sum, last_at, idle_samples FROM job_utilization;
+     DROP TABLE job_utilization;
+     ALTER TABLE job_utilization_v19 RENAME TO job_utilization;",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

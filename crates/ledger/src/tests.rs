@@ -36,6 +36,7 @@ fn record(job: &str, user: &str, gpu_type: &str, gpus: u64, elapsed: u64) -> Usa
         sluid: None,
         milli_gpus: BTreeMap::from([(gpu_type.to_string(), gpus * 1000)]),
         elapsed,
+        nodes: 1,
         weight_permille: 1000,
     }
 }
@@ -371,10 +372,28 @@ fn measured_weight_scales_the_price() {
     let half = UsageRecord { weight_permille: 500, ..record("60", "lee", "a6000", 1, 3600) };
     l.charge(&[half], &seed_prices(), 10).unwrap();
     assert_eq!(balance(&l, "lee"), Tokens::whole(98));
-    l.record_utilization("60", 30.0, 0, 5).unwrap();
-    l.record_utilization("60", 50.0, 0, 6).unwrap();
+    l.record_utilization("60", 1, 30.0, 0, 5).unwrap();
+    l.record_utilization("60", 1, 50.0, 0, 6).unwrap();
     assert_eq!(l.mean_utilization("60").unwrap(), Some(40.0));
     assert_eq!(l.mean_utilization("61").unwrap(), None);
+}
+
+/// The audit's M3: a requeued job's idle first run does not dilute its second run's measure; the
+/// statement's idle share and mean still see both.
+#[test]
+fn utilization_is_kept_per_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    for at in 0..10 {
+        l.record_utilization("70", 1_000, 0.0, 1, 1_000 + at * 30).unwrap();
+        l.record_utilization("70", 5_000, 100.0, 0, 5_000 + at * 30).unwrap();
+    }
+    assert_eq!(l.run_utilization_samples("70", 5_030, 60).unwrap(), Some((10, 1000.0)), "the second run alone");
+    assert_eq!(l.run_utilization_samples("70", 990, 60).unwrap(), Some((20, 1000.0)), "from the first run on");
+    assert_eq!(l.run_utilization_samples("70", 9_000, 60).unwrap(), None, "a run never sampled");
+    assert_eq!(l.utilization_samples("70").unwrap(), Some((20, 1000.0)));
+    assert_eq!(l.idle_share("70").unwrap(), Some((10, 20)));
+    assert_eq!(l.mean_utilization("70").unwrap(), Some(50.0));
 }
 
 #[test]

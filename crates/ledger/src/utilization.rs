@@ -1,41 +1,77 @@
-//! Measured GPU utilization per job (table `job_utilization`): a count of samples and their sum,
-//! what `charge_basis = "measured"` weighs a job's price by, and how many samples were idle (the
-//! share of its charges spent on idle GPUs).
+//! Measured GPU utilization per run of a job (table `job_utilization`): a count of samples and
+//! their sum, what `charge_basis = "measured"` weighs a run's price by, and how many samples were
+//! idle (the share of its charges spent on idle GPUs). A run is keyed by when accountd first saw
+//! it (`since`); a requeued job's runs are kept apart.
 
 use rusqlite::{params, OptionalExtension};
 
 use super::{Ledger, LedgerError};
 
 impl Ledger {
-    /// Adds one utilization sample (percent) of a job, and `idle` samples to its idle ones (this
-    /// one, and the earlier ones of a stretch that has just lasted the idle window).
-    pub fn record_utilization(&mut self, job_id: &str, percent: f64, idle: u64, at: i64) -> Result<(), LedgerError> {
+    /// Adds one utilization sample (percent) of a job's run first seen at `since`, and `idle`
+    /// samples to its idle ones (this one, and the earlier ones of a stretch that has just lasted
+    /// the idle window).
+    pub fn record_utilization(
+        &mut self,
+        job_id: &str,
+        since: i64,
+        percent: f64,
+        idle: u64,
+        at: i64,
+    ) -> Result<(), LedgerError> {
         self.conn.execute(
-            "INSERT INTO job_utilization (job_id, samples, util_sum, last_at, idle_samples) VALUES (?1, 1, ?2, ?3, ?4)
-             ON CONFLICT (job_id) DO UPDATE SET samples = samples + 1, util_sum = util_sum + excluded.util_sum,
+            "INSERT INTO job_utilization (job_id, since, samples, util_sum, last_at, idle_samples)
+             VALUES (?1, ?2, 1, ?3, ?4, ?5)
+             ON CONFLICT (job_id, since) DO UPDATE SET samples = samples + 1, util_sum = util_sum + excluded.util_sum,
                                                 last_at = excluded.last_at,
                                                 idle_samples = MIN(samples + 1, idle_samples + excluded.idle_samples)",
-            params![job_id, percent, at, idle as i64],
+            params![job_id, since, percent, at, idle as i64],
         )?;
         Ok(())
+    }
+
+    /// The samples of the run of `job_id` that Slurm started at `run_start`: those first seen from
+    /// then on (give or take `skew` seconds between the clocks); None when none were taken.
+    pub fn run_utilization_samples(
+        &self,
+        job_id: &str,
+        run_start: i64,
+        skew: i64,
+    ) -> Result<Option<(u64, f64)>, LedgerError> {
+        Ok(self
+            .conn
+            .prepare_cached(
+                "SELECT SUM(samples), SUM(util_sum) FROM job_utilization WHERE job_id = ?1 AND since >= ?2
+                 HAVING COUNT(*) > 0",
+            )?
+            .query_row(params![job_id, run_start.saturating_sub(skew)], |r| {
+                Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get(1)?))
+            })
+            .optional()?)
     }
 
     /// The share of a job's samples that were idle, as (idle, all); None when it was never sampled.
     pub fn idle_share(&self, job_id: &str) -> Result<Option<(u64, u64)>, LedgerError> {
         Ok(self
             .conn
-            .prepare_cached("SELECT MIN(idle_samples, samples), samples FROM job_utilization WHERE job_id = ?1")?
+            .prepare_cached(
+                "SELECT SUM(MIN(idle_samples, samples)), SUM(samples) FROM job_utilization WHERE job_id = ?1
+                 HAVING COUNT(*) > 0",
+            )?
             .query_row([job_id], |r| Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get::<_, i64>(1)?.max(0) as u64)))
             .optional()?)
     }
 
-    /// How often a job was sampled and the sum of its sampled utilization (percent), if ever.
+    /// How often a job was sampled and the sum of its sampled utilization (percent), all its runs
+    /// together, if ever.
     pub fn utilization_samples(&self, job_id: &str) -> Result<Option<(u64, f64)>, LedgerError> {
         Ok(self
             .conn
-            .query_row("SELECT samples, util_sum FROM job_utilization WHERE job_id = ?1", [job_id], |r| {
-                Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get(1)?))
-            })
+            .query_row(
+                "SELECT SUM(samples), SUM(util_sum) FROM job_utilization WHERE job_id = ?1 HAVING COUNT(*) > 0",
+                [job_id],
+                |r| Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get(1)?)),
+            )
             .optional()?)
     }
 
@@ -43,7 +79,11 @@ impl Ledger {
     pub fn mean_utilization(&self, job_id: &str) -> Result<Option<f64>, LedgerError> {
         Ok(self
             .conn
-            .query_row("SELECT util_sum / samples FROM job_utilization WHERE job_id = ?1", [job_id], |r| r.get(0))
+            .query_row(
+                "SELECT SUM(util_sum) / SUM(samples) FROM job_utilization WHERE job_id = ?1 HAVING COUNT(*) > 0",
+                [job_id],
+                |r| r.get(0),
+            )
             .optional()?)
     }
 }

@@ -231,14 +231,20 @@ fn window_start(read_until: Option<i64>, read_from: Option<i64>, reread: i64, fi
     since.min(until)
 }
 
-/// `charge_basis = "measured"`: a job pays for its GPUs in proportion to their measured
-/// utilization, never less than `measured_min_fraction`; a job never measured pays the allocation.
+/// How far apart a node's clock (its samples' runs) and slurmctld's (a run's start) may be.
+const SAMPLE_CLOCK_SKEW: i64 = 60;
+
+/// `charge_basis = "measured"`: a run pays for its GPUs in proportion to their measured
+/// utilization, never less than `measured_min_fraction`; a run never measured pays the allocation.
+/// Only the run's own samples count (a requeued job's earlier run's do not), and each of its nodes
+/// is expected to send them (the audit's M3).
 fn weigh_by_utilization(res: &Resources, records: &mut [UsageRecord]) -> AccountdResult {
     let floor = res.config.utilization.measured_min_fraction;
     let interval = sample_interval(&res.config);
     for record in records {
-        if let Some((samples, util_sum)) = res.ledger.utilization_samples(&record.job_id)? {
-            let fraction = measured_fraction(samples, util_sum, record.elapsed, interval, floor);
+        let run = res.ledger.run_utilization_samples(&record.job_id, record.segment_start, SAMPLE_CLOCK_SKEW)?;
+        if let Some((samples, util_sum)) = run {
+            let fraction = measured_fraction(samples, util_sum, record.elapsed, interval, record.nodes, floor);
             record.weight_permille = weight_permille(fraction);
         }
     }

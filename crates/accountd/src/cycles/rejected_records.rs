@@ -96,6 +96,7 @@ mod tests {
             sluid: None,
             milli_gpus: [("a6000".to_string(), 1000)].into(),
             elapsed: 60,
+            nodes: 1,
             weight_permille: 1000,
         }
     }

@@ -283,7 +283,7 @@ mod tests {
         // Measured basis, four samples at the agents' interval (10 s here) over a 40 s run.
         let pays = |job: &str| {
             let (samples, sum) = res.ledger.utilization_samples(job).unwrap().unwrap();
-            gputokens::pricing::measured_fraction(samples, sum, 40, 10, 0.25)
+            gputokens::pricing::measured_fraction(samples, sum, 40, 10, 1, 0.25)
         };
         assert_eq!(pays("4242"), 0.99, "its own 99 %");
         assert_eq!(pays("4243"), 0.25, "the minimum, not its neighbour's 100 %");

@@ -26,6 +26,9 @@ pub struct Tracker {
 #[derive(Debug, Clone)]
 struct JobWatch {
     labels: JobLabels,
+    /// When this run of the job was first sampled: its samples are kept under it in the ledger
+    /// (a requeued job's next run is a watch of its own, once the job left the reports).
+    since: i64,
     /// Since when its utilization has stayed below `idle_threshold_percent`, and in how many samples.
     below_since: Option<i64>,
     below_samples: u64,
@@ -112,6 +115,7 @@ pub fn apply(
         }
         let watch = tracker.jobs.entry(job.job.clone()).or_insert_with(|| JobWatch {
             labels: labels.clone(),
+            since: now,
             below_since: None,
             below_samples: 0,
             flagged: false,
@@ -120,7 +124,8 @@ pub fn apply(
         if newly {
             flagged.push(watch.labels.clone());
         }
-        res.ledger.record_utilization(&job.job, job.percent.unwrap_or(UNMEASURED_AS_PERCENT), idle_samples, now)?;
+        let percent = job.percent.unwrap_or(UNMEASURED_AS_PERCENT);
+        res.ledger.record_utilization(&job.job, watch.since, percent, idle_samples, now)?;
         if let Some(series) = &series {
             res.metrics.job_idle.get_or_create(series).set(watch.flagged as i64);
         }
@@ -242,7 +247,7 @@ mod tests {
 
     fn watch() -> JobWatch {
         let labels = JobLabels { job: "7".into(), user: "alice".into(), node: "n1".into() };
-        JobWatch { labels, below_since: None, below_samples: 0, flagged: false }
+        JobWatch { labels, since: 0, below_since: None, below_samples: 0, flagged: false }
     }
 
     /// Samples every 10 s against a 30 s window at 5 %: a stretch is idle once it lasted the window,

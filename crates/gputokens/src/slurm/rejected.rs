@@ -83,6 +83,7 @@ mod tests {
             sluid: None,
             milli_gpus: [("a6000".to_string(), milli)].into(),
             elapsed,
+            nodes: 1,
             weight_permille: 1000,
         }
     }

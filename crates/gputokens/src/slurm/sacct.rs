@@ -172,6 +172,7 @@ fn row(line: &str, columns: &Columns, sharing: Sharing) -> Result<Row, (Reason, 
         sluid: columns.sluid.and_then(|i| super::sluid::parse(fields[i].trim())),
         milli_gpus: gpus.milli_by_type(UNTYPED, sharing),
         elapsed,
+        nodes: crate::tres::node_count(fields[columns.tres]),
         weight_permille: 1000,
     };
     rejected::check(&record).map_err(|(reason, detail)| (reason, format!("job {}: {detail}", quoted(job_id))))?;

@@ -37,6 +37,7 @@ fn record(job: &str, user: &str, gpu_type: &str, gpus: u64, elapsed: u64) -> Usa
         sluid: None,
         milli_gpus: BTreeMap::from([(gpu_type.to_string(), gpus * 1000)]),
         elapsed,
+        nodes: 1,
         weight_permille: 1000,
     }
 }

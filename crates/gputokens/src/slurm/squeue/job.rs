@@ -33,6 +33,8 @@ pub struct QueueJob {
     /// When the job was last suspended or resumed (`suspend_time`; 0 = never).
     pub suspend_time: i64,
     pub nodes: String,
+    /// How many nodes it holds (`node_count`, else one `gres_detail` entry per node, else 1).
+    pub node_count: u32,
     pub partition: String,
     /// GPUs, shards and MPS units held (running jobs).
     pub alloc: GpuAllocation,
@@ -70,6 +72,7 @@ impl QueueJob {
             sluid: self.sluid.clone(),
             milli_gpus: self.alloc.milli_by_type(crate::slurm::sacct::UNTYPED, sharing),
             elapsed: self.run_seconds(now),
+            nodes: self.node_count,
             weight_permille: 1000,
         }
     }
@@ -131,6 +134,12 @@ pub(super) fn queue_job(job: &Value) -> Option<QueueJob> {
         run_before_suspend: job.get("pre_sus_time").and_then(number).map_or(0, |n| n.max(0) as u64),
         suspend_time: job.get("suspend_time").and_then(number).unwrap_or(0),
         nodes: text("nodes"),
+        node_count: job
+            .get("node_count")
+            .and_then(number)
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|n| *n > 0)
+            .unwrap_or(gres_detail.len().max(1) as u32),
         partition: text("partition"),
         alloc,
         request,
