@@ -218,6 +218,16 @@ fn prices(config: &Config, facts: &SlurmFacts) -> Vec<Finding> {
     if !from_parent.is_empty() {
         out.push(Finding::Ok(format!("[prices] prices MIG slices by their GPU type: {}", from_parent.join(", "))));
     }
+    // NVML counts energy per GPU, never per MIG slice: nothing tells a slice's part apart.
+    let slices: Vec<&str> = types.iter().copied().filter(|t| gputokens::mig::parse(t).is_some()).collect();
+    if let (Some(per_kwh), false) = (config.prices.per_kwh(), slices.is_empty()) {
+        out.push(Finding::Problem(format!(
+            "[prices] per_kwh = {per_kwh} charges no energy to jobs on MIG slices ({}): NVML measures energy per \
+             GPU, not per slice; their GPU time is charged as usual. Price the slices' energy into their \
+             [prices] lines if it matters",
+            slices.join(", ")
+        )));
+    }
     if unpriced.is_empty() {
         out.push(Finding::Ok("[prices] lists every GPU type of the nodes".into()));
     } else {
@@ -415,6 +425,11 @@ AllowedRAMSpace         = 100.0%
         );
         // The h100 is in use, by its slices.
         assert!(!found.iter().any(|f| matches!(f, Finding::Ok(t) if t.contains("types no node has"))), "{found:#?}");
+        let energy_free = |found: &[Finding]| problems(found).into_iter().any(|p| p.contains("no energy to jobs on MIG"));
+        assert!(!energy_free(&found), "energy is not priced");
+        // The audit's N7: with energy priced, the slices' jobs pay none of it, and config check says so.
+        let priced = findings(&config("rtx3090 = 1\nper_kwh = 0.5"), &facts, |_| true);
+        assert!(energy_free(&priced), "{priced:#?}");
     }
 
     #[test]
