@@ -115,15 +115,15 @@ pub fn commitments(
 }
 
 /// [`commitments`] summed per `payer` of each job (None: left out), e.g. the pool that pays.
-pub fn commitments_by(
+pub fn commitments_by<K: Ord>(
     jobs: &[QueueJob],
     default_limit: u64,
     prices: &PriceTable,
     sharing: Sharing,
     charged: impl Fn(&QueueJob) -> u64,
-    payer: impl Fn(&QueueJob) -> Option<String>,
-) -> BTreeMap<String, Commitment> {
-    let mut out: BTreeMap<String, Commitment> = BTreeMap::new();
+    payer: impl Fn(&QueueJob) -> Option<K>,
+) -> BTreeMap<K, Commitment> {
+    let mut out: BTreeMap<K, Commitment> = BTreeMap::new();
     for job in jobs {
         let Some((milli, seconds)) = held_or_asked(job, default_limit, sharing, &charged) else { continue };
         let Some(payer) = payer(job) else { continue };

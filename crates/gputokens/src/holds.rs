@@ -103,6 +103,41 @@ pub fn step(job: Pending) -> Step {
 /// is released.
 pub const COMMENT_PREFIX: &str = "gputokens: held while ";
 
+/// Why a pending job is held: its payer is at the floor, or its user spent the per-user limit of
+/// the pool that pays for it this month.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stopped {
+    /// The payer (a user, or `account <name>`).
+    AtFloor(String),
+    OverLimit {
+        account: String,
+        user: String,
+    },
+}
+
+impl Stopped {
+    /// Why, in the audit trail and the log: `alice is at the floor`.
+    pub fn reason(&self) -> String {
+        match self {
+            Stopped::AtFloor(payer) => format!("{payer} is at the floor"),
+            Stopped::OverLimit { account, user } => {
+                format!("{user} spent the per-user limit of account {account} this month")
+            }
+        }
+    }
+
+    /// The note added to the held job's comment.
+    pub fn comment_note(&self) -> String {
+        match self {
+            Stopped::AtFloor(payer) => comment_note(payer),
+            Stopped::OverLimit { account, user } => format!(
+                "{COMMENT_PREFIX}{user} is over the per-user limit of account {account}, released next month or when \
+                 the limit is raised"
+            ),
+        }
+    }
+}
+
 /// The note added to a held job's comment.
 pub fn comment_note(payer: &str) -> String {
     format!("{COMMENT_PREFIX}{payer} is at the floor, released when it is above")

@@ -77,6 +77,9 @@ pub struct QueueSummary {
     /// With pools: what the running and pending GPU jobs each pool pays for hold and can cost, by
     /// account (`pool_committed`).
     pub pool_committed: HashMap<String, Commitment>,
+    /// With pools: the same per pool and member (`pool_user_committed`), for a pool's per-user
+    /// limit: what a member's jobs already hold counts beside what they spent.
+    pub pool_user_committed: BTreeMap<(String, String), Commitment>,
     /// The pending jobs squeue showed, by job ID.
     pub pending: BTreeMap<u32, PendingJob>,
     /// With pools: the account of each pending or running GPU job (an update without `account=`
@@ -132,6 +135,9 @@ pub fn render(snap: &Snapshot) -> String {
         }
         for (account, c) in queue.pool_committed.iter().collect::<BTreeMap<_, _>>() {
             out.push_str(&format!("pool_committed {account} {} {}\n", c.milli_gpus, c.max_cost.micro()));
+        }
+        for ((account, user), c) in &queue.pool_user_committed {
+            out.push_str(&format!("pool_user_committed {account} {user} {} {}\n", c.milli_gpus, c.max_cost.micro()));
         }
         for (id, p) in &queue.pending {
             out.push_str(&format!("pending {id} {} {} {} {}", p.nodes, p.tasks, p.array_tasks, p.seconds));
@@ -314,6 +320,7 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
     let (mut prices, mut default_price) = (BTreeMap::new(), None);
     let mut committed = HashMap::new();
     let mut pool_committed = HashMap::new();
+    let mut pool_user_committed = BTreeMap::new();
     let mut pending = BTreeMap::new();
     let mut job_accounts = BTreeMap::new();
     for (i, line) in lines {
@@ -468,6 +475,14 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
                 words.end()?;
                 pool_committed.insert(account, Commitment { milli_gpus, max_cost });
             }
+            "pool_user_committed" => {
+                let account = words.next("account")?.to_string();
+                let user = words.next("user name")?.to_string();
+                let milli_gpus = words.number("milli-GPUs")?.max(0) as u64;
+                let max_cost = Tokens::from_micro(words.number("maximum cost")?);
+                words.end()?;
+                pool_user_committed.insert((account, user), Commitment { milli_gpus, max_cost });
+            }
             "pending" => {
                 let id = words.number("job ID")?;
                 let id = u32::try_from(id).map_err(|_| words.bad(format!("job ID {id} is out of range")))?;
@@ -510,6 +525,7 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
     if let Some(queue) = &mut snap.queue {
         queue.committed = committed;
         queue.pool_committed = pool_committed;
+        queue.pool_user_committed = pool_user_committed;
         queue.pending = pending;
         queue.job_accounts = job_accounts;
     }
@@ -590,6 +606,10 @@ mod tests {
             pool_committed: HashMap::from([(
                 "lab".to_string(),
                 Commitment { milli_gpus: 3000, max_cost: Tokens::whole(20) },
+            )]),
+            pool_user_committed: BTreeMap::from([(
+                ("lab".to_string(), "alice".to_string()),
+                Commitment { milli_gpus: 1000, max_cost: Tokens::whole(12) },
             )]),
             pending,
             job_accounts,

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use gputokens::holds::{self, Held, Last, Pending, Step};
+use gputokens::holds::{self, Held, Last, Pending, Step, Stopped};
 use gputokens::pools::{payers, PoolMode};
 use gputokens::slurm::squeue::QueueJob;
 use gputokens::Tokens;
@@ -26,7 +26,7 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
     let jobs = queue.jobs()?;
     let pending: Vec<&QueueJob> =
         jobs.iter().filter(|j| j.state == "PENDING" && !j.request.counts.is_empty()).collect();
-    let at_floor = payers_at_floor(&cycle.res, &pending)?;
+    let at_floor = payers_at_floor(&cycle.res, &pending, now)?;
     let exempt = &cycle.res.config.exempt;
     let enforce = cycle.res.config.admission.enforce;
     let (mut steps, mut would_hold) = (Vec::new(), 0);
@@ -35,9 +35,9 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
         // the same ID (Slurm's IDs wrap) is not this one.
         let last = cycle.res.ledger.last_hold_action(&job.job_id, job.restarts, job.submit_time)?;
         let last = Last::from_action(last.as_deref());
-        let payer = at_floor.get(job.job_id.as_str()).cloned();
+        let stopped = at_floor.get(job.job_id.as_str()).cloned();
         let mut pending = Pending {
-            payer_at_floor: payer.is_some(),
+            payer_at_floor: stopped.is_some(),
             exempt: is_exempt(exempt, job),
             held: Held::of(job.priority, &job.state_reason),
             last,
@@ -46,11 +46,12 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
             // Shadow mode: what would be held is logged, and nothing is; what was held before is
             // released.
             if matches!(holds::step(pending), Step::Hold | Step::HoldOverOwner) {
-                let payer = payer.as_deref().unwrap_or(&job.user);
+                let why = stopped.clone().unwrap_or_else(|| Stopped::AtFloor(job.user.clone()));
                 tracing::warn!(
-                    "shadow mode, not enforced: would hold pending job {} of {}: {payer} is at the floor",
+                    "shadow mode, not enforced: would hold pending job {} of {}: {}",
                     job.job_id,
-                    job.user
+                    job.user,
+                    why.reason()
                 );
                 would_hold += 1;
             }
@@ -58,12 +59,12 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
         }
         let step = holds::step(pending);
         if step != Step::Nothing {
-            steps.push((*job, step, payer));
+            steps.push((*job, step, stopped));
         }
     }
     let (mut held, mut released) = (0, 0);
-    for (job, step, payer) in steps {
-        match act(&mut cycle.res, slurm, job, step, payer.as_deref(), now)? {
+    for (job, step, stopped) in steps {
+        match act(&mut cycle.res, slurm, job, step, stopped.as_ref(), now)? {
             Some(Step::Hold | Step::HoldOverOwner) => held += 1,
             Some(Step::Release | Step::ReleaseToOwner) => released += 1,
             _ => {}
@@ -78,12 +79,24 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
 }
 
 /// The pending jobs whose payer is at or below its floor, with that payer's name (the user, or
-/// `account <name>` for a pool; in mode "both" either one).
-fn payers_at_floor<'j>(res: &Resources, jobs: &[&'j QueueJob]) -> AccountdResult<HashMap<&'j str, String>> {
+/// `account <name>` for a pool; in mode "both" either one), or whose user spent the per-user limit
+/// of the pool that pays for them this month (the audit's L5).
+fn payers_at_floor<'j>(res: &Resources, jobs: &[&'j QueueJob], now: i64) -> AccountdResult<HashMap<&'j str, Stopped>> {
     let mode = res.config.accounts.mode;
-    let pools: HashMap<String, (Tokens, Tokens)> = match mode {
-        PoolMode::User => HashMap::new(),
-        _ => res.ledger.pools()?.into_iter().map(|p| (p.account, (p.balance, p.rules.floor))).collect(),
+    let all_pools = match mode {
+        PoolMode::User => Vec::new(),
+        _ => res.ledger.pools()?,
+    };
+    let pools: HashMap<String, (Tokens, Tokens)> =
+        all_pools.iter().map(|p| (p.account.clone(), (p.balance, p.rules.floor))).collect();
+    let limits: HashMap<&str, Tokens> =
+        all_pools.iter().filter_map(|p| Some((p.account.as_str(), p.user_limit?))).collect();
+    let spent: HashMap<(String, String), Tokens> = match limits.is_empty() {
+        true => HashMap::new(),
+        false => {
+            let month = gputokens::time::local_date(now).format("%Y-%m").to_string();
+            res.ledger.member_spending(&month)?.into_iter().map(|s| ((s.account, s.user), s.spent)).collect()
+        }
     };
     let rules = res.ledger.rules();
     let mut users: HashMap<&str, Tokens> = HashMap::new();
@@ -92,8 +105,16 @@ fn payers_at_floor<'j>(res: &Resources, jobs: &[&'j QueueJob]) -> AccountdResult
         let who = payers(mode, Some(job.account.as_str()), |a| pools.contains_key(a));
         let pool_at_floor = who.pool.and_then(|a| pools.get(a)).is_some_and(|(balance, floor)| balance <= floor);
         if pool_at_floor {
-            at_floor.insert(job.job_id.as_str(), gputokens::pools::holder(who.pool.unwrap_or_default()));
+            let holder = gputokens::pools::holder(who.pool.unwrap_or_default());
+            at_floor.insert(job.job_id.as_str(), Stopped::AtFloor(holder));
             continue;
+        }
+        if let Some((pool, limit)) = who.pool.and_then(|a| Some((a, *limits.get(a)?))) {
+            let key = (pool.to_string(), job.user.clone());
+            if spent.get(&key).is_some_and(|s| *s >= limit) {
+                at_floor.insert(job.job_id.as_str(), Stopped::OverLimit { account: key.0, user: key.1 });
+                continue;
+            }
         }
         if !who.user {
             continue;
@@ -106,7 +127,7 @@ fn payers_at_floor<'j>(res: &Resources, jobs: &[&'j QueueJob]) -> AccountdResult
             }
         };
         if own <= rules.floor {
-            at_floor.insert(job.job_id.as_str(), job.user.clone());
+            at_floor.insert(job.job_id.as_str(), Stopped::AtFloor(job.user.clone()));
         }
     }
     Ok(at_floor)
@@ -147,7 +168,7 @@ fn act(
     slurm: &Slurm,
     job: &QueueJob,
     step: Step,
-    payer: Option<&str>,
+    stopped: Option<&Stopped>,
     now: i64,
 ) -> AccountdResult<Option<Step>> {
     let Some((target, tasks_alone)) = slurm_target(job) else {
@@ -162,8 +183,8 @@ fn act(
             }
         }
     };
-    let payer_name = payer.unwrap_or(&job.user);
-    let note = holds::comment_note(payer_name);
+    let stopped = stopped.cloned().unwrap_or_else(|| Stopped::AtFloor(job.user.clone()));
+    let note = stopped.comment_note();
     let record = |res: &mut Resources, action: &str, reason: String| -> AccountdResult {
         let audit = Action {
             at: now,
@@ -183,7 +204,7 @@ fn act(
                 Step::Hold => (holds::HOLD, ""),
                 _ => (holds::HOLD_OVER_OWNER, " (over its owner's own hold, put back at the release)"),
             };
-            record(res, action, format!("{payer_name} is at the floor{over}"))?;
+            record(res, action, format!("{}{over}", stopped.reason()))?;
             if let Err(e) = slurm.run("scontrol", &["--", "hold", id]) {
                 // Taken all the same where Slurm shows it held: else tried again next cycle.
                 if !held_now(slurm, &job.job_id) {
@@ -193,13 +214,13 @@ fn act(
                 }
                 tracing::warn!("scontrol hold of job {id} said it failed, but the job is held: {e}");
             }
-            tracing::warn!("held pending job {id} of {}: {payer_name} is at the floor{over}", job.user);
+            tracing::warn!("held pending job {id} of {}: {}{over}", job.user, stopped.reason());
             // From the queue read: squeue -j of an array's ID would list all its tasks.
             set_comment(&with_note(&job.comment, &note));
         }
         Step::Release | Step::ReleaseToOwner => {
             let why = match res.config.admission.enforce {
-                true => format!("{payer_name} is above the floor, or the job is exempt"),
+                true => "its payer is above the floor and within its limits, or the job is exempt".to_string(),
                 false => "gputokens does not enforce (shadow mode)".to_string(),
             };
             record(res, holds::RELEASE, why)?;
@@ -211,7 +232,7 @@ fn act(
                 record(res, holds::RELEASE_FAILED, e.to_string())?;
                 return Ok(None);
             }
-            tracing::info!("released job {id} of {}: {payer_name} is above the floor", job.user);
+            tracing::info!("released job {id} of {}: its payer is above the floor and within its limits", job.user);
             set_comment(&without_note(&job.comment, holds::COMMENT_PREFIX));
         }
         Step::Lifted => {

@@ -425,7 +425,8 @@ AllowedRAMSpace         = 100.0%
         );
         // The h100 is in use, by its slices.
         assert!(!found.iter().any(|f| matches!(f, Finding::Ok(t) if t.contains("types no node has"))), "{found:#?}");
-        let energy_free = |found: &[Finding]| problems(found).into_iter().any(|p| p.contains("no energy to jobs on MIG"));
+        let energy_free =
+            |found: &[Finding]| problems(found).into_iter().any(|p| p.contains("no energy to jobs on MIG"));
         assert!(!energy_free(&found), "energy is not priced");
         // The audit's N7: with energy priced, the slices' jobs pay none of it, and config check says so.
         let priced = findings(&config("rtx3090 = 1\nper_kwh = 0.5"), &facts, |_| true);

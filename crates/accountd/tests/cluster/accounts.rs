@@ -319,6 +319,49 @@ fn the_per_user_limit_refuses_a_member_over_it_while_the_pool_has_tokens() {
     assert_eq!(pool_balance(&site, lab), (Tokens::whole(1000) - spent).to_string(), "lab still has tokens");
 }
 
+/// The audit's L5, the per-user limit: it counted only what was charged, and holds ignored it.
+/// alice's pending job and her short one are admitted together (nothing spent yet); once the
+/// queue read shows the pending one, what it can cost counts toward her limit, so her next job is
+/// refused with that said, while bob's in the same pool is not. Once her short job is charged past
+/// the limit, accountd holds her pending job, saying why in its comment.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_members_jobs_under_way_count_toward_the_limit_and_pending_ones_are_held_past_it() {
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
+    let (lab, _) = &account_names(&cluster);
+    // 10 tokens per a6000-second: a two-second job spends 20.
+    let prices = "[prices]\na6000 = 36000\nrtx3090 = 1\n";
+    let (site, mut adm) = pool_site(&cluster, prices, &["--initial", "100000", "--user-limit", "10"]);
+    let later = ["-A", lab, "--begin=now+1hour", "--time=1", "--gres=gpu:a6000:1", "--wrap", "true"];
+    let (pending, _) = adm.accepted(alice, &later);
+    let (short, _) = adm.accepted(alice, &["-A", lab, "--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
+    let snapshot = site.path("lib/balances.snapshot");
+    wait_until(&site, "alice's pending job is not in the snapshot's commitments", || {
+        std::fs::read_to_string(&snapshot).unwrap_or_default().contains(&format!("pool_user_committed {lab} {alice} "))
+    });
+    adm.settled();
+    let refused = sbatch(alice, &["-A", lab, "-H", "--gres=gpu:a6000:1", "--wrap", "true"]);
+    assert_ne!(refused.code, 0, "alice's jobs under way can cost more than her limit: accepted");
+    assert!(
+        refused.stderr.contains(&format!("of the 10 tokens a member may spend per month in account {lab}"))
+            && refused.stderr.contains("and your running and pending jobs there may cost up to"),
+        "{}",
+        refused.stderr
+    );
+    let (bobs, _) = adm.accepted(bob, &["-A", lab, "-H", "--gres=gpu:a6000:1", "--wrap", "true"]);
+    assert!(!bobs.is_empty(), "bob's limit is his own");
+
+    wait_finished(&short);
+    let note = format!("gputokens: held while {alice} is over the per-user limit of account {lab}");
+    wait_until(&site, "alice's pending job is not held for her limit", || {
+        let shown = squeue_field(&pending, "%k|%r");
+        shown.contains(&note) && shown.ends_with("|JobHeldAdmin")
+    });
+    let actions = site.accountd(None, &["admin", "actions"]).ok().stdout;
+    assert!(actions.contains(&format!("{alice} spent the per-user limit of account {lab} this month")), "{actions}");
+}
+
 /// The audit's L5: the estimate counted each member's own jobs, so alice and bob each passed it
 /// against lab's one balance. Now every member's jobs lab pays for count: bob's job is refused
 /// just after alice's was admitted (the plugin's own tally of lab) and once accountd's queue read
@@ -448,4 +491,13 @@ fn config_check_compares_the_pools_with_slurms_accounts() {
     let listed = without.rsplit_once(": ").map_or("", |(_, names)| names);
     let named: Vec<&str> = listed.split(" and ").next().unwrap_or_default().split(", ").collect();
     assert!(named.contains(&course.as_str()) && !named.contains(&lab.as_str()), "{without}");
+}
+
+/// One job's squeue `format` line (`-o`), as root.
+fn squeue_field(job: &str, format: &str) -> String {
+    crate::common::run_as(None, std::path::Path::new("/usr/bin/squeue"), &["-h", "-j", job, "-o", format])
+        .ok()
+        .stdout
+        .trim()
+        .to_string()
 }

@@ -273,7 +273,7 @@ fn a_slow_slurm_stalls_no_other_request() {
     // The report gate's question (where the node is) leaves a mark as it starts its 6 s.
     let gate_asked = bin.path().join("gate-asked");
     let stub = format!(
-        "#!/bin/sh\ncase \"$*\" in *'%N|%o|%n'*) touch {};; esac\nsleep 6\necho 'vm|127.0.0.1|vm'\n",
+        "#!/bin/sh\ncase \"$*\" in *'%N|%o|%n'*) touch {};; esac\nsleep 6\necho 'vm|127.0.0.1|vm|gpu:a6000:2(S:0)'\n",
         gate_asked.display()
     );
     std::fs::write(&sinfo, stub).unwrap();

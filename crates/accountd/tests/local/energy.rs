@@ -27,8 +27,8 @@ fn private_file(site: &Site, name: &str, text: &str) -> String {
 /// Slurm as far as accountd asks it about agent reports: node vm and its job 4242, alice's.
 fn slurm_stubs(dir: &Path) {
     let stub = "#!/bin/sh\ncase \"$(basename \"$0\") $*\" in\n\
-        \"sinfo \"*) echo \"vm|127.0.0.1|localhost\" ;;\n\
-        \"squeue \"*\"-w vm\"*) echo 4242 ;;\n\
+        \"sinfo \"*) echo \"vm|127.0.0.1|localhost|gpu:a6000:2(S:0)\" ;;\n\
+        \"squeue \"*\"-w vm\"*) echo \"4242|alice|cpu=1,gres/gpu=1,gres/gpu:a6000=1\" ;;\n\
         \"squeue \"*\"-j 4242 \"*) echo alice ;;\n\
         *) echo 'no Slurm here (stub)' >&2; exit 1 ;;\nesac\n";
     std::fs::create_dir_all(dir).unwrap();
@@ -39,7 +39,7 @@ fn slurm_stubs(dir: &Path) {
 }
 
 /// A site whose agent on node vm reported alice's job 4242 using 1 kWh (the fake NVML's energy
-/// counter rising 1.2 MJ between four reports, the first through a 0.1.0 unit's `accountd agent`),
+/// counter rising 3.6 MJ over four reports, the first through a 0.1.0 unit's `accountd agent`),
 /// `[prices]` with `more_prices` added.
 struct MeasuredSite {
     site: Site,
@@ -61,7 +61,7 @@ fn site_with_a_measured_job(more_prices: &str) -> MeasuredSite {
         "",
         &format!("{}{more_prices}", crate::common::PRICES),
         &format!(
-            "[agent]\nauth = \"token\"\ntoken_file = \"{}\"\ninterval = \"300s\"\n[http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n\
+            "[agent]\nauth = \"token\"\ntoken_file = \"{}\"\ninterval = \"900s\"\n[http]\nlisten = \"127.0.0.1:0\"\nper_user_metrics = true\n\
              [slurm]\nbin_dir = \"{}\"\n[web]\nallow_http = true\n{web}",
             secret.path().display(),
             slurm.path().display()
@@ -84,10 +84,12 @@ fn site_with_a_measured_job(more_prices: &str) -> MeasuredSite {
             jobs_dir.display()
         ),
     );
-    // The counter rises 1.2 MJ between reports, three times: 3.6 MJ, 1 kWh.
+    // The counter rises 3.6 MJ (1 kWh) between the first two reports, then stays: the reports come
+    // a moment apart, and accountd believes a GPU's 5 kW over the time that really passed and its
+    // own interval's slack (900 s here) once, however many reports share it.
     let start_mj = 987_654_321;
     for step in 0..4u64 {
-        let state = site.file("nvml-state.toml", &one_gpu(start_mj + step * 1_200_000_000));
+        let state = site.file("nvml-state.toml", &one_gpu(start_mj + step.min(1) * 3_600_000_000));
         // The first report as a unit of 0.1.0 ran the agent, `accountd agent`: it runs gputokens-agent.
         let mut agent = match step {
             0 => Command::new(bin("accountd")),
@@ -104,7 +106,7 @@ fn site_with_a_measured_job(more_prices: &str) -> MeasuredSite {
         assert_eq!(step == 0, stderr.contains("`accountd agent` is now `gputokens-agent`"), "{stderr}");
         assert!(stderr.contains("reported 1 GPUs"), "{stderr}");
     }
-    let delta_joules: u64 = 3 * 1_200_000_000 / 1000;
+    let delta_joules: u64 = 3_600_000_000 / 1000;
     MeasuredSite { site, delta_joules, _secrets: (secret, _proxy_secret), _slurm: slurm }
 }
 

@@ -36,6 +36,21 @@ impl PoolCase<'_> {
         self.pool.spent.get(user).copied().unwrap_or(Tokens::ZERO)
     }
 
+    /// What `user`'s running and pending jobs paid by the pool can still cost (`pool_user_committed`):
+    /// it counts toward the per-user limit beside what was spent (the audit's L5).
+    pub fn committed(&self) -> Tokens {
+        let (Some(user), Some(queue)) = (self.user, self.snapshot.queue.as_ref()) else { return Tokens::ZERO };
+        queue
+            .pool_user_committed
+            .get(&(self.account.to_string(), user.to_string()))
+            .map_or(Tokens::ZERO, |c| c.max_cost)
+    }
+
+    /// Spent this month and committed by the user's jobs under way: what the per-user limit weighs.
+    fn toward_limit(&self) -> Tokens {
+        self.spent().checked_add(self.committed()).unwrap_or(Tokens::MAX)
+    }
+
     /// The pool's decision: its floor and overdraft, then the per-user limit.
     pub fn decide(&self, how: &Deprioritize) -> Decision {
         let (balance, rules) = (self.pool.balance, &self.pool.rules);
@@ -48,7 +63,7 @@ impl PoolCase<'_> {
             Status::Ok => {}
         }
         match self.pool.user_limit {
-            Some(limit) if self.spent() >= limit => Decision::Reject { message: self.limit_message(limit) },
+            Some(limit) if self.toward_limit() >= limit => Decision::Reject { message: self.limit_message(limit) },
             _ => Decision::Accept,
         }
     }
@@ -56,7 +71,7 @@ impl PoolCase<'_> {
     /// Whether the user's job would be paid from the pool: not at its floor nor beyond the limit.
     fn has_tokens(&self) -> bool {
         self.pool.rules.status(self.pool.balance) != Status::Blocked
-            && self.pool.user_limit.is_none_or(|limit| self.spent() < limit)
+            && self.pool.user_limit.is_none_or(|limit| self.toward_limit() < limit)
     }
 
     /// A message of the user's own bucket reworded for the pool.
@@ -81,10 +96,18 @@ impl PoolCase<'_> {
 
     fn limit_message(&self, limit: Tokens) -> String {
         let next_month = first_of_next_month(self.today);
+        let (spent, committed) = (self.spent(), self.committed());
+        let under_way = match committed > Tokens::ZERO {
+            true => format!(" and your running and pending jobs there may cost up to {committed} more"),
+            false => String::new(),
+        };
+        let until = match committed > Tokens::ZERO {
+            true => format!("until your jobs there end or {next_month}"),
+            false => format!("until {next_month}"),
+        };
         format!(
-            "gputokens: you have spent {} of the {limit} tokens a member may spend per month in account {}; your \
-             GPU jobs under {} are refused until {next_month}. {} Run 'sbalance -A {}' for details.",
-            self.spent(),
+            "gputokens: you have spent {spent} of the {limit} tokens a member may spend per month in account {}{under_way}; \
+             your GPU jobs under {} are refused {until}. {} Run 'sbalance -A {}' for details.",
             self.account,
             self.account,
             self.elsewhere(),
@@ -218,6 +241,31 @@ mod tests {
         assert!(message.starts_with("gputokens: you have spent 12 of the 10 tokens a member may spend per month in account course; your GPU jobs under course are refused until 2026-12-01."), "{message}");
         snap.spent_month = Some("2026-10".into());
         assert_eq!(case(&snap, "course").decide(&Deprioritize::Nice(100)), Decision::Accept, "last month's spending");
+    }
+
+    /// The audit's L5: what a member's running and pending jobs in the pool can still cost counts
+    /// toward the limit beside what was charged: five jobs at once do not each pass on the charges
+    /// of before.
+    #[test]
+    fn a_members_jobs_under_way_count_toward_the_per_user_limit() {
+        let mut snap = snapshot();
+        snap.pools.get_mut("course").unwrap().user_limit = Some(Tokens::whole(20));
+        assert_eq!(case(&snap, "course").decide(&Deprioritize::Nice(100)), Decision::Accept, "12 of 20 spent");
+        let mut queue = snap.queue.clone().unwrap_or_default();
+        let user = case(&snap, "course").user.unwrap().to_string();
+        let held = crate::estimate::Commitment { milli_gpus: 2000, max_cost: Tokens::whole(8) };
+        queue.pool_user_committed.insert(("course".into(), user.clone()), held);
+        queue.pool_user_committed.insert(("course".into(), "someone-else".into()), held);
+        snap.queue = Some(queue);
+        let Decision::Reject { message } = case(&snap, "course").decide(&Deprioritize::Nice(100)) else { panic!() };
+        assert!(
+            message.contains("spent 12 of the 20 tokens") && message.contains("may cost up to 8 more"),
+            "{message}"
+        );
+        assert!(message.contains("refused until your jobs there end or 2026-12-01"), "{message}");
+        // Another member's jobs count for the pool's balance, not toward this member's limit.
+        snap.queue.as_mut().unwrap().pool_user_committed.remove(&("course".into(), user));
+        assert_eq!(case(&snap, "course").decide(&Deprioritize::Nice(100)), Decision::Accept);
     }
 
     #[test]

@@ -315,18 +315,13 @@ async fn me(
     Query(query): Query<UserQuery>,
 ) -> Response {
     let asked = query.user.clone();
-    let view = move |s: &mut Answering, caller: &Caller, now| {
+    let named = query.user.clone();
+    let view = move |s: &mut Answering, caller: &Caller, now, users: &crate::balance_row::SystemUsers| {
         let user = query.user.unwrap_or_else(|| caller.name.clone());
         if !caller.may_view(&user, &s.res.config) {
             return Err((StatusCode::FORBIDDEN, format!("{} may not see the data of '{user}'", caller.name)));
         }
-        // The caller is a user of this system (identified); another user's page (an admin's view)
-        // may need a lookup, under the lock: rare, and only an admin's.
-        let users = match user == caller.name {
-            true => crate::balance_row::SystemUsers::Known([user.clone()].into()),
-            false => crate::balance_row::SystemUsers::AskNow,
-        };
-        let mut view = pages::user_view(&s.res, &user, now, &users).map_err(|e| (StatusCode::NOT_FOUND, e))?;
+        let mut view = pages::user_view(&s.res, &user, now, users).map_err(|e| (StatusCode::NOT_FOUND, e))?;
         view["viewer"] = serde_json::json!({ "name": caller.name, "admin": caller.admin });
         // The pools the viewer may see (with pools on), as `sbalance -l` shows them.
         if s.res.config.accounts.mode != gputokens::pools::PoolMode::User {
@@ -351,7 +346,7 @@ async fn me(
         };
         crate::shadow_view::view(config, crate::shadow_view::Scope::User { name: &name, uid }, now)
     };
-    json_view(state, peer, headers, view, shadow).await
+    json_view(state, peer, headers, named, view, shadow).await
 }
 
 async fn admin(
@@ -359,7 +354,7 @@ async fn admin(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Response {
-    let view = move |s: &mut Answering, caller: &Caller, now| {
+    let view = move |s: &mut Answering, caller: &Caller, now, _: &crate::balance_row::SystemUsers| {
         if !caller.admin {
             return Err((StatusCode::FORBIDDEN, format!("{} is not a gputokens admin", caller.name)));
         }
@@ -370,15 +365,30 @@ async fn admin(
     let shadow = |config: &gputokens::Config, _: &Caller, now| {
         crate::shadow_view::view(config, crate::shadow_view::Scope::Everyone, now)
     };
-    json_view(state, peer, headers, view, shadow).await
+    json_view(state, peer, headers, None, view, shadow).await
 }
 
 /// Runs `view` for the request's caller on the service off the async runtime (it reads the ledger)
 /// and answers its JSON, with `shadow` (shadow mode's counts, read and named with the answering
-/// lock released) as its `shadow` field when there are any.
-async fn json_view<F, S>(state: Arc<AppState>, peer: SocketAddr, headers: HeaderMap, view: F, shadow: S) -> Response
+/// lock released) as its `shadow` field when there are any. The caller and the user `named` are
+/// looked up in the system's user database before the answering lock is taken again.
+async fn json_view<F, S>(
+    state: Arc<AppState>,
+    peer: SocketAddr,
+    headers: HeaderMap,
+    named: Option<String>,
+    view: F,
+    shadow: S,
+) -> Response
 where
-    F: FnOnce(&mut Answering, &Caller, i64) -> Result<serde_json::Value, (StatusCode, String)> + Send + 'static,
+    F: FnOnce(
+            &mut Answering,
+            &Caller,
+            i64,
+            &crate::balance_row::SystemUsers,
+        ) -> Result<serde_json::Value, (StatusCode, String)>
+        + Send
+        + 'static,
     S: FnOnce(&gputokens::Config, &Caller, i64) -> Option<gputokens::protocol::ShadowView> + Send + 'static,
 {
     let work = tokio::task::spawn_blocking(move || {
@@ -388,7 +398,8 @@ where
             (visitor(&mut s, peer, &headers, state.proxy_secret.as_deref(), now), s.res.config.clone())
         };
         let caller = visitor?.caller(&config);
-        let mut value = view(&mut crate::answering::lock(&state.answering), &caller, now)?;
+        let users = crate::balance_row::SystemUsers::looked_up(std::iter::once(&caller.name).chain(named.as_ref()));
+        let mut value = view(&mut crate::answering::lock(&state.answering), &caller, now, &users)?;
         if let Some(found) = shadow(&config, &caller, now) {
             value["shadow"] = serde_json::to_value(found).unwrap_or_default();
         }
