@@ -101,10 +101,10 @@ fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdR
     let paying_pool = |j: &squeue::QueueJob| {
         gputokens::pools::payers(mode, Some(j.account.as_str()), |a| pools.contains(a)).pool.map(str::to_string)
     };
-    let mut pool_committed = commitments_by(jobs, default_limit, prices, sharing, &charged, paying_pool);
+    let mut pool_committed = commitments_by(jobs, default_limit, prices, sharing, charged, paying_pool);
     // And per member, for a pool's per-user limit (the audit's L5: what runs and waits counts).
     let member = |j: &squeue::QueueJob| paying_pool(j).map(|pool| (pool, j.user.clone()));
-    let pool_user_committed = commitments_by(jobs, default_limit, prices, sharing, &charged, member);
+    let pool_user_committed = commitments_by(jobs, default_limit, prices, sharing, charged, member);
     // Every pool listed, those with nothing committed too: the plugin tells "none" from "not said".
     for pool in &pools {
         pool_committed.entry(pool.clone()).or_default();
