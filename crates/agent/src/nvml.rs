@@ -22,6 +22,9 @@ pub struct NvmlOptions {
     pub proc_root: PathBuf,
     /// Where spank_gputokens.so records the GPUs of each job on the node (`[agent] jobs_dir`).
     pub jobs_dir: PathBuf,
+    /// Who besides root may own `jobs_dir` (the SlurmUser): it is checked at every sample, and its
+    /// records are not believed while anyone else could change them.
+    pub jobs_dir_user: Option<String>,
     /// How long one sample may take.
     pub timeout: Duration,
 }
@@ -32,6 +35,7 @@ impl Default for NvmlOptions {
             lib_path: DEFAULT_LIB_PATH.into(),
             proc_root: "/proc".into(),
             jobs_dir: gputokens::config::DEFAULT_JOBS_DIR.into(),
+            jobs_dir_user: None,
             timeout: Duration::from_secs(30),
         }
     }
@@ -96,7 +100,7 @@ fn serve(options: NvmlOptions, ready: mpsc::SyncSender<Result<(), OpenError>>, r
             return;
         }
     };
-    let mut sampler = Sampler::new(&nvml, options.proc_root, options.jobs_dir);
+    let mut sampler = Sampler::new(&nvml, options.proc_root, options.jobs_dir, options.jobs_dir_user);
     let _ = ready.send(Ok(()));
     for reply in requests {
         // The asker may have timed out and gone; nothing to do about that.

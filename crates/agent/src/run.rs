@@ -73,7 +73,11 @@ pub fn run(config: &Config, node: Option<String>, once: bool) -> AgentResult {
     let listen = if once { None } else { listen_addr(&cfg.listen)? };
     let reporter =
         Reporter::new(&cfg.report_to, config.accountd.ca_file.as_deref(), signer).map_err(AgentError::Failed)?;
-    let options = NvmlOptions { jobs_dir: cfg.jobs_dir.clone(), ..NvmlOptions::with_lib_path(&cfg.nvml_library) };
+    let options = NvmlOptions {
+        jobs_dir: cfg.jobs_dir.clone(),
+        jobs_dir_user: Some(config.slurm_user.clone()),
+        ..NvmlOptions::with_lib_path(&cfg.nvml_library)
+    };
     let source = NvmlSource::open(options).map_err(|e| match e {
         OpenError::Thread(_) => AgentError::Failed(e.to_string()),
         _ => AgentError::Refused(e.to_string()),

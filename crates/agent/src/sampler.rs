@@ -23,6 +23,10 @@ pub struct Sampler<'n> {
     nvml: &'n Nvml,
     proc_root: PathBuf,
     jobs_dir: PathBuf,
+    /// Trusted beside root as the owner of `jobs_dir` (the SlurmUser).
+    jobs_dir_user: Option<String>,
+    /// Whether `jobs_dir` was found untrusted at the last sample (logged when it changes).
+    jobs_dir_untrusted: bool,
     /// One set per GPU, so a GPU that refuses registration costs only its own XIDs.
     events: HashMap<u32, EventSet<'n>>,
     no_events: HashSet<u32>,
@@ -44,11 +48,13 @@ pub struct Sampler<'n> {
 }
 
 impl<'n> Sampler<'n> {
-    pub fn new(nvml: &'n Nvml, proc_root: PathBuf, jobs_dir: PathBuf) -> Self {
+    pub fn new(nvml: &'n Nvml, proc_root: PathBuf, jobs_dir: PathBuf, jobs_dir_user: Option<String>) -> Self {
         Sampler {
             nvml,
             proc_root,
             jobs_dir,
+            jobs_dir_user,
+            jobs_dir_untrusted: false,
             events: HashMap::new(),
             no_events: HashSet::new(),
             known: HashMap::new(),
@@ -70,7 +76,20 @@ impl<'n> Sampler<'n> {
             gpus.push(gpu);
             processes.extend(procs);
         }
-        let records = self.records.read(&self.jobs_dir);
+        // Checked every sample, not only at start (the audit's L8): a jobs_dir someone else can
+        // write says which GPUs that someone's jobs hold, and whose process is whose.
+        let untrusted =
+            gputokens::file_trust::untrusted_with(&self.jobs_dir, "agent.jobs_dir", self.jobs_dir_user.as_deref());
+        match (&untrusted, self.jobs_dir_untrusted) {
+            (Some(why), false) => tracing::error!("{why}: its job records are not believed until that is fixed"),
+            (None, true) => tracing::info!("agent.jobs_dir {} is trusted again", self.jobs_dir.display()),
+            _ => {}
+        }
+        self.jobs_dir_untrusted = untrusted.is_some();
+        let records = match untrusted {
+            Some(_) => &[],
+            None => self.records.read(&self.jobs_dir),
+        };
         let held = job_gpu_records::holders(records, &gpus);
         let recorded = jobs::Recorded::of(records);
         for gpu in &mut gpus {

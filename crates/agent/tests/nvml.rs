@@ -301,6 +301,26 @@ fn recorded_gpus_belong_to_their_jobs_while_the_records_last() {
     assert!(!gputokens_node_report::job_use::job_use(&sample).contains_key("77"));
 }
 
+/// The audit's L8: the agent checked `jobs_dir` only at start. A directory made writable by others
+/// later (or a parent of it) could tell the agent any job holds any GPU: its records are not
+/// believed from the next sample on, and again once it is fixed.
+#[test]
+fn records_in_a_jobs_dir_others_may_write_are_not_believed() {
+    use std::os::unix::fs::PermissionsExt;
+    let fx = fixture();
+    fx.write(&state(None, &[], &[]));
+    let records = tempfile::tempdir().unwrap();
+    std::fs::write(records.path().join("4242"), "gpus=0\nuid=0\n").unwrap();
+    let options = NvmlOptions { jobs_dir: records.path().to_owned(), ..NvmlOptions::with_lib_path(fake_lib()) };
+    let mut source = NvmlSource::open(options).unwrap_or_else(|e| panic!("{e}"));
+    let holders = |source: &mut NvmlSource| source.sample().unwrap().gpus[0].jobs.clone();
+    assert_eq!(holders(&mut source), ["4242"]);
+    std::fs::set_permissions(records.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(holders(&mut source).is_empty(), "a jobs_dir every user may write is believed");
+    std::fs::set_permissions(records.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(holders(&mut source), ["4242"]);
+}
+
 /// An A100 in MIG mode beside a whole GPU: the agent reports each MIG device (UUID, profile from
 /// NVML's name, memory), the jobs recorded on each by its `MIG-…` UUID, their processes on it
 /// (asked of the MIG device, as the GPU's own list would name them twice), the GPU holding every
