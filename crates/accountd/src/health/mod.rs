@@ -124,11 +124,15 @@ pub fn check(res: &mut Resources, state: &mut HealthState, report: &AgentReport)
     }
     let now = gputokens::time::now();
     let known = forget_cleared(res, report, &keys, now)?;
-    let new: Vec<(&Failing<'_>, Vec<&Fault>)> = failing
-        .iter()
-        .map(|f| (f, f.faults.iter().filter(|fault| !known.contains(&(f.key.clone(), fault.cause()))).collect()))
-        .filter(|(_, new): &(_, Vec<&Fault>)| !new.is_empty())
-        .collect();
+    let mut new: Vec<(&Failing<'_>, Vec<&Fault>)> = Vec::new();
+    for f in &failing {
+        let not_yet: Vec<&Fault> =
+            f.faults.iter().filter(|fault| !known.contains(&(f.key.clone(), fault.cause()))).collect();
+        match not_yet.is_empty() {
+            true => tracing::debug!("{node}: GPU {} ({}): already acted on: {:?}", f.gpu.index, f.key, f.faults),
+            false => new.push((f, not_yet)),
+        }
+    }
     if new.is_empty() {
         return Ok(None);
     }
