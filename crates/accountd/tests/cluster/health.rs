@@ -55,6 +55,11 @@ pub(crate) struct Gpus {
 }
 
 impl Gpus {
+    /// GPU 7's temperature at `tick`: 10 to 39 °C, a different one each tick.
+    fn tick_temperature(tick: u32) -> u32 {
+        10 + tick % 30
+    }
+
     pub(crate) fn new() -> Gpus {
         Gpus { tick: 0, temp: [50; 8], xids: Default::default(), slowed_for_heat: [false; 8] }
     }
@@ -63,11 +68,14 @@ impl Gpus {
         (0..8)
             .map(|i| {
                 let util = if i == 0 { self.tick } else { 0 };
+                // GPU 7's temperature carries the tick too: a public series, whatever the site's
+                // per_user_metrics (it stays far below any max_temperature).
+                let temp = if i == 7 { Gpus::tick_temperature(self.tick) } else { self.temp[i] };
                 let slowed = if self.slowed_for_heat[i] { "thermal_slowdown = true\n" } else { "" };
                 format!(
                     "[[gpu]]\nuuid = \"GPU-{i:08}\"\nname = \"NVIDIA GPU\"\nutil_gpu = {util}\nmem_used = 0\n\
-                     mem_total = 25769803776\ntemp = {}\necc_uncorrected = 0\nxids = {:?}\n{slowed}",
-                    self.temp[i], self.xids[i]
+                     mem_total = 25769803776\ntemp = {temp}\necc_uncorrected = 0\nxids = {:?}\n{slowed}",
+                    self.xids[i]
                 )
             })
             .collect()
@@ -83,8 +91,10 @@ pub(crate) fn settle(site: &Site, path: &Path, gpus: &mut Gpus) {
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, gpus.text()).unwrap();
         std::fs::rename(&tmp, path).unwrap();
-        let series =
-            format!("gputokens_gpu_utilization_percent{{node=\"vm\",gpu=\"0\",uuid=\"GPU-00000000\"}} {}.0", gpus.tick);
+        let series = format!(
+            "gputokens_gpu_temperature_celsius{{node=\"vm\",gpu=\"7\",uuid=\"GPU-00000007\"}} {}.0",
+            Gpus::tick_temperature(gpus.tick)
+        );
         wait_for(site, &format!("a report with tick {}", gpus.tick), || metrics(site).contains(&series));
     }
 }
