@@ -202,7 +202,10 @@ fn decide(
         // it end by themselves, and its occupant's own code can make it hot, so a requeue for heat
         // would be a refund any user could have (audit H2).
         if new_faults.iter().all(|fault| matches!(fault, Fault::Hot { .. })) {
-            tracing::warn!("{node}: GPU {} is drained for heat; the jobs on it run on", f.gpu.index);
+            tracing::warn!(
+                "{node}: GPU {} is drained for heat; the jobs on it run on (heat requeues nothing)",
+                f.gpu.index
+            );
             continue;
         }
         requeue.insert(f.gpu.index, jobs_in_report(report, f.gpu.index));
