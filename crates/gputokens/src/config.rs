@@ -408,6 +408,10 @@ pub struct AgentConfig {
     /// Accept a MUNGE report whose origin cannot be checked (munged knew no origin address, or
     /// Slurm's addresses of the node do not resolve here): off, such a report is refused.
     pub accept_unchecked_origin: bool,
+    /// GPUs a node's NVML shows beyond those in its Slurm `Gres` (one taken out of gres.conf while
+    /// it waits for replacement, one kept for a display, a MIG GPU with no slices yet): a report
+    /// may name this many more GPUs than Slurm shows on its node, at indices this much higher.
+    pub unscheduled_gpus: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -490,6 +494,7 @@ impl Default for AgentConfig {
             munge_socket: None,
             token_file: None,
             accept_unchecked_origin: false,
+            unscheduled_gpus: 0,
         }
     }
 }

@@ -210,6 +210,8 @@ pub struct ReportGate {
     allowed_uids: BTreeSet<u32>,
     /// `[agent] accept_unchecked_origin`.
     accept_unchecked_origin: bool,
+    /// `[agent] unscheduled_gpus`.
+    unscheduled_gpus: u32,
     nodes: Mutex<NodeCache>,
     jobs: Mutex<HashMap<String, NodeJobs>>,
     /// (sender, reason) already logged; cleared for a node when it reports properly again.
@@ -250,6 +252,7 @@ impl ReportGate {
             secret,
             allowed_uids,
             accept_unchecked_origin: config.agent.accept_unchecked_origin,
+            unscheduled_gpus: config.agent.unscheduled_gpus,
             nodes: Mutex::default(),
             jobs: Mutex::default(),
             logged: Mutex::default(),
@@ -422,7 +425,7 @@ impl ReportGate {
                 }
             }
         }
-        gpus_as_slurm_shows(report, node, slurm_node.gpus)?;
+        gpus_as_slurm_shows(report, node, slurm_node.gpus, self.unscheduled_gpus)?;
         let named = named_jobs(report);
         for job in &named {
             job_id_arg(job).map_err(|e| Refusal::new(400, "job", e.to_string()))?;
@@ -537,23 +540,25 @@ fn named_jobs(report: &AgentReport) -> BTreeSet<String> {
     processes.chain(holders).chain(on_slices).collect()
 }
 
-/// A report's GPUs must be at most the `gpus` Slurm shows on `node`, each index below that and
-/// named once, each UUID once: a node's root cannot make up GPUs to charge jobs or fill accountd.
-fn gpus_as_slurm_shows(report: &AgentReport, node: &str, gpus: u32) -> Result<(), Refusal> {
+/// A report's GPUs must be at most the `gpus` Slurm shows on `node` (and the site's `unscheduled`
+/// more), each index below that and named once, each UUID once: a node's root cannot make up GPUs
+/// to charge jobs or fill accountd.
+fn gpus_as_slurm_shows(report: &AgentReport, node: &str, gpus: u32, unscheduled: u32) -> Result<(), Refusal> {
+    let most = gpus.saturating_add(unscheduled);
     let refused = |what: String| {
-        Err(Refusal::new(
-            403,
-            "gpus",
-            format!("{what}: Slurm shows {gpus} GPUs on node '{node}' (its Gres in slurm.conf)"),
-        ))
+        let beyond = match unscheduled {
+            0 => "; GPUs Slurm does not schedule there: [agent] unscheduled_gpus".to_string(),
+            n => format!(", and [agent] unscheduled_gpus = {n} more"),
+        };
+        Err(Refusal::new(403, "gpus", format!("{what}: Slurm shows {gpus} GPUs on node '{node}' (its Gres){beyond}")))
     };
     let reported = &report.sample.gpus;
-    if reported.len() > gpus as usize {
+    if reported.len() > most as usize {
         return refused(format!("the report names {} GPUs", reported.len()));
     }
     let (mut indices, mut uuids) = (HashSet::new(), HashSet::new());
     for gpu in reported {
-        if gpu.index >= gpus {
+        if gpu.index >= most {
             return refused(format!("the report names GPU index {}", gpu.index));
         }
         if !indices.insert(gpu.index) {
@@ -763,6 +768,13 @@ mod tests {
         let r = gate.authorize(&FROM_NODE, &with_gpus(many), &slurm).unwrap_err();
         assert_eq!((r.status, r.reason), (403, "gpus"), "{r:?}");
         assert!(r.message.contains("names 100 GPUs: Slurm shows 2 GPUs on node 'gpu01'"), "{r:?}");
+        assert!(r.message.contains("[agent] unscheduled_gpus"), "the setting for GPUs Slurm does not schedule: {r:?}");
+        // A node with a GPU out of its Gres (one failing, out of gres.conf): the site says so.
+        let mut lenient = self::gate();
+        lenient.unscheduled_gpus = 1;
+        lenient.authorize(&FROM_NODE, &with_gpus(vec![(0, "GPU-a"), (1, "GPU-b"), (2, "GPU-c")]), &slurm).unwrap();
+        let r = lenient.authorize(&FROM_NODE, &with_gpus(vec![(0, "GPU-a"), (3, "GPU-b")]), &slurm).unwrap_err();
+        assert!(r.message.contains("and [agent] unscheduled_gpus = 1 more"), "{r:?}");
         // bob's job: Slurm does not count its GPUs (no gres/gpu in its TRES): the node's count.
         assert_eq!(Authorized { node_gpus: 2, jobs: [("8".into(), SlurmJob::default())].into() }.job_gpus("8"), 2);
     }

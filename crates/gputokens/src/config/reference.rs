@@ -296,6 +296,11 @@ pub const TABLES: &[Table] = &[
                 Toml("false"),
                 "Take a MUNGE report whose origin address cannot be compared with the node's.",
             ),
+            key(
+                "unscheduled_gpus",
+                Toml("0"),
+                "GPUs a node shows beyond its Slurm Gres (one out of gres.conf, a display GPU): a report may name this many more.",
+            ),
         ],
     },
     Table {

@@ -305,6 +305,7 @@ fn agent(s: &mut Section) -> AgentConfig {
         munge_socket: s.optional("munge_socket", socket_path),
         token_file: s.optional("token_file", absolute_path),
         accept_unchecked_origin: s.get("accept_unchecked_origin", d.accept_unchecked_origin, boolean),
+        unscheduled_gpus: s.get("unscheduled_gpus", d.unscheduled_gpus, |v| whole_from(v, 0)),
     };
     if agent.auth == AgentAuth::Token && agent.token_file.is_none() {
         s.problem("auth", "\"token\" needs agent.token_file".into(), "using \"munge\"");
