@@ -217,8 +217,12 @@ pub fn write_atomically_with(path: &Path, contents: &str, gid: Option<u32>, mode
         let _ = std::fs::remove_file(&tmp);
         return written;
     }
-    // The rename itself survives a crash only once the directory is on disk.
-    std::fs::File::open(dir)?.sync_all()
+    // The rename itself survives a crash only once the directory is on disk. Some file systems
+    // cannot sync a directory (EINVAL): the rename is done all the same.
+    match std::fs::File::open(dir)?.sync_all() {
+        Err(e) if e.raw_os_error() == Some(nix::libc::EINVAL) => Ok(()),
+        other => other,
+    }
 }
 
 fn tempfile_in(dir: &Path, path: &Path) -> std::io::Result<(std::path::PathBuf, std::fs::File)> {

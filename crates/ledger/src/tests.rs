@@ -388,9 +388,9 @@ fn utilization_is_kept_per_run() {
         l.record_utilization("70", 1_000, 0.0, 1, 1_000 + at * 30).unwrap();
         l.record_utilization("70", 5_000, 100.0, 0, 5_000 + at * 30).unwrap();
     }
-    assert_eq!(l.run_utilization_samples("70", 5_030, 60).unwrap(), Some((10, 1000.0)), "the second run alone");
-    assert_eq!(l.run_utilization_samples("70", 990, 60).unwrap(), Some((20, 1000.0)), "from the first run on");
-    assert_eq!(l.run_utilization_samples("70", 9_000, 60).unwrap(), None, "a run never sampled");
+    assert_eq!(l.run_utilization_samples("70", 5_030, 5_400, 60).unwrap(), Some((10, 1000.0)), "the second run alone");
+    assert_eq!(l.run_utilization_samples("70", 990, 1_300, 60).unwrap(), Some((10, 0.0)), "the first, not the second");
+    assert_eq!(l.run_utilization_samples("70", 9_000, 9_900, 60).unwrap(), None, "a run never sampled");
     assert_eq!(l.utilization_samples("70").unwrap(), Some((20, 1000.0)));
     assert_eq!(l.idle_share("70").unwrap(), Some((10, 20)));
     assert_eq!(l.mean_utilization("70").unwrap(), Some(50.0));

@@ -30,21 +30,23 @@ impl Ledger {
         Ok(())
     }
 
-    /// The samples of the run of `job_id` that Slurm started at `run_start`: those first seen from
-    /// then on (give or take `skew` seconds between the clocks); None when none were taken.
+    /// The samples of the run of `job_id` that Slurm ran from `run_start` to `run_end` (so far):
+    /// those first seen within it (give or take `skew` seconds between the clocks), not a later
+    /// run's; None when none were taken.
     pub fn run_utilization_samples(
         &self,
         job_id: &str,
         run_start: i64,
+        run_end: i64,
         skew: i64,
     ) -> Result<Option<(u64, f64)>, LedgerError> {
         Ok(self
             .conn
             .prepare_cached(
-                "SELECT SUM(samples), SUM(util_sum) FROM job_utilization WHERE job_id = ?1 AND since >= ?2
-                 HAVING COUNT(*) > 0",
+                "SELECT SUM(samples), SUM(util_sum) FROM job_utilization
+                 WHERE job_id = ?1 AND since >= ?2 AND since <= ?3 HAVING COUNT(*) > 0",
             )?
-            .query_row(params![job_id, run_start.saturating_sub(skew)], |r| {
+            .query_row(params![job_id, run_start.saturating_sub(skew), run_end.saturating_add(skew)], |r| {
                 Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get(1)?))
             })
             .optional()?)

@@ -241,10 +241,15 @@ const SAMPLE_CLOCK_SKEW: i64 = 60;
 fn weigh_by_utilization(res: &Resources, records: &mut [UsageRecord]) -> AccountdResult {
     let floor = res.config.utilization.measured_min_fraction;
     let interval = sample_interval(&res.config);
+    // Agents sample each node; Prometheus's query gives one figure per job.
+    let per_node = res.config.utilization.source == gputokens::config::UtilizationSource::Agents;
     for record in records {
-        let run = res.ledger.run_utilization_samples(&record.job_id, record.segment_start, SAMPLE_CLOCK_SKEW)?;
+        let run_end = record.segment_start.saturating_add(i64::try_from(record.elapsed).unwrap_or(i64::MAX));
+        let run =
+            res.ledger.run_utilization_samples(&record.job_id, record.segment_start, run_end, SAMPLE_CLOCK_SKEW)?;
         if let Some((samples, util_sum)) = run {
-            let fraction = measured_fraction(samples, util_sum, record.elapsed, interval, record.nodes, floor);
+            let nodes = if per_node { record.nodes } else { 1 };
+            let fraction = measured_fraction(samples, util_sum, record.elapsed, interval, nodes, floor);
             record.weight_permille = weight_permille(fraction);
         }
     }

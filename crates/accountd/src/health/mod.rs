@@ -194,9 +194,7 @@ fn decide(
     let mut requeue = BTreeMap::new();
     for (f, new_faults) in new {
         for fault in new_faults {
-            let row = GpuFault { node: node.to_string(), gpu: f.key.clone(), cause: fault.cause(), acted_at: now };
-            res.ledger.record_gpu_fault(&row)?;
-            faults.push(row);
+            faults.push(GpuFault { node: node.to_string(), gpu: f.key.clone(), cause: fault.cause(), acted_at: now });
         }
         // Heat alone drains and requeues nothing: a throttled GPU still computes (slower), the jobs on
         // it end by themselves, and its occupant's own code can make it hot, so a requeue for heat
@@ -210,7 +208,19 @@ fn decide(
         }
         requeue.insert(f.gpu.index, jobs_in_report(report, f.gpu.index));
     }
-    audit(res, "drain", node, "", &reason)?;
+    // All recorded, or none: a fault recorded as acted on must be carried out (the caller does).
+    let recorded = (|| {
+        for f in &faults {
+            res.ledger.record_gpu_fault(f)?;
+        }
+        audit(res, "drain", node, "", &reason)
+    })();
+    if let Err(e) = recorded {
+        for f in &faults {
+            let _ = res.ledger.clear_gpu_fault(&f.node, &f.gpu, &f.cause);
+        }
+        return Err(e);
+    }
     res.metrics.drains.get_or_create(&NodeLabels { node: node.to_string() }).inc();
     Ok(Drain {
         node: node.to_string(),

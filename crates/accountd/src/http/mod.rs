@@ -127,6 +127,8 @@ async fn agent_report(
         return refused_report(&state, &peer.ip().to_string(), Refusal::busy(busy));
     };
     let shared = state.clone();
+    // When it came, not when its turn at the lock came: the energy bound counts real time.
+    let received = gputokens::time::now();
     let work = tokio::task::spawn_blocking(move || {
         let _slot = slot;
         let state = shared;
@@ -141,17 +143,17 @@ async fn agent_report(
             .map_err(|r| (peer.ip().to_string(), r))?;
         let slurm_says = state.gate.authorize(&sender, &report, &state.slurm).map_err(|r| (report.node.clone(), r))?;
         state.gate.accepted(&report.node);
-        let (summary, drain) = {
+        let (drain, summary) = {
             let mut reports = state.reports.lock().unwrap_or_else(|p| p.into_inner());
             let reports = &mut *reports;
-            reports::ingest(&mut reports.res, &mut reports.state, &report, &slurm_says, gputokens::time::now())
-                .map_err(|e| (report.node.clone(), Refusal::internal(e.to_string())))?
+            reports::ingest(&mut reports.res, &mut reports.state, &report, &slurm_says, received)
         };
-        // Slurm's commands run with the lock let go: other nodes' reports go on meanwhile.
+        // Slurm's commands run with the lock let go: other nodes' reports go on meanwhile. A drain
+        // decided is carried out even when a later step of the report failed.
         if let Some(drain) = drain {
             crate::health::carry_out(&drain, &state.slurm, &mut state::LockedRecord(&state.reports));
         }
-        Ok(summary)
+        summary.map_err(|e| (report.node.clone(), Refusal::internal(e.to_string())))
     });
     let outcome = match work.await {
         Ok(outcome) => outcome,

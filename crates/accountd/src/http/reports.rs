@@ -35,31 +35,37 @@ pub fn job_utilization(report: &AgentReport) -> Vec<JobUtilization> {
 }
 
 /// Applies one agent report that passed the report gate, received at `received` (accountd's clock):
-/// a summary for the log, and the drain to carry out once the reports' lock is let go
-/// (`health::carry_out`).
+/// the drain to carry out once the reports' lock is let go (`health::carry_out`), and a summary for
+/// the log. A drain decided is returned even when a later step fails: its faults are recorded as
+/// acted on, so it must be carried out (or forgotten), never dropped.
 pub fn ingest(
     res: &mut Resources,
     state: &mut ReportState,
     report: &AgentReport,
     slurm_says: &Authorized,
     received: i64,
-) -> AccountdResult<(String, Option<Drain>)> {
+) -> (Option<Drain>, AccountdResult<String>) {
     record_gpus(&res.metrics, &mut state.gpu_series, report, res.config.http.per_user_metrics);
     state.utilization.note_users(slurm_says.jobs.iter().map(|(job, j)| (job.as_str(), j.user.as_str())));
     // accountd's clock, not the sample's: a node's skewed clock must not hide its silence.
     res.metrics.agent_last_report.get_or_create(&NodeLabels { node: report.node.clone() }).set(gputokens::time::now());
-    let drain = crate::health::check(res, &mut state.health, report)?;
-    let jobs = job_utilization(report);
-    let (count, idle) =
-        tracker::apply(res, &mut state.utilization, &report.node, jobs, report.sample.time.timestamp())?;
-    record_energy(res, state, report, slurm_says, received)?;
-    let summary = format!(
-        "{}: {} GPUs, {count} jobs, {idle} newly idle, {}",
-        report.node,
-        report.sample.gpus.len(),
-        if drain.is_some() { "drained" } else { "no drain" }
-    );
-    Ok((summary, drain))
+    let drain = match crate::health::check(res, &mut state.health, report) {
+        Ok(drain) => drain,
+        Err(e) => return (None, Err(e)),
+    };
+    let rest = (|| {
+        let jobs = job_utilization(report);
+        let (count, idle) =
+            tracker::apply(res, &mut state.utilization, &report.node, jobs, report.sample.time.timestamp())?;
+        record_energy(res, state, report, slurm_says, received)?;
+        Ok(format!(
+            "{}: {} GPUs, {count} jobs, {idle} newly idle, {}",
+            report.node,
+            report.sample.gpus.len(),
+            if drain.is_some() { "drained" } else { "no drain" }
+        ))
+    })();
+    (drain, rest)
 }
 
 /// The longest step between two of a node's reports that energy is believed over: a few of the
@@ -219,14 +225,14 @@ mod tests {
             let mut report = shared_gpu(1_800_000_000 + i);
             report.sample.gpus[0].uuid = Some(format!("GPU-fresh-{i}"));
             report.sample.gpus.push(GpuSample { uuid: Some(format!("GPU-other-{i}")), ..GpuSample::empty(1) });
-            ingest(&mut res, &mut state, &report, &eight_gpus(), report.sample.time.timestamp()).unwrap();
+            ingest(&mut res, &mut state, &report, &eight_gpus(), report.sample.time.timestamp()).1.unwrap();
         }
         let text = res.metrics.encode();
         assert!(text.contains("uuid=\"GPU-fresh-299\"") && !text.contains("uuid=\"GPU-fresh-298\""), "{text}");
         let two_gpus = series(&res);
         let mut report = shared_gpu(1_800_001_000);
         report.sample.gpus[0].uuid = Some("GPU-fresh-299".into());
-        ingest(&mut res, &mut state, &report, &eight_gpus(), report.sample.time.timestamp()).unwrap();
+        ingest(&mut res, &mut state, &report, &eight_gpus(), report.sample.time.timestamp()).1.unwrap();
         assert!(!res.metrics.encode().contains("GPU-other"), "GPU 1 left the node's reports");
         assert!(series(&res) < two_gpus && series(&res) > 0);
     }
@@ -242,14 +248,14 @@ mod tests {
         let mut report = shared_gpu(1_800_000_000);
         report.sample.gpus[0].temperature_c = Some(60);
         report.sample.gpus[0].power_w = Some(250.0);
-        ingest(&mut res, &mut state, &report, &eight_gpus(), report.sample.time.timestamp()).unwrap();
+        ingest(&mut res, &mut state, &report, &eight_gpus(), report.sample.time.timestamp()).1.unwrap();
         let text = res.metrics.encode();
         for hidden in ["gputokens_gpu_utilization_percent{", "gputokens_gpu_power_watts{"] {
             assert!(!text.lines().any(|l| l.starts_with(hidden)), "{hidden} in {text}");
         }
         assert!(text.contains("gputokens_gpu_temperature_celsius{"), "{text}");
         res.config.http.per_user_metrics = true;
-        ingest(&mut res, &mut state, &shared_gpu(1_800_000_010), &eight_gpus(), 1_800_000_010).unwrap();
+        ingest(&mut res, &mut state, &shared_gpu(1_800_000_010), &eight_gpus(), 1_800_000_010).1.unwrap();
         assert!(res.metrics.encode().contains("gputokens_gpu_utilization_percent{"));
     }
 
@@ -263,7 +269,7 @@ mod tests {
         let mut state = ReportState::default();
         let start = 1_800_000_000;
         for i in 0..4 {
-            ingest(&mut res, &mut state, &shared_gpu(start + 10 * i), &eight_gpus(), start + 10 * i).unwrap();
+            ingest(&mut res, &mut state, &shared_gpu(start + 10 * i), &eight_gpus(), start + 10 * i).1.unwrap();
         }
         assert_eq!(job_metric(&res, "job_gpu_utilization_percent", "4242").as_deref(), Some("99.0"));
         assert_eq!(job_metric(&res, "job_gpu_utilization_percent", "4243").as_deref(), Some("0.0"));
@@ -302,7 +308,7 @@ mod tests {
         for i in 0..4 {
             let mut report = shared_gpu(start + 10 * i);
             report.sample.gpus[0].energy_mj = Some(5_000_000 + 3_000_000 * i as u64);
-            ingest(&mut res, &mut state, &report, &eight_gpus(), report.sample.time.timestamp()).unwrap();
+            ingest(&mut res, &mut state, &report, &eight_gpus(), report.sample.time.timestamp()).1.unwrap();
         }
         for (job, joules) in [("4242", Some(8910)), ("4243", None), ("4244", Some(90))] {
             let runs = res.ledger.job_energy(job).unwrap();
@@ -321,7 +327,7 @@ mod tests {
             let mut report = shared_gpu(start + 100 + 10 * i);
             report.sample.gpus[0].jobs.retain(|j| j != "4244");
             report.sample.gpus[0].energy_mj = Some(3_000_000 * i as u64);
-            ingest(&mut res, &mut state, &report, &eight_gpus(), report.sample.time.timestamp()).unwrap();
+            ingest(&mut res, &mut state, &report, &eight_gpus(), report.sample.time.timestamp()).1.unwrap();
         }
         let second_run =
             |job: &str| res.ledger.job_energy(job).unwrap().iter().find(|r| r.since == start + 100).map(|r| r.joules);

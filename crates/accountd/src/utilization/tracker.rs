@@ -1,6 +1,7 @@
 //! What accountd does with each job's measured utilization, from an agent's report or Prometheus:
-//! per-job metrics, a utilization sample per job in the ledger (for `charge_basis = "measured"`), and
-//! idle-job detection, whose state between samples is the [`Tracker`].
+//! per-job metrics, a utilization sample per run of a job in the ledger (for `charge_basis =
+//! "measured"`; a run is keyed by when it was first sampled), and idle-job detection, whose state
+//! between samples is the [`Tracker`].
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -45,6 +46,9 @@ pub struct JobUtilization {
     pub memory_bytes: u64,
 }
 
+/// Job users kept beyond the jobs being watched before those of other jobs are dropped.
+const USERS_KEPT: usize = 65_536;
+
 /// What an unmeasured sample counts as in the ledger: the whole allocation, so that under
 /// `charge_basis = "measured"` the job pays as allocated for it and no idle share comes of it.
 const UNMEASURED_AS_PERCENT: f64 = 100.0;
@@ -72,6 +76,11 @@ impl Tracker {
     /// Notes each job's user as Slurm showed it to the report gate, so that no squeue is asked
     /// for it while every node's reports wait.
     pub fn note_users<'a>(&mut self, users: impl Iterator<Item = (&'a str, &'a str)>) {
+        // Jobs a report named but that were never sampled leave with the next prune.
+        if self.users.len() > USERS_KEPT {
+            let jobs = &self.jobs;
+            self.users.retain(|job, _| jobs.contains_key(job));
+        }
         for (job, user) in users.filter(|(_, user)| !user.is_empty()) {
             self.users.entry(job.to_string()).or_insert_with(|| user.to_string());
         }
