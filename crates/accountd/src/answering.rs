@@ -23,13 +23,34 @@ pub struct Answering {
     pub logins: Logins,
     /// Where `accountd serve`'s HTTP listener listens, once bound (for login links).
     pub http_address: Option<SocketAddr>,
+    /// What answers requests that change balances, on a ledger connection and a lock of their own:
+    /// a change waiting on SQLite for a cycle's write (its busy timeout) holds no `sbalance`.
+    /// None in the writer itself.
+    pub writes: Option<Shared>,
 }
 
 impl Answering {
-    /// The answering state on `res`, its publisher on a second connection to the same ledger.
+    /// The answering state on `res`, its publisher and its writer each on a connection of their
+    /// own to the same ledger.
     pub fn new(res: Resources) -> AccountdResult<Answering> {
         let publisher = Publisher::new(res.reopen()?);
-        Ok(Answering { res, publisher, logins: Logins::default(), http_address: None })
+        let writer = Answering {
+            res: res.reopen()?,
+            publisher: publisher.clone(),
+            logins: Logins::default(),
+            http_address: None,
+            writes: None,
+        };
+        let writes = Some(Arc::new(Mutex::new(writer)));
+        Ok(Answering { res, publisher, logins: Logins::default(), http_address: None, writes })
+    }
+
+    /// Where `request` is answered: changes by the writer, the rest here.
+    pub fn for_request(shared: &Shared, request: &gputokens::protocol::Request) -> Shared {
+        match request.changes_balances() {
+            true => lock(shared).writes.clone().unwrap_or_else(|| shared.clone()),
+            false => shared.clone(),
+        }
     }
 
     /// The Slurm view as the last check cycle read it.

@@ -235,7 +235,9 @@ pub(crate) fn answer_blocking(
 ) -> Reply {
     // So are the users the request names (a directory server may take seconds).
     let system_users = SystemUsers::looked_up(handler::named_users(&request).into_iter().chain([&caller.name]));
-    let mut s = answering::lock(answering);
+    // A change on the writer's connection and lock: sbalance never waits behind it.
+    let target = answering::Answering::for_request(answering, &request);
+    let mut s = answering::lock(&target);
     let action = action_log::Action::of(&request);
     let now = gputokens::time::now();
     let (mut reply, changed) = handler::handle_with(&mut s, caller, request, now, &system_users);

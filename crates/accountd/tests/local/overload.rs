@@ -131,3 +131,62 @@ fn one_address_sending_too_many_requests_is_slowed_and_others_are_not() {
         "{metrics}"
     );
 }
+
+/// The fresh reader's M4 (issue 46): an admin's grant waits on SQLite while another writer holds
+/// the ledger (a long charge cycle; here sqlite3 in a write transaction for 6 s). The grant goes
+/// on the writer's own connection and lock: alice's and bob's sbalance answer meanwhile, and the
+/// grant lands once the other write ends.
+#[test]
+fn a_grant_waiting_on_the_ledger_holds_no_sbalance() {
+    let site = Site::start("", "");
+    site.sbalance(Some("alice"), &["-n", "-P"]).ok();
+    let ledger = site.path("lib/ledger.sqlite");
+    let mut holder = Command::new("sqlite3")
+        .arg(&ledger)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("sqlite3 (tests/cluster/install.sh installs it)");
+    let mut stdin = holder.stdin.take().unwrap();
+    writeln!(stdin, "BEGIN IMMEDIATE; INSERT INTO meta (key, value) VALUES ('test-hold', 'x');").unwrap();
+    stdin.flush().unwrap();
+    // The write lock is taken once the insert ran: a write of ours must now wait.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Command::new("sqlite3")
+        .args([ledger.to_str().unwrap(), ".timeout 0", "BEGIN IMMEDIATE; ROLLBACK;"])
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        assert!(Instant::now() < deadline, "sqlite3 never took the write lock");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let granting = {
+        let (config, bin) = (site.config.clone(), crate::common::bin("accountd"));
+        std::thread::spawn(move || {
+            let args = ["--config", config.to_str().unwrap(), "admin", "grant", "bob", "5", "--reason", "t"];
+            let out = Command::new(bin).args(args).output().unwrap();
+            (out.status.success(), String::from_utf8_lossy(&out.stderr).to_string())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    for user in ["alice", "bob", "alice"] {
+        let asked = Instant::now();
+        let out = site.sbalance(Some(user), &["-n", "-P", "-o", "User"]);
+        assert_eq!(out.stdout.trim(), user, "{}", out.stderr);
+        assert!(
+            asked.elapsed() < Duration::from_secs(2),
+            "{user}'s sbalance waited {:?} behind the grant",
+            asked.elapsed()
+        );
+    }
+    assert!(!granting.is_finished(), "the grant did not wait for the ledger: the test proves nothing");
+    std::thread::sleep(Duration::from_secs(4));
+    writeln!(stdin, "ROLLBACK;").unwrap();
+    drop(stdin);
+    holder.wait().unwrap();
+    let (granted, stderr) = granting.join().unwrap();
+    assert!(granted, "{stderr}");
+    assert!(site.sbalance(Some("bob"), &["-n", "-P"]).ok().stdout.contains("|105|"));
+}
