@@ -124,6 +124,15 @@ fn snapshot_readable(config: &Config, facts: &SlurmFacts) -> Finding {
             config.admission.on_error.as_str()
         ));
     }
+    // The plugin takes balances only from a snapshot root and the SlurmUser alone can change.
+    let name = setting.split('(').next().unwrap_or(setting);
+    if let Some(why) = gputokens::file_trust::untrusted_with(path, "the balance snapshot", Some(name)) {
+        return Finding::Problem(format!(
+            "{why}: the job_submit plugin takes no balances from a snapshot others could change, and on_error = \
+             \"{}\" decides every GPU job",
+            config.admission.on_error.as_str()
+        ));
+    }
     match exists {
         true => Finding::Ok(format!("the snapshot {} is readable by the SlurmUser ({setting})", path.display())),
         false => Finding::Ok(format!(

@@ -91,6 +91,14 @@ fn a_root_accountd_writes_the_snapshot_for_the_slurm_user_only() {
     let ok = check_as("bob");
     let readable = format!("slurm: ok: the snapshot {} is readable by the SlurmUser (bob(", snapshot.display());
     assert!(ok.stdout.contains(&readable), "{}", ok.stdout);
+    // A directory above it every user may write: the plugin would not take it (the audit's L8).
+    let lib = site.path("lib");
+    let mode = std::fs::metadata(&lib).unwrap().mode();
+    std::fs::set_permissions(&lib, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let open = check_as("bob");
+    std::fs::set_permissions(&lib, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+    assert_eq!(open.code, 2, "{}", open.stdout);
+    assert!(open.stdout.contains("takes no balances from a snapshot others could change"), "{}", open.stdout);
     let out = check_as("alice");
     assert_eq!(out.code, 2, "{}", out.stdout);
     // alice is stopped at the directory, which only the SlurmUser's group may search.
