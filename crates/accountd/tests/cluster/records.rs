@@ -207,8 +207,15 @@ fn a_suspended_job_pays_for_its_running_time_only() {
     wait_finished(&job);
     tick(&site, &[]);
 
+    // slurmdbd may record the end a moment after squeue stops showing the job.
+    let row = crate::cluster::wait_until(30, "the job's end in sacct", || {
+        let row = sacct(&["-j", &job, "-X", "-n", "-P", "-o", "Start,End"]);
+        match row.contains("Unknown") {
+            true => Err(row),
+            false => Ok(row),
+        }
+    });
     let ran = elapsed(&job);
-    let row = sacct(&["-j", &job, "-X", "-n", "-P", "-o", "Start,End"]);
     let times: Vec<i64> =
         row.trim().split('|').map(|t| gputokens::time::parse_timestamp(t).unwrap_or_else(|| panic!("{row}"))).collect();
     assert!(ran as i64 + 6 <= times[1] - times[0], "ElapsedRaw {ran} leaves out the suspension: {row}");

@@ -12,6 +12,7 @@ mod cluster;
 mod failover;
 mod jobs;
 mod login_host;
+mod node_root;
 mod outage;
 mod partition;
 mod restore;
