@@ -148,6 +148,8 @@ fn a_grant_waiting_on_the_ledger_holds_no_sbalance() {
         .spawn()
         .expect("sqlite3 (tests/cluster/install.sh installs it)");
     let mut stdin = holder.stdin.take().unwrap();
+    // Waiting its turn if a cycle of serve's is writing just then.
+    writeln!(stdin, ".timeout 10000").unwrap();
     writeln!(stdin, "BEGIN IMMEDIATE; INSERT INTO meta (key, value) VALUES ('test-hold', 'x');").unwrap();
     stdin.flush().unwrap();
     // The write lock is taken once the insert ran: a write of ours must now wait.
