@@ -710,6 +710,9 @@ impl Flood {
         use std::os::unix::process::CommandExt;
         let mut child = Command::new("/usr/bin/python3")
             .args(["-c", FLOOD, &port.to_string(), &count.to_string(), "120"])
+            // The attacker keeps the real clock: the dated runs' libfaketime is for the agent.
+            .env_remove("LD_PRELOAD")
+            .env_remove("FAKETIME")
             .uid(uid)
             .gid(uid)
             .current_dir("/")
