@@ -182,7 +182,12 @@ fn long_request(site: &Site, user: Option<&str>, size: usize) -> String {
         print $s "{\"x\":\"" . ("a" x $ARGV[1]) . "\"}\n"; my $reply = <$s>; print $reply"#;
     let socket = site.path("run/accountd.sock");
     let args = ["-e", script, socket.to_str().unwrap(), &size.to_string()];
-    crate::common::run_as(user, Path::new("/usr/bin/perl"), &args).stdout
+    let out = crate::common::run_as(user, Path::new("/usr/bin/perl"), &args);
+    match out.stdout.is_empty() {
+        // No reply: what the client saw, for the assertion's message.
+        true => format!("(no reply; perl exited {}: {})", out.code, out.stderr.trim()),
+        false => out.stdout,
+    }
 }
 
 #[test]
