@@ -1,7 +1,7 @@
 //! Users' accounts: a user is added on first sight with the initial balance, and every entry is
 //! appended to their account with the balance and their newest entry moved in the same transaction.
 
-use rusqlite::{params, OptionalExtension, Transaction};
+use crate::db::{params, OptionalExtension, Transaction};
 
 use gputokens::entry::EntryKind;
 use gputokens::policy::BucketRules;
@@ -102,12 +102,12 @@ impl Ledger {
         let mut stmt = self
             .conn
             .prepare_cached("SELECT name, balance, first_seen FROM users WHERE instr(name, ' ') = 0 ORDER BY name")?;
-        let rows = stmt.query_map([], account_row)?.collect::<Result<_, _>>()?;
+        let rows = stmt.query_map((), account_row)?.collect::<Result<_, _>>()?;
         Ok(rows)
     }
 }
 
-fn account_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Account> {
+fn account_row(r: &crate::db::Row<'_>) -> crate::db::Result<Account> {
     Ok(Account { user: r.get(0)?, balance: Tokens::from_micro(r.get(1)?), first_seen: r.get(2)? })
 }
 

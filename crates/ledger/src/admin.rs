@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::{params, OptionalExtension, Transaction};
+use crate::db::{params, OptionalExtension, Transaction};
 
 use gputokens::entry::{Entry, EntryKind};
 use gputokens::time::local_date;
@@ -23,7 +23,7 @@ pub(crate) fn job_payers(tx: &Transaction<'_>, job_id: &str) -> Result<Vec<(Stri
          WHERE job_id = ?1 AND NOT EXISTS (SELECT 1 FROM job_payments p
                                            WHERE p.job_id = ?1 AND p.run_start IN (c.segment_start, -1))",
     )?;
-    let rows = stmt.query_map([job_id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+    let rows = stmt.query_map([job_id], |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?)))?;
     let mut paid: BTreeMap<String, i64> = BTreeMap::new();
     for row in rows {
         let (holder, charged) = row?;

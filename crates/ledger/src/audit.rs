@@ -1,7 +1,7 @@
 //! The audit trail (table `actions`): what gputokens did, or with `dry_run` would have done, to a
 //! job or a node.
 
-use rusqlite::{params, OptionalExtension};
+use crate::db::{params, OptionalExtension};
 
 use gputokens::entry::{Action, FAULT_CANCEL, FAULT_REQUEUE};
 use gputokens::holds;

@@ -36,6 +36,8 @@ pub enum BackupError {
     File { path: PathBuf, source: std::io::Error },
     #[error("backup {}: {source}", path.display())]
     Sqlite { path: PathBuf, source: rusqlite::Error },
+    #[error("a ledger on MariaDB is backed up by the site's MariaDB backups (mariadb-dump, mariabackup), or copied to SQLite with `accountd admin ledger copy --to FILE`")]
+    NotSqlite,
     #[error("backup {}: the ledger stayed locked for {} s", path.display(), (BUSY_PAUSE * BUSY_RETRIES).as_secs())]
     Busy { path: PathBuf },
 }
@@ -49,7 +51,10 @@ impl Ledger {
         }
         let private = private_dir_beside(dest)?;
         let temp = private.path().join("ledger.sqlite");
-        let written = copy_into(&self.conn, &temp)?;
+        let Some(conn) = self.conn.as_sqlite() else {
+            return Err(BackupError::NotSqlite.into());
+        };
+        let written = copy_into(conn, &temp)?;
         place(&temp, dest, replace)?;
         Ok(BackupWritten { path: dest.to_path_buf(), ..written })
     }
@@ -122,7 +127,7 @@ fn copy_into(source: &Connection, temp: &Path) -> Result<BackupWritten, BackupEr
         }
     }
     // A rollback-journal database is one file: what is renamed is the whole backup.
-    let _: String = copy.query_row("PRAGMA journal_mode = DELETE", [], |r| r.get(0)).map_err(sql_err)?;
+    let _: String = copy.query_row("PRAGMA journal_mode = DELETE", (), |r| r.get(0)).map_err(sql_err)?;
     let facts = facts_of(&copy).map_err(sql_err)?;
     copy.close().map_err(|(_, e)| sql_err(e))?;
     let file = File::open(temp).map_err(file_err)?;
@@ -133,10 +138,10 @@ fn copy_into(source: &Connection, temp: &Path) -> Result<BackupWritten, BackupEr
 
 fn facts_of(copy: &Connection) -> rusqlite::Result<BackupWritten> {
     let (entries, newest_entry_at) =
-        copy.query_row("SELECT COUNT(*), MAX(at) FROM entries", [], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        copy.query_row("SELECT COUNT(*), MAX(at) FROM entries", (), |r| Ok((r.get(0)?, r.get(1)?)))?;
     let meta = copy
         .prepare("SELECT key, value FROM meta ORDER BY key")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .query_map((), |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;
     Ok(BackupWritten { path: PathBuf::new(), bytes: 0, entries, newest_entry_at, meta })
 }

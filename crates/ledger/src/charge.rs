@@ -16,11 +16,10 @@ mod runs;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 
-use rusqlite::{params, Statement, Transaction};
+use crate::db::{params, Statement, Transaction};
 
 use entries::{Charge, Entries};
 use runs::{Progress, RunStatements, Runs, CHUNK};
-use rusqlite::ErrorCode;
 use rustc_hash::FxHashMap as FastMap;
 
 use super::accounts::{ensure_user, move_balance};
@@ -67,11 +66,7 @@ impl Ledger {
         match self.charge_once(records, prices, now, false) {
             // A run expected new had been charged (its row's key was taken): nothing of the cycle
             // was kept; charged again, every chunk's runs read first.
-            Err(LedgerError::Sqlite(rusqlite::Error::SqliteFailure(e, _)))
-                if e.code == ErrorCode::ConstraintViolation =>
-            {
-                self.charge_once(records, prices, now, true)
-            }
+            Err(LedgerError::Db(e)) if e.is_constraint_violation() => self.charge_once(records, prices, now, true),
             done => done,
         }
     }
@@ -90,7 +85,7 @@ impl Ledger {
         let tx = self.conn.transaction()?;
         let mut outcome = ChargeOutcome::default();
         let with_grants = super::expiries::balances_with_open_grants(&tx)?;
-        let payments_kept: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM job_payments)", [], |r| r.get(0))?;
+        let payments_kept: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM job_payments)", (), |r| r.get(0))?;
         // Runs charged by a SLUID, in this cycle or before, or pools (a pool's payments start from
         // all of its job's charges): every chunk is read before it is charged.
         let read_all = read_all
@@ -169,7 +164,7 @@ impl Ledger {
             .query_row(
                 "SELECT MAX(charged_until) FROM job_charges WHERE job_id = ?1 AND segment_start = ?2 AND gpu_type = ?3",
                 params![job_id, segment_start, gpu_type],
-                |r| r.get::<_, Option<i64>>(0),
+                |r| r.get::<Option<i64>>(0),
             )?
             .map(|s| s as u64))
     }
@@ -191,7 +186,7 @@ impl Ledger {
             .query_row(
                 "SELECT MIN(charged_until) FROM job_charges WHERE job_id = ?1 AND segment_start = ?2",
                 params![job_id, segment_start],
-                |r| r.get::<_, Option<i64>>(0),
+                |r| r.get::<Option<i64>>(0),
             )?
             .map(|s| s as u64))
     }

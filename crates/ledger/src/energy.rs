@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{params, Connection};
+use crate::db::{params, Connection};
 
 use gputokens::statement::Month;
 use gputokens::time::local_date;
@@ -47,7 +47,7 @@ impl Ledger {
             "SELECT since, node, SUM(joules) FROM job_energy WHERE job_id = ?1 GROUP BY since, node ORDER BY since, node",
         )?;
         let rows = stmt.query_map([job_id], |r| {
-            Ok(RunEnergy { since: r.get(0)?, node: r.get(1)?, joules: r.get::<_, i64>(2)?.max(0) as u64 })
+            Ok(RunEnergy { since: r.get(0)?, node: r.get(1)?, joules: r.get::<i64>(2)?.max(0) as u64 })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
@@ -58,7 +58,6 @@ pub(super) fn month_energy(conn: &Connection, month: Month) -> Result<HashMap<St
     let (first, last) = (month.first_day().to_string(), month.last_day().to_string());
     let mut stmt = conn
         .prepare_cached("SELECT job_id, SUM(joules) FROM job_energy WHERE day >= ?1 AND day <= ?2 GROUP BY job_id")?;
-    let rows =
-        stmt.query_map(params![first, last], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u64)))?;
+    let rows = stmt.query_map(params![first, last], |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?.max(0) as u64)))?;
     Ok(rows.collect::<Result<_, _>>()?)
 }

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use rusqlite::{params, OptionalExtension, Transaction};
+use crate::db::{params, OptionalExtension, Transaction};
 
 use gputokens::pools::{self, PoolMode};
 use gputokens::pricing::energy_cost;
@@ -81,13 +81,13 @@ impl Ledger {
                 .query_row(
                     "SELECT COALESCE(SUM(joules - charged_joules), 0) FROM job_energy INDEXED BY job_energy_uncharged
                      WHERE joules > charged_joules",
-                    [],
-                    |r| r.get::<_, i64>(0),
+                    (),
+                    |r| r.get::<i64>(0),
                 )?
                 .max(0) as u64;
             tx.execute(
                 "UPDATE job_energy INDEXED BY job_energy_uncharged SET charged_joules = joules WHERE joules > charged_joules",
-                [],
+                (),
             )?;
             tx.commit()?;
             return Ok(done);
@@ -158,7 +158,7 @@ fn uncharged_rows(tx: &Transaction<'_>) -> Result<Vec<Uncharged>, LedgerError> {
         "SELECT job_id, since, node, day, joules, charged_joules, last_at
          FROM job_energy INDEXED BY job_energy_uncharged WHERE joules > charged_joules",
     )?;
-    let rows = stmt.query_map([], |r| {
+    let rows = stmt.query_map((), |r| {
         Ok(Uncharged {
             job_id: r.get(0)?,
             since: r.get(1)?,

@@ -95,7 +95,7 @@ fn a_version_15_ledger_gains_the_energy_table() {
     let mut conn = rusqlite::Connection::open(&path).unwrap();
     schema::migrate_to(&mut conn, 15).unwrap();
     let tables: i64 =
-        conn.query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'job_energy'", [], |r| r.get(0)).unwrap();
+        conn.query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'job_energy'", (), |r| r.get(0)).unwrap();
     assert_eq!(tables, 0);
     conn.execute_batch(
         "INSERT INTO users (name, first_seen, balance, replenished_through, last_entry)
@@ -106,7 +106,7 @@ fn a_version_15_ledger_gains_the_energy_table() {
     .unwrap();
     drop(conn);
     let mut l = Ledger::open(&path, BucketRules::default()).unwrap();
-    let version: i64 = l.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    let version: i64 = l.conn.query_row("PRAGMA user_version", (), |r| r.get(0)).unwrap();
     assert_eq!(version, schema::VERSION);
     assert_eq!(l.history("sam").unwrap().len(), 1);
     l.record_energy("7", 10, "gpu1", 20, 5).unwrap();

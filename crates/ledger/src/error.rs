@@ -12,7 +12,7 @@ pub enum LedgerError {
     #[error("ledger schema: {0}")]
     Schema(#[from] SchemaError),
     #[error("ledger: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Db(#[from] crate::db::Error),
     #[error("user '{0}' has no entries in the ledger")]
     UnknownUser(String),
     #[error("job {0} has nothing left to refund")]
@@ -68,7 +68,7 @@ impl LedgerError {
             | LedgerError::Backup(BackupError::Exists(_)) => true,
             LedgerError::Open { .. }
             | LedgerError::Schema(_)
-            | LedgerError::Sqlite(_)
+            | LedgerError::Db(_)
             | LedgerError::Damaged(_)
             | LedgerError::Backup(_)
             | LedgerError::Statement(_) => false,
@@ -83,6 +83,12 @@ pub(crate) fn out_of_range(user: &str, balance: Tokens, amount: Tokens) -> Ledge
         Tokens::MIN,
         Tokens::MAX
     ))
+}
+
+impl From<rusqlite::Error> for LedgerError {
+    fn from(e: rusqlite::Error) -> LedgerError {
+        LedgerError::Db(e.into())
+    }
 }
 
 #[cfg(test)]
@@ -109,7 +115,7 @@ mod tests {
         let ours = [
             LedgerError::Open { path: "/l".into(), source: std::io::Error::other("read-only") },
             LedgerError::Schema(SchemaError::TooNew { found: 99 }),
-            LedgerError::Sqlite(rusqlite::Error::QueryReturnedNoRows),
+            LedgerError::Db(crate::db::Error::NoRows),
             LedgerError::Damaged("negative GPU-seconds -1".into()),
             LedgerError::Backup(BackupError::File { path: "/b".into(), source: std::io::Error::other("disk full") }),
             LedgerError::Statement(StatementError::OutOfRange { user: "x".into(), month }),

@@ -6,7 +6,7 @@
 
 use std::collections::HashSet;
 
-use rusqlite::{params, Transaction};
+use crate::db::{params, Transaction};
 
 use gputokens::entry::{expiry_key, Entry, EntryKind};
 use gputokens::time::format_local;
@@ -37,7 +37,7 @@ impl ExpiringGrant {
 
 const GRANT_COLUMNS: &str = "entry_id, user, amount, unused, expires_at";
 
-fn grant_row(r: &rusqlite::Row) -> rusqlite::Result<ExpiringGrant> {
+fn grant_row(r: &crate::db::Row) -> crate::db::Result<ExpiringGrant> {
     Ok(ExpiringGrant {
         entry_id: r.get(0)?,
         user: r.get(1)?,
@@ -170,7 +170,7 @@ impl Ledger {
 pub(crate) fn balances_with_open_grants(tx: &Transaction<'_>) -> Result<HashSet<String>, LedgerError> {
     let mut stmt =
         tx.prepare_cached("SELECT DISTINCT user FROM grant_expiries WHERE expired_entry IS NULL AND unused > 0")?;
-    let rows = stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    let rows = stmt.query_map((), |r| r.get(0))?.collect::<Result<_, _>>()?;
     Ok(rows)
 }
 

@@ -2,7 +2,7 @@
 //! it already acted on from a new one. Small: a row per GPU and cause, written only when a node is
 //! drained or a fault clears, never per report.
 
-use rusqlite::params;
+use crate::db::params;
 
 use super::{Ledger, LedgerError};
 
@@ -33,7 +33,7 @@ impl Ledger {
         let mut stmt = self
             .conn
             .prepare_cached("SELECT node, gpu, cause, acted_at FROM gpu_faults ORDER BY acted_at DESC, node, gpu")?;
-        let rows = stmt.query_map([], |r| {
+        let rows = stmt.query_map((), |r| {
             Ok(GpuFault { node: r.get(0)?, gpu: r.get(1)?, cause: r.get(2)?, acted_at: r.get(3)? })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)

@@ -2,7 +2,7 @@
 //! had time to start: what keeps a second cycle from preempting again for the same wait. Small: a
 //! row per waiting job and GPU type, gone when the job no longer waits or its time is up.
 
-use rusqlite::params;
+use crate::db::params;
 
 use super::{Ledger, LedgerError};
 use gputokens::preemption::FreedFor;
@@ -18,7 +18,7 @@ impl Ledger {
             Ok(FreedFor {
                 waiter: r.get(0)?,
                 gpu_type: r.get(1)?,
-                gpus: u64::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
+                gpus: u64::try_from(r.get::<i64>(2)?).unwrap_or(0),
                 expires: r.get(3)?,
             })
         })?;
@@ -50,7 +50,7 @@ impl Ledger {
         let mut gone = tx.execute("DELETE FROM freed_for_waiters WHERE expires <= ?1", [now])?;
         let waiters: Vec<String> = {
             let mut stmt = tx.prepare("SELECT DISTINCT waiter FROM freed_for_waiters")?;
-            let rows = stmt.query_map([], |r| r.get(0))?;
+            let rows = stmt.query_map((), |r| r.get(0))?;
             rows.collect::<Result<_, _>>()?
         };
         for waiter in waiters.iter().filter(|w| !still_waits(w)) {

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::db::params;
 use chrono::NaiveDate;
-use rusqlite::params;
 
 use gputokens::entry::{Entry, EntryKind};
 use gputokens::tokens::Tokens;
@@ -22,7 +22,7 @@ impl Ledger {
         let mut entries = Vec::new();
         let mut rows = stmt.query(params![user])?;
         while let Some(row) = rows.next()? {
-            let mut entry = entry_row(row)?;
+            let mut entry = entry_row(&row)?;
             balance = balance + entry.amount;
             entry.balance_after = balance;
             entries.push(entry);
@@ -45,7 +45,7 @@ impl Ledger {
         let mut entries = Vec::new();
         let mut rows = stmt.query(params![user, limit as i64])?;
         while let Some(row) = rows.next()? {
-            let mut entry = entry_row(row)?;
+            let mut entry = entry_row(&row)?;
             // Newest first: the balance after an entry is the one after the next, less it.
             entry.balance_after = balance;
             balance = balance - entry.amount;
@@ -64,7 +64,7 @@ impl Ledger {
         )?;
         let used = stmt
             .query_map(params![user, first_day.to_string()], |r| {
-                Ok((r.get::<_, String>(0)?, Tokens::from_micro(r.get(1)?)))
+                Ok((r.get::<String>(0)?, Tokens::from_micro(r.get(1)?)))
             })?
             .collect::<Result<_, _>>()?;
         Ok(used)
@@ -76,7 +76,7 @@ impl Ledger {
             "SELECT gpu_type, SUM(charged) FROM usage_days WHERE day >= ?1 GROUP BY gpu_type ORDER BY gpu_type",
         )?;
         let used = stmt
-            .query_map([first_day.to_string()], |r| Ok((r.get::<_, String>(0)?, Tokens::from_micro(r.get(1)?))))?
+            .query_map([first_day.to_string()], |r| Ok((r.get::<String>(0)?, Tokens::from_micro(r.get(1)?))))?
             .collect::<Result<_, _>>()?;
         Ok(used)
     }
@@ -85,7 +85,7 @@ impl Ledger {
     pub fn entry_with_key(&self, key: &str) -> Result<Option<Entry>, LedgerError> {
         let mut stmt = self.conn.prepare_cached(&format!("SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.key = ?1"))?;
         let mut rows = stmt.query([key])?;
-        rows.next()?.map(entry_row).transpose()
+        rows.next()?.map(|r| entry_row(&r)).transpose()
     }
 
     pub(crate) fn entries_by_id(&self, ids: &[i64]) -> Result<Vec<Entry>, LedgerError> {
@@ -103,12 +103,12 @@ pub(crate) const ENTRY_COLUMNS: &str =
     "e.id, e.user, e.kind, e.amount, e.at, e.actor, e.reason, e.key, e.job_id, e.gpu_type, e.gpu_seconds";
 
 /// An entry as [`ENTRY_COLUMNS`] read it; `balance_after` is left for the caller.
-pub(crate) fn entry_row(row: &rusqlite::Row<'_>) -> Result<Entry, LedgerError> {
+pub(crate) fn entry_row(row: &crate::db::Row<'_>) -> Result<Entry, LedgerError> {
     let gpu_seconds: Option<i64> = row.get(10)?;
     Ok(Entry {
         id: row.get(0)?,
         user: row.get(1)?,
-        kind: EntryKind::parse(&row.get::<_, String>(2)?),
+        kind: EntryKind::parse(&row.get::<String>(2)?),
         amount: Tokens::from_micro(row.get(3)?),
         balance_after: Tokens::ZERO,
         at: row.get(4)?,

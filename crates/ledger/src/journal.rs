@@ -3,9 +3,9 @@
 //! after the commit, until they land. A crash between the commit and the file's append leaves the
 //! mark, never a change no journal lists.
 
+use crate::db::{params, Transaction};
 use gputokens::policy::BucketRules;
 use gputokens::Tokens;
-use rusqlite::{params, Transaction};
 use serde::{Deserialize, Serialize};
 
 use crate::error::LedgerError;
@@ -50,10 +50,10 @@ impl Ledger {
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {ENTRY_COLUMNS}, o.what FROM journal_outbox o JOIN entries e ON e.id = o.entry_id ORDER BY o.entry_id"
         ))?;
-        let mut rows = stmt.query([])?;
+        let mut rows = stmt.query(())?;
         let mut pending = Vec::new();
         while let Some(row) = rows.next()? {
-            let entry = entry_row(row)?;
+            let entry = entry_row(&row)?;
             let what: String = row.get(11)?;
             // A mark this version cannot read (written by a newer one) still journals its entry,
             // as its kind says: never one mark holding back every later change.

@@ -7,6 +7,7 @@ mod admin;
 mod audit;
 mod backup;
 mod charge;
+pub mod db;
 mod energy;
 mod energy_charge;
 mod error;
@@ -53,9 +54,10 @@ pub use schema::SchemaError;
 pub use statement::Issue;
 pub use verify::Verification;
 
-/// The ledger: one SQLite connection, and the bucket rules its grants and replenishment follow.
+/// The ledger: one connection to its database (SQLite or MariaDB), and the bucket rules its
+/// grants and replenishment follow.
 pub struct Ledger {
-    conn: Connection,
+    conn: db::Connection,
     rules: BucketRules,
     /// Who pays for a job charged ([`gputokens::pools::payers`]); users until set.
     pool_mode: gputokens::pools::PoolMode,
@@ -91,7 +93,7 @@ impl Ledger {
         // would fail at once instead of waiting its turn.
         conn.set_transaction_behavior(rusqlite::TransactionBehavior::Immediate);
         schema::migrate(&mut conn)?;
-        Ok(Ledger { conn, rules, pool_mode: Default::default() })
+        Ok(Ledger::on(db::Connection::sqlite(conn), rules))
     }
 
     /// Opens an existing ledger (the live one, or a backup copy) to read it and nothing else: a
@@ -109,15 +111,19 @@ impl Ledger {
         let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags)?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
-        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let version: i64 = conn.query_row("PRAGMA user_version", (), |r| r.get(0))?;
         if version >= schema::VERSION {
-            return Ok(Ledger { conn, rules, pool_mode: Default::default() });
+            return Ok(Ledger::on(db::Connection::sqlite(conn), rules));
         }
         // Older: read a migrated copy, leaving the file as it is.
         let copy = scratch.join("ledger-read-copy.sqlite");
         conn.backup(rusqlite::MAIN_DB, &copy, None)?;
         drop(conn);
         Ledger::open(&copy, rules)
+    }
+
+    fn on(conn: db::Connection, rules: BucketRules) -> Ledger {
+        Ledger { conn, rules, pool_mode: Default::default() }
     }
 
     pub fn rules(&self) -> &BucketRules {

@@ -1,6 +1,6 @@
 //! Small named values kept beside the entries (table `meta`), e.g. how far sacct has been read.
 
-use rusqlite::{params, OptionalExtension};
+use crate::db::{params, OptionalExtension};
 
 use super::{Ledger, LedgerError};
 

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{params, OptionalExtension};
+use crate::db::{params, OptionalExtension};
 
 use super::{Action, Ledger, LedgerError};
 use gputokens::notify::{Event, Level};
@@ -38,7 +38,7 @@ impl Ledger {
     /// The level each user was last notified at (a user missing here is at `ok`).
     pub fn notify_levels(&self) -> Result<HashMap<String, Level>, LedgerError> {
         let mut stmt = self.conn.prepare_cached("SELECT user, level FROM notify_levels")?;
-        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+        let rows = stmt.query_map((), |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?)))?;
         let mut levels = HashMap::new();
         for row in rows {
             let (user, level) = row?;
@@ -144,7 +144,7 @@ impl Ledger {
         let mut stmt = self
             .conn
             .prepare_cached("SELECT event, sent_at IS NOT NULL FROM notifications WHERE user = ?1 ORDER BY id")?;
-        let rows = stmt.query_map([user], |r| Ok((r.get::<_, String>(0)?, r.get::<_, bool>(1)?)))?;
+        let rows = stmt.query_map([user], |r| Ok((r.get::<String>(0)?, r.get::<bool>(1)?)))?;
         let mut out = Vec::new();
         for row in rows {
             let (event, sent) = row?;
@@ -155,7 +155,7 @@ impl Ledger {
 }
 
 pub(crate) fn insert_notice(
-    tx: &rusqlite::Transaction,
+    tx: &crate::db::Transaction,
     notice: &NewNotice,
     key: Option<String>,
     at: i64,

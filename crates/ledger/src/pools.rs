@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{params, OptionalExtension, Transaction};
+use crate::db::{params, OptionalExtension, Transaction};
 
 use gputokens::entry::EntryKind;
 use gputokens::policy::BucketRules;
@@ -63,9 +63,9 @@ const POOL_COLUMNS: &str =
 /// Each pool joined to its balance row, named `?1` (the holder prefix) followed by the account.
 const POOLS_WITH_BALANCES: &str = "pools p JOIN users u ON u.name = ?1 || p.account";
 
-fn pool_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Pool> {
-    let tokens = |i: usize| r.get::<_, i64>(i).map(Tokens::from_micro);
-    let optional = |i: usize| r.get::<_, Option<i64>>(i).map(|v| v.map(Tokens::from_micro));
+fn pool_row(r: &crate::db::Row<'_>) -> crate::db::Result<Pool> {
+    let tokens = |i: usize| r.get::<i64>(i).map(Tokens::from_micro);
+    let optional = |i: usize| r.get::<Option<i64>>(i).map(|v| v.map(Tokens::from_micro));
     Ok(Pool {
         account: r.get(0)?,
         rules: BucketRules {
@@ -212,7 +212,7 @@ impl Ledger {
         }
         let replay = tx
             .prepare_cached("SELECT EXISTS (SELECT 1 FROM entries WHERE key = ?1)")?
-            .query_row([format!("{key}:from")], |r| r.get::<_, bool>(0))?;
+            .query_row([format!("{key}:from")], |r| r.get::<bool>(0))?;
         if !replay {
             refuse_beyond_movable(&tx, from, pool_rules.get(from).unwrap_or(&rules).floor, amount)?;
         }
@@ -334,12 +334,12 @@ pub fn created_key(account: &str) -> String {
 }
 
 /// Each pool's rules by its holder name.
-pub(crate) fn pool_rules(conn: &rusqlite::Connection) -> Result<HashMap<String, BucketRules>, LedgerError> {
+pub(crate) fn pool_rules(conn: &crate::db::Connection) -> Result<HashMap<String, BucketRules>, LedgerError> {
     Ok(all_pools(conn)?.into_iter().map(|p| (holder(&p.account), p.rules)).collect())
 }
 
 /// Every pool, by account name.
-fn all_pools(conn: &rusqlite::Connection) -> Result<Vec<Pool>, LedgerError> {
+fn all_pools(conn: &crate::db::Connection) -> Result<Vec<Pool>, LedgerError> {
     let sql = format!("SELECT {POOL_COLUMNS} FROM {POOLS_WITH_BALANCES} ORDER BY p.account");
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map([holder("")], pool_row)?.collect::<Result<_, _>>()?;
@@ -359,7 +359,7 @@ pub(crate) fn add_member_spending(
         "INSERT INTO pool_member_months (account, user, month, charged) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT DO UPDATE SET charged = charged + excluded.charged RETURNING charged",
     )?
-    .query_row(params![account, user, month, spent.micro()], |r| r.get::<_, i64>(0))?;
+    .query_row(params![account, user, month, spent.micro()], |r| r.get::<i64>(0))?;
     Ok(())
 }
 
@@ -376,7 +376,7 @@ fn describe_rules(rules: &BucketRules, user_limit: Option<Tokens>) -> String {
 /// Lowers what `member` spent of `account`'s pool in the month of `at` by `amount` micro-tokens,
 /// never below 0.
 pub(crate) fn lower_member_spending(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &crate::db::Transaction<'_>,
     account: &str,
     member: &str,
     amount: i64,

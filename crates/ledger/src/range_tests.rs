@@ -130,7 +130,7 @@ fn moves_by_hand_stop_at_the_balance_limit_and_one_balance_never_stops_replenish
 
     // A balance no replenishment can be added to (put at the very edge, as no path of gputokens
     // can): skipped and named; everyone else replenished.
-    l.conn.execute("UPDATE users SET balance = ?2 WHERE name = ?1", rusqlite::params![course, i64::MAX]).unwrap();
+    l.conn.execute("UPDATE users SET balance = ?2 WHERE name = ?1", crate::db::params![course, i64::MAX]).unwrap();
     l.append(&NewEntry::new("alice", EntryKind::Grant, Tokens::whole(1), now, "root", "x", "grant:a".into())).unwrap();
     let days_later = now + 3 * 86_400;
     let done = l.replenish(days_later).unwrap();

@@ -249,14 +249,14 @@ fn payments_kept_for_a_whole_job_before_schema_15_refund_by_the_jobs_shares() {
     let (_dir, mut l, now) = ledger_with_lab(PoolMode::Both);
     l.charge(&[run("23", "alice", Some("lab"), "2026-11-26T08:00:00", 1)], &prices(), now).unwrap();
     // As the migration leaves them.
-    l.conn.execute("UPDATE job_payments SET run_start = -1", []).unwrap();
+    l.conn.execute("UPDATE job_payments SET run_start = -1", ()).unwrap();
     l.charge(&[run("23", "alice", Some("lab"), "2026-11-26T08:00:00", 2)], &prices(), now + 3600).unwrap();
     assert!(l.verify().unwrap().problems.is_empty(), "{:?}", l.verify().unwrap().problems);
     let kept: Vec<(i64, String, i64)> = l
         .conn
         .prepare("SELECT run_start, holder, charged FROM job_payments ORDER BY run_start, holder")
         .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .query_map((), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();

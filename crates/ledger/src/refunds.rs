@@ -1,7 +1,7 @@
 //! Automatic refunds of runs lost to the system (`[refunds]`): what one run of a job was charged,
 //! or a share of it, goes back to whoever paid for the job, once, keyed by the run.
 
-use rusqlite::{params, OptionalExtension};
+use crate::db::{params, OptionalExtension};
 
 use gputokens::entry::{Entry, EntryKind};
 use gputokens::tokens::Tokens;
@@ -30,7 +30,7 @@ pub struct RunRefund<'a> {
 const AUTOMATIC: &str = "gputokens";
 
 /// What `holder` had back in automatic refunds since `since` (micro-tokens).
-fn automatic_refunds_since(tx: &rusqlite::Transaction<'_>, holder: &str, since: i64) -> Result<i128, LedgerError> {
+fn automatic_refunds_since(tx: &crate::db::Transaction<'_>, holder: &str, since: i64) -> Result<i128, LedgerError> {
     let sum: i64 = tx
         .prepare_cached(
             "SELECT COALESCE(SUM(amount), 0) FROM entries
@@ -41,7 +41,7 @@ fn automatic_refunds_since(tx: &rusqlite::Transaction<'_>, holder: &str, since: 
 }
 
 /// What job `job_id` was charged in all, every run, GPU time and energy (micro-tokens).
-fn job_paid_in_all(tx: &rusqlite::Transaction<'_>, job_id: &str) -> Result<i128, LedgerError> {
+fn job_paid_in_all(tx: &crate::db::Transaction<'_>, job_id: &str) -> Result<i128, LedgerError> {
     let sum: i64 = tx.query_row(
         "SELECT COALESCE(SUM(charged + energy_charged), 0) FROM job_charges WHERE job_id = ?1",
         params![job_id],
@@ -142,7 +142,11 @@ impl Ledger {
 }
 
 /// [`Ledger::run_refunded`], on any connection or transaction: its refunds' keys share a prefix.
-pub(crate) fn run_refunded(conn: &rusqlite::Connection, job_id: &str, segment_start: i64) -> Result<bool, LedgerError> {
+pub(crate) fn run_refunded(
+    conn: &crate::db::Connection,
+    job_id: &str,
+    segment_start: i64,
+) -> Result<bool, LedgerError> {
     let prefix = format!("refund:{job_id}:run:{segment_start}:");
     let found: i64 = conn
         .prepare_cached("SELECT EXISTS (SELECT 1 FROM entries WHERE key >= ?1 AND key < ?2)")?

@@ -1,6 +1,6 @@
 //! Daily and monthly replenishment, one idempotent entry per user and date.
 
-use rusqlite::params;
+use crate::db::params;
 
 use super::accounts::{insert_entry, Applied, NewEntry};
 use super::{EntryKind, Ledger, LedgerError};
@@ -62,7 +62,7 @@ impl Ledger {
 
 /// Replenishes `user` from the day after `date` through `today`, counting into `done`.
 fn replenish_one(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &crate::db::Transaction<'_>,
     user: &str,
     rules: &gputokens::policy::BucketRules,
     mut balance: Tokens,

@@ -307,7 +307,7 @@ pub fn migrate(conn: &mut Connection) -> Result<(), SchemaError> {
 
 /// Brings the schema to `target` (tests build older ledgers with it).
 pub(super) fn migrate_to(conn: &mut Connection, target: i64) -> Result<(), SchemaError> {
-    let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let current: i64 = conn.query_row("PRAGMA user_version", (), |r| r.get(0))?;
     if current > VERSION {
         return Err(SchemaError::TooNew { found: current });
     }

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use rusqlite::{params, Transaction, TransactionBehavior};
+use crate::db::{params, Transaction};
 
 use gputokens::entry::{Entry, EntryKind};
 use gputokens::statement::{idle_part, Month, Statement, StatementBuilder, UNTYPED_LINE};
@@ -59,7 +59,7 @@ impl Ledger {
         let mut idle = IdleShares::default();
         let energy = super::energy::month_energy(&tx, month)?;
         while let Some(row) = rows.next()? {
-            let mut entry = entry_row(row)?;
+            let mut entry = entry_row(&row)?;
             balance = balance + entry.amount;
             entry.balance_after = balance;
             builder.add(&entry)?;
@@ -94,7 +94,7 @@ impl Ledger {
         let mut idle = IdleShares::default();
         let energy = super::energy::month_energy(&tx, month)?;
         while let Some(row) = rows.next()? {
-            let mut entry = entry_row(row)?;
+            let mut entry = entry_row(&row)?;
             // The same snapshot summed this entry's user above; were it missing, the balances of 0
             // would not add up and the statement would be refused.
             let draft = users
@@ -111,7 +111,7 @@ impl Ledger {
 
     /// A read transaction: every query in it sees the ledger as it was at the first one.
     fn read_snapshot(&self) -> Result<Transaction<'_>, LedgerError> {
-        Ok(Transaction::new_unchecked(&self.conn, TransactionBehavior::Deferred)?)
+        Ok(self.conn.read_transaction()?)
     }
 }
 

@@ -262,9 +262,9 @@ fn entries_are_append_only() {
     let dir = tempfile::tempdir().unwrap();
     let mut l = open(&dir, rules());
     l.ensure_user("erin", 1).unwrap();
-    let err = l.conn.execute("UPDATE entries SET amount = 0", []).unwrap_err();
+    let err = l.conn.execute("UPDATE entries SET amount = 0", ()).unwrap_err();
     assert!(err.to_string().contains("append-only"), "{err}");
-    assert!(l.conn.execute("DELETE FROM entries", []).is_err());
+    assert!(l.conn.execute("DELETE FROM entries", ()).is_err());
 }
 
 #[test]
@@ -356,10 +356,10 @@ fn negative_gpu_seconds_are_a_damaged_ledger_not_the_callers_fault() {
         .execute(
             "INSERT INTO entries (user, kind, amount, at, actor, reason, gpu_seconds, prev_id)
              VALUES ('oz', 'charge', 0, 11, 'gputokens', 'damaged', -5, (SELECT last_entry FROM users WHERE name = 'oz'))",
-            [],
+            (),
         )
         .unwrap();
-    l.conn.execute("UPDATE users SET last_entry = last_insert_rowid() WHERE name = 'oz'", []).unwrap();
+    l.conn.execute("UPDATE users SET last_entry = last_insert_rowid() WHERE name = 'oz'", ()).unwrap();
     let err = l.history("oz").unwrap_err();
     assert!(matches!(err, LedgerError::Damaged(_)) && !err.is_callers_fault(), "{err:?}");
     assert_eq!(err.to_string(), "negative GPU-seconds -5");
@@ -606,7 +606,7 @@ fn a_version_5_ledger_gains_the_fault_table() {
                VALUES (5, 'drain', 'gpu01', '', 'gputokens: GPU 2 reported XID 79', 0);",
     );
     let mut l = Ledger::open(&path, rules()).unwrap();
-    let version: i64 = l.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    let version: i64 = l.conn.query_row("PRAGMA user_version", (), |r| r.get(0)).unwrap();
     assert_eq!(version, schema::VERSION);
     assert_eq!(l.history("sam").unwrap().len(), 1);
     assert_eq!(l.actions(10).unwrap().len(), 1, "the audit rows stay");
@@ -676,7 +676,7 @@ fn a_version_6_ledger_gains_the_freed_for_waiters_table() {
              INSERT INTO gpu_faults (node, gpu, cause, acted_at) VALUES ('gpu01', 'GPU-2', 'xid 79', 6);",
     );
     let mut l = Ledger::open(&path, rules()).unwrap();
-    let version: i64 = l.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    let version: i64 = l.conn.query_row("PRAGMA user_version", (), |r| r.get(0)).unwrap();
     assert_eq!(version, schema::VERSION);
     assert_eq!(l.history("sam").unwrap().len(), 1);
     assert_eq!(l.actions(10).unwrap().len(), 1);
@@ -756,7 +756,7 @@ fn a_version_14_ledgers_payments_are_kept_for_all_runs_of_their_job() {
     let rows: Vec<(String, i64, String, i64)> = conn
         .prepare("SELECT job_id, run_start, holder, charged FROM job_payments ORDER BY holder")
         .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .query_map((), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();

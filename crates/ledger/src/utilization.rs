@@ -3,7 +3,7 @@
 //! idle (the share of its charges spent on idle GPUs). A run is keyed by when accountd first saw
 //! it (`since`); a requeued job's runs are kept apart.
 
-use rusqlite::{params, OptionalExtension};
+use crate::db::{params, OptionalExtension};
 
 use super::{Ledger, LedgerError};
 
@@ -47,7 +47,7 @@ impl Ledger {
                  WHERE job_id = ?1 AND since >= ?2 AND since <= ?3 HAVING COUNT(*) > 0",
             )?
             .query_row(params![job_id, run_start.saturating_sub(skew), run_end.saturating_add(skew)], |r| {
-                Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get(1)?))
+                Ok((r.get::<i64>(0)?.max(0) as u64, r.get(1)?))
             })
             .optional()?)
     }
@@ -60,7 +60,7 @@ impl Ledger {
                 "SELECT SUM(MIN(idle_samples, samples)), SUM(samples) FROM job_utilization WHERE job_id = ?1
                  HAVING COUNT(*) > 0",
             )?
-            .query_row([job_id], |r| Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get::<_, i64>(1)?.max(0) as u64)))
+            .query_row([job_id], |r| Ok((r.get::<i64>(0)?.max(0) as u64, r.get::<i64>(1)?.max(0) as u64)))
             .optional()?)
     }
 
@@ -72,7 +72,7 @@ impl Ledger {
             .query_row(
                 "SELECT SUM(samples), SUM(util_sum) FROM job_utilization WHERE job_id = ?1 HAVING COUNT(*) > 0",
                 [job_id],
-                |r| Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get(1)?)),
+                |r| Ok((r.get::<i64>(0)?.max(0) as u64, r.get(1)?)),
             )
             .optional()?)
     }

@@ -2,7 +2,7 @@
 //! construction (same transaction); a broken one means the file was edited, restored in pieces or
 //! damaged, and says where.
 
-use rusqlite::params;
+use crate::db::params;
 
 use super::{Ledger, LedgerError};
 use gputokens::tokens::Tokens;
@@ -20,12 +20,12 @@ impl Ledger {
         let conn = &self.conn;
         let mut problems = Vec::new();
         let integrity: Vec<String> =
-            conn.prepare("PRAGMA integrity_check")?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+            conn.prepare("PRAGMA integrity_check")?.query_map((), |r| r.get(0))?.collect::<Result<_, _>>()?;
         if integrity != ["ok"] {
             problems.extend(integrity.into_iter().map(|line| format!("SQLite integrity check: {line}")));
         }
-        let users: usize = conn.query_row("SELECT COUNT(*) FROM users", [], |r| r.get(0))?;
-        let entries: usize = conn.query_row("SELECT COUNT(*) FROM entries", [], |r| r.get(0))?;
+        let users: usize = conn.query_row("SELECT COUNT(*) FROM users", (), |r| r.get(0))?;
+        let entries: usize = conn.query_row("SELECT COUNT(*) FROM entries", (), |r| r.get(0))?;
 
         // One row per user known to either table: balance, sum of entries, entries, entries on the
         // chain, charges, job_payments (or job_charges: GPU time and energy), usage_days.
@@ -63,14 +63,14 @@ impl Ledger {
         )?;
         let rows = stmt.query_map(params![], |r| {
             Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, Option<i64>>(1)?,
-                r.get::<_, i64>(2)?,
-                r.get::<_, i64>(3)?,
-                r.get::<_, i64>(4)?,
-                r.get::<_, i64>(5)?,
-                r.get::<_, i64>(6)?,
-                r.get::<_, i64>(7)?,
+                r.get::<String>(0)?,
+                r.get::<Option<i64>>(1)?,
+                r.get::<i64>(2)?,
+                r.get::<i64>(3)?,
+                r.get::<i64>(4)?,
+                r.get::<i64>(5)?,
+                r.get::<i64>(6)?,
+                r.get::<i64>(7)?,
             ))
         })?;
         let t = Tokens::from_micro;

@@ -9,8 +9,8 @@ use std::borrow::Cow;
 use std::fmt::Write;
 use std::ops::Range;
 
-use rusqlite::types::Null;
-use rusqlite::{Statement, Transaction};
+use crate::db::Null;
+use crate::db::{Statement, Transaction};
 
 use super::super::LedgerError;
 
@@ -137,7 +137,7 @@ impl<'tx, 'r> Entries<'tx, 'r> {
     }
 
     fn read_next_id(&mut self) -> Result<(), LedgerError> {
-        let newest: Option<i64> = self.tx.prepare_cached("SELECT MAX(id) FROM entries")?.query_row([], |r| r.get(0))?;
+        let newest: Option<i64> = self.tx.prepare_cached("SELECT MAX(id) FROM entries")?.query_row((), |r| r.get(0))?;
         self.next_id = newest
             .unwrap_or(0)
             .checked_add(1)

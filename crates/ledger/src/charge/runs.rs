@@ -14,8 +14,8 @@
 use std::borrow::Cow;
 use std::fmt::Write;
 
-use rusqlite::types::Null;
-use rusqlite::{params, Statement, Transaction};
+use crate::db::Null;
+use crate::db::{params, Statement, Transaction};
 
 use super::super::{LedgerError, UsageRecord};
 use gputokens::tokens::Tokens;
@@ -224,7 +224,7 @@ impl<'tx> RunStatements<'tx> {
 pub(super) fn any_sluid_runs(tx: &Transaction<'_>) -> Result<bool, LedgerError> {
     Ok(tx.query_row(
         "SELECT EXISTS (SELECT 1 FROM job_charges INDEXED BY job_charges_by_sluid WHERE run < 'start:' OR run >= 'start;')",
-        [],
+        (),
         |r| r.get(0),
     )?)
 }
@@ -272,10 +272,10 @@ impl<'r> Runs<'r> {
         for i in self.first.len()..CHUNK {
             load.raw_bind_parameter(i + 1, Null)?;
         }
-        let mut rows = load.raw_query();
+        let mut rows = load.raw_query()?;
         while let Some(row) = rows.next()? {
-            let job = row.get_ref(0)?.as_str().map_err(rusqlite::Error::from)?;
-            let Some((&job, first)) = self.first.get_key_value(job) else { continue };
+            let job = row.get_str(0)?;
+            let Some((&job, first)) = self.first.get_key_value(job.as_ref()) else { continue };
             let next = *first;
             self.rows.push(Row {
                 job,
