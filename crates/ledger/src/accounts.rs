@@ -1,7 +1,7 @@
 //! Users' accounts: a user is added on first sight with the initial balance, and every entry is
 //! appended to their account with the balance and their newest entry moved in the same transaction.
 
-use crate::db::{params, OptionalExtension, Transaction};
+use crate::db::{params, Dialect, OptionalExtension, Transaction};
 
 use gputokens::entry::EntryKind;
 use gputokens::policy::BucketRules;
@@ -139,10 +139,12 @@ pub(crate) fn ensure_user(
         None => check_user_name(user)?,
     }
     let added = tx
-        .prepare_cached(
+        .prepare_cached(tx.dialect().pick(
             "INSERT INTO users (name, first_seen, balance, replenished_through) VALUES (?1, ?2, 0, ?3)
              ON CONFLICT (name) DO NOTHING",
-        )?
+            "INSERT INTO users (name, first_seen, balance, replenished_through) VALUES (?1, ?2, 0, ?3)
+             ON DUPLICATE KEY UPDATE name = name",
+        ))?
         .execute(params![user, now, local_date(now).to_string()])?;
     if added == 1 {
         let entry = NewEntry::new(
@@ -161,15 +163,30 @@ pub(crate) fn ensure_user(
     Ok(None)
 }
 
+/// The id the next entry takes: SQLite's own (one past the newest); on MariaDB the same, given
+/// explicitly, as its auto-increment skips the ids of rolled-back inserts (charges predict ids).
+pub(crate) fn next_entry_id(tx: &Transaction<'_>) -> Result<Option<i64>, LedgerError> {
+    match tx.dialect() {
+        Dialect::Sqlite => Ok(None),
+        Dialect::MariaDb => {
+            Ok(Some(tx.prepare_cached("SELECT COALESCE(MAX(id), 0) + 1 FROM entries")?.query_row((), |r| r.get(0))?))
+        }
+    }
+}
+
 /// Inserts unless the key exists; keeps `users.balance` equal to the sum of the user's entries and
 /// `users.last_entry` at the newest of them.
 pub(crate) fn insert_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied, LedgerError> {
+    let given_id = next_entry_id(tx)?;
     let added = tx
-        .prepare_cached(
-            "INSERT INTO entries (user, kind, amount, at, actor, reason, key, job_id, gpu_type, gpu_seconds, member, prev_id)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, (SELECT last_entry FROM users WHERE name = ?1))
+        .prepare_cached(tx.dialect().pick(
+            "INSERT INTO entries (id, user, kind, amount, at, actor, reason, key, job_id, gpu_type, gpu_seconds, member, prev_id)
+             VALUES (?12, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, (SELECT last_entry FROM users WHERE name = ?1))
              ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING",
-        )?
+            // IGNORE, not an update on a duplicate key: that would fire the append-only trigger.
+            "INSERT IGNORE INTO entries (id, user, kind, amount, at, actor, reason, key, job_id, gpu_type, gpu_seconds, member, prev_id)
+             VALUES (?12, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, (SELECT last_entry FROM users WHERE name = ?1))",
+        ))?
         .execute(params![
             e.user,
             e.kind.as_str(),
@@ -181,8 +198,12 @@ pub(crate) fn insert_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied
             e.job_id,
             e.gpu_type,
             e.gpu_seconds.map(|s| s as i64),
-            e.member
+            e.member,
+            given_id
         ])?;
+    if let (Some(id), 1) = (given_id, added) {
+        tx.inserted_with_id(id);
+    }
     if added == 0 {
         // (Replays of the cycles' and refunds' keys may differ in amount: what is left to give back.)
         if matches!(e.kind, EntryKind::Grant | EntryKind::Adjust | EntryKind::Import) {

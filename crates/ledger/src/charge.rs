@@ -202,11 +202,14 @@ pub(super) fn add_usage(
     gpu_type: &str,
     tokens: Tokens,
 ) -> Result<(), LedgerError> {
-    tx.prepare_cached(
+    tx.prepare_cached(tx.dialect().pick(
         "INSERT INTO usage_days (user, day, gpu_type, charged) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT DO UPDATE SET charged = CASE WHEN charged <= 9223372036854775807 - excluded.charged
                                                   THEN charged + excluded.charged END",
-    )?
+        "INSERT INTO usage_days (user, day, gpu_type, charged) VALUES (?1, ?2, ?3, ?4)
+         ON DUPLICATE KEY UPDATE charged = CASE WHEN charged <= 9223372036854775807 - VALUES(charged)
+                                                  THEN charged + VALUES(charged) END",
+    ))?
     .execute(params![user, day, gpu_type, tokens.micro()])?;
     Ok(())
 }
@@ -220,11 +223,14 @@ pub(super) fn add_payment(
     holder: &str,
     paid: Tokens,
 ) -> Result<(), LedgerError> {
-    tx.prepare_cached(
+    tx.prepare_cached(tx.dialect().pick(
         "INSERT INTO job_payments (job_id, run_start, holder, charged) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT DO UPDATE SET charged = CASE WHEN charged <= 9223372036854775807 - excluded.charged
                                                   THEN charged + excluded.charged END",
-    )?
+        "INSERT INTO job_payments (job_id, run_start, holder, charged) VALUES (?1, ?2, ?3, ?4)
+         ON DUPLICATE KEY UPDATE charged = CASE WHEN charged <= 9223372036854775807 - VALUES(charged)
+                                                  THEN charged + VALUES(charged) END",
+    ))?
     .execute(params![job_id, run_start, holder, paid.micro()])?;
     Ok(())
 }

@@ -32,11 +32,13 @@ impl Ledger {
     ) -> Result<(), LedgerError> {
         let day = local_date(at).to_string();
         self.conn
-            .prepare_cached(
+            .prepare_cached(self.conn.dialect().pick(
                 "INSERT INTO job_energy (job_id, since, node, day, joules, last_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                  ON CONFLICT (job_id, since, node, day)
                  DO UPDATE SET joules = joules + excluded.joules, last_at = MAX(last_at, excluded.last_at)",
-            )?
+                "INSERT INTO job_energy (job_id, since, node, day, joules, last_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON DUPLICATE KEY UPDATE joules = joules + VALUES(joules), last_at = GREATEST(last_at, VALUES(last_at))",
+            ))?
             .execute(params![job_id, since, node, day, i64::try_from(joules).unwrap_or(i64::MAX), at])?;
         Ok(())
     }

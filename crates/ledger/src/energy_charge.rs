@@ -98,9 +98,9 @@ impl Ledger {
         for row in rows {
             tx.execute_batch("SAVEPOINT energy_row")?;
             match charge_row(&pass, &row, per_kwh, &mut done) {
-                Ok(()) => tx.execute_batch("RELEASE energy_row")?,
+                Ok(()) => tx.execute_batch("RELEASE SAVEPOINT energy_row")?,
                 Err(e) => {
-                    tx.execute_batch("ROLLBACK TO energy_row; RELEASE energy_row")?;
+                    tx.execute_batch("ROLLBACK TO SAVEPOINT energy_row; RELEASE SAVEPOINT energy_row")?;
                     done.failures.push((row.job_id.clone(), e.to_string()));
                 }
             }

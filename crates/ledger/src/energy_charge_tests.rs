@@ -44,7 +44,7 @@ fn lost_run(job: &str, start: i64, at: i64) -> RunRefund<'_> {
 }
 
 fn ledger(dir: &tempfile::TempDir) -> Ledger {
-    Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap()
+    crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap()
 }
 
 fn balance(l: &Ledger, name: &str) -> Tokens {
@@ -195,7 +195,7 @@ fn a_version_17_ledgers_energy_is_never_charged() {
         )
         .unwrap();
     }
-    let mut l = Ledger::open(&path, BucketRules::default()).unwrap();
+    let mut l = crate::testdb::open(&path, BucketRules::default()).unwrap();
     let start = at("2026-11-26T06:00:00");
     let charged = l.charge_energy(Some(Tokens::whole(1)), start).unwrap();
     assert_eq!((charged.entries, charged.joules, charged.passed_over), (0, 0, 0));

@@ -37,7 +37,7 @@ fn prices() -> PriceTable {
 #[test]
 fn energy_is_kept_per_run_and_node() {
     let dir = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let mut l = crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
     let first = at("2026-11-26T06:00:00");
     // Job 7's first run on two nodes, reported twice each; then it is requeued (a run since later).
     l.record_energy("7", first, "gpu1", first + 10, 1000).unwrap();
@@ -58,7 +58,7 @@ fn energy_is_kept_per_run_and_node() {
 #[test]
 fn each_charged_jobs_energy_of_the_month_is_on_its_charge_line() {
     let dir = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let mut l = crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
     let since = at("2026-11-26T06:00:00");
     l.record_energy("1", since, "gpu1", since + 60, 3_600_000).unwrap(); // 1 kWh
     l.record_energy("1", since, "gpu2", since + 60, 1_800_000).unwrap();

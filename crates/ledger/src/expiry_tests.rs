@@ -42,7 +42,7 @@ fn balance(l: &Ledger, user: &str) -> Tokens {
 #[test]
 fn charges_draw_from_the_soonest_ending_grant_and_what_is_left_expires_once() {
     let dir = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let mut l = crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
     let now = at("2026-11-26T09:00:00");
     assert_eq!(grant(&mut l, "alice", 50, "grant:late", now, at("2026-12-31T00:00:00")), Applied::Added);
     assert_eq!(grant(&mut l, "alice", 20, "grant:soon", now, at("2026-11-26T10:00:00")), Applied::Added);
@@ -81,7 +81,7 @@ fn charges_draw_from_the_soonest_ending_grant_and_what_is_left_expires_once() {
 #[test]
 fn an_expiry_never_takes_a_balance_below_zero_and_warnings_are_listed_once() {
     let dir = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let mut l = crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
     let now = at("2026-11-26T09:00:00");
     let ends = at("2026-11-26T09:02:00");
     grant(&mut l, "bob", 50, "grant:b", now, ends);
@@ -109,7 +109,7 @@ fn an_expiry_never_takes_a_balance_below_zero_and_warnings_are_listed_once() {
 #[test]
 fn a_refund_of_what_a_grant_paid_for_goes_back_into_the_grant_and_expires_with_it() {
     let dir = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let mut l = crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
     let now = at("2026-11-26T09:00:00");
     grant(&mut l, "alice", 20, "grant:term", now, at("2026-12-31T00:00:00"));
     // Two runs of 2 a6000-hours (8 tokens each), paid from the grant: 4 of it left.
@@ -145,7 +145,7 @@ fn a_refund_of_what_a_grant_paid_for_goes_back_into_the_grant_and_expires_with_i
 #[test]
 fn a_refund_never_fills_a_grant_made_after_the_job_was_charged() {
     let dir = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let mut l = crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
     let now = at("2026-11-26T09:00:00");
     // Job 4 paid from the plain balance; a term grant comes later and is partly spent by job 5.
     l.charge(&[a6000_hours("4", "alice", 2)], &prices(), now).unwrap();

@@ -43,8 +43,12 @@ impl Ledger {
     /// recorded before: the newer drain replaces it).
     pub fn record_gpu_fault(&mut self, fault: &GpuFault) -> Result<(), LedgerError> {
         self.conn.execute(
-            "INSERT INTO gpu_faults (node, gpu, cause, acted_at) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (node, gpu, cause) DO UPDATE SET acted_at = excluded.acted_at",
+            self.conn.dialect().pick(
+                "INSERT INTO gpu_faults (node, gpu, cause, acted_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (node, gpu, cause) DO UPDATE SET acted_at = excluded.acted_at",
+                "INSERT INTO gpu_faults (node, gpu, cause, acted_at) VALUES (?1, ?2, ?3, ?4)
+                 ON DUPLICATE KEY UPDATE acted_at = VALUES(acted_at)",
+            ),
             params![fault.node, fault.gpu, fault.cause, fault.acted_at],
         )?;
         Ok(())

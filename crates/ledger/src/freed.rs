@@ -31,12 +31,17 @@ impl Ledger {
         let tx = self.conn.transaction()?;
         for f in freed {
             let gpus = i64::try_from(f.gpus).unwrap_or(i64::MAX);
-            tx.prepare_cached(
+            tx.prepare_cached(tx.dialect().pick(
                 "INSERT INTO freed_for_waiters (waiter, gpu_type, gpus, at, expires) VALUES (?1, ?2, ?3, ?4, ?5)
                  ON CONFLICT (waiter, gpu_type) DO UPDATE SET
                     gpus = excluded.gpus + CASE WHEN expires > excluded.at THEN gpus ELSE 0 END,
                     at = excluded.at, expires = MAX(expires, excluded.expires)",
-            )?
+                // MariaDB assigns in order, each seeing the ones before: gpus reads the old expires.
+                "INSERT INTO freed_for_waiters (waiter, gpu_type, gpus, at, expires) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON DUPLICATE KEY UPDATE
+                    gpus = VALUES(gpus) + CASE WHEN expires > VALUES(at) THEN gpus ELSE 0 END,
+                    at = VALUES(at), expires = GREATEST(expires, VALUES(expires))",
+            ))?
             .execute(params![f.waiter, f.gpu_type, gpus, at, f.expires])?;
         }
         tx.commit()?;

@@ -37,8 +37,11 @@ impl Ledger {
     /// user's chain from the newest, so the cost is `limit` lookups however long the history.
     pub fn recent(&self, user: &str, limit: usize) -> Result<Vec<Entry>, LedgerError> {
         let Some(account) = self.account(user)? else { return Err(LedgerError::UnknownUser(user.to_string())) };
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
         let mut stmt = self.conn.prepare_cached(&format!(
-            "{USER_CHAIN} LIMIT ?2)
+            "{USER_CHAIN} AND chain.depth < ?2)
              SELECT {ENTRY_COLUMNS} FROM chain CROSS JOIN entries e ON e.id = chain.id ORDER BY e.id DESC"
         ))?;
         let mut balance = account.balance;
@@ -124,9 +127,10 @@ pub(crate) fn entry_row(row: &crate::db::Row<'_>) -> Result<Entry, LedgerError> 
     })
 }
 
-/// A user's entries as the recursive table `chain(id)`, walked down `prev_id` from the newest; `?1`
-/// is the user. Close it with `)`, or with `LIMIT n)` to stop the walk after n entries.
-pub(crate) const USER_CHAIN: &str = "WITH RECURSIVE chain(id) AS (
-        SELECT last_entry FROM users WHERE name = ?1 AND last_entry IS NOT NULL
+/// A user's entries as the recursive table `chain(id, depth)`, walked down `prev_id` from the
+/// newest (depth 1); `?1` is the user. Close it with `)`, or with `AND chain.depth < n)` to stop
+/// the walk after n entries (MariaDB has no LIMIT in a recursive table).
+pub(crate) const USER_CHAIN: &str = "WITH RECURSIVE chain(id, depth) AS (
+        SELECT last_entry, 1 FROM users WHERE name = ?1 AND last_entry IS NOT NULL
         UNION ALL
-        SELECT e.prev_id FROM chain CROSS JOIN entries e ON e.id = chain.id WHERE e.prev_id IS NOT NULL";
+        SELECT e.prev_id, chain.depth + 1 FROM chain CROSS JOIN entries e ON e.id = chain.id WHERE e.prev_id IS NOT NULL";

@@ -16,7 +16,7 @@ fn hold_action(action: &str, at: i64) -> Action {
 
 fn open() -> (tempfile::TempDir, Ledger) {
     let dir = tempfile::tempdir().unwrap();
-    let ledger = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let ledger = crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
     (dir, ledger)
 }
 

@@ -30,7 +30,7 @@ fn run(job: &str, gpu_type: &str, hours: u64) -> UsageRecord {
 #[test]
 fn the_idle_share_of_each_jobs_charge_goes_to_its_gpu_types_line() {
     let dir = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let mut l = crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
     let now = at("2026-11-26T12:00:00");
     // Job 1: 4 samples, 3 of them idle; job 2: busy; job 3: never sampled (no agent on its node).
     for (percent, idle) in [(0.0, 0), (0.0, 2), (1.0, 1), (60.0, 0)] {

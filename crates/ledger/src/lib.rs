@@ -122,6 +122,19 @@ impl Ledger {
         Ledger::open(&copy, rules)
     }
 
+    /// Opens the ledger on the MariaDB `target` names, making its tables there if it has none, and
+    /// bringing them to this version's schema.
+    pub fn open_mariadb(target: &db::MariaTarget, rules: BucketRules) -> Result<Ledger, LedgerError> {
+        let conn = db::Connection::mariadb(target)?;
+        schema::maria::migrate(&conn)?;
+        Ok(Ledger::on(conn, rules))
+    }
+
+    /// Which database holds the ledger.
+    pub fn dialect(&self) -> db::Dialect {
+        self.conn.dialect()
+    }
+
     fn on(conn: db::Connection, rules: BucketRules) -> Ledger {
         Ledger { conn, rules, pool_mode: Default::default() }
     }
@@ -158,5 +171,7 @@ mod pool_tests;
 mod range_tests;
 #[cfg(test)]
 mod refund_tests;
+#[cfg(test)]
+mod testdb;
 #[cfg(test)]
 mod tests;

@@ -12,7 +12,10 @@ impl Ledger {
 
     pub fn set_meta(&mut self, key: &str, value: &str) -> Result<(), LedgerError> {
         self.conn.execute(
-            "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            self.conn.dialect().pick(
+                "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                "INSERT INTO meta (key, value) VALUES (?1, ?2) ON DUPLICATE KEY UPDATE value = VALUES(value)",
+            ),
             params![key, value],
         )?;
         Ok(())

@@ -27,7 +27,7 @@ fn slice_record(gpu_type: &str) -> Vec<UsageRecord> {
 #[test]
 fn a_slice_pays_its_share_of_its_gpu_and_its_history_names_it() {
     let dir = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let mut l = crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
     let out = l.charge(&slice_record("a100_3g.20gb"), &a100_at_4(), 1_800_000_000).unwrap();
     // 3/7 of 4 tokens = 1.7142857…: the slice's price rounded up to the micro-token.
     assert_eq!(out.charged, Tokens::from_micro(1_714_286));
@@ -41,7 +41,7 @@ fn a_slice_pays_its_share_of_its_gpu_and_its_history_names_it() {
 #[test]
 fn a_slices_own_price_wins_and_an_unpriced_gpus_slice_is_unlisted() {
     let dir = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let mut l = crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
     let mut prices = BTreeMap::from([("a100".to_string(), Tokens::whole(4))]);
     prices.insert("a100_3g.20gb".to_string(), Tokens::whole(1));
     let out = l.charge(&slice_record("a100_3g.20gb"), &PriceTable::new(prices, None), 1_800_000_000).unwrap();
@@ -49,7 +49,7 @@ fn a_slices_own_price_wins_and_an_unpriced_gpus_slice_is_unlisted() {
     assert_eq!(l.history("alice").unwrap().last().unwrap().reason, "1 × a100_3g.20gb for 3600s at 1/GPU-hour");
 
     let other = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(&other.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let mut l = crate::testdb::open(&other.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
     let out = l.charge(&slice_record("h100_3g.40gb"), &a100_at_4(), 1_800_000_000).unwrap();
     assert_eq!(out.charged, Tokens::whole(4), "no h100 price: the highest listed, as any unknown type");
     assert_eq!(out.unlisted_types, BTreeMap::from([("h100_3g.40gb".to_string(), 3600)]));

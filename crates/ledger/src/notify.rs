@@ -63,8 +63,12 @@ impl Ledger {
             return Ok(false);
         }
         tx.execute(
-            "INSERT INTO notify_levels (user, level, at) VALUES (?1, ?2, ?3)
-             ON CONFLICT (user) DO UPDATE SET level = excluded.level, at = excluded.at",
+            tx.dialect().pick(
+                "INSERT INTO notify_levels (user, level, at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (user) DO UPDATE SET level = excluded.level, at = excluded.at",
+                "INSERT INTO notify_levels (user, level, at) VALUES (?1, ?2, ?3)
+                 ON DUPLICATE KEY UPDATE level = VALUES(level), at = VALUES(at)",
+            ),
             params![user, level.as_str(), at],
         )?;
         if let Some(notice) = notice {
@@ -161,8 +165,12 @@ pub(crate) fn insert_notice(
     at: i64,
 ) -> Result<(), LedgerError> {
     tx.execute(
-        "INSERT INTO notifications (user, event, key, balance, job_id, message, owed_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (key) DO NOTHING",
+        tx.dialect().pick(
+            "INSERT INTO notifications (user, event, key, balance, job_id, message, owed_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (key) DO NOTHING",
+            "INSERT INTO notifications (user, event, key, balance, job_id, message, owed_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON DUPLICATE KEY UPDATE id = id",
+        ),
         params![notice.user, notice.event.as_str(), key, notice.balance.micro(), notice.job_id, notice.message, at],
     )?;
     Ok(())

@@ -43,7 +43,7 @@ fn pool_rules() -> BucketRules {
 }
 
 fn ledger(dir: &tempfile::TempDir, mode: PoolMode) -> Ledger {
-    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let mut l = crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
     l.set_pool_mode(mode);
     l.add_pool("lab", pool_rules(), None, "root", at("2026-11-29T12:00:00")).unwrap();
     l
@@ -169,7 +169,7 @@ fn a_transfer_moves_both_sides_or_neither_once() {
 #[test]
 fn a_key_taken_by_another_change_refuses_instead_of_replaying() {
     let dir = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let mut l = crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
     let now = 1_795_500_000;
     l.add_pool("course", BucketRules::default(), None, "root", now).unwrap();
     let course = gputokens::pools::holder("course");
@@ -189,7 +189,7 @@ fn a_key_taken_by_another_change_refuses_instead_of_replaying() {
 #[test]
 fn transfers_stop_at_the_floor_and_leave_expiring_tokens_where_they_expire() {
     let dir = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let mut l = crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
     let now = 1_795_500_000;
     let rules = BucketRules { initial: Tokens::whole(40), floor: Tokens::whole(-10), ..BucketRules::default() };
     for pool in ["lab", "course"] {

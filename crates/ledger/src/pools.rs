@@ -296,10 +296,12 @@ fn add_pool_in(
         return Err(LedgerError::BadAccountName { name: gputokens::free_text::printable(account).into_owned(), why });
     }
     let added = tx
-        .prepare_cached(
+        .prepare_cached(tx.dialect().pick(
             "INSERT INTO pools (account, initial, daily, monthly, cap, floor, user_limit, created)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (account) DO NOTHING",
-        )?
+            "INSERT INTO pools (account, initial, daily, monthly, cap, floor, user_limit, created)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON DUPLICATE KEY UPDATE account = account",
+        ))?
         .execute(params![
             account,
             rules.initial.micro(),
@@ -355,11 +357,13 @@ pub(crate) fn add_member_spending(
     now: i64,
 ) -> Result<(), LedgerError> {
     let month = local_date(now).format("%Y-%m").to_string();
-    tx.prepare_cached(
+    tx.prepare_cached(tx.dialect().pick(
         "INSERT INTO pool_member_months (account, user, month, charged) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT DO UPDATE SET charged = charged + excluded.charged RETURNING charged",
-    )?
-    .query_row(params![account, user, month, spent.micro()], |r| r.get::<i64>(0))?;
+         ON CONFLICT DO UPDATE SET charged = charged + excluded.charged",
+        "INSERT INTO pool_member_months (account, user, month, charged) VALUES (?1, ?2, ?3, ?4)
+         ON DUPLICATE KEY UPDATE charged = charged + VALUES(charged)",
+    ))?
+    .execute(params![account, user, month, spent.micro()])?;
     Ok(())
 }
 
@@ -384,7 +388,8 @@ pub(crate) fn lower_member_spending(
 ) -> Result<(), LedgerError> {
     let month = gputokens::time::local_date(at).format("%Y-%m").to_string();
     tx.prepare_cached(
-        "UPDATE pool_member_months SET charged = MAX(0, charged - ?4) WHERE account = ?1 AND user = ?2 AND month = ?3",
+        "UPDATE pool_member_months SET charged = CASE WHEN charged > ?4 THEN charged - ?4 ELSE 0 END
+         WHERE account = ?1 AND user = ?2 AND month = ?3",
     )?
     .execute(params![account, member, month, amount])?;
     Ok(())

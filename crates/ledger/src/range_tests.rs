@@ -26,7 +26,7 @@ fn record(job: &str, user: &str, milli: u64, elapsed: u64) -> UsageRecord {
 }
 
 fn open(dir: &tempfile::TempDir) -> Ledger {
-    Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap()
+    crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap()
 }
 
 fn balance(l: &Ledger, user: &str) -> Tokens {

@@ -51,7 +51,7 @@ fn balance(l: &Ledger, name: &str) -> Tokens {
 #[test]
 fn a_lost_run_is_refunded_once_and_the_jobs_other_runs_stay_charged() {
     let dir = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let mut l = crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
     let now = at("2026-11-26T12:00:00");
     // Job 7 lost its first run (2 h, 8 tokens); its second run (1 h, 4 tokens) completed.
     let runs = [run("7", "alice", None, "2026-11-26T08:00:00", 2), run("7", "alice", None, "2026-11-26T10:30:00", 1)];
@@ -81,7 +81,7 @@ fn a_lost_run_is_refunded_once_and_the_jobs_other_runs_stay_charged() {
 #[test]
 fn a_cap_refunds_a_share_and_nothing_is_given_back_twice() {
     let dir = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let mut l = crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
     let now = at("2026-11-26T12:00:00");
     l.charge(&[run("8", "bob", None, "2026-11-26T06:00:00", 4)], &prices(), now).unwrap();
     assert_eq!(balance(&l, "bob"), Tokens::whole(84));
@@ -105,7 +105,7 @@ fn a_cap_refunds_a_share_and_nothing_is_given_back_twice() {
 /// A ledger in `mode` with pool lab (100 tokens, no replenishment, floor -10), and the time to charge at.
 fn ledger_with_lab(mode: PoolMode) -> (tempfile::TempDir, Ledger, i64) {
     let dir = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let mut l = crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
     l.set_pool_mode(mode);
     let rules = BucketRules {
         initial: Tokens::whole(100),
@@ -135,7 +135,7 @@ fn a_pool_paid_run_goes_back_to_the_pool() {
 #[test]
 fn automatic_refunds_stop_at_the_monthly_cap_of_each_balance() {
     let dir = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let mut l = crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
     let now = at("2026-11-26T12:00:00");
     // Three lost runs of 2 h each (8 tokens each); at most 10 tokens back this month.
     let runs: Vec<_> = ["1", "2", "3"].iter().map(|job| run(job, "carol", None, "2026-11-26T08:00:00", 2)).collect();
@@ -219,7 +219,7 @@ fn an_admins_refund_of_a_pool_paid_job_lowers_the_members_spending() {
 fn a_job_id_slurm_used_again_refunds_only_the_new_jobs_payers() {
     // bob's job 21 in September; alice's job 21 in November, both lost. Each paid by its own user.
     let dir = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    let mut l = crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
     let now = at("2026-11-26T12:00:00");
     l.charge(&[run("21", "bob", None, "2026-09-01T08:00:00", 2)], &prices(), at("2026-09-01T12:00:00")).unwrap();
     l.charge(&[run("21", "alice", None, "2026-11-26T08:00:00", 2)], &prices(), now).unwrap();

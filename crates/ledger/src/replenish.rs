@@ -44,12 +44,12 @@ impl Ledger {
             let mut added = Replenished::default();
             match replenish_one(&tx, &user, rules, Tokens::from_micro(balance), date, today, &mut added) {
                 Ok(()) => {
-                    tx.execute_batch("RELEASE holder")?;
+                    tx.execute_batch("RELEASE SAVEPOINT holder")?;
                     done.entries += added.entries;
                     done.tokens = done.tokens + added.tokens;
                 }
                 Err(e) => {
-                    tx.execute_batch("ROLLBACK TO holder; RELEASE holder")?;
+                    tx.execute_batch("ROLLBACK TO SAVEPOINT holder; RELEASE SAVEPOINT holder")?;
                     done.failed += 1;
                     done.failures.push((user, e.to_string()));
                 }

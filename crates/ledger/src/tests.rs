@@ -24,7 +24,7 @@ fn at(text: &str) -> i64 {
 }
 
 fn open(dir: &tempfile::TempDir, rules: BucketRules) -> Ledger {
-    Ledger::open(&dir.path().join("ledger.sqlite"), rules).unwrap()
+    crate::testdb::open(&dir.path().join("ledger.sqlite"), rules).unwrap()
 }
 
 fn record(job: &str, user: &str, gpu_type: &str, gpus: u64, elapsed: u64) -> UsageRecord {
@@ -312,7 +312,7 @@ fn import_sets_new_users_and_refuses_known_ones() {
 #[test]
 fn ledger_file_is_private() {
     let dir = tempfile::tempdir().unwrap();
-    let mut l = open(&dir, rules());
+    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), rules()).unwrap();
     l.ensure_user("kim", 1).unwrap();
     for name in ["ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm"] {
         let mode = std::fs::metadata(dir.path().join(name)).unwrap().permissions().mode();
@@ -352,14 +352,15 @@ fn negative_gpu_seconds_are_a_damaged_ledger_not_the_callers_fault() {
     let mut l = open(&dir, rules());
     l.ensure_user("oz", 10).unwrap();
     // Entries cannot be changed, only added: a damaged one is added by hand.
+    let id: i64 = l.conn.query_row("SELECT MAX(id) + 1 FROM entries", (), |r| r.get(0)).unwrap();
     l.conn
         .execute(
-            "INSERT INTO entries (user, kind, amount, at, actor, reason, gpu_seconds, prev_id)
-             VALUES ('oz', 'charge', 0, 11, 'gputokens', 'damaged', -5, (SELECT last_entry FROM users WHERE name = 'oz'))",
-            (),
+            "INSERT INTO entries (id, user, kind, amount, at, actor, reason, gpu_seconds, prev_id)
+             VALUES (?1, 'oz', 'charge', 0, 11, 'gputokens', 'damaged', -5, (SELECT last_entry FROM users WHERE name = 'oz'))",
+            [id],
         )
         .unwrap();
-    l.conn.execute("UPDATE users SET last_entry = last_insert_rowid() WHERE name = 'oz'", ()).unwrap();
+    l.conn.execute("UPDATE users SET last_entry = ?1 WHERE name = 'oz'", [id]).unwrap();
     let err = l.history("oz").unwrap_err();
     assert!(matches!(err, LedgerError::Damaged(_)) && !err.is_callers_fault(), "{err:?}");
     assert_eq!(err.to_string(), "negative GPU-seconds -5");
@@ -627,7 +628,7 @@ fn gpu_faults_are_kept_per_node_gpu_and_cause() {
         acted_at: at,
     };
     {
-        let mut l = Ledger::open(&path, rules()).unwrap();
+        let mut l = crate::testdb::open(&path, rules()).unwrap();
         l.record_gpu_fault(&fault("n1", "GPU-a", "xid 79", 10)).unwrap();
         l.record_gpu_fault(&fault("n1", "GPU-a", "ecc", 11)).unwrap();
         l.record_gpu_fault(&fault("n1", "index 3", "lost", 12)).unwrap();
@@ -636,7 +637,7 @@ fn gpu_faults_are_kept_per_node_gpu_and_cause() {
         l.record_gpu_fault(&fault("n1", "GPU-a", "xid 79", 20)).unwrap();
     }
     // Kept across a reopen (an accountd restart).
-    let mut l = Ledger::open(&path, rules()).unwrap();
+    let mut l = crate::testdb::open(&path, rules()).unwrap();
     assert_eq!(
         l.gpu_faults("n1").unwrap(),
         vec![fault("n1", "GPU-a", "ecc", 11), fault("n1", "GPU-a", "xid 79", 20), fault("n1", "index 3", "lost", 12)]
@@ -691,7 +692,7 @@ fn a_version_6_ledger_gains_the_freed_for_waiters_table() {
 #[test]
 fn freed_gpus_are_remembered_until_they_expire_or_the_job_stops_waiting() {
     let dir = tempfile::tempdir().unwrap();
-    let mut l = Ledger::open(&dir.path().join("ledger.sqlite"), rules()).unwrap();
+    let mut l = crate::testdb::open(&dir.path().join("ledger.sqlite"), rules()).unwrap();
     let freed = |waiter: &str, gpus: u64, expires: i64| FreedFor {
         waiter: waiter.into(),
         gpu_type: "a6000".into(),
@@ -725,7 +726,7 @@ const ODD_NAMES: [&str; 5] = ["ann@example.org", "j.doe", "zoë", "李雷", "x:2
 fn the_ledger_keys_every_name_apart() {
     let dir = tempfile::tempdir().unwrap();
     let rules = gputokens::policy::BucketRules { daily: gputokens::Tokens::whole(1), ..Default::default() };
-    let mut ledger = Ledger::open(&dir.path().join("l.sqlite"), rules).unwrap();
+    let mut ledger = crate::testdb::open(&dir.path().join("l.sqlite"), rules).unwrap();
     let day = 86400;
     for name in ODD_NAMES.iter().chain(&["x"]) {
         ledger

@@ -20,11 +20,19 @@ impl Ledger {
         at: i64,
     ) -> Result<(), LedgerError> {
         self.conn.execute(
-            "INSERT INTO job_utilization (job_id, since, samples, util_sum, last_at, idle_samples)
-             VALUES (?1, ?2, 1, ?3, ?4, ?5)
-             ON CONFLICT (job_id, since) DO UPDATE SET samples = samples + 1, util_sum = util_sum + excluded.util_sum,
-                                                last_at = excluded.last_at,
-                                                idle_samples = MIN(samples + 1, idle_samples + excluded.idle_samples)",
+            self.conn.dialect().pick(
+                "INSERT INTO job_utilization (job_id, since, samples, util_sum, last_at, idle_samples)
+                 VALUES (?1, ?2, 1, ?3, ?4, ?5)
+                 ON CONFLICT (job_id, since) DO UPDATE SET samples = samples + 1, util_sum = util_sum + excluded.util_sum,
+                                                    last_at = excluded.last_at,
+                                                    idle_samples = MIN(samples + 1, idle_samples + excluded.idle_samples)",
+                // MariaDB assigns in order, each seeing the ones before: idle_samples reads the old samples.
+                "INSERT INTO job_utilization (job_id, since, samples, util_sum, last_at, idle_samples)
+                 VALUES (?1, ?2, 1, ?3, ?4, ?5)
+                 ON DUPLICATE KEY UPDATE idle_samples = LEAST(samples + 1, idle_samples + VALUES(idle_samples)),
+                                         samples = samples + 1, util_sum = util_sum + VALUES(util_sum),
+                                         last_at = VALUES(last_at)",
+            ),
             params![job_id, since, percent, at, idle as i64],
         )?;
         Ok(())
@@ -57,7 +65,7 @@ impl Ledger {
         Ok(self
             .conn
             .prepare_cached(
-                "SELECT SUM(MIN(idle_samples, samples)), SUM(samples) FROM job_utilization WHERE job_id = ?1
+                "SELECT SUM(CASE WHEN idle_samples < samples THEN idle_samples ELSE samples END), SUM(samples) FROM job_utilization WHERE job_id = ?1
                  HAVING COUNT(*) > 0",
             )?
             .query_row([job_id], |r| Ok((r.get::<i64>(0)?.max(0) as u64, r.get::<i64>(1)?.max(0) as u64)))

@@ -2,7 +2,7 @@
 //! construction (same transaction); a broken one means the file was edited, restored in pieces or
 //! damaged, and says where.
 
-use crate::db::params;
+use crate::db::{params, Dialect};
 
 use super::{Ledger, LedgerError};
 use gputokens::tokens::Tokens;
@@ -19,11 +19,7 @@ impl Ledger {
     pub fn verify(&self) -> Result<Verification, LedgerError> {
         let conn = &self.conn;
         let mut problems = Vec::new();
-        let integrity: Vec<String> =
-            conn.prepare("PRAGMA integrity_check")?.query_map((), |r| r.get(0))?.collect::<Result<_, _>>()?;
-        if integrity != ["ok"] {
-            problems.extend(integrity.into_iter().map(|line| format!("SQLite integrity check: {line}")));
-        }
+        problems.extend(integrity_problems(conn)?);
         let users: usize = conn.query_row("SELECT COUNT(*) FROM users", (), |r| r.get(0))?;
         let entries: usize = conn.query_row("SELECT COUNT(*) FROM entries", (), |r| r.get(0))?;
 
@@ -49,7 +45,7 @@ impl Ledger {
                       WHERE NOT EXISTS (SELECT 1 FROM job_payments p
                                         WHERE p.job_id = c.job_id AND p.run_start IN (c.segment_start, -1))),
                progress AS (SELECT user, SUM(charged) AS charged FROM paid GROUP BY user),
-               usage AS (SELECT user, SUM(charged) AS charged FROM usage_days GROUP BY user),
+               used AS (SELECT user, SUM(charged) AS charged FROM usage_days GROUP BY user),
                names AS (SELECT name AS user FROM users UNION SELECT user FROM entries)
              SELECT names.user, u.balance, COALESCE(s.total, 0), COALESCE(s.n, 0), COALESCE(c.n, 0),
                     COALESCE(s.charged, 0), COALESCE(p.charged, 0), COALESCE(g.charged, 0)
@@ -58,7 +54,7 @@ impl Ledger {
              LEFT JOIN sums s ON s.user = names.user
              LEFT JOIN chained c ON c.user = names.user
              LEFT JOIN progress p ON p.user = names.user
-             LEFT JOIN usage g ON g.user = names.user
+             LEFT JOIN used g ON g.user = names.user
              ORDER BY names.user",
         )?;
         let rows = stmt.query_map(params![], |r| {
@@ -99,4 +95,27 @@ impl Ledger {
         }
         Ok(Verification { users, entries, problems })
     }
+}
+
+/// What the database's own check finds wrong with the ledger's storage.
+fn integrity_problems(conn: &crate::db::Connection) -> Result<Vec<String>, LedgerError> {
+    Ok(match conn.dialect() {
+        Dialect::Sqlite => {
+            let lines: Vec<String> =
+                conn.prepare("PRAGMA integrity_check")?.query_map((), |r| r.get(0))?.collect::<Result<_, _>>()?;
+            match lines == ["ok"] {
+                true => Vec::new(),
+                false => lines.into_iter().map(|line| format!("SQLite integrity check: {line}")).collect(),
+            }
+        }
+        // A row per table; an error or a status other than OK is a damaged table.
+        Dialect::MariaDb => conn
+            .prepare("CHECK TABLE entries, users, job_charges, job_payments, usage_days, pools, grant_expiries")?
+            .query_map((), |r| Ok((r.get::<String>(0)?, r.get::<String>(2)?, r.get::<String>(3)?)))?
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .filter(|(_, kind, text)| kind == "error" || (kind == "status" && text != "OK"))
+            .map(|(table, _, text)| format!("MariaDB CHECK TABLE {table}: {text}"))
+            .collect(),
+    })
 }

@@ -1,5 +1,5 @@
-//! Charge entries written many rows per statement. Each is known by its id when it is made, the one
-//! SQLite gives it (one past the newest entry: entries are never deleted), so the same balance's
+//! Charge entries written many rows per statement. Each is known by its id when it is made, one
+//! past the newest entry (entries are never deleted), given with the row, so the same balance's
 //! next charge links to it (`prev_id`) before it is written; each insert checks the id SQLite gave
 //! its last row. Whatever else appends entries in the same transaction (a user's initial grant)
 //! does so between the pending ones being written and the next id being read again
@@ -10,7 +10,7 @@ use std::fmt::Write;
 use std::ops::Range;
 
 use crate::db::Null;
-use crate::db::{Statement, Transaction};
+use crate::db::{Dialect, Statement, Transaction};
 
 use super::super::LedgerError;
 
@@ -19,8 +19,10 @@ use super::super::LedgerError;
 /// take some), and from malloc after; eight measured the fewest instructions per entry in the
 /// charging benchmark (one: 12 % more, four: 2 %, sixteen: 3 %).
 const ROWS: usize = 8;
-/// Parameters of a row: user, amount, reason, job, GPU type, GPU-seconds, previous entry, member.
-const PARAMS: usize = 8;
+/// Parameters of a row: user, amount, reason, job, GPU type, GPU-seconds, previous entry, member,
+/// id. The id is given, not left to the database: MariaDB's auto-increment skips the ids of
+/// rolled-back inserts, where the links need the ids predicted.
+const PARAMS: usize = 9;
 
 /// A charge entry.
 pub(super) struct Charge<'r> {
@@ -49,14 +51,15 @@ impl<'tx, 'r> Entries<'tx, 'r> {
     pub fn prepare(tx: &'tx Transaction<'tx>, now: i64) -> Result<Self, LedgerError> {
         let insert = |rows: usize| {
             let mut sql = String::from(
-                "INSERT OR FAIL INTO entries (user, kind, amount, at, actor, reason, job_id, gpu_type, gpu_seconds, prev_id, member) VALUES ",
+                "INSERT OR FAIL INTO entries (id, user, kind, amount, at, actor, reason, job_id, gpu_type, gpu_seconds, prev_id, member) VALUES ",
             );
             for row in 0..rows {
                 let p = |k: usize| 1 + row * PARAMS + k;
                 let sep = if row == 0 { "" } else { ", " };
                 let _ = write!(
                     sql,
-                    "{sep}(?{}, 'charge', ?{}, ?1, 'gputokens', ?{}, ?{}, ?{}, ?{}, ?{}, ?{})",
+                    "{sep}(?{}, ?{}, 'charge', ?{}, ?1, 'gputokens', ?{}, ?{}, ?{}, ?{}, ?{}, ?{})",
+                    p(9),
                     p(1),
                     p(2),
                     p(3),
@@ -113,6 +116,11 @@ impl<'tx, 'r> Entries<'tx, 'r> {
 
     /// The last entry written got `id`, as its charges' links expect.
     fn check_last(&self, id: i64) -> Result<(), LedgerError> {
+        if self.tx.dialect() == Dialect::MariaDb {
+            // The id was given with the row; a duplicate would have failed the insert.
+            self.tx.inserted_with_id(id);
+            return Ok(());
+        }
         match self.tx.last_insert_rowid() {
             written if written == id => Ok(()),
             written => Err(LedgerError::Damaged(format!("a charge entry expected as {id} was written as {written}"))),
@@ -154,7 +162,7 @@ fn bind(
     reasons: &str,
 ) -> Result<(), LedgerError> {
     insert.raw_bind_parameter(1, now)?;
-    for (n, (_, charge, reason)) in entries.iter().enumerate() {
+    for (n, (id, charge, reason)) in entries.iter().enumerate() {
         let p = 1 + n * PARAMS;
         insert.raw_bind_parameter(p + 1, charge.payer.as_ref())?;
         insert.raw_bind_parameter(p + 2, charge.amount)?;
@@ -167,6 +175,7 @@ fn bind(
             Some(member) => insert.raw_bind_parameter(p + 8, member)?,
             None => insert.raw_bind_parameter(p + 8, Null)?,
         }
+        insert.raw_bind_parameter(p + 9, *id)?;
     }
     Ok(())
 }

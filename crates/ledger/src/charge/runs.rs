@@ -15,7 +15,7 @@ use std::borrow::Cow;
 use std::fmt::Write;
 
 use crate::db::Null;
-use crate::db::{params, Statement, Transaction};
+use crate::db::{params, Dialect, Statement, Transaction};
 
 use super::super::{LedgerError, UsageRecord};
 use gputokens::tokens::Tokens;
@@ -153,13 +153,29 @@ fn insert_sql(rows: usize) -> String {
 
 /// An insert of `rows` new rows written from their entries, three parameters each: the entry, the
 /// run's start, its seconds.
-fn from_entry_sql(rows: usize) -> String {
-    let values: Vec<String> = (0..rows).map(|r| format!("(?{}, ?{}, ?{})", r * 3 + 1, r * 3 + 2, r * 3 + 3)).collect();
+fn from_entry_sql(rows: usize, dialect: Dialect) -> String {
+    let values: Vec<String> = match dialect {
+        Dialect::Sqlite => (0..rows).map(|r| format!("(?{}, ?{}, ?{})", r * 3 + 1, r * 3 + 2, r * 3 + 3)).collect(),
+        // MariaDB names a VALUES list's columns after its first row's values: the rows are
+        // selected under SQLite's names instead.
+        Dialect::MariaDb => (0..rows)
+            .map(|r| {
+                let (a, b, c) = (r * 3 + 1, r * 3 + 2, r * 3 + 3);
+                match r {
+                    0 => format!("SELECT ?{a} AS column1, ?{b} AS column2, ?{c} AS column3"),
+                    _ => format!("SELECT ?{a}, ?{b}, ?{c}"),
+                }
+            })
+            .collect(),
+    };
+    let (table, joined) = match dialect {
+        Dialect::Sqlite => ("VALUES", values.join(", ")),
+        Dialect::MariaDb => ("", values.join(" UNION ALL ")),
+    };
     format!(
         "INSERT OR FAIL INTO job_charges (job_id, run, segment_start, gpu_type, user, charged_until, charged)
          SELECT e.job_id, 'start:' || v.column2, v.column2, e.gpu_type, e.user, v.column3, -e.amount
-         FROM (VALUES {}) AS v JOIN entries AS e ON e.id = v.column1",
-        values.join(", ")
+         FROM ({table} {joined}) AS v JOIN entries AS e ON e.id = v.column1"
     )
 }
 
@@ -191,7 +207,7 @@ impl<'tx> RunStatements<'tx> {
             FROM_ENTRY_FEW => &mut self.from_entry_few,
             _ => &mut self.from_entry_many,
         };
-        prepared(self.tx, slot, || from_entry_sql(rows))
+        prepared(self.tx, slot, || from_entry_sql(rows, self.tx.dialect()))
     }
     fn load(&mut self) -> Result<&mut Statement<'tx>, LedgerError> {
         prepared(self.tx, &mut self.load, || {

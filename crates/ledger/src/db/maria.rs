@@ -40,12 +40,18 @@ impl MariaTarget {
     /// `url` (`mysql://user@host[:port]/database[?socket=PATH]`), with the password read from
     /// `password_file` (its first line) where one is given.
     pub fn new(url: &str, password_file: Option<&Path>) -> Result<MariaTarget, MariaUrlError> {
+        let target = MariaTarget::server(url, password_file)?;
+        if target.opts.get_db_name().is_none_or(str::is_empty) {
+            return Err(MariaUrlError::NoDatabase);
+        }
+        Ok(target)
+    }
+
+    /// As [`MariaTarget::new`], for a URL that may name no database (to make one).
+    pub fn server(url: &str, password_file: Option<&Path>) -> Result<MariaTarget, MariaUrlError> {
         let opts = mysql::Opts::from_url(url).map_err(|e| MariaUrlError::Url(e.to_string()))?;
         if opts.get_pass().is_some() {
             return Err(MariaUrlError::PasswordInUrl);
-        }
-        if opts.get_db_name().is_none_or(str::is_empty) {
-            return Err(MariaUrlError::NoDatabase);
         }
         let password = match password_file {
             Some(path) => {
@@ -82,6 +88,8 @@ const SETUP: &[&str] = &[
     "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
     // As long as SQLite's busy timeout: a writer waits its turn that long, then fails.
     "SET SESSION innodb_lock_wait_timeout = 10",
+    // A history is walked entry by entry (a recursive table): never cut short at a default depth.
+    "SET SESSION max_recursive_iterations = 4294967295",
 ];
 
 impl Session {
@@ -95,6 +103,10 @@ impl Session {
 
     pub fn last_insert_id(&self) -> i64 {
         self.last_insert_id
+    }
+
+    pub fn set_last_insert_id(&mut self, id: i64) {
+        self.last_insert_id = id;
     }
 
     /// Statements separated by `;`, without parameters.

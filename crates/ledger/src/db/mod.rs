@@ -182,6 +182,14 @@ impl Connection {
         }
     }
 
+    /// Records that the latest insert gave its row `id` itself: MariaDB's LAST_INSERT_ID names only
+    /// ids it made (SQLite's last_insert_rowid any row's).
+    pub fn inserted_with_id(&self, id: i64) {
+        if let Inner::Maria(s) = &self.inner {
+            s.borrow_mut().set_last_insert_id(id);
+        }
+    }
+
     /// Begins a transaction that holds the ledger's write turn from its start (SQLite's IMMEDIATE;
     /// on MariaDB the `write_turn` row), so two writers never interleave.
     pub fn transaction(&mut self) -> Result<Transaction<'_>> {

@@ -20,7 +20,7 @@ fn issue() -> Issue {
 }
 
 fn open(dir: &tempfile::TempDir, rules: BucketRules) -> Ledger {
-    Ledger::open(&dir.path().join("ledger.sqlite"), rules).unwrap()
+    crate::testdb::open(&dir.path().join("ledger.sqlite"), rules).unwrap()
 }
 
 fn seed_prices() -> PriceTable {

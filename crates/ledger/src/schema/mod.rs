@@ -1,4 +1,7 @@
-//! Versioned schema migrations, tracked in SQLite's `user_version`.
+//! Versioned schema migrations, tracked in SQLite's `user_version`; [`maria`] makes the same
+//! tables on MariaDB.
+
+pub mod maria;
 
 use rusqlite::Connection;
 
@@ -298,6 +301,8 @@ pub enum SchemaError {
     TooNew { found: i64 },
     #[error(transparent)]
     Sqlite(#[from] rusqlite::Error),
+    #[error(transparent)]
+    Db(#[from] crate::db::Error),
 }
 
 /// Brings the schema to [`VERSION`], one transaction per step.

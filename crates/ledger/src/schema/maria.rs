@@ -1,0 +1,218 @@
+//! The ledger's tables on MariaDB: the schema SQLite reaches through its migrations
+//! ([`super::MIGRATIONS`]), made at once at that version. A later migration is written for both:
+//! appended there, and here to [`UPGRADES`]. The version is kept in `ledger_schema`; MariaDB's
+//! writers take turns on the `write_turn` row ([`crate::db`]).
+//!
+//! Names are compared byte for byte (utf8mb4_bin), as SQLite does. Text a key is made of has a
+//! length (VARCHAR); MariaDB refuses a longer value rather than cutting it (strict mode).
+//! SQLite's partial indexes are whole indexes here.
+
+use crate::db::{Connection, Result};
+
+/// Each table as SQLite's schema of version [`super::VERSION`] has it.
+const TABLES: &str = "
+CREATE TABLE entries (
+    id          BIGINT       NOT NULL PRIMARY KEY,
+    user        VARCHAR(255) NOT NULL,
+    kind        VARCHAR(16)  NOT NULL CHECK (kind IN ('grant','replenish','monthly','charge','refund','adjust','import')),
+    amount      BIGINT       NOT NULL,
+    at          BIGINT       NOT NULL,
+    actor       VARCHAR(255) NOT NULL,
+    reason      TEXT         NOT NULL,
+    key         VARCHAR(768),
+    job_id      VARCHAR(128),
+    gpu_type    VARCHAR(128),
+    gpu_seconds BIGINT,
+    prev_id     BIGINT,
+    member      VARCHAR(255),
+    UNIQUE KEY entries_by_key (key)
+);
+CREATE TRIGGER entries_no_update BEFORE UPDATE ON entries FOR EACH ROW
+    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'ledger entries are append-only';
+CREATE TRIGGER entries_no_delete BEFORE DELETE ON entries FOR EACH ROW
+    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'ledger entries are append-only';
+CREATE TABLE users (
+    name                VARCHAR(255) NOT NULL PRIMARY KEY,
+    first_seen          BIGINT       NOT NULL,
+    balance             BIGINT       NOT NULL,
+    replenished_through VARCHAR(10)  NOT NULL,
+    last_entry          BIGINT
+);
+CREATE TABLE job_charges (
+    job_id         VARCHAR(128) NOT NULL,
+    run            VARCHAR(128) NOT NULL,
+    segment_start  BIGINT       NOT NULL,
+    gpu_type       VARCHAR(128) NOT NULL,
+    user           VARCHAR(255) NOT NULL,
+    charged_until  BIGINT       NOT NULL,
+    charged        BIGINT       NOT NULL,
+    energy_charged BIGINT       NOT NULL DEFAULT 0,
+    PRIMARY KEY (job_id, run, gpu_type),
+    KEY job_charges_by_run (run)
+);
+CREATE TABLE meta (
+    key   VARCHAR(255) NOT NULL PRIMARY KEY,
+    value TEXT         NOT NULL
+);
+CREATE TABLE job_utilization (
+    job_id       VARCHAR(128) NOT NULL,
+    since        BIGINT       NOT NULL,
+    samples      BIGINT       NOT NULL,
+    util_sum     DOUBLE       NOT NULL,
+    last_at      BIGINT       NOT NULL,
+    idle_samples BIGINT       NOT NULL DEFAULT 0,
+    PRIMARY KEY (job_id, since)
+);
+CREATE TABLE actions (
+    id      BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    at      BIGINT       NOT NULL,
+    action  VARCHAR(64)  NOT NULL,
+    target  VARCHAR(255) NOT NULL,
+    user    VARCHAR(255) NOT NULL,
+    reason  TEXT         NOT NULL,
+    dry_run BIGINT       NOT NULL,
+    run     BIGINT,
+    KEY actions_by_target (target, at)
+);
+CREATE TABLE usage_days (
+    user     VARCHAR(255) NOT NULL,
+    day      VARCHAR(10)  NOT NULL,
+    gpu_type VARCHAR(128) NOT NULL,
+    charged  BIGINT       NOT NULL,
+    PRIMARY KEY (user, day, gpu_type)
+);
+CREATE TABLE gpu_faults (
+    node     VARCHAR(255) NOT NULL,
+    gpu      VARCHAR(128) NOT NULL,
+    cause    VARCHAR(64)  NOT NULL,
+    acted_at BIGINT       NOT NULL,
+    PRIMARY KEY (node, gpu, cause)
+);
+CREATE TABLE freed_for_waiters (
+    waiter   VARCHAR(128) NOT NULL,
+    gpu_type VARCHAR(128) NOT NULL,
+    gpus     BIGINT       NOT NULL,
+    at       BIGINT       NOT NULL,
+    expires  BIGINT       NOT NULL,
+    PRIMARY KEY (waiter, gpu_type)
+);
+CREATE TABLE notify_levels (
+    user  VARCHAR(255) NOT NULL PRIMARY KEY,
+    level VARCHAR(16)  NOT NULL,
+    at    BIGINT       NOT NULL
+);
+CREATE TABLE notifications (
+    id         BIGINT       NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    user       VARCHAR(255) NOT NULL,
+    event      VARCHAR(32)  NOT NULL,
+    key        VARCHAR(255),
+    balance    BIGINT       NOT NULL,
+    job_id     VARCHAR(128),
+    message    TEXT         NOT NULL,
+    owed_at    BIGINT       NOT NULL,
+    sent_at    BIGINT,
+    attempts   BIGINT       NOT NULL DEFAULT 0,
+    last_error TEXT,
+    UNIQUE KEY notifications_by_key (key),
+    KEY notifications_owed (sent_at, id)
+);
+CREATE TABLE pools (
+    account    VARCHAR(255) NOT NULL PRIMARY KEY,
+    initial    BIGINT       NOT NULL,
+    daily      BIGINT       NOT NULL,
+    monthly    BIGINT       NOT NULL,
+    cap        BIGINT,
+    floor      BIGINT       NOT NULL,
+    user_limit BIGINT,
+    created    BIGINT       NOT NULL
+);
+CREATE TABLE pool_member_months (
+    account VARCHAR(255) NOT NULL,
+    user    VARCHAR(255) NOT NULL,
+    month   VARCHAR(7)   NOT NULL,
+    charged BIGINT       NOT NULL,
+    PRIMARY KEY (account, month, user)
+);
+CREATE TABLE job_payments (
+    job_id    VARCHAR(128) NOT NULL,
+    run_start BIGINT       NOT NULL,
+    holder    VARCHAR(255) NOT NULL,
+    charged   BIGINT       NOT NULL,
+    PRIMARY KEY (job_id, run_start, holder)
+);
+CREATE TABLE grant_expiries (
+    entry_id      BIGINT       NOT NULL PRIMARY KEY,
+    user          VARCHAR(255) NOT NULL,
+    amount        BIGINT       NOT NULL,
+    unused        BIGINT       NOT NULL,
+    expires_at    BIGINT       NOT NULL,
+    warned_at     BIGINT,
+    expired_entry BIGINT,
+    KEY grant_expiries_open (user, expires_at)
+);
+CREATE TABLE journal_outbox (
+    entry_id BIGINT NOT NULL PRIMARY KEY,
+    what     TEXT   NOT NULL
+);
+CREATE TABLE job_energy (
+    job_id         VARCHAR(128) NOT NULL,
+    since          BIGINT       NOT NULL,
+    node           VARCHAR(255) NOT NULL,
+    day            VARCHAR(10)  NOT NULL,
+    joules         BIGINT       NOT NULL,
+    last_at        BIGINT       NOT NULL,
+    charged_joules BIGINT       NOT NULL DEFAULT 0,
+    PRIMARY KEY (job_id, since, node, day),
+    KEY job_energy_by_day (day),
+    KEY job_energy_uncharged (job_id)
+);
+CREATE TABLE write_turn (
+    id    TINYINT NOT NULL PRIMARY KEY,
+    turns BIGINT  NOT NULL
+);
+INSERT INTO write_turn VALUES (1, 0);
+";
+
+/// Migrations past the version [`TABLES`] makes, as SQLite's past it: (version it brings, SQL).
+const UPGRADES: &[(i64, &str)] = &[];
+
+/// The version [`TABLES`] makes.
+const MADE_AT: i64 = 19;
+
+/// Makes the tables if the database has none, and brings them to [`super::VERSION`].
+pub fn migrate(conn: &Connection) -> Result<(), super::SchemaError> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS ledger_schema (id TINYINT NOT NULL PRIMARY KEY, version BIGINT NOT NULL)",
+    )?;
+    let found: Option<i64> = conn
+        .prepare("SELECT version FROM ledger_schema WHERE id = 1")?
+        .query_map((), |r| r.get(0))?
+        .next()
+        .transpose()?;
+    let mut version = match found {
+        Some(v) if v > super::VERSION => return Err(super::SchemaError::TooNew { found: v }),
+        Some(v) => v,
+        None => {
+            // DDL commits as it goes in MariaDB: the version row is written last, so a creation
+            // cut off half-way is seen as none and refused rather than used (tables exist).
+            conn.execute_batch(&table_options(TABLES))?;
+            conn.execute("INSERT INTO ledger_schema VALUES (1, ?1)", [MADE_AT])?;
+            MADE_AT
+        }
+    };
+    for (target, sql) in UPGRADES {
+        if *target > version {
+            conn.execute_batch(&table_options(sql))?;
+            conn.execute("UPDATE ledger_schema SET version = ?1 WHERE id = 1", [*target])?;
+            version = *target;
+        }
+    }
+    Ok(())
+}
+
+/// Every table InnoDB, its text compared byte for byte.
+fn table_options(sql: &str) -> String {
+    sql.replace("\n);", "\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;")
+}
+
+const _: () = assert!(MADE_AT <= super::VERSION);
