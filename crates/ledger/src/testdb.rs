@@ -11,10 +11,6 @@ use gputokens::policy::BucketRules;
 use crate::db::MariaTarget;
 use crate::{Ledger, LedgerError};
 
-pub fn on_mariadb() -> bool {
-    std::env::var_os("GPUTOKENS_TEST_MARIADB").is_some()
-}
-
 /// The ledger at `path`, on the database the run tests.
 pub fn open(path: &Path, rules: BucketRules) -> Result<Ledger, LedgerError> {
     let Some(server) = std::env::var("GPUTOKENS_TEST_MARIADB").ok() else {
