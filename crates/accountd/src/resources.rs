@@ -3,6 +3,7 @@
 //! for the periodic cycles, `http::reports::ReportState` for the agents' reports); this module imports
 //! none of them.
 
+use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
 use gputokens::access::Caller;
@@ -23,8 +24,7 @@ impl Resources {
     /// only admins may.
     pub fn open_as_admin(config: Config) -> AccountdResult<Resources> {
         require_admin(&config)?;
-        let mut ledger = Ledger::open(&config.paths.ledger, (&config).into())?;
-        ledger.set_pool_mode(config.accounts.mode);
+        let ledger = open_ledger(&config)?;
         Ok(Resources::new(config, ledger))
     }
 
@@ -42,6 +42,40 @@ impl Resources {
         other.metrics = self.metrics.clone();
         Ok(other)
     }
+}
+
+/// The ledger the configuration names: the SQLite file at `paths.ledger`, or `[ledger] url`'s
+/// MariaDB database.
+fn open_ledger(config: &Config) -> AccountdResult<Ledger> {
+    let rules = config.into();
+    let mut ledger = match &config.ledger.url {
+        None => Ledger::open(&config.paths.ledger, rules)?,
+        Some(url) => Ledger::open_mariadb(&mariadb_target(config, url)?, rules)?,
+    };
+    ledger.set_pool_mode(config.accounts.mode);
+    Ok(ledger)
+}
+
+/// Where `[ledger] url` points, with the password from a file only accountd's user can read.
+pub fn mariadb_target(config: &Config, url: &str) -> AccountdResult<ledger::db::MariaTarget> {
+    let password_file = config.ledger.password_file.as_deref();
+    if let Some(path) = password_file {
+        if let Some(why) = gputokens::file_trust::untrusted(path, "[ledger] password_file") {
+            return Err(AccountdError::Failed(why));
+        }
+        let mode = std::fs::metadata(path)
+            .map_err(|e| AccountdError::Failed(format!("[ledger] password_file {}: {e}", path.display())))?
+            .permissions()
+            .mode();
+        if mode & 0o004 != 0 {
+            return Err(AccountdError::Failed(format!(
+                "[ledger] password_file {} is readable by every user (mode {:o}): chmod 0600 it",
+                path.display(),
+                mode & 0o777
+            )));
+        }
+    }
+    ledger::db::MariaTarget::new(url, password_file).map_err(|e| AccountdError::Failed(e.to_string()))
 }
 
 /// Refuses anyone but root, the SlurmUser and gputokens admins.

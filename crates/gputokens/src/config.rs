@@ -66,6 +66,8 @@ pub struct Config {
     pub balances_public: bool,
     pub slurm_user: String,
     pub paths: Paths,
+    /// Which database holds the ledger ([ledger]): SQLite at `paths.ledger`, or a site's MariaDB.
+    pub ledger: LedgerDatabase,
     pub admins: Admins,
     pub intervals: Intervals,
     pub slurm: SlurmTools,
@@ -647,6 +649,14 @@ impl Paths {
     pub fn journal_beside(ledger: &std::path::Path) -> PathBuf {
         ledger.with_file_name("admin-journal.jsonl")
     }
+}
+
+/// The ledger's database: `url` unset, the SQLite file at `paths.ledger`; else a MariaDB database
+/// (`mysql://USER@HOST[:PORT]/DATABASE`), its password the first line of `password_file`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LedgerDatabase {
+    pub url: Option<String>,
+    pub password_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -763,3 +763,37 @@ fn a_version_14_ledgers_payments_are_kept_for_all_runs_of_their_job() {
         .unwrap();
     assert_eq!(rows, [("7".into(), -1, "account lab".into(), 4_000_000), ("7".into(), -1, "alice".into(), 4_000_000)]);
 }
+
+/// A ledger used every way, copied into an empty one (SQLite to SQLite here, to MariaDB when the
+/// run's ledgers are there), holds the same rows, verifies, and charging carries on in the copy.
+#[test]
+fn a_copied_ledger_holds_the_same_rows_and_charging_carries_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut from = Ledger::open(&dir.path().join("from.sqlite"), rules()).unwrap();
+    from.charge(&worked_example(), &seed_prices(), at("2026-11-30T20:00:00")).unwrap();
+    from.charge(&[record("50", "bob", "a6000", 1, 1800)], &seed_prices(), at("2026-11-30T20:00:00")).unwrap();
+    from.refund_job("50", "root", "node failure", at("2026-12-01T02:00:00")).unwrap();
+    from.replenish(at("2026-12-03T00:05:00")).unwrap();
+    from.append(&NewEntry::new("cy", EntryKind::Grant, Tokens::whole(5), 9, "root", "it's a course", "grant:c".into()))
+        .unwrap();
+    from.set_meta("sacct_read_until", "1764547200").unwrap();
+    let mut to = crate::testdb::open(&dir.path().join("to.sqlite"), rules()).unwrap();
+    let copied = from.copy_into(&mut to).unwrap();
+    assert!(copied > 10, "{copied}");
+    assert_eq!(to.fingerprint().unwrap(), from.fingerprint().unwrap());
+    assert_eq!(to.verify().unwrap().problems, Vec::<String>::new());
+    // Not twice: the copy holds entries now.
+    assert!(matches!(from.copy_into(&mut to), Err(LedgerError::Refused(_))));
+    // Charging carries on: the running job's next part is charged once, on top of what was.
+    let before = to.account("alice").unwrap().unwrap().balance;
+    let later = [record("1", "alice", "rtx2080", 8, 7 * 3600)];
+    to.charge(&later, &seed_prices(), at("2026-12-03T01:00:00")).unwrap();
+    from.charge(&later, &seed_prices(), at("2026-12-03T01:00:00")).unwrap();
+    assert_eq!(to.account("alice").unwrap().unwrap().balance, from.account("alice").unwrap().unwrap().balance);
+    assert!(to.account("alice").unwrap().unwrap().balance < before);
+    assert_eq!(to.fingerprint().unwrap(), from.fingerprint().unwrap());
+    assert_eq!(to.verify().unwrap().problems, Vec::<String>::new());
+    // A changed row shows: the fingerprints part.
+    to.set_meta("sacct_read_until", "1").unwrap();
+    assert_ne!(to.fingerprint().unwrap(), from.fingerprint().unwrap());
+}

@@ -211,6 +211,22 @@ pub const TABLES: &[Table] = &[
         ],
     },
     Table {
+        name: "ledger",
+        about: "Which database holds the ledger: the SQLite file at paths.ledger, or a database of the site's MariaDB (the one slurmdbd uses will do, with its own database and user), where two accountd hosts can share it.",
+        keys: &[
+            key(
+                "url",
+                Words("none: SQLite at paths.ledger"),
+                "mysql://USER@HOST[:PORT]/DATABASE, or mysql://USER@localhost/DATABASE?socket=/run/mysqld/mysqld.sock. accountd makes the tables on first start (the user needs CREATE, INDEX, TRIGGER on the database); no password here.",
+            ),
+            key(
+                "password_file",
+                Words("none"),
+                "The MariaDB user's password, the file's first line; a file only accountd's user reads (mode 0600 or 0640, root's or its own).",
+            ),
+        ],
+    },
+    Table {
         name: "accountd",
         about: "Where users' tools reach accountd from hosts without its socket (login and compute nodes): sbalance, sbatch's balance line, --web.",
         keys: &[

@@ -7,15 +7,15 @@ use std::path::Path;
 use super::reader::Section;
 use super::values::{
     absolute_path, accountd_urls, amount, any_duration, boolean, command_argv, header_name, host_names, ip_addresses,
-    listen_address, names, non_negative_amount, number, number_in, path, positive_duration, prometheus_url,
-    query_timeout, report_url, signal_name, socket_path, string, strings, web_url, whole, whole_from, whole_seconds,
-    whole_seconds_or_off, xids,
+    listen_address, mariadb_url, names, non_negative_amount, number, number_in, path, positive_duration,
+    prometheus_url, query_timeout, report_url, signal_name, socket_path, string, strings, web_url, whole, whole_from,
+    whole_seconds, whole_seconds_or_off, xids,
 };
 use super::{
     AccountdAddress, Accounts, Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Config, Exempt, Health,
-    HttpAccess, Intervals, Notify, OnDemand, OnDemandReaders, Paths, PreemptAction, Preemption, Problem, Prometheus,
-    Refunds, SlurmTools, TlsFiles, UtilizationConfig, UtilizationSource, Web, DEFAULT_PROMETHEUS_JOB_LABEL,
-    DEFAULT_PROMETHEUS_QUERY, DEFAULT_PROMETHEUS_TIMEOUT,
+    HttpAccess, Intervals, LedgerDatabase, Notify, OnDemand, OnDemandReaders, Paths, PreemptAction, Preemption,
+    Problem, Prometheus, Refunds, SlurmTools, TlsFiles, UtilizationConfig, UtilizationSource, Web,
+    DEFAULT_PROMETHEUS_JOB_LABEL, DEFAULT_PROMETHEUS_QUERY, DEFAULT_PROMETHEUS_TIMEOUT,
 };
 use crate::config::admission::OnError;
 use crate::config::admission::{Deprioritize, Mode, DEFAULT_NICE_INCREMENT, DEFAULT_SITE_FACTOR, MAX_NICE};
@@ -51,6 +51,10 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
         string(v).and_then(|s| if s.trim().is_empty() { Err("must not be empty".into()) } else { Ok(s) })
     });
     let paths = top.table("paths", paths);
+    let ledger = top.table("ledger", |s| LedgerDatabase {
+        url: s.optional("url", mariadb_url),
+        password_file: s.optional("password_file", absolute_path),
+    });
     let admins = top.table("admins", |s| {
         let d = Admins::default();
         Admins { users: s.get("users", d.users, strings), groups: s.get("groups", d.groups, strings) }
@@ -116,6 +120,7 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
         balances_public,
         slurm_user,
         paths,
+        ledger,
         admins,
         intervals,
         slurm,

@@ -409,3 +409,24 @@ impl Shown for crate::pools::PoolMode {
         format!("{:?}", self.as_str())
     }
 }
+
+/// A MariaDB URL, `mysql://USER@HOST[:PORT]/DATABASE[?socket=PATH]`, with no password in it (a
+/// URL is shown in logs and `config check`: the password goes in a file).
+pub(super) fn mariadb_url(value: &Value) -> Result<String, String> {
+    let text = string(value)?;
+    let Some(rest) = text.strip_prefix("mysql://").or_else(|| text.strip_prefix("mariadb://")) else {
+        return Err(format!("must be mysql://USER@HOST/DATABASE (got {text:?})"));
+    };
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let Some((user, _host)) = authority.rsplit_once('@') else {
+        return Err("must name the user accountd connects as: mysql://USER@HOST/DATABASE".into());
+    };
+    if user.contains(':') {
+        return Err("must not hold a password: put it in [ledger] password_file".into());
+    }
+    let database = path.split('?').next().unwrap_or("");
+    if database.is_empty() {
+        return Err("must name the database: mysql://USER@HOST/DATABASE".into());
+    }
+    Ok(format!("mysql://{rest}"))
+}

@@ -201,6 +201,10 @@ impl<'c> Prepared<'c> {
         Ok(self.session.borrow_mut().conn.exec(&self.statement, params)?)
     }
 
+    pub fn column_names(&self) -> Vec<String> {
+        self.statement.columns().iter().map(|c| c.name_str().into_owned()).collect()
+    }
+
     pub fn bind(&mut self, index: usize, value: mysql::Value) {
         if self.bound.len() < index {
             self.bound.resize(index, mysql::Value::NULL);
@@ -225,6 +229,33 @@ impl<'c> Prepared<'c> {
     pub fn clear(&mut self) {
         self.bound.clear();
     }
+}
+
+/// Column `index` of a MariaDB row whatever its type.
+pub(crate) fn value(row: &mysql::Row, index: usize) -> Result<super::Value> {
+    use super::Value;
+    let Some(raw) = row.as_ref(index) else {
+        return Err(Error::MariaValue { index, why: "no such column".into() });
+    };
+    Ok(match raw {
+        mysql::Value::NULL => Value::Null,
+        mysql::Value::Int(i) => Value::Integer(*i),
+        mysql::Value::UInt(u) => Value::Integer(
+            i64::try_from(*u).map_err(|_| Error::MariaValue { index, why: format!("{u} is beyond 64 signed bits") })?,
+        ),
+        mysql::Value::Float(f) => Value::Real(f64::from(*f)),
+        mysql::Value::Double(f) => Value::Real(*f),
+        mysql::Value::Bytes(b) => match String::from_utf8(b.clone()) {
+            Ok(t) => Value::Text(t),
+            Err(e) => Value::Blob(e.into_bytes()),
+        },
+        other => {
+            return Err(Error::MariaValue {
+                index,
+                why: format!("a date or time ({other:?}) where the ledger keeps none"),
+            })
+        }
+    })
 }
 
 /// Column `index` of a MariaDB row as a `T`.
@@ -265,13 +296,13 @@ pub(crate) fn translate(sql: &str) -> Translated {
     let mut i = 0;
     while i < bytes.len() {
         let c = bytes[i];
-        if c == b'\'' {
-            // A string, with '' for a quote inside it.
+        if c == b'\'' || c == b'"' {
+            // A string, or a quoted name, with the quote doubled inside it.
             let start = i;
             i += 1;
             while i < bytes.len() {
-                if bytes[i] == b'\'' {
-                    if bytes.get(i + 1) == Some(&b'\'') {
+                if bytes[i] == c {
+                    if bytes.get(i + 1) == Some(&c) {
                         i += 2;
                         continue;
                     }
@@ -365,6 +396,7 @@ mod tests {
         assert_eq!(t.sql, "INSERT INTO meta (\"key\", value) VALUES ('key ?1', ?) -- t.key");
         assert_eq!(t.order, vec![0]);
         assert_eq!(translate("SELECT 'it''s ?3', ?1").order, vec![0]);
+        assert_eq!(translate("INSERT INTO meta (\"key\") VALUES (?)").sql, "INSERT INTO meta (\"key\") VALUES (?)");
         assert_eq!(translate("UPDATE t INDEXED BY t_open SET a = 1").sql, "UPDATE t SET a = 1");
     }
 

@@ -86,6 +86,29 @@ impl<T> OptionalExtension<T> for Result<T> {
     }
 }
 
+/// Any column's value, as either database gives it (a copy between them moves these).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Integer(i64),
+    Real(f64),
+    Text(String),
+    Blob(Vec<u8>),
+}
+
+impl rusqlite::ToSql for Value {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        use rusqlite::types::{ToSqlOutput, ValueRef};
+        Ok(ToSqlOutput::Borrowed(match self {
+            Value::Null => ValueRef::Null,
+            Value::Integer(i) => ValueRef::Integer(*i),
+            Value::Real(f) => ValueRef::Real(*f),
+            Value::Text(t) => ValueRef::Text(t.as_bytes()),
+            Value::Blob(b) => ValueRef::Blob(b),
+        }))
+    }
+}
+
 /// A value read from a column, by either database.
 pub trait FromSql: rusqlite::types::FromSql + mysql::prelude::FromValue {}
 impl<T: rusqlite::types::FromSql + mysql::prelude::FromValue> FromSql for T {}
@@ -329,6 +352,15 @@ impl<'c> Statement<'c> {
         })
     }
 
+    /// The names of the columns a query gives.
+    pub fn column_names(&self) -> Vec<String> {
+        match &self.inner {
+            StatementInner::Lite(s) => s.column_names().into_iter().map(str::to_owned).collect(),
+            StatementInner::LiteCached(s) => s.column_names().into_iter().map(str::to_owned).collect(),
+            StatementInner::Maria(m) => m.column_names(),
+        }
+    }
+
     /// Binds parameter `index` (1-based) for [`Statement::raw_execute`]: the charge cycle's many-row
     /// inserts bind without building a parameter list each time.
     pub fn raw_bind_parameter<T: ToSql>(&mut self, index: usize, value: T) -> Result<()> {
@@ -402,6 +434,24 @@ impl Row<'_> {
         match self {
             Row::Lite(r) => Ok(r.get(index)?),
             Row::Maria(r) => maria::column(r, index),
+        }
+    }
+
+    /// Column `index` whatever its type.
+    pub fn value(&self, index: usize) -> Result<Value> {
+        use rusqlite::types::ValueRef;
+        match self {
+            Row::Lite(r) => Ok(match r.get_ref(index)? {
+                ValueRef::Null => Value::Null,
+                ValueRef::Integer(i) => Value::Integer(i),
+                ValueRef::Real(f) => Value::Real(f),
+                ValueRef::Text(t) => match std::str::from_utf8(t) {
+                    Ok(t) => Value::Text(t.to_owned()),
+                    Err(_) => Value::Blob(t.to_vec()),
+                },
+                ValueRef::Blob(b) => Value::Blob(b.to_vec()),
+            }),
+            Row::Maria(r) => maria::value(r, index),
         }
     }
 
