@@ -50,15 +50,14 @@ fn open_ledger(config: &Config) -> AccountdResult<Ledger> {
     let rules = config.into();
     let mut ledger = match &config.ledger.url {
         None => Ledger::open(&config.paths.ledger, rules)?,
-        Some(url) => Ledger::open_mariadb(&mariadb_target(config, url)?, rules)?,
+        Some(url) => Ledger::open_mariadb(&mariadb_target(url, config.ledger.password_file.as_deref())?, rules)?,
     };
     ledger.set_pool_mode(config.accounts.mode);
     Ok(ledger)
 }
 
-/// Where `[ledger] url` points, with the password from a file only accountd's user can read.
-pub fn mariadb_target(config: &Config, url: &str) -> AccountdResult<ledger::db::MariaTarget> {
-    let password_file = config.ledger.password_file.as_deref();
+/// Where a MariaDB URL points, with the password from a file only accountd's user can read.
+pub fn mariadb_target(url: &str, password_file: Option<&std::path::Path>) -> AccountdResult<ledger::db::MariaTarget> {
     if let Some(path) = password_file {
         if let Some(why) = gputokens::file_trust::untrusted(path, "[ledger] password_file") {
             return Err(AccountdError::Failed(why));
@@ -90,11 +89,22 @@ fn require_admin(config: &Config) -> AccountdResult<()> {
     Ok(())
 }
 
-/// The ledger at `path` (the live one or a copy), to read only: never created, never changed
-/// (`admin verify`, `journal-check`); admins only. `scratch` holds a migrated copy of an older one.
-pub fn read_only_ledger(config: &Config, path: &std::path::Path, scratch: &std::path::Path) -> AccountdResult<Ledger> {
+/// The ledger in the SQLite file `path` (a copy), or the configured one where None, to read only:
+/// never created, never changed (`admin verify`, `journal-check`, `ledger copy`); admins only.
+/// `scratch` holds a migrated copy of an older SQLite ledger.
+pub fn read_only_ledger(
+    config: &Config,
+    path: Option<&std::path::Path>,
+    scratch: &std::path::Path,
+) -> AccountdResult<Ledger> {
     require_admin(config)?;
-    let mut ledger = Ledger::open_read_only(path, config.into(), scratch)?;
+    let mut ledger = match (path, &config.ledger.url) {
+        (None, Some(url)) => Ledger::open_mariadb_existing(
+            &mariadb_target(url, config.ledger.password_file.as_deref())?,
+            config.into(),
+        )?,
+        (path, _) => Ledger::open_read_only(path.unwrap_or(&config.paths.ledger), config.into(), scratch)?,
+    };
     ledger.set_pool_mode(config.accounts.mode);
     Ok(ledger)
 }

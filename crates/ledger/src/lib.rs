@@ -132,6 +132,22 @@ impl Ledger {
         Ok(Ledger::on(conn, rules))
     }
 
+    /// Opens the ledger on the MariaDB `target` names to read it: a database without one is
+    /// refused, nothing is made or changed there.
+    pub fn open_mariadb_existing(target: &db::MariaTarget, rules: BucketRules) -> Result<Ledger, LedgerError> {
+        let conn = db::Connection::mariadb(target)?;
+        match schema::maria::existing_version(&conn)? {
+            None => Err(LedgerError::Refused(format!("{} holds no gputokens ledger (nothing was created)", target.shown))),
+            Some(v) if v > schema::VERSION => Err(SchemaError::TooNew { found: v }.into()),
+            Some(v) if v < schema::VERSION => Err(LedgerError::Refused(format!(
+                "{} holds a ledger of schema {v}: start accountd serve of this version once to bring it to {}",
+                target.shown,
+                schema::VERSION
+            ))),
+            Some(_) => Ok(Ledger::on(conn, rules)),
+        }
+    }
+
     /// Which database holds the ledger.
     pub fn dialect(&self) -> db::Dialect {
         self.conn.dialect()

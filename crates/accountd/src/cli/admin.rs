@@ -9,7 +9,7 @@ use gputokens::protocol::{PoolRules, Reply, Request};
 use gputokens::time::format_local;
 use gputokens::{Config, Tokens};
 
-use crate::cli::{AccountCommand, AdminCommand, ChangeArgs, GrantArgs, PoolRuleArgs};
+use crate::cli::{AccountCommand, AdminCommand, ChangeArgs, GrantArgs, LedgerCommand, PoolRuleArgs};
 use crate::error::{AccountdError, AccountdResult};
 use gputokens_client::{Accountd, ClientError};
 
@@ -56,7 +56,10 @@ pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
         AdminCommand::History { user, last, json } => (Request::History { user: Some(user), limit: last }, json),
         AdminCommand::Actions { limit, json } => (Request::Actions { limit }, json),
         AdminCommand::Import { file } => (Request::Import { balances: read_state_file(&file)? }, false),
-        AdminCommand::Verify { file } => return verify(config, file.as_deref().unwrap_or(&config.paths.ledger)),
+        AdminCommand::Verify { file, fingerprint } => return verify(config, file.as_deref(), fingerprint),
+        AdminCommand::Ledger { command: LedgerCommand::Copy { to, from, password_file } } => {
+            return crate::cli::ledger_copy::copy(config, &to, from.as_deref(), password_file.as_deref())
+        }
         AdminCommand::Backup { file, force, keep_days } => {
             return crate::cli::backup::backup(config, &file, force, keep_days)
         }
@@ -213,14 +216,21 @@ fn read_pools_file(path: &Path) -> AccountdResult<BTreeMap<String, PoolRules>> {
 
 /// `admin verify`: the ledger's invariants, read from the file (WAL lets it beside accountd serve),
 /// then the journal check: after a restore, both are what an admin runs.
-fn verify(config: &Config, path: &Path) -> AccountdResult {
+fn verify(config: &Config, path: Option<&Path>, fingerprint: bool) -> AccountdResult {
     let scratch = tempfile::tempdir().map_err(AccountdError::io("cannot make a scratch directory"))?;
     let ledger = crate::resources::read_only_ledger(config, path, scratch.path())?;
     let found = ledger.verify()?;
     for problem in &found.problems {
         crate::outln!("problem: {problem}");
     }
-    let summary = format!("{}: {} users, {} entries", path.display(), found.users, found.entries);
+    if fingerprint {
+        crate::out!("{}", ledger.fingerprint()?);
+    }
+    let shown = match (path, &config.ledger.url) {
+        (None, Some(url)) => url.clone(),
+        (path, _) => path.unwrap_or(&config.paths.ledger).display().to_string(),
+    };
+    let summary = format!("{shown}: {} users, {} entries", found.users, found.entries);
     let (journal, missing) = crate::cli::journal_check::report(&ledger, &config.paths.admin_journal)?;
     match found.problems.len() {
         0 => crate::outln!("{summary}: consistent"),
@@ -244,7 +254,7 @@ fn verify(config: &Config, path: &Path) -> AccountdResult {
 /// `admin journal-check`: the journal's entries the ledger lacks; exit 2 while any is.
 fn journal_check(config: &Config, journal: &Path) -> AccountdResult {
     let scratch = tempfile::tempdir().map_err(AccountdError::io("cannot make a scratch directory"))?;
-    let ledger = crate::resources::read_only_ledger(config, &config.paths.ledger, scratch.path())?;
+    let ledger = crate::resources::read_only_ledger(config, None, scratch.path())?;
     let (lines, missing) = crate::cli::journal_check::report(&ledger, journal)?;
     for line in &lines {
         crate::outln!("{line}");

@@ -5,6 +5,7 @@ pub mod backup;
 pub mod backup_rotation;
 pub mod expires_arg;
 pub mod journal_check;
+pub mod ledger_copy;
 pub mod now_arg;
 pub mod pools_output;
 #[cfg(test)]
@@ -193,6 +194,24 @@ pub enum ConfigCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum LedgerCommand {
+    /// Copy every row of the ledger into an empty one, in one transaction, and show both hold the
+    /// same (`admin verify --fingerprint` of each). TARGET is mysql://USER@HOST/DATABASE (its
+    /// tables made there) or a new SQLite file. From a SQLite ledger, stop `accountd serve` first:
+    /// what it wrote after the copy would stay behind. Then set [ledger] url and start it again.
+    Copy {
+        #[arg(long, value_name = "TARGET")]
+        to: String,
+        /// Copy this SQLite file instead of the configured ledger.
+        #[arg(long, value_name = "FILE")]
+        from: Option<PathBuf>,
+        /// The MariaDB password, the file's first line (default: [ledger] password_file).
+        #[arg(long, value_name = "FILE")]
+        password_file: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum AdminCommand {
     /// Add tokens to a user's balance (AMOUNT positive, up to 6 decimals).
     Grant {
@@ -238,6 +257,15 @@ pub enum AdminCommand {
     Verify {
         #[arg(value_name = "FILE")]
         file: Option<PathBuf>,
+        /// Also print each table's rows and a digest of them: two ledgers that print the same
+        /// hold the same rows (after `admin ledger copy`).
+        #[arg(long)]
+        fingerprint: bool,
+    },
+    /// The ledger's database: copy it to another (SQLite to the site's MariaDB, or back to a file).
+    Ledger {
+        #[command(subcommand)]
+        command: LedgerCommand,
     },
     /// Copy the ledger, consistently, beside a running accountd (SQLite's online backup): written
     /// to a temporary file beside FILE, then renamed to FILE (mode 0600). A directory for FILE

@@ -179,6 +179,19 @@ const UPGRADES: &[(i64, &str)] = &[];
 /// The version [`TABLES`] makes.
 const MADE_AT: i64 = 19;
 
+/// The schema version of the ledger in the database; None where it holds none.
+pub fn existing_version(conn: &Connection) -> Result<Option<i64>, super::SchemaError> {
+    let has_table: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'ledger_schema')",
+        (),
+        |r| r.get(0),
+    )?;
+    if !has_table {
+        return Ok(None);
+    }
+    Ok(conn.prepare("SELECT version FROM ledger_schema WHERE id = 1")?.query_map((), |r| r.get(0))?.next().transpose()?)
+}
+
 /// Makes the tables if the database has none, and brings them to [`super::VERSION`].
 pub fn migrate(conn: &Connection) -> Result<(), super::SchemaError> {
     conn.execute_batch(
