@@ -36,8 +36,10 @@ impl Dialect {
 pub enum Error {
     #[error(transparent)]
     Sqlite(#[from] rusqlite::Error),
-    #[error("MariaDB: {0}")]
+    #[error("MariaDB: {}", maria_text(.0))]
     Maria(#[from] mysql::Error),
+    #[error("cannot connect to MariaDB at {shown}: {}", maria_text(.source))]
+    MariaConnect { shown: String, source: mysql::Error },
     #[error("MariaDB: column {index}: {why}")]
     MariaValue { index: usize, why: String },
     #[error("query returned no rows")]
@@ -66,6 +68,14 @@ impl Error {
             Error::Maria(mysql::Error::MySqlError(e)) => matches!(e.code, 1205 | 1213),
             _ => false,
         }
+    }
+}
+
+/// MariaDB's own message (`ERROR 1045 (28000): Access denied …`), not the client's debug form.
+fn maria_text(e: &mysql::Error) -> String {
+    match e {
+        mysql::Error::MySqlError(e) => format!("ERROR {} ({}): {}", e.code, e.state, e.message),
+        other => other.to_string(),
     }
 }
 
@@ -130,7 +140,12 @@ impl Connection {
 
     /// Connects to the MariaDB `target` names.
     pub fn mariadb(target: &MariaTarget) -> Result<Connection> {
-        Ok(Connection { inner: Inner::Maria(RefCell::new(maria::Session::connect(target)?)) })
+        let session = maria::Session::connect(target)
+            .map_err(|e| match e {
+                Error::Maria(source) => Error::MariaConnect { shown: target.shown.clone(), source },
+                other => other,
+            })?;
+        Ok(Connection { inner: Inner::Maria(RefCell::new(session)) })
     }
 
     pub fn dialect(&self) -> Dialect {
