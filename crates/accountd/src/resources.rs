@@ -99,10 +99,9 @@ pub fn read_only_ledger(
 ) -> AccountdResult<Ledger> {
     require_admin(config)?;
     let mut ledger = match (path, &config.ledger.url) {
-        (None, Some(url)) => Ledger::open_mariadb_existing(
-            &mariadb_target(url, config.ledger.password_file.as_deref())?,
-            config.into(),
-        )?,
+        (None, Some(url)) => {
+            Ledger::open_mariadb_existing(&mariadb_target(url, config.ledger.password_file.as_deref())?, config.into())?
+        }
         (path, _) => Ledger::open_read_only(path.unwrap_or(&config.paths.ledger), config.into(), scratch)?,
     };
     ledger.set_pool_mode(config.accounts.mode);

@@ -137,7 +137,9 @@ impl Ledger {
     pub fn open_mariadb_existing(target: &db::MariaTarget, rules: BucketRules) -> Result<Ledger, LedgerError> {
         let conn = db::Connection::mariadb(target)?;
         match schema::maria::existing_version(&conn)? {
-            None => Err(LedgerError::Refused(format!("{} holds no gputokens ledger (nothing was created)", target.shown))),
+            None => {
+                Err(LedgerError::Refused(format!("{} holds no gputokens ledger (nothing was created)", target.shown)))
+            }
             Some(v) if v > schema::VERSION => Err(SchemaError::TooNew { found: v }.into()),
             Some(v) if v < schema::VERSION => Err(LedgerError::Refused(format!(
                 "{} holds a ledger of schema {v}: start accountd serve of this version once to bring it to {}",

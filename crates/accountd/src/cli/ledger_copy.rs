@@ -40,7 +40,10 @@ pub fn copy(config: &Config, to: &str, from: Option<&Path>, password_file: Optio
         crate::outln!("problem: {problem}");
     }
     if !found.problems.is_empty() {
-        return Err(AccountdError::Failed(format!("the copy in {to} does not verify: {} problem(s)", found.problems.len())));
+        return Err(AccountdError::Failed(format!(
+            "the copy in {to} does not verify: {} problem(s)",
+            found.problems.len()
+        )));
     }
     crate::outln!(
         "copied {rows} rows ({} users, {} entries) from {shown_from} to {to}: both hold the same rows, and the copy verifies",

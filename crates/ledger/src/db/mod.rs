@@ -140,11 +140,10 @@ impl Connection {
 
     /// Connects to the MariaDB `target` names.
     pub fn mariadb(target: &MariaTarget) -> Result<Connection> {
-        let session = maria::Session::connect(target)
-            .map_err(|e| match e {
-                Error::Maria(source) => Error::MariaConnect { shown: target.shown.clone(), source },
-                other => other,
-            })?;
+        let session = maria::Session::connect(target).map_err(|e| match e {
+            Error::Maria(source) => Error::MariaConnect { shown: target.shown.clone(), source },
+            other => other,
+        })?;
         Ok(Connection { inner: Inner::Maria(RefCell::new(session)) })
     }
 

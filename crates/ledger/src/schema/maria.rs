@@ -189,7 +189,11 @@ pub fn existing_version(conn: &Connection) -> Result<Option<i64>, super::SchemaE
     if !has_table {
         return Ok(None);
     }
-    Ok(conn.prepare("SELECT version FROM ledger_schema WHERE id = 1")?.query_map((), |r| r.get(0))?.next().transpose()?)
+    Ok(conn
+        .prepare("SELECT version FROM ledger_schema WHERE id = 1")?
+        .query_map((), |r| r.get(0))?
+        .next()
+        .transpose()?)
 }
 
 /// Makes the tables if the database has none, and brings them to [`super::VERSION`].
