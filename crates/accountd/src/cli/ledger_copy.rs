@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use gputokens::daemon::instance_lock::{self, InstanceLock};
+use gputokens::daemon::DaemonError;
 use gputokens::Config;
 use ledger::Ledger;
 
@@ -15,10 +16,21 @@ pub fn copy(config: &Config, to: &str, from: Option<&Path>, password_file: Optio
     let scratch = tempfile::tempdir().map_err(AccountdError::io("cannot make a scratch directory"))?;
     // A SQLite ledger a serve still writes would go on without the copy: refused while one runs.
     let _serve_stopped = match (from, &config.ledger.url) {
-        (None, None) => Some(InstanceLock::acquire(
-            &instance_lock::beside(&config.paths.ledger),
-            "accountd admin ledger copy (stop accountd serve first)",
-        )?),
+        (None, None) => {
+            let lock = instance_lock::beside(&config.paths.ledger);
+            match InstanceLock::acquire(&lock, "accountd admin ledger copy") {
+                Ok(held) => Some(held),
+                Err(DaemonError::Refused(_)) => {
+                    return Err(AccountdError::Refused(format!(
+                        "accountd serve is running on {} (it holds {}): stop accountd serve first, or what it \
+                         writes after the copy stays behind",
+                        config.paths.ledger.display(),
+                        lock.display()
+                    )))
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
         _ => None,
     };
     let source = read_only_ledger(config, from, scratch.path())?;

@@ -19,6 +19,7 @@ mod first_day;
 mod health;
 mod holds;
 mod idle;
+mod ledger_mariadb;
 mod other_hosts;
 mod overload;
 mod preemption;
