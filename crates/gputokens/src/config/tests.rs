@@ -661,3 +661,25 @@ fn a_mig_type_is_listed_quoted_and_an_unquoted_one_is_named() {
     let err = parse("[prices]\n[prices.a100]\nx = 1\ny = 2\n").unwrap_err().to_string();
     assert!(err.ends_with("prices.a100: expected a number, got { x = 1, y = 2 }"), "{err}");
 }
+
+#[test]
+fn the_ledgers_mariadb_url_names_user_and_database_and_never_a_password() {
+    let c = parse("[ledger]\nurl = \"mariadb://gputokens@db1:3306/gputokens\"\npassword_file = \"/etc/gputokens/db\"\n")
+        .unwrap();
+    assert_eq!(c.ledger.url.as_deref(), Some("mysql://gputokens@db1:3306/gputokens"));
+    assert_eq!(c.ledger.password_file.as_deref(), Some(std::path::Path::new("/etc/gputokens/db")));
+    assert_eq!(parse("").unwrap().ledger, LedgerDatabase::default(), "SQLite unless set");
+    for (url, why) in [
+        ("mysql://gputokens:hunter2@db1/gputokens", "must not hold a password: put it in [ledger] password_file"),
+        ("mysql://db1/gputokens", "must name the user"),
+        ("mysql://gputokens@db1", "must name the database"),
+        ("mysql://gputokens@db1/?socket=/run/mysqld/mysqld.sock", "must name the database"),
+        ("postgres://gputokens@db1/gputokens", "must be mysql://USER@HOST/DATABASE"),
+    ] {
+        let err = parse(&format!("[ledger]\nurl = \"{url}\"\n")).unwrap_err().to_string();
+        assert!(err.contains("ledger.url") && err.contains(why), "{url}: {err}");
+        assert!(!err.contains("hunter2"), "the password is never repeated: {err}");
+    }
+    let err = parse("[ledger]\npassword_file = \"db-password\"\n").unwrap_err().to_string();
+    assert!(err.contains("ledger.password_file") && err.contains("absolute"), "{err}");
+}
