@@ -17,6 +17,7 @@ mod faults;
 mod freed;
 mod history;
 mod journal;
+mod lease;
 mod meta;
 mod notify;
 mod pools;
@@ -48,6 +49,7 @@ pub use faults::GpuFault;
 pub use gputokens::entry::{Action, Entry, EntryKind};
 pub use gputokens::gpu_time::UsageRecord;
 pub use journal::{Journaled, PendingJournal};
+pub use lease::Lease;
 pub use notify::{NewNotice, Notice};
 pub use pools::{created_key as pool_created_key, MemberSpending, Pool, PoolChange};
 pub use refunds::{run_refund_key, RunRefund};
@@ -183,6 +185,8 @@ mod expiry_tests;
 mod hold_tests;
 #[cfg(test)]
 mod idle_tests;
+#[cfg(test)]
+mod lease_tests;
 #[cfg(test)]
 mod mig_tests;
 #[cfg(test)]

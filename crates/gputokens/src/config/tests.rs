@@ -664,8 +664,9 @@ fn a_mig_type_is_listed_quoted_and_an_unquoted_one_is_named() {
 
 #[test]
 fn the_ledgers_mariadb_url_names_user_and_database_and_never_a_password() {
-    let c = parse("[ledger]\nurl = \"mariadb://gputokens@db1:3306/gputokens\"\npassword_file = \"/etc/gputokens/db\"\n")
-        .unwrap();
+    let c =
+        parse("[ledger]\nurl = \"mariadb://gputokens@db1:3306/gputokens\"\npassword_file = \"/etc/gputokens/db\"\n")
+            .unwrap();
     assert_eq!(c.ledger.url.as_deref(), Some("mysql://gputokens@db1:3306/gputokens"));
     assert_eq!(c.ledger.password_file.as_deref(), Some(std::path::Path::new("/etc/gputokens/db")));
     assert_eq!(parse("").unwrap().ledger, LedgerDatabase::default(), "SQLite unless set");

@@ -77,6 +77,8 @@ pub(crate) struct Session {
     conn: mysql::Conn,
     translated: HashMap<String, Arc<Translated>>,
     last_insert_id: i64,
+    /// Who must hold the lease for a write transaction to begin (the cycles' connection).
+    pub fence: Option<String>,
 }
 
 /// Session settings that make MariaDB read the ledger's SQL as SQLite does: `||` joins strings,
@@ -98,7 +100,7 @@ impl Session {
         for sql in SETUP {
             conn.query_drop(sql)?;
         }
-        Ok(Session { conn, translated: HashMap::new(), last_insert_id: 0 })
+        Ok(Session { conn, translated: HashMap::new(), last_insert_id: 0, fence: None })
     }
 
     pub fn last_insert_id(&self) -> i64 {
@@ -125,6 +127,23 @@ impl Session {
         if let Err(e) = self.conn.query_drop("UPDATE write_turn SET turns = turns + 1 WHERE id = 1") {
             let _ = self.conn.query_drop("ROLLBACK");
             return Err(e.into());
+        }
+        // Checked with the turn held: a lease lost from here on lets the other leader write only
+        // after this transaction ends.
+        if let Some(holder) = self.fence.clone() {
+            let held: Result<Option<i64>> = self
+                .conn
+                .exec_first(
+                    "SELECT COUNT(*) FROM leader_lease
+                     WHERE id = 1 AND holder = ? AND expires_ms > CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
+                    (holder.as_str(),),
+                )
+                .map_err(Error::from);
+            if !matches!(held, Ok(Some(1))) {
+                let _ = self.conn.query_drop("ROLLBACK");
+                held?;
+                return Err(Error::Fenced(holder));
+            }
         }
         Ok(())
     }

@@ -44,6 +44,8 @@ pub enum Error {
     MariaValue { index: usize, why: String },
     #[error("query returned no rows")]
     NoRows,
+    #[error("{0} does not hold the ledger's lease (another accountd leads): nothing was written")]
+    Fenced(String),
     #[error("{0}")]
     Unsupported(&'static str),
 }
@@ -224,6 +226,14 @@ impl Connection {
     pub fn inserted_with_id(&self, id: i64) {
         if let Inner::Maria(s) = &self.inner {
             s.borrow_mut().set_last_insert_id(id);
+        }
+    }
+
+    /// Makes every write transaction of this connection check first that `holder` holds the
+    /// lease (MariaDB; a SQLite ledger has one host).
+    pub fn fence(&self, holder: &str) {
+        if let Inner::Maria(s) = &self.inner {
+            s.borrow_mut().fence = Some(holder.to_owned());
         }
     }
 

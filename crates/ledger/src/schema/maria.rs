@@ -173,6 +173,18 @@ CREATE TABLE write_turn (
 INSERT INTO write_turn VALUES (1, 0);
 ";
 
+/// The lease one accountd of a pair holds while it runs the cycles; `expires_ms` on the database's
+/// clock, so the hosts' clocks never matter.
+const LEASE: &str = "
+CREATE TABLE IF NOT EXISTS leader_lease (
+    id         TINYINT      NOT NULL PRIMARY KEY,
+    holder     VARCHAR(255) NOT NULL,
+    term       BIGINT       NOT NULL,
+    expires_ms BIGINT       NOT NULL
+);
+INSERT IGNORE INTO leader_lease VALUES (1, '', 0, 0);
+";
+
 /// Migrations past the version [`TABLES`] makes, as SQLite's past it: (version it brings, SQL).
 const UPGRADES: &[(i64, &str)] = &[];
 
@@ -224,6 +236,8 @@ pub fn migrate(conn: &Connection) -> Result<(), super::SchemaError> {
             version = *target;
         }
     }
+    // Who leads a pair of accountd on this ledger (`crate::lease`): a database's, not the ledger's.
+    conn.execute_batch(&table_options(LEASE))?;
     Ok(())
 }
 

@@ -1,0 +1,52 @@
+use std::time::Duration;
+
+use gputokens::entry::EntryKind;
+use gputokens::policy::BucketRules;
+use gputokens::tokens::Tokens;
+
+use crate::db::Dialect;
+use crate::{LedgerError, NewEntry};
+
+fn grant(user: &str, key: &str) -> NewEntry {
+    NewEntry::new(user, EntryKind::Grant, Tokens::whole(1), 5, "root", "test", key.into())
+}
+
+/// Two accountd on one ledger: one leads at a time, the other takes over once the lease lapses,
+/// and the one that lost it writes nothing through its fenced connection.
+#[test]
+fn one_holder_leads_at_a_time_and_a_lapsed_leader_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    let mut a = crate::testdb::open(&path, BucketRules::default()).unwrap();
+    if a.dialect() == Dialect::Sqlite {
+        // One host: its accountd always leads.
+        assert!(a.claim_lease("ctl1:1", Duration::from_secs(10)).unwrap().held_by("ctl1:1"));
+        return;
+    }
+    let mut b = crate::testdb::open(&path, BucketRules::default()).unwrap();
+    let first = a.claim_lease("ctl1:1", Duration::from_millis(700)).unwrap();
+    assert!(first.held_by("ctl1:1"), "{first:?}");
+    let other = b.claim_lease("ctl2:2", Duration::from_millis(700)).unwrap();
+    assert!(!other.held_by("ctl2:2") && other.holder == "ctl1:1" && other.term == first.term, "{other:?}");
+    assert!(a.claim_lease("ctl1:1", Duration::from_millis(700)).unwrap().held_by("ctl1:1"), "renewed");
+
+    a.fence_with_lease("ctl1:1");
+    b.fence_with_lease("ctl2:2");
+    a.append(&grant("ann", "grant:1")).unwrap();
+    assert!(matches!(b.append(&grant("ann", "grant:2")), Err(LedgerError::Db(crate::db::Error::Fenced(_)))));
+
+    // ctl1 stops renewing (paused, cut off): its lease lapses and ctl2 takes it, a term later.
+    std::thread::sleep(Duration::from_millis(900));
+    let taken = b.claim_lease("ctl2:2", Duration::from_secs(30)).unwrap();
+    assert!(taken.held_by("ctl2:2") && taken.term == first.term + 1, "{taken:?}");
+    let late = a.append(&grant("ann", "grant:3")).unwrap_err();
+    assert!(late.to_string().contains("ctl1:1 does not hold the ledger's lease"), "{late}");
+    assert!(!a.claim_lease("ctl1:1", Duration::from_secs(30)).unwrap().held_by("ctl1:1"), "not back while it runs");
+    b.append(&grant("ann", "grant:4")).unwrap();
+    let keys: Vec<Option<String>> = a.history("ann").unwrap().into_iter().map(|e| e.key).collect();
+    assert_eq!(keys.iter().filter(|k| k.as_deref().is_some_and(|k| k.starts_with("grant:"))).count(), 2, "{keys:?}");
+
+    // A leader that stops gives it up: the other takes it at once.
+    b.release_lease("ctl2:2").unwrap();
+    assert!(a.claim_lease("ctl1:1", Duration::from_secs(30)).unwrap().held_by("ctl1:1"));
+}
