@@ -13,6 +13,7 @@ pub mod daemon;
 pub mod error;
 pub mod health;
 pub mod http;
+pub mod leadership;
 pub mod logins;
 pub mod metrics;
 pub mod ondemand;

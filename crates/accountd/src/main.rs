@@ -51,6 +51,7 @@ fn checked_config(file: &std::path::Path) -> AccountdResult<Config> {
         if let Some(tls) = &config.http.tls {
             outln!("accountd's listener (when it runs here) speaks TLS only, with {}", tls.certificate.display());
         }
+        outln!("{}", ledger_line(&config));
     }
     if !whole_file {
         print_warnings(&config);
@@ -59,6 +60,32 @@ fn checked_config(file: &std::path::Path) -> AccountdResult<Config> {
         0 => Ok(config),
         1 => Err(problems.remove(0).into()),
         n => Err(AccountdError::Refused(format!("{n} problems in {} (above)", file.display()))),
+    }
+}
+
+/// Where the ledger is, and of a MariaDB ledger which accountd leads it (read as an admin).
+fn ledger_line(config: &Config) -> String {
+    let Some(url) = &config.ledger.url else {
+        return format!("ledger: SQLite at {}", config.paths.ledger.display());
+    };
+    let read = tempfile::tempdir()
+        .map_err(|e| AccountdError::Failed(e.to_string()))
+        .and_then(|scratch| accountd::resources::read_only_ledger(config, None, scratch.path()))
+        .and_then(|ledger| Ok(ledger.lease()?));
+    match read {
+        Ok(lease) if lease.left_ms > 0 => format!(
+            "ledger: {url}, led by accountd {} (lease term {}, {:.1} s left)",
+            lease.holder,
+            lease.term,
+            lease.left_ms as f64 / 1000.0
+        ),
+        Ok(lease) if lease.holder.is_empty() => format!("ledger: {url}; no accountd has led it yet"),
+        Ok(lease) => format!(
+            "ledger: {url}; no accountd leads it now (the lease of {} lapsed {:.1} s ago)",
+            lease.holder,
+            -lease.left_ms as f64 / 1000.0
+        ),
+        Err(e) => format!("ledger: {url}; who leads it cannot be read here: {e}"),
     }
 }
 
@@ -250,6 +277,7 @@ fn serve(path: &std::path::Path, config: Config) -> AccountdResult {
         "raise LimitNOFILE in accountd's unit or lower [http] max_connections",
     );
     let ledger = config.paths.ledger.clone();
+    let ledger_shown = config.ledger.url.clone().unwrap_or_else(|| ledger.display().to_string());
     // Opening the ledger (which makes its directory as it should be) changes nothing another serve
     // would notice; two serves must not run cycles on one ledger, though.
     let answering = Answering::new(Resources::open_as_admin(config)?)?;
@@ -274,7 +302,7 @@ fn serve(path: &std::path::Path, config: Config) -> AccountdResult {
             "accountd {} with config {} and ledger {}: listening on {}",
             accountd::version(),
             path.display(),
-            ledger.display(),
+            ledger_shown,
             socket.display()
         );
         let shared = std::sync::Arc::new(std::sync::Mutex::new(answering));
@@ -293,12 +321,34 @@ fn serve(path: &std::path::Path, config: Config) -> AccountdResult {
                 async move { accountd::http::listener::serve(tcp, app, &limits, metrics, tls, stopped).await },
             );
         }
-        let cycles = accountd::cycles::serve::Cycles::open(&shared)?;
+        // Of a pair on one MariaDB ledger, the one holding the lease runs the cycles (at once when
+        // it comes to lead); on SQLite this one always does.
+        let lead = std::sync::Arc::new(tokio::sync::Notify::new());
+        let leadership = {
+            let answering = accountd::answering::lock(&shared);
+            let leadership = match answering.res.config.ledger.url {
+                None => {
+                    answering.res.metrics.leading.set(1);
+                    accountd::leadership::Leadership::sole()
+                }
+                Some(_) => {
+                    let lead = lead.clone();
+                    let keeper = answering.res.reopen()?;
+                    accountd::leadership::Leadership::start(keeper, answering.publisher.clone(), move || {
+                        lead.notify_one()
+                    })
+                }
+            };
+            answering.publisher.follow(leadership.clone());
+            leadership
+        };
+        let cycles = accountd::cycles::serve::Cycles::open(&shared, leadership.clone())?;
         let journal = accountd::answering::lock(&shared).res.reopen()?;
         let every = journal.config.intervals.check;
         accountd::admin_journal::start_exporter(journal, every)
             .map_err(AccountdError::io("cannot start the admin journal's exporter"))?;
-        socket::launch(listener, shared.clone(), cycles, gputokens::daemon::signals::shutdown_signal()).await;
+        socket::launch(listener, shared.clone(), cycles, lead, gputokens::daemon::signals::shutdown_signal()).await;
+        leadership.stop();
         let _ = stop.send(true);
         let _ = std::fs::remove_file(&socket);
         Ok(())

@@ -13,6 +13,11 @@ type FloatGauge = Gauge<f64, AtomicU64>;
 type FloatCounter = Counter<f64, AtomicU64>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HolderLabels {
+    pub holder: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UserLabels {
     pub user: String,
 }
@@ -106,6 +111,10 @@ pub struct Metrics {
     pub shadow_decisions: Family<ShadowLabels, Gauge>,
     /// 1 while `[admission] enforce` (the default), 0 in shadow mode.
     pub enforcing: Gauge,
+    /// 1 while this accountd leads (runs the cycles, writes the snapshot); a SQLite ledger's always.
+    pub leading: Gauge,
+    /// 1 for the accountd that holds the ledger's lease, as this one last read it (`host:pid`).
+    pub leader: Family<HolderLabels, Gauge>,
     pub drains: Family<NodeLabels, Counter>,
     pub xids_ignored: Family<XidLabels, Counter>,
     /// Runs lost to the system refunded automatically, and the tokens given back, by cause.
@@ -222,6 +231,8 @@ impl Metrics {
             holds: Family::default(),
             shadow_decisions: Family::default(),
             enforcing: Gauge::default(),
+            leading: Gauge::default(),
+            leader: Family::default(),
             drains: Family::default(),
             xids_ignored: Family::default(),
             refunds: Family::default(),
@@ -340,6 +351,16 @@ impl Metrics {
             "enforcing",
             "1 while gputokens refuses, deprioritizes and holds; 0 in shadow mode ([admission] enforce = false)",
             m.enforcing.clone(),
+        );
+        registry.register(
+            "ledger_leading",
+            "1 while this accountd leads the ledger: runs the cycles and writes the snapshot (a pair on one MariaDB ledger: one of them)",
+            m.leading.clone(),
+        );
+        registry.register(
+            "ledger_leader",
+            "1 for the accountd (host:pid) holding the ledger's lease, as this one last read it",
+            m.leader.clone(),
         );
         registry.register(
             "shadow_decisions",

@@ -13,6 +13,7 @@ use super::CycleState;
 use crate::answering::{self, Shared};
 use crate::cycles::lock::CycleLock;
 use crate::error::AccountdResult;
+use crate::leadership::Leadership;
 use crate::snapshot::publisher::Publisher;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +34,8 @@ impl Kind {
 pub struct Cycles {
     /// The cycles' own state; a cycle holds it for its whole length.
     own: Arc<Mutex<CycleState>>,
+    /// Cycles run only while this accountd leads the ledger.
+    leadership: Leadership,
     publisher: Publisher,
     charge: Option<JoinHandle<()>>,
     check: Option<JoinHandle<()>>,
@@ -41,12 +44,15 @@ pub struct Cycles {
 impl Cycles {
     /// Opens the cycles' own state (a second connection to the same ledger) beside `shared`,
     /// reporting to the same metrics.
-    pub fn open(shared: &Shared) -> AccountdResult<Cycles> {
-        let (res, publisher) = {
+    /// Its transactions are fenced by `leadership`'s lease: a cycle of an accountd that lost it
+    /// (paused, cut off) writes nothing.
+    pub fn open(shared: &Shared, leadership: Leadership) -> AccountdResult<Cycles> {
+        let (mut res, publisher) = {
             let answering = answering::lock(shared);
             (answering.res.reopen()?, answering.publisher.clone())
         };
-        Ok(Cycles { own: Arc::new(Mutex::new(CycleState::new(res))), publisher, charge: None, check: None })
+        res.ledger.fence_with_lease(leadership.name());
+        Ok(Cycles { own: Arc::new(Mutex::new(CycleState::new(res))), leadership, publisher, charge: None, check: None })
     }
 
     /// Starts a `kind` cycle unless the last one is still running (waiting for the cycle lock, or
@@ -56,6 +62,9 @@ impl Cycles {
             Kind::Charge => &mut self.charge,
             Kind::Check => &mut self.check,
         };
+        if !self.leadership.leading() {
+            return tracing::debug!("{} cycle: following, the leading accountd runs it", kind.name());
+        }
         if slot.as_ref().is_some_and(|running| !running.is_finished()) {
             return tracing::warn!("the last {} cycle is still running: this turn is skipped", kind.name());
         }

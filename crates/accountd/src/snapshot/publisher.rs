@@ -4,9 +4,10 @@
 //! let go of the answering lock: the ledger read, the SlurmUser's lookup and the fsync of a publish
 //! never hold a lock that answers users. Publishes wait for each other on the publisher's own lock.
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use crate::error::AccountdResult;
+use crate::leadership::Leadership;
 use crate::resources::Resources;
 use crate::slurm_view::SlurmView;
 
@@ -16,12 +17,20 @@ pub struct Publisher {
     /// Its own connection to the ledger, held while a snapshot is written.
     res: Arc<Mutex<Resources>>,
     view: Arc<RwLock<Arc<SlurmView>>>,
+    /// Of a pair on one ledger, only the leader writes the snapshot (set once serve knows).
+    leadership: Arc<OnceLock<Leadership>>,
 }
 
 impl Publisher {
     /// A publisher writing from `res` (a connection of its own: `Resources::reopen`).
     pub fn new(res: Resources) -> Publisher {
-        Publisher { res: Arc::new(Mutex::new(res)), view: Arc::default() }
+        Publisher { res: Arc::new(Mutex::new(res)), view: Arc::default(), leadership: Arc::default() }
+    }
+
+    /// From now on writes only while `leadership` leads: the leader writes what the other's
+    /// requests changed too (`leadership`'s keeper).
+    pub fn follow(&self, leadership: Leadership) {
+        let _ = self.leadership.set(leadership);
     }
 
     /// The Slurm view the check cycle last handed over (empty before the first).
@@ -37,6 +46,10 @@ impl Publisher {
 
     /// Writes the snapshot from the ledger and the last Slurm view; returns how many users it lists.
     pub fn publish(&self, now: i64) -> AccountdResult<usize> {
+        if self.leadership.get().is_some_and(|l| !l.leading()) {
+            tracing::debug!("following: the leading accountd writes the snapshot");
+            return Ok(0);
+        }
         let res = self.res.lock().unwrap_or_else(|p| p.into_inner());
         super::publish(&res, &self.view(), now)
     }

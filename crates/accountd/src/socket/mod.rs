@@ -70,7 +70,13 @@ pub fn make_socket_dir(socket: &Path) -> std::io::Result<()> {
 /// Serves until `shutdown` completes; charges every `intervals.charge` and checks every
 /// `intervals.check` (`cycles`: beside the answering, never in its way). Shutdown waits for the
 /// cycles under way.
-pub async fn launch(listener: UnixListener, answering: Shared, mut cycles: Cycles, shutdown: impl Future<Output = ()>) {
+pub async fn launch(
+    listener: UnixListener,
+    answering: Shared,
+    mut cycles: Cycles,
+    lead: std::sync::Arc<tokio::sync::Notify>,
+    shutdown: impl Future<Output = ()>,
+) {
     let Ok((charge_every, check_every, metrics)) =
         answering.lock().map(|s| (s.res.config.intervals.charge, s.res.config.intervals.check, s.res.metrics.clone()))
     else {
@@ -86,6 +92,11 @@ pub async fn launch(listener: UnixListener, answering: Shared, mut cycles: Cycle
             _ = &mut shutdown => break,
             _ = charge_ticker.tick() => cycles.start(Kind::Charge),
             _ = check_ticker.tick() => cycles.start(Kind::Check),
+            // Come to lead the ledger: its cycles now, not at their next turn.
+            _ = lead.notified() => {
+                cycles.start(Kind::Check);
+                cycles.start(Kind::Charge);
+            }
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     admit(stream, &caps, &metrics, &answering);

@@ -1,0 +1,149 @@
+//! Which accountd of a pair on one MariaDB ledger leads: it runs the cycles and writes the
+//! snapshot, while both answer users, admins and agents from the database. A keeper thread with a
+//! connection of its own renews the lease ([`ledger::Lease`]) every [`RENEW`]; when it lapses (its
+//! holder's host lost, cut off or stopped) the other takes it. The leader also writes the snapshot
+//! again when a balance changed through the other accountd. On a SQLite ledger this accountd
+//! always leads and nothing runs.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::metrics::HolderLabels;
+use crate::resources::Resources;
+use crate::snapshot::publisher::Publisher;
+
+/// How often the lease is renewed (and the other's changes looked for).
+pub const RENEW: Duration = Duration::from_secs(2);
+/// How long a lease runs unrenewed: the other accountd leads within this and one [`RENEW`].
+pub const TTL: Duration = Duration::from_secs(10);
+
+/// Cheap to clone: every clone is the same leadership.
+#[derive(Clone)]
+pub struct Leadership {
+    me: Arc<str>,
+    leading: Arc<AtomicBool>,
+    /// Wakes the keeper to give the lease up and end; its thread, to wait for that.
+    stop: Arc<Mutex<Option<(Sender<()>, std::thread::JoinHandle<()>)>>>,
+}
+
+impl Leadership {
+    /// This accountd's name in the lease: `host:pid`.
+    pub fn me() -> String {
+        let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
+        format!("{host}:{}", std::process::id())
+    }
+
+    /// For a ledger only this accountd writes (SQLite): leading, with no keeper.
+    pub fn sole() -> Leadership {
+        Leadership { me: Leadership::me().into(), leading: Arc::new(AtomicBool::new(true)), stop: Arc::default() }
+    }
+
+    /// Starts the keeper on `res` (a connection of its own); `on_lead` runs each time this
+    /// accountd comes to lead (the cycles start at once rather than at their next turn).
+    pub fn start(mut res: Resources, publisher: Publisher, on_lead: impl Fn() + Send + 'static) -> Leadership {
+        let leadership =
+            Leadership { me: Leadership::me().into(), leading: Arc::new(AtomicBool::new(false)), stop: Arc::default() };
+        let keeper = leadership.clone();
+        let (wake, woken) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("lease".into())
+            .spawn(move || keeper.keep(&mut res, &publisher, on_lead, &woken))
+            .expect("start the lease keeper");
+        *leadership.stop.lock().unwrap_or_else(|p| p.into_inner()) = Some((wake, thread));
+        leadership
+    }
+
+    pub fn name(&self) -> &str {
+        &self.me
+    }
+
+    pub fn leading(&self) -> bool {
+        self.leading.load(Ordering::SeqCst)
+    }
+
+    /// Stops the keeper and waits for it to give the lease up: the other accountd leads at once.
+    pub fn stop(&self) {
+        let taken = self.stop.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some((wake, thread)) = taken {
+            let _ = wake.send(());
+            let _ = thread.join();
+        }
+    }
+
+    fn keep(&self, res: &mut Resources, publisher: &Publisher, on_lead: impl Fn(), stop: &Receiver<()>) {
+        let mut published: Option<i64> = None;
+        let mut holder_shown = String::new();
+        let mut failing = false;
+        loop {
+            match res.ledger.claim_lease(&self.me, TTL) {
+                Ok(lease) => {
+                    failing = false;
+                    let now_leading = lease.held_by(&self.me);
+                    let was_leading = self.leading.swap(now_leading, Ordering::SeqCst);
+                    res.metrics.leading.set(i64::from(now_leading));
+                    if lease.holder != holder_shown {
+                        res.metrics.leader.clear();
+                        res.metrics.leader.get_or_create(&HolderLabels { holder: lease.holder.clone() }).set(1);
+                        holder_shown = lease.holder.clone();
+                    }
+                    match (was_leading, now_leading) {
+                        (false, true) => {
+                            tracing::info!("leading the ledger (lease term {}): running the cycles", lease.term);
+                            published = None;
+                            on_lead();
+                        }
+                        (true, false) => tracing::warn!("the ledger's lease went to {}: following", lease.holder),
+                        (false, false) if published.is_none() => {
+                            tracing::info!("following {} (lease term {})", lease.holder, lease.term);
+                            published = Some(0);
+                        }
+                        _ => {}
+                    }
+                    if now_leading {
+                        published = self.publish_changes(res, publisher, published);
+                    }
+                }
+                Err(e) => {
+                    // Unable to renew is unable to lead: the other may take the lease any moment.
+                    if self.leading.swap(false, Ordering::SeqCst) || !failing {
+                        tracing::error!("cannot renew the ledger's lease: {e} (not leading until it can)");
+                    }
+                    res.metrics.leading.set(0);
+                    failing = true;
+                }
+            }
+            match stop.recv_timeout(RENEW) {
+                Err(RecvTimeoutError::Timeout) => continue,
+                Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        self.leading.store(false, Ordering::SeqCst);
+        if let Err(e) = res.ledger.release_lease(&self.me) {
+            tracing::warn!("cannot give the ledger's lease up: {e}");
+        }
+    }
+
+    /// Writes the snapshot again if an entry was added since the last write this keeper saw (by
+    /// the other accountd's requests too); returns the newest entry written for.
+    fn publish_changes(&self, res: &Resources, publisher: &Publisher, published: Option<i64>) -> Option<i64> {
+        let newest = match res.ledger.newest_entry() {
+            Ok(newest) => newest,
+            Err(e) => {
+                tracing::warn!("cannot read the ledger's newest entry: {e}");
+                return published;
+            }
+        };
+        if published == Some(newest) {
+            return published;
+        }
+        match publisher.publish(gputokens::time::now()) {
+            Ok(_) => Some(newest),
+            Err(e) => {
+                tracing::error!("cannot write the balance snapshot: {e}");
+                published
+            }
+        }
+    }
+}
