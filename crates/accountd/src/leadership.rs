@@ -25,8 +25,11 @@ pub struct Leadership {
     me: Arc<str>,
     leading: Arc<AtomicBool>,
     /// Wakes the keeper to give the lease up and end; its thread, to wait for that.
-    stop: Arc<Mutex<Option<(Sender<()>, std::thread::JoinHandle<()>)>>>,
+    stop: Arc<Mutex<Option<Keeper>>>,
 }
+
+/// The keeper's wake-up line and its thread.
+type Keeper = (Sender<()>, std::thread::JoinHandle<()>);
 
 impl Leadership {
     /// This accountd's name in the lease: `host:pid`.
