@@ -27,6 +27,13 @@ pub(crate) fn exchange(
     let payload = request_credential_payload(&format!("{:x}", Sha256::digest(&body)));
     let started = Instant::now();
     let mut tried = Vec::new();
+    // The one that answers first goes first: a host that is down costs a user a moment, not a
+    // connect timeout, on every command.
+    let mut urls = urls.to_vec();
+    if let Some(first) = first_to_connect(&urls, timeout.min(MAX_CONNECT)) {
+        urls[..=first].rotate_right(1);
+    }
+    let urls = &urls;
     for (n, url) in urls.iter().enumerate() {
         let left = timeout.saturating_sub(started.elapsed());
         if left.is_zero() {
@@ -48,6 +55,56 @@ pub(crate) fn exchange(
         false => format!("tried {}", tried.join("; ")),
     };
     Err(ClientError::Unreachable { at: urls.join(", "), reason })
+}
+
+/// How long a URL is given to connect before the next is tried beside it.
+const STAGGER: Duration = Duration::from_millis(250);
+
+/// Of several `urls`, the index of the first whose host accepted a TCP connection within `within`:
+/// each tried in its turn, the next started [`STAGGER`] after the one before, without waiting for
+/// it to fail. Only the connection is raced; the request goes to one host, once.
+fn first_to_connect(urls: &[String], within: Duration) -> Option<usize> {
+    if urls.len() < 2 {
+        return None;
+    }
+    let (answered, first) = std::sync::mpsc::channel();
+    let won = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for (n, url) in urls.iter().enumerate() {
+        let Some(address) = host_and_port(url) else { continue };
+        let (answered, won) = (answered.clone(), won.clone());
+        std::thread::spawn(move || {
+            let wait = STAGGER * n as u32;
+            std::thread::sleep(wait.min(within));
+            if won.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            let left = within.saturating_sub(wait);
+            let connected = std::net::ToSocketAddrs::to_socket_addrs(&address)
+                .ok()
+                .and_then(|mut addrs| addrs.next())
+                .is_some_and(|addr| !left.is_zero() && std::net::TcpStream::connect_timeout(&addr, left).is_ok());
+            if connected && !won.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                let _ = answered.send(n);
+            }
+        });
+    }
+    drop(answered);
+    first.recv_timeout(within).ok()
+}
+
+/// `host:port` of an http(s) URL (the scheme's port where it names none).
+fn host_and_port(url: &str) -> Option<String> {
+    let (default_port, rest) = match url.split_once("://")? {
+        ("http", rest) => (80, rest),
+        ("https", rest) => (443, rest),
+        _ => return None,
+    };
+    let authority = rest.split(['/', '?']).next()?;
+    let has_port = match authority.rsplit_once(':') {
+        Some((_, port)) => !port.contains(']') && port.parse::<u16>().is_ok(),
+        None => false,
+    };
+    Some(if has_port { authority.to_string() } else { format!("{authority}:{default_port}") })
 }
 
 /// The longest one URL gets to connect (a host that is down drops packets rather than refusing).
@@ -140,4 +197,31 @@ fn site_ca(path: &Path) -> Result<Vec<Certificate<'static>>, ClientError> {
         return Err(fail("holds no certificate".into()));
     }
     Ok(certs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_names_its_host_and_port() {
+        assert_eq!(host_and_port("http://10.78.0.2:9817").as_deref(), Some("10.78.0.2:9817"));
+        assert_eq!(host_and_port("https://accountd.example.org/").as_deref(), Some("accountd.example.org:443"));
+        assert_eq!(host_and_port("http://[::1]:9817/x").as_deref(), Some("[::1]:9817"));
+        assert_eq!(host_and_port("http://[::1]").as_deref(), Some("[::1]:80"));
+        assert_eq!(host_and_port("ftp://x"), None);
+    }
+
+    #[test]
+    fn the_url_that_connects_goes_first() {
+        // A listener that accepts, and an address nothing listens on (refused at once).
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let up = format!("http://{}", listener.local_addr().unwrap());
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let down = format!("http://{closed}");
+        let urls = [down.clone(), up.clone()];
+        assert_eq!(first_to_connect(&urls, Duration::from_secs(2)), Some(1));
+        assert_eq!(first_to_connect(&[up.clone(), down], Duration::from_secs(2)), Some(0));
+        assert_eq!(first_to_connect(&[up], Duration::from_secs(2)), None, "one URL: nothing to race");
+    }
 }
