@@ -21,7 +21,9 @@ MN_DB=gtmn_acct
 MN_ACCOUNT=lab
 SLURM_USER=slurm
 DBPASS=gputokens-test
-HTTP_PORT=9817                           # accountd's listener on ctl1
+HTTP_PORT=9817                           # accountd's listener on ctl1 (and ctl2 in a pair)
+MN_LEDGER_DB=gtmn_ledger                 # GPUTOKENS_MN_PAIR: the ledger's database and user
+MN_LEDGER_PASS=gputokens-ledger-test
 _SCRIPT=${0##*/}
 _T0=$(date +%s.%N)
 

@@ -8,6 +8,8 @@
 #   ctl2  10.78.0.3   slurmctld (backup)
 #   nodeN 10.78.0.1N  slurmd, gputokens-agent (MUNGE credentials of that node), fake NVML
 #   login1 10.78.0.20 munged only: users' sbatch, sbalance (over the network to accountd)
+# GPUTOKENS_MN_PAIR=1: the ledger on the host's MariaDB (database gtmn_ledger, a user of its own),
+# and a second accountd serve on ctl2: a pair on one ledger, users' tools given both URLs.
 # Every host has its own munged (one shared key, as on a site). The balance snapshot and
 # StateSaveLocation are in $MN/shared, a directory every host sees, as a site shares them over NFS.
 set -euo pipefail
@@ -141,6 +143,23 @@ StorageUser=slurm
 StoragePass=$DBPASS
 StorageLoc=$MN_DB
 EOF
+# A pair of accountd on one ledger in the host's MariaDB (over its socket, as slurmdbd reaches it).
+PAIR=${GPUTOKENS_MN_PAIR:-}
+ledger_table="" http_listen="$(addr ctl1):$HTTP_PORT" users_urls="\"${GPUTOKENS_MN_ACCOUNTD_URL:-http://$(addr ctl1):$HTTP_PORT}\""
+if [[ -n $PAIR ]]; then
+  socket=$(mariadb -N -B -e 'SELECT @@socket')
+  timeout 30 mariadb -e "DROP DATABASE IF EXISTS $MN_LEDGER_DB; DROP USER IF EXISTS '$MN_LEDGER_DB'@'localhost';
+    CREATE DATABASE $MN_LEDGER_DB; CREATE USER '$MN_LEDGER_DB'@'localhost' IDENTIFIED BY '$MN_LEDGER_PASS';
+    GRANT ALL ON $MN_LEDGER_DB.* TO '$MN_LEDGER_DB'@'localhost';"
+  install -m 600 /dev/null "$MN/etc/ledger-password"
+  echo "$MN_LEDGER_PASS" > "$MN/etc/ledger-password"
+  ledger_table="[ledger]
+url = \"mysql://$MN_LEDGER_DB@localhost/$MN_LEDGER_DB?socket=$socket\"
+password_file = \"$MN/etc/ledger-password\""
+  # Each accountd on its own host's address: one file for both.
+  http_listen="0.0.0.0:$HTTP_PORT"
+  users_urls="\"http://$(addr ctl1):$HTTP_PORT\", \"http://$(addr ctl2):$HTTP_PORT\""
+fi
 # accountd's config, read by every gputokens part on every host: the plugins, accountd, the agents.
 # GPUTOKENS_MN_CONFIG adds tables (a test's settings) after the defaults here.
 cat > "$MN/etc/slurm/gputokens.toml" <<EOF
@@ -161,6 +180,8 @@ snapshot = "$MN/shared/snapshot/balances.snapshot"
 # Each controller's job_submit plugin says here what it sees (writable by the SlurmUser).
 controller_status = "$MN/shared/controllers"
 
+$ledger_table
+
 [intervals]
 charge = "${GPUTOKENS_MN_CHARGE:-5s}"
 check = "${GPUTOKENS_MN_CHECK:-5s}"
@@ -170,14 +191,14 @@ first_lookback = "1h"
 reread = "1h"
 
 [http]
-listen = "$(addr ctl1):$HTTP_PORT"
+listen = "$http_listen"
 # The tests follow each job by its own series (served only with per-user metrics).
 per_user_metrics = true
 ${GPUTOKENS_MN_HTTP:-}
 
 [accountd]
 # Where users' tools on every other host (login1, the nodes) reach accountd: no socket there.
-urls = ["${GPUTOKENS_MN_ACCOUNTD_URL:-http://$(addr ctl1):$HTTP_PORT}"]
+urls = [$users_urls]
 ${GPUTOKENS_MN_ACCOUNTD_KEYS:-}
 
 [agent]
@@ -255,6 +276,14 @@ fi
 say "slurmctld on ctl1 (primary) and ctl2 (backup), nodes ${NODES[*]} idle"
 
 bash "$HERE/mn.sh" start accountd ctl1
+if [[ -n $PAIR ]]; then
+  # ctl1's leads (it took the lease first); ctl2's follows, and takes over when ctl1's is lost.
+  waitfor 30 grep -q 'leading the ledger' "$MN/hosts/ctl1/log/accountd.out" \
+    || die "accountd on ctl1 does not lead: $(tail -n 20 "$MN/hosts/ctl1/log/accountd.out")"
+  bash "$HERE/mn.sh" start accountd ctl2
+  waitfor 30 grep -q 'following' "$MN/hosts/ctl2/log/accountd.out" \
+    || die "accountd on ctl2 does not follow: $(tail -n 20 "$MN/hosts/ctl2/log/accountd.out")"
+fi
 for n in "${NODES[@]}"; do bash "$HERE/mn.sh" start agent "$n"; done
 waitfor 30 test -s "$MN/shared/snapshot/balances.snapshot" || die "accountd wrote no snapshot: $(tail -n 20 "$MN/hosts/ctl1/log/accountd.out")"
 # Both controllers' plugins decide from it (the standby's too: it loads its plugins while waiting),

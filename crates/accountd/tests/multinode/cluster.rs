@@ -26,7 +26,7 @@ impl Outcome {
     }
 }
 
-fn scripts() -> PathBuf {
+pub fn scripts() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/multinode")
 }
 
@@ -49,12 +49,16 @@ pub struct Settings<'a> {
     pub accountd: &'a str,
     /// Where the other hosts and the agents reach accountd (up.sh's default: http://10.78.0.2:9817).
     pub accountd_url: Option<&'a str>,
+    /// The ledger on MariaDB and a second accountd serve on ctl2 (up.sh's GPUTOKENS_MN_PAIR).
+    pub pair: bool,
 }
 
 /// GPU memory of each process `nvml_processes` puts on a GPU.
 pub const PROCESS_MEMORY: u64 = 7 << 20;
 
 pub struct Cluster {
+    /// The host whose accountd the test's admin commands and charge-cycle counts go to.
+    admin_host: Mutex<&'static str>,
     _serial: MutexGuard<'static, ()>,
 }
 
@@ -79,6 +83,9 @@ impl Cluster {
         if let Some(url) = settings.accountd_url {
             up.env("GPUTOKENS_MN_ACCOUNTD_URL", url);
         }
+        if settings.pair {
+            up.env("GPUTOKENS_MN_PAIR", "1");
+        }
         up.env("GPUTOKENS_MN_HTTP", settings.http).env("GPUTOKENS_MN_ACCOUNTD_KEYS", settings.accountd);
         let out = up.output().expect("bash tests/multinode/up.sh");
         assert!(
@@ -87,7 +94,16 @@ impl Cluster {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        Cluster { _serial: serial }
+        Cluster { admin_host: Mutex::new("ctl1"), _serial: serial }
+    }
+
+    fn admin(&self) -> &'static str {
+        *self.admin_host.lock().unwrap()
+    }
+
+    /// From now on admin commands go to (and charge cycles are counted of) accountd on `host`.
+    pub fn admin_on(&self, host: &'static str) {
+        *self.admin_host.lock().unwrap() = host;
     }
 
     /// `mn.sh ARGS...`.
@@ -173,11 +189,11 @@ impl Cluster {
             .collect()
     }
 
-    /// `accountd ARGS` on ctl1, where accountd serve runs.
+    /// `accountd ARGS` on ctl1, where accountd serve runs (or the host `admin_on` named).
     pub fn accountd(&self, user: Option<&str>, args: &[&str]) -> Outcome {
         let mut argv = vec!["accountd"];
         argv.extend_from_slice(args);
-        self.on("ctl1", user, &argv)
+        self.on(self.admin(), user, &argv)
     }
 
     /// The ledger's entries of `user`, as `admin history --json` gives them.
@@ -269,7 +285,7 @@ impl Cluster {
     /// How many charge cycles accountd serve on ctl1 has ended (its log's "charge cycle (" lines,
     /// kept across its restarts).
     pub fn charge_cycles(&self) -> usize {
-        self.log("ctl1", "accountd.out").matches("charge cycle (").count()
+        self.log(self.admin(), "accountd.out").matches("charge cycle (").count()
     }
 
     /// Waits until accountd serve has run `cycles` whole charge cycles after `ended` had ended (one
@@ -281,7 +297,7 @@ impl Cluster {
             if now >= want {
                 return Ok(());
             }
-            let log = self.log("ctl1", "accountd.out");
+            let log = self.log(self.admin(), "accountd.out");
             let tail: Vec<&str> = log.lines().rev().take(3).collect();
             Err(format!("{now} ended of the {want} wanted; the log's end: {tail:?}"))
         });

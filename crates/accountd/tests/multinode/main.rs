@@ -14,6 +14,7 @@ mod jobs;
 mod login_host;
 mod node_root;
 mod outage;
+mod pair;
 mod partition;
 mod restore;
 

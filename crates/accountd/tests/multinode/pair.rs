@@ -1,0 +1,154 @@
+//! accountd in pairs on one ledger in MariaDB (up.sh's GPUTOKENS_MN_PAIR: ctl1's leads, ctl2's
+//! follows). The leader's host is killed while alice's jobs run: ctl2's takes over within 30 s,
+//! sbalance on login1 answers throughout, the controllers' plugins get a fresh snapshot from it,
+//! every job is charged once, and nothing again when ctl1's accountd is back. With ctl1's cable
+//! cut instead (the two cannot reach each other, each still reaches the database), ctl1's keeps
+//! the lease and goes on charging, and ctl2's never leads beside it.
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::cluster::scripts;
+use crate::outage::all_charged_once;
+use crate::{wait_seen, wait_until, Cluster, Settings};
+
+/// alice asking her balance on login1 again and again, as the pair changes under her: when each
+/// answer came, and what went wrong where none did.
+struct Asking {
+    stop: Arc<AtomicBool>,
+    answers: Arc<Mutex<Vec<Instant>>>,
+    failures: Arc<Mutex<Vec<String>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Asking {
+    fn start() -> Asking {
+        let (stop, answers, failures) = (Arc::new(AtomicBool::new(false)), Arc::default(), Arc::default());
+        let (s, a, f): (Arc<AtomicBool>, Arc<Mutex<Vec<Instant>>>, Arc<Mutex<Vec<String>>>) =
+            (stop.clone(), Arc::clone(&answers), Arc::clone(&failures));
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                let out = Command::new("bash")
+                    .arg(scripts().join("mn.sh"))
+                    .args(["in", "login1", "runuser", "-u", "alice", "--", "sbalance", "-P", "-n", "-o", "Balance"])
+                    .output()
+                    .unwrap();
+                match out.status.success() {
+                    true => a.lock().unwrap().push(Instant::now()),
+                    false => f.lock().unwrap().push(String::from_utf8_lossy(&out.stderr).into_owned()),
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Asking { stop, answers, failures, thread: Some(thread) }
+    }
+
+    /// Stops asking; the longest time between two answers, and every failure.
+    fn finish(mut self) -> (Duration, Vec<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.take().unwrap().join().unwrap();
+        let answers = self.answers.lock().unwrap();
+        assert!(answers.len() > 10, "sbalance answered {} times", answers.len());
+        let gap = answers.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default();
+        (gap, self.failures.lock().unwrap().clone())
+    }
+}
+
+/// `sbatch` as `user` on login1; the job.
+fn submit(cluster: &Cluster, user: &str, args: &[&str]) -> String {
+    let mut argv = vec!["sbatch", "--parsable", "--output=/dev/null"];
+    argv.extend_from_slice(args);
+    cluster.on("login1", Some(user), &argv).ok().stdout.trim().to_string()
+}
+
+#[test]
+#[ignore = "needs the multi-node cluster: tests/run.sh"]
+fn multinode_a_pair_leads_again_within_30_s_when_the_leaders_host_is_lost_and_charges_each_job_once() {
+    let cluster = Cluster::up(Settings { pair: true, ..Settings::default() });
+    let lease = cluster.on("ctl2", None, &["accountd", "config", "check"]).ok().stdout;
+    assert!(lease.contains("led by accountd ctl1:"), "{lease}");
+    let jobs: Vec<(&str, String)> = vec![
+        ("alice", submit(&cluster, "alice", &["--gres=gpu:a6000:1", "--wrap", "sleep 20"])),
+        ("alice", submit(&cluster, "alice", &["--gres=gpu:rtx3090:1", "--wrap", "sleep 25"])),
+        ("bob", submit(&cluster, "bob", &["--gres=gpu:rtx2080:1", "--wrap", "sleep 15"])),
+    ];
+    for (_, job) in &jobs {
+        cluster.wait_running(job);
+    }
+    let asking = Asking::start();
+    // Mid charge cycle: ctl1's accountd charges the running jobs every 5 s.
+    let cycles = cluster.charge_cycles();
+    cluster.wait_charge_cycles(cycles, 1);
+    std::thread::sleep(Duration::from_millis(2500));
+    let lost = Instant::now();
+    cluster.mn(&["kill-host", "ctl1"]).ok();
+
+    cluster.admin_on("ctl2");
+    wait_seen(30, "ctl2's accountd leading", || {
+        let log = cluster.log("ctl2", "accountd.out");
+        match log.contains("leading the ledger") {
+            true => Ok(()),
+            false => Err(log.lines().rev().take(3).collect::<Vec<_>>().join("\n")),
+        }
+    });
+    let took_over = lost.elapsed();
+    assert!(took_over < Duration::from_secs(30), "{took_over:?}");
+    let led = cluster.accountd(None, &["config", "check"]).ok().stdout;
+    assert!(led.contains("led by accountd ctl2:"), "{led}");
+    let metrics = cluster.on("login1", None, &["curl", "-sf", "http://10.78.0.3:9817/metrics"]).ok().stdout;
+    assert!(metrics.contains("gputokens_ledger_leading 1"), "{metrics}");
+    // The backup slurmctld's plugin decides from a snapshot ctl2's accountd wrote after it took over.
+    let taken_at = gputokens::time::now() - took_over.as_secs() as i64;
+    wait_seen(90, "ctl2's plugin deciding from a snapshot of the new leader", || {
+        match cluster.controller_view("ctl2") {
+            Ok(generated) if generated >= taken_at => Ok(()),
+            other => Err(format!("{other:?}, taken over at {taken_at}")),
+        }
+    });
+
+    // The rest of the site comes back (slurmdbd, the primary): not ctl1's accountd yet.
+    cluster.mn(&["boot", "ctl1"]).ok();
+    cluster.mn(&["start", "slurmdbd", "ctl1"]).ok();
+    all_charged_once(&cluster, &jobs);
+    let (gap, failures) = asking.finish();
+    assert!(failures.is_empty(), "sbalance on login1 failed {} times: {:?}", failures.len(), failures.first());
+    println!("the longest wait between two of alice's answers on login1: {gap:?}");
+    // A second as users feel it; the half more is this machine's load (each ask runs through nsenter).
+    assert!(gap < Duration::from_millis(1500), "{gap:?}");
+
+    // The old leader back: it follows, and charges nothing again.
+    cluster.mn(&["start", "accountd", "ctl1"]).ok();
+    wait_until(30, "ctl1's accountd following", || {
+        cluster.log("ctl1", "accountd.out").contains("following ctl2:").then_some(())
+    });
+    all_charged_once(&cluster, &jobs);
+    let verify = cluster.accountd(None, &["admin", "verify"]).ok().stdout;
+    assert!(verify.contains("consistent"), "{verify}");
+}
+
+#[test]
+#[ignore = "needs the multi-node cluster: tests/run.sh"]
+fn multinode_with_the_pair_cut_apart_the_leader_keeps_the_lease_and_never_two_lead() {
+    let cluster = Cluster::up(Settings { pair: true, ..Settings::default() });
+    let before = cluster.charge_cycles();
+    cluster.mn(&["cut", "ctl1"]).ok();
+    // Longer than a lease runs unrenewed: each still reaches the database, where ctl1's renews it
+    // and goes on charging (its sacct and squeue are its own host's daemons).
+    let cut = Instant::now();
+    while cut.elapsed() < Duration::from_secs(25) {
+        let check = cluster.on("ctl2", None, &["accountd", "config", "check"]).ok().stdout;
+        assert!(check.contains("led by accountd ctl1:"), "{check}");
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    assert!(
+        cluster.charge_cycles() > before + 2,
+        "ctl1's accountd stopped charging: {}",
+        cluster.log("ctl1", "accountd.out")
+    );
+    cluster.mn(&["heal", "ctl1"]).ok();
+    assert!(!cluster.log("ctl2", "accountd.out").contains("leading the ledger"), "ctl2 led beside ctl1");
+    let verify = cluster.accountd(None, &["admin", "verify"]).ok().stdout;
+    assert!(verify.contains("consistent"), "{verify}");
+}
