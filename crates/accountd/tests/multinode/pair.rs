@@ -25,9 +25,10 @@ struct Asking {
 
 impl Asking {
     fn start() -> Asking {
-        let (stop, answers, failures) = (Arc::new(AtomicBool::new(false)), Arc::default(), Arc::default());
-        let (s, a, f): (Arc<AtomicBool>, Arc<Mutex<Vec<Instant>>>, Arc<Mutex<Vec<String>>>) =
-            (stop.clone(), Arc::clone(&answers), Arc::clone(&failures));
+        let stop = Arc::new(AtomicBool::new(false));
+        let answers: Arc<Mutex<Vec<Instant>>> = Arc::default();
+        let failures: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (s, a, f) = (stop.clone(), answers.clone(), failures.clone());
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::SeqCst) {
                 let out = Command::new("bash")
