@@ -4,6 +4,11 @@
 //!
 //!     cargo bench --bench charging                       # 1,000,000 records, 3 rounds
 //!     BENCH_RECORDS=100000 BENCH_ROUNDS=5 cargo bench --bench charging
+//!     BENCH_MARIADB='mysql://root@localhost/?socket=/run/mysqld/mysqld.sock' cargo bench --bench charging
+//!
+//! With BENCH_MARIADB (a server's URL naming no database), the same rounds run on that MariaDB too:
+//! the ledger there against a raw batched INSERT into the same server (one transaction, 1,000 rows
+//! a statement), each in a database of its own (`gputokens_bench_*`, dropped after).
 //!
 //! The records are sacct `--parsable2` rows (what `accountd` reads), 2,000 users, three GPU types,
 //! parsed with `gputokens::slurm::sacct` and charged with `Ledger::charge` in one call, as a charge
@@ -119,6 +124,90 @@ fn energy_pass(ledger: &mut Ledger, records: &[ledger::UsageRecord], now: i64) {
     );
 }
 
+/// A fresh database `name` on the server `server` names; its URL.
+fn maria_database(server: &str, name: &str) -> String {
+    let mut admin = mysql::Conn::new(mysql::Opts::from_url(server).unwrap()).unwrap();
+    use mysql::prelude::Queryable;
+    admin.query_drop(format!("DROP DATABASE IF EXISTS {name}")).unwrap();
+    admin.query_drop(format!("CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")).unwrap();
+    server.replacen("/?", &format!("/{name}?"), 1)
+}
+
+fn drop_maria_database(server: &str, name: &str) {
+    use mysql::prelude::Queryable;
+    let mut admin = mysql::Conn::new(mysql::Opts::from_url(server).unwrap()).unwrap();
+    admin.query_drop(format!("DROP DATABASE IF EXISTS {name}")).unwrap();
+}
+
+/// The same rows, raw, into MariaDB: one table, one transaction, 1,000 rows a statement.
+#[inline(never)]
+fn raw_insert_maria(url: &str, text: &str) -> (Duration, Duration) {
+    use mysql::prelude::Queryable;
+    let mut conn = mysql::Conn::new(mysql::Opts::from_url(url).unwrap()).unwrap();
+    conn.query_drop(
+        "CREATE TABLE rows_ (job_id VARCHAR(32), user VARCHAR(64), alloc_tres VARCHAR(255), elapsed BIGINT, start VARCHAR(32), state VARCHAR(32))",
+    )
+    .unwrap();
+    let lines: Vec<&str> = text.lines().skip(1).collect();
+    let ((), wall, cpu) = timed(|| {
+        let mut tx = conn.start_transaction(mysql::TxOpts::default()).unwrap();
+        for chunk in lines.chunks(1000) {
+            let rows = vec!["(?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+            let mut values: Vec<mysql::Value> = Vec::with_capacity(chunk.len() * 6);
+            for line in chunk {
+                let f: Vec<&str> = line.split('|').collect();
+                values.extend([
+                    f[0].into(),
+                    f[1].into(),
+                    f[2].into(),
+                    f[3].parse::<i64>().unwrap().into(),
+                    f[4].into(),
+                    f[5].into(),
+                ]);
+            }
+            tx.exec_drop(format!("INSERT INTO rows_ VALUES {rows}"), values).unwrap();
+        }
+        tx.commit().unwrap();
+    });
+    (wall, cpu)
+}
+
+/// The rounds on MariaDB: raw batched INSERT and the ledger's charge, alternating.
+fn maria_rounds(server: &str, text: &str, parsed: &[ledger::UsageRecord], rounds: usize, now: i64) {
+    let records = parsed.len();
+    let rate = |d: Duration| records as f64 / d.as_secs_f64();
+    let mut ratios = Vec::new();
+    for round in 1..=rounds {
+        let raw_db = format!("gputokens_bench_raw{round}");
+        let (raw, raw_cpu) = raw_insert_maria(&maria_database(server, &raw_db), text);
+        drop_maria_database(server, &raw_db);
+        let ledger_db = format!("gputokens_bench_ledger{round}");
+        let target = ledger::db::MariaTarget::new(&maria_database(server, &ledger_db), None).unwrap();
+        let mut ledger = Ledger::open_mariadb(&target, BucketRules::default()).unwrap();
+        let (outcome, charge, charge_cpu) = timed(|| ledger.charge(parsed, &prices(), now).unwrap());
+        assert_eq!(outcome.entries, records, "one charge entry per record");
+        let ratio = rate(charge) / rate(raw);
+        println!(
+            "MariaDB round {round}: raw batched INSERT {:.2} s ({:.0} rows/s, {:.2} s on the CPU), ledger charge {:.2} s ({:.0} records/s, {:.2} s on the CPU): {ratio:.2}",
+            raw.as_secs_f64(),
+            rate(raw),
+            raw_cpu.as_secs_f64(),
+            charge.as_secs_f64(),
+            rate(charge),
+            charge_cpu.as_secs_f64(),
+        );
+        ratios.push(ratio);
+        drop(ledger);
+        drop_maria_database(server, &ledger_db);
+    }
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[ratios.len() / 2];
+    let verdict = if median >= 0.5 { "met" } else { "missed" };
+    println!(
+        "MariaDB: charge / raw batched INSERT rate, median of {rounds} rounds: {median:.2} (target >= 0.5): {verdict}"
+    );
+}
+
 fn main() {
     let records: usize = std::env::var("BENCH_RECORDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
@@ -177,4 +266,7 @@ fn main() {
     let median = ratios[ratios.len() / 2];
     let verdict = if median >= 0.5 { "met" } else { "missed" };
     println!("charge / raw INSERT rate, median of {rounds} rounds: {median:.2} (target >= 0.5): {verdict}");
+    if let Ok(server) = std::env::var("BENCH_MARIADB") {
+        maria_rounds(&server, &text, &parsed.records, rounds, now);
+    }
 }
