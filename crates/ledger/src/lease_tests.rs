@@ -50,3 +50,23 @@ fn one_holder_leads_at_a_time_and_a_lapsed_leader_writes_nothing() {
     b.release_lease("ctl2:2").unwrap();
     assert!(a.claim_lease("ctl1:1", Duration::from_secs(30)).unwrap().held_by("ctl1:1"));
 }
+
+/// A connection the server dropped (a restart, a killed session) fails what it was doing, and the
+/// next request is answered on a new one.
+#[test]
+fn a_connection_the_server_dropped_is_made_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    let mut l = crate::testdb::open(&path, BucketRules::default()).unwrap();
+    if l.dialect() == Dialect::Sqlite {
+        return;
+    }
+    l.append(&grant("ann", "grant:1")).unwrap();
+    let id: i64 = l.conn.query_row("SELECT CONNECTION_ID()", (), |r| r.get(0)).unwrap();
+    let other = crate::testdb::open(&path, BucketRules::default()).unwrap();
+    other.conn.execute_batch(&format!("KILL CONNECTION {id}")).unwrap();
+    assert!(l.account("ann").is_err(), "the killed session's statement fails");
+    assert_eq!(l.account("ann").unwrap().unwrap().balance, Tokens::whole(101));
+    l.append(&grant("ann", "grant:2")).unwrap();
+    assert_eq!(other.account("ann").unwrap().unwrap().balance, Tokens::whole(102));
+}

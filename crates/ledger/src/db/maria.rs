@@ -72,9 +72,16 @@ impl MariaTarget {
     }
 }
 
-/// A connection, with what it remembers between statements.
+/// A connection, with what it remembers between statements. A connection the server dropped (a
+/// restart, a failover of its address) is made again before the next statement outside a
+/// transaction; a transaction it was in fails whole, as the server rolled it back.
 pub(crate) struct Session {
     conn: mysql::Conn,
+    opts: mysql::Opts,
+    /// The connection was lost: made again before the next use.
+    lost: bool,
+    /// Inside a transaction (between its BEGIN and its COMMIT or ROLLBACK).
+    in_transaction: bool,
     translated: HashMap<String, Arc<Translated>>,
     last_insert_id: i64,
     /// Who must hold the lease for a write transaction to begin (the cycles' connection).
@@ -96,11 +103,44 @@ const SETUP: &[&str] = &[
 
 impl Session {
     pub fn connect(target: &MariaTarget) -> Result<Session> {
-        let mut conn = mysql::Conn::new(target.opts.clone())?;
-        for sql in SETUP {
-            conn.query_drop(sql)?;
+        Ok(Session {
+            conn: open(&target.opts)?,
+            opts: target.opts.clone(),
+            lost: false,
+            in_transaction: false,
+            translated: HashMap::new(),
+            last_insert_id: 0,
+            fence: None,
+        })
+    }
+
+    /// The connection, made again first if it was lost outside a transaction.
+    fn conn(&mut self) -> Result<&mut mysql::Conn> {
+        if self.lost {
+            if self.in_transaction {
+                return Err(Error::Unsupported(
+                    "the connection to MariaDB was lost in a transaction: none of it was kept",
+                ));
+            }
+            self.conn = open(&self.opts)?;
+            self.lost = false;
         }
-        Ok(Session { conn, translated: HashMap::new(), last_insert_id: 0, fence: None })
+        Ok(&mut self.conn)
+    }
+
+    /// `result`, noting a connection the server dropped.
+    fn noted<T>(&mut self, result: std::result::Result<T, mysql::Error>) -> Result<T> {
+        if let Err(e) = &result {
+            if connection_lost(e) {
+                self.lost = true;
+            }
+        }
+        Ok(result?)
+    }
+
+    fn run(&mut self, sql: &str) -> Result<()> {
+        let done = self.conn()?.query_drop(sql);
+        self.noted(done)
     }
 
     pub fn last_insert_id(&self) -> i64 {
@@ -115,7 +155,12 @@ impl Session {
     pub fn batch(&mut self, sql: &str) -> Result<()> {
         for statement in split_statements(sql) {
             let translated = translate(&statement);
-            self.conn.query_drop(&translated.sql)?;
+            let ends = matches!(translated.sql.trim().to_ascii_uppercase().as_str(), "COMMIT" | "ROLLBACK");
+            let done = self.run(&translated.sql);
+            if ends {
+                self.in_transaction = false;
+            }
+            done?;
         }
         Ok(())
     }
@@ -123,25 +168,29 @@ impl Session {
     /// Begins a transaction holding the write turn: an update of the one `write_turn` row, which
     /// every writer makes first (on Galera, a write that certifies, where a row lock would not).
     pub fn begin(&mut self) -> Result<()> {
-        self.conn.query_drop("START TRANSACTION")?;
-        if let Err(e) = self.conn.query_drop("UPDATE write_turn SET turns = turns + 1 WHERE id = 1") {
-            let _ = self.conn.query_drop("ROLLBACK");
-            return Err(e.into());
+        self.run("START TRANSACTION")?;
+        self.in_transaction = true;
+        if let Err(e) = self.run("UPDATE write_turn SET turns = turns + 1 WHERE id = 1") {
+            let _ = self.batch("ROLLBACK");
+            return Err(e);
         }
         // Checked with the turn held: a lease lost from here on lets the other leader write only
         // after this transaction ends.
         if let Some(holder) = self.fence.clone() {
-            let held: Result<Option<i64>> = self
-                .conn
-                .exec_first(
-                    "SELECT COUNT(*) FROM leader_lease
-                     WHERE id = 1 AND holder = ? AND expires_ms > CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
-                    (holder.as_str(),),
-                )
-                .map_err(Error::from);
-            if !matches!(held, Ok(Some(1))) {
-                let _ = self.conn.query_drop("ROLLBACK");
-                held?;
+            let held = self.conn.exec_first(
+                "SELECT COUNT(*) FROM leader_lease
+                 WHERE id = 1 AND holder = ? AND expires_ms > CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
+                (holder.as_str(),),
+            );
+            let held: Option<i64> = match self.noted(held) {
+                Ok(held) => held,
+                Err(e) => {
+                    let _ = self.batch("ROLLBACK");
+                    return Err(e);
+                }
+            };
+            if held != Some(1) {
+                let _ = self.batch("ROLLBACK");
                 return Err(Error::Fenced(holder));
             }
         }
@@ -150,8 +199,9 @@ impl Session {
 
     /// Begins a read-only transaction over one consistent snapshot.
     pub fn begin_snapshot(&mut self) -> Result<()> {
-        self.conn.query_drop("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")?;
-        self.conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")?;
+        self.run("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")?;
+        self.run("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")?;
+        self.in_transaction = true;
         Ok(())
     }
 
@@ -177,7 +227,8 @@ impl<'c> Prepared<'c> {
     pub fn new(session: &'c RefCell<Session>, sql: &str) -> Result<Prepared<'c>> {
         let mut s = session.borrow_mut();
         let translated = s.translation(sql);
-        let statement = s.conn.prep(&translated.sql)?;
+        let prepared = s.conn()?.prep(&translated.sql);
+        let statement = s.noted(prepared)?;
         drop(s);
         Ok(Prepared { session, translated, statement, bound: Vec::new() })
     }
@@ -201,14 +252,16 @@ impl<'c> Prepared<'c> {
     pub fn execute(&mut self, values: &[mysql::Value]) -> Result<usize> {
         let params = self.ordered(values)?;
         let mut s = self.session.borrow_mut();
-        let result = s.conn.exec_iter(&self.statement, params)?;
-        let affected = result.affected_rows();
-        // SQLite's last_insert_rowid is the last row's; MariaDB names the first of a many-row insert.
-        let last = match (result.last_insert_id(), affected) {
-            (Some(first), n) if first > 0 && n > 0 => Some(first as i64 + n as i64 - 1),
-            _ => None,
-        };
-        drop(result);
+        let done = s.conn()?.exec_iter(&self.statement, params).map(|result| {
+            let affected = result.affected_rows();
+            // SQLite's last_insert_rowid is the last row's; MariaDB names the first of a many-row insert.
+            let last = match (result.last_insert_id(), affected) {
+                (Some(first), n) if first > 0 && n > 0 => Some(first as i64 + n as i64 - 1),
+                _ => None,
+            };
+            (affected, last)
+        });
+        let (affected, last) = s.noted(done)?;
         if let Some(last) = last {
             s.last_insert_id = last;
         }
@@ -217,7 +270,9 @@ impl<'c> Prepared<'c> {
 
     pub fn query(&mut self, values: &[mysql::Value]) -> Result<Vec<mysql::Row>> {
         let params = self.ordered(values)?;
-        Ok(self.session.borrow_mut().conn.exec(&self.statement, params)?)
+        let mut s = self.session.borrow_mut();
+        let rows = s.conn()?.exec(&self.statement, params);
+        s.noted(rows)
     }
 
     pub fn column_names(&self) -> Vec<String> {
@@ -247,6 +302,25 @@ impl<'c> Prepared<'c> {
 
     pub fn clear(&mut self) {
         self.bound.clear();
+    }
+}
+
+/// A new connection, set up as [`SETUP`] says.
+fn open(opts: &mysql::Opts) -> Result<mysql::Conn> {
+    let mut conn = mysql::Conn::new(opts.clone())?;
+    for sql in SETUP {
+        conn.query_drop(sql)?;
+    }
+    Ok(conn)
+}
+
+/// Whether `e` means the server dropped the connection (restarted, killed it, went away).
+fn connection_lost(e: &mysql::Error) -> bool {
+    match e {
+        mysql::Error::IoError(_) | mysql::Error::DriverError(_) | mysql::Error::CodecError(_) => true,
+        // Server gone away, lost connection, killed, shut down, disconnected for idling.
+        mysql::Error::MySqlError(e) => matches!(e.code, 2006 | 2013 | 1927 | 1053 | 4031),
+        _ => false,
     }
 }
 

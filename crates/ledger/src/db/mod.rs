@@ -270,7 +270,11 @@ impl Transaction<'_> {
     pub fn commit(mut self) -> Result<()> {
         self.done = true;
         match &self.conn.inner {
-            Inner::Lite(c) => Ok(c.execute_batch("COMMIT")?),
+            Inner::Lite(c) => c.execute_batch("COMMIT").map_err(|e| {
+                // Not left open: what it wrote is dropped, as the caller is told.
+                let _ = c.execute_batch("ROLLBACK");
+                e.into()
+            }),
             Inner::Maria(s) => s.borrow_mut().batch("COMMIT"),
         }
     }
