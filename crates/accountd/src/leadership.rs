@@ -66,6 +66,11 @@ impl Leadership {
         self.leading.load(Ordering::SeqCst)
     }
 
+    /// Set while this accountd leads (what the snapshot's publisher asks before it writes).
+    pub fn leading_flag(&self) -> Arc<AtomicBool> {
+        self.leading.clone()
+    }
+
     /// Stops the keeper and waits for it to give the lease up: the other accountd leads at once.
     pub fn stop(&self) {
         let taken = self.stop.lock().unwrap_or_else(|p| p.into_inner()).take();

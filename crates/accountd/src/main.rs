@@ -339,7 +339,7 @@ fn serve(path: &std::path::Path, config: Config) -> AccountdResult {
                     })
                 }
             };
-            answering.publisher.follow(leadership.clone());
+            answering.publisher.only_while(leadership.leading_flag());
             leadership
         };
         let cycles = accountd::cycles::serve::Cycles::open(&shared, leadership.clone())?;

@@ -4,10 +4,10 @@
 //! let go of the answering lock: the ledger read, the SlurmUser's lookup and the fsync of a publish
 //! never hold a lock that answers users. Publishes wait for each other on the publisher's own lock.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use crate::error::AccountdResult;
-use crate::leadership::Leadership;
 use crate::resources::Resources;
 use crate::slurm_view::SlurmView;
 
@@ -17,20 +17,21 @@ pub struct Publisher {
     /// Its own connection to the ledger, held while a snapshot is written.
     res: Arc<Mutex<Resources>>,
     view: Arc<RwLock<Arc<SlurmView>>>,
-    /// Of a pair on one ledger, only the leader writes the snapshot (set once serve knows).
-    leadership: Arc<OnceLock<Leadership>>,
+    /// Of a pair on one ledger, only the leader writes the snapshot: whether this accountd leads
+    /// (`crate::leadership`), set once serve knows.
+    leading: Arc<OnceLock<Arc<AtomicBool>>>,
 }
 
 impl Publisher {
     /// A publisher writing from `res` (a connection of its own: `Resources::reopen`).
     pub fn new(res: Resources) -> Publisher {
-        Publisher { res: Arc::new(Mutex::new(res)), view: Arc::default(), leadership: Arc::default() }
+        Publisher { res: Arc::new(Mutex::new(res)), view: Arc::default(), leading: Arc::default() }
     }
 
-    /// From now on writes only while `leadership` leads: the leader writes what the other's
-    /// requests changed too (`leadership`'s keeper).
-    pub fn follow(&self, leadership: Leadership) {
-        let _ = self.leadership.set(leadership);
+    /// From now on writes only while `leading` is set: the leader writes what the other's
+    /// requests changed too (`crate::leadership`'s keeper).
+    pub fn only_while(&self, leading: Arc<AtomicBool>) {
+        let _ = self.leading.set(leading);
     }
 
     /// The Slurm view the check cycle last handed over (empty before the first).
@@ -46,7 +47,7 @@ impl Publisher {
 
     /// Writes the snapshot from the ledger and the last Slurm view; returns how many users it lists.
     pub fn publish(&self, now: i64) -> AccountdResult<usize> {
-        if self.leadership.get().is_some_and(|l| !l.leading()) {
+        if self.leading.get().is_some_and(|leading| !leading.load(Ordering::SeqCst)) {
             tracing::debug!("following: the leading accountd writes the snapshot");
             return Ok(0);
         }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use mysql::prelude::Queryable;
 
-use super::{Error, Result};
+use super::error::{Error, Result};
 
 /// Where a MariaDB ledger is, and who accountd is there.
 #[derive(Clone)]
@@ -325,8 +325,8 @@ fn connection_lost(e: &mysql::Error) -> bool {
 }
 
 /// Column `index` of a MariaDB row whatever its type.
-pub(crate) fn value(row: &mysql::Row, index: usize) -> Result<super::Value> {
-    use super::Value;
+pub(crate) fn value(row: &mysql::Row, index: usize) -> Result<super::error::Value> {
+    use super::error::Value;
     let Some(raw) = row.as_ref(index) else {
         return Err(Error::MariaValue { index, why: "no such column".into() });
     };

@@ -5,7 +5,7 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 
 pub use rusqlite::ToSql;
 
-use super::{Error, Result};
+use super::error::{Error, Result};
 
 /// A statement's parameters: `params![…]`, an array of one type, or `()` for none.
 pub trait Params {
