@@ -5,11 +5,12 @@
 //! again when a balance changed through the other accountd. On a SQLite ledger this accountd
 //! always leads and nothing runs.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::error::{AccountdError, AccountdResult};
 use crate::metrics::HolderLabels;
 use crate::resources::Resources;
 use crate::snapshot::publisher::Publisher;
@@ -24,6 +25,10 @@ pub const TTL: Duration = Duration::from_secs(10);
 pub struct Leadership {
     me: Arc<str>,
     leading: Arc<AtomicBool>,
+    /// Until when (ms after `epoch`) the lease last read runs, less a margin: a renewal that hangs
+    /// (the database unreachable) ends this accountd's leading before the other's begins.
+    until_ms: Arc<AtomicU64>,
+    epoch: std::time::Instant,
     /// Wakes the keeper to give the lease up and end; its thread, to wait for that.
     stop: Arc<Mutex<Option<Keeper>>>,
 }
@@ -40,19 +45,50 @@ impl Leadership {
 
     /// For a ledger only this accountd writes (SQLite): leading, with no keeper.
     pub fn sole() -> Leadership {
-        Leadership { me: Leadership::me().into(), leading: Arc::new(AtomicBool::new(true)), stop: Arc::default() }
+        Leadership {
+            me: Leadership::me().into(),
+            leading: Arc::new(AtomicBool::new(true)),
+            until_ms: Arc::new(AtomicU64::new(u64::MAX)),
+            epoch: std::time::Instant::now(),
+            stop: Arc::default(),
+        }
     }
 
     /// Starts the keeper on `res` (a connection of its own); `on_lead` runs each time this
     /// accountd comes to lead (the cycles start at once rather than at their next turn).
-    pub fn start(mut res: Resources, publisher: Publisher, on_lead: impl Fn() + Send + 'static) -> Leadership {
-        let leadership =
-            Leadership { me: Leadership::me().into(), leading: Arc::new(AtomicBool::new(false)), stop: Arc::default() };
+    pub fn start(res: Resources, publisher: Publisher, on_lead: impl Fn() + Send + 'static) -> Leadership {
+        Leadership::keeping(res, Some(publisher), on_lead)
+    }
+
+    /// For `accountd tick` and `accountd charge` on a MariaDB ledger: the lease, taken now and kept
+    /// while the command runs, and `cycle`'s connection fenced by it; refused while another holds
+    /// it (a serve leads: its cycles do this work). Given up by [`Leadership::stop`].
+    pub fn for_command(mut keeper: Resources, cycle: &mut Resources, what: &str) -> AccountdResult<Leadership> {
+        let me = Leadership::me();
+        let lease = keeper.ledger.claim_lease(&me, TTL)?;
+        if !lease.held_by(&me) {
+            return Err(AccountdError::Refused(format!(
+                "accountd {} leads this ledger (lease term {}): its cycles do what {what} would; run it when none leads",
+                lease.holder, lease.term
+            )));
+        }
+        cycle.ledger.fence_with_lease(&me);
+        Ok(Leadership::keeping(keeper, None, || {}))
+    }
+
+    fn keeping(mut res: Resources, publisher: Option<Publisher>, on_lead: impl Fn() + Send + 'static) -> Leadership {
+        let leadership = Leadership {
+            me: Leadership::me().into(),
+            leading: Arc::new(AtomicBool::new(false)),
+            until_ms: Arc::new(AtomicU64::new(0)),
+            epoch: std::time::Instant::now(),
+            stop: Arc::default(),
+        };
         let keeper = leadership.clone();
         let (wake, woken) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("lease".into())
-            .spawn(move || keeper.keep(&mut res, &publisher, on_lead, &woken))
+            .spawn(move || keeper.keep(&mut res, publisher.as_ref(), on_lead, &woken))
             .expect("start the lease keeper");
         *leadership.stop.lock().unwrap_or_else(|p| p.into_inner()) = Some((wake, thread));
         leadership
@@ -62,13 +98,14 @@ impl Leadership {
         &self.me
     }
 
+    /// Whether this accountd leads: it held the lease at the last renewal, and that lease has not
+    /// run out since.
     pub fn leading(&self) -> bool {
-        self.leading.load(Ordering::SeqCst)
+        self.leading.load(Ordering::SeqCst) && self.now_ms() < self.until_ms.load(Ordering::SeqCst)
     }
 
-    /// Set while this accountd leads (what the snapshot's publisher asks before it writes).
-    pub fn leading_flag(&self) -> Arc<AtomicBool> {
-        self.leading.clone()
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Stops the keeper and waits for it to give the lease up: the other accountd leads at once.
@@ -80,15 +117,20 @@ impl Leadership {
         }
     }
 
-    fn keep(&self, res: &mut Resources, publisher: &Publisher, on_lead: impl Fn(), stop: &Receiver<()>) {
+    fn keep(&self, res: &mut Resources, publisher: Option<&Publisher>, on_lead: impl Fn(), stop: &Receiver<()>) {
         let mut published: Option<i64> = None;
         let mut holder_shown = String::new();
         let mut failing = false;
         loop {
+            let claimed_at = self.now_ms();
             match res.ledger.claim_lease(&self.me, TTL) {
                 Ok(lease) => {
                     failing = false;
                     let now_leading = lease.held_by(&self.me);
+                    // Counted from before the claim was sent, less one renewal: never past the
+                    // lease the database holds.
+                    let left = u64::try_from(lease.left_ms).unwrap_or(0).saturating_sub(RENEW.as_millis() as u64);
+                    self.until_ms.store(claimed_at.saturating_add(left), Ordering::SeqCst);
                     let was_leading = self.leading.swap(now_leading, Ordering::SeqCst);
                     res.metrics.leading.set(i64::from(now_leading));
                     if lease.holder != holder_shown {
@@ -109,7 +151,7 @@ impl Leadership {
                         }
                         _ => {}
                     }
-                    if now_leading {
+                    if let (true, Some(publisher)) = (now_leading, publisher) {
                         published = self.publish_changes(res, publisher, published);
                     }
                 }

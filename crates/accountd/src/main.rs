@@ -128,6 +128,7 @@ fn run(cli: Cli) -> AccountdResult {
             let now = now(&time)?;
             // Held until the preemptions' grace is over: their requeues are part of this cycle.
             let lock = cycle_lock(&cycle.res, "accountd tick", &wait)?;
+            let led = led_for_command(&mut cycle, "accountd tick")?;
             if !skip_charge {
                 let slurm = Slurm::new(&cycle.res.config.slurm);
                 outln!("charge: {}", charge::charge(&mut cycle, &slurm, now)?);
@@ -135,6 +136,9 @@ fn run(cli: Cli) -> AccountdResult {
             let publish = |c: &CycleState, now| accountd::snapshot::publish(&c.res, &c.slurm_view, now);
             outln!("check: {}", check::check(&mut cycle, now, publish)?);
             cycle.finish_preemptions();
+            if let Some(led) = led {
+                led.stop();
+            }
             // With the cycle lock released: serve's cycles never wait on the OnDemand file.
             drop(lock);
             if !accountd::ondemand::flush(std::time::Duration::from_secs(30)) {
@@ -147,12 +151,26 @@ fn run(cli: Cli) -> AccountdResult {
         Command::Charge { sacct_file, time, wait } => {
             let mut cycle = CycleState::new(Resources::open_as_admin(trusted_config(&path)?)?);
             let lock = cycle_lock(&cycle.res, "accountd charge", &wait)?;
+            let led = led_for_command(&mut cycle, "accountd charge")?;
             outln!("{}", accountd::cli::sacct_file::charge(&mut cycle, &sacct_file, now(&time)?)?);
+            if let Some(led) = led {
+                led.stop();
+            }
             drop(lock);
             accountd::ondemand::flush(std::time::Duration::from_secs(30));
             Ok(())
         }
     }
+}
+
+/// On a MariaDB ledger (which a pair of serves may share), the lease for a command that runs the
+/// cycles' work: refused while a serve leads. A SQLite ledger's cycle lock is enough.
+fn led_for_command(cycle: &mut CycleState, what: &str) -> AccountdResult<Option<accountd::leadership::Leadership>> {
+    if cycle.res.config.ledger.url.is_none() {
+        return Ok(None);
+    }
+    let keeper = cycle.res.reopen()?;
+    Ok(Some(accountd::leadership::Leadership::for_command(keeper, &mut cycle.res, what)?))
 }
 
 /// `accountd agent ARGS…` of 0.1.0: `gputokens-agent ARGS…`, the program beside this one (both in
@@ -307,22 +325,9 @@ fn serve(path: &std::path::Path, config: Config) -> AccountdResult {
         );
         let shared = std::sync::Arc::new(std::sync::Mutex::new(answering));
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        if let Some(tcp) = tcp {
-            let tcp = tokio::net::TcpListener::from_std(tcp).map_err(AccountdError::io("http listener"))?;
-            let bound = tcp.local_addr().map_err(AccountdError::io("http listener"))?;
-            let scheme = if limits.tls.is_some() { "https" } else { "http" };
-            tracing::info!("metrics and JSON API on {scheme}://{bound}");
-            accountd::answering::lock(&shared).http_address = Some(bound);
-            let state = http::AppState::new(shared.clone())?;
-            let metrics = state.metrics();
-            let app = http::router(state);
-            let stopped = stopped.clone();
-            tokio::spawn(
-                async move { accountd::http::listener::serve(tcp, app, &limits, metrics, tls, stopped).await },
-            );
-        }
         // Of a pair on one MariaDB ledger, the one holding the lease runs the cycles (at once when
-        // it comes to lead); on SQLite this one always does.
+        // it comes to lead) and writes the snapshot; on SQLite this one always does. Known before
+        // any listener answers: a follower's change must not write the snapshot.
         let lead = std::sync::Arc::new(tokio::sync::Notify::new());
         let leadership = {
             let answering = accountd::answering::lock(&shared);
@@ -339,9 +344,24 @@ fn serve(path: &std::path::Path, config: Config) -> AccountdResult {
                     })
                 }
             };
-            answering.publisher.only_while(leadership.leading_flag());
+            let asked = leadership.clone();
+            answering.publisher.only_while(std::sync::Arc::new(move || asked.leading()));
             leadership
         };
+        if let Some(tcp) = tcp {
+            let tcp = tokio::net::TcpListener::from_std(tcp).map_err(AccountdError::io("http listener"))?;
+            let bound = tcp.local_addr().map_err(AccountdError::io("http listener"))?;
+            let scheme = if limits.tls.is_some() { "https" } else { "http" };
+            tracing::info!("metrics and JSON API on {scheme}://{bound}");
+            accountd::answering::lock(&shared).http_address = Some(bound);
+            let state = http::AppState::new(shared.clone())?;
+            let metrics = state.metrics();
+            let app = http::router(state);
+            let stopped = stopped.clone();
+            tokio::spawn(
+                async move { accountd::http::listener::serve(tcp, app, &limits, metrics, tls, stopped).await },
+            );
+        }
         let cycles = accountd::cycles::serve::Cycles::open(&shared, leadership.clone())?;
         let journal = accountd::answering::lock(&shared).res.reopen()?;
         let every = journal.config.intervals.check;

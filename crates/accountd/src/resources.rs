@@ -3,7 +3,6 @@
 //! for the periodic cycles, `http::reports::ReportState` for the agents' reports); this module imports
 //! none of them.
 
-use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
 use gputokens::access::Caller;
@@ -50,28 +49,28 @@ fn open_ledger(config: &Config) -> AccountdResult<Ledger> {
     let rules = config.into();
     let mut ledger = match &config.ledger.url {
         None => Ledger::open(&config.paths.ledger, rules)?,
-        Some(url) => Ledger::open_mariadb(&mariadb_target(url, config.ledger.password_file.as_deref())?, rules)?,
+        Some(url) => Ledger::open_mariadb(
+            &mariadb_target(url, config.ledger.password_file.as_deref(), &config.slurm_user)?,
+            rules,
+        )?,
     };
     ledger.set_pool_mode(config.accounts.mode);
     Ok(ledger)
 }
 
-/// Where a MariaDB URL points, with the password from a file only accountd's user can read.
-pub fn mariadb_target(url: &str, password_file: Option<&std::path::Path>) -> AccountdResult<ledger::db::MariaTarget> {
+/// Where a MariaDB URL points, with the password from a file only root, accountd's user and the
+/// SlurmUser (whom the packaged unit runs accountd as) can read or change.
+pub fn mariadb_target(
+    url: &str,
+    password_file: Option<&std::path::Path>,
+    slurm_user: &str,
+) -> AccountdResult<ledger::db::MariaTarget> {
     if let Some(path) = password_file {
-        if let Some(why) = gputokens::file_trust::untrusted(path, "[ledger] password_file") {
+        let what = "[ledger] password_file";
+        let untrusted = gputokens::file_trust::untrusted_with(path, what, Some(slurm_user))
+            .or_else(|| gputokens::file_trust::secret_readable_by_others(path, what, Some(slurm_user)));
+        if let Some(why) = untrusted {
             return Err(AccountdError::Failed(why));
-        }
-        let mode = std::fs::metadata(path)
-            .map_err(|e| AccountdError::Failed(format!("[ledger] password_file {}: {e}", path.display())))?
-            .permissions()
-            .mode();
-        if mode & 0o004 != 0 {
-            return Err(AccountdError::Failed(format!(
-                "[ledger] password_file {} is readable by every user (mode {:o}): chmod 0600 it",
-                path.display(),
-                mode & 0o777
-            )));
         }
     }
     ledger::db::MariaTarget::new(url, password_file).map_err(|e| AccountdError::Failed(e.to_string()))
@@ -99,9 +98,10 @@ pub fn read_only_ledger(
 ) -> AccountdResult<Ledger> {
     require_admin(config)?;
     let mut ledger = match (path, &config.ledger.url) {
-        (None, Some(url)) => {
-            Ledger::open_mariadb_existing(&mariadb_target(url, config.ledger.password_file.as_deref())?, config.into())?
-        }
+        (None, Some(url)) => Ledger::open_mariadb_existing(
+            &mariadb_target(url, config.ledger.password_file.as_deref(), &config.slurm_user)?,
+            config.into(),
+        )?,
         (path, _) => Ledger::open_read_only(path.unwrap_or(&config.paths.ledger), config.into(), scratch)?,
     };
     ledger.set_pool_mode(config.accounts.mode);

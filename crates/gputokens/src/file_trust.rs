@@ -102,6 +102,37 @@ fn why_others_can_change(
     None
 }
 
+/// Why a user other than root, this process's owner and `user` (the SlurmUser) could read the
+/// secret `path` (named `what`): its mode lets every user, a group not theirs, or an access
+/// control list; None when none can.
+pub fn secret_readable_by_others(path: &Path, what: &str, user: Option<&str>) -> Option<String> {
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) => return Some(format!("{what} {}: {e}", path.display())),
+    };
+    let mode = meta.mode() & 0o7777;
+    let mut groups = vec![0, nix::unistd::getegid().as_raw()];
+    if let Some(Ok(Some(user))) = user.map(nix::unistd::User::from_name) {
+        groups.push(user.gid.as_raw());
+    }
+    let shown = path.display();
+    if mode & 0o004 != 0 {
+        return Some(format!("{what} {shown} is readable by every user (mode {mode:o}): chmod 0600 it"));
+    }
+    if mode & 0o040 != 0 && !groups.contains(&meta.gid()) {
+        return Some(format!(
+            "{what} {shown} is readable by the group {} (mode {mode:o}): chmod 0600 it, or give it accountd's group",
+            group_name(meta.gid())
+        ));
+    }
+    if has_access_acl(path) {
+        return Some(format!(
+            "{what} {shown} has an access control list that can let other users read it (see getfacl): setfacl -b it"
+        ));
+    }
+    None
+}
+
 /// Whether `path` has an access control list beyond its mode bits (a file system without them has
 /// none).
 fn has_access_acl(path: &Path) -> bool {
@@ -276,5 +307,27 @@ mod tests {
         nix::unistd::chown(&file, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
         let why = untrusted(&file, "the config").unwrap();
         assert!(why.contains("belongs to uid 65534"), "{why}");
+    }
+
+    #[test]
+    fn a_secret_is_refused_where_others_can_read_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("ledger-password");
+        std::fs::write(&secret, "pw\n").unwrap();
+        let chmod = |mode| std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(mode)).unwrap();
+        chmod(0o600);
+        assert_eq!(secret_readable_by_others(&secret, "[ledger] password_file", None), None);
+        chmod(0o644);
+        let why = secret_readable_by_others(&secret, "[ledger] password_file", None).unwrap();
+        assert!(why.contains("readable by every user (mode 644)"), "{why}");
+        chmod(0o640);
+        // The owner's own group (this process's) may read it; another group may not.
+        assert_eq!(secret_readable_by_others(&secret, "[ledger] password_file", None), None);
+        if nix::unistd::geteuid().is_root() {
+            nix::unistd::chown(&secret, None, Some(nix::unistd::Gid::from_raw(4242))).unwrap();
+            let why = secret_readable_by_others(&secret, "[ledger] password_file", None).unwrap();
+            assert!(why.contains("readable by the group gid 4242 (mode 640)"), "{why}");
+        }
     }
 }

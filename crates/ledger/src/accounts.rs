@@ -174,17 +174,28 @@ pub(crate) fn next_entry_id(tx: &Transaction<'_>) -> Result<Option<i64>, LedgerE
     }
 }
 
+/// Whether an entry holds `key` already (MariaDB: looked up under the write turn before a plain
+/// insert, where SQLite's insert skips it itself).
+fn key_taken(tx: &Transaction<'_>, key: &str) -> Result<bool, LedgerError> {
+    Ok(tx.prepare_cached("SELECT EXISTS (SELECT 1 FROM entries WHERE key = ?1)")?.query_row([key], |r| r.get(0))?)
+}
+
 /// Inserts unless the key exists; keeps `users.balance` equal to the sum of the user's entries and
 /// `users.last_entry` at the newest of them.
 pub(crate) fn insert_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied, LedgerError> {
     let given_id = next_entry_id(tx)?;
-    let added = tx
+    let taken = given_id.is_some() && key_taken(tx, &e.key)?;
+    let added = if taken {
+        0
+    } else {
+        tx
         .prepare_cached(tx.dialect().pick(
             "INSERT INTO entries (id, user, kind, amount, at, actor, reason, key, job_id, gpu_type, gpu_seconds, member, prev_id)
              VALUES (?12, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, (SELECT last_entry FROM users WHERE name = ?1))
              ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING",
-            // IGNORE, not an update on a duplicate key: that would fire the append-only trigger.
-            "INSERT IGNORE INTO entries (id, user, kind, amount, at, actor, reason, key, job_id, gpu_type, gpu_seconds, member, prev_id)
+            // A plain insert: a key already taken was looked for first (`key_taken`); an update on a
+            // duplicate key would fire the append-only trigger, and IGNORE would hide any error.
+            "INSERT INTO entries (id, user, kind, amount, at, actor, reason, key, job_id, gpu_type, gpu_seconds, member, prev_id)
              VALUES (?12, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, (SELECT last_entry FROM users WHERE name = ?1))",
         ))?
         .execute(params![
@@ -200,7 +211,8 @@ pub(crate) fn insert_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied
             e.gpu_seconds.map(|s| s as i64),
             e.member,
             given_id
-        ])?;
+        ])?
+    };
     if let (Some(id), 1) = (given_id, added) {
         tx.inserted_with_id(id);
     }

@@ -40,7 +40,19 @@ pub fn copy(config: &Config, to: &str, from: Option<&Path>, password_file: Optio
         (None, None) => config.paths.ledger.display().to_string(),
     };
     let mut target = open_target(config, to, password_file)?;
-    let rows = source.copy_into(&mut target)?;
+    let rows = match source.copy_into(&mut target) {
+        Ok(rows) => rows,
+        Err(e) => {
+            // A new file that holds nothing of it is not left to refuse the next try.
+            if !is_url(to) {
+                drop(target);
+                for suffix in ["", "-wal", "-shm"] {
+                    let _ = std::fs::remove_file(format!("{to}{suffix}"));
+                }
+            }
+            return Err(e.into());
+        }
+    };
     let (before, after) = (source.fingerprint()?, target.fingerprint()?);
     crate::out!("{after}");
     if before != after {
@@ -78,7 +90,7 @@ fn open_target(config: &Config, to: &str, password_file: Option<&Path>) -> Accou
     if is_url(to) {
         let url = to.replacen("mariadb://", "mysql://", 1);
         let password_file = password_file.or(config.ledger.password_file.as_deref());
-        return Ok(Ledger::open_mariadb(&mariadb_target(&url, password_file)?, rules)?);
+        return Ok(Ledger::open_mariadb(&mariadb_target(&url, password_file, &config.slurm_user)?, rules)?);
     }
     let path = Path::new(to);
     if path.exists() {

@@ -4,12 +4,14 @@
 //! let go of the answering lock: the ledger read, the SlurmUser's lookup and the fsync of a publish
 //! never hold a lock that answers users. Publishes wait for each other on the publisher's own lock.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use crate::error::AccountdResult;
 use crate::resources::Resources;
 use crate::slurm_view::SlurmView;
+
+/// Whether this accountd leads (asked before each write).
+pub type Leading = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// Cheap to clone: every clone is the same publisher.
 #[derive(Clone)]
@@ -19,7 +21,7 @@ pub struct Publisher {
     view: Arc<RwLock<Arc<SlurmView>>>,
     /// Of a pair on one ledger, only the leader writes the snapshot: whether this accountd leads
     /// (`crate::leadership`), set once serve knows.
-    leading: Arc<OnceLock<Arc<AtomicBool>>>,
+    leading: Arc<OnceLock<Leading>>,
 }
 
 impl Publisher {
@@ -30,7 +32,7 @@ impl Publisher {
 
     /// From now on writes only while `leading` is set: the leader writes what the other's
     /// requests changed too (`crate::leadership`'s keeper).
-    pub fn only_while(&self, leading: Arc<AtomicBool>) {
+    pub fn only_while(&self, leading: Leading) {
         let _ = self.leading.set(leading);
     }
 
@@ -47,7 +49,7 @@ impl Publisher {
 
     /// Writes the snapshot from the ledger and the last Slurm view; returns how many users it lists.
     pub fn publish(&self, now: i64) -> AccountdResult<usize> {
-        if self.leading.get().is_some_and(|leading| !leading.load(Ordering::SeqCst)) {
+        if self.leading.get().is_some_and(|leading| !leading()) {
             tracing::debug!("following: the leading accountd writes the snapshot");
             return Ok(0);
         }

@@ -95,6 +95,9 @@ const SETUP: &[&str] = &[
     "SET NAMES utf8mb4 COLLATE utf8mb4_bin",
     "SET SESSION sql_mode = 'STRICT_ALL_TABLES,PIPES_AS_CONCAT,ANSI_QUOTES,NO_ENGINE_SUBSTITUTION,ERROR_FOR_DIVISION_BY_ZERO'",
     "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+    // The lease's clock (UNIX_TIMESTAMP(NOW(3))) in UTC: in a zone's repeated autumn hour it would
+    // step back an hour and keep a lost leader's lease that long.
+    "SET SESSION time_zone = '+00:00'",
     // As long as SQLite's busy timeout: a writer waits its turn that long, then fails.
     "SET SESSION innodb_lock_wait_timeout = 10",
     // A history is walked entry by entry (a recursive table): never cut short at a default depth.

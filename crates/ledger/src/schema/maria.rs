@@ -223,7 +223,7 @@ pub fn migrate(conn: &Connection) -> Result<(), super::SchemaError> {
         Some(v) => v,
         None => {
             // DDL commits as it goes in MariaDB: the version row is written last, so a creation
-            // cut off half-way is seen as none and refused rather than used (tables exist).
+            // cut off half-way is seen as none, and made again (each statement can be).
             conn.execute_batch(&table_options(TABLES))?;
             conn.execute("INSERT INTO ledger_schema VALUES (1, ?1)", [MADE_AT])?;
             MADE_AT
@@ -241,9 +241,14 @@ pub fn migrate(conn: &Connection) -> Result<(), super::SchemaError> {
     Ok(())
 }
 
-/// Every table InnoDB, its text compared byte for byte.
+/// Every table InnoDB, its text compared byte for byte; each statement one that can be made
+/// again (a first creation cut off half-way, by a missing privilege, resumes where it stopped).
 fn table_options(sql: &str) -> String {
     sql.replace("\n);", "\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;")
+        .replace("CREATE TABLE IF NOT EXISTS ", "CREATE TABLE ")
+        .replace("CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ")
+        .replace("CREATE TRIGGER ", "CREATE OR REPLACE TRIGGER ")
+        .replace("INSERT INTO write_turn ", "INSERT IGNORE INTO write_turn ")
 }
 
 const _: () = assert!(MADE_AT <= super::VERSION);
