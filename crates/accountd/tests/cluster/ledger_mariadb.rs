@@ -32,7 +32,10 @@ impl MariaDatabase {
         ));
         let password_file = site.file("ledger-password", &format!("{password}\n"));
         std::fs::set_permissions(&password_file, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let url = format!("mysql://{name}@localhost/{name}");
+        // Over the server's socket, as slurmdbd reaches it (the releases' root filesystems listen
+        // on no TCP port).
+        let socket = mariadb("SELECT @@socket");
+        let url = format!("mysql://{name}@localhost/{name}?socket={}", socket.trim());
         MariaDatabase { name, url, password_file }
     }
 
