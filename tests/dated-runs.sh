@@ -44,11 +44,14 @@ for want in "$@"; do
       # site's share one clock).
       [[ $target == multinode || $target == prometheus ]] && continue
       # DONT_FAKE_MONOTONIC: timeouts and sleeps keep the real monotonic clock (libtest's and tokio's
-      # waits on a faked one can hang); NO_CACHE: each call reads the clock anew.
+      # waits on a faked one can hang); NO_CACHE: each call reads the clock anew; DISABLE_SHM: no
+      # semaphore shared with the processes a test starts (one root made is one alice's perl or
+      # sbalance may not open: "sem_open failed ... Permission denied", and it exits). The offset
+      # alone keeps their clocks together.
       # An offset from the real clock, not "@TIME" (which each process would start anew at its own
       # start): the test binary and every daemon it starts share one faked clock.
       offset=$(( $(TZ=$zone date -d "$start" +%s) - $(date +%s) ))
-      if ! TZ=$zone LD_PRELOAD=$lib FAKETIME="$(printf %+d "$offset")" FAKETIME_DONT_FAKE_MONOTONIC=1 FAKETIME_NO_CACHE=1 \
+      if ! TZ=$zone LD_PRELOAD=$lib FAKETIME="$(printf %+d "$offset")" FAKETIME_DONT_FAKE_MONOTONIC=1 FAKETIME_NO_CACHE=1 FAKETIME_DISABLE_SHM=1 \
         "$path" -q > "target/test-logs/dated-$name-$target.log" 2>&1; then
         failed=1
         echo "--- $target at $start ($zone): FAILED"
