@@ -175,7 +175,6 @@ fn raw_insert_maria(url: &str, text: &str) -> (Duration, Duration) {
 /// The rounds on MariaDB: raw batched INSERT and the ledger's charge, alternating.
 fn maria_rounds(server: &str, text: &str, parsed: &[ledger::UsageRecord], rounds: usize, now: i64) {
     let records = parsed.len();
-    let rate = |d: Duration| records as f64 / d.as_secs_f64();
     let mut ratios = Vec::new();
     for round in 1..=rounds {
         let raw_db = format!("gputokens_bench_raw{round}");
@@ -186,26 +185,36 @@ fn maria_rounds(server: &str, text: &str, parsed: &[ledger::UsageRecord], rounds
         let mut ledger = Ledger::open_mariadb(&target, BucketRules::default()).unwrap();
         let (outcome, charge, charge_cpu) = timed(|| ledger.charge(parsed, &prices(), now).unwrap());
         assert_eq!(outcome.entries, records, "one charge entry per record");
-        let ratio = rate(charge) / rate(raw);
-        println!(
-            "MariaDB round {round}: raw batched INSERT {:.2} s ({:.0} rows/s, {:.2} s on the CPU), ledger charge {:.2} s ({:.0} records/s, {:.2} s on the CPU): {ratio:.2}",
-            raw.as_secs_f64(),
-            rate(raw),
-            raw_cpu.as_secs_f64(),
-            charge.as_secs_f64(),
-            rate(charge),
-            charge_cpu.as_secs_f64(),
-        );
-        ratios.push(ratio);
+        let label = format!("MariaDB round {round}: raw batched INSERT");
+        ratios.push(report_round(&label, records, (raw, raw_cpu), (charge, charge_cpu)));
         drop(ledger);
         drop_maria_database(server, &ledger_db);
     }
+    print_median("MariaDB: charge / raw batched INSERT rate", ratios);
+}
+
+/// Prints a round's raw and charge times; returns the charge rate over the raw rate.
+fn report_round(label: &str, records: usize, raw: (Duration, Duration), charge: (Duration, Duration)) -> f64 {
+    let rate = |d: Duration| records as f64 / d.as_secs_f64();
+    let ratio = rate(charge.0) / rate(raw.0);
+    println!(
+        "{label} {:.2} s ({:.0} rows/s, {:.2} s on the CPU), ledger charge {:.2} s ({:.0} records/s, {:.2} s on the CPU): {ratio:.2}",
+        raw.0.as_secs_f64(),
+        rate(raw.0),
+        raw.1.as_secs_f64(),
+        charge.0.as_secs_f64(),
+        rate(charge.0),
+        charge.1.as_secs_f64(),
+    );
+    ratio
+}
+
+/// Prints the median of the rounds' ratios against the 0.5 target.
+fn print_median(what: &str, mut ratios: Vec<f64>) {
     ratios.sort_by(f64::total_cmp);
     let median = ratios[ratios.len() / 2];
     let verdict = if median >= 0.5 { "met" } else { "missed" };
-    println!(
-        "MariaDB: charge / raw batched INSERT rate, median of {rounds} rounds: {median:.2} (target >= 0.5): {verdict}"
-    );
+    println!("{what}, median of {} rounds: {median:.2} (target >= 0.5): {verdict}", ratios.len());
 }
 
 fn main() {
@@ -234,17 +243,7 @@ fn main() {
         let mut ledger = Ledger::open(&path, BucketRules::default()).unwrap();
         let (outcome, charge, charge_cpu) = timed(|| ledger.charge(&parsed.records, &prices(), now).unwrap());
         assert_eq!(outcome.entries, records, "one charge entry per record");
-        let ratio = rate(charge) / rate(raw);
-        println!(
-            "round {round}: raw INSERT {:.2} s ({:.0} rows/s, {:.2} s on the CPU), ledger charge {:.2} s ({:.0} records/s, {:.2} s on the CPU): {ratio:.2}",
-            raw.as_secs_f64(),
-            rate(raw),
-            raw_cpu.as_secs_f64(),
-            charge.as_secs_f64(),
-            rate(charge),
-            charge_cpu.as_secs_f64(),
-        );
-        ratios.push(ratio);
+        ratios.push(report_round(&format!("round {round}: raw INSERT"), records, (raw, raw_cpu), (charge, charge_cpu)));
         cpu_ratios.push(raw_cpu.as_secs_f64() / charge_cpu.as_secs_f64());
         if round == rounds {
             let (replay, wall, cpu) = timed(|| ledger.charge(&parsed.records, &prices(), now).unwrap());
@@ -262,10 +261,7 @@ fn main() {
     }
     cpu_ratios.sort_by(f64::total_cmp);
     println!("by time on the CPU, median of {rounds} rounds: {:.2}", cpu_ratios[cpu_ratios.len() / 2]);
-    ratios.sort_by(f64::total_cmp);
-    let median = ratios[ratios.len() / 2];
-    let verdict = if median >= 0.5 { "met" } else { "missed" };
-    println!("charge / raw INSERT rate, median of {rounds} rounds: {median:.2} (target >= 0.5): {verdict}");
+    print_median("charge / raw INSERT rate", ratios);
     if let Ok(server) = std::env::var("BENCH_MARIADB") {
         maria_rounds(&server, &text, &parsed.records, rounds, now);
     }
