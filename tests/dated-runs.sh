@@ -29,6 +29,20 @@ DATES=(
 )
 (( $# )) || set -- month-turn year-turn leap-day dst
 
+# libfaketime (0.9.10) names the semaphore and shared memory it makes after the process's pid, and
+# leaves them behind when that process is killed or execs. A later process given the same pid (pids
+# wrap at pid_max) cannot make its own, cannot open its parent's (root's, mode 0600, when it runs as
+# alice) and exits 1 with "sem_open failed and recreation attempts failed": the dated runs' flake of
+# stops 53 to 55. Those whose process is gone are removed before each binary runs.
+remove_stale_faketime_objects() {
+  local f pid
+  for f in /dev/shm/sem.faketime_sem_* /dev/shm/faketime_shm_*; do
+    [[ -e $f ]] || continue
+    pid=${f##*_}
+    [[ -d /proc/$pid ]] || rm -f -- "$f"
+  done
+}
+
 rc=0
 for want in "$@"; do
   found=""
@@ -44,14 +58,12 @@ for want in "$@"; do
       # site's share one clock).
       [[ $target == multinode || $target == prometheus ]] && continue
       # DONT_FAKE_MONOTONIC: timeouts and sleeps keep the real monotonic clock (libtest's and tokio's
-      # waits on a faked one can hang); NO_CACHE: each call reads the clock anew; DISABLE_SHM: no
-      # semaphore shared with the processes a test starts (one root made is one alice's perl or
-      # sbalance may not open: "sem_open failed ... Permission denied", and it exits). The offset
-      # alone keeps their clocks together.
+      # waits on a faked one can hang); NO_CACHE: each call reads the clock anew.
       # An offset from the real clock, not "@TIME" (which each process would start anew at its own
       # start): the test binary and every daemon it starts share one faked clock.
+      remove_stale_faketime_objects
       offset=$(( $(TZ=$zone date -d "$start" +%s) - $(date +%s) ))
-      if ! TZ=$zone LD_PRELOAD=$lib FAKETIME="$(printf %+d "$offset")" FAKETIME_DONT_FAKE_MONOTONIC=1 FAKETIME_NO_CACHE=1 FAKETIME_DISABLE_SHM=1 \
+      if ! TZ=$zone LD_PRELOAD=$lib FAKETIME="$(printf %+d "$offset")" FAKETIME_DONT_FAKE_MONOTONIC=1 FAKETIME_NO_CACHE=1 \
         "$path" -q > "target/test-logs/dated-$name-$target.log" 2>&1; then
         failed=1
         echo "--- $target at $start ($zone): FAILED"
