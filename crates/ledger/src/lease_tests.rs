@@ -70,3 +70,27 @@ fn a_connection_the_server_dropped_is_made_again() {
     l.append(&grant("ann", "grant:2")).unwrap();
     assert_eq!(other.account("ann").unwrap().unwrap().balance, Tokens::whole(102));
 }
+
+/// A leader's host lost in the middle of a write: the server never hears from its client again,
+/// and would keep that transaction, and the write turn it holds, for hours. It ends it after 5 s
+/// of silence, within the turn's wait, so the next leader's first write goes through.
+#[test]
+fn a_write_transaction_whose_client_fell_silent_does_not_hold_the_write_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    let mut lost = crate::testdb::open(&path, BucketRules::default()).unwrap();
+    if lost.dialect() == Dialect::Sqlite {
+        return;
+    }
+    let mut next = crate::testdb::open(&path, BucketRules::default()).unwrap();
+    lost.append(&grant("ann", "grant:1")).unwrap();
+    let silent = lost.conn.transaction().unwrap();
+    silent.execute("UPDATE users SET balance = balance + 1000 WHERE name = 'ann'", ()).unwrap();
+    // Neither committed nor rolled back: the client is gone.
+    std::mem::forget(silent);
+    let started = std::time::Instant::now();
+    next.append(&grant("ann", "grant:2")).unwrap();
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_secs(4) && waited < Duration::from_secs(10), "{waited:?}");
+    assert_eq!(next.account("ann").unwrap().unwrap().balance, Tokens::whole(102), "the silent write was undone");
+}

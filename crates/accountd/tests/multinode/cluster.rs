@@ -155,10 +155,24 @@ impl Cluster {
         })
     }
 
-    /// Waits until slurmdbd shows every segment of `job` in a final state; returns sacct's rows of
-    /// them (`-D`: each requeued run is a row).
+    /// Whether slurmctld is done with `job`: squeue answered, and shows it in no state that runs
+    /// again (a job requeued after a lost controller is PENDING between its runs).
+    pub fn job_done(&self, job: &str) -> bool {
+        let out = self.on("ctl1", None, &["squeue", "-h", "-j", job, "-o", "%T"]);
+        let open = ["PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD"];
+        match out.code {
+            0 => !open.contains(&out.stdout.trim()),
+            _ => out.stderr.contains("Invalid job id"),
+        }
+    }
+
+    /// Waits until slurmctld is done with `job` and slurmdbd shows every segment of it in a final
+    /// state; returns sacct's rows of them (`-D`: each requeued run is a row).
     pub fn wait_recorded(&self, job: &str) -> Vec<Segment> {
         wait_until(120, &format!("job {job} recorded as finished"), || {
+            if !self.job_done(job) {
+                return None;
+            }
             let rows = self.segments(job);
             let open = ["PENDING", "RUNNING", "COMPLETING", "REQUEUED"];
             // Without an End a row is not final (slurmdbd catching up after an outage).

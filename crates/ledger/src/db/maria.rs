@@ -100,6 +100,11 @@ const SETUP: &[&str] = &[
     "SET SESSION time_zone = '+00:00'",
     // As long as SQLite's busy timeout: a writer waits its turn that long, then fails.
     "SET SESSION innodb_lock_wait_timeout = 10",
+    // A write transaction whose client stopped answering (a leader's host lost mid-cycle: no FIN
+    // reaches the server, which would hold its write turn until wait_timeout, hours) is rolled
+    // back after 5 s, within the 10 s another writer waits for the turn. The ledger's own
+    // transactions never pause between statements.
+    "SET SESSION idle_write_transaction_timeout = 5",
     // A history is walked entry by entry (a recursive table): never cut short at a default depth.
     "SET SESSION max_recursive_iterations = 4294967295",
 ];
