@@ -12,6 +12,7 @@
 
 mod entries;
 mod runs;
+mod settle;
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
@@ -22,7 +23,7 @@ use entries::{Charge, Entries};
 use runs::{Progress, RunStatements, Runs, CHUNK};
 use rustc_hash::FxHashMap as FastMap;
 
-use super::accounts::{ensure_user, move_balance};
+use super::accounts::ensure_user;
 use super::error::out_of_range;
 use super::pools::add_member_spending;
 use super::{Ledger, LedgerError, UsageRecord};
@@ -124,21 +125,25 @@ impl Ledger {
         drop(cycle);
         // Per balance, once: the balance, the newest entry, and the day's usage per GPU type.
         let day = local_date(now).to_string();
-        for (user, pending) in batch.users {
-            if let Some(last_entry) = pending.last_entry {
-                move_balance(&tx, &user, pending.delta, last_entry)?;
+        let moves: Vec<settle::Move<'_>> = batch
+            .users
+            .iter()
+            .filter_map(|(user, p)| p.last_entry.map(|last_entry| settle::Move { user, amount: p.delta, last_entry }))
+            .collect();
+        settle::move_balances(&tx, &moves)?;
+        let mut usages = Vec::new();
+        for (user, pending) in &batch.users {
+            if with_grants.contains(user.as_ref()) {
+                super::expiries::draw(&tx, user, -pending.delta, now)?;
             }
-            let user = user.into_owned();
-            if with_grants.contains(&user) {
-                super::expiries::draw(&tx, &user, -pending.delta, now)?;
-            }
-            for (gpu_type, tokens) in pending.by_type {
-                add_usage(&tx, &user, &day, gpu_type, tokens)?;
-                if pools::account_of(&user).is_none() {
-                    outcome.by_user_type.insert((user.clone(), gpu_type.to_string()), tokens);
+            for &(gpu_type, tokens) in &pending.by_type {
+                usages.push((user.as_ref(), gpu_type, tokens.micro()));
+                if pools::account_of(user).is_none() {
+                    outcome.by_user_type.insert((user.to_string(), gpu_type.to_string()), tokens);
                 }
             }
         }
+        settle::add_usages(&tx, &day, &usages)?;
         for ((account, member), spent) in batch.member_spending {
             add_member_spending(&tx, &account, &member, spent, now)?;
         }
