@@ -11,6 +11,7 @@
 //! again with every chunk read.
 
 mod entries;
+mod newcomers;
 mod runs;
 mod settle;
 
@@ -357,6 +358,7 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
         }
         self.advance_runs(chunk, read)?;
         self.runs.store_changed(&mut self.run_statements)?;
+        self.know_payers()?;
         for s in 0..self.steps.len() {
             let Step { record, payers, ref items, charged_before } = self.steps[s];
             let Some(items) = items.clone() else {
@@ -372,6 +374,55 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
         self.entries.write_pending()?;
         self.runs.insert_new(&mut self.run_statements)?;
         Ok(read && self.runs.had_stored())
+    }
+
+    /// Makes the balances the chunk charges known to the batch before its records are charged,
+    /// many a statement (`newcomers`): each user who pays for a record that charges something and
+    /// whom the cycle has not met yet. Pools, and users whose initial balance needs `ensure_user`'s
+    /// checks, are met one at a time as their records are charged.
+    fn know_payers(&mut self) -> Result<(), LedgerError> {
+        let mut names: Vec<&'r str> = Vec::new();
+        let mut seen = HashSet::new();
+        for step in &self.steps {
+            let Some(items) = step.items.clone() else { continue };
+            if !step.payers.user || self.items[items].iter().all(|item| item.until.is_none()) {
+                continue;
+            }
+            let user = step.record.user.as_str();
+            if !self.batch.users.contains_key(user) && seen.insert(user) {
+                names.push(user);
+            }
+        }
+        if names.is_empty() {
+            return Ok(());
+        }
+        let known = newcomers::newest_entries(self.tx, &names)?;
+        let mut new = Vec::new();
+        for name in names {
+            match known.get(name) {
+                Some(&last_entry) => self.meet(name, last_entry),
+                None => new.push(name),
+            }
+        }
+        if new.is_empty() || !newcomers::initial_within_bound(&self.rules) {
+            return Ok(());
+        }
+        for name in &new {
+            super::accounts::check_user_name(name)?;
+        }
+        let new = newcomers::without_initial_entry(self.tx, &new)?;
+        let ids = self.entries.reserve(new.len())?;
+        newcomers::add_users(self.tx, &self.rules, &new, ids.clone(), self.now)?;
+        for (name, id) in new.into_iter().zip(ids) {
+            self.meet(name, Some(id));
+        }
+        Ok(())
+    }
+
+    /// `user`'s balance is charged in this cycle from here on; `last_entry` is its newest entry.
+    fn meet(&mut self, user: &'r str, last_entry: Option<i64>) {
+        let pending = PendingUser { delta: Tokens::ZERO, last_entry, by_type: Vec::new() };
+        self.batch.users.insert(Cow::Borrowed(user), pending);
     }
 
     /// Moves each run of the chunk on to its record (in memory): with its jobs' runs read where

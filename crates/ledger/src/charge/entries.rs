@@ -152,6 +152,18 @@ impl<'tx, 'r> Entries<'tx, 'r> {
         Ok(added)
     }
 
+    /// Writes the pending entries, then gives the next `n` ids to the caller, who writes entries
+    /// with them in the same transaction (users new to the ledger, their initial balances).
+    pub fn reserve(&mut self, n: usize) -> Result<std::ops::Range<i64>, LedgerError> {
+        self.write_pending()?;
+        let first = self.next_id;
+        self.next_id = i64::try_from(n)
+            .ok()
+            .and_then(|n| first.checked_add(n))
+            .ok_or_else(|| LedgerError::Damaged("the ledger has no entry id left".into()))?;
+        Ok(first..self.next_id)
+    }
+
     fn read_next_id(&mut self) -> Result<(), LedgerError> {
         let newest: Option<i64> = self.tx.prepare_cached("SELECT MAX(id) FROM entries")?.query_row((), |r| r.get(0))?;
         self.next_id = newest

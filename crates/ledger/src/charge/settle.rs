@@ -66,7 +66,8 @@ pub(super) fn move_balances(tx: &Transaction<'_>, moves: &[Move<'_>]) -> Result<
 pub(super) fn add_usages(tx: &Transaction<'_>, day: &str, usages: &[(&str, &str, i64)]) -> Result<(), LedgerError> {
     for group in usages.chunks(GROUP) {
         // ?1 the day; ?(3i+2) the balance, ?(3i+3) the GPU type, ?(3i+4) the tokens.
-        let rows: Vec<String> = numbered(group.len(), 2, 3).map(|p| format!("(?{p}, ?1, ?{}, ?{})", p + 1, p + 2)).collect();
+        let rows: Vec<String> =
+            numbered(group.len(), 2, 3).map(|p| format!("(?{p}, ?1, ?{}, ?{})", p + 1, p + 2)).collect();
         let rows = rows.join(", ");
         let sql = tx.dialect().pick(
             "INSERT INTO usage_days (user, day, gpu_type, charged) VALUES {rows}
