@@ -27,6 +27,7 @@ pub(super) const CHUNK: usize = 256;
 /// rows are written from their entries (three numbers each), few where their strings are bound
 /// (SQLite copies each bound string, into its own small allocations while they last).
 const INSERT_ROWS: usize = 4;
+const MARIA_INSERT_ROWS: usize = 256;
 const FROM_ENTRY_ROWS: usize = 64;
 const FROM_ENTRY_FEW: usize = 8;
 /// No next row.
@@ -451,8 +452,11 @@ impl<'r> Runs<'r> {
     /// Inserts the rows made in this chunk (after its entries: some are written from them). Where
     /// the chunk was not read, a run charged before makes this fail with a constraint violation.
     pub fn insert_new(&self, statements: &mut RunStatements<'_>) -> Result<(), LedgerError> {
+        // On MariaDB a statement is a round trip and binding costs little: every row bound, many a
+        // statement.
+        let maria = statements.tx.dialect() == Dialect::MariaDb;
         let (from_entries, bound): (Vec<usize>, Vec<usize>) =
-            self.new.iter().partition(|&&i| self.rows[i].entry.is_some());
+            self.new.iter().partition(|&&i| !maria && self.rows[i].entry.is_some());
         let mut many = from_entries.chunks_exact(FROM_ENTRY_ROWS);
         for rows in &mut many {
             self.insert_from_entries(statements.insert_from_entry(rows.len())?, rows)?;
@@ -464,7 +468,7 @@ impl<'r> Runs<'r> {
         for row in few.remainder() {
             self.insert_from_entries(statements.insert_from_entry(1)?, std::slice::from_ref(row))?;
         }
-        let many = bound.chunks_exact(INSERT_ROWS);
+        let many = bound.chunks_exact(if maria { MARIA_INSERT_ROWS } else { INSERT_ROWS });
         let rest = many.remainder().chunks(1);
         for rows in many.chain(rest) {
             let insert = statements.insert(rows.len())?;
