@@ -8,6 +8,8 @@
 # 100,000-user snapshot is rewritten under it (plugins/job-submit/benches/reload.rs).
 # Slurm's commands are stand-ins in a [slurm] bin_dir that print the generated files: no cluster.
 # ACCOUNTS (0) Slurm accounts with a token pool each ([accounts] mode = "account"): each user in two.
+# LEDGER_URL: the ledger on that MariaDB server instead of SQLite (a URL naming no database, e.g.
+# mysql://root@localhost/?socket=/run/mysqld/mysqld.sock): database gputokens_scale, made anew.
 #   bash bench/scale.sh            USERS=… PENDING=… RUNNING=… ACCOUNTS=… RUNS=3 to change the site
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -45,6 +47,12 @@ ledger = "$work/lib/ledger.sqlite"
 snapshot = "$work/lib/balances.snapshot"
 socket = "$work/run/accountd.sock"
 EOF
+if [[ -n ${LEDGER_URL:-} ]]; then
+  mariadb -e "DROP DATABASE IF EXISTS gputokens_scale; CREATE DATABASE gputokens_scale"
+  base=${LEDGER_URL%%\?*} query=${LEDGER_URL#"$base"}
+  printf '[ledger]\nurl = "%s"\n' "${base%/}/gputokens_scale$query" >> "$work/gputokens.toml"
+  echo "ledger: MariaDB, database gputokens_scale"
+fi
 export GPUTOKENS_CONF=$work/gputokens.toml
 
 # The site is set up through Slurm stand-ins that show nothing (so nothing is charged): the ledger,
@@ -64,12 +72,16 @@ else
 fi
 # A site that began charging a day ago: its first cycle charges the jobs that ended since (a
 # ledger's first cycle leaves out what ended before it began, and these ended before this script).
-python3 - "$work/lib/ledger.sqlite" $((now - 86400)) <<'PY'
+if [[ -n ${LEDGER_URL:-} ]]; then
+  mariadb gputokens_scale -e "REPLACE INTO meta (\`key\`, value) VALUES ('charging_since', '$((now - 86400))')"
+else
+  python3 - "$work/lib/ledger.sqlite" $((now - 86400)) <<'PY'
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
 db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('charging_since', ?)", (sys.argv[2],))
 db.commit()
 PY
+fi
 
 measure() { # label, accountd args...
   local label=$1; shift
@@ -85,5 +97,6 @@ for run in $(seq "$RUNS"); do
 done
 echo "snapshot: $(du -h "$work/lib/balances.snapshot" | cut -f1), $(grep -c '^user ' "$work/lib/balances.snapshot") users, $(grep -c '^pool ' "$work/lib/balances.snapshot" || true) pools"
 
+[[ -n ${LEDGER_URL:-} ]] && mariadb -e "DROP DATABASE gputokens_scale"
 echo "job_submit decision time, $USERS users in the snapshot, quiet and while it is rewritten every 0.5 s:"
 BENCH_USERS=$USERS cargo bench --locked -q -p job-submit-gputokens --bench reload | grep '^job_submit'

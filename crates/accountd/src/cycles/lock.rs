@@ -94,6 +94,12 @@ fn whole_seconds(d: Duration) -> humantime::FormattedDuration {
 
 /// Opens (creating, private like the ledger) the lock file; its directory is the ledger's.
 fn open(path: &Path) -> AccountdResult<File> {
+    // A ledger on MariaDB leaves [paths] ledger's directory unmade: made here as SQLite's would be.
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o750)
+            .create(dir)
+            .map_err(AccountdError::io(format!("cannot make the cycle lock's directory {}", dir.display())))?;
+    }
     OpenOptions::new()
         .read(true)
         .write(true)
@@ -116,6 +122,16 @@ fn read_holder(file: &mut File) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_directory_of_a_ledger_on_mariadb_is_made_for_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = dir.path().join("lib/ledger.sqlite");
+        let lock = CycleLock::acquire(&ledger, "accountd tick", Duration::ZERO).unwrap();
+        drop(lock);
+        let made = std::fs::metadata(dir.path().join("lib")).unwrap();
+        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&made.permissions()) & 0o777, 0o750);
+    }
 
     #[test]
     fn the_lock_file_sits_beside_the_ledger() {
