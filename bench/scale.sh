@@ -97,6 +97,6 @@ for run in $(seq "$RUNS"); do
 done
 echo "snapshot: $(du -h "$work/lib/balances.snapshot" | cut -f1), $(grep -c '^user ' "$work/lib/balances.snapshot") users, $(grep -c '^pool ' "$work/lib/balances.snapshot" || true) pools"
 
-[[ -n ${LEDGER_URL:-} ]] && mariadb -e "DROP DATABASE gputokens_scale"
+[[ -n ${LEDGER_URL:-} && -z ${KEEP:-} ]] && mariadb -e "DROP DATABASE gputokens_scale"
 echo "job_submit decision time, $USERS users in the snapshot, quiet and while it is rewritten every 0.5 s:"
 BENCH_USERS=$USERS cargo bench --locked -q -p job-submit-gputokens --bench reload | grep '^job_submit'

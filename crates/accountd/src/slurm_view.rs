@@ -87,9 +87,13 @@ fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdR
     let read_end_ms = queue.read_end_ms();
     let jobs = queue.jobs()?;
     let default_limit = res.config.admission.default_time_limit.as_secs();
-    let ledger = &res.ledger;
+    // How far each running job was charged, every job's at once (a job the ledger cannot say of
+    // counts as charged nothing: its whole limit is committed).
+    let runs: Vec<(&str, i64)> =
+        jobs.iter().filter(|j| j.state != "PENDING").map(|j| (j.job_id.as_str(), j.start_time)).collect();
+    let charged_so_far = res.ledger.charged_seconds_of(&runs).unwrap_or_default();
     let charged =
-        |job: &squeue::QueueJob| ledger.charged_seconds(&job.job_id, job.start_time).ok().flatten().unwrap_or(0);
+        |job: &squeue::QueueJob| charged_so_far.get(&(job.job_id.clone(), job.start_time)).copied().unwrap_or(0);
     let (prices, sharing) = (&res.config.prices, res.config.sharing);
     let committed = commitments(jobs, default_limit, prices, sharing, charged);
     // Every member's jobs a pool pays for draw on its one balance (the audit's L5).

@@ -2,6 +2,7 @@
 //! appended to their account with the balance and their newest entry moved in the same transaction.
 
 use crate::db::{params, Dialect, OptionalExtension, Transaction};
+use std::collections::HashMap;
 
 use gputokens::entry::EntryKind;
 use gputokens::policy::BucketRules;
@@ -94,6 +95,24 @@ impl Ledger {
             .conn
             .query_row("SELECT name, balance, first_seen FROM users WHERE name = ?1", [user], account_row)
             .optional()?)
+    }
+
+    /// The balances of `users` the ledger has, [`crate::db::IN_LIST`] a statement (a check cycle
+    /// asks for every user with a job in the queue).
+    pub fn balances_of(&self, users: &[&str]) -> Result<HashMap<String, Tokens>, LedgerError> {
+        let mut found = HashMap::with_capacity(users.len());
+        for group in users.chunks(crate::db::IN_LIST) {
+            let values: Vec<&dyn crate::db::ToSql> = group.iter().map(|u| u as &dyn crate::db::ToSql).collect();
+            let mut stmt = self.conn.prepare_cached(&format!(
+                "SELECT name, balance FROM users WHERE name IN ({})",
+                crate::db::placeholders(group.len(), 1)
+            ))?;
+            for row in stmt.query_map(&values[..], |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?)))? {
+                let (name, balance) = row?;
+                found.insert(name, Tokens::from_micro(balance));
+            }
+        }
+        Ok(found)
     }
 
     /// Every user's standing (not the pools': [`Ledger::pools`]).

@@ -1,7 +1,9 @@
 //! The audit trail (table `actions`): what gputokens did, or with `dry_run` would have done, to a
 //! job or a node.
 
-use crate::db::{params, OptionalExtension};
+use std::collections::HashMap;
+
+use crate::db::{params, OptionalExtension, ToSql};
 
 use gputokens::entry::{Action, FAULT_CANCEL, FAULT_REQUEUE};
 use gputokens::holds;
@@ -55,31 +57,54 @@ impl Ledger {
     /// IDs wrap, is not this one). Actions recorded before schema 17 have no run: they count from
     /// `submitted`.
     pub fn last_hold_action(&self, job_id: &str, run: u64, submitted: i64) -> Result<Option<String>, LedgerError> {
-        let run_since = if run == 0 { submitted } else { submitted - REQUEUED_RUN_SLACK };
-        let action = self
-            .conn
-            .prepare_cached(
-                "SELECT action FROM actions WHERE target = ?1 AND action IN (?2, ?3, ?4, ?5, ?6, ?7)
-                 AND NOT dry_run AND ((run IS NULL AND at >= ?8) OR (run = ?9 AND at >= ?10))
-                 ORDER BY id DESC LIMIT 1",
-            )?
-            .query_row(
-                params![
-                    job_id,
-                    holds::HOLD,
-                    holds::HOLD_OVER_OWNER,
-                    holds::HOLD_FAILED,
-                    holds::RELEASE,
-                    holds::RELEASE_FAILED,
-                    holds::HOLD_LIFTED,
-                    submitted,
-                    run as i64,
-                    run_since
-                ],
-                |r| r.get(0),
-            )
-            .optional()?;
-        Ok(action)
+        Ok(self.last_hold_actions(&[(job_id, run, submitted)])?.remove(job_id))
+    }
+
+    /// [`Ledger::last_hold_action`] of many runs (job ID, run, queued at) at once, by job ID: a
+    /// check cycle asks it of every pending job, [`crate::db::IN_LIST`] of them a statement.
+    pub fn last_hold_actions(&self, runs: &[(&str, u64, i64)]) -> Result<HashMap<String, String>, LedgerError> {
+        const KINDS: [&str; 6] = [
+            holds::HOLD,
+            holds::HOLD_OVER_OWNER,
+            holds::HOLD_FAILED,
+            holds::RELEASE,
+            holds::RELEASE_FAILED,
+            holds::HOLD_LIFTED,
+        ];
+        let mut newest = HashMap::new();
+        for group in runs.chunks(crate::db::IN_LIST) {
+            let wanted: HashMap<&str, (i64, i64, i64)> = group
+                .iter()
+                .map(|&(job, run, submitted)| {
+                    let run_since = if run == 0 { submitted } else { submitted - REQUEUED_RUN_SLACK };
+                    (job, (run as i64, submitted, run_since))
+                })
+                .collect();
+            let mut values: Vec<&dyn ToSql> = KINDS.iter().map(|k| k as &dyn ToSql).collect();
+            values.extend(group.iter().map(|(job, ..)| job as &dyn ToSql));
+            let mut stmt = self.conn.prepare_cached(&format!(
+                "SELECT target, action, run, at FROM actions
+                 WHERE action IN (?1, ?2, ?3, ?4, ?5, ?6) AND NOT dry_run AND target IN ({})
+                 ORDER BY id",
+                crate::db::placeholders(group.len(), KINDS.len() + 1)
+            ))?;
+            let rows = stmt.query_map(&values[..], |r| {
+                Ok((r.get::<String>(0)?, r.get::<String>(1)?, r.get::<Option<i64>>(2)?, r.get::<i64>(3)?))
+            })?;
+            for row in rows {
+                let (target, action, run, at) = row?;
+                let Some(&(job_run, submitted, run_since)) = wanted.get(target.as_str()) else { continue };
+                // Actions recorded before schema 17 have no run: they count from `submitted`.
+                let this_run = match run {
+                    None => at >= submitted,
+                    Some(run) => run == job_run && at >= run_since,
+                };
+                if this_run {
+                    newest.insert(target, action);
+                }
+            }
+        }
+        Ok(newest)
     }
 
     /// The most recent `limit` actions, newest first.

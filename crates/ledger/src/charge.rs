@@ -16,7 +16,7 @@ mod runs;
 mod settle;
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::db::{params, Statement, Transaction};
 
@@ -182,6 +182,33 @@ impl Ledger {
             self.conn.prepare("SELECT DISTINCT run FROM job_charges WHERE job_id = ?1 ORDER BY segment_start, run")?;
         let runs = statement.query_map([job_id], |r| r.get(0))?.collect::<Result<_, _>>()?;
         Ok(runs)
+    }
+
+    /// [`Ledger::charged_seconds`] of many run segments (job ID, start) at once: those charged
+    /// yet, [`crate::db::IN_LIST`] jobs a statement (a check cycle asks it of every running job).
+    pub fn charged_seconds_of(&self, runs: &[(&str, i64)]) -> Result<HashMap<(String, i64), u64>, LedgerError> {
+        let wanted: HashSet<(&str, i64)> = runs.iter().copied().collect();
+        let mut jobs: Vec<&str> = runs.iter().map(|(job, _)| *job).collect();
+        jobs.sort_unstable();
+        jobs.dedup();
+        let mut charged = HashMap::new();
+        for group in jobs.chunks(crate::db::IN_LIST) {
+            let values: Vec<&dyn crate::db::ToSql> = group.iter().map(|j| j as &dyn crate::db::ToSql).collect();
+            let mut stmt = self.conn.prepare_cached(&format!(
+                "SELECT job_id, segment_start, MIN(charged_until) FROM job_charges WHERE job_id IN ({})
+                 GROUP BY job_id, segment_start",
+                crate::db::placeholders(group.len(), 1)
+            ))?;
+            let rows =
+                stmt.query_map(&values[..], |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?, r.get::<i64>(2)?)))?;
+            for row in rows {
+                let (job, start, until) = row?;
+                if wanted.contains(&(job.as_str(), start)) {
+                    charged.insert((job, start), until.max(0) as u64);
+                }
+            }
+        }
+        Ok(charged)
     }
 
     /// Seconds of a run segment charged for every GPU type it holds (the least of them); None when

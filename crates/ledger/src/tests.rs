@@ -797,3 +797,35 @@ fn a_copied_ledger_holds_the_same_rows_and_charging_carries_on() {
     to.set_meta("sacct_read_until", "1").unwrap();
     assert_ne!(to.fingerprint().unwrap(), from.fingerprint().unwrap());
 }
+
+/// The cycles' lookups of many balances and runs at once (more than one statement's list) say
+/// what the lookups of one say, and leave out what the ledger does not have.
+#[test]
+fn many_at_once_lookups_agree_with_the_lookups_of_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    let n = crate::db::IN_LIST + 44;
+    let records: Vec<UsageRecord> =
+        (0..n).map(|i| record(&format!("{}", 1000 + i), &format!("u{i}"), "a6000", 1, 60 + i as u64)).collect();
+    l.charge(&records, &seed_prices(), at("2026-11-30T09:00:00")).unwrap();
+
+    let mut names: Vec<String> = (0..n).map(|i| format!("u{i}")).collect();
+    names.push("nobody".into());
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let balances = l.balances_of(&names).unwrap();
+    assert_eq!(balances.len(), n, "every charged user, and no one else");
+    for name in &names[..n] {
+        assert_eq!(balances[*name], balance(&l, name), "{name}");
+    }
+
+    let start = at("2026-11-30T08:00:00");
+    let mut runs: Vec<(String, i64)> = records.iter().map(|r| (r.job_id.clone(), start)).collect();
+    runs.push(("1000".into(), start + 1));
+    runs.push(("99999".into(), start));
+    let runs: Vec<(&str, i64)> = runs.iter().map(|(j, s)| (j.as_str(), *s)).collect();
+    let charged = l.charged_seconds_of(&runs).unwrap();
+    assert_eq!(charged.len(), n, "each charged run, and no run of another start or job");
+    for (job, start) in &runs[..n] {
+        assert_eq!(Some(charged[&(job.to_string(), *start)]), l.charged_seconds(job, *start).unwrap(), "{job}");
+    }
+}

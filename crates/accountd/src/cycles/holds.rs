@@ -30,11 +30,12 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
     let exempt = &cycle.res.config.exempt;
     let enforce = cycle.res.config.admission.enforce;
     let (mut steps, mut would_hold) = (Vec::new(), 0);
+    // What gputokens did to each run of the jobs (requeued, it is another): an older job with the
+    // same ID (Slurm's IDs wrap) is not this one.
+    let runs: Vec<(&str, u64, i64)> = pending.iter().map(|j| (j.job_id.as_str(), j.restarts, j.submit_time)).collect();
+    let last_actions = cycle.res.ledger.last_hold_actions(&runs)?;
     for job in &pending {
-        // What gputokens did to this run of the job (requeued, it is another): an older job with
-        // the same ID (Slurm's IDs wrap) is not this one.
-        let last = cycle.res.ledger.last_hold_action(&job.job_id, job.restarts, job.submit_time)?;
-        let last = Last::from_action(last.as_deref());
+        let last = Last::from_action(last_actions.get(&job.job_id).map(String::as_str));
         let stopped = at_floor.get(job.job_id.as_str()).cloned();
         let mut pending = Pending {
             payer_at_floor: stopped.is_some(),
@@ -99,7 +100,11 @@ fn payers_at_floor<'j>(res: &Resources, jobs: &[&'j QueueJob], now: i64) -> Acco
         }
     };
     let rules = res.ledger.rules();
-    let mut users: HashMap<&str, Tokens> = HashMap::new();
+    let mut names: Vec<&str> = jobs.iter().map(|j| j.user.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    // A user not in the ledger stands at `initial`.
+    let users = res.ledger.balances_of(&names)?;
     let mut at_floor = HashMap::new();
     for job in jobs {
         let who = payers(mode, Some(job.account.as_str()), |a| pools.contains_key(a));
@@ -119,13 +124,7 @@ fn payers_at_floor<'j>(res: &Resources, jobs: &[&'j QueueJob], now: i64) -> Acco
         if !who.user {
             continue;
         }
-        let own = match users.get(job.user.as_str()) {
-            Some(balance) => *balance,
-            None => {
-                let balance = res.ledger.account(&job.user)?.map(|a| a.balance).unwrap_or(rules.initial);
-                *users.entry(&job.user).or_insert(balance)
-            }
-        };
+        let own = users.get(&job.user).copied().unwrap_or(rules.initial);
         if own <= rules.floor {
             at_floor.insert(job.job_id.as_str(), Stopped::AtFloor(job.user.clone()));
         }

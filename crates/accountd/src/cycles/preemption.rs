@@ -149,16 +149,13 @@ fn balances(res: &Resources, jobs: &[QueueJob]) -> AccountdResult<HashMap<String
     } else {
         res.ledger.pools()?.into_iter().map(|p| (p.account, p.balance)).collect()
     };
-    let mut users: HashMap<&str, Tokens> = HashMap::new();
+    let mut names: Vec<&str> = jobs.iter().map(|j| j.user.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    let users = res.ledger.balances_of(&names)?;
     let mut balance = HashMap::new();
     for job in jobs {
-        let own = match users.get(job.user.as_str()) {
-            Some(b) => *b,
-            None => {
-                let b = res.ledger.account(&job.user)?.map(|a| a.balance).unwrap_or(res.ledger.rules().initial);
-                *users.entry(&job.user).or_insert(b)
-            }
-        };
+        let own = users.get(&job.user).copied().unwrap_or(res.ledger.rules().initial);
         let payers = payers(mode, Some(job.account.as_str()), |a| pools.contains_key(a));
         balance.insert(job.job_id.clone(), paying_balance(payers, own, |a| pools.get(a).copied()));
     }

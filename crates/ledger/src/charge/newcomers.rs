@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use crate::db::{ToSql, Transaction};
+use crate::db::{placeholders, ToSql, Transaction};
 use crate::LedgerError;
 use gputokens::entry::initial_key;
 use gputokens::policy::BucketRules;
@@ -16,11 +16,6 @@ use gputokens::tokens::Tokens;
 /// Names a statement.
 const GROUP: usize = 64;
 
-/// `?{from}, ?{from + 1}, …`: `n` numbered parameters.
-fn listed(n: usize, from: usize) -> String {
-    (from..from + n).map(|p| format!("?{p}")).collect::<Vec<_>>().join(", ")
-}
-
 /// The newest entry of each of `names` the ledger has a balance for (None: a balance with no entry).
 pub(super) fn newest_entries(
     tx: &Transaction<'_>,
@@ -29,7 +24,7 @@ pub(super) fn newest_entries(
     let mut found = HashMap::with_capacity(names.len());
     for group in names.chunks(GROUP) {
         let values: Vec<&dyn ToSql> = group.iter().map(|n| n as &dyn ToSql).collect();
-        let sql = format!("SELECT name, last_entry FROM users WHERE name IN ({})", listed(group.len(), 1));
+        let sql = format!("SELECT name, last_entry FROM users WHERE name IN ({})", placeholders(group.len(), 1));
         let mut read = tx.prepare_cached(&sql)?;
         for row in read.query_map(&values[..], |r| Ok((r.get::<String>(0)?, r.get::<Option<i64>>(1)?)))? {
             let (name, last) = row?;
@@ -46,7 +41,7 @@ pub(super) fn without_initial_entry<'a>(tx: &Transaction<'_>, users: &[&'a str])
     for group in users.chunks(GROUP) {
         let keys: Vec<String> = group.iter().map(|u| initial_key(u)).collect();
         let values: Vec<&dyn ToSql> = keys.iter().map(|k| k as &dyn ToSql).collect();
-        let sql = format!("SELECT key FROM entries WHERE key IN ({})", listed(group.len(), 1));
+        let sql = format!("SELECT key FROM entries WHERE key IN ({})", placeholders(group.len(), 1));
         let mut read = tx.prepare_cached(&sql)?;
         for key in read.query_map(&values[..], |r| r.get::<String>(0))? {
             taken.insert(key?);

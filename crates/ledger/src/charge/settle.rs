@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use crate::db::{ToSql, Transaction};
+use crate::db::{placeholders, ToSql, Transaction};
 use crate::error::out_of_range;
 use crate::LedgerError;
 use gputokens::tokens::Tokens;
@@ -30,7 +30,7 @@ fn numbered(n: usize, from: usize, step: usize) -> impl Iterator<Item = usize> {
 pub(super) fn move_balances(tx: &Transaction<'_>, moves: &[Move<'_>]) -> Result<(), LedgerError> {
     for group in moves.chunks(GROUP) {
         let names: Vec<&dyn ToSql> = group.iter().map(|m| &m.user as &dyn ToSql).collect();
-        let listed = numbered(group.len(), 1, 1).map(|p| format!("?{p}")).collect::<Vec<_>>().join(", ");
+        let listed = placeholders(group.len(), 1);
         let mut read = tx.prepare_cached(&format!("SELECT name, balance FROM users WHERE name IN ({listed})"))?;
         let found: HashMap<String, i64> =
             read.query_map(&names[..], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;

@@ -17,6 +17,15 @@ pub use params::{Params, ToSql};
 pub use rusqlite::params;
 pub use rusqlite::types::Null;
 
+/// Names a statement that looks many up at once takes (`name IN (…)`): on MariaDB each statement
+/// is a round trip, so a cycle's per-user or per-job lookups are made this many at a time.
+pub const IN_LIST: usize = 256;
+
+/// `?{from}, ?{from + 1}, …`: `n` numbered parameters, for an `IN (…)` list.
+pub fn placeholders(n: usize, from: usize) -> String {
+    (from..from + n).map(|p| format!("?{p}")).collect::<Vec<_>>().join(", ")
+}
+
 /// Which database a connection speaks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
