@@ -11,7 +11,7 @@ use accountd::cycles::{charge, check};
 use accountd::daemon::file_trust::refuse_if_others_can_write;
 use accountd::error::{AccountdError, AccountdResult};
 use accountd::resources::Resources;
-use accountd::slurm::Slurm;
+use accountd::slurm::{QueueOnce, Slurm};
 use accountd::{http, socket};
 use accountd::{out, outln};
 use clap::Parser;
@@ -129,12 +129,14 @@ fn run(cli: Cli) -> AccountdResult {
             // Held until the preemptions' grace is over: their requeues are part of this cycle.
             let lock = cycle_lock(&cycle.res, "accountd tick", &wait)?;
             let led = led_for_command(&mut cycle, "accountd tick")?;
+            // One read of the queue for both: a tick is one moment of the site.
+            let slurm = Slurm::new(&cycle.res.config.slurm);
+            let mut queue = QueueOnce::new(&slurm);
             if !skip_charge {
-                let slurm = Slurm::new(&cycle.res.config.slurm);
-                outln!("charge: {}", charge::charge(&mut cycle, &slurm, now)?);
+                outln!("charge: {}", charge::charge(&mut cycle, &slurm, &mut queue, now)?);
             }
             let publish = |c: &CycleState, now| accountd::snapshot::publish(&c.res, &c.slurm_view, now);
-            outln!("check: {}", check::check(&mut cycle, now, publish)?);
+            outln!("check: {}", check::check(&mut cycle, (&slurm, &mut queue), now, publish)?);
             cycle.finish_preemptions();
             if let Some(led) = led {
                 led.stop();

@@ -13,7 +13,7 @@ use crate::cycles::CycleState;
 use crate::cycles::{refunds, rejected_records};
 use crate::error::AccountdResult;
 use crate::resources::Resources;
-use crate::slurm::{Slurm, SlurmError};
+use crate::slurm::{QueueOnce, Slurm, SlurmError};
 
 /// Ledger meta key: sacct has been read up to this unix time.
 pub const READ_UNTIL: &str = "sacct_read_until";
@@ -105,7 +105,9 @@ pub fn charge_energy(res: &mut Resources, now: i64) -> EnergyCharged {
     charged
 }
 
-pub fn charge(cycle: &mut CycleState, slurm: &Slurm, now: i64) -> AccountdResult<ChargeSummary> {
+/// Charges what ended since the last cycle (sacct) and what runs (the queue: `accountd tick` reads
+/// it once for its charge and its check).
+pub fn charge(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: i64) -> AccountdResult<ChargeSummary> {
     // What Slurm can have seen: `now` may be ahead of the clock (`tick --now`), never Slurm.
     let read_at = gputokens::time::now();
     let SacctWindowStart { since, read_until, read_from } = next_window_start(&cycle.res, now)?;
@@ -115,8 +117,9 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, now: i64) -> AccountdResult
     let sharing = cycle.res.config.sharing;
     let mut finished = sacct::parse(&slurm.sacct(since, now)?, sharing).map_err(SlurmError::Sacct)?;
     let before_charging = leave_out_runs_ended_by(&mut finished, charging_since);
-    let squeue_at = gputokens::time::now();
-    let running = squeue::running_gpu_jobs(&slurm.squeue_json()?).map_err(SlurmError::Squeue)?;
+    let running: Vec<squeue::RunningJob> = queue.jobs()?.iter().filter(|j| squeue::holds_gpus(j)).cloned().collect();
+    // Running jobs are charged up to when squeue was asked.
+    let squeue_at = queue.read_ms().map_or_else(gputokens::time::now, |ms| ms.div_euclid(1000));
 
     let mut nodes_of: HashMap<String, String> = finished.nodes.clone();
     nodes_of.extend(running.iter().map(|j| (j.job_id.clone(), j.nodes.clone())));

@@ -44,11 +44,10 @@ impl fmt::Display for CheckSummary {
 /// the view to its answering side).
 pub fn check(
     cycle: &mut CycleState,
+    (slurm, queue): (&crate::slurm::Slurm, &mut crate::slurm::QueueOnce),
     now: i64,
     publish: impl FnOnce(&CycleState, i64) -> AccountdResult<usize>,
 ) -> AccountdResult<CheckSummary> {
-    let slurm = crate::slurm::Slurm::new(&cycle.res.config.slurm);
-    let mut queue = crate::slurm::QueueOnce::new(&slurm);
     // What squeue shows is evidence of the real time: submit times, and running jobs' starts (a
     // pending job's start is a forecast).
     if let Ok(jobs) = queue.jobs() {
@@ -71,7 +70,7 @@ pub fn check(
     // Grants that end: their warnings, then what is left of them expires (before the snapshot).
     // (At `now`, which `tick --now` may set ahead, unless the clock itself is held back.)
     let expiries = crate::cycles::expiries::run(&mut cycle.res, if bound < clock { bound } else { now })?;
-    crate::slurm_view::refresh(&cycle.res, &mut cycle.slurm_view, &slurm, &mut queue, now);
+    crate::slurm_view::refresh(&cycle.res, &mut cycle.slurm_view, slurm, queue, now);
     let users = publish(cycle, now)?;
     crate::cycles::shadow::export(&cycle.res);
     let window = cycle.res.config.intervals.check;
@@ -81,11 +80,11 @@ pub fn check(
             Some(format!("usage not read: {e}"))
         });
     // Holds first: a job held at the floor waits for nothing a preemption could free.
-    let holds = crate::cycles::holds::check(cycle, &slurm, &mut queue, now).unwrap_or_else(|e| {
+    let holds = crate::cycles::holds::check(cycle, slurm, queue, now).unwrap_or_else(|e| {
         tracing::error!("holds at the floor not checked: {e}");
         format!("holds at the floor not checked: {e}")
     });
-    let preemption = crate::cycles::preemption::check(cycle, &slurm, &mut queue, now).unwrap_or_else(|e| {
+    let preemption = crate::cycles::preemption::check(cycle, slurm, queue, now).unwrap_or_else(|e| {
         tracing::error!("preemption check failed: {e}");
         format!("preemption check failed: {e}")
     });

@@ -106,8 +106,14 @@ fn run(kind: Kind, own: &Mutex<CycleState>, publisher: &Publisher) {
     let now = gputokens::time::now();
     let result = match kind {
         Kind::Charge => charge(&mut cycle, publisher, now),
-        Kind::Check => super::check::check(&mut cycle, now, |c, now| publisher.publish_view(&c.slurm_view, now))
-            .map(|c| c.to_string()),
+        Kind::Check => {
+            let slurm = crate::slurm::Slurm::new(&cycle.res.config.slurm);
+            let mut queue = crate::slurm::QueueOnce::new(&slurm);
+            super::check::check(&mut cycle, (&slurm, &mut queue), now, |c, now| {
+                publisher.publish_view(&c.slurm_view, now)
+            })
+            .map(|c| c.to_string())
+        }
     };
     drop(lock);
     cycle.res.metrics.record_cycle(name, started.elapsed().as_secs_f64(), result.is_ok());
@@ -119,7 +125,7 @@ fn run(kind: Kind, own: &Mutex<CycleState>, publisher: &Publisher) {
 
 fn charge(cycle: &mut CycleState, publisher: &Publisher, now: i64) -> AccountdResult<String> {
     let slurm = crate::slurm::Slurm::new(&cycle.res.config.slurm);
-    let summary = super::charge::charge(cycle, &slurm, now)?;
+    let summary = super::charge::charge(cycle, &slurm, &mut crate::slurm::QueueOnce::new(&slurm), now)?;
     publisher.publish_view(&cycle.slurm_view, now)?;
     super::notify::run(&mut cycle.res, now);
     Ok(summary.to_string())

@@ -65,3 +65,34 @@ fn a_clock_ahead_of_slurm_replenishes_no_further_than_a_day_past_what_slurm_show
     assert!(!caught_up.stderr.contains("over a day past"), "{}", caught_up.stderr);
     assert_eq!(site.balance("alice"), "105");
 }
+
+/// `accountd tick` asks squeue once, for its charge and its check alike: on a big site each read
+/// is a parse of a queue of many megabytes (bench/scale.sh), and one tick is one moment of it.
+#[test]
+fn a_tick_reads_the_queue_once_for_its_charge_and_its_check() {
+    let bin = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let now = gputokens::time::parse_timestamp("2026-06-17T12:00:00").unwrap();
+    let calls = bin.path().join("squeue.calls");
+    let squeue = format!(
+        "#!/bin/sh\necho \"$* by $(tr '\\0' ' ' < /proc/$PPID/cmdline)\" >> '{}'\nprintf '{{\"jobs\":[{{\"job_id\":7,\"user_name\":\"bob\",\"user_id\":1002,\
+         \"job_state\":\"RUNNING\",\"submit_time\":{s},\"start_time\":{s},\"nodes\":\"vm\",\
+         \"tres_alloc_str\":\"cpu=1,node=1,gres/gpu=1,gres/gpu:a6000=1\"}}]}}\\n'\n",
+        calls.display(),
+        s = now - 1800
+    );
+    let sacct = "#!/bin/sh\necho 'JobIDRaw|User|Account|AllocTRES|ElapsedRaw|Start|End|State|NodeList'\n";
+    for (name, text) in [("squeue", squeue.as_str()), ("sacct", sacct)] {
+        let path = bin.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // (Site's own accountd serve reads the queue too, in its cycles.)
+    let site = Site::start("", &format!("[slurm]\nbin_dir = \"{}\"\n", bin.path().display()));
+    let tick = site.accountd(None, &["tick", "--now", &gputokens::time::format_local(now)]).ok();
+    assert!(tick.stdout.contains("1 running GPU jobs"), "the charge saw the job: {}", tick.stdout);
+    assert!(tick.stdout.contains("1 GPU jobs running"), "the check saw the same queue: {}", tick.stdout);
+    let asked = std::fs::read_to_string(&calls).unwrap();
+    let by_tick = asked.lines().filter(|l| l.contains("--json") && l.contains(" tick ")).count();
+    assert_eq!(by_tick, 1, "{asked}");
+}

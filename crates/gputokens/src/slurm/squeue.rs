@@ -19,8 +19,12 @@ pub enum SqueueError {
 /// Jobs that hold GPUs: RUNNING, and SUSPENDED (they keep their GPUs, and what they ran before
 /// the suspension is theirs to pay).
 pub fn running_gpu_jobs(json: &str) -> Result<Vec<RunningJob>, SqueueError> {
-    let holds = |j: &QueueJob| matches!(j.state.as_str(), "RUNNING" | "SUSPENDED") && !j.alloc.is_empty();
-    Ok(queue(json)?.into_iter().filter(holds).collect())
+    Ok(queue(json)?.into_iter().filter(holds_gpus).collect())
+}
+
+/// Whether `job` holds GPUs now: running (or suspended, its GPUs still its own) with GPUs allocated.
+pub fn holds_gpus(job: &QueueJob) -> bool {
+    matches!(job.state.as_str(), "RUNNING" | "SUSPENDED") && !job.alloc.is_empty()
 }
 
 /// Every job squeue lists.
