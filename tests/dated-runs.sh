@@ -39,7 +39,7 @@ remove_stale_faketime_objects() {
   for f in /dev/shm/sem.faketime_sem_* /dev/shm/faketime_shm_*; do
     [[ -e $f ]] || continue
     pid=${f##*_}
-    [[ -d /proc/$pid ]] || rm -f -- "$f"
+    [[ -d /proc/$pid ]] || rm -f -- "$f" 2>/dev/null || true
   done
 }
 

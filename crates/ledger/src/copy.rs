@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use crate::db::{Connection, Value};
+use crate::db::{Connection, Dialect, Value};
 use crate::{Ledger, LedgerError};
 
 /// Every table of the ledger, in an order its rows can be written in. (`write_turn` and the
@@ -83,6 +83,11 @@ impl Ledger {
                 "the ledger copied to already holds users or entries: copy only into an empty one".into(),
             ));
         }
+        if to.dialect() == Dialect::MariaDb {
+            // Between its inserts this transaction waits on reading the source (a MariaDB source's
+            // table comes whole): no idle limit on it (`db::maria`'s is for a writer lost mid-cycle).
+            to.conn.execute_batch("SET SESSION idle_write_transaction_timeout = 0")?;
+        }
         let view = self.conn.read_transaction()?;
         let tx = to.conn.transaction()?;
         let mut copied = 0u64;
@@ -106,6 +111,9 @@ impl Ledger {
         }
         tx.commit()?;
         view.commit()?;
+        if to.dialect() == Dialect::MariaDb {
+            to.conn.execute_batch(crate::db::IDLE_WRITE_LIMIT)?;
+        }
         Ok(copied)
     }
 }

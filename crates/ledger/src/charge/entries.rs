@@ -53,35 +53,12 @@ pub(super) struct Entries<'tx, 'r> {
 impl<'tx, 'r> Entries<'tx, 'r> {
     /// Statements for entries stamped `now` (parameter 1 of each).
     pub fn prepare(tx: &'tx Transaction<'tx>, now: i64) -> Result<Self, LedgerError> {
-        let insert = |rows: usize| {
-            let mut sql = String::from(
-                "INSERT OR FAIL INTO entries (id, user, kind, amount, at, actor, reason, job_id, gpu_type, gpu_seconds, prev_id, member) VALUES ",
-            );
-            for row in 0..rows {
-                let p = |k: usize| 1 + row * PARAMS + k;
-                let sep = if row == 0 { "" } else { ", " };
-                let _ = write!(
-                    sql,
-                    "{sep}(?{}, ?{}, 'charge', ?{}, ?1, 'gputokens', ?{}, ?{}, ?{}, ?{}, ?{}, ?{})",
-                    p(9),
-                    p(1),
-                    p(2),
-                    p(3),
-                    p(4),
-                    p(5),
-                    p(6),
-                    p(7),
-                    p(8)
-                );
-            }
-            sql
-        };
-        let insert_one = tx.prepare(&insert(1))?;
+        let insert_one = tx.prepare(&insert_sql(1))?;
         let rows = match tx.dialect() {
             Dialect::Sqlite => ROWS,
             Dialect::MariaDb => MARIA_ROWS,
         };
-        let insert_many = tx.prepare(&insert(rows))?;
+        let insert_many = tx.prepare(&insert_sql(rows))?;
         let mut entries =
             Entries { tx, now, insert_one, insert_many, rows, next_id: 0, pending: Vec::new(), reasons: String::new() };
         entries.read_next_id()?;
@@ -109,6 +86,18 @@ impl<'tx, 'r> Entries<'tx, 'r> {
 
     /// Writes the entries not written yet.
     pub fn write_pending(&mut self) -> Result<(), LedgerError> {
+        if self.tx.dialect() == Dialect::MariaDb && self.pending.len() > 1 {
+            // In one statement of their number: each statement is a round trip.
+            let mut insert = self.tx.prepare_cached(&insert_sql(self.pending.len()))?;
+            bind(&mut insert, self.now, &self.pending, &self.reasons)?;
+            insert.raw_execute()?;
+            if let Some(&(id, ..)) = self.pending.last() {
+                self.check_last(id)?;
+            }
+            self.pending.clear();
+            self.reasons.clear();
+            return Ok(());
+        }
         for entry in &self.pending {
             bind(&mut self.insert_one, self.now, std::slice::from_ref(entry), &self.reasons)?;
             self.insert_one.raw_execute()?;
@@ -172,6 +161,31 @@ impl<'tx, 'r> Entries<'tx, 'r> {
             .ok_or_else(|| LedgerError::Damaged("the ledger has no entry id left".into()))?;
         Ok(())
     }
+}
+
+/// An insert of `rows` charge entries, [`PARAMS`] parameters each after `now` (?1).
+fn insert_sql(rows: usize) -> String {
+    let mut sql = String::from(
+        "INSERT OR FAIL INTO entries (id, user, kind, amount, at, actor, reason, job_id, gpu_type, gpu_seconds, prev_id, member) VALUES ",
+    );
+    for row in 0..rows {
+        let p = |k: usize| 1 + row * PARAMS + k;
+        let sep = if row == 0 { "" } else { ", " };
+        let _ = write!(
+            sql,
+            "{sep}(?{}, ?{}, 'charge', ?{}, ?1, 'gputokens', ?{}, ?{}, ?{}, ?{}, ?{}, ?{})",
+            p(9),
+            p(1),
+            p(2),
+            p(3),
+            p(4),
+            p(5),
+            p(6),
+            p(7),
+            p(8)
+        );
+    }
+    sql
 }
 
 /// Binds entries stamped `now` to an insert of as many rows.

@@ -469,10 +469,23 @@ impl<'r> Runs<'r> {
             self.insert_from_entries(statements.insert_from_entry(1)?, std::slice::from_ref(row))?;
         }
         let many = bound.chunks_exact(if maria { MARIA_INSERT_ROWS } else { INSERT_ROWS });
-        let rest = many.remainder().chunks(1);
-        for rows in many.chain(rest) {
+        let rest = many.remainder();
+        for rows in many {
             let insert = statements.insert(rows.len())?;
             self.bind_new(insert, rows)?;
+            insert.raw_execute()?;
+            insert.clear_bindings();
+        }
+        if maria && rest.len() > 1 {
+            // The rest in one statement of its own size: each statement is a round trip.
+            let mut insert = statements.tx.prepare_cached(&insert_sql(rest.len()))?;
+            self.bind_new(&mut insert, rest)?;
+            insert.raw_execute()?;
+            return Ok(());
+        }
+        for row in rest.chunks(1) {
+            let insert = statements.insert(1)?;
+            self.bind_new(insert, row)?;
             insert.raw_execute()?;
             insert.clear_bindings();
         }

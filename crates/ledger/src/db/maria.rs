@@ -88,6 +88,12 @@ pub(crate) struct Session {
     pub fence: Option<String>,
 }
 
+/// A write transaction whose client stopped answering (a leader's host lost mid-cycle: no FIN
+/// reaches the server, which would hold its write turn until wait_timeout, hours) is rolled back
+/// after 5 s, within the 10 s another writer waits for the turn. The ledger's own transactions never
+/// pause between statements (a copy's, which waits on its source, lifts it).
+pub(crate) const IDLE_WRITE_LIMIT: &str = "SET SESSION idle_write_transaction_timeout = 5";
+
 /// Session settings that make MariaDB read the ledger's SQL as SQLite does: `||` joins strings,
 /// `"name"` is a name, no value is silently cut to fit, names compare byte for byte (the tables'
 /// collation), and each statement sees what was committed before it.
@@ -100,11 +106,7 @@ const SETUP: &[&str] = &[
     "SET SESSION time_zone = '+00:00'",
     // As long as SQLite's busy timeout: a writer waits its turn that long, then fails.
     "SET SESSION innodb_lock_wait_timeout = 10",
-    // A write transaction whose client stopped answering (a leader's host lost mid-cycle: no FIN
-    // reaches the server, which would hold its write turn until wait_timeout, hours) is rolled
-    // back after 5 s, within the 10 s another writer waits for the turn. The ledger's own
-    // transactions never pause between statements.
-    "SET SESSION idle_write_transaction_timeout = 5",
+    IDLE_WRITE_LIMIT,
     // A history is walked entry by entry (a recursive table): never cut short at a default depth.
     "SET SESSION max_recursive_iterations = 4294967295",
 ];

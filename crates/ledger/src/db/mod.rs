@@ -12,6 +12,7 @@ use std::cell::RefCell;
 use std::ops::Deref;
 
 pub use error::{Error, Result, Value};
+pub(crate) use maria::IDLE_WRITE_LIMIT;
 pub use maria::{MariaTarget, MariaUrlError};
 pub use params::{Params, ToSql};
 pub use rusqlite::params;
