@@ -100,19 +100,8 @@ impl Ledger {
     /// The balances of `users` the ledger has, [`crate::db::IN_LIST`] a statement (a check cycle
     /// asks for every user with a job in the queue).
     pub fn balances_of(&self, users: &[&str]) -> Result<HashMap<String, Tokens>, LedgerError> {
-        let mut found = HashMap::with_capacity(users.len());
-        for group in users.chunks(crate::db::IN_LIST) {
-            let values: Vec<&dyn crate::db::ToSql> = group.iter().map(|u| u as &dyn crate::db::ToSql).collect();
-            let mut stmt = self.conn.prepare_cached(&format!(
-                "SELECT name, balance FROM users WHERE name IN ({})",
-                crate::db::placeholders(group.len(), 1)
-            ))?;
-            for row in stmt.query_map(&values[..], |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?)))? {
-                let (name, balance) = row?;
-                found.insert(name, Tokens::from_micro(balance));
-            }
-        }
-        Ok(found)
+        let found: HashMap<String, i64> = users_column(&self.conn, "balance", users)?;
+        Ok(found.into_iter().map(|(name, micro)| (name, Tokens::from_micro(micro))).collect())
     }
 
     /// Every user's standing (not the pools': [`Ledger::pools`]).
@@ -124,6 +113,29 @@ impl Ledger {
         let rows = stmt.query_map((), account_row)?.collect::<Result<_, _>>()?;
         Ok(rows)
     }
+}
+
+/// `column` of each of `names` the ledger has a row of in `users`, [`crate::db::IN_LIST`] names a
+/// statement: the cycles' lookups of many balances at once (on MariaDB each statement is a round
+/// trip).
+pub(crate) fn users_column<T: crate::db::FromSql>(
+    conn: &crate::db::Connection,
+    column: &str,
+    names: &[&str],
+) -> Result<HashMap<String, T>, LedgerError> {
+    let mut found = HashMap::with_capacity(names.len());
+    for group in names.chunks(crate::db::IN_LIST) {
+        let values: Vec<&dyn crate::db::ToSql> = group.iter().map(|u| u as &dyn crate::db::ToSql).collect();
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT name, {column} FROM users WHERE name IN ({})",
+            crate::db::placeholders(group.len(), 1)
+        ))?;
+        for row in stmt.query_map(&values[..], |r| Ok((r.get::<String>(0)?, r.get::<T>(1)?)))? {
+            let (name, value) = row?;
+            found.insert(name, value);
+        }
+    }
+    Ok(found)
 }
 
 fn account_row(r: &crate::db::Row<'_>) -> crate::db::Result<Account> {

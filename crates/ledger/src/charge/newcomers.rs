@@ -21,17 +21,7 @@ pub(super) fn newest_entries(
     tx: &Transaction<'_>,
     names: &[&str],
 ) -> Result<HashMap<String, Option<i64>>, LedgerError> {
-    let mut found = HashMap::with_capacity(names.len());
-    for group in names.chunks(GROUP) {
-        let values: Vec<&dyn ToSql> = group.iter().map(|n| n as &dyn ToSql).collect();
-        let sql = format!("SELECT name, last_entry FROM users WHERE name IN ({})", placeholders(group.len(), 1));
-        let mut read = tx.prepare_cached(&sql)?;
-        for row in read.query_map(&values[..], |r| Ok((r.get::<String>(0)?, r.get::<Option<i64>>(1)?)))? {
-            let (name, last) = row?;
-            found.insert(name, last);
-        }
-    }
-    Ok(found)
+    crate::accounts::users_column(tx, "last_entry", names)
 }
 
 /// Of `users` (none in the ledger), those whose initial balance's key no entry holds: the rest

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use crate::db::{placeholders, ToSql, Transaction};
+use crate::db::{ToSql, Transaction};
 use crate::error::out_of_range;
 use crate::LedgerError;
 use gputokens::tokens::Tokens;
@@ -29,11 +29,8 @@ fn numbered(n: usize, from: usize, step: usize) -> impl Iterator<Item = usize> {
 /// range, written with its newest entry.
 pub(super) fn move_balances(tx: &Transaction<'_>, moves: &[Move<'_>]) -> Result<(), LedgerError> {
     for group in moves.chunks(GROUP) {
-        let names: Vec<&dyn ToSql> = group.iter().map(|m| &m.user as &dyn ToSql).collect();
-        let listed = placeholders(group.len(), 1);
-        let mut read = tx.prepare_cached(&format!("SELECT name, balance FROM users WHERE name IN ({listed})"))?;
-        let found: HashMap<String, i64> =
-            read.query_map(&names[..], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+        let names: Vec<&str> = group.iter().map(|m| m.user).collect();
+        let found: HashMap<String, i64> = crate::accounts::users_column(tx, "balance", &names)?;
         let mut moved = Vec::with_capacity(group.len());
         for m in group {
             let balance = found
