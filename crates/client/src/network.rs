@@ -1,5 +1,7 @@
 //! accountd's HTTP listener from another host: the request as JSON, `POST /v1/request`, with a MUNGE
-//! credential made for it. Each URL of `[accountd] urls` in turn, until one answers.
+//! credential made for it. A request that changes balances goes to each URL of `[accountd] urls` in
+//! turn, until one takes it; one that only reads is asked of the next URL too when the one before
+//! is slow, the first answer taken (a host lost mid-request costs a user a moment).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -25,6 +27,17 @@ pub(crate) fn exchange(
 ) -> Result<String, ClientError> {
     let body = serde_json::to_vec(request).map_err(|e| ClientError::Internal(e.to_string()))?;
     let payload = request_credential_payload(&format!("{:x}", Sha256::digest(&body)));
+    if request.only_reads() && urls.len() > 1 {
+        let ca_file = ca_file.map(Path::to_path_buf);
+        let ask = move |url: &str, left: Duration| {
+            let credential = munge_cli::encode(&payload, left)
+                .map_err(|reason| ClientError::NoCredential { at: url.to_string(), reason })?;
+            let left = timeout_left(left, Instant::now());
+            post(url, ca_file.as_deref(), &body, &credential, left, left.min(MAX_CONNECT))
+                .map_err(|f| f.into_error(url))
+        };
+        return first_answer(urls, timeout, ask);
+    }
     let started = Instant::now();
     let mut tried = Vec::new();
     // The one that answers first goes first: a host that is down costs a user a moment, not a
@@ -57,8 +70,77 @@ pub(crate) fn exchange(
     Err(ClientError::Unreachable { at: urls.join(", "), reason })
 }
 
-/// How long a URL is given to connect before the next is tried beside it.
+/// How long a URL is given to connect, or to answer a request that only reads, before the next is
+/// tried beside it.
 const STAGGER: Duration = Duration::from_millis(250);
+
+/// What is left of `within` once `since` passed (never below zero).
+fn timeout_left(within: Duration, since: Instant) -> Duration {
+    within.saturating_sub(since.elapsed())
+}
+
+/// The first answer of `urls` to a request that only reads, each asked with `ask(url, time_left)`:
+/// the next URL is asked [`STAGGER`] after the one before, or as soon as it failed, without waiting
+/// for it to end. An answer is a reply or accountd's refusal; a host that cannot be reached, or
+/// stops answering, is passed over. Those still asking when one answered are left to end on their
+/// own (their time is bounded by `timeout`).
+fn first_answer<F>(urls: &[String], timeout: Duration, ask: F) -> Result<String, ClientError>
+where
+    F: Fn(&str, Duration) -> Result<String, ClientError> + Send + Sync + 'static,
+{
+    let started = Instant::now();
+    let ask = std::sync::Arc::new(ask);
+    let (answered, answers) = std::sync::mpsc::channel();
+    let mut asked = 0;
+    let mut failed: Vec<ClientError> = Vec::new();
+    let ask_next = |asked: &mut usize| {
+        let (url, ask, answered) = (urls[*asked].clone(), ask.clone(), answered.clone());
+        let left = timeout_left(timeout, started);
+        std::thread::spawn(move || {
+            let _ = answered.send(ask(&url, left));
+        });
+        *asked += 1;
+    };
+    ask_next(&mut asked);
+    loop {
+        let left = timeout_left(timeout, started);
+        if left.is_zero() {
+            break;
+        }
+        let wait = if asked < urls.len() { STAGGER.min(left) } else { left };
+        match answers.recv_timeout(wait) {
+            Ok(Ok(reply)) => return Ok(reply),
+            Ok(Err(e @ (ClientError::Refused(_) | ClientError::Internal(_)))) => return Err(e),
+            Ok(Err(e)) => {
+                failed.push(e);
+                if asked < urls.len() {
+                    ask_next(&mut asked);
+                } else if failed.len() == asked {
+                    break;
+                }
+            }
+            Err(_) if asked < urls.len() => ask_next(&mut asked),
+            Err(_) => {}
+        }
+    }
+    // Where every host failed alike (none reachable), say so once for all of them.
+    match failed.iter().position(|e| !matches!(e, ClientError::Unreachable { .. })) {
+        Some(n) => Err(failed.swap_remove(n)),
+        None => {
+            let reason = match failed.is_empty() {
+                true => format!("no answer within {} ms", timeout.as_millis()),
+                false => {
+                    let tried = failed.iter().map(|e| match e {
+                        ClientError::Unreachable { at, reason } => format!("{at} ({reason})"),
+                        other => other.to_string(),
+                    });
+                    format!("tried {}", tried.collect::<Vec<_>>().join("; "))
+                }
+            };
+            Err(ClientError::Unreachable { at: urls.join(", "), reason })
+        }
+    }
+}
 
 /// Of several `urls`, the index of the first whose host accepted a TCP connection within `within`:
 /// each tried in its turn, the next started [`STAGGER`] after the one before, without waiting for
@@ -114,6 +196,15 @@ const MAX_CONNECT: Duration = Duration::from_secs(5);
 enum Failure {
     NotConnected(String),
     Sent(ClientError),
+}
+
+impl Failure {
+    fn into_error(self, url: &str) -> ClientError {
+        match self {
+            Failure::NotConnected(reason) => ClientError::Unreachable { at: url.to_string(), reason },
+            Failure::Sent(e) => e,
+        }
+    }
 }
 
 /// One POST to `url`; the reply line, or what went wrong there.
@@ -210,6 +301,70 @@ mod tests {
         assert_eq!(host_and_port("http://[::1]:9817/x").as_deref(), Some("[::1]:9817"));
         assert_eq!(host_and_port("http://[::1]").as_deref(), Some("[::1]:80"));
         assert_eq!(host_and_port("ftp://x"), None);
+    }
+
+    /// Two hosts, `a` and `b`, as `first_answer` asks them: what each does, and who was asked.
+    fn two_hosts(
+        a: impl Fn() -> Result<String, ClientError> + Send + Sync + 'static,
+        b: impl Fn() -> Result<String, ClientError> + Send + Sync + 'static,
+    ) -> (Result<String, ClientError>, Vec<String>) {
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = asked.clone();
+        let ask = move |url: &str, _left: Duration| {
+            log.lock().unwrap().push(url.to_string());
+            match url {
+                "http://a" => a(),
+                _ => b(),
+            }
+        };
+        let answer = first_answer(&["http://a".into(), "http://b".into()], Duration::from_secs(20), ask);
+        let asked = asked.lock().unwrap().clone();
+        (answer, asked)
+    }
+
+    fn unreachable(at: &str) -> ClientError {
+        ClientError::Unreachable { at: at.into(), reason: "connection refused".into() }
+    }
+
+    #[test]
+    fn a_read_is_answered_by_the_next_host_while_the_first_is_silent() {
+        // a took the request and went silent (its host lost): it answers only when the test is over.
+        let (release, silent) = std::sync::mpsc::channel::<()>();
+        let silent = std::sync::Mutex::new(silent);
+        let a = move || {
+            let _ = silent.lock().unwrap().recv_timeout(Duration::from_secs(30));
+            Ok("a".to_string())
+        };
+        let (answer, asked) = two_hosts(a, || Ok("b".into()));
+        assert_eq!(answer.unwrap(), "b");
+        assert_eq!(asked, ["http://a", "http://b"]);
+        drop(release);
+    }
+
+    #[test]
+    fn a_quick_answer_asks_no_other_host() {
+        let (answer, asked) = two_hosts(|| Ok("a".into()), || Ok("b".into()));
+        assert_eq!(answer.unwrap(), "a");
+        assert_eq!(asked, ["http://a"]);
+    }
+
+    #[test]
+    fn a_refusal_is_an_answer_and_a_host_that_cannot_be_reached_is_not() {
+        let refused = || Err(ClientError::Refused("only admins may see other users".into()));
+        let (answer, asked) = two_hosts(refused, || Ok("b".into()));
+        assert_eq!(answer.unwrap_err().to_string(), "only admins may see other users");
+        assert_eq!(asked, ["http://a"]);
+
+        let (answer, asked) = two_hosts(|| Err(unreachable("http://a")), || Ok("b".into()));
+        assert_eq!(answer.unwrap(), "b");
+        assert_eq!(asked, ["http://a", "http://b"]);
+
+        let (answer, _) = two_hosts(|| Err(unreachable("http://a")), || Err(unreachable("http://b")));
+        let said = answer.unwrap_err().to_string();
+        assert_eq!(
+            said,
+            "cannot reach accountd at http://a, http://b: tried http://a (connection refused); http://b (connection refused)"
+        );
     }
 
     #[test]

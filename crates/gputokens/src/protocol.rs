@@ -140,6 +140,13 @@ impl Request {
         }
     }
 
+    /// Whether the request only reads (balances, history, statements, actions, pools): one that may
+    /// be asked of several accountd hosts at once, the first answer taken. A login link is made, so
+    /// it is not one.
+    pub fn only_reads(&self) -> bool {
+        !self.changes_balances() && !matches!(self, Request::WebLogin)
+    }
+
     /// Why the request's free text (`--reason`, `--key`) cannot be recorded, or None: see
     /// [`crate::free_text`]. Checked for every caller before anything is done.
     pub fn free_text_problem(&self) -> Option<String> {
