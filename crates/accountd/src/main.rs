@@ -68,6 +68,11 @@ fn ledger_line(config: &Config) -> String {
     let Some(url) = &config.ledger.url else {
         return format!("ledger: SQLite at {}", config.paths.ledger.display());
     };
+    // Each cluster of a shared ledger has its own leader: this host's cluster's is the one named.
+    let url = match config.clusters.local() {
+        Some(cluster) => format!("{url} (cluster {cluster}'s cycles)"),
+        None => url.clone(),
+    };
     let read = tempfile::tempdir()
         .map_err(|e| AccountdError::Failed(e.to_string()))
         .and_then(|scratch| accountd::resources::read_only_ledger(config, None, scratch.path()))

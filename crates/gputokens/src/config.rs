@@ -97,6 +97,47 @@ pub struct Config {
     pub ondemand: Option<OnDemand>,
     /// `[refunds]`: runs lost to the system, refunded automatically.
     pub refunds: Refunds,
+    /// `[clusters]`: the Slurm clusters whose jobs the ledger charges, and which one this host is in.
+    pub clusters: Clusters,
+}
+
+/// `[clusters]`: several Slurm clusters (on one slurmdbd, or not) charged to one MariaDB ledger, an
+/// accountd (or a pair) on each. Empty: one cluster, the ledger its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Clusters {
+    /// Every cluster that charges the ledger, the first the one that charged it alone before: its
+    /// jobs' keys stay bare job IDs, the others' are `CLUSTER:ID`.
+    pub names: Vec<String>,
+    /// This host's cluster (its slurm.conf ClusterName); the first of `names` when unset.
+    pub local: Option<String>,
+}
+
+impl Clusters {
+    /// This host's cluster, where `[clusters]` names any.
+    pub fn local(&self) -> Option<&str> {
+        self.local.as_deref().or(self.names.first().map(String::as_str))
+    }
+
+    /// What this cluster's job IDs are prefixed with in the ledger: `CLUSTER:` on every cluster but
+    /// the first, nothing there (a ledger that charged one cluster keeps its keys).
+    pub fn job_prefix(&self) -> Option<String> {
+        let local = self.local()?;
+        (self.names.first().map(String::as_str) != Some(local)).then(|| format!("{local}:"))
+    }
+
+    /// The ledger's key of this cluster's job `id`.
+    pub fn job_key(&self, id: &str) -> String {
+        match self.job_prefix() {
+            Some(prefix) if !id.contains(':') => format!("{prefix}{id}"),
+            _ => id.to_string(),
+        }
+    }
+
+    /// The name of the lease this host's accountd leads under: one per cluster ("" for a ledger of
+    /// one cluster), so each cluster's pair leads its own cycles.
+    pub fn lease_name(&self) -> &str {
+        self.local().unwrap_or("")
+    }
 }
 
 /// `[refunds]`: which runs lost to the system are refunded automatically, and how much of a long one.

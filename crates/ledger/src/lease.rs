@@ -26,9 +26,26 @@ impl Lease {
 }
 
 /// The database's clock in milliseconds.
-const NOW_MS: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
+pub(crate) const NOW_MS: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
+
+/// Where the lease named `cluster` is kept, and the condition that finds it with `param` bound to
+/// the name: a ledger of one cluster ("") in `leader_lease` row 1, where every accountd before
+/// `[clusters]` kept it; each cluster of a shared ledger in its own row of `cluster_lease`, so each
+/// cluster's pair leads that cluster's cycles.
+pub(crate) fn lease_row(cluster: &str, param: &str) -> (&'static str, String) {
+    match cluster.is_empty() {
+        true => ("leader_lease", format!("id = 1 AND {param} = ''")),
+        false => ("cluster_lease", format!("cluster = {param}")),
+    }
+}
 
 impl Ledger {
+    /// The lease this ledger's accountd leads under: `cluster`'s (`[clusters] local`), "" for a
+    /// ledger of one cluster.
+    pub fn lead_for_cluster(&mut self, cluster: &str) {
+        self.lease_name = cluster.to_owned();
+    }
+
     /// Takes or renews the lease for `me` for `ttl`, unless another holds it and it has not lapsed;
     /// returns the lease as it is after.
     pub fn claim_lease(&mut self, me: &str, ttl: Duration) -> Result<Lease, LedgerError> {
@@ -36,34 +53,47 @@ impl Ledger {
             return Ok(Lease { holder: me.to_owned(), term: 1, left_ms: i64::MAX });
         }
         let ttl = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let (table, row) = lease_row(&self.lease_name, "?3");
+        if table == "cluster_lease" {
+            self.conn.execute("INSERT IGNORE INTO cluster_lease VALUES (?1, '', 0, 0)", [&self.lease_name])?;
+        }
         // MariaDB assigns in order: the term reads the holder before it changes.
         self.conn.execute(
             &format!(
-                "UPDATE leader_lease SET term = CASE WHEN holder = ?1 THEN term ELSE term + 1 END,
-                                         holder = ?1, expires_ms = {NOW_MS} + ?2
-                 WHERE id = 1 AND (holder = ?1 OR expires_ms < {NOW_MS})"
+                "UPDATE {table} SET term = CASE WHEN holder = ?1 THEN term ELSE term + 1 END,
+                                    holder = ?1, expires_ms = {NOW_MS} + ?2
+                 WHERE {row} AND (holder = ?1 OR expires_ms < {NOW_MS})"
             ),
-            crate::db::params![me, ttl],
+            crate::db::params![me, ttl, &self.lease_name],
         )?;
         self.lease()
     }
 
-    /// The lease as it is now.
+    /// The lease as it is now (one never taken: held by no one, lapsed).
     pub fn lease(&self) -> Result<Lease, LedgerError> {
         if self.conn.dialect() == Dialect::Sqlite {
             return Ok(Lease { holder: String::new(), term: 0, left_ms: i64::MAX });
         }
-        Ok(self.conn.query_row(
-            &format!("SELECT holder, term, expires_ms - {NOW_MS} FROM leader_lease WHERE id = 1"),
-            (),
+        let (table, row) = lease_row(&self.lease_name, "?1");
+        let found = self.conn.query_row(
+            &format!("SELECT holder, term, expires_ms - {NOW_MS} FROM {table} WHERE {row}"),
+            [&self.lease_name],
             |r| Ok(Lease { holder: r.get(0)?, term: r.get(1)?, left_ms: r.get(2)? }),
-        )?)
+        );
+        match found {
+            Err(crate::db::Error::NoRows) => Ok(Lease { holder: String::new(), term: 0, left_ms: -1 }),
+            found => Ok(found?),
+        }
     }
 
     /// Gives the lease up (a serve that stops), so the other takes it at once.
     pub fn release_lease(&mut self, me: &str) -> Result<(), LedgerError> {
         if self.conn.dialect() == Dialect::MariaDb {
-            self.conn.execute("UPDATE leader_lease SET expires_ms = 0 WHERE id = 1 AND holder = ?1", [me])?;
+            let (table, row) = lease_row(&self.lease_name, "?2");
+            self.conn.execute(
+                &format!("UPDATE {table} SET expires_ms = 0 WHERE {row} AND holder = ?1"),
+                crate::db::params![me, &self.lease_name],
+            )?;
         }
         Ok(())
     }
@@ -72,7 +102,7 @@ impl Ledger {
     /// holds the lease, and fails ([`crate::db::Error::Fenced`]) if it does not: the cycles' writes
     /// of an accountd that lost the lease (paused, cut off) are never made.
     pub fn fence_with_lease(&mut self, me: &str) {
-        self.conn.fence(me);
+        self.conn.fence(me, &self.lease_name);
     }
 
     /// The newest entry's id: what the leader compares to know that someone (the other accountd

@@ -51,6 +51,40 @@ fn one_holder_leads_at_a_time_and_a_lapsed_leader_writes_nothing() {
     assert!(a.claim_lease("ctl1:1", Duration::from_secs(30)).unwrap().held_by("ctl1:1"));
 }
 
+/// Two clusters on one ledger: each cluster's accountd leads its own cycles at once, under its
+/// own lease; a pair within a cluster still has one leader, and a lease of one cluster lets no one
+/// write for the other.
+#[test]
+fn each_cluster_of_a_shared_ledger_has_a_leader_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    let open = |cluster: &str| {
+        let mut ledger = crate::testdb::open(&path, BucketRules::default()).unwrap();
+        ledger.lead_for_cluster(cluster);
+        ledger
+    };
+    let (mut old, mut new, mut new_backup) = (open("old"), open("new"), open("new"));
+    if old.dialect() == Dialect::Sqlite {
+        return;
+    }
+    let ttl = Duration::from_secs(30);
+    assert!(old.claim_lease("ctl1:1", ttl).unwrap().held_by("ctl1:1"));
+    assert!(new.claim_lease("ctlb:1", ttl).unwrap().held_by("ctlb:1"), "each cluster's lease is its own");
+    let backup = new_backup.claim_lease("ctlb2:1", ttl).unwrap();
+    assert_eq!((backup.holder.as_str(), backup.held_by("ctlb2:1")), ("ctlb:1", false), "one leader per cluster");
+    assert_eq!(open("").lease().unwrap().holder, "", "a ledger of one cluster keeps its lease apart");
+    assert!(open("other").lease().unwrap().left_ms < 0, "a cluster never led: no one leads it");
+
+    old.fence_with_lease("ctl1:1");
+    new.fence_with_lease("ctlb:1");
+    new_backup.fence_with_lease("ctl1:1");
+    old.append(&grant("ann", "grant:old")).unwrap();
+    new.append(&grant("ann", "grant:new")).unwrap();
+    let err = new_backup.append(&grant("ann", "grant:x")).unwrap_err();
+    assert!(err.to_string().contains("ctl1:1 does not hold"), "cluster old's leader is not new's: {err}");
+    assert_eq!(old.account("ann").unwrap().unwrap().balance, Tokens::whole(102), "one balance, charged by both");
+}
+
 /// A connection the server dropped (a restart, a killed session) fails what it was doing, and the
 /// next request is answered on a new one.
 #[test]

@@ -65,6 +65,8 @@ pub struct Ledger {
     rules: BucketRules,
     /// Who pays for a job charged ([`gputokens::pools::payers`]); users until set.
     pool_mode: gputokens::pools::PoolMode,
+    /// The cluster whose lease this ledger's accountd leads under ([`Ledger::lead_for_cluster`]).
+    lease_name: String,
 }
 
 impl Ledger {
@@ -158,7 +160,7 @@ impl Ledger {
     }
 
     fn on(conn: db::Connection, rules: BucketRules) -> Ledger {
-        Ledger { conn, rules, pool_mode: Default::default() }
+        Ledger { conn, rules, pool_mode: Default::default(), lease_name: String::new() }
     }
 
     pub fn rules(&self) -> &BucketRules {

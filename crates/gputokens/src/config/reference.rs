@@ -227,6 +227,18 @@ pub const TABLES: &[Table] = &[
         ],
     },
     Table {
+        name: "clusters",
+        about: "Several Slurm clusters charged to one balance per person: each cluster runs its own accountd (or pair) on the one MariaDB ledger, with this table the same on all but `local`.",
+        keys: &[
+            key(
+                "names",
+                Toml("[]"),
+                "Every cluster charging the ledger, as Slurm names them; the first is the one that charged it alone before (its job keys stay bare IDs, the others' are CLUSTER:ID). Never reorder it.",
+            ),
+            key("local", Words("the first of names"), "This host's cluster (its slurm.conf ClusterName)."),
+        ],
+    },
+    Table {
         name: "accountd",
         about: "Where users' tools reach accountd from hosts without its socket (login and compute nodes): sbalance, sbatch's balance line, --web.",
         keys: &[

@@ -12,7 +12,7 @@ use super::values::{
     whole_seconds, whole_seconds_or_off, xids,
 };
 use super::{
-    AccountdAddress, Accounts, Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Config, Exempt, Health,
+    AccountdAddress, Accounts, Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Clusters, Config, Exempt, Health,
     HttpAccess, Intervals, LedgerDatabase, Notify, OnDemand, OnDemandReaders, Paths, PreemptAction, Preemption,
     Problem, Prometheus, Refunds, SlurmTools, TlsFiles, UtilizationConfig, UtilizationSource, Web,
     DEFAULT_PROMETHEUS_JOB_LABEL, DEFAULT_PROMETHEUS_QUERY, DEFAULT_PROMETHEUS_TIMEOUT,
@@ -108,6 +108,11 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
     });
     let ondemand = top.optional_table("ondemand", ondemand).flatten();
     let refunds = top.table("refunds", refunds);
+    let clusters = top.table("clusters", clusters);
+    if clusters.names.len() > 1 && ledger.url.is_none() {
+        let reason = "several clusters share a ledger in MariaDB ([ledger] url): a SQLite file is one host's".into();
+        top.problem("clusters.names", reason, "charging this host's cluster only");
+    }
 
     let config = Config {
         path: path.to_path_buf(),
@@ -139,6 +144,7 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
         accounts,
         ondemand,
         refunds,
+        clusters,
     };
     (config, top.finish())
 }
@@ -523,4 +529,26 @@ fn web(s: &mut Section) -> Web {
         web.trusted_proxies.clear();
     }
     web
+}
+
+/// `[clusters]`: names Slurm knows clusters by, `local` among them.
+fn clusters(s: &mut Section) -> Clusters {
+    let names = s.get("names", Vec::new(), |v| {
+        let list = names(v)?;
+        if let Some(bad) = list.iter().find(|n| !n.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))) {
+            return Err(format!("{bad:?} is not a Slurm cluster name (letters, digits, _ and -)"));
+        }
+        match list.iter().enumerate().find(|(i, n)| list[..*i].contains(n)) {
+            Some((_, twice)) => Err(format!("{twice:?} is named twice")),
+            None => Ok(list.iter().map(|n| n.to_ascii_lowercase()).collect()),
+        }
+    });
+    let local = s.optional("local", string).map(|l| l.to_ascii_lowercase());
+    match &local {
+        Some(l) if !names.contains(l) => {
+            s.problem("local", format!("{l:?} is not one of names {names:?}"), "the first of names");
+            Clusters { names, local: None }
+        }
+        _ => Clusters { names, local },
+    }
 }

@@ -684,3 +684,25 @@ fn the_ledgers_mariadb_url_names_user_and_database_and_never_a_password() {
     let err = parse("[ledger]\npassword_file = \"db-password\"\n").unwrap_err().to_string();
     assert!(err.contains("ledger.password_file") && err.contains("absolute"), "{err}");
 }
+
+#[test]
+fn clusters_sharing_a_ledger_key_the_jobs_of_all_but_the_first_by_cluster() {
+    let ledger = "[ledger]\nurl = \"mysql://gputokens@db1/gputokens\"\n";
+    let first = parse(&format!("{ledger}[clusters]\nnames = [\"Old\", \"new\"]\n")).unwrap().clusters;
+    assert_eq!((first.local(), first.job_prefix()), (Some("old"), None), "Slurm's cluster names are lower-case");
+    assert_eq!((first.job_key("12"), first.lease_name()), ("12".to_string(), "old"));
+    let second = parse(&format!("{ledger}[clusters]\nnames = [\"old\", \"new\"]\nlocal = \"new\"\n")).unwrap().clusters;
+    assert_eq!((second.job_key("12"), second.job_key("old:12"), second.lease_name()), ("new:12".into(), "old:12".into(), "new"));
+    let alone = parse("").unwrap().clusters;
+    assert_eq!((alone.job_key("12"), alone.lease_name()), ("12".to_string(), ""), "one cluster: keys as ever");
+    for (table, why) in [
+        ("names = [\"a\", \"b\"]\nlocal = \"c\"", "clusters.local: \"c\" is not one of names"),
+        ("names = [\"a\", \"a b\"]", "\"a b\" is not a Slurm cluster name"),
+        ("names = [\"a\", \"a\"]", "\"a\" is named twice"),
+    ] {
+        let err = parse(&format!("{ledger}[clusters]\n{table}\n")).unwrap_err().to_string();
+        assert!(err.contains(why), "{table}: {err}");
+    }
+    let err = parse("[clusters]\nnames = [\"a\", \"b\"]\n").unwrap_err().to_string();
+    assert!(err.contains("clusters.names") && err.contains("MariaDB"), "{err}");
+}

@@ -84,8 +84,8 @@ pub(crate) struct Session {
     in_transaction: bool,
     translated: HashMap<String, Arc<Translated>>,
     last_insert_id: i64,
-    /// Who must hold the lease for a write transaction to begin (the cycles' connection).
-    pub fence: Option<String>,
+    /// Who must hold which cluster's lease for a write transaction to begin (the cycles' connection).
+    pub fence: Option<(String, String)>,
 }
 
 /// A write transaction whose client stopped answering (a leader's host lost mid-cycle: no FIN
@@ -186,11 +186,12 @@ impl Session {
         }
         // Checked with the turn held: a lease lost from here on lets the other leader write only
         // after this transaction ends.
-        if let Some(holder) = self.fence.clone() {
+        if let Some((holder, cluster)) = self.fence.clone() {
+            let (table, row) = crate::lease::lease_row(&cluster, "?");
+            let now = crate::lease::NOW_MS;
             let held = self.conn.exec_first(
-                "SELECT COUNT(*) FROM leader_lease
-                 WHERE id = 1 AND holder = ? AND expires_ms > CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
-                (holder.as_str(),),
+                format!("SELECT COUNT(*) FROM {table} WHERE {row} AND holder = ? AND expires_ms > {now}"),
+                (cluster.as_str(), holder.as_str()),
             );
             let held: Option<i64> = match self.noted(held) {
                 Ok(held) => held,

@@ -168,10 +168,10 @@ impl Connection {
     }
 
     /// Makes every write transaction of this connection check first that `holder` holds the
-    /// lease (MariaDB; a SQLite ledger has one host).
-    pub fn fence(&self, holder: &str) {
+    /// lease of `cluster` (MariaDB; a SQLite ledger has one host).
+    pub fn fence(&self, holder: &str, cluster: &str) {
         if let Inner::Maria(s) = &self.inner {
-            s.borrow_mut().fence = Some(holder.to_owned());
+            s.borrow_mut().fence = Some((holder.to_owned(), cluster.to_owned()));
         }
     }
 

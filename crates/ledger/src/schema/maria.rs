@@ -174,7 +174,8 @@ INSERT INTO write_turn VALUES (1, 0);
 ";
 
 /// The lease one accountd of a pair holds while it runs the cycles; `expires_ms` on the database's
-/// clock, so the hosts' clocks never matter.
+/// clock, so the hosts' clocks never matter. A ledger several clusters share has one per cluster
+/// (`cluster_lease`, a row made by its first claim).
 const LEASE: &str = "
 CREATE TABLE IF NOT EXISTS leader_lease (
     id         TINYINT      NOT NULL PRIMARY KEY,
@@ -183,6 +184,12 @@ CREATE TABLE IF NOT EXISTS leader_lease (
     expires_ms BIGINT       NOT NULL
 );
 INSERT IGNORE INTO leader_lease VALUES (1, '', 0, 0);
+CREATE TABLE IF NOT EXISTS cluster_lease (
+    cluster    VARCHAR(64)  NOT NULL PRIMARY KEY,
+    holder     VARCHAR(255) NOT NULL,
+    term       BIGINT       NOT NULL,
+    expires_ms BIGINT       NOT NULL
+);
 ";
 
 /// Migrations past the version [`TABLES`] makes, as SQLite's past it: (version it brings, SQL).
