@@ -135,7 +135,7 @@ fn run(cli: Cli) -> AccountdResult {
             let lock = cycle_lock(&cycle.res, "accountd tick", &wait)?;
             let led = led_for_command(&mut cycle, "accountd tick")?;
             // One read of the queue for both: a tick is one moment of the site.
-            let slurm = Slurm::new(&cycle.res.config.slurm);
+            let slurm = Slurm::of(&cycle.res.config);
             let mut queue = QueueOnce::new(&slurm);
             if !skip_charge {
                 outln!("charge: {}", charge::charge(&mut cycle, &slurm, &mut queue, now)?);
@@ -226,7 +226,7 @@ fn cycle_lock(res: &Resources, what: &str, wait: &WaitArg) -> AccountdResult<Cyc
 /// Prints what `slurm_check` finds; exit 2 when it finds a problem.
 fn check_slurm(config: &Config) -> AccountdResult {
     let with_qos = matches!(config.admission.deprioritize, gputokens::config::admission::Deprioritize::Qos(_));
-    let slurm = Slurm::new(&config.slurm);
+    let slurm = Slurm::of(&config);
     let mut facts = accountd::slurm_check::SlurmFacts::read(&slurm, with_qos, &config.paths.controller_status)?;
     if config.accounts.mode != gputokens::pools::PoolMode::User {
         facts.accounts = Some(account_facts(config, &slurm));

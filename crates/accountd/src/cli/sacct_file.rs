@@ -17,7 +17,8 @@ pub fn charge(cycle: &mut CycleState, file: &Path, now: i64) -> AccountdResult<S
     };
     let bad = |problem: String| AccountdError::BadInput { path: file.to_path_buf(), problem };
     read.map_err(|e| bad(e.to_string()))?;
-    let parsed = sacct::parse(&text, cycle.res.config.sharing).map_err(|e| bad(e.to_string()))?;
+    let mut parsed = sacct::parse(&text, cycle.res.config.sharing).map_err(|e| bad(e.to_string()))?;
+    crate::slurm::Slurm::of(&cycle.res.config).key_records(&mut parsed);
     let all = parsed.records.iter().chain(&parsed.active).cloned().collect();
     let (records, rejected) = crate::cycles::rejected_records::sift(all, &file.display().to_string());
     let mut rejected: Vec<_> = parsed.rejected.iter().cloned().chain(rejected).collect();

@@ -116,6 +116,7 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now:
 
     let sharing = cycle.res.config.sharing;
     let mut finished = sacct::parse(&slurm.sacct(since, now)?, sharing).map_err(SlurmError::Sacct)?;
+    slurm.key_records(&mut finished);
     let before_charging = leave_out_runs_ended_by(&mut finished, charging_since);
     let running: Vec<squeue::RunningJob> = queue.jobs()?.iter().filter(|j| squeue::holds_gpus(j)).cloned().collect();
     // Running jobs are charged up to when squeue was asked.

@@ -136,8 +136,8 @@ fn payers_at_floor<'j>(res: &Resources, jobs: &[&'j QueueJob], now: i64) -> Acco
 /// tasks alone (the array's ID would change its running tasks' comment too); and whether it names
 /// those alone. An array whose task list cannot be read is named by its ID: a hold or release of
 /// it touches only its pending tasks, but its comment is left alone.
-fn slurm_target(job: &QueueJob) -> Option<(String, bool)> {
-    let id = crate::slurm::job_id_arg(&job.job_id).ok()?;
+fn slurm_target(slurm: &Slurm, job: &QueueJob) -> Option<(String, bool)> {
+    let id = slurm.job_arg(&job.job_id).ok()?;
     if job.pending_tasks.is_empty() {
         return Some((id.to_string(), true));
     }
@@ -154,6 +154,7 @@ fn slurm_target(job: &QueueJob) -> Option<(String, bool)> {
 /// Whether job `job_id` (an array: a pending task of it) is held now: scontrol may fail after its
 /// hold took (its time limit; a task of the list that started meanwhile).
 fn held_now(slurm: &Slurm, job_id: &str) -> bool {
+    let Ok(job_id) = slurm.job_arg(job_id) else { return false };
     let shown = slurm.run("squeue", &["--all", "-h", "-j", job_id, "-t", "PD", "-o", "%Q %r"]).unwrap_or_default();
     shown.lines().any(|line| {
         let (priority, reason) = line.trim().split_once(' ').unwrap_or((line.trim(), ""));
@@ -170,7 +171,7 @@ fn act(
     stopped: Option<&Stopped>,
     now: i64,
 ) -> AccountdResult<Option<Step>> {
-    let Some((target, tasks_alone)) = slurm_target(job) else {
+    let Some((target, tasks_alone)) = slurm_target(slurm, job) else {
         tracing::error!("not holding or releasing job '{}': not a job ID", job.job_id);
         return Ok(None);
     };
@@ -256,12 +257,28 @@ mod tests {
 
     #[test]
     fn an_arrays_pending_tasks_are_named_alone() {
-        let target = |tasks: &str| slurm_target(&pending("41", tasks));
+        let slurm = crate::slurm::Slurm::new(&Default::default());
+        let target = |tasks: &str| slurm_target(&slurm, &pending("41", tasks));
         assert_eq!(target(""), Some(("41".into(), true)));
         assert_eq!(target("3-4"), Some(("41_[3-4]".into(), true)));
         assert_eq!(target("3-9%2"), Some(("41_[3-9]".into(), true)), "the throttle is not a task");
         assert_eq!(target("5-61:2"), Some(("41".into(), false)), "a step scontrol does not read");
         let cut = "1,3,5,7,9,11,13,15,17,19,21,23,25,27,29,31,33,35,37,39,41,43,45,47,49...";
         assert_eq!(target(cut), Some(("41".into(), false)), "a list cut short: the array's ID, its comment left");
+    }
+
+    #[test]
+    fn a_second_clusters_jobs_reach_its_scontrol_by_their_own_ids_only() {
+        let text = "[ledger]\nurl = \"mysql://g@db/g\"\n[clusters]\nnames = [\"old\", \"new\"]\nlocal = \"new\"\n";
+        let config = gputokens::config::Config::parse(text, std::path::Path::new("t.toml")).unwrap();
+        let slurm = crate::slurm::Slurm::of(&config);
+        let mut job = pending("41", "");
+        job.job_id = slurm.job_key(&job.job_id);
+        assert_eq!(job.job_id, "new:41");
+        assert_eq!(slurm_target(&slurm, &job), Some(("41".into(), true)));
+        job.job_id = "old:41".into();
+        assert_eq!(slurm_target(&slurm, &job), None, "another cluster's job is never held here");
+        job.job_id = "41".into();
+        assert_eq!(slurm_target(&slurm, &job), None, "nor the first cluster's, whose keys are bare");
     }
 }

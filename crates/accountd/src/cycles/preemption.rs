@@ -204,7 +204,7 @@ fn act(cycle: &mut CycleState, slurm: &Slurm, victim: &Victim, requeueable: bool
     };
     // The owner is notified once per action (`[notify]`), recorded with it: never for a dry run or
     // a job ID that is not acted on.
-    let acted = !config.dry_run && crate::slurm::job_id_arg(&victim.job_id).is_ok();
+    let acted = !config.dry_run && slurm.job_arg(&victim.job_id).is_ok();
     let notice = acted
         .then(|| {
             crate::cycles::notify::preempted_notice(
@@ -231,7 +231,7 @@ fn act(cycle: &mut CycleState, slurm: &Slurm, victim: &Victim, requeueable: bool
         tracing::warn!("dry run: would {action} job {} of {} ({reason})", victim.job_id, victim.user);
         return Ok(());
     }
-    let job = match crate::slurm::job_id_arg(&victim.job_id) {
+    let job = match slurm.job_arg(&victim.job_id) {
         Ok(job) => job.to_string(),
         Err(e) => {
             tracing::error!("not preempting: {e}");

@@ -134,7 +134,7 @@ fn node_failures<'r>(
     ends: &HashMap<(String, i64), RunEnded>,
     end_of: impl Fn(&UsageRecord) -> i64,
 ) -> Vec<(&'r UsageRecord, FailedRun)> {
-    let slurm = Slurm::new(&res.config.slurm);
+    let slurm = Slurm::of(&res.config);
     let mut failed = Vec::new();
     for record in records {
         let Some(ended) = ends.get(&(record.job_id.clone(), record.segment_start)) else { continue };

@@ -107,7 +107,7 @@ fn run(kind: Kind, own: &Mutex<CycleState>, publisher: &Publisher) {
     let result = match kind {
         Kind::Charge => charge(&mut cycle, publisher, now),
         Kind::Check => {
-            let slurm = crate::slurm::Slurm::new(&cycle.res.config.slurm);
+            let slurm = crate::slurm::Slurm::of(&cycle.res.config);
             let mut queue = crate::slurm::QueueOnce::new(&slurm);
             super::check::check(&mut cycle, (&slurm, &mut queue), now, |c, now| {
                 publisher.publish_view(&c.slurm_view, now)
@@ -124,7 +124,7 @@ fn run(kind: Kind, own: &Mutex<CycleState>, publisher: &Publisher) {
 }
 
 fn charge(cycle: &mut CycleState, publisher: &Publisher, now: i64) -> AccountdResult<String> {
-    let slurm = crate::slurm::Slurm::new(&cycle.res.config.slurm);
+    let slurm = crate::slurm::Slurm::of(&cycle.res.config);
     let summary = super::charge::charge(cycle, &slurm, &mut crate::slurm::QueueOnce::new(&slurm), now)?;
     publisher.publish_view(&cycle.slurm_view, now)?;
     super::notify::run(&mut cycle.res, now);

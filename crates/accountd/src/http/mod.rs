@@ -143,6 +143,7 @@ async fn agent_report(
             .map_err(|r| (peer.ip().to_string(), r))?;
         let slurm_says = state.gate.authorize(&sender, &report, &state.slurm).map_err(|r| (report.node.clone(), r))?;
         state.gate.accepted(&report.node);
+        let (report, slurm_says) = reports::keyed(&state.slurm, report, slurm_says);
         let (drain, summary) = {
             let mut reports = state.reports.lock().unwrap_or_else(|p| p.into_inner());
             let reports = &mut *reports;

@@ -7,6 +7,7 @@ use crate::error::AccountdResult;
 use crate::health::{Drain, HealthState};
 use crate::metrics::{GpuLabels, JobLabels, Metrics, NodeLabels};
 use crate::resources::Resources;
+use crate::slurm::Slurm;
 use crate::utilization::energy::{EnergyTracker, Within, MAX_GAP_INTERVALS};
 use crate::utilization::{tracker, JobUtilization, Tracker};
 use gputokens_node_report::job_use::job_use;
@@ -32,6 +33,19 @@ pub fn job_utilization(report: &AgentReport) -> Vec<JobUtilization> {
         .into_iter()
         .map(|(job, used)| JobUtilization { job, percent: used.percent, memory_bytes: used.memory_bytes })
         .collect()
+}
+
+/// The report, and what Slurm said of its jobs, with each job named by its ledger key
+/// ([`Slurm::job_key`]): the node names its jobs as its cluster does, the ledger as the site does.
+pub fn keyed(slurm: &Slurm, mut report: AgentReport, mut says: Authorized) -> (AgentReport, Authorized) {
+    let key = |id: &mut String| *id = slurm.job_key(id);
+    for gpu in &mut report.sample.gpus {
+        gpu.jobs.iter_mut().for_each(key);
+        gpu.mig.iter_mut().flat_map(|mig| mig.jobs.iter_mut()).for_each(key);
+    }
+    report.sample.processes.iter_mut().filter_map(|p| p.job_id.as_mut()).for_each(key);
+    says.jobs = std::mem::take(&mut says.jobs).into_iter().map(|(id, job)| (slurm.job_key(&id), job)).collect();
+    (report, says)
 }
 
 /// Applies one agent report that passed the report gate, received at `received` (accountd's clock):

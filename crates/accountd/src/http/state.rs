@@ -68,7 +68,7 @@ impl AppState {
             report_slots: Arc::new(tokio::sync::Semaphore::new(REPORTS_AT_ONCE)),
             api_slots: Arc::new(tokio::sync::Semaphore::new(REPORTS_AT_ONCE)),
             metrics,
-            slurm: Slurm::new(&config.slurm),
+            slurm: Slurm::of(&config),
             admin_token,
             proxy_secret,
             trusted_proxies: config.web.trusted_proxies.clone(),

@@ -54,6 +54,8 @@ pub struct Slurm {
     command_timeout: Duration,
     /// This sacct refused the SLUID column (before Slurm 25.11).
     sacct_lacks_sluid: Arc<AtomicBool>,
+    /// What this cluster's job IDs are prefixed with in the ledger (`CLUSTER:`, `[clusters]`).
+    job_prefix: Option<Arc<str>>,
 }
 
 impl Slurm {
@@ -63,7 +65,45 @@ impl Slurm {
             sacct_timeout: tools.sacct_timeout,
             command_timeout: tools.command_timeout,
             sacct_lacks_sluid: Arc::default(),
+            job_prefix: None,
         }
+    }
+
+    /// Slurm's commands as `config` says to run them, on this host's cluster.
+    pub fn of(config: &gputokens::config::Config) -> Slurm {
+        Slurm { job_prefix: config.clusters.job_prefix().map(Arc::from), ..Slurm::new(&config.slurm) }
+    }
+
+    /// The ledger's key of this cluster's job `id`: the ID itself, or `CLUSTER:ID` on a cluster
+    /// that shares the ledger with the one that had it first (Slurm's job IDs are per cluster).
+    pub fn job_key(&self, id: &str) -> String {
+        match &self.job_prefix {
+            Some(prefix) => format!("{prefix}{id}"),
+            None => id.to_string(),
+        }
+    }
+
+    /// The job ID Slurm knows the job by whose ledger key is `key`: only this cluster's jobs
+    /// reach its scontrol, and only as plain job IDs ([`job_id_arg`]).
+    pub fn job_arg<'k>(&self, key: &'k str) -> Result<&'k str, NotASlurmName> {
+        let id = match &self.job_prefix {
+            Some(prefix) => key.strip_prefix(&**prefix).ok_or_else(|| NotASlurmName::Job(key.to_string()))?,
+            None => key,
+        };
+        job_id_arg(id)
+    }
+
+    /// `parsed` (sacct's records) keyed as the ledger keys this cluster's jobs.
+    pub fn key_records(&self, parsed: &mut sacct::Parsed) {
+        if self.job_prefix.is_none() {
+            return;
+        }
+        for record in parsed.records.iter_mut().chain(parsed.active.iter_mut()) {
+            record.job_id = self.job_key(&record.job_id);
+        }
+        parsed.nodes = std::mem::take(&mut parsed.nodes).into_iter().map(|(id, n)| (self.job_key(&id), n)).collect();
+        parsed.ends =
+            std::mem::take(&mut parsed.ends).into_iter().map(|((id, at), e)| ((self.job_key(&id), at), e)).collect();
     }
 
     /// sacct waits on slurmdbd, which may take long on a big site; the others answer from slurmctld.
@@ -187,8 +227,15 @@ impl<'s> QueueOnce<'s> {
     }
 }
 
+/// The queue, each job keyed as the ledger keys it ([`Slurm::job_key`]).
 fn read_queue(slurm: &Slurm) -> Result<Vec<QueueJob>, SlurmError> {
-    Ok(squeue::queue(&slurm.squeue_json()?)?)
+    let mut jobs = squeue::queue(&slurm.squeue_json()?)?;
+    if slurm.job_prefix.is_some() {
+        for job in &mut jobs {
+            job.job_id = slurm.job_key(&job.job_id);
+        }
+    }
+    Ok(jobs)
 }
 
 /// sacct and squeue print times as unix seconds: one instant per job start however the local

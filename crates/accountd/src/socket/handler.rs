@@ -102,7 +102,8 @@ pub fn handle_with(
         Request::Refund { job_id, reason } => answering
             .res
             .ledger
-            .refund_job(&job_id, &caller.name, &reason, now)
+            // A job of this cluster by its ID, any cluster's by its CLUSTER:ID.
+            .refund_job(&answering.res.config.clusters.job_key(&job_id), &caller.name, &reason, now)
             .map(|entries| (Reply::Recorded { entries, replayed: false }, true))
             .map_err(from_ledger),
         Request::History { user, limit } => {

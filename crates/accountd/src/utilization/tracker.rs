@@ -59,8 +59,9 @@ fn user_of(tracker: &mut Tracker, job: &str, slurm: &Slurm) -> String {
         return user.clone();
     }
     let user = slurm
-        .run("squeue", &["--all", "-h", "-j", job, "-o", "%u"])
+        .job_arg(job)
         .ok()
+        .and_then(|id| slurm.run("squeue", &["--all", "-h", "-j", id, "-o", "%u"]).ok())
         .and_then(|out| out.lines().next().map(|l| l.trim().to_string()))
         .filter(|u| !u.is_empty());
     match user {
@@ -102,7 +103,7 @@ pub fn apply(
     now: i64,
 ) -> AccountdResult<(usize, usize)> {
     let node = node.to_string();
-    let slurm = Slurm::new(&res.config.slurm);
+    let slurm = Slurm::of(&res.config);
     let usage = res.config.utilization.clone();
     let mut seen = BTreeSet::new();
     let mut flagged = Vec::new();

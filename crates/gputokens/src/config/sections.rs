@@ -12,9 +12,9 @@ use super::values::{
     whole_seconds, whole_seconds_or_off, xids,
 };
 use super::{
-    AccountdAddress, Accounts, Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Clusters, Config, Exempt, Health,
-    HttpAccess, Intervals, LedgerDatabase, Notify, OnDemand, OnDemandReaders, Paths, PreemptAction, Preemption,
-    Problem, Prometheus, Refunds, SlurmTools, TlsFiles, UtilizationConfig, UtilizationSource, Web,
+    AccountdAddress, Accounts, Admins, Admission, AgentAuth, AgentConfig, AtFloor, ChargeBasis, Clusters, Config,
+    Exempt, Health, HttpAccess, Intervals, LedgerDatabase, Notify, OnDemand, OnDemandReaders, Paths, PreemptAction,
+    Preemption, Problem, Prometheus, Refunds, SlurmTools, TlsFiles, UtilizationConfig, UtilizationSource, Web,
     DEFAULT_PROMETHEUS_JOB_LABEL, DEFAULT_PROMETHEUS_QUERY, DEFAULT_PROMETHEUS_TIMEOUT,
 };
 use crate::config::admission::OnError;
@@ -535,7 +535,9 @@ fn web(s: &mut Section) -> Web {
 fn clusters(s: &mut Section) -> Clusters {
     let names = s.get("names", Vec::new(), |v| {
         let list = names(v)?;
-        if let Some(bad) = list.iter().find(|n| !n.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))) {
+        if let Some(bad) =
+            list.iter().find(|n| !n.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-')))
+        {
             return Err(format!("{bad:?} is not a Slurm cluster name (letters, digits, _ and -)"));
         }
         match list.iter().enumerate().find(|(i, n)| list[..*i].contains(n)) {

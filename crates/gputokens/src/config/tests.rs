@@ -692,7 +692,10 @@ fn clusters_sharing_a_ledger_key_the_jobs_of_all_but_the_first_by_cluster() {
     assert_eq!((first.local(), first.job_prefix()), (Some("old"), None), "Slurm's cluster names are lower-case");
     assert_eq!((first.job_key("12"), first.lease_name()), ("12".to_string(), "old"));
     let second = parse(&format!("{ledger}[clusters]\nnames = [\"old\", \"new\"]\nlocal = \"new\"\n")).unwrap().clusters;
-    assert_eq!((second.job_key("12"), second.job_key("old:12"), second.lease_name()), ("new:12".into(), "old:12".into(), "new"));
+    assert_eq!(
+        (second.job_key("12"), second.job_key("old:12"), second.lease_name()),
+        ("new:12".into(), "old:12".into(), "new")
+    );
     let alone = parse("").unwrap().clusters;
     assert_eq!((alone.job_key("12"), alone.lease_name()), ("12".to_string(), ""), "one cluster: keys as ever");
     for (table, why) in [
