@@ -15,6 +15,17 @@ CONTROLLERS=(ctl1 ctl2)
 NODES=(node1 node2 node3)
 LOGINS=(login1)
 HOSTS=("${CONTROLLERS[@]}" "${NODES[@]}" "${LOGINS[@]}")
+# Two clusters (up.sh's GPUTOKENS_MN_CLUSTERS=2, kept in $MN/clusters for mn.sh and down.sh): a
+# second Slurm cluster on the same slurmdbd and ledger, ctlb (its slurmctld and accountd) and node4,
+# with an /etc/slurm of its own.
+MN_CLUSTER_B=gtmnb
+CLUSTER_B_HOSTS=(ctlb node4)
+# set_clusters N: the hosts of N clusters (1 or 2).
+set_clusters() {
+  HOSTS=("${CONTROLLERS[@]}" "${NODES[@]}" "${LOGINS[@]}")
+  if [[ $1 == 2 ]]; then HOSTS+=("${CLUSTER_B_HOSTS[@]}"); fi
+}
+set_clusters "$(cat "$MN/clusters" 2>/dev/null || echo 1)"
 SWITCH=gtmn-switch                       # the network namespace holding the bridge
 MN_CLUSTER=gtmn
 MN_DB=gtmn_acct
@@ -36,6 +47,7 @@ addr() {
   case $1 in
     ctl1) echo "$MN_SUBNET.2" ;;
     ctl2) echo "$MN_SUBNET.3" ;;
+    ctlb) echo "$MN_SUBNET.4" ;;
     node[1-9]) echo "$MN_SUBNET.1${1#node}" ;;
     login1) echo "$MN_SUBNET.20" ;;
     *) die "no such host: $1" ;;
@@ -48,6 +60,14 @@ node_gres() {
     node1) echo "gpu:rtx2080:2,gpu:rtx3090:1" ;;
     node2) echo "gpu:rtx3090:2" ;;
     node3) echo "gpu:a6000:2,gpu:rtx3090:1" ;;
+    node4) echo "gpu:a6000:1,gpu:rtx3090:1" ;;
+  esac
+}
+# etc_of HOST: the directory HOST sees as /etc/slurm (its cluster's).
+etc_of() {
+  case $1 in
+    ctlb|node4) echo "$MN/etc-b/slurm" ;;
+    *) echo "$MN/etc/slurm" ;;
   esac
 }
 # node_gpu_types NODE: one type per GPU, in device order (gres.conf File= order, NVML index order).

@@ -10,6 +10,7 @@
 #   mn.sh boot HOST             power a lost host on again (munged and its Slurm daemon start too)
 #   mn.sh restart-mariadb       stop and start the MariaDB of tests/cluster
 #   mn.sh boot-all              used by up.sh
+# With a second cluster (GPUTOKENS_MN_CLUSTERS=2), ctlb and node4 are its hosts.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=lib.sh
@@ -24,7 +25,7 @@ boot() {
   host_up "$h" && die "$h is already up"
   rm -f "$MN/hosts/$h/run/booted"
   setsid nsenter --net="/run/netns/$(netns "$h")" unshare --uts --pid --mount --fork --kill-child --mount-proc \
-    sh -c "hostname $h && mount --bind $MN/etc/hosts /etc/hosts && mount --bind $MN/etc/slurm /etc/slurm \
+    sh -c "hostname $h && mount --bind $MN/etc/hosts /etc/hosts && mount --bind $(etc_of "$h") /etc/slurm \
       && mount --bind $MN/hosts/$h $MN/here && mount --bind $MN/hosts/$h/munge /run/munge \
       && touch $MN/here/run/booted && exec sh -c 'while :; do sleep 1; done'" \
     </dev/null >>"$MN/hosts/$h/log/boot.out" 2>&1 &
@@ -103,5 +104,5 @@ case ${1:-} in
       cat /run/mysqld/mysqld.pid /run/mariadbd/mysqld.pid 2>/dev/null | head -n1 > \$LAB/pids/mariadbd.pid
       stop_daemon mariadbd mariadbd && start_mariadb" ;;
   boot-all) for h in "${HOSTS[@]}"; do boot "$h"; done ;;
-  *) sed -n 2,12p "$0"; exit 1 ;;
+  *) sed -n 2,13p "$0"; exit 1 ;;
 esac

@@ -10,6 +10,8 @@
 #   login1 10.78.0.20 munged only: users' sbatch, sbalance (over the network to accountd)
 # GPUTOKENS_MN_PAIR=1: the ledger on the host's MariaDB (database gtmn_ledger, a user of its own),
 # and a second accountd serve on ctl2: a pair on one ledger, users' tools given both URLs.
+# GPUTOKENS_MN_CLUSTERS=2: the ledger on MariaDB too, and a second Slurm cluster (gtmnb) on the same
+# slurmdbd: ctlb 10.78.0.4 (its slurmctld, and its own accountd on the ledger), node4 10.78.0.14.
 # Every host has its own munged (one shared key, as on a site). The balance snapshot and
 # StateSaveLocation are in $MN/shared, a directory every host sees, as a site shares them over NFS.
 set -euo pipefail
@@ -44,6 +46,14 @@ rm -rf "$MN"
 mkdir -p "$MN"/{etc/slurm/plugstack.conf.d,here,dev,shared/state,shared/snapshot,shared/controllers}
 install -d -m 1777 "$MN/jobs"
 chown "$SLURM_USER:" "$MN/shared/state" "$MN/shared/controllers"
+CLUSTERS=${GPUTOKENS_MN_CLUSTERS:-1}
+[[ $CLUSTERS == 1 || $CLUSTERS == 2 ]] || die "GPUTOKENS_MN_CLUSTERS must be 1 or 2"
+echo "$CLUSTERS" > "$MN/clusters"
+set_clusters "$CLUSTERS"
+if [[ $CLUSTERS == 2 ]]; then
+  mkdir -p "$MN"/{etc-b/slurm/plugstack.conf.d,shared/state-b,shared/snapshot-b,shared/controllers-b}
+  chown "$SLURM_USER:" "$MN/shared/state-b" "$MN/shared/controllers-b"
+fi
 for h in "${HOSTS[@]}"; do
   mkdir -p "$MN/hosts/$h"/{log,run,spool,gpu-jobs,nvml,gputokens}
   install -d -o munge -g munge -m 755 "$MN/hosts/$h/munge"
@@ -56,17 +66,26 @@ done
   for h in "${HOSTS[@]}"; do echo "$(addr "$h") $h"; done
 } > "$MN/etc/hosts"
 
-node_lines=""
-gres_lines="AutoDetect=off"
-for n in "${NODES[@]}"; do
-  node_lines+="NodeName=$n NodeAddr=$(addr "$n") CPUs=4 Boards=1 SocketsPerBoard=1 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=2000 Gres=$(node_gres "$n") State=UNKNOWN"$'\n'
-  i=0
-  while read -r type; do
-    [[ -e $MN/dev/$n-gpu$i ]] || mknod "$MN/dev/$n-gpu$i" c 195 "$i"
-    gres_lines+=$'\n'"NodeName=$n Name=gpu Type=$type File=$MN/dev/$n-gpu$i"
-    i=$(( i + 1 ))
-  done < <(node_gpu_types "$n")
-done
+# node_lines NODE...: their slurm.conf lines; gres_lines NODE...: gres.conf (each GPU a device file).
+node_lines() {
+  for n in "$@"; do
+    echo "NodeName=$n NodeAddr=$(addr "$n") CPUs=4 Boards=1 SocketsPerBoard=1 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=2000 Gres=$(node_gres "$n") State=UNKNOWN"
+  done
+}
+gres_lines() {
+  echo "AutoDetect=off"
+  local n i type
+  for n in "$@"; do
+    i=0
+    while read -r type; do
+      [[ -e $MN/dev/$n-gpu$i ]] || mknod "$MN/dev/$n-gpu$i" c 195 "$i"
+      echo "NodeName=$n Name=gpu Type=$type File=$MN/dev/$n-gpu$i"
+      i=$(( i + 1 ))
+    done < <(node_gpu_types "$n")
+  done
+}
+node_lines=$(node_lines "${NODES[@]}")$'\n'
+gres_lines=$(gres_lines "${NODES[@]}")
 cat > "$MN/etc/slurm/slurm.conf" <<EOF
 # slurm.conf of the multi-node test cluster, written by tests/multinode/up.sh.
 ClusterName=$MN_CLUSTER
@@ -117,6 +136,14 @@ SlurmdParameters=config_overrides
 ${node_lines}PartitionName=gpu Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP
 EOF
 printf '%s\n' "$gres_lines" > "$MN/etc/slurm/gres.conf"
+if [[ $CLUSTERS == 2 ]]; then
+  # The second cluster's: the first's settings, its own name, controller, state and node.
+  grep -v -e '^SlurmctldHost=' -e '^NodeName=' -e '^PartitionName=' "$MN/etc/slurm/slurm.conf" \
+    | sed -e "s|^ClusterName=.*|ClusterName=$MN_CLUSTER_B\nSlurmctldHost=ctlb($(addr ctlb))|" \
+          -e "s|^StateSaveLocation=.*|StateSaveLocation=$MN/shared/state-b|" > "$MN/etc-b/slurm/slurm.conf"
+  { node_lines node4; echo "PartitionName=gpu Nodes=node4 Default=YES MaxTime=INFINITE State=UP"; } >> "$MN/etc-b/slurm/slurm.conf"
+  gres_lines node4 > "$MN/etc-b/slurm/gres.conf"
+fi
 # The nodes track jobs without cgroups (proctrack/linuxproc), but slurmd >= 23.02 still looks at the
 # machine's cgroups when it starts and stops at this kernel's mix of v1 and v2 ("Hybrid mode is not
 # supported"): it is told to leave cgroups alone (22.05 knows no "disabled", and does not look).
@@ -146,7 +173,7 @@ EOF
 # A pair of accountd on one ledger in the host's MariaDB (over its socket, as slurmdbd reaches it).
 PAIR=${GPUTOKENS_MN_PAIR:-}
 ledger_table="" http_listen="$(addr ctl1):$HTTP_PORT" users_urls="\"${GPUTOKENS_MN_ACCOUNTD_URL:-http://$(addr ctl1):$HTTP_PORT}\""
-if [[ -n $PAIR ]]; then
+if [[ -n $PAIR || $CLUSTERS == 2 ]]; then
   socket=$(mariadb -N -B -e 'SELECT @@socket')
   timeout 30 mariadb -e "DROP DATABASE IF EXISTS $MN_LEDGER_DB; DROP USER IF EXISTS '$MN_LEDGER_DB'@'localhost';
     CREATE DATABASE $MN_LEDGER_DB; CREATE USER '$MN_LEDGER_DB'@'localhost' IDENTIFIED BY '$MN_LEDGER_PASS';
@@ -156,13 +183,22 @@ if [[ -n $PAIR ]]; then
   ledger_table="[ledger]
 url = \"mysql://$MN_LEDGER_DB@localhost/$MN_LEDGER_DB?socket=$socket\"
 password_file = \"$MN/etc/ledger-password\""
+fi
+if [[ -n $PAIR ]]; then
   # Each accountd on its own host's address: one file for both.
   http_listen="0.0.0.0:$HTTP_PORT"
   users_urls="\"http://$(addr ctl1):$HTTP_PORT\", \"http://$(addr ctl2):$HTTP_PORT\""
 fi
+clusters_table=""
+if [[ $CLUSTERS == 2 ]]; then
+  clusters_table="[clusters]
+names = [\"$MN_CLUSTER\", \"$MN_CLUSTER_B\"]"
+fi
 # accountd's config, read by every gputokens part on every host: the plugins, accountd, the agents.
 # GPUTOKENS_MN_CONFIG adds tables (a test's settings) after the defaults here.
-cat > "$MN/etc/slurm/gputokens.toml" <<EOF
+gputokens_toml() {
+  local shared=$1 listen=$2 urls=$3 report_to=$4 extra=$5
+  cat <<EOF
 # gputokens.toml of the multi-node test cluster, written by tests/multinode/up.sh.
 slurm_user = "$SLURM_USER"
 
@@ -176,11 +212,14 @@ a6000 = 4
 ledger = "$MN/here/gputokens/ledger.sqlite"
 socket = "$MN/here/gputokens/accountd.sock"
 # Shared by every host, as StateSaveLocation is: whichever controller is primary reads it.
-snapshot = "$MN/shared/snapshot/balances.snapshot"
+snapshot = "$MN/shared/$shared/balances.snapshot"
 # Each controller's job_submit plugin says here what it sees (writable by the SlurmUser).
-controller_status = "$MN/shared/controllers"
+controller_status = "$MN/shared/${shared/snapshot/controllers}"
 
 $ledger_table
+
+$clusters_table
+$extra
 
 [intervals]
 charge = "${GPUTOKENS_MN_CHARGE:-5s}"
@@ -191,18 +230,18 @@ first_lookback = "1h"
 reread = "1h"
 
 [http]
-listen = "$http_listen"
+listen = "$listen"
 # The tests follow each job by its own series (served only with per-user metrics).
 per_user_metrics = true
 ${GPUTOKENS_MN_HTTP:-}
 
 [accountd]
 # Where users' tools on every other host (login1, the nodes) reach accountd: no socket there.
-urls = [$users_urls]
+urls = [$urls]
 ${GPUTOKENS_MN_ACCOUNTD_KEYS:-}
 
 [agent]
-report_to = "${GPUTOKENS_MN_ACCOUNTD_URL:-http://$(addr ctl1):$HTTP_PORT}"
+report_to = "$report_to"
 interval = "2s"
 nvml_library = "$MN/here/nvml/libnvidia-ml.so.1"
 jobs_dir = "$MN/here/gpu-jobs"
@@ -217,9 +256,24 @@ on_error = "reject"
 max_snapshot_age = "${GPUTOKENS_MN_MAX_SNAPSHOT_AGE:-2m}"
 ${GPUTOKENS_MN_CONFIG:-}
 EOF
+}
+gputokens_toml snapshot "$http_listen" "$users_urls" "${GPUTOKENS_MN_ACCOUNTD_URL:-http://$(addr ctl1):$HTTP_PORT}" "" \
+  > "$MN/etc/slurm/gputokens.toml"
+if [[ $CLUSTERS == 2 ]]; then
+  # The second cluster's: its own accountd (on ctlb), snapshot and controllers, and its own price of
+  # an a6000 (a cluster's GPUs of a type need not cost what another's do).
+  b_url="http://$(addr ctlb):$HTTP_PORT"
+  gputokens_toml snapshot-b "0.0.0.0:$HTTP_PORT" "\"$b_url\"" "$b_url" "local = \"$MN_CLUSTER_B\"" \
+    | sed -e 's/^a6000 = 4$/a6000 = 2/' > "$MN/etc-b/slurm/gputokens.toml"
+  cp "$MN/etc/slurm/cgroup.conf" "$MN/etc-b/slurm/" 2>/dev/null || true
+  cp "$MN/etc/slurm/plugstack.conf" "$MN/etc-b/slurm/"
+  cp "$MN/etc/slurm/plugstack.conf.d/gputokens.conf" "$MN/etc-b/slurm/plugstack.conf.d/"
+fi
 
 # ---- fake GPUs: each node's own NVML library and state (the agent and the SPANK plugin load it) ---
-for n in "${NODES[@]}"; do
+ALL_NODES=("${NODES[@]}")
+[[ $CLUSTERS == 2 ]] && ALL_NODES+=(node4)
+for n in "${ALL_NODES[@]}"; do
   install -m 755 "$FAKE_NVML" "$MN/hosts/$n/nvml/libnvidia-ml.so.1"
   i=0 state=""
   while read -r type; do
@@ -254,6 +308,11 @@ waitfor 30 in_host ctl1 timeout 5 sacctmgr -n list cluster || die "slurmdbd does
 sacctmgr_ add cluster "$MN_CLUSTER"
 sacctmgr_ add account "$MN_ACCOUNT" cluster="$MN_CLUSTER"
 sacctmgr_ add user root,alice,bob account="$MN_ACCOUNT" cluster="$MN_CLUSTER"
+if [[ $CLUSTERS == 2 ]]; then
+  sacctmgr_ add cluster "$MN_CLUSTER_B"
+  sacctmgr_ add account "$MN_ACCOUNT" cluster="$MN_CLUSTER_B"
+  sacctmgr_ add user root,alice,bob account="$MN_ACCOUNT" cluster="$MN_CLUSTER_B"
+fi
 say "slurmdbd up, account $MN_ACCOUNT: root alice bob"
 
 # ---- controllers, nodes, gputokens ------------------------------------------------------------------
@@ -292,4 +351,20 @@ for c in "${CONTROLLERS[@]}"; do
   waitfor 30 grep -q '"state": "ready"' "$MN/shared/controllers/$c.json" \
     || die "the job_submit plugin on $c does not see the snapshot: $(cat "$MN/shared/controllers/$c.json" 2>&1; grep gputokens "$MN/hosts/$c/log/slurmctld.log" | tail -n 5)"
 done
+if [[ $CLUSTERS == 2 ]]; then
+  # The second cluster: its controller, its node, and its own accountd on the one ledger, leading
+  # that cluster's cycles (its own lease) beside ctl1's.
+  bash "$HERE/mn.sh" start slurmctld ctlb
+  waitfor 30 in_host ctlb timeout 5 scontrol ping || die "slurmctld on ctlb does not answer: $(tail -n 20 "$MN/hosts/ctlb/log/slurmctld.log")"
+  bash "$HERE/mn.sh" start slurmd node4
+  b_idle() { [[ $(in_host ctlb sinfo -h -N -o %T | sort -u) == idle ]]; }
+  waitfor 60 b_idle || die "node4 not idle: $(in_host ctlb sinfo -N -o '%N %T %E')"
+  bash "$HERE/mn.sh" start accountd ctlb
+  waitfor 30 grep -q 'leading the ledger' "$MN/hosts/ctlb/log/accountd.out" \
+    || die "accountd on ctlb does not lead its cluster: $(tail -n 20 "$MN/hosts/ctlb/log/accountd.out")"
+  bash "$HERE/mn.sh" start agent node4
+  waitfor 30 grep -q '"state": "ready"' "$MN/shared/controllers-b/ctlb.json" \
+    || die "the job_submit plugin on ctlb does not see its snapshot: $(cat "$MN/shared/controllers-b/ctlb.json" 2>&1; grep gputokens "$MN/hosts/ctlb/log/slurmctld.log" | tail -n 5)"
+  say "second cluster $MN_CLUSTER_B up: slurmctld on ctlb, node4, accountd on ctlb"
+fi
 say "multi-node cluster up in $(elapsed)s: ${HOSTS[*]}"

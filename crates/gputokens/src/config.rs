@@ -133,6 +133,15 @@ impl Clusters {
         }
     }
 
+    /// How a job's ledger key is shown to people: with its cluster where the ledger has several
+    /// (`gtmn:41` for the first cluster's bare `41`), as it is otherwise.
+    pub fn job_shown(&self, key: &str) -> String {
+        match self.names.first() {
+            Some(first) if self.names.len() > 1 && !key.contains(':') => format!("{first}:{key}"),
+            _ => key.to_string(),
+        }
+    }
+
     /// The name of the lease this host's accountd leads under: one per cluster ("" for a ledger of
     /// one cluster), so each cluster's pair leads its own cycles.
     pub fn lease_name(&self) -> &str {

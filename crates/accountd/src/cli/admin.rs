@@ -84,7 +84,7 @@ pub fn run(config: &Config, command: AdminCommand) -> AccountdResult {
         Reply::History { user, entries } if json => {
             crate::out!("{}", crate::balance_json::pretty(&crate::balance_json::History::of(&user, &entries)));
         }
-        Reply::History { entries, .. } => print_history(&entries),
+        Reply::History { entries, .. } => print_history(&entries, &config.clusters),
         Reply::Actions { actions } if json => {
             crate::out!("{}", crate::balance_json::pretty(&crate::balance_json::Actions::of(&actions)))
         }
@@ -274,7 +274,7 @@ pub(crate) fn signed(t: Tokens) -> String {
     }
 }
 
-fn print_history(entries: &[Entry]) {
+fn print_history(entries: &[Entry], clusters: &gputokens::config::Clusters) {
     crate::outln!(
         "{:>6} {:<19} {:<9} {:>12} {:>12} {:<10} {:<8} Reason",
         "Id",
@@ -294,7 +294,7 @@ fn print_history(entries: &[Entry]) {
             signed(e.amount),
             e.balance_after.to_string(),
             printable(&e.actor),
-            e.job_id.as_deref().unwrap_or("-"),
+            e.job_id.as_deref().map_or("-".into(), |job| clusters.job_shown(job)),
             printable(&e.reason)
         );
     }

@@ -246,7 +246,7 @@ fn history(config: &Config, args: &Args, limit: usize) -> AccountdResult {
                 e.kind.as_str().to_string(),
                 crate::cli::admin::signed(e.amount),
                 e.balance_after.to_string(),
-                e.job_id.clone().unwrap_or_default(),
+                e.job_id.as_deref().map(|job| config.clusters.job_shown(job)).unwrap_or_default(),
                 gputokens::free_text::printable(&e.reason).into_owned(),
             ]
         })

@@ -51,6 +51,9 @@ pub struct Settings<'a> {
     pub accountd_url: Option<&'a str>,
     /// The ledger on MariaDB and a second accountd serve on ctl2 (up.sh's GPUTOKENS_MN_PAIR).
     pub pair: bool,
+    /// A second Slurm cluster on the slurmdbd and the ledger, with its own accountd (up.sh's
+    /// GPUTOKENS_MN_CLUSTERS=2: ctlb and node4).
+    pub second_cluster: bool,
 }
 
 /// GPU memory of each process `nvml_processes` puts on a GPU.
@@ -85,6 +88,9 @@ impl Cluster {
         }
         if settings.pair {
             up.env("GPUTOKENS_MN_PAIR", "1");
+        }
+        if settings.second_cluster {
+            up.env("GPUTOKENS_MN_CLUSTERS", "2");
         }
         up.env("GPUTOKENS_MN_HTTP", settings.http).env("GPUTOKENS_MN_ACCOUNTD_KEYS", settings.accountd);
         let out = up.output().expect("bash tests/multinode/up.sh");

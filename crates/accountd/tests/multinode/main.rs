@@ -9,6 +9,7 @@ use support::by_hand;
 
 mod alerts;
 mod cluster;
+mod clusters;
 mod failover;
 mod jobs;
 mod login_host;

@@ -696,7 +696,9 @@ fn clusters_sharing_a_ledger_key_the_jobs_of_all_but_the_first_by_cluster() {
         (second.job_key("12"), second.job_key("old:12"), second.lease_name()),
         ("new:12".into(), "old:12".into(), "new")
     );
+    assert_eq!((second.job_shown("12"), second.job_shown("new:12")), ("old:12".into(), "new:12".into()));
     let alone = parse("").unwrap().clusters;
+    assert_eq!(alone.job_shown("12"), "12");
     assert_eq!((alone.job_key("12"), alone.lease_name()), ("12".to_string(), ""), "one cluster: keys as ever");
     for (table, why) in [
         ("names = [\"a\", \"b\"]\nlocal = \"c\"", "clusters.local: \"c\" is not one of names"),
