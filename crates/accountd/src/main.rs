@@ -226,7 +226,7 @@ fn cycle_lock(res: &Resources, what: &str, wait: &WaitArg) -> AccountdResult<Cyc
 /// Prints what `slurm_check` finds; exit 2 when it finds a problem.
 fn check_slurm(config: &Config) -> AccountdResult {
     let with_qos = matches!(config.admission.deprioritize, gputokens::config::admission::Deprioritize::Qos(_));
-    let slurm = Slurm::of(&config);
+    let slurm = Slurm::of(config);
     let mut facts = accountd::slurm_check::SlurmFacts::read(&slurm, with_qos, &config.paths.controller_status)?;
     if config.accounts.mode != gputokens::pools::PoolMode::User {
         facts.accounts = Some(account_facts(config, &slurm));
