@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::db::lease_row::{lease_row, NOW_MS};
 use crate::db::Dialect;
 use crate::{Ledger, LedgerError};
 
@@ -22,20 +23,6 @@ pub struct Lease {
 impl Lease {
     pub fn held_by(&self, me: &str) -> bool {
         self.holder == me && self.left_ms > 0
-    }
-}
-
-/// The database's clock in milliseconds.
-pub(crate) const NOW_MS: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
-
-/// Where the lease named `cluster` is kept, and the condition that finds it with `param` bound to
-/// the name: a ledger of one cluster ("") in `leader_lease` row 1, where every accountd before
-/// `[clusters]` kept it; each cluster of a shared ledger in its own row of `cluster_lease`, so each
-/// cluster's pair leads that cluster's cycles.
-pub(crate) fn lease_row(cluster: &str, param: &str) -> (&'static str, String) {
-    match cluster.is_empty() {
-        true => ("leader_lease", format!("id = 1 AND {param} = ''")),
-        false => ("cluster_lease", format!("cluster = {param}")),
     }
 }
 

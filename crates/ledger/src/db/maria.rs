@@ -187,8 +187,8 @@ impl Session {
         // Checked with the turn held: a lease lost from here on lets the other leader write only
         // after this transaction ends.
         if let Some((holder, cluster)) = self.fence.clone() {
-            let (table, row) = crate::lease::lease_row(&cluster, "?");
-            let now = crate::lease::NOW_MS;
+            let (table, row) = super::lease_row::lease_row(&cluster, "?");
+            let now = super::lease_row::NOW_MS;
             let held = self.conn.exec_first(
                 format!("SELECT COUNT(*) FROM {table} WHERE {row} AND holder = ? AND expires_ms > {now}"),
                 (cluster.as_str(), holder.as_str()),

@@ -5,6 +5,7 @@
 //! (upserts) is written for each, chosen by [`Connection::dialect`].
 
 mod error;
+pub(crate) mod lease_row;
 mod maria;
 mod params;
 
