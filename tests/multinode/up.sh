@@ -241,7 +241,7 @@ urls = [$urls]
 ${GPUTOKENS_MN_ACCOUNTD_KEYS:-}
 
 [agent]
-report_to = "$report_to"
+report_to = [$report_to]
 interval = "2s"
 nvml_library = "$MN/here/nvml/libnvidia-ml.so.1"
 jobs_dir = "$MN/here/gpu-jobs"
@@ -257,13 +257,15 @@ max_snapshot_age = "${GPUTOKENS_MN_MAX_SNAPSHOT_AGE:-2m}"
 ${GPUTOKENS_MN_CONFIG:-}
 EOF
 }
-gputokens_toml snapshot "$http_listen" "$users_urls" "${GPUTOKENS_MN_ACCOUNTD_URL:-http://$(addr ctl1):$HTTP_PORT}" "" \
-  > "$MN/etc/slurm/gputokens.toml"
+# The agents report to accountd as the users' tools reach it: a pair's both.
+agents_urls="\"${GPUTOKENS_MN_ACCOUNTD_URL:-http://$(addr ctl1):$HTTP_PORT}\""
+if [[ -n $PAIR ]]; then agents_urls=$users_urls; fi
+gputokens_toml snapshot "$http_listen" "$users_urls" "$agents_urls" "" > "$MN/etc/slurm/gputokens.toml"
 if [[ $CLUSTERS == 2 ]]; then
   # The second cluster's: its own accountd (on ctlb), snapshot and controllers, and its own price of
   # an a6000 (a cluster's GPUs of a type need not cost what another's do).
   b_url="http://$(addr ctlb):$HTTP_PORT"
-  gputokens_toml snapshot-b "0.0.0.0:$HTTP_PORT" "\"$b_url\"" "$b_url" "local = \"$MN_CLUSTER_B\"" \
+  gputokens_toml snapshot-b "0.0.0.0:$HTTP_PORT" "\"$b_url\"" "\"$b_url\"" "local = \"$MN_CLUSTER_B\"" \
     | sed -e 's/^a6000 = 4$/a6000 = 2/' > "$MN/etc-b/slurm/gputokens.toml"
   cp "$MN/etc/slurm/cgroup.conf" "$MN/etc-b/slurm/" 2>/dev/null || true
   cp "$MN/etc/slurm/plugstack.conf" "$MN/etc-b/slurm/"

@@ -93,7 +93,7 @@ pub fn run(config: &Config, node: Option<String>, once: bool) -> AgentResult {
         "gputokens-agent {} for node {}: reporting to {} every {}",
         crate::version(),
         agent.node,
-        agent.reporter.url,
+        agent.reporter.destinations(),
         humantime::format_duration(interval)
     );
     serve(agent, interval, listen, registry)
@@ -116,20 +116,14 @@ impl Agent {
             format!("sample failed: {e}")
         })?;
         self.exporter.update(&self.node, &sample);
-        let summary = format!(
-            "reported {} GPUs and {} GPU processes of {} to {}",
-            sample.gpus.len(),
-            sample.processes.len(),
-            self.node,
-            self.reporter.url
-        );
+        let (gpus, processes) = (sample.gpus.len(), sample.processes.len());
         let report =
             AgentReport { node: self.node.clone(), sample, interval_secs: Some(self.interval.as_secs().max(1)) };
-        self.reporter.post(&report).map_err(|e| {
+        let took = self.reporter.post(&report).map_err(|e| {
             self.exporter.report_failed();
             format!("report not delivered: {e}")
         })?;
-        Ok(summary)
+        Ok(format!("reported {gpus} GPUs and {processes} GPU processes of {} to {took}", self.node))
     }
 }
 

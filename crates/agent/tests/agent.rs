@@ -795,3 +795,44 @@ fn reports_go_on(server: &ReportServer, n: usize, agent: &Agent) {
         std::thread::sleep(Duration::from_millis(25));
     }
 }
+
+/// `[agent] report_to` of a pair: the site's config names both accountd hosts.
+fn report_to_both(site: &Site, first: &str, second: &str) {
+    let text = std::fs::read_to_string(site.config()).unwrap();
+    let text = text.replace(&format!("report_to = \"{first}\""), &format!("report_to = [\"{first}\", \"{second}\"]"));
+    std::fs::write(site.config(), text).unwrap();
+}
+
+/// A pair's first accountd cannot be connected to (its host lost): the report goes to the other.
+#[test]
+fn a_report_goes_to_the_next_report_to_when_one_cannot_be_connected_to() {
+    let (server, url) = server(OK);
+    let closed = format!("http://{}", TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap());
+    let site = Site::new(&closed, "off", "");
+    use_token_auth(&site);
+    report_to_both(&site, &closed, &url);
+    site.write_state(&two_gpus(&[]));
+    let out = site.command(&["--once"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains(&format!("to {url}{REPORT_PATH}")), "{stderr}");
+    assert!(signed_with_the_token(&server.wait_for_requests(1)[0]));
+}
+
+/// One that took the report and answered an error may have filed it: the report is never sent on
+/// (its energy would count twice).
+#[test]
+fn a_report_an_accountd_answered_is_not_sent_to_the_other() {
+    let (refusing, refusing_url) = server("401 Unauthorized");
+    let (other, other_url) = server(OK);
+    let site = Site::new(&refusing_url, "off", "");
+    use_token_auth(&site);
+    report_to_both(&site, &refusing_url, &other_url);
+    site.write_state(&two_gpus(&[]));
+    let out = site.command(&["--once"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("HTTP 401 Unauthorized"), "{stderr}");
+    assert_eq!(refusing.wait_for_requests(1).len(), 1);
+    assert!(other.requests().is_empty(), "sent on after an answer");
+}

@@ -435,8 +435,9 @@ pub const DEFAULT_JOBS_DIR: &str = "/run/gputokens/jobs";
 /// The NVML node agent (`gputokens-agent`).
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
-    /// accountd serve's HTTP listener, where samples are posted.
-    pub report_to: String,
+    /// accountd serve's HTTP listener(s), where samples are posted: a pair's both, the one to try
+    /// first first. Never empty.
+    pub report_to: Vec<String>,
     pub interval: String,
     /// NVML library (nvml-wrapper dlopens it).
     pub nvml_library: PathBuf,
@@ -536,7 +537,7 @@ impl Default for HttpAccess {
 impl Default for AgentConfig {
     fn default() -> Self {
         AgentConfig {
-            report_to: "http://127.0.0.1:9817".into(),
+            report_to: vec!["http://127.0.0.1:9817".into()],
             interval: "30s".into(),
             nvml_library: "libnvidia-ml.so.1".into(),
             jobs_dir: DEFAULT_JOBS_DIR.into(),

@@ -159,3 +159,24 @@ fn the_journal_check_shows_a_hostile_reason_on_one_line_and_quotes_it_whole() {
     );
     assert!(command.ends_with(" --key k1"), "{command}");
 }
+
+/// Each cluster of a shared ledger reads sacct from where it stopped: one cluster's cycles moving
+/// on never move another's window past jobs it has not read (its accountd down a day).
+#[test]
+fn each_cluster_reads_sacct_from_where_it_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("journal")).unwrap();
+    let mut first = config(dir.path());
+    first.clusters = gputokens::config::Clusters { names: vec!["old".into(), "new".into()], local: None };
+    let mut second = first.clone();
+    second.clusters.local = Some("new".into());
+    let (mut old, mut new) = (open(&first), open(&second));
+    old.res.ledger.set_meta(READ_UNTIL, &(BACKUP_AT + 86_400).to_string()).unwrap();
+    let key = crate::cycles::charge::cluster_meta(&new.res, READ_UNTIL);
+    assert_eq!(key, "sacct_read_until:new");
+    new.res.ledger.set_meta(&key, &BACKUP_AT.to_string()).unwrap();
+    let reread = first.slurm.reread.as_secs() as i64;
+    let now = BACKUP_AT + 2 * 86_400;
+    assert_eq!(next_window_start(&old.res, now).unwrap().since, BACKUP_AT + 86_400 - reread);
+    assert_eq!(next_window_start(&new.res, now).unwrap().since, BACKUP_AT - reread, "new's own, a day behind");
+}

@@ -27,6 +27,16 @@ pub const READ_FROM: &str = "sacct_read_from";
 /// back on purpose.
 pub const CHARGING_SINCE: &str = "charging_since";
 
+/// The ledger meta key `key` of this host's cluster: each cluster of a shared ledger reads its own
+/// sacct from where it stopped (`sacct_read_until:new`), so one cluster's accountd down never moves
+/// another's window past the jobs it has not read. The first cluster's keys are the ledger's own.
+pub fn cluster_meta(res: &Resources, key: &str) -> String {
+    match res.config.clusters.job_prefix() {
+        Some(prefix) => format!("{key}:{}", prefix.trim_end_matches(':')),
+        None => key.to_string(),
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct ChargeSummary {
     /// The sacct window read: from, to (unix).
@@ -146,11 +156,11 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now:
     // After the charge, so a lost run's charge is complete when it is given back.
     let refunded = refunds::run(&mut cycle.res, &finished.records, &finished.ends, now)?;
     // Read up to what Slurm had seen: a job that ends after the clock but before `now` is read again.
-    cycle.res.ledger.set_meta(READ_UNTIL, &now.min(read_at).to_string())?;
+    cycle.res.ledger.set_meta(&cluster_meta(&cycle.res, READ_UNTIL), &now.min(read_at).to_string())?;
     if read_from.is_none() {
         // Ledgers from before this key: their first read is long past, nothing to protect.
         let from = if read_until.is_none() { since } else { i64::MIN };
-        cycle.res.ledger.set_meta(READ_FROM, &from.to_string())?;
+        cycle.res.ledger.set_meta(&cluster_meta(&cycle.res, READ_FROM), &from.to_string())?;
     }
     rejected.extend(rejected_records::uncountable(&outcome));
     cycle.res.metrics.record_charge(&outcome, finished.skipped);
@@ -177,13 +187,14 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now:
 /// anything, so a cycle that fails leaves the same boundary for the next. None for a ledger that
 /// charged before the key existed: its first read is long past (`sacct_read_from` protects it).
 fn charging_since(res: &mut Resources, read_until: Option<i64>, clock: i64) -> AccountdResult<Option<i64>> {
-    if let Some(since) = res.ledger.meta(CHARGING_SINCE)?.and_then(|v| v.parse().ok()) {
+    let key = cluster_meta(res, CHARGING_SINCE);
+    if let Some(since) = res.ledger.meta(&key)?.and_then(|v| v.parse().ok()) {
         return Ok(Some(since));
     }
     if read_until.is_some() {
         return Ok(None);
     }
-    res.ledger.set_meta(CHARGING_SINCE, &clock.to_string())?;
+    res.ledger.set_meta(&key, &clock.to_string())?;
     Ok(Some(clock))
 }
 
@@ -217,7 +228,9 @@ pub struct SacctWindowStart {
 /// backup holds from being charged twice.
 pub fn next_window_start(res: &Resources, now: i64) -> AccountdResult<SacctWindowStart> {
     let tools = &res.config.slurm;
-    let meta = |key| -> AccountdResult<Option<i64>> { Ok(res.ledger.meta(key)?.and_then(|v| v.parse().ok())) };
+    let meta = |key| -> AccountdResult<Option<i64>> {
+        Ok(res.ledger.meta(&cluster_meta(res, key))?.and_then(|v| v.parse().ok()))
+    };
     let (read_until, read_from) = (meta(READ_UNTIL)?, meta(READ_FROM)?);
     let since =
         window_start(read_until, read_from, tools.reread.as_secs() as i64, tools.first_lookback.as_secs() as i64, now);

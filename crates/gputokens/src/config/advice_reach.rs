@@ -6,8 +6,15 @@ use super::warning::Advice;
 use super::Config;
 
 pub(super) fn advice(config: &Config, out: &mut Vec<Advice>) {
-    let report_to = &config.agent.report_to;
-    let remote = url_host(report_to).filter(|host| !is_loopback(host));
+    let remote = config
+        .agent
+        .report_to
+        .iter()
+        .find_map(|url| url_host(url).filter(|host| !is_loopback(host)).map(|host| (url, host)));
+    let (report_to, remote) = match remote {
+        Some((url, host)) => (url.as_str(), Some(host)),
+        None => ("", None),
+    };
     let listen = config.http_listen.filter(|addr| !addr.ip().is_loopback());
     if let (Some(host), None) = (remote, listen) {
         let listening = match config.http_listen {

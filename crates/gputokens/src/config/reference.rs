@@ -293,7 +293,7 @@ pub const TABLES: &[Table] = &[
             key(
                 "report_to",
                 Toml("\"http://127.0.0.1:9817\""),
-                "accountd's [http] listen address as the nodes reach it: http://HOST[:PORT], or https:// where it has a certificate (checked against [accountd] ca_file); without a port, the scheme's.",
+                "accountd's [http] listen address as the nodes reach it: http://HOST[:PORT], or https:// where it has a certificate (checked against [accountd] ca_file); without a port, the scheme's. A pair's two: [\"http://ctl1:9817\", \"http://ctl2:9817\"] (the next is tried when one cannot be connected to, and kept while it answers).",
             ),
             key("interval", Toml("\"30s\""), "How often the agent samples and reports."),
             key("nvml_library", Toml("\"libnvidia-ml.so.1\""), "The NVML library the agent loads (the NVIDIA driver's)."),

@@ -8,7 +8,7 @@ use super::reader::Section;
 use super::values::{
     absolute_path, accountd_urls, amount, any_duration, boolean, command_argv, header_name, host_names, ip_addresses,
     listen_address, mariadb_url, names, non_negative_amount, number, number_in, path, positive_duration,
-    prometheus_url, query_timeout, report_url, signal_name, socket_path, string, strings, web_url, whole, whole_from,
+    prometheus_url, query_timeout, report_urls, signal_name, socket_path, string, strings, web_url, whole, whole_from,
     whole_seconds, whole_seconds_or_off, xids,
 };
 use super::{
@@ -305,7 +305,7 @@ fn http(s: &mut Section) -> (Option<std::net::SocketAddr>, HttpAccess) {
 fn agent(s: &mut Section) -> AgentConfig {
     let d = AgentConfig::default();
     let mut agent = AgentConfig {
-        report_to: s.get("report_to", d.report_to, report_url),
+        report_to: s.get("report_to", d.report_to, report_urls),
         // Kept as written; checked here so that the agent can rely on it.
         interval: s.get("interval", d.interval, |v| positive_duration(v).and_then(|_| string(v))),
         nvml_library: s.get("nvml_library", d.nvml_library, path),

@@ -633,7 +633,7 @@ fn report_to_is_an_http_url_with_a_host() {
         "https://gpu-head:9817",
     ] {
         let config = parse(&format!("[agent]\nreport_to = \"{good}\"\n")).unwrap_or_else(|e| panic!("{good}: {e}"));
-        assert_eq!(config.agent.report_to, good);
+        assert_eq!(config.agent.report_to, [good]);
     }
     for (bad, why) in [
         ("ftp://gpu-head:9817", "the scheme must be http"),
@@ -644,6 +644,13 @@ fn report_to_is_an_http_url_with_a_host() {
     ] {
         let err = parse(&format!("[agent]\nreport_to = \"{bad}\"\n")).unwrap_err().to_string();
         assert!(err.contains("agent.report_to: ") && err.contains(why), "{bad}: {err}");
+    }
+    // A pair's two accountd hosts, each checked.
+    let pair = parse("[agent]\nreport_to = [\"http://ctl1:9817\", \"http://ctl2:9817\"]\n").unwrap();
+    assert_eq!(pair.agent.report_to, ["http://ctl1:9817", "http://ctl2:9817"]);
+    for (list, why) in [("[]", "at least one URL"), ("[\"http://ctl1:9817\", \"ftp://x\"]", "the scheme must be http")] {
+        let err = parse(&format!("[agent]\nreport_to = {list}\n")).unwrap_err().to_string();
+        assert!(err.contains("agent.report_to: ") && err.contains(why), "{list}: {err}");
     }
 }
 

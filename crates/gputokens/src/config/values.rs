@@ -331,11 +331,20 @@ pub(super) fn prometheus_url(value: &Value) -> Result<String, String> {
 /// Where the agents post their reports, accountd's HTTP listener: `http://host[:port][/path]`, or
 /// `https://` where the listener has a certificate ([http] tls_certificate; the agent checks it
 /// against `[accountd] ca_file`). Without a port it is the scheme's (a proxy in front of accountd).
-pub(super) fn report_url(value: &Value) -> Result<String, String> {
+fn report_url(value: &Value) -> Result<String, String> {
     let url = string(value)?;
     match url.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://")) {
         true => http_url(&format!("http://{}", &url[8..])).map(|_| url),
         false => http_url(&url).map(|_| url),
+    }
+}
+
+/// `report_to`: one URL, or a list of them (a pair's accountd hosts), at least one.
+pub(super) fn report_urls(value: &Value) -> Result<Vec<String>, String> {
+    match value.as_array() {
+        None => Ok(vec![report_url(value)?]),
+        Some(list) if list.is_empty() => Err("must name at least one URL".into()),
+        Some(list) => list.iter().map(report_url).collect(),
     }
 }
 
