@@ -133,7 +133,7 @@ fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdR
     } else {
         jobs.iter()
             .filter(|j| !j.account.is_empty() && (j.request.has_gpus() || !j.alloc.is_empty()))
-            .filter_map(|j| Some((j.job_id.parse::<u32>().ok()?, j.account.clone())))
+            .filter_map(|j| Some((gputokens::slurm::job_number(&j.job_id)?, j.account.clone())))
             .collect()
     };
     Ok(QueueSummary {

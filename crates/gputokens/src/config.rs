@@ -125,8 +125,12 @@ impl Clusters {
         (self.names.first().map(String::as_str) != Some(local)).then(|| format!("{local}:"))
     }
 
-    /// The ledger's key of this cluster's job `id`.
+    /// The ledger's key of job `id`: this cluster's by its ID, any cluster's by `CLUSTER:ID` (the
+    /// first cluster's keys are bare: `old:41` is `41`).
     pub fn job_key(&self, id: &str) -> String {
+        if let Some(bare) = self.names.first().and_then(|first| id.strip_prefix(first.as_str())?.strip_prefix(':')) {
+            return bare.to_string();
+        }
         match self.job_prefix() {
             Some(prefix) if !id.contains(':') => format!("{prefix}{id}"),
             _ => id.to_string(),
@@ -142,10 +146,14 @@ impl Clusters {
         }
     }
 
-    /// The name of the lease this host's accountd leads under: one per cluster ("" for a ledger of
-    /// one cluster), so each cluster's pair leads its own cycles.
+    /// The name of the lease this host's accountd leads under: each cluster's own, so each
+    /// cluster's pair leads its own cycles; the first cluster's is the ledger's ("", where a pair
+    /// led before `[clusters]`), so adding the table never gives a running pair two leases.
     pub fn lease_name(&self) -> &str {
-        self.local().unwrap_or("")
+        match self.job_prefix() {
+            Some(_) => self.local().unwrap_or(""),
+            None => "",
+        }
     }
 }
 

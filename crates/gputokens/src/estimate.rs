@@ -214,7 +214,7 @@ pub fn pending_jobs(
 ) -> BTreeMap<u32, PendingJob> {
     let mut out = BTreeMap::new();
     for job in jobs.iter().filter(|j| matches!(j.state.as_str(), "PENDING" | "REQUEUED")) {
-        let Ok(id) = job.job_id.parse::<u32>() else { continue };
+        let Some(id) = crate::slurm::job_number(&job.job_id) else { continue };
         let seconds = job.time_limit.unwrap_or(default_limit);
         let milli = requested_milli(&job.request, &job.shape, sharing);
         let gpus = (!milli.is_empty())

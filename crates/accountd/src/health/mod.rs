@@ -12,14 +12,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use gputokens::entry::{FAULT_CANCEL, FAULT_REQUEUE};
-use gputokens::slurm::squeue;
 use ledger::{Action, GpuFault};
 
 use self::faults::{classify, cleared, gpu_key, Fault, XID_PREFIX};
 use crate::error::AccountdResult;
 use crate::metrics::{NodeLabels, XidLabels};
 use crate::resources::Resources;
-use crate::slurm::{job_id_arg, node_name_arg, Slurm};
+use crate::slurm::{node_name_arg, Slurm};
 use gputokens_node_report::AgentReport;
 use gputokens_node_report::GpuSample;
 
@@ -252,7 +251,9 @@ pub fn carry_out(drain: &Drain, slurm: &Slurm, record: &mut dyn DrainRecord) {
     if drain.requeue.is_empty() {
         return;
     }
-    let queue = slurm.squeue_json().ok().and_then(|j| squeue::queue(&j).ok()).unwrap_or_default();
+    // Keyed as the ledger keys jobs (the report's are): the audit names the job its refund looks for.
+    let mut read = crate::slurm::QueueOnce::new(slurm);
+    let queue = read.jobs().map(<[_]>::to_vec).unwrap_or_default();
     let user_of = |job: &str| queue.iter().find(|j| j.job_id == job).map(|j| j.user.clone()).unwrap_or_default();
     let mut jobs: BTreeSet<(String, String)> = BTreeSet::new();
     for (index, in_report) in &drain.requeue {
@@ -263,7 +264,7 @@ pub fn carry_out(drain: &Drain, slurm: &Slurm, record: &mut dyn DrainRecord) {
         });
         jobs.extend(by_index.map(|j| (j.job_id.clone(), j.user.clone())));
     }
-    jobs.retain(|(job, _)| job_id_arg(job).inspect_err(|e| tracing::warn!("not requeued: {e}")).is_ok());
+    jobs.retain(|(job, _)| slurm.job_arg(job).inspect_err(|e| tracing::warn!("not requeued: {e}")).is_ok());
     let action = |action: &str, job: &str, user: &str| Action {
         at: gputokens::time::now(),
         action: action.into(),
@@ -277,9 +278,10 @@ pub fn carry_out(drain: &Drain, slurm: &Slurm, record: &mut dyn DrainRecord) {
     // a run that was taken off a failing GPU.
     for (job, user) in jobs {
         record.audit(action(FAULT_REQUEUE, &job, &user));
-        if let Err(e) = slurm.run("scontrol", &["--", "requeue", &job]) {
+        let Ok(id) = slurm.job_arg(&job) else { continue };
+        if let Err(e) = slurm.run("scontrol", &["--", "requeue", id]) {
             tracing::warn!("cannot requeue job {job} from a failing GPU of {node} ({e}): cancelling it");
-            match slurm.run("scancel", &["--", &job]) {
+            match slurm.run("scancel", &["--", id]) {
                 Ok(_) => record.audit(action(FAULT_CANCEL, &job, &user)),
                 Err(e) => tracing::error!("cannot requeue or cancel job {job} on a failing GPU of {node}: {e}"),
             }

@@ -19,9 +19,14 @@ pub fn poll_prometheus(
     let Some(source) = res.config.utilization.prometheus_source() else { return Ok(None) };
     let by_job = prometheus::job_utilization(source, window, now)
         .map_err(|e| AccountdError::Failed(format!("prometheus: {e}")))?;
+    // Prometheus names this cluster's jobs as Slurm does; the ledger as the site does ([clusters]).
     let jobs = by_job
         .into_iter()
-        .map(|(job, percent)| JobUtilization { job, percent: Some(percent), memory_bytes: 0 })
+        .map(|(job, percent)| JobUtilization {
+            job: res.config.clusters.job_key(&job),
+            percent: Some(percent),
+            memory_bytes: 0,
+        })
         .collect();
     let (count, idle) = tracker::apply(res, tracker, "", jobs, now)?;
     Ok(Some(format!("{count} jobs' utilization read from Prometheus, {idle} newly idle")))

@@ -191,8 +191,9 @@ fn flag_idle(labels: &JobLabels, usage: &UtilizationConfig) {
     if [&labels.job, &labels.user, &labels.node].iter().any(|v| v.starts_with('-')) {
         return tracing::error!(job = %labels.job, "idle_command not run: a value to fill in starts with '-'");
     }
-    let fill =
-        |a: &String| a.replace("{job}", &labels.job).replace("{user}", &labels.user).replace("{node}", &labels.node);
+    // Slurm's ID of the job (a second cluster's ledger key is CLUSTER:ID): what scancel takes.
+    let job = gputokens::slurm::job_number(&labels.job).map_or_else(|| labels.job.clone(), |n| n.to_string());
+    let fill = |a: &String| a.replace("{job}", &job).replace("{user}", &labels.user).replace("{node}", &labels.node);
     let mut command = std::process::Command::new(fill(program));
     command.args(args.iter().map(fill));
     let program = program.clone();

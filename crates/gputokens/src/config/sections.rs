@@ -534,7 +534,7 @@ fn web(s: &mut Section) -> Web {
 /// `[clusters]`: names Slurm knows clusters by, `local` among them.
 fn clusters(s: &mut Section) -> Clusters {
     let names = s.get("names", Vec::new(), |v| {
-        let list = names(v)?;
+        let list: Vec<String> = names(v)?.iter().map(|n| n.to_ascii_lowercase()).collect();
         if let Some(bad) =
             list.iter().find(|n| !n.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-')))
         {
@@ -542,7 +542,7 @@ fn clusters(s: &mut Section) -> Clusters {
         }
         match list.iter().enumerate().find(|(i, n)| list[..*i].contains(n)) {
             Some((_, twice)) => Err(format!("{twice:?} is named twice")),
-            None => Ok(list.iter().map(|n| n.to_ascii_lowercase()).collect()),
+            None => Ok(list),
         }
     });
     let local = s.optional("local", string).map(|l| l.to_ascii_lowercase());

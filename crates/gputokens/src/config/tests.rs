@@ -648,7 +648,8 @@ fn report_to_is_an_http_url_with_a_host() {
     // A pair's two accountd hosts, each checked.
     let pair = parse("[agent]\nreport_to = [\"http://ctl1:9817\", \"http://ctl2:9817\"]\n").unwrap();
     assert_eq!(pair.agent.report_to, ["http://ctl1:9817", "http://ctl2:9817"]);
-    for (list, why) in [("[]", "at least one URL"), ("[\"http://ctl1:9817\", \"ftp://x\"]", "the scheme must be http")] {
+    for (list, why) in [("[]", "at least one URL"), ("[\"http://ctl1:9817\", \"ftp://x\"]", "the scheme must be http")]
+    {
         let err = parse(&format!("[agent]\nreport_to = {list}\n")).unwrap_err().to_string();
         assert!(err.contains("agent.report_to: ") && err.contains(why), "{list}: {err}");
     }
@@ -697,11 +698,12 @@ fn clusters_sharing_a_ledger_key_the_jobs_of_all_but_the_first_by_cluster() {
     let ledger = "[ledger]\nurl = \"mysql://gputokens@db1/gputokens\"\n";
     let first = parse(&format!("{ledger}[clusters]\nnames = [\"Old\", \"new\"]\n")).unwrap().clusters;
     assert_eq!((first.local(), first.job_prefix()), (Some("old"), None), "Slurm's cluster names are lower-case");
-    assert_eq!((first.job_key("12"), first.lease_name()), ("12".to_string(), "old"));
+    assert_eq!((first.job_key("12"), first.lease_name()), ("12".to_string(), ""), "the ledger's own lease");
+    assert_eq!((first.job_key("old:12"), first.job_key("new:12")), ("12".to_string(), "new:12".to_string()));
     let second = parse(&format!("{ledger}[clusters]\nnames = [\"old\", \"new\"]\nlocal = \"new\"\n")).unwrap().clusters;
     assert_eq!(
         (second.job_key("12"), second.job_key("old:12"), second.lease_name()),
-        ("new:12".into(), "old:12".into(), "new")
+        ("new:12".into(), "12".into(), "new")
     );
     assert_eq!((second.job_shown("12"), second.job_shown("new:12")), ("old:12".into(), "new:12".into()));
     let alone = parse("").unwrap().clusters;
