@@ -64,7 +64,8 @@ impl Reporter {
     /// Posts `report` to the `report_to` that took the last one, else to the next that can be
     /// connected to (a pair's other accountd); the URL that took it. A report is sent on only when
     /// a host could not be connected to, never once it may have arrived: a report filed twice would
-    /// count its energy twice.
+    /// count its energy twice. A host that took it and failed (an error, no answer in time) is
+    /// tried after the others with the next report.
     pub fn post(&self, report: &AgentReport) -> Result<&str, String> {
         use std::sync::atomic::Ordering;
         let first = self.current.load(Ordering::Relaxed);
@@ -77,7 +78,10 @@ impl Reporter {
                     return Ok(&self.urls[at]);
                 }
                 Err(Failure::NotConnected(why)) => unreachable.push(why),
-                Err(Failure::Sent(why)) => return Err(why),
+                Err(Failure::Sent(why)) => {
+                    self.current.store((at + 1) % self.urls.len(), Ordering::Relaxed);
+                    return Err(why);
+                }
             }
         }
         Err(unreachable.join("; "))

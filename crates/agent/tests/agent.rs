@@ -836,3 +836,23 @@ fn a_report_an_accountd_answered_is_not_sent_to_the_other() {
     assert_eq!(refusing.wait_for_requests(1).len(), 1);
     assert!(other.requests().is_empty(), "sent on after an answer");
 }
+
+/// A host that took a report and failed it is tried after the other with the next report: an
+/// accountd that answers only errors does not hold its nodes' reports.
+#[test]
+fn after_a_failed_report_the_next_goes_to_the_other_host_first() {
+    let (failing, failing_url) = server("500 Internal Server Error");
+    let (other, other_url) = server(OK);
+    let site = Site::new(&failing_url, "off", "");
+    use_token_auth(&site);
+    report_to_both(&site, &failing_url, &other_url);
+    site.write_state(&two_gpus(&[]));
+    let mut agent = site.start(&[]);
+    let reached = other.wait_for_requests(2);
+    assert!(reached.iter().all(signed_with_the_token));
+    assert!(agent.running());
+    let failed = failing.requests().len();
+    assert!(failed >= 1, "the first report went to the first host");
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(failing.requests().len(), failed, "the other took every report since");
+}

@@ -128,7 +128,12 @@ impl Clusters {
     /// The ledger's key of job `id`: this cluster's by its ID, any cluster's by `CLUSTER:ID` (the
     /// first cluster's keys are bare: `old:41` is `41`).
     pub fn job_key(&self, id: &str) -> String {
-        if let Some(bare) = self.names.first().and_then(|first| id.strip_prefix(first.as_str())?.strip_prefix(':')) {
+        // Slurm's cluster names are case-blind (kept lower-case): `OLD:41` is `old:41`.
+        let first_cluster = |first: &String| {
+            let (cluster, bare) = id.split_once(':')?;
+            cluster.eq_ignore_ascii_case(first).then_some(bare)
+        };
+        if let Some(bare) = self.names.first().and_then(first_cluster) {
             return bare.to_string();
         }
         match self.job_prefix() {

@@ -277,8 +277,8 @@ pub fn carry_out(drain: &Drain, slurm: &Slurm, record: &mut dyn DrainRecord) {
     // Each is recorded before scontrol runs, so a crash or a slow scontrol cannot lose the refund of
     // a run that was taken off a failing GPU.
     for (job, user) in jobs {
-        record.audit(action(FAULT_REQUEUE, &job, &user));
         let Ok(id) = slurm.job_arg(&job) else { continue };
+        record.audit(action(FAULT_REQUEUE, &job, &user));
         if let Err(e) = slurm.run("scontrol", &["--", "requeue", id]) {
             tracing::warn!("cannot requeue job {job} from a failing GPU of {node} ({e}): cancelling it");
             match slurm.run("scancel", &["--", id]) {

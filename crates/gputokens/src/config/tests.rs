@@ -700,6 +700,7 @@ fn clusters_sharing_a_ledger_key_the_jobs_of_all_but_the_first_by_cluster() {
     assert_eq!((first.local(), first.job_prefix()), (Some("old"), None), "Slurm's cluster names are lower-case");
     assert_eq!((first.job_key("12"), first.lease_name()), ("12".to_string(), ""), "the ledger's own lease");
     assert_eq!((first.job_key("old:12"), first.job_key("new:12")), ("12".to_string(), "new:12".to_string()));
+    assert_eq!(first.job_key("OLD:12"), "12", "cluster names are case-blind");
     let second = parse(&format!("{ledger}[clusters]\nnames = [\"old\", \"new\"]\nlocal = \"new\"\n")).unwrap().clusters;
     assert_eq!(
         (second.job_key("12"), second.job_key("old:12"), second.lease_name()),
