@@ -121,8 +121,13 @@ impl Clusters {
     /// What this cluster's job IDs are prefixed with in the ledger: `CLUSTER:` on every cluster but
     /// the first, nothing there (a ledger that charged one cluster keeps its keys).
     pub fn job_prefix(&self) -> Option<String> {
-        let local = self.local()?;
-        (self.names.first().map(String::as_str) != Some(local)).then(|| format!("{local}:"))
+        (!self.is_first()).then(|| format!("{}:", self.lease_name()))
+    }
+
+    /// Whether this host's cluster is the ledger's first (or the ledger has one cluster): its job
+    /// keys, lease and meta keys are the ledger's own, and its leader delivers notifications.
+    pub fn is_first(&self) -> bool {
+        self.local() == self.names.first().map(String::as_str)
     }
 
     /// The ledger's key of job `id`: this cluster's by its ID, any cluster's by `CLUSTER:ID` (the
@@ -155,9 +160,9 @@ impl Clusters {
     /// cluster's pair leads its own cycles; the first cluster's is the ledger's ("", where a pair
     /// led before `[clusters]`), so adding the table never gives a running pair two leases.
     pub fn lease_name(&self) -> &str {
-        match self.job_prefix() {
-            Some(_) => self.local().unwrap_or(""),
-            None => "",
+        match self.is_first() {
+            true => "",
+            false => self.local().unwrap_or(""),
         }
     }
 }

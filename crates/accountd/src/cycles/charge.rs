@@ -31,9 +31,9 @@ pub const CHARGING_SINCE: &str = "charging_since";
 /// sacct from where it stopped (`sacct_read_until:new`), so one cluster's accountd down never moves
 /// another's window past the jobs it has not read. The first cluster's keys are the ledger's own.
 pub fn cluster_meta(res: &Resources, key: &str) -> String {
-    match res.config.clusters.job_prefix() {
-        Some(prefix) => format!("{key}:{}", prefix.trim_end_matches(':')),
-        None => key.to_string(),
+    match res.config.clusters.lease_name() {
+        "" => key.to_string(),
+        cluster => format!("{key}:{cluster}"),
     }
 }
 

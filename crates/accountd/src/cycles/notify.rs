@@ -41,7 +41,7 @@ pub fn run(res: &mut Resources, now: i64) {
     }
     // Of a ledger several clusters share, the first cluster's leader delivers (the owed notices are
     // the ledger's: two leaders sending them would send some twice); each records its own crossings.
-    let delivers = res.config.clusters.job_prefix().is_none();
+    let delivers = res.config.clusters.is_first();
     let result = record_crossings(res, now).and_then(|_| match delivers {
         true => deliver(res, now),
         false => Ok(Delivered::default()),
