@@ -796,11 +796,16 @@ fn reports_go_on(server: &ReportServer, n: usize, agent: &Agent) {
     }
 }
 
-/// `[agent] report_to` of a pair: the site's config names both accountd hosts.
-fn report_to_both(site: &Site, first: &str, second: &str) {
+/// A site whose agents report to a pair (`report_to` names both accountd hosts), with the token
+/// and two idle GPUs.
+fn pair_site(first: &str, second: &str) -> Site {
+    let site = Site::new(first, "off", "");
+    use_token_auth(&site);
     let text = std::fs::read_to_string(site.config()).unwrap();
     let text = text.replace(&format!("report_to = \"{first}\""), &format!("report_to = [\"{first}\", \"{second}\"]"));
     std::fs::write(site.config(), text).unwrap();
+    site.write_state(&two_gpus(&[]));
+    site
 }
 
 /// A pair's first accountd cannot be connected to (its host lost): the report goes to the other.
@@ -808,10 +813,7 @@ fn report_to_both(site: &Site, first: &str, second: &str) {
 fn a_report_goes_to_the_next_report_to_when_one_cannot_be_connected_to() {
     let (server, url) = server(OK);
     let closed = format!("http://{}", TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap());
-    let site = Site::new(&closed, "off", "");
-    use_token_auth(&site);
-    report_to_both(&site, &closed, &url);
-    site.write_state(&two_gpus(&[]));
+    let site = pair_site(&closed, &url);
     let out = site.command(&["--once"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
@@ -825,10 +827,7 @@ fn a_report_goes_to_the_next_report_to_when_one_cannot_be_connected_to() {
 fn a_report_an_accountd_answered_is_not_sent_to_the_other() {
     let (refusing, refusing_url) = server("401 Unauthorized");
     let (other, other_url) = server(OK);
-    let site = Site::new(&refusing_url, "off", "");
-    use_token_auth(&site);
-    report_to_both(&site, &refusing_url, &other_url);
-    site.write_state(&two_gpus(&[]));
+    let site = pair_site(&refusing_url, &other_url);
     let out = site.command(&["--once"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -843,10 +842,7 @@ fn a_report_an_accountd_answered_is_not_sent_to_the_other() {
 fn after_a_failed_report_the_next_goes_to_the_other_host_first() {
     let (failing, failing_url) = server("500 Internal Server Error");
     let (other, other_url) = server(OK);
-    let site = Site::new(&failing_url, "off", "");
-    use_token_auth(&site);
-    report_to_both(&site, &failing_url, &other_url);
-    site.write_state(&two_gpus(&[]));
+    let site = pair_site(&failing_url, &other_url);
     let mut agent = site.start(&[]);
     let reached = other.wait_for_requests(2);
     assert!(reached.iter().all(signed_with_the_token));
