@@ -97,7 +97,7 @@ impl Ledger {
             .optional()?)
     }
 
-    /// The balances of `users` the ledger has, [`crate::db::IN_LIST`] a statement (a check cycle
+    /// The balances of `users` the ledger has, [`crate::db::Dialect::in_list`] a statement (a check cycle
     /// asks for every user with a job in the queue).
     pub fn balances_of(&self, users: &[&str]) -> Result<HashMap<String, Tokens>, LedgerError> {
         let found: HashMap<String, i64> = users_column(&self.conn, "balance", users)?;
@@ -115,7 +115,7 @@ impl Ledger {
     }
 }
 
-/// `column` of each of `names` the ledger has a row of in `users`, [`crate::db::IN_LIST`] names a
+/// `column` of each of `names` the ledger has a row of in `users`, [`crate::db::Dialect::in_list`] names a
 /// statement: the cycles' lookups of many balances at once (on MariaDB each statement is a round
 /// trip).
 pub(crate) fn users_column<T: crate::db::FromSql>(
@@ -124,7 +124,7 @@ pub(crate) fn users_column<T: crate::db::FromSql>(
     names: &[&str],
 ) -> Result<HashMap<String, T>, LedgerError> {
     let mut found = HashMap::with_capacity(names.len());
-    for group in names.chunks(crate::db::IN_LIST) {
+    for group in names.chunks(conn.dialect().in_list()) {
         let values: Vec<&dyn crate::db::ToSql> = group.iter().map(|u| u as &dyn crate::db::ToSql).collect();
         let mut stmt = conn.prepare_cached(&format!(
             "SELECT name, {column} FROM users WHERE name IN ({})",

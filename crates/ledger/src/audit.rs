@@ -61,7 +61,7 @@ impl Ledger {
     }
 
     /// [`Ledger::last_hold_action`] of many runs (job ID, run, queued at) at once, by job ID: a
-    /// check cycle asks it of every pending job, [`crate::db::IN_LIST`] of them a statement.
+    /// check cycle asks it of every pending job, [`crate::db::Dialect::in_list`] of them a statement.
     pub fn last_hold_actions(&self, runs: &[(&str, u64, i64)]) -> Result<HashMap<String, String>, LedgerError> {
         const KINDS: [&str; 6] = [
             holds::HOLD,
@@ -72,7 +72,7 @@ impl Ledger {
             holds::HOLD_LIFTED,
         ];
         let mut newest = HashMap::new();
-        for group in runs.chunks(crate::db::IN_LIST) {
+        for group in runs.chunks(self.conn.dialect().in_list()) {
             let wanted: HashMap<&str, (i64, i64, i64)> = group
                 .iter()
                 .map(|&(job, run, submitted)| {

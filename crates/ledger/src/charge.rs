@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use crate::db::{params, Statement, Transaction};
 
 use entries::{Charge, Entries};
-use runs::{Progress, RunStatements, Runs, CHUNK};
+use runs::{chunk_size, Progress, RunStatements, Runs};
 use rustc_hash::FxHashMap as FastMap;
 
 use super::accounts::ensure_user;
@@ -117,7 +117,7 @@ impl Ledger {
             items: Vec::new(),
         };
         let mut read = read_all;
-        for chunk in records.chunks(CHUNK) {
+        for chunk in records.chunks(chunk_size(tx.dialect())) {
             let had_charged_runs = cycle.charge_chunk(chunk, prices, (mode, &pool_accounts), read)?;
             // Expect the next chunk's runs to be new where this one's were.
             read = read_all || had_charged_runs;
@@ -185,14 +185,14 @@ impl Ledger {
     }
 
     /// [`Ledger::charged_seconds`] of many run segments (job ID, start) at once: those charged
-    /// yet, [`crate::db::IN_LIST`] jobs a statement (a check cycle asks it of every running job).
+    /// yet, [`crate::db::Dialect::in_list`] jobs a statement (a check cycle asks it of every running job).
     pub fn charged_seconds_of(&self, runs: &[(&str, i64)]) -> Result<HashMap<(String, i64), u64>, LedgerError> {
         let wanted: HashSet<(&str, i64)> = runs.iter().copied().collect();
         let mut jobs: Vec<&str> = runs.iter().map(|(job, _)| *job).collect();
         jobs.sort_unstable();
         jobs.dedup();
         let mut charged = HashMap::new();
-        for group in jobs.chunks(crate::db::IN_LIST) {
+        for group in jobs.chunks(self.conn.dialect().in_list()) {
             let values: Vec<&dyn crate::db::ToSql> = group.iter().map(|j| j as &dyn crate::db::ToSql).collect();
             let mut stmt = self.conn.prepare_cached(&format!(
                 "SELECT job_id, segment_start, MIN(charged_until) FROM job_charges WHERE job_id IN ({})
@@ -360,7 +360,7 @@ fn price_record<'r>(record: &'r UsageRecord, prices: &PriceTable, mut add: impl 
 }
 
 impl<'tx, 'r> Cycle<'tx, 'r> {
-    /// Charges a chunk of records (at most [`CHUNK`]) to whom `mode` says (`pool_accounts` have a
+    /// Charges a chunk of records (at most [`chunk_size`]) to whom `mode` says (`pool_accounts` have a
     /// pool), its jobs' runs read first where `read` (else expected new: a run charged before then
     /// fails the cycle with a constraint violation); returns whether it held runs charged before.
     fn charge_chunk(

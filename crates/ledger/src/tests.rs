@@ -804,7 +804,7 @@ fn a_copied_ledger_holds_the_same_rows_and_charging_carries_on() {
 fn many_at_once_lookups_agree_with_the_lookups_of_one() {
     let dir = tempfile::tempdir().unwrap();
     let mut l = open(&dir, rules());
-    let n = crate::db::IN_LIST + 44;
+    let n = l.conn.dialect().in_list() + 44;
     let records: Vec<UsageRecord> =
         (0..n).map(|i| record(&format!("{}", 1000 + i), &format!("u{i}"), "a6000", 1, 60 + i as u64)).collect();
     l.charge(&records, &seed_prices(), at("2026-11-30T09:00:00")).unwrap();

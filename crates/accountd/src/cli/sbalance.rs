@@ -295,10 +295,14 @@ fn statement(config: &Config, args: &Args, month: Month) -> AccountdResult {
         _ => return Err(AccountdError::Refused("--statement shows one user (-u USER) or all (-a)".into())),
     };
     let request = Request::Statement { month, user, all: args.all, account: args.account.clone() };
-    let statements = match accountd(config).call(&request)? {
+    let mut statements = match accountd(config).call(&request)? {
         Reply::Statements { statements } => statements,
         other => return Err(ClientError::Unexpected(Box::new(other)).into()),
     };
+    // A ledger of several clusters: each job with its cluster (`old:41`), as the history shows it.
+    for statement in &mut statements {
+        statement_output::show_jobs(statement, &config.clusters);
+    }
     let out = if args.json {
         statement_output::json(&statements)
     } else if args.csv {

@@ -2,6 +2,7 @@
 //! `--csv`: one row per user and line item, between an opening and a closing row, so that the
 //! Amount column of a user's rows, opening included, sums to the closing balance) or `--json`.
 
+use gputokens::config::Clusters;
 use gputokens::statement::{energy_total, gpu_hours, idle_summary, kwh, Item, JobEnergy, Line, Month, Statement};
 use gputokens::time::{format_local, local_date};
 use gputokens::Tokens;
@@ -226,6 +227,19 @@ fn kwh_number(joules: u64) -> f64 {
 
 fn idle_note(idle: Tokens) -> String {
     format!("{idle} of it on idle GPUs")
+}
+
+/// Names each job of `statement` as people see it ([`Clusters::job_shown`]: `old:41` where the
+/// ledger has several clusters).
+pub fn show_jobs(statement: &mut Statement, clusters: &Clusters) {
+    for line in &mut statement.lines {
+        if let Some(job) = &mut line.job_id {
+            *job = clusters.job_shown(job);
+        }
+    }
+    for energy in &mut statement.energy {
+        energy.job_id = clusters.job_shown(&energy.job_id);
+    }
 }
 
 /// A charge line's note: what of it paid for GPU energy, and what was spent on idle GPUs.

@@ -6,6 +6,7 @@ use std::fmt;
 
 use gputokens::config::ChargeBasis;
 use gputokens::pricing::{measured_fraction, weight_permille};
+use gputokens::slurm::rejected::Rejected;
 use gputokens::slurm::{sacct, squeue};
 use ledger::{ChargeOutcome, EnergyCharged, UsageRecord};
 
@@ -116,45 +117,46 @@ pub fn charge_energy(res: &mut Resources, now: i64) -> EnergyCharged {
 }
 
 /// Charges what ended since the last cycle (sacct) and what runs (the queue: `accountd tick` reads
-/// it once for its charge and its check).
+/// it once for its charge and its check). squeue is read, and its JSON parsed, on a thread of its
+/// own while the finished runs are read and charged: on a large site each is seconds, spent waiting
+/// on slurmctld, slurmdbd or the database, or on one CPU. The two are charged in a transaction each;
+/// the window moves on only after both, so a cycle that fails half-way charges nothing twice when
+/// it is read again.
 pub fn charge(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: i64) -> AccountdResult<ChargeSummary> {
     // What Slurm can have seen: `now` may be ahead of the clock (`tick --now`), never Slurm.
     let read_at = gputokens::time::now();
     let SacctWindowStart { since, read_until, read_from } = next_window_start(&cycle.res, now)?;
 
     let charging_since = charging_since(&mut cycle.res, read_until, read_at)?;
+    let (finished, queue_read) = std::thread::scope(|scope| {
+        let reader = scope.spawn(|| queue.jobs().map(|_| ()));
+        let finished = charge_finished(cycle, slurm, (since, now), charging_since);
+        (finished, reader.join())
+    });
+    let mut finished = finished?;
+    // A panic reading the queue is the cycle's, as it was when the queue was read on this thread.
+    queue_read.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
 
     let sharing = cycle.res.config.sharing;
-    let mut finished = sacct::parse(&slurm.sacct(since, now)?, sharing).map_err(SlurmError::Sacct)?;
-    slurm.key_records(&mut finished);
-    let before_charging = leave_out_runs_ended_by(&mut finished, charging_since);
     let running: Vec<squeue::RunningJob> = queue.jobs()?.iter().filter(|j| squeue::holds_gpus(j)).cloned().collect();
-    // Running jobs are charged up to when squeue was asked.
-    let squeue_at = queue.read_ms().map_or_else(gputokens::time::now, |ms| ms.div_euclid(1000));
-
-    let mut nodes_of: HashMap<String, String> = finished.nodes.clone();
-    nodes_of.extend(running.iter().map(|j| (j.job_id.clone(), j.nodes.clone())));
     // Running jobs up to when squeue was read (their time so far as Slurm counts it, suspensions
     // left out), not up to `now`: time that has not passed is never charged.
-    let (finished_records, rejected_finished) = rejected_records::sift(finished.records.clone(), "sacct");
+    let squeue_at = queue.read_ms().map_or_else(gputokens::time::now, |ms| ms.div_euclid(1000));
+    let nodes_of: HashMap<String, String> = running.iter().map(|j| (j.job_id.clone(), j.nodes.clone())).collect();
     let (running_records, rejected_running) =
         rejected_records::sift(running.iter().map(|j| j.gpu_time(squeue_at, sharing)).collect(), "squeue");
-    let mut rejected: Vec<_> =
-        finished.rejected.iter().cloned().chain(rejected_finished).chain(rejected_running).collect();
-    let mut records: Vec<UsageRecord> = finished_records.into_iter().chain(running_records).collect();
-    resolve_untyped(&mut records, &nodes_of, slurm);
-    if cycle.res.config.utilization.charge_basis == ChargeBasis::Measured {
-        weigh_by_utilization(&cycle.res, &mut records)?;
-    }
+    finished.rejected.extend(rejected_running);
+    let running_outcome = charge_records(&mut cycle.res, running_records, &nodes_of, slurm, now)?;
+    let outcome = merged(finished.outcome, running_outcome);
 
-    let outcome = cycle.res.ledger.charge(&records, &cycle.res.config.prices, now)?;
     let energy = charge_energy(&mut cycle.res, now);
+    let runs = &finished.runs;
     // Slurm's times of the runs read: evidence of the real time for the check cycle.
-    let ends = finished.ends.values().filter_map(|e| e.end);
-    let starts = finished.records.iter().map(|r| r.segment_start).chain(running.iter().map(|j| j.start_time));
+    let ends = runs.ends.values().filter_map(|e| e.end);
+    let starts = runs.records.iter().map(|r| r.segment_start).chain(running.iter().map(|j| j.start_time));
     crate::cycles::slurm_clock::saw(&mut cycle.res, ends.chain(starts))?;
     // After the charge, so a lost run's charge is complete when it is given back.
-    let refunded = refunds::run(&mut cycle.res, &finished.records, &finished.ends, now)?;
+    let refunded = refunds::run(&mut cycle.res, &runs.records, &runs.ends, now)?;
     // Read up to what Slurm had seen: a job that ends after the clock but before `now` is read again.
     cycle.res.ledger.set_meta(&cluster_meta(&cycle.res, READ_UNTIL), &now.min(read_at).to_string())?;
     if read_from.is_none() {
@@ -162,8 +164,9 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now:
         let from = if read_until.is_none() { since } else { i64::MIN };
         cycle.res.ledger.set_meta(&cluster_meta(&cycle.res, READ_FROM), &from.to_string())?;
     }
+    let mut rejected = finished.rejected;
     rejected.extend(rejected_records::uncountable(&outcome));
-    cycle.res.metrics.record_charge(&outcome, finished.skipped);
+    cycle.res.metrics.record_charge(&outcome, runs.skipped);
     cycle.rejected_records.note(&rejected, &cycle.res.metrics);
     for (gpu_type, secs) in &outcome.unlisted_types {
         tracing::warn!(
@@ -172,15 +175,75 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now:
     }
     Ok(ChargeSummary {
         window: (since, now),
-        finished: finished.records.len(),
+        finished: runs.records.len(),
         running: running.len(),
         outcome,
-        skipped: finished.skipped,
+        skipped: runs.skipped,
         rejected: rejected.len(),
         refunded,
-        before_charging,
+        before_charging: finished.before_charging,
         energy,
     })
+}
+
+/// The finished runs of a window, charged.
+struct FinishedCharged {
+    runs: sacct::Parsed,
+    outcome: ChargeOutcome,
+    rejected: Vec<Rejected>,
+    before_charging: usize,
+}
+
+/// Reads sacct over `window` and charges the runs that ended in it (those that ended before this
+/// ledger began charging left out).
+fn charge_finished(
+    cycle: &mut CycleState,
+    slurm: &Slurm,
+    (since, until): (i64, i64),
+    charging_since: Option<i64>,
+) -> AccountdResult<FinishedCharged> {
+    let mut finished =
+        sacct::parse(&slurm.sacct(since, until)?, cycle.res.config.sharing).map_err(SlurmError::Sacct)?;
+    slurm.key_records(&mut finished);
+    let before_charging = leave_out_runs_ended_by(&mut finished, charging_since);
+    let (records, rejected_finished) = rejected_records::sift(finished.records.clone(), "sacct");
+    let rejected = finished.rejected.iter().cloned().chain(rejected_finished).collect();
+    let outcome = charge_records(&mut cycle.res, records, &finished.nodes, slurm, until)?;
+    Ok(FinishedCharged { runs: finished, outcome, rejected, before_charging })
+}
+
+/// Charges `records` (GPU types left untyped resolved by their nodes, weighed by their use where
+/// the site charges by it) in one transaction.
+fn charge_records(
+    res: &mut Resources,
+    mut records: Vec<UsageRecord>,
+    nodes_of: &HashMap<String, String>,
+    slurm: &Slurm,
+    now: i64,
+) -> AccountdResult<ChargeOutcome> {
+    resolve_untyped(&mut records, nodes_of, slurm);
+    if res.config.utilization.charge_basis == ChargeBasis::Measured {
+        weigh_by_utilization(res, &mut records)?;
+    }
+    Ok(res.ledger.charge(&records, &res.config.prices, now)?)
+}
+
+/// Two charge outcomes as one.
+fn merged(mut first: ChargeOutcome, second: ChargeOutcome) -> ChargeOutcome {
+    first.entries += second.entries;
+    first.charged = first.charged + second.charged;
+    first.unchanged += second.unchanged;
+    for (gpu_type, secs) in second.unlisted_types {
+        let total = first.unlisted_types.entry(gpu_type).or_default();
+        *total = total.saturating_add(secs);
+    }
+    for (key, tokens) in second.by_user_type {
+        let total = first.by_user_type.entry(key).or_insert(gputokens::Tokens::ZERO);
+        *total = *total + tokens;
+    }
+    first.records += second.records;
+    first.uncountable.extend(second.uncountable);
+    first
 }
 
 /// When this ledger began charging (`charging_since`), set by its first charge cycle before it reads

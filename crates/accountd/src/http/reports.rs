@@ -111,8 +111,21 @@ fn record_energy(
         received,
     };
     let at = report.sample.time.timestamp();
+    // The node's reports went to the other accountd of a pair for a while (an agent fails over
+    // and back): the steps it counted must not be counted again from this one's older reading.
+    let counted_key = crate::cycles::charge::cluster_meta(res, &format!("energy_counted_through:{}", report.node));
+    let counted_through = res.ledger.meta(&counted_key)?.and_then(|v| v.parse::<i64>().ok());
+    if let (Some(through), Some(ours)) = (counted_through, state.energy.newest(&report.node)) {
+        if through > ours {
+            state.energy.forget_counters(&report.node);
+        }
+    }
     let job_gpus = |job: &str| slurm_says.job_gpus(job);
-    for used in state.energy.apply_received(&report.node, &report.sample, within, &job_gpus) {
+    let energy = state.energy.apply_received(&report.node, &report.sample, within, &job_gpus);
+    if counted_through.is_none_or(|through| at > through) {
+        res.ledger.set_meta(&counted_key, &at.to_string())?;
+    }
+    for used in energy {
         res.ledger.record_energy(&used.job, used.since, &report.node, at, used.joules)?;
         res.metrics.jobs_gpu_energy.inc_by(used.joules as f64);
         let labels = JobLabels {
@@ -347,5 +360,33 @@ mod tests {
             |job: &str| res.ledger.job_energy(job).unwrap().iter().find(|r| r.since == start + 100).map(|r| r.joules);
         assert_eq!(second_run("4242"), Some(6000), "all of it: bob's process and the claimant read 0");
         assert_eq!(second_run("4243"), None);
+    }
+
+    /// A pair of accountd on one ledger: the node's agent reports to A, fails over to B, and comes
+    /// back to A within A's energy gap. A counts from the node's next report, never over B's stretch.
+    #[test]
+    fn energy_a_pairs_other_accountd_counted_is_not_counted_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut res = resources(dir.path());
+        let (mut a, mut b) = (ReportState::default(), ReportState::default());
+        let start = 1_800_000_000;
+        let mut post = |state: &mut ReportState, i: u64| {
+            let mut report = shared_gpu(start + 10 * i as i64);
+            report.sample.gpus[0].jobs = vec!["4242".into()];
+            report.sample.processes.truncate(1);
+            report.sample.gpus[0].energy_mj = Some(1_000_000 * i);
+            ingest(&mut res, state, &report, &eight_gpus(), report.sample.time.timestamp()).1.unwrap();
+        };
+        for i in 0..3 {
+            post(&mut a, i);
+        }
+        for i in 3..6 {
+            post(&mut b, i);
+        }
+        post(&mut a, 6);
+        post(&mut a, 7);
+        let joules: u64 = res.ledger.job_energy("4242").unwrap().iter().map(|r| r.joules).sum();
+        // A: 0→1, 1→2; B: 3→4, 4→5 (its first report is no step); A: 6→7 (6 a first reading again).
+        assert_eq!(joules, 5_000, "each kJ step counted once, none twice");
     }
 }

@@ -104,6 +104,17 @@ impl EnergyTracker {
         self.apply_received(node, sample, within, &|_| 8)
     }
 
+    /// The sample time of `node`'s newest report this tracker has.
+    pub fn newest(&self, node: &str) -> Option<i64> {
+        self.newest.get(node).copied()
+    }
+
+    /// Forgets `node`'s counters, so that its next report is a first reading (no step): the other
+    /// accountd of a pair counted the node's steps since this one's last reading of them.
+    pub fn forget_counters(&mut self, node: &str) {
+        self.last.retain(|(n, _), _| n != node);
+    }
+
     /// The energy of each job in `node`'s report `sample` since the node's previous report, in job
     /// order; jobs with nothing to show are left out. A job's energy is at most what `job_gpus` of
     /// its GPUs (what Slurm gave it there) can draw in the time that really passed.

@@ -10,8 +10,13 @@ use crate::error::out_of_range;
 use crate::LedgerError;
 use gputokens::tokens::Tokens;
 
-/// Balances a statement.
-const GROUP: usize = 64;
+/// Balances a statement: more on MariaDB, where each statement is a round trip.
+fn group_size(tx: &Transaction<'_>) -> usize {
+    match tx.dialect() {
+        crate::db::Dialect::Sqlite => 64,
+        crate::db::Dialect::MariaDb => 256,
+    }
+}
 
 /// A balance's move: its name, what it moves by, and its newest entry.
 pub(super) struct Move<'a> {
@@ -28,7 +33,7 @@ fn numbered(n: usize, from: usize, step: usize) -> impl Iterator<Item = usize> {
 /// Moves each balance as [`crate::accounts::move_balance`] does one: read, checked to stay in
 /// range, written with its newest entry.
 pub(super) fn move_balances(tx: &Transaction<'_>, moves: &[Move<'_>]) -> Result<(), LedgerError> {
-    for group in moves.chunks(GROUP) {
+    for group in moves.chunks(group_size(tx)) {
         let names: Vec<&str> = group.iter().map(|m| m.user).collect();
         let found: HashMap<String, i64> = crate::accounts::users_column(tx, "balance", &names)?;
         let mut moved = Vec::with_capacity(group.len());
@@ -61,7 +66,7 @@ pub(super) fn move_balances(tx: &Transaction<'_>, moves: &[Move<'_>]) -> Result<
 /// Adds what each (balance, GPU type) was charged to its usage on `day` (`usage_days`), as
 /// [`super::add_usage`] does one.
 pub(super) fn add_usages(tx: &Transaction<'_>, day: &str, usages: &[(&str, &str, i64)]) -> Result<(), LedgerError> {
-    for group in usages.chunks(GROUP) {
+    for group in usages.chunks(group_size(tx)) {
         // ?1 the day; ?(3i+2) the balance, ?(3i+3) the GPU type, ?(3i+4) the tokens.
         let rows: Vec<String> =
             numbered(group.len(), 2, 3).map(|p| format!("(?{p}, ?1, ?{}, ?{})", p + 1, p + 2)).collect();

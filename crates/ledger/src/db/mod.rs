@@ -19,10 +19,6 @@ pub use params::{Params, ToSql};
 pub use rusqlite::params;
 pub use rusqlite::types::Null;
 
-/// Names a statement that looks many up at once takes (`name IN (…)`): on MariaDB each statement
-/// is a round trip, so a cycle's per-user or per-job lookups are made this many at a time.
-pub const IN_LIST: usize = 256;
-
 /// `?{from}, ?{from + 1}, …`: `n` numbered parameters, for an `IN (…)` list.
 pub fn placeholders(n: usize, from: usize) -> String {
     (from..from + n).map(|p| format!("?{p}")).collect::<Vec<_>>().join(", ")
@@ -41,6 +37,16 @@ impl Dialect {
         match self {
             Dialect::Sqlite => lite,
             Dialect::MariaDb => maria,
+        }
+    }
+
+    /// Names a statement that looks many up at once takes (`name IN (…)`): a cycle's per-user or
+    /// per-job lookups are made this many at a time. More on MariaDB, where each statement is a
+    /// round trip.
+    pub fn in_list(self) -> usize {
+        match self {
+            Dialect::Sqlite => 256,
+            Dialect::MariaDb => 1024,
         }
     }
 }

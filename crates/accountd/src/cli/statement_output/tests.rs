@@ -221,3 +221,32 @@ fn priced_energy_is_in_its_lines_amount_and_said_apart() {
     let v: serde_json::Value = serde_json::from_str(&json(std::slice::from_ref(&s))).unwrap();
     assert_eq!(v["statements"][0]["lines"][0]["energy_tokens"], "1.25");
 }
+
+/// A ledger of two clusters: the refund and the energy of each job name its cluster, the first
+/// cluster's bare keys too; a ledger of one cluster shows its keys as they are.
+#[test]
+fn jobs_name_their_cluster_where_the_ledger_has_several() {
+    let refund = Entry { job_id: Some("new:41".into()), ..entry(EntryKind::Refund, "5", "2026-12-02T10:00:00") };
+    let mut builder = StatementBuilder::new("alice", "2026-12".parse().unwrap(), Tokens::whole(100));
+    builder.add(&refund).unwrap();
+    builder.add(&Entry { job_id: Some("41".into()), ..charge("a6000", "-4", 3600) }).unwrap();
+    builder.add_energy("41", "a6000", 3_600_000);
+    let statement =
+        builder.finish("101".parse().unwrap(), parse_timestamp("2026-12-14T10:22:03").unwrap(), false).unwrap();
+    let clusters = Clusters { names: vec!["old".into(), "new".into()], local: Some("new".into()) };
+
+    let mut shown = statement.clone();
+    show_jobs(&mut shown, &clusters);
+    let out = text(&shown, false);
+    assert!(out.contains("refund of job new:41"), "{out}");
+    assert!(out.contains("(job old:41 1 kWh)"), "{out}");
+    // Charge lines are per GPU type: the refund's is the one job column.
+    let jobs: Vec<String> = rows(&shown).iter().map(|r| r[10].clone()).filter(|j| !j.is_empty()).collect();
+    assert_eq!(jobs, ["new:41"]);
+    let v: serde_json::Value = serde_json::from_str(&json(std::slice::from_ref(&shown))).unwrap();
+    assert_eq!(v["statements"][0]["energy"][0]["job_id"], "old:41");
+
+    let mut alone = statement.clone();
+    show_jobs(&mut alone, &Clusters::default());
+    assert_eq!(alone, statement, "one cluster: the keys as they are");
+}

@@ -63,7 +63,7 @@ pub fn user_view(res: &Resources, user: &str, now: i64, users: &SystemUsers) -> 
         .take(JOBS_LISTED)
         .map(|(job, (last, types))| {
             let total: Tokens = types.values().copied().sum();
-            json!({ "job": job, "last_charged": format_rfc3339(last.0), "gpu_types": types.keys().collect::<Vec<_>>(),
+            json!({ "job": res.config.clusters.job_shown(job), "last_charged": format_rfc3339(last.0), "gpu_types": types.keys().collect::<Vec<_>>(),
                     "tokens": total })
         })
         .collect();
@@ -108,7 +108,7 @@ pub fn user_view(res: &Resources, user: &str, now: i64, users: &SystemUsers) -> 
             let (total, per_type) = idle_by_type(&statement);
             let per_type: Vec<Value> = per_type.iter().map(|(t, v)| json!({ "gpu_type": t, "tokens": v })).collect();
             let by_job: BTreeMap<String, String> =
-                statement.energy.iter().map(|e| (e.job_id.clone(), kwh(e.joules))).collect();
+                statement.energy.iter().map(|e| (res.config.clusters.job_shown(&e.job_id), kwh(e.joules))).collect();
             let energy = json!({ "month": month.to_string(), "kwh": energy_total(&statement).map(kwh) });
             (json!({ "month": month.to_string(), "tokens": total, "per_type": per_type }), (energy, by_job))
         }
