@@ -26,7 +26,7 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
     let jobs = queue.jobs()?;
     let pending: Vec<&QueueJob> =
         jobs.iter().filter(|j| j.state == "PENDING" && !j.request.counts.is_empty()).collect();
-    let at_floor = payers_at_floor(&cycle.res, &pending, now)?;
+    let at_floor = payers_at_floor(cycle, &pending, now)?;
     let exempt = &cycle.res.config.exempt;
     let enforce = cycle.res.config.admission.enforce;
     let (mut steps, mut would_hold) = (Vec::new(), 0);
@@ -82,7 +82,12 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
 /// The pending jobs whose payer is at or below its floor, with that payer's name (the user, or
 /// `account <name>` for a pool; in mode "both" either one), or whose user spent the per-user limit
 /// of the pool that pays for them this month (the audit's L5).
-fn payers_at_floor<'j>(res: &Resources, jobs: &[&'j QueueJob], now: i64) -> AccountdResult<HashMap<&'j str, Stopped>> {
+fn payers_at_floor<'j>(
+    cycle: &CycleState,
+    jobs: &[&'j QueueJob],
+    now: i64,
+) -> AccountdResult<HashMap<&'j str, Stopped>> {
+    let res = &cycle.res;
     let mode = res.config.accounts.mode;
     let all_pools = match mode {
         PoolMode::User => Vec::new(),
@@ -104,7 +109,7 @@ fn payers_at_floor<'j>(res: &Resources, jobs: &[&'j QueueJob], now: i64) -> Acco
     names.sort_unstable();
     names.dedup();
     // A user not in the ledger stands at `initial`.
-    let users = res.ledger.balances_of(&names)?;
+    let users = cycle.balances_of(&names)?;
     let mut at_floor = HashMap::new();
     for job in jobs {
         let who = payers(mode, Some(job.account.as_str()), |a| pools.contains_key(a));

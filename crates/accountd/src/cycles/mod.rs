@@ -16,8 +16,13 @@ pub mod serve;
 pub mod shadow;
 pub mod slurm_clock;
 
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::thread::JoinHandle;
 
+use gputokens::Tokens;
+
+use crate::error::AccountdResult;
 use crate::resources::Resources;
 use crate::slurm_view::SlurmView;
 use crate::utilization::Tracker;
@@ -36,6 +41,9 @@ pub struct CycleState {
     pub utilization: Tracker,
     /// How far replenishment and expiry may go (the last bound and when it was reached).
     pub clock: slurm_clock::ClockWitness,
+    /// Every user's balance as this check cycle's snapshot was written with (holds and preemption
+    /// weigh these); None outside a check cycle, or where the snapshot was not written here.
+    pub balances_read: Option<HashMap<String, Tokens>>,
 }
 
 impl CycleState {
@@ -47,6 +55,16 @@ impl CycleState {
             rejected_records: RejectedRecords::default(),
             utilization: Tracker::default(),
             clock: slurm_clock::ClockWitness::default(),
+            balances_read: None,
+        }
+    }
+
+    /// The balances of `names` the ledger has: those this check cycle's snapshot was written with,
+    /// else read from the ledger.
+    pub fn balances_of(&self, names: &[&str]) -> AccountdResult<Cow<'_, HashMap<String, Tokens>>> {
+        match &self.balances_read {
+            Some(read) => Ok(Cow::Borrowed(read)),
+            None => Ok(Cow::Owned(self.res.ledger.balances_of(names)?)),
         }
     }
 

@@ -41,7 +41,7 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
         jobs.iter().filter(|j| j.state == "PENDING").map(|j| j.job_id.as_str()).collect();
     cycle.res.ledger.forget_freed(now, |job| pending.contains(job))?;
     let freed_earlier = cycle.res.ledger.freed_for_waiters(now)?;
-    let balance = balances(&cycle.res, jobs)?;
+    let balance = balances(cycle, jobs)?;
     let exempt = &cycle.res.config.exempt;
     let holders: Vec<Holder> = jobs
         .iter()
@@ -142,7 +142,8 @@ fn idle_types(res: &Resources, holders: &[Holder], threshold: f64) -> AccountdRe
 /// The balance that pays for each job, by job ID: its user's (a user not in the ledger stands at
 /// `initial`), or with pools its account's pool, or in mode "both" the lower of the two. A job is a
 /// debtor's when that balance is in overdraft.
-fn balances(res: &Resources, jobs: &[QueueJob]) -> AccountdResult<HashMap<String, Tokens>> {
+fn balances(cycle: &CycleState, jobs: &[QueueJob]) -> AccountdResult<HashMap<String, Tokens>> {
+    let res = &cycle.res;
     let mode = res.config.accounts.mode;
     let pools: HashMap<String, Tokens> = if mode == PoolMode::User {
         HashMap::new()
@@ -152,7 +153,7 @@ fn balances(res: &Resources, jobs: &[QueueJob]) -> AccountdResult<HashMap<String
     let mut names: Vec<&str> = jobs.iter().map(|j| j.user.as_str()).collect();
     names.sort_unstable();
     names.dedup();
-    let users = res.ledger.balances_of(&names)?;
+    let users = cycle.balances_of(&names)?;
     let mut balance = HashMap::new();
     for job in jobs {
         let own = users.get(&job.user).copied().unwrap_or(res.ledger.rules().initial);

@@ -4,7 +4,10 @@
 pub mod access;
 pub mod publisher;
 
+use std::collections::HashMap;
+
 use gputokens::policy::BucketRules;
+use gputokens::Tokens;
 use gputokens::pools::{PoolMode, PoolStanding};
 use gputokens::snapshot;
 use gputokens::time::local_date;
@@ -13,8 +16,17 @@ use crate::error::{AccountdError, AccountdResult};
 use crate::resources::Resources;
 use crate::slurm_view::SlurmView;
 
-/// Writes the balance snapshot for the job_submit plugin; returns how many users it lists.
-pub fn publish(res: &Resources, view: &SlurmView, now: i64) -> AccountdResult<usize> {
+/// What a snapshot was written from.
+#[derive(Debug, Default)]
+pub struct Published {
+    /// The users it lists (0 where another accountd leads and writes it).
+    pub users: usize,
+    /// Every user's balance it was written with; None where it was not written here.
+    pub balances: Option<HashMap<String, Tokens>>,
+}
+
+/// Writes the balance snapshot for the job_submit plugin.
+pub fn publish(res: &Resources, view: &SlurmView, now: i64) -> AccountdResult<Published> {
     let accounts = res.ledger.accounts()?;
     if res.config.http.per_user_metrics {
         res.metrics.set_balances(&accounts);
@@ -34,7 +46,8 @@ pub fn publish(res: &Resources, view: &SlurmView, now: i64) -> AccountdResult<us
     if let Some(settings) = &res.config.ondemand {
         write_ondemand(settings, &accounts, &pools, view, now);
     }
-    Ok(accounts.len())
+    let balances = accounts.iter().map(|a| (a.user.clone(), a.balance)).collect();
+    Ok(Published { users: accounts.len(), balances: Some(balances) })
 }
 
 /// The OnDemand balance file from what the snapshot was made of; a failure is logged (the dashboard

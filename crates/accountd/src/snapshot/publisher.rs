@@ -42,16 +42,16 @@ impl Publisher {
     }
 
     /// Takes `view` as the one Slurm view, then writes the snapshot.
-    pub fn publish_view(&self, view: &SlurmView, now: i64) -> AccountdResult<usize> {
+    pub fn publish_view(&self, view: &SlurmView, now: i64) -> AccountdResult<super::Published> {
         *self.view.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(view.clone());
         self.publish(now)
     }
 
-    /// Writes the snapshot from the ledger and the last Slurm view; returns how many users it lists.
-    pub fn publish(&self, now: i64) -> AccountdResult<usize> {
+    /// Writes the snapshot from the ledger and the last Slurm view.
+    pub fn publish(&self, now: i64) -> AccountdResult<super::Published> {
         if self.leading.get().is_some_and(|leading| !leading()) {
             tracing::debug!("following: the leading accountd writes the snapshot");
-            return Ok(0);
+            return Ok(super::Published::default());
         }
         let res = self.res.lock().unwrap_or_else(|p| p.into_inner());
         super::publish(&res, &self.view(), now)

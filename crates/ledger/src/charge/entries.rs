@@ -20,7 +20,7 @@ use super::super::LedgerError;
 /// charging benchmark (one: 12 % more, four: 2 %, sixteen: 3 %).
 const ROWS: usize = 8;
 /// On MariaDB each statement is a round trip to the server: many more rows each.
-const MARIA_ROWS: usize = 256;
+const MARIA_ROWS: usize = 1024;
 /// Parameters of a row: user, amount, reason, job, GPU type, GPU-seconds, previous entry, member,
 /// id. The id is given, not left to the database: MariaDB's auto-increment skips the ids of
 /// rolled-back inserts, where the links need the ids predicted.

@@ -38,7 +38,7 @@ pub(super) fn chunk_size(dialect: Dialect) -> usize {
 /// rows are written from their entries (three numbers each), few where their strings are bound
 /// (SQLite copies each bound string, into its own small allocations while they last).
 const INSERT_ROWS: usize = 4;
-const MARIA_INSERT_ROWS: usize = 256;
+const MARIA_INSERT_ROWS: usize = 1024;
 const FROM_ENTRY_ROWS: usize = 64;
 const FROM_ENTRY_FEW: usize = 8;
 /// No next row.
