@@ -52,6 +52,9 @@ fn checked_config(file: &std::path::Path) -> AccountdResult<Config> {
             outln!("accountd's listener (when it runs here) speaks TLS only, with {}", tls.certificate.display());
         }
         outln!("{}", ledger_line(&config));
+        for difference in cluster_rule_differences(&config) {
+            outln!("warning ([bucket], [clusters]): {difference}");
+        }
     }
     if !whole_file {
         print_warnings(&config);
@@ -92,6 +95,18 @@ fn ledger_line(config: &Config) -> String {
         ),
         Err(e) => format!("ledger: {url}; who leads it cannot be read here: {e}"),
     }
+}
+
+/// Of a ledger several clusters share, each other cluster whose [bucket] rules differ from this
+/// file's (as its accountd last recorded them); none where they cannot be read here.
+fn cluster_rule_differences(config: &Config) -> Vec<String> {
+    if config.clusters.names.len() < 2 {
+        return Vec::new();
+    }
+    let Ok(scratch) = tempfile::tempdir() else { return Vec::new() };
+    let Ok(ledger) = accountd::resources::read_only_ledger(config, None, scratch.path()) else { return Vec::new() };
+    let rules = gputokens::policy::BucketRules::from(config);
+    accountd::cycles::cluster_rules::differences(config, &ledger, &rules).unwrap_or_default()
 }
 
 /// `config check`'s warnings: valid settings that are likely not what the site meant.

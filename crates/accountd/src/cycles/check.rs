@@ -60,6 +60,8 @@ pub fn check(
     // day past what Slurm has shown (a clock jumped ahead).
     let clock = now.min(gputokens::time::now());
     let bound = crate::cycles::slurm_clock::bound(&cycle.res, &mut cycle.clock, clock)?;
+    // Several clusters on one ledger: their [bucket] rules compared before any replenishment.
+    crate::cycles::cluster_rules::check(&mut cycle.res)?;
     let replenished = cycle.res.ledger.replenish(bound)?;
     cycle.res.metrics.replenished.inc_by(replenished.tokens.as_f64());
     for (holder, why) in &replenished.failures {

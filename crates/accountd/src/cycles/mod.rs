@@ -5,6 +5,7 @@
 
 pub mod charge;
 pub mod check;
+pub mod cluster_rules;
 pub mod expiries;
 pub mod holds;
 pub mod lock;

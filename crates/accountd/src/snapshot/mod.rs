@@ -7,10 +7,10 @@ pub mod publisher;
 use std::collections::HashMap;
 
 use gputokens::policy::BucketRules;
-use gputokens::Tokens;
 use gputokens::pools::{PoolMode, PoolStanding};
 use gputokens::snapshot;
 use gputokens::time::local_date;
+use gputokens::Tokens;
 
 use crate::error::{AccountdError, AccountdResult};
 use crate::resources::Resources;
