@@ -125,10 +125,10 @@ pub(crate) fn users_column<T: crate::db::FromSql>(
 ) -> Result<HashMap<String, T>, LedgerError> {
     let mut found = HashMap::with_capacity(names.len());
     for group in names.chunks(conn.dialect().in_list()) {
-        let values: Vec<&dyn crate::db::ToSql> = group.iter().map(|u| u as &dyn crate::db::ToSql).collect();
+        let values = crate::db::padded_values(group);
         let mut stmt = conn.prepare_cached(&format!(
             "SELECT name, {column} FROM users WHERE name IN ({})",
-            crate::db::placeholders(group.len(), 1)
+            crate::db::placeholders(values.len(), 1)
         ))?;
         for row in stmt.query_map(&values[..], |r| Ok((r.get::<String>(0)?, r.get::<T>(1)?)))? {
             let (name, value) = row?;

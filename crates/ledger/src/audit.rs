@@ -80,13 +80,15 @@ impl Ledger {
                     (job, (run as i64, submitted, run_since))
                 })
                 .collect();
+            let jobs: Vec<&str> = group.iter().map(|(job, ..)| *job).collect();
+            let jobs = crate::db::padded_values(&jobs);
             let mut values: Vec<&dyn ToSql> = KINDS.iter().map(|k| k as &dyn ToSql).collect();
-            values.extend(group.iter().map(|(job, ..)| job as &dyn ToSql));
+            values.extend(&jobs);
             let mut stmt = self.conn.prepare_cached(&format!(
                 "SELECT target, action, run, at FROM actions
                  WHERE action IN (?1, ?2, ?3, ?4, ?5, ?6) AND NOT dry_run AND target IN ({})
                  ORDER BY id",
-                crate::db::placeholders(group.len(), KINDS.len() + 1)
+                crate::db::placeholders(jobs.len(), KINDS.len() + 1)
             ))?;
             let rows = stmt.query_map(&values[..], |r| {
                 Ok((r.get::<String>(0)?, r.get::<String>(1)?, r.get::<Option<i64>>(2)?, r.get::<i64>(3)?))

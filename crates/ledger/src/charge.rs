@@ -193,11 +193,11 @@ impl Ledger {
         jobs.dedup();
         let mut charged = HashMap::new();
         for group in jobs.chunks(self.conn.dialect().in_list()) {
-            let values: Vec<&dyn crate::db::ToSql> = group.iter().map(|j| j as &dyn crate::db::ToSql).collect();
+            let values = crate::db::padded_values(group);
             let mut stmt = self.conn.prepare_cached(&format!(
                 "SELECT job_id, segment_start, MIN(charged_until) FROM job_charges WHERE job_id IN ({})
                  GROUP BY job_id, segment_start",
-                crate::db::placeholders(group.len(), 1)
+                crate::db::placeholders(values.len(), 1)
             ))?;
             let rows =
                 stmt.query_map(&values[..], |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?, r.get::<i64>(2)?)))?;

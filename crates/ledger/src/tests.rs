@@ -798,6 +798,40 @@ fn a_copied_ledger_holds_the_same_rows_and_charging_carries_on() {
     assert_ne!(to.fingerprint().unwrap(), from.fingerprint().unwrap());
 }
 
+/// Running jobs charged cycle after cycle, more of them than a chunk and each holding two GPU types
+/// (more moved runs than a statement moves, on MariaDB): each run ends charged for its whole time,
+/// once, and a cycle with nothing new moves nothing.
+#[test]
+fn many_running_runs_moved_on_together_add_up_to_their_whole_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    let n = 2 * 1024 + 44;
+    let running = |elapsed: u64| -> Vec<UsageRecord> {
+        (0..n)
+            .map(|i| {
+                let mut r = record(&format!("{}", 5000 + i), &format!("u{}", i % 300), "a6000", 1, elapsed);
+                r.milli_gpus.insert("rtx2080".into(), 2000);
+                r
+            })
+            .collect()
+    };
+    let prices = seed_prices();
+    for (elapsed, hour) in [(600, "09:00"), (1800, "09:20"), (3600, "09:50")] {
+        l.charge(&running(elapsed), &prices, at(&format!("2026-11-30T{hour}:00"))).unwrap();
+    }
+    let again = l.charge(&running(3600), &prices, at("2026-11-30T10:00:00")).unwrap();
+    assert_eq!((again.entries, again.unchanged), (0, n), "nothing new");
+    let start = at("2026-11-30T08:00:00");
+    for i in [0, 1023, 1024, 2047, 2048, n - 1] {
+        let job = format!("{}", 5000 + i);
+        assert_eq!(l.charged_until(&job, start, "a6000").unwrap(), Some(3600), "job {job}");
+        assert_eq!(l.charged_until(&job, start, "rtx2080").unwrap(), Some(3600), "job {job}");
+    }
+    // Each job: an a6000 hour (4) and two rtx2080 hours (1), over users that share them.
+    let spent: Tokens = (0..300).map(|u| Tokens::whole(100) - balance(&l, &format!("u{u}"))).sum();
+    assert_eq!(spent, Tokens::whole(5 * n as i64));
+}
+
 /// The cycles' lookups of many balances and runs at once (more than one statement's list) say
 /// what the lookups of one say, and leave out what the ledger does not have.
 #[test]

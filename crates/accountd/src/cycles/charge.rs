@@ -133,9 +133,10 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now:
         let finished = charge_finished(cycle, slurm, (since, now), charging_since);
         (finished, reader.join())
     });
-    let mut finished = finished?;
     // A panic reading the queue is the cycle's, as it was when the queue was read on this thread.
-    queue_read.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+    let queue_read = queue_read.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    let mut finished = finished?;
+    queue_read?;
 
     let sharing = cycle.res.config.sharing;
     let running: Vec<squeue::RunningJob> = queue.jobs()?.iter().filter(|j| squeue::holds_gpus(j)).cloned().collect();
@@ -230,19 +231,21 @@ fn charge_records(
 
 /// Two charge outcomes as one.
 fn merged(mut first: ChargeOutcome, second: ChargeOutcome) -> ChargeOutcome {
-    first.entries += second.entries;
-    first.charged = first.charged + second.charged;
-    first.unchanged += second.unchanged;
-    for (gpu_type, secs) in second.unlisted_types {
+    // Every field named: one added to ChargeOutcome must be merged here too.
+    let ChargeOutcome { entries, charged, unchanged, unlisted_types, by_user_type, records, uncountable } = second;
+    first.entries += entries;
+    first.charged = first.charged + charged;
+    first.unchanged += unchanged;
+    for (gpu_type, secs) in unlisted_types {
         let total = first.unlisted_types.entry(gpu_type).or_default();
         *total = total.saturating_add(secs);
     }
-    for (key, tokens) in second.by_user_type {
+    for (key, tokens) in by_user_type {
         let total = first.by_user_type.entry(key).or_insert(gputokens::Tokens::ZERO);
         *total = *total + tokens;
     }
-    first.records += second.records;
-    first.uncountable.extend(second.uncountable);
+    first.records += records;
+    first.uncountable.extend(uncountable);
     first
 }
 

@@ -75,8 +75,9 @@ pub fn check(
     crate::slurm_view::refresh(&cycle.res, &mut cycle.slurm_view, slurm, queue, now);
     let published = publish(cycle, now)?;
     let users = published.users;
-    // Holds and preemption weigh the balances the snapshot was written with, as the plugin does:
-    // one read of the ledger rather than one for each (a round trip per 1,024 users on MariaDB).
+    // Holds and preemption weigh the balances the snapshot was written with while no entry was
+    // added since (`CycleState::balances_of`): one read of the ledger rather than one each (a round
+    // trip per 1,024 users on MariaDB).
     cycle.balances_read = published.balances;
     crate::cycles::shadow::export(&cycle.res);
     let window = cycle.res.config.intervals.check;

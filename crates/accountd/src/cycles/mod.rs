@@ -42,9 +42,10 @@ pub struct CycleState {
     pub utilization: Tracker,
     /// How far replenishment and expiry may go (the last bound and when it was reached).
     pub clock: slurm_clock::ClockWitness,
-    /// Every user's balance as this check cycle's snapshot was written with (holds and preemption
-    /// weigh these); None outside a check cycle, or where the snapshot was not written here.
-    pub balances_read: Option<HashMap<String, Tokens>>,
+    /// Every user's balance as this check cycle's snapshot was written with, and the ledger's
+    /// newest entry then (holds and preemption weigh these while no entry was added since); None
+    /// outside a check cycle, or where the snapshot was not written here.
+    pub balances_read: Option<(HashMap<String, Tokens>, i64)>,
 }
 
 impl CycleState {
@@ -60,13 +61,16 @@ impl CycleState {
         }
     }
 
-    /// The balances of `names` the ledger has: those this check cycle's snapshot was written with,
-    /// else read from the ledger.
+    /// The balances of `names` the ledger has: those this check cycle's snapshot was written with
+    /// where no entry was added since (in `accountd serve` a request may grant meanwhile), else
+    /// read from the ledger.
     pub fn balances_of(&self, names: &[&str]) -> AccountdResult<Cow<'_, HashMap<String, Tokens>>> {
-        match &self.balances_read {
-            Some(read) => Ok(Cow::Borrowed(read)),
-            None => Ok(Cow::Owned(self.res.ledger.balances_of(names)?)),
+        if let Some((read, newest_then)) = &self.balances_read {
+            if self.res.ledger.newest_entry()? == *newest_then {
+                return Ok(Cow::Borrowed(read));
+            }
         }
+        Ok(Cow::Owned(self.res.ledger.balances_of(names)?))
     }
 
     /// Waits for preemptions still in their grace period.

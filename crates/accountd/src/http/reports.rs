@@ -111,19 +111,11 @@ fn record_energy(
         received,
     };
     let at = report.sample.time.timestamp();
-    // The node's reports went to the other accountd of a pair for a while (an agent fails over
-    // and back): the steps it counted must not be counted again from this one's older reading.
-    let counted_key = crate::cycles::charge::cluster_meta(res, &format!("energy_counted_through:{}", report.node));
-    let counted_through = res.ledger.meta(&counted_key)?.and_then(|v| v.parse::<i64>().ok());
-    if let (Some(through), Some(ours)) = (counted_through, state.energy.newest(&report.node)) {
-        if through > ours {
-            state.energy.forget_counters(&report.node);
-        }
-    }
+    let counted = counted_elsewhere(res, state, report, within)?;
     let job_gpus = |job: &str| slurm_says.job_gpus(job);
     let energy = state.energy.apply_received(&report.node, &report.sample, within, &job_gpus);
-    if counted_through.is_none_or(|through| at > through) {
-        res.ledger.set_meta(&counted_key, &at.to_string())?;
+    if let Some(counted) = counted {
+        counted.advance(res, at)?;
     }
     for used in energy {
         res.ledger.record_energy(&used.job, used.since, &report.node, at, used.joules)?;
@@ -138,6 +130,50 @@ fn record_energy(
         }
     }
     Ok(())
+}
+
+/// How far a node's energy was counted, by whichever accountd of a pair took its reports
+/// (`energy_counted_through:NODE`, the node's sample time).
+struct CountedThrough {
+    key: String,
+    through: Option<i64>,
+}
+
+impl CountedThrough {
+    /// Moves the mark on to `at`, the report just counted from.
+    fn advance(self, res: &mut Resources, at: i64) -> AccountdResult {
+        if self.through.is_none_or(|through| at > through) {
+            res.ledger.set_meta(&self.key, &at.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+/// Where the node's reports went to the other accountd of a pair for a while (an agent fails
+/// over and back), forgets this one's older counters: the steps the other counted must not be
+/// counted again from them. Only a ledger a pair can share (MariaDB) keeps the mark, and only for
+/// a report with energy counters whose sample time is not ahead of accountd's clock by more than a
+/// step (a node's clock set far ahead must not stop its energy being counted).
+fn counted_elsewhere(
+    res: &Resources,
+    state: &mut ReportState,
+    report: &AgentReport,
+    within: Within,
+) -> AccountdResult<Option<CountedThrough>> {
+    let at = report.sample.time.timestamp();
+    let has_energy = report.sample.gpus.iter().any(|gpu| gpu.energy_mj.is_some());
+    if res.config.ledger.url.is_none() || !has_energy || at > within.received.saturating_add(within.max_gap) {
+        return Ok(None);
+    }
+    let key = crate::cycles::charge::cluster_meta(res, &format!("energy_counted_through:{}", report.node));
+    let believable = |through: &i64| *through <= within.received.saturating_add(within.max_gap);
+    let through = res.ledger.meta(&key)?.and_then(|v| v.parse::<i64>().ok()).filter(believable);
+    if let (Some(through), Some(ours)) = (through, state.energy.newest(&report.node)) {
+        if through > ours {
+            state.energy.forget_counters(&report.node);
+        }
+    }
+    Ok(Some(CountedThrough { key, through }))
 }
 
 /// Each GPU's series. Its use (utilization, memory, power, energy) only with per-user metrics: with
@@ -362,19 +398,31 @@ mod tests {
         assert_eq!(second_run("4243"), None);
     }
 
-    /// A pair of accountd on one ledger: the node's agent reports to A, fails over to B, and comes
-    /// back to A within A's energy gap. A counts from the node's next report, never over B's stretch.
+    /// One report of job 4242 alone on the node's GPU, its counter at `kj` kJ, sampled at `at`.
+    fn energy_report(at: i64, kj: u64) -> AgentReport {
+        let mut report = shared_gpu(at);
+        report.sample.gpus[0].jobs = vec!["4242".into()];
+        report.sample.processes.truncate(1);
+        report.sample.gpus[0].energy_mj = Some(1_000_000 * kj);
+        report
+    }
+
+    fn energy_of_4242(res: &Resources) -> u64 {
+        res.ledger.job_energy("4242").unwrap().iter().map(|r| r.joules).sum()
+    }
+
+    /// A pair of accountd on one ledger (the ledger's URL set, as a pair's is; the meta it keeps is
+    /// the same on SQLite): the node's agent reports to A, fails over to B, and comes back to A
+    /// within A's energy gap. A counts from the node's next report, never over B's stretch.
     #[test]
     fn energy_a_pairs_other_accountd_counted_is_not_counted_again() {
         let dir = tempfile::tempdir().unwrap();
         let mut res = resources(dir.path());
+        res.config.ledger.url = Some("mysql://gputokens@db/gputokens".into());
         let (mut a, mut b) = (ReportState::default(), ReportState::default());
         let start = 1_800_000_000;
         let mut post = |state: &mut ReportState, i: u64| {
-            let mut report = shared_gpu(start + 10 * i as i64);
-            report.sample.gpus[0].jobs = vec!["4242".into()];
-            report.sample.processes.truncate(1);
-            report.sample.gpus[0].energy_mj = Some(1_000_000 * i);
+            let report = energy_report(start + 10 * i as i64, i);
             ingest(&mut res, state, &report, &eight_gpus(), report.sample.time.timestamp()).1.unwrap();
         };
         for i in 0..3 {
@@ -385,8 +433,36 @@ mod tests {
         }
         post(&mut a, 6);
         post(&mut a, 7);
-        let joules: u64 = res.ledger.job_energy("4242").unwrap().iter().map(|r| r.joules).sum();
         // A: 0→1, 1→2; B: 3→4, 4→5 (its first report is no step); A: 6→7 (6 a first reading again).
-        assert_eq!(joules, 5_000, "each kJ step counted once, none twice");
+        assert_eq!(energy_of_4242(&res), 5_000, "each kJ step counted once, none twice");
+    }
+
+    /// A node whose clock jumped a day ahead for one report: the mark is not moved there, so its
+    /// energy is counted again from its next reports (after a restart too); a ledger no pair can
+    /// share (SQLite, one accountd) keeps no mark at all.
+    #[test]
+    fn energy_a_sample_time_far_ahead_leaves_no_mark() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut res = resources(dir.path());
+        let mut alone = ReportState::default();
+        let start = 1_800_000_000;
+        for i in 0..2 {
+            let report = energy_report(start + 10 * i, i as u64);
+            ingest(&mut res, &mut alone, &report, &eight_gpus(), start + 10 * i).1.unwrap();
+        }
+        assert_eq!(res.ledger.meta("energy_counted_through:gpu1").unwrap(), None, "SQLite: no mark");
+
+        res.config.ledger.url = Some("mysql://gputokens@db/gputokens".into());
+        let mut state = ReportState::default();
+        let ahead = energy_report(start + 86_400, 2);
+        ingest(&mut res, &mut state, &ahead, &eight_gpus(), start + 20).1.unwrap();
+        assert_eq!(res.ledger.meta("energy_counted_through:gpu1").unwrap(), None, "a day ahead: not believed");
+        let mut restarted = ReportState::default();
+        let before = energy_of_4242(&res);
+        for i in 3..6 {
+            let report = energy_report(start + 10 * i, i as u64);
+            ingest(&mut res, &mut restarted, &report, &eight_gpus(), start + 10 * i).1.unwrap();
+        }
+        assert_eq!(energy_of_4242(&res) - before, 2_000, "3→4 and 4→5 counted");
     }
 }

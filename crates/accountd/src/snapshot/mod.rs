@@ -21,12 +21,15 @@ use crate::slurm_view::SlurmView;
 pub struct Published {
     /// The users it lists (0 where another accountd leads and writes it).
     pub users: usize,
-    /// Every user's balance it was written with; None where it was not written here.
-    pub balances: Option<HashMap<String, Tokens>>,
+    /// Every user's balance it was written with, and the newest entry of the ledger read before
+    /// them (a balance moves only with an entry: none newer, none moved since); None where it was
+    /// not written here.
+    pub balances: Option<(HashMap<String, Tokens>, i64)>,
 }
 
 /// Writes the balance snapshot for the job_submit plugin.
 pub fn publish(res: &Resources, view: &SlurmView, now: i64) -> AccountdResult<Published> {
+    let newest_entry = res.ledger.newest_entry()?;
     let accounts = res.ledger.accounts()?;
     if res.config.http.per_user_metrics {
         res.metrics.set_balances(&accounts);
@@ -47,7 +50,7 @@ pub fn publish(res: &Resources, view: &SlurmView, now: i64) -> AccountdResult<Pu
         write_ondemand(settings, &accounts, &pools, view, now);
     }
     let balances = accounts.iter().map(|a| (a.user.clone(), a.balance)).collect();
-    Ok(Published { users: accounts.len(), balances: Some(balances) })
+    Ok(Published { users: accounts.len(), balances: Some((balances, newest_entry)) })
 }
 
 /// The OnDemand balance file from what the snapshot was made of; a failure is logged (the dashboard

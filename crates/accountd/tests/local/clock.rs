@@ -96,3 +96,65 @@ fn a_tick_reads_the_queue_once_for_its_charge_and_its_check() {
     let by_tick = asked.lines().filter(|l| l.contains("--json") && l.contains(" tick ")).count();
     assert_eq!(by_tick, 1, "{asked}");
 }
+
+/// squeue fails after sacct's finished runs were charged (in a transaction of their own): the tick
+/// fails and its window does not move, and the next tick charges none of them twice. bob's job 7,
+/// requeued, has a finished run (sacct) and a running one (squeue): each is charged once.
+#[test]
+fn a_tick_whose_queue_read_fails_charges_its_finished_runs_once() {
+    let bin = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let now = gputokens::time::now();
+    let queue_up = bin.path().join("squeue.up");
+    let squeue = format!(
+        "#!/bin/sh\n[ -e '{}' ] || {{ echo 'squeue: error: Unable to contact slurm controller' >&2; exit 1; }}\n\
+         printf '{{\"jobs\":[{{\"job_id\":7,\"user_name\":\"bob\",\"user_id\":1002,\
+         \"job_state\":\"RUNNING\",\"submit_time\":{s},\"start_time\":{s},\"nodes\":\"vm\",\
+         \"tres_alloc_str\":\"cpu=1,node=1,gres/gpu=1,gres/gpu:a6000=1\"}}]}}\\n'\n",
+        queue_up.display(),
+        s = now - 600
+    );
+    let a6000 = "billing=1,cpu=1,gres/gpu:a6000=1,gres/gpu=1,node=1";
+    let sacct = format!(
+        "#!/bin/sh\necho 'JobIDRaw|User|Account|AllocTRES|ElapsedRaw|Start|End|State|NodeList'\n\
+         echo '41|alice|gputokens|{a6000}|3600|{}|{}|COMPLETED|vm'\n\
+         echo '7|bob|gputokens|{a6000}|1800|{}|{}|REQUEUED|vm'\n",
+        now - 3660,
+        now - 60,
+        now - 2700,
+        now - 900
+    );
+    for (name, text) in [("squeue", squeue.as_str()), ("sacct", sacct.as_str())] {
+        let path = bin.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut site = Site::start("", &format!("[slurm]\nbin_dir = \"{}\"\n", bin.path().display()));
+    site.stop();
+    // Charging began a day ago (a new ledger leaves out what ended before its first cycle).
+    let ledger_path = site.path("lib/ledger.sqlite");
+    let rules = gputokens::policy::BucketRules::default();
+    ledger::Ledger::open(&ledger_path, rules).unwrap().set_meta("charging_since", &(now - 86_400).to_string()).unwrap();
+    let charges = |user: &str| -> Vec<(String, String)> {
+        let ledger = ledger::Ledger::open(&ledger_path, rules).unwrap();
+        let history = ledger.history(user).unwrap();
+        let charged = history.iter().filter(|e| e.kind == gputokens::entry::EntryKind::Charge);
+        charged.map(|e| (e.job_id.clone().unwrap_or_default(), e.amount.to_string())).collect()
+    };
+
+    let failed = site.accountd(None, &["tick"]);
+    assert!(failed.code != 0 && failed.stderr.contains("Unable to contact"), "{}", failed.stderr);
+    assert_eq!(charges("alice"), [("41".to_string(), "-4".to_string())], "the finished runs' transaction stands");
+    assert_eq!(charges("bob"), [("7".to_string(), "-2".to_string())], "half an hour of job 7's first run");
+
+    std::fs::write(&queue_up, "").unwrap();
+    let tick = site.accountd(None, &["tick"]).ok();
+    assert!(tick.stdout.contains("2 finished and 1 running GPU jobs"), "{}", tick.stdout);
+    assert_eq!(charges("alice"), [("41".to_string(), "-4".to_string())], "job 41 once");
+    let bob = charges("bob");
+    let mut amounts: Vec<f64> = bob.iter().map(|(_, amount)| amount.parse().unwrap()).collect();
+    amounts.sort_by(f64::total_cmp);
+    assert!(bob.iter().all(|(job, _)| job == "7") && amounts.len() == 2, "job 7's two runs once each: {bob:?}");
+    assert_eq!(amounts[0], -2.0, "its finished run: {bob:?}");
+    assert!((-0.7..=-0.66).contains(&amounts[1]), "about 600 s of an a6000 running: {bob:?}");
+}

@@ -87,10 +87,12 @@ impl<'tx, 'r> Entries<'tx, 'r> {
     /// Writes the entries not written yet.
     pub fn write_pending(&mut self) -> Result<(), LedgerError> {
         if self.tx.dialect() == Dialect::MariaDb && self.pending.len() > 1 {
-            // In one statement of their number: each statement is a round trip.
-            let mut insert = self.tx.prepare_cached(&insert_sql(self.pending.len()))?;
-            bind(&mut insert, self.now, &self.pending, &self.reasons)?;
-            insert.raw_execute()?;
+            // In a few statements of fixed sizes: each statement is a round trip.
+            for entries in crate::db::sized_slices(&self.pending) {
+                let mut insert = self.tx.prepare_cached(&insert_sql(entries.len()))?;
+                bind(&mut insert, self.now, entries, &self.reasons)?;
+                insert.raw_execute()?;
+            }
             if let Some(&(id, ..)) = self.pending.last() {
                 self.check_last(id)?;
             }

@@ -462,16 +462,18 @@ impl<'r> Runs<'r> {
                 State::Stored | State::New { .. } => unreachable!("only stored rows are listed as changed"),
             }
         }
-        if !moved.is_empty() {
-            self.update_many(statements.tx, &moved)?;
+        for rows in moved.chunks(MARIA_CHUNK) {
+            self.update_many(statements.tx, rows)?;
         }
         Ok(())
     }
 
     /// Moves stored rows (not renamed) to their new progress with one statement: the rows joined
-    /// to a derived table of their keys and values (MariaDB).
+    /// to a derived table of their keys and values (MariaDB), padded with NULL keys, which join no
+    /// row, to a statement size of a few.
     fn update_many(&self, tx: &Transaction<'_>, rows: &[usize]) -> Result<(), LedgerError> {
-        let values: Vec<String> = (0..rows.len())
+        let size = crate::db::padded(rows.len());
+        let values: Vec<String> = (0..size)
             .map(|r| {
                 let p = |k: usize| r * 5 + k;
                 match r {
@@ -501,6 +503,9 @@ impl<'r> Runs<'r> {
             update.raw_bind_parameter(p + 3, row.gpu_type.as_ref())?;
             update.raw_bind_parameter(p + 4, row.until)?;
             update.raw_bind_parameter(p + 5, row.charged)?;
+        }
+        for p in rows.len() * 5 + 1..=size * 5 {
+            update.raw_bind_parameter(p, Null)?;
         }
         match update.raw_execute()? {
             written if written == rows.len() => Ok(()),
@@ -535,11 +540,13 @@ impl<'r> Runs<'r> {
             insert.raw_execute()?;
             insert.clear_bindings();
         }
-        if maria && rest.len() > 1 {
-            // The rest in one statement of its own size: each statement is a round trip.
-            let mut insert = statements.tx.prepare_cached(&insert_sql(rest.len()))?;
-            self.bind_new(&mut insert, rest)?;
-            insert.raw_execute()?;
+        if maria {
+            // The rest in a few statements of fixed sizes: each statement is a round trip.
+            for rows in crate::db::sized_slices(rest) {
+                let mut insert = statements.tx.prepare_cached(&insert_sql(rows.len()))?;
+                self.bind_new(&mut insert, rows)?;
+                insert.raw_execute()?;
+            }
             return Ok(());
         }
         for row in rest.chunks(1) {

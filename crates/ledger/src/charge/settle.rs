@@ -44,9 +44,11 @@ pub(super) fn move_balances(tx: &Transaction<'_>, moves: &[Move<'_>]) -> Result<
                 .ok_or_else(|| LedgerError::Damaged(format!("{} was charged but has no balance", m.user)))?;
             moved.push(balance.checked_add(m.amount).ok_or_else(|| out_of_range(m.user, balance, m.amount))?.micro());
         }
-        // ?(3i+1) the name, ?(3i+2) the balance, ?(3i+3) the newest entry.
+        // ?(3i+1) the name, ?(3i+2) the balance, ?(3i+3) the newest entry; padded with NULLs, which
+        // name no one, to a statement size of a few.
+        let size = crate::db::padded(group.len());
         let (mut balance, mut last, mut names_in) = (String::new(), String::new(), String::new());
-        for p in numbered(group.len(), 1, 3) {
+        for p in numbered(size, 1, 3) {
             let _ = write!(balance, " WHEN ?{p} THEN ?{}", p + 1);
             let _ = write!(last, " WHEN ?{p} THEN ?{}", p + 2);
             let _ = write!(names_in, "{}?{p}", if p == 1 { "" } else { ", " });
@@ -54,10 +56,11 @@ pub(super) fn move_balances(tx: &Transaction<'_>, moves: &[Move<'_>]) -> Result<
         let sql = format!(
             "UPDATE users SET balance = CASE name{balance} END, last_entry = CASE name{last} END WHERE name IN ({names_in})"
         );
-        let mut values: Vec<&dyn ToSql> = Vec::with_capacity(group.len() * 3);
+        let mut values: Vec<&dyn ToSql> = Vec::with_capacity(size * 3);
         for (m, micro) in group.iter().zip(&moved) {
             values.extend([&m.user as &dyn ToSql, micro, &m.last_entry]);
         }
+        values.resize(size * 3, &crate::db::Null);
         tx.prepare_cached(&sql)?.execute(&values[..])?;
     }
     Ok(())
@@ -66,7 +69,7 @@ pub(super) fn move_balances(tx: &Transaction<'_>, moves: &[Move<'_>]) -> Result<
 /// Adds what each (balance, GPU type) was charged to its usage on `day` (`usage_days`), as
 /// [`super::add_usage`] does one.
 pub(super) fn add_usages(tx: &Transaction<'_>, day: &str, usages: &[(&str, &str, i64)]) -> Result<(), LedgerError> {
-    for group in usages.chunks(group_size(tx)) {
+    for group in usages.chunks(group_size(tx)).flat_map(crate::db::sized_slices) {
         // ?1 the day; ?(3i+2) the balance, ?(3i+3) the GPU type, ?(3i+4) the tokens.
         let rows: Vec<String> =
             numbered(group.len(), 2, 3).map(|p| format!("(?{p}, ?1, ?{}, ?{})", p + 1, p + 2)).collect();

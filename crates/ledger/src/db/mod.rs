@@ -19,6 +19,49 @@ pub use params::{Params, ToSql};
 pub use rusqlite::params;
 pub use rusqlite::types::Null;
 
+/// The sizes a statement of many rows or names is written in: a few fixed ones, so that a
+/// connection prepares each once (MariaDB parses each on the server, and keeps each statement
+/// prepared) however many rows or names a cycle has.
+const STATEMENT_SIZES: [usize; 6] = [1024, 256, 64, 16, 4, 1];
+
+/// The least fixed statement size that holds `n` names (at most the largest): an `IN (…)` list is
+/// padded with NULLs to it, which match nothing.
+pub fn padded(n: usize) -> usize {
+    STATEMENT_SIZES.iter().rev().copied().find(|&size| size >= n).unwrap_or(STATEMENT_SIZES[0])
+}
+
+/// `n` rows in fixed statement sizes, the largest first: 1,300 rows are 1,024, 256, 16 and 4.
+pub fn sized(mut n: usize) -> Vec<usize> {
+    let mut sizes = Vec::new();
+    for size in STATEMENT_SIZES {
+        while n >= size {
+            sizes.push(size);
+            n -= size;
+        }
+    }
+    sizes
+}
+
+/// `items` cut into [`sized`] slices, the largest first.
+pub fn sized_slices<T>(items: &[T]) -> Vec<&[T]> {
+    let mut rest = items;
+    sized(items.len())
+        .into_iter()
+        .map(|n| {
+            let (slice, after) = rest.split_at(n);
+            rest = after;
+            slice
+        })
+        .collect()
+}
+
+/// `names` as the parameters of an `IN (…)` list of [`padded`] size.
+pub fn padded_values<T: ToSql>(names: &[T]) -> Vec<&dyn ToSql> {
+    let mut values: Vec<&dyn ToSql> = names.iter().map(|name| name as &dyn ToSql).collect();
+    values.resize(padded(names.len()), &Null);
+    values
+}
+
 /// `?{from}, ?{from + 1}, …`: `n` numbered parameters, for an `IN (…)` list.
 pub fn placeholders(n: usize, from: usize) -> String {
     (from..from + n).map(|p| format!("?{p}")).collect::<Vec<_>>().join(", ")

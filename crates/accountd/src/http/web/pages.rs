@@ -93,7 +93,7 @@ pub fn user_view(res: &Resources, user: &str, now: i64, users: &SystemUsers) -> 
         events.push((e.at, json!({ "at": format_rfc3339(e.at), "event": event, "what": e.reason, "why": why })));
     }
     for a in res.ledger.actions(ACTIONS_READ).map_err(|e| e.to_string())?.iter().filter(|a| a.user == user) {
-        let what = format!("job {}: {} ({})", a.target, a.action, a.reason);
+        let what = format!("job {}: {} ({})", res.config.clusters.job_shown(&a.target), a.action, a.reason);
         let event =
             if [FAULT_REQUEUE, FAULT_CANCEL].contains(&a.action.as_str()) { "failing GPU" } else { "preempted" };
         events.push((a.at, json!({ "at": format_rfc3339(a.at), "event": event, "what": what, "why": "" })));
@@ -170,7 +170,8 @@ pub fn admin_view(answering: &Answering, now: i64) -> Result<Value, String> {
         .filter(|a| a.action != "drain")
         .take(100)
         .map(|a| {
-            json!({ "at": format_rfc3339(a.at), "action": a.action, "job": a.target, "user": a.user,
+            json!({ "at": format_rfc3339(a.at), "action": a.action,
+                    "job": answering.res.config.clusters.job_shown(&a.target), "user": a.user,
                          "reason": a.reason, "dry_run": a.dry_run })
         })
         .collect();
