@@ -49,8 +49,7 @@ pub fn publish(res: &Resources, view: &SlurmView, now: i64) -> AccountdResult<Pu
     if let Some(settings) = &res.config.ondemand {
         write_ondemand(settings, &accounts, &pools, view, now);
     }
-    let balances = accounts.iter().map(|a| (a.user.clone(), a.balance)).collect();
-    Ok(Published { users: accounts.len(), balances: Some((balances, newest_entry)) })
+    Ok(Published { users: accounts.len(), balances: Some((snap.balances, newest_entry)) })
 }
 
 /// The OnDemand balance file from what the snapshot was made of; a failure is logged (the dashboard

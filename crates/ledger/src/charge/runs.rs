@@ -21,18 +21,11 @@ use super::super::{LedgerError, UsageRecord};
 use gputokens::tokens::Tokens;
 use rustc_hash::FxHashMap as FastMap;
 
-/// Records per chunk: the jobs of one chunk are read with one query of this many parameters. More
-/// on MariaDB, where each query is a round trip (a steady cycle re-reads 110,000 runs: 1,024 a
+/// Records per chunk: the jobs of one chunk are read with one query of as many parameters as a
+/// lookup takes ([`Dialect::in_list`]; a steady cycle re-reads 110,000 runs on MariaDB: 1,024 a
 /// query took 1.1 s to 256's 1.3 s).
-const CHUNK: usize = 256;
-const MARIA_CHUNK: usize = 1024;
-
-/// Records per chunk on `dialect`.
 pub(super) fn chunk_size(dialect: Dialect) -> usize {
-    match dialect {
-        Dialect::Sqlite => CHUNK,
-        Dialect::MariaDb => MARIA_CHUNK,
-    }
+    dialect.in_list()
 }
 /// New rows per insert statement (the rest of a chunk's a few or one at a time): many where the
 /// rows are written from their entries (three numbers each), few where their strings are bound
@@ -462,7 +455,7 @@ impl<'r> Runs<'r> {
                 State::Stored | State::New { .. } => unreachable!("only stored rows are listed as changed"),
             }
         }
-        for rows in moved.chunks(MARIA_CHUNK) {
+        for rows in moved.chunks(chunk_size(Dialect::MariaDb)) {
             self.update_many(statements.tx, rows)?;
         }
         Ok(())
