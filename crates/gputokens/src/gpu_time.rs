@@ -23,4 +23,9 @@ pub struct UsageRecord {
     /// Share of the price charged, in permille: 1000 charges the allocation; less with
     /// `charge_basis = "measured"` (see [`crate::pricing::weighted_price`]).
     pub weight_permille: u32,
+    /// CPUs and memory the run holds, which `[prices] stranded` weighs against its nodes'.
+    pub held: crate::stranding::Held,
+    /// Where `[prices] stranded` prices the run by the GPUs it leaves idle rather than by its own:
+    /// why, and by how much (accountd sets it before charging).
+    pub stranding: Option<crate::stranding::Stranding>,
 }

@@ -32,6 +32,8 @@ pub mod refunds;
 pub mod slurm;
 pub mod snapshot;
 pub mod statement;
+pub mod stranded_price;
+pub mod stranding;
 pub mod time;
 pub mod tokens;
 pub mod tres;

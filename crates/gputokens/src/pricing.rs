@@ -16,6 +16,8 @@ pub struct PriceTable {
     prices: BTreeMap<String, Tokens>,
     default_price: Option<Tokens>,
     per_kwh: Option<Tokens>,
+    /// What a job's share of its nodes is counted by where its GPUs strand others (`stranded`).
+    stranded: Vec<crate::stranding::Part>,
 }
 
 /// The price used for a GPU type, and whether it came from `[prices]` (the type's own line, or
@@ -30,7 +32,18 @@ pub struct AppliedPrice {
 impl PriceTable {
     /// `prices` keys must already be lower-case.
     pub fn new(prices: BTreeMap<String, Tokens>, default_price: Option<Tokens>) -> Self {
-        PriceTable { prices, default_price, per_kwh: None }
+        PriceTable { prices, default_price, per_kwh: None, stranded: Vec::new() }
+    }
+
+    /// The table pricing a job by the larger of its GPUs and its share of its nodes' GPUs, its
+    /// share counted by `parts` (`[prices] stranded`; none: off).
+    pub fn with_stranded(self, parts: Vec<crate::stranding::Part>) -> Self {
+        PriceTable { stranded: parts, ..self }
+    }
+
+    /// What a job's share of its nodes is counted by (`[prices] stranded`); empty: off.
+    pub fn stranded(&self) -> &[crate::stranding::Part] {
+        &self.stranded
     }
 
     /// The table with GPU energy priced at `per_kwh` tokens per kWh (`[prices] per_kwh`).

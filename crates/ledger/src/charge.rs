@@ -352,7 +352,12 @@ fn price_record<'r>(record: &'r UsageRecord, prices: &PriceTable, mut add: impl 
             return false;
         }
         let price = prices.applied(gpu_type);
-        let weighted = weighted_price(price.per_gpu_hour, record.weight_permille);
+        let mut weighted = weighted_price(price.per_gpu_hour, record.weight_permille);
+        if let Some(stranding) = &record.stranding {
+            // Priced by the GPUs it strands: every type's price scaled alike.
+            let Some(scaled) = stranding.scaled(weighted) else { return false };
+            weighted = scaled;
+        }
         let Some(total) = cost_of(weighted, milli, record.elapsed) else { return false };
         add(Priced { gpu_type, milli, price, weighted, total });
     }
@@ -528,9 +533,13 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
                     member: member.map(String::as_str),
                 };
                 let reasons = &mut self.reasons;
-                let id = self
-                    .entries
-                    .add(charge, |out| reasons.write(out, milli, gpu_type, price.slice, record.elapsed, weighted))?;
+                let id = self.entries.add(charge, |out| {
+                    reasons.write(out, milli, gpu_type, price.slice, record.elapsed, weighted);
+                    if let Some(stranding) = &record.stranding {
+                        use std::fmt::Write;
+                        let _ = write!(out, "; {stranding}");
+                    }
+                })?;
                 pending.last_entry = Some(id);
                 pending.delta =
                     pending.delta.checked_sub(due).ok_or_else(|| out_of_range(payer, pending.delta, -due))?;

@@ -24,6 +24,8 @@ pub(super) fn run(job: &str, gpu_type: &str, start: &str, hours: u64) -> UsageRe
         elapsed: hours * 3600,
         nodes: 1,
         weight_permille: 1000,
+        held: Default::default(),
+        stranding: None,
     }
 }
 

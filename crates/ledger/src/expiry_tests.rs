@@ -23,6 +23,8 @@ fn a6000_hours(id: &str, user: &str, hours: u64) -> UsageRecord {
         elapsed: hours * 3600,
         nodes: 1,
         weight_permille: 1000,
+        held: Default::default(),
+        stranding: None,
     }
 }
 

@@ -24,6 +24,8 @@ fn run(job: &str, gpu_type: &str, hours: u64) -> UsageRecord {
         elapsed: hours * 3600,
         nodes: 1,
         weight_permille: 1000,
+        held: Default::default(),
+        stranding: None,
     }
 }
 

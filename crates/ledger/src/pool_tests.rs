@@ -29,6 +29,8 @@ fn job(id: &str, user: &str, account: &str, gpu_type: &str, gpus: u64, elapsed: 
         elapsed,
         nodes: 1,
         weight_permille: 1000,
+        held: Default::default(),
+        stranding: None,
     }
 }
 

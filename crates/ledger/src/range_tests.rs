@@ -22,6 +22,8 @@ fn record(job: &str, user: &str, milli: u64, elapsed: u64) -> UsageRecord {
         elapsed,
         nodes: 1,
         weight_permille: 1000,
+        held: Default::default(),
+        stranding: None,
     }
 }
 

@@ -29,6 +29,8 @@ fn run(job: &str, user: &str, account: Option<&str>, start: &str, hours: u64) ->
         elapsed: hours * 3600,
         nodes: 1,
         weight_permille: 1000,
+        held: Default::default(),
+        stranding: None,
     }
 }
 

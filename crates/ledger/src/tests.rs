@@ -38,6 +38,8 @@ fn record(job: &str, user: &str, gpu_type: &str, gpus: u64, elapsed: u64) -> Usa
         elapsed,
         nodes: 1,
         weight_permille: 1000,
+        held: Default::default(),
+        stranding: None,
     }
 }
 
@@ -862,4 +864,40 @@ fn many_at_once_lookups_agree_with_the_lookups_of_one() {
     for (job, start) in &runs[..n] {
         assert_eq!(Some(charged[&(job.to_string(), *start)]), l.charged_seconds(job, *start).unwrap(), "{job}");
     }
+}
+
+/// `[prices] stranded`: a run of 1 rtx3090 holding all 16 CPUs of a node of 12 tokens' GPUs an
+/// hour pays 12 an hour, charged on its rtx3090 (in steps while it runs, as any run), and its
+/// entries say why; a record without it pays its GPU's price.
+#[test]
+fn a_run_priced_by_the_gpus_it_strands_pays_for_them_under_its_own_type() {
+    use gputokens::stranded_price::stranding;
+    use gputokens::stranding::{Held, NodeShape, Part};
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = open(&dir, rules());
+    let node = NodeShape {
+        cpus: 16,
+        mem_mb: 8000,
+        milli_gpus: BTreeMap::from([("rtx2080".into(), 4000), ("rtx3090".into(), 2000), ("a6000".into(), 2000)]),
+    };
+    let held = Held { cpus: Some(16), mem_mb: None };
+    let mut greedy = record("7", "alice", "rtx3090", 1, 1800);
+    greedy.stranding = stranding(&greedy.milli_gpus, held, &[&node], "vm", &seed_prices(), &[Part::Cpus]);
+    assert!(greedy.stranding.is_some());
+    let fair = record("8", "bob", "rtx3090", 1, 3600);
+    l.charge(&[greedy.clone(), fair.clone()], &seed_prices(), at("2026-11-30T08:30:00")).unwrap();
+    assert_eq!(balance(&l, "alice"), Tokens::whole(94), "half an hour at 12/h");
+    greedy.elapsed = 3600;
+    l.charge(&[greedy.clone(), fair], &seed_prices(), at("2026-11-30T09:00:00")).unwrap();
+    assert_eq!(balance(&l, "alice"), Tokens::whole(88), "an hour at 12/h, in two steps");
+    assert_eq!(balance(&l, "bob"), Tokens::whole(99), "its fair share: its GPU's price");
+    let charges: Vec<_> =
+        l.history("alice").unwrap().into_iter().filter(|e| e.kind == gputokens::entry::EntryKind::Charge).collect();
+    assert_eq!(charges.len(), 2);
+    for entry in &charges {
+        assert_eq!(entry.gpu_type.as_deref(), Some("rtx3090"));
+        assert!(entry.reason.contains("at 12/GPU-hour; priced by its CPUs: 16 of the 16 on vm"), "{}", entry.reason);
+    }
+    let again = l.charge(&[greedy], &seed_prices(), at("2026-11-30T09:01:00")).unwrap();
+    assert_eq!(again.entries, 0, "charged once");
 }

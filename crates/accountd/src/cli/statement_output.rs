@@ -242,10 +242,12 @@ pub fn show_jobs(statement: &mut Statement, clusters: &Clusters) {
     }
 }
 
-/// A charge line's note: what of it paid for GPU energy, and what was spent on idle GPUs.
+/// A charge line's note: what of it paid for GPU energy, for GPUs its jobs' CPUs or memory left
+/// idle (`[prices] stranded`), and what was spent on idle GPUs.
 fn charge_note(l: &Line) -> String {
     let energy = l.energy_tokens.map(|t| format!("{t} of it for energy"));
-    [energy, l.idle.map(idle_note)].into_iter().flatten().collect::<Vec<_>>().join("; ")
+    let stranded = l.stranded.map(|t| format!("{t} of it for the GPUs left idle by the CPUs or memory its jobs held"));
+    [energy, stranded, l.idle.map(idle_note)].into_iter().flatten().collect::<Vec<_>>().join("; ")
 }
 
 fn label(l: &Line) -> String {

@@ -223,6 +223,9 @@ fn charge_records(
     now: i64,
 ) -> AccountdResult<ChargeOutcome> {
     resolve_untyped(&mut records, nodes_of, slurm);
+    if !res.config.prices.stranded().is_empty() {
+        price_by_stranding(&mut records, nodes_of, slurm, &res.config.prices);
+    }
     if res.config.utilization.charge_basis == ChargeBasis::Measured {
         weigh_by_utilization(res, &mut records)?;
     }
@@ -347,6 +350,42 @@ fn sample_interval(config: &gputokens::Config) -> u64 {
             humantime::parse_duration(&config.agent.interval).map_or(0, |d| d.as_secs())
         }
         gputokens::config::UtilizationSource::Prometheus => config.intervals.check.as_secs(),
+    }
+}
+
+/// `[prices] stranded`: a record whose share of its nodes' CPUs or memory costs more than its own
+/// GPUs is priced by that share. Where a node's shape is unknown (sinfo failed, a node gone) the
+/// record pays for its own GPUs in this cycle; a running job's next cycle charges it what it missed.
+fn price_by_stranding(
+    records: &mut [UsageRecord],
+    nodes_of: &HashMap<String, String>,
+    slurm: &Slurm,
+    prices: &gputokens::pricing::PriceTable,
+) {
+    let shapes = match slurm.node_shapes() {
+        Ok(shapes) => shapes,
+        Err(e) => return tracing::warn!("[prices] stranded: cannot read the nodes' CPUs and memory, so jobs are priced by their own GPUs in this cycle: {e}"),
+    };
+    let mut hosts_of: HashMap<&str, Option<Vec<String>>> = HashMap::new();
+    for record in records.iter_mut() {
+        let Some(hostlist) = nodes_of.get(&record.job_id) else { continue };
+        let Some(hosts) = hosts_of.entry(hostlist).or_insert_with(|| slurm.hostnames(hostlist).ok()) else { continue };
+        let nodes: Vec<&gputokens::stranding::NodeShape> = hosts.iter().filter_map(|h| shapes.get(h)).collect();
+        if nodes.len() != hosts.len() {
+            continue;
+        }
+        let names = match hosts.as_slice() {
+            [one] => one.clone(),
+            all => format!("its {} nodes", all.len()),
+        };
+        record.stranding = gputokens::stranded_price::stranding(
+            &record.milli_gpus,
+            record.held,
+            &nodes,
+            &names,
+            prices,
+            prices.stranded(),
+        );
     }
 }
 

@@ -98,6 +98,8 @@ mod tests {
             elapsed: 60,
             nodes: 1,
             weight_permille: 1000,
+            held: Default::default(),
+            stranding: None,
         }
     }
 

@@ -173,6 +173,11 @@ impl Slurm {
         Ok(types)
     }
 
+    /// Each node's CPUs, memory and GPUs (`sinfo -N -o %N|%c|%m|%G`), nodes of hidden partitions too.
+    pub fn node_shapes(&self) -> Result<HashMap<String, gputokens::stranding::NodeShape>, SlurmError> {
+        Ok(gputokens::slurm::sinfo::node_shapes(&self.run("sinfo", &["--all", "-h", "-N", "-o", "%N|%c|%m|%G"])?))
+    }
+
     /// Slurm's accounts, their members and coordinators (sacctmgr).
     pub fn account_tree(&self) -> Result<AccountTree, SlurmError> {
         let assoc = self.run("sacctmgr", &["-n", "-P", "show", "assoc", ASSOC_FORMAT])?;

@@ -32,6 +32,8 @@ pub struct SlurmFacts {
     pub config: BTreeMap<String, String>,
     /// GPU types (lower-case) per node, from sinfo.
     pub node_gpu_types: BTreeMap<String, BTreeSet<String>>,
+    /// Each node's CPUs, memory and GPUs, from sinfo (`[prices] stranded` weighs jobs by them).
+    pub node_shapes: BTreeMap<String, gputokens::stranding::NodeShape>,
     /// QOS names from sacctmgr; read only when `deprioritize = "qos"`.
     pub qos: Option<BTreeSet<String>>,
     /// The SPANK plugstack.conf of this host, and the line loading spank_gputokens.so in it.
@@ -50,6 +52,7 @@ impl SlurmFacts {
     pub fn read(slurm: &Slurm, with_qos: bool, status_dir: &Path) -> Result<SlurmFacts, SlurmError> {
         let config = parse_show_config(&slurm.run("scontrol", &["show", "config"])?);
         let node_gpu_types = slurm.node_gpu_types()?.into_iter().collect();
+        let node_shapes = slurm.node_shapes()?.into_iter().collect();
         let qos = if with_qos {
             let names = slurm.run("sacctmgr", &["-n", "-P", "show", "qos", "format=Name"])?;
             Some(names.lines().map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect())
@@ -61,7 +64,7 @@ impl SlurmFacts {
         // Says which controllers answer; it fails only when none does, which the status files show.
         let ping = slurm.run("scontrol", &["ping"]).ok();
         let controllers = ControllerFacts::read(status_dir, &config, ping.as_deref(), gputokens::time::now());
-        Ok(SlurmFacts { config, node_gpu_types, qos, plugstack, spank, controllers, accounts: None })
+        Ok(SlurmFacts { config, node_gpu_types, node_shapes, qos, plugstack, spank, controllers, accounts: None })
     }
 
     /// PlugStackConfig, else plugstack.conf beside slurm.conf (SLURM_CONF).
@@ -89,6 +92,7 @@ pub fn parse_show_config(text: &str) -> BTreeMap<String, String> {
 pub fn findings(config: &Config, facts: &SlurmFacts, plugin_exists: impl Fn(&Path) -> bool) -> Vec<Finding> {
     let mut out = vec![job_submit(facts, plugin_exists), accounting(config, facts)];
     out.extend(prices(config, facts));
+    out.extend(stranding(config, facts));
     out.extend([deprioritizing(config, facts), slurm_user(config, facts), spank(config, facts)]);
     out.push(snapshot_readable(config, facts));
     out.extend(controllers::findings(config, &facts.controllers));
@@ -260,6 +264,57 @@ fn prices(config: &Config, facts: &SlurmFacts) -> Vec<Finding> {
     out
 }
 
+/// `[prices] stranded`: what each shape of GPU node makes a job holding all of it pay, as Slurm
+/// says the nodes are; memory counted where Slurm allocates none is a problem.
+fn stranding(config: &Config, facts: &SlurmFacts) -> Vec<Finding> {
+    use gputokens::stranding::Part;
+    let parts = config.prices.stranded();
+    if parts.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let select = setting(facts, "SelectTypeParameters");
+    if parts.contains(&Part::Memory) && !select.to_ascii_lowercase().contains("memory") {
+        out.push(Finding::Problem(format!(
+            "[prices] stranded counts memory, but SelectTypeParameters={select} allocates none: jobs hold no \
+             memory to count; use CR_Core_Memory or CR_CPU_Memory, or count \"cpus\" alone"
+        )));
+    }
+    // Nodes alike described once: `vm` or `gpu[01-04]`-style lists stay short.
+    let mut shapes: Vec<(&gputokens::stranding::NodeShape, Vec<&str>)> = Vec::new();
+    for (node, shape) in facts.node_shapes.iter().filter(|(_, s)| s.gpus() > 0) {
+        match shapes.iter_mut().find(|(known, _)| *known == shape) {
+            Some((_, nodes)) => nodes.push(node),
+            None => shapes.push((shape, vec![node])),
+        }
+    }
+    if shapes.is_empty() {
+        out.push(Finding::Problem("[prices] stranded is on, but sinfo shows no node with GPUs".into()));
+    }
+    for (shape, nodes) in &shapes {
+        let per_hour: gputokens::Tokens = shape
+            .milli_gpus
+            .iter()
+            .map(|(t, m)| {
+                gputokens::pricing::cost_of(config.prices.applied(t).per_gpu_hour, *m, 3600).unwrap_or_default()
+            })
+            .sum();
+        let named = match nodes.len() {
+            1..=4 => nodes.join(", "),
+            n => format!("{} and {} more", nodes[..3].join(", "), n - 3),
+        };
+        out.push(Finding::Ok(format!(
+            "[prices] stranded: {named}: {} CPUs, {} MB, {} GPUs ({per_hour}/h): a GPU job holding all of a \
+             node's {} pays {per_hour}/h",
+            shape.cpus,
+            shape.mem_mb,
+            shape.gpus(),
+            parts.iter().map(|p| p.name()).collect::<Vec<_>>().join(" or ")
+        )));
+    }
+    out
+}
+
 fn deprioritizing(config: &Config, facts: &SlurmFacts) -> Finding {
     let priority = setting(facts, "PriorityType");
     let multifactor = priority == "priority/multifactor";
@@ -363,6 +418,11 @@ AllowedRAMSpace         = 100.0%
                 ("n2".to_string(), types(&["a6000"])),
                 ("n3".to_string(), types(&["rtx3090"])),
             ]),
+            node_shapes: gputokens::slurm::sinfo::node_shapes(
+                "n1|16|8000|gpu:rtx2080:4,gpu:rtx3090:2\nn2|32|64000|gpu:a6000:2\nn3|32|64000|gpu:a6000:2\n",
+            )
+            .into_iter()
+            .collect(),
             qos: Some(types(&["normal", "low"])),
             plugstack: PathBuf::from("/etc/slurm/plugstack.conf"),
             spank: Some(SpankLine {
@@ -383,6 +443,28 @@ AllowedRAMSpace         = 100.0%
                 Finding::Ok(_) => None,
             })
             .collect()
+    }
+
+    /// `[prices] stranded`: what a job holding a whole node of each shape pays; memory counted under
+    /// a Slurm that allocates none is a problem.
+    #[test]
+    fn stranding_prices_name_each_node_shape() {
+        let found = findings(&config("stranded = [\"cpus\", \"memory\"]\n"), &facts(SHOW_CONFIG), |_| true);
+        let texts: Vec<String> = found.iter().map(ToString::to_string).collect();
+        assert!(
+            texts.contains(&"ok: [prices] stranded: n2, n3: 32 CPUs, 64000 MB, 2 GPUs (8/h): a GPU job holding all of a node's cpus or memory pays 8/h".to_string()),
+            "{texts:#?}"
+        );
+        // rtx3090 is not listed: the highest price (8) prices it.
+        assert!(
+            texts.iter().any(|t| t.starts_with("ok: [prices] stranded: n1: 16 CPUs, 8000 MB, 6 GPUs (18/h)")),
+            "{texts:#?}"
+        );
+        assert!(problems(&found).iter().any(|p| p.contains("counts memory, but SelectTypeParameters=")), "{texts:#?}");
+        let cpus_only = findings(&config("stranded = [\"cpus\"]\n"), &facts(SHOW_CONFIG), |_| true);
+        assert!(!problems(&cpus_only).iter().any(|p| p.contains("stranded")), "{cpus_only:#?}");
+        let off = findings(&config(""), &facts(SHOW_CONFIG), |_| true);
+        assert!(!off.iter().any(|f| f.to_string().contains("stranded")), "{off:#?}");
     }
 
     #[test]

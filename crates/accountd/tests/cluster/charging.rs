@@ -355,3 +355,63 @@ fn a_mig_slice_job_pays_its_share_of_its_gpu_types_price() {
     let check = site.accountd(None, &["config", "check", site.config.to_str().unwrap(), "--slurm"]).stdout;
     assert!(check.contains("[prices] prices MIG slices by their GPU type: a100_3g.20gb (3/7 of a100)"), "{check}");
 }
+
+/// The test node's GPUs an hour at [`PRICES`]: 4 rtx2080, 2 rtx3090, 2 a6000 and 2 a100_3g.20gb
+/// slices (no price of their own nor of their GPU type: the highest, 3600).
+const VM_GPUS_PER_HOUR: i64 = 4 * 1800 + 2 * 900 + 2 * 3600 + 2 * 3600;
+
+/// `[prices] stranded = ["cpus"]` (issue 48): alice's job of 1 rtx3090 and all 16 CPUs of the node
+/// leaves its other GPUs idle and pays for all of them, charged on its rtx3090 with a reason that
+/// says so, and her statement's rtx3090 line says what of it they cost; bob's job of 1 rtx3090 and
+/// 1 CPU (its fair share) pays its GPU's price. `config check --slurm` shows the node's shape.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_job_holding_every_cpu_of_its_node_pays_for_the_gpus_it_leaves_idle() {
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
+    let site = Site::with_prices("", &format!("{PRICES}stranded = [\"cpus\"]\n"), LIVE);
+    site.accountd(None, &["tick"]).ok();
+    let greedy = sbatch(alice, &["--gres=gpu:rtx3090:1", "--cpus-per-task=16", "--wrap", "sleep 4"]);
+    let fair = sbatch(bob, &["--gres=gpu:rtx3090:1", "--cpus-per-task=1", "--wrap", "sleep 4"]);
+    for job in [&greedy, &fair] {
+        assert_eq!(wait_finished(job), "COMPLETED");
+    }
+    let cpus = sacct(&["-j", &greedy, "-X", "-n", "-P", "-o", "AllocTRES"]);
+    assert!(cpus.contains("cpu=16"), "alice's job holds every CPU of the node: {cpus}");
+    site.accountd(None, &["tick"]).ok();
+
+    let greedy_cost = cost(Tokens::whole(VM_GPUS_PER_HOUR), elapsed(&greedy));
+    let fair_cost = cost(Tokens::whole(900), elapsed(&fair));
+    assert_eq!(balance(&site, alice), Tokens::whole(100) - greedy_cost);
+    assert_eq!(balance(&site, bob), Tokens::whole(100) - fair_cost);
+
+    let history = site.sbalance(Some(alice), &["--history", "5", "-P", "-n"]).ok().stdout;
+    let charge = history.lines().find(|l| l.contains(&format!("|{greedy}|"))).unwrap_or_else(|| panic!("{history}"));
+    let why = format!(
+        "1 × rtx3090 for {}s at {VM_GPUS_PER_HOUR}/GPU-hour; priced by its CPUs: 16 of the 16 on vm, the share of \
+         10 of its 10 GPUs: {VM_GPUS_PER_HOUR}/h against its own GPUs' 900/h",
+        elapsed(&greedy)
+    );
+    assert!(charge.contains(&why), "{charge}");
+    let bobs = site.sbalance(Some(bob), &["--history", "5", "-P", "-n"]).ok().stdout;
+    assert!(!bobs.contains("priced by"), "bob's fair share is priced by its GPU: {bobs}");
+
+    let month = chrono::Local::now().format("%Y-%m").to_string();
+    let statement = site.sbalance(Some(alice), &["--statement", &month]).ok().stdout;
+    let line = statement.lines().find(|l| l.contains("rtx3090, ")).unwrap_or_else(|| panic!("{statement}"));
+    // What a GPU of 900/h would have cost is hers; the rest paid for the GPUs her CPUs left idle.
+    let beyond = Tokens::from_micro(greedy_cost.micro() * (VM_GPUS_PER_HOUR - 900) / VM_GPUS_PER_HOUR);
+    assert!(
+        line.ends_with(&format!("{beyond} of it for the GPUs left idle by the CPUs or memory its jobs held")),
+        "{statement}"
+    );
+
+    let check = site.accountd(None, &["config", "check", "--slurm"]).stdout;
+    assert!(
+        check.contains(&format!(
+            "ok: [prices] stranded: vm: 16 CPUs, 8000 MB, 10 GPUs ({VM_GPUS_PER_HOUR}/h): a GPU job holding all of a \
+             node's cpus pays {VM_GPUS_PER_HOUR}/h"
+        )),
+        "{check}"
+    );
+}

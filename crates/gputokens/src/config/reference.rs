@@ -98,6 +98,11 @@ pub const TABLES: &[Table] = &[
             Words("none"),
             "Tokens per kWh of GPU energy, charged on top of GPU-hours: each job's share of its GPUs' NVML energy counters, as node agents report them (no agents, or a MIG GPU: no energy, no energy charge). Unset or 0: energy is measured and shown, never charged; what was measured while it was unset is never charged later.",
         ),
+        key(
+            "stranded",
+            Toml("[]"),
+            "Prices a GPU job by the larger of its own GPUs and its share of its nodes' GPUs, its share counted by what it holds of the nodes' \"cpus\" and/or \"memory\" (the larger): a job of 1 GPU and every CPU of an 8-GPU node pays for 8 GPUs, each type at its price (as Slurm's PriorityFlags=MAX_TRES bills). The charge stays on the job's own GPU types, their prices scaled alike, and its reason says which part priced it. Memory counts only where Slurm allocates it (CR_*_Memory). [] (the default): off.",
+        ),
     ],
     },
     Table {

@@ -23,6 +23,7 @@ use crate::policy::BucketRules;
 use crate::pools::PoolMode;
 use crate::pricing::PriceTable;
 use crate::refunds::RefundCause;
+use crate::stranding::Part;
 use crate::tokens::Tokens;
 
 const DEFAULT_INITIAL: Tokens = Tokens::whole(100);
@@ -45,7 +46,7 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
     let user_rules = bucket(&mut top, defaults);
     let BucketRules { initial, daily, monthly, cap, floor } = user_rules;
     let default_price = top.optional("default_price", non_negative_amount);
-    let (prices, per_kwh) = top.table("prices", prices);
+    let (prices, per_kwh, stranded) = top.table("prices", prices);
     let balances_public = top.get("balances_public", false, boolean);
     let slurm_user = top.get("slurm_user", DEFAULT_SLURM_USER.to_string(), |v| {
         string(v).and_then(|s| if s.trim().is_empty() { Err("must not be empty".into()) } else { Ok(s) })
@@ -121,7 +122,7 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
         monthly,
         cap,
         floor,
-        prices: PriceTable::new(prices, default_price).with_per_kwh(per_kwh),
+        prices: PriceTable::new(prices, default_price).with_per_kwh(per_kwh).with_stranded(stranded),
         balances_public,
         slurm_user,
         paths,
@@ -179,11 +180,13 @@ fn bucket(s: &mut Section, d: BucketRules) -> BucketRules {
     BucketRules { initial, daily, monthly, cap, floor }
 }
 
-/// The GPU types' prices per GPU-hour, and `per_kwh` (GPU energy's price; no GPU type has that name).
-fn prices(s: &mut Section) -> (BTreeMap<String, Tokens>, Option<Tokens>) {
+/// The GPU types' prices per GPU-hour, `per_kwh` (GPU energy's price) and `stranded` (what a job's
+/// share of its nodes is counted by); no GPU type has either name.
+fn prices(s: &mut Section) -> (BTreeMap<String, Tokens>, Option<Tokens>, Vec<Part>) {
     let mut prices = BTreeMap::new();
     let per_kwh = s.optional(PER_KWH, non_negative_amount).filter(|p| *p > Tokens::ZERO);
-    let entries: Vec<_> = s.entries().filter(|(key, _)| key.as_str() != PER_KWH).collect();
+    let stranded = s.get(STRANDED, Vec::new(), stranded_parts);
+    let entries: Vec<_> = s.entries().filter(|(key, _)| key.as_str() != PER_KWH && key.as_str() != STRANDED).collect();
     for (gpu_type, value) in entries {
         if gpu_type.eq_ignore_ascii_case(PER_KWH) {
             // GPU types match case-blind: `PER_KWH = 1` would price a GPU type, never energy.
@@ -201,11 +204,26 @@ fn prices(s: &mut Section) -> (BTreeMap<String, Tokens>, Option<Tokens>) {
             }
         }
     }
-    (prices, per_kwh)
+    (prices, per_kwh, stranded)
 }
 
 /// The key of `[prices]` that prices GPU energy, not a GPU type.
 const PER_KWH: &str = "per_kwh";
+/// The key of `[prices]` that prices what a job strands, not a GPU type.
+const STRANDED: &str = "stranded";
+
+/// `stranded = ["cpus", "memory"]`: each part once, none other.
+fn stranded_parts(value: &toml::Value) -> Result<Vec<Part>, String> {
+    let mut parts = Vec::new();
+    for name in strings(value)? {
+        let part = Part::parse(&name).ok_or_else(|| format!("\"{name}\" is not \"cpus\" or \"memory\""))?;
+        if parts.contains(&part) {
+            return Err(format!("\"{name}\" is listed twice"));
+        }
+        parts.push(part);
+    }
+    Ok(parts)
+}
 
 /// An unquoted MIG type (`a100_3g.20gb = 1`) is TOML's dotted key, a table `a100_3g` holding
 /// `20gb`: the type it meant and how to write it.

@@ -63,6 +63,12 @@ impl Shown for Vec<String> {
     }
 }
 
+impl Shown for Vec<crate::stranding::Part> {
+    fn shown(&self) -> String {
+        format!("{:?}", self.iter().map(|p| p.name()).collect::<Vec<_>>())
+    }
+}
+
 impl Shown for Vec<std::net::IpAddr> {
     fn shown(&self) -> String {
         format!("{:?}", self.iter().map(ToString::to_string).collect::<Vec<_>>())

@@ -4,6 +4,7 @@ pub mod associations;
 pub mod partitions;
 pub mod rejected;
 pub mod sacct;
+pub mod sinfo;
 pub mod sluid;
 pub mod squeue;
 

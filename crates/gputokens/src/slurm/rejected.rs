@@ -85,6 +85,8 @@ mod tests {
             elapsed,
             nodes: 1,
             weight_permille: 1000,
+            held: Default::default(),
+            stranding: None,
         }
     }
 

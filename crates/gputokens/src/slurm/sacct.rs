@@ -174,6 +174,8 @@ fn row(line: &str, columns: &Columns, sharing: Sharing) -> Result<Row, (Reason, 
         elapsed,
         nodes: crate::tres::node_count(fields[columns.tres]),
         weight_permille: 1000,
+        held: crate::stranding::Held::from_tres(fields[columns.tres]),
+        stranding: None,
     };
     rejected::check(&record).map_err(|(reason, detail)| (reason, format!("job {}: {detail}", quoted(job_id))))?;
     // "CANCELLED by 0" and friends: only the first word is the state.

@@ -118,6 +118,10 @@ pub struct Line {
     /// Charges: how many of the line's tokens were charged for GPU energy (`[prices] per_kwh`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub energy_tokens: Option<Tokens>,
+    /// Charges: how many of the line's tokens paid, beyond its jobs' own GPUs, for GPUs the CPUs or
+    /// memory they held left idle (`[prices] stranded`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stranded: Option<Tokens>,
 }
 
 impl Line {
@@ -135,6 +139,7 @@ impl Line {
             idle: None,
             energy_joules: None,
             energy_tokens: None,
+            stranded: None,
         }
     }
 
@@ -235,6 +240,11 @@ impl StatementBuilder {
                 if entry.is_energy_charge() {
                     let energy = line.energy_tokens.unwrap_or(Tokens::ZERO).checked_sub(entry.amount);
                     line.energy_tokens = Some(energy.ok_or_else(out_of_range)?);
+                }
+                let beyond = crate::stranding::beyond_own_gpus(entry.amount, &entry.reason);
+                if beyond > Tokens::ZERO {
+                    // At most what the line charged: no overflow.
+                    line.stranded = Some(line.stranded.unwrap_or(Tokens::ZERO) + beyond);
                 }
                 let seconds = line.gpu_seconds.unwrap_or(0).checked_add(entry.gpu_seconds.unwrap_or(0));
                 line.gpu_seconds = Some(seconds.ok_or_else(out_of_range)?);

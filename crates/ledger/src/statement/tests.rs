@@ -39,6 +39,8 @@ fn record(job: &str, user: &str, gpu_type: &str, gpus: u64, elapsed: u64) -> Usa
         elapsed,
         nodes: 1,
         weight_permille: 1000,
+        held: Default::default(),
+        stranding: None,
     }
 }
 

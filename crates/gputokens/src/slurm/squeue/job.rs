@@ -38,6 +38,8 @@ pub struct QueueJob {
     pub partition: String,
     /// GPUs, shards and MPS units held (running jobs).
     pub alloc: GpuAllocation,
+    /// CPUs and memory held (running jobs: `tres_alloc_str`).
+    pub held: crate::stranding::Held,
     /// GPUs asked for (`tres_per_job`/`_node`/`_task`/`_socket`).
     pub request: GpuRequest,
     /// GPU indices held on the job's (first) node, from `gres_detail`'s `IDX:`.
@@ -74,6 +76,8 @@ impl QueueJob {
             elapsed: self.run_seconds(now),
             nodes: self.node_count,
             weight_permille: 1000,
+            held: self.held,
+            stranding: None,
         }
     }
 
@@ -142,6 +146,11 @@ pub(super) fn queue_job(job: &Value) -> Option<QueueJob> {
             .unwrap_or(gres_detail.len().max(1) as u32),
         partition: text("partition"),
         alloc,
+        held: job
+            .get("tres_alloc_str")
+            .and_then(Value::as_str)
+            .map(crate::stranding::Held::from_tres)
+            .unwrap_or_default(),
         request,
         gpu_indices: gres_detail.first().map(|d| gpu_indices(d)).unwrap_or_default(),
         requeueable: flag("batch_flag") && flag("requeue"),
