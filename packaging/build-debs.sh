@@ -228,8 +228,9 @@ put 644 "$WORK"/completions/zsh/_{accountd,sbalance} usr/share/zsh/vendor-comple
 put 644 "$WORK"/completions/fish/{accountd,sbalance}.fish usr/share/fish/vendor_completions.d
 put 644 slurm-conf/slurm.conf.gputokens slurm-conf/prometheus/gputokens-alerts.yml slurm-conf/grafana/gputokens.json \
   usr/share/doc/gputokens/examples
+put 755 slurm-conf/examples/gpu-submit-backoff.sh usr/share/doc/gputokens/examples
 install -d -m 755 "$tree/usr/share/doc/gputokens"
-put 644 README.md docs/install.md docs/configuration.md docs/operation.md usr/share/doc/gputokens
+put 644 README.md docs/install.md docs/configuration.md docs/operation.md docs/workflows.md usr/share/doc/gputokens
 copyright_file > "$tree/usr/share/doc/gputokens/copyright"
 control_files gputokens "$version" <<EOF
 Depends: libc6 (>= $glibc), libgcc-s1, libmunge2, munge, slurm-client

@@ -7,10 +7,11 @@
 
 use std::collections::BTreeMap;
 
+use gputokens::decision::codes::{Code, ANY_TYPE, REPLENISHED_WITHIN};
 use gputokens::entry::{Action, Entry, EntryKind};
 use gputokens::policy::Status;
 use gputokens::protocol::{BalanceRow, PoolBalance};
-use gputokens::time::format_rfc3339;
+use gputokens::time::{format_rfc3339, local_midnight};
 use gputokens::Tokens;
 use serde::{Deserialize, Serialize};
 
@@ -40,6 +41,39 @@ pub struct BalanceJson {
     pub expiring: Option<ExpiringJson>,
     /// With account pools: the pool of the user's default account, or null.
     pub default_pool: Option<PoolBalance>,
+    /// What the job_submit plugin's balance rule makes of the user's GPU jobs now, with the code and
+    /// `retry_after` its messages end with (docs/workflows.md).
+    pub admission: AdmissionJson,
+}
+
+/// The balance rule's verdict on a GPU job, for programs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmissionJson {
+    /// `ok` (accepted untouched), `overdraft` (accepted with lower priority) or `floor` (refused).
+    pub code: String,
+    /// Seconds until replenishment alone ends it, per GPU type (`*`: every type); empty for `ok`,
+    /// or where nothing is ever replenished.
+    pub retry_after: BTreeMap<String, u64>,
+    /// That instant, RFC 3339 with the local offset; null when none.
+    pub retry_at: Option<String>,
+}
+
+impl AdmissionJson {
+    fn of(row: &BalanceRow, now: i64) -> AdmissionJson {
+        let code = match row.status {
+            Status::Ok => "ok",
+            Status::Overdraft => Code::Overdraft.as_str(),
+            Status::Blocked => Code::Floor.as_str(),
+        };
+        let day = row.recovers.as_deref().and_then(|d| chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").ok());
+        let at = day.filter(|_| row.status != Status::Ok).map(|d| local_midnight(d) + REPLENISHED_WITHIN);
+        AdmissionJson {
+            code: code.to_string(),
+            retry_after: at.map(|at| (ANY_TYPE.to_string(), (at - now).max(0) as u64)).into_iter().collect(),
+            retry_at: at.map(format_rfc3339),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -62,6 +96,13 @@ pub struct ExpiringJson {
 
 impl From<&BalanceRow> for BalanceJson {
     fn from(row: &BalanceRow) -> BalanceJson {
+        BalanceJson::at(row, gputokens::time::now())
+    }
+}
+
+impl BalanceJson {
+    /// The row as it stands at `now` (unix seconds), which `admission.retry_after` counts from.
+    pub fn at(row: &BalanceRow, now: i64) -> BalanceJson {
         BalanceJson {
             user: row.user.clone(),
             in_ledger: row.in_ledger,
@@ -78,6 +119,7 @@ impl From<&BalanceRow> for BalanceJson {
                 ExpiringJson { tokens: e.tokens, at: format_rfc3339(at_unix), at_unix }
             }),
             default_pool: row.default_pool.clone(),
+            admission: AdmissionJson::of(row, now),
         }
     }
 }
@@ -92,7 +134,11 @@ pub struct Balances {
 
 impl Balances {
     pub fn of(rows: &[BalanceRow]) -> Balances {
-        Balances { schema: SCHEMA, users: rows.iter().map(BalanceJson::from).collect() }
+        Balances::at(rows, gputokens::time::now())
+    }
+
+    pub fn at(rows: &[BalanceRow], now: i64) -> Balances {
+        Balances { schema: SCHEMA, users: rows.iter().map(|row| BalanceJson::at(row, now)).collect() }
     }
 }
 
@@ -218,8 +264,11 @@ mod tests {
 
     #[test]
     fn a_balance_is_exact_strings_with_every_field_and_the_schema() {
-        let value = serde_json::to_value(Balances::of(&[row()])).unwrap();
+        // Noon on 2026-12-01: back at 0 by replenishment on the 3rd, counted 15 min after midnight.
+        let now = local_midnight(chrono::NaiveDate::from_ymd_opt(2026, 12, 1).unwrap()) + 12 * 3600;
+        let value = serde_json::to_value(Balances::at(&[row()], now)).unwrap();
         let at = format_rfc3339(1_795_000_000);
+        let retry_at = format_rfc3339(now + 36 * 3600 + 900);
         assert_eq!(
             value,
             json!({ "schema": 1, "users": [{
@@ -230,6 +279,7 @@ mod tests {
                 "recovers": "2026-12-03",
                 "expiring": { "tokens": "42", "at": at, "at_unix": 1_795_000_000 },
                 "default_pool": null,
+                "admission": { "code": "overdraft", "retry_after": { "*": 130_500 }, "retry_at": retry_at },
             }]})
         );
         // The instant with its offset: the same second read anywhere.
@@ -247,6 +297,24 @@ mod tests {
         }
         // And it reads back as the type: a consumer may parse it strictly.
         assert_eq!(serde_json::from_value::<BalanceJson>(value).unwrap(), BalanceJson::from(&bare));
+    }
+
+    /// The balance rule's code as the plugin's message tail gives it: nothing to wait for when fine,
+    /// `floor` until the recovery day's replenishment, never a wait in the past.
+    #[test]
+    fn admission_names_the_code_and_when_replenishment_ends_it() {
+        let now = local_midnight(chrono::NaiveDate::from_ymd_opt(2026, 12, 2).unwrap()) + 3600;
+        let fine = BalanceRow { status: Status::Ok, recovers: None, ..row() };
+        let json = BalanceJson::at(&fine, now).admission;
+        assert_eq!((json.code.as_str(), json.retry_after.len(), json.retry_at), ("ok", 0, None));
+        let blocked = BalanceRow { status: Status::Blocked, ..row() };
+        let json = BalanceJson::at(&blocked, now).admission;
+        assert_eq!(json.code, "floor");
+        assert_eq!(json.retry_after, BTreeMap::from([("*".to_string(), 23 * 3600 + 900)]));
+        let late = BalanceJson::at(&blocked, now + 2 * 86_400).admission;
+        assert_eq!(late.retry_after["*"], 0, "a recovery day past (an old row): now");
+        let never = BalanceRow { recovers: None, ..blocked };
+        assert!(BalanceJson::at(&never, now).admission.retry_after.is_empty(), "no replenishment: no retry");
     }
 
     #[test]

@@ -439,6 +439,7 @@ fn decide(
         identity: view.identity(),
         exempt_names: &exempt_names,
         today,
+        now,
         submit_uid,
         slurm_uid: plugin.slurm_uid,
         admitted_since: &admitted_since,

@@ -1108,3 +1108,92 @@ fn shadow_mode_logs_and_counts_what_it_would_refuse_and_refuses_nothing() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// The seconds a message's `[gputokens code=CODE retry_after=*:N]` tail gives for every GPU type.
+fn retry_for_any_type(message: &str, code: &str) -> u64 {
+    let (found, retry) = gputokens::decision::codes::parse(message).unwrap_or_else(|| panic!("no tail: {message}"));
+    assert_eq!(found, code, "{message}");
+    let any = retry.iter().find(|(t, _)| t == "*").unwrap_or_else(|| panic!("no retry_after for *: {message}"));
+    any.1
+}
+
+/// Issue 48: a refusal and a deprioritization end with a code and `retry_after` that programs read;
+/// `sbalance --json` gives the same; the repository's back-off script waits by it for GPU jobs
+/// and lets CPU jobs straight through, as alice (at the floor) and bob (in overdraft).
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn refusals_carry_a_code_and_retry_after_that_sbalance_and_the_backoff_script_read() {
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
+    let (site, mut adm) = following_site("", &[(alice, "-110.4"), (bob, "-103.5")]);
+
+    let out = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "true"]);
+    assert_ne!(out.code, 0, "{}", out.stdout);
+    let refused = out.stderr.lines().find(|l| l.contains("gputokens:")).unwrap_or_else(|| panic!("{}", out.stderr));
+    assert!(refused.starts_with(REFUSED), "{refused}");
+    // +1 a day from -10.4: above the floor after the next replenishment, at most a day and 15 min away.
+    let told = retry_for_any_type(refused, "floor");
+    assert!((1..=86_400 + 900).contains(&told), "{refused}");
+
+    let json = site.sbalance(Some(alice), &["--json"]).ok().stdout;
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let admission = &json["users"][0]["admission"];
+    assert_eq!(admission["code"], "floor", "{json}");
+    let asked = admission["retry_after"]["*"].as_u64().unwrap_or_else(|| panic!("{json}"));
+    assert!(told.abs_diff(asked) <= 30, "sbatch said {told} s, sbalance {asked} s");
+    assert!(admission["retry_at"].as_str().is_some_and(|t| t.contains('T')), "{json}");
+
+    let (_, deprioritized) = adm.accepted(bob, &["--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
+    assert!(retry_for_any_type(&deprioritized, "overdraft") > 0, "{deprioritized}");
+    let bobs = site.sbalance(Some(bob), &["--json"]).ok().stdout;
+    assert!(bobs.contains(r#""code": "overdraft""#), "{bobs}");
+
+    // The script waits what the refusal says (here no more than --max-wait allows)...
+    let script =
+        site.file("gpu-submit-backoff.sh", include_str!("../../../../slurm-conf/examples/gpu-submit-backoff.sh"));
+    let bash = Path::new("/bin/bash");
+    let dry = run_as(
+        Some(alice),
+        bash,
+        &[
+            &script,
+            "--type",
+            "a6000",
+            "--max-wait",
+            "999999",
+            "--dry-run",
+            "--",
+            "--gres=gpu:a6000:1",
+            "--wrap",
+            "true",
+        ],
+    );
+    assert_eq!(dry.code, 75, "{dry:?}");
+    let waits: u64 = dry
+        .stdout
+        .trim()
+        .strip_prefix("gpu-submit-backoff.sh: refused (floor): would wait ")
+        .and_then(|rest| rest.strip_suffix("s before try 2"))
+        .unwrap_or_else(|| panic!("{dry:?}"))
+        .parse()
+        .unwrap();
+    assert!(waits.abs_diff(told) <= 30, "the script waits {waits} s, sbatch said {told} s");
+    // ...and polls where that is long, giving up after --tries.
+    let polled = run_as(
+        Some(alice),
+        bash,
+        &[&script, "--max-wait", "1", "--tries", "2", "--", "--gres=gpu:a6000:1", "--wrap", "true"],
+    );
+    assert_eq!(polled.code, 75, "{polled:?}");
+    assert!(polled.stderr.contains("refused (floor): waiting 1s before try 2 of 2"), "{polled:?}");
+    assert!(polled.stderr.contains("still refused after 2 tries"), "{polled:?}");
+    // A refusal waiting does not mend fails at once; a CPU job goes straight through.
+    adm.configure("[admission]\nmax_job_duration = \"1h\"\n");
+    let long = run_as(Some(bob), bash, &[&script, "--", "--gres=gpu:a6000:1", "--time=2:00:00", "--wrap", "true"]);
+    assert_ne!(long.code, 0, "{long:?}");
+    assert!(long.stderr.contains("refused (time_limit) and waiting does not help"), "{long:?}");
+    let cpu = run_as(Some(alice), bash, &[&script, "--", "--hold", "--wrap", "true"]);
+    assert_eq!(cpu.code, 0, "{cpu:?}");
+    let id = cpu.stdout.trim().rsplit(' ').next().unwrap().to_string();
+    adm.jobs.push(id);
+}

@@ -7,7 +7,7 @@ use crate::common::Site;
 use crate::status_page::{get_with, proxy_settings, PROXY_SECRET};
 
 /// Every field of a balance (schema 1), as docs/operation.md (JSON shapes) documents them.
-const BALANCE_FIELDS: [&str; 11] = [
+const BALANCE_FIELDS: [&str; 12] = [
     "user",
     "in_ledger",
     "balance",
@@ -19,6 +19,7 @@ const BALANCE_FIELDS: [&str; 11] = [
     "recovers",
     "expiring",
     "default_pool",
+    "admission",
 ];
 
 fn json(text: &str) -> serde_json::Value {
@@ -62,19 +63,30 @@ fn a_balance_is_one_object_in_sbalance_the_json_api_and_the_status_page() {
 
     let base = site.http_url();
     for (user, balance) in [("alice", "95"), ("bob", "-4.5")] {
-        let from_sbalance = only_row(&json(&site.sbalance(Some(user), &["--json"]).ok().stdout));
+        let mut from_sbalance = only_row(&json(&site.sbalance(Some(user), &["--json"]).ok().stdout));
         let (status, body) = get_with(
             "127.0.0.1",
             &format!("{base}/v1/balances/{user}"),
             &[("Authorization", "Bearer admin-s3cret".into())],
         );
         assert_eq!(status, 200, "{body}");
-        let from_api = only_row(&json(&body));
+        let mut from_api = only_row(&json(&body));
         let proxied = [("X-Remote-User", user.to_string()), ("X-Gputokens-Proxy-Secret", PROXY_SECRET.into())];
         let (status, body) = get_with("127.0.0.2", &format!("{base}/web/api/me"), &proxied);
         assert_eq!(status, 200, "{body}");
-        let page = json(&body);
+        let mut page = json(&body);
         assert_eq!(page["schema"], 1, "{page}");
+        // The seconds to wait count from when each was asked: the same instant, a second apart at most.
+        let retry = |row: &mut serde_json::Value| row["admission"]["retry_after"].take();
+        let waits = [retry(&mut from_sbalance), retry(&mut from_api), retry(&mut page)];
+        let any = |w: &serde_json::Value| w.get("*").and_then(serde_json::Value::as_u64);
+        match (user, waits.each_ref().map(any)) {
+            ("alice", [None, None, None]) => assert!(waits.iter().all(|w| w == &serde_json::json!({})), "{waits:?}"),
+            ("bob", [Some(a), Some(b), Some(c)]) => assert!(a.abs_diff(b) <= 2 && a.abs_diff(c) <= 2, "{waits:?}"),
+            _ => panic!("{user}: {waits:?}"),
+        }
+        let code = if user == "alice" { "ok" } else { "overdraft" };
+        assert_eq!(from_sbalance["admission"]["code"], code, "{from_sbalance}");
 
         let fields: Vec<&str> = from_sbalance.as_object().unwrap().keys().map(String::as_str).collect();
         let mut expected = BALANCE_FIELDS.to_vec();

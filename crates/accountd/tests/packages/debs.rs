@@ -222,7 +222,7 @@ fn the_installed_files_are_the_build_under_test() {
 #[test]
 #[ignore = "needs tests/run.sh, which installs the gputokens packages"]
 fn the_documentation_messages_point_to_is_installed() {
-    for doc in ["README.md", "docs/install.md", "docs/configuration.md", "docs/operation.md"] {
+    for doc in ["README.md", "docs/install.md", "docs/configuration.md", "docs/operation.md", "docs/workflows.md"] {
         let name = Path::new(doc).file_name().unwrap();
         let installed = Path::new("/usr/share/doc/gputokens").join(name);
         let ours = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(doc)).unwrap();

@@ -89,6 +89,7 @@ pub fn inputs<'a>(world: Option<&'a World>, config: &'a Admission, submit_uid: u
         identity: world.map(World::standing),
         exempt_names: &NO_NAMES,
         today: NaiveDate::from_ymd_opt(2026, 11, 10).unwrap(),
+        now: crate::time::local_midnight(NaiveDate::from_ymd_opt(2026, 11, 10).unwrap()) + 12 * 3600,
         submit_uid,
         slurm_uid: SLURM_UID,
         admitted_since: &no_local,

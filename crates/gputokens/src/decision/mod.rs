@@ -10,6 +10,7 @@
 //! unavailable, the floor, `max_gpus_per_user` and the estimate (`mode = "estimate"`), the overdraft
 //! penalty, and what `--gpu-tokens-estimate` asked to be told. See `submit.rs` and `modify.rs`.
 
+pub mod codes;
 mod modify;
 #[cfg(test)]
 mod pool_decisions;
@@ -36,6 +37,7 @@ use crate::pools::{payers, PoolMode};
 use crate::snapshot::Snapshot;
 use crate::tokens::Tokens;
 use crate::tres::MILLI;
+use codes::{seconds_until_replenished, Code, Tail};
 use rules::{Decision, JobEstimate};
 
 pub use modify::decide_modify;
@@ -197,6 +199,8 @@ pub struct Inputs<'a> {
     pub exempt_names: &'a HashMap<u32, String>,
     /// The local date (for "about N days").
     pub today: NaiveDate,
+    /// Unix seconds now (for `retry_after`).
+    pub now: i64,
     /// Who asks (slurmctld's `submit_uid`).
     pub submit_uid: u32,
     /// slurmctld's own uid (the SlurmUser): its updates, like root's, are an administrator's.
@@ -332,6 +336,29 @@ impl<'a> Account<'a> {
         }
     }
 
+    /// When replenishment alone ends what its decision is about (above the floor when refused,
+    /// at 0 when deprioritized), in seconds from now; None when it never does.
+    fn retry_after(&self, case: &Case) -> Option<u64> {
+        let inputs = case.inputs;
+        let day = self.rules.recovers_on(inputs.today, self.balance)?;
+        Some(seconds_until_replenished(day, inputs.now))
+    }
+
+    /// Why its decision refuses the job: its floor (the user's or the pool's), or the member's
+    /// limit in the pool (`PoolLimit`: it begins again on the 1st of next month), and when that
+    /// ends.
+    fn refusal_tail(&self, case: &Case) -> Tail {
+        match self.pool {
+            Some(_) if self.balance > self.rules.floor => {
+                let next_month = pool_rules::first_of_next_month(case.inputs.today);
+                let seconds = seconds_until_replenished(next_month, case.inputs.now);
+                Tail::any_type_after(Code::PoolLimit, Some(seconds))
+            }
+            Some(_) => Tail::any_type_after(Code::PoolFloor, self.retry_after(case)),
+            None => Tail::any_type_after(Code::Floor, self.retry_after(case)),
+        }
+    }
+
     /// What the owner's GPU jobs hold, and what the jobs this balance pays for can cost: the last
     /// queue read and what was admitted since. A pool's members all draw on its one balance, so
     /// with a pool paying the cost is that of every member's jobs it pays for (the audit's L5).
@@ -350,20 +377,22 @@ impl<'a> Account<'a> {
     }
 }
 
-/// A refusal: the message for the submitter, and the reason slurmctld's log gives (None: not
-/// logged, e.g. unavailable balances, which the watcher logs when it begins).
+/// A refusal: the message for the submitter, the reason slurmctld's log gives (None: not logged,
+/// e.g. unavailable balances, which the watcher logs when it begins), and its code and
+/// `retry_after` for programs (`codes`), put after the message.
 struct Refusal {
     reason: Option<String>,
     message: String,
+    tail: Tail,
 }
 
 impl Refusal {
-    fn logged(reason: impl Into<String>, message: String) -> Refusal {
-        Refusal { reason: Some(reason.into()), message }
+    fn logged(reason: impl Into<String>, message: String, tail: Tail) -> Refusal {
+        Refusal { reason: Some(reason.into()), message, tail }
     }
 
-    fn silent(message: String) -> Refusal {
-        Refusal { reason: None, message }
+    fn silent(message: String, tail: Tail) -> Refusal {
+        Refusal { reason: None, message, tail }
     }
 }
 
@@ -420,11 +449,11 @@ fn decide<S: Steps>(screened: Option<(Owner, S)>, job: &JobRequest, inputs: &Inp
     let case = Case { job, inputs, owner };
     match judge(&mut steps, &case, log) {
         Ok(outcome) => outcome,
-        Err(Refusal { reason, message }) => {
+        Err(Refusal { reason, message, tail }) => {
             if let Some(reason) = reason {
                 log(Level::Info, format!("refused {}: {reason}", steps.subject(&case)));
             }
-            Outcome::of(Verdict::Reject { message })
+            Outcome::of(Verdict::Reject { message: tail.appended_to(&message) })
         }
     }
 }
@@ -442,7 +471,8 @@ fn judge<S: Steps>(steps: &mut S, case: &Case, log: &mut Log) -> Result<Outcome,
     steps.check_balance(case, &account)?;
     let admitted = steps.check_limits(case, &account)?;
     if let Decision::AcceptDeprioritized { how, message } = &account.decision {
-        steps.deprioritize(case, &account, how, message, &mut draft, log);
+        let tail = Tail::any_type_after(Code::Overdraft, account.retry_after(case));
+        steps.deprioritize(case, &account, how, &tail.appended_to(message), &mut draft, log);
     }
     draft.messages.extend(steps.note(&account));
     // Tallied against the pool that pays, also where (mode "both") the user's decision ruled.
@@ -456,6 +486,7 @@ fn within_gpu_limit(max: u32, held: u64, asked: u64) -> Result<(), Refusal> {
         return Err(Refusal::logged(
             format!("above max_gpus_per_user ({max})"),
             rules::gpu_limit_message(max, held, asked),
+            Tail::of(Code::GpuLimit),
         ));
     }
     Ok(())
@@ -466,31 +497,60 @@ fn within_gpu_limit(max: u32, held: u64, asked: u64) -> Result<(), Refusal> {
 /// The estimate rule for the balance that pays and, in mode "both", the other that pays too (its
 /// own commitments: `held_by_other`).
 fn within_estimates(
+    case: &Case,
     account: &Account,
     held: Tokens,
     estimate: &JobEstimate,
     held_by_other: impl Fn(&Account) -> Tokens,
 ) -> Result<(), Refusal> {
-    within_estimate(account, held, estimate)?;
+    within_estimate(case, account, held, estimate)?;
     match &account.other {
-        Some(other) => within_estimate(other, held_by_other(other), estimate),
+        Some(other) => within_estimate(case, other, held_by_other(other), estimate),
         None => Ok(()),
     }
 }
 
-fn within_estimate(account: &Account, held: Tokens, estimate: &JobEstimate) -> Result<(), Refusal> {
+fn within_estimate(case: &Case, account: &Account, held: Tokens, estimate: &JobEstimate) -> Result<(), Refusal> {
     match rules::check_estimate(account.balance, held, estimate, &account.rules, account.pool) {
         Some(message) => Err(Refusal::logged(
             format!("its maximum cost {} would take {} below the floor", estimate.cost, account.balance),
             message,
+            Tail { code: Code::Estimate, retry_after: estimate_retry(case, account, held, estimate) },
         )),
         None => Ok(()),
     }
 }
 
+/// When the same job would pass the estimate on each priced GPU type, by replenishment alone (0:
+/// that type passes now); types it never would on are left out.
+fn estimate_retry(case: &Case, account: &Account, held: Tokens, estimate: &JobEstimate) -> Vec<(String, u64)> {
+    let prices = &account.standing.snapshot.prices;
+    let milli = crate::estimate::total_milli(&estimate.gpus);
+    let floor = account.rules.floor.micro() as i128;
+    let mut out = Vec::new();
+    for gpu_type in prices.listed_types() {
+        let Some(cost) = crate::pricing::cost_of(prices.requested(gpu_type), milli, estimate.seconds) else { continue };
+        let passes = |balance: Tokens| balance.micro() as i128 - held.micro() as i128 - cost.micro() as i128 >= floor;
+        let seconds = match passes(account.balance) {
+            true => Some(0),
+            false => account
+                .rules
+                .day_reaching(case.inputs.today, account.balance, passes)
+                .map(|day| seconds_until_replenished(day, case.inputs.now)),
+        };
+        out.extend(seconds.map(|s| (gpu_type.to_string(), s)));
+    }
+    out
+}
+
+/// The tail of a refusal while the balances cannot be read: try again in a minute.
+fn unavailable_tail() -> Tail {
+    Tail::any_type_after(Code::Unavailable, Some(codes::UNAVAILABLE_RETRY))
+}
+
 /// The refusal of a request too large to count.
 fn uncountable(message: String) -> Refusal {
-    Refusal::logged("its request is more than can be counted", message)
+    Refusal::logged("its request is more than can be counted", message, Tail::of(Code::TooLarge))
 }
 
 /// The nice value after adding `increment` to what the job asked for (not given = 0), within

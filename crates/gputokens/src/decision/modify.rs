@@ -21,10 +21,11 @@ use crate::job_shape::JobShape;
 use crate::slurm::partitions::max_time;
 use crate::tokens::Tokens;
 
+use super::codes::{Code, Tail};
 use super::rules::{self, Decision, JobEstimate};
 use super::{
-    decide, gpu_request, raised_nice, site_factor, uncountable, within_estimates, within_gpu_limit, Account, Case,
-    Draft, Inputs, Log, Outcome, Owner, Refusal, Steps,
+    codes, decide, gpu_request, raised_nice, site_factor, unavailable_tail, uncountable, within_estimates,
+    within_gpu_limit, Account, Case, Draft, Inputs, Log, Outcome, Owner, Refusal, Steps,
 };
 
 /// `job_modify`'s decision.
@@ -74,7 +75,7 @@ impl Steps for Update<'_> {
     fn check_time(&mut self, case: &Case, _: &mut Draft) -> Result<(), Refusal> {
         if let (Some(max), Some(limit)) = (case.inputs.config.max_job_duration, case.job.time_limit) {
             if let Some(message) = rules::check_update_duration(limit.seconds(), max.as_secs()) {
-                return Err(Refusal::logged("time limit above max_job_duration", message));
+                return Err(Refusal::logged("time limit above max_job_duration", message, Tail::of(Code::TimeLimit)));
             }
         }
         Ok(())
@@ -83,7 +84,9 @@ impl Steps for Update<'_> {
     fn check_unavailable(&self, on_error: OnError) -> Result<(), Refusal> {
         // Missing, unreadable, corrupt or stale: on_error decides what adds GPUs.
         match (self.asked.is_some(), rules::when_unavailable(on_error)) {
-            (true, Decision::Reject { message }) => Err(Refusal::logged("balances unavailable", message)),
+            (true, Decision::Reject { message }) => {
+                Err(Refusal::logged("balances unavailable", message, unavailable_tail()))
+            }
             _ => Ok(()),
         }
     }
@@ -92,18 +95,19 @@ impl Steps for Update<'_> {
         let balance = account.balance;
         if let (Some(_), Decision::Reject { message }) = (&self.asked, &account.decision) {
             let reason = format!("it adds GPUs and balance {balance} is at or below the floor {}", account.rules.floor);
-            return Err(Refusal::logged(reason, message.clone()));
+            return Err(Refusal::logged(reason, message.clone(), account.refusal_tail(case)));
         }
         // Moving a GPU job into an account whose pool (or the user's limit there) refuses new jobs.
         if let (Some(moved_to), Decision::Reject { message }) = (&case.job.account, &account.decision) {
             let reason = format!("it moves the job to account {moved_to}, whose jobs are refused (balance {balance})");
-            return Err(Refusal::logged(reason, message.clone()));
+            return Err(Refusal::logged(reason, message.clone(), account.refusal_tail(case)));
         }
         if !matches!(account.decision, Decision::Accept) {
             if let Some((reason, kept)) = undoes_penalty(case.job, &case.inputs.config.deprioritize) {
                 return Err(Refusal::logged(
                     format!("{reason} in overdraft (balance {balance})"),
                     rules::penalty_kept_message(balance, &kept),
+                    Tail::any_type_after(Code::PenaltyKept, account.retry_after(case)),
                 ));
             }
         }
@@ -119,7 +123,9 @@ impl Steps for Update<'_> {
             return Ok(None);
         }
         let Some(known) = self.known else {
-            return Err(Refusal::logged("not in the last queue read", rules::unknown_job_message(&what(case.job))));
+            let message = rules::unknown_job_message(&what(case.job));
+            let tail = Tail::any_type_after(Code::UnknownJob, Some(codes::UNAVAILABLE_RETRY));
+            return Err(Refusal::logged("not in the last queue read", message, tail));
         };
         let (old, new) = before_and_after(case, account, self.asked.as_ref(), known).map_err(uncountable)?;
         // What the paying balance already counts of this job: nothing where it moves to it.
@@ -139,7 +145,7 @@ impl Steps for Update<'_> {
         }
         if config.mode == Mode::Estimate && new.cost > old_cost {
             let held_by_other = |other: &Account| (other.held(case).max_cost - old.max_cost).max(Tokens::ZERO);
-            within_estimates(account, held.max_cost, &new, held_by_other)?;
+            within_estimates(case, account, held.max_cost, &new, held_by_other)?;
         }
         let grown = Commitment {
             milli_gpus: asked_milli.saturating_sub(old.milli_gpus),
@@ -359,7 +365,7 @@ mod tests {
         assert_eq!(
             text,
             "gputokens: your GPU token balance is -3.5 (below 0): your GPU jobs keep a nice value of at least 10000 \
-             until it is 0 or more. Run 'sbalance' for details."
+             until it is 0 or more. Run 'sbalance' for details. [gputokens code=penalty_kept retry_after=*:303300]"
         );
         assert_eq!(
             modify(ctx, &nice(8, 0)).1,
@@ -433,9 +439,12 @@ mod tests {
         let time = |id, t| JobRequest { time_limit: Some(t), ..update(id, BOB) };
         assert_eq!(
             refused(ctx, &time(7, TimeLimit::Minutes(120))),
-            "gputokens: GPU jobs may run for at most 1:00:00 here, and this update asks for 2:00:00."
+            "gputokens: GPU jobs may run for at most 1:00:00 here, and this update asks for 2:00:00. [gputokens \
+             code=time_limit]"
         );
-        assert!(refused(ctx, &time(7, TimeLimit::Unlimited)).ends_with("this update asks for UNLIMITED."));
+        assert!(
+            refused(ctx, &time(7, TimeLimit::Unlimited)).ends_with("asks for UNLIMITED. [gputokens code=time_limit]")
+        );
         assert!(passes(ctx, &time(7, TimeLimit::Minutes(60))));
         assert!(passes(ctx, &time(9, TimeLimit::Minutes(600))), "a CPU-only job");
         assert!(!passes(ctx, &time(4242, TimeLimit::Minutes(600))), "unknown: judged as a GPU job");

@@ -172,7 +172,7 @@ fn is_month_of(month: &str, day: NaiveDate) -> bool {
     }
 }
 
-fn first_of_next_month(today: NaiveDate) -> NaiveDate {
+pub(super) fn first_of_next_month(today: NaiveDate) -> NaiveDate {
     let (year, month) = if today.month() == 12 { (today.year() + 1, 1) } else { (today.year(), today.month() + 1) };
     NaiveDate::from_ymd_opt(year, month, 1).unwrap_or(today)
 }

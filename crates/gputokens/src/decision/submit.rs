@@ -11,10 +11,11 @@ use crate::gpu_request::GpuRequest;
 use crate::job_request::{JobRequest, TimeLimit};
 use crate::slurm::partitions::{limit_for_untimed, max_time};
 
+use super::codes::{Code, Tail};
 use super::rules::{self, Decision, JobEstimate, TimeCheck};
 use super::{
-    decide, gpu_request, limit_minutes, raised_nice, site_factor, uncountable, within_estimates, within_gpu_limit,
-    Account, Case, Draft, Inputs, Level, Log, Outcome, Owner, Refusal, Steps,
+    decide, gpu_request, limit_minutes, raised_nice, site_factor, unavailable_tail, uncountable, within_estimates,
+    within_gpu_limit, Account, Case, Draft, Inputs, Level, Log, Outcome, Owner, Refusal, Steps,
 };
 
 /// `job_submit`'s decision.
@@ -71,19 +72,21 @@ impl Steps for Submission {
                 draft.messages.push(message);
                 Ok(())
             }
-            TimeCheck::Reject { message } => Err(Refusal::logged("its time limit is above max_job_duration", message)),
+            TimeCheck::Reject { message } => {
+                Err(Refusal::logged("its time limit is above max_job_duration", message, Tail::of(Code::TimeLimit)))
+            }
         }
     }
 
     fn check_unavailable(&self, on_error: OnError) -> Result<(), Refusal> {
         // Missing, unreadable, corrupt or stale: logged by the watcher when it began.
         match rules::when_unavailable(on_error) {
-            Decision::Reject { message } => Err(Refusal::silent(message)),
+            Decision::Reject { message } => Err(Refusal::silent(message, unavailable_tail())),
             _ => Ok(()),
         }
     }
 
-    fn check_balance(&self, _: &Case, account: &Account) -> Result<(), Refusal> {
+    fn check_balance(&self, case: &Case, account: &Account) -> Result<(), Refusal> {
         match &account.decision {
             Decision::Reject { message } => {
                 let reason = match account.pool {
@@ -96,7 +99,7 @@ impl Steps for Submission {
                     ),
                     None => format!("balance {} is at or below the floor {}", account.balance, account.rules.floor),
                 };
-                Err(Refusal::logged(reason, message.clone()))
+                Err(Refusal::logged(reason, message.clone(), account.refusal_tail(case)))
             }
             _ => Ok(()),
         }
@@ -114,7 +117,7 @@ impl Steps for Submission {
             within_gpu_limit(max, held.milli_gpus, asked)?;
         }
         if config.mode == Mode::Estimate {
-            within_estimates(account, held.max_cost, &estimate, |other| other.held(case).max_cost)?;
+            within_estimates(case, account, held.max_cost, &estimate, |other| other.held(case).max_cost)?;
         }
         let counts = config.mode == Mode::Estimate || config.max_gpus_per_user.is_some();
         let admitted = counts.then_some(Commitment { milli_gpus: asked, max_cost: estimate.cost });
@@ -397,7 +400,7 @@ mod tests {
         assert_eq!(
             message(&s.verdict),
             "gputokens: you may hold at most 4 GPUs in running and pending jobs together; you hold 3 and this job \
-             asks for 2. Submit it when some of your GPU jobs have finished (squeue --me)."
+             asks for 2. Submit it when some of your GPU jobs have finished (squeue --me). [gputokens code=gpu_limit]"
         );
         assert_eq!(s.admitted, None);
         let array =
@@ -442,6 +445,48 @@ mod tests {
         let s = submit_as(Some(&w), &c, &any, 1002, &no_local);
         assert!(message(&s.verdict).contains("up to 48 tokens (12 GPUs of any type for 1:00:00)"), "{:?}", s.verdict);
         assert_eq!(submit_as(Some(&w), &config(), &long, 1002, &no_local).verdict, Verdict::accept());
+    }
+
+    /// Every refusal and deprioritization ends with its code, and when replenishment alone lets the
+    /// job through, per GPU type: at noon on 2026-11-10, +1 token a day, each day's grant counted
+    /// 15 minutes after its midnight.
+    #[test]
+    fn refusals_and_deprioritizations_carry_their_code_and_when_each_gpu_type_passes() {
+        let w = world();
+        let tail = |verdict: &Verdict| {
+            let text = match verdict {
+                Verdict::Reject { message } => message.clone(),
+                Verdict::Accept { message, .. } => message.clone().unwrap_or_default(),
+            };
+            text.rsplit_once(" [").map(|(_, t)| format!("[{t}")).unwrap_or(text)
+        };
+        // alice at -10.4: above the floor (-9.4) tomorrow, 12 h and 15 min away.
+        let s = submit_as(Some(&w), &config(), &gpu_job(1001), 1001, &no_local);
+        assert_eq!(tail(&s.verdict), "[gputokens code=floor retry_after=*:44100]");
+        // carol at -3.5: deprioritized until back at 0, on the 14th.
+        let s = submit_as(Some(&w), &config(), &gpu_job(1003), 1003, &no_local);
+        assert_eq!(tail(&s.verdict), "[gputokens code=overdraft retry_after=*:303300]");
+        // Balances unreadable and on_error = "reject": a minute.
+        let strict = Admission { on_error: OnError::Reject, ..config() };
+        let s = submit_as(None, &strict, &gpu_job(1002), 1002, &no_local);
+        assert_eq!(tail(&s.verdict), "[gputokens code=unavailable retry_after=*:60]");
+        // bob (50, his queue can cost 16): 12 a6000 for 1 h (48) would take him to -14; at rtx2080's
+        // price (6) it passes now; a6000 once 4 days have brought him to 54.
+        let estimate = Admission { mode: Mode::Estimate, ..config() };
+        let twelve = JobRequest { tres_per_node: Some("gres:gpu:a6000:12".into()), ..gpu_job(1002) };
+        let s = submit_as(Some(&w), &estimate, &twelve, 1002, &no_local);
+        assert_eq!(tail(&s.verdict), "[gputokens code=estimate retry_after=a6000:303300,rtx2080:0]");
+        let parsed = crate::decision::codes::parse(&message(&s.verdict)).unwrap();
+        assert_eq!(parsed, ("estimate".to_string(), vec![("a6000".to_string(), 303_300), ("rtx2080".to_string(), 0)]));
+        // Waiting mends neither a time limit nor too many GPUs.
+        let capped =
+            Admission { max_job_duration: Some(Duration::from_secs(3600)), max_gpus_per_user: Some(4), ..config() };
+        let long = JobRequest { time_limit: minutes(120), ..gpu_job(1002) };
+        assert_eq!(tail(&submit_as(Some(&w), &capped, &long, 1002, &no_local).verdict), "[gputokens code=time_limit]");
+        let many = JobRequest { tres_per_node: Some("gres:gpu:a6000:3".into()), ..gpu_job(1002) };
+        assert_eq!(tail(&submit_as(Some(&w), &capped, &many, 1002, &no_local).verdict), "[gputokens code=gpu_limit]");
+        // A user who is fine is told nothing.
+        assert_eq!(submit_as(Some(&w), &config(), &gpu_job(1002), 1002, &no_local).verdict, Verdict::accept());
     }
 
     #[test]
