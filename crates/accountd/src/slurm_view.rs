@@ -62,7 +62,15 @@ pub fn refresh(res: &Resources, view: &mut SlurmView, slurm: &Slurm, queue: &mut
     }
     view.queue = None;
     match commitments_of(res, queue, now) {
-        Ok(summary) => view.queue = Some(summary),
+        Ok(mut summary) => {
+            // What a quote offers: a failed read offers nothing, and the quote says so.
+            let free = |jobs: &[squeue::QueueJob]| {
+                let nodes = slurm.run("sinfo", &gputokens::slurm::sinfo::NODE_STATES_ARGS).ok()?;
+                Some(gputokens::slurm::sinfo::free_gpus(&nodes, jobs))
+            };
+            summary.free_gpus = queue.jobs().ok().and_then(free);
+            view.queue = Some(summary);
+        }
         Err(e) => problems.push(format!(
             "queue not read, the plugin counts no running or pending jobs and treats every updated job as a GPU job: {e}"
         )),
@@ -146,6 +154,7 @@ fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdR
         pool_user_committed,
         pending,
         job_accounts,
+        free_gpus: None,
     })
 }
 

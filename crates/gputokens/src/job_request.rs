@@ -53,6 +53,9 @@ pub struct JobRequest {
     pub array_inx: Option<String>,
     /// `--gpu-tokens-estimate` (the SPANK plugin puts `GPUTOKENS_ESTIMATE=1` in the job's SPANK environment).
     pub wants_estimate: bool,
+    /// `sbatch --test-only` (the SPANK plugin puts `GPUTOKENS_QUOTE=1` there): the job is quoted.
+    /// It only asks for words: a real job carrying the variable is judged as any other.
+    pub wants_quote: bool,
 }
 
 impl JobRequest {

@@ -18,6 +18,7 @@
 //! queue_read_ms 1795430395250
 //! queue_read_end_ms 1795430395730
 //! recent 1001 1795430395 2000
+//! free_gpus a6000=1 rtx2080=4
 //! committed alice 2000 16000000
 //! pending 41 1 1 1 3600 1000 4000000
 //! pending 42 2 8 1 86400
@@ -35,7 +36,8 @@
 //! default accounts, and what each user's running and pending GPU jobs held and could still cost
 //! (milli-GPUs, micro-tokens) when squeue was read at `queue` (from `queue_read_ms` until
 //! `queue_read_end_ms`; `recent`: the GPU jobs it showed submitted since the second before, by uid,
-//! submit time and milli-GPUs, so the plugin counts a job it admitted meanwhile once); then every pending job that squeue
+//! submit time and milli-GPUs, so the plugin counts a job it admitted meanwhile once; `free_gpus`: the
+//! GPUs of each type no job held on nodes taking jobs, which a quote offers); then every pending job that squeue
 //! showed (job ID, nodes, tasks, array tasks, the seconds counted for it, and for a GPU job its
 //! milli-GPUs and maximum cost), so the plugin can judge an update of it: a job not listed is
 //! unknown (e.g. submitted since the read) and treated as a possible GPU job. With pools
@@ -85,6 +87,9 @@ pub struct QueueSummary {
     /// With pools: the account of each pending or running GPU job (an update without `account=`
     /// stays in it).
     pub job_accounts: BTreeMap<u32, String>,
+    /// GPUs of each type no job holds on nodes that take jobs (idle or mixed), when the queue was
+    /// read (`free`); None from an accountd before it. What a quote (`sbatch --test-only`) offers.
+    pub free_gpus: Option<BTreeMap<String, u64>>,
 }
 
 pub fn render(snap: &Snapshot) -> String {
@@ -129,6 +134,13 @@ pub fn render(snap: &Snapshot) -> String {
         }
         for r in &queue.recent {
             out.push_str(&format!("recent {} {} {}\n", r.uid, r.submitted, r.milli_gpus));
+        }
+        if let Some(free) = &queue.free_gpus {
+            out.push_str("free_gpus");
+            for (gpu_type, n) in free {
+                out.push_str(&format!(" {gpu_type}={n}"));
+            }
+            out.push('\n');
         }
         for (user, c) in queue.committed.iter().collect::<BTreeMap<_, _>>() {
             out.push_str(&format!("committed {user} {} {}\n", c.milli_gpus, c.max_cost.micro()));
@@ -454,6 +466,19 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
                     queue.read_end_ms = Some(ms);
                 }
             }
+            // After `queue`; a plugin from before it skips the line.
+            "free_gpus" => {
+                let mut free = BTreeMap::new();
+                while let Ok(word) = words.next("GPU type=count") {
+                    let (gpu_type, n) =
+                        word.split_once('=').ok_or_else(|| words.bad(format!("'{word}' is not TYPE=N")))?;
+                    let n = n.parse::<u64>().map_err(|_| words.bad(format!("'{word}': {n} is not a count")))?;
+                    free.insert(gpu_type.to_string(), n);
+                }
+                if let Some(queue) = &mut snap.queue {
+                    queue.free_gpus = Some(free);
+                }
+            }
             "recent" => {
                 let uid = words.number("uid")?;
                 let uid = u32::try_from(uid).map_err(|_| words.bad(format!("uid {uid} is out of range")))?;
@@ -617,6 +642,7 @@ mod tests {
             )]),
             pending,
             job_accounts,
+            free_gpus: Some(BTreeMap::from([("a6000".to_string(), 0), ("rtx2080".to_string(), 4)])),
         });
         snap.pool_mode = PoolMode::Both;
         let lab = PoolStanding {
@@ -681,6 +707,7 @@ mod tests {
         assert_eq!(queue.committed["alice"].max_cost, Tokens::whole(16));
         assert_eq!(queue.pending[&41].gpus.unwrap().milli_gpus, 1000);
         assert_eq!(queue.pending[&42].gpus, None);
+        assert_eq!(queue.free_gpus, Some(BTreeMap::from([("a6000".to_string(), 1), ("rtx2080".to_string(), 4)])));
         assert_eq!(render(&parse(&example).unwrap()), example);
     }
 

@@ -77,6 +77,7 @@ pub unsafe fn read_job(desc: *const job_desc_msg_t) -> Option<JobRequest> {
             sockets_per_node: sentinel::given16(d.sockets_per_node),
             array_inx: string(d.array_inx),
             wants_estimate: spank_env(d).any(|v| v == ESTIMATE_VARIABLE),
+            wants_quote: spank_env(d).any(|v| v == QUOTE_VARIABLE),
         })
     }
 }
@@ -85,6 +86,8 @@ pub unsafe fn read_job(desc: *const job_desc_msg_t) -> Option<JobRequest> {
 /// description's SPANK environment (sbatch adds no prefix there; prolog and epilog see the variable
 /// as `SPANK_GPUTOKENS_ESTIMATE`, the job as `SLURM_SPANK_GPUTOKENS_ESTIMATE`).
 pub const ESTIMATE_VARIABLE: &str = "GPUTOKENS_ESTIMATE=1";
+/// What the SPANK plugin puts there for `sbatch --test-only`: a quote.
+pub const QUOTE_VARIABLE: &str = "GPUTOKENS_QUOTE=1";
 
 /// The `NAME=value` entries of the job's SPANK environment.
 ///

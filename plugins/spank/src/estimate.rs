@@ -31,6 +31,22 @@ pub fn control_env() -> Option<(&'static str, &'static str)> {
     REQUESTED.load(Ordering::Relaxed).then_some((CONTROL_VAR, "1"))
 }
 
+/// Set for `--test-only` (sbatch, salloc, srun): slurmctld runs the job_submit plugin for a job it
+/// only tests, and the plugin answers with a quote instead of the estimate.
+pub const QUOTE_VAR: &str = "GPUTOKENS_QUOTE";
+
+/// The quote's job control variable when `argv` (the submitting command's own, from
+/// `/proc/self/cmdline`: SPANK does not hand Slurm's own options to plugins) has `--test-only`.
+pub fn quote_env(argv: &[String]) -> Option<(&'static str, &'static str)> {
+    argv.iter().skip(1).any(|a| a == "--test-only").then_some((QUOTE_VAR, "1"))
+}
+
+/// This process's arguments (`/proc/self/cmdline`); none where it cannot be read.
+pub fn own_arguments() -> Vec<String> {
+    let raw = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    raw.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,6 +58,18 @@ mod tests {
         assert!(name.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'), "{name}");
         assert!(!name.starts_with('-'), "SPANK adds the dashes");
         assert_eq!(OPTION_USAGE.to_str().unwrap(), "Show the most GPU tokens this job can cost");
+    }
+
+    #[test]
+    fn test_only_asks_for_a_quote() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            quote_env(&args(&["sbatch", "--test-only", "--gres=gpu:1", "job.sh"])),
+            Some(("GPUTOKENS_QUOTE", "1"))
+        );
+        assert_eq!(quote_env(&args(&["sbatch", "--gres=gpu:1", "job.sh"])), None);
+        assert_eq!(quote_env(&args(&["sbatch", "--wrap", "run --test-only"])), None, "a word inside another");
+        assert!(!own_arguments().is_empty(), "this test's own command line");
     }
 
     // One test: REQUESTED is per process, as in sbatch.

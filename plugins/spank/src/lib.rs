@@ -149,17 +149,18 @@ pub unsafe extern "C" fn slurm_spank_job_epilog(sp: spank_t, ac: c_int, av: *mut
     })
 }
 
-/// Asks the job_submit plugin for the job's maximum cost when the user gave `--gpu-tokens-estimate`.
+/// Asks the job_submit plugin for the job's maximum cost when the user gave `--gpu-tokens-estimate`,
+/// and for a quote when the command only tests the job (`--test-only`).
 ///
 /// # Safety
 /// `sp` is the handle SPANK passed to the current entry point (allocator or local context).
 unsafe fn request_estimate(sp: spank_t) {
-    let Some((name, value)) = estimate::control_env() else { return };
-    // SAFETY: the caller's promise: `sp` is the current entry point's handle.
-    if let Err(rc) = unsafe { ffi::job_control_setenv(sp, name, value) } {
-        ffi::error(&format!(
-            "cannot pass --gpu-tokens-estimate on (SPANK error {rc}); the job is submitted without it"
-        ));
+    let asked = [estimate::control_env(), estimate::quote_env(&estimate::own_arguments())];
+    for (name, value) in asked.into_iter().flatten() {
+        // SAFETY: the caller's promise: `sp` is the current entry point's handle.
+        if let Err(rc) = unsafe { ffi::job_control_setenv(sp, name, value) } {
+            ffi::error(&format!("cannot pass {name} on (SPANK error {rc}); the job is submitted without it"));
+        }
     }
 }
 

@@ -1197,3 +1197,43 @@ fn refusals_carry_a_code_and_retry_after_that_sbalance_and_the_backoff_script_re
     let id = cpu.stdout.trim().rsplit(' ').next().unwrap().to_string();
     adm.jobs.push(id);
 }
+
+/// Issue 48: `sbatch --test-only` as alice is quoted: the most the job can cost, her balance after
+/// it, the cheaper GPU types with GPUs free now (accountd reads them from sinfo and squeue) and,
+/// from slurmctld, when it would start; nothing is queued.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn sbatch_test_only_is_quoted_with_a_cheaper_type_free_now() {
+    let cluster = serial();
+    let alice = cluster.alice;
+    // Reading the live cluster (its queue and nodes), never preempting.
+    let live = "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n";
+    let (site, _adm) = following_site(live, &[(alice, "-50")]);
+    let snapshot = std::fs::read_to_string(site.path("lib/balances.snapshot")).unwrap_or_default();
+    let quoted = sbatch(alice, &["--test-only", "--gres=gpu:a6000:1", "--time=60", "--wrap", "true"]);
+    assert_eq!(quoted.code, 0, "{quoted:?}");
+    let told = &quoted.stderr;
+    assert!(
+        told.contains(
+            "sbatch: gputokens quote: this job can cost up to 4 tokens (1 a6000 GPU for 1:00:00); your GPU token \
+             balance is 50, at least 46 after it."
+        ),
+        "{told}"
+    );
+    // The test node's rtx2080s and rtx3090s are free (no test's job runs now).
+    assert!(
+        told.contains(
+            " Cheaper, with GPUs free now: rtx2080 up to 0.5 tokens (4 free); rtx3090 up to 1 tokens (2 free)."
+        ),
+        "{told}\nsnapshot:\n{snapshot}\nlog:\n{}",
+        site.log()
+    );
+    assert!(told.lines().any(|l| l.starts_with("sbatch: Job ") && l.contains(" to start at ")), "{told}");
+    let queued = run_as(None, Path::new("/usr/bin/squeue"), &["-h", "-u", alice, "-o", "%i"]).ok().stdout;
+    assert!(queued.trim().is_empty(), "a test is never queued: {queued}");
+    // Without --test-only nothing is quoted.
+    let plain = sbatch(alice, &["--gres=gpu:a6000:1", "--time=60", "--hold", "--wrap", "true"]);
+    assert!(!plain.stderr.contains("quote"), "{plain:?}");
+    let id = plain.stdout.trim().rsplit(' ').next().unwrap_or_default().to_string();
+    run_as(None, Path::new("/usr/bin/scancel"), &[&id]);
+}

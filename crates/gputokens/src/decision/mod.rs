@@ -15,6 +15,7 @@ mod modify;
 #[cfg(test)]
 mod pool_decisions;
 pub mod pool_rules;
+mod quote;
 pub mod rules;
 pub mod shadow;
 mod submit;

@@ -212,13 +212,13 @@ impl JobEstimate {
     }
 
     /// `up to 32 tokens (2 a6000 GPUs for 4:00:00)`
-    fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         format!("up to {} tokens ({} for {})", self.cost, GpusText(&self.gpus), format_duration(self.seconds))
     }
 }
 
 /// Whose balance pays, in a message: the user's own (None) or the pool of an account.
-fn whose(pool: Option<&str>) -> (String, String) {
+pub(super) fn whose(pool: Option<&str>) -> (String, String) {
     match pool {
         None => ("your GPU token balance".into(), "your running and pending GPU jobs".into()),
         Some(account) => (

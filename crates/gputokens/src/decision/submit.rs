@@ -12,6 +12,7 @@ use crate::job_request::{JobRequest, TimeLimit};
 use crate::slurm::partitions::{limit_for_untimed, max_time};
 
 use super::codes::{Code, Tail};
+use super::quote;
 use super::rules::{self, Decision, JobEstimate, TimeCheck};
 use super::{
     decide, gpu_request, limit_minutes, raised_nice, site_factor, unavailable_tail, uncountable, within_estimates,
@@ -21,6 +22,9 @@ use super::{
 /// `job_submit`'s decision.
 pub fn decide_submit(job: &JobRequest, inputs: &Inputs, log: &mut Log) -> Outcome {
     let screened = Submission::screen(job, inputs, log);
+    // A quote is tallied as a submission would be: the job description cannot prove it is only
+    // tested (a client may set the SPANK variable on a real job), and the tally lasts only until
+    // accountd next reads the queue.
     decide(screened, job, inputs, log)
 }
 
@@ -31,6 +35,8 @@ struct Submission {
     seconds: Option<u64>,
     /// `--gpu-tokens-estimate`.
     wants_estimate: bool,
+    /// `sbatch --test-only`.
+    wants_quote: bool,
     /// Its estimate and what its owner's jobs hold, once counted (for `--gpu-tokens-estimate`).
     counted: Option<(JobEstimate, Commitment)>,
 }
@@ -44,7 +50,8 @@ impl Submission {
             log(Level::Verbose, format!("a GPU job of {} is exempt: not checked", owner.who));
             return None;
         }
-        Some((owner, Submission { request, seconds: None, wants_estimate: job.wants_estimate, counted: None }))
+        let (wants_estimate, wants_quote) = (job.wants_estimate, job.wants_quote);
+        Some((owner, Submission { request, seconds: None, wants_estimate, wants_quote, counted: None }))
     }
 }
 
@@ -148,7 +155,19 @@ impl Steps for Submission {
     }
 
     fn note(&self, account: &Account) -> Option<String> {
-        let (estimate, held) = self.counted.as_ref().filter(|_| self.wants_estimate)?;
+        let (estimate, held) = self.counted.as_ref().filter(|_| self.wants_estimate || self.wants_quote)?;
+        if self.wants_quote {
+            let snapshot = account.standing.snapshot;
+            let free = snapshot.queue.as_ref().and_then(|q| q.free_gpus.as_ref());
+            return Some(quote::message(
+                account.balance,
+                held.max_cost,
+                estimate,
+                account.pool,
+                &snapshot.prices,
+                free,
+            ));
+        }
         Some(rules::estimate_message(account.balance, held.max_cost, estimate, account.pool))
     }
 }
@@ -539,5 +558,26 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2, "{text}");
         assert!(lines[0].contains("(below 0)") && lines[1].contains("can cost up to 4 tokens"), "{text}");
+    }
+
+    /// `sbatch --test-only`: the quote, from the snapshot's free GPUs (fixture: none listed, so it
+    /// says it does not know); a refusal is still a refusal, with its code.
+    #[test]
+    fn a_test_only_submission_is_quoted() {
+        let mut w = world();
+        let job = JobRequest { time_limit: minutes(60), wants_quote: true, ..gpu_job(1002) };
+        let Verdict::Accept { message: told, .. } = submit(Some(&w), &config(), &job).0 else { panic!() };
+        assert_eq!(
+            told.unwrap(),
+            "gputokens quote: this job can cost up to 4 tokens (1 a6000 GPU for 1:00:00); your GPU token balance is \
+             50, at least 30 after it and what your running and pending GPU jobs can still cost (16). Which GPUs are \
+             free now is not known."
+        );
+        let free = std::collections::BTreeMap::from([("rtx2080".to_string(), 3)]);
+        w.snapshot.queue.as_mut().unwrap().free_gpus = Some(free);
+        let told = message(&submit(Some(&w), &config(), &job).0);
+        assert!(told.ends_with("Cheaper, with GPUs free now: rtx2080 up to 0.5 tokens (3 free)."), "{told}");
+        let at_floor = JobRequest { wants_quote: true, ..gpu_job(1001) };
+        assert!(message(&submit(Some(&w), &config(), &at_floor).0).contains("[gputokens code=floor"));
     }
 }

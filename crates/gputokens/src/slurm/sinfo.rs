@@ -1,8 +1,11 @@
-//! `sinfo -N`'s view of the nodes: each one's CPUs, memory and GPUs (`[prices] stranded`).
+//! `sinfo -N`'s view of the nodes: each one's CPUs, memory and GPUs (`[prices] stranded`), and the
+//! GPUs no job holds (what a quote offers).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
+use super::squeue::QueueJob;
 use crate::stranding::NodeShape;
+
 /// Each node's shape from `sinfo -N -h -o '%N|%c|%m|%G'` (a node in several partitions is listed
 /// once for each; GRES such as `gpu:rtx2080:4,gpu:a6000:2(S:0),shard:8`, shards and MPS left out).
 pub fn node_shapes(sinfo: &str) -> HashMap<String, NodeShape> {
@@ -23,6 +26,56 @@ pub fn node_shapes(sinfo: &str) -> HashMap<String, NodeShape> {
     shapes
 }
 
+/// The arguments of the sinfo that [`free_gpus`] reads.
+pub const NODE_STATES_ARGS: [&str; 5] = ["--all", "-h", "-N", "-o", "%N|%G|%t"];
+
+/// Whether a node in this sinfo `%t` state takes new jobs: idle or mixed, not draining, down, not
+/// responding (`*`) or reserved; powered down (`~`) or powering up counts, as Slurm starts it.
+fn takes_jobs(state: &str) -> bool {
+    !state.contains('*') && matches!(state.trim_end_matches(['~', '#', '!', '%', '$', '@', '^', '-']), "idle" | "mix")
+}
+
+/// Whole GPUs of each type that no running job holds on nodes taking jobs, from sinfo's
+/// `%N|%G|%t` (`text`, [`NODE_STATES_ARGS`]) and the queue. A job on one such node takes its GPUs
+/// from it; one on several nodes (`n[1-2]`) from the total.
+pub fn free_gpus(text: &str, jobs: &[QueueJob]) -> BTreeMap<String, u64> {
+    let mut per_node: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
+    for line in text.lines() {
+        let mut fields = line.split('|').map(str::trim);
+        let (Some(node), Some(gres), Some(state)) = (fields.next(), fields.next(), fields.next()) else { continue };
+        if takes_jobs(state) {
+            let mut gpus = super::squeue::alloc_from_gres_detail(std::iter::once(gres)).gpus;
+            let untyped = gpus.untyped.saturating_sub(gpus.typed.values().sum());
+            if untyped > 0 {
+                gpus.typed.insert(super::sacct::UNTYPED.to_string(), untyped);
+            }
+            per_node.insert(node, gpus.typed);
+        }
+    }
+    let mut spread: BTreeMap<String, u64> = BTreeMap::new();
+    for job in jobs.iter().filter(|j| j.state == "RUNNING") {
+        let held = job.alloc.gpus.typed.iter().map(|(t, n)| (t.clone(), *n));
+        match per_node.get_mut(job.nodes.as_str()) {
+            Some(node) => held.for_each(|(t, n)| {
+                let left = node.entry(t).or_default();
+                *left = left.saturating_sub(n);
+            }),
+            None if job.node_count > 1 => held.for_each(|(t, n)| *spread.entry(t).or_default() += n),
+            None => {}
+        }
+    }
+    let mut free: BTreeMap<String, u64> = BTreeMap::new();
+    for (gpu_type, n) in per_node.into_values().flatten() {
+        *free.entry(gpu_type).or_default() += n;
+    }
+    for (gpu_type, n) in spread {
+        if let Some(left) = free.get_mut(&gpu_type) {
+            *left = left.saturating_sub(n);
+        }
+    }
+    free
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -39,5 +92,28 @@ mod tests {
         assert_eq!((vm.cpus, vm.mem_mb, vm.gpus()), (16, 8000, 8));
         assert_eq!(vm.milli_gpus["a6000"], 2000, "{vm:?}");
         assert_eq!((shapes["cpu1"].cpus, shapes["cpu1"].gpus()), (64, 0));
+    }
+
+    #[test]
+    fn free_gpus_are_those_of_nodes_taking_jobs_that_no_running_job_holds() {
+        let sinfo = "vm|gpu:rtx2080:4,gpu:a6000:2(S:0)|mix\n\
+                     n2|gpu:a6000:2|drain\n\
+                     n3|gpu:a6000:2|idle*\n\
+                     n4|gpu:a6000:2|idle~\n";
+        let job = |id: &str, state: &str, nodes: &str, detail: &str| {
+            let json = format!(
+                r#"{{"jobs":[{{"job_id":{id},"user_name":"u","job_state":"{state}","nodes":"{nodes}","node_count":1,"gres_detail":["{detail}"]}}]}}"#
+            );
+            crate::slurm::squeue::queue(&json).unwrap().remove(0)
+        };
+        let jobs = [
+            job("1", "RUNNING", "vm", "gpu:a6000:1(IDX:4)"),
+            job("2", "RUNNING", "n2", "gpu:a6000:2(IDX:0-1)"),
+            job("3", "PENDING", "", ""),
+        ];
+        let free = free_gpus(sinfo, &jobs);
+        // vm: 4 rtx2080 and 1 a6000 left; n4 powered down but starts for a job: 2; n2 draining and
+        // n3 not responding: none.
+        assert_eq!(free, BTreeMap::from([("a6000".to_string(), 3), ("rtx2080".to_string(), 4)]));
     }
 }
