@@ -4,27 +4,28 @@
 # of sbatch's message, docs/workflows.md), wait that long for the job's GPU type, and try again;
 # CPU jobs are never held back by it. Anything else that goes wrong is sbatch's own failure.
 #
-#   gpu-submit-backoff.sh [--type TYPE] [--max-wait SECONDS] [--tries N] [--dry-run] -- SBATCH-ARGS...
+#   gpu-submit-backoff.sh [--type TYPE] [--max-wait SECONDS] [--tries N] [--once] -- SBATCH-ARGS...
 #
 # --type       the GPU type whose retry_after counts (else `*`, else the longest any type gives)
 # --max-wait   the longest one wait (default 3600): a workflow tool polls rather than sleeps for days
 # --tries      how many submissions in all (default 10)
-# --dry-run    say what it would wait, and stop there (exit 75, EX_TEMPFAIL)
+# --once       submit once (a real submission: accepted, the job is queued); when refused, say how
+#              long to wait and stop there (exit 75, EX_TEMPFAIL), for a tool that waits itself
 #
 # Exit: sbatch's exit status once it submitted or failed for another reason; 75 when still refused
-# after --tries (or with --dry-run); 64 on a usage error.
+# after --tries (or with --once); 64 on a usage error.
 set -u
 
 type=""
 max_wait=3600
 tries=10
-dry_run=false
+once=false
 while (($#)); do
   case $1 in
     --type) type=${2:?--type needs a GPU type}; shift 2 ;;
     --max-wait) max_wait=${2:?--max-wait needs seconds}; shift 2 ;;
     --tries) tries=${2:?--tries needs a number}; shift 2 ;;
-    --dry-run) dry_run=true; shift ;;
+    --once) once=true; shift ;;
     --) shift; break ;;
     *) echo "gpu-submit-backoff.sh: unknown option $1 (put sbatch's arguments after --)" >&2; exit 64 ;;
   esac
@@ -68,8 +69,8 @@ for ((try = 1; try <= tries; try++)); do
   fi
   ((wait > max_wait)) && wait=$max_wait
   ((wait < 1)) && wait=1
-  if $dry_run; then
-    echo "gpu-submit-backoff.sh: refused ($code): would wait ${wait}s before try $((try + 1))"
+  if $once; then
+    echo "gpu-submit-backoff.sh: refused ($code): retry in ${wait}s"
     exit 75
   fi
   ((try < tries)) || break

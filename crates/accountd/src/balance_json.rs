@@ -264,11 +264,11 @@ mod tests {
 
     #[test]
     fn a_balance_is_exact_strings_with_every_field_and_the_schema() {
-        // Noon on 2026-12-01: back at 0 by replenishment on the 3rd, counted 15 min after midnight.
+        // Noon on 2026-12-01: back at 0 by replenishment on the 3rd, counted 31 min after midnight.
         let now = local_midnight(chrono::NaiveDate::from_ymd_opt(2026, 12, 1).unwrap()) + 12 * 3600;
         let value = serde_json::to_value(Balances::at(&[row()], now)).unwrap();
         let at = format_rfc3339(1_795_000_000);
-        let retry_at = format_rfc3339(now + 36 * 3600 + 900);
+        let retry_at = format_rfc3339(now + 36 * 3600 + 1860);
         assert_eq!(
             value,
             json!({ "schema": 1, "users": [{
@@ -279,7 +279,7 @@ mod tests {
                 "recovers": "2026-12-03",
                 "expiring": { "tokens": "42", "at": at, "at_unix": 1_795_000_000 },
                 "default_pool": null,
-                "admission": { "code": "overdraft", "retry_after": { "*": 130_500 }, "retry_at": retry_at },
+                "admission": { "code": "overdraft", "retry_after": { "*": 131_460 }, "retry_at": retry_at },
             }]})
         );
         // The instant with its offset: the same second read anywhere.
@@ -310,7 +310,7 @@ mod tests {
         let blocked = BalanceRow { status: Status::Blocked, ..row() };
         let json = BalanceJson::at(&blocked, now).admission;
         assert_eq!(json.code, "floor");
-        assert_eq!(json.retry_after, BTreeMap::from([("*".to_string(), 23 * 3600 + 900)]));
+        assert_eq!(json.retry_after, BTreeMap::from([("*".to_string(), 23 * 3600 + 1860)]));
         let late = BalanceJson::at(&blocked, now + 2 * 86_400).admission;
         assert_eq!(late.retry_after["*"], 0, "a recovery day past (an old row): now");
         let never = BalanceRow { recovers: None, ..blocked };

@@ -23,7 +23,9 @@ fn rounded_up(exact: i128) -> Tokens {
 /// How a job of `milli_gpus` holding `held` on `nodes` (named `names`) is priced where the site
 /// counts `parts`: Some where its share of the nodes by one of them stands for more GPUs than its
 /// own (the part standing for most), None where its own GPUs price it (or the nodes are unknown).
-/// The GPUs beyond its own are priced at the mean price of the nodes' GPUs it does not hold.
+/// The share is of the nodes with GPUs: CPUs held on a node without any (a job spread onto a CPU
+/// node) never dilute it. The GPUs beyond its own are priced at the mean price of the nodes' GPUs
+/// it does not hold.
 pub fn stranding(
     milli_gpus: &BTreeMap<String, u64>,
     held: Held,
@@ -32,14 +34,14 @@ pub fn stranding(
     prices: &PriceTable,
     parts: &[Part],
 ) -> Option<Stranding> {
-    if nodes.is_empty() || parts.is_empty() {
+    let own_milli: u64 = milli_gpus.values().sum();
+    let with_gpus: Vec<&NodeShape> = nodes.iter().copied().filter(|n| n.gpus() > 0).collect();
+    if with_gpus.is_empty() || parts.is_empty() || own_milli == 0 {
         return None;
     }
     let price = |gpu_type: &str| prices.applied(gpu_type).per_gpu_hour;
-    let own_milli: u64 = milli_gpus.values().sum();
-    let own: i128 = milli_gpus.iter().map(|(t, &m)| per_hour_exact(price(t), m)).sum();
     let mut node_milli: BTreeMap<&str, u64> = BTreeMap::new();
-    for (gpu_type, &m) in nodes.iter().flat_map(|n| n.milli_gpus.iter()) {
+    for (gpu_type, &m) in with_gpus.iter().flat_map(|n| n.milli_gpus.iter()) {
         *node_milli.entry(gpu_type).or_default() += m;
     }
     let all_milli: u64 = node_milli.values().sum();
@@ -49,8 +51,8 @@ pub fn stranding(
         others.fold((0u64, 0i128), |(n, cost), (t, m)| (n + m, cost + per_hour_exact(price(t), m)));
     let share_of = |part: Part| -> Option<(u64, u64)> {
         let (held, of) = match part {
-            Part::Cpus => (held.cpus?, nodes.iter().map(|n| n.cpus).sum::<u64>()),
-            Part::Memory => (held.mem_mb?, nodes.iter().map(|n| n.mem_mb).sum::<u64>()),
+            Part::Cpus => (held.cpus?, with_gpus.iter().map(|n| n.cpus).sum::<u64>()),
+            Part::Memory => (held.mem_mb?, with_gpus.iter().map(|n| n.mem_mb).sum::<u64>()),
         };
         (of > 0).then_some((held.min(of), of))
     };
@@ -62,12 +64,14 @@ pub fn stranding(
             Some((part, (held, of), u64::try_from(share).ok()?))
         })
         .max_by_key(|(_, _, share)| *share)?;
-    let beyond = share_milli.saturating_sub(own_milli).min(others_milli);
-    // A job of GPUs priced 0 stays free: there is no price of its own to scale.
-    if beyond == 0 || own <= 0 {
+    let idle_milli = share_milli.saturating_sub(own_milli).min(others_milli);
+    let idle = others_cost.checked_mul(i128::from(idle_milli))? / i128::from(others_milli.max(1));
+    // Idle GPUs priced 0 cost nothing: nothing to add, nothing to say.
+    if idle <= 0 {
         return None;
     }
-    let extra = others_cost * i128::from(beyond) / i128::from(others_milli);
+    // Per GPU-hour of its own (micro-tokens): idle is in micro-token thousandths an hour.
+    let surcharge = idle.div_euclid(i128::from(own_milli)) + i128::from(idle.rem_euclid(i128::from(own_milli)) != 0);
     Some(Stranding {
         by,
         held,
@@ -75,8 +79,9 @@ pub fn stranding(
         nodes: names.to_string(),
         node_gpus: all_milli / MILLI,
         share_milli,
-        own_per_hour: rounded_up(own),
-        per_hour: rounded_up(own + extra),
+        idle_milli,
+        idle_per_hour: rounded_up(idle),
+        surcharge: Tokens::from_micro(i64::try_from(surcharge).ok()?),
     })
 }
 
@@ -104,12 +109,14 @@ mod tests {
         let node = vm();
         let held = Held { cpus: Some(16), mem_mb: None };
         let s = stranding(&gpus(&[("rtx3090", 1)]), held, &[&node], "vm", &prices(), &[Part::Cpus]).unwrap();
-        assert_eq!((s.by, s.held, s.of, s.node_gpus), (Part::Cpus, 16, 16, 8));
-        assert_eq!((s.own_per_hour, s.per_hour), (Tokens::whole(1), Tokens::whole(12)));
-        assert_eq!(s.scaled(Tokens::whole(1)), Some(Tokens::whole(12)));
+        assert_eq!((s.by, s.held, s.of, s.node_gpus, s.idle_milli), (Part::Cpus, 16, 16, 8, 7000));
+        // The 7 others: 4 rtx2080, 1 rtx3090 and 2 a6000, 11/h; on its one GPU-hour, +11.
+        assert_eq!((s.idle_per_hour, s.surcharge), (Tokens::whole(11), Tokens::whole(11)));
+        assert_eq!(s.surcharged(Tokens::whole(1)), Some(Tokens::whole(12)));
         assert_eq!(
             s.to_string(),
-            "priced by its CPUs: 16 of the 16 on vm, the share of 8 of its 8 GPUs: 12/h against its own GPUs' 1/h"
+            "priced by its CPUs: 16 of the 16 on vm stand for 8 of its 8 GPUs, so 11/GPU-hour is added for the 7 it \
+             leaves idle"
         );
     }
 
@@ -125,7 +132,7 @@ mod tests {
         // 3 CPUs stand for 1.5 GPUs: half a GPU more, at the mean of the node's other 7 (11.5/7 a GPU-hour).
         let more = Held { cpus: Some(3), mem_mb: None };
         let s = stranding(&gpus(&[("rtx2080", 1)]), more, &[&node], "vm", &prices(), &parts).unwrap();
-        assert_eq!((s.share_milli, s.per_hour), (1500, Tokens::from_micro(500_000 + 821_429)));
+        assert_eq!((s.share_milli, s.idle_milli, s.surcharge), (1500, 500, Tokens::from_micro(821_429)));
         // Off, or the nodes unknown: never priced by them.
         let all = Held { cpus: Some(16), mem_mb: Some(8000) };
         assert_eq!(stranding(&gpus(&[("rtx2080", 1)]), all, &[&node], "vm", &prices(), &[]), None);
@@ -133,29 +140,48 @@ mod tests {
     }
 
     #[test]
-    fn the_costliest_part_prices_and_each_type_scales_alike() {
+    fn the_part_standing_for_most_gpus_prices_and_every_type_gets_the_same_surcharge() {
         let node = vm();
         // 4 of 16 CPUs (2 GPUs, its own) but 6000 of 8000 MB (6 GPUs): memory prices it, 4 GPUs
-        // more at the mean of the 6 it does not hold (10.5/h for 6): 1.5/h + 7/h.
+        // more at the mean of the 6 it does not hold (10.5/h for 6): 7/h, 3.5 on each of its 2.
         let held = Held { cpus: Some(4), mem_mb: Some(6000) };
         let own = gpus(&[("rtx2080", 1), ("rtx3090", 1)]);
         let s = stranding(&own, held, &[&node], "vm", &prices(), &[Part::Cpus, Part::Memory]).unwrap();
         assert_eq!((s.by, s.held, s.of, s.share_milli), (Part::Memory, 6000, 8000, 6000));
-        assert_eq!((s.own_per_hour, s.per_hour), (Tokens::from_micro(1_500_000), Tokens::from_micro(8_500_000)));
-        // Each type's price scaled alike, 8.5/1.5 times, rounded up: 2.833334/h and 5.666667/h.
-        assert_eq!(s.scaled(Tokens::from_micro(500_000)), Some(Tokens::from_micro(2_833_334)));
-        assert_eq!(s.scaled(Tokens::whole(1)), Some(Tokens::from_micro(5_666_667)));
+        assert_eq!((s.idle_per_hour, s.surcharge), (Tokens::whole(7), Tokens::from_micro(3_500_000)));
+        assert_eq!(s.surcharged(Tokens::from_micro(500_000)), Some(Tokens::whole(4)));
         assert!(s.to_string().starts_with("priced by its memory: 6000 MB of the 8000 MB on vm"), "{s}");
     }
 
     #[test]
-    fn a_job_on_several_nodes_counts_them_all() {
+    fn a_job_on_several_nodes_counts_those_with_gpus() {
         let (a, b) = (vm(), vm());
-        // 16 of 32 CPUs: 8 of 16 GPUs; 6 beyond its own 2, at the mean of the 14 others (22/h).
+        // 16 of 32 CPUs: 8 of 16 GPUs; 6 beyond its own 2, at the mean of the 14 others (22/h):
+        // 9.428571/h, 4.714286 on each of its 2 GPU-hours.
         let held = Held { cpus: Some(16), mem_mb: None };
         let s = stranding(&gpus(&[("rtx3090", 2)]), held, &[&a, &b], "2 nodes", &prices(), &[Part::Cpus]).unwrap();
         assert_eq!((s.held, s.of, s.node_gpus, s.share_milli), (16, 32, 16, 8000));
-        assert_eq!(s.per_hour, Tokens::from_micro(2_000_000 + 9_428_572));
+        assert_eq!((s.idle_per_hour, s.surcharge), (Tokens::from_micro(9_428_572), Tokens::from_micro(4_714_286)));
+        // A CPU node beside the GPU node dilutes nothing: 16 of vm's 16 CPUs (and 200 elsewhere).
+        let cpu_node = NodeShape { cpus: 256, mem_mb: 512_000, milli_gpus: BTreeMap::new() };
+        let spread = Held { cpus: Some(216), mem_mb: None };
+        let s = stranding(&gpus(&[("rtx3090", 1)]), spread, &[&a, &cpu_node], "2 nodes", &prices(), &[Part::Cpus]);
+        assert_eq!(s.map(|s| (s.held, s.of, s.surcharge)), Some((16, 16, Tokens::whole(11))));
+    }
+
+    /// A GPU priced 0 beside priced ones strands at their price: the surcharge needs no price of
+    /// its own to scale.
+    #[test]
+    fn a_free_gpu_type_strands_at_the_others_price() {
+        let mut p = prices();
+        p = PriceTable::new(
+            p.types().map(|(t, m)| (t.to_string(), m)).chain([("t4".to_string(), Tokens::ZERO)]).collect(),
+            None,
+        );
+        let node = NodeShape { cpus: 16, mem_mb: 8000, milli_gpus: gpus(&[("t4", 1), ("a6000", 2)]) };
+        let s =
+            stranding(&gpus(&[("t4", 1)]), Held { cpus: Some(16), mem_mb: None }, &[&node], "vm", &p, &[Part::Cpus]);
+        assert_eq!(s.map(|s| s.surcharge), Some(Tokens::whole(8)));
     }
 
     /// A statement tells what of a charge its stranding cost from the reason written with it.
@@ -165,7 +191,7 @@ mod tests {
         let held = Held { cpus: Some(16), mem_mb: None };
         let s = stranding(&gpus(&[("rtx3090", 1)]), held, &[&node], "vm", &prices(), &[Part::Cpus]).unwrap();
         let reason = format!("1 × rtx3090 for 3600s at 12/GPU-hour; {s}");
-        // 12 charged at 12/h for a GPU of 1/h: 11 of it for the GPUs left idle.
+        // 12 charged at 12/h of which 11 added: 11 of it for the GPUs left idle.
         assert_eq!(beyond_own_gpus(Tokens::whole(-12), &reason), Tokens::whole(11));
         assert_eq!(beyond_own_gpus(Tokens::whole(-4), "1 × a6000 for 3600s at 4/GPU-hour"), Tokens::ZERO);
     }

@@ -90,40 +90,37 @@ impl Part {
     }
 }
 
-/// Why a job is priced above its own GPUs: its share of its nodes' CPUs or memory, and what that
-/// share of the nodes' GPUs costs an hour against what its own GPUs do.
+/// Why a job is priced above its own GPUs: its share of its nodes' CPUs or memory stands for more
+/// GPUs than it holds, and the GPUs it leaves idle cost `surcharge` on each of its own GPU-hours.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stranding {
     pub by: Part,
-    /// CPUs, or MB of memory, held of the nodes' `of`.
+    /// CPUs, or MB of memory, held of the `of` on its nodes with GPUs.
     pub held: u64,
     pub of: u64,
     /// The job's nodes: a name, or how many.
     pub nodes: String,
-    /// The nodes' GPUs, whole, and how many of them the share stands for (milli-GPUs).
+    /// The nodes' GPUs, whole; how many the share stands for, and how many beyond its own it
+    /// leaves idle (milli-GPUs).
     pub node_gpus: u64,
     pub share_milli: u64,
-    /// Tokens an hour: its own GPUs, and its share of the nodes' GPUs (the larger).
-    pub own_per_hour: Tokens,
-    pub per_hour: Tokens,
+    pub idle_milli: u64,
+    /// Tokens an hour for the GPUs it leaves idle (at the mean price of the nodes' others), and that
+    /// on each GPU-hour of its own: added to every type's price, whatever `charge_basis` weighs, so
+    /// the idle GPUs are paid in full and a GPU type priced 0 strands at their price too.
+    pub idle_per_hour: Tokens,
+    pub surcharge: Tokens,
 }
 
 impl Stranding {
-    /// `price` (one of the job's GPU types, per GPU-hour) scaled as the job's whole price is: by
-    /// what its share costs over what its own GPUs do, rounded up to the micro-token.
-    pub fn scaled(&self, price: Tokens) -> Option<Tokens> {
-        let own = i128::from(self.own_per_hour.micro());
-        if own <= 0 {
-            return Some(price);
-        }
-        let exact = i128::from(price.micro()).checked_mul(i128::from(self.per_hour.micro()))?;
-        let micro = exact.div_euclid(own) + i128::from(exact.rem_euclid(own) != 0);
-        i64::try_from(micro).ok().map(Tokens::from_micro)
+    /// `price` (one of the job's GPU types, per GPU-hour, as weighed) with the surcharge.
+    pub fn surcharged(&self, price: Tokens) -> Option<Tokens> {
+        price.checked_add(self.surcharge)
     }
 }
 
 impl fmt::Display for Stranding {
-    /// `priced by its CPUs: 16 of the 16 on vm, the share of 10 of its 10 GPUs: 12/h against its own GPUs' 1/h`
+    /// `priced by its CPUs: 16 of the 16 on vm stand for 8 of its 8 GPUs, so 11/GPU-hour is added for the 7 it leaves idle`
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (what, unit) = match self.by {
             Part::Cpus => ("CPUs", ""),
@@ -131,32 +128,35 @@ impl fmt::Display for Stranding {
         };
         write!(
             f,
-            "priced by its {what}: {}{unit} of the {}{unit} on {}, the share of {} of its {} GPUs: {}/h against its own GPUs' {}/h",
+            "priced by its {what}: {}{unit} of the {}{unit} on {} stand for {} of its {} GPUs, so {}/GPU-hour is added \
+             for the {} it leaves idle",
             self.held,
             self.of,
             self.nodes,
             crate::tres::gpu_count(self.share_milli),
             self.node_gpus,
-            self.per_hour,
-            self.own_per_hour
+            self.surcharge,
+            crate::tres::gpu_count(self.idle_milli),
         )
     }
 }
 
-/// The part of a charge of `amount` (negative, as entries hold it) paid beyond its own GPUs' price,
-/// from its entry's `reason` as [`Stranding`]'s `Display` wrote it; zero for any other charge.
+/// The part of a charge of `amount` (negative, as entries hold it) paid for GPUs the job left idle,
+/// from its entry's `reason` (`... at 12/GPU-hour; priced by ..., so 11/GPU-hour is added for ...`,
+/// as the ledger and [`Stranding`]'s `Display` write it); zero for any other charge.
 pub fn beyond_own_gpus(amount: Tokens, reason: &str) -> Tokens {
     let priced = || -> Option<(i128, i128)> {
-        let (_, tail) = reason.split_once("; priced by its ")?;
-        let (_, rates) = tail.rsplit_once(" GPUs: ")?;
-        let (per_hour, own) = rates.split_once("/h against its own GPUs' ")?;
+        let (head, tail) = reason.split_once("; priced by its ")?;
+        let (_, price) = head.rsplit_once(" at ")?;
+        let (_, added) = tail.rsplit_once(", so ")?;
+        let (surcharge, _) = added.split_once("/GPU-hour is added for ")?;
         let micro = |t: &str| t.parse::<Tokens>().ok().map(|t| i128::from(t.micro()));
-        Some((micro(per_hour)?, micro(own.strip_suffix("/h")?)?))
+        Some((micro(price.strip_suffix("/GPU-hour")?)?, micro(surcharge)?))
     };
     match priced() {
-        Some((per_hour, own)) if per_hour > own && per_hour > 0 => {
+        Some((price, surcharge)) if price > 0 && (0..=price).contains(&surcharge) => {
             let paid = -i128::from(amount.micro());
-            Tokens::from_micro(i64::try_from(paid * (per_hour - own) / per_hour).unwrap_or(0))
+            Tokens::from_micro(i64::try_from(paid * surcharge / price).unwrap_or(0))
         }
         _ => Tokens::ZERO,
     }

@@ -354,9 +354,9 @@ fn price_record<'r>(record: &'r UsageRecord, prices: &PriceTable, mut add: impl 
         let price = prices.applied(gpu_type);
         let mut weighted = weighted_price(price.per_gpu_hour, record.weight_permille);
         if let Some(stranding) = &record.stranding {
-            // Priced by the GPUs it strands: every type's price scaled alike.
-            let Some(scaled) = stranding.scaled(weighted) else { return false };
-            weighted = scaled;
+            // The GPUs it leaves idle: their price on each of its GPU-hours, unweighed (idle they are).
+            let Some(surcharged) = stranding.surcharged(weighted) else { return false };
+            weighted = surcharged;
         }
         let Some(total) = cost_of(weighted, milli, record.elapsed) else { return false };
         add(Priced { gpu_type, milli, price, weighted, total });

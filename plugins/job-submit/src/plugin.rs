@@ -430,25 +430,47 @@ fn decide(
     let mut tally = running.tally.lock().unwrap_or_else(PoisonError::into_inner);
     let State { plugin, config, view, exempt_names, today } = state_of(running.clone());
     let now = unix_now();
-    let admitted_since = |uid| tally.of(uid);
-    let admitted_to_pool = |account: &str| tally.of_pool(account);
-    let inputs = Inputs {
-        config: &config.admission,
-        exempt: &config.exempt,
-        standing: view.usable(now, config.admission.max_snapshot_age),
-        identity: view.identity(),
-        exempt_names: &exempt_names,
-        today,
-        now,
-        submit_uid,
-        slurm_uid: plugin.slurm_uid,
-        admitted_since: &admitted_since,
-        admitted_to_pool: &admitted_to_pool,
+    let judged = |tally: &Tally, log: &mut Log| {
+        let admitted_since = |uid| tally.of(uid);
+        let admitted_to_pool = |account: &str| tally.of_pool(account);
+        let inputs = Inputs {
+            config: &config.admission,
+            exempt: &config.exempt,
+            standing: view.usable(now, config.admission.max_snapshot_age),
+            identity: view.identity(),
+            exempt_names: &exempt_names,
+            today,
+            now,
+            check_interval: config.intervals.check.as_secs(),
+            submit_uid,
+            slurm_uid: plugin.slurm_uid,
+            admitted_since: &admitted_since,
+            admitted_to_pool: &admitted_to_pool,
+        };
+        decision(job, &inputs, log)
     };
     let outcome = match config.admission.enforce {
-        true => decision(job, &inputs, &mut decision_log),
+        true => {
+            let mut lines = Vec::new();
+            let mut outcome = judged(&tally, &mut |level, line| lines.push((level, line)));
+            // Refused after a quote of it (`sbatch --test-only`, then the job): judged again with
+            // the quote taken out, and where that admits the very job it quoted, the job takes the
+            // quote's place in the tally rather than counting beside it.
+            let owner = job.user_id.unwrap_or(submit_uid);
+            if submission && !job.wants_quote && matches!(outcome.verdict, Verdict::Reject { .. }) {
+                if let Some((quoted, without)) = tally.without_latest_quote(owner, unix_now_ms()) {
+                    let mut again = Vec::new();
+                    let second = judged(&without, &mut |level, line| again.push((level, line)));
+                    if second.admitted.is_some_and(|(_, c)| c == quoted) {
+                        (*tally, outcome, lines) = (without, second, again);
+                    }
+                }
+            }
+            lines.into_iter().for_each(|(level, line)| decision_log(level, line));
+            outcome
+        }
         false => {
-            let (outcome, would) = shadow::decide(|log| decision(job, &inputs, log), &mut decision_log);
+            let (outcome, would) = shadow::decide(|log| judged(&tally, log), &mut decision_log);
             if submission {
                 count_shadowed(&plugin, job.user_id, &would);
             }
@@ -456,7 +478,10 @@ fn decide(
         }
     };
     if let Some((uid, commitment)) = outcome.admitted {
-        tally.add_paid_by(uid, outcome.pool.clone(), unix_now_ms(), commitment);
+        match job.wants_quote {
+            true => tally.add_quote(uid, outcome.pool.clone(), unix_now_ms(), commitment),
+            false => tally.add_paid_by(uid, outcome.pool.clone(), unix_now_ms(), commitment),
+        }
     }
     outcome.verdict
 }

@@ -34,7 +34,13 @@ struct Admitted {
     at: i64,
     /// What it holds and can cost.
     commitment: Commitment,
+    /// Quoted (`sbatch --test-only`): counted like any admission, since nothing proves a job is
+    /// only tested, but the same user's next job of the same size may take its place.
+    quote: bool,
 }
+
+/// How long a quote may be taken over by the job it quoted.
+pub const QUOTE_TAKEN_OVER_WITHIN_MS: i64 = 600_000;
 
 #[derive(Debug, Default)]
 pub struct Tally {
@@ -106,7 +112,26 @@ impl Tally {
 
     /// `add` for a job the pool of `pool` pays for.
     pub fn add_paid_by(&mut self, uid: u32, pool: Option<String>, at_ms: i64, commitment: Commitment) {
-        self.entries.push(Admitted { uid, pool, at: at_ms, commitment });
+        self.entries.push(Admitted { uid, pool, at: at_ms, commitment, quote: false });
+    }
+
+    /// `add_paid_by` for a quote.
+    pub fn add_quote(&mut self, uid: u32, pool: Option<String>, at_ms: i64, commitment: Commitment) {
+        self.entries.push(Admitted { uid, pool, at: at_ms, commitment, quote: true });
+    }
+
+    /// The user's latest quote of [`QUOTE_TAKEN_OVER_WITHIN_MS`] before `now_ms`: what it holds and
+    /// can cost, and the tally without it.
+    pub fn without_latest_quote(&self, uid: u32, now_ms: i64) -> Option<(Commitment, Tally)> {
+        let latest = (self.entries.iter().enumerate())
+            .filter(|(_, e)| e.uid == uid && e.quote && e.at >= now_ms - QUOTE_TAKEN_OVER_WITHIN_MS)
+            .max_by_key(|(_, e)| e.at)?
+            .0;
+        let entries = (self.entries.iter().enumerate())
+            .filter(|(i, _)| *i != latest)
+            .map(|(_, e)| Admitted { pool: e.pool.clone(), ..*e })
+            .collect();
+        Some((self.entries[latest].commitment, Tally { entries, applied: self.applied }))
     }
 }
 
@@ -257,5 +282,22 @@ mod tests {
         tally.forget_counted(read(300_100, Some(300_900), &[recent(1002, 299, 1000)]), 301_000);
         assert_eq!(tally.of(1001), c(1000, 4), "not shown");
         assert_eq!(tally.of(1002), Commitment::default(), "shown");
+    }
+
+    /// A quote counts like an admission; the user's latest one (of the last ten minutes) can be
+    /// taken out for the job it quoted to take its place.
+    #[test]
+    fn the_latest_recent_quote_can_be_taken_out() {
+        let mut tally = Tally::default();
+        tally.add(1001, 100_000, c(1000, 4));
+        tally.add_quote(1001, None, 200_000, c(1000, 40));
+        tally.add_quote(1001, None, 300_000, c(2000, 8));
+        tally.add_quote(1002, None, 300_000, c(1000, 1));
+        assert_eq!(tally.of(1001), c(4000, 52), "quotes count");
+        let (quoted, without) = tally.without_latest_quote(1001, 310_000).unwrap();
+        assert_eq!(quoted, c(2000, 8));
+        assert_eq!((without.of(1001), without.of(1002)), (c(2000, 44), c(1000, 1)));
+        assert!(tally.without_latest_quote(1001, 300_000 + QUOTE_TAKEN_OVER_WITHIN_MS + 1).is_none(), "too old");
+        assert!(tally.without_latest_quote(1003, 310_000).is_none());
     }
 }

@@ -36,9 +36,13 @@ pub fn control_env() -> Option<(&'static str, &'static str)> {
 pub const QUOTE_VAR: &str = "GPUTOKENS_QUOTE";
 
 /// The quote's job control variable when `argv` (the submitting command's own, from
-/// `/proc/self/cmdline`: SPANK does not hand Slurm's own options to plugins) has `--test-only`.
-pub fn quote_env(argv: &[String]) -> Option<(&'static str, &'static str)> {
-    argv.iter().skip(1).any(|a| a == "--test-only").then_some((QUOTE_VAR, "1"))
+/// `/proc/self/cmdline`: SPANK does not hand Slurm's own options to plugins) has `--test-only`, or
+/// an abbreviation getopt takes for it (`--test`), among the options before the batch script
+/// (`is_script`: the first argument naming a file); what follows it is the script's own.
+pub fn quote_env(argv: &[String], is_script: impl Fn(&str) -> bool) -> Option<(&'static str, &'static str)> {
+    let mut options = argv.iter().skip(1).take_while(|a| a.as_str() != "--" && !is_script(a));
+    let test_only = |a: &str| a.len() >= "--test".len() && "--test-only".starts_with(a);
+    options.any(|a| test_only(a)).then_some((QUOTE_VAR, "1"))
 }
 
 /// This process's arguments (`/proc/self/cmdline`); none where it cannot be read.
@@ -63,12 +67,14 @@ mod tests {
     #[test]
     fn test_only_asks_for_a_quote() {
         let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(
-            quote_env(&args(&["sbatch", "--test-only", "--gres=gpu:1", "job.sh"])),
-            Some(("GPUTOKENS_QUOTE", "1"))
-        );
-        assert_eq!(quote_env(&args(&["sbatch", "--gres=gpu:1", "job.sh"])), None);
-        assert_eq!(quote_env(&args(&["sbatch", "--wrap", "run --test-only"])), None, "a word inside another");
+        let script = |a: &str| a == "job.sh";
+        let quote = Some(("GPUTOKENS_QUOTE", "1"));
+        assert_eq!(quote_env(&args(&["sbatch", "--test-only", "--gres=gpu:1", "job.sh"]), script), quote);
+        assert_eq!(quote_env(&args(&["sbatch", "--gres=gpu:1", "--test", "job.sh"]), script), quote, "abbreviated");
+        assert_eq!(quote_env(&args(&["sbatch", "--gres=gpu:1", "job.sh"]), script), None);
+        assert_eq!(quote_env(&args(&["sbatch", "job.sh", "--test-only"]), script), None, "the script's argument");
+        assert_eq!(quote_env(&args(&["sbatch", "--wrap", "run --test-only"]), script), None, "a word inside another");
+        assert_eq!(quote_env(&args(&["sbatch", "--te", "job.sh"]), script), None, "too short to be it");
         assert!(!own_arguments().is_empty(), "this test's own command line");
     }
 

@@ -155,7 +155,8 @@ pub unsafe extern "C" fn slurm_spank_job_epilog(sp: spank_t, ac: c_int, av: *mut
 /// # Safety
 /// `sp` is the handle SPANK passed to the current entry point (allocator or local context).
 unsafe fn request_estimate(sp: spank_t) {
-    let asked = [estimate::control_env(), estimate::quote_env(&estimate::own_arguments())];
+    let is_script = |arg: &str| std::path::Path::new(arg).is_file();
+    let asked = [estimate::control_env(), estimate::quote_env(&estimate::own_arguments(), is_script)];
     for (name, value) in asked.into_iter().flatten() {
         // SAFETY: the caller's promise: `sp` is the current entry point's handle.
         if let Err(rc) = unsafe { ffi::job_control_setenv(sp, name, value) } {

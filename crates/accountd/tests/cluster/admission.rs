@@ -1155,25 +1155,14 @@ fn refusals_carry_a_code_and_retry_after_that_sbalance_and_the_backoff_script_re
     let dry = run_as(
         Some(alice),
         bash,
-        &[
-            &script,
-            "--type",
-            "a6000",
-            "--max-wait",
-            "999999",
-            "--dry-run",
-            "--",
-            "--gres=gpu:a6000:1",
-            "--wrap",
-            "true",
-        ],
+        &[&script, "--type", "a6000", "--max-wait", "999999", "--once", "--", "--gres=gpu:a6000:1", "--wrap", "true"],
     );
     assert_eq!(dry.code, 75, "{dry:?}");
     let waits: u64 = dry
         .stdout
         .trim()
-        .strip_prefix("gpu-submit-backoff.sh: refused (floor): would wait ")
-        .and_then(|rest| rest.strip_suffix("s before try 2"))
+        .strip_prefix("gpu-submit-backoff.sh: refused (floor): retry in ")
+        .and_then(|rest| rest.strip_suffix('s'))
         .unwrap_or_else(|| panic!("{dry:?}"))
         .parse()
         .unwrap();
@@ -1206,10 +1195,19 @@ fn refusals_carry_a_code_and_retry_after_that_sbalance_and_the_backoff_script_re
 fn sbatch_test_only_is_quoted_with_a_cheaper_type_free_now() {
     let cluster = serial();
     let alice = cluster.alice;
-    // Reading the live cluster (its queue and nodes), never preempting.
-    let live = "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n";
-    let (site, _adm) = following_site(live, &[(alice, "-50")]);
-    let snapshot = std::fs::read_to_string(site.path("lib/balances.snapshot")).unwrap_or_default();
+    // Reading the live cluster (its queue and nodes) every few seconds, never preempting.
+    let live = "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n[intervals]\ncheck = \"5s\"\n";
+    let (site, mut adm) = following_site(live, &[(alice, "-50")]);
+    // Until a check cycle has read the nodes (one right after slurmctld started may not).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let snapshot = loop {
+        let text = std::fs::read_to_string(site.path("lib/balances.snapshot")).unwrap_or_default();
+        if text.contains("\nfree_gpus ") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    adm.settled();
     let quoted = sbatch(alice, &["--test-only", "--gres=gpu:a6000:1", "--time=60", "--wrap", "true"]);
     assert_eq!(quoted.code, 0, "{quoted:?}");
     let told = &quoted.stderr;
@@ -1236,4 +1234,16 @@ fn sbatch_test_only_is_quoted_with_a_cheaper_type_free_now() {
     assert!(!plain.stderr.contains("quote"), "{plain:?}");
     let id = plain.stdout.trim().rsplit(' ').next().unwrap_or_default().to_string();
     run_as(None, Path::new("/usr/bin/scancel"), &[&id]);
+
+    // With the estimate, a quote counts until the next queue read, but the job it quoted takes its
+    // place: 50 tokens, floor -10, a job of 40 quoted and then submitted passes; a second does not.
+    adm.configure("[admission]\nmode = \"estimate\"\n");
+    let job = ["--gres=gpu:a6000:1", "--time=10:00:00", "--hold", "--wrap", "true"];
+    let quoted = sbatch(alice, &[&["--test-only"][..], &job[..]].concat());
+    assert!(quoted.stderr.contains("this job can cost up to 40 tokens"), "{quoted:?}");
+    let (_, told) = adm.accepted(alice, &job);
+    assert!(!told.contains("code="), "the quoted job passes: {told}");
+    let again = sbatch(alice, &job);
+    assert_ne!(again.code, 0, "{again:?}");
+    assert!(again.stderr.contains("[gputokens code=estimate retry_after="), "{again:?}");
 }

@@ -388,9 +388,10 @@ fn a_job_holding_every_cpu_of_its_node_pays_for_the_gpus_it_leaves_idle() {
     let history = site.sbalance(Some(alice), &["--history", "5", "-P", "-n"]).ok().stdout;
     let charge = history.lines().find(|l| l.contains(&format!("|{greedy}|"))).unwrap_or_else(|| panic!("{history}"));
     let why = format!(
-        "1 × rtx3090 for {}s at {VM_GPUS_PER_HOUR}/GPU-hour; priced by its CPUs: 16 of the 16 on vm, the share of \
-         10 of its 10 GPUs: {VM_GPUS_PER_HOUR}/h against its own GPUs' 900/h",
-        elapsed(&greedy)
+        "1 × rtx3090 for {}s at {VM_GPUS_PER_HOUR}/GPU-hour; priced by its CPUs: 16 of the 16 on vm stand for 10 of \
+         its 10 GPUs, so {}/GPU-hour is added for the 9 it leaves idle",
+        elapsed(&greedy),
+        VM_GPUS_PER_HOUR - 900
     );
     assert!(charge.contains(&why), "{charge}");
     let bobs = site.sbalance(Some(bob), &["--history", "5", "-P", "-n"]).ok().stdout;

@@ -76,13 +76,14 @@ fn a_balance_is_one_object_in_sbalance_the_json_api_and_the_status_page() {
         assert_eq!(status, 200, "{body}");
         let mut page = json(&body);
         assert_eq!(page["schema"], 1, "{page}");
-        // The seconds to wait count from when each was asked: the same instant, a second apart at most.
+        // The seconds to wait count from when, and by whose clock, each was asked (sbalance's own,
+        // which a dated run does not fake for a user's process): `retry_at`, the instant, is one.
         let retry = |row: &mut serde_json::Value| row["admission"]["retry_after"].take();
         let waits = [retry(&mut from_sbalance), retry(&mut from_api), retry(&mut page)];
         let any = |w: &serde_json::Value| w.get("*").and_then(serde_json::Value::as_u64);
         match (user, waits.each_ref().map(any)) {
             ("alice", [None, None, None]) => assert!(waits.iter().all(|w| w == &serde_json::json!({})), "{waits:?}"),
-            ("bob", [Some(a), Some(b), Some(c)]) => assert!(a.abs_diff(b) <= 2 && a.abs_diff(c) <= 2, "{waits:?}"),
+            ("bob", [Some(_), Some(b), Some(c)]) => assert!(b.abs_diff(c) <= 2, "{waits:?}"),
             _ => panic!("{user}: {waits:?}"),
         }
         let code = if user == "alice" { "ok" } else { "overdraft" };

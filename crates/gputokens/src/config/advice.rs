@@ -51,6 +51,16 @@ pub fn advice(config: &Config) -> Vec<Advice> {
             ),
         });
     }
+    if !config.prices.stranded().is_empty() && config.admission.mode == super::admission::Mode::Estimate {
+        out.push(Advice {
+            keys: "prices.stranded, admission.mode",
+            text: "the estimate prices a job's GPUs alone: a job that strands its node's other GPUs (every CPU, or \
+                   memory with stranded = [\"memory\"]) is charged more than it was admitted for, and can take its \
+                   balance below the floor. Limit CPUs and memory per GPU in Slurm (MaxCPUsPerGPU, MaxMemPerGPU on \
+                   the partition) where the floor must hold"
+                .into(),
+        });
+    }
     super::advice_timing::advice(config, &mut out);
     super::advice_reach::advice(config, &mut out);
     out
@@ -150,6 +160,15 @@ mod tests {
     }
 
     /// The newcomer review: a config with no `[prices]` charged 1 token per GPU-hour without a word.
+    /// Stranding prices beside the estimate: the estimate cannot foresee them, and says so.
+    #[test]
+    fn stranding_prices_with_the_estimate_are_warned_of() {
+        let both = parse("[prices]\na6000 = 4\nstranded = [\"cpus\"]\n[admission]\nmode = \"estimate\"\n");
+        assert!(advice(&both).iter().any(|a| a.keys == "prices.stranded, admission.mode"));
+        let stranded_only = parse("[prices]\na6000 = 4\nstranded = [\"cpus\"]\n");
+        assert!(advice(&stranded_only).iter().all(|a| a.keys != "prices.stranded, admission.mode"));
+    }
+
     #[test]
     fn no_prices_are_named() {
         let found = advice(&parse(""));

@@ -65,11 +65,19 @@ impl Code {
 /// Every GPU type, in `retry_after`.
 pub const ANY_TYPE: &str = "*";
 
-/// How long after a local midnight a retry waits for that day's replenishment: accountd's first
-/// cycle of the day adds it and rewrites the snapshot the plugin reads.
-pub const REPLENISHED_WITHIN: i64 = 15 * 60;
+/// How long after a local midnight a retry waits for that day's replenishment where the check
+/// interval is not known (sbalance): accountd's first cycle of the day adds it and rewrites the
+/// snapshot, within one check interval (30 minutes by default) and a minute.
+pub const REPLENISHED_WITHIN: i64 = 31 * 60;
 
-/// How long a retry waits when the balances cannot be read.
+/// How long after a local midnight that day's replenishment is in the snapshot, for a check
+/// interval of `check_seconds`.
+pub fn replenished_within(check_seconds: u64) -> i64 {
+    i64::try_from(check_seconds).unwrap_or(i64::MAX / 2).saturating_add(60)
+}
+
+/// How long a retry waits when the balances cannot be read, and at least for anything refused
+/// now: a client never retries in a tight loop.
 pub const UNAVAILABLE_RETRY: u64 = 60;
 
 /// The tail of a message: its code and when each GPU type would pass (empty: waiting does not help).
@@ -106,10 +114,10 @@ impl fmt::Display for Tail {
     }
 }
 
-/// Seconds from `now` until `day`'s replenishment has come (its local midnight and
-/// [`REPLENISHED_WITHIN`]); 0 when that is past.
-pub fn seconds_until_replenished(day: NaiveDate, now: i64) -> u64 {
-    (local_midnight(day) + REPLENISHED_WITHIN - now).max(0) as u64
+/// Seconds from `now` until `day`'s replenishment is in the snapshot (its local midnight and
+/// `within`), at least [`UNAVAILABLE_RETRY`]: it is asked for something refused now.
+pub fn seconds_until_replenished(day: NaiveDate, now: i64, within: i64) -> u64 {
+    (local_midnight(day).saturating_add(within) - now).max(UNAVAILABLE_RETRY as i64) as u64
 }
 
 /// The code and `retry_after` of a message's tail, as a program reads them; None without one.
@@ -158,7 +166,9 @@ mod tests {
     fn a_retry_waits_for_the_days_replenishment() {
         let day = NaiveDate::from_ymd_opt(2026, 12, 8).unwrap();
         let midnight = local_midnight(day);
-        assert_eq!(seconds_until_replenished(day, midnight - 3600), 3600 + REPLENISHED_WITHIN as u64);
-        assert_eq!(seconds_until_replenished(day, midnight + 3600), 0, "past: now");
+        let within = replenished_within(1800);
+        assert_eq!(within, 1860, "a check interval of 30 minutes, and a minute");
+        assert_eq!(seconds_until_replenished(day, midnight - 3600, within), 3600 + 1860);
+        assert_eq!(seconds_until_replenished(day, midnight + 3600, within), 60, "past: a minute, never a spin");
     }
 }

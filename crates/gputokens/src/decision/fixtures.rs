@@ -90,6 +90,7 @@ pub fn inputs<'a>(world: Option<&'a World>, config: &'a Admission, submit_uid: u
         exempt_names: &NO_NAMES,
         today: NaiveDate::from_ymd_opt(2026, 11, 10).unwrap(),
         now: crate::time::local_midnight(NaiveDate::from_ymd_opt(2026, 11, 10).unwrap()) + 12 * 3600,
+        check_interval: 1800,
         submit_uid,
         slurm_uid: SLURM_UID,
         admitted_since: &no_local,

@@ -202,6 +202,9 @@ pub struct Inputs<'a> {
     pub today: NaiveDate,
     /// Unix seconds now (for `retry_after`).
     pub now: i64,
+    /// accountd's check interval in seconds: how soon a new day's replenishment, or a job just
+    /// submitted, is in the snapshot.
+    pub check_interval: u64,
     /// Who asks (slurmctld's `submit_uid`).
     pub submit_uid: u32,
     /// slurmctld's own uid (the SlurmUser): its updates, like root's, are an administrator's.
@@ -341,8 +344,15 @@ impl<'a> Account<'a> {
     /// at 0 when deprioritized), in seconds from now; None when it never does.
     fn retry_after(&self, case: &Case) -> Option<u64> {
         let inputs = case.inputs;
-        let day = self.rules.recovers_on(inputs.today, self.balance)?;
-        Some(seconds_until_replenished(day, inputs.now))
+        let day = self.rules.recovers_on(self.replenished_through(case), self.balance)?;
+        Some(seconds_until_replenished(day, inputs.now, codes::replenished_within(inputs.check_interval)))
+    }
+
+    /// The last day whose replenishment the balances hold: the snapshot's (written before today's
+    /// first cycle, it lacks today's grant), never after today.
+    fn replenished_through(&self, case: &Case) -> NaiveDate {
+        let written = crate::time::local_date(self.standing.snapshot.generated);
+        written.min(case.inputs.today)
     }
 
     /// Why its decision refuses the job: its floor (the user's or the pool's), or the member's
@@ -352,7 +362,8 @@ impl<'a> Account<'a> {
         match self.pool {
             Some(_) if self.balance > self.rules.floor => {
                 let next_month = pool_rules::first_of_next_month(case.inputs.today);
-                let seconds = seconds_until_replenished(next_month, case.inputs.now);
+                let within = codes::replenished_within(case.inputs.check_interval);
+                let seconds = seconds_until_replenished(next_month, case.inputs.now, within);
                 Tail::any_type_after(Code::PoolLimit, Some(seconds))
             }
             Some(_) => Tail::any_type_after(Code::PoolFloor, self.retry_after(case)),
@@ -528,16 +539,21 @@ fn estimate_retry(case: &Case, account: &Account, held: Tokens, estimate: &JobEs
     let prices = &account.standing.snapshot.prices;
     let milli = crate::estimate::total_milli(&estimate.gpus);
     let floor = account.rules.floor.micro() as i128;
+    let within = codes::replenished_within(case.inputs.check_interval);
+    let from = account.replenished_through(case);
+    // Every priced type, and the job's own (a MIG slice or a type without a line of its own).
+    let asked = estimate.gpus.keys().flatten().map(String::as_str);
+    let types: std::collections::BTreeSet<&str> = prices.listed_types().chain(asked).collect();
     let mut out = Vec::new();
-    for gpu_type in prices.listed_types() {
+    for gpu_type in types {
         let Some(cost) = crate::pricing::cost_of(prices.requested(gpu_type), milli, estimate.seconds) else { continue };
         let passes = |balance: Tokens| balance.micro() as i128 - held.micro() as i128 - cost.micro() as i128 >= floor;
         let seconds = match passes(account.balance) {
             true => Some(0),
             false => account
                 .rules
-                .day_reaching(case.inputs.today, account.balance, passes)
-                .map(|day| seconds_until_replenished(day, case.inputs.now)),
+                .day_reaching(from, account.balance, passes)
+                .map(|day| seconds_until_replenished(day, case.inputs.now, within)),
         };
         out.extend(seconds.map(|s| (gpu_type.to_string(), s)));
     }

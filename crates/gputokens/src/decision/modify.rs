@@ -124,7 +124,12 @@ impl Steps for Update<'_> {
         }
         let Some(known) = self.known else {
             let message = rules::unknown_job_message(&what(case.job));
-            let tail = Tail::any_type_after(Code::UnknownJob, Some(codes::UNAVAILABLE_RETRY));
+            // In the queue at accountd's next read: within a check interval of the last.
+            let read =
+                case.inputs.standing.and_then(|s| s.snapshot.queue.as_ref()).map_or(case.inputs.now, |q| q.as_of);
+            let next_read = read.saturating_add(codes::replenished_within(case.inputs.check_interval));
+            let seconds = (next_read - case.inputs.now).max(codes::UNAVAILABLE_RETRY as i64) as u64;
+            let tail = Tail::any_type_after(Code::UnknownJob, Some(seconds));
             return Err(Refusal::logged("not in the last queue read", message, tail));
         };
         let (old, new) = before_and_after(case, account, self.asked.as_ref(), known).map_err(uncountable)?;
@@ -365,7 +370,7 @@ mod tests {
         assert_eq!(
             text,
             "gputokens: your GPU token balance is -3.5 (below 0): your GPU jobs keep a nice value of at least 10000 \
-             until it is 0 or more. Run 'sbalance' for details. [gputokens code=penalty_kept retry_after=*:303300]"
+             until it is 0 or more. Run 'sbalance' for details. [gputokens code=penalty_kept retry_after=*:304260]"
         );
         assert_eq!(
             modify(ctx, &nice(8, 0)).1,

@@ -60,14 +60,14 @@ fn the_jobs_account_picks_the_pool_that_pays() {
     assert!(message(&refused).contains("account lab's GPU token balance is -10"));
     assert!(message(&refused).contains("(course, ops, physics): sbatch -A course."), "{}", message(&refused));
     // lab's own floor and replenishment: above the floor tomorrow (see `codes`).
-    assert!(message(&refused).ends_with(" [gputokens code=pool_floor retry_after=*:44100]"), "{}", message(&refused));
+    assert!(message(&refused).ends_with(" [gputokens code=pool_floor retry_after=*:45060]"), "{}", message(&refused));
     assert!(matches!(submit(PoolMode::Account, &gpu_job(Some("course"))), Verdict::Accept { message: None, .. }));
     let default = submit(PoolMode::Account, &gpu_job(None));
     assert!(
         message(&default).starts_with("gputokens: account physics's GPU token balance is -4 (below 0)"),
         "no -A: physics"
     );
-    assert!(message(&default).ends_with(" [gputokens code=overdraft retry_after=*:303300]"), "{}", message(&default));
+    assert!(message(&default).ends_with(" [gputokens code=overdraft retry_after=*:304260]"), "{}", message(&default));
     assert!(
         matches!(submit(PoolMode::Account, &gpu_job(Some("ops"))), Verdict::Accept { message: None, .. }),
         "ops: bob's own 50"

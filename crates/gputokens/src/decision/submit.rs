@@ -468,7 +468,7 @@ mod tests {
 
     /// Every refusal and deprioritization ends with its code, and when replenishment alone lets the
     /// job through, per GPU type: at noon on 2026-11-10, +1 token a day, each day's grant counted
-    /// 15 minutes after its midnight.
+    /// a check interval (30 minutes) and a minute after its midnight.
     #[test]
     fn refusals_and_deprioritizations_carry_their_code_and_when_each_gpu_type_passes() {
         let w = world();
@@ -479,12 +479,13 @@ mod tests {
             };
             text.rsplit_once(" [").map(|(_, t)| format!("[{t}")).unwrap_or(text)
         };
-        // alice at -10.4: above the floor (-9.4) tomorrow, 12 h and 15 min away.
+        // alice at -10.4: above the floor (-9.4) tomorrow, 12 h and 31 min away (a check interval
+        // of 30 minutes and a minute after midnight).
         let s = submit_as(Some(&w), &config(), &gpu_job(1001), 1001, &no_local);
-        assert_eq!(tail(&s.verdict), "[gputokens code=floor retry_after=*:44100]");
+        assert_eq!(tail(&s.verdict), "[gputokens code=floor retry_after=*:45060]");
         // carol at -3.5: deprioritized until back at 0, on the 14th.
         let s = submit_as(Some(&w), &config(), &gpu_job(1003), 1003, &no_local);
-        assert_eq!(tail(&s.verdict), "[gputokens code=overdraft retry_after=*:303300]");
+        assert_eq!(tail(&s.verdict), "[gputokens code=overdraft retry_after=*:304260]");
         // Balances unreadable and on_error = "reject": a minute.
         let strict = Admission { on_error: OnError::Reject, ..config() };
         let s = submit_as(None, &strict, &gpu_job(1002), 1002, &no_local);
@@ -494,9 +495,9 @@ mod tests {
         let estimate = Admission { mode: Mode::Estimate, ..config() };
         let twelve = JobRequest { tres_per_node: Some("gres:gpu:a6000:12".into()), ..gpu_job(1002) };
         let s = submit_as(Some(&w), &estimate, &twelve, 1002, &no_local);
-        assert_eq!(tail(&s.verdict), "[gputokens code=estimate retry_after=a6000:303300,rtx2080:0]");
+        assert_eq!(tail(&s.verdict), "[gputokens code=estimate retry_after=a6000:304260,rtx2080:0]");
         let parsed = crate::decision::codes::parse(&message(&s.verdict)).unwrap();
-        assert_eq!(parsed, ("estimate".to_string(), vec![("a6000".to_string(), 303_300), ("rtx2080".to_string(), 0)]));
+        assert_eq!(parsed, ("estimate".to_string(), vec![("a6000".to_string(), 304_260), ("rtx2080".to_string(), 0)]));
         // Waiting mends neither a time limit nor too many GPUs.
         let capped =
             Admission { max_job_duration: Some(Duration::from_secs(3600)), max_gpus_per_user: Some(4), ..config() };

@@ -27,23 +27,32 @@ pub fn node_shapes(sinfo: &str) -> HashMap<String, NodeShape> {
 }
 
 /// The arguments of the sinfo that [`free_gpus`] reads.
-pub const NODE_STATES_ARGS: [&str; 5] = ["--all", "-h", "-N", "-o", "%N|%G|%t"];
+pub const NODE_STATES_ARGS: [&str; 5] = ["--all", "-h", "-N", "-o", "%N|%G|%t|%C"];
 
-/// Whether a node in this sinfo `%t` state takes new jobs: idle or mixed, not draining, down, not
-/// responding (`*`) or reserved; powered down (`~`) or powering up counts, as Slurm starts it.
-fn takes_jobs(state: &str) -> bool {
-    !state.contains('*') && matches!(state.trim_end_matches(['~', '#', '!', '%', '$', '@', '^', '-']), "idle" | "mix")
+/// Whether a node in this sinfo `%t` state, with these `%C` CPUs (allocated/idle/other/total),
+/// takes a new job now: idle or mixed with a CPU idle; not draining, down, not responding (`*`),
+/// in a maintenance reservation (`$`), about to reboot (`@`, `^`) or to power down (`%`, `!`).
+/// Powered down (`~`), powering up (`#`) or planned for a pending job (`-`) counts, as Slurm starts it.
+fn takes_jobs(state: &str, cpus: &str) -> bool {
+    let idle_cpus = cpus.split('/').nth(1).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+    idle_cpus > 0
+        && !state.contains(['*', '$', '@', '^', '%', '!'])
+        && matches!(state.trim_end_matches(['~', '#', '-']), "idle" | "mix")
 }
 
 /// Whole GPUs of each type that no running job holds on nodes taking jobs, from sinfo's
-/// `%N|%G|%t` (`text`, [`NODE_STATES_ARGS`]) and the queue. A job on one such node takes its GPUs
+/// `%N|%G|%t|%C` (`text`, [`NODE_STATES_ARGS`]) and the queue. A job on one such node takes its GPUs
 /// from it; one on several nodes (`n[1-2]`) from the total.
 pub fn free_gpus(text: &str, jobs: &[QueueJob]) -> BTreeMap<String, u64> {
     let mut per_node: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
     for line in text.lines() {
         let mut fields = line.split('|').map(str::trim);
-        let (Some(node), Some(gres), Some(state)) = (fields.next(), fields.next(), fields.next()) else { continue };
-        if takes_jobs(state) {
+        let (Some(node), Some(gres), Some(state), Some(cpus)) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        if takes_jobs(state, cpus) {
             let mut gpus = super::squeue::alloc_from_gres_detail(std::iter::once(gres)).gpus;
             let untyped = gpus.untyped.saturating_sub(gpus.typed.values().sum());
             if untyped > 0 {
@@ -96,10 +105,12 @@ mod tests {
 
     #[test]
     fn free_gpus_are_those_of_nodes_taking_jobs_that_no_running_job_holds() {
-        let sinfo = "vm|gpu:rtx2080:4,gpu:a6000:2(S:0)|mix\n\
-                     n2|gpu:a6000:2|drain\n\
-                     n3|gpu:a6000:2|idle*\n\
-                     n4|gpu:a6000:2|idle~\n";
+        let sinfo = "vm|gpu:rtx2080:4,gpu:a6000:2(S:0)|mix|4/12/0/16\n\
+                     n2|gpu:a6000:2|drain|0/16/0/16\n\
+                     n3|gpu:a6000:2|idle*|0/16/0/16\n\
+                     n4|gpu:a6000:2|idle~|0/16/0/16\n\
+                     n5|gpu:a6000:2|mix|16/0/0/16\n\
+                     n6|gpu:a6000:2|idle$|0/16/0/16\n";
         let job = |id: &str, state: &str, nodes: &str, detail: &str| {
             let json = format!(
                 r#"{{"jobs":[{{"job_id":{id},"user_name":"u","job_state":"{state}","nodes":"{nodes}","node_count":1,"gres_detail":["{detail}"]}}]}}"#
@@ -112,8 +123,8 @@ mod tests {
             job("3", "PENDING", "", ""),
         ];
         let free = free_gpus(sinfo, &jobs);
-        // vm: 4 rtx2080 and 1 a6000 left; n4 powered down but starts for a job: 2; n2 draining and
-        // n3 not responding: none.
+        // vm: 4 rtx2080 and 1 a6000 left; n4 powered down but starts for a job: 2; n2 draining, n3
+        // not responding, n5 with every CPU taken and n6 in a maintenance reservation: none.
         assert_eq!(free, BTreeMap::from([("a6000".to_string(), 3), ("rtx2080".to_string(), 4)]));
     }
 }
