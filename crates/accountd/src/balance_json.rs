@@ -7,11 +7,11 @@
 
 use std::collections::BTreeMap;
 
-use gputokens::decision::codes::{Code, ANY_TYPE, REPLENISHED_WITHIN};
+use gputokens::decision::codes::{replenished_at, Code, ANY_TYPE, REPLENISHED_WITHIN};
 use gputokens::entry::{Action, Entry, EntryKind};
 use gputokens::policy::Status;
 use gputokens::protocol::{BalanceRow, PoolBalance};
-use gputokens::time::{format_rfc3339, local_midnight};
+use gputokens::time::format_rfc3339;
 use gputokens::Tokens;
 use serde::{Deserialize, Serialize};
 
@@ -67,7 +67,7 @@ impl AdmissionJson {
             Status::Blocked => Code::Floor.as_str(),
         };
         let day = row.recovers.as_deref().and_then(|d| chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").ok());
-        let at = day.filter(|_| row.status != Status::Ok).map(|d| local_midnight(d) + REPLENISHED_WITHIN);
+        let at = day.filter(|_| row.status != Status::Ok).map(|d| replenished_at(d, REPLENISHED_WITHIN));
         AdmissionJson {
             code: code.to_string(),
             retry_after: at.map(|at| (ANY_TYPE.to_string(), (at - now).max(0) as u64)).into_iter().collect(),
@@ -245,6 +245,7 @@ pub fn pretty<T: Serialize>(value: &T) -> String {
 mod tests {
     use super::*;
     use gputokens::protocol::Expiring;
+    use gputokens::time::local_midnight;
     use serde_json::json;
 
     fn row() -> BalanceRow {

@@ -46,7 +46,7 @@ impl Counts {
     /// type AccountingStorageTRES does not list is recorded only in the total: a job of
     /// `gpu:a100:1,gpu:a100_1g.5gb:1` with only the slice's type listed is `gres/gpu=2,
     /// gres/gpu:a100_1g.5gb=1`, and its A100 is the remainder).
-    fn by_type(&self, untyped_as: &str) -> BTreeMap<String, u64> {
+    pub fn by_type(&self, untyped_as: &str) -> BTreeMap<String, u64> {
         let mut counts = self.typed.clone();
         let typed = self.typed.values().fold(0u64, |sum, n| sum.saturating_add(*n));
         let rest = self.untyped.saturating_sub(typed);

@@ -114,10 +114,15 @@ impl fmt::Display for Tail {
     }
 }
 
-/// Seconds from `now` until `day`'s replenishment is in the snapshot (its local midnight and
-/// `within`), at least [`UNAVAILABLE_RETRY`]: it is asked for something refused now.
+/// When `day`'s replenishment is in the snapshot (unix): its local midnight and `within`.
+pub fn replenished_at(day: NaiveDate, within: i64) -> i64 {
+    local_midnight(day).saturating_add(within)
+}
+
+/// Seconds from `now` until `day`'s replenishment is in the snapshot ([`replenished_at`]), at least
+/// [`UNAVAILABLE_RETRY`]: it is asked for something refused now.
 pub fn seconds_until_replenished(day: NaiveDate, now: i64, within: i64) -> u64 {
-    (local_midnight(day).saturating_add(within) - now).max(UNAVAILABLE_RETRY as i64) as u64
+    (replenished_at(day, within) - now).max(UNAVAILABLE_RETRY as i64) as u64
 }
 
 /// The code and `retry_after` of a message's tail, as a program reads them; None without one.

@@ -537,8 +537,7 @@ fn within_estimate(case: &Case, account: &Account, held: Tokens, estimate: &JobE
 /// that type passes now); types it never would on are left out.
 fn estimate_retry(case: &Case, account: &Account, held: Tokens, estimate: &JobEstimate) -> Vec<(String, u64)> {
     let prices = &account.standing.snapshot.prices;
-    let milli = crate::estimate::total_milli(&estimate.gpus);
-    let floor = account.rules.floor.micro() as i128;
+    let floor = account.rules.floor;
     let within = codes::replenished_within(case.inputs.check_interval);
     let from = account.replenished_through(case);
     // Every priced type, and the job's own (a MIG slice or a type without a line of its own).
@@ -546,8 +545,8 @@ fn estimate_retry(case: &Case, account: &Account, held: Tokens, estimate: &JobEs
     let types: std::collections::BTreeSet<&str> = prices.listed_types().chain(asked).collect();
     let mut out = Vec::new();
     for gpu_type in types {
-        let Some(cost) = crate::pricing::cost_of(prices.requested(gpu_type), milli, estimate.seconds) else { continue };
-        let passes = |balance: Tokens| balance.micro() as i128 - held.micro() as i128 - cost.micro() as i128 >= floor;
+        let Some(cost) = estimate.cost_on(gpu_type, prices) else { continue };
+        let passes = |balance: Tokens| rules::stays_above_floor(balance, held, cost, floor);
         let seconds = match passes(account.balance) {
             true => Some(0),
             false => account

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::rules::{whose, JobEstimate};
-use crate::pricing::{cost_of, PriceTable};
+use crate::pricing::PriceTable;
 use crate::tokens::Tokens;
 use crate::tres::MILLI;
 
@@ -49,7 +49,7 @@ fn cheaper(job: &JobEstimate, prices: &PriceTable, free: Option<&BTreeMap<String
         .filter(|t| *t != asked.as_str())
         .filter_map(|t| {
             let available = free.get(t).copied().unwrap_or(0);
-            let cost = cost_of(prices.requested(t), milli, job.seconds)?;
+            let cost = job.cost_on(t, prices)?;
             (available >= needed && cost < job.cost).then_some((cost, t, available))
         })
         .collect();

@@ -211,6 +211,12 @@ impl JobEstimate {
         }
     }
 
+    /// The most the same job can cost with all its GPUs of `gpu_type` instead (None: beyond what
+    /// can be counted): what a refusal's `retry_after` and a quote weigh each type by.
+    pub(super) fn cost_on(&self, gpu_type: &str, prices: &PriceTable) -> Option<Tokens> {
+        crate::pricing::cost_of(prices.requested(gpu_type), total_milli(&self.gpus), self.seconds)
+    }
+
     /// `up to 32 tokens (2 a6000 GPUs for 4:00:00)`
     pub(super) fn describe(&self) -> String {
         format!("up to {} tokens ({} for {})", self.cost, GpusText(&self.gpus), format_duration(self.seconds))
@@ -239,9 +245,7 @@ pub fn check_estimate(
     rules: &BucketRules,
     pool: Option<&str>,
 ) -> Option<String> {
-    // Exact in i128: saturating steps could round a worst case up to the floor.
-    let exact = balance.micro() as i128 - committed.micro() as i128 - job.cost.micro() as i128;
-    if exact >= rules.floor.micro() as i128 {
+    if stays_above_floor(balance, committed, job.cost, rules.floor) {
         return None;
     }
     let after = balance - committed - job.cost; // for the message; saturates at the least amount
@@ -262,6 +266,13 @@ pub fn check_estimate(
         job.describe(),
         rules.floor
     ))
+}
+
+/// Whether `balance`, less what the jobs it pays for can still cost (`committed`) and a job's
+/// `cost`, stays at or above `floor`: the estimate rule. Exact in i128: saturating steps could
+/// round a worst case up to the floor.
+pub(super) fn stays_above_floor(balance: Tokens, committed: Tokens, cost: Tokens, floor: Tokens) -> bool {
+    balance.micro() as i128 - committed.micro() as i128 - cost.micro() as i128 >= floor.micro() as i128
 }
 
 /// Refusal of a request too large to count: `gputokens: this job asks for 4294967295 GPUs of any

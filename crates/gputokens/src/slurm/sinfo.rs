@@ -53,12 +53,8 @@ pub fn free_gpus(text: &str, jobs: &[QueueJob]) -> BTreeMap<String, u64> {
             continue;
         };
         if takes_jobs(state, cpus) {
-            let mut gpus = super::squeue::alloc_from_gres_detail(std::iter::once(gres)).gpus;
-            let untyped = gpus.untyped.saturating_sub(gpus.typed.values().sum());
-            if untyped > 0 {
-                gpus.typed.insert(super::sacct::UNTYPED.to_string(), untyped);
-            }
-            per_node.insert(node, gpus.typed);
+            let gpus = super::squeue::alloc_from_gres_detail(std::iter::once(gres)).gpus;
+            per_node.insert(node, gpus.by_type(super::sacct::UNTYPED));
         }
     }
     let mut spread: BTreeMap<String, u64> = BTreeMap::new();
