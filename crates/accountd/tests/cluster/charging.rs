@@ -397,7 +397,8 @@ fn a_job_holding_every_cpu_of_its_node_pays_for_the_gpus_it_leaves_idle() {
     let bobs = site.sbalance(Some(bob), &["--history", "5", "-P", "-n"]).ok().stdout;
     assert!(!bobs.contains("priced by"), "bob's fair share is priced by its GPU: {bobs}");
 
-    let month = chrono::Local::now().format("%Y-%m").to_string();
+    // The month the charge was made in, as its entry's local date says (no calendar read here).
+    let month = charge.get(..7).unwrap_or_else(|| panic!("{charge}")).to_string();
     let statement = site.sbalance(Some(alice), &["--statement", &month]).ok().stdout;
     let line = statement.lines().find(|l| l.contains("rtx3090, ")).unwrap_or_else(|| panic!("{statement}"));
     // What a GPU of 900/h would have cost is hers; the rest paid for the GPUs her CPUs left idle.
