@@ -651,6 +651,8 @@ mod tests {
             rules: gputokens::policy::BucketRules::default(),
             user_limit: None,
             created: 0,
+            parent: None,
+            lends: false,
         };
         for per_user in [false, true] {
             let m = Metrics::with_users(per_user);

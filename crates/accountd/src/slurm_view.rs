@@ -105,10 +105,12 @@ fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdR
     let (prices, sharing) = (&res.config.prices, res.config.sharing);
     let committed = commitments(jobs, default_limit, prices, sharing, charged);
     // Every member's jobs a pool pays for draw on its one balance (the audit's L5).
-    let pools: std::collections::HashSet<String> = match res.config.accounts.mode {
-        PoolMode::User => Default::default(),
-        _ => res.ledger.pools()?.into_iter().map(|p| p.account).collect(),
+    let all_pools = match res.config.accounts.mode {
+        PoolMode::User => Vec::new(),
+        _ => res.ledger.pools()?,
     };
+    let pools: std::collections::HashSet<String> = all_pools.iter().map(|p| p.account.clone()).collect();
+    let parent_of = |a: &str| all_pools.iter().find(|p| p.account == a)?.parent.as_deref();
     let mode = res.config.accounts.mode;
     let paying_pool = |j: &squeue::QueueJob| {
         gputokens::pools::payers(mode, Some(j.account.as_str()), |a| pools.contains(a)).pool.map(str::to_string)
@@ -116,7 +118,18 @@ fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdR
     let mut pool_committed = commitments_by(jobs, default_limit, prices, sharing, charged, paying_pool);
     // And per member, for a pool's per-user limit (the audit's L5: what runs and waits counts).
     let member = |j: &squeue::QueueJob| paying_pool(j).map(|pool| (pool, j.user.clone()));
-    let pool_user_committed = commitments_by(jobs, default_limit, prices, sharing, charged, member);
+    let mut pool_user_committed = commitments_by(jobs, default_limit, prices, sharing, charged, member);
+    // A pool's jobs draw on the pools above it too: counted there as well.
+    for (pool, c) in pool_committed.clone() {
+        for above in gputokens::pools::ancestors(&pool, parent_of) {
+            *pool_committed.entry(above.to_string()).or_default() += c;
+        }
+    }
+    for ((pool, user), c) in pool_user_committed.clone() {
+        for above in gputokens::pools::ancestors(&pool, parent_of) {
+            *pool_user_committed.entry((above.to_string(), user.clone())).or_default() += c;
+        }
+    }
     // Every pool listed, those with nothing committed too: the plugin tells "none" from "not said".
     for pool in &pools {
         pool_committed.entry(pool.clone()).or_default();

@@ -81,6 +81,30 @@ pub struct PoolStanding {
     pub coordinators: Vec<String>,
     /// What each member's jobs took from it in the snapshot's `spent_month`.
     pub spent: std::collections::HashMap<String, crate::tokens::Tokens>,
+    /// The pool it draws on: its charges count there too, and that pool's floor and limits hold
+    /// for its jobs.
+    pub parent: Option<String>,
+    /// Whether the pools drawing on it may go below their own floor while it is above its own.
+    pub lends: bool,
+}
+
+/// How many pools above a pool count at most: a chain longer than this (or a loop, which the
+/// ledger refuses to make) stops there.
+pub const MAX_DEPTH: usize = 16;
+
+/// The pools `account`'s pool draws on, nearest first (`parent_of` says each one's parent), never
+/// `account` itself nor any pool twice.
+pub fn ancestors<'a>(account: &str, parent_of: impl Fn(&str) -> Option<&'a str>) -> Vec<&'a str> {
+    let mut chain: Vec<&'a str> = Vec::new();
+    let mut at = account;
+    while let Some(parent) = parent_of(at) {
+        if parent == account || chain.contains(&parent) || chain.len() == MAX_DEPTH {
+            break;
+        }
+        chain.push(parent);
+        at = parent;
+    }
+    chain
 }
 
 /// Prefix of a pool's row among the ledger's balances. User names never contain whitespace
@@ -162,6 +186,22 @@ mod tests {
         assert!(crate::user_name::problem(&holder("lab")).is_some(), "no user name has a space");
         assert_eq!(PoolMode::parse("both"), Some(PoolMode::Both));
         assert_eq!(PoolMode::parse("Users"), None);
+    }
+
+    #[test]
+    fn a_pool_draws_on_its_parents_nearest_first_and_a_loop_ends_the_chain() {
+        let parents = |a: &str| match a {
+            "course" => Some("dept"),
+            "dept" => Some("school"),
+            "loop-a" => Some("loop-b"),
+            "loop-b" => Some("loop-a"),
+            _ => None,
+        };
+        assert_eq!(ancestors("course", parents), ["dept", "school"]);
+        assert_eq!(ancestors("school", parents), Vec::<&str>::new());
+        assert_eq!(ancestors("loop-a", parents), ["loop-b"], "never itself");
+        let deep = |a: &str| Some(if a.len().is_multiple_of(2) { "x" } else { "yy" });
+        assert_eq!(ancestors("z", deep), ["yy", "x"], "each pool once");
     }
 
     #[test]

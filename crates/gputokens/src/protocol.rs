@@ -222,6 +222,14 @@ pub struct PoolRules {
     pub no_cap: bool,
     #[serde(default)]
     pub no_user_limit: bool,
+    /// The account whose pool it draws on (nested pools).
+    #[serde(default)]
+    pub parent: Option<String>,
+    #[serde(default)]
+    pub no_parent: bool,
+    /// Whether it lends to the pools drawing on it.
+    #[serde(default)]
+    pub lends: Option<bool>,
 }
 
 /// An account's pool as `sbalance -A` shows it.
@@ -230,6 +238,12 @@ pub struct PoolRow {
     pub account: String,
     /// The account above it in Slurm's tree.
     pub parent: Option<String>,
+    /// The account whose pool it draws on: its charges count there too.
+    #[serde(default)]
+    pub draws_on: Option<String>,
+    /// Whether the pools drawing on it may go below their own floor while it is above its own.
+    #[serde(default)]
+    pub lends: bool,
     pub balance: Tokens,
     pub floor: Tokens,
     pub status: Status,

@@ -23,8 +23,11 @@
 //! pending 41 1 1 1 3600 1000 4000000
 //! pending 42 2 8 1 86400
 //! pool_mode account
+//! pool course 5000000 -10000000 0 0 -
+//! pool_parent course lab
 //! pool lab 46000000 -10000000 0 30000000 10000000
 //! coordinators lab carol
+//! pool_lends lab
 //! job_account 41 lab
 //! spent_month 2026-11
 //! spent lab alice 4000000
@@ -42,7 +45,8 @@
 //! milli-GPUs and maximum cost), so the plugin can judge an update of it: a job not listed is
 //! unknown (e.g. submitted since the read) and treated as a possible GPU job. With pools
 //! (`[accounts] mode` not "user"): each pool (balance, floor, daily, monthly, per-user limit or `-`),
-//! its coordinators, what each member spent of it in `spent_month`, and each user's accounts.
+//! its coordinators, the pool it draws on (`pool_parent`) and whether it lends to those drawing on
+//! it (`pool_lends`), what each member spent of it in `spent_month`, and each user's accounts.
 //! [`parse`] reads it back: the magic line first, every header key once, users once each; lines
 //! with other keywords are skipped, so a later writer may add keys without breaking older readers.
 
@@ -180,6 +184,12 @@ fn render_pools(snap: &Snapshot, out: &mut String) {
         ));
         if !p.coordinators.is_empty() {
             out.push_str(&format!("coordinators {account} {}\n", p.coordinators.join(",")));
+        }
+        if let Some(parent) = &p.parent {
+            out.push_str(&format!("pool_parent {account} {parent}\n"));
+        }
+        if p.lends {
+            out.push_str(&format!("pool_lends {account}\n"));
         }
     }
     for (id, account) in snap.queue.iter().flat_map(|q| &q.job_accounts) {
@@ -402,8 +412,15 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
                 };
                 words.end()?;
                 let rules = BucketRules { initial: Tokens::ZERO, daily, monthly, cap: None, floor };
-                let standing =
-                    PoolStanding { balance, rules, user_limit, coordinators: Vec::new(), spent: HashMap::new() };
+                let standing = PoolStanding {
+                    balance,
+                    rules,
+                    user_limit,
+                    coordinators: Vec::new(),
+                    spent: HashMap::new(),
+                    parent: None,
+                    lends: false,
+                };
                 if snap.pools.insert(account.clone(), standing).is_some() {
                     return Err(words.bad(format!("pool '{account}' is listed twice")));
                 }
@@ -417,6 +434,23 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
                     None => {
                         return Err(words.bad(format!("coordinators of '{account}', which has no pool line before")))
                     }
+                }
+            }
+            "pool_parent" => {
+                let account = words.next("account")?;
+                let parent = words.next("parent account")?.to_string();
+                words.end()?;
+                match snap.pools.get_mut(account) {
+                    Some(pool) => pool.parent = Some(parent),
+                    None => return Err(words.bad(format!("parent of '{account}', which has no pool line before"))),
+                }
+            }
+            "pool_lends" => {
+                let account = words.next("account")?;
+                words.end()?;
+                match snap.pools.get_mut(account) {
+                    Some(pool) => pool.lends = true,
+                    None => return Err(words.bad(format!("lending of '{account}', which has no pool line before"))),
                 }
             }
             "spent_month" => {
@@ -657,12 +691,19 @@ mod tests {
             user_limit: Some(Tokens::whole(10)),
             coordinators: vec!["carol".into(), "dave".into()],
             spent: HashMap::from([("alice".to_string(), Tokens::from_micro(10_500_000))]),
+            parent: None,
+            lends: true,
         };
         snap.pools.insert("lab".into(), lab.clone());
-        snap.pools.insert(
-            "course".into(),
-            PoolStanding { user_limit: None, coordinators: vec![], spent: HashMap::new(), ..lab },
-        );
+        let course = PoolStanding {
+            user_limit: None,
+            coordinators: vec![],
+            spent: HashMap::new(),
+            parent: Some("lab".into()),
+            lends: false,
+            ..lab
+        };
+        snap.pools.insert("course".into(), course);
         snap.spent_month = Some("2026-11".into());
         snap.user_accounts.insert("bob".into(), vec!["lab".into(), "course".into()]);
         snap

@@ -83,6 +83,7 @@ impl Ledger {
     ) -> Result<ChargeOutcome, LedgerError> {
         let pool_rules = super::pools::pool_rules(&self.conn)?;
         let pool_accounts: HashSet<&str> = pool_rules.keys().filter_map(|h| pools::account_of(h)).collect();
+        let parents = super::pools::pool_parents(&self.conn)?;
         let mode = self.pool_mode;
         let tx = self.conn.transaction()?;
         let mut outcome = ChargeOutcome::default();
@@ -115,6 +116,7 @@ impl Ledger {
             batch: Batch::default(),
             steps: Vec::new(),
             items: Vec::new(),
+            parents,
         };
         let mut read = read_all;
         for chunk in records.chunks(chunk_size(tx.dialect())) {
@@ -284,6 +286,8 @@ struct Cycle<'tx, 'r> {
     /// The records of the chunk being charged, and each of their GPU types.
     steps: Vec<Step<'r>>,
     items: Vec<Item<'r>>,
+    /// Each pool that draws on another: the account of that pool.
+    parents: HashMap<String, String>,
 }
 
 /// A record of the chunk being charged.
@@ -484,8 +488,15 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
         charged_before: Tokens,
     ) -> Result<bool, LedgerError> {
         let mut charged_any = false;
-        let pool_holder = payers.pool.map(pools::holder);
-        let payer_names = [payers.user.then_some(&record.user), pool_holder.as_ref()];
+        // The pool that pays and every pool it draws on: a charge counts up the chain.
+        let pool_holders: Vec<String> = match payers.pool {
+            Some(pool) => std::iter::once(pool)
+                .chain(pools::ancestors(pool, |a| self.parents.get(a).map(String::as_str)))
+                .map(pools::holder)
+                .collect(),
+            None => Vec::new(),
+        };
+        let payer_names: Vec<&String> = payers.user.then_some(&record.user).into_iter().chain(&pool_holders).collect();
         let tracked = self.track_payments(payers, record, charged_before)?;
         for i in items {
             let Item { priced: Priced { gpu_type, milli, price, weighted, total }, until, new_row } = self.items[i];
@@ -498,7 +509,7 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
                 let slot = self.batch.unlisted_types.entry(gpu_type).or_default();
                 *slot = slot.saturating_add(gpu_seconds);
             }
-            for payer in payer_names.into_iter().flatten() {
+            for &payer in &payer_names {
                 let own = payer == &record.user;
                 let pending = match self.batch.users.get_mut(payer.as_str()) {
                     Some(pending) => pending,
@@ -533,11 +544,16 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
                     member: member.map(String::as_str),
                 };
                 let reasons = &mut self.reasons;
+                let account = pools::account_of(payer);
+                let drawn_by = payers.pool.filter(|&pool| account.is_some_and(|a| a != pool));
                 let id = self.entries.add(charge, |out| {
+                    use std::fmt::Write;
                     reasons.write(out, milli, gpu_type, price.slice, record.elapsed, weighted);
                     if let Some(stranding) = &record.stranding {
-                        use std::fmt::Write;
                         let _ = write!(out, "; {stranding}");
+                    }
+                    if let Some(below) = drawn_by {
+                        let _ = write!(out, "; under account {below}, which draws on this pool");
                     }
                 })?;
                 pending.last_entry = Some(id);
@@ -551,7 +567,7 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
                     // All of the new run's charge: its row is written from this entry.
                     self.runs.charged_by(row, id);
                 }
-                if let (Some(account), Some(member)) = (payers.pool, member) {
+                if let (Some(account), Some(member)) = (account, member) {
                     let spent = self.batch.member_spending.entry((account.to_string(), member.clone())).or_default();
                     *spent = *spent + due;
                 }

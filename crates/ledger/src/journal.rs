@@ -23,8 +23,16 @@ pub enum Journaled {
     Expiring { ends: i64 },
     /// A pool made with these rules.
     PoolCreated { rules: BucketRules, user_limit: Option<Tokens> },
-    /// A pool's rules changed to these.
-    PoolRules { rules: BucketRules, user_limit: Option<Tokens> },
+    /// A pool's rules changed to these (the pool it draws on and whether it lends: none and no in
+    /// marks written before pools nested).
+    PoolRules {
+        rules: BucketRules,
+        user_limit: Option<Tokens>,
+        #[serde(default)]
+        parent: Option<String>,
+        #[serde(default)]
+        lends: bool,
+    },
     /// Tokens moved between two balances (the `:from` half's entry); `key` as the admin gave it.
     Transfer { from: String, to: String, amount: Tokens, reason: String, key: String },
 }
@@ -107,8 +115,14 @@ mod tests {
         l.append(&grant("bob", "replenish:bob")).unwrap();
         l.append_expiring(&grant("bob", "grant:b").journaled(Journaled::AsItsKind), NOW + 86_400).unwrap();
         let rules = BucketRules { daily: Tokens::ZERO, ..BucketRules::default() };
+        l.add_pool("dept", rules, None, "root", NOW).unwrap();
         l.add_pool("lab", rules, None, "root", NOW).unwrap();
-        let change = PoolChange { daily: Some(Tokens::whole(2)), ..Default::default() };
+        let change = PoolChange {
+            daily: Some(Tokens::whole(2)),
+            parent: Some(Some("dept".into())),
+            lends: Some(true),
+            ..Default::default()
+        };
         l.set_pool("lab", &change, "root", "pool-rules:k", NOW).unwrap();
         l.transfer(&holder("lab"), "alice", Tokens::whole(3), "root", "share", "move:1", NOW).unwrap();
         let refused = l.transfer(&holder("lab"), "alice", Tokens::whole(10_000), "root", "all", "move:2", NOW);
@@ -120,8 +134,12 @@ mod tests {
             [
                 ("grant:a".to_string(), Journaled::AsItsKind),
                 ("grant:b".to_string(), Journaled::Expiring { ends: NOW + 86_400 }),
+                (crate::pool_created_key("dept"), Journaled::PoolCreated { rules, user_limit: None }),
                 (crate::pool_created_key("lab"), Journaled::PoolCreated { rules, user_limit: None }),
-                ("pool-rules:k".to_string(), Journaled::PoolRules { rules: changed, user_limit: None }),
+                (
+                    "pool-rules:k".to_string(),
+                    Journaled::PoolRules { rules: changed, user_limit: None, parent: Some("dept".into()), lends: true }
+                ),
                 (
                     "move:1:from".to_string(),
                     Journaled::Transfer {
@@ -136,9 +154,9 @@ mod tests {
         );
         let first_two: Vec<i64> = l.pending_journal().unwrap().iter().take(2).map(|p| p.entry.id).collect();
         l.journal_exported(&first_two).unwrap();
-        assert_eq!(pending(&l).len(), 3);
+        assert_eq!(pending(&l).len(), 4);
         drop(l);
-        assert_eq!(pending(&ledger(&dir)).len(), 3, "marks outlive the process");
+        assert_eq!(pending(&ledger(&dir)).len(), 4, "marks outlive the process");
     }
 
     /// A mark this version cannot read (a newer one wrote it) still journals its entry, as its kind

@@ -219,3 +219,59 @@ fn transfers_stop_at_the_floor_and_leave_expiring_tokens_where_they_expire() {
     );
     l.transfer(&course, &lab, Tokens::whole(90), "carol", "x", "t4", now).unwrap();
 }
+
+/// course draws on dept: each charge of a course job counts at both (and what the member spent at
+/// both, for each one's per-user limit), a refund goes back to both, and a parent is refused
+/// where it would make a loop.
+#[test]
+fn a_pool_drawing_on_a_parent_is_charged_at_both_and_refunded_at_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = ledger(&dir, PoolMode::Account);
+    let now = at("2026-11-30T20:00:00");
+    l.add_pool("dept", pool_rules(), None, "root", now).unwrap();
+    l.add_pool("course", pool_rules(), None, "root", now).unwrap();
+    let nest = |parent: &str| PoolChange { parent: Some(Some(parent.to_string())), ..Default::default() };
+    let (course, changed) = l.set_pool("course", &nest("dept"), "root", "pool-rules:nest", now).unwrap();
+    assert!(changed && course.parent.as_deref() == Some("dept"));
+    let rules_entry = l.history(&holder("course")).unwrap().into_iter().last().unwrap();
+    assert!(rules_entry.reason.ends_with(", draws on dept"), "{}", rules_entry.reason);
+    // No loops, no pool drawing on itself or on an account without a pool.
+    for (account, parent) in [("dept", "course"), ("course", "course"), ("course", "nowhere")] {
+        let refused = l.set_pool(account, &nest(parent), "root", &format!("pool-rules:{account}{parent}"), now);
+        assert!(matches!(refused, Err(LedgerError::Refused(_))), "{account} → {parent}: {refused:?}");
+    }
+    l.charge(
+        &[job("7", "alice", "course", "a6000", 1, 3600), job("8", "bob", "dept", "a6000", 1, 1800)],
+        &prices(),
+        now,
+    )
+    .unwrap();
+    assert_eq!(balance(&l, &holder("course")), Tokens::whole(96), "its own job");
+    assert_eq!(balance(&l, &holder("dept")), Tokens::whole(94), "course's 4 and its own 2");
+    assert_eq!(balance(&l, &holder("lab")), Tokens::whole(100));
+    let counted = l.history(&holder("dept")).unwrap();
+    let from_course = counted.iter().find(|e| e.job_id.as_deref() == Some("7")).unwrap();
+    assert!(from_course.reason.ends_with("; under account course, which draws on this pool"), "{}", from_course.reason);
+    let spent: Vec<_> =
+        l.member_spending("2026-11").unwrap().into_iter().map(|s| (s.account, s.user, s.spent)).collect();
+    assert_eq!(
+        spent,
+        [
+            ("course".to_string(), "alice".to_string(), Tokens::whole(4)),
+            ("dept".to_string(), "alice".to_string(), Tokens::whole(4)),
+            ("dept".to_string(), "bob".to_string(), Tokens::whole(2)),
+        ]
+    );
+    // Charged further: counted at both again, once.
+    l.charge(&[job("7", "alice", "course", "a6000", 1, 5400)], &prices(), now + 1800).unwrap();
+    l.charge(&[job("7", "alice", "course", "a6000", 1, 5400)], &prices(), now + 1900).unwrap();
+    assert_eq!((balance(&l, &holder("course")), balance(&l, &holder("dept"))), (Tokens::whole(94), Tokens::whole(92)));
+    l.refund_job("7", "root", "node failure", now + 4000).unwrap();
+    assert_eq!((balance(&l, &holder("course")), balance(&l, &holder("dept"))), (Tokens::whole(100), Tokens::whole(98)));
+    assert_eq!(l.verify().unwrap().problems, Vec::<String>::new());
+    // Unnested: its next charges stay in course.
+    let unnest = PoolChange { parent: Some(None), ..Default::default() };
+    l.set_pool("course", &unnest, "root", "pool-rules:unnest", now + 5000).unwrap();
+    l.charge(&[job("9", "alice", "course", "a6000", 1, 3600)], &prices(), now + 5000).unwrap();
+    assert_eq!((balance(&l, &holder("course")), balance(&l, &holder("dept"))), (Tokens::whole(96), Tokens::whole(98)));
+}

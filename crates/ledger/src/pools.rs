@@ -25,6 +25,10 @@ pub struct Pool {
     pub user_limit: Option<Tokens>,
     pub balance: Tokens,
     pub created: i64,
+    /// The account whose pool it draws on: its charges count there too.
+    pub parent: Option<String>,
+    /// Whether the pools drawing on it may go below their own floor while it is above its own.
+    pub lends: bool,
 }
 
 /// A change of a pool's rules: each field given replaces the pool's.
@@ -37,6 +41,9 @@ pub struct PoolChange {
     pub floor: Option<Tokens>,
     /// Some(None) removes the limit.
     pub user_limit: Option<Option<Tokens>>,
+    /// Some(None): it draws on no pool any more.
+    pub parent: Option<Option<String>>,
+    pub lends: Option<bool>,
 }
 
 impl PoolChange {
@@ -59,7 +66,7 @@ pub struct MemberSpending {
 }
 
 const POOL_COLUMNS: &str =
-    "p.account, p.initial, p.daily, p.monthly, p.cap, p.floor, p.user_limit, p.created, u.balance";
+    "p.account, p.initial, p.daily, p.monthly, p.cap, p.floor, p.user_limit, p.created, u.balance, p.parent, p.lends";
 /// Each pool joined to its balance row, named `?1` (the holder prefix) followed by the account.
 const POOLS_WITH_BALANCES: &str = "pools p JOIN users u ON u.name = ?1 || p.account";
 
@@ -78,6 +85,8 @@ fn pool_row(r: &crate::db::Row<'_>) -> crate::db::Result<Pool> {
         user_limit: optional(6)?,
         created: r.get(7)?,
         balance: tokens(8)?,
+        parent: r.get(9)?,
+        lends: r.get::<i64>(10)? != 0,
     })
 }
 
@@ -120,9 +129,11 @@ impl Ledger {
         Ok(added)
     }
 
-    /// Changes a pool's rules; the change is an entry of the pool (amount 0) under `key`, naming what
-    /// changed. Returns the pool and whether an entry was written: none when the rules are already
-    /// so, or `key` was used before (a change entered again).
+    /// Changes a pool's rules (its grants, floor, per-user limit, the pool it draws on and whether
+    /// it lends); the change is an entry of the pool (amount 0) under `key`, naming what changed.
+    /// Returns the pool and whether an entry was written: none when the rules are already so, or
+    /// `key` was used before (a change entered again). A parent must be a pool, and never the
+    /// pool itself or one drawing on it.
     pub fn set_pool(
         &mut self,
         account: &str,
@@ -133,25 +144,34 @@ impl Ledger {
     ) -> Result<(Pool, bool), LedgerError> {
         let before = self.pool(account)?.ok_or_else(|| LedgerError::UnknownPool(account.to_string()))?;
         let (rules, user_limit) = change.applied_to(before.rules, before.user_limit);
-        let (was, now_is) = (describe_rules(&before.rules, before.user_limit), describe_rules(&rules, user_limit));
+        let parent = change.parent.clone().unwrap_or_else(|| before.parent.clone());
+        let lends = change.lends.unwrap_or(before.lends);
+        if let Some(parent) = parent.as_deref().filter(|p| before.parent.as_deref() != Some(*p)) {
+            self.refuse_parent(account, parent)?;
+        }
+        let was = describe_pool(&before.rules, before.user_limit, before.parent.as_deref(), before.lends);
+        let now_is = describe_pool(&rules, user_limit, parent.as_deref(), lends);
         if was == now_is {
             return Ok((before, false));
         }
         let tx = self.conn.transaction()?;
         tx.execute(
-            "UPDATE pools SET daily = ?2, monthly = ?3, cap = ?4, floor = ?5, user_limit = ?6 WHERE account = ?1",
+            "UPDATE pools SET daily = ?2, monthly = ?3, cap = ?4, floor = ?5, user_limit = ?6, parent = ?7, lends = ?8
+             WHERE account = ?1",
             params![
                 account,
                 rules.daily.micro(),
                 rules.monthly.micro(),
                 rules.cap.map(Tokens::micro),
                 rules.floor.micro(),
-                user_limit.map(Tokens::micro)
+                user_limit.map(Tokens::micro),
+                parent.as_deref(),
+                i64::from(lends)
             ],
         )?;
         let reason = format!("pool rules changed: {was} → {now_is}");
         let audit = NewEntry::new(&holder(account), EntryKind::Adjust, Tokens::ZERO, now, actor, &reason, key.into())
-            .journaled(Journaled::PoolRules { rules, user_limit });
+            .journaled(Journaled::PoolRules { rules, user_limit, parent, lends });
         // A key used before (the change entered again): dropping the transaction undoes the update.
         if insert_entry(&tx, &audit)? == Applied::AlreadyRecorded {
             return Ok((before, false));
@@ -159,6 +179,36 @@ impl Ledger {
         tx.commit()?;
         let after = self.pool(account)?.ok_or_else(|| LedgerError::UnknownPool(account.to_string()))?;
         Ok((after, true))
+    }
+
+    /// Refuses `parent` as the pool `account` draws on: it must be a pool, and never `account`
+    /// nor a pool that draws on it (a loop would count each charge round and round).
+    fn refuse_parent(&self, account: &str, parent: &str) -> Result<(), LedgerError> {
+        if parent == account {
+            return Err(LedgerError::Refused(format!("account {account}'s pool cannot draw on itself")));
+        }
+        let pools = self.pools()?;
+        let parent_of = |a: &str| pools.iter().find(|p| p.account == a)?.parent.as_deref();
+        if !pools.iter().any(|p| p.account == parent) {
+            return Err(LedgerError::Refused(format!(
+                "account {parent} has no pool for {account}'s to draw on; make it first (accountd admin account add {parent})"
+            )));
+        }
+        let above = gputokens::pools::ancestors(parent, parent_of);
+        if above.contains(&account) {
+            return Err(LedgerError::Refused(format!(
+                "account {parent}'s pool draws on {account}'s ({parent} → {}): {account}'s cannot draw on it",
+                above.join(" → ")
+            )));
+        }
+        if above.len() + 1 >= gputokens::pools::MAX_DEPTH {
+            return Err(LedgerError::Refused(format!(
+                "account {parent}'s pool is {} pools deep; a pool draws on at most {} above it",
+                above.len() + 1,
+                gputokens::pools::MAX_DEPTH
+            )));
+        }
+        Ok(())
     }
 
     pub fn pool(&self, account: &str) -> Result<Option<Pool>, LedgerError> {
@@ -340,6 +390,11 @@ pub(crate) fn pool_rules(conn: &crate::db::Connection) -> Result<HashMap<String,
     Ok(all_pools(conn)?.into_iter().map(|p| (holder(&p.account), p.rules)).collect())
 }
 
+/// Each pool that draws on another, by its account: that pool's account.
+pub(crate) fn pool_parents(conn: &crate::db::Connection) -> Result<HashMap<String, String>, LedgerError> {
+    Ok(all_pools(conn)?.into_iter().filter_map(|p| Some((p.account, p.parent?))).collect())
+}
+
 /// Every pool, by account name.
 fn all_pools(conn: &crate::db::Connection) -> Result<Vec<Pool>, LedgerError> {
     let sql = format!("SELECT {POOL_COLUMNS} FROM {POOLS_WITH_BALANCES} ORDER BY p.account");
@@ -365,6 +420,18 @@ pub(crate) fn add_member_spending(
     ))?
     .execute(params![account, user, month, spent.micro()])?;
     Ok(())
+}
+
+/// The rules, then `, draws on dept` and `, lends to the pools drawing on it` where so.
+fn describe_pool(rules: &BucketRules, user_limit: Option<Tokens>, parent: Option<&str>, lends: bool) -> String {
+    let mut text = describe_rules(rules, user_limit);
+    if let Some(parent) = parent {
+        text.push_str(&format!(", draws on {parent}"));
+    }
+    if lends {
+        text.push_str(", lends to the pools drawing on it");
+    }
+    text
 }
 
 /// `initial 100, +1/day, +30/month, floor -10, no cap, no per-user limit`.

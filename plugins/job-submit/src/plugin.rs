@@ -432,11 +432,13 @@ fn decide(
     let now = unix_now();
     let judged = |tally: &Tally, log: &mut Log| {
         let admitted_since = |uid| tally.of(uid);
-        let admitted_to_pool = |account: &str| tally.of_pool(account);
+        let standing = view.usable(now, config.admission.max_snapshot_age);
+        let parent_of = |pool: &str| standing?.snapshot.pools.get(pool)?.parent.as_deref();
+        let admitted_to_pool = |account: &str| tally.of_pool(account, parent_of);
         let inputs = Inputs {
             config: &config.admission,
             exempt: &config.exempt,
-            standing: view.usable(now, config.admission.max_snapshot_age),
+            standing,
             identity: view.identity(),
             exempt_names: &exempt_names,
             today,

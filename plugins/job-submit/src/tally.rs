@@ -91,9 +91,13 @@ impl Tally {
     }
 
     /// What the jobs admitted since the last read that the pool of `account` pays for hold and can
-    /// cost, whoever submitted them.
-    pub fn of_pool(&self, account: &str) -> Commitment {
-        Self::sum(self.entries.iter().filter(|e| e.pool.as_deref() == Some(account)))
+    /// cost, whoever submitted them: those of the pools drawing on it too (`parent_of` says whose
+    /// pool each one draws on).
+    pub fn of_pool<'s>(&self, account: &str, parent_of: impl Fn(&str) -> Option<&'s str> + Copy) -> Commitment {
+        Self::sum(self.entries.iter().filter(|e| match e.pool.as_deref() {
+            Some(pool) => pool == account || gputokens::pools::ancestors(pool, parent_of).contains(&account),
+            None => false,
+        }))
     }
 
     fn sum<'a>(entries: impl Iterator<Item = &'a Admitted>) -> Commitment {
@@ -161,13 +165,36 @@ mod tests {
         tally.add_paid_by(1002, Some("lab".into()), 100_500, c(2000, 8));
         tally.add_paid_by(1002, Some("course".into()), 100_700, c(1000, 1));
         tally.add(1002, 100_800, c(1000, 2));
-        assert_eq!(tally.of_pool("lab"), c(3000, 12));
-        assert_eq!(tally.of_pool("course"), c(1000, 1));
+        assert_eq!(tally.of_pool("lab", no_parent), c(3000, 12));
+        assert_eq!(tally.of_pool("course", no_parent), c(1000, 1));
         assert_eq!(tally.of(1002), c(4000, 11), "the owner's count is every job of theirs");
         let shown = [recent(1001, 100, 1000), recent(1002, 100, 2000)];
         tally.forget_counted(read(100_600, Some(100_650), &shown), 101_000);
-        assert_eq!(tally.of_pool("lab"), c(0, 0), "both in the read");
-        assert_eq!(tally.of_pool("course"), c(1000, 1), "admitted after the read ended");
+        assert_eq!(tally.of_pool("lab", no_parent), c(0, 0), "both in the read");
+        assert_eq!(tally.of_pool("course", no_parent), c(1000, 1), "admitted after the read ended");
+    }
+
+    fn no_parent(_: &str) -> Option<&'static str> {
+        None
+    }
+
+    /// A pool's tally counts the jobs of the pools drawing on it: the parent's estimate sees what
+    /// its children's members were admitted for since the read.
+    #[test]
+    fn a_parents_tally_counts_the_pools_drawing_on_it() {
+        let mut tally = Tally::default();
+        tally.add_paid_by(1001, Some("course".into()), 100_000, c(1000, 4));
+        tally.add_paid_by(1002, Some("dept".into()), 100_100, c(2000, 8));
+        tally.add_paid_by(1003, Some("other".into()), 100_200, c(1000, 1));
+        let parent_of = |p: &str| match p {
+            "course" => Some("dept"),
+            "dept" => Some("school"),
+            _ => None,
+        };
+        assert_eq!(tally.of_pool("course", parent_of), c(1000, 4));
+        assert_eq!(tally.of_pool("dept", parent_of), c(3000, 12));
+        assert_eq!(tally.of_pool("school", parent_of), c(3000, 12));
+        assert_eq!(tally.of_pool("dept", no_parent), c(2000, 8));
     }
 
     #[test]

@@ -69,8 +69,8 @@ fn line_of(pending: &PendingJournal) -> Option<JournalLine> {
         Journaled::PoolCreated { rules, user_limit } => {
             Some(super::commands::pool_created(&line.user, rules, *user_limit))
         }
-        Journaled::PoolRules { rules, user_limit } => {
-            Some(super::commands::pool_rules(&line.user, &line.key, rules, *user_limit))
+        Journaled::PoolRules { rules, user_limit, parent, lends } => {
+            Some(super::commands::pool_rules(&line.user, &line.key, rules, *user_limit, (parent.as_deref(), *lends)))
         }
         Journaled::Transfer { from, to, amount, reason, key } => {
             Some(super::commands::transfer(from, to, *amount, reason, key))

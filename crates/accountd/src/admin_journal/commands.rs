@@ -19,10 +19,23 @@ pub fn pool_created(holder: &str, rules: &BucketRules, user_limit: Option<Tokens
 }
 
 /// `accountd admin account set` that gives the pool these rules again, under the change's key.
-pub fn pool_rules(holder: &str, entry_key: &str, rules: &BucketRules, user_limit: Option<Tokens>) -> String {
+pub fn pool_rules(
+    holder: &str,
+    entry_key: &str,
+    rules: &BucketRules,
+    user_limit: Option<Tokens>,
+    (parent, lends): (Option<&str>, bool),
+) -> String {
     let account = account_of(holder).unwrap_or(holder);
     let key = entry_key.strip_prefix("pool-rules:").unwrap_or(entry_key);
-    format!("accountd admin account set {} {} --key {}", quote(account), rule_flags(rules, user_limit), quote(key))
+    let parent = parent.map_or("--no-parent".to_string(), |p| format!("--parent {}", quote(p)));
+    let lends = if lends { "--lends" } else { "--no-lends" };
+    format!(
+        "accountd admin account set {} {} {parent} {lends} --key {}",
+        quote(account),
+        rule_flags(rules, user_limit),
+        quote(key)
+    )
 }
 
 /// `accountd admin account transfer` that moves the tokens again, under the transfer's key.

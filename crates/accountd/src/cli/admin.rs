@@ -124,6 +124,13 @@ fn account_request(command: AccountCommand, amount: &AmountParser) -> AccountdRe
             user_limit: opt(r.user_limit, "a per-user limit")?,
             no_cap: r.no_cap,
             no_user_limit: r.no_user_limit,
+            parent: r.parent.map(|p| gputokens::pools::slurm_account_name(&p)),
+            no_parent: r.no_parent,
+            lends: match (r.lends, r.no_lends) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            },
         })
     };
     Ok(match command {

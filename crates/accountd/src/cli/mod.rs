@@ -125,6 +125,18 @@ pub struct PoolRuleArgs {
     pub user_limit: Option<String>,
     #[arg(long)]
     pub no_user_limit: bool,
+    /// The account whose pool this one draws on: its charges count there too, and that pool's
+    /// floor and per-user limit hold for its jobs.
+    #[arg(long, conflicts_with = "no_parent")]
+    pub parent: Option<String>,
+    /// It draws on no pool any more.
+    #[arg(long)]
+    pub no_parent: bool,
+    /// The pools drawing on this one may go below their own floor while it is above its own.
+    #[arg(long, conflicts_with = "no_lends")]
+    pub lends: bool,
+    #[arg(long)]
+    pub no_lends: bool,
 }
 
 #[derive(Debug, Subcommand)]

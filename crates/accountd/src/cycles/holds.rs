@@ -95,6 +95,9 @@ fn payers_at_floor<'j>(
     };
     let pools: HashMap<String, (Tokens, Tokens)> =
         all_pools.iter().map(|p| (p.account.clone(), (p.balance, p.rules.floor))).collect();
+    let parent_of = |a: &str| all_pools.iter().find(|p| p.account == a)?.parent.as_deref();
+    let lends = |a: &str| all_pools.iter().any(|p| p.account == a && p.lends);
+    let at_its_floor = |a: &str| pools.get(a).is_some_and(|(balance, floor)| balance <= floor);
     let limits: HashMap<&str, Tokens> =
         all_pools.iter().filter_map(|p| Some((p.account.as_str(), p.user_limit?))).collect();
     let spent: HashMap<(String, String), Tokens> = match limits.is_empty() {
@@ -113,18 +116,26 @@ fn payers_at_floor<'j>(
     let mut at_floor = HashMap::new();
     for job in jobs {
         let who = payers(mode, Some(job.account.as_str()), |a| pools.contains_key(a));
-        let pool_at_floor = who.pool.and_then(|a| pools.get(a)).is_some_and(|(balance, floor)| balance <= floor);
-        if pool_at_floor {
-            let holder = gputokens::pools::holder(who.pool.unwrap_or_default());
-            at_floor.insert(job.job_id.as_str(), Stopped::AtFloor(holder));
+        // The pool that pays and those it draws on: each one's floor and limit hold (a pool whose
+        // parent lends and is above its own floor runs below its own).
+        let chain: Vec<&str> = match who.pool {
+            Some(pool) => std::iter::once(pool).chain(gputokens::pools::ancestors(pool, parent_of)).collect(),
+            None => Vec::new(),
+        };
+        let lent = |i: usize| i == 0 && chain.get(1).is_some_and(|&parent| lends(parent) && !at_its_floor(parent));
+        let stopped_by = chain.iter().enumerate().find(|&(i, &pool)| at_its_floor(pool) && !lent(i));
+        if let Some((_, pool)) = stopped_by {
+            at_floor.insert(job.job_id.as_str(), Stopped::AtFloor(gputokens::pools::holder(pool)));
             continue;
         }
-        if let Some((pool, limit)) = who.pool.and_then(|a| Some((a, *limits.get(a)?))) {
+        let over_limit = chain.iter().find(|&&pool| {
             let key = (pool.to_string(), job.user.clone());
-            if spent.get(&key).is_some_and(|s| *s >= limit) {
-                at_floor.insert(job.job_id.as_str(), Stopped::OverLimit { account: key.0, user: key.1 });
-                continue;
-            }
+            limits.get(pool).is_some_and(|limit| spent.get(&key).is_some_and(|s| s >= limit))
+        });
+        if let Some(pool) = over_limit {
+            at_floor
+                .insert(job.job_id.as_str(), Stopped::OverLimit { account: pool.to_string(), user: job.user.clone() });
+            continue;
         }
         if !who.user {
             continue;

@@ -95,6 +95,8 @@ fn add_pools(
             user_limit: pool.user_limit,
             coordinators: view.accounts.coordinators_of(&pool.account),
             spent: Default::default(),
+            parent: pool.parent.clone(),
+            lends: pool.lends,
         };
         snap.pools.insert(pool.account.clone(), standing);
     }

@@ -79,6 +79,13 @@ pub fn set(
         check_rules(&chosen)?;
         let limit = if rules.no_user_limit { None } else { rules.user_limit };
         a.res.ledger.add_pool(account, chosen, limit, &caller.name, now).map_err(from_ledger)?;
+        // Where it draws on another pool or lends: a change of its new rules, its own entry.
+        if rules.parent.is_some() || rules.lends.is_some() {
+            let change =
+                PoolChange { parent: rules.parent.clone().map(Some), lends: rules.lends, ..Default::default() };
+            let key = format!("pool-rules:{account}:{}", super::record::unique_suffix(now));
+            a.res.ledger.set_pool(account, &change, &caller.name, &key, now).map_err(from_ledger)?;
+        }
     } else {
         if rules.initial.is_some() {
             return Err(invalid(
@@ -91,6 +98,8 @@ pub fn set(
             cap: if rules.no_cap { Some(None) } else { rules.cap.map(Some) },
             floor: rules.floor,
             user_limit: if rules.no_user_limit { Some(None) } else { rules.user_limit.map(Some) },
+            parent: if rules.no_parent { Some(None) } else { rules.parent.clone().map(Some) },
+            lends: rules.lends,
         };
         // Checked before anything is written: a refused change leaves the rules as they were.
         if let Some(pool) = a.res.ledger.pool(account).map_err(from_ledger)? {
@@ -247,6 +256,8 @@ fn rows(a: &Answering, accounts: &[String], now: i64) -> Result<Vec<PoolRow>, Re
         members.sort_by(|x, y| x.user.cmp(&y.user));
         out.push(PoolRow {
             parent: tree.parents.get(account).cloned(),
+            draws_on: pool.parent.clone(),
+            lends: pool.lends,
             balance: pool.balance,
             floor: pool.rules.floor,
             status: pool.rules.status(pool.balance),

@@ -167,7 +167,7 @@ fn jobs_are_charged_to_their_accounts_pool_and_a_pool_at_its_floor_refuses_with_
     // alice sees lab (and only her own spending in it), not course.
     let mine = site.sbalance(Some(alice), &["-l", "-P"]).ok().stdout;
     let rows: Vec<&str> = mine.lines().collect();
-    assert_eq!(rows[0], "Account|User|Balance|Floor|Status|SpentMonth|UserLimit|Coordinators");
+    assert_eq!(rows[0], "Account|User|Balance|Floor|Status|SpentMonth|UserLimit|Coordinators|DrawsOn");
     assert!(rows[1].starts_with(&format!("{lab}||{lab_balance}|-10|ok|")), "{mine}");
     assert!(rows[2].starts_with(&format!("{lab}|{alice}||||")) && rows.len() == 3, "{mine}");
     let theirs = site.sbalance(Some(alice), &["-A", course]);

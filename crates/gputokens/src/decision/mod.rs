@@ -34,7 +34,8 @@ use crate::estimate::{Commitment, PendingJob};
 use crate::gpu_request::GpuRequest;
 use crate::job_request::JobRequest;
 use crate::policy::BucketRules;
-use crate::pools::{payers, PoolMode};
+use crate::policy::Status;
+use crate::pools::{self, payers, PoolMode, PoolStanding};
 use crate::snapshot::Snapshot;
 use crate::tokens::Tokens;
 use crate::tres::MILLI;
@@ -275,6 +276,12 @@ struct Account<'a> {
     /// Mode "both": the other balance that pays too (the user's own or the pool), whose estimate
     /// must hold as well.
     other: Option<Box<Account<'a>>>,
+    /// The job's own pool and the pools it draws on, other than this one: their floors, limits and
+    /// estimates hold too.
+    chain: Vec<Account<'a>>,
+    /// The account whose pool pays for the job itself (its own, not one it draws on): what the
+    /// plugin tallies the job against.
+    payer: Option<&'a str>,
 }
 
 impl<'a> Account<'a> {
@@ -314,20 +321,56 @@ impl<'a> Account<'a> {
         let own = || {
             let balance = standing.balance(uid);
             let decision = rules::decide(balance, &snapshot.rules, today, how, contact);
-            Account { standing, balance, rules: snapshot.rules, decision, pool: None, other: None }
+            Account {
+                standing,
+                balance,
+                rules: snapshot.rules,
+                decision,
+                pool: None,
+                other: None,
+                chain: Vec::new(),
+                payer: None,
+            }
         };
         let payers = payers(snapshot.pool_mode, account, |a| snapshot.pools.contains_key(a));
         let Some((name, pool)) = payers.pool.and_then(|a| snapshot.pools.get_key_value(a)) else { return own() };
         let user = standing.user_name(uid);
-        let case = pool_rules::PoolCase { account: name, pool, user, snapshot, today, contact };
-        let of_pool = Account {
-            standing,
-            balance: pool.balance,
-            rules: pool.rules,
-            decision: case.decide(how),
-            pool: Some(name.as_str()),
-            other: None,
+        let of = |account: &'a str, pool: &'a PoolStanding, lent: bool| {
+            let drawn_by = (account != name.as_str()).then_some(name.as_str());
+            let case = pool_rules::PoolCase { account, pool, user, snapshot, today, contact, drawn_by };
+            let decision = if lent { case.decide_lent(how) } else { case.decide(how) };
+            let payer = Some(name.as_str());
+            Account {
+                standing,
+                balance: pool.balance,
+                rules: pool.rules,
+                decision,
+                pool: Some(account),
+                other: None,
+                chain: Vec::new(),
+                payer,
+            }
         };
+        // The pools it draws on decide too, and the worst rules. A parent that lends and is above
+        // its floor lets its child's jobs run below the child's own floor.
+        let above: Vec<(&'a String, &'a PoolStanding)> =
+            pools::ancestors(name, |a| snapshot.pools.get(a)?.parent.as_deref())
+                .into_iter()
+                .filter_map(|a| snapshot.pools.get_key_value(a))
+                .collect();
+        let lent = above
+            .first()
+            .is_some_and(|(_, parent)| parent.lends && parent.rules.status(parent.balance) != Status::Blocked);
+        let mut chain: Vec<Account<'a>> =
+            std::iter::once(of(name, pool, lent)).chain(above.iter().map(|(a, p)| of(a, p, false))).collect();
+        let mut worst = 0;
+        for (i, account) in chain.iter().enumerate() {
+            if pool_rules::is_worse(&account.decision, &chain[worst].decision) {
+                worst = i;
+            }
+        }
+        let mut of_pool = chain.remove(worst);
+        of_pool.chain = chain;
         if !payers.user {
             return of_pool;
         }
@@ -488,7 +531,7 @@ fn judge<S: Steps>(steps: &mut S, case: &Case, log: &mut Log) -> Result<Outcome,
     }
     draft.messages.extend(steps.note(&account));
     // Tallied against the pool that pays, also where (mode "both") the user's decision ruled.
-    let pool = admitted.and(account.pool.or(account.other.as_ref().and_then(|o| o.pool))).map(str::to_string);
+    let pool = admitted.and(account.payer.or(account.other.as_ref().and_then(|o| o.payer))).map(str::to_string);
     Ok(Outcome { verdict: draft.verdict(), admitted: admitted.map(|grown| (case.owner.uid, grown)), pool })
 }
 
@@ -516,10 +559,16 @@ fn within_estimates(
     held_by_other: impl Fn(&Account) -> Tokens,
 ) -> Result<(), Refusal> {
     within_estimate(case, account, held, estimate)?;
-    match &account.other {
-        Some(other) => within_estimate(case, other, held_by_other(other), estimate),
-        None => Ok(()),
+    // The pools the job's pool draws on (and it, where one of them ruled) hold every job below them.
+    for drawn in &account.chain {
+        within_estimate(case, drawn, drawn.held(case).max_cost, estimate)?;
     }
+    let Some(other) = &account.other else { return Ok(()) };
+    within_estimate(case, other, held_by_other(other), estimate)?;
+    for drawn in &other.chain {
+        within_estimate(case, drawn, drawn.held(case).max_cost, estimate)?;
+    }
+    Ok(())
 }
 
 fn within_estimate(case: &Case, account: &Account, held: Tokens, estimate: &JobEstimate) -> Result<(), Refusal> {

@@ -216,7 +216,7 @@ fn undoes_penalty(job: &JobRequest, how: &Deprioritize) -> Option<(String, Strin
 /// Whether the update moves the job (`account=`) to a pool that did not pay for it when the queue
 /// was read.
 fn moves_to_another_pool(case: &Case, account: &Account) -> bool {
-    let Some(pool) = account.pool else { return false };
+    let Some(pool) = account.payer else { return false };
     if case.job.account.is_none() {
         return false;
     }

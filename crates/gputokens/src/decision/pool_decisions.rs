@@ -22,6 +22,8 @@ fn world(mode: PoolMode) -> super::fixtures::World {
         user_limit: None,
         coordinators: vec!["carol".into()],
         spent: Default::default(),
+        parent: None,
+        lends: false,
     };
     snap.pools.insert("lab".into(), pool(-10));
     snap.pools.insert("course".into(), pool(50));
@@ -210,4 +212,107 @@ fn in_mode_both_the_estimate_holds_for_the_user_and_the_pool() {
         .insert("course".into(), Commitment { milli_gpus: 4000, max_cost: Tokens::whole(58) });
     let refused = decided(&w);
     assert!(message(&refused.verdict).contains("account course's GPU token balance is 50"), "{refused:?}");
+}
+
+/// course draws on dept: bob's course job is judged by course and by dept, the worse deciding.
+fn nested(dept_balance: i64, course_balance: i64, lends: bool) -> super::fixtures::World {
+    let mut w = world(PoolMode::Account);
+    let pools = &mut w.snapshot.pools;
+    let dept = PoolStanding { balance: Tokens::whole(dept_balance), lends, ..pools["course"].clone() };
+    pools.insert("dept".into(), dept);
+    let course = pools.get_mut("course").unwrap();
+    course.balance = Tokens::whole(course_balance);
+    course.parent = Some("dept".into());
+    w
+}
+
+fn decided(w: &super::fixtures::World, job: &JobRequest) -> Verdict {
+    decide_submit(job, &inputs(Some(w), &config(), BOB), &mut |_, _| {}).verdict
+}
+
+#[test]
+fn a_parent_at_its_floor_refuses_the_jobs_of_the_pools_drawing_on_it() {
+    let course = gpu_job(Some("course"));
+    let refused = decided(&nested(-10, 50, false), &course);
+    assert!(
+        message(&refused).starts_with(
+            "gputokens: account course draws on account dept, whose GPU token balance is -10 (floor -10); its GPU \
+             jobs and those of the accounts drawing on it are refused until it is above the floor again"
+        ),
+        "{refused:?}"
+    );
+    assert!(message(&refused).contains("[gputokens code=pool_floor retry_after=*:"), "{}", message(&refused));
+    // Not offered as another account with tokens: its own 50 do not help while dept is at its floor.
+    let lab = decided(&nested(-10, 50, false), &gpu_job(Some("lab")));
+    assert!(message(&lab).contains("(ops, physics): sbatch -A ops."), "{}", message(&lab));
+    let in_overdraft = decided(&nested(-3, 50, false), &course);
+    assert!(
+        message(&in_overdraft)
+            .starts_with("gputokens: account course draws on account dept, whose GPU token balance is -3"),
+        "{in_overdraft:?}"
+    );
+    assert!(matches!(in_overdraft, Verdict::Accept { .. }), "deprioritized, not refused");
+    assert!(matches!(decided(&nested(40, 50, false), &course), Verdict::Accept { message: None, .. }));
+    // A job of dept itself is judged by dept alone.
+    let mut w = nested(40, -10, false);
+    w.snapshot.user_accounts.get_mut("bob").unwrap().push("dept".into());
+    assert!(matches!(decided(&w, &gpu_job(Some("dept"))), Verdict::Accept { message: None, .. }));
+}
+
+#[test]
+fn a_parent_that_lends_lets_a_child_below_its_floor_run_while_it_has_tokens() {
+    let course = gpu_job(Some("course"));
+    let own_floor = decided(&nested(40, -10, false), &course);
+    assert!(message(&own_floor).starts_with("gputokens: account course's GPU token balance is -10"), "{own_floor:?}");
+    assert!(matches!(decided(&nested(40, -10, true), &course), Verdict::Accept { message: None, .. }), "dept lends");
+    let both_down = decided(&nested(-10, -10, true), &course);
+    assert!(matches!(both_down, Verdict::Reject { .. }), "dept has nothing to lend: {both_down:?}");
+}
+
+#[test]
+fn a_parents_per_user_limit_counts_what_the_member_spent_below_it() {
+    let mut w = nested(40, 50, false);
+    let dept = w.snapshot.pools.get_mut("dept").unwrap();
+    dept.user_limit = Some(Tokens::whole(10));
+    dept.spent.insert("bob".into(), Tokens::whole(12));
+    w.snapshot.spent_month = Some("2026-11".into());
+    let refused = decided(&w, &gpu_job(Some("course")));
+    assert!(
+        message(&refused).contains(
+            "you have spent 12 of the 10 tokens a member may spend per month in account dept; your GPU jobs under \
+             course (which draws on dept) are refused"
+        ),
+        "{refused:?}"
+    );
+}
+
+/// The estimate holds for every pool up the chain: dept's members' jobs (its own and its
+/// children's, as accountd rolls them up) can take it below its floor though course has tokens.
+#[test]
+fn the_estimate_holds_for_the_pools_a_job_draws_on() {
+    use crate::config::admission::Mode;
+    use crate::estimate::Commitment;
+    let estimate = crate::config::Admission { mode: Mode::Estimate, ..config() };
+    let mut w = nested(40, 50, false);
+    let job = gpu_job(Some("course"));
+    let none = |_: &str| Commitment::default();
+    let decide = |w: &super::fixtures::World, admitted: &dyn Fn(&str) -> Commitment| {
+        let inputs = super::Inputs { admitted_to_pool: admitted, ..inputs(Some(w), &estimate, BOB) };
+        decide_submit(&job, &inputs, &mut |_, _| {})
+    };
+    let passed = decide(&w, &none);
+    assert!(matches!(passed.verdict, Verdict::Accept { .. }), "{passed:?}");
+    assert_eq!(passed.pool.as_deref(), Some("course"), "tallied against its own pool");
+    let held = |tokens: i64| Commitment { milli_gpus: 4000, max_cost: Tokens::whole(tokens) };
+    w.snapshot.queue.as_mut().unwrap().pool_committed.insert("dept".into(), held(48));
+    let refused = decide(&w, &none);
+    assert!(
+        message(&refused.verdict)
+            .contains("account dept's GPU token balance is 40 and the running and pending GPU jobs"),
+        "{refused:?}"
+    );
+    w.snapshot.queue.as_mut().unwrap().pool_committed.insert("dept".into(), held(10));
+    assert!(matches!(decide(&w, &none).verdict, Verdict::Accept { .. }));
+    let admitted = |account: &str| if account == "dept" { held(38) } else { Commitment::default() };
+    assert!(matches!(decide(&w, &admitted).verdict, Verdict::Reject { .. }), "10 read + 38 admitted below dept");
 }

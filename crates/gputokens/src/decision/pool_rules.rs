@@ -24,6 +24,8 @@ pub struct PoolCase<'a> {
     pub today: NaiveDate,
     /// The site's `[admission] contact`, named where a pool has no coordinators.
     pub contact: Option<&'a str>,
+    /// The job's own account, where this pool is one it draws on.
+    pub drawn_by: Option<&'a str>,
 }
 
 impl PoolCase<'_> {
@@ -68,6 +70,27 @@ impl PoolCase<'_> {
         }
     }
 
+    /// The decision of a pool whose parent lends to it: below its own floor it runs on the
+    /// parent's tokens (which decide as the pool it draws on), so only the per-user limit holds.
+    pub fn decide_lent(&self, how: &Deprioritize) -> Decision {
+        match self.pool.rules.status(self.pool.balance) {
+            Status::Blocked => match self.pool.user_limit {
+                Some(limit) if self.toward_limit() >= limit => Decision::Reject { message: self.limit_message(limit) },
+                _ => Decision::Accept,
+            },
+            _ => self.decide(how),
+        }
+    }
+
+    /// `account lab's`, or for a pool the job's account draws on, `account course draws on account
+    /// dept, whose`: how a message names this pool's balance.
+    fn whose(&self) -> String {
+        match self.drawn_by {
+            Some(below) => format!("account {below} draws on account {}, whose", self.account),
+            None => format!("account {}'s", self.account),
+        }
+    }
+
     /// Whether the user's job would be paid from the pool: not at its floor nor beyond the limit.
     fn has_tokens(&self) -> bool {
         self.pool.rules.status(self.pool.balance) != Status::Blocked
@@ -77,16 +100,18 @@ impl PoolCase<'_> {
     /// A message of the user's own bucket reworded for the pool.
     fn worded(&self, message: &str) -> String {
         message
-            .replacen("your GPU token balance", &format!("account {}'s GPU token balance", self.account), 1)
+            .replacen("your GPU token balance", &format!("{} GPU token balance", self.whose()), 1)
             .replace("Run 'sbalance'", &format!("Run 'sbalance -A {}'", self.account))
     }
 
     fn blocked_message(&self) -> String {
         let (balance, rules) = (self.pool.balance, &self.pool.rules);
-        let head = format!(
-            "gputokens: account {}'s GPU token balance is {balance} (floor {}); its GPU jobs are refused",
-            self.account, rules.floor
-        );
+        let jobs = match self.drawn_by {
+            Some(_) => "its GPU jobs and those of the accounts drawing on it are refused",
+            None => "its GPU jobs are refused",
+        };
+        let head =
+            format!("gputokens: {} GPU token balance is {balance} (floor {}); {jobs}", self.whose(), rules.floor);
         let when = match rules.recovery(balance, self.today) {
             Some(recovery) => format!("until it is above the floor again ({recovery})"),
             None => "until tokens are granted to it (it has no replenishment)".to_string(),
@@ -105,10 +130,13 @@ impl PoolCase<'_> {
             true => format!("until your jobs there end or {next_month}"),
             false => format!("until {next_month}"),
         };
+        let under = match self.drawn_by {
+            Some(below) => format!("{below} (which draws on {})", self.account),
+            None => self.account.to_string(),
+        };
         format!(
             "gputokens: you have spent {spent} of the {limit} tokens a member may spend per month in account {}{under_way}; \
-             your GPU jobs under {} are refused {until}. {} Run 'sbalance -A {}' for details.",
-            self.account,
+             your GPU jobs under {under} are refused {until}. {} Run 'sbalance -A {}' for details.",
             self.account,
             self.elsewhere(),
             self.account
@@ -146,7 +174,14 @@ impl PoolCase<'_> {
             .map(String::as_str)
             .filter(|a| *a != self.account)
             .filter(|a| match self.snapshot.pools.get(*a) {
-                Some(pool) => PoolCase { account: a, pool, ..*self }.has_tokens(),
+                Some(pool) => {
+                    let above = crate::pools::ancestors(a, |p| self.snapshot.pools.get(p)?.parent.as_deref());
+                    PoolCase { account: a, pool, drawn_by: None, ..*self }.has_tokens()
+                        && above.iter().all(|p| {
+                            let pool = &self.snapshot.pools[*p];
+                            PoolCase { account: p, pool, drawn_by: Some(a), ..*self }.has_tokens()
+                        })
+                }
                 None => own > self.snapshot.rules.floor,
             })
             .collect()
@@ -203,6 +238,8 @@ mod tests {
             user_limit: None,
             coordinators: vec![],
             spent: Default::default(),
+            parent: None,
+            lends: false,
         };
         snap.pools.insert("lab".into(), PoolStanding { coordinators: vec!["carol".into()], ..pool(-10, 30) });
         snap.pools.insert("course".into(), pool(50, 0));
@@ -215,7 +252,15 @@ mod tests {
 
     fn case<'a>(snap: &'a Snapshot, account: &'a str) -> PoolCase<'a> {
         let today = NaiveDate::from_ymd_opt(2026, 11, 26).unwrap();
-        PoolCase { account, pool: &snap.pools[account], user: Some("bob"), snapshot: snap, today, contact: None }
+        PoolCase {
+            account,
+            pool: &snap.pools[account],
+            user: Some("bob"),
+            snapshot: snap,
+            today,
+            contact: None,
+            drawn_by: None,
+        }
     }
 
     #[test]

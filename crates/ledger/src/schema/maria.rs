@@ -193,7 +193,11 @@ CREATE TABLE IF NOT EXISTS cluster_lease (
 ";
 
 /// Migrations past the version [`TABLES`] makes, as SQLite's past it: (version it brings, SQL).
-const UPGRADES: &[(i64, &str)] = &[];
+const UPGRADES: &[(i64, &str)] = &[(
+    20,
+    "ALTER TABLE pools ADD COLUMN IF NOT EXISTS parent VARCHAR(255),
+                       ADD COLUMN IF NOT EXISTS lends BIGINT NOT NULL DEFAULT 0;",
+)];
 
 /// The version [`TABLES`] makes.
 const MADE_AT: i64 = 19;

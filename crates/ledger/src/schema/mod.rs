@@ -291,6 +291,10 @@ const MIGRATIONS: &[&str] = &[
      INSERT INTO job_utilization_v19 SELECT job_id, 0, samples, util_sum, last_at, idle_samples FROM job_utilization;
      DROP TABLE job_utilization;
      ALTER TABLE job_utilization_v19 RENAME TO job_utilization;",
+    // 20: nested pools. A pool may draw on a parent pool (its charges count there too, and the
+    // parent's floor and limits hold for its jobs); a parent may lend to the pools drawing on it.
+    "ALTER TABLE pools ADD COLUMN parent TEXT;          -- the account whose pool it draws on
+     ALTER TABLE pools ADD COLUMN lends INTEGER NOT NULL DEFAULT 0;",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;
