@@ -502,3 +502,79 @@ fn squeue_field(job: &str, format: &str) -> String {
         .trim()
         .to_string()
 }
+
+/// Nested pools (issue 48, done-when 3): course draws on lab, the department here. bob's course job
+/// is charged at both; lab at its floor refuses course's jobs with a message naming both; course
+/// at its own floor runs once lab lends to it; a loop of parents is refused.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_course_drawing_on_its_department_is_charged_at_both_and_refused_at_the_departments_floor() {
+    let cluster = serial();
+    let (bob, carol) = (cluster.bob, cluster.carol);
+    let (lab, course) = &account_names(&cluster);
+    let (site, mut adm) = pool_site(&cluster, PRICES, &["--initial", "100", "--daily", "0", "--monthly", "0"]);
+    let by_carol = accountd_as(&site, carol, &["admin", "account", "set", course, "--parent", lab]);
+    assert_ne!(by_carol.code, 0, "a coordinator nested her pool: {}", by_carol.stdout);
+    site.accountd(None, &["admin", "account", "set", course, "--parent", &lab.to_uppercase()]).ok();
+    let looped = site.accountd(None, &["admin", "account", "set", lab, "--parent", course]);
+    assert_ne!(looped.code, 0, "a loop of parents was made");
+    assert!(looped.stderr.contains(&format!("account {course}'s pool draws on {lab}'s")), "{}", looped.stderr);
+    let shown = site.sbalance(None, &["-A", course, "-P", "-n"]).ok().stdout;
+    assert!(shown.lines().next().unwrap_or_default().ends_with(&format!("|{lab}")), "DrawsOn: {shown}");
+    let snapshot = site.path("lib/balances.snapshot");
+    wait_until(&site, "no pool_parent line in the snapshot", || {
+        std::fs::read_to_string(&snapshot).unwrap_or_default().contains(&format!("pool_parent {course} {lab}\n"))
+    });
+    adm.settled();
+
+    // Charged at both, once each.
+    let (job, _) = adm.accepted(bob, &["-A", course, "--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
+    wait_finished(&job);
+    let after = Tokens::whole(100) - cost(Tokens::whole(4), elapsed(&job));
+    wait_until(&site, "the job was not charged at both pools", || {
+        pool_balance(&site, course) == after.to_string() && pool_balance(&site, lab) == after.to_string()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!((pool_balance(&site, course), pool_balance(&site, lab)), (after.to_string(), after.to_string()));
+    let history = site.sbalance(None, &["-A", lab, "--json"]).ok().stdout;
+    let json: serde_json::Value = serde_json::from_str(&history).unwrap();
+    assert_eq!(json["pools"][0]["members"].as_array().unwrap().iter().filter(|m| m["user"] == bob).count(), 1);
+
+    // The department at its floor: the course's jobs are refused, naming both.
+    let to_floor = (Tokens::whole(-10) - after).to_string();
+    site.accountd(None, &["admin", "account", "adjust", lab, &to_floor, "--reason", "test: dept to the floor"]).ok();
+    adm.settled();
+    let refused = sbatch(bob, &["-A", course, "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    assert_ne!(refused.code, 0, "bob's course job ran with its department at the floor");
+    let told = &refused.stderr;
+    let expected = format!(
+        "gputokens: account {course} draws on account {lab}, whose GPU token balance is -10 (floor -10); its GPU jobs \
+         and those of the accounts drawing on it are refused until tokens are granted to it"
+    );
+    assert!(told.contains(&expected), "{told}");
+    assert!(told.contains("[gputokens code=pool_floor"), "{told}");
+    adm.accepted(bob, &["-A", course, "--wrap", "sleep 1"]);
+
+    // The department with tokens, the course at its own floor: refused until the department lends.
+    site.accountd(None, &["admin", "account", "adjust", lab, "60", "--reason", "test: dept funded"]).ok();
+    let course_to_floor = (Tokens::whole(-10) - after).to_string();
+    site.accountd(None, &["admin", "account", "adjust", course, &course_to_floor, "--reason", "test"]).ok();
+    adm.settled();
+    let own_floor = sbatch(bob, &["-A", course, "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    assert_ne!(own_floor.code, 0, "course at its floor ran without a lender");
+    assert!(own_floor.stderr.contains(&format!("account {course}'s GPU token balance is -10")), "{}", own_floor.stderr);
+    site.accountd(None, &["admin", "account", "set", lab, "--lends"]).ok();
+    wait_until(&site, "no pool_lends line in the snapshot", || {
+        std::fs::read_to_string(&snapshot).unwrap_or_default().contains(&format!("pool_lends {lab}\n"))
+    });
+    adm.settled();
+    let (lent, _) = adm.accepted(bob, &["-A", course, "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    wait_finished(&lent);
+    let lent_cost = cost(Tokens::whole(4), elapsed(&lent));
+    let (course_now, lab_now) = (Tokens::whole(-10) - lent_cost, Tokens::whole(50) - lent_cost);
+    wait_until(&site, "the lent run was not charged at both pools", || {
+        pool_balance(&site, course) == course_now.to_string() && pool_balance(&site, lab) == lab_now.to_string()
+    });
+    let listed = site.sbalance(None, &["-l", "-P", "-n"]).ok().stdout;
+    assert!(listed.lines().any(|l| l.starts_with(&format!("{lab}||")) && l.ends_with("|(lends)")), "{listed}");
+}
