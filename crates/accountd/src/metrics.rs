@@ -653,6 +653,7 @@ mod tests {
             created: 0,
             parent: None,
             lends: false,
+            window: None,
         };
         for per_user in [false, true] {
             let m = Metrics::with_users(per_user);

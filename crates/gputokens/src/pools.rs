@@ -86,6 +86,8 @@ pub struct PoolStanding {
     pub parent: Option<String>,
     /// Whether the pools drawing on it may go below their own floor while it is above its own.
     pub lends: bool,
+    /// A dated sub-allocation's window (unix seconds): open from the first until the second.
+    pub window: Option<(i64, i64)>,
 }
 
 /// How many pools above a pool count at most: a chain longer than this (or a loop, which the

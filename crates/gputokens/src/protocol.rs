@@ -89,6 +89,15 @@ pub enum Request {
         #[serde(default)]
         expires: Option<i64>,
     },
+    /// Make a dated sub-allocation inside `parent`'s pool: admins, and the parent's coordinators.
+    Allocate {
+        account: String,
+        parent: String,
+        amount: Tokens,
+        /// Unix seconds: open from `starts` until `ends`.
+        starts: i64,
+        ends: i64,
+    },
     /// Create many pools at once (admins): those that have one are left as they are.
     PoolImport {
         pools: BTreeMap<String, PoolRules>,
@@ -130,6 +139,7 @@ impl Request {
             | Request::PoolSet { .. }
             | Request::PoolGrant { .. }
             | Request::PoolImport { .. }
+            | Request::Allocate { .. }
             | Request::Transfer { .. } => true,
             Request::Balances { .. }
             | Request::History { .. }
@@ -165,6 +175,7 @@ impl Request {
             | Request::Statement { .. }
             | Request::WebLogin
             | Request::PoolImport { .. }
+            | Request::Allocate { .. }
             | Request::Pools { .. } => (None, None),
         };
         reason.and_then(|r| reason_problem(r)).or_else(|| key.and_then(|k| key_problem(k)))
@@ -197,6 +208,9 @@ impl Request {
                 Request::Transfer { from: slurm(&from), to: slurm(&to), amount, reason, key }
             }
             Request::Pools { account } => Request::Pools { account: opt(account) },
+            Request::Allocate { account, parent, amount, starts, ends } => {
+                Request::Allocate { account: slurm(&account), parent: slurm(&parent), amount, starts, ends }
+            }
             // No account names in these.
             request @ (Request::Balances { .. }
             | Request::Grant { .. }

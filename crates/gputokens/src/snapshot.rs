@@ -25,6 +25,7 @@
 //! pool_mode account
 //! pool course 5000000 -10000000 0 0 -
 //! pool_parent course lab
+//! pool_window course 1795000000 1796000000
 //! pool lab 46000000 -10000000 0 30000000 10000000
 //! coordinators lab carol
 //! pool_lends lab
@@ -46,7 +47,8 @@
 //! unknown (e.g. submitted since the read) and treated as a possible GPU job. With pools
 //! (`[accounts] mode` not "user"): each pool (balance, floor, daily, monthly, per-user limit or `-`),
 //! its coordinators, the pool it draws on (`pool_parent`) and whether it lends to those drawing on
-//! it (`pool_lends`), what each member spent of it in `spent_month`, and each user's accounts.
+//! it (`pool_lends`), a dated sub-allocation's window (`pool_window`, unix seconds), what each
+//! member spent of it in `spent_month`, and each user's accounts.
 //! [`parse`] reads it back: the magic line first, every header key once, users once each; lines
 //! with other keywords are skipped, so a later writer may add keys without breaking older readers.
 
@@ -190,6 +192,9 @@ fn render_pools(snap: &Snapshot, out: &mut String) {
         }
         if p.lends {
             out.push_str(&format!("pool_lends {account}\n"));
+        }
+        if let Some((starts, ends)) = p.window {
+            out.push_str(&format!("pool_window {account} {starts} {ends}\n"));
         }
     }
     for (id, account) in snap.queue.iter().flat_map(|q| &q.job_accounts) {
@@ -420,6 +425,7 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
                     spent: HashMap::new(),
                     parent: None,
                     lends: false,
+                    window: None,
                 };
                 if snap.pools.insert(account.clone(), standing).is_some() {
                     return Err(words.bad(format!("pool '{account}' is listed twice")));
@@ -451,6 +457,15 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
                 match snap.pools.get_mut(account) {
                     Some(pool) => pool.lends = true,
                     None => return Err(words.bad(format!("lending of '{account}', which has no pool line before"))),
+                }
+            }
+            "pool_window" => {
+                let account = words.next("account")?;
+                let (starts, ends) = (words.number("start")?, words.number("end")?);
+                words.end()?;
+                match snap.pools.get_mut(account) {
+                    Some(pool) => pool.window = Some((starts, ends)),
+                    None => return Err(words.bad(format!("window of '{account}', which has no pool line before"))),
                 }
             }
             "spent_month" => {
@@ -693,6 +708,7 @@ mod tests {
             spent: HashMap::from([("alice".to_string(), Tokens::from_micro(10_500_000))]),
             parent: None,
             lends: true,
+            window: None,
         };
         snap.pools.insert("lab".into(), lab.clone());
         let course = PoolStanding {
@@ -701,6 +717,7 @@ mod tests {
             spent: HashMap::new(),
             parent: Some("lab".into()),
             lends: false,
+            window: Some((1_795_000_000, 1_796_000_000)),
             ..lab
         };
         snap.pools.insert("course".into(), course);

@@ -84,6 +84,7 @@ impl Ledger {
         let pool_rules = super::pools::pool_rules(&self.conn)?;
         let pool_accounts: HashSet<&str> = pool_rules.keys().filter_map(|h| pools::account_of(h)).collect();
         let parents = super::pools::pool_parents(&self.conn)?;
+        let windows = super::pools::pool_windows(&self.conn)?;
         let mode = self.pool_mode;
         let tx = self.conn.transaction()?;
         let mut outcome = ChargeOutcome::default();
@@ -117,6 +118,7 @@ impl Ledger {
             steps: Vec::new(),
             items: Vec::new(),
             parents,
+            windows,
         };
         let mut read = read_all;
         for chunk in records.chunks(chunk_size(tx.dialect())) {
@@ -288,6 +290,8 @@ struct Cycle<'tx, 'r> {
     items: Vec<Item<'r>>,
     /// Each pool that draws on another: the account of that pool.
     parents: HashMap<String, String>,
+    /// Each dated sub-allocation's window: outside it, the pools it draws on pay alone.
+    windows: HashMap<String, (i64, i64)>,
 }
 
 /// A record of the chunk being charged.
@@ -488,12 +492,19 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
         charged_before: Tokens,
     ) -> Result<bool, LedgerError> {
         let mut charged_any = false;
-        // The pool that pays and every pool it draws on: a charge counts up the chain.
+        // The pool that pays and every pool it draws on: a charge counts up the chain, but not in
+        // a sub-allocation outside its window (never in none at all: then the job's own pool).
         let pool_holders: Vec<String> = match payers.pool {
-            Some(pool) => std::iter::once(pool)
-                .chain(pools::ancestors(pool, |a| self.parents.get(a).map(String::as_str)))
-                .map(pools::holder)
-                .collect(),
+            Some(pool) => {
+                let chain =
+                    std::iter::once(pool).chain(pools::ancestors(pool, |a| self.parents.get(a).map(String::as_str)));
+                let open: Vec<&str> =
+                    chain.filter(|a| super::allocations::is_open(self.windows.get(*a).copied(), self.now)).collect();
+                match open.is_empty() {
+                    true => vec![pools::holder(pool)],
+                    false => open.into_iter().map(pools::holder).collect(),
+                }
+            }
             None => Vec::new(),
         };
         let payer_names: Vec<&String> = payers.user.then_some(&record.user).into_iter().chain(&pool_holders).collect();

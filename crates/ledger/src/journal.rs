@@ -33,6 +33,8 @@ pub enum Journaled {
         #[serde(default)]
         lends: bool,
     },
+    /// A dated sub-allocation made inside `parent`'s pool.
+    Allocation { parent: String, amount: Tokens, starts: i64, ends: i64 },
     /// Tokens moved between two balances (the `:from` half's entry); `key` as the admin gave it.
     Transfer { from: String, to: String, amount: Tokens, reason: String, key: String },
 }

@@ -4,6 +4,7 @@
 
 mod accounts;
 mod admin;
+mod allocations;
 mod audit;
 mod backup;
 mod charge;
@@ -37,6 +38,7 @@ use rusqlite::Connection;
 use gputokens::policy::BucketRules;
 
 pub use accounts::{check_user_name, Account, Applied, NewEntry};
+pub use allocations::{is_open as allocation_is_open, Allocation};
 pub use audit::REQUEUED_RUN_SLACK;
 pub use backup::{BackupError, BackupWritten};
 pub use charge::ChargeOutcome;

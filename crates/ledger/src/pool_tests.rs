@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::allocations::{is_open as allocation_is_open, Allocation};
 use gputokens::pools::{holder, PoolMode};
 use gputokens::pricing::PriceTable;
 use gputokens::time::parse_timestamp;
@@ -274,4 +275,47 @@ fn a_pool_drawing_on_a_parent_is_charged_at_both_and_refunded_at_both() {
     l.set_pool("course", &unnest, "root", "pool-rules:unnest", now + 5000).unwrap();
     l.charge(&[job("9", "alice", "course", "a6000", 1, 3600)], &prices(), now + 5000).unwrap();
     assert_eq!((balance(&l, &holder("course")), balance(&l, &holder("dept"))), (Tokens::whole(96), Tokens::whole(98)));
+}
+
+/// A TA's dated sub-allocation inside course: charged with course while open; GPU time charged
+/// after its end goes to course alone; what cannot be one is refused.
+#[test]
+fn a_dated_sub_allocation_is_charged_inside_its_window_and_its_parent_alone_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = ledger(&dir, PoolMode::Account);
+    let now = at("2026-11-30T20:00:00");
+    l.add_pool("course", pool_rules(), None, "root", now).unwrap();
+    let ta = Allocation {
+        account: "ta1".into(),
+        parent: "course".into(),
+        amount: Tokens::whole(20),
+        starts: now - 3600,
+        ends: now + 3600,
+    };
+    let made = l.allocate(&ta, "carol", now).unwrap();
+    assert_eq!(
+        (made.balance, made.parent.as_deref(), made.window),
+        (Tokens::whole(20), Some("course"), Some((now - 3600, now + 3600)))
+    );
+    assert_eq!(made.rules.floor, Tokens::ZERO, "a sub-allocation never goes into debt");
+    let created = l.history(&holder("ta1")).unwrap();
+    assert!(created
+        .iter()
+        .any(|e| e.actor == "carol" && e.reason.starts_with("sub-allocation created: 20 tokens inside course from ")));
+    for bad in [
+        Allocation { amount: Tokens::whole(-1), account: "ta2".into(), ..ta.clone() },
+        Allocation { ends: ta.starts, account: "ta2".into(), ..ta.clone() },
+        Allocation { parent: "nowhere".into(), account: "ta2".into(), ..ta.clone() },
+        ta.clone(),
+    ] {
+        assert!(l.allocate(&bad, "carol", now).is_err(), "{bad:?}");
+    }
+    l.charge(&[job("7", "bob", "ta1", "a6000", 1, 1800)], &prices(), now).unwrap();
+    assert_eq!((balance(&l, &holder("ta1")), balance(&l, &holder("course"))), (Tokens::whole(18), Tokens::whole(98)));
+    // Charged on after its end: course alone.
+    l.charge(&[job("7", "bob", "ta1", "a6000", 1, 3600)], &prices(), now + 3600).unwrap();
+    assert_eq!((balance(&l, &holder("ta1")), balance(&l, &holder("course"))), (Tokens::whole(18), Tokens::whole(96)));
+    assert!(allocation_is_open(made.window, now) && !allocation_is_open(made.window, now + 3600));
+    assert!(!allocation_is_open(made.window, now - 3601) && allocation_is_open(None, 0));
+    assert_eq!(l.verify().unwrap().problems, Vec::<String>::new());
 }

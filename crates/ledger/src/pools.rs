@@ -29,6 +29,8 @@ pub struct Pool {
     pub parent: Option<String>,
     /// Whether the pools drawing on it may go below their own floor while it is above its own.
     pub lends: bool,
+    /// A dated sub-allocation's window (unix seconds): open from `starts` until `ends`.
+    pub window: Option<(i64, i64)>,
 }
 
 /// A change of a pool's rules: each field given replaces the pool's.
@@ -66,7 +68,7 @@ pub struct MemberSpending {
 }
 
 const POOL_COLUMNS: &str =
-    "p.account, p.initial, p.daily, p.monthly, p.cap, p.floor, p.user_limit, p.created, u.balance, p.parent, p.lends";
+    "p.account, p.initial, p.daily, p.monthly, p.cap, p.floor, p.user_limit, p.created, u.balance, p.parent, p.lends, p.starts, p.ends";
 /// Each pool joined to its balance row, named `?1` (the holder prefix) followed by the account.
 const POOLS_WITH_BALANCES: &str = "pools p JOIN users u ON u.name = ?1 || p.account";
 
@@ -87,6 +89,10 @@ fn pool_row(r: &crate::db::Row<'_>) -> crate::db::Result<Pool> {
         balance: tokens(8)?,
         parent: r.get(9)?,
         lends: r.get::<i64>(10)? != 0,
+        window: match (r.get::<Option<i64>>(11)?, r.get::<Option<i64>>(12)?) {
+            (Some(starts), Some(ends)) => Some((starts, ends)),
+            _ => None,
+        },
     })
 }
 
@@ -183,7 +189,7 @@ impl Ledger {
 
     /// Refuses `parent` as the pool `account` draws on: it must be a pool, and never `account`
     /// nor a pool that draws on it (a loop would count each charge round and round).
-    fn refuse_parent(&self, account: &str, parent: &str) -> Result<(), LedgerError> {
+    pub(crate) fn refuse_parent(&self, account: &str, parent: &str) -> Result<(), LedgerError> {
         if parent == account {
             return Err(LedgerError::Refused(format!("account {account}'s pool cannot draw on itself")));
         }
@@ -342,6 +348,26 @@ fn add_pool_in(
     actor: &str,
     now: i64,
 ) -> Result<bool, LedgerError> {
+    let reason = format!("pool created: {}", describe_rules(&rules, user_limit));
+    add_pool_audited(
+        tx,
+        account,
+        (rules, user_limit),
+        actor,
+        now,
+        (reason, Journaled::PoolCreated { rules, user_limit }),
+    )
+}
+
+/// [`add_pool_in`], its audit entry saying `reason` and journaled as `journaled`.
+pub(crate) fn add_pool_audited(
+    tx: &Transaction<'_>,
+    account: &str,
+    (rules, user_limit): (BucketRules, Option<Tokens>),
+    actor: &str,
+    now: i64,
+    (reason, journaled): (String, Journaled),
+) -> Result<bool, LedgerError> {
     if let Some(why) = account_name_problem(account) {
         return Err(LedgerError::BadAccountName { name: gputokens::free_text::printable(account).into_owned(), why });
     }
@@ -366,16 +392,9 @@ fn add_pool_in(
         return Ok(false);
     }
     ensure_user(tx, &rules, &holder(account), now)?;
-    let audit = NewEntry::new(
-        &holder(account),
-        EntryKind::Adjust,
-        Tokens::ZERO,
-        now,
-        actor,
-        &format!("pool created: {}", describe_rules(&rules, user_limit)),
-        created_key(account),
-    )
-    .journaled(Journaled::PoolCreated { rules, user_limit });
+    let audit =
+        NewEntry::new(&holder(account), EntryKind::Adjust, Tokens::ZERO, now, actor, &reason, created_key(account))
+            .journaled(journaled);
     insert_entry(tx, &audit)?;
     Ok(true)
 }
@@ -388,6 +407,11 @@ pub fn created_key(account: &str) -> String {
 /// Each pool's rules by its holder name.
 pub(crate) fn pool_rules(conn: &crate::db::Connection) -> Result<HashMap<String, BucketRules>, LedgerError> {
     Ok(all_pools(conn)?.into_iter().map(|p| (holder(&p.account), p.rules)).collect())
+}
+
+/// Each dated sub-allocation's window, by its account.
+pub(crate) fn pool_windows(conn: &crate::db::Connection) -> Result<HashMap<String, (i64, i64)>, LedgerError> {
+    Ok(all_pools(conn)?.into_iter().filter_map(|p| Some((p.account, p.window?))).collect())
 }
 
 /// Each pool that draws on another, by its account: that pool's account.

@@ -72,6 +72,9 @@ fn line_of(pending: &PendingJournal) -> Option<JournalLine> {
         Journaled::PoolRules { rules, user_limit, parent, lends } => {
             Some(super::commands::pool_rules(&line.user, &line.key, rules, *user_limit, (parent.as_deref(), *lends)))
         }
+        Journaled::Allocation { parent, amount, starts, ends } => {
+            Some(super::commands::allocation(&line.user, parent, *amount, (*starts, *ends)))
+        }
         Journaled::Transfer { from, to, amount, reason, key } => {
             Some(super::commands::transfer(from, to, *amount, reason, key))
         }

@@ -38,6 +38,18 @@ pub fn pool_rules(
     )
 }
 
+/// `accountd admin account allocate` that makes the sub-allocation again.
+pub fn allocation(holder: &str, parent: &str, amount: Tokens, (starts, ends): (i64, i64)) -> String {
+    let account = account_of(holder).unwrap_or(holder);
+    format!(
+        "accountd admin account allocate {} --in {} --amount {amount} --from {} --until {}",
+        quote(account),
+        quote(parent),
+        gputokens::time::format_rfc3339(starts),
+        gputokens::time::format_rfc3339(ends)
+    )
+}
+
 /// `accountd admin account transfer` that moves the tokens again, under the transfer's key.
 pub fn transfer(from: &str, to: &str, amount: Tokens, reason: &str, key: &str) -> String {
     let (from, to) = (account_of(from).unwrap_or(from), account_of(to).unwrap_or(to));

@@ -156,6 +156,11 @@ fn account_request(command: AccountCommand, amount: &AmountParser) -> AccountdRe
             (Request::Transfer { from, to, amount: amount(&a, "a transfer")?, reason, key }, false)
         }
         AccountCommand::Show { account, json } => (Request::Pools { account }, json),
+        AccountCommand::Allocate { account, parent, amount: a, from, until } => {
+            let (starts, ends) = crate::cli::expires_arg::window(&from, &until, gputokens::time::now())?;
+            let amount = amount(&a, "a sub-allocation")?;
+            (Request::Allocate { account, parent, amount, starts, ends }, false)
+        }
         AccountCommand::Import { file } => (Request::PoolImport { pools: read_pools_file(&file)? }, false),
     })
 }

@@ -170,6 +170,23 @@ pub enum AccountCommand {
         #[command(flatten)]
         change: ChangeArgs,
     },
+    /// Make a dated sub-allocation inside a pool (admins, and that pool's coordinators): a pool of
+    /// the Slurm account ACCOUNT (made under the pool's account with sacctmgr first) that draws on
+    /// it, with AMOUNT tokens of its own, open from --from until --until. Jobs name it with -A.
+    Allocate {
+        account: String,
+        /// The account whose pool it is made in.
+        #[arg(long = "in", value_name = "ACCOUNT")]
+        parent: String,
+        #[arg(long)]
+        amount: String,
+        /// When it opens: a day (its start), a time, a duration from now, or "now".
+        #[arg(long, default_value = "now")]
+        from: String,
+        /// When it closes: a day (its end), a time, or a duration from now.
+        #[arg(long)]
+        until: String,
+    },
     /// Move tokens from one pool to another in one step (admins, and coordinators of both).
     Transfer {
         from: String,

@@ -97,6 +97,7 @@ fn add_pools(
             spent: Default::default(),
             parent: pool.parent.clone(),
             lends: pool.lends,
+            window: pool.window,
         };
         snap.pools.insert(pool.account.clone(), standing);
     }

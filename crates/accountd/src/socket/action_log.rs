@@ -29,6 +29,16 @@ impl Action {
                 format!("changed the rules of account {account}'s pool{}{}", listed(rules), keyed(key))
             }
             Request::PoolImport { pools } => format!("imported {}", count(pools.len(), "pool")),
+            Request::Allocate { account, parent, amount, starts, ends } => {
+                let allocation = ledger::Allocation {
+                    account: account.clone(),
+                    parent: parent.clone(),
+                    amount: *amount,
+                    starts: *starts,
+                    ends: *ends,
+                };
+                format!("made the sub-allocation {account} of {}", allocation.describe())
+            }
             Request::PoolGrant { account, amount, reason, key, adjust, expires } => {
                 let verb = if *adjust { "adjusted" } else { "granted" };
                 format!("{verb} account {account} {}{}{}", change(*amount, reason), keyed(key), until(*expires))

@@ -57,6 +57,7 @@ pub fn handle_with(
             | Request::PoolSet { .. }
             | Request::PoolImport { .. }
             | Request::PoolGrant { .. }
+            | Request::Allocate { .. }
             | Request::Transfer { .. }
             | Request::Pools { .. }
             | Request::Statement { account: Some(_), .. }
@@ -130,6 +131,10 @@ pub fn handle_with(
             super::pools::set(answering, caller, &account, create, rules, key, now)
         }
         Request::PoolImport { pools } => super::pools::import(answering, caller, pools, now),
+        Request::Allocate { account, parent, amount, starts, ends } => {
+            let allocation = ledger::Allocation { account, parent, amount, starts, ends };
+            super::pools::allocate(answering, caller, allocation, now)
+        }
         Request::PoolGrant { account, amount, reason, key, adjust, expires } => {
             let kind = if adjust { EntryKind::Adjust } else { EntryKind::Grant };
             super::pools::grant(answering, caller, &account, Change { kind, amount, reason, key, expires }, now)

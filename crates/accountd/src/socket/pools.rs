@@ -123,6 +123,37 @@ fn check_rules(rules: &BucketRules) -> Result<(), Reply> {
     Ok(())
 }
 
+/// Makes a dated sub-allocation inside a pool: admins, and the coordinators of that pool's account
+/// (or of one above it), who then manage the new pool as they do the one it is in.
+pub fn allocate(
+    a: &mut Answering,
+    caller: &Caller,
+    allocation: ledger::Allocation,
+    now: i64,
+) -> Result<(Reply, bool), Reply> {
+    let parent = allocation.parent.clone();
+    if !manages(a, caller, &parent) {
+        return Err(refused(format!(
+            "only gputokens admins and the coordinators of account {parent} (or of an account above it) may make \
+             sub-allocations inside its pool; you are {}",
+            caller.name
+        )));
+    }
+    let account = allocation.account.clone();
+    // Jobs name it with -A: Slurm must have it, under the pool it is made in, so its coordinators
+    // manage it and its associations say who may use it (where the account tree could be read).
+    let tree = &a.slurm_view().accounts;
+    if !tree.parents.is_empty() && !tree.ancestry(&account).iter().skip(1).any(|a| *a == parent) {
+        return Err(invalid(format!(
+            "Slurm has no account {account} under {parent}: make it first (sacctmgr add account {account} \
+             parent={parent}) and add its members (sacctmgr add user NAME account={account})"
+        )));
+    }
+    a.res.ledger.allocate(&allocation, &caller.name, now).map_err(from_ledger)?;
+    let rows = rows(a, &[account], now)?;
+    Ok((Reply::Pools { mode: a.res.config.accounts.mode, rows }, true))
+}
+
 /// Whether `caller` may manage `account`'s pool: an admin, or a coordinator of it or above it.
 fn manages(a: &Answering, caller: &Caller, account: &str) -> bool {
     caller.admin || a.slurm_view().accounts.coordinates(&caller.name, account)

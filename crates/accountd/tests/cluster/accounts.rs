@@ -23,10 +23,11 @@ fn account_names(cluster: &Cluster) -> (String, String) {
     (format!("lab{}", cluster.set), format!("course{}", cluster.set))
 }
 
-/// An account the tests here make: `labNNN` or `courseNNN` (or, made by earlier versions of these
-/// tests, `labNN`, `courseNN`, `lab` or `course`).
+/// An account the tests here make: `labNNN`, `courseNNN` or `taNNN` (or, made by earlier versions
+/// of these tests, `labNN`, `courseNN`, `lab` or `course`).
 fn made_here(account: &str) -> bool {
-    let number = account.strip_prefix("lab").or_else(|| account.strip_prefix("course"));
+    let number =
+        account.strip_prefix("lab").or_else(|| account.strip_prefix("course")).or_else(|| account.strip_prefix("ta"));
     number.is_some_and(|n| n.is_empty() || ((2..=3).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_digit())))
 }
 
@@ -577,4 +578,77 @@ fn a_course_drawing_on_its_department_is_charged_at_both_and_refused_at_the_depa
     });
     let listed = site.sbalance(None, &["-l", "-P", "-n"]).ok().stdout;
     assert!(listed.lines().any(|l| l.starts_with(&format!("{lab}||")) && l.ends_with("|(lends)")), "{listed}");
+}
+
+/// A TA's dated sub-allocation (issue 48, done-when 3): carol, course's coordinator, makes `ta`
+/// inside course for half a minute (Slurm's account `taNNN` under course, bob its member); bob's job
+/// under it is charged there and in course; after its end his jobs under it are refused.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_tas_sub_allocation_is_charged_with_its_course_and_refuses_jobs_after_its_end() {
+    let cluster = serial();
+    let (alice, bob, carol) = (cluster.alice, cluster.bob, cluster.carol);
+    let (_, course) = &account_names(&cluster);
+    let ta = &format!("ta{}", cluster.set);
+    let (site, mut adm) = pool_site(&cluster, PRICES, &["--initial", "100", "--daily", "0", "--monthly", "0"]);
+    let sacctmgr = |args: &[&str]| run_as(None, Path::new("/usr/bin/sacctmgr"), args);
+    let assoc = sacctmgr(&["-n", "-P", "show", "assoc", "format=Account,ParentName,User"]).ok().stdout;
+    if !assoc.lines().any(|l| l == format!("{ta}|{course}|")) {
+        sacctmgr(&["-i", "add", "account", ta, &format!("parent={course}"), "Description=gputokens TA hours"]).ok();
+    }
+    if !assoc.lines().any(|l| l.starts_with(&format!("{ta}|")) && l.ends_with(&format!("|{bob}"))) {
+        sacctmgr(&["-i", "add", "user", bob, &format!("account={ta}")]).ok();
+    }
+    crate::cluster::wait_until(30, &format!("slurmctld to know {bob} in {ta}"), || {
+        let args = ["show", "assoc_mgr", &format!("users={bob}"), &format!("accounts={ta}"), "flags=assoc"];
+        let shown = run_as(None, Path::new("/usr/bin/scontrol"), &args).ok().stdout;
+        match shown.contains(&format!("Account={ta} ")) && shown.contains(&format!("UserName={bob}(")) {
+            true => Ok(()),
+            false => Err(shown),
+        }
+    });
+
+    let allocate = |user: &str| {
+        let args = ["admin", "account", "allocate", ta, "--in", course, "--amount", "20", "--until", "30s"];
+        accountd_as(&site, user, &args)
+    };
+    let by_alice = allocate(alice);
+    assert_ne!(by_alice.code, 0, "alice coordinates nothing");
+    assert!(by_alice.stderr.contains(&format!("coordinators of account {course}")), "{}", by_alice.stderr);
+    // accountd reads Slurm's tree every check cycle: the new account is there within a few.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let made = loop {
+        let made = allocate(carol);
+        if made.code == 0 || Instant::now() > deadline || !made.stderr.contains("Slurm has no account") {
+            break made;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(made.code, 0, "{}", made.stderr);
+    let ends = Instant::now() + Duration::from_secs(30);
+    let shown = site.sbalance(Some(carol), &["-A", ta, "-P", "-n"]).ok().stdout;
+    assert!(shown.lines().next().unwrap_or_default().starts_with(&format!("{ta}||20|0|ok|")), "{shown}");
+    assert!(shown.lines().next().unwrap_or_default().ends_with(&format!("|{course}")), "{shown}");
+    let snapshot = site.path("lib/balances.snapshot");
+    wait_until(&site, "no pool_window line in the snapshot", || {
+        std::fs::read_to_string(&snapshot).unwrap_or_default().contains(&format!("pool_window {ta} "))
+    });
+    adm.settled();
+
+    let (job, _) = adm.accepted(bob, &["-A", ta, "--gres=gpu:a6000:1", "--wrap", "sleep 2"]);
+    wait_finished(&job);
+    let spent = cost(Tokens::whole(4), elapsed(&job));
+    wait_until(&site, "the TA's job was not charged to ta and course", || {
+        pool_balance(&site, ta) == (Tokens::whole(20) - spent).to_string()
+            && pool_balance(&site, course) == (Tokens::whole(100) - spent).to_string()
+    });
+    assert!(Instant::now() < ends, "the job ran past the sub-allocation's end: lengthen its window");
+
+    std::thread::sleep(ends.saturating_duration_since(Instant::now()) + Duration::from_secs(2));
+    let refused = sbatch(bob, &["-A", ta, "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
+    assert_ne!(refused.code, 0, "bob's job ran under the sub-allocation after its end");
+    let told = &refused.stderr;
+    assert!(told.contains(&format!("gputokens: the sub-allocation {ta} of account {course} ended at ")), "{told}");
+    assert!(told.contains("[gputokens code=allocation_closed]"), "{told}");
+    adm.accepted(bob, &["-A", course, "--gres=gpu:a6000:1", "--wrap", "sleep 1"]);
 }

@@ -42,6 +42,8 @@ pub enum Code {
     PenaltyKept,
     /// An update of a job submitted after the queue was last read.
     UnknownJob,
+    /// A dated sub-allocation before its start or after its end.
+    AllocationClosed,
 }
 
 impl Code {
@@ -58,6 +60,7 @@ impl Code {
             Code::PoolLimit => "pool_limit",
             Code::PenaltyKept => "penalty_kept",
             Code::UnknownJob => "unknown_job",
+            Code::AllocationClosed => "allocation_closed",
         }
     }
 }

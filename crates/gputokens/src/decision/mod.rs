@@ -282,6 +282,8 @@ struct Account<'a> {
     /// The account whose pool pays for the job itself (its own, not one it draws on): what the
     /// plugin tallies the job against.
     payer: Option<&'a str>,
+    /// A dated sub-allocation outside its window: the tail of its refusal.
+    closed: Option<Tail>,
 }
 
 impl<'a> Account<'a> {
@@ -316,6 +318,7 @@ impl<'a> Account<'a> {
         let snapshot = standing.snapshot;
         let (today, how) = (case.inputs.today, &case.inputs.config.deprioritize);
         let contact = case.inputs.config.contact.as_deref();
+        let case_now = case.inputs.now;
         // The user's own bucket, decided only where it pays: a user in debt gets a worded
         // message, which a job their pool alone pays for does not need.
         let own = || {
@@ -330,6 +333,7 @@ impl<'a> Account<'a> {
                 other: None,
                 chain: Vec::new(),
                 payer: None,
+                closed: None,
             }
         };
         let payers = payers(snapshot.pool_mode, account, |a| snapshot.pools.contains_key(a));
@@ -337,9 +341,14 @@ impl<'a> Account<'a> {
         let user = standing.user_name(uid);
         let of = |account: &'a str, pool: &'a PoolStanding, lent: bool| {
             let drawn_by = (account != name.as_str()).then_some(name.as_str());
-            let case = pool_rules::PoolCase { account, pool, user, snapshot, today, contact, drawn_by };
+            let now = case_now;
+            let case = pool_rules::PoolCase { account, pool, user, snapshot, today, contact, drawn_by, now };
             let decision = if lent { case.decide_lent(how) } else { case.decide(how) };
             let payer = Some(name.as_str());
+            let closed = case.closed().map(|c| {
+                let opens_in = c.opens_in.map(|s| s.max(codes::UNAVAILABLE_RETRY));
+                Tail::any_type_after(Code::AllocationClosed, opens_in)
+            });
             Account {
                 standing,
                 balance: pool.balance,
@@ -349,6 +358,7 @@ impl<'a> Account<'a> {
                 other: None,
                 chain: Vec::new(),
                 payer,
+                closed,
             }
         };
         // The pools it draws on decide too, and the worst rules. A parent that lends and is above
@@ -402,6 +412,9 @@ impl<'a> Account<'a> {
     /// limit in the pool (`PoolLimit`: it begins again on the 1st of next month), and when that
     /// ends.
     fn refusal_tail(&self, case: &Case) -> Tail {
+        if let Some(tail) = &self.closed {
+            return tail.clone();
+        }
         match self.pool {
             Some(_) if self.balance > self.rules.floor => {
                 let next_month = pool_rules::first_of_next_month(case.inputs.today);

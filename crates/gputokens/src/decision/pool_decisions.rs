@@ -24,6 +24,7 @@ fn world(mode: PoolMode) -> super::fixtures::World {
         spent: Default::default(),
         parent: None,
         lends: false,
+        window: None,
     };
     snap.pools.insert("lab".into(), pool(-10));
     snap.pools.insert("course".into(), pool(50));
@@ -315,4 +316,38 @@ fn the_estimate_holds_for_the_pools_a_job_draws_on() {
     assert!(matches!(decide(&w, &none).verdict, Verdict::Accept { .. }));
     let admitted = |account: &str| if account == "dept" { held(38) } else { Commitment::default() };
     assert!(matches!(decide(&w, &admitted).verdict, Verdict::Reject { .. }), "10 read + 38 admitted below dept");
+}
+
+/// A TA's sub-allocation ta1 inside course, open for a day around NOW: its jobs pass inside its
+/// window and are refused before it opens (retry when it does) and after it ends (no retry).
+#[test]
+fn a_dated_sub_allocation_refuses_jobs_outside_its_window() {
+    let mut w = nested(40, 50, false);
+    let ta1 = PoolStanding {
+        balance: Tokens::whole(20),
+        parent: Some("course".into()),
+        ..w.snapshot.pools["course"].clone()
+    };
+    w.snapshot.pools.insert("ta1".into(), ta1);
+    w.snapshot.user_accounts.get_mut("bob").unwrap().push("ta1".into());
+    let job = gpu_job(Some("ta1"));
+    let now = inputs(Some(&w), &config(), BOB).now;
+    let with_window = |w: &mut super::fixtures::World, starts: i64, ends: i64| {
+        w.snapshot.pools.get_mut("ta1").unwrap().window = Some((starts, ends));
+    };
+    with_window(&mut w, now - 3600, now + 3600);
+    let inside = decided(&w, &job);
+    assert!(matches!(inside, Verdict::Accept { message: None, .. }), "{inside:?}");
+    with_window(&mut w, now + 600, now + 3600);
+    let early = decided(&w, &job);
+    assert!(message(&early).starts_with("gputokens: the sub-allocation ta1 of account course opens at "), "{early:?}");
+    assert!(message(&early).ends_with(" [gputokens code=allocation_closed retry_after=*:600]"), "{}", message(&early));
+    with_window(&mut w, now - 7200, now - 3600);
+    let late = decided(&w, &job);
+    assert!(message(&late).contains("ended at ") && message(&late).contains("sbatch -A course."), "{late:?}");
+    assert!(message(&late).ends_with(" [gputokens code=allocation_closed]"), "{}", message(&late));
+    // Its parent's floor still holds inside the window.
+    with_window(&mut w, now - 3600, now + 3600);
+    w.snapshot.pools.get_mut("dept").unwrap().balance = Tokens::whole(-10);
+    assert!(message(&decided(&w, &job)).contains("account ta1 draws on account dept, whose GPU token balance is -10"));
 }

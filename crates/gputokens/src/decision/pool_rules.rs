@@ -26,6 +26,15 @@ pub struct PoolCase<'a> {
     pub contact: Option<&'a str>,
     /// The job's own account, where this pool is one it draws on.
     pub drawn_by: Option<&'a str>,
+    /// Unix seconds: a dated sub-allocation is open only within its window.
+    pub now: i64,
+}
+
+/// Why a dated sub-allocation refuses a job now: the message, and how many seconds until it opens
+/// (None: it has ended).
+pub struct Closed {
+    pub message: String,
+    pub opens_in: Option<u64>,
 }
 
 impl PoolCase<'_> {
@@ -55,6 +64,9 @@ impl PoolCase<'_> {
 
     /// The pool's decision: its floor and overdraft, then the per-user limit.
     pub fn decide(&self, how: &Deprioritize) -> Decision {
+        if let Some(closed) = self.closed() {
+            return Decision::Reject { message: closed.message };
+        }
         let (balance, rules) = (self.pool.balance, &self.pool.rules);
         match rules.status(balance) {
             Status::Blocked => return Decision::Reject { message: self.blocked_message() },
@@ -70,9 +82,41 @@ impl PoolCase<'_> {
         }
     }
 
+    /// Whether the pool is open now: always, unless it is a dated sub-allocation outside its window.
+    fn is_open(&self) -> bool {
+        self.pool.window.is_none_or(|(starts, ends)| starts <= self.now && self.now < ends)
+    }
+
+    /// Where the pool is a dated sub-allocation outside its window: why its jobs are refused.
+    pub fn closed(&self) -> Option<Closed> {
+        let (starts, ends) = self.pool.window?;
+        let at = |t: i64| crate::time::format_local(t);
+        let whose = match self.drawn_by {
+            Some(below) => format!("account {below} draws on the sub-allocation {}, which", self.account),
+            None => format!("the sub-allocation {}", self.account),
+        };
+        let inside = self.pool.parent.as_deref().map(|p| format!(" of account {p}")).unwrap_or_default();
+        let (when, opens_in) = if self.now < starts {
+            (format!("opens at {}; its GPU jobs are refused until then", at(starts)), Some((starts - self.now) as u64))
+        } else if self.now >= ends {
+            (format!("ended at {}; its GPU jobs are refused", at(ends)), None)
+        } else {
+            return None;
+        };
+        let message = format!(
+            "gputokens: {whose}{inside} {when}. {} Run 'sbalance -A {}' for details.",
+            self.elsewhere(),
+            self.account
+        );
+        Some(Closed { message, opens_in })
+    }
+
     /// The decision of a pool whose parent lends to it: below its own floor it runs on the
     /// parent's tokens (which decide as the pool it draws on), so only the per-user limit holds.
     pub fn decide_lent(&self, how: &Deprioritize) -> Decision {
+        if let Some(closed) = self.closed() {
+            return Decision::Reject { message: closed.message };
+        }
         match self.pool.rules.status(self.pool.balance) {
             Status::Blocked => match self.pool.user_limit {
                 Some(limit) if self.toward_limit() >= limit => Decision::Reject { message: self.limit_message(limit) },
@@ -93,7 +137,8 @@ impl PoolCase<'_> {
 
     /// Whether the user's job would be paid from the pool: not at its floor nor beyond the limit.
     fn has_tokens(&self) -> bool {
-        self.pool.rules.status(self.pool.balance) != Status::Blocked
+        self.is_open()
+            && self.pool.rules.status(self.pool.balance) != Status::Blocked
             && self.pool.user_limit.is_none_or(|limit| self.toward_limit() < limit)
     }
 
@@ -240,6 +285,7 @@ mod tests {
             spent: Default::default(),
             parent: None,
             lends: false,
+            window: None,
         };
         snap.pools.insert("lab".into(), PoolStanding { coordinators: vec!["carol".into()], ..pool(-10, 30) });
         snap.pools.insert("course".into(), pool(50, 0));
@@ -260,6 +306,7 @@ mod tests {
             today,
             contact: None,
             drawn_by: None,
+            now: 0,
         }
     }
 

@@ -97,6 +97,7 @@ impl Steps for Submission {
         match &account.decision {
             Decision::Reject { message } => {
                 let reason = match account.pool {
+                    Some(pool) if account.closed.is_some() => format!("the sub-allocation {pool} is closed"),
                     Some(pool) if account.balance > account.rules.floor => {
                         format!("its owner spent their per-user limit in account {pool}")
                     }

@@ -196,7 +196,9 @@ CREATE TABLE IF NOT EXISTS cluster_lease (
 const UPGRADES: &[(i64, &str)] = &[(
     20,
     "ALTER TABLE pools ADD COLUMN IF NOT EXISTS parent VARCHAR(255),
-                       ADD COLUMN IF NOT EXISTS lends BIGINT NOT NULL DEFAULT 0;",
+                       ADD COLUMN IF NOT EXISTS lends BIGINT NOT NULL DEFAULT 0,
+                       ADD COLUMN IF NOT EXISTS starts BIGINT,
+                       ADD COLUMN IF NOT EXISTS ends BIGINT;",
 )];
 
 /// The version [`TABLES`] makes.

@@ -292,9 +292,12 @@ const MIGRATIONS: &[&str] = &[
      DROP TABLE job_utilization;
      ALTER TABLE job_utilization_v19 RENAME TO job_utilization;",
     // 20: nested pools. A pool may draw on a parent pool (its charges count there too, and the
-    // parent's floor and limits hold for its jobs); a parent may lend to the pools drawing on it.
+    // parent's floor and limits hold for its jobs); a parent may lend to the pools drawing on it; a
+    // dated sub-allocation is a pool open from `starts` until `ends`.
     "ALTER TABLE pools ADD COLUMN parent TEXT;          -- the account whose pool it draws on
-     ALTER TABLE pools ADD COLUMN lends INTEGER NOT NULL DEFAULT 0;",
+     ALTER TABLE pools ADD COLUMN lends INTEGER NOT NULL DEFAULT 0;
+     ALTER TABLE pools ADD COLUMN starts INTEGER;       -- unix seconds; NULL: always open
+     ALTER TABLE pools ADD COLUMN ends INTEGER;",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;
