@@ -55,6 +55,7 @@ fn open_ledger(config: &Config) -> AccountdResult<Ledger> {
         )?,
     };
     ledger.set_pool_mode(config.accounts.mode);
+    ledger.set_borrowing(config.borrowing);
     ledger.lead_for_cluster(config.clusters.lease_name());
     Ok(ledger)
 }
@@ -106,6 +107,7 @@ pub fn read_only_ledger(
         (path, _) => Ledger::open_read_only(path.unwrap_or(&config.paths.ledger), config.into(), scratch)?,
     };
     ledger.set_pool_mode(config.accounts.mode);
+    ledger.set_borrowing(config.borrowing);
     ledger.lead_for_cluster(config.clusters.lease_name());
     Ok(ledger)
 }

@@ -64,6 +64,8 @@ pub struct Config {
     pub floor: Tokens,
     pub prices: PriceTable,
     pub balances_public: bool,
+    /// `borrow_limit` and `forgive_below`.
+    pub borrowing: crate::policy::Borrowing,
     pub slurm_user: String,
     pub paths: Paths,
     /// Which database holds the ledger ([ledger]): SQLite at `paths.ledger`, or a site's MariaDB.

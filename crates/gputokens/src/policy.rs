@@ -14,6 +14,17 @@ pub struct BucketRules {
     pub floor: Tokens,
 }
 
+/// What a site lets users borrow against their next monthly grant, and the debts it forgives at
+/// the month's turn. Zero turns each off (the default).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Borrowing {
+    /// Tokens a user may borrow against next month's grant (never more than the grant).
+    pub limit: Tokens,
+    /// At the month's turn, after the grant and the repayment, a balance below 0 by less than
+    /// this is raised to 0.
+    pub forgive_below: Tokens,
+}
+
 /// The documented defaults: 100 to start, +1 a day, +30 on the 1st, no cap, floor −10.
 impl Default for BucketRules {
     fn default() -> Self {

@@ -89,6 +89,10 @@ pub enum Request {
         #[serde(default)]
         expires: Option<i64>,
     },
+    /// Borrow against the caller's own next monthly grant (a site's `borrow_limit`).
+    Borrow {
+        amount: Tokens,
+    },
     /// Make a dated sub-allocation inside `parent`'s pool: admins, and the parent's coordinators.
     Allocate {
         account: String,
@@ -140,6 +144,7 @@ impl Request {
             | Request::PoolGrant { .. }
             | Request::PoolImport { .. }
             | Request::Allocate { .. }
+            | Request::Borrow { .. }
             | Request::Transfer { .. } => true,
             Request::Balances { .. }
             | Request::History { .. }
@@ -176,6 +181,7 @@ impl Request {
             | Request::WebLogin
             | Request::PoolImport { .. }
             | Request::Allocate { .. }
+            | Request::Borrow { .. }
             | Request::Pools { .. } => (None, None),
         };
         reason.and_then(|r| reason_problem(r)).or_else(|| key.and_then(|k| key_problem(k)))
@@ -218,6 +224,7 @@ impl Request {
             | Request::Refund { .. }
             | Request::Import { .. }
             | Request::Actions { .. }
+            | Request::Borrow { .. }
             | Request::WebLogin) => request,
         }
     }

@@ -12,6 +12,7 @@
 //! sharing 1 100
 //! price a6000 4000000
 //! default_price 1000000
+//! borrow_limit 10000000
 //! partition gpu default 14400 172800
 //! account alice physics
 //! queue 1795430395
@@ -36,7 +37,7 @@
 //! ```
 //! Amounts are micro-tokens, times seconds. A user not listed has not been seen yet and stands at
 //! `initial`. The lines after the users serve the admission limits: GPU sharing (shards and MPS units
-//! per GPU), prices per GPU-hour, partitions (`default` or `-`, DefaultTime and MaxTime, `-` = none),
+//! per GPU), prices per GPU-hour, what a user may borrow against next month's grant, partitions (`default` or `-`, DefaultTime and MaxTime, `-` = none),
 //! default accounts, and what each user's running and pending GPU jobs held and could still cost
 //! (milli-GPUs, micro-tokens) when squeue was read at `queue` (from `queue_read_ms` until
 //! `queue_read_end_ms`; `recent`: the GPU jobs it showed submitted since the second before, by uid,
@@ -121,6 +122,9 @@ pub fn render(snap: &Snapshot) -> String {
     }
     if let Some(price) = snap.prices.default_price() {
         out.push_str(&format!("default_price {}\n", price.micro()));
+    }
+    if snap.borrow_limit > Tokens::ZERO {
+        out.push_str(&format!("borrow_limit {}\n", snap.borrow_limit.micro()));
     }
     let secs = |t: Option<u64>| t.map_or("-".to_string(), |t| t.to_string());
     for p in &snap.partitions {
@@ -301,6 +305,8 @@ pub struct Snapshot {
     pub spent_month: Option<String>,
     /// Each user's Slurm accounts (their associations), for "submit under another account".
     pub user_accounts: HashMap<String, Vec<String>>,
+    /// What a user may borrow against next month's grant (`borrow_limit`, at most the grant).
+    pub borrow_limit: Tokens,
 }
 
 impl Snapshot {
@@ -319,6 +325,7 @@ impl Snapshot {
             pools: HashMap::new(),
             spent_month: None,
             user_accounts: HashMap::new(),
+            borrow_limit: Tokens::ZERO,
         }
     }
 
@@ -384,6 +391,10 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
             }
             "default_price" => {
                 default_price = Some(Tokens::from_micro(words.number("default price")?));
+                words.end()?;
+            }
+            "borrow_limit" => {
+                snap.borrow_limit = Tokens::from_micro(words.number("borrow limit")?);
                 words.end()?;
             }
             "partition" => {
@@ -662,6 +673,7 @@ mod tests {
         snap.sharing = Sharing { shards_per_gpu: 4, mps_per_gpu: 100 };
         let prices = [("a6000".to_string(), Tokens::whole(4)), ("rtx2080".to_string(), Tokens::from_micro(500_000))];
         snap.prices = PriceTable::new(prices.into(), Some(Tokens::whole(1)));
+        snap.borrow_limit = Tokens::whole(10);
         snap.partitions = vec![
             Partition { name: "gpu".into(), default: true, default_time: Some(14400), max_time: Some(172800) },
             Partition { name: "long".into(), default: false, default_time: None, max_time: None },

@@ -7,6 +7,7 @@ mod admin;
 mod allocations;
 mod audit;
 mod backup;
+mod borrowing;
 mod charge;
 mod copy;
 pub mod db;
@@ -69,6 +70,8 @@ pub struct Ledger {
     pool_mode: gputokens::pools::PoolMode,
     /// The cluster whose lease this ledger's accountd leads under ([`Ledger::lead_for_cluster`]).
     lease_name: String,
+    /// Borrowing against next month's grant, and the small debts forgiven at the month's turn.
+    borrowing: gputokens::policy::Borrowing,
 }
 
 impl Ledger {
@@ -162,7 +165,7 @@ impl Ledger {
     }
 
     fn on(conn: db::Connection, rules: BucketRules) -> Ledger {
-        Ledger { conn, rules, pool_mode: Default::default(), lease_name: String::new() }
+        Ledger { conn, rules, pool_mode: Default::default(), lease_name: String::new(), borrowing: Default::default() }
     }
 
     pub fn rules(&self) -> &BucketRules {

@@ -26,6 +26,7 @@ impl Ledger {
     pub fn replenish(&mut self, now: i64) -> Result<Replenished, LedgerError> {
         let today = local_date(now);
         let user_rules = self.rules;
+        let borrowing = self.borrowing;
         let pool_rules = super::pools::pool_rules(&self.conn)?;
         let tx = self.conn.transaction()?;
         let due: Vec<(String, String, i64)> = {
@@ -42,7 +43,13 @@ impl Ledger {
             // the edge of the range) is rolled back and named, and the others are still replenished.
             tx.execute_batch("SAVEPOINT holder")?;
             let mut added = Replenished::default();
-            match replenish_one(&tx, &user, rules, Tokens::from_micro(balance), date, today, &mut added) {
+            // Borrowing and forgiveness are users' own (pools have their coordinators).
+            let borrowing = match gputokens::pools::account_of(&user) {
+                Some(_) => None,
+                None => Some(&borrowing),
+            };
+            match replenish_one(&tx, &user, (rules, borrowing), Tokens::from_micro(balance), (date, today), &mut added)
+            {
                 Ok(()) => {
                     tx.execute_batch("RELEASE SAVEPOINT holder")?;
                     done.entries += added.entries;
@@ -60,14 +67,14 @@ impl Ledger {
     }
 }
 
-/// Replenishes `user` from the day after `date` through `today`, counting into `done`.
+/// Replenishes `user` from the day after `date` through `today`, counting into `done`; on each 1st
+/// a user (`borrowing`) repays what they borrowed against its grant and may be forgiven a small debt.
 fn replenish_one(
     tx: &crate::db::Transaction<'_>,
     user: &str,
-    rules: &gputokens::policy::BucketRules,
+    (rules, borrowing): (&gputokens::policy::BucketRules, Option<&gputokens::policy::Borrowing>),
     mut balance: Tokens,
-    mut date: chrono::NaiveDate,
-    today: chrono::NaiveDate,
+    (mut date, today): (chrono::NaiveDate, chrono::NaiveDate),
     done: &mut Replenished,
 ) -> Result<(), LedgerError> {
     while date < today {
@@ -94,6 +101,9 @@ fn replenish_one(
                 done.entries += 1;
                 done.tokens = done.tokens + capped;
             }
+        }
+        if let (Some(borrowing), 1) = (borrowing, chrono::Datelike::day(&date)) {
+            balance = super::borrowing::settle_month(tx, user, borrowing, date, balance)?;
         }
     }
     tx.execute("UPDATE users SET replenished_through = ?2 WHERE name = ?1", params![user, today.to_string()])?;

@@ -59,6 +59,10 @@ pub struct Args {
     /// Every pool you may see (your accounts', those you coordinate), members indented, like `sshare -l`.
     #[arg(short = 'l', long = "long", conflicts_with_all = ["history", "statement", "web", "users", "all"])]
     pub long: bool,
+    /// Borrow TOKENS against your next monthly grant, where the site allows it (`borrow_limit`):
+    /// added now, taken back from that grant on the 1st.
+    #[arg(long, value_name = "TOKENS", conflicts_with_all = ["history", "statement", "web", "users", "all", "account", "long"])]
+    pub borrow: Option<String>,
     /// Configuration file (only the socket path is used).
     #[arg(long, env = "GPUTOKENS_CONF", value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -149,6 +153,9 @@ pub fn run(args: Args) -> AccountdResult {
     }
     if args.web {
         return web_link(&config);
+    }
+    if let Some(amount) = &args.borrow {
+        return borrow(&config, amount);
     }
     if args.account.is_some() || args.long {
         return pools(&config, &args);
@@ -273,6 +280,20 @@ fn history(config: &Config, args: &Args, limit: usize) -> AccountdResult {
         out
     };
     crate::out!("{out}");
+    Ok(())
+}
+
+/// `--borrow`: borrows against the caller's next monthly grant and says what it did.
+fn borrow(config: &Config, amount: &str) -> AccountdResult {
+    let amount: gputokens::Tokens =
+        amount.parse().map_err(|e| AccountdError::Refused(format!("--borrow {amount}: {e}")))?;
+    let entries = match accountd(config).call(&Request::Borrow { amount })? {
+        Reply::Recorded { entries, .. } => entries,
+        other => return Err(ClientError::Unexpected(Box::new(other)).into()),
+    };
+    for e in &entries {
+        crate::outln!("{}: balance now {}", e.reason, e.balance_after);
+    }
     Ok(())
 }
 

@@ -35,6 +35,7 @@ pub fn publish(res: &Resources, view: &SlurmView, now: i64) -> AccountdResult<Pu
         res.metrics.set_balances(&accounts);
     }
     let mut snap = snapshot::Snapshot::new(now, *res.ledger.rules());
+    snap.borrow_limit = res.config.borrowing.limit;
     snap.balances = accounts.iter().map(|a| (a.user.clone(), a.balance)).collect();
     snap.sharing = res.config.sharing;
     snap.prices = res.config.prices.clone();

@@ -29,6 +29,7 @@ impl Action {
                 format!("changed the rules of account {account}'s pool{}{}", listed(rules), keyed(key))
             }
             Request::PoolImport { pools } => format!("imported {}", count(pools.len(), "pool")),
+            Request::Borrow { amount } => format!("borrowed {amount} against their next monthly grant"),
             Request::Allocate { account, parent, amount, starts, ends } => {
                 let allocation = ledger::Allocation {
                     account: account.clone(),

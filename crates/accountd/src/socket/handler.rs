@@ -58,6 +58,7 @@ pub fn handle_with(
             | Request::PoolImport { .. }
             | Request::PoolGrant { .. }
             | Request::Allocate { .. }
+            | Request::Borrow { .. }
             | Request::Transfer { .. }
             | Request::Pools { .. }
             | Request::Statement { account: Some(_), .. }
@@ -131,6 +132,13 @@ pub fn handle_with(
             super::pools::set(answering, caller, &account, create, rules, key, now)
         }
         Request::PoolImport { pools } => super::pools::import(answering, caller, pools, now),
+        // Anyone borrows for themselves, within the site's limit.
+        Request::Borrow { amount } => answering
+            .res
+            .ledger
+            .borrow(&caller.name, amount, now)
+            .map(|entry| (Reply::Recorded { entries: vec![entry], replayed: false }, true))
+            .map_err(from_ledger),
         Request::Allocate { account, parent, amount, starts, ends } => {
             let allocation = ledger::Allocation { account, parent, amount, starts, ends };
             super::pools::allocate(answering, caller, allocation, now)

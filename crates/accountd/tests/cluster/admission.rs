@@ -294,6 +294,43 @@ fn at_the_floor_gpu_jobs_are_refused_and_cpu_jobs_pass() {
     assert_eq!(log.matches(&update).count(), 1, "{log}");
 }
 
+/// Borrowing against next month's grant (issue 48, done-when 3): alice at her floor is told she
+/// may borrow, borrows 6 of the site's 10 with `sbalance --borrow` (as herself: no one borrows for
+/// another), her GPU job then passes, and borrowing past the limit is refused.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_user_at_the_floor_borrows_against_next_months_grant_within_the_limit() {
+    let cluster = serial();
+    let (alice, bob) = (cluster.alice, cluster.bob);
+    let site = Site::start("borrow_limit = 10", "");
+    let mut adm = Admission::start();
+    site.accountd(None, &["admin", "adjust", alice, "-110", "--reason", "test"]).ok();
+    adm.follow(&site);
+    adm.settled();
+    let refused = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "true"]);
+    assert_ne!(refused.code, 0, "alice at her floor ran a GPU job");
+    let hint =
+        "You may borrow up to 10 tokens against next month's grant (sbalance --borrow N). Run 'sbalance' for details.";
+    assert!(refused.stderr.contains(hint), "{}", refused.stderr);
+
+    let borrowed = site.sbalance(Some(alice), &["--borrow", "6"]).ok().stdout;
+    assert!(borrowed.starts_with("borrowed against the monthly grant of "), "{borrowed}");
+    assert!(borrowed.trim_end().ends_with("balance now -4"), "{borrowed}");
+    assert_eq!(site.balance(alice), "-4");
+    adm.settled();
+    adm.accepted(alice, &["--gres=gpu:a6000:1", "--hold", "--wrap", "true"]);
+
+    let past = site.sbalance(Some(alice), &["--borrow", "5"]);
+    assert_ne!(past.code, 0, "alice borrowed past the limit");
+    assert!(past.stderr.contains("you have borrowed 6, so 4 more at most (5 asked)"), "{}", past.stderr);
+    assert_eq!(site.balance(alice), "-4");
+    // bob's borrowing is his own: alice's balance does not move.
+    site.sbalance(Some(bob), &["--borrow", "10"]).ok();
+    assert_eq!((site.balance(alice), site.balance(bob)), ("-4".to_string(), "110".to_string()));
+    let history = site.sbalance(Some(alice), &["--history"]).ok().stdout;
+    assert!(history.contains("borrowed against the monthly grant of"), "{history}");
+}
+
 #[test]
 #[ignore = "needs the test cluster: tests/cluster/up.sh"]
 fn in_overdraft_gpu_jobs_are_accepted_at_lower_priority() {

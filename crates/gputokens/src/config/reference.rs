@@ -81,6 +81,16 @@ pub const TABLES: &[Table] = &[
                 "Tokens per GPU-hour of a GPU type missing from [prices]. Unset: the highest listed price; with no [prices] at all, 1.",
             ),
             key("balances_public", Toml("false"), "true: every user may see every balance (sbalance -a); false: users see only their own."),
+            key(
+                "borrow_limit",
+                Toml("0"),
+                "Tokens a user may borrow against next month's grant (sbalance --borrow N), at most `monthly`; repaid from that grant on the 1st. 0: no borrowing.",
+            ),
+            key(
+                "forgive_below",
+                Toml("0"),
+                "At the month's turn a user's debt smaller than this is forgiven (raised to 0, journaled). 0: none.",
+            ),
             key("slurm_user", Toml("\"slurm\""), "The SlurmUser of slurm.conf; it may run admin commands like root."),
         ],
     },

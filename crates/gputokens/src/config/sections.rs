@@ -48,6 +48,10 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
     let default_price = top.optional("default_price", non_negative_amount);
     let (prices, per_kwh, stranded) = top.table("prices", prices);
     let balances_public = top.get("balances_public", false, boolean);
+    let borrowing = crate::policy::Borrowing {
+        limit: top.get("borrow_limit", Tokens::ZERO, non_negative_amount),
+        forgive_below: top.get("forgive_below", Tokens::ZERO, non_negative_amount),
+    };
     let slurm_user = top.get("slurm_user", DEFAULT_SLURM_USER.to_string(), |v| {
         string(v).and_then(|s| if s.trim().is_empty() { Err("must not be empty".into()) } else { Ok(s) })
     });
@@ -124,6 +128,7 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
         floor,
         prices: PriceTable::new(prices, default_price).with_per_kwh(per_kwh).with_stranded(stranded),
         balances_public,
+        borrowing,
         slurm_user,
         paths,
         ledger,

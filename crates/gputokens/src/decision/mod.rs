@@ -323,7 +323,8 @@ impl<'a> Account<'a> {
         // message, which a job their pool alone pays for does not need.
         let own = || {
             let balance = standing.balance(uid);
-            let decision = rules::decide(balance, &snapshot.rules, today, how, contact);
+            let decision =
+                rules::with_borrowing(rules::decide(balance, &snapshot.rules, today, how, contact), snapshot);
             Account {
                 standing,
                 balance,

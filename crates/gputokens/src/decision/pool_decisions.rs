@@ -351,3 +351,24 @@ fn a_dated_sub_allocation_refuses_jobs_outside_its_window() {
     w.snapshot.pools.get_mut("dept").unwrap().balance = Tokens::whole(-10);
     assert!(message(&decided(&w, &job)).contains("account ta1 draws on account dept, whose GPU token balance is -10"));
 }
+
+/// Where the site lets users borrow against next month's grant, a refusal at the user's own floor
+/// says how; a pool's floor does not (users borrow for themselves).
+#[test]
+fn a_refusal_at_the_floor_says_how_much_may_be_borrowed() {
+    let mut w = world(PoolMode::Account);
+    w.snapshot.balances.insert("bob".into(), Tokens::whole(-10));
+    w.snapshot.borrow_limit = Tokens::whole(50);
+    w.snapshot.rules.monthly = Tokens::whole(30);
+    let own = decided(&w, &gpu_job(Some("ops")));
+    assert!(
+        message(&own).contains(
+            "You may borrow up to 30 tokens against next month's grant (sbalance --borrow N). Run 'sbalance' for details."
+        ),
+        "at most the monthly grant: {own:?}"
+    );
+    let pool = decided(&w, &gpu_job(Some("lab")));
+    assert!(!message(&pool).contains("borrow"), "{pool:?}");
+    w.snapshot.borrow_limit = Tokens::ZERO;
+    assert!(!message(&decided(&w, &gpu_job(Some("ops")))).contains("borrow"));
+}

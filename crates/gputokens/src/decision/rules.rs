@@ -84,6 +84,21 @@ pub fn blocked_message(balance: Tokens, rules: &BucketRules, today: NaiveDate, c
     )
 }
 
+/// A refusal at the user's floor where the site lets users borrow against next month's grant
+/// (`borrow_limit`): the message says how.
+pub fn with_borrowing(decision: Decision, snapshot: &crate::snapshot::Snapshot) -> Decision {
+    let limit = snapshot.borrow_limit.min(snapshot.rules.monthly);
+    match decision {
+        Decision::Reject { message } if limit > Tokens::ZERO => {
+            let hint = format!(
+                "You may borrow up to {limit} tokens against next month's grant (sbalance --borrow N). Run 'sbalance' for details."
+            );
+            Decision::Reject { message: message.replacen("Run 'sbalance' for details.", &hint, 1) }
+        }
+        other => other,
+    }
+}
+
 /// Whom a user at the floor asks for tokens: the site's `[admission] contact`, else its administrators.
 pub fn ask_for_tokens(contact: Option<&str>) -> String {
     match contact {
