@@ -44,6 +44,9 @@ pub struct BalanceJson {
     /// What the job_submit plugin's balance rule makes of the user's GPU jobs now, with the code and
     /// `retry_after` its messages end with (docs/workflows.md).
     pub admission: AdmissionJson,
+    /// `[lending]`: the user's borrowed runs of the last week (left out where there are none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub borrowed: Vec<gputokens::protocol::BorrowedRunRow>,
 }
 
 /// The balance rule's verdict on a GPU job, for programs.
@@ -120,6 +123,7 @@ impl BalanceJson {
             }),
             default_pool: row.default_pool.clone(),
             admission: AdmissionJson::of(row, now),
+            borrowed: row.borrowed.clone(),
         }
     }
 }
@@ -260,6 +264,7 @@ mod tests {
             in_ledger: true,
             default_pool: None,
             expiring: Some(Expiring { tokens: Tokens::whole(42), at: "ignored".into(), ends: 1_795_000_000 }),
+            borrowed: Vec::new(),
         }
     }
 

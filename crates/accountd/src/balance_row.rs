@@ -63,7 +63,24 @@ pub fn balance_row(res: &Resources, user: &str, now: i64, users: &SystemUsers) -
         in_ledger: account.is_some(),
         default_pool: None,
         expiring: expiring(res, user, balance, now)?,
+        borrowed: borrowed(res, user, now)?,
     })
+}
+
+/// `[lending]`: the user's borrowed runs of the last week.
+fn borrowed(res: &Resources, user: &str, now: i64) -> Result<Vec<gputokens::protocol::BorrowedRunRow>, Reply> {
+    if !res.config.lending.enabled {
+        return Ok(Vec::new());
+    }
+    let runs = res.ledger.borrowed_runs_of(user, now.saturating_sub(7 * 86_400)).map_err(from_ledger)?;
+    Ok(runs
+        .into_iter()
+        .map(|r| gputokens::protocol::BorrowedRunRow {
+            job_id: res.config.clusters.job_shown(&r.job_id),
+            started: gputokens::time::format_rfc3339(r.run_start),
+            reclaimed_for: r.reclaimed.map(|(waiting, _)| waiting),
+        })
+        .collect())
 }
 
 /// The soonest-ending grant of `user` with tokens at stake that ends within `[notify] expiry_warning`.

@@ -84,6 +84,7 @@ pub struct Config {
     /// How shards and MPS units are charged as fractions of a GPU.
     pub sharing: crate::tres::Sharing,
     pub preemption: Preemption,
+    pub lending: Lending,
     /// Users, accounts and QOS never preempted nor checked by the job_submit plugin.
     pub exempt: Exempt,
     pub health: Health,
@@ -327,6 +328,16 @@ impl Default for Admission {
             contact: None,
         }
     }
+}
+
+/// Idle GPUs lent to users in debt (`[lending]`, see [`crate::lending`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lending {
+    pub enabled: bool,
+    /// Users at or below the floor borrow too (their GPU jobs are accepted, as borrowed runs).
+    pub at_floor: bool,
+    /// Percent off a borrowed run that finishes unreclaimed.
+    pub discount_percent: u8,
 }
 
 /// Preempting debtors' GPU jobs when others wait for the same GPU type.

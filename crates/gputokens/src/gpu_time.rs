@@ -28,4 +28,7 @@ pub struct UsageRecord {
     /// Where `[prices] stranded` prices the run by the GPUs it leaves idle rather than by its own:
     /// why, and by how much (accountd sets it before charging).
     pub stranding: Option<crate::stranding::Stranding>,
+    /// A borrowed run (`[lending]`): reclaimed (charged nothing) or finished (at the site's
+    /// discount); accountd sets it before charging.
+    pub lent: Option<crate::lending::Lent>,
 }

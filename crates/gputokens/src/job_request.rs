@@ -56,6 +56,8 @@ pub struct JobRequest {
     /// `sbatch --test-only` (the SPANK plugin puts `GPUTOKENS_QUOTE=1` there): the job is quoted.
     /// It only asks for words: a real job carrying the variable is judged as any other.
     pub wants_quote: bool,
+    /// A batch job (it has a script): None where the request does not say (an update).
+    pub batch: Option<bool>,
 }
 
 impl JobRequest {

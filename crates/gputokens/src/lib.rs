@@ -21,6 +21,7 @@ pub mod gpu_time;
 pub mod holds;
 pub mod job_request;
 pub mod job_shape;
+pub mod lending;
 pub mod mig;
 pub mod notify;
 pub mod policy;

@@ -22,6 +22,8 @@ pub struct Holder {
     pub gpus: BTreeMap<String, u64>,
     /// User, account or QOS is exempt.
     pub exempt: bool,
+    /// A borrowed run (`[lending]`): idle GPUs lent to a user in debt.
+    pub borrowed: bool,
 }
 
 /// A pending job waiting for GPUs of known types.
@@ -53,6 +55,8 @@ pub fn utilization_by_type(holders: &[Holder], utilization: &HashMap<String, f64
 pub struct Limits {
     pub min_runtime_secs: i64,
     pub max_per_cycle: usize,
+    /// `[lending]`: only borrowed runs are taken, however young, and they are reclaimed.
+    pub lending: bool,
 }
 
 /// Why a job is preempted.
@@ -62,6 +66,8 @@ pub enum Cause {
     Contended { gpu_type: String, waiting: Vec<String> },
     /// The user's balance is at or below the floor (`at_floor = "requeue" | "cancel"`).
     AtFloor,
+    /// A borrowed run (`[lending]`) reclaimed for users in credit waiting for this GPU type.
+    Reclaimed { gpu_type: String, waiting: Vec<String> },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +86,10 @@ impl Victim {
                 format!("gputokens: preempted, balance {}, {gpu_type} contended", self.balance)
             }
             Cause::AtFloor => format!("gputokens: preempted, balance {} is at the floor", self.balance),
+            Cause::Reclaimed { gpu_type, waiting } => format!(
+                "gputokens: borrowed run reclaimed for job {} waiting for {gpu_type}: requeued, not charged",
+                waiting.join(",")
+            ),
         }
     }
 }
@@ -104,8 +114,11 @@ pub fn contention_victims(holders: &[Holder], waiters: &[Waiter], now: i64, limi
     for (gpu_type, (needed, waiting)) in demand(waiters) {
         let mut candidates: Vec<&Holder> = holders
             .iter()
-            .filter(|h| h.balance.is_negative() && !h.exempt && h.gpus.contains_key(&gpu_type))
-            .filter(|h| now - h.start_time >= limits.min_runtime_secs)
+            .filter(|h| !h.exempt && h.gpus.contains_key(&gpu_type))
+            .filter(|h| match limits.lending {
+                true => h.borrowed,
+                false => h.balance.is_negative() && now - h.start_time >= limits.min_runtime_secs,
+            })
             .collect();
         candidates.sort_by(|a, b| a.balance.cmp(&b.balance).then(b.start_time.cmp(&a.start_time)));
         let mut freed = 0;
@@ -115,12 +128,12 @@ pub fn contention_victims(holders: &[Holder], waiters: &[Waiter], now: i64, limi
             }
             freed = h.gpus[&gpu_type].saturating_add(freed);
             if taken.insert(&h.job_id) {
-                chosen.push(Victim {
-                    job_id: h.job_id.clone(),
-                    user: h.user.clone(),
-                    balance: h.balance,
-                    cause: Cause::Contended { gpu_type: gpu_type.clone(), waiting: waiting.clone() },
-                });
+                let (gpu_type, waiting) = (gpu_type.clone(), waiting.clone());
+                let cause = match limits.lending {
+                    true => Cause::Reclaimed { gpu_type, waiting },
+                    false => Cause::Contended { gpu_type, waiting },
+                };
+                chosen.push(Victim { job_id: h.job_id.clone(), user: h.user.clone(), balance: h.balance, cause });
             }
         }
     }
@@ -203,6 +216,7 @@ mod tests {
             start_time: start,
             gpus: BTreeMap::from([(gpu_type.to_string(), n)]),
             exempt: false,
+            borrowed: false,
         }
     }
 
@@ -215,7 +229,7 @@ mod tests {
         }
     }
 
-    const LIMITS: Limits = Limits { min_runtime_secs: 60, max_per_cycle: 10 };
+    const LIMITS: Limits = Limits { min_runtime_secs: 60, max_per_cycle: 10, lending: false };
 
     #[test]
     fn youngest_job_of_the_deepest_debtor_goes_first_and_only_as_many_as_needed() {
@@ -301,6 +315,32 @@ mod tests {
         assert_eq!(wants, [("9", 2), ("10", 1)]);
     }
 
+    /// `[lending]`: only borrowed runs are reclaimed (however young, whatever their owner's balance
+    /// is now), only as many as the waiting jobs need; a debtor's own run is left alone.
+    #[test]
+    fn with_lending_only_borrowed_runs_are_reclaimed_and_only_as_many_as_needed() {
+        let mut young = holder("1", "alice", 5, 9_990, "a6000", 1);
+        young.borrowed = true;
+        let mut other = holder("2", "alice", 5, 9_000, "a6000", 1);
+        other.borrowed = true;
+        let debtor = holder("3", "carol", -5, 1000, "a6000", 1);
+        let lending = Limits { lending: true, ..LIMITS };
+        let holders = [young, other, debtor];
+        let victims = contention_victims(&holders, &[waiter("9", 0, "a6000", 1)], 10_000, lending);
+        assert_eq!(victims.iter().map(|v| v.job_id.as_str()).collect::<Vec<_>>(), ["1"], "the youngest borrowed run");
+        assert_eq!(
+            victims[0].reason(),
+            "gputokens: borrowed run reclaimed for job 9 waiting for a6000: requeued, not charged"
+        );
+        assert!(matches!(victims[0].cause, Cause::Reclaimed { .. }));
+        let all = contention_victims(&holders, &[waiter("9", 0, "a6000", 3)], 10_000, lending);
+        assert_eq!(all.len(), 2, "never the debtor's own run: {all:?}");
+        assert!(
+            contention_victims(&holders, &[waiter("9", -1, "a6000", 1)], 10_000, lending).is_empty(),
+            "a waiter in debt"
+        );
+    }
+
     #[test]
     fn at_floor_takes_every_job_at_or_below_the_floor() {
         let holders = [holder("1", "alice", -10, 1000, "a6000", 1), holder("2", "bob", -9, 1000, "a6000", 1)];
@@ -318,6 +358,7 @@ mod tests {
             start_time: 0,
             gpus: gpus.iter().map(|(t, n)| (t.to_string(), *n)).collect(),
             exempt: false,
+            borrowed: false,
         };
         let holders = [
             holder("1", &[("a6000", 1)]),

@@ -365,6 +365,19 @@ pub struct BalanceRow {
     /// A grant with tokens left that ends within `[notify] expiry_warning` (the soonest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expiring: Option<Expiring>,
+    /// `[lending]`: the user's borrowed runs of the last week, newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub borrowed: Vec<BorrowedRunRow>,
+}
+
+/// A borrowed run (`[lending]`) as sbalance and the JSON API show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BorrowedRunRow {
+    pub job_id: String,
+    /// When the run started, RFC 3339 with the local offset.
+    pub started: String,
+    /// The waiting jobs it was requeued for (not charged); None: not reclaimed.
+    pub reclaimed_for: Option<String>,
 }
 
 /// Shadow mode (`[admission] enforce = false`) as `sbalance` and the status page show it: what

@@ -366,6 +366,9 @@ fn price_record<'r>(record: &'r UsageRecord, prices: &PriceTable, mut add: impl 
             let Some(surcharged) = stranding.surcharged(weighted) else { return false };
             weighted = surcharged;
         }
+        if let Some(lent) = &record.lent {
+            weighted = weighted_price(weighted, lent.permille());
+        }
         let Some(total) = cost_of(weighted, milli, record.elapsed) else { return false };
         add(Priced { gpu_type, milli, price, weighted, total });
     }
@@ -562,6 +565,9 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
                     reasons.write(out, milli, gpu_type, price.slice, record.elapsed, weighted);
                     if let Some(stranding) = &record.stranding {
                         let _ = write!(out, "; {stranding}");
+                    }
+                    if let Some(lent) = &record.lent {
+                        let _ = write!(out, "; {lent}");
                     }
                     if let Some(below) = drawn_by {
                         let _ = write!(out, "; under account {below}, which draws on this pool");

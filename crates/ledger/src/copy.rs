@@ -27,6 +27,7 @@ const TABLES: &[&str] = &[
     "grant_expiries",
     "journal_outbox",
     "job_energy",
+    "borrowed_runs",
 ];
 
 /// Rows per insert statement of a copy.

@@ -26,6 +26,7 @@ pub(super) fn run(job: &str, gpu_type: &str, start: &str, hours: u64) -> UsageRe
         weight_permille: 1000,
         held: Default::default(),
         stranding: None,
+        lent: None,
     }
 }
 

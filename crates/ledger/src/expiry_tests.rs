@@ -25,6 +25,7 @@ fn a6000_hours(id: &str, user: &str, hours: u64) -> UsageRecord {
         weight_permille: 1000,
         held: Default::default(),
         stranding: None,
+        lent: None,
     }
 }
 

@@ -26,6 +26,7 @@ fn run(job: &str, gpu_type: &str, hours: u64) -> UsageRecord {
         weight_permille: 1000,
         held: Default::default(),
         stranding: None,
+        lent: None,
     }
 }
 

@@ -32,6 +32,7 @@ fn job(id: &str, user: &str, account: &str, gpu_type: &str, gpus: u64, elapsed: 
         weight_permille: 1000,
         held: Default::default(),
         stranding: None,
+        lent: None,
     }
 }
 

@@ -24,6 +24,7 @@ fn record(job: &str, user: &str, milli: u64, elapsed: u64) -> UsageRecord {
         weight_permille: 1000,
         held: Default::default(),
         stranding: None,
+        lent: None,
     }
 }
 

@@ -31,6 +31,7 @@ fn run(job: &str, user: &str, account: Option<&str>, start: &str, hours: u64) ->
         weight_permille: 1000,
         held: Default::default(),
         stranding: None,
+        lent: None,
     }
 }
 

@@ -78,6 +78,8 @@ pub unsafe fn read_job(desc: *const job_desc_msg_t) -> Option<JobRequest> {
             array_inx: string(d.array_inx),
             wants_estimate: spank_env(d).any(|v| v == ESTIMATE_VARIABLE),
             wants_quote: spank_env(d).any(|v| v == QUOTE_VARIABLE),
+            // job_submit sees submissions only; a batch one carries its script.
+            batch: Some(!d.script.is_null()),
         })
     }
 }
@@ -152,6 +154,9 @@ pub unsafe fn apply(desc: *mut job_desc_msg_t, err_msg: *mut *mut c_char, verdic
                 }
                 if let Some(minutes) = changes.time_limit {
                     d.time_limit = sentinel::minutes(minutes);
+                }
+                if changes.requeue {
+                    d.requeue = 1;
                 }
                 if let Some(qos) = &changes.qos {
                     // SAFETY: a job description's strings are NULL or xmalloc'ed by slurmctld.

@@ -124,7 +124,11 @@ pub unsafe extern "C" fn job_modify(
 unsafe fn modify(job_desc: *mut job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut c_char) -> c_int {
     // SAFETY: the caller passes slurmctld's promise on (see `job_submit`).
     match unsafe { ffi::read_job(job_desc) } {
-        Some(job) => unsafe { ffi::apply(job_desc, err_msg, &plugin::modify(&job, submit_uid)) },
+        // An update carries no script, whatever kind of job it changes.
+        Some(job) => {
+            let job = gputokens::job_request::JobRequest { batch: None, ..job };
+            unsafe { ffi::apply(job_desc, err_msg, &plugin::modify(&job, submit_uid)) }
+        }
         None => SUCCESS,
     }
 }

@@ -448,6 +448,7 @@ fn decide(
             slurm_uid: plugin.slurm_uid,
             admitted_since: &admitted_since,
             admitted_to_pool: &admitted_to_pool,
+            lending: config.lending,
         };
         decision(job, &inputs, log)
     };

@@ -89,6 +89,7 @@ mod tests {
             in_ledger: true,
             default_pool: None,
             expiring: None,
+            borrowed: Vec::new(),
         }
     }
 

@@ -182,11 +182,29 @@ pub fn run(args: Args) -> AccountdResult {
         for line in rows.iter().filter_map(|row| in_debt(row, config.admission.contact.as_deref())) {
             crate::outln!("{line}");
         }
+        for line in rows.iter().flat_map(borrowed_lines) {
+            crate::outln!("{line}");
+        }
     }
     if let Some(shadow) = shadow.filter(|_| for_a_person) {
         crate::out!("\n{}", crate::cli::shadow_output::text(&shadow));
     }
     Ok(())
+}
+
+/// A sentence for each of the row's borrowed runs (`[lending]`).
+fn borrowed_lines(row: &BalanceRow) -> impl Iterator<Item = String> + '_ {
+    row.borrowed.iter().map(move |run| match &run.reclaimed_for {
+        Some(waiting) => format!(
+            "{}: job {} borrowed idle GPUs from {}; reclaimed for job {waiting} (requeued): that run is not charged.",
+            row.user, run.job_id, run.started
+        ),
+        None => format!(
+            "{}: job {} borrowed idle GPUs from {}: requeued if a user in credit waits for them (that run then not \
+             charged); charged as usual if it finishes.",
+            row.user, run.job_id, run.started
+        ),
+    })
 }
 
 /// One sentence for a row in debt: what the status means, when it recovers (with the replenishment

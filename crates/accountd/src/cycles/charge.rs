@@ -144,8 +144,10 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now:
     // left out), not up to `now`: time that has not passed is never charged.
     let squeue_at = queue.read_ms().map_or_else(gputokens::time::now, |ms| ms.div_euclid(1000));
     let nodes_of: HashMap<String, String> = running.iter().map(|j| (j.job_id.clone(), j.nodes.clone())).collect();
-    let (running_records, rejected_running) =
+    let (mut running_records, rejected_running) =
         rejected_records::sift(running.iter().map(|j| j.gpu_time(squeue_at, sharing)).collect(), "squeue");
+    // A borrowed run is charged when it has ended: nothing if it is reclaimed.
+    crate::cycles::lending::defer_running(&mut cycle.res, slurm, &mut running_records, &running, now)?;
     finished.rejected.extend(rejected_running);
     let running_outcome = charge_records(&mut cycle.res, running_records, &nodes_of, slurm, now)?;
     let outcome = merged(finished.outcome, running_outcome);
@@ -207,7 +209,8 @@ fn charge_finished(
         sacct::parse(&slurm.sacct(since, until)?, cycle.res.config.sharing).map_err(SlurmError::Sacct)?;
     slurm.key_records(&mut finished);
     let before_charging = leave_out_runs_ended_by(&mut finished, charging_since);
-    let (records, rejected_finished) = rejected_records::sift(finished.records.clone(), "sacct");
+    let (mut records, rejected_finished) = rejected_records::sift(finished.records.clone(), "sacct");
+    crate::cycles::lending::price_finished(&mut cycle.res, &mut records, until)?;
     let rejected = finished.rejected.iter().cloned().chain(rejected_finished).collect();
     let outcome = charge_records(&mut cycle.res, records, &finished.nodes, slurm, until)?;
     Ok(FinishedCharged { runs: finished, outcome, rejected, before_charging })

@@ -97,7 +97,10 @@ fn payers_at_floor<'j>(
         all_pools.iter().map(|p| (p.account.clone(), (p.balance, p.rules.floor))).collect();
     let parent_of = |a: &str| all_pools.iter().find(|p| p.account == a)?.parent.as_deref();
     let lends = |a: &str| all_pools.iter().any(|p| p.account == a && p.lends);
-    let at_its_floor = |a: &str| pools.get(a).is_some_and(|(balance, floor)| balance <= floor);
+    // `[lending] at_floor`: a job at the floor runs as a borrowed run; it is not held.
+    let lending = res.config.lending;
+    let lends_at_floor = lending.enabled && lending.at_floor;
+    let at_its_floor = |a: &str| !lends_at_floor && pools.get(a).is_some_and(|(balance, floor)| balance <= floor);
     let limits: HashMap<&str, Tokens> =
         all_pools.iter().filter_map(|p| Some((p.account.as_str(), p.user_limit?))).collect();
     let spent: HashMap<(String, String), Tokens> = match limits.is_empty() {
@@ -141,7 +144,7 @@ fn payers_at_floor<'j>(
             continue;
         }
         let own = users.get(&job.user).copied().unwrap_or(rules.initial);
-        if own <= rules.floor {
+        if own <= rules.floor && !lends_at_floor {
             at_floor.insert(job.job_id.as_str(), Stopped::AtFloor(job.user.clone()));
         }
     }

@@ -8,6 +8,7 @@ pub mod check;
 pub mod cluster_rules;
 pub mod expiries;
 pub mod holds;
+pub mod lending;
 pub mod lock;
 pub mod notify;
 pub mod preemption;

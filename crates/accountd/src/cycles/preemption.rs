@@ -32,10 +32,17 @@ fn settings(res: &Resources) -> gputokens::config::Preemption {
 
 pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: i64) -> AccountdResult<String> {
     let config = settings(&cycle.res);
-    if !config.enabled && config.at_floor == AtFloor::None {
+    // `[lending]` replaces the contention rule: borrowed runs are reclaimed instead.
+    let lending = cycle.res.config.lending.enabled;
+    if !config.enabled && !lending && config.at_floor == AtFloor::None {
         return Ok("preemption off".into());
     }
     let jobs = queue.jobs()?;
+    let borrowed = match lending {
+        true => crate::cycles::lending::running_borrowed(&mut cycle.res, slurm, jobs, now)?,
+        false => HashMap::new(),
+    };
+    let run_of = |job: &QueueJob| (job.job_id.clone(), job.start_time);
     // GPUs earlier preemptions freed for jobs that still wait, and have not had their time to start.
     let pending: std::collections::HashSet<&str> =
         jobs.iter().filter(|j| j.state == "PENDING").map(|j| j.job_id.as_str()).collect();
@@ -53,6 +60,7 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
             start_time: j.start_time,
             gpus: whole_gpus(j),
             exempt: is_exempt(exempt, j),
+            borrowed: borrowed.contains_key(&run_of(j)),
         })
         .collect();
     let mut waiters: Vec<Waiter> = jobs
@@ -79,12 +87,24 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
     let waiting = waiters.len();
     let waiters = still_wanted(&waiters, &freed_earlier);
     let served = waiting - waiters.len();
-    let limits = Limits { min_runtime_secs: config.min_runtime.as_secs() as i64, max_per_cycle: config.max_per_cycle };
-    let mut victims = if config.enabled { contention_victims(&holders, &waiters, now, limits) } else { Vec::new() };
+    let limits =
+        Limits { min_runtime_secs: config.min_runtime.as_secs() as i64, max_per_cycle: config.max_per_cycle, lending };
+    let mut victims =
+        if config.enabled || lending { contention_victims(&holders, &waiters, now, limits) } else { Vec::new() };
+    if !config.dry_run {
+        // Remembered before scontrol runs: a reclaimed run is charged nothing, whatever happens next.
+        for victim in &victims {
+            let Cause::Reclaimed { waiting, .. } = &victim.cause else { continue };
+            let Some(holder) = holders.iter().find(|h| h.job_id == victim.job_id) else { continue };
+            cycle.res.ledger.mark_reclaimed(&victim.job_id, holder.start_time, &waiting.join(","), now)?;
+        }
+    }
     if config.at_floor != AtFloor::None {
         let left = config.max_per_cycle.saturating_sub(victims.len());
         let floor = cycle.res.ledger.rules().floor;
-        let more: Vec<Victim> = at_floor_victims(&holders, floor, left)
+        // A borrowed run at the floor is lent, not preempted.
+        let lent_out: Vec<Holder> = holders.iter().filter(|h| !h.borrowed).cloned().collect();
+        let more: Vec<Victim> = at_floor_victims(&lent_out, floor, left)
             .into_iter()
             .filter(|v| !victims.iter().any(|c| c.job_id == v.job_id))
             .collect();
@@ -193,14 +213,17 @@ fn wanted(job: &QueueJob) -> BTreeMap<String, u64> {
 
 fn act(cycle: &mut CycleState, slurm: &Slurm, victim: &Victim, requeueable: bool, now: i64) -> AccountdResult {
     let config = settings(&cycle.res);
+    let reclaimed = matches!(victim.cause, Cause::Reclaimed { .. });
     let action = match (victim.cause == Cause::AtFloor, cycle.res.config.preemption.at_floor, config.action) {
+        // A borrowed run is requeued, never cancelled.
+        _ if reclaimed => "requeue",
         (true, AtFloor::Cancel, _) | (false, _, PreemptAction::Cancel) => "cancel",
         _ if requeueable => "requeue",
         _ => "cancel",
     };
     let reason = victim.reason();
     let gpu_type = match &victim.cause {
-        Cause::Contended { gpu_type, .. } => gpu_type.clone(),
+        Cause::Contended { gpu_type, .. } | Cause::Reclaimed { gpu_type, .. } => gpu_type.clone(),
         Cause::AtFloor => "at_floor".into(),
     };
     // The owner is notified once per action (`[notify]`), recorded with it: never for a dry run or
@@ -242,6 +265,11 @@ fn act(cycle: &mut CycleState, slurm: &Slurm, victim: &Victim, requeueable: bool
     tracing::warn!("{action} job {job} of {}: {reason}", victim.user);
     if let Err(e) = append_comment(slurm, &job, &reason) {
         tracing::warn!("cannot set the comment of job {job}: {e}");
+    }
+    if reclaimed {
+        if let Err(e) = crate::cycles::lending::set_admin_comment(slurm, &job, &reason) {
+            tracing::warn!("cannot set the AdminComment of job {job}: {e}");
+        }
     }
     let signalled = job.clone();
     let step = move |slurm: &Slurm| {

@@ -100,6 +100,7 @@ mod tests {
             weight_permille: 1000,
             held: Default::default(),
             stranding: None,
+            lent: None,
         }
     }
 

@@ -418,6 +418,15 @@ pub const TABLES: &[Table] = &[
         ],
     },
     Table {
+        name: "lending",
+        about: "Idle GPUs lent to users in debt: their runs are borrowed, requeued when a user in credit waits for the GPU type, and free when reclaimed. Replaces [preemption]'s contention rule.",
+        keys: &[
+            key("enabled", Toml("false"), "Lend idle GPUs to users in overdraft (their batch GPU jobs run as borrowed runs)."),
+            key("at_floor", Toml("false"), "Lend to users at or below the floor too (their GPU jobs are accepted as borrowed, not refused)."),
+            key("discount", Toml("0"), "Percent off the price of a borrowed run that finishes unreclaimed (0 to 100)."),
+        ],
+    },
+    Table {
         name: "exempt",
         about: "Never preempted and never checked by the job_submit plugin.",
         keys: &[

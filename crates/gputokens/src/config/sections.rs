@@ -19,6 +19,7 @@ use super::{
 };
 use crate::config::admission::OnError;
 use crate::config::admission::{Deprioritize, Mode, DEFAULT_NICE_INCREMENT, DEFAULT_SITE_FACTOR, MAX_NICE};
+use crate::config::Lending;
 use crate::policy::BucketRules;
 use crate::pools::PoolMode;
 use crate::pricing::PriceTable;
@@ -94,6 +95,14 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
         }
     });
     let preemption = top.table("preemption", preemption);
+    let lending = top.table("lending", |s| Lending {
+        enabled: s.get("enabled", false, boolean),
+        at_floor: s.get("at_floor", false, boolean),
+        discount_percent: s.get("discount", 0u32, |v| match whole_from::<u32>(v, 0)? {
+            n if n <= 100 => Ok(n),
+            n => Err(format!("expected a percent from 0 to 100, got {n}")),
+        }) as u8,
+    });
     let exempt = top.table("exempt", |s| Exempt {
         users: s.get("users", Vec::new(), names),
         // Slurm's account names are case-blind (kept lower-case): `OPS` is the account ops.
@@ -142,6 +151,7 @@ pub(super) fn read(table: &toml::Table, path: &Path) -> (Config, Vec<Problem>) {
         utilization,
         sharing,
         preemption,
+        lending,
         exempt,
         health,
         admission,

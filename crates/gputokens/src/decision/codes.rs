@@ -44,6 +44,8 @@ pub enum Code {
     UnknownJob,
     /// A dated sub-allocation before its start or after its end.
     AllocationClosed,
+    /// `[lending]`: an interactive job of a payer in debt (a borrowed run must be a batch job).
+    Borrowed,
 }
 
 impl Code {
@@ -61,6 +63,7 @@ impl Code {
             Code::PenaltyKept => "penalty_kept",
             Code::UnknownJob => "unknown_job",
             Code::AllocationClosed => "allocation_closed",
+            Code::Borrowed => "borrowed",
         }
     }
 }

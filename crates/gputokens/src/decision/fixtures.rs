@@ -95,6 +95,7 @@ pub fn inputs<'a>(world: Option<&'a World>, config: &'a Admission, submit_uid: u
         slurm_uid: SLURM_UID,
         admitted_since: &no_local,
         admitted_to_pool: &no_local_pool,
+        lending: Default::default(),
     }
 }
 

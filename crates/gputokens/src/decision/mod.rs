@@ -11,6 +11,7 @@
 //! penalty, and what `--gpu-tokens-estimate` asked to be told. See `submit.rs` and `modify.rs`.
 
 pub mod codes;
+mod lending;
 mod modify;
 #[cfg(test)]
 mod pool_decisions;
@@ -66,6 +67,8 @@ pub struct Changes {
     pub qos: Option<String>,
     /// A finite time limit in minutes (`u32::MAX` for one longer than that).
     pub time_limit: Option<u32>,
+    /// Make the job requeueable (a borrowed run is requeued when a user in credit needs its GPUs).
+    pub requeue: bool,
 }
 
 /// What slurmctld is told.
@@ -214,6 +217,8 @@ pub struct Inputs<'a> {
     pub admitted_since: &'a dyn Fn(u32) -> Commitment,
     /// What the plugin admitted since the queue was read for the pool of an account to pay.
     pub admitted_to_pool: &'a dyn Fn(&str) -> Commitment,
+    /// `[lending]`: a job of a payer in debt runs as a borrowed run of idle GPUs.
+    pub lending: crate::config::Lending,
 }
 
 /// The job's owner as the rules see them.
@@ -536,9 +541,13 @@ fn judge<S: Steps>(steps: &mut S, case: &Case, log: &mut Log) -> Result<Outcome,
         steps.check_unavailable(case.inputs.config.on_error)?;
         return Ok(Outcome::of(draft.verdict()));
     };
-    let account = Account::of(standing, case);
+    let mut account = Account::of(standing, case);
+    // A borrowed run uses GPUs no one in credit waits for and gives them back when one does: no
+    // limit or estimate holds it back, and it is not tallied against its owner's later jobs.
+    let borrowed = lending::lend(case, &mut account)?;
+    draft.changes.requeue = borrowed;
     steps.check_balance(case, &account)?;
-    let admitted = steps.check_limits(case, &account)?;
+    let admitted = if borrowed { None } else { steps.check_limits(case, &account)? };
     if let Decision::AcceptDeprioritized { how, message } = &account.decision {
         let tail = Tail::any_type_after(Code::Overdraft, account.retry_after(case));
         steps.deprioritize(case, &account, how, &tail.appended_to(message), &mut draft, log);

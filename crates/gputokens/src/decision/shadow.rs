@@ -36,7 +36,8 @@ pub fn decide(decision: impl FnOnce(&mut Log) -> Outcome, log: &mut Log) -> (Out
     let would = match &outcome.verdict {
         Verdict::Reject { .. } => vec![Would::Refuse],
         Verdict::Accept { changes, .. } => {
-            let Changes { nice, site_factor, qos, time_limit } = changes;
+            // A borrowed run (`requeue`) is accepted deprioritized: counted as that.
+            let Changes { nice, site_factor, qos, time_limit, requeue: _ } = changes;
             let mut would = Vec::new();
             if nice.is_some() || site_factor.is_some() || qos.is_some() {
                 would.push(Would::Deprioritize);

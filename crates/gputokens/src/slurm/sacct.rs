@@ -176,6 +176,7 @@ fn row(line: &str, columns: &Columns, sharing: Sharing) -> Result<Row, (Reason, 
         weight_permille: 1000,
         held: crate::stranding::Held::from_tres(fields[columns.tres]),
         stranding: None,
+        lent: None,
     };
     rejected::check(&record).map_err(|(reason, detail)| (reason, format!("job {}: {detail}", quoted(job_id))))?;
     // "CANCELLED by 0" and friends: only the first word is the state.

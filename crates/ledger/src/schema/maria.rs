@@ -198,7 +198,17 @@ const UPGRADES: &[(i64, &str)] = &[(
     "ALTER TABLE pools ADD COLUMN IF NOT EXISTS parent VARCHAR(255),
                        ADD COLUMN IF NOT EXISTS lends BIGINT NOT NULL DEFAULT 0,
                        ADD COLUMN IF NOT EXISTS starts BIGINT,
-                       ADD COLUMN IF NOT EXISTS ends BIGINT;",
+                       ADD COLUMN IF NOT EXISTS ends BIGINT;
+    CREATE TABLE borrowed_runs (
+        job_id        VARCHAR(128) NOT NULL,
+        run_start     BIGINT       NOT NULL,
+        borrowed      BIGINT       NOT NULL,
+        payer         VARCHAR(255) NOT NULL,
+        judged_at     BIGINT       NOT NULL,
+        reclaimed_for TEXT,
+        reclaimed_at  BIGINT,
+        PRIMARY KEY (job_id, run_start)
+    );",
 )];
 
 /// The version [`TABLES`] makes.

@@ -297,7 +297,19 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE pools ADD COLUMN parent TEXT;          -- the account whose pool it draws on
      ALTER TABLE pools ADD COLUMN lends INTEGER NOT NULL DEFAULT 0;
      ALTER TABLE pools ADD COLUMN starts INTEGER;       -- unix seconds; NULL: always open
-     ALTER TABLE pools ADD COLUMN ends INTEGER;",
+     ALTER TABLE pools ADD COLUMN ends INTEGER;
+     -- Runs of GPU jobs whose payer was in debt when they started ([lending]): idle GPUs lent,
+     -- requeued when a user in credit waits, free when reclaimed. A run judged once, either way.
+     CREATE TABLE borrowed_runs (
+        job_id        TEXT    NOT NULL,
+        run_start     INTEGER NOT NULL,
+        borrowed      INTEGER NOT NULL,          -- 0: its payer was not in debt when it started
+        payer         TEXT    NOT NULL,          -- the balance in debt (a user, or `account <name>`)
+        judged_at     INTEGER NOT NULL,
+        reclaimed_for TEXT,                      -- the waiting jobs it was requeued for
+        reclaimed_at  INTEGER,
+        PRIMARY KEY (job_id, run_start)
+     ) WITHOUT ROWID;",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

@@ -41,6 +41,7 @@ fn record(job: &str, user: &str, gpu_type: &str, gpus: u64, elapsed: u64) -> Usa
         weight_permille: 1000,
         held: Default::default(),
         stranding: None,
+        lent: None,
     }
 }
 

@@ -94,8 +94,13 @@ pub fn user_view(res: &Resources, user: &str, now: i64, users: &SystemUsers) -> 
     }
     for a in res.ledger.actions(ACTIONS_READ).map_err(|e| e.to_string())?.iter().filter(|a| a.user == user) {
         let what = format!("job {}: {} ({})", res.config.clusters.job_shown(&a.target), a.action, a.reason);
-        let event =
-            if [FAULT_REQUEUE, FAULT_CANCEL].contains(&a.action.as_str()) { "failing GPU" } else { "preempted" };
+        let event = if [FAULT_REQUEUE, FAULT_CANCEL].contains(&a.action.as_str()) {
+            "failing GPU"
+        } else if a.reason.starts_with("gputokens: borrowed run") {
+            "reclaimed"
+        } else {
+            "preempted"
+        };
         events.push((a.at, json!({ "at": format_rfc3339(a.at), "event": event, "what": what, "why": "" })));
     }
     events.sort_by_key(|(at, _)| std::cmp::Reverse(*at));

@@ -78,6 +78,7 @@ impl QueueJob {
             weight_permille: 1000,
             held: self.held,
             stranding: None,
+            lent: None,
         }
     }
 

@@ -1,0 +1,126 @@
+//! `[lending]` at submission: a GPU job whose payer is in debt (in overdraft, or with `at_floor` at
+//! or below the floor) runs as a borrowed run of idle GPUs. It is accepted at lower priority, made
+//! requeueable, and told what that means; accountd reclaims it (requeues it, charging nothing) when
+//! a user in credit waits for its GPU type. Only a batch job can be requeued: an interactive one of
+//! a payer in debt is refused.
+
+use super::codes::{Code, Tail};
+use super::rules::Decision;
+use super::{Account, Case, Refusal};
+
+/// What a submitter in debt is told of a borrowed run.
+const BORROWED: &str = "gputokens: this job runs as a borrowed run on idle GPUs: it starts only when no user in \
+     credit waits for its GPU type, is requeued (not cancelled) as soon as one does, and is not charged for a run \
+     that is requeued so; a run that finishes is charged as usual";
+
+/// Turns `account`'s decision into a borrowed run's where `[lending]` applies; true when the job
+/// is borrowed (it must be made requeueable). Err: an interactive job of a payer in debt.
+pub(super) fn lend(case: &Case, account: &mut Account) -> Result<bool, Refusal> {
+    let lending = case.inputs.lending;
+    if !lending.enabled {
+        return Ok(false);
+    }
+    let at_floor = match &account.decision {
+        Decision::AcceptDeprioritized { .. } => false,
+        // At the payer's floor (not a member's limit, nor a closed sub-allocation).
+        Decision::Reject { .. } if lending.at_floor && at_the_floor(case, account) => true,
+        _ => return Ok(false),
+    };
+    if case.job.batch == Some(false) {
+        let message = format!(
+            "gputokens: {} is in debt, so its GPU jobs run only as borrowed runs on idle GPUs, which are requeued \
+             when a user in credit needs them: an interactive job (srun, salloc) cannot be; submit it with sbatch. \
+             Run 'sbalance' for details.",
+            payer_words(account)
+        );
+        return Err(Refusal::logged(
+            "an interactive job of a payer in debt (lending)",
+            message,
+            Tail::of(Code::Borrowed),
+        ));
+    }
+    let how = case.inputs.config.deprioritize.clone();
+    let message = match (&account.decision, at_floor) {
+        (Decision::Reject { message }, true) => {
+            let head = message.split(';').next().unwrap_or_default();
+            format!("{head}; {}.", BORROWED.trim_start_matches("gputokens: "))
+        }
+        (Decision::AcceptDeprioritized { message, .. }, _) => format!("{message}\n{BORROWED}."),
+        _ => BORROWED.to_string(),
+    };
+    account.decision = Decision::AcceptDeprioritized { how, message };
+    Ok(true)
+}
+
+/// Whether the refusal is the payer's floor's.
+fn at_the_floor(case: &Case, account: &Account) -> bool {
+    account.closed.is_none() && matches!(account.refusal_tail(case).code, Code::Floor | Code::PoolFloor)
+}
+
+fn payer_words(account: &Account) -> String {
+    match account.pool {
+        Some(pool) => format!("account {pool}"),
+        None => "your balance".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::{config, inputs, message, snapshot, world_of};
+    use super::super::{decide_submit, Verdict};
+    use crate::config::Lending;
+    use crate::job_request::JobRequest;
+    use crate::Tokens;
+
+    fn gpu_job(batch: bool) -> JobRequest {
+        JobRequest {
+            user_id: Some(1001),
+            tres_per_node: Some("gres:gpu:a6000:1".into()),
+            batch: Some(batch),
+            ..Default::default()
+        }
+    }
+
+    fn decided(balance: i64, lending: Lending, job: &JobRequest) -> Verdict {
+        let mut snap = snapshot();
+        snap.balances.insert("alice".into(), Tokens::whole(balance));
+        let w = world_of(snap);
+        let config = config();
+        let inputs = super::super::Inputs { lending, ..inputs(Some(&w), &config, 1001) };
+        decide_submit(job, &inputs, &mut |_, _| {}).verdict
+    }
+
+    const ON: Lending = Lending { enabled: true, at_floor: false, discount_percent: 0 };
+
+    #[test]
+    fn a_batch_job_in_overdraft_runs_borrowed_requeueable_and_at_lower_priority() {
+        let Verdict::Accept { changes, message } = decided(-3, ON, &gpu_job(true)) else { panic!() };
+        assert!(changes.requeue && changes.nice.is_some(), "{changes:?}");
+        let told = message.unwrap_or_default();
+        assert!(told.contains("your GPU token balance is -3"), "{told}");
+        assert!(told.contains("this job runs as a borrowed run on idle GPUs"), "{told}");
+        let Verdict::Accept { changes, .. } = decided(-3, Lending::default(), &gpu_job(true)) else { panic!() };
+        assert!(!changes.requeue, "lending off: an overdraft job as before");
+        let Verdict::Accept { changes, message } = decided(20, ON, &gpu_job(true)) else { panic!() };
+        assert!(!changes.requeue && message.is_none(), "in credit: not borrowed");
+    }
+
+    #[test]
+    fn an_interactive_job_in_debt_is_refused_and_the_floor_lends_only_where_the_site_says() {
+        let interactive = decided(-3, ON, &gpu_job(false));
+        assert!(message(&interactive).contains("an interactive job (srun, salloc) cannot be; submit it with sbatch"));
+        assert!(message(&interactive).ends_with("[gputokens code=borrowed]"), "{}", message(&interactive));
+        assert!(matches!(decided(-10, ON, &gpu_job(true)), Verdict::Reject { .. }), "at the floor: refused");
+        let at_floor = Lending { at_floor: true, ..ON };
+        let Verdict::Accept { changes, message } = decided(-10, at_floor, &gpu_job(true)) else { panic!() };
+        assert!(changes.requeue, "{changes:?}");
+        let told = message.unwrap_or_default();
+        assert!(
+            told.starts_with("gputokens: your GPU token balance is -10 (floor -10); this job runs as a borrowed run"),
+            "{told}"
+        );
+        // An update (no script known) is judged as before.
+        let update = JobRequest { batch: None, ..gpu_job(false) };
+        assert!(matches!(decided(-3, ON, &update), Verdict::Accept { .. }));
+    }
+}
