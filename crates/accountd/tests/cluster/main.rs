@@ -20,6 +20,7 @@ mod health;
 mod holds;
 mod idle;
 mod ledger_mariadb;
+mod lending;
 mod other_hosts;
 mod overload;
 mod preemption;
