@@ -113,6 +113,10 @@ pub enum Stopped {
         account: String,
         user: String,
     },
+    /// A dated sub-allocation before its start or after its end.
+    Closed {
+        account: String,
+    },
 }
 
 impl Stopped {
@@ -123,6 +127,7 @@ impl Stopped {
             Stopped::OverLimit { account, user } => {
                 format!("{user} spent the per-user limit of account {account} this month")
             }
+            Stopped::Closed { account } => format!("the sub-allocation {account} is closed"),
         }
     }
 
@@ -134,6 +139,9 @@ impl Stopped {
                 "{COMMENT_PREFIX}{user} is over the per-user limit of account {account}, released next month or when \
                  the limit is raised"
             ),
+            Stopped::Closed { account } => {
+                format!("{COMMENT_PREFIX}the sub-allocation {account} is closed, released if it opens")
+            }
         }
     }
 }

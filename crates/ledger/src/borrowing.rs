@@ -1,9 +1,11 @@
 //! Borrowing against next month's grant, and small debts forgiven at the month's turn (a site's
 //! `borrow_limit` and `forgive_below`). A user borrows for themselves (`sbalance --borrow N`): an
-//! entry of +N now, keyed `borrow:USER:MONTH:K` by the month whose grant repays it; on that month's
-//! 1st, after its grant, one entry takes back what was borrowed against it (`repay:USER:MONTH`).
-//! Then a debt smaller than `forgive_below` is forgiven (`forgive:USER:MONTH`). Each is journaled:
-//! a restored ledger replays them as they were.
+//! entry of +N now, keyed `grant:borrow:USER:MONTH:K` by the month whose grant repays it; on that
+//! month's 1st, after its grant, one entry takes back what was borrowed against it
+//! (`repay:USER:MONTH`). Then a debt smaller than `forgive_below` is forgiven
+//! (`adjust:forgive:USER:MONTH`). Both are journaled, under keys that `accountd admin grant|adjust
+//! --key` stores again as they are (it prefixes the kind), so a restored ledger replays each once
+//! and still finds what was borrowed.
 
 use chrono::{Datelike, NaiveDate};
 
@@ -23,18 +25,19 @@ fn next_month(day: NaiveDate) -> String {
     format!("{year:04}-{month:02}")
 }
 
+/// The key prefix of what `user` borrows against `month`'s grant.
+fn borrow_prefix(user: &str, month: &str) -> String {
+    format!("grant:borrow:{user}:{month}:")
+}
+
 /// What `user` borrowed against `month`'s grant (`YYYY-MM`), in micro-tokens, and in how many
-/// entries: its own (`borrow:…`) and those the admin journal entered again as grants (`grant:borrow:…`).
+/// entries.
 fn borrowed_in(tx: &Transaction<'_>, user: &str, month: &str) -> Result<(i64, i64), LedgerError> {
-    let mut sum = (0, 0);
-    for prefix in ["", "grant:"] {
-        let (from, to) = (format!("{prefix}borrow:{user}:{month}:"), format!("{prefix}borrow:{user}:{month};"));
-        let (amount, count): (i64, i64) = tx
-            .prepare_cached("SELECT COALESCE(SUM(amount), 0), COUNT(*) FROM entries WHERE key >= ?1 AND key < ?2")?
-            .query_row(params![from, to], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        sum = (sum.0 + amount, sum.1 + count);
-    }
-    Ok(sum)
+    let from = borrow_prefix(user, month);
+    let to = format!("{};", from.trim_end_matches(':'));
+    Ok(tx
+        .prepare_cached("SELECT COALESCE(SUM(amount), 0), COUNT(*) FROM entries WHERE key >= ?1 AND key < ?2")?
+        .query_row(params![from, to], |r| Ok((r.get(0)?, r.get(1)?)))?)
 }
 
 impl Ledger {
@@ -69,7 +72,7 @@ impl Ledger {
             )));
         }
         let reason = format!("borrowed against the monthly grant of {month}, which repays it on {month}-01");
-        let key = format!("borrow:{user}:{month}:{}", count + 1);
+        let key = format!("{}{}", borrow_prefix(user, &month), count + 1);
         let entry =
             NewEntry::new(user, EntryKind::Grant, amount, now, user, &reason, key).journaled(Journaled::AsItsKind);
         if insert_entry(&tx, &entry)? != Applied::Added {
@@ -108,9 +111,16 @@ pub(crate) fn settle_month(
     if forgive > Tokens::ZERO && balance < Tokens::ZERO && -balance < forgive {
         let debt = -balance;
         let reason = format!("a debt of {debt} forgiven at the month's turn (under {forgive})");
-        let entry =
-            NewEntry::new(user, EntryKind::Adjust, debt, at, "gputokens", &reason, format!("forgive:{user}:{month}"))
-                .journaled(Journaled::AsItsKind);
+        let entry = NewEntry::new(
+            user,
+            EntryKind::Adjust,
+            debt,
+            at,
+            "gputokens",
+            &reason,
+            format!("adjust:forgive:{user}:{month}"),
+        )
+        .journaled(Journaled::AsItsKind);
         if insert_entry(tx, &entry)? == Applied::Added {
             balance = Tokens::ZERO;
         }
@@ -160,11 +170,12 @@ mod tests {
         );
         assert!(l.borrow("alice", Tokens::ZERO, now).is_err(), "nothing to borrow");
         let marked: Vec<String> = l.pending_journal().unwrap().into_iter().filter_map(|p| p.entry.key).collect();
-        assert_eq!(marked, ["borrow:alice:2027-01:1", "borrow:alice:2027-01:2"], "journaled");
+        assert_eq!(marked, ["grant:borrow:alice:2027-01:1", "grant:borrow:alice:2027-01:2"], "journaled");
         // 24 days of +1 to the 31st, then on the 1st +1, +30 and the 10 repaid.
+        // Once, however the passes fall: the next day's repays nothing more.
         l.replenish(at("2027-01-01T00:10:00")).unwrap();
-        l.replenish(at("2027-01-01T06:00:00")).unwrap();
-        assert_eq!(balance(&l, "alice"), Tokens::whole(2 + 24 + 1 + 30 - 10));
+        l.replenish(at("2027-01-02T00:10:00")).unwrap();
+        assert_eq!(balance(&l, "alice"), Tokens::whole(2 + 24 + 1 + 30 - 10 + 1));
         let repaid = l.history("alice").unwrap().into_iter().find(|e| e.key.as_deref() == Some("repay:alice:2027-01"));
         assert_eq!(repaid.map(|e| e.amount), Some(Tokens::whole(-10)));
         // January's borrowing is against February's grant, the limit whole again.
@@ -178,6 +189,11 @@ mod tests {
         let mut l = ledger(&dir, 0, 0);
         let refused = l.borrow("alice", Tokens::whole(1), at("2026-12-07T12:00:00")).unwrap_err().to_string();
         assert!(refused.contains("borrow_limit is 0"), "{refused}");
+        let rules = BucketRules { monthly: Tokens::ZERO, ..BucketRules::default() };
+        let mut no_grant = crate::testdb::open(&dir.path().join("no-grant.sqlite"), rules).unwrap();
+        no_grant.set_borrowing(Borrowing { limit: Tokens::whole(10), forgive_below: Tokens::ZERO });
+        let refused = no_grant.borrow("alice", Tokens::whole(1), at("2026-12-07T12:00:00")).unwrap_err().to_string();
+        assert!(refused.contains("no monthly grant to borrow against"), "{refused}");
     }
 
     /// At the month's turn a debt under `forgive_below` (after the grant) is forgiven, journaled; a
@@ -197,11 +213,15 @@ mod tests {
         assert_eq!(balance(&l, "small"), Tokens::ZERO, "-40 + 7 + 30 = -3, forgiven");
         assert_eq!(balance(&l, "large"), Tokens::whole(-10), "-40 + 30: not under 5");
         let forgiven =
-            l.history("small").unwrap().into_iter().find(|e| e.key.as_deref() == Some("forgive:small:2027-01"));
+            l.history("small").unwrap().into_iter().find(|e| e.key.as_deref() == Some("adjust:forgive:small:2027-01"));
         assert_eq!(
             forgiven.map(|e| (e.amount, e.reason)),
             Some((Tokens::whole(3), "a debt of 3 forgiven at the month's turn (under 5)".to_string()))
         );
-        assert!(l.pending_journal().unwrap().iter().any(|p| p.entry.key.as_deref() == Some("forgive:small:2027-01")));
+        assert!(l
+            .pending_journal()
+            .unwrap()
+            .iter()
+            .any(|p| p.entry.key.as_deref() == Some("adjust:forgive:small:2027-01")));
     }
 }

@@ -320,3 +320,30 @@ fn a_dated_sub_allocation_is_charged_inside_its_window_and_its_parent_alone_afte
     assert!(!allocation_is_open(made.window, now - 3601) && allocation_is_open(None, 0));
     assert_eq!(l.verify().unwrap().problems, Vec::<String>::new());
 }
+
+/// A pool draws on at most MAX_DEPTH pools above it, counting those below the one being nested.
+#[test]
+fn nesting_stops_at_the_depth_limit_counting_the_pools_below() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = ledger(&dir, PoolMode::Account);
+    let now = at("2026-11-30T20:00:00");
+    let limit = gputokens::pools::MAX_DEPTH;
+    for i in 0..=limit + 1 {
+        l.add_pool(&format!("p{i}"), pool_rules(), None, "root", now).unwrap();
+    }
+    let nest = |parent: String| PoolChange { parent: Some(Some(parent)), ..Default::default() };
+    // p1 → p0, p2 → p1, …: p{limit} draws on `limit` pools.
+    for i in 1..=limit {
+        l.set_pool(&format!("p{i}"), &nest(format!("p{}", i - 1)), "root", &format!("k{i}"), now).unwrap();
+    }
+    let refused = l.set_pool(&format!("p{}", limit + 1), &nest(format!("p{limit}")), "root", "deep", now);
+    assert!(matches!(refused, Err(LedgerError::Refused(ref m)) if m.contains("at most")), "{refused:?}");
+    // Unnest p1 and hang the chain below lab, which draws on a pool of its own: p{limit} would
+    // draw on limit + 1.
+    l.set_pool("p1", &PoolChange { parent: Some(None), ..Default::default() }, "root", "free", now).unwrap();
+    l.add_pool("top", pool_rules(), None, "root", now).unwrap();
+    l.set_pool("lab", &nest("top".into()), "root", "lab-top", now).unwrap();
+    let below = l.set_pool("p1", &nest("lab".into()), "root", "below", now);
+    assert!(matches!(below, Err(LedgerError::Refused(_))), "the pools below count: {below:?}");
+    l.set_pool("p1", &nest("p0".into()), "root", "back", now).unwrap();
+}

@@ -207,14 +207,21 @@ impl Ledger {
                 above.join(" → ")
             )));
         }
-        if above.len() + 1 >= gputokens::pools::MAX_DEPTH {
+        // The pools below `account` draw on everything above it too: the deepest of them counts.
+        let below = depth_below(account, &pools);
+        let deepest = below + 1 + above.len();
+        if deepest > gputokens::pools::MAX_DEPTH {
             return Err(LedgerError::Refused(format!(
-                "account {parent}'s pool is {} pools deep; a pool draws on at most {} above it",
-                above.len() + 1,
+                "a pool draws on at most {} pools above it; under {parent}, a pool below {account} would draw on {deepest}",
                 gputokens::pools::MAX_DEPTH
             )));
         }
         Ok(())
+    }
+
+    /// Refuses `parent` for a pool `account` about to be made, before anything is written.
+    pub fn check_parent(&self, account: &str, parent: &str) -> Result<(), LedgerError> {
+        self.refuse_parent(account, parent)
     }
 
     pub fn pool(&self, account: &str) -> Result<Option<Pool>, LedgerError> {
@@ -407,6 +414,26 @@ pub fn created_key(account: &str) -> String {
 /// Each pool's rules by its holder name.
 pub(crate) fn pool_rules(conn: &crate::db::Connection) -> Result<HashMap<String, BucketRules>, LedgerError> {
     Ok(all_pools(conn)?.into_iter().map(|p| (holder(&p.account), p.rules)).collect())
+}
+
+/// How many pools deep the pools below `account` go (0: none draws on it).
+fn depth_below(account: &str, pools: &[Pool]) -> usize {
+    let mut depth = 0;
+    let mut level: Vec<&str> = vec![account];
+    // Bounded: a loop (which set_pool never makes) ends at the limit.
+    while depth <= gputokens::pools::MAX_DEPTH {
+        let next: Vec<&str> = pools
+            .iter()
+            .filter(|p| p.parent.as_deref().is_some_and(|parent| level.contains(&parent)))
+            .map(|p| p.account.as_str())
+            .collect();
+        if next.is_empty() {
+            break;
+        }
+        depth += 1;
+        level = next;
+    }
+    depth
 }
 
 /// Each dated sub-allocation's window, by its account.

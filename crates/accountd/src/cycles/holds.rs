@@ -95,8 +95,14 @@ fn payers_at_floor<'j>(
     };
     let pools: HashMap<String, (Tokens, Tokens)> =
         all_pools.iter().map(|p| (p.account.clone(), (p.balance, p.rules.floor))).collect();
-    let parent_of = |a: &str| all_pools.iter().find(|p| p.account == a)?.parent.as_deref();
-    let lends = |a: &str| all_pools.iter().any(|p| p.account == a && p.lends);
+    let parents: HashMap<&str, &str> =
+        all_pools.iter().filter_map(|p| Some((p.account.as_str(), p.parent.as_deref()?))).collect();
+    let lenders: std::collections::HashSet<&str> =
+        all_pools.iter().filter(|p| p.lends).map(|p| p.account.as_str()).collect();
+    let windows: HashMap<&str, (i64, i64)> =
+        all_pools.iter().filter_map(|p| Some((p.account.as_str(), p.window?))).collect();
+    let parent_of = |a: &str| parents.get(a).copied();
+    let lends = |a: &str| lenders.contains(a);
     // `[lending] at_floor`: a job at the floor runs as a borrowed run; it is not held.
     let lending = res.config.lending;
     let lends_at_floor = lending.enabled && lending.at_floor;
@@ -125,6 +131,13 @@ fn payers_at_floor<'j>(
             Some(pool) => std::iter::once(pool).chain(gputokens::pools::ancestors(pool, parent_of)).collect(),
             None => Vec::new(),
         };
+        // A dated sub-allocation outside its window holds its jobs, as the plugin refuses them.
+        if let Some(&closed) =
+            chain.iter().find(|a| windows.get(*a).is_some_and(|w| !ledger::allocation_is_open(Some(*w), now)))
+        {
+            at_floor.insert(job.job_id.as_str(), Stopped::Closed { account: closed.to_string() });
+            continue;
+        }
         let lent = |i: usize| i == 0 && chain.get(1).is_some_and(|&parent| lends(parent) && !at_its_floor(parent));
         let stopped_by = chain.iter().enumerate().find(|&(i, &pool)| at_its_floor(pool) && !lent(i));
         if let Some((_, pool)) = stopped_by {

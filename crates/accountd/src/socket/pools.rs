@@ -77,6 +77,10 @@ pub fn set(
     if create {
         let chosen = new_pool_rules(&rules, a.res.config.accounts.pool_defaults);
         check_rules(&chosen)?;
+        // Refused before the pool is made: a refused parent leaves nothing behind.
+        if let Some(parent) = &rules.parent {
+            a.res.ledger.check_parent(account, parent).map_err(from_ledger)?;
+        }
         let limit = if rules.no_user_limit { None } else { rules.user_limit };
         a.res.ledger.add_pool(account, chosen, limit, &caller.name, now).map_err(from_ledger)?;
         // Where it draws on another pool or lends: a change of its new rules, its own entry.
@@ -142,8 +146,15 @@ pub fn allocate(
     let account = allocation.account.clone();
     // Jobs name it with -A: Slurm must have it, under the pool it is made in, so its coordinators
     // manage it and its associations say who may use it (where the account tree could be read).
-    let tree = &a.slurm_view().accounts;
-    if !tree.parents.is_empty() && !tree.ancestry(&account).iter().skip(1).any(|a| *a == parent) {
+    let view = a.slurm_view();
+    let tree = &view.accounts;
+    if tree.parents.is_empty() {
+        return Err(invalid(format!(
+            "Slurm's account tree has not been read yet (accountd reads it every check cycle): cannot tell that \
+             {account} sits under {parent}; try again in a minute"
+        )));
+    }
+    if !tree.ancestry(&account).iter().skip(1).any(|a| *a == parent) {
         return Err(invalid(format!(
             "Slurm has no account {account} under {parent}: make it first (sacctmgr add account {account} \
              parent={parent}) and add its members (sacctmgr add user NAME account={account})"

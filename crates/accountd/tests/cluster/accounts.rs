@@ -619,7 +619,8 @@ fn a_tas_sub_allocation_is_charged_with_its_course_and_refuses_jobs_after_its_en
     let deadline = Instant::now() + Duration::from_secs(20);
     let made = loop {
         let made = allocate(carol);
-        if made.code == 0 || Instant::now() > deadline || !made.stderr.contains("Slurm has no account") {
+        let not_read_yet = made.stderr.contains("Slurm has no account") || made.stderr.contains("not been read yet");
+        if made.code == 0 || Instant::now() > deadline || !not_read_yet {
             break made;
         }
         std::thread::sleep(Duration::from_millis(500));

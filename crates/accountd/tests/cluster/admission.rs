@@ -310,7 +310,7 @@ fn a_user_at_the_floor_borrows_against_next_months_grant_within_the_limit() {
     let refused = sbatch(alice, &["--gres=gpu:a6000:1", "--wrap", "true"]);
     assert_ne!(refused.code, 0, "alice at her floor ran a GPU job");
     let hint =
-        "You may borrow up to 10 tokens against next month's grant (sbalance --borrow N). Run 'sbalance' for details.";
+        "You may borrow against next month's grant, up to 10 tokens a month (sbalance --borrow N). Run 'sbalance' for details.";
     assert!(refused.stderr.contains(hint), "{}", refused.stderr);
 
     let borrowed = site.sbalance(Some(alice), &["--borrow", "6"]).ok().stdout;

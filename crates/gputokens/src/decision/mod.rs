@@ -289,6 +289,8 @@ struct Account<'a> {
     payer: Option<&'a str>,
     /// A dated sub-allocation outside its window: the tail of its refusal.
     closed: Option<Tail>,
+    /// A pool whose parent lends to it: its own floor does not hold, in the estimate either.
+    lent: bool,
 }
 
 impl<'a> Account<'a> {
@@ -340,6 +342,7 @@ impl<'a> Account<'a> {
                 chain: Vec::new(),
                 payer: None,
                 closed: None,
+                lent: false,
             }
         };
         let payers = payers(snapshot.pool_mode, account, |a| snapshot.pools.contains_key(a));
@@ -349,7 +352,7 @@ impl<'a> Account<'a> {
             let drawn_by = (account != name.as_str()).then_some(name.as_str());
             let now = case_now;
             let case = pool_rules::PoolCase { account, pool, user, snapshot, today, contact, drawn_by, now };
-            let decision = if lent { case.decide_lent(how) } else { case.decide(how) };
+            let decision = if lent { case.decide_lent() } else { case.decide(how) };
             let payer = Some(name.as_str());
             let closed = case.closed().map(|c| {
                 let opens_in = c.opens_in.map(|s| s.max(codes::UNAVAILABLE_RETRY));
@@ -365,6 +368,7 @@ impl<'a> Account<'a> {
                 chain: Vec::new(),
                 payer,
                 closed,
+                lent,
             }
         };
         // The pools it draws on decide too, and the worst rules. A parent that lends and is above
@@ -595,6 +599,9 @@ fn within_estimates(
 }
 
 fn within_estimate(case: &Case, account: &Account, held: Tokens, estimate: &JobEstimate) -> Result<(), Refusal> {
+    if account.lent {
+        return Ok(());
+    }
     match rules::check_estimate(account.balance, held, estimate, &account.rules, account.pool) {
         Some(message) => Err(Refusal::logged(
             format!("its maximum cost {} would take {} below the floor", estimate.cost, account.balance),

@@ -268,6 +268,14 @@ fn a_parent_that_lends_lets_a_child_below_its_floor_run_while_it_has_tokens() {
     assert!(matches!(decided(&nested(40, -10, true), &course), Verdict::Accept { message: None, .. }), "dept lends");
     let both_down = decided(&nested(-10, -10, true), &course);
     assert!(matches!(both_down, Verdict::Reject { .. }), "dept has nothing to lend: {both_down:?}");
+    // A small debt under a lender is no worse off than a deep one: no penalty either.
+    assert!(matches!(decided(&nested(40, -3, true), &course), Verdict::Accept { message: None, .. }));
+    // Nor does its own floor hold in the estimate: dept's does.
+    use crate::config::admission::Mode;
+    let estimate = crate::config::Admission { mode: Mode::Estimate, ..config() };
+    let w = nested(40, -10, true);
+    let lent = decide_submit(&course, &inputs(Some(&w), &estimate, BOB), &mut |_, _| {});
+    assert!(matches!(lent.verdict, Verdict::Accept { .. }), "{lent:?}");
 }
 
 #[test]
@@ -363,7 +371,7 @@ fn a_refusal_at_the_floor_says_how_much_may_be_borrowed() {
     let own = decided(&w, &gpu_job(Some("ops")));
     assert!(
         message(&own).contains(
-            "You may borrow up to 30 tokens against next month's grant (sbalance --borrow N). Run 'sbalance' for details."
+            "You may borrow against next month's grant, up to 30 tokens a month (sbalance --borrow N). Run 'sbalance' for details."
         ),
         "at most the monthly grant: {own:?}"
     );

@@ -91,11 +91,12 @@ impl PoolCase<'_> {
     pub fn closed(&self) -> Option<Closed> {
         let (starts, ends) = self.pool.window?;
         let at = |t: i64| crate::time::format_local(t);
-        let whose = match self.drawn_by {
-            Some(below) => format!("account {below} draws on the sub-allocation {}, which", self.account),
-            None => format!("the sub-allocation {}", self.account),
-        };
         let inside = self.pool.parent.as_deref().map(|p| format!(" of account {p}")).unwrap_or_default();
+        let subject = format!("the sub-allocation {}{inside}", self.account);
+        let whose = match self.drawn_by {
+            Some(below) => format!("account {below} draws on {subject}, which"),
+            None => subject,
+        };
         let (when, opens_in) = if self.now < starts {
             (format!("opens at {}; its GPU jobs are refused until then", at(starts)), Some((starts - self.now) as u64))
         } else if self.now >= ends {
@@ -103,26 +104,21 @@ impl PoolCase<'_> {
         } else {
             return None;
         };
-        let message = format!(
-            "gputokens: {whose}{inside} {when}. {} Run 'sbalance -A {}' for details.",
-            self.elsewhere(),
-            self.account
-        );
+        let message =
+            format!("gputokens: {whose} {when}. {} Run 'sbalance -A {}' for details.", self.elsewhere(), self.account);
         Some(Closed { message, opens_in })
     }
 
-    /// The decision of a pool whose parent lends to it: below its own floor it runs on the
-    /// parent's tokens (which decide as the pool it draws on), so only the per-user limit holds.
-    pub fn decide_lent(&self, how: &Deprioritize) -> Decision {
+    /// The decision of a pool whose parent lends to it: in debt (below 0, or below its own
+    /// floor) it runs on the parent's tokens, which decide as the pool it draws on, so only the
+    /// per-user limit holds: never a penalty for a small debt that a deep one would not pay.
+    pub fn decide_lent(&self) -> Decision {
         if let Some(closed) = self.closed() {
             return Decision::Reject { message: closed.message };
         }
-        match self.pool.rules.status(self.pool.balance) {
-            Status::Blocked => match self.pool.user_limit {
-                Some(limit) if self.toward_limit() >= limit => Decision::Reject { message: self.limit_message(limit) },
-                _ => Decision::Accept,
-            },
-            _ => self.decide(how),
+        match self.pool.user_limit {
+            Some(limit) if self.toward_limit() >= limit => Decision::Reject { message: self.limit_message(limit) },
+            _ => Decision::Accept,
         }
     }
 

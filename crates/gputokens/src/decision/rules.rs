@@ -91,7 +91,7 @@ pub fn with_borrowing(decision: Decision, snapshot: &crate::snapshot::Snapshot) 
     match decision {
         Decision::Reject { message } if limit > Tokens::ZERO => {
             let hint = format!(
-                "You may borrow up to {limit} tokens against next month's grant (sbalance --borrow N). Run 'sbalance' for details."
+                "You may borrow against next month's grant, up to {limit} tokens a month (sbalance --borrow N). Run 'sbalance' for details."
             );
             Decision::Reject { message: message.replacen("Run 'sbalance' for details.", &hint, 1) }
         }
