@@ -10,12 +10,14 @@ use gputokens::tokens::Tokens;
 
 use super::{Ledger, LedgerError};
 
-/// A run to judge: its job, its start, and the balances that pay for it (the user's, a pool's).
+/// A run to judge: its job, its start, and the balances that pay for it (the user's, a pool's and
+/// those it draws on), each with the balance below which it lends (0, or just above its floor
+/// where the site lends at the floor).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunToJudge {
     pub job_id: String,
     pub run_start: i64,
-    pub payers: Vec<String>,
+    pub payers: Vec<(String, Tokens)>,
 }
 
 /// A borrowed run as the ledger keeps it.
@@ -72,8 +74,8 @@ impl Ledger {
         let mut judged = Vec::new();
         for run in unjudged {
             let mut in_debt = None;
-            for payer in &run.payers {
-                if self.balance_at(payer, run.run_start)? < Tokens::ZERO {
+            for (payer, below) in &run.payers {
+                if self.balance_at(payer, run.run_start)? < *below {
                     in_debt = Some(payer.clone());
                     break;
                 }
@@ -82,11 +84,12 @@ impl Ledger {
         }
         let tx = self.conn.transaction()?;
         for (run, in_debt) in &judged {
-            let payer = in_debt.as_deref().or(run.payers.first().map(String::as_str)).unwrap_or_default();
+            let payer = in_debt.as_deref().or(run.payers.first().map(|(p, _)| p.as_str())).unwrap_or_default();
             tx.prepare_cached(tx.dialect().pick(
                 "INSERT INTO borrowed_runs (job_id, run_start, borrowed, payer, judged_at) VALUES (?1, ?2, ?3, ?4, ?5)
                  ON CONFLICT DO NOTHING",
-                "INSERT IGNORE INTO borrowed_runs (job_id, run_start, borrowed, payer, judged_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO borrowed_runs (job_id, run_start, borrowed, payer, judged_at) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON DUPLICATE KEY UPDATE job_id = job_id",
             ))?
             .execute(params![run.job_id, run.run_start, i64::from(in_debt.is_some()), payer, now])?;
         }
@@ -176,7 +179,7 @@ mod tests {
     const T0: i64 = 1_795_000_000;
 
     fn run(job: &str, start: i64, payer: &str) -> RunToJudge {
-        RunToJudge { job_id: job.into(), run_start: start, payers: vec![payer.into()] }
+        RunToJudge { job_id: job.into(), run_start: start, payers: vec![(payer.into(), Tokens::ZERO)] }
     }
 
     fn record(job: &str, user: &str, start: i64, elapsed: u64, lent: Option<Lent>) -> crate::UsageRecord {

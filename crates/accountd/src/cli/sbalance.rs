@@ -201,7 +201,7 @@ fn borrowed_lines(row: &BalanceRow) -> impl Iterator<Item = String> + '_ {
         ),
         None => format!(
             "{}: job {} borrowed idle GPUs from {}: requeued if a user in credit waits for them (that run then not \
-             charged); charged as usual if it finishes.",
+             charged); charged, less the site's discount, if it finishes.",
             row.user, run.job_id, run.started
         ),
     })

@@ -210,7 +210,7 @@ fn charge_finished(
     slurm.key_records(&mut finished);
     let before_charging = leave_out_runs_ended_by(&mut finished, charging_since);
     let (mut records, rejected_finished) = rejected_records::sift(finished.records.clone(), "sacct");
-    crate::cycles::lending::price_finished(&mut cycle.res, &mut records, until)?;
+    crate::cycles::lending::price_finished(&mut cycle.res, &mut records, &finished.ends, until)?;
     let rejected = finished.rejected.iter().cloned().chain(rejected_finished).collect();
     let outcome = charge_records(&mut cycle.res, records, &finished.nodes, slurm, until)?;
     Ok(FinishedCharged { runs: finished, outcome, rejected, before_charging })

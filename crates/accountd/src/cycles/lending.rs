@@ -9,6 +9,7 @@ use gputokens::gpu_time::UsageRecord;
 use gputokens::lending::Lent;
 use gputokens::pools::{holder, payers, PoolMode};
 use gputokens::slurm::squeue::QueueJob;
+use gputokens::Tokens;
 use ledger::{BorrowedRun, RunToJudge};
 
 use crate::error::AccountdResult;
@@ -32,22 +33,39 @@ pub fn borrowed<'a>(
     runs: impl Iterator<Item = Run<'a>>,
     now: i64,
 ) -> AccountdResult<HashMap<(String, i64), BorrowedRun>> {
-    if !res.config.lending.enabled {
+    if !lends(res) {
         return Ok(HashMap::new());
     }
     let mode = res.config.accounts.mode;
-    let pools: std::collections::HashSet<String> = match mode {
-        PoolMode::User => Default::default(),
-        _ => res.ledger.pools()?.into_iter().map(|p| p.account).collect(),
+    let all_pools = match mode {
+        PoolMode::User => Vec::new(),
+        _ => res.ledger.pools()?,
     };
+    let pools: HashMap<&str, &ledger::Pool> = all_pools.iter().map(|p| (p.account.as_str(), p)).collect();
+    let parent_of = |a: &str| pools.get(a)?.parent.as_deref();
+    // In debt below 0, or (lending at the floor) at the floor too, as the plugin lends.
+    let at_floor = res.config.lending.at_floor;
+    let below = |floor: Tokens| match at_floor {
+        true => (floor + Tokens::from_micro(1)).max(Tokens::ZERO),
+        false => Tokens::ZERO,
+    };
+    let user_floor = res.ledger.rules().floor;
     let mut to_judge = Vec::new();
     for run in runs {
-        let who = payers(mode, run.account, |a| pools.contains(a));
-        let mut holders: Vec<String> = who.pool.map(holder).into_iter().collect();
-        if who.user {
-            holders.push(run.user.to_string());
+        let who = payers(mode, run.account, |a| pools.contains_key(a));
+        let mut holders: Vec<(String, Tokens)> = Vec::new();
+        if let Some(pool) = who.pool {
+            // The pool that pays and those it draws on, as the plugin judges them.
+            for account in std::iter::once(pool).chain(gputokens::pools::ancestors(pool, parent_of)) {
+                let floor = pools.get(account).map_or(Tokens::ZERO, |p| p.rules.floor);
+                holders.push((holder(account), below(floor)));
+            }
         }
-        if run.requeueable == Some(false) {
+        if who.user {
+            holders.push((run.user.to_string(), below(user_floor)));
+        }
+        // Only a run Slurm can requeue, seen running, is lent: it can be reclaimed.
+        if run.requeueable != Some(true) {
             holders.clear();
         }
         to_judge.push(RunToJudge { job_id: run.job_id.to_string(), run_start: run.start, payers: holders });
@@ -55,9 +73,16 @@ pub fn borrowed<'a>(
     Ok(res.ledger.judge_borrowed(&to_judge, now)?)
 }
 
+/// Whether runs are lent at all: `[lending]` on, and enforced (in shadow mode or a preemption dry
+/// run nothing is reclaimed, so every run is charged as before and none is marked).
+pub fn lends(res: &Resources) -> bool {
+    res.config.lending.enabled && res.config.admission.enforce && !res.config.preemption.dry_run
+}
+
 /// The runs of squeue's running jobs, for [`borrowed`].
 pub fn running_runs(jobs: &[QueueJob]) -> impl Iterator<Item = Run<'_>> {
-    jobs.iter().filter(|j| j.state == "RUNNING").map(|j| Run {
+    // Every job holding GPUs (a suspended one too, which the charge cycle charges), none without.
+    jobs.iter().filter(|j| gputokens::slurm::squeue::holds_gpus(j)).map(|j| Run {
         job_id: &j.job_id,
         start: j.start_time,
         user: &j.user,
@@ -74,8 +99,9 @@ pub fn running_borrowed(
     now: i64,
 ) -> AccountdResult<HashMap<(String, i64), BorrowedRun>> {
     let borrowed = borrowed(res, running_runs(jobs), now)?;
+    let by_id: HashMap<&str, &QueueJob> = jobs.iter().map(|j| (j.job_id.as_str(), j)).collect();
     for run in borrowed.values().filter(|r| r.judged_now) {
-        let Some(job) = jobs.iter().find(|j| j.job_id == run.job_id) else { continue };
+        let Some(job) = by_id.get(run.job_id.as_str()) else { continue };
         let types: Vec<String> =
             job.alloc.milli_by_type(gputokens::slurm::sacct::UNTYPED, Default::default()).into_keys().collect();
         let Ok(id) = slurm.job_arg(&run.job_id) else { continue };
@@ -99,7 +125,7 @@ pub fn defer_running(
     jobs: &[QueueJob],
     now: i64,
 ) -> AccountdResult {
-    if !res.config.lending.enabled {
+    if !lends(res) {
         return Ok(());
     }
     let borrowed = running_borrowed(res, slurm, jobs, now)?;
@@ -107,10 +133,15 @@ pub fn defer_running(
     Ok(())
 }
 
-/// Finished records: a borrowed run is charged nothing where it was reclaimed, else its price less
-/// the site's discount.
-pub fn price_finished(res: &mut Resources, records: &mut [UsageRecord], now: i64) -> AccountdResult {
-    if !res.config.lending.enabled {
+/// Finished records: a borrowed run is charged nothing where it was reclaimed and Slurm requeued it
+/// (`ends`: how each run ended), else its price less the site's discount.
+pub fn price_finished(
+    res: &mut Resources,
+    records: &mut [UsageRecord],
+    ends: &HashMap<(String, i64), gputokens::slurm::sacct::RunEnded>,
+    now: i64,
+) -> AccountdResult {
+    if !lends(res) {
         return Ok(());
     }
     let runs = records.iter().map(|r| Run {
@@ -124,10 +155,14 @@ pub fn price_finished(res: &mut Resources, records: &mut [UsageRecord], now: i64
     let borrowed = borrowed(res, runs.into_iter(), now)?;
     let discount_percent = res.config.lending.discount_percent;
     for record in records.iter_mut() {
-        if let Some(run) = borrowed.get(&(record.job_id.clone(), record.segment_start)) {
+        let key = (record.job_id.clone(), record.segment_start);
+        if let Some(run) = borrowed.get(&key) {
+            // Reclaimed only where the run did end requeued: a requeue that failed or came too late
+            // (the run ended meanwhile) frees nothing.
+            let requeued = ends.get(&key).is_some_and(|e| matches!(e.state.as_str(), "REQUEUED" | "PREEMPTED"));
             record.lent = Some(match &run.reclaimed {
-                Some((waiting, _)) => Lent::Reclaimed { waiting: waiting.clone() },
-                None => Lent::Finished { discount_percent },
+                Some((waiting, _)) if requeued => Lent::Reclaimed { waiting: waiting.clone() },
+                _ => Lent::Finished { discount_percent },
             });
         }
     }

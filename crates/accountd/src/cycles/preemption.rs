@@ -34,11 +34,12 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
     let config = settings(&cycle.res);
     // `[lending]` replaces the contention rule: borrowed runs are reclaimed instead.
     let lending = cycle.res.config.lending.enabled;
+    let lends = crate::cycles::lending::lends(&cycle.res);
     if !config.enabled && !lending && config.at_floor == AtFloor::None {
         return Ok("preemption off".into());
     }
     let jobs = queue.jobs()?;
-    let borrowed = match lending {
+    let borrowed = match lends {
         true => crate::cycles::lending::running_borrowed(&mut cycle.res, slurm, jobs, now)?,
         false => HashMap::new(),
     };
@@ -92,9 +93,15 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
     let mut victims =
         if config.enabled || lending { contention_victims(&holders, &waiters, now, limits) } else { Vec::new() };
     if !config.dry_run {
-        // Remembered before scontrol runs: a reclaimed run is charged nothing, whatever happens next.
+        // Remembered before scontrol runs (charged nothing if Slurm then requeues it). A run taken
+        // back for its owner's own waiting jobs alone is charged: no one gets a run for free by
+        // waiting for it themselves.
+        let owner: HashMap<&str, &str> = waiters.iter().map(|w| (w.job_id.as_str(), w.user.as_str())).collect();
         for victim in &victims {
             let Cause::Reclaimed { waiting, .. } = &victim.cause else { continue };
+            if waiting.iter().all(|w| owner.get(w.as_str()) == Some(&victim.user.as_str())) {
+                continue;
+            }
             let Some(holder) = holders.iter().find(|h| h.job_id == victim.job_id) else { continue };
             cycle.res.ledger.mark_reclaimed(&victim.job_id, holder.start_time, &waiting.join(","), now)?;
         }

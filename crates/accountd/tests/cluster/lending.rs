@@ -58,7 +58,7 @@ fn a_borrowed_run_is_requeued_for_a_user_in_credit_and_charged_nothing() {
     });
 
     // bob, in credit, waits for one a6000: alice's run is requeued within a check cycle.
-    let (waiting, _) = adm.accepted(bob, &["--gres=gpu:a6000:1", "--wrap", "sleep 8"]);
+    let (waiting, _) = adm.accepted(bob, &["--gres=gpu:a6000:1", "--wrap", "sleep 15"]);
     wait_for("bob's job to wait for resources", || squeue(&waiting, "%T %r").starts_with("PENDING"));
     let asked = Instant::now();
     wait_for("bob's job to start", || squeue(&waiting, "%T") == "RUNNING");
@@ -72,6 +72,8 @@ fn a_borrowed_run_is_requeued_for_a_user_in_credit_and_charged_nothing() {
     );
     let actions = site.accountd(None, &["admin", "actions"]).ok().stdout;
     assert!(actions.contains("requeue") && actions.contains(&borrowed), "{actions}");
+    // Cancelled before bob's job ends, so the requeued job never runs again.
+    cancel(&[&borrowed]);
 
     // Her ledger: an entry of 0 for the reclaimed run, naming the job it made way for.
     let reclaimed = format!("a borrowed run of idle GPUs, reclaimed for job {waiting}: not charged");
@@ -100,7 +102,6 @@ fn a_borrowed_run_is_requeued_for_a_user_in_credit_and_charged_nothing() {
             && listed.contains(&format!("reclaimed for job {waiting}")),
         "{listed}"
     );
-    cancel(&[&borrowed]);
     wait_finished(&waiting);
 
     // A later borrowed run that finishes unreclaimed is charged as usual.

@@ -17,7 +17,9 @@ const BORROWED: &str = "gputokens: this job runs as a borrowed run on idle GPUs:
 /// is borrowed (it must be made requeueable). Err: an interactive job of a payer in debt.
 pub(super) fn lend(case: &Case, account: &mut Account) -> Result<bool, Refusal> {
     let lending = case.inputs.lending;
-    if !lending.enabled {
+    // Submissions only (an update says nothing of a script): an update is judged as before, and
+    // never made requeueable by the plugin.
+    if !lending.enabled || case.job.batch.is_none() {
         return Ok(false);
     }
     let at_floor = match &account.decision {
@@ -119,8 +121,19 @@ mod tests {
             told.starts_with("gputokens: your GPU token balance is -10 (floor -10); this job runs as a borrowed run"),
             "{told}"
         );
-        // An update (no script known) is judged as before.
-        let update = JobRequest { batch: None, ..gpu_job(false) };
-        assert!(matches!(decided(-3, ON, &update), Verdict::Accept { .. }));
+        // An update (no script known) is judged as before, and not made requeueable.
+        let mut snap = snapshot();
+        snap.balances.insert("alice".into(), Tokens::whole(-3));
+        let w = world_of(snap);
+        let config = config();
+        let inputs = super::super::Inputs { lending: ON, ..inputs(Some(&w), &config, 1001) };
+        let update = JobRequest { job_id: Some(41), batch: None, nice: Some(0), ..gpu_job(false) };
+        let updated = super::super::decide_modify(&update, &inputs, &mut |_, _| {}).verdict;
+        assert!(matches!(updated, Verdict::Reject { .. }), "the penalty kept, as without lending: {updated:?}");
+        let moved = JobRequest { job_id: Some(41), batch: None, ..gpu_job(false) };
+        match super::super::decide_modify(&moved, &inputs, &mut |_, _| {}).verdict {
+            Verdict::Accept { changes, .. } => assert!(!changes.requeue, "{changes:?}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

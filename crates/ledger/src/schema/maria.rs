@@ -193,23 +193,29 @@ CREATE TABLE IF NOT EXISTS cluster_lease (
 ";
 
 /// Migrations past the version [`TABLES`] makes, as SQLite's past it: (version it brings, SQL).
-const UPGRADES: &[(i64, &str)] = &[(
-    20,
-    "ALTER TABLE pools ADD COLUMN IF NOT EXISTS parent VARCHAR(255),
+const UPGRADES: &[(i64, &str)] = &[
+    (
+        20,
+        "ALTER TABLE pools ADD COLUMN IF NOT EXISTS parent VARCHAR(255),
                        ADD COLUMN IF NOT EXISTS lends BIGINT NOT NULL DEFAULT 0,
                        ADD COLUMN IF NOT EXISTS starts BIGINT,
-                       ADD COLUMN IF NOT EXISTS ends BIGINT;
-    CREATE TABLE borrowed_runs (
-        job_id        VARCHAR(128) NOT NULL,
-        run_start     BIGINT       NOT NULL,
-        borrowed      BIGINT       NOT NULL,
-        payer         VARCHAR(255) NOT NULL,
-        judged_at     BIGINT       NOT NULL,
-        reclaimed_for TEXT,
-        reclaimed_at  BIGINT,
-        PRIMARY KEY (job_id, run_start)
-    );",
-)];
+                       ADD COLUMN IF NOT EXISTS ends BIGINT;",
+    ),
+    (
+        21,
+        "CREATE TABLE borrowed_runs (
+    job_id        VARCHAR(128) NOT NULL,
+    run_start     BIGINT       NOT NULL,
+    borrowed      BIGINT       NOT NULL,
+    payer         VARCHAR(255) NOT NULL,
+    judged_at     BIGINT       NOT NULL,
+    reclaimed_for TEXT,
+    reclaimed_at  BIGINT,
+    PRIMARY KEY (job_id, run_start),
+    KEY borrowed_runs_by_payer (payer, judged_at)
+);",
+    ),
+];
 
 /// The version [`TABLES`] makes.
 const MADE_AT: i64 = 19;

@@ -297,10 +297,10 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE pools ADD COLUMN parent TEXT;          -- the account whose pool it draws on
      ALTER TABLE pools ADD COLUMN lends INTEGER NOT NULL DEFAULT 0;
      ALTER TABLE pools ADD COLUMN starts INTEGER;       -- unix seconds; NULL: always open
-     ALTER TABLE pools ADD COLUMN ends INTEGER;
-     -- Runs of GPU jobs whose payer was in debt when they started ([lending]): idle GPUs lent,
-     -- requeued when a user in credit waits, free when reclaimed. A run judged once, either way.
-     CREATE TABLE borrowed_runs (
+     ALTER TABLE pools ADD COLUMN ends INTEGER;",
+    // 21: runs of GPU jobs whose payer was in debt when they started ([lending]): idle GPUs lent,
+    // requeued when a user in credit waits, free when reclaimed. A run judged once, either way.
+    "CREATE TABLE IF NOT EXISTS borrowed_runs (
         job_id        TEXT    NOT NULL,
         run_start     INTEGER NOT NULL,
         borrowed      INTEGER NOT NULL,          -- 0: its payer was not in debt when it started
@@ -309,7 +309,8 @@ const MIGRATIONS: &[&str] = &[
         reclaimed_for TEXT,                      -- the waiting jobs it was requeued for
         reclaimed_at  INTEGER,
         PRIMARY KEY (job_id, run_start)
-     ) WITHOUT ROWID;",
+     ) WITHOUT ROWID;
+     CREATE INDEX IF NOT EXISTS borrowed_runs_by_payer ON borrowed_runs (payer, judged_at);",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;
