@@ -107,6 +107,30 @@ mod tests {
         assert!(!changes.requeue && message.is_none(), "in credit: not borrowed");
     }
 
+    /// The estimate does not hold a borrowed run back (its payer is in debt already);
+    /// max_gpus_per_user does.
+    #[test]
+    fn the_estimate_gives_way_to_a_borrowed_run_and_the_gpu_limit_does_not() {
+        use crate::config::admission::Mode;
+        let mut snap = snapshot();
+        snap.balances.insert("alice".into(), Tokens::from_micro(-9_900_000));
+        let w = world_of(snap);
+        let decide = |config: crate::config::Admission, job: &JobRequest| {
+            let inputs = super::super::Inputs { lending: ON, ..inputs(Some(&w), &config, 1001) };
+            decide_submit(job, &inputs, &mut |_, _| {}).verdict
+        };
+        let estimate = crate::config::Admission { mode: Mode::Estimate, ..config() };
+        let Verdict::Accept { changes, .. } = decide(estimate.clone(), &gpu_job(true)) else { panic!() };
+        assert!(changes.requeue);
+        let off = super::super::Inputs { lending: Lending::default(), ..inputs(Some(&w), &estimate, 1001) };
+        let without = decide_submit(&gpu_job(true), &off, &mut |_, _| {}).verdict;
+        assert!(matches!(without, Verdict::Reject { .. }), "without lending: {without:?}");
+        let capped = crate::config::Admission { max_gpus_per_user: Some(1), ..config() };
+        let two = JobRequest { tres_per_node: Some("gres:gpu:a6000:2".into()), ..gpu_job(true) };
+        let over = decide(capped, &two);
+        assert!(message(&over).contains("[gputokens code=gpu_limit"), "{over:?}");
+    }
+
     #[test]
     fn an_interactive_job_in_debt_is_refused_and_the_floor_lends_only_where_the_site_says() {
         let interactive = decided(-3, ON, &gpu_job(false));

@@ -291,6 +291,8 @@ struct Account<'a> {
     closed: Option<Tail>,
     /// A pool whose parent lends to it: its own floor does not hold, in the estimate either.
     lent: bool,
+    /// `[lending]`: the job runs as a borrowed run (set by `lending::lend`).
+    borrowed: bool,
 }
 
 impl<'a> Account<'a> {
@@ -343,6 +345,7 @@ impl<'a> Account<'a> {
                 payer: None,
                 closed: None,
                 lent: false,
+                borrowed: false,
             }
         };
         let payers = payers(snapshot.pool_mode, account, |a| snapshot.pools.contains_key(a));
@@ -369,6 +372,7 @@ impl<'a> Account<'a> {
                 payer,
                 closed,
                 lent,
+                borrowed: false,
             }
         };
         // The pools it draws on decide too, and the worst rules. A parent that lends and is above
@@ -546,12 +550,13 @@ fn judge<S: Steps>(steps: &mut S, case: &Case, log: &mut Log) -> Result<Outcome,
         return Ok(Outcome::of(draft.verdict()));
     };
     let mut account = Account::of(standing, case);
-    // A borrowed run uses GPUs no one in credit waits for and gives them back when one does: no
-    // limit or estimate holds it back, and it is not tallied against its owner's later jobs.
-    let borrowed = lending::lend(case, &mut account)?;
-    draft.changes.requeue = borrowed;
+    // A borrowed run uses GPUs no one in credit waits for and gives them back when one does: the
+    // estimate does not hold it back (its payer is in debt already); max_gpus_per_user does, and
+    // it is tallied like any job, since it may start as an ordinary run once its payer recovers.
+    account.borrowed = lending::lend(case, &mut account)?;
+    draft.changes.requeue = account.borrowed;
     steps.check_balance(case, &account)?;
-    let admitted = if borrowed { None } else { steps.check_limits(case, &account)? };
+    let admitted = steps.check_limits(case, &account)?;
     if let Decision::AcceptDeprioritized { how, message } = &account.decision {
         let tail = Tail::any_type_after(Code::Overdraft, account.retry_after(case));
         steps.deprioritize(case, &account, how, &tail.appended_to(message), &mut draft, log);

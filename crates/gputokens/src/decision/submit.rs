@@ -124,7 +124,7 @@ impl Steps for Submission {
         if let Some(max) = config.max_gpus_per_user {
             within_gpu_limit(max, held.milli_gpus, asked)?;
         }
-        if config.mode == Mode::Estimate {
+        if config.mode == Mode::Estimate && !account.borrowed {
             within_estimates(case, account, held.max_cost, &estimate, |other| other.held(case).max_cost)?;
         }
         let counts = config.mode == Mode::Estimate || config.max_gpus_per_user.is_some();
