@@ -4,45 +4,52 @@
 //! a user in credit waits for its GPU type. Only a batch job can be requeued: an interactive one of
 //! a payer in debt is refused.
 
-use super::codes::{Code, Tail};
+use crate::config::admission::Deprioritize;
+use crate::config::Lending;
+
 use super::rules::Decision;
-use super::{Account, Case, Refusal};
 
 /// What a submitter in debt is told of a borrowed run.
 const BORROWED: &str = "gputokens: this job runs as a borrowed run on idle GPUs: it starts only when no user in \
      credit waits for its GPU type, is requeued (not cancelled) as soon as one does, and is not charged for a run \
      that is requeued so; a run that finishes is charged as usual";
 
-/// Turns `account`'s decision into a borrowed run's where `[lending]` applies; true when the job
-/// is borrowed (it must be made requeueable). Err: an interactive job of a payer in debt.
-pub(super) fn lend(case: &Case, account: &mut Account) -> Result<bool, Refusal> {
-    let lending = case.inputs.lending;
+/// What lending makes of a submission's decision.
+pub(super) enum Lent {
+    /// Not a borrowed run: the decision stands.
+    No,
+    /// A borrowed run, decided so (it must be made requeueable).
+    Borrowed(Decision),
+    /// An interactive job of a payer in debt: refused with this message.
+    Refused(String),
+}
+
+/// Where `[lending]` applies to a submission decided `decision`: its payer (`payer`, as a message
+/// names it) is in overdraft, or refused at its floor (`at_floor`) where the site lends there.
+/// `batch`: None for an update, which lending leaves as it is.
+pub(super) fn lend(
+    decision: &Decision,
+    lending: Lending,
+    batch: Option<bool>,
+    (at_floor, payer): (bool, &str),
+    how: &Deprioritize,
+) -> Lent {
     // Submissions only (an update says nothing of a script): an update is judged as before, and
     // never made requeueable by the plugin.
-    if !lending.enabled || case.job.batch.is_none() {
-        return Ok(false);
-    }
-    let at_floor = match &account.decision {
+    let Some(batch) = batch.filter(|_| lending.enabled) else { return Lent::No };
+    let lent_at_floor = match decision {
         Decision::AcceptDeprioritized { .. } => false,
-        // At the payer's floor (not a member's limit, nor a closed sub-allocation).
-        Decision::Reject { .. } if lending.at_floor && at_the_floor(case, account) => true,
-        _ => return Ok(false),
+        Decision::Reject { .. } if lending.at_floor && at_floor => true,
+        _ => return Lent::No,
     };
-    if case.job.batch == Some(false) {
-        let message = format!(
-            "gputokens: {} is in debt, so its GPU jobs run only as borrowed runs on idle GPUs, which are requeued \
+    if !batch {
+        return Lent::Refused(format!(
+            "gputokens: {payer} is in debt, so its GPU jobs run only as borrowed runs on idle GPUs, which are requeued \
              when a user in credit needs them: an interactive job (srun, salloc) cannot be; submit it with sbatch. \
-             Run 'sbalance' for details.",
-            payer_words(account)
-        );
-        return Err(Refusal::logged(
-            "an interactive job of a payer in debt (lending)",
-            message,
-            Tail::of(Code::Borrowed),
+             Run 'sbalance' for details."
         ));
     }
-    let how = case.inputs.config.deprioritize.clone();
-    let message = match (&account.decision, at_floor) {
+    let message = match (decision, lent_at_floor) {
         (Decision::Reject { message }, true) => {
             let head = message.split(';').next().unwrap_or_default();
             format!("{head}; {}.", BORROWED.trim_start_matches("gputokens: "))
@@ -50,114 +57,5 @@ pub(super) fn lend(case: &Case, account: &mut Account) -> Result<bool, Refusal> 
         (Decision::AcceptDeprioritized { message, .. }, _) => format!("{message}\n{BORROWED}."),
         _ => BORROWED.to_string(),
     };
-    account.decision = Decision::AcceptDeprioritized { how, message };
-    Ok(true)
-}
-
-/// Whether the refusal is the payer's floor's.
-fn at_the_floor(case: &Case, account: &Account) -> bool {
-    account.closed.is_none() && matches!(account.refusal_tail(case).code, Code::Floor | Code::PoolFloor)
-}
-
-fn payer_words(account: &Account) -> String {
-    match account.pool {
-        Some(pool) => format!("account {pool}"),
-        None => "your balance".to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::fixtures::{config, inputs, message, snapshot, world_of};
-    use super::super::{decide_submit, Verdict};
-    use crate::config::Lending;
-    use crate::job_request::JobRequest;
-    use crate::Tokens;
-
-    fn gpu_job(batch: bool) -> JobRequest {
-        JobRequest {
-            user_id: Some(1001),
-            tres_per_node: Some("gres:gpu:a6000:1".into()),
-            batch: Some(batch),
-            ..Default::default()
-        }
-    }
-
-    fn decided(balance: i64, lending: Lending, job: &JobRequest) -> Verdict {
-        let mut snap = snapshot();
-        snap.balances.insert("alice".into(), Tokens::whole(balance));
-        let w = world_of(snap);
-        let config = config();
-        let inputs = super::super::Inputs { lending, ..inputs(Some(&w), &config, 1001) };
-        decide_submit(job, &inputs, &mut |_, _| {}).verdict
-    }
-
-    const ON: Lending = Lending { enabled: true, at_floor: false, discount_percent: 0 };
-
-    #[test]
-    fn a_batch_job_in_overdraft_runs_borrowed_requeueable_and_at_lower_priority() {
-        let Verdict::Accept { changes, message } = decided(-3, ON, &gpu_job(true)) else { panic!() };
-        assert!(changes.requeue && changes.nice.is_some(), "{changes:?}");
-        let told = message.unwrap_or_default();
-        assert!(told.contains("your GPU token balance is -3"), "{told}");
-        assert!(told.contains("this job runs as a borrowed run on idle GPUs"), "{told}");
-        let Verdict::Accept { changes, .. } = decided(-3, Lending::default(), &gpu_job(true)) else { panic!() };
-        assert!(!changes.requeue, "lending off: an overdraft job as before");
-        let Verdict::Accept { changes, message } = decided(20, ON, &gpu_job(true)) else { panic!() };
-        assert!(!changes.requeue && message.is_none(), "in credit: not borrowed");
-    }
-
-    /// The estimate does not hold a borrowed run back (its payer is in debt already);
-    /// max_gpus_per_user does.
-    #[test]
-    fn the_estimate_gives_way_to_a_borrowed_run_and_the_gpu_limit_does_not() {
-        use crate::config::admission::Mode;
-        let mut snap = snapshot();
-        snap.balances.insert("alice".into(), Tokens::from_micro(-9_900_000));
-        let w = world_of(snap);
-        let decide = |config: crate::config::Admission, job: &JobRequest| {
-            let inputs = super::super::Inputs { lending: ON, ..inputs(Some(&w), &config, 1001) };
-            decide_submit(job, &inputs, &mut |_, _| {}).verdict
-        };
-        let estimate = crate::config::Admission { mode: Mode::Estimate, ..config() };
-        let Verdict::Accept { changes, .. } = decide(estimate.clone(), &gpu_job(true)) else { panic!() };
-        assert!(changes.requeue);
-        let off = super::super::Inputs { lending: Lending::default(), ..inputs(Some(&w), &estimate, 1001) };
-        let without = decide_submit(&gpu_job(true), &off, &mut |_, _| {}).verdict;
-        assert!(matches!(without, Verdict::Reject { .. }), "without lending: {without:?}");
-        let capped = crate::config::Admission { max_gpus_per_user: Some(1), ..config() };
-        let two = JobRequest { tres_per_node: Some("gres:gpu:a6000:2".into()), ..gpu_job(true) };
-        let over = decide(capped, &two);
-        assert!(message(&over).contains("[gputokens code=gpu_limit"), "{over:?}");
-    }
-
-    #[test]
-    fn an_interactive_job_in_debt_is_refused_and_the_floor_lends_only_where_the_site_says() {
-        let interactive = decided(-3, ON, &gpu_job(false));
-        assert!(message(&interactive).contains("an interactive job (srun, salloc) cannot be; submit it with sbatch"));
-        assert!(message(&interactive).ends_with("[gputokens code=borrowed]"), "{}", message(&interactive));
-        assert!(matches!(decided(-10, ON, &gpu_job(true)), Verdict::Reject { .. }), "at the floor: refused");
-        let at_floor = Lending { at_floor: true, ..ON };
-        let Verdict::Accept { changes, message } = decided(-10, at_floor, &gpu_job(true)) else { panic!() };
-        assert!(changes.requeue, "{changes:?}");
-        let told = message.unwrap_or_default();
-        assert!(
-            told.starts_with("gputokens: your GPU token balance is -10 (floor -10); this job runs as a borrowed run"),
-            "{told}"
-        );
-        // An update (no script known) is judged as before, and not made requeueable.
-        let mut snap = snapshot();
-        snap.balances.insert("alice".into(), Tokens::whole(-3));
-        let w = world_of(snap);
-        let config = config();
-        let inputs = super::super::Inputs { lending: ON, ..inputs(Some(&w), &config, 1001) };
-        let update = JobRequest { job_id: Some(41), batch: None, nice: Some(0), ..gpu_job(false) };
-        let updated = super::super::decide_modify(&update, &inputs, &mut |_, _| {}).verdict;
-        assert!(matches!(updated, Verdict::Reject { .. }), "the penalty kept, as without lending: {updated:?}");
-        let moved = JobRequest { job_id: Some(41), batch: None, ..gpu_job(false) };
-        match super::super::decide_modify(&moved, &inputs, &mut |_, _| {}).verdict {
-            Verdict::Accept { changes, .. } => assert!(!changes.requeue, "{changes:?}"),
-            other => panic!("{other:?}"),
-        }
-    }
+    Lent::Borrowed(Decision::AcceptDeprioritized { how: how.clone(), message })
 }

@@ -12,6 +12,8 @@
 
 pub mod codes;
 mod lending;
+#[cfg(test)]
+mod lending_tests;
 mod modify;
 #[cfg(test)]
 mod pool_decisions;
@@ -553,7 +555,18 @@ fn judge<S: Steps>(steps: &mut S, case: &Case, log: &mut Log) -> Result<Outcome,
     // A borrowed run uses GPUs no one in credit waits for and gives them back when one does: the
     // estimate does not hold it back (its payer is in debt already); max_gpus_per_user does, and
     // it is tallied like any job, since it may start as an ordinary run once its payer recovers.
-    account.borrowed = lending::lend(case, &mut account)?;
+    let refusal = account.refusal_tail(case).code;
+    let at_floor = account.closed.is_none() && matches!(refusal, Code::Floor | Code::PoolFloor);
+    let payer = account.pool.map_or("your balance".to_string(), |pool| format!("account {pool}"));
+    let how = &case.inputs.config.deprioritize;
+    match lending::lend(&account.decision, case.inputs.lending, case.job.batch, (at_floor, &payer), how) {
+        lending::Lent::No => {}
+        lending::Lent::Borrowed(decision) => (account.decision, account.borrowed) = (decision, true),
+        lending::Lent::Refused(message) => {
+            let why = "an interactive GPU job of a payer in debt (lending)";
+            return Err(Refusal::logged(why, message, Tail::of(Code::Borrowed)));
+        }
+    }
     draft.changes.requeue = account.borrowed;
     steps.check_balance(case, &account)?;
     let admitted = steps.check_limits(case, &account)?;
