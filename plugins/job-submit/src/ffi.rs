@@ -316,6 +316,8 @@ mod tests {
                 array_inx: Some("0-9".into()),
                 account: Some("lab".into()),
                 wants_estimate: true,
+                // No script: not a batch submission.
+                batch: Some(false),
                 ..Default::default()
             }
         );
