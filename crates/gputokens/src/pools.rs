@@ -149,6 +149,13 @@ pub fn account_name_problem(name: &str) -> Option<&'static str> {
     }
 }
 
+/// `account` and the pools it draws on, nearest first: every pool a charge of its jobs counts at.
+pub fn chain<'a>(account: &'a str, parent_of: impl Fn(&str) -> Option<&'a str>) -> Vec<&'a str> {
+    let mut chain = vec![account];
+    chain.extend(ancestors(account, parent_of));
+    chain
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,6 +207,7 @@ mod tests {
             _ => None,
         };
         assert_eq!(ancestors("course", parents), ["dept", "school"]);
+        assert_eq!(chain("course", parents), ["course", "dept", "school"]);
         assert_eq!(ancestors("school", parents), Vec::<&str>::new());
         assert_eq!(ancestors("loop-a", parents), ["loop-b"], "never itself");
         let deep = |a: &str| Some(if a.len().is_multiple_of(2) { "x" } else { "yy" });

@@ -499,10 +499,8 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
         // a sub-allocation outside its window (never in none at all: then the job's own pool).
         let pool_holders: Vec<String> = match payers.pool {
             Some(pool) => {
-                let chain =
-                    std::iter::once(pool).chain(pools::ancestors(pool, |a| self.parents.get(a).map(String::as_str)));
-                let open: Vec<&str> =
-                    chain.filter(|a| super::allocations::is_open(self.windows.get(*a).copied(), self.now)).collect();
+                let mut open = pools::chain(pool, |a| self.parents.get(a).map(String::as_str));
+                open.retain(|a| super::allocations::is_open(self.windows.get(*a).copied(), self.now));
                 match open.is_empty() {
                     true => vec![pools::holder(pool)],
                     false => open.into_iter().map(pools::holder).collect(),

@@ -33,6 +33,24 @@ pub struct BorrowedRun {
     pub judged_now: bool,
 }
 
+/// The columns [`run_row`] reads, in its order.
+const RUN_COLUMNS: &str = "job_id, run_start, payer, reclaimed_for, reclaimed_at";
+
+/// A borrowed run from [`RUN_COLUMNS`] starting at column `at`.
+fn run_row(r: &crate::db::Row<'_>, at: usize) -> crate::db::Result<BorrowedRun> {
+    let reclaimed = match (r.get::<Option<String>>(at + 3)?, r.get::<Option<i64>>(at + 4)?) {
+        (Some(waiting), Some(when)) => Some((waiting, when)),
+        _ => None,
+    };
+    Ok(BorrowedRun {
+        job_id: r.get(at)?,
+        run_start: r.get(at + 1)?,
+        payer: r.get(at + 2)?,
+        reclaimed,
+        judged_now: false,
+    })
+}
+
 impl Ledger {
     /// `holder`'s balance as the ledger stood at `at` (its entries after `at` taken off); a
     /// balance the ledger does not know stands at `initial`.
@@ -107,18 +125,10 @@ impl Ledger {
     fn borrowed_run(&self, job_id: &str, run_start: i64) -> Result<Option<(bool, BorrowedRun)>, LedgerError> {
         Ok(self
             .conn
-            .prepare_cached(
-                "SELECT borrowed, payer, reclaimed_for, reclaimed_at FROM borrowed_runs WHERE job_id = ?1 AND run_start = ?2",
-            )?
-            .query_row(params![job_id, run_start], |r| {
-                let reclaimed = match (r.get::<Option<String>>(2)?, r.get::<Option<i64>>(3)?) {
-                    (Some(waiting), Some(at)) => Some((waiting, at)),
-                    _ => None,
-                };
-                let run =
-                    BorrowedRun { job_id: job_id.to_string(), run_start, payer: r.get(1)?, reclaimed, judged_now: false };
-                Ok((r.get::<i64>(0)? != 0, run))
-            })
+            .prepare_cached(&format!(
+                "SELECT borrowed, {RUN_COLUMNS} FROM borrowed_runs WHERE job_id = ?1 AND run_start = ?2"
+            ))?
+            .query_row(params![job_id, run_start], |r| Ok((r.get::<i64>(0)? != 0, run_row(r, 1)?)))
             .optional()?)
     }
 
@@ -142,25 +152,11 @@ impl Ledger {
 
     /// The borrowed runs of `payer` judged since `since`, newest first.
     pub fn borrowed_runs_of(&self, payer: &str, since: i64) -> Result<Vec<BorrowedRun>, LedgerError> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT job_id, run_start, payer, reclaimed_for, reclaimed_at FROM borrowed_runs
-             WHERE payer = ?1 AND borrowed = 1 AND judged_at >= ?2 ORDER BY run_start DESC",
-        )?;
-        let rows = stmt
-            .query_map(params![payer, since], |r| {
-                let reclaimed = match (r.get::<Option<String>>(3)?, r.get::<Option<i64>>(4)?) {
-                    (Some(waiting), Some(at)) => Some((waiting, at)),
-                    _ => None,
-                };
-                Ok(BorrowedRun {
-                    job_id: r.get(0)?,
-                    run_start: r.get(1)?,
-                    payer: r.get(2)?,
-                    reclaimed,
-                    judged_now: false,
-                })
-            })?
-            .collect::<Result<_, _>>()?;
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {RUN_COLUMNS} FROM borrowed_runs
+                      WHERE payer = ?1 AND borrowed = 1 AND judged_at >= ?2 ORDER BY run_start DESC"
+        ))?;
+        let rows = stmt.query_map(params![payer, since], |r| run_row(r, 0))?.collect::<Result<_, _>>()?;
         Ok(rows)
     }
 }

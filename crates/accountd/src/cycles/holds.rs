@@ -128,7 +128,7 @@ fn payers_at_floor<'j>(
         // The pool that pays and those it draws on: each one's floor and limit hold (a pool whose
         // parent lends and is above its own floor runs below its own).
         let chain: Vec<&str> = match who.pool {
-            Some(pool) => std::iter::once(pool).chain(gputokens::pools::ancestors(pool, parent_of)).collect(),
+            Some(pool) => gputokens::pools::chain(pool, parent_of),
             None => Vec::new(),
         };
         // A dated sub-allocation outside its window holds its jobs, as the plugin refuses them.

@@ -56,7 +56,7 @@ pub fn borrowed<'a>(
         let mut holders: Vec<(String, Tokens)> = Vec::new();
         if let Some(pool) = who.pool {
             // The pool that pays and those it draws on, as the plugin judges them.
-            for account in std::iter::once(pool).chain(gputokens::pools::ancestors(pool, parent_of)) {
+            for account in gputokens::pools::chain(pool, parent_of) {
                 let floor = pools.get(account).map_or(Tokens::ZERO, |p| p.rules.floor);
                 holders.push((holder(account), below(floor)));
             }
@@ -151,8 +151,7 @@ pub fn price_finished(
         account: r.account.as_deref(),
         requeueable: None,
     });
-    let runs: Vec<Run<'_>> = runs.collect();
-    let borrowed = borrowed(res, runs.into_iter(), now)?;
+    let borrowed = borrowed(res, runs, now)?;
     let discount_percent = res.config.lending.discount_percent;
     for record in records.iter_mut() {
         let key = (record.job_id.clone(), record.segment_start);
