@@ -41,10 +41,13 @@ fn a_clock_ahead_of_slurm_replenishes_no_further_than_a_day_past_what_slurm_show
     let day = 86_400;
     // The newest job Slurm shows was submitted four days ago: to gputokens, the clock may be wrong.
     std::fs::write(&submitted, (now - 4 * day).to_string()).unwrap();
-    let site = Site::start(
+    let mut site = Site::start(
         "daily = 1",
         &format!("[slurm]\nbin_dir = \"{}\"\n[intervals]\ncharge = \"1h\"\ncheck = \"1h\"\n", bin.path().display()),
     );
+    // The site's own serve replenishes in its cycles too: on the real calendar it would grant days
+    // up to a day past whatever squeue shows when its cycle runs, so it runs on the test's clock.
+    site.restart_at(Some(&at));
     // alice, first seen five days ago (as a charge then would have seen her).
     let first = gputokens::time::format_local(now - 5 * day);
     let sacct = site.file(
