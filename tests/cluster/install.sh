@@ -24,7 +24,9 @@ fi
 missing=()
 for p in "${PKGS[@]}"; do
   st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
-  [[ $st == installed ]] || missing+=("$p")
+  # Installed, or installed with its triggers still to run (man-db's, while another apt-get runs
+  # beside this one: .ci/run builds the release root filesystems as the host's tests start).
+  [[ $st == installed || $st == triggers-pending || $st == triggers-awaited ]] || missing+=("$p")
 done
 if (( ${#missing[@]} == 0 )); then
   echo "install.sh: all ${#PKGS[@]} packages present"
@@ -43,20 +45,23 @@ if [[ ! -e $policy ]]; then
   trap 'rm -f "$policy"' EXIT
 fi
 
+# Another apt-get may hold dpkg's lock for a while (the root filesystems' debootstrap install):
+# wait for it rather than fail.
+apt_get() { apt-get -o DPkg::Lock::Timeout=900 "$@"; }
 updated=0
-# apt-get update once: when no package lists exist yet, or when a package has no install candidate
+# apt_get update once: when no package lists exist yet, or when a package has no install candidate
 if ! compgen -G '/var/lib/apt/lists/*_Packages' >/dev/null; then
-  apt-get update -q; updated=1
+  apt_get update -q; updated=1
 else
   for p in "${missing[@]}"; do
     if ! apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [^(]'; then
-      apt-get update -q; updated=1; break
+      apt_get update -q; updated=1; break
     fi
   done
 fi
-if ! apt-get install -y -q "${missing[@]}"; then
+if ! apt_get install -y -q "${missing[@]}"; then
   (( updated )) && exit 1
-  apt-get update -q                                  # stale lists (404): refresh once and retry
-  apt-get install -y -q "${missing[@]}"
+  apt_get update -q                                  # stale lists (404): refresh once and retry
+  apt_get install -y -q "${missing[@]}"
 fi
 echo "install.sh: done"

@@ -79,8 +79,8 @@ if [[ -f $stamp ]]; then
 else
   command -v debootstrap >/dev/null || {
     say "installing debootstrap"
-    DEBIAN_FRONTEND=noninteractive timeout -k 10 600 apt-get install -y -q debootstrap >/dev/null \
-      || { timeout -k 10 600 apt-get update -q && DEBIAN_FRONTEND=noninteractive timeout -k 10 600 apt-get install -y -q debootstrap; } \
+    DEBIAN_FRONTEND=noninteractive timeout -k 10 600 apt-get -o DPkg::Lock::Timeout=600 install -y -q debootstrap >/dev/null \
+      || { timeout -k 10 600 apt-get -o DPkg::Lock::Timeout=600 update -q && DEBIAN_FRONTEND=noninteractive timeout -k 10 600 apt-get -o DPkg::Lock::Timeout=600 install -y -q debootstrap; } \
       || die "could not install debootstrap within 10 minutes"
   }
   partial="$root.partial"
