@@ -28,7 +28,8 @@
 #
 # Everything is built once, on the host (target/): the other releases' suites run the host's binaries
 # and test binaries and build only the two plugins against their own Slurm headers (target/slurm-RELEASE).
-# Each release's output goes to target/test-logs/RELEASE.log when they run side by side.
+# Each release's output goes to target/test-logs/RELEASE.log when they run side by side, the suites that
+# need no cluster (unit, dates) to target/test-logs/host.log, beside the host release's cluster suites.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source tests/slurm-releases/lib.sh
@@ -205,14 +206,16 @@ suite() {
       # In a new order each run (any cluster test must pass after any other): libtest's shuffle,
       # which stable test binaries take under RUSTC_BOOTSTRAP (set for them alone, never for cargo,
       # whose builds it would change). GPUTOKENS_SHUFFLE_SEED=N repeats an order; =off keeps theirs.
-      local seed=${GPUTOKENS_SHUFFLE_SEED:-$(( (RANDOM << 15) | RANDOM ))} order=()
+      # Each test's time is printed beside its result (--report-time, as unstable as the shuffle).
+      local seed=${GPUTOKENS_SHUFFLE_SEED:-$(( (RANDOM << 15) | RANDOM ))} order=(-Z unstable-options --report-time)
       if [[ $seed != off ]]; then
-        order=(-Z unstable-options --shuffle-seed "$seed")
+        order+=(--shuffle-seed "$seed")
         echo "cluster tests in shuffled order, seed $seed (GPUTOKENS_SHUFFLE_SEED=$seed bash tests/run.sh ... repeats it)"
       fi
       (export RUSTC_BOOTSTRAP=1; run_binaries "${order[@]}" --ignored) || rc=$? ;;
     multinode)
-      GPUTOKENS_MN_FAKE_NVML=$TARGET/debug/libnvidia_ml.so "$(test_binary multinode)" --ignored --test-threads=1 || rc=$?
+      GPUTOKENS_MN_FAKE_NVML=$TARGET/debug/libnvidia_ml.so RUSTC_BOOTSTRAP=1 "$(test_binary multinode)" --ignored \
+        --test-threads=1 -Z unstable-options --report-time || rc=$?
       bash tests/multinode/down.sh || true ;;
     packages)
       "$(test_binary packages)" --ignored || rc=$?
@@ -259,6 +262,8 @@ in_release() {
   prepare_release "$RELEASE"
   echo "prepare $RELEASE $(( SECONDS - start )) 0" >> "$TIMES"
   if [[ $1 == up ]]; then exit 0; fi
+  # The suites that need no cluster, run beside this release's, wait for this (see below).
+  [[ -n ${GPUTOKENS_PREPARED_MARK:-} ]] && touch "$GPUTOKENS_PREPARED_MARK"
   mapfile -t started < <(running_daemons)
   trap 'stop_cluster || true' EXIT
   for s in "$@"; do suite "$s" || rc=1; done
@@ -317,19 +322,40 @@ rm -f "$GPUTOKENS_RPMS_BUILD.status"
   if dir=$(build_rpms 2>"$GPUTOKENS_RPMS_BUILD"); then echo "rpms $dir"; else echo failed; fi > "$GPUTOKENS_RPMS_BUILD.status"
   echo "build rpms $(( SECONDS - start )) 0" >> "$GPUTOKENS_TIMES"
 ) &
+# The suites that need no cluster (unit, then dates: "host") run beside the host release's cluster
+# suites, which mostly wait on Slurm, not before them: once that release is prepared (the demo done,
+# the packages installed, the test users made), so the host is as they always ran on.
+CLUSTERLESS="unit dates"
+export GPUTOKENS_PREPARED_MARK=$LOGS/host-prepared
+rm -f "$GPUTOKENS_PREPARED_MARK"
 pids=()
 for r in $RELEASES; do
-  # shellcheck disable=SC2046
-  release "$r" $(suites_for "$r") > "$LOGS/$r.log" 2>&1 &
+  suites=$(suites_for "$r")
+  [[ $r == "$HOST_RELEASE" ]] && for s in $CLUSTERLESS; do suites=${suites/ $s / }; done
+  # shellcheck disable=SC2086
+  release "$r" $suites > "$LOGS/$r.log" 2>&1 &
   pids+=("$!")
+  [[ $r == "$HOST_RELEASE" ]] && host_pid=$!
   echo "tests/run.sh: Slurm $r started (log: $LOGS/$r.log)"
 done
+(
+  while [[ ! -e $GPUTOKENS_PREPARED_MARK ]]; do
+    kill -0 "$host_pid" 2>/dev/null || { echo "tests/run.sh: Slurm $HOST_RELEASE ended before it was prepared"; exit 1; }
+    sleep 2
+  done
+  RELEASE=$HOST_RELEASE TIMES=$GPUTOKENS_TIMES status=0
+  for s in $CLUSTERLESS; do suite "$s" || status=1; done
+  exit "$status"
+) > "$LOGS/host.log" 2>&1 &
+pids+=("$!")
+echo "tests/run.sh: the suites without a cluster ($CLUSTERLESS) started (log: $LOGS/host.log)"
 rc=0 i=0
-for r in $RELEASES; do
+for r in $RELEASES host; do
   status=0
   wait "${pids[$i]}" || status=$?
   i=$(( i + 1 ))
-  echo "===================== Slurm $r: $( (( status )) && echo "FAILED (exit $status)" || echo passed) ====================="
+  label="Slurm $r"; [[ $r == host ]] && label="the host, without a cluster ($CLUSTERLESS)"
+  echo "===================== $label: $( (( status )) && echo "FAILED (exit $status)" || echo passed) ====================="
   cat "$LOGS/$r.log"
   (( status == 0 )) || rc=1
 done
