@@ -18,6 +18,7 @@ use gputokens::pools::PoolMode;
 use gputokens::slurm::associations::AccountTree;
 use gputokens::slurm::{partitions, squeue};
 use gputokens::snapshot::QueueSummary;
+use gputokens::stranding::NodeShape;
 
 use crate::error::AccountdResult;
 use crate::resources::Resources;
@@ -31,6 +32,9 @@ pub struct SlurmView {
     /// Slurm's accounts, their members and coordinators (read only when pools are on).
     pub accounts: AccountTree,
     pub queue: Option<QueueSummary>,
+    /// Each shape of the nodes with GPUs once, where the site prices what a job strands: what the
+    /// plugin's estimate weighs a job against (the last read, while sinfo fails).
+    pub node_shapes: Vec<NodeShape>,
     /// What failed at the last read, so a failure is logged when it changes, not every cycle.
     pub last_problems: Vec<String>,
 }
@@ -60,6 +64,12 @@ pub fn refresh(res: &Resources, view: &mut SlurmView, slurm: &Slurm, queue: &mut
             Err(e) => problems.push(format!("accounts and coordinators not read: {e}")),
         }
     }
+    if !res.config.prices.stranded().is_empty() {
+        match slurm.node_shapes() {
+            Ok(nodes) => view.node_shapes = distinct_shapes(nodes.into_values()),
+            Err(e) => problems.push(format!("node shapes not read, the estimate weighs the last ones read: {e}")),
+        }
+    }
     view.queue = None;
     match commitments_of(res, queue, now) {
         Ok(mut summary) => {
@@ -84,6 +94,14 @@ pub fn refresh(res: &Resources, view: &mut SlurmView, slurm: &Slurm, queue: &mut
         }
         view.last_problems = problems;
     }
+}
+
+/// The shapes of nodes with GPUs, each once, in order.
+fn distinct_shapes(nodes: impl Iterator<Item = NodeShape>) -> Vec<NodeShape> {
+    let mut shapes: Vec<NodeShape> = nodes.filter(|n| n.gpus() > 0).collect();
+    shapes.sort_by(|a, b| (a.cpus, a.mem_mb, &a.milli_gpus).cmp(&(b.cpus, b.mem_mb, &b.milli_gpus)));
+    shapes.dedup();
+    shapes
 }
 
 fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdResult<QueueSummary> {

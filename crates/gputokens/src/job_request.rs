@@ -6,6 +6,15 @@
 
 use crate::gpu_request::{GpuRequest, RequestError, TresPer};
 use crate::job_shape::{array_task_count, JobShape};
+use crate::stranding::Held;
+
+/// The amount per GPU of a `cpus_per_tres`/`mem_per_tres` list (`gres/gpu:8`, `gres:gpu:a6000:8`;
+/// 22.05 writes `gres:`, later releases `gres/`).
+fn per_gpu_amount(list: &str) -> Option<u64> {
+    list.split([';', ','])
+        .filter(|entry| entry.trim_start_matches("gres").trim_start_matches([':', '/']).starts_with("gpu"))
+        .find_map(|entry| entry.rsplit(':').next()?.trim().parse().ok())
+}
 
 /// A time limit the job (or an update) gives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +67,33 @@ pub struct JobRequest {
     pub wants_quote: bool,
     /// A batch job (it has a script): None where the request does not say (an update).
     pub batch: Option<bool>,
+    /// What it asks for beside its GPUs, which `[prices] stranded` counts: `--mincpus`-style
+    /// totals and counts per task, node and GPU, memory, and `--exclusive`.
+    pub cpus: CpuRequest,
+}
+
+/// The CPUs and memory a job description asks for (None = not given).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CpuRequest {
+    /// `min_cpus`: the CPUs of the whole job.
+    pub min_cpus: Option<u32>,
+    pub cpus_per_task: Option<u16>,
+    /// `pn_min_cpus`: CPUs on each node.
+    pub cpus_per_node: Option<u16>,
+    /// `--cpus-per-gpu` (`cpus_per_tres`, e.g. `gres/gpu:8`).
+    pub cpus_per_tres: Option<String>,
+    pub memory: Option<Memory>,
+    /// `--mem-per-gpu` (`mem_per_tres`, e.g. `gres/gpu:4096`, MB).
+    pub mem_per_tres: Option<String>,
+    /// `--exclusive`: whole nodes, every CPU on them.
+    pub exclusive: bool,
+}
+
+/// `--mem` (per node; 0 = all of it) or `--mem-per-cpu`, in MB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Memory {
+    PerNode(u64),
+    PerCpu(u64),
 }
 
 impl JobRequest {
@@ -103,6 +139,33 @@ impl JobRequest {
         }
     }
 
+    /// What one array task of the job holds beside its `gpus` (whole GPUs, of one task) on all its
+    /// nodes, where the description says: CPUs, and memory in MB. `u64::MAX` stands for all of its
+    /// nodes' (`--exclusive`, `--mem=0`). CPUs a job is given by default (one a task) never strand.
+    pub fn held(&self, gpus: u64) -> Held {
+        let c = &self.cpus;
+        let shape = self.shape();
+        let nodes = shape.nodes;
+        let per_gpu = |text: &Option<String>| text.as_deref().and_then(per_gpu_amount).map(|n| n.saturating_mul(gpus));
+        let cpus = [
+            c.min_cpus.filter(|&n| n > 0).map(u64::from),
+            c.cpus_per_task.filter(|&n| n > 0).map(|n| u64::from(n).saturating_mul(shape.tasks)),
+            c.cpus_per_node.filter(|&n| n > 0).map(|n| u64::from(n).saturating_mul(nodes)),
+            per_gpu(&c.cpus_per_tres),
+        ]
+        .into_iter()
+        .flatten()
+        .max();
+        let cpus = if c.exclusive { Some(u64::MAX) } else { cpus };
+        let mem_mb = match c.memory {
+            Some(Memory::PerNode(0)) => Some(u64::MAX),
+            Some(Memory::PerNode(mb)) => Some(mb.saturating_mul(nodes)),
+            Some(Memory::PerCpu(mb)) => Some(mb.saturating_mul(cpus.filter(|&n| n != u64::MAX).unwrap_or(shape.tasks))),
+            None => per_gpu(&c.mem_per_tres),
+        };
+        Held { cpus, mem_mb }
+    }
+
     /// Whether (an update) sets a time limit, nodes, tasks or sockets: what a job's GPUs and cost
     /// scale with.
     pub fn sets_shape_or_time(&self) -> bool {
@@ -144,6 +207,28 @@ mod tests {
         assert_eq!(job.shape(), JobShape { nodes: 2, tasks: 8, sockets_per_node: 2, array_tasks: 10 });
         let both = JobRequest { num_tasks: Some(3), ..job };
         assert_eq!(both.shape().tasks, 3, "--ntasks wins");
+    }
+
+    #[test]
+    fn what_a_job_holds_beside_its_gpus() {
+        let job = |cpus: CpuRequest| JobRequest { cpus, num_tasks: Some(2), min_nodes: Some(1), ..Default::default() };
+        assert_eq!(job(CpuRequest::default()).held(1), Held::default(), "nothing said: nothing counted");
+        let per_task = job(CpuRequest { cpus_per_task: Some(8), ..Default::default() });
+        assert_eq!(per_task.held(1).cpus, Some(16));
+        let most = CpuRequest { min_cpus: Some(20), cpus_per_task: Some(8), ..Default::default() };
+        assert_eq!(job(most).held(1).cpus, Some(20), "the largest of what is said");
+        let per_gpu = CpuRequest { cpus_per_tres: Some("gres/gpu:12".into()), ..Default::default() };
+        assert_eq!(job(per_gpu).held(2).cpus, Some(24));
+        let per_gpu_22 = CpuRequest { cpus_per_tres: Some("gres:gpu:a6000:6".into()), ..Default::default() };
+        assert_eq!(job(per_gpu_22).held(1).cpus, Some(6), "22.05's spelling, with a type");
+        let exclusive = CpuRequest { exclusive: true, cpus_per_task: Some(2), ..Default::default() };
+        assert_eq!(job(exclusive).held(1).cpus, Some(u64::MAX), "every CPU of its node");
+        let mem = |memory| job(CpuRequest { memory: Some(memory), cpus_per_task: Some(4), ..Default::default() });
+        assert_eq!(mem(Memory::PerNode(8000)).held(1).mem_mb, Some(8000));
+        assert_eq!(mem(Memory::PerNode(0)).held(1).mem_mb, Some(u64::MAX), "--mem=0: all of it");
+        assert_eq!(mem(Memory::PerCpu(1000)).held(1).mem_mb, Some(8000), "8 CPUs");
+        let mem_per_gpu = CpuRequest { mem_per_tres: Some("gres/gpu:4096".into()), ..Default::default() };
+        assert_eq!(job(mem_per_gpu).held(2).mem_mb, Some(8192));
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub mod refunds;
 pub mod slurm;
 pub mod snapshot;
 pub mod statement;
+pub mod stranded_estimate;
 pub mod stranded_price;
 pub mod stranding;
 pub mod time;

@@ -13,6 +13,8 @@
 //! price a6000 4000000
 //! default_price 1000000
 //! borrow_limit 10000000
+//! stranded cpus memory
+//! node_shape 64 512000 a6000=8000,rtx3090=2000
 //! partition gpu default 14400 172800
 //! account alice physics
 //! queue 1795430395
@@ -37,7 +39,9 @@
 //! ```
 //! Amounts are micro-tokens, times seconds. A user not listed has not been seen yet and stands at
 //! `initial`. The lines after the users serve the admission limits: GPU sharing (shards and MPS units
-//! per GPU), prices per GPU-hour, what a user may borrow against next month's grant, partitions (`default` or `-`, DefaultTime and MaxTime, `-` = none),
+//! per GPU), prices per GPU-hour, what a user may borrow against next month's grant, where the site
+//! prices what a job strands what its share of a node is counted by and each shape of the nodes with
+//! GPUs (CPUs, MB, milli-GPUs by type), partitions (`default` or `-`, DefaultTime and MaxTime, `-` = none),
 //! default accounts, and what each user's running and pending GPU jobs held and could still cost
 //! (milli-GPUs, micro-tokens) when squeue was read at `queue` (from `queue_read_ms` until
 //! `queue_read_end_ms`; `recent`: the GPU jobs it showed submitted since the second before, by uid,
@@ -63,6 +67,7 @@ use crate::policy::BucketRules;
 use crate::pools::{PoolMode, PoolStanding};
 use crate::pricing::PriceTable;
 use crate::slurm::partitions::Partition;
+use crate::stranding::{NodeShape, Part};
 use crate::tokens::Tokens;
 use crate::tres::Sharing;
 
@@ -125,6 +130,14 @@ pub fn render(snap: &Snapshot) -> String {
     }
     if snap.borrow_limit > Tokens::ZERO {
         out.push_str(&format!("borrow_limit {}\n", snap.borrow_limit.micro()));
+    }
+    if !snap.prices.stranded().is_empty() {
+        let parts: Vec<&str> = snap.prices.stranded().iter().map(|p| p.name()).collect();
+        out.push_str(&format!("stranded {}\n", parts.join(" ")));
+    }
+    for shape in &snap.node_shapes {
+        let gpus: Vec<String> = shape.milli_gpus.iter().map(|(t, m)| format!("{t}={m}")).collect();
+        out.push_str(&format!("node_shape {} {} {}\n", shape.cpus, shape.mem_mb, gpus.join(",")));
     }
     let secs = |t: Option<u64>| t.map_or("-".to_string(), |t| t.to_string());
     for p in &snap.partitions {
@@ -307,6 +320,9 @@ pub struct Snapshot {
     pub user_accounts: HashMap<String, Vec<String>>,
     /// What a user may borrow against next month's grant (`borrow_limit`, at most the grant).
     pub borrow_limit: Tokens,
+    /// Each shape of the nodes with GPUs once (CPUs, memory, milli-GPUs by type), where the site
+    /// prices what a job strands (`stranded`, in `prices`): what the estimate weighs a job against.
+    pub node_shapes: Vec<NodeShape>,
 }
 
 impl Snapshot {
@@ -326,6 +342,7 @@ impl Snapshot {
             spent_month: None,
             user_accounts: HashMap::new(),
             borrow_limit: Tokens::ZERO,
+            node_shapes: Vec::new(),
         }
     }
 
@@ -356,6 +373,7 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
     const KEYS: [&str; 5] = ["generated", "floor", "daily", "monthly", "initial"];
     let mut snap = Snapshot::new(0, BucketRules::default());
     let (mut prices, mut default_price) = (BTreeMap::new(), None);
+    let mut stranded = Vec::new();
     let mut committed = HashMap::new();
     let mut pool_committed = HashMap::new();
     let mut pool_user_committed = BTreeMap::new();
@@ -396,6 +414,25 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
             "borrow_limit" => {
                 snap.borrow_limit = Tokens::from_micro(words.number("borrow limit")?);
                 words.end()?;
+            }
+            "stranded" => {
+                while let Some(name) = words.words.next().filter(|w| !w.is_empty()) {
+                    stranded.push(Part::parse(name).ok_or_else(|| words.bad(format!("unknown part '{name}'")))?);
+                }
+            }
+            "node_shape" => {
+                let cpus = words.count("CPUs")?;
+                let mem_mb = words.count("memory")?;
+                let mut milli_gpus = BTreeMap::new();
+                for gpu in words.next("GPUs")?.split(',').filter(|g| !g.is_empty()) {
+                    let (gpu_type, milli) =
+                        gpu.split_once('=').ok_or_else(|| words.bad(format!("not TYPE=MILLI: '{gpu}'")))?;
+                    let milli =
+                        milli.parse().map_err(|_| words.bad(format!("not a number of milli-GPUs: '{milli}'")))?;
+                    milli_gpus.insert(gpu_type.to_string(), milli);
+                }
+                words.end()?;
+                snap.node_shapes.push(NodeShape { cpus, mem_mb, milli_gpus });
             }
             "partition" => {
                 let name = words.next("partition name")?.to_string();
@@ -610,7 +647,7 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
     let t = Tokens::from_micro;
     snap.generated = generated;
     snap.rules = BucketRules { initial: t(initial), daily: t(daily), monthly: t(monthly), cap: None, floor: t(floor) };
-    snap.prices = PriceTable::new(prices, default_price);
+    snap.prices = PriceTable::new(prices, default_price).with_stranded(stranded);
     if let Some(queue) = &mut snap.queue {
         queue.committed = committed;
         queue.pool_committed = pool_committed;
@@ -640,6 +677,12 @@ impl<'a> Words<'a> {
     fn number(&mut self, what: &str) -> Result<i64, SnapshotError> {
         let word = self.next(what)?;
         word.parse().map_err(|_| self.bad(format!("{what} '{word}' is not a whole number")))
+    }
+
+    /// A count (never negative).
+    fn count(&mut self, what: &str) -> Result<u64, SnapshotError> {
+        let word = self.next(what)?;
+        word.parse().map_err(|_| self.bad(format!("{what} '{word}' is not a count")))
     }
 
     /// Seconds, or `-` for none.
@@ -672,8 +715,10 @@ mod tests {
         snap.balances.insert("bob".into(), Tokens::from_micro(-10_400_000));
         snap.sharing = Sharing { shards_per_gpu: 4, mps_per_gpu: 100 };
         let prices = [("a6000".to_string(), Tokens::whole(4)), ("rtx2080".to_string(), Tokens::from_micro(500_000))];
-        snap.prices = PriceTable::new(prices.into(), Some(Tokens::whole(1)));
+        snap.prices = PriceTable::new(prices.into(), Some(Tokens::whole(1))).with_stranded(vec![Part::Cpus]);
         snap.borrow_limit = Tokens::whole(10);
+        let gpus = BTreeMap::from([("a6000".to_string(), 2000), ("rtx2080".to_string(), 4000)]);
+        snap.node_shapes = vec![NodeShape { cpus: 16, mem_mb: 8000, milli_gpus: gpus }];
         snap.partitions = vec![
             Partition { name: "gpu".into(), default: true, default_time: Some(14400), max_time: Some(172800) },
             Partition { name: "long".into(), default: false, default_time: None, max_time: None },
@@ -752,6 +797,7 @@ mod tests {
         assert_eq!(snap.prices.applied("a6000").per_gpu_hour, Tokens::whole(4));
         assert_eq!(snap.prices.applied("h100").per_gpu_hour, Tokens::whole(1), "default_price");
         assert_eq!(snap.partitions, full().partitions);
+        assert_eq!((snap.prices.stranded(), &snap.node_shapes), (&[Part::Cpus][..], &full().node_shapes));
         assert_eq!(snap.default_accounts, full().default_accounts);
         assert_eq!(snap.queue, full().queue);
         assert_eq!((snap.pool_mode, &snap.pools), (PoolMode::Both, &full().pools));
@@ -773,6 +819,8 @@ mod tests {
         assert_eq!(snap.rules.floor, Tokens::whole(-10));
         assert_eq!(snap.balance("alice"), Tokens::whole(46));
         assert_eq!(snap.partitions[0].limit_for_untimed(), Some(14400));
+        assert_eq!(snap.prices.stranded(), [Part::Cpus, Part::Memory]);
+        assert_eq!((snap.node_shapes[0].cpus, snap.node_shapes[0].gpus()), (64, 10));
         let queue = snap.queue.unwrap();
         assert_eq!(queue.committed["alice"].max_cost, Tokens::whole(16));
         assert_eq!(queue.pending[&41].gpus.unwrap().milli_gpus, 1000);

@@ -16,7 +16,7 @@ use std::ffi::{c_char, c_int, CStr, CString};
 use std::time::{Duration, Instant};
 
 use gputokens::decision::{self, Verdict};
-use gputokens::job_request::JobRequest;
+use gputokens::job_request::{CpuRequest, JobRequest};
 
 use crate::bindings::{job_desc_msg_t, ESLURM_ACCOUNTING_POLICY, NO_VAL, SLURM_SUCCESS};
 use crate::sentinel;
@@ -80,6 +80,16 @@ pub unsafe fn read_job(desc: *const job_desc_msg_t) -> Option<JobRequest> {
             wants_quote: spank_env(d).any(|v| v == QUOTE_VARIABLE),
             // job_submit sees submissions only; a batch one carries its script.
             batch: Some(!d.script.is_null()),
+            cpus: CpuRequest {
+                // 0 CPUs is Slurm's default, not a count.
+                min_cpus: sentinel::given(d.min_cpus).filter(|&n| n > 0),
+                cpus_per_task: sentinel::given16(d.cpus_per_task).filter(|&n| n > 0),
+                cpus_per_node: sentinel::given16(d.pn_min_cpus).filter(|&n| n > 0),
+                cpus_per_tres: string(d.cpus_per_tres),
+                memory: sentinel::memory(d.pn_min_memory),
+                mem_per_tres: string(d.mem_per_tres),
+                exclusive: sentinel::exclusive(d.shared),
+            },
         })
     }
 }
@@ -269,7 +279,7 @@ mod tests {
     use super::*;
     use crate::bindings::{INFINITE, NICE_OFFSET, NO_VAL, NO_VAL16};
     use gputokens::decision::Changes;
-    use gputokens::job_request::TimeLimit;
+    use gputokens::job_request::{Memory, TimeLimit};
     use slurm_ffi::stand_ins;
     use std::ffi::CString;
 
@@ -280,6 +290,7 @@ mod tests {
         let part = CString::new("gpu").unwrap();
         let array = CString::new("0-9").unwrap();
         let account = CString::new("LAB").unwrap();
+        let cpus_per_gpu = CString::new("gres/gpu:4").unwrap();
         let env = [CString::new("SPANK_OTHER=x").unwrap(), CString::new(ESTIMATE_VARIABLE).unwrap()];
         let mut env_ptrs: Vec<*mut c_char> = env.iter().map(|c| c.as_ptr().cast_mut()).collect();
         let desc = job_desc_msg_t {
@@ -297,6 +308,12 @@ mod tests {
             account: account.as_ptr().cast_mut(),
             spank_job_env: env_ptrs.as_mut_ptr(),
             spank_job_env_size: 2,
+            min_cpus: NO_VAL,
+            cpus_per_task: 8,
+            cpus_per_tres: cpus_per_gpu.as_ptr().cast_mut(),
+            // --mem-per-cpu=1024: MEM_PER_CPU | 1024.
+            pn_min_memory: 0x8000_0000_0000_0400,
+            shared: NO_VAL16 as u16,
             ..Default::default()
         };
         let got = unsafe { read_job(&desc) }.unwrap();
@@ -318,6 +335,12 @@ mod tests {
                 wants_estimate: true,
                 // No script: not a batch submission.
                 batch: Some(false),
+                cpus: CpuRequest {
+                    cpus_per_task: Some(8),
+                    cpus_per_tres: Some("gres/gpu:4".into()),
+                    memory: Some(Memory::PerCpu(1024)),
+                    ..Default::default()
+                },
                 ..Default::default()
             }
         );

@@ -2,9 +2,15 @@
 //! sentinels (NO_VAL, NO_VAL16 = not given, INFINITE = unlimited) and the NICE_OFFSET encoding of
 //! nice and site factor are converted, both ways. Safe code; `ffi` calls it.
 
-use gputokens::job_request::TimeLimit;
+use gputokens::job_request::{Memory, TimeLimit};
 
 use crate::bindings::{INFINITE, NICE_OFFSET, NO_VAL, NO_VAL16};
+
+/// slurm.h's NO_VAL64, MEM_PER_CPU and JOB_SHARED_NONE, the same in every release: bindgen types
+/// the first two from their macros as i32 and i64.
+const NO_VAL64: u64 = 0xffff_ffff_ffff_fffe;
+const MEM_PER_CPU: u64 = 0x8000_0000_0000_0000;
+const JOB_SHARED_NONE: u16 = 0;
 
 /// A 32-bit number; NO_VAL = not given.
 pub fn given(raw: u32) -> Option<u32> {
@@ -14,6 +20,22 @@ pub fn given(raw: u32) -> Option<u32> {
 /// A 16-bit number; NO_VAL16 = not given.
 pub fn given16(raw: u16) -> Option<u16> {
     (raw as u32 != NO_VAL16).then_some(raw)
+}
+
+/// `pn_min_memory`: MB per node (`--mem`, 0 = all of it), or per CPU with the MEM_PER_CPU bit
+/// (`--mem-per-cpu`); NO_VAL64 (or 22.05's NO_VAL) = not given.
+pub fn memory(raw: u64) -> Option<Memory> {
+    match raw {
+        NO_VAL64 => None,
+        raw if raw == u64::from(NO_VAL) => None,
+        raw if raw & MEM_PER_CPU != 0 => Some(Memory::PerCpu(raw & !MEM_PER_CPU)),
+        mb => Some(Memory::PerNode(mb)),
+    }
+}
+
+/// `shared`: JOB_SHARED_NONE is `--exclusive` (whole nodes); NO_VAL16 the partition's default.
+pub fn exclusive(raw: u16) -> bool {
+    raw == JOB_SHARED_NONE
 }
 
 /// A time limit in minutes; NO_VAL = not given, INFINITE = `--time=UNLIMITED`.
@@ -56,6 +78,17 @@ pub fn job_number(text: Option<&str>, numeric: u32) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_per_node_or_per_cpu_and_exclusive_nodes() {
+        assert_eq!(memory(NO_VAL64), None);
+        assert_eq!(memory(u64::from(NO_VAL)), None);
+        assert_eq!(memory(8000), Some(Memory::PerNode(8000)));
+        assert_eq!(memory(0), Some(Memory::PerNode(0)), "--mem=0: all of the node's");
+        assert_eq!(memory(MEM_PER_CPU | 2048), Some(Memory::PerCpu(2048)));
+        assert!(exclusive(0));
+        assert!(!exclusive(1) && !exclusive(2) && !exclusive(NO_VAL16 as u16));
+    }
 
     #[test]
     fn the_job_an_update_names() {

@@ -39,6 +39,7 @@ pub fn publish(res: &Resources, view: &SlurmView, now: i64) -> AccountdResult<Pu
     snap.balances = accounts.iter().map(|a| (a.user.clone(), a.balance)).collect();
     snap.sharing = res.config.sharing;
     snap.prices = res.config.prices.clone();
+    snap.node_shapes = view.node_shapes.clone();
     snap.partitions = view.partitions.clone();
     snap.default_accounts = view.default_accounts.clone();
     snap.queue = view.queue.clone();

@@ -1284,3 +1284,46 @@ fn sbatch_test_only_is_quoted_with_a_cheaper_type_free_now() {
     assert_ne!(again.code, 0, "{again:?}");
     assert!(again.stderr.contains("[gputokens code=estimate retry_after="), "{again:?}");
 }
+
+/// `[prices] stranded = ["cpus"]` (issue 48): before a job runs, its quote counts the GPUs its CPUs
+/// would leave idle on the nodes with its GPU type, and says so. alice's 1 rtx3090 with all 16 CPUs
+/// of the test node stands for its 10 GPUs (20 an hour at the seed's prices, the two a100 slices at
+/// the highest); with 1 CPU it costs its GPU's price.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn sbatch_test_only_counts_the_gpus_a_jobs_cpus_would_leave_idle() {
+    let cluster = serial();
+    let alice = cluster.alice;
+    let live = "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n[intervals]\ncheck = \"5s\"\n";
+    let site = Site::with_prices("", &format!("{}stranded = [\"cpus\"]\n", crate::common::PRICES), live);
+    let adm = Admission::start();
+    site.accountd(None, &["admin", "adjust", alice, "-50", "--reason", "test"]).ok();
+    adm.follow(&site);
+    // Until a check cycle has read the nodes' shapes.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let snapshot = loop {
+        let text = std::fs::read_to_string(site.path("lib/balances.snapshot")).unwrap_or_default();
+        if text.contains("\nnode_shape ") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(snapshot.contains("\nstranded cpus\n"), "{snapshot}");
+    adm.settled();
+    let quote = |cpus: &str| {
+        let quoted = sbatch(alice, &["--test-only", "--gres=gpu:rtx3090:1", cpus, "--time=60", "--wrap", "true"]);
+        assert_eq!(quoted.code, 0, "{quoted:?}");
+        quoted.stderr
+    };
+    let told = quote("--cpus-per-task=16");
+    assert!(
+        told.contains(
+            "sbatch: gputokens quote: this job can cost up to 20 tokens (1 rtx3090 GPU for 1:00:00; priced by its \
+             CPUs: 16 of the 16 on its node stand for 10 of its 10 GPUs, so 19/GPU-hour is added for the 9 it leaves \
+             idle); your GPU token balance is 50, at least 30 after it."
+        ),
+        "{told}\nsnapshot:\n{snapshot}"
+    );
+    let fair = quote("--cpus-per-task=1");
+    assert!(fair.contains("this job can cost up to 1 tokens (1 rtx3090 GPU for 1:00:00); your GPU token"), "{fair}");
+}

@@ -54,10 +54,11 @@ pub fn advice(config: &Config) -> Vec<Advice> {
     if !config.prices.stranded().is_empty() && config.admission.mode == super::admission::Mode::Estimate {
         out.push(Advice {
             keys: "prices.stranded, admission.mode",
-            text: "the estimate prices a job's GPUs alone: a job that strands its node's other GPUs (every CPU, or \
-                   memory with stranded = [\"memory\"]) is charged more than it was admitted for, and can take its \
-                   balance below the floor. Limit CPUs and memory per GPU in Slurm (MaxCPUsPerGPU, MaxMemPerGPU on \
-                   the partition) where the floor must hold"
+            text: "the estimate counts what a job asks for beside its GPUs (--cpus-per-task, --cpus-per-gpu, --mem, \
+                   --exclusive, ...) against the worst node with its GPU type, not what Slurm gives it unasked \
+                   (DefMemPerCPU, a partition's OverSubscribe=EXCLUSIVE): such a job is charged more than it was \
+                   admitted for, and can take its balance below the floor. Limit CPUs and memory per GPU in Slurm \
+                   (MaxCPUsPerGPU, MaxMemPerGPU on the partition) where the floor must hold"
                 .into(),
         });
     }
@@ -160,7 +161,8 @@ mod tests {
     }
 
     /// The newcomer review: a config with no `[prices]` charged 1 token per GPU-hour without a word.
-    /// Stranding prices beside the estimate: the estimate cannot foresee them, and says so.
+    /// Stranding prices beside the estimate: the estimate foresees what a job asks for, not what
+    /// Slurm gives it unasked, and says so.
     #[test]
     fn stranding_prices_with_the_estimate_are_warned_of() {
         let both = parse("[prices]\na6000 = 4\nstranded = [\"cpus\"]\n[admission]\nmode = \"estimate\"\n");

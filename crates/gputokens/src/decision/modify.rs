@@ -266,7 +266,7 @@ fn before_and_after(
     let cost = scaled.map_or(u128::MAX, |c| c / (den * known.seconds.max(1) as u128));
     let gpus = MilliByType::from([(None, u64::try_from(milli).unwrap_or(u64::MAX))]);
     let cost = Tokens::from_micro(i64::try_from(cost).unwrap_or(i64::MAX));
-    Ok((old, JobEstimate { gpus, seconds, cost }))
+    Ok((old, JobEstimate { gpus, seconds, cost, strands: None, stranding: None }))
 }
 
 #[cfg(test)]

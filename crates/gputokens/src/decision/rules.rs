@@ -19,6 +19,8 @@ use crate::estimate::{checked_max_cost, total_milli, GpusText, MilliByType};
 use crate::policy::{BucketRules, Status};
 use crate::pricing::PriceTable;
 use crate::slurm::partitions::format_duration;
+use crate::stranded_estimate::Strands;
+use crate::stranding::Stranding;
 use crate::tokens::Tokens;
 use crate::tres::{gpu_count, MILLI};
 
@@ -213,15 +215,36 @@ pub struct JobEstimate {
     pub gpus: MilliByType,
     pub seconds: u64,
     pub cost: Tokens,
+    /// Where the site prices what a job strands: what the job holds beside its GPUs, and the worst
+    /// its share of a node adds to each of its GPU-hours (None: its own GPUs price it).
+    pub strands: Option<(Strands, u64)>,
+    pub stranding: Option<Stranding>,
 }
 
 impl JobEstimate {
     /// The most `gpus` can cost in `seconds`; Err with the refusal message when the request is more
     /// than can be counted (over [`MAX_JOB_GPUS`], or a cost beyond the representable amounts).
     pub fn of(gpus: MilliByType, seconds: u64, prices: &PriceTable) -> Result<JobEstimate, String> {
+        Self::with_strands(gpus, seconds, prices, None)
+    }
+
+    /// [`JobEstimate::of`] where what the job holds beside its GPUs may price it (`strands`, and
+    /// each array task's GPUs: `[prices] stranded`): at most the worst node shape's surcharge on
+    /// each of its GPU-hours.
+    pub fn with_strands(
+        gpus: MilliByType,
+        seconds: u64,
+        prices: &PriceTable,
+        strands: Option<(Strands, MilliByType)>,
+    ) -> Result<JobEstimate, String> {
         let countable = total_milli(&gpus) <= MAX_JOB_GPUS * MILLI;
-        match checked_max_cost(&gpus, seconds, prices) {
-            Some(cost) if countable => Ok(JobEstimate { gpus, seconds, cost }),
+        let stranding = strands.as_ref().and_then(|(s, per_task)| s.worst(per_task, prices));
+        let surcharge = stranding.as_ref().map_or(Tokens::ZERO, |s| s.surcharge);
+        let surcharged = crate::pricing::cost_of(surcharge, total_milli(&gpus), seconds);
+        let cost = checked_max_cost(&gpus, seconds, prices).zip(surcharged).and_then(|(c, s)| c.checked_add(s));
+        let strands = strands.map(|(s, per_task)| (s, total_milli(&per_task)));
+        match cost {
+            Some(cost) if countable => Ok(JobEstimate { gpus, seconds, cost, strands, stranding }),
             _ => Err(impossible_message(&gpus, seconds)),
         }
     }
@@ -229,12 +252,21 @@ impl JobEstimate {
     /// The most the same job can cost with all its GPUs of `gpu_type` instead (None: beyond what
     /// can be counted): what a refusal's `retry_after` and a quote weigh each type by.
     pub(super) fn cost_on(&self, gpu_type: &str, prices: &PriceTable) -> Option<Tokens> {
-        crate::pricing::cost_of(prices.requested(gpu_type), total_milli(&self.gpus), self.seconds)
+        let stranding = self.strands.as_ref().and_then(|(s, per_task)| s.worst_on(gpu_type, *per_task, prices));
+        let price = prices.requested(gpu_type).checked_add(stranding.map_or(Tokens::ZERO, |s| s.surcharge))?;
+        crate::pricing::cost_of(price, total_milli(&self.gpus), self.seconds)
     }
 
-    /// `up to 32 tokens (2 a6000 GPUs for 4:00:00)`
+    /// `up to 32 tokens (2 a6000 GPUs for 4:00:00)`, and where its CPUs or memory price it, `up to
+    /// 48 tokens (1 rtx3090 GPU for 2:00:00; priced by its CPUs: 16 of the 16 on its node ...)`
     pub(super) fn describe(&self) -> String {
-        format!("up to {} tokens ({} for {})", self.cost, GpusText(&self.gpus), format_duration(self.seconds))
+        let stranding = self.stranding.as_ref().map_or(String::new(), |s| format!("; {s}"));
+        format!(
+            "up to {} tokens ({} for {}{stranding})",
+            self.cost,
+            GpusText(&self.gpus),
+            format_duration(self.seconds)
+        )
     }
 }
 
@@ -476,6 +508,8 @@ mod tests {
             gpus: MilliByType::from([(Some("a6000".to_string()), 2000)]),
             seconds: 4 * 3600,
             cost: Tokens::whole(32),
+            strands: None,
+            stranding: None,
         };
         assert_eq!(check_estimate(Tokens::whole(42), Tokens::ZERO, &job, &r, None), None, "42 - 32 = 10");
         assert_eq!(
@@ -504,7 +538,13 @@ mod tests {
     #[test]
     fn the_estimate_rule_never_wraps() {
         let r = rules(1, 0);
-        let job = |cost| JobEstimate { gpus: MilliByType::from([(None, 1000)]), seconds: 60, cost };
+        let job = |cost| JobEstimate {
+            gpus: MilliByType::from([(None, 1000)]),
+            seconds: 60,
+            cost,
+            strands: None,
+            stranding: None,
+        };
         let refused = check_estimate(Tokens::whole(-5), Tokens::MAX, &job(Tokens::MAX), &r, None).unwrap();
         assert!(refused.contains("which could take it to -9223372036854.775808, below the floor"), "{refused}");
         assert!(check_estimate(Tokens::MIN, Tokens::ZERO, &job(Tokens::from_micro(1)), &r, None).is_some());
@@ -559,7 +599,7 @@ mod tests {
                         prop_assert!(message.contains(&balance.to_string()));
                     }
                 }
-                let job = JobEstimate { gpus: MilliByType::from([(None, 1000)]), seconds: 60, cost };
+                let job = JobEstimate { gpus: MilliByType::from([(None, 1000)]), seconds: 60, cost, strands: None, stranding: None };
                 let refused = check_estimate(balance, committed, &job, &r, None);
                 // Refused exactly when the worst case, counted exactly, is below the floor.
                 let worst = balance.micro() as i128 - committed.micro() as i128 - cost.micro() as i128;

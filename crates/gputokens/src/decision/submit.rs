@@ -6,10 +6,14 @@
 //! adds the job's maximum cost to the message. CPU-only jobs are never touched.
 
 use crate::config::admission::{Deprioritize, Mode, OnError};
-use crate::estimate::{requested_milli, total_milli, Commitment};
+use crate::estimate::{requested_milli, total_milli, Commitment, MilliByType};
 use crate::gpu_request::GpuRequest;
 use crate::job_request::{JobRequest, TimeLimit};
+use crate::job_shape::JobShape;
 use crate::slurm::partitions::{limit_for_untimed, max_time};
+use crate::snapshot::Snapshot;
+use crate::stranded_estimate::Strands;
+use crate::tres::MILLI;
 
 use super::codes::{Code, Tail};
 use super::quote;
@@ -117,8 +121,10 @@ impl Steps for Submission {
         let config = case.inputs.config;
         let seconds = self.seconds.unwrap_or(config.default_time_limit.as_secs());
         let snapshot = account.standing.snapshot;
-        let gpus = requested_milli(&self.request, &case.job.shape(), snapshot.sharing);
-        let estimate = JobEstimate::of(gpus, seconds, &snapshot.prices).map_err(uncountable)?;
+        let shape = case.job.shape();
+        let gpus = requested_milli(&self.request, &shape, snapshot.sharing);
+        let strands = strands_of(case.job, &self.request, &shape, snapshot);
+        let estimate = JobEstimate::with_strands(gpus, seconds, &snapshot.prices, strands).map_err(uncountable)?;
         let held = account.held(case);
         let asked = total_milli(&estimate.gpus);
         if let Some(max) = config.max_gpus_per_user {
@@ -171,6 +177,22 @@ impl Steps for Submission {
         }
         Some(rules::estimate_message(account.balance, held.max_cost, estimate, account.pool))
     }
+}
+
+/// What one array task of the job holds beside its GPUs, and its GPUs, where the site prices what
+/// a job strands (`[prices] stranded`) and the snapshot has the nodes' shapes.
+fn strands_of(
+    job: &JobRequest,
+    request: &GpuRequest,
+    shape: &JobShape,
+    snapshot: &Snapshot,
+) -> Option<(Strands, MilliByType)> {
+    if snapshot.prices.stranded().is_empty() {
+        return None;
+    }
+    let per_task = requested_milli(request, &JobShape { array_tasks: 1, ..*shape }, snapshot.sharing);
+    let held = job.held(total_milli(&per_task).div_ceil(MILLI));
+    Some((Strands::new(held, shape.nodes, &snapshot.node_shapes)?, per_task))
 }
 
 #[cfg(test)]
@@ -581,5 +603,48 @@ mod tests {
         assert!(told.ends_with("Cheaper, with GPUs free now: rtx2080 up to 0.5 tokens (3 free)."), "{told}");
         let at_floor = JobRequest { wants_quote: true, ..gpu_job(1001) };
         assert!(message(&submit(Some(&w), &config(), &at_floor).0).contains("[gputokens code=floor"));
+    }
+
+    /// Where the site prices what a job strands, the estimate and the quote count the worst node
+    /// a job's CPUs could leave GPUs idle on, and say so; a job that says no CPUs is priced as before.
+    #[test]
+    fn the_estimate_counts_the_gpus_a_jobs_cpus_would_leave_idle() {
+        use crate::job_request::CpuRequest;
+        use crate::stranding::{NodeShape, Part};
+        let mut w = world();
+        let snap = &mut w.snapshot;
+        snap.prices = snap.prices.clone().with_stranded(vec![Part::Cpus]);
+        // 16 CPUs, 2 a6000 and 2 rtx2080 (9 tokens an hour).
+        let gpus = std::collections::BTreeMap::from([("a6000".to_string(), 2000), ("rtx2080".to_string(), 2000)]);
+        snap.node_shapes = vec![NodeShape { cpus: 16, mem_mb: 64_000, milli_gpus: gpus }];
+        let cpus = |cpus_per_task| CpuRequest { cpus_per_task: Some(cpus_per_task), ..Default::default() };
+        let quoted = |cpus| JobRequest { time_limit: minutes(60), wants_quote: true, cpus, ..gpu_job(1002) };
+        // Every CPU: its share is the node's 4 GPUs; the other 3 (4 + 0.5 + 0.5 an hour) are added.
+        let told = message(&submit(Some(&w), &config(), &quoted(cpus(16))).0);
+        assert!(
+            told.starts_with(
+                "gputokens quote: this job can cost up to 9 tokens (1 a6000 GPU for 1:00:00; priced by its CPUs: 16 of \
+                 the 16 on its node stand for 4 of its 4 GPUs, so 5/GPU-hour is added for the 3 it leaves idle); your \
+                 GPU token balance is 50, at least 25 after it"
+            ),
+            "{told}"
+        );
+        // Its share (4 CPUs, a GPU): as before; no CPUs said: as before.
+        let fair = message(&submit(Some(&w), &config(), &quoted(cpus(4))).0);
+        assert!(
+            fair.starts_with("gputokens quote: this job can cost up to 4 tokens (1 a6000 GPU for 1:00:00);"),
+            "{fair}"
+        );
+        let said_none = message(&submit(Some(&w), &config(), &quoted(CpuRequest::default())).0);
+        assert_eq!(said_none, fair);
+        // In estimate mode the stranded price is what the balance must cover: for 8 hours, 50 - 16 -
+        // 8 × 9 is below the floor, 50 - 16 - 8 × 4 is not.
+        let estimate = Admission { mode: crate::config::admission::Mode::Estimate, ..config() };
+        let long = |cpus| JobRequest { time_limit: minutes(480), cpus, ..gpu_job(1002) };
+        let (verdict, _) = submit(Some(&w), &estimate, &long(cpus(16)));
+        let refused = message(&verdict);
+        assert!(matches!(verdict, Verdict::Reject { .. }), "{refused}");
+        assert!(refused.contains("can cost up to 72 tokens (1 a6000 GPU for 8:00:00; priced by its CPUs"), "{refused}");
+        assert!(matches!(submit(Some(&w), &estimate, &long(cpus(4))).0, Verdict::Accept { .. }));
     }
 }
