@@ -28,6 +28,8 @@ use crate::slurm::{QueueOnce, Slurm, SlurmError};
 #[derive(Debug, Default, Clone)]
 pub struct SlurmView {
     pub partitions: Vec<partitions::Partition>,
+    /// Each partition's nodes: where a waiting job may run, so preemption takes only what serves it.
+    pub partition_nodes: HashMap<String, Vec<String>>,
     pub default_accounts: HashMap<String, String>,
     /// Slurm's accounts, their members and coordinators (read only when pools are on).
     pub accounts: AccountTree,
@@ -45,11 +47,9 @@ pub fn refresh(res: &Resources, view: &mut SlurmView, slurm: &Slurm, queue: &mut
     let wants_accounts = !res.config.exempt.accounts.is_empty() || pools_on;
     let mut problems = Vec::new();
 
-    match slurm
-        .run("scontrol", &["-o", "--all", "show", "partition"])
-        .and_then(|text| partitions::parse(&text).map_err(SlurmError::from))
-    {
-        Ok(found) => view.partitions = found,
+    let shown = slurm.run("scontrol", &["-o", "--all", "show", "partition"]);
+    match shown.and_then(|text| Ok((partitions::parse(&text).map_err(SlurmError::from)?, partitions::nodes(&text)))) {
+        Ok((found, nodes)) => (view.partitions, view.partition_nodes) = (found, nodes),
         Err(e) => problems.push(format!("partitions not read: {e}")),
     }
     if wants_accounts {

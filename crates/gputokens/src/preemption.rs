@@ -24,6 +24,8 @@ pub struct Holder {
     pub exempt: bool,
     /// A borrowed run (`[lending]`): idle GPUs lent to a user in debt.
     pub borrowed: bool,
+    /// The nodes it runs on (empty: not known).
+    pub nodes: Vec<String>,
 }
 
 /// A pending job waiting for GPUs of known types.
@@ -33,6 +35,19 @@ pub struct Waiter {
     pub user: String,
     pub balance: Tokens,
     pub wants: BTreeMap<String, u64>,
+    /// The nodes it may run on (its partitions'); None: not known, any.
+    pub reach: Option<BTreeSet<String>>,
+}
+
+impl Holder {
+    /// Whether what it holds could serve a job that may run on `reach`: one of its nodes is there
+    /// (where either is not known, it could).
+    fn within(&self, reach: &Option<BTreeSet<String>>) -> bool {
+        match reach {
+            Some(reach) if !self.nodes.is_empty() => self.nodes.iter().any(|n| reach.contains(n)),
+            _ => true,
+        }
+    }
 }
 
 /// The busy test: the GPU-weighted mean utilization (percent) of the jobs holding each type, from
@@ -94,12 +109,16 @@ impl Victim {
     }
 }
 
-/// GPUs of each type that users with a balance ≥ 0 are waiting for, and who waits.
-pub fn demand(waiters: &[Waiter]) -> BTreeMap<String, (u64, Vec<String>)> {
-    let mut demand: BTreeMap<String, (u64, Vec<String>)> = BTreeMap::new();
+/// What the waiting jobs may run on, as [`demand`] groups them.
+type Reach = Option<BTreeSet<String>>;
+
+/// GPUs of each type that users with a balance ≥ 0 are waiting for, and who waits, by the nodes
+/// they may run on (their partitions': GPUs elsewhere serve none of them).
+pub fn demand(waiters: &[Waiter]) -> BTreeMap<(String, Reach), (u64, Vec<String>)> {
+    let mut demand: BTreeMap<(String, Reach), (u64, Vec<String>)> = BTreeMap::new();
     for w in waiters.iter().filter(|w| !w.balance.is_negative()) {
         for (gpu_type, n) in &w.wants {
-            let entry = demand.entry(gpu_type.clone()).or_default();
+            let entry = demand.entry((gpu_type.clone(), w.reach.clone())).or_default();
             entry.0 = entry.0.saturating_add(*n);
             entry.1.push(w.job_id.clone());
         }
@@ -111,10 +130,10 @@ pub fn demand(waiters: &[Waiter]) -> BTreeMap<String, (u64, Vec<String>)> {
 pub fn contention_victims(holders: &[Holder], waiters: &[Waiter], now: i64, limits: Limits) -> Vec<Victim> {
     let mut chosen: Vec<Victim> = Vec::new();
     let mut taken: BTreeSet<&str> = BTreeSet::new();
-    for (gpu_type, (needed, waiting)) in demand(waiters) {
+    for ((gpu_type, reach), (needed, waiting)) in demand(waiters) {
         let mut candidates: Vec<&Holder> = holders
             .iter()
-            .filter(|h| !h.exempt && h.gpus.contains_key(&gpu_type))
+            .filter(|h| !h.exempt && h.gpus.contains_key(&gpu_type) && h.within(&reach))
             .filter(|h| match limits.lending {
                 true => h.borrowed,
                 false => h.balance.is_negative() && now - h.start_time >= limits.min_runtime_secs,
@@ -172,21 +191,21 @@ pub fn still_wanted(waiters: &[Waiter], freed: &[FreedFor]) -> Vec<Waiter> {
 /// Whom the victims' GPUs are for: per type, the GPUs all victims free go to the waiters that
 /// make demand (balance ≥ 0), in queue order, each up to what it wants; remembered until `expires`.
 pub fn freed_for(victims: &[Victim], holders: &[Holder], waiters: &[Waiter], expires: i64) -> Vec<FreedFor> {
-    let mut freed: BTreeMap<&str, u64> = BTreeMap::new();
+    // What each victim frees, per type; a waiter takes from those on nodes it may run on.
+    let mut freed: Vec<(&Holder, &str, u64)> = Vec::new();
     for victim in victims {
         let Some(holder) = holders.iter().find(|h| h.job_id == victim.job_id) else { continue };
-        for (gpu_type, n) in &holder.gpus {
-            let total = freed.entry(gpu_type.as_str()).or_default();
-            *total = total.saturating_add(*n);
-        }
+        freed.extend(holder.gpus.iter().map(|(gpu_type, n)| (holder, gpu_type.as_str(), *n)));
     }
     let mut given = Vec::new();
     for waiter in waiters.iter().filter(|w| !w.balance.is_negative()) {
         for (gpu_type, wanted) in &waiter.wants {
-            let Some(left) = freed.get_mut(gpu_type.as_str()) else { continue };
-            let gpus = (*wanted).min(*left);
+            let mut gpus = 0;
+            for entry in freed.iter_mut().filter(|e| e.1 == gpu_type && e.0.within(&waiter.reach)) {
+                let taken = (*wanted - gpus).min(entry.2);
+                (gpus, entry.2) = (gpus + taken, entry.2 - taken);
+            }
             if gpus > 0 {
-                *left -= gpus;
                 given.push(FreedFor { waiter: waiter.job_id.clone(), gpu_type: gpu_type.clone(), gpus, expires });
             }
         }
@@ -217,6 +236,7 @@ mod tests {
             gpus: BTreeMap::from([(gpu_type.to_string(), n)]),
             exempt: false,
             borrowed: false,
+            nodes: Vec::new(),
         }
     }
 
@@ -226,6 +246,7 @@ mod tests {
             user: "bob".into(),
             balance: Tokens::whole(balance),
             wants: BTreeMap::from([(gpu_type.to_string(), n)]),
+            reach: None,
         }
     }
 
@@ -251,11 +272,12 @@ mod tests {
     fn absurd_counts_saturate() {
         let holders = [holder("1", "alice", -5, 1000, "a6000", u64::MAX), holder("2", "alice", -5, 2000, "a6000", 7)];
         let waiters = [waiter("8", 50, "a6000", u64::MAX), waiter("9", 50, "a6000", u64::MAX)];
-        assert_eq!(demand(&waiters)["a6000"].0, u64::MAX);
+        assert_eq!(demand(&waiters)[&("a6000".to_string(), None)].0, u64::MAX);
         let victims = contention_victims(&holders, &waiters, 10_000, LIMITS);
         assert_eq!(victims.iter().map(|v| v.job_id.as_str()).collect::<Vec<_>>(), ["2", "1"]);
         let freed = freed_for(&victims, &holders, &waiters, 20_000);
-        assert_eq!(freed.iter().map(|f| f.gpus).collect::<Vec<_>>(), [u64::MAX]);
+        // Each run's GPUs are given out apart: u64::MAX to the first, the 7 left to the second.
+        assert_eq!(freed.iter().map(|f| f.gpus).collect::<Vec<_>>(), [u64::MAX, 7]);
         let busy = utilization_by_type(&holders, &HashMap::from([("1".to_string(), 50.0), ("2".to_string(), 50.0)]));
         assert_eq!(busy["a6000"], 50.0);
     }
@@ -341,6 +363,32 @@ mod tests {
         );
     }
 
+    /// A borrowed run on a node the waiting job's partitions do not hold frees nothing for it:
+    /// only runs within its reach are taken, and what they free is given to it alone.
+    #[test]
+    fn only_runs_on_nodes_a_waiting_job_may_run_on_are_reclaimed_for_it() {
+        let on = |job: &str, node: &str| Holder {
+            borrowed: true,
+            nodes: vec![node.into()],
+            ..holder(job, "alice", 5, 9_000, "a6000", 1)
+        };
+        let holders = [on("1", "g1"), on("2", "g2")];
+        let reach = |nodes: &[&str]| Some(nodes.iter().map(|n| n.to_string()).collect());
+        let lending = Limits { lending: true, ..LIMITS };
+        let in_g2 = Waiter { reach: reach(&["g2", "g3"]), ..waiter("9", 0, "a6000", 1) };
+        let victims = contention_victims(&holders, std::slice::from_ref(&in_g2), 10_000, lending);
+        assert_eq!(victims.iter().map(|v| v.job_id.as_str()).collect::<Vec<_>>(), ["2"], "the run on g2, not g1's");
+        let freed = freed_for(&victims, &holders, std::slice::from_ref(&in_g2), 99);
+        assert_eq!(freed.iter().map(|f| (f.waiter.as_str(), f.gpus)).collect::<Vec<_>>(), [("9", 1)]);
+        let elsewhere = Waiter { reach: reach(&["c1"]), ..waiter("8", 0, "a6000", 1) };
+        assert!(contention_victims(&holders, std::slice::from_ref(&elsewhere), 10_000, lending).is_empty());
+        let freed = freed_for(&victims, &holders, &[elsewhere], 99);
+        assert!(freed.is_empty(), "g2's GPU serves no job that cannot run there: {freed:?}");
+        // Nodes not known: as before, any run serves any waiting job.
+        let unknown = [holder("3", "alice", 5, 9_000, "a6000", 1)].map(|h| Holder { borrowed: true, ..h });
+        assert_eq!(contention_victims(&unknown, &[in_g2], 10_000, lending).len(), 1);
+    }
+
     #[test]
     fn at_floor_takes_every_job_at_or_below_the_floor() {
         let holders = [holder("1", "alice", -10, 1000, "a6000", 1), holder("2", "bob", -9, 1000, "a6000", 1)];
@@ -359,6 +407,7 @@ mod tests {
             gpus: gpus.iter().map(|(t, n)| (t.to_string(), *n)).collect(),
             exempt: false,
             borrowed: false,
+            nodes: Vec::new(),
         };
         let holders = [
             holder("1", &[("a6000", 1)]),

@@ -23,6 +23,20 @@ use crate::slurm::{QueueOnce, Slurm};
 /// Pending reasons that mean "waiting for resources", not for a dependency or a hold.
 const WAITING_FOR_RESOURCES: [&str; 2] = ["Resources", "Priority"];
 
+/// The nodes a pending job may run on: those of the partitions it names (a comma list); None where
+/// one of them, or its nodes, is not known (then any GPUs may serve it, as before partitions were
+/// read).
+fn reach(
+    partition_nodes: &HashMap<String, Vec<String>>,
+    partitions: &str,
+) -> Option<std::collections::BTreeSet<String>> {
+    let mut nodes = std::collections::BTreeSet::new();
+    for name in partitions.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        nodes.extend(partition_nodes.get(name)?.iter().cloned());
+    }
+    (!nodes.is_empty()).then_some(nodes)
+}
+
 /// The preemption settings in effect: in shadow mode (`[admission] enforce = false`) a dry run.
 fn settings(res: &Resources) -> gputokens::config::Preemption {
     let mut config = res.config.preemption.clone();
@@ -62,8 +76,10 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
             gpus: whole_gpus(j),
             exempt: is_exempt(exempt, j),
             borrowed: borrowed.contains_key(&run_of(j)),
+            nodes: gputokens::slurm::hostlist::expand(&j.nodes).unwrap_or_default(),
         })
         .collect();
+    let partition_nodes = &cycle.slurm_view.partition_nodes;
     let mut waiters: Vec<Waiter> = jobs
         .iter()
         .filter(|j| j.state == "PENDING" && WAITING_FOR_RESOURCES.contains(&j.state_reason.as_str()))
@@ -72,6 +88,7 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
             user: j.user.clone(),
             balance: balance[&j.job_id],
             wants: wanted(j),
+            reach: reach(partition_nodes, &j.partition),
         })
         .filter(|w| !w.wants.is_empty())
         .collect();

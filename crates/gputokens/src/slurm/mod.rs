@@ -1,6 +1,7 @@
 //! Reading what Slurm's commands print.
 
 pub mod associations;
+pub mod hostlist;
 pub mod partitions;
 pub mod rejected;
 pub mod sacct;

@@ -51,6 +51,22 @@ pub fn parse(text: &str) -> Result<Vec<Partition>, PartitionError> {
     Ok(out)
 }
 
+/// Each partition's nodes (`Nodes=`, expanded) from the same `scontrol -o show partition` text;
+/// a partition without nodes, or whose list does not expand, is left out (its nodes are not known).
+pub fn nodes(text: &str) -> std::collections::HashMap<String, Vec<String>> {
+    let mut out = std::collections::HashMap::new();
+    for line in text.lines() {
+        let value = |key: &str| {
+            line.split_whitespace().find_map(|kv| kv.strip_prefix(key).and_then(|rest| rest.strip_prefix('=')))
+        };
+        let (Some(name), Some(list)) = (value("PartitionName"), value("Nodes")) else { continue };
+        if let Some(nodes) = super::hostlist::expand(list).filter(|n| !n.is_empty() && list != "(null)") {
+            out.insert(name.to_string(), nodes);
+        }
+    }
+    out
+}
+
 /// The limit a job without `--time` gets in `requested` (a comma list, the largest counts; None or
 /// empty = the default partition). Outer None: unlimited, or the partition is unknown.
 pub fn limit_for_untimed(partitions: &[Partition], requested: Option<&str>) -> Option<u64> {
@@ -132,6 +148,16 @@ mod tests {
         DefaultTime=04:00:00 DisableRootJobs=NO MaxNodes=UNLIMITED MaxTime=2-00:00:00 MinNodes=0 State=UP\n\
         PartitionName=long AllowGroups=ALL Default=NO DefaultTime=NONE MaxTime=UNLIMITED State=UP\n\
         PartitionName=short Default=NO DefaultTime=NONE MaxTime=30:00 State=UP\n";
+
+    #[test]
+    fn reads_each_partitions_nodes() {
+        let shown = "PartitionName=gpu Default=YES Nodes=g[1-2] State=UP\nPartitionName=all Nodes=g[1-2],c1\n\
+                     PartitionName=empty Nodes=(null)\nPartitionName=none State=UP\n";
+        let nodes = nodes(shown);
+        assert_eq!(nodes["gpu"], ["g1", "g2"]);
+        assert_eq!(nodes["all"], ["g1", "g2", "c1"]);
+        assert!(!nodes.contains_key("empty") && !nodes.contains_key("none"), "{nodes:?}");
+    }
 
     #[test]
     fn reads_scontrol_lines() {
