@@ -28,8 +28,9 @@
 #
 # Everything is built once, on the host (target/): the other releases' suites run the host's binaries
 # and test binaries and build only the two plugins against their own Slurm headers (target/slurm-RELEASE).
-# Each release's output goes to target/test-logs/RELEASE.log when they run side by side, the suites that
-# need no cluster (unit, dates) to target/test-logs/host.log, beside the host release's cluster suites.
+# Each release's output goes to target/test-logs/RELEASE.log when they run side by side; the host
+# release's suites that need no cluster (unit, dates) run beside its cluster suites then, logged to
+# target/test-logs/clusterless.log and appended to its log.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source tests/slurm-releases/lib.sh
@@ -38,6 +39,8 @@ LAB=${GPUTOKENS_LAB:-/tmp/gputokens-cluster}
 TARGET=$REPO/target                    # the host's build, also inside the root filesystems (same path)
 MANIFEST=$TARGET/debug/test-binaries.tsv
 ALL_SUITES="demo unit dates cluster browser multinode packages"
+# The suites that need no cluster: beside the cluster suites where the releases run side by side.
+CLUSTERLESS="unit dates"
 
 # suites_for RELEASE: the suites that mean something there, in the order they run.
 suites_for() {
@@ -90,7 +93,10 @@ prepare_release() {
   # --force-confold keeps the test config written below, --force-confmiss restores a plugstack file
   # up.sh removed in its other mode. up.sh loads the packaged plugins and writes SPANK_PLUGIN_ARGS into
   # their plugstack file; the tests run /usr/bin/accountd and sbalance.
-  dpkg -i --force-confold --force-confmiss "${debs[@]}" >/dev/null
+  # On the host, in turn with the scripts that install packages beside it (tests/cluster/install.sh).
+  local in_turn=()
+  [[ $release == "$HOST_RELEASE" ]] && in_turn=(flock -w 1200 /tmp/gputokens-apt.lock)
+  "${in_turn[@]}" dpkg -i --force-confold --force-confmiss "${debs[@]}" >/dev/null
   export GPUTOKENS_PLUGINS=installed GPUTOKENS_INSTALLED_BIN_DIR=/usr/bin
   # The plugins' own builds, for the tests that load them directly (crates/accountd/tests/support/common.rs).
   GPUTOKENS_PLUGIN_BUILD_DIR=${CARGO_TARGET_DIR:-$TARGET}/debug
@@ -262,11 +268,25 @@ in_release() {
   prepare_release "$RELEASE"
   echo "prepare $RELEASE $(( SECONDS - start )) 0" >> "$TIMES"
   if [[ $1 == up ]]; then exit 0; fi
-  # The suites that need no cluster, run beside this release's, wait for this (see below).
-  [[ -n ${GPUTOKENS_PREPARED_MARK:-} ]] && touch "$GPUTOKENS_PREPARED_MARK"
+  # Where the releases run side by side (GPUTOKENS_BESIDE_LOG), the suites that need no cluster
+  # (unit, then dates) run beside this release's cluster suites, which mostly wait on Slurm, rather
+  # than before them: on the host as prepared (the packages installed, the test users made), with
+  # this release's settings, their output in a log of their own, appended to this one at the end.
+  local beside=() rest=() beside_pid=""
+  for s in "$@"; do
+    if [[ -n ${GPUTOKENS_BESIDE_LOG:-} && " $CLUSTERLESS " == *" $s "* ]]; then beside+=("$s"); else rest+=("$s"); fi
+  done
+  if (( ${#beside[@]} )); then
+    ( status=0; for s in "${beside[@]}"; do suite "$s" || status=1; done; exit "$status" ) > "$GPUTOKENS_BESIDE_LOG" 2>&1 &
+    beside_pid=$!
+  fi
   mapfile -t started < <(running_daemons)
   trap 'stop_cluster || true' EXIT
-  for s in "$@"; do suite "$s" || rc=1; done
+  for s in "${rest[@]}"; do suite "$s" || rc=1; done
+  if [[ -n $beside_pid ]]; then
+    wait "$beside_pid" || rc=1
+    cat "$GPUTOKENS_BESIDE_LOG"
+  fi
   trap - EXIT
   stop_cluster || rc=1
   return "$rc"
@@ -322,40 +342,22 @@ rm -f "$GPUTOKENS_RPMS_BUILD.status"
   if dir=$(build_rpms 2>"$GPUTOKENS_RPMS_BUILD"); then echo "rpms $dir"; else echo failed; fi > "$GPUTOKENS_RPMS_BUILD.status"
   echo "build rpms $(( SECONDS - start )) 0" >> "$GPUTOKENS_TIMES"
 ) &
-# The suites that need no cluster (unit, then dates: "host") run beside the host release's cluster
-# suites, which mostly wait on Slurm, not before them: once that release is prepared (the demo done,
-# the packages installed, the test users made), so the host is as they always ran on.
-CLUSTERLESS="unit dates"
-export GPUTOKENS_PREPARED_MARK=$LOGS/host-prepared
-rm -f "$GPUTOKENS_PREPARED_MARK"
 pids=()
 for r in $RELEASES; do
-  suites=$(suites_for "$r")
-  [[ $r == "$HOST_RELEASE" ]] && for s in $CLUSTERLESS; do suites=${suites/ $s / }; done
-  # shellcheck disable=SC2086
-  release "$r" $suites > "$LOGS/$r.log" 2>&1 &
+  # The host's release runs the suites that need no cluster beside its own (in_release).
+  beside=""
+  [[ $r == "$HOST_RELEASE" ]] && beside=$LOGS/clusterless.log
+  # shellcheck disable=SC2046
+  GPUTOKENS_BESIDE_LOG=$beside release "$r" $(suites_for "$r") > "$LOGS/$r.log" 2>&1 &
   pids+=("$!")
-  [[ $r == "$HOST_RELEASE" ]] && host_pid=$!
   echo "tests/run.sh: Slurm $r started (log: $LOGS/$r.log)"
 done
-(
-  while [[ ! -e $GPUTOKENS_PREPARED_MARK ]]; do
-    kill -0 "$host_pid" 2>/dev/null || { echo "tests/run.sh: Slurm $HOST_RELEASE ended before it was prepared"; exit 1; }
-    sleep 2
-  done
-  RELEASE=$HOST_RELEASE TIMES=$GPUTOKENS_TIMES status=0
-  for s in $CLUSTERLESS; do suite "$s" || status=1; done
-  exit "$status"
-) > "$LOGS/host.log" 2>&1 &
-pids+=("$!")
-echo "tests/run.sh: the suites without a cluster ($CLUSTERLESS) started (log: $LOGS/host.log)"
 rc=0 i=0
-for r in $RELEASES host; do
+for r in $RELEASES; do
   status=0
   wait "${pids[$i]}" || status=$?
   i=$(( i + 1 ))
-  label="Slurm $r"; [[ $r == host ]] && label="the host, without a cluster ($CLUSTERLESS)"
-  echo "===================== $label: $( (( status )) && echo "FAILED (exit $status)" || echo passed) ====================="
+  echo "===================== Slurm $r: $( (( status )) && echo "FAILED (exit $status)" || echo passed) ====================="
   cat "$LOGS/$r.log"
   (( status == 0 )) || rc=1
 done

@@ -46,7 +46,10 @@ if [[ ! -e $policy ]]; then
 fi
 
 # Another apt-get may hold dpkg's lock for a while (the root filesystems' debootstrap install):
-# wait for it rather than fail.
+# wait for it rather than fail. The lock of the package lists (apt-get update) has no such wait:
+# the project's scripts that install take turns on a lock of their own first.
+exec 9>/tmp/gputokens-apt.lock
+flock -w 1200 9 || echo "install.sh: another install still runs after 20 minutes; going on" >&2
 apt_get() { apt-get -o DPkg::Lock::Timeout=900 "$@"; }
 updated=0
 # apt_get update once: when no package lists exist yet, or when a package has no install candidate

@@ -79,8 +79,10 @@ if [[ -f $stamp ]]; then
 else
   command -v debootstrap >/dev/null || {
     say "installing debootstrap"
-    DEBIAN_FRONTEND=noninteractive timeout -k 10 600 apt-get -o DPkg::Lock::Timeout=600 install -y -q debootstrap >/dev/null \
-      || { timeout -k 10 600 apt-get -o DPkg::Lock::Timeout=600 update -q && DEBIAN_FRONTEND=noninteractive timeout -k 10 600 apt-get -o DPkg::Lock::Timeout=600 install -y -q debootstrap; } \
+    # In turn with tests/cluster/install.sh (its lock), which may install beside this.
+    apt_get() { flock -w 600 /tmp/gputokens-apt.lock timeout -k 10 600 apt-get -o DPkg::Lock::Timeout=600 "$@"; }
+    DEBIAN_FRONTEND=noninteractive apt_get install -y -q debootstrap >/dev/null \
+      || { apt_get update -q && DEBIAN_FRONTEND=noninteractive apt_get install -y -q debootstrap; } \
       || die "could not install debootstrap within 10 minutes"
   }
   partial="$root.partial"

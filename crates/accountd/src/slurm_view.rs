@@ -71,7 +71,7 @@ pub fn refresh(res: &Resources, view: &mut SlurmView, slurm: &Slurm, queue: &mut
         }
     }
     view.queue = None;
-    match commitments_of(res, queue, now) {
+    match commitments_of(res, queue, &view.node_shapes, now) {
         Ok(mut summary) => {
             // What a quote offers: a failed read offers nothing, and the quote says so.
             let free = |jobs: &[squeue::QueueJob]| {
@@ -104,7 +104,14 @@ fn distinct_shapes(nodes: impl Iterator<Item = NodeShape>) -> Vec<NodeShape> {
     shapes
 }
 
-fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdResult<QueueSummary> {
+/// What the queue's GPU jobs hold and can cost, each job weighed against `shapes` where the site
+/// prices what a job strands.
+fn commitments_of(
+    res: &Resources,
+    queue: &mut QueueOnce,
+    shapes: &[NodeShape],
+    now: i64,
+) -> AccountdResult<QueueSummary> {
     queue.jobs()?;
     // When squeue began to run (the wall clock's, not the cycle's `now`, which `tick --now` may set
     // ahead): a job the plugin admits from then on is counted by the plugin itself.
@@ -120,7 +127,8 @@ fn commitments_of(res: &Resources, queue: &mut QueueOnce, now: i64) -> AccountdR
     let charged_so_far = res.ledger.charged_seconds_of(&runs).unwrap_or_default();
     let charged =
         |job: &squeue::QueueJob| charged_so_far.get(&(job.job_id.clone(), job.start_time)).copied().unwrap_or(0);
-    let (prices, sharing) = (&res.config.prices, res.config.sharing);
+    let sharing = res.config.sharing;
+    let prices = &gputokens::estimate::Priced { prices: &res.config.prices, shapes };
     let committed = commitments(jobs, default_limit, prices, sharing, charged);
     // Every member's jobs a pool pays for draw on its one balance (the audit's L5).
     let all_pools = match res.config.accounts.mode {

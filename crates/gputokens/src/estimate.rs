@@ -12,6 +12,8 @@ use crate::gpu_request::{GpuRequest, Kind, Per};
 use crate::job_shape::JobShape;
 use crate::pricing::{cost_of, PriceTable};
 use crate::slurm::squeue::QueueJob;
+use crate::stranded_estimate::Strands;
+use crate::stranding::NodeShape;
 use crate::tokens::Tokens;
 use crate::tres::{gpu_count, Sharing, MILLI};
 
@@ -100,6 +102,31 @@ impl std::ops::AddAssign for Commitment {
     }
 }
 
+/// The most a queued job's GPUs (`milli`, of all its array tasks) can cost in `seconds`: their price,
+/// and where the site prices what a job strands, the most its CPUs and memory (asked for, or held)
+/// could add on any node `shapes` has ([`Strands::worst`]); [`Tokens::MAX`] beyond what can be counted.
+fn job_max_cost(
+    job: &QueueJob,
+    milli: &MilliByType,
+    seconds: u64,
+    prices: &PriceTable,
+    shapes: &[NodeShape],
+) -> Tokens {
+    let gpus = max_cost(milli, seconds, prices);
+    if prices.stranded().is_empty() {
+        return gpus;
+    }
+    let tasks = job.shape.array_tasks.max(1);
+    let per_task: MilliByType = milli.iter().map(|(t, m)| (t.clone(), m.div_ceil(tasks))).collect();
+    let strands = Strands::new(job.held, job.shape.nodes, shapes);
+    match strands.and_then(|s| s.worst(&per_task, prices)) {
+        Some(s) => {
+            cost_of(s.surcharge, total_milli(milli), seconds).and_then(|c| gpus.checked_add(c)).unwrap_or(Tokens::MAX)
+        }
+        None => gpus,
+    }
+}
+
 /// Sums the running and pending GPU jobs of `jobs` per user. A job without a time limit counts
 /// `default_limit` seconds. A running job counts what is left of its limit after the seconds
 /// `charged` says the ledger has already charged of it: the balance holds those, so balance minus
@@ -107,18 +134,26 @@ impl std::ops::AddAssign for Commitment {
 pub fn commitments(
     jobs: &[QueueJob],
     default_limit: u64,
-    prices: &PriceTable,
+    prices: &Priced<'_>,
     sharing: Sharing,
     charged: impl Fn(&QueueJob) -> u64,
 ) -> BTreeMap<String, Commitment> {
     commitments_by(jobs, default_limit, prices, sharing, charged, |job| Some(job.user.clone()))
 }
 
+/// The prices a queue's jobs are weighed at, and the shapes of the nodes with GPUs where the site
+/// prices what a job strands (none: its GPUs alone).
+#[derive(Debug, Clone, Copy)]
+pub struct Priced<'a> {
+    pub prices: &'a PriceTable,
+    pub shapes: &'a [NodeShape],
+}
+
 /// [`commitments`] summed per `payer` of each job (None: left out), e.g. the pool that pays.
 pub fn commitments_by<K: Ord>(
     jobs: &[QueueJob],
     default_limit: u64,
-    prices: &PriceTable,
+    priced: &Priced<'_>,
     sharing: Sharing,
     charged: impl Fn(&QueueJob) -> u64,
     payer: impl Fn(&QueueJob) -> Option<K>,
@@ -127,8 +162,8 @@ pub fn commitments_by<K: Ord>(
     for job in jobs {
         let Some((milli, seconds)) = held_or_asked(job, default_limit, sharing, &charged) else { continue };
         let Some(payer) = payer(job) else { continue };
-        *out.entry(payer).or_default() +=
-            Commitment { milli_gpus: total_milli(&milli), max_cost: max_cost(&milli, seconds, prices) };
+        let max_cost = job_max_cost(job, &milli, seconds, priced.prices, priced.shapes);
+        *out.entry(payer).or_default() += Commitment { milli_gpus: total_milli(&milli), max_cost };
     }
     out
 }
@@ -209,7 +244,7 @@ pub struct PendingJob {
 pub fn pending_jobs(
     jobs: &[QueueJob],
     default_limit: u64,
-    prices: &PriceTable,
+    priced: &Priced<'_>,
     sharing: Sharing,
 ) -> BTreeMap<u32, PendingJob> {
     let mut out = BTreeMap::new();
@@ -217,8 +252,10 @@ pub fn pending_jobs(
         let Some(id) = crate::slurm::job_number(&job.job_id) else { continue };
         let seconds = job.time_limit.unwrap_or(default_limit);
         let milli = requested_milli(&job.request, &job.shape, sharing);
-        let gpus = (!milli.is_empty())
-            .then(|| Commitment { milli_gpus: total_milli(&milli), max_cost: max_cost(&milli, seconds, prices) });
+        let gpus = (!milli.is_empty()).then(|| Commitment {
+            milli_gpus: total_milli(&milli),
+            max_cost: job_max_cost(job, &milli, seconds, priced.prices, priced.shapes),
+        });
         let shape = &job.shape;
         out.insert(
             id,
@@ -336,14 +373,41 @@ mod tests {
             job("alice", "COMPLETED", 0, Some(3600)),
             job("bob", "PENDING", 0, None),
         ];
-        let c = commitments(&jobs, 1800, &prices(), Sharing::default(), |_| 3600);
+        let c = commitments(&jobs, 1800, &Priced { prices: &prices(), shapes: &[] }, Sharing::default(), |_| 3600);
         // running: 2 a6000 × (2 h - 1 h charged) × 4 = 8; pending: 2 × 1 h × 4 = 8
         assert_eq!(c["alice"], Commitment { milli_gpus: 4000, max_cost: Tokens::whole(16) });
         assert_eq!(c["bob"], Commitment { milli_gpus: 2000, max_cost: Tokens::whole(4) }, "no limit: the default");
-        let uncharged = commitments(&jobs[..1], 1800, &prices(), Sharing::default(), |_| 0);
+        let uncharged =
+            commitments(&jobs[..1], 1800, &Priced { prices: &prices(), shapes: &[] }, Sharing::default(), |_| 0);
         assert_eq!(uncharged["alice"].max_cost, Tokens::whole(16), "nothing charged yet: the whole limit");
-        let late = commitments(&jobs[..1], 1800, &prices(), Sharing::default(), |_| 9000);
+        let late =
+            commitments(&jobs[..1], 1800, &Priced { prices: &prices(), shapes: &[] }, Sharing::default(), |_| 9000);
         assert_eq!(late["alice"].max_cost, Tokens::ZERO, "charged past its limit: nothing more");
+    }
+
+    /// Where the site prices what a job strands, a queued job holding or asking for more than its
+    /// GPUs' share of a node counts the worst that could cost; one within its share counts as before.
+    #[test]
+    fn queued_jobs_count_what_their_cpus_could_strand() {
+        use crate::stranding::{Held, Part};
+        let prices = prices().with_stranded(vec![Part::Cpus]);
+        // 16 CPUs, 4 a6000 (4 an hour each).
+        let gpus = BTreeMap::from([("a6000".to_string(), 4000)]);
+        let shapes = [NodeShape { cpus: 16, mem_mb: 64_000, milli_gpus: gpus }];
+        let priced = Priced { prices: &prices, shapes: &shapes };
+        let mut greedy = job("alice", "PENDING", 0, Some(3600));
+        greedy.held = Held { cpus: Some(16), mem_mb: None };
+        let mut fair = job("bob", "PENDING", 0, Some(3600));
+        fair.held = Held { cpus: Some(8), mem_mb: None };
+        let c = commitments(&[greedy.clone(), fair], 1800, &priced, Sharing::default(), |_| 0);
+        // alice's 2 a6000 with all 16 CPUs stand for the 4: 2 idle, 8 an hour on her 2 GPU-hours.
+        assert_eq!(c["alice"].max_cost, Tokens::whole(16));
+        assert_eq!(c["bob"].max_cost, Tokens::whole(8), "8 CPUs: the share of its 2 GPUs");
+        greedy.job_id = "7".into();
+        assert_eq!(
+            pending_jobs(&[greedy], 1800, &priced, Sharing::default())[&7].gpus.unwrap().max_cost,
+            Tokens::whole(16)
+        );
     }
 
     #[test]
@@ -352,7 +416,7 @@ mod tests {
         cpu.job_id = "12".into();
         cpu.request = GpuRequest::default();
         let jobs = [job("alice", "RUNNING", 1000, Some(7200)), job("alice", "PENDING", 0, Some(3600)), cpu];
-        let p = pending_jobs(&jobs, 1800, &prices(), Sharing::default());
+        let p = pending_jobs(&jobs, 1800, &Priced { prices: &prices(), shapes: &[] }, Sharing::default());
         assert_eq!(p.len(), 2, "running jobs are not listed");
         let gpus = Commitment { milli_gpus: 2000, max_cost: Tokens::whole(8) };
         assert_eq!(p[&1], PendingJob { nodes: 1, tasks: 1, array_tasks: 1, seconds: 3600, gpus: Some(gpus) });

@@ -141,7 +141,8 @@ impl JobRequest {
 
     /// What one array task of the job holds beside its `gpus` (whole GPUs, of one task) on all its
     /// nodes, where the description says: CPUs, and memory in MB. `u64::MAX` stands for all of its
-    /// nodes' (`--exclusive`, `--mem=0`). CPUs a job is given by default (one a task) never strand.
+    /// nodes' (`--exclusive`, `--mem=0`). sbatch fills `min_cpus` itself (its tasks × CPUs per task),
+    /// so what it says is read as asked.
     pub fn held(&self, gpus: u64) -> Held {
         let c = &self.cpus;
         let shape = self.shape();
@@ -156,7 +157,10 @@ impl JobRequest {
         .into_iter()
         .flatten()
         .max();
-        let cpus = if c.exclusive { Some(u64::MAX) } else { cpus };
+        // --exclusive: all of its nodes, whatever else it says.
+        if c.exclusive {
+            return Held { cpus: Some(u64::MAX), mem_mb: Some(u64::MAX) };
+        }
         let mem_mb = match c.memory {
             Some(Memory::PerNode(0)) => Some(u64::MAX),
             Some(Memory::PerNode(mb)) => Some(mb.saturating_mul(nodes)),
@@ -222,7 +226,7 @@ mod tests {
         let per_gpu_22 = CpuRequest { cpus_per_tres: Some("gres:gpu:a6000:6".into()), ..Default::default() };
         assert_eq!(job(per_gpu_22).held(1).cpus, Some(6), "22.05's spelling, with a type");
         let exclusive = CpuRequest { exclusive: true, cpus_per_task: Some(2), ..Default::default() };
-        assert_eq!(job(exclusive).held(1).cpus, Some(u64::MAX), "every CPU of its node");
+        assert_eq!(job(exclusive).held(1), Held { cpus: Some(u64::MAX), mem_mb: Some(u64::MAX) }, "all of its node");
         let mem = |memory| job(CpuRequest { memory: Some(memory), cpus_per_task: Some(4), ..Default::default() });
         assert_eq!(mem(Memory::PerNode(8000)).held(1).mem_mb, Some(8000));
         assert_eq!(mem(Memory::PerNode(0)).held(1).mem_mb, Some(u64::MAX), "--mem=0: all of it");

@@ -8,6 +8,7 @@
 //! `max_per_cycle` in all.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::tokens::Tokens;
 
@@ -35,14 +36,15 @@ pub struct Waiter {
     pub user: String,
     pub balance: Tokens,
     pub wants: BTreeMap<String, u64>,
-    /// The nodes it may run on (its partitions'); None: not known, any.
-    pub reach: Option<BTreeSet<String>>,
+    /// The nodes it may run on (its partitions', shared by the jobs of the same partitions); None:
+    /// not known, any.
+    pub reach: Option<Arc<BTreeSet<String>>>,
 }
 
 impl Holder {
     /// Whether what it holds could serve a job that may run on `reach`: one of its nodes is there
     /// (where either is not known, it could).
-    fn within(&self, reach: &Option<BTreeSet<String>>) -> bool {
+    fn within(&self, reach: &Reach) -> bool {
         match reach {
             Some(reach) if !self.nodes.is_empty() => self.nodes.iter().any(|n| reach.contains(n)),
             _ => true,
@@ -110,7 +112,7 @@ impl Victim {
 }
 
 /// What the waiting jobs may run on, as [`demand`] groups them.
-type Reach = Option<BTreeSet<String>>;
+type Reach = Option<Arc<BTreeSet<String>>>;
 
 /// GPUs of each type that users with a balance ≥ 0 are waiting for, and who waits, by the nodes
 /// they may run on (their partitions': GPUs elsewhere serve none of them).
@@ -373,7 +375,7 @@ mod tests {
             ..holder(job, "alice", 5, 9_000, "a6000", 1)
         };
         let holders = [on("1", "g1"), on("2", "g2")];
-        let reach = |nodes: &[&str]| Some(nodes.iter().map(|n| n.to_string()).collect());
+        let reach = |nodes: &[&str]| Some(Arc::new(nodes.iter().map(|n| n.to_string()).collect()));
         let lending = Limits { lending: true, ..LIMITS };
         let in_g2 = Waiter { reach: reach(&["g2", "g3"]), ..waiter("9", 0, "a6000", 1) };
         let victims = contention_victims(&holders, std::slice::from_ref(&in_g2), 10_000, lending);

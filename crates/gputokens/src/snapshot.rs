@@ -39,9 +39,9 @@
 //! ```
 //! Amounts are micro-tokens, times seconds. A user not listed has not been seen yet and stands at
 //! `initial`. The lines after the users serve the admission limits: GPU sharing (shards and MPS units
-//! per GPU), prices per GPU-hour, what a user may borrow against next month's grant, where the site
-//! prices what a job strands what its share of a node is counted by and each shape of the nodes with
-//! GPUs (CPUs, MB, milli-GPUs by type), partitions (`default` or `-`, DefaultTime and MaxTime, `-` = none),
+//! per GPU), prices per GPU-hour, what a user may borrow against next month's grant, what a job's
+//! share of a node is counted by where the site prices what a job strands (`stranded`) and each
+//! shape of the nodes with GPUs (`node_shape`: CPUs, MB, milli-GPUs by type), partitions (`default` or `-`, DefaultTime and MaxTime, `-` = none),
 //! default accounts, and what each user's running and pending GPU jobs held and could still cost
 //! (milli-GPUs, micro-tokens) when squeue was read at `queue` (from `queue_read_ms` until
 //! `queue_read_end_ms`; `recent`: the GPU jobs it showed submitted since the second before, by uid,
@@ -362,6 +362,22 @@ pub enum SnapshotError {
     Missing(&'static str),
 }
 
+/// The most CPUs, MB or milli-GPUs a node shape may say: sums over many nodes stay in range.
+const MOST_PER_NODE: u64 = 1 << 40;
+
+/// A `node_shape CPUS MB TYPE=MILLI,...` line's shape; None where it is not one (skipped).
+fn node_shape(words: &mut Words<'_>) -> Option<NodeShape> {
+    let count = |word: Option<&str>| word?.parse::<u64>().ok().filter(|&n| n <= MOST_PER_NODE);
+    let cpus = count(words.words.next())?;
+    let mem_mb = count(words.words.next())?;
+    let mut milli_gpus = BTreeMap::new();
+    for gpu in words.words.next()?.split(',').filter(|g| !g.is_empty()) {
+        let (gpu_type, milli) = gpu.split_once('=')?;
+        milli_gpus.insert(gpu_type.to_string(), count(Some(milli))?);
+    }
+    Some(NodeShape { cpus, mem_mb, milli_gpus })
+}
+
 /// Parses what [`render`] writes.
 pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
     let mut lines = text.lines().enumerate();
@@ -415,25 +431,10 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
                 snap.borrow_limit = Tokens::from_micro(words.number("borrow limit")?);
                 words.end()?;
             }
-            "stranded" => {
-                while let Some(name) = words.words.next().filter(|w| !w.is_empty()) {
-                    stranded.push(Part::parse(name).ok_or_else(|| words.bad(format!("unknown part '{name}'")))?);
-                }
-            }
-            "node_shape" => {
-                let cpus = words.count("CPUs")?;
-                let mem_mb = words.count("memory")?;
-                let mut milli_gpus = BTreeMap::new();
-                for gpu in words.next("GPUs")?.split(',').filter(|g| !g.is_empty()) {
-                    let (gpu_type, milli) =
-                        gpu.split_once('=').ok_or_else(|| words.bad(format!("not TYPE=MILLI: '{gpu}'")))?;
-                    let milli =
-                        milli.parse().map_err(|_| words.bad(format!("not a number of milli-GPUs: '{milli}'")))?;
-                    milli_gpus.insert(gpu_type.to_string(), milli);
-                }
-                words.end()?;
-                snap.node_shapes.push(NodeShape { cpus, mem_mb, milli_gpus });
-            }
+            // What only the estimate's stranding reads: a part or shape this reader does not know
+            // (a later writer's) is skipped, never the snapshot refused for it.
+            "stranded" => stranded.extend(words.words.by_ref().filter_map(Part::parse)),
+            "node_shape" => snap.node_shapes.extend(node_shape(&mut words)),
             "partition" => {
                 let name = words.next("partition name")?.to_string();
                 let default = words.next("default flag")? == "default";
@@ -679,12 +680,6 @@ impl<'a> Words<'a> {
         word.parse().map_err(|_| self.bad(format!("{what} '{word}' is not a whole number")))
     }
 
-    /// A count (never negative).
-    fn count(&mut self, what: &str) -> Result<u64, SnapshotError> {
-        let word = self.next(what)?;
-        word.parse().map_err(|_| self.bad(format!("{what} '{word}' is not a count")))
-    }
-
     /// Seconds, or `-` for none.
     fn seconds(&mut self, what: &str) -> Result<Option<u64>, SnapshotError> {
         match self.next(what)? {
@@ -827,6 +822,20 @@ mod tests {
         assert_eq!(queue.pending[&42].gpus, None);
         assert_eq!(queue.free_gpus, Some(BTreeMap::from([("a6000".to_string(), 1), ("rtx2080".to_string(), 4)])));
         assert_eq!(render(&parse(&example).unwrap()), example);
+    }
+
+    /// A later writer's stranding parts and shapes, or a shape this reader cannot read, are
+    /// skipped: the balances still count.
+    #[test]
+    fn unknown_stranding_parts_and_unreadable_shapes_are_skipped() {
+        let text = "gputokens-snapshot 1\ngenerated 5\nfloor 0\ndaily 0\nmonthly 0\ninitial 7\nuser alice 3\n\
+                    stranded cpus disk\nnode_shape 16 8000 a6000=2000 racks=2\nnode_shape 16 x a6000=1000\n\
+                    node_shape 16 8000 a6000=99999999999999999999\nnode_shape 8\n";
+        let snap = parse(text).unwrap();
+        assert_eq!(snap.balance("alice"), Tokens::from_micro(3));
+        assert_eq!(snap.prices.stranded(), [Part::Cpus]);
+        assert_eq!(snap.node_shapes.len(), 1, "{:?}", snap.node_shapes);
+        assert_eq!((snap.node_shapes[0].cpus, snap.node_shapes[0].gpus()), (16, 2));
     }
 
     #[test]

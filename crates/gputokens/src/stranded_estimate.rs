@@ -5,10 +5,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::estimate::MilliByType;
 use crate::pricing::PriceTable;
 use crate::stranded_price::stranding;
 use crate::stranding::{Held, NodeShape, Stranding};
+
+/// Milli-GPUs by GPU type (None = any type), as `estimate::MilliByType`.
+type MilliByType = BTreeMap<Option<String>, u64>;
 
 /// What one array task of a job holds beside its GPUs, on how many nodes, and the node shapes
 /// (with GPUs) it may run on.
@@ -31,18 +33,34 @@ impl Strands {
     /// None: any type) on any node shape that has those types: the largest surcharge, or None where
     /// its own GPUs price it on every one.
     pub fn worst(&self, per_task: &MilliByType, prices: &PriceTable) -> Option<Stranding> {
-        let names = match self.nodes {
-            1 => "its node".to_string(),
-            n => format!("its {n} nodes"),
-        };
         self.shapes
             .iter()
             .filter_map(|shape| {
                 let own = on_shape(per_task, shape, prices)?;
-                let nodes: Vec<&NodeShape> = (0..self.nodes.min(64)).map(|_| shape).collect();
-                stranding(&own, self.held, &nodes, &names, prices, prices.stranded())
+                // As many nodes of the shape as it asks for, or as its CPUs and memory need, as one.
+                let nodes = self.nodes_of(shape);
+                let names = match nodes {
+                    1 => "a node it may run on".to_string(),
+                    n => format!("{n} nodes it may run on"),
+                };
+                let all = NodeShape {
+                    cpus: shape.cpus.saturating_mul(nodes),
+                    mem_mb: shape.mem_mb.saturating_mul(nodes),
+                    milli_gpus: shape.milli_gpus.iter().map(|(t, m)| (t.clone(), m.saturating_mul(nodes))).collect(),
+                };
+                stranding(&own, self.held, &[&all], &names, prices, prices.stranded())
             })
             .max_by_key(|s| s.surcharge)
+    }
+
+    /// Nodes of `shape` the job takes: those it asks for, or more where its CPUs or memory do not fit
+    /// on fewer (all of a node counts as one).
+    fn nodes_of(&self, shape: &NodeShape) -> u64 {
+        let fit = |held: Option<u64>, per_node: u64| match held {
+            Some(held) if held != u64::MAX && per_node > 0 => held.div_ceil(per_node),
+            _ => 1,
+        };
+        self.nodes.max(fit(self.held.cpus, shape.cpus)).max(fit(self.held.mem_mb, shape.mem_mb))
     }
 
     /// [`Strands::worst`] for the same GPUs all of `gpu_type`: what a quote and `retry_after` weigh
@@ -96,7 +114,7 @@ mod tests {
         // On the first: all 16 CPUs stand for its 8 GPUs, 7 idle rtx3090 (7/h); on the second a
         // quarter, 1 GPU: nothing idle. The first is the worst.
         assert_eq!((s.held, s.of, s.idle_milli, s.surcharge), (16, 16, 7000, Tokens::whole(7)));
-        assert_eq!(s.nodes, "its node");
+        assert_eq!(s.nodes, "a node it may run on");
         // a6000 only on the second: a quarter of it is its own GPU.
         assert_eq!(all_16.worst(&asked(Some("A6000"), 1), &prices()), None);
         // --exclusive: every CPU of the second stands for its 4 GPUs; the other 3 cost 6 an hour.
@@ -116,6 +134,10 @@ mod tests {
         let two = Strands::new(Held { cpus: Some(16), mem_mb: None }, 2, &shapes).unwrap();
         let s = two.worst(&asked(Some("rtx3090"), 2), &prices()).unwrap();
         assert_eq!((s.held, s.of, s.idle_milli), (16, 32, 6000), "16 of 32 CPUs on two nodes stand for 8 of 16 GPUs");
-        assert_eq!(s.nodes, "its 2 nodes");
+        assert_eq!(s.nodes, "2 nodes it may run on");
+        // 32 CPUs of no node count: on two of the first shape they stand for all 16 GPUs.
+        let spread = Strands::new(Held { cpus: Some(32), mem_mb: None }, 1, &shapes).unwrap();
+        let s = spread.worst(&asked(Some("rtx3090"), 1), &prices()).unwrap();
+        assert_eq!((s.held, s.of, s.node_gpus, s.idle_milli), (32, 32, 16, 15_000));
     }
 }

@@ -42,17 +42,19 @@ pub fn stranding(
     let price = |gpu_type: &str| prices.applied(gpu_type).per_gpu_hour;
     let mut node_milli: BTreeMap<&str, u64> = BTreeMap::new();
     for (gpu_type, &m) in with_gpus.iter().flat_map(|n| n.milli_gpus.iter()) {
-        *node_milli.entry(gpu_type).or_default() += m;
+        let slot = node_milli.entry(gpu_type).or_default();
+        *slot = slot.saturating_add(m);
     }
-    let all_milli: u64 = node_milli.values().sum();
+    let all_milli: u64 = node_milli.values().fold(0, |sum, &m| sum.saturating_add(m));
     // The nodes' GPUs the job does not hold, and what they cost an hour.
     let others = node_milli.iter().map(|(t, &m)| (*t, m.saturating_sub(milli_gpus.get(*t).copied().unwrap_or(0))));
-    let (others_milli, others_cost) =
-        others.fold((0u64, 0i128), |(n, cost), (t, m)| (n + m, cost + per_hour_exact(price(t), m)));
+    let (others_milli, others_cost) = others.fold((0u64, 0i128), |(n, cost), (t, m)| {
+        (n.saturating_add(m), cost.saturating_add(per_hour_exact(price(t), m)))
+    });
     let share_of = |part: Part| -> Option<(u64, u64)> {
         let (held, of) = match part {
-            Part::Cpus => (held.cpus?, with_gpus.iter().map(|n| n.cpus).sum::<u64>()),
-            Part::Memory => (held.mem_mb?, with_gpus.iter().map(|n| n.mem_mb).sum::<u64>()),
+            Part::Cpus => (held.cpus?, with_gpus.iter().fold(0u64, |sum, n| sum.saturating_add(n.cpus))),
+            Part::Memory => (held.mem_mb?, with_gpus.iter().fold(0u64, |sum, n| sum.saturating_add(n.mem_mb))),
         };
         (of > 0).then_some((held.min(of), of))
     };

@@ -61,7 +61,7 @@ pub struct NodeShape {
 impl NodeShape {
     /// Its GPUs, whole.
     pub fn gpus(&self) -> u64 {
-        self.milli_gpus.values().sum::<u64>() / MILLI
+        self.milli_gpus.values().fold(0u64, |sum, &m| sum.saturating_add(m)) / MILLI
     }
 }
 

@@ -81,7 +81,7 @@ pub unsafe fn read_job(desc: *const job_desc_msg_t) -> Option<JobRequest> {
             // job_submit sees submissions only; a batch one carries its script.
             batch: Some(!d.script.is_null()),
             cpus: CpuRequest {
-                // 0 CPUs is Slurm's default, not a count.
+                // 0 is no count (sbatch fills min_cpus with its tasks × CPUs per task itself).
                 min_cpus: sentinel::given(d.min_cpus).filter(|&n| n > 0),
                 cpus_per_task: sentinel::given16(d.cpus_per_task).filter(|&n| n > 0),
                 cpus_per_node: sentinel::given16(d.pn_min_cpus).filter(|&n| n > 0),

@@ -23,7 +23,7 @@ pub fn given16(raw: u16) -> Option<u16> {
 }
 
 /// `pn_min_memory`: MB per node (`--mem`, 0 = all of it), or per CPU with the MEM_PER_CPU bit
-/// (`--mem-per-cpu`); NO_VAL64 (or 22.05's NO_VAL) = not given.
+/// (`--mem-per-cpu`); NO_VAL64 = not given (NO_VAL, never an amount asked for, too).
 pub fn memory(raw: u64) -> Option<Memory> {
     match raw {
         NO_VAL64 => None,

@@ -2,7 +2,8 @@
 //! (the pure choice) pick the victims, and acts on them through Slurm with argv — comment, optional
 //! signal and grace, then `scontrol requeue` or `scancel`. Every action is an audit row and a metric.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use gputokens::config::{AtFloor, JobIdentity, PreemptAction};
 use gputokens::pools::{payers, paying_balance, PoolMode};
@@ -26,15 +27,12 @@ const WAITING_FOR_RESOURCES: [&str; 2] = ["Resources", "Priority"];
 /// The nodes a pending job may run on: those of the partitions it names (a comma list); None where
 /// one of them, or its nodes, is not known (then any GPUs may serve it, as before partitions were
 /// read).
-fn reach(
-    partition_nodes: &HashMap<String, Vec<String>>,
-    partitions: &str,
-) -> Option<std::collections::BTreeSet<String>> {
-    let mut nodes = std::collections::BTreeSet::new();
+fn reach(partition_nodes: &HashMap<String, Vec<String>>, partitions: &str) -> Option<Arc<BTreeSet<String>>> {
+    let mut nodes = BTreeSet::new();
     for name in partitions.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         nodes.extend(partition_nodes.get(name)?.iter().cloned());
     }
-    (!nodes.is_empty()).then_some(nodes)
+    (!nodes.is_empty()).then(|| Arc::new(nodes))
 }
 
 /// The preemption settings in effect: in shadow mode (`[admission] enforce = false`) a dry run.
@@ -79,19 +77,25 @@ pub fn check(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now: 
             nodes: gputokens::slurm::hostlist::expand(&j.nodes).unwrap_or_default(),
         })
         .collect();
+    // Where each list of partitions lets a job run, worked out once per list.
+    let mut reaches: HashMap<&str, Option<Arc<BTreeSet<String>>>> = HashMap::new();
     let partition_nodes = &cycle.slurm_view.partition_nodes;
-    let mut waiters: Vec<Waiter> = jobs
-        .iter()
-        .filter(|j| j.state == "PENDING" && WAITING_FOR_RESOURCES.contains(&j.state_reason.as_str()))
-        .map(|j| Waiter {
+    let mut waiters: Vec<Waiter> = Vec::new();
+    for j in jobs.iter().filter(|j| j.state == "PENDING" && WAITING_FOR_RESOURCES.contains(&j.state_reason.as_str())) {
+        let wants = wanted(j);
+        if wants.is_empty() {
+            continue;
+        }
+        let partitions = j.partition.as_str();
+        let reach = reaches.entry(partitions).or_insert_with(|| reach(partition_nodes, partitions)).clone();
+        waiters.push(Waiter {
             job_id: j.job_id.clone(),
             user: j.user.clone(),
             balance: balance[&j.job_id],
-            wants: wanted(j),
-            reach: reach(partition_nodes, &j.partition),
-        })
-        .filter(|w| !w.wants.is_empty())
-        .collect();
+            wants,
+            reach,
+        });
+    }
     let mut not_busy = String::new();
     if let Some(threshold) = config.busy_percent {
         let idle = idle_types(&cycle.res, &holders, threshold)?;

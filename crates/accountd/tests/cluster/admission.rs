@@ -1319,7 +1319,7 @@ fn sbatch_test_only_counts_the_gpus_a_jobs_cpus_would_leave_idle() {
     assert!(
         told.contains(
             "sbatch: gputokens quote: this job can cost up to 20 tokens (1 rtx3090 GPU for 1:00:00; priced by its \
-             CPUs: 16 of the 16 on its node stand for 10 of its 10 GPUs, so 19/GPU-hour is added for the 9 it leaves \
+             CPUs: 16 of the 16 on a node it may run on stand for 10 of its 10 GPUs, so 19/GPU-hour is added for the 9 it leaves \
              idle); your GPU token balance is 50, at least 30 after it."
         ),
         "{told}\nsnapshot:\n{snapshot}"

@@ -56,9 +56,9 @@ pub fn advice(config: &Config) -> Vec<Advice> {
             keys: "prices.stranded, admission.mode",
             text: "the estimate counts what a job asks for beside its GPUs (--cpus-per-task, --cpus-per-gpu, --mem, \
                    --exclusive, ...) against the worst node with its GPU type, not what Slurm gives it unasked \
-                   (DefMemPerCPU, a partition's OverSubscribe=EXCLUSIVE): such a job is charged more than it was \
-                   admitted for, and can take its balance below the floor. Limit CPUs and memory per GPU in Slurm \
-                   (MaxCPUsPerGPU, MaxMemPerGPU on the partition) where the floor must hold"
+                   (DefCpuPerGPU, DefMemPerCPU, DefMemPerGPU, a partition's OverSubscribe=EXCLUSIVE): such a job is \
+                   charged more than it was admitted for, and can take its balance below the floor. Limit CPUs and \
+                   memory per GPU in Slurm (MaxCPUsPerGPU, MaxMemPerGPU on the partition) where the floor must hold"
                 .into(),
         });
     }

@@ -217,7 +217,7 @@ pub struct JobEstimate {
     pub cost: Tokens,
     /// Where the site prices what a job strands: what the job holds beside its GPUs, and the worst
     /// its share of a node adds to each of its GPU-hours (None: its own GPUs price it).
-    pub strands: Option<(Strands, u64)>,
+    pub strands: Option<TaskStrands>,
     pub stranding: Option<Stranding>,
 }
 
@@ -242,7 +242,8 @@ impl JobEstimate {
         let surcharge = stranding.as_ref().map_or(Tokens::ZERO, |s| s.surcharge);
         let surcharged = crate::pricing::cost_of(surcharge, total_milli(&gpus), seconds);
         let cost = checked_max_cost(&gpus, seconds, prices).zip(surcharged).and_then(|(c, s)| c.checked_add(s));
-        let strands = strands.map(|(s, per_task)| (s, total_milli(&per_task)));
+        let strands =
+            strands.map(|(strands, per_task)| TaskStrands { strands, per_task_milli: total_milli(&per_task) });
         match cost {
             Some(cost) if countable => Ok(JobEstimate { gpus, seconds, cost, strands, stranding }),
             _ => Err(impossible_message(&gpus, seconds)),
@@ -252,13 +253,13 @@ impl JobEstimate {
     /// The most the same job can cost with all its GPUs of `gpu_type` instead (None: beyond what
     /// can be counted): what a refusal's `retry_after` and a quote weigh each type by.
     pub(super) fn cost_on(&self, gpu_type: &str, prices: &PriceTable) -> Option<Tokens> {
-        let stranding = self.strands.as_ref().and_then(|(s, per_task)| s.worst_on(gpu_type, *per_task, prices));
+        let stranding = self.strands.as_ref().and_then(|t| t.strands.worst_on(gpu_type, t.per_task_milli, prices));
         let price = prices.requested(gpu_type).checked_add(stranding.map_or(Tokens::ZERO, |s| s.surcharge))?;
         crate::pricing::cost_of(price, total_milli(&self.gpus), self.seconds)
     }
 
     /// `up to 32 tokens (2 a6000 GPUs for 4:00:00)`, and where its CPUs or memory price it, `up to
-    /// 48 tokens (1 rtx3090 GPU for 2:00:00; priced by its CPUs: 16 of the 16 on its node ...)`
+    /// 48 tokens (1 rtx3090 GPU for 2:00:00; priced by its CPUs: 16 of the 16 on a node it may run on ...)`
     pub(super) fn describe(&self) -> String {
         let stranding = self.stranding.as_ref().map_or(String::new(), |s| format!("; {s}"));
         format!(
@@ -268,6 +269,14 @@ impl JobEstimate {
             format_duration(self.seconds)
         )
     }
+}
+
+/// What an array task of a job holds beside its GPUs, and its milli-GPUs: what the same job on
+/// another GPU type would strand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskStrands {
+    pub strands: Strands,
+    pub per_task_milli: u64,
 }
 
 /// Whose balance pays, in a message: the user's own (None) or the pool of an account.

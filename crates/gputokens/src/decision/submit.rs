@@ -624,7 +624,7 @@ mod tests {
         assert!(
             told.starts_with(
                 "gputokens quote: this job can cost up to 9 tokens (1 a6000 GPU for 1:00:00; priced by its CPUs: 16 of \
-                 the 16 on its node stand for 4 of its 4 GPUs, so 5/GPU-hour is added for the 3 it leaves idle); your \
+                 the 16 on a node it may run on stand for 4 of its 4 GPUs, so 5/GPU-hour is added for the 3 it leaves idle); your \
                  GPU token balance is 50, at least 25 after it"
             ),
             "{told}"

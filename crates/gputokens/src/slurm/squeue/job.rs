@@ -38,7 +38,7 @@ pub struct QueueJob {
     pub partition: String,
     /// GPUs, shards and MPS units held (running jobs).
     pub alloc: GpuAllocation,
-    /// CPUs and memory held (running jobs: `tres_alloc_str`).
+    /// CPUs and memory held (running jobs: `tres_alloc_str`) or asked for (pending: `tres_req_str`).
     pub held: crate::stranding::Held,
     /// GPUs asked for (`tres_per_job`/`_node`/`_task`/`_socket`).
     pub request: GpuRequest,
@@ -147,9 +147,10 @@ pub(super) fn queue_job(job: &Value) -> Option<QueueJob> {
             .unwrap_or(gres_detail.len().max(1) as u32),
         partition: text("partition"),
         alloc,
-        held: job
-            .get("tres_alloc_str")
-            .and_then(Value::as_str)
+        // What a running job holds; what a pending one asks for (`tres_req_str`).
+        held: ["tres_alloc_str", "tres_req_str"]
+            .iter()
+            .find_map(|key| job.get(*key).and_then(Value::as_str).filter(|t| !t.is_empty()))
             .map(crate::stranding::Held::from_tres)
             .unwrap_or_default(),
         request,

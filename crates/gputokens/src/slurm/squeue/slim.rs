@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use super::job::{queue_job, QueueJob};
 
 /// The keys `queue_job` reads.
-const READ_KEYS: [&str; 30] = [
+const READ_KEYS: [&str; 31] = [
     "account",
     "array_task_string",
     "batch_flag",
@@ -41,6 +41,7 @@ const READ_KEYS: [&str; 30] = [
     "tres_per_node",
     "tres_per_socket",
     "tres_per_task",
+    "tres_req_str",
     "user_id",
     "user_name",
 ];
