@@ -34,8 +34,10 @@ pub fn message(
     format!("{head}{}", cheaper(job, prices, free))
 }
 
-/// ` Cheaper, with GPUs free now: rtx2080 up to 0.5 tokens (4 free).`; nothing for a request of
-/// several types or of any type (where Slurm picks).
+/// ` Cheaper, with GPUs free now: rtx2080 up to 0.5 tokens (4 free).`, and where the type asked for
+/// has too few free now, the dearer types that would start sooner: ` rtx3090 has 1 free now; free now
+/// at a higher price: a6000 up to 8 tokens (2 free).`; nothing for a request of several types or of
+/// any type (where Slurm picks).
 fn cheaper(job: &JobEstimate, prices: &PriceTable, free: Option<&BTreeMap<String, u64>>) -> String {
     let ([(Some(asked), &milli)], Some(free)) = (job.gpus.iter().collect::<Vec<_>>().as_slice(), free) else {
         return match free {
@@ -44,22 +46,30 @@ fn cheaper(job: &JobEstimate, prices: &PriceTable, free: Option<&BTreeMap<String
         };
     };
     let needed = milli.div_ceil(MILLI);
+    let free_of = |t: &str| free.iter().find(|(k, _)| k.eq_ignore_ascii_case(t)).map_or(0, |(_, &n)| n);
+    // Every other priced type with enough GPUs free now, by what the job would cost on it.
     let mut offers: Vec<(Tokens, &str, u64)> = prices
         .listed_types()
-        .filter(|t| *t != asked.as_str())
+        .filter(|t| !t.eq_ignore_ascii_case(asked))
         .filter_map(|t| {
-            let available = free.get(t).copied().unwrap_or(0);
-            let cost = job.cost_on(t, prices)?;
-            (available >= needed && cost < job.cost).then_some((cost, t, available))
+            let available = free_of(t);
+            (available >= needed).then_some((job.cost_on(t, prices)?, t, available))
         })
         .collect();
     offers.sort();
-    if offers.is_empty() {
-        let gpus = if needed == 1 { "1 GPU" } else { "that many GPUs" };
-        return format!(" No cheaper GPU type has {gpus} free now.");
+    let listed = |offers: &[(Tokens, &str, u64)]| {
+        offers.iter().map(|(cost, t, n)| format!("{t} up to {cost} tokens ({n} free)")).collect::<Vec<_>>().join("; ")
+    };
+    let (cheaper, dearer): (Vec<_>, Vec<_>) = offers.into_iter().partition(|(cost, ..)| *cost < job.cost);
+    let mut out = match cheaper.is_empty() {
+        true => format!(" No cheaper GPU type has {} free now.", if needed == 1 { "1 GPU" } else { "that many GPUs" }),
+        false => format!(" Cheaper, with GPUs free now: {}.", listed(&cheaper)),
+    };
+    let own = free_of(asked);
+    if own < needed && !dearer.is_empty() {
+        out.push_str(&format!(" {asked} has {own} free now; free now at a higher price: {}.", listed(&dearer)));
     }
-    let listed: Vec<String> = offers.iter().map(|(cost, t, n)| format!("{t} up to {cost} tokens ({n} free)")).collect();
-    format!(" Cheaper, with GPUs free now: {}.", listed.join("; "))
+    out
 }
 
 #[cfg(test)]
@@ -98,6 +108,16 @@ mod tests {
         assert!(text.ends_with(" No cheaper GPU type has 1 GPU free now."), "{text}");
         let text = message(Tokens::whole(5), Tokens::ZERO, &one, None, &prices(), None);
         assert!(text.ends_with(" Which GPUs are free now is not known."), "{text}");
+        // 2 rtx3090 with 1 free: the cheaper type, and the dearer one free now.
+        let short = job(&[(Some("rtx3090"), 2)], 3600);
+        let text = message(Tokens::whole(50), Tokens::ZERO, &short, None, &prices(), Some(&free));
+        assert!(
+            text.ends_with(
+                " Cheaper, with GPUs free now: rtx2080 up to 1 tokens (4 free). rtx3090 has 1 free now; free now at a \
+                 higher price: a6000 up to 8 tokens (2 free)."
+            ),
+            "{text}"
+        );
         // Any type: Slurm picks; nothing to offer.
         let any = job(&[(None, 1)], 3600);
         let text = message(Tokens::whole(5), Tokens::ZERO, &any, None, &prices(), Some(&free));
