@@ -79,7 +79,7 @@ pub unsafe fn read_job(desc: *const job_desc_msg_t) -> Option<JobRequest> {
             wants_estimate: spank_env(d).any(|v| v == ESTIMATE_VARIABLE),
             wants_quote: spank_env(d).any(|v| v == QUOTE_VARIABLE),
             // job_submit sees submissions only; a batch one carries its script.
-            batch: Some(!d.script.is_null()),
+            batch: Some(batch_submission(!d.script.is_null(), d.het_job_offset)),
             cpus: CpuRequest {
                 // 0 is no count (sbatch fills min_cpus with its tasks × CPUs per task itself).
                 min_cpus: sentinel::given(d.min_cpus).filter(|&n| n > 0),
@@ -91,6 +91,26 @@ pub unsafe fn read_job(desc: *const job_desc_msg_t) -> Option<JobRequest> {
                 exclusive: sentinel::exclusive(d.shared),
             },
         })
+    }
+}
+
+thread_local! {
+    /// Whether the first component of the heterogeneous job being submitted on this thread carried
+    /// a script: slurmctld hands job_submit each component in turn, in one RPC on one thread, and
+    /// only the first has it.
+    static HET_LEADER_IS_BATCH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether a submission (with a script or not; `het_job_offset`: its place in a heterogeneous
+/// job, NO_VAL for a job of one component) is a batch job: a later component is if the first was.
+pub fn batch_submission(has_script: bool, het_job_offset: u32) -> bool {
+    match het_job_offset {
+        NO_VAL => has_script,
+        0 => {
+            HET_LEADER_IS_BATCH.set(has_script);
+            has_script
+        }
+        _ => has_script || HET_LEADER_IS_BATCH.get(),
     }
 }
 
@@ -282,6 +302,17 @@ mod tests {
     use gputokens::job_request::{Memory, TimeLimit};
     use slurm_ffi::stand_ins;
     use std::ffi::CString;
+
+    /// A later component of a heterogeneous batch job has no script of its own, but is a batch
+    /// job's; one of an interactive heterogeneous job (salloc) is not.
+    #[test]
+    fn a_heterogeneous_jobs_components_are_batch_where_the_first_is() {
+        assert!(batch_submission(true, NO_VAL) && !batch_submission(false, NO_VAL));
+        assert!(batch_submission(true, 0));
+        assert!(batch_submission(false, 1) && batch_submission(false, 2), "the first had a script");
+        assert!(!batch_submission(false, 0));
+        assert!(!batch_submission(false, 1), "the first had none");
+    }
 
     #[test]
     fn reads_the_fields_of_a_job_description() {

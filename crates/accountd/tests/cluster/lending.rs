@@ -116,3 +116,30 @@ fn a_borrowed_run_is_requeued_for_a_user_in_credit_and_charged_nothing() {
     });
     assert_eq!(site.balance(alice), (Tokens::whole(-5) - charged).to_string());
 }
+
+/// A heterogeneous batch job of a user in debt runs borrowed like any batch job: slurmctld hands
+/// job_submit each component, and only the first carries the script.
+#[test]
+#[ignore = "needs the test cluster: tests/cluster/up.sh"]
+fn a_debtors_heterogeneous_batch_job_runs_borrowed() {
+    let cluster = serial();
+    let alice = cluster.alice;
+    let site = Site::with_prices("", PRICES, "[preemption]\nenabled = false\n[lending]\nenabled = true\n");
+    let mut adm = Admission::start();
+    adm.configure("[lending]\nenabled = true\n");
+    site.accountd(None, &["admin", "adjust", alice, "-105", "--reason", "test: in overdraft"]).ok();
+    adm.follow(&site);
+    adm.settled();
+    let script = std::env::temp_dir().join(format!("gputokens-hetjob-{}.sh", std::process::id()));
+    std::fs::write(
+        &script,
+        "#!/bin/sh\n#SBATCH --gres=gpu:a6000:1\n#SBATCH hetjob\n#SBATCH --gres=gpu:rtx3090:1\ntrue\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let (job, told) = adm.accepted(alice, &["--hold", script.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&script);
+    assert!(told.contains("borrowed run"), "{told}\n{}", adm.log());
+    let shown = run_as(None, Path::new("/usr/bin/scontrol"), &["show", "job", &job]).ok().stdout;
+    assert_eq!(shown.matches("Requeue=1").count(), 2, "both components requeueable: {shown}");
+}
