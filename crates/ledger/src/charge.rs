@@ -92,8 +92,12 @@ impl Ledger {
         let payments_kept: bool = tx.query_row("SELECT EXISTS (SELECT 1 FROM job_payments)", (), |r| r.get(0))?;
         // Runs charged by a SLUID, in this cycle or before, or pools (a pool's payments start from
         // all of its job's charges): every chunk is read before it is charged.
+        let with_sluids = records.iter().any(|r| r.sluid.is_some());
+        if with_sluids {
+            runs::mark_sluid_runs(&tx)?;
+        }
         let read_all = read_all
-            || records.iter().any(|r| r.sluid.is_some())
+            || with_sluids
             || runs::any_sluid_runs(&tx)?
             || payments_kept
             || (mode != PoolMode::User && !pool_accounts.is_empty());

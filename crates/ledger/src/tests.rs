@@ -181,6 +181,30 @@ fn a_run_charged_by_its_sluid_is_not_charged_again_by_its_start() {
     assert!(l.verify().unwrap().problems.is_empty());
 }
 
+/// Schema 22: a ledger whose runs were charged under SLUIDs before that was a flag knows it once
+/// upgraded: a run read again without its SLUID is charged on, not from zero.
+#[test]
+fn a_version_21_ledgers_runs_by_sluid_are_known_once_it_is_upgraded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite");
+    let mut conn = rusqlite::Connection::open(&path).unwrap();
+    schema::migrate_to(&mut conn, 21).unwrap();
+    // As a version 21 ledger kept a run charged for half an hour under its SLUID.
+    let start = at("2026-11-30T08:00:00");
+    conn.execute(
+        "INSERT INTO job_charges (job_id, run, segment_start, gpu_type, user, charged_until, charged)
+         VALUES ('9', 's359M8A2NFAK00', ?1, 'a6000', 'bob', 1800, 2000000)",
+        [start],
+    )
+    .unwrap();
+    drop(conn);
+    // SQLite's migration (MariaDB's drops its index of the runs' keys in the same way).
+    let mut l = Ledger::open(&path, rules()).unwrap();
+    let out = l.charge(&[record("9", "bob", "a6000", 1, 3600)], &seed_prices(), at("2026-11-30T20:00:00")).unwrap();
+    assert_eq!(out.charged, Tokens::whole(2), "the second half hour alone");
+    assert_eq!(l.charged_runs("9").unwrap(), ["s359M8A2NFAK00"]);
+}
+
 /// Cycles read hundreds of records, charged in chunks: new runs expected new (inserted at once),
 /// runs charged before found, and the same run twice in one cycle charged once, up to its longest.
 #[test]

@@ -241,13 +241,15 @@ impl<'tx> RunStatements<'tx> {
     }
 }
 
-/// Whether the ledger has runs keyed by a SLUID (their own index says: schema 13).
+/// Whether the ledger has runs keyed by a SLUID (a flag, schema 22: [`mark_sluid_runs`]).
 pub(super) fn any_sluid_runs(tx: &Transaction<'_>) -> Result<bool, LedgerError> {
-    Ok(tx.query_row(
-        "SELECT EXISTS (SELECT 1 FROM job_charges INDEXED BY job_charges_by_sluid WHERE run < 'start:' OR run >= 'start;')",
-        (),
-        |r| r.get(0),
-    )?)
+    Ok(tx.query_row("SELECT EXISTS (SELECT 1 FROM meta WHERE key = 'sluid_runs')", (), |r| r.get(0))?)
+}
+
+/// Marks that runs are keyed by a SLUID, in the transaction that charges one.
+pub(super) fn mark_sluid_runs(tx: &Transaction<'_>) -> Result<(), LedgerError> {
+    tx.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('sluid_runs', '1')", ())?;
+    Ok(())
 }
 
 /// The rows of one chunk's jobs.

@@ -215,6 +215,12 @@ const UPGRADES: &[(i64, &str)] = &[
     KEY borrowed_runs_by_payer (payer, judged_at)
 );",
     ),
+    (
+        22,
+        "INSERT IGNORE INTO meta SELECT 'sluid_runs', '1' FROM DUAL
+    WHERE EXISTS (SELECT 1 FROM job_charges WHERE run < 'start:' OR run >= 'start;');
+DROP INDEX IF EXISTS job_charges_by_run ON job_charges;",
+    ),
 ];
 
 /// The version [`TABLES`] makes.

@@ -311,6 +311,14 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (job_id, run_start)
      ) WITHOUT ROWID;
      CREATE INDEX IF NOT EXISTS borrowed_runs_by_payer ON borrowed_runs (payer, judged_at);",
+    // 22: whether any run is keyed by a SLUID is a flag (`sluid_runs` in meta), set in the
+    // transaction that first charges one: a charge cycle asks it once, and keeps no index of the
+    // runs' keys for it (on a site whose Slurm gives SLUIDs every run's row was in that index, an
+    // insert more per charge; on MariaDB, where an index cannot leave rows out, on every site).
+    "INSERT OR IGNORE INTO meta (key, value)
+        SELECT 'sluid_runs', '1'
+        WHERE EXISTS (SELECT 1 FROM job_charges INDEXED BY job_charges_by_sluid WHERE run < 'start:' OR run >= 'start;');
+     DROP INDEX IF EXISTS job_charges_by_sluid;",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;
