@@ -44,6 +44,22 @@ pub fn is_open(window: Option<(i64, i64)>, at: i64) -> bool {
     window.is_none_or(|(starts, ends)| starts <= at && at < ends)
 }
 
+/// What of `due`, for GPU time used from `used.0` until `used.1`, a pool pays, and the seconds of it
+/// inside its window: all of it for a pool without one; what fell inside a sub-allocation's window
+/// (rounded down); where no time was used, all or nothing by whether it is open at `used.1`.
+pub fn share_used(window: Option<(i64, i64)>, (from, to): (i64, i64), due: Tokens) -> (Tokens, u64) {
+    let Some((starts, ends)) = window else { return (due, 0) };
+    if to <= from {
+        return match is_open(window, to) {
+            true => (due, 0),
+            false => (Tokens::ZERO, 0),
+        };
+    }
+    let inside = (to.min(ends) - from.max(starts)).max(0);
+    let share = i128::from(due.micro()) * i128::from(inside) / i128::from(to - from);
+    (Tokens::from_micro(i64::try_from(share).unwrap_or(due.micro())), inside as u64)
+}
+
 impl Ledger {
     /// Makes the sub-allocation `a` (its amount granted now, as its initial balance), audited as an
     /// entry of the new pool naming who made it. The account must have no pool, the parent one.

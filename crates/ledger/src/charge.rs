@@ -499,20 +499,15 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
         charged_before: Tokens,
     ) -> Result<bool, LedgerError> {
         let mut charged_any = false;
-        // The pool that pays and every pool it draws on: a charge counts up the chain, but not in
-        // a sub-allocation outside its window (never in none at all: then the job's own pool).
-        let pool_holders: Vec<String> = match payers.pool {
-            Some(pool) => {
-                let mut open = pools::chain(pool, |a| self.parents.get(a).map(String::as_str));
-                open.retain(|a| super::allocations::is_open(self.windows.get(*a).copied(), self.now));
-                match open.is_empty() {
-                    true => vec![pools::holder(pool)],
-                    false => open.into_iter().map(pools::holder).collect(),
-                }
-            }
+        // The pool that pays and every pool it draws on (a charge counts up the chain), each with
+        // its window where it is a dated sub-allocation.
+        let chain: Vec<(String, Option<(i64, i64)>)> = match payers.pool {
+            Some(pool) => pools::chain(pool, |a| self.parents.get(a).map(String::as_str))
+                .into_iter()
+                .map(|a| (pools::holder(a), self.windows.get(a).copied()))
+                .collect(),
             None => Vec::new(),
         };
-        let payer_names: Vec<&String> = payers.user.then_some(&record.user).into_iter().chain(&pool_holders).collect();
         let tracked = self.track_payments(payers, record, charged_before)?;
         for i in items {
             let Item { priced: Priced { gpu_type, milli, price, weighted, total }, until, new_row } = self.items[i];
@@ -525,7 +520,23 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
                 let slot = self.batch.unlisted_types.entry(gpu_type).or_default();
                 *slot = slot.saturating_add(gpu_seconds);
             }
-            for &payer in &payer_names {
+            // The GPU time this charges, when it was used: a sub-allocation pays for what of it
+            // fell inside its window, the pools above it for all of it.
+            let start = record.segment_start;
+            let used = (start.saturating_add(until.seconds as i64), start.saturating_add(record.elapsed as i64));
+            let mut dues: Vec<(&String, Tokens, Option<u64>)> =
+                payers.user.then_some((&record.user, due, None)).into_iter().collect();
+            for (pool, window) in &chain {
+                let (share, inside) = super::allocations::share_used(*window, used, due);
+                if share > Tokens::ZERO || due == Tokens::ZERO {
+                    dues.push((pool, share, window.map(|_| inside)));
+                }
+            }
+            // Never paid by none at all: outside every window, the job's own pool pays.
+            if let (Some((own_pool, _)), true) = (chain.first(), dues.len() == usize::from(payers.user)) {
+                dues.push((own_pool, due, None));
+            }
+            for (payer, due, inside) in dues {
                 let own = payer == &record.user;
                 let pending = match self.batch.users.get_mut(payer.as_str()) {
                     Some(pending) => pending,
@@ -573,6 +584,9 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
                     }
                     if let Some(below) = drawn_by {
                         let _ = write!(out, "; under account {below}, which draws on this pool");
+                    }
+                    if let Some(inside) = inside.filter(|&s| s < record.elapsed - until.seconds) {
+                        let _ = write!(out, "; {inside}s of it inside this sub-allocation's dates");
                     }
                 })?;
                 pending.last_entry = Some(id);

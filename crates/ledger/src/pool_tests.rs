@@ -278,8 +278,9 @@ fn a_pool_drawing_on_a_parent_is_charged_at_both_and_refunded_at_both() {
     assert_eq!((balance(&l, &holder("course")), balance(&l, &holder("dept"))), (Tokens::whole(96), Tokens::whole(98)));
 }
 
-/// A TA's dated sub-allocation inside course: charged with course while open; GPU time charged
-/// after its end goes to course alone; what cannot be one is refused.
+/// A TA's dated sub-allocation inside course: GPU time used inside its window is charged to it and
+/// course, whenever the charge comes; time used after its end to course alone; what cannot be one
+/// is refused.
 #[test]
 fn a_dated_sub_allocation_is_charged_inside_its_window_and_its_parent_alone_after() {
     let dir = tempfile::tempdir().unwrap();
@@ -311,11 +312,20 @@ fn a_dated_sub_allocation_is_charged_inside_its_window_and_its_parent_alone_afte
     ] {
         assert!(l.allocate(&bad, "carol", now).is_err(), "{bad:?}");
     }
-    l.charge(&[job("7", "bob", "ta1", "a6000", 1, 1800)], &prices(), now).unwrap();
-    assert_eq!((balance(&l, &holder("ta1")), balance(&l, &holder("course"))), (Tokens::whole(18), Tokens::whole(98)));
-    // Charged on after its end: course alone.
-    l.charge(&[job("7", "bob", "ta1", "a6000", 1, 3600)], &prices(), now + 3600).unwrap();
-    assert_eq!((balance(&l, &holder("ta1")), balance(&l, &holder("course"))), (Tokens::whole(18), Tokens::whole(96)));
+    // bob's job started half an hour ago, inside the window: its hour is ta1's and course's.
+    let run = |elapsed| UsageRecord { segment_start: now - 1800, ..job("7", "bob", "ta1", "a6000", 1, elapsed) };
+    let balances = |l: &Ledger| (balance(l, &holder("ta1")), balance(l, &holder("course")));
+    l.charge(&[run(1800)], &prices(), now).unwrap();
+    assert_eq!(balances(&l), (Tokens::whole(18), Tokens::whole(98)));
+    // Charged late (the cycle after its end), for an hour and a half of which one fell inside the
+    // window: ta1 pays for that hour (4), course for all of it (6). By when it was used, not charged.
+    l.charge(&[run(7200)], &prices(), now + 7200).unwrap();
+    assert_eq!(balances(&l), (Tokens::whole(14), Tokens::whole(92)));
+    let ta1 = l.history(&holder("ta1")).unwrap();
+    assert!(ta1.last().unwrap().reason.ends_with("; 3600s of it inside this sub-allocation's dates"), "{ta1:?}");
+    // Used after its end: course alone.
+    l.charge(&[run(9000)], &prices(), now + 7200).unwrap();
+    assert_eq!(balances(&l), (Tokens::whole(14), Tokens::whole(90)));
     assert!(allocation_is_open(made.window, now) && !allocation_is_open(made.window, now + 3600));
     assert!(!allocation_is_open(made.window, now - 3601) && allocation_is_open(None, 0));
     assert_eq!(l.verify().unwrap().problems, Vec::<String>::new());
