@@ -61,9 +61,21 @@ impl Ledger {
             .query_row(params![holder], |r| r.get(0))
             .optional()?;
         let Some(now) = now else { return Ok(self.rules.initial) };
+        // Down the balance's chain of entries from its newest while they are later than `at` (a
+        // few lookups, where a sum over its entries by time would read them all: MariaDB keeps no
+        // index of entries by balance).
         let since: i64 = self
             .conn
-            .prepare_cached("SELECT COALESCE(SUM(amount), 0) FROM entries WHERE user = ?1 AND at > ?2")?
+            .prepare_cached(
+                "WITH RECURSIVE chain(id, amount, prev, at) AS (
+                    SELECT e.id, e.amount, e.prev_id, e.at FROM users u JOIN entries e ON e.id = u.last_entry
+                    WHERE u.name = ?1
+                    UNION ALL
+                    SELECT e.id, e.amount, e.prev_id, e.at FROM chain JOIN entries e ON e.id = chain.prev
+                    WHERE chain.at > ?2
+                 )
+                 SELECT COALESCE(SUM(amount), 0) FROM chain WHERE at > ?2",
+            )?
             .query_row(params![holder, at], |r| r.get(0))?;
         Ok(Tokens::from_micro(now.saturating_sub(since)))
     }
@@ -77,8 +89,9 @@ impl Ledger {
     ) -> Result<HashMap<(String, i64), BorrowedRun>, LedgerError> {
         let mut found = HashMap::new();
         let mut unjudged = Vec::new();
+        let mut stored = self.judged_among(runs)?;
         for run in runs {
-            match self.borrowed_run(&run.job_id, run.run_start)? {
+            match stored.remove(&(run.job_id.clone(), run.run_start)) {
                 Some((true, borrowed)) => {
                     found.insert((run.job_id.clone(), run.run_start), borrowed);
                 }
@@ -119,6 +132,28 @@ impl Ledger {
             }
         }
         Ok(found)
+    }
+
+    /// How each of `runs` judged before was judged, read [`crate::db::Dialect::in_list`] jobs a
+    /// statement (a cycle asks it of every running GPU job).
+    fn judged_among(&self, runs: &[RunToJudge]) -> Result<HashMap<(String, i64), (bool, BorrowedRun)>, LedgerError> {
+        let mut jobs: Vec<&str> = runs.iter().map(|r| r.job_id.as_str()).collect();
+        jobs.sort_unstable();
+        jobs.dedup();
+        let mut out = HashMap::new();
+        for group in jobs.chunks(self.conn.dialect().in_list()) {
+            let values = crate::db::padded_values(group);
+            let mut stmt = self.conn.prepare_cached(&format!(
+                "SELECT borrowed, {RUN_COLUMNS} FROM borrowed_runs WHERE job_id IN ({})",
+                crate::db::placeholders(values.len(), 1)
+            ))?;
+            let rows = stmt.query_map(&values[..], |r| Ok((r.get::<i64>(0)? != 0, run_row(r, 1)?)))?;
+            for row in rows {
+                let (borrowed, run) = row?;
+                out.insert((run.job_id.clone(), run.run_start), (borrowed, run));
+            }
+        }
+        Ok(out)
     }
 
     /// How a run was judged: whether it is borrowed, and its row.
