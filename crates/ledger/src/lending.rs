@@ -33,6 +33,9 @@ pub struct BorrowedRun {
     pub judged_now: bool,
 }
 
+/// Runs (job, start) as judged: whether borrowed, and the row.
+type Judgements = HashMap<(String, i64), (bool, BorrowedRun)>;
+
 /// The columns [`run_row`] reads, in its order.
 const RUN_COLUMNS: &str = "job_id, run_start, payer, reclaimed_for, reclaimed_at";
 
@@ -136,7 +139,7 @@ impl Ledger {
 
     /// How each of `runs` judged before was judged, read [`crate::db::Dialect::in_list`] jobs a
     /// statement (a cycle asks it of every running GPU job).
-    fn judged_among(&self, runs: &[RunToJudge]) -> Result<HashMap<(String, i64), (bool, BorrowedRun)>, LedgerError> {
+    fn judged_among(&self, runs: &[RunToJudge]) -> Result<Judgements, LedgerError> {
         let mut jobs: Vec<&str> = runs.iter().map(|r| r.job_id.as_str()).collect();
         jobs.sort_unstable();
         jobs.dedup();
