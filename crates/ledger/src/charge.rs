@@ -524,19 +524,15 @@ impl<'tx, 'r> Cycle<'tx, 'r> {
             // fell inside its window, the pools above it for all of it.
             let start = record.segment_start;
             let used = (start.saturating_add(until.seconds as i64), start.saturating_add(record.elapsed as i64));
-            let mut dues: Vec<(&String, Tokens, Option<u64>)> =
-                payers.user.then_some((&record.user, due, None)).into_iter().collect();
-            for (pool, window) in &chain {
+            let pool_dues = chain.iter().filter_map(|(pool, window)| {
                 let (share, inside) = super::allocations::share_used(*window, used, due);
-                if share > Tokens::ZERO || due == Tokens::ZERO {
-                    dues.push((pool, share, window.map(|_| inside)));
-                }
-            }
+                (share > Tokens::ZERO || due == Tokens::ZERO).then_some((pool, share, window.map(|_| inside)))
+            });
             // Never paid by none at all: outside every window, the job's own pool pays.
-            if let (Some((own_pool, _)), true) = (chain.first(), dues.len() == usize::from(payers.user)) {
-                dues.push((own_pool, due, None));
-            }
-            for (payer, due, inside) in dues {
+            let unpaid = pool_dues.clone().next().is_none();
+            let own_pool = chain.first().filter(|_| unpaid).map(|(pool, _)| (pool, due, None));
+            let user_due = payers.user.then_some((&record.user, due, None));
+            for (payer, due, inside) in user_due.into_iter().chain(pool_dues).chain(own_pool) {
                 let own = payer == &record.user;
                 let pending = match self.batch.users.get_mut(payer.as_str()) {
                     Some(pending) => pending,
