@@ -28,9 +28,7 @@
 #
 # Everything is built once, on the host (target/): the other releases' suites run the host's binaries
 # and test binaries and build only the two plugins against their own Slurm headers (target/slurm-RELEASE).
-# Each release's output goes to target/test-logs/RELEASE.log when they run side by side; the host
-# release's suites that need no cluster (unit, dates) run beside its cluster suites then, logged to
-# target/test-logs/clusterless.log and appended to its log.
+# Each release's output goes to target/test-logs/RELEASE.log when they run side by side.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source tests/slurm-releases/lib.sh
@@ -39,8 +37,6 @@ LAB=${GPUTOKENS_LAB:-/tmp/gputokens-cluster}
 TARGET=$REPO/target                    # the host's build, also inside the root filesystems (same path)
 MANIFEST=$TARGET/debug/test-binaries.tsv
 ALL_SUITES="demo unit dates cluster browser multinode packages"
-# The suites that need no cluster: beside the cluster suites where the releases run side by side.
-CLUSTERLESS="unit dates"
 
 # suites_for RELEASE: the suites that mean something there, in the order they run.
 suites_for() {
@@ -268,25 +264,9 @@ in_release() {
   prepare_release "$RELEASE"
   echo "prepare $RELEASE $(( SECONDS - start )) 0" >> "$TIMES"
   if [[ $1 == up ]]; then exit 0; fi
-  # Where the releases run side by side (GPUTOKENS_BESIDE_LOG), the suites that need no cluster
-  # (unit, then dates) run beside this release's cluster suites, which mostly wait on Slurm, rather
-  # than before them: on the host as prepared (the packages installed, the test users made), with
-  # this release's settings, their output in a log of their own, appended to this one at the end.
-  local beside=() rest=() beside_pid=""
-  for s in "$@"; do
-    if [[ -n ${GPUTOKENS_BESIDE_LOG:-} && " $CLUSTERLESS " == *" $s "* ]]; then beside+=("$s"); else rest+=("$s"); fi
-  done
-  if (( ${#beside[@]} )); then
-    ( status=0; for s in "${beside[@]}"; do suite "$s" || status=1; done; exit "$status" ) > "$GPUTOKENS_BESIDE_LOG" 2>&1 &
-    beside_pid=$!
-  fi
   mapfile -t started < <(running_daemons)
   trap 'stop_cluster || true' EXIT
-  for s in "${rest[@]}"; do suite "$s" || rc=1; done
-  if [[ -n $beside_pid ]]; then
-    wait "$beside_pid" || rc=1
-    cat "$GPUTOKENS_BESIDE_LOG"
-  fi
+  for s in "$@"; do suite "$s" || rc=1; done
   trap - EXIT
   stop_cluster || rc=1
   return "$rc"
@@ -344,11 +324,8 @@ rm -f "$GPUTOKENS_RPMS_BUILD.status"
 ) &
 pids=()
 for r in $RELEASES; do
-  # The host's release runs the suites that need no cluster beside its own (in_release).
-  beside=""
-  [[ $r == "$HOST_RELEASE" ]] && beside=$LOGS/clusterless.log
   # shellcheck disable=SC2046
-  GPUTOKENS_BESIDE_LOG=$beside release "$r" $(suites_for "$r") > "$LOGS/$r.log" 2>&1 &
+  release "$r" $(suites_for "$r") > "$LOGS/$r.log" 2>&1 &
   pids+=("$!")
   echo "tests/run.sh: Slurm $r started (log: $LOGS/$r.log)"
 done
