@@ -208,7 +208,7 @@ pub(crate) fn next_entry_id(tx: &Transaction<'_>) -> Result<Option<i64>, LedgerE
 /// Whether an entry holds `key` already (MariaDB: looked up under the write turn before a plain
 /// insert, where SQLite's insert skips it itself).
 fn key_taken(tx: &Transaction<'_>, key: &str) -> Result<bool, LedgerError> {
-    Ok(tx.prepare_cached("SELECT EXISTS (SELECT 1 FROM entries WHERE key = ?1)")?.query_row([key], |r| r.get(0))?)
+    Ok(tx.prepare_cached("SELECT EXISTS (SELECT 1 FROM entry_keys WHERE key = ?1)")?.query_row([key], |r| r.get(0))?)
 }
 
 /// Inserts unless the key exists; keeps `users.balance` equal to the sum of the user's entries and
@@ -246,6 +246,7 @@ pub(crate) fn insert_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied
     };
     if let (Some(id), 1) = (given_id, added) {
         tx.inserted_with_id(id);
+        crate::entry_keys::note(tx, &[(&e.key, id)])?;
     }
     if added == 0 {
         // (Replays of the cycles' and refunds' keys may differ in amount: what is left to give back.)
@@ -273,7 +274,9 @@ pub(crate) fn insert_entry(tx: &Transaction<'_>, e: &NewEntry) -> Result<Applied
 /// refusal, never a silent "already recorded" (the audit's L3).
 fn refuse_key_of_another_change(tx: &Transaction<'_>, e: &NewEntry) -> Result<(), LedgerError> {
     let recorded: Option<(String, String, i64)> = tx
-        .prepare_cached("SELECT user, kind, amount FROM entries WHERE key = ?1")?
+        .prepare_cached(
+            "SELECT e.user, e.kind, e.amount FROM entry_keys k JOIN entries e ON e.id = k.entry_id WHERE k.key = ?1",
+        )?
         .query_row([&e.key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()?;
     match recorded {

@@ -73,7 +73,8 @@ pub(crate) fn run_payers(
 /// keyed `refund:JOB:...`, found by that prefix in the key index.
 pub(crate) fn refunded_to(tx: &Transaction<'_>, job_id: &str, holder: &str) -> Result<i64, LedgerError> {
     Ok(tx.query_row(
-        "SELECT COALESCE(SUM(amount), 0) FROM entries WHERE key >= ?1 AND key < ?2 AND kind = 'refund' AND user = ?3",
+        "SELECT COALESCE(SUM(e.amount), 0) FROM entry_keys k JOIN entries e ON e.id = k.entry_id
+         WHERE k.key >= ?1 AND k.key < ?2 AND e.kind = 'refund' AND e.user = ?3",
         params![format!("refund:{job_id}:"), format!("refund:{job_id};"), holder],
         |r| r.get(0),
     )?)
@@ -161,8 +162,13 @@ impl Ledger {
         for (user, balance) in balances {
             check_user_name(user)?;
             let key = format!("import:{user}");
-            let imported: Option<i64> =
-                tx.query_row("SELECT amount FROM entries WHERE key = ?1", [&key], |r| r.get(0)).optional()?;
+            let imported: Option<i64> = tx
+                .query_row(
+                    "SELECT e.amount FROM entry_keys k JOIN entries e ON e.id = k.entry_id WHERE k.key = ?1",
+                    [&key],
+                    |r| r.get(0),
+                )
+                .optional()?;
             let known: Option<i64> =
                 tx.query_row("SELECT balance FROM users WHERE name = ?1", [user], |r| r.get(0)).optional()?;
             match (imported, known) {

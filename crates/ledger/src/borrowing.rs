@@ -36,7 +36,10 @@ fn borrowed_in(tx: &Transaction<'_>, user: &str, month: &str) -> Result<(i64, i6
     let from = borrow_prefix(user, month);
     let to = format!("{};", from.trim_end_matches(':'));
     Ok(tx
-        .prepare_cached("SELECT COALESCE(SUM(amount), 0), COUNT(*) FROM entries WHERE key >= ?1 AND key < ?2")?
+        .prepare_cached(
+            "SELECT COALESCE(SUM(e.amount), 0), COUNT(*) FROM entry_keys k JOIN entries e ON e.id = k.entry_id
+             WHERE k.key >= ?1 AND k.key < ?2",
+        )?
         .query_row(params![from, to], |r| Ok((r.get(0)?, r.get(1)?)))?)
 }
 

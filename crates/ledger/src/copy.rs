@@ -110,6 +110,7 @@ impl Ledger {
                 insert_rows(&tx, table, &names, &pending)?;
             }
         }
+        crate::entry_keys::note_copied(&tx)?;
         tx.commit()?;
         view.commit()?;
         if to.dialect() == Dialect::MariaDb {

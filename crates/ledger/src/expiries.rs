@@ -70,7 +70,7 @@ impl Ledger {
         if applied == Applied::Added {
             tx.execute(
                 "INSERT INTO grant_expiries (entry_id, user, amount, unused, expires_at)
-                 SELECT id, user, amount, amount, ?2 FROM entries WHERE key = ?1",
+                 SELECT e.id, e.user, e.amount, e.amount, ?2 FROM entry_keys k JOIN entries e ON e.id = k.entry_id WHERE k.key = ?1",
                 params![entry.key, expires_at],
             )?;
         }
@@ -148,7 +148,7 @@ impl Ledger {
                 let entry =
                     NewEntry::new(&grant.user, EntryKind::Adjust, -expiring, now, "gputokens", &why, key.clone());
                 insert_entry(&tx, &entry)?;
-                expired_entry = tx.query_row("SELECT id FROM entries WHERE key = ?1", [&key], |r| r.get(0))?;
+                expired_entry = tx.query_row("SELECT entry_id FROM entry_keys WHERE key = ?1", [&key], |r| r.get(0))?;
                 keys.push(key);
             }
             tx.execute(

@@ -86,7 +86,9 @@ impl Ledger {
 
     /// The entry stored under idempotency key `key`, if any (balance_after left at zero).
     pub fn entry_with_key(&self, key: &str) -> Result<Option<Entry>, LedgerError> {
-        let mut stmt = self.conn.prepare_cached(&format!("SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.key = ?1"))?;
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {ENTRY_COLUMNS} FROM entry_keys k JOIN entries e ON e.id = k.entry_id WHERE k.key = ?1"
+        ))?;
         let mut rows = stmt.query([key])?;
         rows.next()?.map(|r| entry_row(&r)).transpose()
     }

@@ -13,6 +13,7 @@ mod copy;
 pub mod db;
 mod energy;
 mod energy_charge;
+mod entry_keys;
 mod error;
 mod expiries;
 mod faults;

@@ -274,7 +274,7 @@ impl Ledger {
             ensure_user(&tx, pool_rules.get(name).unwrap_or(&rules), name, now)?;
         }
         let replay = tx
-            .prepare_cached("SELECT EXISTS (SELECT 1 FROM entries WHERE key = ?1)")?
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM entry_keys WHERE key = ?1)")?
             .query_row([format!("{key}:from")], |r| r.get::<bool>(0))?;
         if !replay {
             refuse_beyond_movable(&tx, from, pool_rules.get(from).unwrap_or(&rules).floor, amount)?;

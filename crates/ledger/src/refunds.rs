@@ -149,7 +149,7 @@ pub(crate) fn run_refunded(
 ) -> Result<bool, LedgerError> {
     let prefix = format!("refund:{job_id}:run:{segment_start}:");
     let found: i64 = conn
-        .prepare_cached("SELECT EXISTS (SELECT 1 FROM entries WHERE key >= ?1 AND key < ?2)")?
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM entry_keys WHERE key >= ?1 AND key < ?2)")?
         .query_row(params![prefix, format!("refund:{job_id}:run:{segment_start};")], |r| r.get(0))?;
     Ok(found == 1)
 }

@@ -205,6 +205,39 @@ fn a_version_21_ledgers_runs_by_sluid_are_known_once_it_is_upgraded() {
     assert_eq!(l.charged_runs("9").unwrap(), ["s359M8A2NFAK00"]);
 }
 
+/// Schema 23: entries keyed before it are found by their keys once upgraded (on MariaDB the keys
+/// move from an index of `entries` into `entry_keys`), and `verify` names a key `entry_keys` lost.
+#[test]
+fn a_version_22_ledgers_keys_are_found_once_it_is_upgraded() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = at("2026-11-30T08:00:00");
+    let grant =
+        NewEntry::new("alice", EntryKind::Grant, Tokens::whole(5), now, "root", "course", "grant:alice:1".into());
+    let mut l = open(&dir, rules());
+    assert_eq!(l.append(&grant).unwrap(), Applied::Added);
+    // As version 22 kept the keys.
+    l.conn
+        .execute_batch(l.conn.dialect().pick(
+            "DROP VIEW entry_keys; PRAGMA user_version = 22;",
+            "DROP TABLE entry_keys; CREATE UNIQUE INDEX entries_by_key ON entries (key);
+             UPDATE ledger_schema SET version = 22;",
+        ))
+        .unwrap();
+    drop(l);
+    let mut l = open(&dir, rules());
+    assert_eq!(l.append(&grant).unwrap(), Applied::AlreadyRecorded, "the grant's key is known");
+    assert_eq!(l.entry_with_key("grant:alice:1").unwrap().map(|e| e.amount), Some(Tokens::whole(5)));
+    assert_eq!(balance(&l, "alice"), Tokens::whole(105));
+    let other = NewEntry { amount: Tokens::whole(6), ..grant.clone() };
+    assert!(l.append(&other).is_err(), "a key names one change");
+    assert!(l.verify().unwrap().problems.is_empty());
+    if l.conn.dialect() == crate::db::Dialect::MariaDb {
+        l.conn.execute_batch("DELETE FROM entry_keys WHERE key = 'grant:alice:1'").unwrap();
+        let problems = l.verify().unwrap().problems;
+        assert_eq!(problems, ["idempotency keys that entries and entry_keys disagree on: 1"]);
+    }
+}
+
 /// Cycles read hundreds of records, charged in chunks: new runs expected new (inserted at once),
 /// runs charged before found, and the same run twice in one cycle charged once, up to its longest.
 #[test]

@@ -22,6 +22,10 @@ impl Ledger {
         problems.extend(integrity_problems(conn)?);
         let users: usize = conn.query_row("SELECT COUNT(*) FROM users", (), |r| r.get(0))?;
         let entries: usize = conn.query_row("SELECT COUNT(*) FROM entries", (), |r| r.get(0))?;
+        let unlisted = crate::entry_keys::mismatches(conn)?;
+        if unlisted > 0 {
+            problems.push(format!("idempotency keys that entries and entry_keys disagree on: {unlisted}"));
+        }
 
         // One row per user known to either table: balance, sum of entries, entries, entries on the
         // chain, charges, job_payments (or job_charges: GPU time and energy), usage_days.
@@ -110,7 +114,9 @@ fn integrity_problems(conn: &crate::db::Connection) -> Result<Vec<String>, Ledge
         }
         // A row per table; an error or a status other than OK is a damaged table.
         Dialect::MariaDb => conn
-            .prepare("CHECK TABLE entries, users, job_charges, job_payments, usage_days, pools, grant_expiries")?
+            .prepare(
+                "CHECK TABLE entries, entry_keys, users, job_charges, job_payments, usage_days, pools, grant_expiries",
+            )?
             .query_map((), |r| Ok((r.get::<String>(0)?, r.get::<String>(2)?, r.get::<String>(3)?)))?
             .collect::<Result<Vec<_>, _>>()?
             .into_iter()

@@ -31,7 +31,7 @@ pub(super) fn without_initial_entry<'a>(tx: &Transaction<'_>, users: &[&'a str])
     for group in users.chunks(GROUP) {
         let keys: Vec<String> = group.iter().map(|u| initial_key(u)).collect();
         let values: Vec<&dyn ToSql> = keys.iter().map(|k| k as &dyn ToSql).collect();
-        let sql = format!("SELECT key FROM entries WHERE key IN ({})", placeholders(group.len(), 1));
+        let sql = format!("SELECT key FROM entry_keys WHERE key IN ({})", placeholders(group.len(), 1));
         let mut read = tx.prepare_cached(&sql)?;
         for key in read.query_map(&values[..], |r| r.get::<String>(0))? {
             taken.insert(key?);
@@ -69,6 +69,8 @@ pub(super) fn add_users(
             "INSERT INTO entries (id, user, kind, amount, at, actor, reason, key) VALUES {entries}"
         ))?
         .execute(&values[..])?;
+        let keyed: Vec<(&str, i64)> = keys.iter().map(String::as_str).zip(ids.iter().copied()).collect();
+        crate::entry_keys::note(tx, &keyed)?;
         // ?1 now, ?2 the initial balance, ?3 today; per user ?(2i+4) its name, ?(2i+5) its entry.
         let mut balances = String::new();
         let mut values: Vec<&dyn ToSql> = vec![&now, &initial, &today];

@@ -221,6 +221,16 @@ const UPGRADES: &[(i64, &str)] = &[
     WHERE EXISTS (SELECT 1 FROM job_charges WHERE run < 'start:' OR run >= 'start;');
 DROP INDEX IF EXISTS job_charges_by_run ON job_charges;",
     ),
+    (
+        23,
+        // IGNORE: a step cut short after its insert (DDL commits as it goes) is run again whole.
+        "CREATE TABLE IF NOT EXISTS entry_keys (
+    key      VARCHAR(768) NOT NULL PRIMARY KEY,
+    entry_id BIGINT       NOT NULL
+);
+INSERT IGNORE INTO entry_keys (key, entry_id) SELECT key, id FROM entries WHERE key IS NOT NULL;
+DROP INDEX IF EXISTS entries_by_key ON entries;",
+    ),
 ];
 
 /// The version [`TABLES`] makes.
