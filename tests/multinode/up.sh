@@ -12,6 +12,8 @@
 # and a second accountd serve on ctl2: a pair on one ledger, users' tools given both URLs.
 # GPUTOKENS_MN_CLUSTERS=2: the ledger on MariaDB too, and a second Slurm cluster (gtmnb) on the same
 # slurmdbd: ctlb 10.78.0.4 (its slurmctld, and its own accountd on the ledger), node4 10.78.0.14.
+# GPUTOKENS_MN_PARTITIONS: more slurm.conf PartitionName= lines, beside the default partition gpu of
+# every node.
 # Every host has its own munged (one shared key, as on a site). The balance snapshot and
 # StateSaveLocation are in $MN/shared, a directory every host sees, as a site shares them over NFS.
 set -euo pipefail
@@ -134,6 +136,7 @@ AccountingStorageTRES=gres/gpu,gres/gpu:rtx2080,gres/gpu:rtx3090,gres/gpu:a6000
 JobSubmitPlugins=gputokens
 SlurmdParameters=config_overrides
 ${node_lines}PartitionName=gpu Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP
+${GPUTOKENS_MN_PARTITIONS:-}
 EOF
 printf '%s\n' "$gres_lines" > "$MN/etc/slurm/gres.conf"
 if [[ $CLUSTERS == 2 ]]; then

@@ -10,7 +10,7 @@
 //! cycle reads it (`cycles::check`); the answering state, the snapshot and the socket read their
 //! copy, so it lives below them all, in no folder of theirs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use gputokens::config::JobIdentity;
 use gputokens::estimate::{commitments, commitments_by, pending_jobs, recent_jobs, RECENT_SLACK_SECS};
@@ -76,9 +76,11 @@ pub fn refresh(res: &Resources, view: &mut SlurmView, slurm: &Slurm, queue: &mut
             // What a quote offers: a failed read offers nothing, and the quote says so.
             let free = |jobs: &[squeue::QueueJob]| {
                 let nodes = slurm.run("sinfo", &gputokens::slurm::sinfo::NODE_STATES_ARGS).ok()?;
-                Some(gputokens::slurm::sinfo::free_gpus(&nodes, jobs))
+                Some(gputokens::slurm::sinfo::free_gpus(&nodes, jobs, &view.partition_nodes))
             };
-            summary.free_gpus = queue.jobs().ok().and_then(free);
+            if let Some(free) = queue.jobs().ok().and_then(free) {
+                (summary.free_gpus, summary.free_gpus_in) = (Some(free.total), free.by_partition);
+            }
             view.queue = Some(summary);
         }
         Err(e) => problems.push(format!(
@@ -194,6 +196,7 @@ fn commitments_of(
         pending,
         job_accounts,
         free_gpus: None,
+        free_gpus_in: BTreeMap::new(),
     })
 }
 

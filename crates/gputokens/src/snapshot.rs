@@ -22,6 +22,7 @@
 //! queue_read_end_ms 1795430395730
 //! recent 1001 1795430395 2000
 //! free_gpus a6000=1 rtx2080=4
+//! free_gpus_in gpu a6000=1 rtx2080=4
 //! committed alice 2000 16000000
 //! pending 41 1 1 1 3600 1000 4000000
 //! pending 42 2 8 1 86400
@@ -46,7 +47,8 @@
 //! (milli-GPUs, micro-tokens) when squeue was read at `queue` (from `queue_read_ms` until
 //! `queue_read_end_ms`; `recent`: the GPU jobs it showed submitted since the second before, by uid,
 //! submit time and milli-GPUs, so the plugin counts a job it admitted meanwhile once; `free_gpus`: the
-//! GPUs of each type no job held on nodes taking jobs, which a quote offers); then every pending job that squeue
+//! GPUs of each type no job held on nodes taking jobs, which a quote offers, and `free_gpus_in` those of
+//! each partition's nodes); then every pending job that squeue
 //! showed (job ID, nodes, tasks, array tasks, the seconds counted for it, and for a GPU job its
 //! milli-GPUs and maximum cost), so the plugin can judge an update of it: a job not listed is
 //! unknown (e.g. submitted since the read) and treated as a possible GPU job. With pools
@@ -102,6 +104,29 @@ pub struct QueueSummary {
     /// GPUs of each type no job holds on nodes that take jobs (idle or mixed), when the queue was
     /// read (`free`); None from an accountd before it. What a quote (`sbatch --test-only`) offers.
     pub free_gpus: Option<BTreeMap<String, u64>>,
+    /// The same, of each partition's nodes (`free_gpus_in`): what a quote offers a job in it.
+    pub free_gpus_in: BTreeMap<String, BTreeMap<String, u64>>,
+}
+
+impl QueueSummary {
+    /// The GPUs a quote may offer a job that can run in any of `partitions`: the most of each type
+    /// free in one of them, or, where one of them is not listed (an older accountd, or its nodes
+    /// not known), the cluster's.
+    pub fn free_gpus_for(&self, partitions: &[&str]) -> Option<BTreeMap<String, u64>> {
+        let listed: Option<Vec<&BTreeMap<String, u64>>> =
+            partitions.iter().map(|p| self.free_gpus_in.get(*p)).collect();
+        match listed.filter(|l| !l.is_empty()) {
+            Some(listed) => {
+                let mut most = BTreeMap::new();
+                for (gpu_type, &n) in listed.into_iter().flatten() {
+                    let at = most.entry(gpu_type.clone()).or_insert(0);
+                    *at = n.max(*at);
+                }
+                Some(most)
+            }
+            None => self.free_gpus.clone(),
+        }
+    }
 }
 
 pub fn render(snap: &Snapshot) -> String {
@@ -160,6 +185,13 @@ pub fn render(snap: &Snapshot) -> String {
         }
         if let Some(free) = &queue.free_gpus {
             out.push_str("free_gpus");
+            for (gpu_type, n) in free {
+                out.push_str(&format!(" {gpu_type}={n}"));
+            }
+            out.push('\n');
+        }
+        for (partition, free) in &queue.free_gpus_in {
+            out.push_str(&format!("free_gpus_in {partition}"));
             for (gpu_type, n) in free {
                 out.push_str(&format!(" {gpu_type}={n}"));
             }
@@ -378,6 +410,17 @@ fn node_shape(words: &mut Words<'_>) -> Option<NodeShape> {
     Some(NodeShape { cpus, mem_mb, milli_gpus })
 }
 
+/// A `free_gpus_in PARTITION TYPE=N ...` line; None where it is not one (skipped).
+fn free_in(words: &mut Words<'_>) -> Option<(String, BTreeMap<String, u64>)> {
+    let partition = words.words.next()?.to_string();
+    let mut free = BTreeMap::new();
+    for word in words.words.by_ref() {
+        let (gpu_type, n) = word.split_once('=')?;
+        free.insert(gpu_type.to_string(), n.parse::<u64>().ok()?);
+    }
+    Some((partition, free))
+}
+
 /// Parses what [`render`] writes.
 pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
     let mut lines = text.lines().enumerate();
@@ -577,6 +620,12 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
                     queue.free_gpus = Some(free);
                 }
             }
+            // What only a quote reads: an unreadable line (a later writer's) is skipped.
+            "free_gpus_in" => {
+                if let (Some(queue), Some((partition, free))) = (&mut snap.queue, free_in(&mut words)) {
+                    queue.free_gpus_in.insert(partition, free);
+                }
+            }
             "recent" => {
                 let uid = words.number("uid")?;
                 let uid = u32::try_from(uid).map_err(|_| words.bad(format!("uid {uid} is out of range")))?;
@@ -744,6 +793,10 @@ mod tests {
             pending,
             job_accounts,
             free_gpus: Some(BTreeMap::from([("a6000".to_string(), 0), ("rtx2080".to_string(), 4)])),
+            free_gpus_in: BTreeMap::from([
+                ("gpu".to_string(), BTreeMap::from([("rtx2080".to_string(), 4)])),
+                ("long".to_string(), BTreeMap::new()),
+            ]),
         });
         snap.pool_mode = PoolMode::Both;
         let lab = PoolStanding {
@@ -821,7 +874,25 @@ mod tests {
         assert_eq!(queue.pending[&41].gpus.unwrap().milli_gpus, 1000);
         assert_eq!(queue.pending[&42].gpus, None);
         assert_eq!(queue.free_gpus, Some(BTreeMap::from([("a6000".to_string(), 1), ("rtx2080".to_string(), 4)])));
+        assert_eq!(queue.free_gpus_in["gpu"]["a6000"], 1);
         assert_eq!(render(&parse(&example).unwrap()), example);
+    }
+
+    /// A quote offers what is free in the partitions a job may run in: the most of each type in
+    /// one of them; the cluster's where a partition is not listed.
+    #[test]
+    fn a_jobs_free_gpus_are_those_of_its_partitions() {
+        let text = "gputokens-snapshot 1\ngenerated 5\nfloor 0\ndaily 0\nmonthly 0\ninitial 7\nqueue 5\n\
+                    free_gpus a6000=3 rtx2080=4\nfree_gpus_in gpu a6000=1 rtx2080=4\nfree_gpus_in big a6000=3\n\
+                    free_gpus_in none\nfree_gpus_in bad a6000=x\n";
+        let queue = parse(text).unwrap().queue.unwrap();
+        let free = |types: &[(&str, u64)]| Some(types.iter().map(|(t, n)| (t.to_string(), *n)).collect());
+        assert_eq!(queue.free_gpus_for(&["gpu"]), free(&[("a6000", 1), ("rtx2080", 4)]));
+        assert_eq!(queue.free_gpus_for(&["gpu", "big"]), free(&[("a6000", 3), ("rtx2080", 4)]));
+        assert_eq!(queue.free_gpus_for(&["none"]), free(&[]));
+        // An unreadable line is skipped: its partition is not listed.
+        assert_eq!(queue.free_gpus_for(&["bad"]), free(&[("a6000", 3), ("rtx2080", 4)]));
+        assert_eq!(queue.free_gpus_for(&["gpu", "elsewhere"]), free(&[("a6000", 3), ("rtx2080", 4)]));
     }
 
     /// A later writer's stranding parts and shapes, or a shape this reader cannot read, are

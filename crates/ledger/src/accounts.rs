@@ -123,19 +123,9 @@ pub(crate) fn users_column<T: crate::db::FromSql>(
     column: &str,
     names: &[&str],
 ) -> Result<HashMap<String, T>, LedgerError> {
-    let mut found = HashMap::with_capacity(names.len());
-    for group in names.chunks(conn.dialect().in_list()) {
-        let values = crate::db::padded_values(group);
-        let mut stmt = conn.prepare_cached(&format!(
-            "SELECT name, {column} FROM users WHERE name IN ({})",
-            crate::db::placeholders(values.len(), 1)
-        ))?;
-        for row in stmt.query_map(&values[..], |r| Ok((r.get::<String>(0)?, r.get::<T>(1)?)))? {
-            let (name, value) = row?;
-            found.insert(name, value);
-        }
-    }
-    Ok(found)
+    let sql = format!("SELECT name, {column} FROM users WHERE name IN (?LIST)");
+    let rows = crate::db::query_among(conn, &sql, names, |r| Ok((r.get::<String>(0)?, r.get::<T>(1)?)))?;
+    Ok(rows.into_iter().collect())
 }
 
 fn account_row(r: &crate::db::Row<'_>) -> crate::db::Result<Account> {

@@ -199,24 +199,18 @@ impl Ledger {
         let mut jobs: Vec<&str> = runs.iter().map(|(job, _)| *job).collect();
         jobs.sort_unstable();
         jobs.dedup();
-        let mut charged = HashMap::new();
-        for group in jobs.chunks(self.conn.dialect().in_list()) {
-            let values = crate::db::padded_values(group);
-            let mut stmt = self.conn.prepare_cached(&format!(
-                "SELECT job_id, segment_start, MIN(charged_until) FROM job_charges WHERE job_id IN ({})
-                 GROUP BY job_id, segment_start",
-                crate::db::placeholders(values.len(), 1)
-            ))?;
-            let rows =
-                stmt.query_map(&values[..], |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?, r.get::<i64>(2)?)))?;
-            for row in rows {
-                let (job, start, until) = row?;
-                if wanted.contains(&(job.as_str(), start)) {
-                    charged.insert((job, start), until.max(0) as u64);
-                }
-            }
-        }
-        Ok(charged)
+        let rows = crate::db::query_among(
+            &self.conn,
+            "SELECT job_id, segment_start, MIN(charged_until) FROM job_charges WHERE job_id IN (?LIST)
+             GROUP BY job_id, segment_start",
+            &jobs,
+            |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?, r.get::<i64>(2)?)),
+        )?;
+        Ok(rows
+            .into_iter()
+            .filter(|(job, start, _)| wanted.contains(&(job.as_str(), *start)))
+            .map(|(job, start, until)| ((job, start), until.max(0) as u64))
+            .collect())
     }
 
     /// Seconds of a run segment charged for every GPU type it holds (the least of them); None when

@@ -143,20 +143,9 @@ impl Ledger {
         let mut jobs: Vec<&str> = runs.iter().map(|r| r.job_id.as_str()).collect();
         jobs.sort_unstable();
         jobs.dedup();
-        let mut out = HashMap::new();
-        for group in jobs.chunks(self.conn.dialect().in_list()) {
-            let values = crate::db::padded_values(group);
-            let mut stmt = self.conn.prepare_cached(&format!(
-                "SELECT borrowed, {RUN_COLUMNS} FROM borrowed_runs WHERE job_id IN ({})",
-                crate::db::placeholders(values.len(), 1)
-            ))?;
-            let rows = stmt.query_map(&values[..], |r| Ok((r.get::<i64>(0)? != 0, run_row(r, 1)?)))?;
-            for row in rows {
-                let (borrowed, run) = row?;
-                out.insert((run.job_id.clone(), run.run_start), (borrowed, run));
-            }
-        }
-        Ok(out)
+        let sql = format!("SELECT borrowed, {RUN_COLUMNS} FROM borrowed_runs WHERE job_id IN (?LIST)");
+        let rows = crate::db::query_among(&self.conn, &sql, &jobs, |r| Ok((r.get::<i64>(0)? != 0, run_row(r, 1)?)))?;
+        Ok(rows.into_iter().map(|(borrowed, run)| ((run.job_id.clone(), run.run_start), (borrowed, run))).collect())
     }
 
     /// How a run was judged: whether it is borrowed, and its row.

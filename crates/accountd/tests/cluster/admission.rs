@@ -224,7 +224,12 @@ impl Drop for Admission {
 /// `tables` in its config. Bind as `let (site, mut adm) = ...`: `adm` goes first, restoring the
 /// cluster's snapshot while the site still exists.
 pub(crate) fn following_site(tables: &str, adjustments: &[(&str, &str)]) -> (Site, Admission) {
-    let site = Site::start("", tables);
+    following_site_priced(crate::common::PRICES, tables, adjustments)
+}
+
+/// [`following_site`] with a `[prices]` table of the test's own.
+fn following_site_priced(prices: &str, tables: &str, adjustments: &[(&str, &str)]) -> (Site, Admission) {
+    let site = Site::with_prices("", prices, tables);
     let adm = Admission::start();
     for (user, amount) in adjustments {
         site.accountd(None, &["admin", "adjust", user, amount, "--reason", "test"]).ok();
@@ -232,6 +237,19 @@ pub(crate) fn following_site(tables: &str, adjustments: &[(&str, &str)]) -> (Sit
     adm.follow(&site);
     adm.settled();
     (site, adm)
+}
+
+/// The site's snapshot once it holds `line` (a check cycle right after slurmctld started may not
+/// have read the nodes yet), or as it is after 30 s.
+fn snapshot_holding(site: &Site, line: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(site.path("lib/balances.snapshot")).unwrap_or_default();
+        if text.contains(line) || Instant::now() > deadline {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 const REFUSED: &str = "sbatch: error: gputokens: your GPU token balance is -10.4 (floor -10); GPU jobs are refused \
@@ -1235,15 +1253,7 @@ fn sbatch_test_only_is_quoted_with_a_cheaper_type_free_now() {
     // Reading the live cluster (its queue and nodes) every few seconds, never preempting.
     let live = "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n[intervals]\ncheck = \"5s\"\n";
     let (site, mut adm) = following_site(live, &[(alice, "-50")]);
-    // Until a check cycle has read the nodes (one right after slurmctld started may not).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let snapshot = loop {
-        let text = std::fs::read_to_string(site.path("lib/balances.snapshot")).unwrap_or_default();
-        if text.contains("\nfree_gpus ") || Instant::now() > deadline {
-            break text;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let snapshot = snapshot_holding(&site, "\nfree_gpus ");
     adm.settled();
     let quoted = sbatch(alice, &["--test-only", "--gres=gpu:a6000:1", "--time=60", "--wrap", "true"]);
     assert_eq!(quoted.code, 0, "{quoted:?}");
@@ -1295,19 +1305,9 @@ fn sbatch_test_only_counts_the_gpus_a_jobs_cpus_would_leave_idle() {
     let cluster = serial();
     let alice = cluster.alice;
     let live = "[slurm]\nfirst_lookback = \"1s\"\n[preemption]\nenabled = false\n[intervals]\ncheck = \"5s\"\n";
-    let site = Site::with_prices("", &format!("{}stranded = [\"cpus\"]\n", crate::common::PRICES), live);
-    let adm = Admission::start();
-    site.accountd(None, &["admin", "adjust", alice, "-50", "--reason", "test"]).ok();
-    adm.follow(&site);
-    // Until a check cycle has read the nodes' shapes.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let snapshot = loop {
-        let text = std::fs::read_to_string(site.path("lib/balances.snapshot")).unwrap_or_default();
-        if text.contains("\nnode_shape ") || Instant::now() > deadline {
-            break text;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let prices = format!("{}stranded = [\"cpus\"]\n", crate::common::PRICES);
+    let (site, adm) = following_site_priced(&prices, live, &[(alice, "-50")]);
+    let snapshot = snapshot_holding(&site, "\nnode_shape ");
     assert!(snapshot.contains("\nstranded cpus\n"), "{snapshot}");
     adm.settled();
     let quote = |cpus: &str| {

@@ -54,6 +54,8 @@ pub struct Settings<'a> {
     /// A second Slurm cluster on the slurmdbd and the ledger, with its own accountd (up.sh's
     /// GPUTOKENS_MN_CLUSTERS=2: ctlb and node4).
     pub second_cluster: bool,
+    /// More slurm.conf `PartitionName=` lines, beside the default partition `gpu` of every node.
+    pub partitions: &'a str,
 }
 
 /// GPU memory of each process `nvml_processes` puts on a GPU.
@@ -92,6 +94,7 @@ impl Cluster {
         if settings.second_cluster {
             up.env("GPUTOKENS_MN_CLUSTERS", "2");
         }
+        up.env("GPUTOKENS_MN_PARTITIONS", settings.partitions);
         up.env("GPUTOKENS_MN_HTTP", settings.http).env("GPUTOKENS_MN_ACCOUNTD_KEYS", settings.accountd);
         let out = up.output().expect("bash tests/multinode/up.sh");
         assert!(

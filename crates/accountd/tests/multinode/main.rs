@@ -17,6 +17,7 @@ mod node_root;
 mod outage;
 mod pair;
 mod partition;
+mod reach;
 mod restore;
 
 pub use cluster::{wait_seen, wait_until, Cluster, Settings};

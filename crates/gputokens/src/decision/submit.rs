@@ -10,7 +10,7 @@ use crate::estimate::{requested_milli, total_milli, Commitment, MilliByType};
 use crate::gpu_request::GpuRequest;
 use crate::job_request::{JobRequest, TimeLimit};
 use crate::job_shape::JobShape;
-use crate::slurm::partitions::{limit_for_untimed, max_time};
+use crate::slurm::partitions::{limit_for_untimed, max_time, may_run_in};
 use crate::snapshot::Snapshot;
 use crate::stranded_estimate::Strands;
 use crate::tres::MILLI;
@@ -43,6 +43,8 @@ struct Submission {
     wants_quote: bool,
     /// Its estimate and what its owner's jobs hold, once counted (for `--gpu-tokens-estimate`).
     counted: Option<(JobEstimate, Commitment)>,
+    /// The partitions it names (a comma list; None: the default), whose free GPUs a quote offers.
+    partitions: Option<String>,
 }
 
 impl Submission {
@@ -55,7 +57,8 @@ impl Submission {
             return None;
         }
         let (wants_estimate, wants_quote) = (job.wants_estimate, job.wants_quote);
-        Some((owner, Submission { request, seconds: None, wants_estimate, wants_quote, counted: None }))
+        let partitions = job.partition.clone();
+        Some((owner, Submission { request, seconds: None, wants_estimate, wants_quote, counted: None, partitions }))
     }
 }
 
@@ -165,14 +168,15 @@ impl Steps for Submission {
         let (estimate, held) = self.counted.as_ref().filter(|_| self.wants_estimate || self.wants_quote)?;
         if self.wants_quote {
             let snapshot = account.standing.snapshot;
-            let free = snapshot.queue.as_ref().and_then(|q| q.free_gpus.as_ref());
+            let partitions = may_run_in(&snapshot.partitions, self.partitions.as_deref());
+            let free = snapshot.queue.as_ref().and_then(|q| q.free_gpus_for(&partitions));
             return Some(quote::message(
                 account.balance,
                 held.max_cost,
                 estimate,
                 account.pool,
                 &snapshot.prices,
-                free,
+                free.as_ref(),
             ));
         }
         Some(rules::estimate_message(account.balance, held.max_cost, estimate, account.pool))
@@ -603,6 +607,21 @@ mod tests {
         assert!(told.ends_with("Cheaper, with GPUs free now: rtx2080 up to 0.5 tokens (3 free)."), "{told}");
         let at_floor = JobRequest { wants_quote: true, ..gpu_job(1001) };
         assert!(message(&submit(Some(&w), &config(), &at_floor).0).contains("[gputokens code=floor"));
+
+        // Where the snapshot lists each partition's free GPUs, a job is offered those of the
+        // partitions it may run in (the fixture's default is `gpu`).
+        let queue = w.snapshot.queue.as_mut().unwrap();
+        let free = |n: u64| std::collections::BTreeMap::from([("rtx2080".to_string(), n)]);
+        queue.free_gpus_in = std::collections::BTreeMap::from([
+            ("gpu".to_string(), free(0)),
+            ("long".to_string(), free(2)),
+            ("other".to_string(), free(1)),
+        ]);
+        let told = message(&submit(Some(&w), &config(), &job).0);
+        assert!(told.ends_with("No cheaper GPU type has 1 GPU free now."), "{told}");
+        let in_long = JobRequest { partition: Some("long,other".into()), ..job.clone() };
+        let told = message(&submit(Some(&w), &config(), &in_long).0);
+        assert!(told.ends_with("Cheaper, with GPUs free now: rtx2080 up to 0.5 tokens (2 free)."), "{told}");
     }
 
     /// Where the site prices what a job strands, the estimate and the quote count the worst node

@@ -78,15 +78,21 @@ pub fn max_time(partitions: &[Partition], requested: Option<&str>) -> Option<u64
     largest(partitions, requested, |p| p.max_time)
 }
 
+/// The partitions a job may run in: those it names in `requested` (a comma list), else the default.
+pub fn may_run_in<'a>(partitions: &'a [Partition], requested: Option<&'a str>) -> Vec<&'a str> {
+    match requested.filter(|r| !r.is_empty()) {
+        Some(list) => list.split(',').map(str::trim).collect(),
+        None => partitions.iter().filter(|p| p.default).map(|p| p.name.as_str()).collect(),
+    }
+}
+
 fn largest(
     partitions: &[Partition],
     requested: Option<&str>,
     limit: impl Fn(&Partition) -> Option<u64>,
 ) -> Option<u64> {
-    let named: Vec<&Partition> = match requested.filter(|r| !r.is_empty()) {
-        Some(list) => list.split(',').filter_map(|n| partitions.iter().find(|p| p.name == n.trim())).collect(),
-        None => partitions.iter().filter(|p| p.default).collect(),
-    };
+    let named: Vec<&Partition> =
+        may_run_in(partitions, requested).into_iter().filter_map(|n| partitions.iter().find(|p| p.name == n)).collect();
     if named.is_empty() {
         return None;
     }

@@ -40,10 +40,23 @@ fn takes_jobs(state: &str, cpus: &str) -> bool {
         && matches!(state.trim_end_matches(['~', '#', '-']), "idle" | "mix")
 }
 
+/// GPUs of each type, by GPU type.
+pub type GpusByType = BTreeMap<String, u64>;
+
+/// Whole GPUs no running job holds on nodes taking jobs: in all, and in each partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FreeGpus {
+    pub total: GpusByType,
+    /// Each partition of `partition_nodes` with its nodes' free GPUs (none free: an empty map).
+    pub by_partition: BTreeMap<String, GpusByType>,
+}
+
 /// Whole GPUs of each type that no running job holds on nodes taking jobs, from sinfo's
-/// `%N|%G|%t|%C` (`text`, [`NODE_STATES_ARGS`]) and the queue. A job on one such node takes its GPUs
-/// from it; one on several nodes (`n[1-2]`) from the total.
-pub fn free_gpus(text: &str, jobs: &[QueueJob]) -> BTreeMap<String, u64> {
+/// `%N|%G|%t|%C` (`text`, [`NODE_STATES_ARGS`]) and the queue, in all and in each partition of
+/// `partition_nodes` (its nodes, expanded). A job takes its GPUs from its node; a job on several
+/// nodes (`n[1-2]`) an even share from each, or, where its node list does not expand, from the total
+/// (and then from no partition: a quote may offer a partition's GPUs such a job holds).
+pub fn free_gpus(text: &str, jobs: &[QueueJob], partition_nodes: &HashMap<String, Vec<String>>) -> FreeGpus {
     let mut per_node: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
     for line in text.lines() {
         let mut fields = line.split('|').map(str::trim);
@@ -59,26 +72,46 @@ pub fn free_gpus(text: &str, jobs: &[QueueJob]) -> BTreeMap<String, u64> {
     }
     let mut spread: BTreeMap<String, u64> = BTreeMap::new();
     for job in jobs.iter().filter(|j| j.state == "RUNNING") {
-        let held = job.alloc.gpus.typed.iter().map(|(t, n)| (t.clone(), *n));
-        match per_node.get_mut(job.nodes.as_str()) {
-            Some(node) => held.for_each(|(t, n)| {
-                let left = node.entry(t).or_default();
-                *left = left.saturating_sub(n);
-            }),
-            None if job.node_count > 1 => held.for_each(|(t, n)| *spread.entry(t).or_default() += n),
-            None => {}
+        let held = &job.alloc.gpus.typed;
+        let nodes = match per_node.contains_key(job.nodes.as_str()) {
+            true => Some(vec![job.nodes.clone()]),
+            false => super::hostlist::expand(&job.nodes).filter(|n| n.len() > 1),
+        };
+        let Some(nodes) = nodes else {
+            if job.node_count > 1 {
+                held.iter().for_each(|(t, n)| *spread.entry(t.clone()).or_default() += n);
+            }
+            continue;
+        };
+        // An even share from each node, the rest from the first ones.
+        let count = nodes.len() as u64;
+        for (i, node) in nodes.iter().enumerate() {
+            let Some(left) = per_node.get_mut(node.as_str()) else { continue };
+            for (gpu_type, n) in held {
+                let share = n / count + u64::from((i as u64) < n % count);
+                let free = left.entry(gpu_type.clone()).or_default();
+                *free = free.saturating_sub(share);
+            }
         }
     }
-    let mut free: BTreeMap<String, u64> = BTreeMap::new();
-    for (gpu_type, n) in per_node.into_values().flatten() {
-        *free.entry(gpu_type).or_default() += n;
-    }
+    let sum = |nodes: &mut dyn Iterator<Item = &BTreeMap<String, u64>>| {
+        let mut free = GpusByType::new();
+        for (gpu_type, n) in nodes.flatten() {
+            *free.entry(gpu_type.clone()).or_default() += n;
+        }
+        free
+    };
+    let mut total = sum(&mut per_node.values());
     for (gpu_type, n) in spread {
-        if let Some(left) = free.get_mut(&gpu_type) {
+        if let Some(left) = total.get_mut(&gpu_type) {
             *left = left.saturating_sub(n);
         }
     }
-    free
+    let by_partition = partition_nodes
+        .iter()
+        .map(|(name, nodes)| (name.clone(), sum(&mut nodes.iter().filter_map(|n| per_node.get(n.as_str())))))
+        .collect();
+    FreeGpus { total, by_partition }
 }
 
 #[cfg(test)]
@@ -118,9 +151,38 @@ mod tests {
             job("2", "RUNNING", "n2", "gpu:a6000:2(IDX:0-1)"),
             job("3", "PENDING", "", ""),
         ];
-        let free = free_gpus(sinfo, &jobs);
+        let free = free_gpus(sinfo, &jobs, &HashMap::new());
         // vm: 4 rtx2080 and 1 a6000 left; n4 powered down but starts for a job: 2; n2 draining, n3
         // not responding, n5 with every CPU taken and n6 in a maintenance reservation: none.
-        assert_eq!(free, BTreeMap::from([("a6000".to_string(), 3), ("rtx2080".to_string(), 4)]));
+        assert_eq!(free.total, BTreeMap::from([("a6000".to_string(), 3), ("rtx2080".to_string(), 4)]));
+    }
+
+    #[test]
+    fn each_partition_counts_the_free_gpus_of_its_own_nodes() {
+        let sinfo = "n1|gpu:a6000:4|mix|4/12/0/16\n\
+                     n2|gpu:a6000:4|mix|4/12/0/16\n\
+                     n3|gpu:a6000:4|idle|0/16/0/16\n\
+                     n4|gpu:rtx2080:4|drain|0/16/0/16\n";
+        let job = |id: &str, nodes: &str, count: u64, detail: &str| {
+            let json = format!(
+                r#"{{"jobs":[{{"job_id":{id},"user_name":"u","job_state":"RUNNING","nodes":"{nodes}","node_count":{count},"gres_detail":["{detail}"]}}]}}"#
+            );
+            crate::slurm::squeue::queue(&json).unwrap().remove(0)
+        };
+        // 3 a6000s on n1 and n2 together (2 from n1, 1 from n2); 1 on n1 alone.
+        let jobs = [job("1", "n[1-2]", 2, "gpu:a6000:3(IDX:0-2)"), job("2", "n1", 1, "gpu:a6000:1(IDX:3)")];
+        let partitions = HashMap::from([
+            ("big".to_string(), vec!["n1".to_string(), "n2".to_string(), "n3".to_string(), "n4".to_string()]),
+            ("first".to_string(), vec!["n1".to_string()]),
+            ("second".to_string(), vec!["n2".to_string()]),
+            ("old".to_string(), vec!["n4".to_string()]),
+        ]);
+        let free = free_gpus(sinfo, &jobs, &partitions);
+        let a6000 = |n: u64| BTreeMap::from([("a6000".to_string(), n)]);
+        assert_eq!(free.total, a6000(1 + 3 + 4));
+        assert_eq!(free.by_partition["big"], a6000(8));
+        assert_eq!(free.by_partition["first"], a6000(1), "{free:?}");
+        assert_eq!(free.by_partition["second"], a6000(3));
+        assert_eq!(free.by_partition["old"], BTreeMap::new(), "a draining node takes no job");
     }
 }
