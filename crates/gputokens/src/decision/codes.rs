@@ -103,6 +103,18 @@ impl Tail {
         Tail { code, retry_after: seconds.map(|s| vec![(ANY_TYPE.to_string(), s)]).unwrap_or_default() }
     }
 
+    /// This tail, waiting also for `other` (a second balance that refuses the same job): each type
+    /// passes once both have passed; never (no `retry_after`) where either never does.
+    pub fn waiting_also_for(mut self, other: &Tail) -> Tail {
+        let after = |gpu_type: &str| {
+            other.retry_after.iter().find(|(t, _)| t == gpu_type || t == ANY_TYPE).map(|(_, seconds)| *seconds)
+        };
+        let waits: Option<Vec<(String, u64)>> =
+            self.retry_after.iter().map(|(t, s)| after(t).map(|o| (t.clone(), o.max(*s)))).collect();
+        self.retry_after = waits.unwrap_or_default();
+        self
+    }
+
     /// `message` with the tail on its last line.
     pub fn appended_to(&self, message: &str) -> String {
         format!("{message} {self}")

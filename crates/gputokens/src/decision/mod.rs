@@ -428,6 +428,18 @@ impl<'a> Account<'a> {
     /// limit in the pool (`PoolLimit`: it begins again on the 1st of next month), and when that
     /// ends.
     fn refusal_tail(&self, case: &Case) -> Tail {
+        let tail = self.own_refusal_tail(case);
+        // Mode "both": where the other balance refuses too, the job passes once both recovered.
+        match &self.other {
+            Some(other) if matches!(other.decision, Decision::Reject { .. }) => {
+                tail.waiting_also_for(&other.own_refusal_tail(case))
+            }
+            _ => tail,
+        }
+    }
+
+    /// [`Account::refusal_tail`] of this balance alone.
+    fn own_refusal_tail(&self, case: &Case) -> Tail {
         if let Some(tail) = &self.closed {
             return tail.clone();
         }

@@ -101,6 +101,24 @@ fn in_mode_both_the_user_and_the_pool_must_have_tokens() {
     assert!(matches!(submit(PoolMode::Both, &gpu_job(Some("lab"))), Verdict::Reject { .. }));
 }
 
+/// Mode "both", both balances at their floors: the pool's refusal is shown (the pool on a tie), and
+/// its `retry_after` waits for the later of the two to recover (bob's own, six days of grants away).
+#[test]
+fn in_mode_both_a_refusal_retries_after_both_balances_recover() {
+    let decide = |mode: PoolMode| {
+        let mut w = world(mode);
+        w.snapshot.balances.insert("bob".into(), Tokens::whole(-15));
+        message(&decide_submit(&gpu_job(Some("lab")), &inputs(Some(&w), &config(), BOB), &mut |_, _| {}).verdict)
+    };
+    let retry = |text: &str| crate::decision::codes::parse(text).expect("a tail").1;
+    let own = retry(&decide(PoolMode::User));
+    let lab = retry(&message(&submit(PoolMode::Account, &gpu_job(Some("lab")))));
+    assert!(own[0].1 > lab[0].1, "bob's own recovers later: {own:?} {lab:?}");
+    let both = decide(PoolMode::Both);
+    assert!(both.contains("account lab's GPU token balance is -10"), "{both}");
+    assert_eq!(retry(&both), own, "{both}");
+}
+
 #[test]
 fn updates_are_judged_by_the_pool_of_the_account_the_job_is_in_or_moves_to() {
     let nice0 = |id: u32| JobRequest { job_id: Some(id), nice: Some(0), ..Default::default() };
