@@ -96,11 +96,7 @@ prepare_release() {
   local in_turn=()
   [[ $release == "$HOST_RELEASE" ]] && in_turn=(flock -w 1200 /tmp/gputokens-apt.lock)
   "${in_turn[@]}" dpkg -i --force-confold --force-confmiss "${debs[@]}" >/dev/null
-  export GPUTOKENS_PLUGINS=installed GPUTOKENS_INSTALLED_BIN_DIR=/usr/bin
-  # The plugins' own builds, for the tests that load them directly (crates/accountd/tests/support/common.rs).
-  GPUTOKENS_PLUGIN_BUILD_DIR=${CARGO_TARGET_DIR:-$TARGET}/debug
-  export GPUTOKENS_PLUGIN_BUILD_DIR
-  export GPUTOKENS_SBALANCE=$TARGET/debug/static/sbalance
+  release_settings
 
   # The job_submit plugin runs inside the test cluster's slurmctld and reads /etc/slurm/gputokens.toml
   # once at start: point it at the snapshot the admission tests write (crates/accountd/tests/cluster/admission.rs).
@@ -117,8 +113,17 @@ prepare_release() {
   printf '# Written by tests/run.sh for the test cluster: read by job_submit_gputokens.so in slurmctld\n# and spank_gputokens.so in sbatch/srun.\n[paths]\nsnapshot = "%s"\nsocket = "%s"\n' \
     "$LAB/snapshot/balances.snapshot" "$LAB/snapshot/accountd.sock" > /etc/slurm/gputokens.toml
   install -D -m 755 "$TARGET/debug/libnvidia_ml.so" "$LAB/fake-nvml/libnvidia-ml.so.1"
-  export SPANK_PLUGIN_ARGS="jobs_dir=$LAB/gpu-jobs nvml_library=$LAB/fake-nvml/libnvidia-ml.so.1"
   bash tests/cluster/up.sh
+}
+
+# What the tests of a prepared release are told: they run the installed packages' accountd and
+# sbalance, and the plugins' own builds where they load them directly (crates/accountd/tests/support/common.rs).
+release_settings() {
+  export GPUTOKENS_PLUGINS=installed GPUTOKENS_INSTALLED_BIN_DIR=/usr/bin
+  GPUTOKENS_PLUGIN_BUILD_DIR=${CARGO_TARGET_DIR:-$TARGET}/debug
+  export GPUTOKENS_PLUGIN_BUILD_DIR
+  export GPUTOKENS_SBALANCE=$TARGET/debug/static/sbalance
+  export SPANK_PLUGIN_ARGS="jobs_dir=$LAB/gpu-jobs nvml_library=$LAB/fake-nvml/libnvidia-ml.so.1"
 }
 
 # running_daemons: the daemons of the cluster that is up (and the demo's accountd), as pid:starttime
@@ -266,6 +271,8 @@ in_release() {
   fi
   prepare_release "$RELEASE"
   echo "prepare $RELEASE $(( SECONDS - start )) 0" >> "$TIMES"
+  # The suites without a cluster, when they run apart (below), wait for the host's packages.
+  if [[ -n ${GPUTOKENS_PREPARED:-} && $RELEASE == "$HOST_RELEASE" ]]; then touch "$GPUTOKENS_PREPARED"; fi
   if [[ $1 == up ]]; then exit 0; fi
   mapfile -t started < <(running_daemons)
   trap 'stop_cluster || true' EXIT
@@ -330,22 +337,32 @@ rm -f "$GPUTOKENS_RPMS_BUILD.status"
 # longest chain is shorter by theirs. (Beside the cluster suites, a fourth load, they made the tests'
 # load races lose.)
 pids=() status=()
+export GPUTOKENS_PREPARED=$LOGS/prepared-$HOST_RELEASE
+rm -f "$GPUTOKENS_PREPARED"
 for r in $RELEASES; do
   suites=()
   for s in $(suites_for "$r"); do [[ " $CLUSTERLESS " == *" $s "* ]] || suites+=("$s"); done
   release "$r" "${suites[@]}" > "$LOGS/$r.log" 2>&1 &
   pids+=("$!")
+  [[ $r == "$HOST_RELEASE" ]] && host_pid=$!
   echo "tests/run.sh: Slurm $r started (log: $LOGS/$r.log)"
 done
-first=0
 wait -n -p first "${pids[@]}" && status[first]=0 || status[first]=$?
-(RELEASE=$HOST_RELEASE TIMES=$GPUTOKENS_TIMES; rc=0; for s in $CLUSTERLESS; do suite "$s" || rc=1; done; exit "$rc") \
-  > "$LOGS/clusterless.log" 2>&1 &
-clusterless=$!
+# With the host's release prepared (its packages installed; it may have ended without), and its settings.
+clusterless() {
+  RELEASE=$HOST_RELEASE TIMES=$GPUTOKENS_TIMES
+  while [[ ! -e $GPUTOKENS_PREPARED ]] && kill -0 "$host_pid" 2>/dev/null; do sleep 2; done
+  release_settings
+  local rc=0 s
+  for s in $CLUSTERLESS; do suite "$s" || rc=1; done
+  return "$rc"
+}
+clusterless > "$LOGS/clusterless.log" 2>&1 &
+clusterless_pid=$!
 echo "tests/run.sh: $CLUSTERLESS started (log: $LOGS/clusterless.log)"
 rc=0 i=0
 for r in $RELEASES clusterless; do
-  pid=${pids[$i]:-$clusterless} log=$LOGS/$r.log what="Slurm $r"
+  pid=${pids[$i]:-$clusterless_pid} log=$LOGS/$r.log what="Slurm $r"
   [[ $r == clusterless ]] && what="$CLUSTERLESS (no cluster)"
   i=$(( i + 1 ))
   if [[ -z ${status[pid]:-} ]]; then wait "$pid" && status[pid]=0 || status[pid]=$?; fi

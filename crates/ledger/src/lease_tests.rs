@@ -11,6 +11,24 @@ fn grant(user: &str, key: &str) -> NewEntry {
     NewEntry::new(user, EntryKind::Grant, Tokens::whole(1), 5, "root", "test", key.into())
 }
 
+/// An accountd still running on a MariaDB ledger that a newer one upgraded writes nothing more.
+#[test]
+fn a_ledger_upgraded_by_a_newer_accountd_refuses_the_older_ones_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut old = crate::testdb::open(&dir.path().join("ledger.sqlite"), BucketRules::default()).unwrap();
+    if old.dialect() == Dialect::Sqlite {
+        return; // One file on one host, its schema read at each open.
+    }
+    old.append(&grant("ann", "grant:1")).unwrap();
+    let newer = crate::schema::VERSION + 1;
+    old.conn.execute_batch(&format!("UPDATE ledger_schema SET version = {newer} WHERE id = 1")).unwrap();
+    let refused = old.append(&grant("ann", "grant:2"));
+    let Err(LedgerError::Db(crate::db::Error::SchemaChanged { found, known })) = refused else { panic!("{refused:?}") };
+    assert_eq!((found, known), (Some(newer), crate::schema::VERSION));
+    old.conn.execute_batch(&format!("UPDATE ledger_schema SET version = {known} WHERE id = 1")).unwrap();
+    assert_eq!(old.account("ann").unwrap().unwrap().balance, Tokens::whole(101), "only the first grant");
+}
+
 /// Two accountd on one ledger: one leads at a time, the other takes over once the lease lapses,
 /// and the one that lost it writes nothing through its fenced connection.
 #[test]

@@ -38,8 +38,16 @@ fn multinode_quotes_and_reclaims_reach_only_the_nodes_of_a_jobs_partitions() {
         cluster.on("ctl1", Some("bob"), &args).stderr
     };
     let no_rtx3090 = "rtx3090 has 0 free now; free now at a higher price: a6000 up to 4 tokens (2 free).";
-    // Once the snapshot shows the runs: node1's rtx2080s are in `first` and in `gpu`, not in `rest`.
-    let told = wait_seen(60, "a quote that counts alice's runs", || {
+    // Once the snapshot shows all three runs (the plugin reads it on change).
+    wait_until(60, "the snapshot to count alice's runs", || {
+        let snapshot = cluster.snapshot();
+        ["free_gpus_in first rtx2080=2 rtx3090=0\n", "free_gpus_in rest a6000=2 rtx3090=0\n"]
+            .iter()
+            .all(|line| snapshot.contains(line))
+            .then_some(())
+    });
+    // node1's rtx2080s are in `first` and in `gpu`, not in `rest`.
+    let told = wait_seen(30, "a quote from that snapshot", || {
         let told = quote(Some("rest"));
         told.contains(&format!("No cheaper GPU type has 1 GPU free now. {no_rtx3090}"))
             .then_some(told.clone())
@@ -66,15 +74,10 @@ fn multinode_quotes_and_reclaims_reach_only_the_nodes_of_a_jobs_partitions() {
         "one run in rest requeued (not cancelled), no more: node2's and node3's {states:?}"
     );
     let requeued = if states[0] == "PENDING" { &on_node2 } else { &on_node3 };
-    let actions = cluster.accountd(None, &["admin", "actions"]).ok().stdout;
-    // `DATE TIME ACTION TARGET USER REASON`
-    let targets: Vec<&str> = actions
-        .lines()
-        .filter_map(|l| {
-            let words: Vec<&str> = l.split_whitespace().collect();
-            (words.get(2) == Some(&"requeue")).then(|| words[3])
-        })
-        .collect();
-    assert_eq!(targets, [requeued.as_str()], "{actions}");
+    let actions = cluster.accountd(None, &["admin", "actions", "--json"]).ok().stdout;
+    let actions: accountd::balance_json::Actions = serde_json::from_str(&actions).expect("admin actions --json");
+    let requeues: Vec<&str> =
+        actions.actions.iter().filter(|a| a.action == "requeue").map(|a| a.target.as_str()).collect();
+    assert_eq!(requeues, [requeued.as_str()], "{:?}", actions.actions);
     cluster.on("ctl1", None, &["scancel", &on_node1, &on_node2, &on_node3, &waiting]);
 }

@@ -106,12 +106,17 @@ impl Tail {
     /// This tail, waiting also for `other` (a second balance that refuses the same job): each type
     /// passes once both have passed; never (no `retry_after`) where either never does.
     pub fn waiting_also_for(mut self, other: &Tail) -> Tail {
-        let after = |gpu_type: &str| {
-            other.retry_after.iter().find(|(t, _)| t == gpu_type || t == ANY_TYPE).map(|(_, seconds)| *seconds)
+        let after = |tail: &Tail, gpu_type: &str| {
+            let named = tail.retry_after.iter().find(|(t, _)| t == gpu_type);
+            named.or_else(|| tail.retry_after.iter().find(|(t, _)| t == ANY_TYPE)).map(|(_, seconds)| *seconds)
         };
-        let waits: Option<Vec<(String, u64)>> =
-            self.retry_after.iter().map(|(t, s)| after(t).map(|o| (t.clone(), o.max(*s)))).collect();
-        self.retry_after = waits.unwrap_or_default();
+        // Each type either names (or both give for every type), where both say when it passes.
+        let mut types: Vec<&str> = self.retry_after.iter().chain(&other.retry_after).map(|(t, _)| t.as_str()).collect();
+        types.sort_unstable();
+        types.dedup();
+        let waits =
+            types.into_iter().filter_map(|t| Some((t.to_string(), after(&self, t)?.max(after(other, t)?)))).collect();
+        self.retry_after = waits;
         self
     }
 
@@ -165,6 +170,24 @@ pub fn parse(message: &str) -> Option<(String, Vec<(String, u64)>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two balances refuse a job: each type passes once both say it does.
+    #[test]
+    fn a_wait_for_two_balances_is_the_later_of_each_type() {
+        let tail = |waits: &[(&str, u64)]| Tail {
+            code: Code::Floor,
+            retry_after: waits.iter().map(|(t, s)| (t.to_string(), *s)).collect(),
+        };
+        let waits = |a: Tail, b: &Tail| a.waiting_also_for(b).retry_after;
+        let pair = |t: &str, s: u64| (t.to_string(), s);
+        assert_eq!(waits(tail(&[("*", 100)]), &tail(&[("*", 300)])), [pair("*", 300)]);
+        assert_eq!(
+            waits(tail(&[("*", 100)]), &tail(&[("a6000", 50), ("rtx2080", 500)])),
+            [pair("a6000", 100), pair("rtx2080", 500)]
+        );
+        assert_eq!(waits(tail(&[("a6000", 50)]), &tail(&[("rtx2080", 500)])), []);
+        assert_eq!(waits(tail(&[("*", 100)]), &tail(&[])), [], "the other never recovers by waiting");
+    }
 
     #[test]
     fn a_tail_is_written_and_read_back() {

@@ -54,8 +54,9 @@ pub struct FreeGpus {
 /// Whole GPUs of each type that no running job holds on nodes taking jobs, from sinfo's
 /// `%N|%G|%t|%C` (`text`, [`NODE_STATES_ARGS`]) and the queue, in all and in each partition of
 /// `partition_nodes` (its nodes, expanded). A job takes its GPUs from its node; a job on several
-/// nodes (`n[1-2]`) an even share from each, or, where its node list does not expand, from the total
-/// (and then from no partition: a quote may offer a partition's GPUs such a job holds).
+/// nodes (`n[1-2]`) what squeue shows it holds on each (else an even share of them), or, where its
+/// node list does not expand, from the total (and then from no partition: a quote may offer a
+/// partition's GPUs such a job holds).
 pub fn free_gpus(text: &str, jobs: &[QueueJob], partition_nodes: &HashMap<String, Vec<String>>) -> FreeGpus {
     let mut per_node: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
     for line in text.lines() {
@@ -83,14 +84,17 @@ pub fn free_gpus(text: &str, jobs: &[QueueJob], partition_nodes: &HashMap<String
             }
             continue;
         };
-        // An even share from each node, the rest from the first ones.
         let count = nodes.len() as u64;
         for (i, node) in nodes.iter().enumerate() {
             let Some(left) = per_node.get_mut(node.as_str()) else { continue };
             for (gpu_type, n) in held {
-                let share = n / count + u64::from((i as u64) < n % count);
+                let on_node = match job.gpus_by_node.len() == nodes.len() {
+                    true => job.gpus_by_node[i].get(gpu_type).copied().unwrap_or(0),
+                    // An even share from each node, the rest from the first ones.
+                    false => n / count + u64::from((i as u64) < n % count),
+                };
                 let free = left.entry(gpu_type.clone()).or_default();
-                *free = free.saturating_sub(share);
+                *free = free.saturating_sub(on_node);
             }
         }
     }
@@ -169,8 +173,13 @@ mod tests {
             );
             crate::slurm::squeue::queue(&json).unwrap().remove(0)
         };
-        // 3 a6000s on n1 and n2 together (2 from n1, 1 from n2); 1 on n1 alone.
-        let jobs = [job("1", "n[1-2]", 2, "gpu:a6000:3(IDX:0-2)"), job("2", "n1", 1, "gpu:a6000:1(IDX:3)")];
+        // 3 a6000s on n1 and n2 together (squeue shows 1 on n1, 2 on n2); 1 on n1 alone; 2 on n1 and
+        // n3 without a detail per node (an even share: 1 from each).
+        let jobs = [
+            job("1", "n[1-2]", 2, r#"gpu:a6000:1(IDX:0)","gpu:a6000:2(IDX:0-1)"#),
+            job("2", "n1", 1, "gpu:a6000:1(IDX:3)"),
+            job("3", "n[1,3]", 2, "gpu:a6000:2(IDX:1-2)"),
+        ];
         let partitions = HashMap::from([
             ("big".to_string(), vec!["n1".to_string(), "n2".to_string(), "n3".to_string(), "n4".to_string()]),
             ("first".to_string(), vec!["n1".to_string()]),
@@ -179,10 +188,11 @@ mod tests {
         ]);
         let free = free_gpus(sinfo, &jobs, &partitions);
         let a6000 = |n: u64| BTreeMap::from([("a6000".to_string(), n)]);
-        assert_eq!(free.total, a6000(1 + 3 + 4));
-        assert_eq!(free.by_partition["big"], a6000(8));
+        // n1: 4 - 1 - 1 - 1; n2: 4 - 2; n3: 4 - 1.
+        assert_eq!(free.total, a6000(1 + 2 + 3));
+        assert_eq!(free.by_partition["big"], a6000(6));
         assert_eq!(free.by_partition["first"], a6000(1), "{free:?}");
-        assert_eq!(free.by_partition["second"], a6000(3));
+        assert_eq!(free.by_partition["second"], a6000(2));
         assert_eq!(free.by_partition["old"], BTreeMap::new(), "a draining node takes no job");
     }
 }

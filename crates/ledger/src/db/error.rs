@@ -15,6 +15,12 @@ pub enum Error {
     NoRows,
     #[error("{0} does not hold the ledger's lease (another accountd leads): nothing was written")]
     Fenced(String),
+    #[error(
+        "the ledger's schema is {} and this accountd writes schema {known}: a newer accountd upgraded it; \
+         nothing was written (upgrade this host's gputokens and restart it)",
+        found.map_or("unknown".to_string(), |v| v.to_string())
+    )]
+    SchemaChanged { found: Option<i64>, known: i64 },
     #[error("{0}")]
     Unsupported(&'static str),
 }

@@ -177,12 +177,26 @@ impl Session {
 
     /// Begins a transaction holding the write turn: an update of the one `write_turn` row, which
     /// every writer makes first (on Galera, a write that certifies, where a row lock would not).
+    /// Taken only where the ledger's schema is the one this build writes: an accountd still
+    /// running when a newer one upgraded the ledger writes nothing more (its writes would lack
+    /// what the newer schema keeps beside them, such as `entry_keys`).
     pub fn begin(&mut self) -> Result<()> {
         self.run("START TRANSACTION")?;
         self.in_transaction = true;
-        if let Err(e) = self.run("UPDATE write_turn SET turns = turns + 1 WHERE id = 1") {
+        let turn = format!(
+            "UPDATE write_turn SET turns = turns + 1
+             WHERE id = 1 AND (SELECT version FROM ledger_schema WHERE id = 1) = {}",
+            crate::schema::VERSION
+        );
+        let taken = self.run(&turn).map(|()| self.conn.affected_rows());
+        if taken.as_ref().map_or(true, |&rows| rows != 1) {
+            let found = match taken {
+                Ok(_) => self.conn.query_first::<i64, _>("SELECT version FROM ledger_schema WHERE id = 1"),
+                Err(_) => Ok(None),
+            };
             let _ = self.batch("ROLLBACK");
-            return Err(e);
+            taken?;
+            return Err(Error::SchemaChanged { found: found.ok().flatten(), known: crate::schema::VERSION });
         }
         // Checked with the turn held: a lease lost from here on lets the other leader write only
         // after this transaction ends.

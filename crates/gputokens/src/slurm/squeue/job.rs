@@ -38,6 +38,9 @@ pub struct QueueJob {
     pub partition: String,
     /// GPUs, shards and MPS units held (running jobs).
     pub alloc: GpuAllocation,
+    /// A job on several nodes: the GPUs of each type it holds on each, in the order of its nodes
+    /// (`gres_detail`'s entries); empty for a job on one node.
+    pub gpus_by_node: Vec<std::collections::BTreeMap<String, u64>>,
     /// CPUs and memory held (running jobs: `tres_alloc_str`) or asked for (pending: `tres_req_str`).
     pub held: crate::stranding::Held,
     /// GPUs asked for (`tres_per_job`/`_node`/`_task`/`_socket`).
@@ -147,6 +150,10 @@ pub(super) fn queue_job(job: &Value) -> Option<QueueJob> {
             .unwrap_or(gres_detail.len().max(1) as u32),
         partition: text("partition"),
         alloc,
+        gpus_by_node: match gres_detail.len() {
+            0 | 1 => Vec::new(),
+            _ => gres_detail.iter().map(|d| alloc_from_gres_detail(std::iter::once(*d)).gpus.typed).collect(),
+        },
         // What a running job holds; what a pending one asks for (`tres_req_str`).
         held: ["tres_alloc_str", "tres_req_str"]
             .iter()
