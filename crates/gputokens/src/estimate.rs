@@ -238,6 +238,9 @@ pub struct PendingJob {
     pub seconds: u64,
     /// None for a CPU-only job.
     pub gpus: Option<Commitment>,
+    /// The CPUs and memory it asks for, where the site prices what a job strands (else nothing):
+    /// an update of its GPUs is weighed with them.
+    pub held: crate::stranding::Held,
 }
 
 /// The pending jobs of `jobs` by numeric job ID (a pending array is one record, under its array job ID).
@@ -257,10 +260,9 @@ pub fn pending_jobs(
             max_cost: job_max_cost(job, &milli, seconds, priced.prices, priced.shapes),
         });
         let shape = &job.shape;
-        out.insert(
-            id,
-            PendingJob { nodes: shape.nodes, tasks: shape.tasks, array_tasks: shape.array_tasks, seconds, gpus },
-        );
+        let held = if priced.prices.stranded().is_empty() { Default::default() } else { job.held };
+        let (nodes, tasks, array_tasks) = (shape.nodes, shape.tasks, shape.array_tasks);
+        out.insert(id, PendingJob { nodes, tasks, array_tasks, seconds, gpus, held });
     }
     out
 }
@@ -419,7 +421,17 @@ mod tests {
         let p = pending_jobs(&jobs, 1800, &Priced { prices: &prices(), shapes: &[] }, Sharing::default());
         assert_eq!(p.len(), 2, "running jobs are not listed");
         let gpus = Commitment { milli_gpus: 2000, max_cost: Tokens::whole(8) };
-        assert_eq!(p[&1], PendingJob { nodes: 1, tasks: 1, array_tasks: 1, seconds: 3600, gpus: Some(gpus) });
+        assert_eq!(
+            p[&1],
+            PendingJob {
+                nodes: 1,
+                tasks: 1,
+                array_tasks: 1,
+                seconds: 3600,
+                gpus: Some(gpus),
+                held: Default::default()
+            }
+        );
         assert_eq!(p[&12].gpus, None);
         assert_eq!(p[&12].seconds, 600);
     }

@@ -25,6 +25,7 @@
 //! free_gpus_in gpu a6000=1 rtx2080=4
 //! committed alice 2000 16000000
 //! pending 41 1 1 1 3600 1000 4000000
+//! pending_held 41 16 -
 //! pending 42 2 8 1 86400
 //! pool_mode account
 //! pool course 5000000 -10000000 0 0 -
@@ -50,8 +51,9 @@
 //! GPUs of each type no job held on nodes taking jobs, which a quote offers, and `free_gpus_in` those of
 //! each partition's nodes); then every pending job that squeue
 //! showed (job ID, nodes, tasks, array tasks, the seconds counted for it, and for a GPU job its
-//! milli-GPUs and maximum cost), so the plugin can judge an update of it: a job not listed is
-//! unknown (e.g. submitted since the read) and treated as a possible GPU job. With pools
+//! milli-GPUs and maximum cost; `pending_held`: where the site prices what a job strands, the CPUs
+//! and MB it asked for, `-` where it did not say), so the plugin can judge an update of it: a job
+//! not listed is unknown (e.g. submitted since the read) and treated as a possible GPU job. With pools
 //! (`[accounts] mode` not "user"): each pool (balance, floor, daily, monthly, per-user limit or `-`),
 //! its coordinators, the pool it draws on (`pool_parent`) and whether it lends to those drawing on
 //! it (`pool_lends`), a dated sub-allocation's window (`pool_window`, unix seconds), what each
@@ -69,7 +71,7 @@ use crate::policy::BucketRules;
 use crate::pools::{PoolMode, PoolStanding};
 use crate::pricing::PriceTable;
 use crate::slurm::partitions::Partition;
-use crate::stranding::{NodeShape, Part};
+use crate::stranding::{Held, NodeShape, Part};
 use crate::tokens::Tokens;
 use crate::tres::Sharing;
 
@@ -212,6 +214,10 @@ pub fn render(snap: &Snapshot) -> String {
                 out.push_str(&format!(" {} {}", g.milli_gpus, g.max_cost.micro()));
             }
             out.push('\n');
+            if p.held != Held::default() {
+                let part = |v: Option<u64>| v.map_or("-".to_string(), |n| n.to_string());
+                out.push_str(&format!("pending_held {id} {} {}\n", part(p.held.cpus), part(p.held.mem_mb)));
+            }
         }
     }
     render_pools(snap, &mut out);
@@ -408,6 +414,16 @@ fn node_shape(words: &mut Words<'_>) -> Option<NodeShape> {
         milli_gpus.insert(gpu_type.to_string(), count(Some(milli))?);
     }
     Some(NodeShape { cpus, mem_mb, milli_gpus })
+}
+
+/// A `pending_held ID CPUS MB` line (`-`: not said); None where it is not one (skipped).
+fn pending_held(words: &mut Words<'_>) -> Option<(u32, Held)> {
+    let id = words.words.next()?.parse().ok()?;
+    let mut part = || match words.words.next()? {
+        "-" => Some(None),
+        n => n.parse::<u64>().ok().map(Some),
+    };
+    Some((id, Held { cpus: part()?, mem_mb: part()? }))
 }
 
 /// A `free_gpus_in PARTITION TYPE=N ...` line; None where it is not one (skipped).
@@ -675,7 +691,15 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
                         Some(Commitment { milli_gpus, max_cost })
                     }
                 };
-                pending.insert(id, PendingJob { nodes, tasks, array_tasks, seconds, gpus });
+                pending.insert(id, PendingJob { nodes, tasks, array_tasks, seconds, gpus, ..Default::default() });
+            }
+            // What only the estimate's stranding reads: an unreadable line is skipped.
+            "pending_held" => {
+                if let Some((id, held)) = pending_held(&mut words) {
+                    if let Some(job) = pending.get_mut(&id) {
+                        job.held = held;
+                    }
+                }
             }
             _ => {
                 if let Some(slot) = KEYS.iter().position(|k| *k == key) {
@@ -772,8 +796,8 @@ mod tests {
             HashMap::from([("alice".to_string(), Commitment { milli_gpus: 2000, max_cost: Tokens::whole(16) })]);
         let gpus = Some(Commitment { milli_gpus: 1000, max_cost: Tokens::whole(4) });
         let pending = BTreeMap::from([
-            (41, PendingJob { nodes: 1, tasks: 1, array_tasks: 1, seconds: 3600, gpus }),
-            (42, PendingJob { nodes: 2, tasks: 8, array_tasks: 1, seconds: 86400, gpus: None }),
+            (41, PendingJob { nodes: 1, tasks: 1, array_tasks: 1, seconds: 3600, gpus, ..Default::default() }),
+            (42, PendingJob { nodes: 2, tasks: 8, array_tasks: 1, seconds: 86400, gpus: None, ..Default::default() }),
         ]);
         let job_accounts = BTreeMap::from([(41, "lab".to_string())]);
         snap.queue = Some(QueueSummary {
@@ -873,6 +897,7 @@ mod tests {
         assert_eq!(queue.committed["alice"].max_cost, Tokens::whole(16));
         assert_eq!(queue.pending[&41].gpus.unwrap().milli_gpus, 1000);
         assert_eq!(queue.pending[&42].gpus, None);
+        assert_eq!(queue.pending[&41].held, Held { cpus: Some(16), mem_mb: None });
         assert_eq!(queue.free_gpus, Some(BTreeMap::from([("a6000".to_string(), 1), ("rtx2080".to_string(), 4)])));
         assert_eq!(queue.free_gpus_in["gpu"]["a6000"], 1);
         assert_eq!(render(&parse(&example).unwrap()), example);
@@ -884,8 +909,10 @@ mod tests {
     fn a_jobs_free_gpus_are_those_of_its_partitions() {
         let text = "gputokens-snapshot 1\ngenerated 5\nfloor 0\ndaily 0\nmonthly 0\ninitial 7\nqueue 5\n\
                     free_gpus a6000=3 rtx2080=4\nfree_gpus_in gpu a6000=1 rtx2080=4\nfree_gpus_in big a6000=3\n\
-                    free_gpus_in none\nfree_gpus_in bad a6000=x\n";
+                    free_gpus_in none\nfree_gpus_in bad a6000=x\npending 5 1 1 1 60\npending_held 5 x 1\n\
+                    pending_held 6 1 1\n";
         let queue = parse(text).unwrap().queue.unwrap();
+        assert_eq!(queue.pending[&5].held, Held::default(), "an unreadable pending_held is skipped");
         let free = |types: &[(&str, u64)]| Some(types.iter().map(|(t, n)| (t.to_string(), *n)).collect());
         assert_eq!(queue.free_gpus_for(&["gpu"]), free(&[("a6000", 1), ("rtx2080", 4)]));
         assert_eq!(queue.free_gpus_for(&["gpu", "big"]), free(&[("a6000", 3), ("rtx2080", 4)]));

@@ -19,7 +19,10 @@ use crate::gpu_request::GpuRequest;
 use crate::job_request::{JobRequest, TimeLimit};
 use crate::job_shape::JobShape;
 use crate::slurm::partitions::max_time;
+use crate::stranded_estimate::Strands;
+use crate::stranding::Held;
 use crate::tokens::Tokens;
+use crate::tres::MILLI;
 
 use super::codes::{Code, Tail};
 use super::rules::{self, Decision, JobEstimate};
@@ -251,7 +254,8 @@ fn before_and_after(
             array_tasks: known.array_tasks.max(1),
         };
         let gpus = requested_milli(request, &shape, snapshot.sharing);
-        return Ok((old, JobEstimate::of(gpus, seconds, prices)?));
+        let strands = strands_after(job, request, &shape, known, snapshot);
+        return Ok((old, JobEstimate::with_strands(gpus, seconds, prices, strands)?));
     }
     // growth = max(nodes / old nodes, tasks / old tasks, 1), as a fraction
     let (mut num, mut den) = (1u128, 1u128);
@@ -267,6 +271,25 @@ fn before_and_after(
     let gpus = MilliByType::from([(None, u64::try_from(milli).unwrap_or(u64::MAX))]);
     let cost = Tokens::from_micro(i64::try_from(cost).unwrap_or(i64::MAX));
     Ok((old, JobEstimate { gpus, seconds, cost, strands: None, stranding: None }))
+}
+
+/// Where the site prices what a job strands: what one array task of the updated job holds beside
+/// its new GPUs (the CPUs and memory the update names, else those the job asked for when the queue
+/// was read), and those GPUs.
+fn strands_after(
+    job: &JobRequest,
+    request: &GpuRequest,
+    shape: &JobShape,
+    known: &PendingJob,
+    snapshot: &crate::snapshot::Snapshot,
+) -> Option<(Strands, MilliByType)> {
+    if snapshot.prices.stranded().is_empty() {
+        return None;
+    }
+    let per_task = requested_milli(request, &JobShape { array_tasks: 1, ..*shape }, snapshot.sharing);
+    let named = job.held(total_milli(&per_task).div_ceil(MILLI));
+    let held = Held { cpus: named.cpus.or(known.held.cpus), mem_mb: named.mem_mb.or(known.held.mem_mb) };
+    Some((Strands::new(held, shape.nodes, &snapshot.node_shapes)?, per_task))
 }
 
 #[cfg(test)]
@@ -287,7 +310,8 @@ mod tests {
     fn world() -> World {
         let mut snap = snapshot();
         let gpu = |milli, cost| Some(Commitment { milli_gpus: milli, max_cost: Tokens::whole(cost) });
-        let job = |tasks, gpus| PendingJob { nodes: 1, tasks, array_tasks: 1, seconds: 3600, gpus };
+        let job =
+            |tasks, gpus| PendingJob { nodes: 1, tasks, array_tasks: 1, seconds: 3600, gpus, ..Default::default() };
         let queue = snap.queue.as_mut().unwrap();
         queue.pending = BTreeMap::from([
             (7, job(2, gpu(2000, 8))),
@@ -349,8 +373,10 @@ mod tests {
         let mut snap = snapshot();
         let most = Some(Commitment { milli_gpus: u64::MAX / 2, max_cost: Tokens::from_micro(i64::MAX / 2) });
         let queue = snap.queue.as_mut().unwrap();
-        queue.pending =
-            BTreeMap::from([(7, PendingJob { nodes: 1, tasks: 1, array_tasks: 1, seconds: 1, gpus: most })]);
+        queue.pending = BTreeMap::from([(
+            7,
+            PendingJob { nodes: 1, tasks: 1, array_tasks: 1, seconds: 1, gpus: most, ..Default::default() },
+        )]);
         let w = world_of(snap);
         let c = Admission { mode: Mode::Estimate, ..config() };
         let grown = JobRequest { num_tasks: Some(u32::MAX - 2), time_limit: minutes(u32::MAX - 2), ..update(7, BOB) };
@@ -500,6 +526,31 @@ mod tests {
         assert!(passes(ctx, &time(360)));
         assert!(passes(ctx, &time(30)), "shorter");
         assert_eq!(message(&modify(ctx, &time(30)).0.verdict), "");
+    }
+
+    /// Where the site prices what a job strands, an update of a pending job's GPUs is weighed with
+    /// the CPUs it asked for (the snapshot's `pending_held`), or those the update names.
+    #[test]
+    fn an_update_of_its_gpus_counts_what_the_jobs_cpus_strand() {
+        use crate::job_request::CpuRequest;
+        use crate::stranding::{NodeShape, Part};
+        let mut w = world();
+        let snap = &mut w.snapshot;
+        snap.prices = snap.prices.clone().with_stranded(vec![Part::Cpus]);
+        // 16 CPUs, 2 a6000 and 2 rtx2080; job 7 asked for all 16 CPUs.
+        let gpus = BTreeMap::from([("a6000".to_string(), 2000), ("rtx2080".to_string(), 2000)]);
+        snap.node_shapes = vec![NodeShape { cpus: 16, mem_mb: 64_000, milli_gpus: gpus }];
+        snap.queue.as_mut().unwrap().pending.get_mut(&7).unwrap().held = Held { cpus: Some(16), mem_mb: None };
+        let c = Admission { mode: Mode::Estimate, ..config() };
+        let ctx = ctx(&w, &c);
+        // 1 rtx2080 for 8 h with the node's every CPU: its 0.5 and the 8.5 of the 3 GPUs left idle.
+        let cheaper =
+            JobRequest { tres_per_node: Some("gres:gpu:rtx2080:1".into()), time_limit: minutes(480), ..update(7, BOB) };
+        let text = refused(ctx, &cheaper);
+        assert!(text.contains("this job can cost up to 72 tokens") && text.contains("priced by its CPUs"), "{text}");
+        // The update names 1 CPU a task: its GPU's price alone (4 tokens).
+        let one_cpu = JobRequest { cpus: CpuRequest { cpus_per_task: Some(1), ..Default::default() }, ..cheaper };
+        assert!(passes(ctx, &one_cpu));
     }
 
     #[test]

@@ -194,7 +194,9 @@ fn moving_a_job_into_a_pool_runs_the_pools_estimate() {
     let mut w = world(PoolMode::Account);
     let queue = w.snapshot.queue.as_mut().unwrap();
     let gpus = Some(Commitment { milli_gpus: 2000, max_cost: Tokens::whole(40) });
-    queue.pending.insert(7, PendingJob { nodes: 1, tasks: 1, array_tasks: 1, seconds: 3600, gpus });
+    queue
+        .pending
+        .insert(7, PendingJob { nodes: 1, tasks: 1, array_tasks: 1, seconds: 3600, gpus, ..Default::default() });
     queue.pool_committed.insert("course".into(), Commitment { milli_gpus: 1000, max_cost: Tokens::whole(30) });
     let moved = JobRequest { job_id: Some(7), account: Some("course".into()), ..Default::default() };
     let decided = |w: &super::fixtures::World| decide_modify(&moved, &inputs(Some(w), &estimate, BOB), &mut |_, _| {});
