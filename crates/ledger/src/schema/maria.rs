@@ -1,15 +1,17 @@
 //! The ledger's tables on MariaDB: the schema SQLite reaches through its migrations
-//! ([`super::MIGRATIONS`]), made at once at that version. A later migration is written for both:
-//! appended there, and here to [`UPGRADES`]. The version is kept in `ledger_schema`; MariaDB's
-//! writers take turns on the `write_turn` row ([`crate::db`]).
+//! ([`super::MIGRATIONS`]), made at once at version [`MADE_AT`], then brought up by [`UPGRADES`]. A
+//! later migration is written for both: appended there, and here to [`UPGRADES`]. The version is kept
+//! in `ledger_schema`; MariaDB's writers take turns on the `write_turn` row, and only on the version
+//! they write ([`crate::db`]).
 //!
 //! Names are compared byte for byte (utf8mb4_bin), as SQLite does. Text a key is made of has a
 //! length (VARCHAR); MariaDB refuses a longer value rather than cutting it (strict mode).
-//! SQLite's partial indexes are whole indexes here.
+//! SQLite's partial indexes are whole indexes here (MariaDB indexes NULLs), or, where that costs every
+//! insert, a table of their own (`entry_keys`).
 
 use crate::db::{Connection, Result};
 
-/// Each table as SQLite's schema of version [`super::VERSION`] has it.
+/// Each table as SQLite's schema of version [`MADE_AT`] has it.
 const TABLES: &str = "
 CREATE TABLE entries (
     id          BIGINT       NOT NULL PRIMARY KEY,
