@@ -44,12 +44,16 @@ impl Ledger {
         if table == "cluster_lease" {
             self.conn.execute("INSERT IGNORE INTO cluster_lease VALUES (?1, '', 0, 0)", [&self.lease_name])?;
         }
-        // MariaDB assigns in order: the term reads the holder before it changes.
+        // MariaDB assigns in order: the term reads the holder before it changes. Only on the schema
+        // this build writes: one left running after a newer accountd upgraded the ledger, which could
+        // write nothing more, lets the lease lapse to it.
         self.conn.execute(
             &format!(
                 "UPDATE {table} SET term = CASE WHEN holder = ?1 THEN term ELSE term + 1 END,
                                     holder = ?1, expires_ms = {NOW_MS} + ?2
-                 WHERE {row} AND (holder = ?1 OR expires_ms < {NOW_MS})"
+                 WHERE {row} AND (holder = ?1 OR expires_ms < {NOW_MS})
+                   AND (SELECT version FROM ledger_schema WHERE id = 1) = {}",
+                crate::schema::VERSION
             ),
             crate::db::params![me, ttl, &self.lease_name],
         )?;

@@ -11,7 +11,8 @@ fn grant(user: &str, key: &str) -> NewEntry {
     NewEntry::new(user, EntryKind::Grant, Tokens::whole(1), 5, "root", "test", key.into())
 }
 
-/// An accountd still running on a MariaDB ledger that a newer one upgraded writes nothing more.
+/// An accountd still running on a MariaDB ledger that a newer one upgraded writes nothing more and
+/// lets its lease lapse.
 #[test]
 fn a_ledger_upgraded_by_a_newer_accountd_refuses_the_older_ones_writes() {
     let dir = tempfile::tempdir().unwrap();
@@ -21,7 +22,13 @@ fn a_ledger_upgraded_by_a_newer_accountd_refuses_the_older_ones_writes() {
     }
     old.append(&grant("ann", "grant:1")).unwrap();
     let newer = crate::schema::VERSION + 1;
+    let held = old.claim_lease("ctl1:1", Duration::from_millis(500)).unwrap();
+    assert!(held.held_by("ctl1:1"), "{held:?}");
     old.conn.execute_batch(&format!("UPDATE ledger_schema SET version = {newer} WHERE id = 1")).unwrap();
+    // It renews its lease no more: the newer one takes it once it lapses.
+    std::thread::sleep(Duration::from_millis(700));
+    let lapsed = old.claim_lease("ctl1:1", Duration::from_millis(500)).unwrap();
+    assert!(!lapsed.held_by("ctl1:1"), "{lapsed:?}");
     let refused = old.append(&grant("ann", "grant:2"));
     let Err(LedgerError::Db(crate::db::Error::SchemaChanged { found, known })) = refused else { panic!("{refused:?}") };
     assert_eq!((found, known), (Some(newer), crate::schema::VERSION));
