@@ -141,6 +141,7 @@ impl Ledger {
     pub fn open_mariadb(target: &db::MariaTarget, rules: BucketRules) -> Result<Ledger, LedgerError> {
         let conn = db::Connection::mariadb(target)?;
         schema::maria::migrate(&conn)?;
+        conn.write_only_on_schema(schema::VERSION);
         Ok(Ledger::on(conn, rules))
     }
 
@@ -158,7 +159,10 @@ impl Ledger {
                 target.shown,
                 schema::VERSION
             ))),
-            Some(_) => Ok(Ledger::on(conn, rules)),
+            Some(_) => {
+                conn.write_only_on_schema(schema::VERSION);
+                Ok(Ledger::on(conn, rules))
+            }
         }
     }
 

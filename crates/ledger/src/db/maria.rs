@@ -86,6 +86,8 @@ pub(crate) struct Session {
     last_insert_id: i64,
     /// Who must hold which cluster's lease for a write transaction to begin (the cycles' connection).
     pub fence: Option<(String, String)>,
+    /// The ledger schema its writer writes: a write transaction begins only on it.
+    pub schema: Option<i64>,
 }
 
 /// A write transaction whose client stopped answering (a leader's host lost mid-cycle: no FIN
@@ -121,6 +123,7 @@ impl Session {
             translated: HashMap::new(),
             last_insert_id: 0,
             fence: None,
+            schema: None,
         })
     }
 
@@ -183,20 +186,26 @@ impl Session {
     pub fn begin(&mut self) -> Result<()> {
         self.run("START TRANSACTION")?;
         self.in_transaction = true;
-        let turn = format!(
-            "UPDATE write_turn SET turns = turns + 1
-             WHERE id = 1 AND (SELECT version FROM ledger_schema WHERE id = 1) = {}",
-            crate::schema::VERSION
-        );
+        let turn = match self.schema {
+            Some(version) => format!(
+                "UPDATE write_turn SET turns = turns + 1
+                 WHERE id = 1 AND (SELECT version FROM ledger_schema WHERE id = 1) = {version}"
+            ),
+            None => "UPDATE write_turn SET turns = turns + 1 WHERE id = 1".to_string(),
+        };
         let taken = self.run(&turn).map(|()| self.conn.affected_rows());
-        if taken.as_ref().map_or(true, |&rows| rows != 1) {
+        if let (Some(known), true) = (self.schema, taken.as_ref().map_or(true, |&rows| rows != 1)) {
             let found = match taken {
                 Ok(_) => self.conn.query_first::<i64, _>("SELECT version FROM ledger_schema WHERE id = 1"),
                 Err(_) => Ok(None),
             };
             let _ = self.batch("ROLLBACK");
             taken?;
-            return Err(Error::SchemaChanged { found: found.ok().flatten(), known: crate::schema::VERSION });
+            return Err(Error::SchemaChanged { found: found.ok().flatten(), known });
+        }
+        if let Err(e) = taken {
+            let _ = self.batch("ROLLBACK");
+            return Err(e);
         }
         // Checked with the turn held: a lease lost from here on lets the other leader write only
         // after this transaction ends.

@@ -237,6 +237,14 @@ impl Connection {
         }
     }
 
+    /// Makes every write transaction of this connection begin only while the ledger's schema is
+    /// `version`, the one its writer writes (MariaDB, where several accountd share a ledger).
+    pub fn write_only_on_schema(&self, version: i64) {
+        if let Inner::Maria(s) = &self.inner {
+            s.borrow_mut().schema = Some(version);
+        }
+    }
+
     /// Makes every write transaction of this connection check first that `holder` holds the
     /// lease of `cluster` (MariaDB; a SQLite ledger has one host).
     pub fn fence(&self, holder: &str, cluster: &str) {
