@@ -429,12 +429,7 @@ fn pending_held(words: &mut Words<'_>) -> Option<(u32, Held)> {
 /// A `free_gpus_in PARTITION TYPE=N ...` line; None where it is not one (skipped).
 fn free_in(words: &mut Words<'_>) -> Option<(String, BTreeMap<String, u64>)> {
     let partition = words.words.next()?.to_string();
-    let mut free = BTreeMap::new();
-    for word in words.words.by_ref() {
-        let (gpu_type, n) = word.split_once('=')?;
-        free.insert(gpu_type.to_string(), n.parse::<u64>().ok()?);
-    }
-    Some((partition, free))
+    Some((partition, words.gpu_counts().ok()?))
 }
 
 /// Parses what [`render`] writes.
@@ -625,13 +620,7 @@ pub fn parse(text: &str) -> Result<Snapshot, SnapshotError> {
             }
             // After `queue`; a plugin from before it skips the line.
             "free_gpus" => {
-                let mut free = BTreeMap::new();
-                while let Ok(word) = words.next("GPU type=count") {
-                    let (gpu_type, n) =
-                        word.split_once('=').ok_or_else(|| words.bad(format!("'{word}' is not TYPE=N")))?;
-                    let n = n.parse::<u64>().map_err(|_| words.bad(format!("'{word}': {n} is not a count")))?;
-                    free.insert(gpu_type.to_string(), n);
-                }
+                let free = words.gpu_counts()?;
                 if let Some(queue) = &mut snap.queue {
                     queue.free_gpus = Some(free);
                 }
@@ -759,6 +748,17 @@ impl<'a> Words<'a> {
             "-" => Ok(None),
             word => word.parse().map(Some).map_err(|_| self.bad(format!("{what} '{word}' is not a number of seconds"))),
         }
+    }
+
+    /// The rest of the line: `TYPE=N` words, GPUs of each type.
+    fn gpu_counts(&mut self) -> Result<BTreeMap<String, u64>, SnapshotError> {
+        let mut counts = BTreeMap::new();
+        while let Ok(word) = self.next("GPU type=count") {
+            let (gpu_type, n) = word.split_once('=').ok_or_else(|| self.bad(format!("'{word}' is not TYPE=N")))?;
+            let n = n.parse::<u64>().map_err(|_| self.bad(format!("'{word}': {n} is not a count")))?;
+            counts.insert(gpu_type.to_string(), n);
+        }
+        Ok(counts)
     }
 
     fn end(&mut self) -> Result<(), SnapshotError> {

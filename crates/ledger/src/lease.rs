@@ -51,9 +51,8 @@ impl Ledger {
             &format!(
                 "UPDATE {table} SET term = CASE WHEN holder = ?1 THEN term ELSE term + 1 END,
                                     holder = ?1, expires_ms = {NOW_MS} + ?2
-                 WHERE {row} AND (holder = ?1 OR expires_ms < {NOW_MS})
-                   AND (SELECT version FROM ledger_schema WHERE id = 1) = {}",
-                crate::schema::VERSION
+                 WHERE {row} AND (holder = ?1 OR expires_ms < {NOW_MS}){}",
+                self.conn.and_on_written_schema()
             ),
             crate::db::params![me, ttl, &self.lease_name],
         )?;

@@ -58,7 +58,7 @@ pub struct FreeGpus {
 /// node list does not expand, from the total (and then from no partition: a quote may offer a
 /// partition's GPUs such a job holds).
 pub fn free_gpus(text: &str, jobs: &[QueueJob], partition_nodes: &HashMap<String, Vec<String>>) -> FreeGpus {
-    let mut per_node: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
+    let mut per_node: BTreeMap<&str, GpusByType> = BTreeMap::new();
     for line in text.lines() {
         let mut fields = line.split('|').map(str::trim);
         let (Some(node), Some(gres), Some(state), Some(cpus)) =
@@ -71,7 +71,7 @@ pub fn free_gpus(text: &str, jobs: &[QueueJob], partition_nodes: &HashMap<String
             per_node.insert(node, gpus.by_type(super::sacct::UNTYPED));
         }
     }
-    let mut spread: BTreeMap<String, u64> = BTreeMap::new();
+    let mut spread = GpusByType::new();
     for job in jobs.iter().filter(|j| j.state == "RUNNING") {
         let held = &job.alloc.gpus.typed;
         let nodes = match per_node.contains_key(job.nodes.as_str()) {
@@ -98,7 +98,7 @@ pub fn free_gpus(text: &str, jobs: &[QueueJob], partition_nodes: &HashMap<String
             }
         }
     }
-    let sum = |nodes: &mut dyn Iterator<Item = &BTreeMap<String, u64>>| {
+    let sum = |nodes: &mut dyn Iterator<Item = &GpusByType>| {
         let mut free = GpusByType::new();
         for (gpu_type, n) in nodes.flatten() {
             *free.entry(gpu_type.clone()).or_default() += n;

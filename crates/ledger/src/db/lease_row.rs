@@ -1,5 +1,15 @@
 //! Where a lease is kept in the database: shared by the lease's own statements
-//! ([`crate::lease`]) and the fence every write transaction of a leader checks first.
+//! ([`crate::lease`]) and the fence every write transaction of a leader checks first; and the
+//! schema condition a writer writes under.
+
+/// ` AND` the condition that holds while the ledger's schema is `version`, where a writer writes
+/// only on one (its write turn, its lease claims); nothing where it does not.
+pub(crate) fn and_on_schema(version: Option<i64>) -> String {
+    match version {
+        Some(version) => format!(" AND (SELECT version FROM ledger_schema WHERE id = 1) = {version}"),
+        None => String::new(),
+    }
+}
 
 /// The database's clock in milliseconds.
 pub(crate) const NOW_MS: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";

@@ -186,26 +186,22 @@ impl Session {
     pub fn begin(&mut self) -> Result<()> {
         self.run("START TRANSACTION")?;
         self.in_transaction = true;
-        let turn = match self.schema {
-            Some(version) => format!(
-                "UPDATE write_turn SET turns = turns + 1
-                 WHERE id = 1 AND (SELECT version FROM ledger_schema WHERE id = 1) = {version}"
-            ),
-            None => "UPDATE write_turn SET turns = turns + 1 WHERE id = 1".to_string(),
-        };
-        let taken = self.run(&turn).map(|()| self.conn.affected_rows());
-        if let (Some(known), true) = (self.schema, taken.as_ref().map_or(true, |&rows| rows != 1)) {
-            let found = match taken {
-                Ok(_) => self.conn.query_first::<i64, _>("SELECT version FROM ledger_schema WHERE id = 1"),
-                Err(_) => Ok(None),
-            };
-            let _ = self.batch("ROLLBACK");
-            taken?;
-            return Err(Error::SchemaChanged { found: found.ok().flatten(), known });
-        }
-        if let Err(e) = taken {
-            let _ = self.batch("ROLLBACK");
-            return Err(e);
+        let condition = super::lease_row::and_on_schema(self.schema);
+        let taken = self
+            .run(&format!("UPDATE write_turn SET turns = turns + 1 WHERE id = 1{condition}"))
+            .map(|()| self.conn.affected_rows());
+        match (taken, self.schema) {
+            (Ok(1), _) | (Ok(_), None) => {}
+            (Ok(_), Some(known)) => {
+                // No turn row taken on that condition: the schema is another's.
+                let found = self.conn.query_first::<i64, _>("SELECT version FROM ledger_schema WHERE id = 1");
+                let _ = self.batch("ROLLBACK");
+                return Err(Error::SchemaChanged { found: found.ok().flatten(), known });
+            }
+            (Err(e), _) => {
+                let _ = self.batch("ROLLBACK");
+                return Err(e);
+            }
         }
         // Checked with the turn held: a lease lost from here on lets the other leader write only
         // after this transaction ends.

@@ -245,6 +245,16 @@ impl Connection {
         }
     }
 
+    /// `AND` the condition that the ledger's schema is the one this connection writes, where
+    /// [`Connection::write_only_on_schema`] set one: for a statement that writes outside a
+    /// transaction's write turn (a lease claim).
+    pub fn and_on_written_schema(&self) -> String {
+        match &self.inner {
+            Inner::Maria(s) => lease_row::and_on_schema(s.borrow().schema),
+            Inner::Lite(_) => String::new(),
+        }
+    }
+
     /// Makes every write transaction of this connection check first that `holder` holds the
     /// lease of `cluster` (MariaDB; a SQLite ledger has one host).
     pub fn fence(&self, holder: &str, cluster: &str) {
