@@ -117,15 +117,30 @@ type Reach = Option<Arc<BTreeSet<String>>>;
 /// GPUs of each type that users with a balance ≥ 0 are waiting for, and who waits, by the nodes
 /// they may run on (their partitions': GPUs elsewhere serve none of them).
 pub fn demand(waiters: &[Waiter]) -> BTreeMap<(String, Reach), (u64, Vec<String>)> {
-    let mut demand: BTreeMap<(String, Reach), (u64, Vec<String>)> = BTreeMap::new();
+    // Grouped by reach first, told apart by allocation (the jobs of the same partitions share one)
+    // and by content only once per allocation: a reach is a whole partition's node names, which a
+    // map keyed by it would compare at every job of a large queue.
+    let mut reaches: Vec<Reach> = Vec::new();
+    let mut index_of: HashMap<*const BTreeSet<String>, usize> = HashMap::new();
+    let mut grouped: BTreeMap<(&str, usize), (u64, Vec<String>)> = BTreeMap::new();
     for w in waiters.iter().filter(|w| !w.balance.is_negative()) {
+        let at = w.reach.as_ref().map_or(std::ptr::null(), Arc::as_ptr);
+        let reach = *index_of.entry(at).or_insert_with(|| {
+            reaches.iter().position(|r| *r == w.reach).unwrap_or_else(|| {
+                reaches.push(w.reach.clone());
+                reaches.len() - 1
+            })
+        });
         for (gpu_type, n) in &w.wants {
-            let entry = demand.entry((gpu_type.clone(), w.reach.clone())).or_default();
+            let entry = grouped.entry((gpu_type.as_str(), reach)).or_default();
             entry.0 = entry.0.saturating_add(*n);
             entry.1.push(w.job_id.clone());
         }
     }
-    demand
+    grouped
+        .into_iter()
+        .map(|((gpu_type, reach), wanted)| ((gpu_type.to_string(), reaches[reach].clone()), wanted))
+        .collect()
 }
 
 /// The jobs to preempt because of contention.
@@ -389,6 +404,42 @@ mod tests {
         // Nodes not known: as before, any run serves any waiting job.
         let unknown = [holder("3", "alice", 5, 9_000, "a6000", 1)].map(|h| Holder { borrowed: true, ..h });
         assert_eq!(contention_victims(&unknown, &[in_g2], 10_000, lending).len(), 1);
+    }
+
+    /// Jobs whose partitions hold the same nodes wait together, in the queue's order, whether or
+    /// not their reaches are one allocation; other nodes, and nodes not known, are groups of their own.
+    #[test]
+    fn demand_groups_waiting_jobs_by_the_nodes_they_may_run_on() {
+        let reach = |nodes: &[&str]| Some(Arc::new(nodes.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>()));
+        let shared = reach(&["g1", "g2"]);
+        let waiters = [
+            Waiter { reach: shared.clone(), ..waiter("1", 0, "a6000", 1) },
+            Waiter { reach: reach(&["g3"]), ..waiter("2", 0, "a6000", 2) },
+            Waiter { reach: reach(&["g1", "g2"]), ..waiter("3", 0, "a6000", 4) },
+            waiter("4", 0, "a6000", 8),
+            Waiter { reach: shared.clone(), ..waiter("5", 0, "rtx3090", 16) },
+            Waiter { reach: shared.clone(), ..waiter("6", -1, "a6000", 32) },
+            Waiter { reach: shared.clone(), ..waiter("7", 0, "a6000", 64) },
+        ];
+        let groups: Vec<_> = demand(&waiters)
+            .into_iter()
+            .map(|((gpu_type, reach), (n, jobs))| {
+                let nodes = reach.map(|r| r.iter().cloned().collect::<Vec<_>>().join(","));
+                (gpu_type, nodes, n, jobs.join(" "))
+            })
+            .collect();
+        let group = |t: &str, nodes: Option<&str>, n: u64, jobs: &str| {
+            (t.to_string(), nodes.map(str::to_string), n, jobs.to_string())
+        };
+        assert_eq!(
+            groups,
+            [
+                group("a6000", None, 8, "4"),
+                group("a6000", Some("g1,g2"), 69, "1 3 7"),
+                group("a6000", Some("g3"), 2, "2"),
+                group("rtx3090", Some("g1,g2"), 16, "5"),
+            ]
+        );
     }
 
     #[test]
