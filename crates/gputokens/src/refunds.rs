@@ -67,8 +67,17 @@ pub fn node_failure_shared(run: &FailedRun, failed: &[FailedRun]) -> bool {
     })
 }
 
+/// Whether a run that ended in `state` may have been lost to the system (and be refunded): a
+/// node failure, or gputokens' own requeue or cancel of a job on a failing GPU.
+pub fn may_be_lost(state: &str) -> bool {
+    matches!(state, "NODE_FAIL" | "REQUEUED" | "CANCELLED")
+}
+
 /// Why `run` is refunded, if it is; `causes` are the site's (`[refunds] causes`).
 pub fn cause(run: &RunEnd, causes: &[RefundCause]) -> Option<RefundCause> {
+    if !may_be_lost(run.state) {
+        return None;
+    }
     let found = match run.state {
         "NODE_FAIL" if run.node_failure_shared => RefundCause::NodeFail,
         // gputokens' `scontrol requeue` ends the run REQUEUED, its fallback `scancel` CANCELLED;

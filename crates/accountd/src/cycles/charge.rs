@@ -6,7 +6,9 @@ use std::fmt;
 
 use gputokens::config::ChargeBasis;
 use gputokens::pricing::{measured_fraction, weight_permille};
+use gputokens::refunds::may_be_lost;
 use gputokens::slurm::rejected::Rejected;
+use gputokens::slurm::sacct::RunEnded;
 use gputokens::slurm::{sacct, squeue};
 use ledger::{ChargeOutcome, EnergyCharged, UsageRecord};
 
@@ -153,13 +155,12 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now:
     let outcome = merged(finished.outcome, running_outcome);
 
     let energy = charge_energy(&mut cycle.res, now);
-    let runs = &finished.runs;
     // Slurm's times of the runs read: evidence of the real time for the check cycle.
-    let ends = runs.ends.values().filter_map(|e| e.end);
-    let starts = runs.records.iter().map(|r| r.segment_start).chain(running.iter().map(|j| j.start_time));
+    let ends = finished.ends.values().filter_map(|e| e.end);
+    let starts = finished.starts.iter().copied().chain(running.iter().map(|j| j.start_time));
     crate::cycles::slurm_clock::saw(&mut cycle.res, ends.chain(starts))?;
     // After the charge, so a lost run's charge is complete when it is given back.
-    let refunded = refunds::run(&mut cycle.res, &runs.records, &runs.ends, now)?;
+    let refunded = refunds::run(&mut cycle.res, &finished.may_be_lost, &finished.ends, now)?;
     // Read up to what Slurm had seen: a job that ends after the clock but before `now` is read again.
     cycle.res.ledger.set_meta(&cluster_meta(&cycle.res, READ_UNTIL), &now.min(read_at).to_string())?;
     if read_from.is_none() {
@@ -169,7 +170,7 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now:
     }
     let mut rejected = finished.rejected;
     rejected.extend(rejected_records::uncountable(&outcome));
-    cycle.res.metrics.record_charge(&outcome, runs.skipped);
+    cycle.res.metrics.record_charge(&outcome, finished.skipped);
     cycle.rejected_records.note(&rejected, &cycle.res.metrics);
     for (gpu_type, secs) in &outcome.unlisted_types {
         tracing::warn!(
@@ -178,10 +179,10 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now:
     }
     Ok(ChargeSummary {
         window: (since, now),
-        finished: runs.records.len(),
+        finished: finished.read,
         running: running.len(),
         outcome,
-        skipped: runs.skipped,
+        skipped: finished.skipped,
         rejected: rejected.len(),
         refunded,
         before_charging: finished.before_charging,
@@ -189,9 +190,18 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now:
     })
 }
 
-/// The finished runs of a window, charged.
+/// The finished runs of a window, charged, and what the cycle needs of them after.
 struct FinishedCharged {
-    runs: sacct::Parsed,
+    /// Runs read.
+    read: usize,
+    /// Rows skipped as not runs (job steps and the like).
+    skipped: usize,
+    /// How each run ended.
+    ends: HashMap<(String, i64), RunEnded>,
+    /// When each run started.
+    starts: Vec<i64>,
+    /// The runs that ended as a lost one may ([`gputokens::refunds::may_be_lost`]), for refunds.
+    may_be_lost: Vec<UsageRecord>,
     outcome: ChargeOutcome,
     rejected: Vec<Rejected>,
     before_charging: usize,
@@ -209,11 +219,19 @@ fn charge_finished(
         sacct::parse(&slurm.sacct(since, until)?, cycle.res.config.sharing).map_err(SlurmError::Sacct)?;
     slurm.key_records(&mut finished);
     let before_charging = leave_out_runs_ended_by(&mut finished, charging_since);
-    let (mut records, rejected_finished) = rejected_records::sift(finished.records.clone(), "sacct");
+    // The records are charged as they are, not copied (a large site's first cycle reads 100,000,
+    // while squeue's output is read beside them): what is needed of them after is kept apart.
+    let records = std::mem::take(&mut finished.records);
+    let starts = records.iter().map(|r| r.segment_start).collect();
+    let ended = |r: &UsageRecord| finished.ends.get(&(r.job_id.clone(), r.segment_start)).map(|e| e.state.as_str());
+    let may_be_lost = records.iter().filter(|r| ended(r).is_some_and(may_be_lost)).cloned().collect();
+    let read = records.len();
+    let (mut records, rejected_finished) = rejected_records::sift(records, "sacct");
     crate::cycles::lending::price_finished(&mut cycle.res, &mut records, &finished.ends, until)?;
     let rejected = finished.rejected.iter().cloned().chain(rejected_finished).collect();
     let outcome = charge_records(&mut cycle.res, records, &finished.nodes, slurm, until)?;
-    Ok(FinishedCharged { runs: finished, outcome, rejected, before_charging })
+    let sacct::Parsed { ends, skipped, .. } = finished;
+    Ok(FinishedCharged { read, skipped, ends, starts, may_be_lost, outcome, rejected, before_charging })
 }
 
 /// Charges `records` (GPU types left untyped resolved by their nodes, weighed by their use where
