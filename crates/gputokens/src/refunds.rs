@@ -67,15 +67,19 @@ pub fn node_failure_shared(run: &FailedRun, failed: &[FailedRun]) -> bool {
     })
 }
 
-/// Whether a run that ended in `state` may have been lost to the system (and be refunded): a
-/// node failure, or gputokens' own requeue or cancel of a job on a failing GPU.
-pub fn may_be_lost(state: &str) -> bool {
-    matches!(state, "NODE_FAIL" | "REQUEUED" | "CANCELLED")
+/// Whether a run that ended in `state` may be refunded for one of `causes`: a node failure, or
+/// gputokens' own requeue or cancel of a job on a failing GPU (a user's own ends the same way).
+pub fn may_be_lost(state: &str, causes: &[RefundCause]) -> bool {
+    match state {
+        "NODE_FAIL" => causes.contains(&RefundCause::NodeFail),
+        "REQUEUED" | "CANCELLED" => causes.contains(&RefundCause::GpuFault),
+        _ => false,
+    }
 }
 
 /// Why `run` is refunded, if it is; `causes` are the site's (`[refunds] causes`).
 pub fn cause(run: &RunEnd, causes: &[RefundCause]) -> Option<RefundCause> {
-    if !may_be_lost(run.state) {
+    if !may_be_lost(run.state, causes) {
         return None;
     }
     let found = match run.state {
@@ -119,6 +123,20 @@ mod tests {
         assert!(!node_failure_shared(&alices, &[run("alice", &["gpu2"], 1000)]), "her own other job");
         assert!(!node_failure_shared(&alices, &[run("bob", &["gpu3"], 1000)]), "another node");
         assert!(!node_failure_shared(&alices, &[run("bob", &["gpu1"], 1000 + NODE_FAILURE_WINDOW + 1)]), "later");
+    }
+
+    /// What the charge cycle keeps of its finished runs for refunds: every run a cause the site
+    /// refunds could apply to, whatever `cause` then decides.
+    #[test]
+    fn the_runs_that_may_be_lost_are_those_of_the_sites_causes() {
+        for state in ["NODE_FAIL", "REQUEUED", "CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY"] {
+            for causes in [&RefundCause::ALL[..], &[RefundCause::NodeFail], &[RefundCause::GpuFault], &[]] {
+                let refunded = [true, false].iter().any(|&fault_action| {
+                    cause(&RunEnd { state, fault_action, node_failure_shared: true }, causes).is_some()
+                });
+                assert_eq!(may_be_lost(state, causes), refunded, "{state} with {causes:?}");
+            }
+        }
     }
 
     #[test]

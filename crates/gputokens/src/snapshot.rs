@@ -429,7 +429,10 @@ fn pending_held(words: &mut Words<'_>) -> Option<(u32, Held)> {
 /// A `free_gpus_in PARTITION TYPE=N ...` line; None where it is not one (skipped).
 fn free_in(words: &mut Words<'_>) -> Option<(String, BTreeMap<String, u64>)> {
     let partition = words.words.next()?.to_string();
-    Some((partition, words.gpu_counts().ok()?))
+    let free = words.gpu_counts().ok()?;
+    // Counts stop at an empty word: one with more after it is not this writer's line.
+    words.end().ok()?;
+    Some((partition, free))
 }
 
 /// Parses what [`render`] writes.
@@ -909,7 +912,8 @@ mod tests {
     fn a_jobs_free_gpus_are_those_of_its_partitions() {
         let text = "gputokens-snapshot 1\ngenerated 5\nfloor 0\ndaily 0\nmonthly 0\ninitial 7\nqueue 5\n\
                     free_gpus a6000=3 rtx2080=4\nfree_gpus_in gpu a6000=1 rtx2080=4\nfree_gpus_in big a6000=3\n\
-                    free_gpus_in none\nfree_gpus_in bad a6000=x\npending 5 1 1 1 60\npending_held 5 x 1\n\
+                    free_gpus_in none\nfree_gpus_in bad a6000=x\nfree_gpus_in gap a6000=1  a6000=9\n\
+                    pending 5 1 1 1 60\npending_held 5 x 1\n\
                     pending_held 6 1 1\n";
         let queue = parse(text).unwrap().queue.unwrap();
         assert_eq!(queue.pending[&5].held, Held::default(), "an unreadable pending_held is skipped");
@@ -919,6 +923,7 @@ mod tests {
         assert_eq!(queue.free_gpus_for(&["none"]), free(&[]));
         // An unreadable line is skipped: its partition is not listed.
         assert_eq!(queue.free_gpus_for(&["bad"]), free(&[("a6000", 3), ("rtx2080", 4)]));
+        assert_eq!(queue.free_gpus_for(&["gap"]), free(&[("a6000", 3), ("rtx2080", 4)]), "an empty word, then more");
         assert_eq!(queue.free_gpus_for(&["gpu", "elsewhere"]), free(&[("a6000", 3), ("rtx2080", 4)]));
     }
 

@@ -47,12 +47,13 @@ impl Ledger {
         // MariaDB assigns in order: the term reads the holder before it changes. Only on the schema
         // this build writes: one left running after a newer accountd upgraded the ledger, which could
         // write nothing more, lets the lease lapse to it.
+        let on_schema = self.conn.and_on_written_schema();
+        debug_assert!(!on_schema.is_empty(), "a MariaDB ledger is opened knowing the schema it writes");
         self.conn.execute(
             &format!(
                 "UPDATE {table} SET term = CASE WHEN holder = ?1 THEN term ELSE term + 1 END,
                                     holder = ?1, expires_ms = {NOW_MS} + ?2
-                 WHERE {row} AND (holder = ?1 OR expires_ms < {NOW_MS}){}",
-                self.conn.and_on_written_schema()
+                 WHERE {row} AND (holder = ?1 OR expires_ms < {NOW_MS}){on_schema}"
             ),
             crate::db::params![me, ttl, &self.lease_name],
         )?;

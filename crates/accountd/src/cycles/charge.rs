@@ -160,7 +160,7 @@ pub fn charge(cycle: &mut CycleState, slurm: &Slurm, queue: &mut QueueOnce, now:
     let starts = finished.starts.iter().copied().chain(running.iter().map(|j| j.start_time));
     crate::cycles::slurm_clock::saw(&mut cycle.res, ends.chain(starts))?;
     // After the charge, so a lost run's charge is complete when it is given back.
-    let refunded = refunds::run(&mut cycle.res, &finished.may_be_lost, &finished.ends, now)?;
+    let refunded = refunds::run(&mut cycle.res, &finished.refund_candidates, &finished.ends, now)?;
     // Read up to what Slurm had seen: a job that ends after the clock but before `now` is read again.
     cycle.res.ledger.set_meta(&cluster_meta(&cycle.res, READ_UNTIL), &now.min(read_at).to_string())?;
     if read_from.is_none() {
@@ -200,8 +200,9 @@ struct FinishedCharged {
     ends: HashMap<(String, i64), RunEnded>,
     /// When each run started.
     starts: Vec<i64>,
-    /// The runs that ended as a lost one may ([`gputokens::refunds::may_be_lost`]), for refunds.
-    may_be_lost: Vec<UsageRecord>,
+    /// The runs that ended as one lost for a cause the site refunds may
+    /// ([`gputokens::refunds::may_be_lost`]): all that refunds read.
+    refund_candidates: Vec<UsageRecord>,
     outcome: ChargeOutcome,
     rejected: Vec<Rejected>,
     before_charging: usize,
@@ -223,15 +224,22 @@ fn charge_finished(
     // while squeue's output is read beside them): what is needed of them after is kept apart.
     let records = std::mem::take(&mut finished.records);
     let starts = records.iter().map(|r| r.segment_start).collect();
-    let ended = |r: &UsageRecord| finished.ends.get(&(r.job_id.clone(), r.segment_start)).map(|e| e.state.as_str());
-    let may_be_lost = records.iter().filter(|r| ended(r).is_some_and(may_be_lost)).cloned().collect();
+    let causes = &cycle.res.config.refunds.causes;
+    let lost = |r: &&UsageRecord| {
+        let ended = finished.ends.get(&(r.job_id.clone(), r.segment_start));
+        ended.is_some_and(|e| may_be_lost(&e.state, causes))
+    };
+    let refund_candidates = match causes.is_empty() {
+        true => Vec::new(),
+        false => records.iter().filter(lost).cloned().collect(),
+    };
     let read = records.len();
     let (mut records, rejected_finished) = rejected_records::sift(records, "sacct");
     crate::cycles::lending::price_finished(&mut cycle.res, &mut records, &finished.ends, until)?;
-    let rejected = finished.rejected.iter().cloned().chain(rejected_finished).collect();
+    let rejected = std::mem::take(&mut finished.rejected).into_iter().chain(rejected_finished).collect();
     let outcome = charge_records(&mut cycle.res, records, &finished.nodes, slurm, until)?;
     let sacct::Parsed { ends, skipped, .. } = finished;
-    Ok(FinishedCharged { read, skipped, ends, starts, may_be_lost, outcome, rejected, before_charging })
+    Ok(FinishedCharged { read, skipped, ends, starts, refund_candidates, outcome, rejected, before_charging })
 }
 
 /// Charges `records` (GPU types left untyped resolved by their nodes, weighed by their use where
