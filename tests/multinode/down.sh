@@ -1,6 +1,7 @@
 #!/bin/bash
 # down.sh — stop the multi-node test cluster: every host's processes die with its PID namespace, then
 # the network namespaces go. Leaves $MN (logs) for reading; up.sh starts anew. Idempotent.
+#   down.sh [--all]    --all: the site's MariaDB as well
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=lib.sh
@@ -19,4 +20,6 @@ for h in "${HOSTS[@]}"; do
   ip netns del "$(netns "$h")" 2>/dev/null || true
 done
 ip netns del "$SWITCH" 2>/dev/null || true
+# --all: the site's MariaDB too (each up.sh keeps it running for the next test).
+if [[ ${1:-} == --all ]]; then stop_mn_mariadb; fi
 say "multi-node cluster down"

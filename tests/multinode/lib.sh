@@ -35,6 +35,12 @@ DBPASS=gputokens-test
 HTTP_PORT=9817                           # accountd's listener on ctl1 (and ctl2 in a pair)
 MN_LEDGER_DB=gtmn_ledger                 # GPUTOKENS_MN_PAIR: the ledger's database and user
 MN_LEDGER_PASS=gputokens-ledger-test
+# The site's own MariaDB (its slurmdbd's, and a pair's ledger), apart from tests/cluster's: the
+# multi-node tests run beside the one-node cluster's, and restart theirs (mn.sh restart-mariadb).
+# It outlives each up.sh's $MN; every host sees its socket's directory where Slurm's and MariaDB's
+# clients look by default (/run/mysqld, /run/mariadbd in sid's MariaDB 11.8).
+MN_MARIADB=${GPUTOKENS_MN_MARIADB:-/tmp/gputokens-mn-mariadb}
+MN_DB_SOCKET=$MN_MARIADB/run/mysqld.sock
 _SCRIPT=${0##*/}
 _T0=$(date +%s.%N)
 
@@ -111,4 +117,39 @@ waitfor() {
     (( SECONDS < end )) || return 1
     sleep 0.2
   done
+}
+
+# mn_sql ARGS...: the mariadb client on the site's own MariaDB, as root.
+mn_sql() { timeout 30 mariadb --socket="$MN_DB_SOCKET" "$@"; }
+mn_mariadb_ok() { timeout 5 mariadb --socket="$MN_DB_SOCKET" -e 'SELECT 1' >/dev/null 2>&1; }
+
+# start_mn_mariadb: the site's MariaDB, made on first use (slurmdbd's user with it); no TCP port, so
+# it never meets tests/cluster's.
+start_mn_mariadb() {
+  mn_mariadb_ok && return 0
+  local p log=$MN_MARIADB/mariadbd.log
+  install -d -o mysql -g mysql -m 755 "$MN_MARIADB" "$MN_MARIADB/run"
+  if [[ ! -d $MN_MARIADB/data/mysql ]]; then
+    rm -rf "$MN_MARIADB/data"
+    mariadb-install-db --user=mysql --datadir="$MN_MARIADB/data" --auth-root-authentication-method=socket \
+      --skip-test-db > "$MN_MARIADB/install.log" 2>&1 || die "mariadb-install-db failed: $(tail -n 20 "$MN_MARIADB/install.log")"
+  fi
+  setsid /usr/sbin/mariadbd --user=mysql --datadir="$MN_MARIADB/data" --socket="$MN_DB_SOCKET" \
+    --pid-file="$MN_MARIADB/run/mysqld.pid" --skip-networking --log-error="$log" </dev/null >>"$log" 2>&1 &
+  p=$!
+  waitfor 60 mn_mariadb_ok || die "the multi-node site's mariadbd did not answer within 60 s: $(tail -n 20 "$log")"
+  mn_sql -e "CREATE USER IF NOT EXISTS '$SLURM_USER'@'localhost' IDENTIFIED BY '$DBPASS';
+    ALTER USER '$SLURM_USER'@'localhost' IDENTIFIED BY '$DBPASS';" || die "cannot make slurmdbd's user"
+  say "started the site's mariadbd (pid $p, socket $MN_DB_SOCKET)"
+}
+
+# stop_mn_mariadb: stops the site's MariaDB (its data stays for the next start).
+stop_mn_mariadb() {
+  local p
+  p=$(cat "$MN_MARIADB/run/mysqld.pid" 2>/dev/null || true)
+  # Its pid file may outlive it (a killed run), and another process may have that pid since.
+  [[ -n $p && $(cat "/proc/$p/comm" 2>/dev/null) == mariadbd ]] || p=""
+  [[ -n $p ]] && kill "$p" 2>/dev/null || true
+  gone_mariadb() { ! mn_mariadb_ok && { [[ -z $p ]] || ! kill -0 "$p" 2>/dev/null; }; }
+  waitfor 60 gone_mariadb || die "the site's mariadbd (pid $p) did not stop within 60 s"
 }

@@ -8,7 +8,7 @@
 #   mn.sh cut HOST | heal HOST  unplug / plug HOST's network cable (its processes keep running)
 #   mn.sh kill-host HOST        the host is lost: cable out, every process in it killed at once
 #   mn.sh boot HOST             power a lost host on again (munged and its Slurm daemon start too)
-#   mn.sh restart-mariadb       stop and start the MariaDB of tests/cluster
+#   mn.sh restart-mariadb       stop and start the site's MariaDB (lib.sh: MN_MARIADB)
 #   mn.sh boot-all              used by up.sh
 # With a second cluster (GPUTOKENS_MN_CLUSTERS=2), ctlb and node4 are its hosts.
 set -euo pipefail
@@ -27,6 +27,7 @@ boot() {
   setsid nsenter --net="/run/netns/$(netns "$h")" unshare --uts --pid --mount --fork --kill-child --mount-proc \
     sh -c "hostname $h && mount --bind $MN/etc/hosts /etc/hosts && mount --bind $(etc_of "$h") /etc/slurm \
       && mount --bind $MN/hosts/$h $MN/here && mount --bind $MN/hosts/$h/munge /run/munge \
+      && mount --bind $MN_MARIADB/run /run/mysqld && mount --bind $MN_MARIADB/run /run/mariadbd \
       && touch $MN/here/run/booted && exec sh -c 'while :; do sleep 1; done'" \
     </dev/null >>"$MN/hosts/$h/log/boot.out" 2>&1 &
   p=$!
@@ -99,10 +100,7 @@ case ${1:-} in
   boot)
     boot "${2:?host}"
     case $2 in node*) start slurmd "$2" ;; ctl*) start slurmctld "$2" ;; esac ;;
-  restart-mariadb)   # the one MariaDB (tests/cluster's) that every slurmdbd here uses
-    bash -c "source '$HERE/../cluster/lib.sh'
-      cat /run/mysqld/mysqld.pid /run/mariadbd/mysqld.pid 2>/dev/null | head -n1 > \$LAB/pids/mariadbd.pid
-      stop_daemon mariadbd mariadbd && start_mariadb" ;;
+  restart-mariadb) stop_mn_mariadb && start_mn_mariadb ;;   # the site's, which every slurmdbd here uses
   boot-all) for h in "${HOSTS[@]}"; do boot "$h"; done ;;
   *) sed -n 2,13p "$0"; exit 1 ;;
 esac

@@ -1,6 +1,6 @@
 #!/bin/bash
 # up.sh — start the multi-node test cluster (see lib.sh for its shape). Run as root, after
-# tests/cluster/up.sh (it uses that cluster's MariaDB, test users and MUNGE key) and with the
+# tests/cluster/up.sh (it uses that cluster's test users and MUNGE key) and with the
 # gputokens packages installed (the plugins in PluginDir, /usr/bin/accountd), as tests/run.sh does.
 # Stops a previous multi-node cluster first: every run starts from an empty ledger and database.
 #
@@ -8,7 +8,8 @@
 #   ctl2  10.78.0.3   slurmctld (backup)
 #   nodeN 10.78.0.1N  slurmd, gputokens-agent (MUNGE credentials of that node), fake NVML
 #   login1 10.78.0.20 munged only: users' sbatch, sbalance (over the network to accountd)
-# GPUTOKENS_MN_PAIR=1: the ledger on the host's MariaDB (database gtmn_ledger, a user of its own),
+# The site has a MariaDB of its own (lib.sh: MN_MARIADB), started here if it is not running.
+# GPUTOKENS_MN_PAIR=1: the ledger on that MariaDB (database gtmn_ledger, a user of its own),
 # and a second accountd serve on ctl2: a pair on one ledger, users' tools given both URLs.
 # GPUTOKENS_MN_CLUSTERS=2: the ledger on MariaDB too, and a second Slurm cluster (gtmnb) on the same
 # slurmdbd: ctlb 10.78.0.4 (its slurmctld, and its own accountd on the ledger), node4 10.78.0.14.
@@ -27,7 +28,6 @@ source "$HERE/lib.sh"
 
 [[ $(id -u) == 0 ]] || die "must run as root"
 for u in alice bob "$SLURM_USER" munge; do id -u "$u" >/dev/null 2>&1 || die "user $u missing: run tests/cluster/up.sh first"; done
-timeout 5 mariadb -e 'SELECT 1' >/dev/null 2>&1 || die "MariaDB does not answer: run tests/cluster/up.sh first"
 [[ -s /etc/munge/munge.key ]] || die "/etc/munge/munge.key missing: run tests/cluster/up.sh first"
 ACCOUNTD=${GPUTOKENS_MN_ACCOUNTD:-/usr/bin/accountd}
 [[ -x $ACCOUNTD ]] || die "$ACCOUNTD missing: install the gputokens package (tests/run.sh does)"
@@ -45,6 +45,8 @@ done
 
 bash "$HERE/down.sh" >/dev/null
 rm -rf "$MN"
+install -d -o mysql -g root -m 755 /run/mysqld /run/mariadbd   # where each host sees the site's MariaDB
+start_mn_mariadb
 mkdir -p "$MN"/{etc/slurm/plugstack.conf.d,here,dev,shared/state,shared/snapshot,shared/controllers}
 install -d -m 1777 "$MN/jobs"
 chown "$SLURM_USER:" "$MN/shared/state" "$MN/shared/controllers"
@@ -173,12 +175,12 @@ StorageUser=slurm
 StoragePass=$DBPASS
 StorageLoc=$MN_DB
 EOF
-# A pair of accountd on one ledger in the host's MariaDB (over its socket, as slurmdbd reaches it).
+# A pair of accountd on one ledger in the site's MariaDB (over its socket, as slurmdbd reaches it).
 PAIR=${GPUTOKENS_MN_PAIR:-}
 ledger_table="" http_listen="$(addr ctl1):$HTTP_PORT" users_urls="\"${GPUTOKENS_MN_ACCOUNTD_URL:-http://$(addr ctl1):$HTTP_PORT}\""
 if [[ -n $PAIR || $CLUSTERS == 2 ]]; then
-  socket=$(mariadb -N -B -e 'SELECT @@socket')
-  timeout 30 mariadb -e "DROP DATABASE IF EXISTS $MN_LEDGER_DB; DROP USER IF EXISTS '$MN_LEDGER_DB'@'localhost';
+  socket=$MN_DB_SOCKET
+  mn_sql -e "DROP DATABASE IF EXISTS $MN_LEDGER_DB; DROP USER IF EXISTS '$MN_LEDGER_DB'@'localhost';
     CREATE DATABASE $MN_LEDGER_DB; CREATE USER '$MN_LEDGER_DB'@'localhost' IDENTIFIED BY '$MN_LEDGER_PASS';
     GRANT ALL ON $MN_LEDGER_DB.* TO '$MN_LEDGER_DB'@'localhost';"
   install -m 600 /dev/null "$MN/etc/ledger-password"
@@ -306,7 +308,7 @@ bash "$HERE/mn.sh" boot-all
 say "booted ${HOSTS[*]}"
 
 # ---- accounting: slurmdbd on ctl1, the cluster's associations --------------------------------------
-timeout 30 mariadb -e "DROP DATABASE IF EXISTS $MN_DB; CREATE DATABASE $MN_DB; GRANT ALL ON $MN_DB.* TO 'slurm'@'localhost';"
+mn_sql -e "DROP DATABASE IF EXISTS $MN_DB; CREATE DATABASE $MN_DB; GRANT ALL ON $MN_DB.* TO 'slurm'@'localhost';"
 bash "$HERE/mn.sh" start slurmdbd ctl1
 sacctmgr_() { in_host ctl1 timeout 30 sacctmgr -i "$@" >/dev/null; }
 waitfor 30 in_host ctl1 timeout 5 sacctmgr -n list cluster || die "slurmdbd does not answer: $(tail -n 20 "$MN/hosts/ctl1/log/slurmdbd.log")"
