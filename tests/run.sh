@@ -29,7 +29,8 @@
 # Everything is built once, on the host (target/): the other releases' suites run the host's binaries
 # and test binaries and build only the two plugins against their own Slurm headers (target/slurm-RELEASE).
 # Each release's output goes to target/test-logs/RELEASE.log when they run side by side; unit and dates
-# then run once the first release is done, into target/test-logs/clusterless.log.
+# then run once the first release is done, into target/test-logs/clusterless.log. In each release the
+# multinode suite runs beside the cluster suite (target/test-logs/multinode-RELEASE.log, then appended).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source tests/slurm-releases/lib.sh
