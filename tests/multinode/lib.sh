@@ -4,7 +4,8 @@
 # Every host is a set of namespaces of its own: network (its own address on a bridge that lives in a
 # namespace of its own, the "switch"), UTS (its hostname), mount (its own /etc/hosts, /etc/slurm,
 # /run/munge and $MN/here) and PID (its first process a reaper; killing it kills the whole host).
-# Hosts: ctl1 (primary slurmctld, slurmdbd, accountd), ctl2 (backup slurmctld), node1..node3 (slurmd
+# Hosts: ctl1 (primary slurmctld, slurmdbd, accountd), ctl2 (backup slurmctld; the primary and
+# slurmdbd where up.sh's GPUTOKENS_MN_SLURM_HOST=ctl2 puts them there), node1..node3 (slurmd
 # and `gputokens-agent`, each with its own munged and fake NVML), login1 (where users log in: munged
 # and the site's files, no daemon of Slurm's or gputokens'). Nothing here touches the host's own
 # network: the addresses exist only inside these namespaces.
@@ -26,6 +27,8 @@ set_clusters() {
   if [[ $1 == 2 ]]; then HOSTS+=("${CLUSTER_B_HOSTS[@]}"); fi
 }
 set_clusters "$(cat "$MN/clusters" 2>/dev/null || echo 1)"
+# The host slurmdbd runs on: ctl1, or where up.sh's GPUTOKENS_MN_SLURM_HOST put it (slurmdbd.conf).
+dbd_host() { sed -n 's/^DbdHost=//p' "$MN/etc/slurm/slurmdbd.conf" 2>/dev/null | grep . || echo ctl1; }
 SWITCH=gtmn-switch                       # the network namespace holding the bridge
 MN_CLUSTER=gtmn
 MN_DB=gtmn_acct
@@ -81,7 +84,9 @@ node_gpu_types() { node_gres "$1" | tr ',' '\n' | awk -F: '{ for (i = 0; i < $3;
 
 netns() { echo "gtmn-$1"; }
 init_pid() { cat "$MN/hosts/$1/init.pid" 2>/dev/null; }
-host_up() { local p; p=$(init_pid "$1") && [[ -n $p ]] && kill -0 "$p" 2>/dev/null; }
+# A zombie is down: an init killed with its host waits there for a reaper (PID 1 of the PID
+# namespace the tests run in, which may not reap: a test binary run by `enter.sh RELEASE`).
+host_up() { local p s; p=$(init_pid "$1") && [[ -n $p ]] && s=$(ps -o stat= -p "$p") && [[ $s != Z* ]]; }
 
 # in_host HOST CMD...: run CMD inside every namespace of HOST (in the foreground). -r and -w: in the
 # host's root directory too, else entering its mount namespace leaves a release's root filesystem

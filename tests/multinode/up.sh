@@ -14,7 +14,8 @@
 # GPUTOKENS_MN_CLUSTERS=2: the ledger on MariaDB too, and a second Slurm cluster (gtmnb) on the same
 # slurmdbd: ctlb 10.78.0.4 (its slurmctld, and its own accountd on the ledger), node4 10.78.0.14.
 # GPUTOKENS_MN_PARTITIONS: more slurm.conf PartitionName= lines, beside the default partition gpu of
-# every node.
+# every node. GPUTOKENS_MN_SLURM_HOST=ctl2: the primary slurmctld and slurmdbd on ctl2, the backup
+# on ctl1 (a site whose accountd host can be lost while Slurm's controller and accounting stay up).
 # Every host has its own munged (one shared key, as on a site). The balance snapshot and
 # StateSaveLocation are in $MN/shared, a directory every host sees, as a site shares them over NFS.
 set -euo pipefail
@@ -46,6 +47,7 @@ done
 bash "$HERE/down.sh" >/dev/null
 rm -rf "$MN"
 install -d -o mysql -g root -m 755 /run/mysqld /run/mariadbd   # where each host sees the site's MariaDB
+install -d -m 755 /run/munge   # where each host sees its own munged (a fresh /run has none: a release's)
 start_mn_mariadb
 mkdir -p "$MN"/{etc/slurm/plugstack.conf.d,here,dev,shared/state,shared/snapshot,shared/controllers}
 install -d -m 1777 "$MN/jobs"
@@ -54,6 +56,12 @@ CLUSTERS=${GPUTOKENS_MN_CLUSTERS:-1}
 [[ $CLUSTERS == 1 || $CLUSTERS == 2 ]] || die "GPUTOKENS_MN_CLUSTERS must be 1 or 2"
 echo "$CLUSTERS" > "$MN/clusters"
 set_clusters "$CLUSTERS"
+PRIMARY=${GPUTOKENS_MN_SLURM_HOST:-ctl1}
+case $PRIMARY in
+  ctl1) BACKUP=ctl2 ;;
+  ctl2) BACKUP=ctl1 ;;
+  *) die "GPUTOKENS_MN_SLURM_HOST must be ctl1 or ctl2" ;;
+esac
 if [[ $CLUSTERS == 2 ]]; then
   mkdir -p "$MN"/{etc-b/slurm/plugstack.conf.d,shared/state-b,shared/snapshot-b,shared/controllers-b}
   chown "$SLURM_USER:" "$MN/shared/state-b" "$MN/shared/controllers-b"
@@ -93,8 +101,8 @@ gres_lines=$(gres_lines "${NODES[@]}")
 cat > "$MN/etc/slurm/slurm.conf" <<EOF
 # slurm.conf of the multi-node test cluster, written by tests/multinode/up.sh.
 ClusterName=$MN_CLUSTER
-SlurmctldHost=ctl1($(addr ctl1))
-SlurmctldHost=ctl2($(addr ctl2))
+SlurmctldHost=$PRIMARY($(addr "$PRIMARY"))
+SlurmctldHost=$BACKUP($(addr "$BACKUP"))
 SlurmUser=$SLURM_USER
 SlurmdUser=root
 AuthType=auth/munge
@@ -131,7 +139,7 @@ MinJobAge=300
 JobRequeue=1
 ReturnToService=2
 AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=ctl1
+AccountingStorageHost=$PRIMARY
 AccountingStoragePort=6819
 AccountingStorageEnforce=associations
 AccountingStorageTRES=gres/gpu,gres/gpu:rtx2080,gres/gpu:rtx3090,gres/gpu:a6000
@@ -162,8 +170,8 @@ echo "optional $PLUGIN_DIR/spank_gputokens.so jobs_dir=$MN/here/gpu-jobs nvml_li
 install -m 600 -o "$SLURM_USER" /dev/null "$MN/etc/slurm/slurmdbd.conf"
 cat > "$MN/etc/slurm/slurmdbd.conf" <<EOF
 AuthType=auth/munge
-DbdHost=ctl1
-DbdAddr=$(addr ctl1)
+DbdHost=$PRIMARY
+DbdAddr=$(addr "$PRIMARY")
 DbdPort=6819
 SlurmUser=$SLURM_USER
 DebugLevel=info
@@ -307,11 +315,11 @@ done
 bash "$HERE/mn.sh" boot-all
 say "booted ${HOSTS[*]}"
 
-# ---- accounting: slurmdbd on ctl1, the cluster's associations --------------------------------------
+# ---- accounting: slurmdbd on the primary's host (ctl1), the cluster's associations -----------------
 mn_sql -e "DROP DATABASE IF EXISTS $MN_DB; CREATE DATABASE $MN_DB; GRANT ALL ON $MN_DB.* TO 'slurm'@'localhost';"
-bash "$HERE/mn.sh" start slurmdbd ctl1
+bash "$HERE/mn.sh" start slurmdbd "$PRIMARY"
 sacctmgr_() { in_host ctl1 timeout 30 sacctmgr -i "$@" >/dev/null; }
-waitfor 30 in_host ctl1 timeout 5 sacctmgr -n list cluster || die "slurmdbd does not answer: $(tail -n 20 "$MN/hosts/ctl1/log/slurmdbd.log")"
+waitfor 30 in_host ctl1 timeout 5 sacctmgr -n list cluster || die "slurmdbd does not answer: $(tail -n 20 "$MN/hosts/$PRIMARY/log/slurmdbd.log")"
 sacctmgr_ add cluster "$MN_CLUSTER"
 sacctmgr_ add account "$MN_ACCOUNT" cluster="$MN_CLUSTER"
 sacctmgr_ add user root,alice,bob account="$MN_ACCOUNT" cluster="$MN_CLUSTER"
@@ -323,23 +331,24 @@ fi
 say "slurmdbd up, account $MN_ACCOUNT: root alice bob"
 
 # ---- controllers, nodes, gputokens ------------------------------------------------------------------
-bash "$HERE/mn.sh" start slurmctld ctl1
-waitfor 30 in_host ctl1 timeout 5 scontrol ping || die "slurmctld on ctl1 does not answer: $(tail -n 20 "$MN/hosts/ctl1/log/slurmctld.log")"
-bash "$HERE/mn.sh" start slurmctld ctl2
+bash "$HERE/mn.sh" start slurmctld "$PRIMARY"
+waitfor 30 in_host ctl1 timeout 5 scontrol ping || die "slurmctld on $PRIMARY does not answer: $(tail -n 20 "$MN/hosts/$PRIMARY/log/slurmctld.log")"
+bash "$HERE/mn.sh" start slurmctld "$BACKUP"
 for n in "${NODES[@]}"; do bash "$HERE/mn.sh" start slurmd "$n"; done
 all_idle() { [[ $(in_host ctl1 sinfo -h -N -o %T | sort -u) == idle ]]; }
 waitfor 60 all_idle || die "nodes not idle: $(in_host ctl1 sinfo -N -o '%N %T %E')"
-standby() { in_host ctl1 timeout 5 scontrol ping | grep -q 'ctl2.* is UP'; }
-waitfor 30 standby || die "the backup slurmctld on ctl2 is not UP: $(in_host ctl1 scontrol ping; tail -n 20 "$MN/hosts/ctl2/log/slurmctld.log")"
-# A primary that has run a while has saved its state (every few minutes, and at a reconfigure); on
-# 23.11+ a backup taking over from one that never did stops ("fatal: No Assoc usage file"). This one
-# saves it now, as a site's would have by the time it is lost.
-if [[ $(printf '%s\n' "$slurm_version" 23.11 | sort -V | head -n 1) == 23.11 ]]; then
-  in_host ctl1 timeout 30 scontrol reconfigure >/dev/null || die "scontrol reconfigure on ctl1 failed"
-  waitfor 30 test -e "$MN/shared/state/assoc_usage" || die "ctl1 saved no state at scontrol reconfigure"
-  waitfor 30 standby || die "ctl1 and ctl2 not both UP after scontrol reconfigure: $(in_host ctl1 scontrol ping)"
-fi
-say "slurmctld on ctl1 (primary) and ctl2 (backup), nodes ${NODES[*]} idle"
+standby() { in_host ctl1 timeout 5 scontrol ping | grep -q "$BACKUP.* is UP"; }
+waitfor 30 standby || die "the backup slurmctld on $BACKUP is not UP: $(in_host ctl1 scontrol ping; tail -n 20 "$MN/hosts/$BACKUP/log/slurmctld.log")"
+# A primary that has run a while has saved its state (every five minutes, and at a reconfigure),
+# the associations with it. A backup taking over from one that never did stops: on 23.11+ "fatal: No
+# Assoc usage file"; on 22.05, where slurmdbd is lost too, "fatal: slurmdbd and/or database must be
+# up at slurmctld start time". This one saves it now, as a site's would have by the time it is lost.
+in_host ctl1 timeout 30 scontrol reconfigure >/dev/null || die "scontrol reconfigure failed"
+for saved in assoc_mgr_state assoc_usage; do
+  waitfor 30 test -e "$MN/shared/state/$saved" || die "$PRIMARY saved no $saved at scontrol reconfigure"
+done
+waitfor 30 standby || die "$PRIMARY and $BACKUP not both UP after scontrol reconfigure: $(in_host ctl1 scontrol ping)"
+say "slurmctld on $PRIMARY (primary) and $BACKUP (backup), nodes ${NODES[*]} idle"
 
 bash "$HERE/mn.sh" start accountd ctl1
 if [[ -n $PAIR ]]; then

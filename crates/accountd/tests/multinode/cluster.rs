@@ -56,6 +56,9 @@ pub struct Settings<'a> {
     pub second_cluster: bool,
     /// More slurm.conf `PartitionName=` lines, beside the default partition `gpu` of every node.
     pub partitions: &'a str,
+    /// The host of the primary slurmctld and slurmdbd, the backup on the other controller (up.sh's
+    /// GPUTOKENS_MN_SLURM_HOST; its default: ctl1).
+    pub slurm_host: Option<&'a str>,
 }
 
 /// GPU memory of each process `nvml_processes` puts on a GPU.
@@ -93,6 +96,9 @@ impl Cluster {
         }
         if settings.second_cluster {
             up.env("GPUTOKENS_MN_CLUSTERS", "2");
+        }
+        if let Some(host) = settings.slurm_host {
+            up.env("GPUTOKENS_MN_SLURM_HOST", host);
         }
         up.env("GPUTOKENS_MN_PARTITIONS", settings.partitions);
         up.env("GPUTOKENS_MN_HTTP", settings.http).env("GPUTOKENS_MN_ACCOUNTD_KEYS", settings.accountd);
@@ -178,15 +184,19 @@ impl Cluster {
     /// Waits until slurmctld is done with `job` and slurmdbd shows every segment of it in a final
     /// state; returns sacct's rows of them (`-D`: each requeued run is a row).
     pub fn wait_recorded(&self, job: &str) -> Vec<Segment> {
-        wait_until(120, &format!("job {job} recorded as finished"), || {
+        wait_seen(120, &format!("job {job} recorded as finished"), || {
             if !self.job_done(job) {
-                return None;
+                let out = self.on("ctl1", None, &["squeue", "-h", "-j", job, "-o", "%T"]);
+                return Err(format!("squeue (exit {}): {}{}", out.code, out.stdout.trim(), out.stderr.trim()));
             }
             let rows = self.segments(job);
             let open = ["PENDING", "RUNNING", "COMPLETING", "REQUEUED"];
             // Without an End a row is not final (slurmdbd catching up after an outage).
             let ended = rows.iter().all(|r| !["Unknown", "None", ""].contains(&r.end.as_str()));
-            (!rows.is_empty() && ended && !open.contains(&rows.last().unwrap().state.as_str())).then_some(rows)
+            match !rows.is_empty() && ended && !open.contains(&rows.last().unwrap().state.as_str()) {
+                true => Ok(rows),
+                false => Err(format!("done in squeue; sacct's rows: {rows:?}")),
+            }
         })
     }
 
@@ -368,7 +378,33 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            keep_logs_of_a_failure();
+        }
         let _ = Command::new("bash").arg(scripts().join("down.sh")).output();
+    }
+}
+
+/// A failed test's daemon logs, kept before down.sh and the next test's up.sh wipe them: every
+/// host's under target/test-logs/multinode-failures/TEST/, and the controllers' last lines printed.
+fn keep_logs_of_a_failure() {
+    let test = std::thread::current().name().unwrap_or("a-test").replace("::", "-");
+    let kept = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-logs/multinode-failures").join(&test);
+    let _ = std::fs::remove_dir_all(&kept);
+    let Ok(hosts) = std::fs::read_dir(mn_dir().join("hosts")) else { return };
+    for host in hosts.flatten() {
+        let Ok(files) = std::fs::read_dir(host.path().join("log")) else { continue };
+        let into = kept.join(host.file_name());
+        let _ = std::fs::create_dir_all(&into);
+        for file in files.flatten().filter(|f| f.path().is_file()) {
+            let _ = std::fs::copy(file.path(), into.join(file.file_name()));
+        }
+    }
+    eprintln!("the hosts' logs of this failure: {}", kept.display());
+    for (host, log) in [("ctl1", "slurmctld.log"), ("ctl2", "slurmctld.log"), ("ctl1", "slurmdbd.log")] {
+        let text = std::fs::read_to_string(kept.join(host).join(log)).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(25).collect();
+        eprintln!("--- {host}'s {log}, its last lines:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
     }
 }
 

@@ -76,7 +76,14 @@ fn submit(cluster: &Cluster, user: &str, args: &[&str]) -> String {
 #[test]
 #[ignore = "needs the multi-node cluster: tests/run.sh"]
 fn multinode_a_pair_leads_again_within_30_s_when_the_leaders_host_is_lost_and_charges_each_job_once() {
-    let cluster = Cluster::up(Settings { pair: true, ..Settings::default() });
+    let began = Instant::now();
+    let stage = |what: &str| println!("[{:6.1} s] {what}", began.elapsed().as_secs_f64());
+    // Slurm's primary controller and slurmdbd on ctl2, its backup on ctl1: what is lost with ctl1
+    // is the leading accountd. (With Slurm's primary and slurmdbd lost too, its backup controller
+    // that takes over records the jobs ending meanwhile on 22.05 and 24.11, but on 26.05 no job
+    // record of it reaches slurmdbd: they stay RUNNING in sacct. Not gputokens' to mend.)
+    let cluster = Cluster::up(Settings { pair: true, slurm_host: Some("ctl2"), ..Settings::default() });
+    stage("the site up");
     let lease = cluster.on("ctl2", None, &["accountd", "config", "check"]).ok().stdout;
     assert!(lease.contains("led by accountd ctl1:"), "{lease}");
     let jobs: Vec<(&str, String)> = vec![
@@ -87,6 +94,7 @@ fn multinode_a_pair_leads_again_within_30_s_when_the_leaders_host_is_lost_and_ch
     for (_, job) in &jobs {
         cluster.wait_running(job);
     }
+    stage(&format!("jobs running: {jobs:?}"));
     let asking = Asking::start();
     // Mid charge cycle: ctl1's accountd charges the running jobs every 5 s.
     let cycles = cluster.charge_cycles();
@@ -94,6 +102,7 @@ fn multinode_a_pair_leads_again_within_30_s_when_the_leaders_host_is_lost_and_ch
     std::thread::sleep(Duration::from_millis(2500));
     let lost = Instant::now();
     cluster.mn(&["kill-host", "ctl1"]).ok();
+    stage("ctl1 lost");
 
     cluster.admin_on("ctl2");
     wait_seen(30, "ctl2's accountd leading", || {
@@ -104,12 +113,13 @@ fn multinode_a_pair_leads_again_within_30_s_when_the_leaders_host_is_lost_and_ch
         }
     });
     let took_over = lost.elapsed();
+    stage("ctl2's accountd leads");
     assert!(took_over < Duration::from_secs(30), "{took_over:?}");
     let led = cluster.accountd(None, &["config", "check"]).ok().stdout;
     assert!(led.contains("led by accountd ctl2:"), "{led}");
     let metrics = cluster.on("login1", None, &["curl", "-sf", "http://10.78.0.3:9817/metrics"]).ok().stdout;
     assert!(metrics.contains("gputokens_ledger_leading 1"), "{metrics}");
-    // The backup slurmctld's plugin decides from a snapshot ctl2's accountd wrote after it took over.
+    // ctl2's slurmctld's plugin decides from a snapshot ctl2's accountd wrote after it took over.
     let taken_at = gputokens::time::now() - took_over.as_secs() as i64;
     wait_seen(90, "ctl2's plugin deciding from a snapshot of the new leader", || {
         match cluster.controller_view("ctl2") {
@@ -117,11 +127,12 @@ fn multinode_a_pair_leads_again_within_30_s_when_the_leaders_host_is_lost_and_ch
             other => Err(format!("{other:?}, taken over at {taken_at}")),
         }
     });
+    stage("ctl2's plugin decides from its snapshot");
 
-    // The rest of the site comes back (slurmdbd, the primary): not ctl1's accountd yet.
+    // ctl1 back, with Slurm's backup controller; not its accountd yet.
     cluster.mn(&["boot", "ctl1"]).ok();
-    cluster.mn(&["start", "slurmdbd", "ctl1"]).ok();
     all_charged_once(&cluster, &jobs);
+    stage("every job charged once");
     let (gap, failures, slow) = asking.finish();
     assert!(failures.is_empty(), "sbalance on login1 failed {} times: {:?}", failures.len(), failures.first());
     println!("the longest wait between two of alice's answers on login1: {gap:?}");
