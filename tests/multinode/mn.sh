@@ -7,9 +7,8 @@
 #   mn.sh pids HOST COMM        root-namespace PIDs of COMM in HOST
 #   mn.sh cut HOST | heal HOST  unplug / plug HOST's network cable (its processes keep running)
 #   mn.sh kill-host HOST        the host is lost: cable out, every process in it killed at once
-#   mn.sh power-on HOST         power a lost host on again: only munged starts (the test starts the rest)
-#   mn.sh boot HOST             power it on and start its Slurm daemons as its services would: slurmdbd
-#                               first where it runs (a slurmctld starting without it exits), then slurmctld
+#   mn.sh boot HOST             power a lost host on again: munged, then its Slurm daemons as its services
+#                               would start: slurmdbd first where it runs (a slurmctld without it exits)
 #   mn.sh restart-mariadb       stop and start the site's MariaDB (lib.sh: MN_MARIADB)
 #   mn.sh boot-all              used by up.sh
 # With a second cluster (GPUTOKENS_MN_CLUSTERS=2), ctlb and node4 are its hosts.
@@ -99,7 +98,6 @@ case ${1:-} in
   cut) ip -n "$(netns "${2:?host}")" link set eth0 down ;;
   heal) ip -n "$(netns "${2:?host}")" link set eth0 up ;;
   kill-host) kill_host "${2:?host}" ;;
-  power-on) boot "${2:?host}" ;;
   boot)
     boot "${2:?host}"
     if [[ $2 == "$(dbd_host)" ]]; then
@@ -109,5 +107,5 @@ case ${1:-} in
     case $2 in node*) start slurmd "$2" ;; ctl*) start slurmctld "$2" ;; esac ;;
   restart-mariadb) stop_mn_mariadb && start_mn_mariadb ;;   # the site's, which every slurmdbd here uses
   boot-all) for h in "${HOSTS[@]}"; do boot "$h"; done ;;
-  *) sed -n 2,13p "$0"; exit 1 ;;
+  *) sed -n 2,14p "$0"; exit 1 ;;
 esac
