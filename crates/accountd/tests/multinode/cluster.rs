@@ -401,8 +401,10 @@ fn keep_logs_of_a_failure() {
         }
     }
     eprintln!("the hosts' logs of this failure: {}", kept.display());
-    for (host, log) in [("ctl1", "slurmctld.log"), ("ctl2", "slurmctld.log"), ("ctl1", "slurmdbd.log")] {
-        let text = std::fs::read_to_string(kept.join(host).join(log)).unwrap_or_default();
+    for (host, log) in
+        [("ctl1", "slurmctld.log"), ("ctl2", "slurmctld.log"), ("ctl1", "slurmdbd.log"), ("ctl2", "slurmdbd.log")]
+    {
+        let Ok(text) = std::fs::read_to_string(kept.join(host).join(log)) else { continue };
         let tail: Vec<&str> = text.lines().rev().take(25).collect();
         eprintln!("--- {host}'s {log}, its last lines:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
     }
