@@ -5,7 +5,7 @@
 # Stops a previous multi-node cluster first: every run starts from an empty ledger and database.
 #
 #   ctl1  10.78.0.2   slurmctld (primary), slurmdbd, accountd serve (ledger, HTTP on :9817)
-#   ctl2  10.78.0.3   slurmctld (backup)
+#   ctl2  10.78.0.3   slurmctld (backup)   (GPUTOKENS_MN_SLURM_HOST=ctl2: the primary and slurmdbd)
 #   nodeN 10.78.0.1N  slurmd, gputokens-agent (MUNGE credentials of that node), fake NVML
 #   login1 10.78.0.20 munged only: users' sbatch, sbalance (over the network to accountd)
 # The site has a MariaDB of its own (lib.sh: MN_MARIADB), started here if it is not running.
@@ -315,7 +315,7 @@ done
 bash "$HERE/mn.sh" boot-all
 say "booted ${HOSTS[*]}"
 
-# ---- accounting: slurmdbd on the primary's host (ctl1), the cluster's associations -----------------
+# ---- accounting: slurmdbd on the primary's host ($PRIMARY), the cluster's associations -------------
 mn_sql -e "DROP DATABASE IF EXISTS $MN_DB; CREATE DATABASE $MN_DB; GRANT ALL ON $MN_DB.* TO 'slurm'@'localhost';"
 bash "$HERE/mn.sh" start slurmdbd "$PRIMARY"
 sacctmgr_() { in_host ctl1 timeout 30 sacctmgr -i "$@" >/dev/null; }

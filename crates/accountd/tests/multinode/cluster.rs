@@ -103,6 +103,9 @@ impl Cluster {
         up.env("GPUTOKENS_MN_PARTITIONS", settings.partitions);
         up.env("GPUTOKENS_MN_HTTP", settings.http).env("GPUTOKENS_MN_ACCOUNTD_KEYS", settings.accountd);
         let out = up.output().expect("bash tests/multinode/up.sh");
+        if !out.status.success() {
+            keep_logs_of_a_failure();
+        }
         assert!(
             out.status.success(),
             "tests/multinode/up.sh failed:\n{}{}",
@@ -386,20 +389,32 @@ impl Drop for Cluster {
 }
 
 /// A failed test's daemon logs, kept before down.sh and the next test's up.sh wipe them: every
-/// host's under target/test-logs/multinode-failures/TEST/, and the controllers' last lines printed.
+/// host's logs and munged's, and the controllers' status files, under
+/// target/test-logs/multinode-failures/SLURM_VERSION/TEST/ (the releases' suites run side by side
+/// into one target/), and the controllers' last lines printed.
 fn keep_logs_of_a_failure() {
     let test = std::thread::current().name().unwrap_or("a-test").replace("::", "-");
-    let kept = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-logs/multinode-failures").join(&test);
+    let version = Command::new("slurmd").arg("-V").output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    let version = version.ok().and_then(|v| v.split_whitespace().nth(1).map(str::to_string));
+    let kept = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/test-logs/multinode-failures")
+        .join(version.as_deref().unwrap_or("slurm"))
+        .join(&test);
     let _ = std::fs::remove_dir_all(&kept);
-    let Ok(hosts) = std::fs::read_dir(mn_dir().join("hosts")) else { return };
-    for host in hosts.flatten() {
-        let Ok(files) = std::fs::read_dir(host.path().join("log")) else { continue };
-        let into = kept.join(host.file_name());
-        let _ = std::fs::create_dir_all(&into);
+    let copy_files = |from: &Path, into: &Path| {
+        let Ok(files) = std::fs::read_dir(from) else { return };
+        let _ = std::fs::create_dir_all(into);
         for file in files.flatten().filter(|f| f.path().is_file()) {
             let _ = std::fs::copy(file.path(), into.join(file.file_name()));
         }
+    };
+    if let Ok(hosts) = std::fs::read_dir(mn_dir().join("hosts")) {
+        for host in hosts.flatten() {
+            copy_files(&host.path().join("log"), &kept.join(host.file_name()));
+            copy_files(&host.path().join("munge"), &kept.join(host.file_name()).join("munge"));
+        }
     }
+    copy_files(&mn_dir().join("shared/controllers"), &kept.join("controllers"));
     eprintln!("the hosts' logs of this failure: {}", kept.display());
     for (host, log) in
         [("ctl1", "slurmctld.log"), ("ctl2", "slurmctld.log"), ("ctl1", "slurmdbd.log"), ("ctl2", "slurmdbd.log")]

@@ -25,6 +25,13 @@ struct Asking {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
+/// A test that fails while asking stops the asking too, or it would go on beside later tests.
+impl Drop for Asking {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
 impl Asking {
     fn start() -> Asking {
         let stop = Arc::new(AtomicBool::new(false));
@@ -79,9 +86,10 @@ fn multinode_a_pair_leads_again_within_30_s_when_the_leaders_host_is_lost_and_ch
     let began = Instant::now();
     let stage = |what: &str| println!("[{:6.1} s] {what}", began.elapsed().as_secs_f64());
     // Slurm's primary controller and slurmdbd on ctl2, its backup on ctl1: what is lost with ctl1
-    // is the leading accountd. (With Slurm's primary and slurmdbd lost too, its backup controller
-    // that takes over records the jobs ending meanwhile on 22.05 and 24.11, but on 26.05 no job
-    // record of it reaches slurmdbd: they stay RUNNING in sacct. Not gputokens' to mend.)
+    // is the leading accountd. (With Slurm's primary and slurmdbd lost with it, what Slurm records
+    // of the jobs ending meanwhile depended on Slurm: on 22.05 both controllers exited when neither
+    // found slurmdbd at its start; on 26.05 a backup that took over without it sent it no job
+    // record once it was back, and they stayed RUNNING in sacct. Not gputokens' to mend.)
     let cluster = Cluster::up(Settings { pair: true, slurm_host: Some("ctl2"), ..Settings::default() });
     stage("the site up");
     let lease = cluster.on("ctl2", None, &["accountd", "config", "check"]).ok().stdout;
@@ -129,8 +137,15 @@ fn multinode_a_pair_leads_again_within_30_s_when_the_leaders_host_is_lost_and_ch
     });
     stage("ctl2's plugin decides from its snapshot");
 
-    // ctl1 back, with Slurm's backup controller; not its accountd yet.
+    // ctl1 back, with Slurm's backup controller, whose plugin decides from the new leader's
+    // snapshot too; not its accountd yet.
     cluster.mn(&["boot", "ctl1"]).ok();
+    wait_seen(90, "ctl1's plugin deciding from a snapshot of the new leader", || {
+        match cluster.controller_view("ctl1") {
+            Ok(generated) if generated >= taken_at => Ok(()),
+            other => Err(format!("{other:?}, taken over at {taken_at}")),
+        }
+    });
     all_charged_once(&cluster, &jobs);
     stage("every job charged once");
     let (gap, failures, slow) = asking.finish();
