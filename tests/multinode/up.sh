@@ -187,14 +187,13 @@ EOF
 PAIR=${GPUTOKENS_MN_PAIR:-}
 ledger_table="" http_listen="$(addr ctl1):$HTTP_PORT" users_urls="\"${GPUTOKENS_MN_ACCOUNTD_URL:-http://$(addr ctl1):$HTTP_PORT}\""
 if [[ -n $PAIR || $CLUSTERS == 2 ]]; then
-  socket=$MN_DB_SOCKET
   mn_sql -e "DROP DATABASE IF EXISTS $MN_LEDGER_DB; DROP USER IF EXISTS '$MN_LEDGER_DB'@'localhost';
     CREATE DATABASE $MN_LEDGER_DB; CREATE USER '$MN_LEDGER_DB'@'localhost' IDENTIFIED BY '$MN_LEDGER_PASS';
     GRANT ALL ON $MN_LEDGER_DB.* TO '$MN_LEDGER_DB'@'localhost';"
   install -m 600 /dev/null "$MN/etc/ledger-password"
   echo "$MN_LEDGER_PASS" > "$MN/etc/ledger-password"
   ledger_table="[ledger]
-url = \"mysql://$MN_LEDGER_DB@localhost/$MN_LEDGER_DB?socket=$socket\"
+url = \"mysql://$MN_LEDGER_DB@localhost/$MN_LEDGER_DB?socket=$MN_DB_SOCKET\"
 password_file = \"$MN/etc/ledger-password\""
 fi
 if [[ -n $PAIR ]]; then

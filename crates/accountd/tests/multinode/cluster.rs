@@ -173,14 +173,18 @@ impl Cluster {
         })
     }
 
-    /// Whether slurmctld is done with `job`: squeue answered, and shows it in no state that runs
-    /// again (a job requeued after a lost controller is PENDING between its runs).
-    pub fn job_done(&self, job: &str) -> bool {
-        let out = self.on("ctl1", None, &["squeue", "-h", "-j", job, "-o", "%T"]);
+    /// squeue's answer for `job`'s state, asked on ctl1.
+    fn squeue_state(&self, job: &str) -> Outcome {
+        self.on("ctl1", None, &["squeue", "-h", "-j", job, "-o", "%T"])
+    }
+
+    /// Whether slurmctld is done with a job, by squeue's answer: it answered, and shows the job in
+    /// no state that runs again (a job requeued after a lost controller is PENDING between its runs).
+    fn done_in(squeue: &Outcome) -> bool {
         let open = ["PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD"];
-        match out.code {
-            0 => !open.contains(&out.stdout.trim()),
-            _ => out.stderr.contains("Invalid job id"),
+        match squeue.code {
+            0 => !open.contains(&squeue.stdout.trim()),
+            _ => squeue.stderr.contains("Invalid job id"),
         }
     }
 
@@ -188,9 +192,9 @@ impl Cluster {
     /// state; returns sacct's rows of them (`-D`: each requeued run is a row).
     pub fn wait_recorded(&self, job: &str) -> Vec<Segment> {
         wait_seen(120, &format!("job {job} recorded as finished"), || {
-            if !self.job_done(job) {
-                let out = self.on("ctl1", None, &["squeue", "-h", "-j", job, "-o", "%T"]);
-                return Err(format!("squeue (exit {}): {}{}", out.code, out.stdout.trim(), out.stderr.trim()));
+            let squeue = self.squeue_state(job);
+            if !Self::done_in(&squeue) {
+                return Err(format!("squeue (exit {}): {}{}", squeue.code, squeue.stdout.trim(), squeue.stderr.trim()));
             }
             let rows = self.segments(job);
             let open = ["PENDING", "RUNNING", "COMPLETING", "REQUEUED"];

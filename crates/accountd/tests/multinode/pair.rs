@@ -129,23 +129,21 @@ fn multinode_a_pair_leads_again_within_30_s_when_the_leaders_host_is_lost_and_ch
     assert!(metrics.contains("gputokens_ledger_leading 1"), "{metrics}");
     // ctl2's slurmctld's plugin decides from a snapshot ctl2's accountd wrote after it took over.
     let taken_at = gputokens::time::now() - took_over.as_secs() as i64;
-    wait_seen(90, "ctl2's plugin deciding from a snapshot of the new leader", || {
-        match cluster.controller_view("ctl2") {
-            Ok(generated) if generated >= taken_at => Ok(()),
-            other => Err(format!("{other:?}, taken over at {taken_at}")),
-        }
-    });
+    let decides_from_new_leader = |host: &str| {
+        wait_seen(90, &format!("{host}'s plugin deciding from a snapshot of the new leader"), || {
+            match cluster.controller_view(host) {
+                Ok(generated) if generated >= taken_at => Ok(()),
+                other => Err(format!("{other:?}, taken over at {taken_at}")),
+            }
+        })
+    };
+    decides_from_new_leader("ctl2");
     stage("ctl2's plugin decides from its snapshot");
 
     // ctl1 back, with Slurm's backup controller, whose plugin decides from the new leader's
     // snapshot too; not its accountd yet.
     cluster.mn(&["boot", "ctl1"]).ok();
-    wait_seen(90, "ctl1's plugin deciding from a snapshot of the new leader", || {
-        match cluster.controller_view("ctl1") {
-            Ok(generated) if generated >= taken_at => Ok(()),
-            other => Err(format!("{other:?}, taken over at {taken_at}")),
-        }
-    });
+    decides_from_new_leader("ctl1");
     all_charged_once(&cluster, &jobs);
     stage("every job charged once");
     let (gap, failures, slow) = asking.finish();
