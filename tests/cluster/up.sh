@@ -271,6 +271,19 @@ put "$SLURM_ETC/plugstack.conf" 644 "$(<"$HERE/plugstack.conf")"
 put "$SLURM_ETC/slurmdbd.conf" 600 "$(render "$HERE/slurmdbd.conf.in")"
 chown "$SLURM_USER:" "$SLURM_ETC/slurmdbd.conf"     # slurmdbd refuses a config its SlurmUser does not own
 
+# A fresh cgroup for slurmd to start in, as systemd gives it slurmd.service. Slurm's cgroup/v2 without
+# systemd moves every process of the cgroup slurmd starts in into a child of it, and places its stepd
+# scope beside the cgroup of PID 1: started from this script's cgroup, slurmd would move PID 1 one
+# level down on each start, and the jobs of a restarted slurmd would land under /init.scope/... (seen
+# on 24.11 when a first start lost its race and slurmd was started again).
+slurmd_own_cgroup() {
+  local cg=/sys/fs/cgroup/slurmd.service
+  # What an earlier start left: empty once slurmd moved on to its stepd scope.
+  [[ -d $cg ]] && { find "$cg" -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null; rmdir "$cg" 2>/dev/null; }
+  [[ -d $cg ]] && cg=$cg.$$.$RANDOM
+  mkdir "$cg" && echo "$cg"
+}
+
 # fingerprint FILES...: hash of what a daemon loads; a running daemon started with another one restarts.
 fingerprint() {
   local f
@@ -328,18 +341,22 @@ ensure_slurm_daemon() {
   fi
   rm -f "$own"
   START_TIME=$(date +%Y-%m-%dT%H:%M:%S)
-  local preload=()
-  if [[ $name == slurmd && ${GPUTOKENS_CGROUP:-} == v2 && -n ${GPUTOKENS_CGROUP_SHIM:-} ]]; then
-    preload=(env "LD_PRELOAD=$GPUTOKENS_CGROUP_SHIM")
-  fi
-  local attempt
+  local attempt launch cg
   for attempt in 1 2; do
-    bounded "$T_CALL" "${preload[@]}" "/usr/sbin/$name" </dev/null >>"$LAB/log/$name.stdout" 2>&1 \
+    launch=()
+    if [[ $name == slurmd && ${GPUTOKENS_CGROUP:-} == v2 ]]; then
+      cg=$(slurmd_own_cgroup) || die "no cgroup could be made for slurmd under /sys/fs/cgroup"
+      # shellcheck disable=SC2016
+      launch=(bash -c 'echo $$ > "$1/cgroup.procs" && exec "${@:2}"' _ "$cg")
+      [[ -n ${GPUTOKENS_CGROUP_SHIM:-} ]] && launch+=(env "LD_PRELOAD=$GPUTOKENS_CGROUP_SHIM")
+    fi
+    bounded "$T_CALL" "${launch[@]}" "/usr/sbin/$name" </dev/null >>"$LAB/log/$name.stdout" 2>&1 \
       || die "$name failed to start; tail of $LAB/log/$name.log:
 $(tail -n 20 "$LAB/log/$name.log" "$LAB/log/$name.stdout" 2>/dev/null)"
     if waitfor 10 test -s "$own"; then break; fi
-    # slurmd on cgroup/v2 first moves every process out of the root cgroup; one that exits meanwhile
-    # (a build beside it) fails that ("No such process"): a race, so it is started once more.
+    # slurmd on cgroup/v2 first moves every process out of the cgroup it started in; one that exits
+    # meanwhile fails that ("No such process"): a race, so it is started once more. (Alone in its
+    # cgroup it should no longer lose it; it did while it started in this script's.)
     if (( attempt == 1 )) && [[ $name == slurmd ]] \
       && tail -n 20 "$LAB/log/$name.log" 2>/dev/null | grep -q 'cannot empty the false root cgroup'; then
       say "slurmd lost a race moving processes out of the root cgroup: starting it again"
