@@ -272,14 +272,19 @@ put "$SLURM_ETC/slurmdbd.conf" 600 "$(render "$HERE/slurmdbd.conf.in")"
 chown "$SLURM_USER:" "$SLURM_ETC/slurmdbd.conf"     # slurmdbd refuses a config its SlurmUser does not own
 
 # A fresh cgroup for slurmd to start in, as systemd gives it slurmd.service. Slurm's cgroup/v2 without
-# systemd moves every process of the cgroup slurmd starts in into a child of it, and places its stepd
-# scope beside the cgroup of PID 1: started from this script's cgroup, slurmd would move PID 1 one
-# level down on each start, and the jobs of a restarted slurmd would land under /init.scope/... (seen
-# on 24.11 when a first start lost its race and slurmd was started again).
+# systemd places its stepd scope beside the cgroup of PID 1, and, in a cgroup namespace like
+# enter.sh's (whose root is not the machine's), first moves every process of the cgroup slurmd starts
+# in into a child of it: started from this script's cgroup, slurmd would move PID 1 one level down on
+# each start, and the jobs of a restarted slurmd would land under /init.scope/... (seen on 24.11 when
+# a first start lost its race and slurmd was started again).
 slurmd_own_cgroup() {
-  local cg=/sys/fs/cgroup/slurmd.service
-  # What an earlier start left: empty once slurmd moved on to its stepd scope.
-  [[ -d $cg ]] && { find "$cg" -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null; rmdir "$cg" 2>/dev/null; }
+  local cg=/sys/fs/cgroup/slurmd.service old
+  # What earlier starts left: empty once slurmd moved on to its stepd scope.
+  for old in "$cg" "$cg".*; do
+    [[ -d $old ]] || continue
+    find "$old" -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null || true
+    rmdir "$old" 2>/dev/null || true
+  done
   [[ -d $cg ]] && cg=$cg.$$.$RANDOM
   mkdir "$cg" && echo "$cg"
 }
@@ -359,7 +364,7 @@ $(tail -n 20 "$LAB/log/$name.log" "$LAB/log/$name.stdout" 2>/dev/null)"
     # cgroup it should no longer lose it; it did while it started in this script's.)
     if (( attempt == 1 )) && [[ $name == slurmd ]] \
       && tail -n 20 "$LAB/log/$name.log" 2>/dev/null | grep -q 'cannot empty the false root cgroup'; then
-      say "slurmd lost a race moving processes out of the root cgroup: starting it again"
+      say "slurmd lost a race moving processes out of its cgroup: starting it again"
       continue
     fi
     die "$name wrote no $own"

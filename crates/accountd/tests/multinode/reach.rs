@@ -46,27 +46,31 @@ fn multinode_quotes_and_reclaims_reach_only_the_nodes_of_a_jobs_partitions() {
             .all(|line| snapshot.contains(line))
             .then_some(())
     });
-    // Each quote asked until it says what it should: a quote follows the newest snapshot, and a
+    // Each quote asked until it offers what it should: a quote follows the newest snapshot, and a
     // node that missed a ping to slurmctld (a loaded machine) is left out of the free GPUs until it
-    // answers again.
-    let quote_says = |partition: Option<&str>, what: &str, says: &dyn Fn(&str) -> bool| {
+    // answers again. A GPU type the partition's nodes do not have fails it at once, never asked again.
+    let quote_offers = |partition: Option<&str>, what: &str, wanted: &str, never: Option<&str>| {
         wait_seen(30, what, || {
             let told = quote(partition);
-            let free: Vec<String> =
-                cluster.snapshot().lines().filter(|l| l.starts_with("free_gpus")).map(str::to_owned).collect();
-            says(&told).then_some(()).ok_or_else(|| format!("{told}\nthe snapshot's free GPUs: {free:?}"))
+            if let Some(never) = never {
+                assert!(!told.contains(never), "{what}: {never} offered, which none of its nodes has: {told}");
+            }
+            told.contains(wanted).then_some(()).ok_or_else(|| {
+                let free: Vec<String> =
+                    cluster.snapshot().lines().filter(|l| l.starts_with("free_gpus")).map(str::to_owned).collect();
+                format!("{told}\nthe newest snapshot's free GPUs (maybe newer than the quote's): {free:?}")
+            })
         })
     };
-    // node1's rtx2080s are in `first` and in `gpu`, not in `rest`.
-    quote_says(Some("rest"), "a quote in rest from that snapshot, no rtx2080 in it", &|told| {
-        told.contains(&format!("No cheaper GPU type has 1 GPU free now. {no_rtx3090}")) && !told.contains("rtx2080")
-    });
-    quote_says(Some("first"), "a quote in first: its rtx2080s, not node3's a6000s", &|told| {
-        told.contains("Cheaper, with GPUs free now: rtx2080 up to 0.5 tokens (2 free).") && !told.contains("a6000")
-    });
-    quote_says(None, "a quote in the default partition, which holds every node", &|told| {
-        told.contains(&format!("Cheaper, with GPUs free now: rtx2080 up to 0.5 tokens (2 free). {no_rtx3090}"))
-    });
+    // node1's rtx2080s are in `first` and in `gpu`, not in `rest` ("no cheaper type": rtx2080 is
+    // cheaper). Until the plugin has read a snapshot that lists the partitions, it offers the
+    // cluster's free GPUs: asked again until then.
+    let in_rest = format!("No cheaper GPU type has 1 GPU free now. {no_rtx3090}");
+    quote_offers(Some("rest"), "a quote in rest from that snapshot", &in_rest, None);
+    let in_first = "Cheaper, with GPUs free now: rtx2080 up to 0.5 tokens (2 free).";
+    quote_offers(Some("first"), "a quote in first: its rtx2080s", in_first, Some("a6000"));
+    let in_gpu = format!("Cheaper, with GPUs free now: rtx2080 up to 0.5 tokens (2 free). {no_rtx3090}");
+    quote_offers(None, "a quote in the default partition, which holds every node", &in_gpu, None);
 
     // bob waits in `rest`: a run there is reclaimed for him (one: each frees enough), never node1's,
     // whose GPU he could not use.
