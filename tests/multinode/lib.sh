@@ -84,9 +84,10 @@ node_gpu_types() { node_gres "$1" | tr ',' '\n' | awk -F: '{ for (i = 0; i < $3;
 
 netns() { echo "gtmn-$1"; }
 init_pid() { cat "$MN/hosts/$1/init.pid" 2>/dev/null; }
-# A zombie is down: an init killed with its host waits there for a reaper (PID 1 of the PID
-# namespace the tests run in, which may not reap: a test binary run by `enter.sh RELEASE`).
-host_up() { local p s; p=$(init_pid "$1") && [[ -n $p ]] && s=$(ps -o stat= -p "$p") && [[ $s != Z* ]]; }
+# alive PID: running; a zombie is not (an init killed with its host waits there for a reaper: PID 1
+# of the PID namespace the tests run in, which may not reap, a test binary run by `enter.sh RELEASE`).
+alive() { local s; s=$(ps -o stat= -p "$1") && [[ $s != Z* ]]; }
+host_up() { local p; p=$(init_pid "$1") && [[ -n $p ]] && alive "$p"; }
 
 # in_host HOST CMD...: run CMD inside every namespace of HOST (in the foreground). -r and -w: in the
 # host's root directory too, else entering its mount namespace leaves a release's root filesystem

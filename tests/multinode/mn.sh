@@ -35,9 +35,6 @@ boot() {
   boot_once "$h" || die "$h went down again as it booted ($BOOT_FAILURE): $(tail -n 20 "$MN/hosts/$h/log/boot.out")"
 }
 
-# alive PID: running (a zombie is not: this shell reaps it).
-alive() { local s; s=$(ps -o stat= -p "$1") && [[ $s != Z* ]]; }
-
 # boot_once HOST: boots it; 1, with BOOT_FAILURE saying how, when its first process ended before its
 # munged answered. (Called in a condition, where errexit does not hold: each step dies itself.)
 boot_once() {
